@@ -1,0 +1,60 @@
+# gmsfs: make [all] | check | check-unit | demo | install | clean
+PREFIX ?= /usr/local
+DESTDIR ?=
+CC ?= cc
+PKG_CONFIG ?= pkg-config
+VERSION := 0.1.0
+
+CFLAGS ?= -O2 -g
+CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -DGMSFS_VERSION='"$(VERSION)"' -pthread
+DEPS_CFLAGS := $(shell $(PKG_CONFIG) --cflags fuse3 libxxhash 2>/dev/null)
+DEPS_LIBS := $(shell $(PKG_CONFIG) --libs fuse3 libxxhash 2>/dev/null)
+XXH_LIBS := $(shell $(PKG_CONFIG) --libs libxxhash 2>/dev/null)
+
+FSM_SRC := src/fsm/fsm.c
+META_SRC := src/meta/meta.c src/meta/layout_hash.c
+VMM_SRC := src/vmm/vmm.c src/vmm/vmm_host.c
+FS_SRC := src/fs/main.c src/fs/ops.c src/fs/store.c src/fs/caller.c src/fs/text.c
+
+BIN := build/gmsfs
+UNIT := build/test_fsm build/test_meta
+HELPERS := build/gmsfs-open
+
+.PHONY: all check check-unit demo install clean deps
+all: $(BIN) $(UNIT) $(HELPERS)
+
+build:
+	mkdir -p build
+
+$(BIN): $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) src/fs/*.h src/fsm/fsm.h src/meta/*.h src/vmm/vmm.h | build
+	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(DEPS_LIBS) -ldl
+
+build/test_fsm: tests/unit/test_fsm.c $(FSM_SRC) src/fsm/fsm.h tests/unit/tap.h | build
+	$(CC) $(CFLAGS) -o $@ tests/unit/test_fsm.c $(FSM_SRC)
+
+build/test_meta: tests/unit/test_meta.c $(META_SRC) src/meta/*.h tests/unit/tap.h | build
+	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ tests/unit/test_meta.c $(META_SRC) $(XXH_LIBS)
+
+build/gmsfs-open: tests/helpers/gmsfs-open.c | build
+	$(CC) $(CFLAGS) -o $@ $<
+
+deps:
+	sh scripts/install-deps.sh
+
+check-unit: $(UNIT)
+	prove $(UNIT)
+
+# The whole suite, one prove run: C unit tests are TAP programs, mount tests are bats files.
+check: all
+	prove --exec tests/tap-exec $(UNIT) tests/*.bats
+
+demo: all
+	sh scripts/demo.sh
+
+install: $(BIN)
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/gmsfs
+	install -D -m 0644 man/gmsfs.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfs.8
+	install -D -m 0644 man/gmsfs.5 $(DESTDIR)$(PREFIX)/share/man/man5/gmsfs.5
+
+clean:
+	rm -rf build

@@ -1,0 +1,134 @@
+#include "fsm.h"
+
+#include <errno.h>
+
+enum fsm_state fsm_state(const struct fsm *f)
+{
+	if (f->leader)
+		return FSM_RW;
+	if (f->readers)
+		return FSM_RO;
+	return f->committed ? FSM_COMMITTED : FSM_EMPTY;
+}
+
+const char *fsm_state_name(enum fsm_state s)
+{
+	static const char *const names[] = {
+		[FSM_EMPTY] = "EMPTY", [FSM_RW] = "RW",
+		[FSM_COMMITTED] = "COMMITTED", [FSM_RO] = "RO",
+	};
+	return (unsigned)s < 4 ? names[s] : "?";
+}
+
+int fsm_can_read(const struct fsm *f)
+{
+	/* Writers have priority: a waiting writer blocks new readers, as in GMS. */
+	if (f->leader || f->waiting_writers)
+		return -EAGAIN;
+	if (!f->committed)
+		return -ENOENT;
+	return 0;
+}
+
+int fsm_can_write(const struct fsm *f)
+{
+	return f->leader || f->readers ? -EAGAIN : 0;
+}
+
+int fsm_open_read(struct fsm *f)
+{
+	int e = fsm_can_read(f);
+	if (e)
+		return e;
+	f->readers++;
+	return 0;
+}
+
+int fsm_open_write(struct fsm *f, pid_t leader)
+{
+	if (leader <= 0)
+		return -EINVAL;
+	int e = fsm_can_write(f);
+	if (e)
+		return e;
+	f->leader = leader;
+	f->session_handles = 1;
+	return 0;
+}
+
+int fsm_join(struct fsm *f)
+{
+	if (!f->leader)
+		return -EINVAL;
+	f->session_handles++;
+	return 0;
+}
+
+int fsm_release_read(struct fsm *f)
+{
+	if (!f->readers)
+		return -EINVAL;
+	f->readers--;
+	return 0;
+}
+
+int fsm_release_session(struct fsm *f)
+{
+	if (!f->leader || !f->session_handles)
+		return -EINVAL;
+	if (--f->session_handles)
+		return 0;
+	f->leader = 0;
+	return 1;
+}
+
+int fsm_commit(struct fsm *f)
+{
+	if (!f->leader)
+		return -EINVAL;
+	f->readers += f->session_handles;
+	f->session_handles = 0;
+	f->leader = 0;
+	f->committed = true;
+	f->generation++;
+	return 0;
+}
+
+int fsm_abort(const struct fsm *f)
+{
+	return f->leader ? 0 : -EINVAL;
+}
+
+int fsm_wait_begin(struct fsm *f, bool writer)
+{
+	if (writer)
+		f->waiting_writers++;
+	else
+		f->waiting_readers++;
+	return 0;
+}
+
+int fsm_wait_end(struct fsm *f, bool writer)
+{
+	unsigned *n = writer ? &f->waiting_writers : &f->waiting_readers;
+	if (!*n)
+		return -EINVAL;
+	(*n)--;
+	return 0;
+}
+
+int fsm_can_remove(const struct fsm *f)
+{
+	if (f->leader || f->readers || f->waiting_writers || f->waiting_readers)
+		return -EBUSY;
+	return 0;
+}
+
+int fsm_check(const struct fsm *f)
+{
+	if (f->leader && f->readers)
+		return -EPROTO; /* a writer together with readers */
+	if (!!f->leader != !!f->session_handles)
+		return -EPROTO;
+	return 0;
+}

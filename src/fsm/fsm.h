@@ -1,0 +1,60 @@
+/* fsm: the lock state machine of one store. Pure: no FUSE, no I/O, no threads.
+ *
+ * The state is never stored: it is derived from the counts of open handles.
+ * The caller (the daemon) serializes calls and does the waiting; every
+ * function here either applies an event or refuses it with -errno and
+ * changes nothing. */
+#ifndef GMSFS_FSM_H
+#define GMSFS_FSM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+enum fsm_state { FSM_EMPTY, FSM_RW, FSM_COMMITTED, FSM_RO };
+
+struct fsm {
+	bool committed;            /* a committed layout exists */
+	pid_t leader;              /* thread group of the session leader, 0: no session */
+	unsigned session_handles;  /* handles that belong to the writer session */
+	unsigned readers;          /* read handles (committed sessions' handles included) */
+	unsigned waiting_writers;
+	unsigned waiting_readers;
+	uint64_t generation;       /* commits so far */
+};
+
+enum fsm_state fsm_state(const struct fsm *f);
+const char *fsm_state_name(enum fsm_state s);
+
+/* Would a read open be granted now?  0, or -EAGAIN (it must wait), or
+ * -ENOENT (nothing committed to read yet: it must wait too). */
+int fsm_can_read(const struct fsm *f);
+/* Would a new writer session be granted now?  0 or -EAGAIN. */
+int fsm_can_write(const struct fsm *f);
+
+int fsm_open_read(struct fsm *f);                /* take a read handle */
+int fsm_open_write(struct fsm *f, pid_t leader); /* begin a session, first handle */
+int fsm_join(struct fsm *f);                     /* another handle of the running session */
+
+/* Release a read handle.  -EINVAL if there is none. */
+int fsm_release_read(struct fsm *f);
+/* Release a session handle.  1 when it was the last one: the session ended
+ * without commit and the caller must roll the layout back; 0 otherwise;
+ * -EINVAL if there is no session. */
+int fsm_release_session(struct fsm *f);
+
+/* Commit: the session's handles become read handles in one step. */
+int fsm_commit(struct fsm *f);
+/* Abort written by a member: the session stays; only checks it exists. */
+int fsm_abort(const struct fsm *f);
+
+int fsm_wait_begin(struct fsm *f, bool writer);
+int fsm_wait_end(struct fsm *f, bool writer);
+
+/* Removing the store needs nobody holding or waiting: 0 or -EBUSY. */
+int fsm_can_remove(const struct fsm *f);
+
+/* Invariants that must hold in every reachable state: 0 or -EPROTO. */
+int fsm_check(const struct fsm *f);
+
+#endif

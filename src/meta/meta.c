@@ -1,0 +1,652 @@
+/* meta: the tree of a store, its snapshot and rollback.  The hash is in layout_hash.c. */
+#include "meta.h"
+#include "meta_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t name_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a: short names, no need for more */
+	while (*s)
+		h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+	return h;
+}
+
+static struct meta_node *node_new(struct meta_store *s, enum meta_kind kind, enum meta_area area, const char *name)
+{
+	struct meta_node *n = calloc(1, sizeof *n);
+	if (!n || !(n->name = strdup(name))) {
+		free(n);
+		return NULL;
+	}
+	n->magic = META_NODE_MAGIC;
+	n->kind = kind;
+	n->area = area;
+	n->store = s;
+	clock_gettime(CLOCK_REALTIME, &n->mtime);
+	return n;
+}
+
+static void node_free(struct meta_node *n)
+{
+	n->magic = 0;
+	free(n->name);
+	free(n->kids);
+	free(n->index);
+	free(n->tag);
+	free(n->alloc);
+	free(n->value);
+	free(n);
+}
+
+/* ---- the index of a directory: open addressing, linear probing ---- */
+
+static int index_put(struct meta_node *dir, struct meta_node *kid);
+
+static int index_grow(struct meta_node *dir)
+{
+	size_t cap = dir->index_cap ? dir->index_cap * 2 : 8;
+	struct meta_node **old = dir->index;
+	size_t oldcap = dir->index_cap;
+	dir->index = calloc(cap, sizeof *dir->index);
+	if (!dir->index) {
+		dir->index = old;
+		return -ENOMEM;
+	}
+	dir->index_cap = cap;
+	for (size_t i = 0; i < oldcap; i++)
+		if (old[i])
+			index_put(dir, old[i]);
+	free(old);
+	return 0;
+}
+
+static int index_put(struct meta_node *dir, struct meta_node *kid)
+{
+	if ((dir->nkids + 1) * 2 > dir->index_cap) {
+		int e = index_grow(dir);
+		if (e)
+			return e;
+	}
+	size_t mask = dir->index_cap - 1, i = name_hash(kid->name) & mask;
+	while (dir->index[i])
+		i = (i + 1) & mask;
+	dir->index[i] = kid;
+	return 0;
+}
+
+static size_t index_find(const struct meta_node *dir, const char *name)
+{
+	if (!dir->index_cap)
+		return SIZE_MAX;
+	size_t mask = dir->index_cap - 1, i = name_hash(name) & mask;
+	for (; dir->index[i]; i = (i + 1) & mask)
+		if (!strcmp(dir->index[i]->name, name))
+			return i;
+	return SIZE_MAX;
+}
+
+static void index_del(struct meta_node *dir, size_t i)
+{
+	/* Backward-shift deletion keeps probe chains whole without tombstones. */
+	size_t mask = dir->index_cap - 1, j = i;
+	dir->index[i] = NULL;
+	for (;;) {
+		j = (j + 1) & mask;
+		struct meta_node *k = dir->index[j];
+		if (!k)
+			return;
+		size_t home = name_hash(k->name) & mask;
+		/* Move k into the hole unless its home lies cyclically in (i, j]. */
+		if (((j - home) & mask) >= ((j - i) & mask)) {
+			dir->index[i] = k;
+			dir->index[j] = NULL;
+			i = j;
+		}
+	}
+}
+
+/* ---- linking into the live layout, with the store's counts ---- */
+
+static void account(struct meta_store *s, const struct meta_node *n, int sign)
+{
+	if (n->kind == META_ALLOC) {
+		s->stats.allocations += sign;
+		s->stats.bytes += sign * (int64_t)n->size;
+		s->stats.aligned_bytes += sign * (int64_t)n->aligned;
+	} else if (n->kind == META_ENTRY) {
+		s->stats.entries += sign;
+	}
+}
+
+static int link_node(struct meta_node *dir, struct meta_node *n)
+{
+	if (dir->nkids == dir->kids_cap) {
+		size_t cap = dir->kids_cap ? dir->kids_cap * 2 : 8;
+		struct meta_node **k = realloc(dir->kids, cap * sizeof *k);
+		if (!k)
+			return -ENOMEM;
+		dir->kids = k;
+		dir->kids_cap = cap;
+	}
+	int e = index_put(dir, n);
+	if (e)
+		return e;
+	n->slot = dir->nkids;
+	dir->kids[dir->nkids++] = n;
+	n->parent = dir;
+	n->linked = true;
+	n->holds++;
+	account(dir->store, n, +1);
+	return 0;
+}
+
+/* Drop one hold; the memory goes with the last, the struct with the last lookup too. */
+static void unhold(struct meta_node *n)
+{
+	if (--n->holds)
+		return;
+	if (n->buf && n->store && n->store->release_buf)
+		n->store->release_buf(n->buf, n->store->release_ctx);
+	n->buf = NULL;
+	n->store = NULL;
+	if (!n->lookups)
+		node_free(n);
+}
+
+static void unlink_node(struct meta_node *n)
+{
+	struct meta_node *dir = n->parent;
+	size_t i = index_find(dir, n->name);
+	if (i != SIZE_MAX)
+		index_del(dir, i);
+	struct meta_node *last = dir->kids[--dir->nkids];
+	dir->kids[n->slot] = last;
+	last->slot = n->slot;
+	n->linked = false;
+	account(dir->store, n, -1);
+}
+
+/* ---- the store ---- */
+
+struct meta_store *meta_store_new(void (*release_buf)(void *buf, void *ctx), void *ctx)
+{
+	struct meta_store *s = calloc(1, sizeof *s);
+	if (!s)
+		return NULL;
+	s->release_buf = release_buf;
+	s->release_ctx = ctx;
+	s->root[META_AREA_ALLOCS] = node_new(s, META_DIR, META_AREA_ALLOCS, "allocs");
+	s->root[META_AREA_META] = node_new(s, META_DIR, META_AREA_META, "meta");
+	if (!s->root[0] || !s->root[1]) {
+		meta_store_free(s);
+		return NULL;
+	}
+	for (int a = 0; a < 2; a++) {
+		s->root[a]->linked = true;
+		s->root[a]->holds = 1;
+	}
+	return s;
+}
+
+static void snapshot_drop(struct meta_store *s)
+{
+	for (size_t i = 0; i < s->nsnap; i++) {
+		free(s->snap[i].tag);
+		free(s->snap[i].alloc);
+		free(s->snap[i].value);
+		unhold(s->snap[i].node);
+	}
+	free(s->snap);
+	s->snap = NULL;
+	s->nsnap = 0;
+}
+
+static int collect(struct meta_node *n, void *arg)
+{
+	struct meta_nodes *v = arg;
+	if (v->n == v->cap) {
+		size_t cap = v->cap ? v->cap * 2 : 64;
+		struct meta_node **p = realloc(v->v, cap * sizeof *p);
+		if (!p)
+			return -ENOMEM;
+		v->v = p;
+		v->cap = cap;
+	}
+	v->v[v->n++] = n;
+	return 0;
+}
+
+/* Unlink the whole live layout; returns the nodes (still holding their tree hold). */
+static int unlink_all(struct meta_store *s, struct meta_nodes *v)
+{
+	for (int a = 0; a < 2; a++) {
+		int e = meta_walk(s->root[a], collect, v);
+		if (e)
+			return e;
+	}
+	for (size_t i = 0; i < v->n; i++) {
+		struct meta_node *n = v->v[i];
+		n->linked = false;
+		account(s, n, -1);
+		n->nkids = 0;
+		if (n->index)
+			memset(n->index, 0, n->index_cap * sizeof *n->index);
+	}
+	for (int a = 0; a < 2; a++) {
+		s->root[a]->nkids = 0;
+		if (s->root[a]->index)
+			memset(s->root[a]->index, 0, s->root[a]->index_cap * sizeof *s->root[a]->index);
+	}
+	return 0;
+}
+
+void meta_store_free(struct meta_store *s)
+{
+	if (!s)
+		return;
+	struct meta_nodes v = {0};
+	if (s->root[0] && s->root[1] && unlink_all(s, &v) == 0)
+		for (size_t i = 0; i < v.n; i++)
+			unhold(v.v[i]);
+	free(v.v);
+	snapshot_drop(s);
+	for (int a = 0; a < 2; a++)
+		if (s->root[a]) {
+			s->root[a]->linked = false;
+			unhold(s->root[a]);
+		}
+	free(s);
+}
+
+struct meta_node *meta_root(struct meta_store *s, enum meta_area area)
+{
+	return s->root[area == META_AREA_META];
+}
+
+struct meta_node *meta_lookup(const struct meta_node *dir, const char *name)
+{
+	if (dir->kind != META_DIR || !dir->linked)
+		return NULL;
+	size_t i = index_find(dir, name);
+	return i == SIZE_MAX ? NULL : dir->index[i];
+}
+
+bool meta_name_valid(const char *name)
+{
+	size_t len = strlen(name);
+	if (!len || len > 255 || !strcmp(name, ".") || !strcmp(name, ".."))
+		return false;
+	return !strchr(name, '/');
+}
+
+bool meta_path_valid(const char *path, size_t len)
+{
+	if (!len || len > META_PATH_MAX || memchr(path, '\0', len))
+		return false;
+	size_t start = 0;
+	for (size_t i = 0; i <= len; i++) {
+		if (i < len && path[i] != '/')
+			continue;
+		size_t clen = i - start;
+		if (!clen || clen > 255)
+			return false; /* leading, trailing or doubled '/' */
+		if ((clen == 1 && path[start] == '.') || (clen == 2 && path[start] == '.' && path[start + 1] == '.'))
+			return false;
+		start = i + 1;
+	}
+	return true;
+}
+
+int meta_create(struct meta_node *dir, const char *name, enum meta_kind kind, struct meta_node **out)
+{
+	if (dir->kind != META_DIR)
+		return -ENOTDIR;
+	if (!dir->linked || !dir->store)
+		return -ENOENT;
+	if (strlen(name) > 255)
+		return -ENAMETOOLONG;
+	if (!meta_name_valid(name))
+		return -EINVAL;
+	if (kind == META_ALLOC && dir->area != META_AREA_ALLOCS)
+		return -EPERM;
+	if (kind == META_ENTRY && dir->area != META_AREA_META)
+		return -EPERM;
+	if (meta_lookup(dir, name))
+		return -EEXIST;
+	struct meta_node *n = node_new(dir->store, kind, dir->area, name);
+	if (!n)
+		return -ENOMEM;
+	if (kind == META_ALLOC && !(n->tag = strdup("default"))) {
+		node_free(n);
+		return -ENOMEM;
+	}
+	int e = link_node(dir, n);
+	if (e) {
+		node_free(n);
+		return e;
+	}
+	dir->mtime = n->mtime;
+	if (out)
+		*out = n;
+	return 0;
+}
+
+int meta_remove(struct meta_node *n)
+{
+	if (!n->parent)
+		return -EBUSY; /* an area's root */
+	if (!n->linked)
+		return -ENOENT;
+	if (n->kind == META_DIR && n->nkids)
+		return -ENOTEMPTY;
+	struct meta_node *dir = n->parent;
+	unlink_node(n);
+	clock_gettime(CLOCK_REALTIME, &dir->mtime);
+	unhold(n);
+	return 0;
+}
+
+int meta_alloc_size(struct meta_node *n, uint64_t size, uint64_t aligned, void *buf)
+{
+	if (n->kind != META_ALLOC)
+		return -EINVAL;
+	if (n->size)
+		return -EPERM; /* sized once */
+	if (!size || aligned < size)
+		return -EINVAL;
+	n->size = size;
+	n->aligned = aligned;
+	n->buf = buf;
+	if (n->linked && n->store) {
+		n->store->stats.bytes += size;
+		n->store->stats.aligned_bytes += aligned;
+	}
+	clock_gettime(CLOCK_REALTIME, &n->mtime);
+	return 0;
+}
+
+static int set_string(char **dst, const char *src, size_t len)
+{
+	char *p = malloc(len + 1);
+	if (!p)
+		return -ENOMEM;
+	memcpy(p, src, len);
+	p[len] = '\0';
+	free(*dst);
+	*dst = p;
+	return 0;
+}
+
+int meta_set_tag(struct meta_node *n, const char *tag, size_t len)
+{
+	if (n->kind != META_ALLOC)
+		return -EINVAL;
+	if (!len || len > META_TAG_MAX)
+		return -EINVAL;
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)tag[i] < 0x20 || tag[i] == 0x7f)
+			return -EINVAL;
+	return set_string(&n->tag, tag, len);
+}
+
+int meta_entry_set_alloc(struct meta_node *n, const char *path, size_t len)
+{
+	if (n->kind != META_ENTRY)
+		return -EINVAL;
+	if (!meta_path_valid(path, len))
+		return -EINVAL;
+	return set_string(&n->alloc, path, len);
+}
+
+int meta_entry_set_offset(struct meta_node *n, const char *text, size_t len)
+{
+	if (n->kind != META_ENTRY)
+		return -EINVAL;
+	if (!len || len > 20)
+		return -EINVAL;
+	uint64_t v = 0;
+	for (size_t i = 0; i < len; i++) {
+		if (text[i] < '0' || text[i] > '9')
+			return -EINVAL;
+		unsigned d = text[i] - '0';
+		if (v > (UINT64_MAX - d) / 10)
+			return -EINVAL;
+		v = v * 10 + d;
+	}
+	n->offset = v;
+	return 0;
+}
+
+int meta_entry_write(struct meta_node *n, uint64_t off, const void *data, size_t len)
+{
+	if (n->kind != META_ENTRY)
+		return -EINVAL;
+	if (off > META_VALUE_MAX || len > META_VALUE_MAX - off)
+		return -EFBIG;
+	size_t end = off + len;
+	if (end > n->value_len) {
+		char *v = realloc(n->value, end ? end : 1);
+		if (!v)
+			return -ENOMEM;
+		memset(v + n->value_len, 0, end - n->value_len);
+		n->value = v;
+		n->value_len = end;
+	}
+	memcpy(n->value + off, data, len);
+	clock_gettime(CLOCK_REALTIME, &n->mtime);
+	return 0;
+}
+
+int meta_entry_truncate(struct meta_node *n, uint64_t len)
+{
+	if (n->kind != META_ENTRY)
+		return -EINVAL;
+	if (len > META_VALUE_MAX)
+		return -EFBIG;
+	if (len > n->value_len)
+		return meta_entry_write(n, len, "", 0);
+	n->value_len = len;
+	clock_gettime(CLOCK_REALTIME, &n->mtime);
+	return 0;
+}
+
+int meta_path(const struct meta_node *n, char *buf, size_t size)
+{
+	/* Build right to left, then move to the front. */
+	if (!size)
+		return -ENAMETOOLONG;
+	size_t pos = size - 1;
+	buf[pos] = '\0';
+	for (const struct meta_node *p = n; p && p->parent; p = p->parent) {
+		size_t l = strlen(p->name) + (p != n);
+		if (l > pos)
+			return -ENAMETOOLONG;
+		pos -= l;
+		memcpy(buf + pos, p->name, strlen(p->name));
+		if (p != n)
+			buf[pos + l - 1] = '/';
+	}
+	memmove(buf, buf + pos, size - pos);
+	return 0;
+}
+
+struct meta_node *meta_resolve(struct meta_store *s, enum meta_area area, const char *path)
+{
+	char name[256];
+	struct meta_node *n = meta_root(s, area);
+	const char *p = path;
+	while (n && *p) {
+		const char *slash = strchr(p, '/');
+		size_t l = slash ? (size_t)(slash - p) : strlen(p);
+		if (!l || l > 255)
+			return NULL;
+		memcpy(name, p, l);
+		name[l] = '\0';
+		n = meta_lookup(n, name);
+		p += l + (slash != NULL);
+	}
+	return n;
+}
+
+void meta_hold(struct meta_node *n) { n->holds++; }
+void meta_drop(struct meta_node *n) { unhold(n); }
+void meta_lookup_ref(struct meta_node *n) { n->lookups++; }
+
+void meta_forget(struct meta_node *n, uint64_t nlookup)
+{
+	n->lookups -= nlookup < n->lookups ? nlookup : n->lookups;
+	if (!n->lookups && !n->holds)
+		node_free(n);
+}
+
+int meta_walk(struct meta_node *dir, int (*fn)(struct meta_node *n, void *arg), void *arg)
+{
+	for (size_t i = 0; i < dir->nkids; i++) {
+		struct meta_node *k = dir->kids[i];
+		int e = fn(k, arg);
+		if (e)
+			return e;
+		if (k->kind == META_DIR && (e = meta_walk(k, fn, arg)))
+			return e;
+	}
+	return 0;
+}
+
+void meta_stats(const struct meta_store *s, struct meta_stats *out)
+{
+	*out = s->stats;
+}
+
+const char *meta_hash_hex(const struct meta_store *s)
+{
+	return s->hash_hex;
+}
+
+/* ---- commit and rollback ---- */
+
+static int validate_entry(struct meta_node *n, void *arg)
+{
+	struct meta_check *c = arg;
+	char key[META_PATH_MAX + 1];
+	if (n->kind == META_ALLOC && !n->size) {
+		meta_path(n, key, sizeof key);
+		snprintf(c->err, c->errlen, "allocs/%s: never sized (ftruncate it)", key);
+		return -EINVAL;
+	}
+	if (n->kind != META_ENTRY)
+		return 0;
+	meta_path(n, key, sizeof key);
+	if (!n->alloc) {
+		snprintf(c->err, c->errlen, "meta/%s: no user.gms.alloc", key);
+		return -EINVAL;
+	}
+	struct meta_node *a = meta_resolve(c->store, META_AREA_ALLOCS, n->alloc);
+	if (!a || a->kind != META_ALLOC) {
+		snprintf(c->err, c->errlen, "meta/%s: allocation '%s' does not exist", key, n->alloc);
+		return -EINVAL;
+	}
+	if (n->offset >= a->size) {
+		snprintf(c->err, c->errlen, "meta/%s: offset %llu is past the end of '%s' (size %llu)", key,
+			 (unsigned long long)n->offset, n->alloc, (unsigned long long)a->size);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int dup_bytes(char **dst, const char *src, size_t len)
+{
+	*dst = NULL;
+	if (!src)
+		return 0;
+	*dst = malloc(len ? len : 1);
+	if (!*dst)
+		return -ENOMEM;
+	memcpy(*dst, src, len);
+	return 0;
+}
+
+int meta_commit(struct meta_store *s, char *err, size_t errlen)
+{
+	struct meta_check c = { .store = s, .err = err, .errlen = errlen };
+	if (errlen)
+		err[0] = '\0';
+	for (int a = 0; a < 2; a++) {
+		int e = meta_walk(s->root[a], validate_entry, &c);
+		if (e)
+			return e;
+	}
+	uint8_t digest[16];
+	int e = meta_layout_hash(s, digest);
+	if (e)
+		return e;
+
+	struct meta_nodes v = {0};
+	for (int a = 0; a < 2 && !e; a++)
+		e = meta_walk(s->root[a], collect, &v);
+	struct meta_snap *snap = e ? NULL : calloc(v.n ? v.n : 1, sizeof *snap);
+	if (!snap) {
+		free(v.v);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < v.n; i++) {
+		struct meta_node *n = v.v[i];
+		snap[i].node = n;
+		snap[i].offset = n->offset;
+		snap[i].value_len = n->value_len;
+		if ((e = dup_bytes(&snap[i].tag, n->tag, n->tag ? strlen(n->tag) + 1 : 0)) ||
+		    (e = dup_bytes(&snap[i].alloc, n->alloc, n->alloc ? strlen(n->alloc) + 1 : 0)) ||
+		    (e = dup_bytes(&snap[i].value, n->value, n->value_len))) {
+			for (size_t j = 0; j <= i; j++) {
+				free(snap[j].tag);
+				free(snap[j].alloc);
+				free(snap[j].value);
+			}
+			free(snap);
+			free(v.v);
+			return e;
+		}
+	}
+	for (size_t i = 0; i < v.n; i++)
+		v.v[i]->holds++;
+	snapshot_drop(s);
+	s->snap = snap;
+	s->nsnap = v.n;
+	free(v.v);
+	for (int i = 0; i < 16; i++)
+		sprintf(s->hash_hex + 2 * i, "%02x", digest[i]);
+	s->committed = true;
+	return 0;
+}
+
+void meta_rollback(struct meta_store *s)
+{
+	struct meta_nodes v = {0};
+	if (unlink_all(s, &v)) {
+		/* Out of memory while listing: unlink what was listed; the rest stays linked. */
+	}
+	for (size_t i = 0; i < s->nsnap; i++) {
+		struct meta_snap *r = &s->snap[i];
+		struct meta_node *n = r->node;
+		if (link_node(n->parent, n))
+			continue; /* out of memory: the node stays out */
+		if (n->kind == META_ALLOC && r->tag) {
+			free(n->tag);
+			n->tag = strdup(r->tag);
+		}
+		if (n->kind == META_ENTRY) {
+			free(n->alloc);
+			free(n->value);
+			dup_bytes(&n->alloc, r->alloc, r->alloc ? strlen(r->alloc) + 1 : 0);
+			dup_bytes(&n->value, r->value, r->value_len);
+			n->value_len = n->value ? r->value_len : 0;
+			n->offset = r->offset;
+		}
+	}
+	for (size_t i = 0; i < v.n; i++)
+		unhold(v.v[i]);
+	free(v.v);
+}

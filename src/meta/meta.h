@@ -1,0 +1,104 @@
+/* meta: the layout of one store.  Two trees (allocs/ and meta/) of
+ * directories, allocations and metadata entries; the committed snapshot that
+ * a rollback returns to; validation at commit; the layout hash.
+ *
+ * No locking here: the caller serializes.  Errors are -errno. */
+#ifndef GMSFS_META_H
+#define GMSFS_META_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define META_NODE_MAGIC 0x6d657461u /* "meta": first word of every node */
+#define META_VALUE_MAX (1u << 20)   /* bytes of one metadata value */
+#define META_TAG_MAX 255
+#define META_PATH_MAX 4096
+
+enum meta_kind { META_DIR, META_ALLOC, META_ENTRY };
+enum meta_area { META_AREA_ALLOCS, META_AREA_META };
+
+struct meta_store;
+
+struct meta_node {
+	uint32_t magic;            /* META_NODE_MAGIC: the daemon uses addresses as inode numbers */
+	enum meta_kind kind;
+	enum meta_area area;
+	char *name;
+	struct meta_node *parent;  /* NULL for an area's root */
+	struct meta_store *store;  /* NULL once the store is gone */
+	bool linked;               /* part of the live layout */
+	unsigned holds;            /* live layout + snapshot + callers' references */
+	uint64_t lookups;          /* the kernel's references: keep the struct, not the memory */
+	struct timespec mtime;
+
+	/* META_DIR: children, as a vector (readdir order) and an index by name. */
+	struct meta_node **kids;
+	size_t nkids, kids_cap;
+	struct meta_node **index;  /* open addressing, power-of-two size */
+	size_t index_cap;
+	size_t slot;               /* position in the parent's kids */
+
+	/* META_ALLOC */
+	uint64_t size;             /* requested size; 0 until sized */
+	uint64_t aligned;          /* size rounded up by the backend */
+	char *tag;
+	void *buf;                 /* the backend's memory, released through the store's hook */
+
+	/* META_ENTRY */
+	char *alloc;               /* allocation path relative to allocs/, or NULL */
+	uint64_t offset;
+	char *value;
+	size_t value_len;
+};
+
+struct meta_store *meta_store_new(void (*release_buf)(void *buf, void *ctx), void *ctx);
+/* Unlinks everything, drops the snapshot (memory is released as holds end). */
+void meta_store_free(struct meta_store *s);
+
+struct meta_node *meta_root(struct meta_store *s, enum meta_area area);
+struct meta_node *meta_lookup(const struct meta_node *dir, const char *name);
+/* kind must fit the area: directories anywhere, allocations in allocs/,
+ * entries in meta/. */
+int meta_create(struct meta_node *dir, const char *name, enum meta_kind kind, struct meta_node **out);
+/* Unlink from the live layout; a directory must be empty. */
+int meta_remove(struct meta_node *n);
+
+int meta_alloc_size(struct meta_node *n, uint64_t size, uint64_t aligned, void *buf);
+int meta_set_tag(struct meta_node *n, const char *tag, size_t len);
+int meta_entry_set_alloc(struct meta_node *n, const char *path, size_t len);
+int meta_entry_set_offset(struct meta_node *n, const char *text, size_t len);
+int meta_entry_write(struct meta_node *n, uint64_t off, const void *data, size_t len);
+int meta_entry_truncate(struct meta_node *n, uint64_t len);
+
+/* Path of n relative to its area's root ("a/b/w0"); -ENAMETOOLONG if it does not fit. */
+int meta_path(const struct meta_node *n, char *buf, size_t size);
+/* A relative path: components of 1..255 bytes, no "", ".", "..", NUL; no leading or trailing '/'. */
+bool meta_path_valid(const char *path, size_t len);
+bool meta_name_valid(const char *name);
+struct meta_node *meta_resolve(struct meta_store *s, enum meta_area area, const char *path);
+
+/* References that keep a node's memory (open handles). */
+void meta_hold(struct meta_node *n);
+void meta_drop(struct meta_node *n);
+/* The kernel's lookups: the struct lives while there are any. */
+void meta_lookup_ref(struct meta_node *n);
+void meta_forget(struct meta_node *n, uint64_t nlookup);
+
+/* Commit: validate (on failure -EINVAL and a message in err), hash, snapshot. */
+int meta_commit(struct meta_store *s, char *err, size_t errlen);
+/* Back to the last committed layout, or empty. */
+void meta_rollback(struct meta_store *s);
+/* The committed hash as 32 hex digits, or "" before the first commit. */
+const char *meta_hash_hex(const struct meta_store *s);
+/* Hash of the live layout (what a commit would publish), into 16 bytes. */
+int meta_layout_hash(struct meta_store *s, uint8_t out[16]);
+
+struct meta_stats { uint64_t allocations, entries, bytes, aligned_bytes; };
+void meta_stats(const struct meta_store *s, struct meta_stats *out);
+
+/* Visit every live node below dir (pre-order); stop at the first non-zero return. */
+int meta_walk(struct meta_node *dir, int (*fn)(struct meta_node *n, void *arg), void *arg);
+
+#endif

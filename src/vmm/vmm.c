@@ -1,0 +1,98 @@
+/* vmm: backend choice and the daemon's own accounting of device memory. */
+#include "vmm.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int vmm_open(struct vmm **out, const char *backend, const char *device, uint64_t max_bytes, char *err, size_t errlen)
+{
+	const struct vmm_ops *ops = &vmm_host_ops;
+	if (backend && strcmp(backend, "host") != 0) {
+		if (strcmp(backend, "cuda") != 0) {
+			snprintf(err, errlen, "backend=%s: unknown backend (cuda or host)", backend);
+			return -EINVAL;
+		}
+		snprintf(err, errlen, "backend=cuda: not built into this version of gmsfs (use backend=host)");
+		return -ENOTSUP;
+	}
+	struct vmm *v = calloc(1, sizeof *v);
+	if (!v)
+		return -ENOMEM;
+	v->ops = ops;
+	int e = ops->open(v, device, err, errlen);
+	if (e) {
+		free(v);
+		return e;
+	}
+	v->max_bytes = max_bytes && max_bytes < v->dev.total_bytes ? max_bytes : v->dev.total_bytes;
+	*out = v;
+	return 0;
+}
+
+void vmm_close(struct vmm *v)
+{
+	free(v);
+}
+
+uint64_t vmm_align(const struct vmm *v, uint64_t size)
+{
+	uint64_t g = v->dev.granularity;
+	if (size > UINT64_MAX - (g - 1))
+		return 0;
+	return (size + g - 1) / g * g;
+}
+
+int vmm_alloc(struct vmm *v, uint64_t size, struct vmm_buf **out)
+{
+	uint64_t aligned = vmm_align(v, size);
+	if (!size || !aligned)
+		return size ? -ENOSPC : -EINVAL;
+	/* Reserve first, so that concurrent creates cannot overshoot together. */
+	uint64_t used = atomic_fetch_add(&v->used_bytes, aligned);
+	if (aligned > v->max_bytes || used > v->max_bytes - aligned) {
+		atomic_fetch_sub(&v->used_bytes, aligned);
+		return -ENOSPC;
+	}
+	int e = v->ops->create(v, aligned, out);
+	if (e) {
+		atomic_fetch_sub(&v->used_bytes, aligned);
+		return e;
+	}
+	(*out)->vmm = v;
+	(*out)->size = aligned;
+	atomic_init(&(*out)->refs, 1);
+	return 0;
+}
+
+void vmm_buf_get(struct vmm_buf *b)
+{
+	atomic_fetch_add(&b->refs, 1);
+}
+
+void vmm_buf_put(struct vmm_buf *b)
+{
+	if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
+		return;
+	struct vmm *v = b->vmm;
+	uint64_t size = b->size;
+	v->ops->release(b);
+	atomic_fetch_sub(&v->used_bytes, size);
+}
+
+int vmm_export(struct vmm_buf *b, bool read_only)
+{
+	return b->vmm->ops->export_fd(b, read_only);
+}
+
+ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off)
+{
+	return b->vmm->ops->pread ? b->vmm->ops->pread(b, dst, len, off) : -EOPNOTSUPP;
+}
+
+ssize_t vmm_pwrite(struct vmm_buf *b, const void *src, size_t len, uint64_t off)
+{
+	return b->vmm->ops->pwrite ? b->vmm->ops->pwrite(b, src, len, off) : -EOPNOTSUPP;
+}

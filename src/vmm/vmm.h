@@ -1,0 +1,65 @@
+/* vmm: where allocation memory comes from.  The daemon creates, exports and
+ * releases; it never maps.  Backends: host (sealed memfds); cuda comes later.
+ * Errors are -errno; a message goes to err where one is asked for. */
+#ifndef GMSFS_VMM_H
+#define GMSFS_VMM_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct vmm;
+
+struct vmm_buf {
+	struct vmm *vmm;
+	uint64_t size;        /* aligned size: what the backend holds */
+	atomic_uint refs;
+	int fd;               /* the exported descriptor, kept for the buffer's life */
+};
+
+struct vmm_device {
+	int index;
+	char uuid[64];
+	char name[128];
+	const char *backend;
+	uint64_t total_bytes; /* what the device has */
+	uint64_t granularity;
+};
+
+struct vmm_ops {
+	const char *name;
+	int (*open)(struct vmm *v, const char *device, char *err, size_t errlen);
+	int (*create)(struct vmm *v, uint64_t aligned, struct vmm_buf **out);
+	void (*release)(struct vmm_buf *b);
+	/* A new descriptor the caller owns; read_only: it can only be mapped read-only. */
+	int (*export_fd)(struct vmm_buf *b, bool read_only);
+	ssize_t (*pread)(struct vmm_buf *b, void *dst, size_t len, uint64_t off);
+	ssize_t (*pwrite)(struct vmm_buf *b, const void *src, size_t len, uint64_t off);
+};
+
+struct vmm {
+	const struct vmm_ops *ops;
+	struct vmm_device dev;
+	uint64_t max_bytes;   /* the daemon's limit: min(max_bytes=, device total) */
+	atomic_uint_fast64_t used_bytes;
+	void *priv;
+};
+
+extern const struct vmm_ops vmm_host_ops;
+
+/* backend: "host", "cuda" or NULL (cuda where a VMM-capable GPU is found, else host). */
+int vmm_open(struct vmm **out, const char *backend, const char *device, uint64_t max_bytes, char *err, size_t errlen);
+void vmm_close(struct vmm *v);
+
+uint64_t vmm_align(const struct vmm *v, uint64_t size);
+/* A new buffer of at least size bytes, one reference.  -ENOSPC past max_bytes. */
+int vmm_alloc(struct vmm *v, uint64_t size, struct vmm_buf **out);
+void vmm_buf_get(struct vmm_buf *b);
+void vmm_buf_put(struct vmm_buf *b);
+int vmm_export(struct vmm_buf *b, bool read_only);
+ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off);
+ssize_t vmm_pwrite(struct vmm_buf *b, const void *src, size_t len, uint64_t off);
+
+#endif

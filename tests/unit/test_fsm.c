@@ -1,0 +1,128 @@
+/* Every state of the lock machine against every event, the illegal ones included. */
+#include "../../src/fsm/fsm.h"
+#include "tap.h"
+
+#include <errno.h>
+
+/* The reachable situations, each built from EMPTY by legal events only. */
+enum sit { S_EMPTY, S_RW, S_COMMITTED, S_RO, S_RO_WAITW, S_RW_WAITW, S_N };
+static const char *sit_name[] = { "EMPTY", "RW", "COMMITTED", "RO", "RO+waiting writer", "RW(committed before)" };
+
+static struct fsm make(enum sit s)
+{
+	struct fsm f = {0};
+	switch (s) {
+	case S_EMPTY: break;
+	case S_RW: fsm_open_write(&f, 100); break;
+	case S_COMMITTED: fsm_open_write(&f, 100); fsm_commit(&f); fsm_release_read(&f); break;
+	case S_RO: fsm_open_write(&f, 100); fsm_commit(&f); fsm_release_read(&f); fsm_open_read(&f); break;
+	case S_RO_WAITW: f = make(S_RO); fsm_wait_begin(&f, true); break;
+	case S_RW_WAITW: f = make(S_COMMITTED); fsm_open_write(&f, 200); break;
+	default: break;
+	}
+	return f;
+}
+
+enum ev { E_READ, E_WRITE, E_JOIN, E_REL_READ, E_REL_SESSION, E_COMMIT, E_ABORT, E_REMOVE, E_N };
+static const char *ev_name[] = { "open_read", "open_write", "join", "release_read", "release_session", "commit", "abort", "remove" };
+
+static int apply(struct fsm *f, enum ev e)
+{
+	switch (e) {
+	case E_READ: return fsm_open_read(f);
+	case E_WRITE: return fsm_open_write(f, 300);
+	case E_JOIN: return fsm_join(f);
+	case E_REL_READ: return fsm_release_read(f);
+	case E_REL_SESSION: return fsm_release_session(f);
+	case E_COMMIT: return fsm_commit(f);
+	case E_ABORT: return fsm_abort(f);
+	case E_REMOVE: return fsm_can_remove(f);
+	default: return -999;
+	}
+}
+
+/* Expected result and state after, for each situation and event. */
+struct want { int ret; enum fsm_state after; };
+static const struct want table[S_N][E_N] = {
+	[S_EMPTY] = {
+		[E_READ] = { -ENOENT, FSM_EMPTY }, [E_WRITE] = { 0, FSM_RW },
+		[E_JOIN] = { -EINVAL, FSM_EMPTY }, [E_REL_READ] = { -EINVAL, FSM_EMPTY },
+		[E_REL_SESSION] = { -EINVAL, FSM_EMPTY }, [E_COMMIT] = { -EINVAL, FSM_EMPTY },
+		[E_ABORT] = { -EINVAL, FSM_EMPTY }, [E_REMOVE] = { 0, FSM_EMPTY },
+	},
+	[S_RW] = {
+		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
+		[E_JOIN] = { 0, FSM_RW }, [E_REL_READ] = { -EINVAL, FSM_RW },
+		[E_REL_SESSION] = { 1, FSM_EMPTY }, [E_COMMIT] = { 0, FSM_RO },
+		[E_ABORT] = { 0, FSM_RW }, [E_REMOVE] = { -EBUSY, FSM_RW },
+	},
+	[S_COMMITTED] = {
+		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { 0, FSM_RW },
+		[E_JOIN] = { -EINVAL, FSM_COMMITTED }, [E_REL_READ] = { -EINVAL, FSM_COMMITTED },
+		[E_REL_SESSION] = { -EINVAL, FSM_COMMITTED }, [E_COMMIT] = { -EINVAL, FSM_COMMITTED },
+		[E_ABORT] = { -EINVAL, FSM_COMMITTED }, [E_REMOVE] = { 0, FSM_COMMITTED },
+	},
+	[S_RO] = {
+		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_RO },
+		[E_JOIN] = { -EINVAL, FSM_RO }, [E_REL_READ] = { 0, FSM_COMMITTED },
+		[E_REL_SESSION] = { -EINVAL, FSM_RO }, [E_COMMIT] = { -EINVAL, FSM_RO },
+		[E_ABORT] = { -EINVAL, FSM_RO }, [E_REMOVE] = { -EBUSY, FSM_RO },
+	},
+	[S_RO_WAITW] = {
+		[E_READ] = { -EAGAIN, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_RO },
+		[E_JOIN] = { -EINVAL, FSM_RO }, [E_REL_READ] = { 0, FSM_COMMITTED },
+		[E_REL_SESSION] = { -EINVAL, FSM_RO }, [E_COMMIT] = { -EINVAL, FSM_RO },
+		[E_ABORT] = { -EINVAL, FSM_RO }, [E_REMOVE] = { -EBUSY, FSM_RO },
+	},
+	[S_RW_WAITW] = {
+		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
+		[E_JOIN] = { 0, FSM_RW }, [E_REL_READ] = { -EINVAL, FSM_RW },
+		[E_REL_SESSION] = { 1, FSM_COMMITTED }, [E_COMMIT] = { 0, FSM_RO },
+		[E_ABORT] = { 0, FSM_RW }, [E_REMOVE] = { -EBUSY, FSM_RW },
+	},
+};
+
+int main(void)
+{
+	for (int s = 0; s < S_N; s++) {
+		for (int e = 0; e < E_N; e++) {
+			struct fsm f = make(s), before = f;
+			int r = apply(&f, e);
+			is_int(r, table[s][e].ret, "%s: %s returns %d", sit_name[s], ev_name[e], table[s][e].ret);
+			ok(fsm_state(&f) == table[s][e].after, "%s: %s leads to %s (got %s)", sit_name[s], ev_name[e],
+			   fsm_state_name(table[s][e].after), fsm_state_name(fsm_state(&f)));
+			ok(fsm_check(&f) == 0, "%s: %s keeps the invariants", sit_name[s], ev_name[e]);
+			if (r < 0)
+				ok(!memcmp(&f, &before, sizeof f), "%s: refused %s changes nothing", sit_name[s], ev_name[e]);
+		}
+	}
+
+	/* Commit is a downgrade: every session handle becomes a read handle at once. */
+	struct fsm f = {0};
+	fsm_open_write(&f, 7); fsm_join(&f); fsm_join(&f);
+	is_int(fsm_commit(&f), 0, "commit of a three-handle session");
+	is_int(f.readers, 3, "three read handles after commit");
+	is_int(fsm_can_write(&f), -EAGAIN, "no writer slips in after commit");
+	is_int(f.generation, 1, "generation counts commits");
+	fsm_release_read(&f); fsm_release_read(&f);
+	is_int(fsm_state(&f), FSM_RO, "still RO with one handle left");
+	fsm_release_read(&f);
+	is_int(fsm_state(&f), FSM_COMMITTED, "COMMITTED when the last closes");
+
+	/* A session that joined handles ends only with its last one. */
+	f = (struct fsm){0};
+	fsm_open_write(&f, 7); fsm_join(&f);
+	is_int(fsm_release_session(&f), 0, "first of two session handles released: session goes on");
+	is_int(fsm_state(&f), FSM_RW, "still RW");
+	is_int(fsm_release_session(&f), 1, "last session handle: session ends, roll back");
+	is_int(fsm_open_write(&f, 0), -EINVAL, "a leader must be a real thread group");
+
+	/* Waiting counts. */
+	is_int(fsm_wait_end(&f, true), -EINVAL, "no waiting writer to end");
+	fsm_wait_begin(&f, false);
+	is_int(fsm_can_remove(&f), -EBUSY, "a waiting reader keeps the store");
+	is_int(fsm_wait_end(&f, false), 0, "waiting reader leaves");
+	is_int(fsm_can_remove(&f), 0, "free store can be removed");
+	is_str(fsm_state_name(42), "?", "unknown state has a name");
+	return tap_done();
+}

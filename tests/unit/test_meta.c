@@ -1,0 +1,204 @@
+/* meta: the test vector, order independence, every field moving the digest,
+ * validation, rollback, and memory released exactly once. */
+#include "../../src/meta/meta.h"
+#include "tap.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+static int released; /* buffers handed back through the hook */
+static void release_buf(void *buf, void *ctx) { (void)ctx; free(buf); released++; }
+
+static struct meta_node *mk(struct meta_store *s, enum meta_area a, const char *path, enum meta_kind kind)
+{
+	/* mkdir -p of the parents, then the leaf. */
+	char buf[256];
+	snprintf(buf, sizeof buf, "%s", path);
+	struct meta_node *dir = meta_root(s, a), *n = NULL;
+	char *save, *tok = strtok_r(buf, "/", &save);
+	while (tok) {
+		char *next = strtok_r(NULL, "/", &save);
+		n = meta_lookup(dir, tok);
+		if (!n && meta_create(dir, tok, next ? META_DIR : kind, &n))
+			return NULL;
+		dir = n;
+		tok = next;
+	}
+	return n;
+}
+
+static struct meta_node *alloc(struct meta_store *s, const char *path, uint64_t size, const char *tag)
+{
+	struct meta_node *n = mk(s, META_AREA_ALLOCS, path, META_ALLOC);
+	if (n && size)
+		meta_alloc_size(n, size, (size + 4095) & ~4095ull, malloc(1));
+	if (n && tag)
+		meta_set_tag(n, tag, strlen(tag));
+	return n;
+}
+
+static struct meta_node *entry(struct meta_store *s, const char *key, const char *a, const char *off, const char *val)
+{
+	struct meta_node *n = mk(s, META_AREA_META, key, META_ENTRY);
+	if (n && a)
+		meta_entry_set_alloc(n, a, strlen(a));
+	if (n && off)
+		meta_entry_set_offset(n, off, strlen(off));
+	if (n && val)
+		meta_entry_write(n, 0, val, strlen(val));
+	return n;
+}
+
+static char hex[33];
+static const char *hash(struct meta_store *s)
+{
+	uint8_t d[16];
+	if (meta_layout_hash(s, d))
+		return "error";
+	for (int i = 0; i < 16; i++)
+		sprintf(hex + 2 * i, "%02x", d[i]);
+	return hex;
+}
+
+static struct meta_store *vector(int order)
+{
+	struct meta_store *s = meta_store_new(release_buf, NULL);
+	if (order == 0) {
+		alloc(s, "w/a", 4096, "weights");
+		alloc(s, "w/b", 100, NULL);
+		entry(s, "cfg/k", "w/a", "16", "hello");
+	} else {
+		entry(s, "cfg/k", "w/a", "16", "hello");
+		alloc(s, "w/b", 100, "default");
+		alloc(s, "w/a", 4096, "weights");
+	}
+	return s;
+}
+
+#define VECTOR "305775603eea0b3ea299649f2b2c6abc"
+
+int main(void)
+{
+	char err[512];
+	struct meta_store *s = vector(0);
+	is_str(hash(s), VECTOR, "test vector (also in gmsfs(5), recomputed there with xxhsum -H2)");
+	struct meta_store *t = vector(1);
+	is_str(hash(t), VECTOR, "same layout built in another order, same hash");
+	meta_store_free(t);
+
+	/* Each field moves the digest. */
+	struct { const char *what; void (*change)(struct meta_store *); } cases[] = {
+		{ "allocation size", NULL }, { "allocation path", NULL }, { "tag", NULL },
+		{ "key", NULL }, { "entry's allocation", NULL }, { "offset", NULL }, { "value", NULL },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		struct meta_store *u = meta_store_new(release_buf, NULL);
+		alloc(u, i == 1 ? "w/A" : "w/a", 4096, i == 2 ? "weightz" : "weights");
+		alloc(u, "w/b", i == 0 ? 101 : 100, NULL);
+		entry(u, i == 3 ? "cfg/K" : "cfg/k", i == 4 ? "w/b" : (i == 1 ? "w/A" : "w/a"),
+		      i == 5 ? "17" : "16", i == 6 ? "hellO" : "hello");
+		ok(strcmp(hash(u), VECTOR) != 0, "changing the %s changes the hash", cases[i].what);
+		meta_store_free(u);
+	}
+	struct meta_store *empty = meta_store_new(release_buf, NULL);
+	ok(strcmp(hash(empty), VECTOR) != 0, "the empty layout has its own hash");
+	is_str(meta_hash_hex(empty), "", "no committed hash before the first commit");
+	meta_store_free(empty);
+
+	/* Commit publishes the hash; a bad entry is refused and names itself. */
+	is_int(meta_commit(s, err, sizeof err), 0, "commit of the vector");
+	is_str(meta_hash_hex(s), VECTOR, "committed hash");
+	struct meta_node *bad = entry(s, "bad/past", "w/b", "100", "x");
+	is_int(meta_commit(s, err, sizeof err), -EINVAL, "offset == size is refused");
+	ok(strstr(err, "meta/bad/past") != NULL, "the error names the entry: %s", err);
+	meta_entry_set_offset(bad, "99", 2);
+	meta_entry_set_alloc(bad, "w/nope", 6);
+	is_int(meta_commit(s, err, sizeof err), -EINVAL, "missing allocation is refused");
+	ok(strstr(err, "w/nope") != NULL, "the error names the allocation: %s", err);
+	is_str(meta_hash_hex(s), VECTOR, "refused commit leaves the committed hash");
+	struct meta_node *unsized = alloc(s, "w/unsized", 0, NULL);
+	meta_entry_set_alloc(bad, "w/b", 3);
+	is_int(meta_commit(s, err, sizeof err), -EINVAL, "an allocation never sized is refused");
+	ok(strstr(err, "w/unsized") != NULL, "the error names it: %s", err);
+	(void)unsized;
+
+	/* Rollback: back to exactly the committed layout; new memory freed once. */
+	released = 0;
+	struct meta_node *extra = alloc(s, "new/big", 1 << 20, NULL);
+	meta_hold(extra); /* an open handle on it */
+	struct meta_node *a = meta_resolve(s, META_AREA_ALLOCS, "w/a");
+	meta_set_tag(a, "changed", 7);
+	struct meta_node *k = meta_resolve(s, META_AREA_META, "cfg/k");
+	meta_entry_write(k, 0, "HELLO, longer", 13);
+	is_int(meta_remove(meta_resolve(s, META_AREA_ALLOCS, "w/b")), 0, "remove w/b in the session");
+	ok(meta_resolve(s, META_AREA_ALLOCS, "w/b") == NULL, "w/b is gone from the live layout");
+	meta_rollback(s);
+	is_str(hash(s), VECTOR, "rollback restores the committed layout");
+	ok(meta_resolve(s, META_AREA_ALLOCS, "w/b") != NULL, "removed allocation is back");
+	ok(meta_resolve(s, META_AREA_ALLOCS, "w/unsized") == NULL, "allocation of the session is gone");
+	ok(meta_resolve(s, META_AREA_META, "bad") == NULL, "directory of the session is gone");
+	is_int(released, 0, "memory still held by an open handle stays");
+	ok(!extra->linked, "the held node is out of the layout (its handle answers ESTALE)");
+	meta_drop(extra);
+	is_int(released, 1, "memory released when the handle goes, exactly once");
+	struct meta_stats st;
+	meta_stats(s, &st);
+	is_int(st.allocations, 2, "two allocations counted");
+	is_int(st.entries, 1, "one entry counted");
+	is_int(st.bytes, 4196, "bytes counted");
+
+	/* Validation of names, paths, offsets, tags, sizes. */
+	struct meta_node *root = meta_root(s, META_AREA_ALLOCS), *n;
+	is_int(meta_create(root, "..", META_ALLOC, &n), -EINVAL, "'..' refused");
+	is_int(meta_create(root, "a/b", META_ALLOC, &n), -EINVAL, "'/' in a name refused");
+	char longname[300];
+	memset(longname, 'x', 299);
+	longname[299] = 0;
+	is_int(meta_create(root, longname, META_ALLOC, &n), -ENAMETOOLONG, "name over NAME_MAX refused");
+	is_int(meta_create(root, "w", META_DIR, &n), -EEXIST, "existing name refused");
+	is_int(meta_create(root, "e", META_ENTRY, &n), -EPERM, "an entry under allocs/ refused");
+	is_int(meta_create(meta_root(s, META_AREA_META), "x", META_ALLOC, &n), -EPERM, "an allocation under meta/ refused");
+	const char *badpaths[] = { "", "/abs", "a//b", "a/", "./a", "a/../b", ".." };
+	for (size_t i = 0; i < sizeof badpaths / sizeof *badpaths; i++)
+		is_int(meta_entry_set_alloc(k, badpaths[i], strlen(badpaths[i])), -EINVAL, "alloc path '%s' refused", badpaths[i]);
+	ok(meta_path_valid("a/b.c/d", 7), "a plain nested path is fine");
+	const char *badoff[] = { "", "-1", "12a", " 1", "0x10", "99999999999999999999", "123456789012345678901" };
+	for (size_t i = 0; i < sizeof badoff / sizeof *badoff; i++)
+		is_int(meta_entry_set_offset(k, badoff[i], strlen(badoff[i])), -EINVAL, "offset '%s' refused", badoff[i]);
+	is_int(k->offset, 16, "refused offsets changed nothing");
+	is_int(meta_set_tag(a, "", 0), -EINVAL, "empty tag refused");
+	is_int(meta_set_tag(a, "a\nb", 3), -EINVAL, "control character in a tag refused");
+	is_int(meta_alloc_size(a, 8192, 8192, NULL), -EPERM, "a second size refused");
+	is_int(meta_entry_write(k, META_VALUE_MAX, "x", 1), -EFBIG, "value past the limit refused");
+	is_int(meta_remove(meta_resolve(s, META_AREA_ALLOCS, "w")), -ENOTEMPTY, "non-empty directory stays");
+
+	/* Many names: the directory index grows and deletes correctly. */
+	struct meta_node *big;
+	meta_create(root, "many", META_DIR, &big);
+	char name[32];
+	int made = 0, found = 0, gone = 0;
+	for (int i = 0; i < 5000; i++) {
+		snprintf(name, sizeof name, "t%d", i);
+		made += meta_create(big, name, META_ALLOC, NULL) == 0;
+	}
+	for (int i = 0; i < 5000; i += 2) {
+		snprintf(name, sizeof name, "t%d", i);
+		meta_remove(meta_lookup(big, name));
+	}
+	for (int i = 0; i < 5000; i++) {
+		snprintf(name, sizeof name, "t%d", i);
+		if (i % 2)
+			found += meta_lookup(big, name) != NULL;
+		else
+			gone += meta_lookup(big, name) == NULL;
+	}
+	is_int(made, 5000, "5000 names created");
+	is_int(found, 2500, "the odd ones are found after removing the even ones");
+	is_int(gone, 2500, "the even ones are gone");
+	is_int(big->nkids, 2500, "2500 children listed");
+
+	released = 0;
+	meta_store_free(s);
+	is_int(released, 2, "freeing the store releases the committed memory");
+	return tap_done();
+}
