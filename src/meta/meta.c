@@ -262,6 +262,11 @@ void meta_store_free(struct meta_store *s)
 	free(s);
 }
 
+void *meta_context(const struct meta_node *n)
+{
+	return n->store ? n->store->release_ctx : NULL;
+}
+
 struct meta_node *meta_root(struct meta_store *s, enum meta_area area)
 {
 	return s->root[area == META_AREA_META];

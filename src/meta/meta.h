@@ -53,7 +53,10 @@ struct meta_node {
 	size_t value_len;
 };
 
+/* ctx is given back to release_buf and by meta_context(). */
 struct meta_store *meta_store_new(void (*release_buf)(void *buf, void *ctx), void *ctx);
+/* The ctx of the node's store, or NULL once the node has left every store. */
+void *meta_context(const struct meta_node *n);
 /* Unlinks everything, drops the snapshot (memory is released as holds end). */
 void meta_store_free(struct meta_store *s);
 

@@ -1,0 +1,86 @@
+/* caller: who is asking.  FUSE gives the thread id of the caller in the pid
+ * namespace of whoever mounted, or 0 when the caller is outside it. */
+#include "fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int read_small(const char *path, char *buf, size_t size)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = read(fd, buf, size - 1);
+	int e = n < 0 ? -errno : 0;
+	close(fd);
+	if (e)
+		return e;
+	buf[n] = '\0';
+	return 0;
+}
+
+int caller_tgid(fuse_req_t req, pid_t *tgid)
+{
+	pid_t tid = fuse_req_ctx(req)->pid;
+	if (tid <= 0)
+		return -EPERM; /* outside the daemon's pid namespace: no identity to lock with */
+	char path[64], buf[1024];
+	snprintf(path, sizeof path, "/proc/%d/status", tid);
+	int e = read_small(path, buf, sizeof buf);
+	if (e)
+		return e == -ENOENT ? -ESRCH : e;
+	char *p = strstr(buf, "\nTgid:");
+	if (!p)
+		return -ESRCH;
+	*tgid = (pid_t)strtol(p + 6, NULL, 10);
+	return *tgid > 0 ? 0 : -ESRCH;
+}
+
+/* Fields of /proc/PID/stat after the command name, which may hold spaces and ')'. */
+static int proc_stat(pid_t pid, pid_t *ppid, uint64_t *start)
+{
+	char path[64], buf[2048];
+	snprintf(path, sizeof path, "/proc/%d/stat", pid);
+	int e = read_small(path, buf, sizeof buf);
+	if (e)
+		return e;
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return -EIO;
+	/* ") S ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+	 *  cutime cstime priority nice threads itrealvalue starttime" */
+	char state;
+	int pp;
+	unsigned long long st;
+	if (sscanf(p + 1, " %c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+		   &state, &pp, &st) != 3)
+		return -EIO;
+	if (ppid)
+		*ppid = pp;
+	if (start)
+		*start = st;
+	return 0;
+}
+
+int caller_start_time(pid_t pid, uint64_t *start)
+{
+	return proc_stat(pid, NULL, start);
+}
+
+bool caller_descends(pid_t tgid, pid_t ancestor, uint64_t ancestor_start)
+{
+	for (int depth = 0; tgid > 1 && depth < 4096; depth++) {
+		pid_t ppid;
+		uint64_t start;
+		if (proc_stat(tgid, &ppid, &start))
+			return false;
+		if (tgid == ancestor)
+			return start == ancestor_start;
+		tgid = ppid;
+	}
+	return false;
+}

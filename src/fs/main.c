@@ -1,0 +1,180 @@
+/* gmsfs: one daemon and one mount per GPU.  See gmsfs(8). */
+#include "fs.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct options {
+	char *backend;
+	char *device;
+	char *socket;
+	char *max_bytes;
+	int ready_fd;
+	int max_threads;
+};
+
+#define OPT(t, p) { t, offsetof(struct options, p), 1 }
+static const struct fuse_opt option_spec[] = {
+	OPT("backend=%s", backend),
+	OPT("device=%s", device),
+	OPT("socket=%s", socket),
+	OPT("max_bytes=%s", max_bytes),
+	OPT("ready_fd=%d", ready_fd),
+	OPT("max_threads=%d", max_threads),
+	FUSE_OPT_END
+};
+
+static void usage(const char *prog)
+{
+	printf("usage: %s [-f] [-d] [-o OPTIONS] MOUNTPOINT\n\n"
+	       "gmsfs options:\n"
+	       "    -o backend=cuda|host   where memory comes from (default: cuda if a VMM GPU is found, else host)\n"
+	       "    -o device=INDEX|UUID   which device (default 0)\n"
+	       "    -o max_bytes=N[KMGT]   most memory the stores may hold (default: all of the device)\n"
+	       "    -o socket=PATH         export socket (default: /run/gmsfs/<pid>.sock)\n"
+	       "    -o ready_fd=N          write a newline to fd N once the mount is live\n"
+	       "    -o max_threads=N       worker threads; each waiting open holds one (default 256)\n"
+	       "    -o allow_other         let other users in (needs user_allow_other or root)\n\n",
+	       prog);
+	fuse_cmdline_help();
+	fuse_lowlevel_help();
+}
+
+/* "4096", "64M", "2G": binary suffixes.  0 on success. */
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	if (!s || !*s || *s == '-')
+		return -EINVAL;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	int shift = 0;
+	switch (*end) {
+	case '\0': break;
+	case 'K': case 'k': shift = 10; end++; break;
+	case 'M': case 'm': shift = 20; end++; break;
+	case 'G': case 'g': shift = 30; end++; break;
+	case 'T': case 't': shift = 40; end++; break;
+	default: return -EINVAL;
+	}
+	if (*end || (shift && v > (UINT64_MAX >> shift)))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+/* A mount whose daemon died answers ENOTCONN: lift it before mounting again. */
+static void clean_stale_mount(const char *mnt)
+{
+	struct stat s;
+	if (stat(mnt, &s) < 0 && errno == ENOTCONN) {
+		fprintf(stderr, "gmsfs: %s: lifting a stale mount\n", mnt);
+		umount2(mnt, MNT_DETACH);
+	}
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_cmdline_opts cmd = {0};
+	struct options opts = { .ready_fd = -1, .max_threads = 256 };
+	struct fs fs = {
+		.mu = PTHREAD_MUTEX_INITIALIZER,
+		.cv = PTHREAD_COND_INITIALIZER,
+		.root = { FS_NODE_MAGIC, FS_ROOT, NULL },
+		.device = { FS_NODE_MAGIC, FS_DEVICE, NULL },
+	};
+	int ret = 1;
+
+	if (fuse_opt_parse(&args, &opts, option_spec, NULL) || fuse_parse_cmdline(&args, &cmd))
+		return 2;
+	if (cmd.show_help) {
+		usage(argv[0]);
+		return 0;
+	}
+	if (cmd.show_version) {
+		printf("gmsfs %s\n", GMSFS_VERSION);
+		fuse_lowlevel_version();
+		return 0;
+	}
+	if (!cmd.mountpoint) {
+		fprintf(stderr, "gmsfs: no mountpoint (see %s --help)\n", argv[0]);
+		return 2;
+	}
+	uint64_t max_bytes = 0;
+	if (opts.max_bytes && parse_size(opts.max_bytes, &max_bytes)) {
+		fprintf(stderr, "gmsfs: max_bytes=%s: not a size (digits, then K, M, G or T)\n", opts.max_bytes);
+		return 2;
+	}
+	if (opts.max_threads < 2 || opts.max_threads > 100000) {
+		fprintf(stderr, "gmsfs: max_threads=%d: between 2 and 100000\n", opts.max_threads);
+		return 2;
+	}
+	char err[256] = "";
+	int e = vmm_open(&fs.vmm, opts.backend, opts.device, max_bytes, err, sizeof err);
+	if (e) {
+		fprintf(stderr, "gmsfs: %s\n", err[0] ? err : strerror(-e));
+		return 1;
+	}
+	fs.socket_path = opts.socket;
+	clock_gettime(CLOCK_REALTIME, &fs.started);
+	fs.debug = cmd.debug;
+
+	fuse_opt_add_arg(&args, "-ofsname=gmsfs,subtype=gmsfs,default_permissions");
+	clean_stale_mount(cmd.mountpoint);
+	fs.se = fuse_session_new(&args, &fs_ops, sizeof fs_ops, &fs);
+	if (!fs.se)
+		goto out_vmm;
+	if (fuse_set_signal_handlers(fs.se))
+		goto out_session;
+	if (fuse_session_mount(fs.se, cmd.mountpoint))
+		goto out_signals;
+	fuse_daemonize(cmd.foreground);
+	fprintf(stderr, "gmsfs: %s on %s (backend %s, %llu bytes)\n", fs.vmm->dev.name, cmd.mountpoint,
+		fs.vmm->dev.backend, (unsigned long long)fs.vmm->max_bytes);
+	if (opts.ready_fd >= 0) {
+		if (write(opts.ready_fd, "\n", 1) != 1)
+			perror("gmsfs: ready_fd");
+		close(opts.ready_fd);
+	}
+
+	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_clone_fd(cfg, 1);
+	fuse_loop_cfg_set_max_threads(cfg, (unsigned)opts.max_threads);
+	fuse_loop_cfg_set_idle_threads(cfg, 16);
+	ret = fuse_session_loop_mt(fs.se, cfg) ? 1 : 0;
+	fuse_loop_cfg_destroy(cfg);
+
+	fuse_session_unmount(fs.se);
+out_signals:
+	fuse_remove_signal_handlers(fs.se);
+out_session:
+	fuse_session_destroy(fs.se);
+out_vmm:
+	pthread_mutex_lock(&fs.mu);
+	while (fs.nstores) {
+		struct store *st = fs.stores[--fs.nstores];
+		st->removed = true;
+		meta_store_free(st->meta);
+		st->meta = NULL;
+	}
+	free(fs.stores);
+	pthread_mutex_unlock(&fs.mu);
+	vmm_close(fs.vmm);
+	free(cmd.mountpoint);
+	fuse_opt_free_args(&args);
+	free(opts.backend);
+	free(opts.device);
+	free(opts.socket);
+	free(opts.max_bytes);
+	return ret;
+}

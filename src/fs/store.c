@@ -1,0 +1,234 @@
+/* store: the table of stores and each store's locks.  Everything here runs
+ * with fs->mu held; store_acquire sleeps on fs->cv, which releases it. */
+#include "fs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void release_buf(void *buf, void *ctx)
+{
+	vmm_buf_put(buf);
+}
+
+int store_create(struct fs *fs, const char *name, struct store **out)
+{
+	if (strlen(name) > 255)
+		return -ENAMETOOLONG;
+	if (!meta_name_valid(name) || !strcmp(name, "device"))
+		return -EINVAL;
+	if (store_find(fs, name))
+		return -EEXIST;
+	if (fs->nstores == fs->stores_cap) {
+		size_t cap = fs->stores_cap ? fs->stores_cap * 2 : 8;
+		struct store **v = realloc(fs->stores, cap * sizeof *v);
+		if (!v)
+			return -ENOMEM;
+		fs->stores = v;
+		fs->stores_cap = cap;
+	}
+	struct store *st = calloc(1, sizeof *st);
+	if (!st || !(st->name = strdup(name)) || !(st->meta = meta_store_new(release_buf, st))) {
+		if (st)
+			free(st->name);
+		free(st);
+		return -ENOMEM;
+	}
+	st->fs = fs;
+	st->refs = 1;
+	st->dir = (struct fs_node){ FS_NODE_MAGIC, FS_STORE, st };
+	for (int i = 0; i < FS_STORE_FILES; i++)
+		st->files[i] = (struct fs_node){ FS_NODE_MAGIC, FS_LOCK + i, st };
+	st->handles.next = st->handles.prev = &st->handles;
+	fs->stores[fs->nstores++] = st;
+	*out = st;
+	return 0;
+}
+
+struct store *store_find(struct fs *fs, const char *name)
+{
+	for (size_t i = 0; i < fs->nstores; i++)
+		if (!strcmp(fs->stores[i]->name, name))
+			return fs->stores[i];
+	return NULL;
+}
+
+int store_remove(struct fs *fs, const char *name)
+{
+	for (size_t i = 0; i < fs->nstores; i++) {
+		struct store *st = fs->stores[i];
+		if (strcmp(st->name, name))
+			continue;
+		int e = fsm_can_remove(&st->fsm);
+		if (e)
+			return e;
+		fs->stores[i] = fs->stores[--fs->nstores];
+		st->removed = true;
+		meta_store_free(st->meta); /* frees the memory now; lookups may outlive it */
+		st->meta = NULL;
+		store_changed(st);
+		store_put(st, 1);
+		return 0;
+	}
+	return -ENOENT;
+}
+
+void store_get(struct store *st)
+{
+	st->refs++;
+}
+
+void store_put(struct store *st, unsigned n)
+{
+	st->refs -= n < st->refs ? n : st->refs;
+	if (st->refs)
+		return;
+	meta_store_free(st->meta);
+	free(st->name);
+	free(st);
+}
+
+void store_notify(struct store *st)
+{
+	st->events++;
+	for (struct fs_handle *h = st->handles.next; h != &st->handles; h = h->next) {
+		if (!h->ph)
+			continue;
+		fuse_lowlevel_notify_poll(h->ph);
+		fuse_pollhandle_destroy(h->ph);
+		h->ph = NULL;
+	}
+}
+
+void store_changed(struct store *st)
+{
+	store_notify(st);
+	pthread_cond_broadcast(&st->fs->cv);
+}
+
+bool store_is_member(struct store *st, pid_t tgid)
+{
+	return st->fsm.leader && caller_descends(tgid, st->fsm.leader, st->leader_start);
+}
+
+int store_may_change(struct store *st, pid_t tgid)
+{
+	if (store_is_member(st, tgid))
+		return 0;
+	return st->fsm.leader || st->fsm.readers ? -EBUSY : -EROFS;
+}
+
+static void interrupted(fuse_req_t req, void *data)
+{
+	struct fs *fs = data;
+	pthread_mutex_lock(&fs->mu);
+	pthread_cond_broadcast(&fs->cv);
+	pthread_mutex_unlock(&fs->mu);
+}
+
+
+int store_acquire(struct store *st, fuse_req_t req, enum fs_want want, pid_t tgid, bool nonblock, enum fs_hold *out)
+{
+	struct fs *fs = st->fs;
+	if (store_is_member(st, tgid)) {
+		fsm_join(&st->fsm);
+		*out = HOLD_SESSION;
+		return 0;
+	}
+	bool registered = false;
+	for (;;) {
+		if (st->removed)
+			return -ENOENT;
+		bool write = want == WANT_WRITE || (want == WANT_RW_OR_RO && !st->fsm.committed);
+		int e = write ? fsm_open_write(&st->fsm, tgid) : fsm_open_read(&st->fsm);
+		if (!e) {
+			if (write) {
+				caller_start_time(tgid, &st->leader_start);
+				snprintf(st->last_error, sizeof st->last_error, "%s", "");
+			}
+			*out = write ? HOLD_SESSION : HOLD_READ;
+			store_changed(st);
+			return 0;
+		}
+		if (nonblock)
+			return -EAGAIN;
+		if (fuse_req_interrupted(req))
+			return -EINTR;
+		if (!registered) {
+			/* Registering may call interrupted() at once, which takes fs->mu. */
+			pthread_mutex_unlock(&fs->mu);
+			fuse_req_interrupt_func(req, interrupted, fs);
+			pthread_mutex_lock(&fs->mu);
+			registered = true;
+			continue;
+		}
+		/* Waiting counts are shown, but wake nobody: only lock changes do. */
+		fsm_wait_begin(&st->fsm, write);
+		store_notify(st);
+		pthread_cond_wait(&fs->cv, &fs->mu);
+		fsm_wait_end(&st->fsm, write);
+		store_notify(st);
+	}
+}
+
+void store_release(struct store *st, struct fs_handle *h)
+{
+	if (h->hold == HOLD_READ) {
+		fsm_release_read(&st->fsm);
+	} else if (h->hold == HOLD_SESSION && fsm_release_session(&st->fsm) == 1 && st->meta) {
+		/* The session's last handle went without commit (a crash included): abort. */
+		meta_rollback(st->meta);
+		snprintf(st->last_error, sizeof st->last_error, "%s",
+			 "writer left without commit: rolled back to the last committed layout");
+	}
+	h->hold = HOLD_NONE;
+	store_changed(st);
+}
+
+void store_track(struct store *st, struct fs_handle *h)
+{
+	h->next = st->handles.next;
+	h->prev = &st->handles;
+	st->handles.next->prev = h;
+	st->handles.next = h;
+}
+
+void store_untrack(struct fs_handle *h)
+{
+	if (!h->next)
+		return;
+	h->prev->next = h->next;
+	h->next->prev = h->prev;
+	h->next = h->prev = NULL;
+}
+
+int store_commit(struct store *st)
+{
+	char err[sizeof st->last_error - 16];
+	int e = meta_commit(st->meta, err, sizeof err);
+	if (e) {
+		snprintf(st->last_error, sizeof st->last_error, "commit: %s", err[0] ? err : strerror(-e));
+		store_changed(st);
+		return e;
+	}
+	fsm_commit(&st->fsm);
+	/* The downgrade: every handle of the session becomes a read handle at once. */
+	for (struct fs_handle *h = st->handles.next; h != &st->handles; h = h->next)
+		if (h->hold == HOLD_SESSION)
+			h->hold = HOLD_READ;
+	st->last_error[0] = '\0';
+	store_changed(st);
+	return 0;
+}
+
+int store_abort(struct store *st)
+{
+	int e = fsm_abort(&st->fsm);
+	if (e)
+		return e;
+	meta_rollback(st->meta);
+	snprintf(st->last_error, sizeof st->last_error, "%s", "aborted: rolled back to the last committed layout");
+	store_changed(st);
+	return 0;
+}
