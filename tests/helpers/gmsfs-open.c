@@ -7,6 +7,7 @@
  *   gmsfs-open -w -write DATA PATH                       open, write DATA, print the verdict */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,8 +32,13 @@ static const char *errname(int e)
 	}
 }
 
+static void on_usr1(int sig) { (void)sig; }
+
 int main(int argc, char **argv)
 {
+	/* SIGUSR1 interrupts a waiting open without killing us: the open shows EINTR. */
+	struct sigaction sa = { .sa_handler = on_usr1 };
+	sigaction(SIGUSR1, &sa, NULL);
 	int flags = O_RDONLY, hold = 0, i = 1;
 	const char *write_data = NULL;
 	for (; i < argc - 1; i++) {

@@ -1,0 +1,156 @@
+#!/usr/bin/env bats
+# A shell script publishes a layout; plain tools read it back; the hash is recomputable.
+
+load helpers
+
+setup_file() { mount_gmsfs; }
+teardown_file() { unmount_gmsfs; }
+
+# The layout of gmsfs(5)'s test vector, built by a shell script in the given order.
+build_vector() {
+	local s=$1 order=$2
+	mkdir "$s"
+	(
+		set -e
+		exec 9>"$s/lock"
+		if [ "$order" = 1 ]; then
+			mkdir -p "$s/meta/cfg" "$s/allocs/w"
+			echo -n hello >"$s/meta/cfg/k"
+			setfattr -n user.gms.alloc -v w/a "$s/meta/cfg/k"
+			setfattr -n user.gms.offset -v 16 "$s/meta/cfg/k"
+			truncate -s 100 "$s/allocs/w/b"
+			truncate -s 4096 "$s/allocs/w/a"
+		else
+			mkdir -p "$s/allocs/w"
+			truncate -s 4096 "$s/allocs/w/a"
+			truncate -s 100 "$s/allocs/w/b"
+			mkdir -p "$s/meta/cfg"
+			echo -n hello >"$s/meta/cfg/k"
+			setfattr -n user.gms.offset -v 16 "$s/meta/cfg/k"
+			setfattr -n user.gms.alloc -v w/a "$s/meta/cfg/k"
+		fi
+		setfattr -n user.gms.tag -v weights "$s/allocs/w/a"
+		echo >"$s/commit"
+	)
+}
+
+@test "a shell script takes the lock, builds, writes and commits" {
+	S=$MNT/model
+	mkdir "$S"
+	run bash -ec "
+		exec 9>'$S/lock'
+		mkdir -p '$S/allocs/layers/0' '$S/meta/layers/0'
+		truncate -s 1048576 '$S/allocs/layers/0/weight'
+		truncate -s 4096 '$S/allocs/layers/0/bias'
+		head -c 1048576 /dev/urandom > '$BATS_TEST_TMPDIR/weight'
+		dd if='$BATS_TEST_TMPDIR/weight' of='$S/allocs/layers/0/weight' bs=64k conv=notrunc status=none
+		echo 'fp16 [1024,512]' > '$S/meta/layers/0/weight'
+		setfattr -n user.gms.alloc -v layers/0/weight '$S/meta/layers/0/weight'
+		setfattr -n user.gms.offset -v 0 '$S/meta/layers/0/weight'
+		setfattr -n user.gms.tag -v weights '$S/allocs/layers/0/weight'
+		grep -q '^state: RW' '$S/state'
+		echo > '$S/commit'
+	"
+	assert_success
+	assert_equal "$(state_of "$S" state)" COMMITTED
+	run cat "$S/layout_hash"
+	assert_output --regexp '^[0-9a-f]{32}$'
+	assert_equal "$(cat "$S/meta/layers/0/weight")" 'fp16 [1024,512]'
+	run getfattr --absolute-names -d "$S/meta/layers/0/weight"
+	assert_line 'user.gms.alloc="layers/0/weight"'
+	assert_line 'user.gms.offset="0"'
+	run getfattr --absolute-names -n user.gms.tag --only-values "$S/allocs/layers/0/weight"
+	assert_output weights
+	# Another process (this shell's cmp) reads the bytes back under a read lock.
+	run cmp "$BATS_TEST_TMPDIR/weight" "$S/allocs/layers/0/weight"
+	assert_success
+	assert_equal "$(stat -c %s "$S/allocs/layers/0/bias")" 4096
+	assert_equal "$(state_of "$S" allocations)" 2
+	assert_equal "$(state_of "$S" entries)" 1
+}
+
+@test "the hash is the documented encoding: xxhsum -H2 recomputes the test vector" {
+	build_vector "$MNT/vec0" 0
+	assert_equal "$(cat "$MNT/vec0/layout_hash")" 305775603eea0b3ea299649f2b2c6abc
+	# Recompute from the encoding in gmsfs(5), from the listing alone.
+	{
+		printf 'GMSFSLH1'
+		printf '\x02\0\0\0\0\0\0\0'
+		printf '\x03\0\0\0w/a\x00\x10\0\0\0\0\0\0\x07\0\0\0weights'
+		printf '\x03\0\0\0w/b\x64\0\0\0\0\0\0\0\x07\0\0\0default'
+		printf '\x01\0\0\0\0\0\0\0'
+		printf '\x05\0\0\0cfg/k\x03\0\0\0w/a\x10\0\0\0\0\0\0\0\x05\0\0\0hello'
+	} >"$BATS_TEST_TMPDIR/enc"
+	run xxhsum -H2 "$BATS_TEST_TMPDIR/enc"
+	assert_output --partial "$(cat "$MNT/vec0/layout_hash")"
+}
+
+@test "the same layout built in another order gives the same hash" {
+	build_vector "$MNT/vec1" 1
+	assert_equal "$(cat "$MNT/vec1/layout_hash")" "$(cat "$MNT/vec0/layout_hash")"
+}
+
+@test "changing any size, path, tag, key, offset or value changes the hash" {
+	local base
+	base=$(cat "$MNT/vec0/layout_hash")
+	# Each change on a fresh copy of the vector.
+	local -a changes=(
+		"rm \$S/allocs/w/b; truncate -s 101 \$S/allocs/w/b"
+		"mkdir \$S/allocs/v; truncate -s 100 \$S/allocs/v/b; rm \$S/allocs/w/b"
+		"setfattr -n user.gms.tag -v other \$S/allocs/w/b"
+		"echo -n hello > \$S/meta/cfg/k2; setfattr -n user.gms.alloc -v w/a \$S/meta/cfg/k2; setfattr -n user.gms.offset -v 16 \$S/meta/cfg/k2; rm \$S/meta/cfg/k"
+		"setfattr -n user.gms.offset -v 17 \$S/meta/cfg/k"
+		"echo -n hellO > \$S/meta/cfg/k"
+		"setfattr -n user.gms.alloc -v w/b \$S/meta/cfg/k"
+	)
+	for i in "${!changes[@]}"; do
+		S=$MNT/change$i
+		build_vector "$S" 0
+		assert_equal "$(cat "$S/layout_hash")" "$base"
+		run bash -ec "S=$S; exec 9>\$S/lock; ${changes[$i]}; echo > \$S/commit"
+		assert_success
+		[ "$(cat "$S/layout_hash")" != "$base" ] || fail "change $i (${changes[$i]}) did not move the hash"
+	done
+}
+
+@test "ls -l, stat, du and df show the layout and the device" {
+	run ls "$MNT"
+	assert_line device
+	assert_line model
+	run ls "$MNT/model"
+	assert_output "$(printf '%s\n' abort allocs commit layout_hash lock meta state)"
+	run stat -c '%s %F' "$MNT/model/allocs/layers/0/weight"
+	assert_output '1048576 regular file'
+	run du -sk "$MNT/model/allocs"
+	assert_output --regexp '^10[0-9][0-9]'
+	run df -B1 "$MNT"
+	assert_success
+	assert_output --partial gmsfs
+	run cat "$MNT/device"
+	assert_line "backend: host"
+	assert_line --regexp '^used_bytes: [1-9][0-9]*$'
+	assert_line --regexp '^granularity: [0-9]+$'
+}
+
+@test "unknown xattrs answer ENODATA, bad values EINVAL and change nothing" {
+	S=$MNT/model
+	run getfattr -n user.nothing "$S/allocs/layers/0/weight"
+	assert_failure
+	assert_output --partial 'No such attribute'
+	run getfattr -n user.gms.tag "$S/state"
+	assert_output --partial 'No such attribute'
+	hold w w "$S/lock" "
+		setfattr -n user.gms.offset -v 12abc '$S/meta/layers/0/weight' 2>&1 | grep -q 'Invalid argument' || exit 11
+		setfattr -n user.gms.offset --value=-1 '$S/meta/layers/0/weight' 2>&1 | grep -q 'Invalid argument' || exit 12
+		setfattr -n user.gms.alloc -v ../../etc '$S/meta/layers/0/weight' 2>&1 | grep -q 'Invalid argument' || exit 13
+		setfattr -n user.gms.alloc -v /abs '$S/meta/layers/0/weight' 2>&1 | grep -q 'Invalid argument' || exit 14
+		setfattr -n user.gms.alloc -v 'a//b' '$S/meta/layers/0/weight' 2>&1 | grep -q 'Invalid argument' || exit 15
+		setfattr -n user.other -v x '$S/meta/layers/0/weight' 2>&1 | grep -q 'not supported' || exit 16
+		exit 0"
+	wait_held w
+	assert_equal "$(cat "$BATS_TEST_TMPDIR/w.rc")" 0
+	release w
+	run getfattr --absolute-names -d "$S/meta/layers/0/weight"
+	assert_line 'user.gms.offset="0"'
+	assert_line 'user.gms.alloc="layers/0/weight"'
+}
