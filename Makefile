@@ -27,6 +27,7 @@ build:
 	mkdir -p build
 
 $(BIN): $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) src/fs/*.h src/fsm/fsm.h src/meta/*.h src/vmm/vmm.h | build
+	@$(PKG_CONFIG) --exists fuse3 libxxhash || { echo 'missing fuse3/libxxhash: run make deps'; exit 1; }
 	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(DEPS_LIBS) -ldl
 
 build/test_fsm: tests/unit/test_fsm.c $(FSM_SRC) src/fsm/fsm.h tests/unit/tap.h | build
@@ -45,10 +46,13 @@ check-unit: $(UNIT)
 	prove $(UNIT)
 
 # The whole suite, one prove run: C unit tests are TAP programs, mount tests are bats files.
-check: all
+# Installs what is missing first, then builds in a sub-make (pkg-config must see the packages).
+check: deps
+	$(MAKE) all
 	prove --exec tests/tap-exec $(UNIT) tests/*.bats
 
-demo: all
+demo: deps
+	$(MAKE) all
 	sh scripts/demo.sh
 
 install: $(BIN)

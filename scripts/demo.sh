@@ -1,0 +1,60 @@
+#!/bin/sh
+# The main job on the host backend: mount, publish a layout from a shell writer,
+# read it back from another process, show what a user sees, unmount.
+set -eu
+cd "$(dirname "$0")/.."
+mnt=$(mktemp -d /tmp/gmsfs-demo.XXXXXX)
+log=$mnt.log
+./build/gmsfs -f "$mnt" 2>"$log" &
+pid=$!
+cleanup() {
+	cd /
+	umount "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	rmdir "$mnt" 2>/dev/null || true
+	rm -f "$log"
+}
+trap cleanup EXIT INT TERM
+i=0
+until grep -q " $mnt fuse.gmsfs " /proc/mounts; do
+	i=$((i + 1)); [ $i -lt 100 ] || { cat "$log"; exit 1; }
+	sleep 0.05
+done
+cd "$mnt"
+say() { printf '\n$ %s\n' "$*"; sh -c "$*"; }
+
+say "cat device"
+say "mkdir llama"
+echo
+echo "# a writer: take the lock, create allocations, write bytes and metadata, commit"
+cat <<'SH'
+exec 9>llama/lock
+mkdir -p llama/allocs/layers/0 llama/meta/layers/0
+truncate -s 4M llama/allocs/layers/0/weight
+echo "weights of layer 0" | dd of=llama/allocs/layers/0/weight conv=notrunc status=none
+echo 'fp16 [1024,2048]' > llama/meta/layers/0/weight
+setfattr -n user.gms.alloc -v layers/0/weight llama/meta/layers/0/weight
+setfattr -n user.gms.offset -v 0 llama/meta/layers/0/weight
+echo > llama/commit
+SH
+sh -ec '
+exec 9>llama/lock
+mkdir -p llama/allocs/layers/0 llama/meta/layers/0
+truncate -s 4M llama/allocs/layers/0/weight
+echo "weights of layer 0" | dd of=llama/allocs/layers/0/weight conv=notrunc status=none
+echo "fp16 [1024,2048]" > llama/meta/layers/0/weight
+setfattr -n user.gms.alloc -v layers/0/weight llama/meta/layers/0/weight
+setfattr -n user.gms.offset -v 0 llama/meta/layers/0/weight
+echo > llama/commit
+'
+echo
+echo "# readers: any process, plain tools"
+say "cat llama/state"
+say "cat llama/layout_hash"
+say "ls -lR llama/allocs llama/meta"
+say "getfattr -d llama/meta/layers/0/weight"
+say "head -c 19 llama/allocs/layers/0/weight"
+say "cat llama/meta/layers/0/weight"
+say "df -h ."
+echo
+echo "demo: ok (unmounting $mnt)"
