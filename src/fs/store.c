@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void release_buf(void *buf, void *ctx)
 {
@@ -153,7 +154,7 @@ int store_acquire(struct store *st, fuse_req_t req, enum fs_want want, pid_t tgi
 		}
 		if (nonblock)
 			return -EAGAIN;
-		if (fuse_req_interrupted(req))
+		if (fuse_req_interrupted(req) || (fs->se && fuse_session_exited(fs->se)))
 			return -EINTR;
 		if (!registered) {
 			/* Registering may call interrupted() at once, which takes fs->mu. */
@@ -166,7 +167,11 @@ int store_acquire(struct store *st, fuse_req_t req, enum fs_want want, pid_t tgi
 		/* Waiting counts are shown, but wake nobody: only lock changes do. */
 		fsm_wait_begin(&st->fsm, write);
 		store_notify(st);
-		pthread_cond_wait(&fs->cv, &fs->mu);
+		/* A timed wait, so that a daemon told to exit is not held by a waiting open. */
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 1;
+		pthread_cond_timedwait(&fs->cv, &fs->mu, &until);
 		fsm_wait_end(&st->fsm, write);
 		store_notify(st);
 	}

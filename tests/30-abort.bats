@@ -1,0 +1,110 @@
+#!/usr/bin/env bats
+# A writer killed mid-session and a writer that aborts: the store is exactly its last commit.
+
+load helpers
+
+setup_file() {
+	mount_gmsfs
+	mkdir "$MNT/s"
+	bash -ec "
+		exec 9>$MNT/s/lock
+		mkdir -p $MNT/s/allocs/w $MNT/s/meta/cfg
+		truncate -s 65536 $MNT/s/allocs/w/a
+		printf 'committed bytes' | dd of=$MNT/s/allocs/w/a conv=notrunc status=none
+		truncate -s 4096 $MNT/s/allocs/w/b
+		echo -n v1 > $MNT/s/meta/cfg/k
+		setfattr -n user.gms.alloc -v w/a $MNT/s/meta/cfg/k
+		echo > $MNT/s/commit"
+}
+teardown_file() { unmount_gmsfs; }
+
+listing() { # what needs no lock: listing, sizes, xattrs
+	(cd "$1" && ls -lR allocs meta | grep -v '^total' | awk '{print $1, $5, $NF}' && getfattr -R -d --absolute-names allocs meta 2>/dev/null)
+}
+
+snapshot() { # listing, hash, bytes and values of store $1
+	(cd "$1" && ls -lR allocs meta | grep -v '^total' | awk '{print $1, $5, $NF}' && cat layout_hash &&
+		head -c 15 allocs/w/a && echo && cat meta/cfg/k && getfattr -R -d --absolute-names allocs meta 2>/dev/null)
+}
+
+# A session that changes everything: new, removed and changed allocations and entries.
+MESS='set -e
+	S=$0
+	mkdir -p $S/allocs/new/deep $S/meta/new
+	truncate -s 1048576 $S/allocs/new/deep/big
+	truncate -s 2097152 $S/allocs/new/other
+	rm $S/allocs/w/b
+	setfattr -n user.gms.tag -v changed $S/allocs/w/a
+	echo -n v2 > $S/meta/cfg/k
+	echo -n x > $S/meta/new/e
+	setfattr -n user.gms.alloc -v new/other $S/meta/new/e'
+
+@test "a writer killed with SIGKILL mid-session: the last committed layout, memory freed" {
+	S=$MNT/s
+	local before used
+	before=$(snapshot "$S")
+	before_listing=$(listing "$S")
+	used=$(used_bytes)
+	hold w w "$S/lock" "bash -c '$MESS' $S"
+	wait_held w
+	assert_equal "$(cat "$BATS_TEST_TMPDIR/w.rc")" 0
+	[ "$(used_bytes)" -ge $((used + 3145728)) ] || fail "the session's memory was not counted"
+	[ "$(listing "$S")" != "$before_listing" ] || fail "the session changed nothing"
+	kill -9 "$w_pid"
+	wait "$w_pid" || true
+	wait_until state_is "$S" COMMITTED
+	assert_equal "$(snapshot "$S")" "$before"
+	assert_equal "$(used_bytes)" "$used"
+	run state_of "$S" last_error
+	assert_output --partial 'rolled back'
+}
+
+@test "a writer that writes abort: back to the last commit, session kept, removed handles answer ESTALE" {
+	S=$MNT/s
+	local before used
+	before=$(snapshot "$S")
+	before_listing=$(listing "$S")
+	used=$(used_bytes)
+	hold w w "$S/lock" "
+		bash -c '$MESS' $S || exit 9
+		exec 7<>$S/allocs/new/other
+		echo > $S/abort || exit 10
+		grep -q '^state: RW' $S/state || exit 11
+		printf x >&7 2>$BATS_TEST_TMPDIR/stale && exit 12
+		grep -q 'Stale file handle' $BATS_TEST_TMPDIR/stale || exit 13
+		exec 7>&-
+		[ ! -e $S/allocs/new ] || exit 14"
+	wait_held w
+	assert_equal "$(cat "$BATS_TEST_TMPDIR/w.rc")" 0
+	assert_equal "$(listing "$S")" "$before_listing"
+	assert_equal "$(used_bytes)" "$used"
+	assert_equal "$(state_of "$S" state)" RW
+	# Nobody slipped in while the aborted session stayed open.
+	run "$OPEN" -n -w "$S/lock"
+	assert_output EAGAIN
+	release w
+	wait_until state_is "$S" COMMITTED
+	assert_equal "$(snapshot "$S")" "$before"
+}
+
+@test "a store never committed goes back to EMPTY and frees everything" {
+	mkdir "$MNT/fresh"
+	local used
+	used=$(used_bytes)
+	hold w w "$MNT/fresh/lock" "set -e; mkdir $MNT/fresh/allocs/x; truncate -s 1048576 $MNT/fresh/allocs/x/y; echo -n z > $MNT/fresh/meta/z"
+	wait_held w
+	[ "$(used_bytes)" -gt "$used" ]
+	release w
+	wait_until state_is "$MNT/fresh" EMPTY
+	assert_equal "$(ls -A "$MNT/fresh/allocs" "$MNT/fresh/meta" | grep -v '^$' | grep -v ':$' | wc -l)" 0
+	assert_equal "$(used_bytes)" "$used"
+	assert_equal "$(cat "$MNT/fresh/layout_hash")" ""
+}
+
+@test "a new writer starts from the committed layout" {
+	S=$MNT/s
+	hold w w "$S/lock" "set -e; [ -e $S/allocs/w/a ]; [ \"\$(cat $S/meta/cfg/k)\" = v1 ]; head -c 15 $S/allocs/w/a | grep -q 'committed bytes'"
+	wait_held w
+	assert_equal "$(cat "$BATS_TEST_TMPDIR/w.rc")" 0
+	release w
+}
