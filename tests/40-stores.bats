@@ -1,0 +1,120 @@
+#!/usr/bin/env bats
+# Stores side by side, rmdir, and absurd input that must change nothing.
+
+load helpers
+
+setup_file() { mount_gmsfs -o max_bytes=64M; }
+teardown_file() { unmount_gmsfs; }
+
+@test "two stores on one mount lock independently" {
+	mkdir "$MNT/a" "$MNT/b"
+	hold wa w "$MNT/a/lock"
+	wait_held wa
+	hold wb w "$MNT/b/lock"
+	wait_held wb
+	assert_equal "$(state_of "$MNT/a" state)" RW
+	assert_equal "$(state_of "$MNT/b" state)" RW
+	release wa
+	release wb
+}
+
+@test "rmdir of an unheld store frees its memory; of a held one fails with EBUSY" {
+	mkdir "$MNT/gone"
+	local used
+	used=$(used_bytes)
+	bash -ec "exec 9>$MNT/gone/lock; truncate -s 8M $MNT/gone/allocs/x; echo > $MNT/gone/commit"
+	assert_equal "$(used_bytes)" $((used + 8388608))
+	hold r r "$MNT/gone/lock"
+	wait_held r
+	run rmdir "$MNT/gone"
+	assert_failure
+	assert_output --partial 'Device or resource busy'
+	release r
+	wait_until state_is "$MNT/gone" COMMITTED
+	run rmdir "$MNT/gone"
+	assert_success
+	[ ! -e "$MNT/gone" ]
+	assert_equal "$(used_bytes)" "$used"
+}
+
+@test "sizes beyond max_bytes or the machine answer ENOSPC and change nothing" {
+	mkdir "$MNT/big"
+	hold w w "$MNT/big/lock" "
+		S=$MNT/big
+		truncate -s 65M \$S/allocs/huge 2>$BATS_TEST_TMPDIR/err1; grep -q 'No space left' $BATS_TEST_TMPDIR/err1 || exit 10
+		truncate -s 1E \$S/allocs/absurd 2>$BATS_TEST_TMPDIR/err2; grep -q 'No space left' $BATS_TEST_TMPDIR/err2 || exit 11
+		[ \"\$(stat -c %s \$S/allocs/huge)\" = 0 ] || exit 12
+		grep -q '^last_error: allocs/absurd' \$S/state || exit 13
+		truncate -s 32M \$S/allocs/ok || exit 14
+		truncate -s 40M \$S/allocs/more 2>/dev/null && exit 15
+		truncate -s 32M \$S/allocs/ok || exit 16
+		truncate -s 16M \$S/allocs/ok 2>$BATS_TEST_TMPDIR/err3 && exit 17
+		grep -q 'Operation not permitted' $BATS_TEST_TMPDIR/err3 || exit 18
+		[ \"\$(stat -c %s \$S/allocs/ok)\" = 33554432 ] || exit 19
+		exit 0"
+	wait_held w
+	assert_equal "$(cat "$BATS_TEST_TMPDIR/w.rc")" 0
+	release w
+	wait_until state_is "$MNT/big" EMPTY
+	run df -B1 --output=used "$MNT"
+	assert_line --regexp '^ *0$'
+}
+
+@test "names: '/' tricks, dot names, over NAME_MAX, reserved store names" {
+	mkdir "$MNT/n"
+	local long
+	long=$(printf 'x%.0s' $(seq 256))
+	hold w w "$MNT/n/lock" "
+		S=$MNT/n
+		mkdir \$S/allocs/$long 2>/dev/null && exit 10
+		truncate -s 1 \$S/allocs/$long 2>/dev/null && exit 11
+		mkdir \$S/allocs/ok && truncate -s 1 \$S/allocs/ok/../x || exit 12
+		[ -e \$S/allocs/x ] || exit 13
+		mkdir \$S/allocs/.. 2>/dev/null && exit 14
+		truncate -s 1 \$S/meta/entry-in-meta-only 2>/dev/null
+		mkdir \$S/allocs/sub || exit 15
+		echo hi > \$S/allocs/sub/f 2>/dev/null && exit 16 # unsized: nothing to write into
+		[ \"\$(stat -c %s \$S/allocs/sub/f)\" = 0 ] || exit 17
+		exit 0"
+	wait_held w
+	assert_equal "$(cat "$BATS_TEST_TMPDIR/w.rc")" 0
+	release w
+	run mkdir "$MNT/device"
+	assert_failure
+	run mkdir "$MNT/n/extra"
+	assert_failure
+	run touch "$MNT/file-at-root"
+	assert_failure
+	run mv "$MNT/n" "$MNT/renamed"
+	assert_failure
+}
+
+@test "readers read through their handles; writes and sizes on read handles fail" {
+	mkdir "$MNT/r"
+	bash -ec "exec 9>$MNT/r/lock; truncate -s 4096 $MNT/r/allocs/a; printf abc > $MNT/r/allocs/a; echo > $MNT/r/commit"
+	run head -c 3 "$MNT/r/allocs/a"
+	assert_output abc
+	run bash -c "printf x >> $MNT/r/allocs/a"
+	assert_failure
+	run "$OPEN" -w -n "$MNT/r/allocs/a"
+	assert_output ok # an outsider's write open begins a session on a free store...
+	assert_equal "$(state_of "$MNT/r" state)" COMMITTED # ...that ends, rolled back, when it closes
+}
+
+@test "the daemon refuses bad options with a clear message" {
+	run "$GMSFS" -f -o max_bytes=lots "$BATS_TEST_TMPDIR"
+	assert_failure
+	assert_output --partial 'max_bytes=lots: not a size'
+	run "$GMSFS" -f -o backend=tpu "$BATS_TEST_TMPDIR"
+	assert_failure
+	assert_output --partial 'unknown backend'
+	run "$GMSFS" -f -o backend=host,device=3 "$BATS_TEST_TMPDIR"
+	assert_failure
+	assert_output --partial 'one device'
+	run "$GMSFS"
+	assert_failure
+	assert_output --partial 'no mountpoint'
+	run "$GMSFS" --version
+	assert_success
+	assert_output --partial 'gmsfs 0.1.0'
+}
