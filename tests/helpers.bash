@@ -9,7 +9,8 @@ OPEN=$ROOT/build/gmsfs-open
 # mount_gmsfs [OPTIONS...]: a daemon in the foreground, in the background; sets MNT and GMSFS_PID.
 mount_gmsfs() {
 	MNT=$(mktemp -d "${BATS_FILE_TMPDIR:-/tmp}/mnt.XXXXXX")
-	"$GMSFS" -f "$@" "$MNT" 2>"$MNT.log" 3>&- &
+	# GMSFS_WRAP: a command to run the daemon under (unshare, valgrind).
+	${GMSFS_WRAP:-} "$GMSFS" -f "$@" "$MNT" 2>"$MNT.log" 3>&- &
 	GMSFS_PID=$!
 	export MNT GMSFS_PID
 	for _ in $(seq 200); do
