@@ -20,7 +20,7 @@ BIN := build/gmsfs
 UNIT := build/test_fsm build/test_meta
 HELPERS := build/gmsfs-open
 
-.PHONY: all check check-unit demo install clean deps
+.PHONY: all check check-unit demo install clean deps fuzz
 all: $(BIN) $(UNIT) $(HELPERS)
 
 build:
@@ -62,3 +62,12 @@ install: $(BIN)
 
 clean:
 	rm -rf build
+
+# Fuzz the store's input parsers (needs clang): make fuzz FUZZ_SECONDS=60
+FUZZ_SECONDS ?= 30
+build/fuzz_meta: tests/fuzz/fuzz_meta.c $(META_SRC) src/meta/*.h | build
+	clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -o $@ tests/fuzz/fuzz_meta.c $(META_SRC) $(XXH_LIBS)
+
+fuzz: build/fuzz_meta
+	mkdir -p build/fuzz-corpus
+	build/fuzz_meta -max_total_time=$(FUZZ_SECONDS) -max_len=2048 build/fuzz-corpus

@@ -1,0 +1,73 @@
+/* libFuzzer target: every input parser of a store (names, allocation paths,
+ * offsets, tags, value writes) driven by arbitrary bytes, then commit and
+ * rollback.  Invariants: no crash, no leak, a refused call changes nothing,
+ * a committed hash survives any rollback. */
+#include "../../src/meta/meta.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void release(void *buf, void *ctx) { free(buf); }
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct meta_store *s = meta_store_new(release, NULL);
+	struct meta_node *a = NULL, *e = NULL;
+	meta_create(meta_root(s, META_AREA_ALLOCS), "a", META_ALLOC, &a);
+	meta_alloc_size(a, 4096, 4096, malloc(1));
+	meta_create(meta_root(s, META_AREA_META), "e", META_ENTRY, &e);
+	meta_entry_set_alloc(e, "a", 1);
+	char err[512], hash[33];
+	if (meta_commit(s, err, sizeof err))
+		abort();
+	memcpy(hash, meta_hash_hex(s), sizeof hash);
+
+	/* Records: op byte, length byte, bytes. */
+	size_t i = 0;
+	while (i + 2 <= size) {
+		uint8_t op = data[i], len = data[i + 1];
+		i += 2;
+		if (len > size - i)
+			len = (uint8_t)(size - i);
+		char buf[257];
+		memcpy(buf, data + i, len);
+		buf[len] = '\0';
+		i += len;
+		uint64_t before = e->offset;
+		struct meta_node *n;
+		switch (op % 8) {
+		case 0:
+			if (meta_entry_set_offset(e, buf, len) && e->offset != before)
+				abort();
+			break;
+		case 1:
+			if (!meta_entry_set_alloc(e, buf, len) && !meta_path_valid(e->alloc, strlen(e->alloc)))
+				abort();
+			break;
+		case 2: meta_set_tag(a, buf, len); break;
+		case 3: meta_create(meta_root(s, META_AREA_ALLOCS), buf, op & 8 ? META_DIR : META_ALLOC, &n); break;
+		case 4: meta_create(meta_root(s, META_AREA_META), buf, META_ENTRY, &n); break;
+		case 5: meta_entry_write(e, (uint64_t)op << 12, buf, len); break;
+		case 6: meta_commit(s, err, sizeof err); memcpy(hash, meta_hash_hex(s), sizeof hash); break;
+		case 7:
+			meta_rollback(s);
+			if (strcmp(hash, meta_hash_hex(s)))
+				abort();
+			uint8_t d[16];
+			char hex[33];
+			meta_layout_hash(s, d);
+			for (int k = 0; k < 16; k++)
+				sprintf(hex + 2 * k, "%02x", d[k]);
+			if (strcmp(hex, hash)) /* after rollback the live layout is the committed one */
+				abort();
+			e = meta_resolve(s, META_AREA_META, "e");
+			a = meta_resolve(s, META_AREA_ALLOCS, "a");
+			if (!e || !a)
+				abort();
+			break;
+		}
+	}
+	meta_store_free(s);
+	return 0;
+}
