@@ -109,7 +109,10 @@ static void reply_obj(fuse_req_t req, struct fs *fs, struct obj *o)
 {
 	struct fuse_entry_param e = { .ino = o->m ? ino_of(fs, o->m) : ino_of(fs, o->f) };
 	fill_attr(fs, o, &e.attr);
-	/* Zero timeouts: abort and other processes change the tree behind the kernel's back. */
+	/* Layout nodes: zero timeouts, abort changes them behind the kernel's back.  Stores and
+	 * their control files change only through the kernel (mkdir, rmdir): cache them. */
+	if (!o->m)
+		e.entry_timeout = e.attr_timeout = 3600;
 	ref_obj(o);
 	pthread_mutex_unlock(&fs->mu);
 	fuse_reply_entry(req, &e);
