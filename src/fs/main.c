@@ -163,9 +163,12 @@ out_vmm:
 	pthread_mutex_lock(&fs.mu);
 	while (fs.nstores) {
 		struct store *st = fs.stores[--fs.nstores];
-		st->removed = true;
+		/* The session is gone: no kernel reference or handle is left to honour. */
+		meta_root(st->meta, META_AREA_ALLOCS)->lookups = 0;
+		meta_root(st->meta, META_AREA_META)->lookups = 0;
 		meta_store_free(st->meta);
-		st->meta = NULL;
+		free(st->name);
+		free(st);
 	}
 	free(fs.stores);
 	pthread_mutex_unlock(&fs.mu);
