@@ -180,3 +180,19 @@ teardown_file() { unmount_gmsfs; }
 	run bash -c "echo x > $S/state"
 	assert_failure
 }
+
+@test "poll on state sleeps until the state changes" {
+	S=$MNT/s
+	run "$OPEN" -poll 300 "$S/state"
+	assert_output "$(printf 'ready\ntimeout')"
+	"$OPEN" -poll 5000 "$S/state" >"$BATS_TEST_TMPDIR/poll.out" 3>&- &
+	local pid=$!
+	wait_until grep -q ready "$BATS_TEST_TMPDIR/poll.out"
+	sleep 0.2
+	assert_equal "$(cat "$BATS_TEST_TMPDIR/poll.out")" ready
+	hold r r "$S/lock"
+	wait_held r
+	wait "$pid"
+	assert_equal "$(cat "$BATS_TEST_TMPDIR/poll.out")" "$(printf 'ready\nchanged')"
+	release r
+}

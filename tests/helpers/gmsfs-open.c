@@ -4,9 +4,11 @@
  *
  *   gmsfs-open [-n] [-w|-r|-rw] [-hold SECONDS] PATH      open, print "ok" or the errno name
  *   gmsfs-open -truncate SIZE PATH                        truncate(2) by path
+ *   gmsfs-open -poll MS PATH                             read PATH, then poll it: "changed" or "timeout"
  *   gmsfs-open -w -write DATA PATH                       open, write DATA, print the verdict */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +50,20 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "-r")) flags = (flags & ~O_ACCMODE) | O_RDONLY;
 		else if (!strcmp(argv[i], "-hold")) hold = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "-write")) write_data = argv[++i];
-		else if (!strcmp(argv[i], "-truncate")) {
+		else if (!strcmp(argv[i], "-poll")) {
+			int ms = atoi(argv[++i]), fd = open(argv[argc - 1], O_RDONLY);
+			char buf[4096];
+			if (fd < 0 || read(fd, buf, sizeof buf) < 0) {
+				printf("%s\n", errname(errno));
+				return 1;
+			}
+			printf("ready\n");
+			fflush(stdout);
+			struct pollfd p = { .fd = fd, .events = POLLIN };
+			int r = poll(&p, 1, ms);
+			printf("%s\n", r > 0 ? "changed" : r == 0 ? "timeout" : errname(errno));
+			return 0;
+		} else if (!strcmp(argv[i], "-truncate")) {
 			long long size = atoll(argv[++i]);
 			int r = truncate(argv[argc - 1], size);
 			printf("%s\n", errname(r ? errno : 0));
