@@ -9,7 +9,7 @@ log=$mnt.log
 pid=$!
 cleanup() {
 	cd /
-	umount "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
+	umount "$mnt" 2>/dev/null || { umount -l "$mnt" 2>/dev/null; kill "$pid" 2>/dev/null; } || true
 	wait "$pid" 2>/dev/null || true
 	rmdir "$mnt" 2>/dev/null || true
 	rm -f "$log"
@@ -27,26 +27,16 @@ say "cat device"
 say "mkdir llama"
 echo
 echo "# a writer: take the lock, create allocations, write bytes and metadata, commit"
-cat <<'SH'
-exec 9>llama/lock
-mkdir -p llama/allocs/layers/0 llama/meta/layers/0
-truncate -s 4M llama/allocs/layers/0/weight
-echo "weights of layer 0" | dd of=llama/allocs/layers/0/weight conv=notrunc status=none
-echo 'fp16 [1024,2048]' > llama/meta/layers/0/weight
-setfattr -n user.gms.alloc -v layers/0/weight llama/meta/layers/0/weight
-setfattr -n user.gms.offset -v 0 llama/meta/layers/0/weight
-echo > llama/commit
-SH
-sh -ec '
-exec 9>llama/lock
+writer='exec 9>llama/lock
 mkdir -p llama/allocs/layers/0 llama/meta/layers/0
 truncate -s 4M llama/allocs/layers/0/weight
 echo "weights of layer 0" | dd of=llama/allocs/layers/0/weight conv=notrunc status=none
 echo "fp16 [1024,2048]" > llama/meta/layers/0/weight
 setfattr -n user.gms.alloc -v layers/0/weight llama/meta/layers/0/weight
 setfattr -n user.gms.offset -v 0 llama/meta/layers/0/weight
-echo > llama/commit
-'
+echo > llama/commit'
+printf '%s\n' "$writer"
+sh -ec "$writer"
 echo
 echo "# readers: any process, plain tools"
 say "cat llama/state"
