@@ -72,7 +72,6 @@ struct fs {
 	struct fuse_session *se;
 	struct timespec started; /* the times of the daemon's own files */
 	const char *socket_path;
-	bool debug;
 };
 
 /* store.c: stores and their locks.  All with fs->mu held. */

@@ -127,7 +127,6 @@ int main(int argc, char *argv[])
 	}
 	fs.socket_path = opts.socket;
 	clock_gettime(CLOCK_REALTIME, &fs.started);
-	fs.debug = cmd.debug;
 
 	fuse_opt_add_arg(&args, "-ofsname=gmsfs,subtype=gmsfs,default_permissions");
 	clean_stale_mount(cmd.mountpoint);

@@ -536,7 +536,7 @@ const char *meta_hash_hex(const struct meta_store *s)
 static int validate_entry(struct meta_node *n, void *arg)
 {
 	struct meta_check *c = arg;
-	char key[META_PATH_MAX + 1];
+	char key[META_PATH_MAX + 1] = "?";
 	if (n->kind == META_ALLOC && !n->size) {
 		meta_path(n, key, sizeof key);
 		snprintf(c->err, c->errlen, "allocs/%s: never sized (ftruncate it)", key);
@@ -631,7 +631,9 @@ void meta_rollback(struct meta_store *s)
 {
 	struct meta_nodes v = {0};
 	if (unlink_all(s, &v)) {
-		/* Out of memory while listing: unlink what was listed; the rest stays linked. */
+		/* Out of memory while listing, before anything was unlinked: leave the layout as it is. */
+		free(v.v);
+		return;
 	}
 	for (size_t i = 0; i < s->nsnap; i++) {
 		struct meta_snap *r = &s->snap[i];
