@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -118,6 +119,12 @@ int main(int argc, char *argv[])
 	if (opts.max_threads < 2 || opts.max_threads > 100000) {
 		fprintf(stderr, "gmsfs: max_threads=%d: between 2 and 100000\n", opts.max_threads);
 		return 2;
+	}
+	/* The host backend keeps one memfd per allocation: allow as many as the hard limit. */
+	struct rlimit nofile;
+	if (!getrlimit(RLIMIT_NOFILE, &nofile) && nofile.rlim_cur < nofile.rlim_max) {
+		nofile.rlim_cur = nofile.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &nofile);
 	}
 	char err[256] = "";
 	int e = vmm_open(&fs.vmm, opts.backend, opts.device, max_bytes, err, sizeof err);
