@@ -59,6 +59,7 @@ struct store {
 	bool removed;
 	uint64_t events;               /* bumped on every change state shows */
 	struct fs_handle handles;      /* list head */
+	unsigned pollers;              /* handles with a poll handle: notify walks only if any */
 	char last_error[512];
 };
 

@@ -378,8 +378,10 @@ static void handle_free(struct fs_handle *h)
 	if (st && h->hold != HOLD_NONE)
 		store_release(st, h);
 	store_untrack(h);
-	if (h->ph)
+	if (h->ph) {
 		fuse_pollhandle_destroy(h->ph);
+		st->pollers--;
+	}
 	if (h->node)
 		meta_drop(h->node);
 	if (st)
@@ -668,6 +670,8 @@ static void fs_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, s
 			if (ph) {
 				if (h->ph)
 					fuse_pollhandle_destroy(h->ph);
+				else
+					h->store->pollers++;
 				h->ph = ph;
 				ph = NULL;
 			}

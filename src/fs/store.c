@@ -93,12 +93,13 @@ void store_put(struct store *st, unsigned n)
 void store_notify(struct store *st)
 {
 	st->events++;
-	for (struct fs_handle *h = st->handles.next; h != &st->handles; h = h->next) {
+	for (struct fs_handle *h = st->handles.next; st->pollers && h != &st->handles; h = h->next) {
 		if (!h->ph)
 			continue;
 		fuse_lowlevel_notify_poll(h->ph);
 		fuse_pollhandle_destroy(h->ph);
 		h->ph = NULL;
+		st->pollers--;
 	}
 }
 
