@@ -89,16 +89,23 @@ teardown_file() { unmount_gmsfs; }
 	assert_failure
 }
 
-@test "readers read through their handles; writes and sizes on read handles fail" {
+@test "readers read the bytes; an outsider's write open of a free store is a session of its own" {
 	mkdir "$MNT/r"
 	bash -ec "exec 9>$MNT/r/lock; truncate -s 4096 $MNT/r/allocs/a; printf abc > $MNT/r/allocs/a; echo > $MNT/r/commit"
 	run head -c 3 "$MNT/r/allocs/a"
 	assert_output abc
+	# Appending starts at st_size, past the fixed end of the allocation.
 	run bash -c "printf x >> $MNT/r/allocs/a"
 	assert_failure
-	run "$OPEN" -w -n "$MNT/r/allocs/a"
-	assert_output ok # an outsider's write open begins a session on a free store...
-	assert_equal "$(state_of "$MNT/r" state)" COMMITTED # ...that ends, rolled back, when it closes
+	assert_output --partial 'File too large'
+	"$OPEN" -w -hold 1 "$MNT/r/allocs/a" >"$BATS_TEST_TMPDIR/out" 3>&- &
+	local pid=$!
+	wait_until grep -q ok "$BATS_TEST_TMPDIR/out"
+	assert_equal "$(state_of "$MNT/r" state)" RW
+	wait "$pid"
+	wait_until state_is "$MNT/r" COMMITTED # closed without commit: rolled back
+	run head -c 3 "$MNT/r/allocs/a"
+	assert_output abc
 }
 
 @test "the daemon refuses bad options with a clear message" {
