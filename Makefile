@@ -7,14 +7,15 @@ VERSION := 0.1.0
 
 CFLAGS ?= -O2 -g
 CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -DGMSFS_VERSION='"$(VERSION)"' -pthread
-DEPS_CFLAGS := $(shell $(PKG_CONFIG) --cflags fuse3 libxxhash 2>/dev/null)
-DEPS_LIBS := $(shell $(PKG_CONFIG) --libs fuse3 libxxhash 2>/dev/null)
+DEPS_CFLAGS := $(shell $(PKG_CONFIG) --cflags fuse3 libxxhash msgpack 2>/dev/null)
+DEPS_LIBS := $(shell $(PKG_CONFIG) --libs fuse3 libxxhash msgpack 2>/dev/null)
+MSGPACK_LIBS := $(shell $(PKG_CONFIG) --libs msgpack 2>/dev/null)
 XXH_LIBS := $(shell $(PKG_CONFIG) --libs libxxhash 2>/dev/null)
 
 FSM_SRC := src/fsm/fsm.c
 META_SRC := src/meta/meta.c src/meta/layout_hash.c
 VMM_SRC := src/vmm/vmm.c src/vmm/vmm_host.c
-FS_SRC := src/fs/main.c src/fs/ops.c src/fs/store.c src/fs/caller.c src/fs/text.c
+FS_SRC := src/fs/main.c src/fs/ops.c src/fs/store.c src/fs/caller.c src/fs/text.c src/fs/export.c
 
 BIN := build/gmsfs
 UNIT := build/test_fsm build/test_meta
@@ -26,8 +27,8 @@ all: $(BIN) $(UNIT) $(HELPERS)
 build:
 	mkdir -p build
 
-$(BIN): $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) src/fs/*.h src/fsm/fsm.h src/meta/*.h src/vmm/vmm.h | build
-	@$(PKG_CONFIG) --exists fuse3 libxxhash || { echo 'missing fuse3/libxxhash: run make deps'; exit 1; }
+$(BIN): $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) src/fs/*.h src/fsm/fsm.h src/meta/*.h src/vmm/vmm.h libgmsfs/gmsfs_ioctl.h | build
+	@$(PKG_CONFIG) --exists fuse3 libxxhash msgpack || { echo 'missing fuse3/libxxhash/msgpack: run make deps'; exit 1; }
 	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(DEPS_LIBS) -ldl
 
 build/test_fsm: tests/unit/test_fsm.c $(FSM_SRC) src/fsm/fsm.h tests/unit/tap.h | build

@@ -7,12 +7,14 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "../fsm/fsm.h"
 #include "../meta/meta.h"
 #include "../vmm/vmm.h"
+#include "../../libgmsfs/gmsfs_ioctl.h"
 
 #define FS_NODE_MAGIC 0x67666e64u /* "gfnd" */
 
@@ -36,7 +38,7 @@ enum fs_hold { HOLD_NONE, HOLD_READ, HOLD_SESSION };
 struct fs_handle {
 	struct fs_handle *next, *prev; /* in the store's list: commit turns them into readers */
 	struct store *store;
-	struct fs_node *fnode;         /* control file, or NULL */
+	struct fs_node *fnode;         /* control file or store directory, or NULL */
 	struct meta_node *node;        /* allocation or entry, held, or NULL */
 	enum fs_hold hold;
 	pid_t tgid;                    /* who opened it */
@@ -45,6 +47,12 @@ struct fs_handle {
 	struct fuse_pollhandle *ph;    /* a poller waiting for the next change */
 	char *text;                    /* rendered content of a status file */
 	size_t text_len;
+	/* An export ticket (export.c): live until redeemed or the handle is released. */
+	bool ticket_live, ticket_all;
+	uint8_t ticket[16];
+	pid_t ticket_tgid;
+	uid_t ticket_uid;
+	struct fs_handle *tnext;       /* in fs->tickets */
 };
 
 struct store {
@@ -72,7 +80,13 @@ struct fs {
 	struct vmm *vmm;
 	struct fuse_session *se;
 	struct timespec started; /* the times of the daemon's own files */
-	const char *socket_path;
+	/* The export socket (export.c). */
+	char socket_path[108];
+	int export_fd;
+	pthread_t export_thread;
+	atomic_int export_conns;
+	bool exiting;
+	struct fs_handle *tickets; /* handles with a live ticket */
 };
 
 /* store.c: stores and their locks.  All with fs->mu held. */
@@ -90,7 +104,8 @@ void store_track(struct store *st, struct fs_handle *h);
 void store_untrack(struct fs_handle *h);
 /* Take a lock for a handle: waits (fs->mu released while asleep) unless nonblock. */
 enum fs_want { WANT_READ, WANT_WRITE, WANT_RW_OR_RO };
-int store_acquire(struct store *st, fuse_req_t req, enum fs_want want, pid_t tgid, bool nonblock, enum fs_hold *out);
+/* timeout_ms: -1 waits as long as it takes, 0 tries once (-EAGAIN), else -ETIMEDOUT after it. */
+int store_acquire(struct store *st, fuse_req_t req, enum fs_want want, pid_t tgid, int timeout_ms, enum fs_hold *out);
 /* Give the handle's hold back; a session ending without commit rolls back. */
 void store_release(struct store *st, struct fs_handle *h);
 /* May tgid change the namespace now?  0, -EBUSY (another holds it), -EROFS (nobody). */
@@ -109,6 +124,14 @@ bool caller_descends(pid_t tgid, pid_t ancestor, uint64_t ancestor_start);
 int text_device(struct fs *fs, char **out, size_t *len);
 int text_state(struct store *st, char **out, size_t *len);
 int text_hash(struct store *st, char **out, size_t *len);
+
+/* export.c: tickets (fs->mu held) and the export socket. */
+int export_ticket(struct fs *fs, struct fs_handle *h, bool all, pid_t tgid, uid_t uid, uint8_t out[16]);
+void export_revoke(struct fs *fs, struct fs_handle *h);
+int export_parse_request(const void *buf, size_t len, struct gmsfs_sock_req *out, char *why, size_t whylen);
+/* path NULL: /run/gmsfs/gmsfs-PID.sock as root, else under $XDG_RUNTIME_DIR or /tmp. */
+int export_start(struct fs *fs, const char *path, char *err, size_t errlen);
+void export_stop(struct fs *fs);
 
 /* ops.c */
 extern const struct fuse_lowlevel_ops fs_ops;

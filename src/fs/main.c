@@ -39,7 +39,7 @@ static void usage(const char *prog)
 	       "    -o backend=cuda|host   where memory comes from (default: cuda if a VMM GPU is found, else host)\n"
 	       "    -o device=INDEX|UUID   which device (default 0)\n"
 	       "    -o max_bytes=N[KMGT]   most memory the stores may hold (default: all of the device)\n"
-	       "    -o socket=PATH         export socket (default: /run/gmsfs/<pid>.sock)\n"
+	       "    -o socket=PATH         export socket (default: /run/gmsfs/gmsfs-PID.sock as root)\n"
 	       "    -o ready_fd=N          write a newline to fd N once the mount is live\n"
 	       "    -o max_threads=N       worker threads; each waiting open holds one (default 256)\n"
 	       "    -o allow_other         let other users in (needs user_allow_other or root)\n\n",
@@ -93,6 +93,7 @@ int main(int argc, char *argv[])
 		.cv = PTHREAD_COND_INITIALIZER,
 		.root = { FS_NODE_MAGIC, FS_ROOT, NULL },
 		.device = { FS_NODE_MAGIC, FS_DEVICE, NULL },
+		.export_fd = -1,
 	};
 	int ret = 1;
 
@@ -132,8 +133,12 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "gmsfs: %s\n", err[0] ? err : strerror(-e));
 		return 1;
 	}
-	fs.socket_path = opts.socket;
 	clock_gettime(CLOCK_REALTIME, &fs.started);
+	if ((e = export_start(&fs, opts.socket, err, sizeof err))) {
+		fprintf(stderr, "gmsfs: %s\n", err);
+		vmm_close(fs.vmm);
+		return 1;
+	}
 
 	fuse_opt_add_arg(&args, "-ofsname=gmsfs,subtype=gmsfs,default_permissions");
 	clean_stale_mount(cmd.mountpoint);
@@ -145,8 +150,8 @@ int main(int argc, char *argv[])
 	if (fuse_session_mount(fs.se, cmd.mountpoint))
 		goto out_signals;
 	fuse_daemonize(cmd.foreground);
-	fprintf(stderr, "gmsfs: %s on %s (backend %s, %llu bytes)\n", fs.vmm->dev.name, cmd.mountpoint,
-		fs.vmm->dev.backend, (unsigned long long)fs.vmm->max_bytes);
+	fprintf(stderr, "gmsfs: %s on %s (backend %s, %llu bytes, export socket %s)\n", fs.vmm->dev.name,
+		cmd.mountpoint, fs.vmm->dev.backend, (unsigned long long)fs.vmm->max_bytes, fs.socket_path);
 	if (opts.ready_fd >= 0) {
 		if (write(opts.ready_fd, "\n", 1) != 1)
 			perror("gmsfs: ready_fd");
@@ -166,6 +171,7 @@ out_signals:
 out_session:
 	fuse_session_destroy(fs.se);
 out_vmm:
+	export_stop(&fs);
 	pthread_mutex_lock(&fs.mu);
 	while (fs.nstores) {
 		struct store *st = fs.stores[--fs.nstores];

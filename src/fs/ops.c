@@ -374,7 +374,11 @@ static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 
 static void handle_free(struct fs_handle *h)
 {
+	if (!h)
+		return;
 	struct store *st = h->store;
+	if (h->ticket_live)
+		export_revoke(st->fs, h);
 	if (st && h->hold != HOLD_NONE)
 		store_release(st, h);
 	store_untrack(h);
@@ -419,7 +423,7 @@ static enum fs_want want_of(int flags, bool is_lock)
 }
 
 /* Take the store's lock for a new handle h on o; fs->mu held, may sleep. */
-static int lock_for(fuse_req_t req, struct obj *o, struct fs_handle *h, enum fs_want want, int flags)
+static int lock_for(fuse_req_t req, struct obj *o, struct fs_handle *h, enum fs_want want, int timeout_ms)
 {
 	pid_t tgid;
 	int e = caller_tgid(req, &tgid);
@@ -430,7 +434,7 @@ static int lock_for(fuse_req_t req, struct obj *o, struct fs_handle *h, enum fs_
 		return e;
 	}
 	h->tgid = tgid;
-	e = store_acquire(o->st, req, want, tgid, flags & O_NONBLOCK, &h->hold);
+	e = store_acquire(o->st, req, want, tgid, timeout_ms, &h->hold);
 	if (e)
 		return e;
 	/* Whatever we waited for may have removed the file meanwhile. */
@@ -465,7 +469,7 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			e = wr ? -EACCES : 0;
 			break;
 		case FS_LOCK:
-			e = lock_for(req, &o, h, want_of(fi->flags, true), fi->flags);
+			e = lock_for(req, &o, h, want_of(fi->flags, true), fi->flags & O_NONBLOCK ? 0 : -1);
 			break;
 		default: /* commit, abort: the write does the work */
 			h->writable = wr;
@@ -478,7 +482,7 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	} else {
 		h->node = o.m;
 		meta_hold(o.m);
-		e = lock_for(req, &o, h, wr ? WANT_WRITE : WANT_READ, fi->flags);
+		e = lock_for(req, &o, h, wr ? WANT_WRITE : WANT_READ, fi->flags & O_NONBLOCK ? 0 : -1);
 		h->writable = wr;
 		if (!e && wr && (fi->flags & O_TRUNC) && o.m->kind == META_ENTRY)
 			e = meta_entry_truncate(o.m, 0);
@@ -508,7 +512,7 @@ static void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	h->store = dir.st;
 	store_get(dir.st);
 	meta_hold(dir.m); /* the directory must outlive a wait */
-	int e = lock_for(req, &dir, h, WANT_WRITE, fi->flags);
+	int e = lock_for(req, &dir, h, WANT_WRITE, fi->flags & O_NONBLOCK ? 0 : -1);
 	struct meta_node *m = NULL;
 	if (!e)
 		e = meta_create(dir.m, name, dir.m->area == META_AREA_ALLOCS ? META_ALLOC : META_ENTRY, &m);
@@ -691,11 +695,35 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct obj o;
 	LOCKED_OR_REPLY(fs, ino, o);
 	bool dir = o.m ? o.m->kind == META_DIR : (o.f->kind == FS_ROOT || o.f->kind == FS_STORE);
-	pthread_mutex_unlock(&fs->mu);
 	if (!dir)
-		return (void)fuse_reply_err(req, ENOTDIR);
+		UNLOCK_REPLY_ERR(fs, -ENOTDIR);
 	fi->fh = 0;
-	fuse_reply_open(req, fi);
+	if (o.f && o.f->kind == FS_STORE) {
+		/* A store directory's handle can hold the store's lock (GMSFS_IOC_LOCK). */
+		struct fs_handle *h = calloc(1, sizeof *h);
+		if (!h)
+			UNLOCK_REPLY_ERR(fs, -ENOMEM);
+		h->store = o.st;
+		h->fnode = o.f;
+		store_get(o.st);
+		store_track(o.st, h);
+		fi->fh = (uintptr_t)h;
+	}
+	pthread_mutex_unlock(&fs->mu);
+	if (fuse_reply_open(req, fi) == -ENOENT && fi->fh) {
+		pthread_mutex_lock(&fs->mu);
+		handle_free((struct fs_handle *)(uintptr_t)fi->fh);
+		pthread_mutex_unlock(&fs->mu);
+	}
+}
+
+static void fs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	pthread_mutex_lock(&fs->mu);
+	handle_free((struct fs_handle *)(uintptr_t)fi->fh);
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_err(req, 0);
 }
 
 struct dirbuf {
@@ -901,10 +929,128 @@ static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &s);
 }
 
+/* ---- ioctl: lock with a timeout, facts, export tickets (see gmsfs_ioctl.h) ---- */
+
+static uint32_t lock_of(const struct fs_handle *h)
+{
+	return h->hold == HOLD_SESSION ? GMSFS_LOCK_RW : h->hold == HOLD_READ ? GMSFS_LOCK_RO : 0;
+}
+
+static void hex_to_bytes(const char *hex, uint8_t out[16])
+{
+	for (int i = 0; i < 16; i++) {
+		unsigned v = 0;
+		sscanf(hex + 2 * i, "%2x", &v);
+		out[i] = (uint8_t)v;
+	}
+}
+
+/* The facts every reply carries; count and bytes of the layout the handle sees. */
+static void ioc_fill(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io)
+{
+	struct store *st = h->store;
+	const struct vmm *v = fs->vmm;
+	io->lock = lock_of(h);
+	io->backend = strcmp(v->dev.backend, "cuda") ? GMSFS_BACKEND_HOST : GMSFS_BACKEND_CUDA;
+	io->device = v->dev.index;
+	io->generation = st->fsm.generation;
+	io->granularity = v->dev.granularity;
+	const char *hex = meta_hash_hex(st->meta);
+	io->has_hash = hex[0] != '\0';
+	if (io->has_hash)
+		hex_to_bytes(hex, io->layout_hash);
+	struct meta_stats ms;
+	meta_stats(st->meta, &ms);
+	io->count = ms.allocations;
+	io->size_bytes = ms.bytes;
+	io->aligned_bytes = ms.aligned_bytes;
+	snprintf(io->socket, sizeof io->socket, "%s", fs->socket_path);
+}
+
+static int ioc_check(unsigned cmd, const struct gmsfs_ioc *io)
+{
+	if (io->size != sizeof *io || io->flags)
+		return -EINVAL;
+	for (int i = 0; i < 4; i++)
+		if (io->reserved[i])
+			return -EINVAL;
+	if (cmd == GMSFS_IOC_LOCK)
+		return io->mode < GMSFS_LOCK_RO || io->mode > GMSFS_LOCK_RW_OR_RO || io->timeout_ms < -1 ? -EINVAL : 0;
+	return io->mode || io->timeout_ms ? -EINVAL : 0;
+}
+
 static void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg, struct fuse_file_info *fi,
 		     unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz)
 {
-	fuse_reply_err(req, ENOTTY);
+	struct fs *fs = fs_of(req);
+	struct gmsfs_ioc io;
+	if (cmd != GMSFS_IOC_INFO && cmd != GMSFS_IOC_LOCK && cmd != GMSFS_IOC_EXPORT && cmd != GMSFS_IOC_EXPORT_ALL)
+		return (void)fuse_reply_err(req, ENOTTY);
+	/* The command encodes the size, so the kernel copied exactly one struct each way. */
+	if (in_bufsz != sizeof io || out_bufsz != sizeof io)
+		return (void)fuse_reply_err(req, EINVAL);
+	memcpy(&io, in_buf, sizeof io);
+	int e = ioc_check(cmd, &io);
+	if (e)
+		return (void)fuse_reply_err(req, -e);
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	if (!h || !h->store)
+		return (void)fuse_reply_err(req, ENOTTY); /* not a file of a store */
+	pid_t tgid;
+	if ((e = caller_tgid(req, &tgid)))
+		return (void)fuse_reply_err(req, -e);
+	uid_t uid = fuse_req_ctx(req)->uid;
+
+	pthread_mutex_lock(&fs->mu);
+	struct store *st = h->store;
+	bool is_dir = h->fnode && h->fnode->kind == FS_STORE;
+	bool lock_holder = h->fnode && (h->fnode->kind == FS_LOCK || is_dir);
+	if (st->removed)
+		UNLOCK_REPLY_ERR(fs, -ENOENT);
+	switch (cmd) {
+	case GMSFS_IOC_INFO:
+		break;
+	case GMSFS_IOC_LOCK: {
+		if (!is_dir)
+			UNLOCK_REPLY_ERR(fs, -ENOTTY);
+		if (h->hold != HOLD_NONE)
+			UNLOCK_REPLY_ERR(fs, -EBUSY); /* this handle holds the lock already */
+		enum fs_want want = io.mode == GMSFS_LOCK_RO ? WANT_READ : io.mode == GMSFS_LOCK_RW ? WANT_WRITE : WANT_RW_OR_RO;
+		struct obj o = { .f = h->fnode, .st = st };
+		h->hold = HOLD_NONE;
+		if ((e = lock_for(req, &o, h, want, io.timeout_ms)))
+			UNLOCK_REPLY_ERR(fs, e);
+		break;
+	}
+	case GMSFS_IOC_EXPORT: {
+		struct meta_node *m = h->node;
+		if (!m || m->kind != META_ALLOC)
+			UNLOCK_REPLY_ERR(fs, -ENOTTY);
+		if (!m->linked)
+			UNLOCK_REPLY_ERR(fs, -ESTALE);
+		if (!m->buf)
+			UNLOCK_REPLY_ERR(fs, -ENODATA); /* not sized yet: no memory behind it */
+		if ((e = export_ticket(fs, h, false, tgid, uid, io.ticket)))
+			UNLOCK_REPLY_ERR(fs, e);
+		ioc_fill(fs, h, &io);
+		io.count = 1;
+		io.size_bytes = m->size;
+		io.aligned_bytes = m->aligned;
+		pthread_mutex_unlock(&fs->mu);
+		return (void)fuse_reply_ioctl(req, 0, &io, sizeof io);
+	}
+	case GMSFS_IOC_EXPORT_ALL:
+		if (!lock_holder)
+			UNLOCK_REPLY_ERR(fs, -ENOTTY);
+		if (h->hold == HOLD_NONE)
+			UNLOCK_REPLY_ERR(fs, -ENOLCK); /* a directory that has not taken the lock */
+		if ((e = export_ticket(fs, h, true, tgid, uid, io.ticket)))
+			UNLOCK_REPLY_ERR(fs, e);
+		break;
+	}
+	ioc_fill(fs, h, &io);
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_ioctl(req, 0, &io, sizeof io);
 }
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
@@ -934,6 +1080,7 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.release = fs_release,
 	.poll = fs_poll,
 	.opendir = fs_opendir,
+	.releasedir = fs_releasedir,
 	.readdir = fs_readdir,
 	.getxattr = fs_getxattr,
 	.listxattr = fs_listxattr,

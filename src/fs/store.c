@@ -130,13 +130,49 @@ static void interrupted(fuse_req_t req, void *data)
 }
 
 
-int store_acquire(struct store *st, fuse_req_t req, enum fs_want want, pid_t tgid, bool nonblock, enum fs_hold *out)
+/* Does tgid hold a read handle here?  Then its next read must not queue behind a
+ * writer that waits for this very process. */
+static bool holds_read(struct store *st, pid_t tgid)
+{
+	for (struct fs_handle *h = st->handles.next; h != &st->handles; h = h->next)
+		if (h->hold == HOLD_READ && h->tgid == tgid)
+			return true;
+	return false;
+}
+
+/* A waiter leaves for good.  A writer that stops waiting lets readers in: wake them. */
+static int gave_up(struct store *st, bool write, int e)
+{
+	if (write)
+		store_changed(st);
+	return e;
+}
+
+int store_acquire(struct store *st, fuse_req_t req, enum fs_want want, pid_t tgid, int timeout_ms, enum fs_hold *out)
 {
 	struct fs *fs = st->fs;
 	if (store_is_member(st, tgid)) {
 		fsm_join(&st->fsm);
 		*out = HOLD_SESSION;
 		return 0;
+	}
+	if (st->fsm.readers && holds_read(st, tgid)) {
+		if (want == WANT_WRITE)
+			return -EDEADLK; /* it would wait for its own read handles */
+		fsm_reopen_read(&st->fsm);
+		*out = HOLD_READ;
+		store_changed(st);
+		return 0;
+	}
+	struct timespec deadline;
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	if (timeout_ms > 0) {
+		deadline.tv_sec += timeout_ms / 1000;
+		deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+		if (deadline.tv_nsec >= 1000000000L) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= 1000000000L;
+		}
 	}
 	bool registered = false;
 	for (;;) {
@@ -153,10 +189,20 @@ int store_acquire(struct store *st, fuse_req_t req, enum fs_want want, pid_t tgi
 			store_changed(st);
 			return 0;
 		}
-		if (nonblock)
+		if (timeout_ms == 0)
 			return -EAGAIN;
 		if (fuse_req_interrupted(req) || (fs->se && fuse_session_exited(fs->se)))
-			return -EINTR;
+			return gave_up(st, write, -EINTR);
+		/* A timed wait, so that a daemon told to exit is not held by a waiting open. */
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		if (timeout_ms > 0 && (until.tv_sec > deadline.tv_sec ||
+				       (until.tv_sec == deadline.tv_sec && until.tv_nsec >= deadline.tv_nsec)))
+			return gave_up(st, write, -ETIMEDOUT);
+		until.tv_sec += 1;
+		if (timeout_ms > 0 && (until.tv_sec > deadline.tv_sec ||
+				       (until.tv_sec == deadline.tv_sec && until.tv_nsec > deadline.tv_nsec)))
+			until = deadline;
 		if (!registered) {
 			/* Registering may call interrupted() at once, which takes fs->mu. */
 			pthread_mutex_unlock(&fs->mu);
@@ -168,10 +214,6 @@ int store_acquire(struct store *st, fuse_req_t req, enum fs_want want, pid_t tgi
 		/* Waiting counts are shown, but wake nobody: only lock changes do. */
 		fsm_wait_begin(&st->fsm, write);
 		store_notify(st);
-		/* A timed wait, so that a daemon told to exit is not held by a waiting open. */
-		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += 1;
 		pthread_cond_timedwait(&fs->cv, &fs->mu, &until);
 		fsm_wait_end(&st->fsm, write);
 		store_notify(st);

@@ -44,6 +44,14 @@ int fsm_open_read(struct fsm *f)
 	return 0;
 }
 
+int fsm_reopen_read(struct fsm *f)
+{
+	if (!f->readers || f->leader)
+		return -EINVAL;
+	f->readers++;
+	return 0;
+}
+
 int fsm_open_write(struct fsm *f, pid_t leader)
 {
 	if (leader <= 0)

@@ -35,6 +35,10 @@ int fsm_can_write(const struct fsm *f);
 int fsm_open_read(struct fsm *f);                /* take a read handle */
 int fsm_open_write(struct fsm *f, pid_t leader); /* begin a session, first handle */
 int fsm_join(struct fsm *f);                     /* another handle of the running session */
+/* Another read handle for a process that already holds one: granted even while a
+ * writer waits (it waits for this very process, which would deadlock).  -EINVAL
+ * when nobody reads. */
+int fsm_reopen_read(struct fsm *f);
 
 /* Release a read handle.  -EINVAL if there is none. */
 int fsm_release_read(struct fsm *f);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int host_open(struct vmm *v, const char *device, char *err, size_t errlen)
@@ -45,7 +46,8 @@ static int host_create(struct vmm *v, uint64_t aligned, struct vmm_buf **out)
 		return -ENOMEM;
 	int fd = memfd_create("gmsfs", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0 || ftruncate(fd, (off_t)aligned) < 0 ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
+	    fchmod(fd, 0600) < 0) { /* a memfd is 0777: keep other users from reopening it writable */
 		int e = errno == EFBIG || errno == EINVAL ? ENOSPC : errno;
 		if (fd >= 0)
 			close(fd);
@@ -63,15 +65,13 @@ static void host_release(struct vmm_buf *b)
 	free(b);
 }
 
+/* A reopen, not a dup: the client gets its own open file description (its own
+ * flags), and a reader's cannot be mapped PROT_WRITE. */
 static int host_export(struct vmm_buf *b, bool read_only)
 {
-	if (!read_only) {
-		int fd = fcntl(b->fd, F_DUPFD_CLOEXEC, 0);
-		return fd < 0 ? -errno : fd;
-	}
 	char path[64];
 	snprintf(path, sizeof path, "/proc/self/fd/%d", b->fd);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
 	return fd < 0 ? -errno : fd;
 }
 

@@ -23,8 +23,8 @@ static struct fsm make(enum sit s)
 	return f;
 }
 
-enum ev { E_READ, E_WRITE, E_JOIN, E_REL_READ, E_REL_SESSION, E_COMMIT, E_ABORT, E_REMOVE, E_N };
-static const char *ev_name[] = { "open_read", "open_write", "join", "release_read", "release_session", "commit", "abort", "remove" };
+enum ev { E_READ, E_WRITE, E_JOIN, E_REL_READ, E_REL_SESSION, E_COMMIT, E_ABORT, E_REMOVE, E_REREAD, E_N };
+static const char *ev_name[] = { "open_read", "open_write", "join", "release_read", "release_session", "commit", "abort", "remove", "reopen_read" };
 
 static int apply(struct fsm *f, enum ev e)
 {
@@ -37,6 +37,7 @@ static int apply(struct fsm *f, enum ev e)
 	case E_COMMIT: return fsm_commit(f);
 	case E_ABORT: return fsm_abort(f);
 	case E_REMOVE: return fsm_can_remove(f);
+	case E_REREAD: return fsm_reopen_read(f);
 	default: return -999;
 	}
 }
@@ -49,36 +50,42 @@ static const struct want table[S_N][E_N] = {
 		[E_JOIN] = { -EINVAL, FSM_EMPTY }, [E_REL_READ] = { -EINVAL, FSM_EMPTY },
 		[E_REL_SESSION] = { -EINVAL, FSM_EMPTY }, [E_COMMIT] = { -EINVAL, FSM_EMPTY },
 		[E_ABORT] = { -EINVAL, FSM_EMPTY }, [E_REMOVE] = { 0, FSM_EMPTY },
+		[E_REREAD] = { -EINVAL, FSM_EMPTY },
 	},
 	[S_RW] = {
 		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
 		[E_JOIN] = { 0, FSM_RW }, [E_REL_READ] = { -EINVAL, FSM_RW },
 		[E_REL_SESSION] = { 1, FSM_EMPTY }, [E_COMMIT] = { 0, FSM_RO },
 		[E_ABORT] = { 0, FSM_RW }, [E_REMOVE] = { -EBUSY, FSM_RW },
+		[E_REREAD] = { -EINVAL, FSM_RW },
 	},
 	[S_COMMITTED] = {
 		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { 0, FSM_RW },
 		[E_JOIN] = { -EINVAL, FSM_COMMITTED }, [E_REL_READ] = { -EINVAL, FSM_COMMITTED },
 		[E_REL_SESSION] = { -EINVAL, FSM_COMMITTED }, [E_COMMIT] = { -EINVAL, FSM_COMMITTED },
 		[E_ABORT] = { -EINVAL, FSM_COMMITTED }, [E_REMOVE] = { 0, FSM_COMMITTED },
+		[E_REREAD] = { -EINVAL, FSM_COMMITTED },
 	},
 	[S_RO] = {
 		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_RO },
 		[E_JOIN] = { -EINVAL, FSM_RO }, [E_REL_READ] = { 0, FSM_COMMITTED },
 		[E_REL_SESSION] = { -EINVAL, FSM_RO }, [E_COMMIT] = { -EINVAL, FSM_RO },
 		[E_ABORT] = { -EINVAL, FSM_RO }, [E_REMOVE] = { -EBUSY, FSM_RO },
+		[E_REREAD] = { 0, FSM_RO },
 	},
 	[S_RO_WAITW] = {
 		[E_READ] = { -EAGAIN, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_RO },
 		[E_JOIN] = { -EINVAL, FSM_RO }, [E_REL_READ] = { 0, FSM_COMMITTED },
 		[E_REL_SESSION] = { -EINVAL, FSM_RO }, [E_COMMIT] = { -EINVAL, FSM_RO },
 		[E_ABORT] = { -EINVAL, FSM_RO }, [E_REMOVE] = { -EBUSY, FSM_RO },
+		[E_REREAD] = { 0, FSM_RO },
 	},
 	[S_RW_WAITW] = {
 		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
 		[E_JOIN] = { 0, FSM_RW }, [E_REL_READ] = { -EINVAL, FSM_RW },
 		[E_REL_SESSION] = { 1, FSM_COMMITTED }, [E_COMMIT] = { 0, FSM_RO },
 		[E_ABORT] = { 0, FSM_RW }, [E_REMOVE] = { -EBUSY, FSM_RW },
+		[E_REREAD] = { -EINVAL, FSM_RW },
 	},
 };
 
