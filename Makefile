@@ -17,12 +17,21 @@ META_SRC := src/meta/meta.c src/meta/layout_hash.c
 VMM_SRC := src/vmm/vmm.c src/vmm/vmm_host.c
 FS_SRC := src/fs/main.c src/fs/ops.c src/fs/store.c src/fs/caller.c src/fs/text.c src/fs/export.c
 
+LIB_SRC := libgmsfs/gmsfs.c libgmsfs/export_client.c libgmsfs/map_host.c
+LIB_HDR := libgmsfs/gmsfs.h libgmsfs/gmsfs_ioctl.h libgmsfs/internal.h
+LIB_SONAME := libgmsfs.so.0
+
 BIN := build/gmsfs
+LIB := build/libgmsfs.so build/gmsfs.pc
 UNIT := build/test_fsm build/test_meta
-HELPERS := build/gmsfs-open
+HELPERS := build/gmsfs-open build/gmsfs-probe build/gmsfs-scenario
+EXAMPLES := build/gmsfs-example
+BENCH := build/bench-import
+# Programs linked against the library in build/, found there at run time.
+LINK_LIB := -Lbuild -lgmsfs -Wl,-rpath,'$$ORIGIN'
 
 .PHONY: all check check-unit demo install clean deps fuzz
-all: $(BIN) $(UNIT) $(HELPERS)
+all: $(BIN) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH)
 
 build:
 	mkdir -p build
@@ -30,6 +39,25 @@ build:
 $(BIN): $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) src/fs/*.h src/fsm/fsm.h src/meta/*.h src/vmm/vmm.h libgmsfs/gmsfs_ioctl.h | build
 	@$(PKG_CONFIG) --exists fuse3 libxxhash msgpack || { echo 'missing fuse3/libxxhash/msgpack: run make deps'; exit 1; }
 	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(DEPS_LIBS) -ldl
+
+build/libgmsfs.so: $(LIB_SRC) $(LIB_HDR) | build
+	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LIB_SONAME) -o build/$(LIB_SONAME) $(LIB_SRC) $(MSGPACK_LIBS)
+	ln -sf $(LIB_SONAME) $@
+
+build/gmsfs.pc: libgmsfs/gmsfs.pc.in | build
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+
+build/gmsfs-example: examples/weights.c build/libgmsfs.so
+	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $< $(LINK_LIB)
+
+build/gmsfs-scenario: tests/helpers/gmsfs-scenario.c build/libgmsfs.so
+	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $< $(LINK_LIB)
+
+build/gmsfs-probe: tests/helpers/gmsfs-probe.c libgmsfs/gmsfs_ioctl.h | build
+	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $<
+
+build/bench-import: bench/bench_import.c build/libgmsfs.so
+	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $< $(LINK_LIB)
 
 build/test_fsm: tests/unit/test_fsm.c $(FSM_SRC) src/fsm/fsm.h tests/unit/tap.h | build
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_fsm.c $(FSM_SRC)
@@ -56,8 +84,14 @@ demo: deps
 	$(MAKE) all
 	sh scripts/demo.sh
 
-install: $(BIN)
+install: $(BIN) $(LIB)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/gmsfs
+	install -D -m 0755 build/$(LIB_SONAME) $(DESTDIR)$(PREFIX)/lib/$(LIB_SONAME)
+	ln -sf $(LIB_SONAME) $(DESTDIR)$(PREFIX)/lib/libgmsfs.so
+	install -D -m 0644 libgmsfs/gmsfs.h $(DESTDIR)$(PREFIX)/include/gmsfs.h
+	install -D -m 0644 libgmsfs/gmsfs_ioctl.h $(DESTDIR)$(PREFIX)/include/gmsfs_ioctl.h
+	install -D -m 0644 build/gmsfs.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/gmsfs.pc
+	install -D -m 0644 man/libgmsfs.3 $(DESTDIR)$(PREFIX)/share/man/man3/libgmsfs.3
 	install -D -m 0644 man/gmsfs.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfs.8
 	install -D -m 0644 man/gmsfs.5 $(DESTDIR)$(PREFIX)/share/man/man5/gmsfs.5
 

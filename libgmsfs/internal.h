@@ -1,0 +1,74 @@
+/* libgmsfs internals: the handle, the export client (xp_) and the mapping
+ * backends (one per memory backend of the daemon). */
+#ifndef GMSFS_INTERNAL_H
+#define GMSFS_INTERNAL_H
+
+#include "gmsfs.h"
+#include "gmsfs_ioctl.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* How a client maps the descriptors of one backend. */
+struct gm_backend {
+	const char *name;
+	/* Reserve aligned bytes of address space, mapped to nothing. */
+	int (*reserve)(uint64_t aligned, void **va);
+	void (*unreserve)(void *va, uint64_t aligned);
+	/* Map fd (not consumed) over the reservation at va. */
+	int (*map)(void *va, uint64_t aligned, int fd, bool writable, char *err, size_t errlen);
+	/* Unmap, keeping the reservation. */
+	int (*unmap)(void *va, uint64_t aligned);
+	int (*protect_ro)(void *va, uint64_t aligned);
+};
+extern const struct gm_backend gm_host_backend;
+
+struct gm_map {
+	struct gmsfs_mapping pub; /* name, tag, ptr, sizes, writable */
+	bool mapped;
+};
+
+struct gmsfs {
+	char *dir;              /* the store directory */
+	int dirfd;              /* its open handle: holds the lock; -1 while unmapped */
+	int mode;               /* what connect asked for */
+	int lock;               /* GMSFS_RO, GMSFS_RW or 0 */
+	int unmapped_lock;      /* the lock given up by unmap_all */
+	struct gmsfs_ioc info;  /* the latest facts from the daemon */
+	uint8_t saved_hash[16]; /* the layout at unmap_all */
+	bool saved_has_hash;
+	const struct gm_backend *be;
+	struct gm_map *maps;
+	struct gmsfs_mapping *list; /* gmsfs_mappings' view */
+	size_t nmaps, cap;
+	char err[512];
+};
+
+int gm_error(gmsfs *g, int e, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- export client ---- */
+struct xp_entry {
+	char *path, *tag;
+	uint64_t size, aligned;
+	int fd;
+};
+
+/* One message of the export socket, parsed (descriptors are attached apart). */
+struct xp_manifest {
+	int err;
+	char msg[256];
+	uint64_t total, first;
+	bool last;
+	struct xp_entry *v;
+	size_t n;
+};
+/* Parse and check one message; 0 or -EPROTO (with the reason in why). */
+int xp_parse(const void *buf, size_t len, struct xp_manifest *m, char *why, size_t whylen);
+void xp_manifest_free(struct xp_manifest *m);
+
+/* ioctl(fd, cmd) for a ticket, then fetch the descriptors from the socket.
+ * On success *v holds *n entries, each with an fd the caller closes (xp_free). */
+int xp_fetch(gmsfs *g, int fd, unsigned long cmd, struct xp_entry **v, size_t *n);
+void xp_free(struct xp_entry *v, size_t n);
+
+#endif

@@ -1,0 +1,64 @@
+/* Mapping on the host backend: descriptors are sealed memfds, mapped
+ * MAP_SHARED.  A reservation is an inaccessible anonymous range; mapping and
+ * unmapping replace parts of it in place (MAP_FIXED), so addresses never move. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#define RESERVE_FLAGS (MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
+
+static int host_reserve(uint64_t aligned, void **va)
+{
+	void *p = mmap(NULL, aligned, PROT_NONE, RESERVE_FLAGS, -1, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	*va = p;
+	return 0;
+}
+
+static void host_unreserve(void *va, uint64_t aligned)
+{
+	munmap(va, aligned);
+}
+
+static int host_map(void *va, uint64_t aligned, int fd, bool writable, char *err, size_t errlen)
+{
+	struct stat s;
+	if (fstat(fd, &s) < 0)
+		return -errno;
+	if ((uint64_t)s.st_size != aligned) {
+		snprintf(err, errlen, "descriptor holds %lld bytes, the manifest says %llu", (long long)s.st_size,
+			 (unsigned long long)aligned);
+		return -EPROTO;
+	}
+	void *p = mmap(va, aligned, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED | MAP_FIXED, fd, 0);
+	if (p == MAP_FAILED) {
+		int e = errno;
+		snprintf(err, errlen, "mmap: %s", strerror(e));
+		return -e;
+	}
+	return 0;
+}
+
+static int host_unmap(void *va, uint64_t aligned)
+{
+	return mmap(va, aligned, PROT_NONE, RESERVE_FLAGS | MAP_FIXED, -1, 0) == MAP_FAILED ? -errno : 0;
+}
+
+static int host_protect_ro(void *va, uint64_t aligned)
+{
+	return mprotect(va, aligned, PROT_READ) ? -errno : 0;
+}
+
+const struct gm_backend gm_host_backend = {
+	.name = "host",
+	.reserve = host_reserve,
+	.unreserve = host_unreserve,
+	.map = host_map,
+	.unmap = host_unmap,
+	.protect_ro = host_protect_ro,
+};
