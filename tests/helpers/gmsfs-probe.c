@@ -1,0 +1,280 @@
+/* gmsfs-probe: speak the raw ioctl and socket protocol (gmsfs_ioctl.h), right
+ * and wrong, and print what the daemon answered: "ok ..." or an errno name.
+ *
+ *   gmsfs-probe ioctl FILE CMD [size=N] [flags=N] [reserved=N] [mode=N] [timeout=N]
+ *       CMD: info, lock, export, export_all, unknown, oldsize (a struct of another size)
+ *   gmsfs-probe redeem FILE CMD HOW
+ *       HOW: ok, forged, replay, child, child-sameconn, closed, uid, short, long,
+ *            badmagic, reserved, withfds
+ * FILE is opened O_RDONLY (O_DIRECTORY for a directory; lock first for lock-holders
+ * with "lock:MODE" as FILE prefix, e.g. lock:1:/mnt/store). */
+#include "gmsfs_ioctl.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int say_err(int e)
+{
+	printf("%s\n", strerrorname_np(e) ? strerrorname_np(e) : "E?");
+	return 0;
+}
+
+static int open_target(const char *spec)
+{
+	int mode = 0;
+	if (!strncmp(spec, "lock:", 5)) {
+		mode = atoi(spec + 5);
+		spec = strchr(spec + 5, ':') + 1;
+	}
+	struct stat s;
+	if (stat(spec, &s) < 0) {
+		perror(spec);
+		exit(2);
+	}
+	int fd = open(spec, O_RDONLY | O_CLOEXEC | (S_ISDIR(s.st_mode) ? O_DIRECTORY : 0));
+	if (fd < 0) {
+		perror(spec);
+		exit(2);
+	}
+	if (mode) {
+		struct gmsfs_ioc io = { .size = sizeof io, .mode = (uint32_t)mode, .timeout_ms = 2000 };
+		if (ioctl(fd, GMSFS_IOC_LOCK, &io) < 0) {
+			perror("lock");
+			exit(2);
+		}
+	}
+	return fd;
+}
+
+static unsigned long cmd_of(const char *name)
+{
+	if (!strcmp(name, "info")) return GMSFS_IOC_INFO;
+	if (!strcmp(name, "lock")) return GMSFS_IOC_LOCK;
+	if (!strcmp(name, "export")) return GMSFS_IOC_EXPORT;
+	if (!strcmp(name, "export_all")) return GMSFS_IOC_EXPORT_ALL;
+	if (!strcmp(name, "unknown")) return _IOWR(GMSFS_IOC_MAGIC, 99, struct gmsfs_ioc);
+	if (!strcmp(name, "oldsize")) return _IOWR(GMSFS_IOC_MAGIC, 3, uint64_t[16]);
+	fprintf(stderr, "unknown command %s\n", name);
+	exit(2);
+}
+
+static int do_ioctl(int argc, char **argv)
+{
+	int fd = open_target(argv[2]);
+	unsigned long cmd = cmd_of(argv[3]);
+	union {
+		struct gmsfs_ioc io;
+		char pad[512];
+	} u = { .io = { .size = sizeof u.io } };
+	if (!strcmp(argv[3], "lock"))
+		u.io.mode = GMSFS_LOCK_RO, u.io.timeout_ms = 1000;
+	for (int i = 4; i < argc; i++) {
+		long long v = strtoll(strchr(argv[i], '=') + 1, NULL, 0);
+		if (!strncmp(argv[i], "size=", 5)) u.io.size = (uint32_t)v;
+		else if (!strncmp(argv[i], "flags=", 6)) u.io.flags = (uint32_t)v;
+		else if (!strncmp(argv[i], "reserved=", 9)) u.io.reserved[3] = (uint64_t)v;
+		else if (!strncmp(argv[i], "mode=", 5)) u.io.mode = (uint32_t)v;
+		else if (!strncmp(argv[i], "timeout=", 8)) u.io.timeout_ms = (int32_t)v;
+	}
+	if (ioctl(fd, cmd, &u) < 0)
+		return say_err(errno);
+	printf("ok lock=%u count=%llu has_hash=%u socket=%s\n", u.io.lock, (unsigned long long)u.io.count,
+	       u.io.has_hash, u.io.socket);
+	return 0;
+}
+
+static int connect_to(const char *path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) < 0) {
+		perror("connect");
+		exit(2);
+	}
+	return s;
+}
+
+/* Read replies until "last" or an error; print the outcome. */
+static int read_reply(int s, bool quiet)
+{
+	static char buf[GMSFS_MANIFEST_MAX + 1];
+	int total = 0, ro = 0, rw = 0;
+	for (;;) {
+		union {
+			char b[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
+			struct cmsghdr align;
+		} u;
+		struct iovec iov = { buf, sizeof buf };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
+		ssize_t n = recvmsg(s, &msg, MSG_CMSG_CLOEXEC);
+		if (n <= 0) {
+			if (!quiet)
+				printf("closed\n");
+			return 1;
+		}
+		int nfds = 0;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+			if (c->cmsg_type != SCM_RIGHTS)
+				continue;
+			int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			int *fds = (int *)CMSG_DATA(c);
+			for (int i = 0; i < k; i++) {
+				struct stat st;
+				fstat(fds[i], &st);
+				/* Can this descriptor be mapped writable? */
+				void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
+				if (p == MAP_FAILED)
+					ro++;
+				else
+					rw++, munmap(p, (size_t)st.st_size);
+				close(fds[i]);
+			}
+			nfds += k;
+		}
+		total += nfds;
+		/* The manifest's err field is the byte after "err" (a positive fixint): look for it. */
+		char *e = memmem(buf, (size_t)n, "\xa3" "err", 4);
+		int err = e && e + 4 < buf + n ? (unsigned char)e[4] : -1;
+		if (err == 0xcc && e + 5 < buf + n) /* uint8 */
+			err = (unsigned char)e[5];
+		if (err > 0 && err < 128) {
+			if (!quiet)
+				say_err(err);
+			return 0;
+		}
+		if (memmem(buf, (size_t)n, "\xa4" "last" "\xc3", 6))
+			break;
+	}
+	if (!quiet)
+		printf("ok n=%d readonly=%d writable=%d\n", total, ro, rw);
+	return 0;
+}
+
+static void send_req(int s, const void *req, size_t len, int fd)
+{
+	struct iovec iov = { (void *)req, len };
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (fd >= 0) {
+		msg.msg_control = u.b;
+		msg.msg_controllen = sizeof u.b;
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof fd);
+	}
+	if (sendmsg(s, &msg, MSG_NOSIGNAL) < 0)
+		perror("sendmsg");
+}
+
+static int do_redeem(int argc, char **argv)
+{
+	if (argc != 5)
+		return 2;
+	int fd = open_target(argv[2]);
+	const char *how = argv[4];
+	struct gmsfs_ioc io = { .size = sizeof io };
+	if (ioctl(fd, cmd_of(argv[3]), &io) < 0)
+		return say_err(errno);
+	struct gmsfs_sock_req req = { .magic = GMSFS_SOCK_MAGIC, .version = GMSFS_SOCK_VERSION, .op = GMSFS_SOCK_OP_REDEEM };
+	memcpy(req.ticket, io.ticket, sizeof req.ticket);
+	int s;
+	if (!strcmp(how, "uid")) {
+		/* The ticket's own process, as another user (the saved uid lets it come back). */
+		s = connect_to(io.socket);
+		if (setresuid(65534, 65534, 0) < 0) {
+			perror("setresuid");
+			return 2;
+		}
+		send_req(s, &req, sizeof req, -1);
+		read_reply(s, false);
+		if (setresuid(0, 0, 0) < 0)
+			return 2;
+		send_req(s, &req, sizeof req, -1);
+		printf("owner: ");
+		return read_reply(s, false);
+	}
+	if (!strcmp(how, "child") || !strcmp(how, "child-sameconn")) {
+		s = !strcmp(how, "child-sameconn") ? connect_to(io.socket) : -1;
+		pid_t p = fork();
+		if (p == 0) {
+			if (s < 0)
+				s = connect_to(io.socket);
+			send_req(s, &req, sizeof req, -1);
+			int r = read_reply(s, false);
+			fflush(stdout);
+			_exit(r);
+		}
+		int st;
+		waitpid(p, &st, 0);
+		/* The ticket is still its owner's. */
+		int s2 = connect_to(io.socket);
+		send_req(s2, &req, sizeof req, -1);
+		printf("owner: ");
+		return read_reply(s2, false);
+	}
+	s = connect_to(io.socket);
+	if (!strcmp(how, "ok") || !strcmp(how, "replay")) {
+		send_req(s, &req, sizeof req, -1);
+		if (!strcmp(how, "replay")) {
+			read_reply(s, true);
+			send_req(s, &req, sizeof req, -1);
+		}
+	} else if (!strcmp(how, "forged")) {
+		for (int i = 0; i < 16; i++)
+			req.ticket[i] ^= 0x5a;
+		send_req(s, &req, sizeof req, -1);
+	} else if (!strcmp(how, "closed")) {
+		close(fd);
+		usleep(200000); /* RELEASE reaches the daemon after close() returned */
+		send_req(s, &req, sizeof req, -1);
+	} else if (!strcmp(how, "short")) {
+		send_req(s, &req, 5, -1);
+	} else if (!strcmp(how, "long")) {
+		char big[200] = {0};
+		memcpy(big, &req, sizeof req);
+		send_req(s, big, sizeof big, -1);
+	} else if (!strcmp(how, "badmagic")) {
+		req.magic ^= 1;
+		send_req(s, &req, sizeof req, -1);
+	} else if (!strcmp(how, "reserved")) {
+		req.reserved = 1;
+		send_req(s, &req, sizeof req, -1);
+	} else if (!strcmp(how, "withfds")) {
+		send_req(s, &req, sizeof req, 0);
+	} else {
+		fprintf(stderr, "unknown HOW %s\n", how);
+		return 2;
+	}
+	int r = read_reply(s, false);
+	/* After a malformed message the daemon hangs up: the next read sees it. */
+	if (!strcmp(how, "short") || !strcmp(how, "long") || !strcmp(how, "badmagic") || !strcmp(how, "reserved") ||
+	    !strcmp(how, "withfds"))
+		read_reply(s, false);
+	return r;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 4 && !strcmp(argv[1], "ioctl"))
+		return do_ioctl(argc, argv);
+	if (argc >= 4 && !strcmp(argv[1], "redeem"))
+		return do_redeem(argc, argv);
+	fprintf(stderr, "usage: see the top of gmsfs-probe.c\n");
+	return 2;
+}

@@ -1,0 +1,708 @@
+/* gmsfs-scenario NAME STORE: one multi-process scenario of libgmsfs against a
+ * live mount (the ones of GMS's runtime tests, and more).  Exit 0 when every
+ * check holds; otherwise the first failed check is printed.  Run by
+ * tests/70-libgmsfs.bats, each on a fresh store. */
+#include <gmsfs.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *store;
+
+#define CHECK(c, ...)                                                               \
+	do {                                                                        \
+		if (!(c)) {                                                         \
+			fprintf(stderr, "FAIL line %d: %s: ", __LINE__, #c);        \
+			fprintf(stderr, __VA_ARGS__);                               \
+			fputc('\n', stderr);                                        \
+			return 1;                                                   \
+		}                                                                   \
+	} while (0)
+#define CALL(g, x) CHECK((e_ = (x)) == 0, "%s (%s)", gmsfs_strerror(e_), gmsfs_errmsg(g))
+
+static int e_;
+
+static void msleep(int ms)
+{
+	nanosleep(&(struct timespec){ ms / 1000, (long)(ms % 1000) * 1000000L }, NULL);
+}
+
+/* A number from the store's state file, -1 if absent. */
+static long state_val(const char *key)
+{
+	char path[4200], buf[2048];
+	snprintf(path, sizeof path, "%s/state", store);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	char pat[64];
+	snprintf(pat, sizeof pat, "\n%s: ", key);
+	char *p = strstr(buf, pat);
+	if (!p && !strncmp(buf, pat + 1, strlen(pat + 1)))
+		p = buf - 1;
+	return p ? strtol(p + strlen(pat), NULL, 10) : -1;
+}
+
+static bool state_is(const char *s)
+{
+	char path[4200], buf[64];
+	snprintf(path, sizeof path, "%s/state", store);
+	int fd = open(path, O_RDONLY);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	return !strncmp(buf + 7, s, strlen(s)) && buf[7 + strlen(s)] == '\n';
+}
+
+static bool wait_for(long (*f)(const char *), const char *key, long want, int ms)
+{
+	for (int t = 0; t < ms; t += 10, msleep(10))
+		if (f(key) == want)
+			return true;
+	return false;
+}
+
+/* ---- children that hold a connection until told to let go ---- */
+
+struct kid {
+	pid_t pid;
+	int to, from; /* parent writes to `to` to release; the child reports on `from` */
+};
+
+/* The child connects and reports the result (an int), then holds until released. */
+static struct kid spawn(int mode, int timeout_ms)
+{
+	int a[2], b[2];
+	if (pipe(a) || pipe(b))
+		abort();
+	struct kid k = { fork(), a[1], b[0] };
+	if (k.pid == 0) {
+		/* Only our own pipe ends: a sibling's inherited ones would keep it from seeing EOF. */
+		for (int fd = 3; fd < 1024; fd++)
+			if (fd != a[0] && fd != b[1])
+				close(fd);
+		gmsfs *g;
+		int e = gmsfs_connect(&g, store, mode, timeout_ms);
+		int lock = e ? 0 : gmsfs_lock_mode(g);
+		int msg[2] = { e, lock };
+		if (write(b[1], msg, sizeof msg) != sizeof msg)
+			_exit(3);
+		char c;
+		if (read(a[0], &c, 1) < 0)
+			_exit(3);
+		gmsfs_disconnect(g);
+		_exit(0);
+	}
+	close(a[0]);
+	close(b[1]);
+	return k;
+}
+
+/* The child's connect result within ms: 0 or -errno; 1 while it still waits. */
+static int kid_result(struct kid *k, int ms, int *lock)
+{
+	struct pollfd p = { k->from, POLLIN, 0 };
+	if (poll(&p, 1, ms) <= 0)
+		return 1;
+	int msg[2];
+	if (read(k->from, msg, sizeof msg) != sizeof msg)
+		return -EPIPE;
+	if (lock)
+		*lock = msg[1];
+	return msg[0];
+}
+
+static void kid_release(struct kid *k)
+{
+	close(k->to);
+	close(k->from);
+	waitpid(k->pid, NULL, 0);
+}
+
+/* ---- layouts ---- */
+
+static uint8_t byte_of(int k, uint64_t i, int salt)
+{
+	return (uint8_t)(k * 7 + i * 13 + (uint64_t)salt);
+}
+
+/* A writer's layout: n allocations named w/K of size bytes, filled, one entry each. */
+static int build(gmsfs *g, int n, uint64_t size, int salt)
+{
+	for (int k = 0; k < n; k++) {
+		char name[32], key[32];
+		uint8_t *p;
+		snprintf(name, sizeof name, "w/%d", k);
+		snprintf(key, sizeof key, "t/%d", k);
+		CALL(g, gmsfs_create(g, name, size, k % 2 ? "odd" : "even", (void **)&p));
+		for (uint64_t i = 0; i < size; i++)
+			p[i] = byte_of(k, i, salt);
+		CALL(g, gmsfs_meta_put(g, key, name, (uint64_t)k % size, name, strlen(name)));
+	}
+	return 0;
+}
+
+static int publish(int n, uint64_t size, int salt, char hash[33])
+{
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 5000));
+	if (build(g, n, size, salt))
+		return 1;
+	CALL(g, gmsfs_commit(g));
+	if (hash)
+		CALL(g, gmsfs_layout_hash(g, hash));
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+/* Every mapping of g holds the bytes of build(salt). */
+static int verify(gmsfs *g, int n, int salt)
+{
+	const struct gmsfs_mapping *m;
+	size_t count = gmsfs_mappings(g, &m);
+	CHECK(count == (size_t)n, "%zu mappings, expected %d", count, n);
+	for (size_t j = 0; j < count; j++) {
+		int k = atoi(m[j].name + 2);
+		const uint8_t *p = m[j].ptr;
+		for (uint64_t i = 0; i < m[j].size; i++)
+			CHECK(p[i] == byte_of(k, i, salt), "%s byte %llu", m[j].name, (unsigned long long)i);
+		CHECK(!strcmp(m[j].tag, k % 2 ? "odd" : "even"), "%s tag %s", m[j].name, m[j].tag);
+	}
+	return 0;
+}
+
+/* ---- scenarios ---- */
+
+/* The first bar: 64 allocations, three readers in bulk, no writable mapping. */
+static int sc_readers64(void)
+{
+	pid_t w = fork();
+	if (w == 0)
+		_exit(publish(64, 65536 + 100, 1, NULL));
+	int st;
+	waitpid(w, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "writer process failed");
+	/* Each reader reports on `done`, then holds until `go` closes: all three read side by side. */
+	int done[2], go[2];
+	if (pipe(done) || pipe(go))
+		return 1;
+	pid_t r[3];
+	for (int i = 0; i < 3; i++) {
+		if ((r[i] = fork()) == 0) {
+			close(go[1]);
+			gmsfs *g;
+			int e = gmsfs_connect(&g, store, GMSFS_RO, 5000);
+			if (!e)
+				e = gmsfs_import_all(g);
+			if (e) {
+				fprintf(stderr, "reader: %s\n", gmsfs_errmsg(g));
+				_exit(1);
+			}
+			if (verify(g, 64, 1))
+				_exit(1);
+			const struct gmsfs_mapping *m;
+			gmsfs_mappings(g, &m);
+			/* The descriptor was read-only: a writable mapping of it is refused. */
+			if (mprotect(m[0].ptr, m[0].aligned, PROT_READ | PROT_WRITE) == 0 || errno != EACCES) {
+				fprintf(stderr, "reader could make its mapping writable\n");
+				_exit(1);
+			}
+			if (m[0].writable) {
+				fprintf(stderr, "reader's mapping says writable\n");
+				_exit(1);
+			}
+			char c = 'x';
+			if (write(done[1], &c, 1) != 1 || read(go[0], &c, 1) != 0)
+				_exit(1);
+			gmsfs_disconnect(g);
+			_exit(0);
+		}
+	}
+	close(done[1]);
+	close(go[0]);
+	char c;
+	int n = 0;
+	while (n < 3 && read(done[0], &c, 1) == 1)
+		n++;
+	CHECK(n == 3, "%d readers verified", n);
+	CHECK(state_val("readers") == 3, "three read locks at once: %ld", state_val("readers"));
+	close(go[1]);
+	close(done[0]);
+	for (int i = 0; i < 3; i++) {
+		waitpid(r[i], &st, 0);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "reader %d exit %d", i, WEXITSTATUS(st));
+	}
+	CHECK(wait_for(state_val, "readers", 0, 2000), "readers left");
+	return 0;
+}
+
+static int sc_commit_publishes(void)
+{
+	char whash[33], rhash[33];
+	if (publish(5, 10000, 2, whash))
+		return 1;
+	CHECK(strlen(whash) == 32, "writer sees hash %s", whash);
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 1000));
+	CALL(g, gmsfs_import_all(g));
+	if (verify(g, 5, 2))
+		return 1;
+	CALL(g, gmsfs_layout_hash(g, rhash));
+	CHECK(!strcmp(whash, rhash), "reader hash %s, writer hash %s", rhash, whash);
+	char **keys;
+	size_t n;
+	CALL(g, gmsfs_meta_list(g, NULL, &keys, &n));
+	CHECK(n == 5 && !strcmp(keys[0], "t/0") && !strcmp(keys[4], "t/4"), "%zu keys", n);
+	struct gmsfs_meta m;
+	CALL(g, gmsfs_meta_get(g, "t/3", &m));
+	CHECK(m.alloc && !strcmp(m.alloc, "w/3") && m.offset == 3 && m.value_len == 3 && !memcmp(m.value, "w/3", 3),
+	      "t/3 = %s+%llu", m.alloc, (unsigned long long)m.offset);
+	gmsfs_meta_free(&m);
+	gmsfs_list_free(keys, n);
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+static int sc_abort_on_disconnect(void)
+{
+	char h1[33], h2[33];
+	if (publish(3, 4096, 3, h1))
+		return 1;
+	gmsfs *g;
+	/* A writer changes everything and leaves without commit (disconnect, as a crash would). */
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 1000));
+	void *p;
+	CALL(g, gmsfs_create(g, "extra", 8192, NULL, &p));
+	CALL(g, gmsfs_meta_put(g, "t/extra", "extra", 0, "x", 1));
+	CALL(g, gmsfs_meta_delete(g, "t/1"));
+	gmsfs_disconnect(g);
+	CHECK(wait_for(state_val, "writer", 0, 2000), "writer gone");
+	/* The next writer starts from the last committed layout. */
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 1000));
+	CHECK(gmsfs_lock_mode(g) == GMSFS_RW, "lock %d", gmsfs_lock_mode(g));
+	CALL(g, gmsfs_import_all(g));
+	if (verify(g, 3, 3))
+		return 1;
+	char **keys;
+	size_t n;
+	CALL(g, gmsfs_meta_list(g, "", &keys, &n));
+	CHECK(n == 3 && !strcmp(keys[1], "t/1"), "%zu keys after abort", n);
+	gmsfs_list_free(keys, n);
+	CALL(g, gmsfs_layout_hash(g, h2));
+	CHECK(!strcmp(h1, h2), "hash %s after abort, %s before", h2, h1);
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+static int sc_rw_or_ro(void)
+{
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW_OR_RO, 1000));
+	CHECK(gmsfs_lock_mode(g) == GMSFS_RW, "empty store: lock %d", gmsfs_lock_mode(g));
+	if (build(g, 1, 4096, 0))
+		return 1;
+	CALL(g, gmsfs_commit(g));
+	CHECK(gmsfs_lock_mode(g) == GMSFS_RO, "after commit: lock %d", gmsfs_lock_mode(g));
+	gmsfs_disconnect(g);
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW_OR_RO, 1000));
+	CHECK(gmsfs_lock_mode(g) == GMSFS_RO, "committed store: lock %d", gmsfs_lock_mode(g));
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+/* R1 reads; W waits; new readers wait behind W; R1 leaves: W gets in. */
+static int sc_writer_blocks_readers(void)
+{
+	if (publish(1, 4096, 0, NULL))
+		return 1;
+	struct kid r1 = spawn(GMSFS_RO, 1000);
+	CHECK(kid_result(&r1, 2000, NULL) == 0, "first reader");
+	struct kid w = spawn(GMSFS_RW, -1);
+	CHECK(wait_for(state_val, "waiting_writers", 1, 2000), "writer waits");
+	CHECK(kid_result(&w, 100, NULL) == 1, "writer still waiting");
+	gmsfs *g;
+	int e = gmsfs_connect(&g, store, GMSFS_RO, 300);
+	CHECK(e == -ETIMEDOUT, "a new reader behind a waiting writer: %s", gmsfs_strerror(e));
+	gmsfs_disconnect(g);
+	kid_release(&r1);
+	int lock = 0;
+	CHECK(kid_result(&w, 3000, &lock) == 0 && lock == GMSFS_RW, "writer in after the last reader left");
+	CHECK(state_is("RW"), "state RW");
+	kid_release(&w);
+	return 0;
+}
+
+static int sc_rw_or_ro_timeout(void)
+{
+	if (publish(1, 4096, 0, NULL))
+		return 1;
+	struct kid r1 = spawn(GMSFS_RO, 1000);
+	CHECK(kid_result(&r1, 2000, NULL) == 0, "reader");
+	struct kid w = spawn(GMSFS_RW, -1);
+	CHECK(wait_for(state_val, "waiting_writers", 1, 2000), "writer waits");
+	gmsfs *g;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int e = gmsfs_connect(&g, store, GMSFS_RW_OR_RO, 300);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	CHECK(e == -ETIMEDOUT, "RW_OR_RO behind a waiting writer: %s", gmsfs_strerror(e));
+	CHECK(ms >= 250 && ms < 1500, "timed out after %ld ms", ms);
+	gmsfs_disconnect(g);
+	kid_release(&r1);
+	CHECK(kid_result(&w, 3000, NULL) == 0, "writer in");
+	kid_release(&w);
+	return 0;
+}
+
+static int sc_reader_after_writer_timeout(void)
+{
+	if (publish(1, 4096, 0, NULL))
+		return 1;
+	struct kid r1 = spawn(GMSFS_RO, 1000);
+	CHECK(kid_result(&r1, 2000, NULL) == 0, "reader");
+	struct kid w = spawn(GMSFS_RW, 700);
+	CHECK(wait_for(state_val, "waiting_writers", 1, 2000), "writer waits");
+	struct kid r2 = spawn(GMSFS_RO, 5000);
+	CHECK(wait_for(state_val, "waiting_readers", 1, 2000), "second reader waits");
+	CHECK(kid_result(&w, 3000, NULL) == -ETIMEDOUT, "writer times out");
+	CHECK(kid_result(&r2, 2000, NULL) == 0, "the waiting reader gets in once the writer gave up");
+	CHECK(state_val("readers") == 2, "two readers");
+	kid_release(&w);
+	kid_release(&r2);
+	kid_release(&r1);
+	return 0;
+}
+
+static int sc_several_readers(void)
+{
+	char h[33];
+	if (publish(2, 4096, 5, h))
+		return 1;
+	struct kid r[3];
+	for (int i = 0; i < 3; i++) {
+		r[i] = spawn(GMSFS_RO, 1000);
+		CHECK(kid_result(&r[i], 2000, NULL) == 0, "reader %d", i);
+	}
+	CHECK(state_val("readers") == 3 && state_is("RO"), "three readers, RO");
+	gmsfs *g;
+	for (int i = 0; i < 3; i++) {
+		int e = gmsfs_connect(&g, store, GMSFS_RW, 0);
+		CHECK(e == -EAGAIN, "writer with %d readers left: %s", 3 - i, gmsfs_strerror(e));
+		gmsfs_disconnect(g);
+		kid_release(&r[i]);
+		CHECK(wait_for(state_val, "readers", 2 - i, 2000), "reader %d gone", i);
+	}
+	CHECK(state_is("COMMITTED"), "COMMITTED after the last reader");
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 0));
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+static int sc_reader_rw_calls_fail(void)
+{
+	char h1[33], h2[33];
+	if (publish(2, 4096, 0, h1))
+		return 1;
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 1000));
+	CALL(g, gmsfs_import_all(g));
+	void *p;
+	CHECK(gmsfs_create(g, "new", 4096, NULL, &p) == -EPERM, "create");
+	CHECK(gmsfs_meta_put(g, "k", "w/0", 0, "v", 1) == -EPERM, "meta_put");
+	CHECK(gmsfs_meta_delete(g, "t/0") == -EPERM, "meta_delete");
+	const struct gmsfs_mapping *m;
+	gmsfs_mappings(g, &m);
+	CHECK(gmsfs_free(g, m[0].ptr) == -EPERM, "free");
+	CHECK(gmsfs_commit(g) == -EPERM, "commit");
+	CALL(g, gmsfs_layout_hash(g, h2));
+	CHECK(!strcmp(h1, h2), "layout unchanged");
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+static int sc_bad_offset(void)
+{
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 1000));
+	void *p;
+	CALL(g, gmsfs_create(g, "a", 1000, NULL, &p));
+	CALL(g, gmsfs_meta_put(g, "good", "a", 999, "v", 1));
+	CHECK(gmsfs_meta_put(g, "bad", "a", 1000, "v", 1) == -EINVAL, "offset == size");
+	CHECK(strstr(gmsfs_errmsg(g), "offset 1000"), "message: %s", gmsfs_errmsg(g));
+	CHECK(gmsfs_meta_put(g, "bad", "nope", 0, "v", 1) == -EINVAL, "missing allocation");
+	CHECK(gmsfs_meta_put(g, "good", "a", 5000, "w", 1) == -EINVAL, "overwrite with a bad offset");
+	char **keys;
+	size_t n;
+	CALL(g, gmsfs_meta_list(g, "", &keys, &n));
+	CHECK(n == 1 && !strcmp(keys[0], "good"), "%zu keys", n);
+	gmsfs_list_free(keys, n);
+	struct gmsfs_meta m;
+	CALL(g, gmsfs_meta_get(g, "good", &m));
+	CHECK(m.offset == 999 && m.value_len == 1 && ((char *)m.value)[0] == 'v', "good unchanged");
+	gmsfs_meta_free(&m);
+	CALL(g, gmsfs_commit(g));
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+static int sc_free_removes(void)
+{
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 1000));
+	void *a, *b;
+	CALL(g, gmsfs_create(g, "d/a", 4096, NULL, &a));
+	CALL(g, gmsfs_create(g, "d/b", 4096, NULL, &b));
+	CALL(g, gmsfs_meta_put(g, "x", "d/a", 0, "", 0));
+	CALL(g, gmsfs_meta_put(g, "y", "d/b", 0, "", 0));
+	CALL(g, gmsfs_meta_put(g, "n/z", "d/a", 10, "", 0));
+	CALL(g, gmsfs_free(g, a));
+	char path[4200];
+	snprintf(path, sizeof path, "%s/allocs/d/a", store);
+	CHECK(access(path, F_OK) < 0 && errno == ENOENT, "allocs/d/a gone");
+	char **keys;
+	size_t n;
+	CALL(g, gmsfs_meta_list(g, "", &keys, &n));
+	CHECK(n == 1 && !strcmp(keys[0], "y"), "%zu keys left, first %s", n, n ? keys[0] : "-");
+	gmsfs_list_free(keys, n);
+	struct gmsfs_mapping m;
+	CHECK(gmsfs_find(g, "d/a", &m) == -ENOENT && gmsfs_find(g, "d/b", &m) == 0, "mapping table");
+	CHECK(gmsfs_free(g, a) == -ENOENT, "double free");
+	CALL(g, gmsfs_commit(g));
+	CHECK(state_val("allocations") == 1, "one allocation committed");
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+static int remember(gmsfs *g, void **addr, int n)
+{
+	const struct gmsfs_mapping *m;
+	CHECK(gmsfs_mappings(g, &m) == (size_t)n, "mappings");
+	for (int i = 0; i < n; i++)
+		addr[i] = m[i].ptr;
+	return 0;
+}
+
+static int same_addresses(gmsfs *g, void **addr, int n)
+{
+	const struct gmsfs_mapping *m;
+	CHECK(gmsfs_mappings(g, &m) == (size_t)n, "mappings");
+	for (int i = 0; i < n; i++)
+		CHECK(m[i].ptr == addr[i], "%s moved from %p to %p", m[i].name, addr[i], m[i].ptr);
+	return 0;
+}
+
+static int sc_remap_same(void)
+{
+	if (publish(4, 8192, 6, NULL))
+		return 1;
+	gmsfs *g;
+	void *addr[4];
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 1000));
+	CALL(g, gmsfs_import_all(g));
+	if (remember(g, addr, 4))
+		return 1;
+	CALL(g, gmsfs_unmap_all(g));
+	CHECK(gmsfs_lock_mode(g) == 0 && wait_for(state_val, "readers", 0, 2000), "lock released");
+	/* A writer may come and go meanwhile, changing nothing. */
+	gmsfs *w;
+	CALL(w, gmsfs_connect(&w, store, GMSFS_RW, 1000));
+	gmsfs_disconnect(w);
+	CALL(g, gmsfs_remap_all(g, 1000));
+	CHECK(gmsfs_lock_mode(g) == GMSFS_RO, "read lock again");
+	if (same_addresses(g, addr, 4) || verify(g, 4, 6))
+		return 1;
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+static int sc_remap_changed(void)
+{
+	if (publish(2, 4096, 0, NULL))
+		return 1;
+	gmsfs *g, *w;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 1000));
+	CALL(g, gmsfs_import_all(g));
+	CALL(g, gmsfs_unmap_all(g));
+	CALL(w, gmsfs_connect(&w, store, GMSFS_RW, 1000));
+	void *p;
+	CALL(w, gmsfs_create(w, "w/new", 4096, NULL, &p));
+	CALL(w, gmsfs_commit(w));
+	gmsfs_disconnect(w);
+	int e = gmsfs_remap_all(g, 1000);
+	CHECK(e == -ESTALE, "remap after a new structure: %s", gmsfs_strerror(e));
+	CHECK(gmsfs_lock_mode(g) == 0 && wait_for(state_val, "readers", 0, 2000), "no lock kept");
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+static int sc_remap_rebuilt(void)
+{
+	if (publish(3, 4096, 7, NULL))
+		return 1;
+	gmsfs *g, *w;
+	void *addr[3];
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 1000));
+	CALL(g, gmsfs_import_all(g));
+	if (remember(g, addr, 3))
+		return 1;
+	CALL(g, gmsfs_unmap_all(g));
+	/* The same structure, rebuilt from scratch with new content. */
+	CALL(w, gmsfs_connect(&w, store, GMSFS_RW, 1000));
+	CALL(w, gmsfs_import_all(w));
+	const struct gmsfs_mapping *m;
+	while (gmsfs_mappings(w, &m))
+		CALL(w, gmsfs_free(w, m[0].ptr));
+	if (build(w, 3, 4096, 8))
+		return 1;
+	CALL(w, gmsfs_commit(w));
+	gmsfs_disconnect(w);
+	CALL(g, gmsfs_remap_all(g, 1000));
+	if (same_addresses(g, addr, 3) || verify(g, 3, 8))
+		return 1;
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+static int sc_reallocate(void)
+{
+	gmsfs *g;
+	void *addr[3];
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 1000));
+	if (build(g, 3, 4096, 9))
+		return 1;
+	CALL(g, gmsfs_commit(g));
+	if (remember(g, addr, 3))
+		return 1;
+	long used = state_val("aligned_bytes");
+	CALL(g, gmsfs_unmap_all(g));
+	CALL(g, gmsfs_reallocate_all(g, 1000));
+	CHECK(gmsfs_lock_mode(g) == GMSFS_RW, "write lock");
+	if (same_addresses(g, addr, 3))
+		return 1;
+	const struct gmsfs_mapping *m;
+	gmsfs_mappings(g, &m);
+	for (int i = 0; i < 3; i++) {
+		uint8_t *p = m[i].ptr;
+		CHECK(m[i].writable && p[0] == 0 && p[4095] == 0, "%s is fresh and writable", m[i].name);
+		int k = atoi(m[i].name + 2);
+		for (uint64_t j = 0; j < m[i].size; j++)
+			p[j] = byte_of(k, j, 10);
+	}
+	CALL(g, gmsfs_commit(g));
+	CHECK(state_val("aligned_bytes") == used, "old memory released at commit: %ld, was %ld", state_val("aligned_bytes"), used);
+	gmsfs_disconnect(g);
+	gmsfs *r;
+	CALL(r, gmsfs_connect(&r, store, GMSFS_RO, 1000));
+	CALL(r, gmsfs_import_all(r));
+	if (verify(r, 3, 10))
+		return 1;
+	gmsfs_disconnect(r);
+	return 0;
+}
+
+static long shmem_kib(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	long v = -1;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "Shmem: %ld kB", &v) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return v;
+}
+
+/* Memory that a killed process held through its mapping comes back. */
+static int sc_dead_holder_memory(void)
+{
+	const uint64_t size = 256ull << 20;
+	long before = shmem_kib();
+	int p[2];
+	if (pipe(p))
+		return 1;
+	pid_t w = fork();
+	if (w == 0) {
+		gmsfs *g;
+		uint8_t *m;
+		if (gmsfs_connect(&g, store, GMSFS_RW, 1000) || gmsfs_create(g, "big", size, NULL, (void **)&m))
+			_exit(1);
+		memset(m, 0xab, size);
+		if (write(p[1], "x", 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	close(p[1]);
+	char c;
+	CHECK(read(p[0], &c, 1) == 1, "writer filled its allocation");
+	long during = shmem_kib();
+	kill(w, SIGKILL);
+	waitpid(w, NULL, 0);
+	CHECK(wait_for(state_val, "writer", 0, 3000) && state_is("EMPTY"), "writer gone, store EMPTY");
+	long after = shmem_kib();
+	for (int t = 0; t < 100 && after - before > 64 * 1024; t++, msleep(20))
+		after = shmem_kib();
+	CHECK(during - before > 200 * 1024, "the allocation showed in Shmem: %ld -> %ld kB", before, during);
+	CHECK(after - before < 64 * 1024, "memory back: %ld kB before, %ld during, %ld after", before, during, after);
+	return 0;
+}
+
+static const struct {
+	const char *name;
+	int (*fn)(void);
+} scenarios[] = {
+	{ "readers64", sc_readers64 },
+	{ "commit_publishes", sc_commit_publishes },
+	{ "abort_on_disconnect", sc_abort_on_disconnect },
+	{ "rw_or_ro", sc_rw_or_ro },
+	{ "writer_blocks_readers", sc_writer_blocks_readers },
+	{ "rw_or_ro_timeout", sc_rw_or_ro_timeout },
+	{ "reader_after_writer_timeout", sc_reader_after_writer_timeout },
+	{ "several_readers", sc_several_readers },
+	{ "reader_rw_calls_fail", sc_reader_rw_calls_fail },
+	{ "bad_offset", sc_bad_offset },
+	{ "free_removes", sc_free_removes },
+	{ "remap_same", sc_remap_same },
+	{ "remap_changed", sc_remap_changed },
+	{ "remap_rebuilt", sc_remap_rebuilt },
+	{ "reallocate", sc_reallocate },
+	{ "dead_holder_memory", sc_dead_holder_memory },
+};
+
+int main(int argc, char **argv)
+{
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s SCENARIO STORE\nscenarios:", argv[0]);
+		for (size_t i = 0; i < sizeof scenarios / sizeof *scenarios; i++)
+			fprintf(stderr, " %s", scenarios[i].name);
+		fputc('\n', stderr);
+		return 2;
+	}
+	store = argv[2];
+	for (size_t i = 0; i < sizeof scenarios / sizeof *scenarios; i++)
+		if (!strcmp(argv[1], scenarios[i].name))
+			return scenarios[i].fn();
+	fprintf(stderr, "unknown scenario %s\n", argv[1]);
+	return 2;
+}

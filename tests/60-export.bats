@@ -1,0 +1,148 @@
+#!/usr/bin/env bats
+# The export path (gmsfs_ioctl.h, gmsfs(5) EXPORT): ioctls, tickets, the socket.
+# Every refusal is followed by a check that the daemon still serves everyone else.
+
+load helpers
+
+PROBE=$ROOT/build/gmsfs-probe
+EXAMPLE=$ROOT/build/gmsfs-example
+
+setup_file() {
+	mount_gmsfs -o socket="$BATS_FILE_TMPDIR/export.sock"
+	mkdir "$MNT/m"
+	"$ROOT/build/gmsfs-example" write "$MNT/m" 4 10000 >/dev/null
+}
+teardown_file() { unmount_gmsfs; }
+
+# The daemon still answers a reader that does everything right.
+still_serves() {
+	run "$EXAMPLE" read "$MNT/m"
+	assert_success
+	assert_output --partial 'imported 4 allocations'
+	assert_output --partial '0 bad words'
+	wait_until state_is "$MNT/m" COMMITTED
+}
+
+@test "INFO on any file of a store; LOCK on its directory; EXPORT_ALL on the lock holder" {
+	run "$PROBE" ioctl "$MNT/m/state" info
+	assert_output --regexp '^ok lock=0 count=4 has_hash=1 socket=.*export.sock$'
+	run "$PROBE" ioctl "$MNT/m" lock mode=1 timeout=0
+	assert_output --partial 'ok lock=1 count=4'
+	run "$PROBE" ioctl "$MNT/m/lock" export_all
+	assert_output --partial 'ok lock=1 count=4'
+	run "$PROBE" ioctl "lock:1:$MNT/m" export_all
+	assert_output --partial 'ok lock=1'
+	run "$PROBE" ioctl "$MNT/m/allocs/layers/0/weight" export
+	assert_output --partial 'ok lock=1 count=1'
+}
+
+@test "a reader's descriptors cannot be mapped writable; a writer's can" {
+	run "$PROBE" redeem "$MNT/m/lock" export_all ok
+	assert_output 'ok n=4 readonly=4 writable=0'
+	run "$PROBE" redeem "$MNT/m/allocs/layers/1/weight" export ok
+	assert_output 'ok n=1 readonly=1 writable=0'
+	mkdir "$MNT/w"
+	run bash -c "exec 9>$MNT/w/lock; truncate -s 4096 $MNT/w/allocs/a; $PROBE redeem $MNT/w/allocs/a export ok"
+	assert_output 'ok n=1 readonly=0 writable=1'
+	wait_until state_is "$MNT/w" EMPTY
+	rmdir "$MNT/w"
+}
+
+@test "ioctl: unknown commands are ENOTTY; wrong size, flags, reserved bits, mode or timeout are EINVAL" {
+	run "$PROBE" ioctl "$MNT/m/lock" unknown
+	assert_output ENOTTY
+	run "$PROBE" ioctl "$MNT/m/lock" oldsize
+	assert_output ENOTTY
+	run "$PROBE" ioctl "$MNT/m/lock" info size=200
+	assert_output EINVAL
+	run "$PROBE" ioctl "$MNT/m/lock" info flags=1
+	assert_output EINVAL
+	run "$PROBE" ioctl "$MNT/m/lock" info reserved=1
+	assert_output EINVAL
+	run "$PROBE" ioctl "$MNT/m/lock" info mode=1
+	assert_output EINVAL
+	run "$PROBE" ioctl "$MNT/m" lock mode=4
+	assert_output EINVAL
+	run "$PROBE" ioctl "$MNT/m" lock mode=1 timeout=-2
+	assert_output EINVAL
+	still_serves
+}
+
+@test "ioctl on the wrong file: ENOTTY; EXPORT_ALL without the lock: ENOLCK; a second LOCK: EBUSY" {
+	run "$PROBE" ioctl "$MNT/device" info
+	assert_output ENOTTY
+	run "$PROBE" ioctl "$MNT" info
+	assert_output ENOTTY
+	run "$PROBE" ioctl "$MNT/m/lock" lock
+	assert_output ENOTTY
+	run "$PROBE" ioctl "$MNT/m/state" export
+	assert_output ENOTTY
+	run "$PROBE" ioctl "$MNT/m/meta/tensors/layer0" export
+	assert_output ENOTTY
+	run "$PROBE" ioctl "$MNT/m" export_all
+	assert_output ENOLCK
+	run "$PROBE" ioctl "lock:1:$MNT/m" lock mode=1
+	assert_output EBUSY
+	run lsattr "$MNT/m/state"
+	assert_failure
+	still_serves
+}
+
+@test "tickets: forged, replayed, or spent after close are EACCES" {
+	run "$PROBE" redeem "$MNT/m/lock" export_all forged
+	assert_output EACCES
+	run "$PROBE" redeem "$MNT/m/lock" export_all replay
+	assert_output EACCES
+	run "$PROBE" redeem "$MNT/m/lock" export_all closed
+	assert_output EACCES
+	still_serves
+}
+
+@test "tickets: another process (a forked child, even on its parent's connection) or uid is EPERM" {
+	run "$PROBE" redeem "$MNT/m/lock" export_all child
+	assert_line --index 0 EPERM
+	assert_line --index 1 'owner: ok n=4 readonly=4 writable=0'
+	run "$PROBE" redeem "$MNT/m/lock" export_all child-sameconn
+	assert_line --index 0 EPERM
+	assert_line --index 1 'owner: ok n=4 readonly=4 writable=0'
+	run "$PROBE" redeem "$MNT/m/lock" export_all uid
+	assert_line --index 0 EPERM
+	assert_line --index 1 'owner: ok n=4 readonly=4 writable=0'
+	grep -q 'ticket belongs to pid' "$MNT.log"
+	still_serves
+}
+
+@test "socket: short, long, bad magic, reserved bits or descriptors sent: EINVAL, then hang up" {
+	for how in short long badmagic reserved withfds; do
+		run "$PROBE" redeem "$MNT/m/lock" export_all "$how"
+		assert_line --index 0 EINVAL
+		assert_line --index 1 closed
+	done
+	still_serves
+}
+
+@test "the bulk export sends more than 253 allocations in several messages" {
+	mkdir "$MNT/many"
+	run "$EXAMPLE" write "$MNT/many" 600 4096
+	assert_success
+	run "$PROBE" redeem "$MNT/many/lock" export_all ok
+	assert_output 'ok n=600 readonly=600 writable=0'
+	run "$EXAMPLE" read "$MNT/many"
+	assert_output --partial 'imported 600 allocations'
+	assert_output --partial '0 bad words'
+}
+
+@test "a socket of a dead daemon is replaced; the daemon removes its socket at exit" {
+	[ -S "$BATS_FILE_TMPDIR/export.sock" ]
+	local m2 pid
+	m2=$(mktemp -d)
+	: > "$BATS_FILE_TMPDIR/stale.sock"
+	"$GMSFS" -f -o socket="$BATS_FILE_TMPDIR/stale.sock" "$m2" 2>/dev/null 3>&- &
+	pid=$!
+	wait_until grep -q " $m2 fuse.gmsfs " /proc/mounts
+	[ -S "$BATS_FILE_TMPDIR/stale.sock" ]
+	umount "$m2"
+	wait "$pid"
+	[ ! -e "$BATS_FILE_TMPDIR/stale.sock" ]
+	rmdir "$m2"
+}

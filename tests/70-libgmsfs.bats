@@ -1,0 +1,47 @@
+#!/usr/bin/env bats
+# libgmsfs against a live mount: GMS's runtime scenarios and the issue's bars.
+# Each scenario is a small multi-process C program (tests/helpers/gmsfs-scenario.c)
+# run on a fresh store.
+
+load helpers
+
+SCENARIO=$ROOT/build/gmsfs-scenario
+
+setup_file() { mount_gmsfs; }
+teardown_file() { unmount_gmsfs; }
+
+scenario() {
+	mkdir "$MNT/$1"
+	run timeout 60 "$SCENARIO" "$1" "$MNT/$1"
+	assert_success
+}
+
+@test "64 allocations, three bulk readers read the right bytes, no reader maps writable" { scenario readers64; }
+@test "commit publishes allocations, metadata and hash" { scenario commit_publishes; }
+@test "a writer that disconnects without commit aborts; the next starts from the committed layout" { scenario abort_on_disconnect; }
+@test "RW_OR_RO is RW on an empty store, RO on a committed one" { scenario rw_or_ro; }
+@test "a waiting writer blocks new readers until the last reader leaves" { scenario writer_blocks_readers; }
+@test "RW_OR_RO times out while a writer waits behind a reader" { scenario rw_or_ro_timeout; }
+@test "a waiting reader gets in when the waiting writer times out" { scenario reader_after_writer_timeout; }
+@test "several readers hold the committed state until the last leaves" { scenario several_readers; }
+@test "a reader's RW-only calls fail with EPERM and change nothing" { scenario reader_rw_calls_fail; }
+@test "an invalid metadata offset is refused and changes nothing" { scenario bad_offset; }
+@test "freeing a mapping removes its allocation and the entries that point at it" { scenario free_removes; }
+@test "remap after an unchanged layout keeps every address" { scenario remap_same; }
+@test "remap after a different committed structure fails with ESTALE" { scenario remap_changed; }
+@test "remap after the same structure rebuilt is accepted, with the new bytes" { scenario remap_rebuilt; }
+@test "reallocate_all puts fresh allocations behind the preserved addresses" { scenario reallocate; }
+@test "memory a killed process held through its descriptor comes back" { scenario dead_holder_memory; }
+
+@test "the example program: writer, then reader" {
+	mkdir "$MNT/ex"
+	run "$ROOT/build/gmsfs-example" write "$MNT/ex" 8 65536
+	assert_success
+	local hash
+	hash=$(cat "$MNT/ex/layout_hash")
+	assert_output --partial "layout $hash"
+	run "$ROOT/build/gmsfs-example" read "$MNT/ex"
+	assert_success
+	assert_output --partial "imported 8 allocations (524288 bytes), 8 metadata entries, 0 bad words, layout $hash"
+	assert_output --partial 'tensors/layer0 -> layers/0/weight+0 u64[8192]'
+}
