@@ -30,7 +30,7 @@ BENCH := build/bench-import
 # Programs linked against the library in build/, found there at run time.
 LINK_LIB := -Lbuild -lgmsfs -Wl,-rpath,'$$ORIGIN'
 
-.PHONY: all check check-unit demo install clean deps fuzz
+.PHONY: all check check-unit demo bench install clean deps fuzz
 all: $(BIN) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH)
 
 build:
@@ -83,6 +83,10 @@ check: deps
 demo: deps
 	$(MAKE) all
 	sh scripts/demo.sh
+
+# The import benchmark on the host backend (a ratio against the floor, not a test).
+bench: all
+	sh scripts/bench.sh
 
 install: $(BIN) $(LIB)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/gmsfs

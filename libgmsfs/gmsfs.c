@@ -146,6 +146,58 @@ int gmsfs_connect(gmsfs **out, const char *store_dir, int mode, int timeout_ms)
 	return 0;
 }
 
+/* ---- the name index: imports check every name, so it must not be a scan ---- */
+
+static size_t name_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	while (*s)
+		h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+	return (size_t)h;
+}
+
+static void index_put(gmsfs *g, size_t i)
+{
+	size_t mask = g->index_cap - 1, k = name_hash(g->maps[i].pub.name) & mask;
+	while (g->index[k])
+		k = (k + 1) & mask;
+	g->index[k] = i + 1;
+}
+
+static int index_rebuild(gmsfs *g, size_t want)
+{
+	size_t cap = 64;
+	while (cap < 2 * want)
+		cap *= 2;
+	size_t *v = calloc(cap, sizeof *v);
+	if (!v) {
+		if (g->index_cap < 2 * want)
+			return -ENOMEM;
+		/* Shrinking: the old table is big enough, refill it in place. */
+		v = g->index;
+		cap = g->index_cap;
+		memset(v, 0, cap * sizeof *v);
+	} else {
+		free(g->index);
+	}
+	g->index = v;
+	g->index_cap = cap;
+	for (size_t i = 0; i < g->nmaps; i++)
+		index_put(g, i);
+	return 0;
+}
+
+static struct gm_map *find_name(const gmsfs *g, const char *name)
+{
+	if (!g->index_cap)
+		return NULL;
+	size_t mask = g->index_cap - 1;
+	for (size_t k = name_hash(name) & mask; g->index[k]; k = (k + 1) & mask)
+		if (!strcmp(g->maps[g->index[k] - 1].pub.name, name))
+			return &g->maps[g->index[k] - 1];
+	return NULL;
+}
+
 static void drop_map(gmsfs *g, size_t i)
 {
 	struct gm_map *m = &g->maps[i];
@@ -153,6 +205,7 @@ static void drop_map(gmsfs *g, size_t i)
 	free((char *)m->pub.name);
 	free((char *)m->pub.tag);
 	g->maps[i] = g->maps[--g->nmaps];
+	index_rebuild(g, g->nmaps); /* cannot fail: it shrinks */
 }
 
 void gmsfs_disconnect(gmsfs *g)
@@ -164,6 +217,7 @@ void gmsfs_disconnect(gmsfs *g)
 	if (g->dirfd >= 0)
 		close(g->dirfd);
 	free(g->maps);
+	free(g->index);
 	free(g->list);
 	free(g->dir);
 	free(g);
@@ -228,14 +282,6 @@ size_t gmsfs_mappings(const gmsfs *g, const struct gmsfs_mapping **list)
 	return g->nmaps;
 }
 
-static struct gm_map *find_name(const gmsfs *g, const char *name)
-{
-	for (size_t i = 0; i < g->nmaps; i++)
-		if (!strcmp(g->maps[i].pub.name, name))
-			return &g->maps[i];
-	return NULL;
-}
-
 int gmsfs_find(const gmsfs *g, const char *name, struct gmsfs_mapping *out)
 {
 	struct gm_map *m = find_name(g, name);
@@ -256,6 +302,8 @@ static int add_map(gmsfs *g, struct xp_entry *x, bool writable, void **ptr)
 		g->maps = v;
 		g->cap = cap;
 	}
+	if (2 * (g->nmaps + 1) > g->index_cap && index_rebuild(g, g->nmaps + 1))
+		return gm_error(g, -ENOMEM, "out of memory");
 	void *va;
 	int e = g->be->reserve(x->aligned, &va);
 	if (e)
@@ -270,6 +318,7 @@ static int add_map(gmsfs *g, struct xp_entry *x, bool writable, void **ptr)
 	m->pub = (struct gmsfs_mapping){ .name = x->path, .tag = x->tag, .ptr = va, .size = x->size,
 					 .aligned = x->aligned, .writable = writable };
 	x->path = x->tag = NULL; /* the table owns them now */
+	index_put(g, g->nmaps - 1);
 	if (ptr)
 		*ptr = va;
 	return 0;

@@ -41,6 +41,8 @@ struct gmsfs {
 	struct gm_map *maps;
 	struct gmsfs_mapping *list; /* gmsfs_mappings' view */
 	size_t nmaps, cap;
+	size_t *index;          /* open addressing by name: map index + 1, 0 empty */
+	size_t index_cap;       /* a power of two, at least twice nmaps */
 	char err[512];
 };
 

@@ -230,6 +230,7 @@ static int send_error(int sock, int err, const char *why)
 static int send_batch(int sock, struct vmm *v, const struct export_set *s, size_t first, size_t n, bool last)
 {
 	int fds[GMSFS_FDS_PER_MSG];
+	bool owned[GMSFS_FDS_PER_MSG];
 	size_t nfds = 0;
 	int e = 0;
 	msgpack_sbuffer sb;
@@ -250,7 +251,7 @@ static int send_batch(int sock, struct vmm *v, const struct export_set *s, size_
 		pack_str(&pk, "size"), msgpack_pack_uint64(&pk, it->size);
 		pack_str(&pk, "aligned"), msgpack_pack_uint64(&pk, it->aligned);
 		pack_str(&pk, "tag"), pack_str(&pk, it->tag);
-		int fd = vmm_export(it->buf, s->read_only);
+		int fd = vmm_export(it->buf, s->read_only, &owned[nfds]);
 		if (fd < 0) {
 			e = fd;
 			break;
@@ -260,7 +261,8 @@ static int send_batch(int sock, struct vmm *v, const struct export_set *s, size_
 	if (!e)
 		e = send_msg(sock, sb.data, sb.size, fds, nfds);
 	for (size_t i = 0; i < nfds; i++)
-		close(fds[i]);
+		if (owned[i])
+			close(fds[i]);
 	msgpack_sbuffer_destroy(&sb);
 	(void)v;
 	return e;

@@ -63,6 +63,7 @@ int vmm_alloc(struct vmm *v, uint64_t size, struct vmm_buf **out)
 	}
 	(*out)->vmm = v;
 	(*out)->size = aligned;
+	atomic_init(&(*out)->ro_fd, -1);
 	atomic_init(&(*out)->refs, 1);
 	return 0;
 }
@@ -82,9 +83,9 @@ void vmm_buf_put(struct vmm_buf *b)
 	atomic_fetch_sub(&v->used_bytes, size);
 }
 
-int vmm_export(struct vmm_buf *b, bool read_only)
+int vmm_export(struct vmm_buf *b, bool read_only, bool *owned)
 {
-	return b->vmm->ops->export_fd(b, read_only);
+	return b->vmm->ops->export_fd(b, read_only, owned);
 }
 
 ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off)

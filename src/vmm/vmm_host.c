@@ -61,18 +61,42 @@ static int host_create(struct vmm *v, uint64_t aligned, struct vmm_buf **out)
 
 static void host_release(struct vmm_buf *b)
 {
+	int ro = atomic_load(&b->ro_fd);
+	if (ro >= 0)
+		close(ro);
 	close(b->fd);
 	free(b);
 }
 
-/* A reopen, not a dup: the client gets its own open file description (its own
- * flags), and a reader's cannot be mapped PROT_WRITE. */
-static int host_export(struct vmm_buf *b, bool read_only)
+static int reopen(const struct vmm_buf *b, int flags)
 {
 	char path[64];
 	snprintf(path, sizeof path, "/proc/self/fd/%d", b->fd);
-	int fd = open(path, (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+	int fd = open(path, flags | O_CLOEXEC);
 	return fd < 0 ? -errno : fd;
+}
+
+/* A reopen, not a dup: a writer gets its own open file description (its own flags).
+ * Readers share one read-only reopen, made once and kept: it cannot be mapped
+ * PROT_WRITE, and every later export costs no open. */
+static int host_export(struct vmm_buf *b, bool read_only, bool *owned)
+{
+	if (!read_only) {
+		*owned = true;
+		return reopen(b, O_RDWR);
+	}
+	*owned = false;
+	int fd = atomic_load(&b->ro_fd);
+	if (fd >= 0)
+		return fd;
+	if ((fd = reopen(b, O_RDONLY)) < 0)
+		return fd;
+	int none = -1;
+	if (!atomic_compare_exchange_strong(&b->ro_fd, &none, fd)) {
+		close(fd); /* another export made it first */
+		fd = none;
+	}
+	return fd;
 }
 
 static ssize_t host_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off)
