@@ -23,7 +23,7 @@ LIB_SONAME := libgmsfs.so.0
 
 BIN := build/gmsfs
 LIB := build/libgmsfs.so build/gmsfs.pc
-UNIT := build/test_fsm build/test_meta
+UNIT := build/test_fsm build/test_meta build/test_wire
 HELPERS := build/gmsfs-open build/gmsfs-probe build/gmsfs-scenario
 EXAMPLES := build/gmsfs-example
 BENCH := build/bench-import
@@ -58,6 +58,9 @@ build/gmsfs-probe: tests/helpers/gmsfs-probe.c libgmsfs/gmsfs_ioctl.h | build
 
 build/bench-import: bench/bench_import.c build/libgmsfs.so
 	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $< $(LINK_LIB)
+
+build/test_wire: tests/unit/test_wire.c src/fs/export.c libgmsfs/export_client.c tests/fuzz/stubs.c libgmsfs/*.h src/fs/fs.h tests/unit/tap.h | build
+	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ tests/unit/test_wire.c src/fs/export.c libgmsfs/export_client.c tests/fuzz/stubs.c $(DEPS_LIBS)
 
 build/test_fsm: tests/unit/test_fsm.c $(FSM_SRC) src/fsm/fsm.h tests/unit/tap.h | build
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_fsm.c $(FSM_SRC)
@@ -107,6 +110,12 @@ FUZZ_SECONDS ?= 30
 build/fuzz_meta: tests/fuzz/fuzz_meta.c $(META_SRC) src/meta/*.h | build
 	clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -o $@ tests/fuzz/fuzz_meta.c $(META_SRC) $(XXH_LIBS)
 
-fuzz: build/fuzz_meta
-	mkdir -p build/fuzz-corpus
+# The wire: the daemon's request parser (export.c) and the library's manifest parser.
+build/fuzz_wire: tests/fuzz/fuzz_wire.c src/fs/export.c libgmsfs/export_client.c libgmsfs/*.h | build
+	clang -g -O1 -D_GNU_SOURCE -DFUSE_USE_VERSION=312 $(DEPS_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ \
+		tests/fuzz/fuzz_wire.c src/fs/export.c libgmsfs/export_client.c tests/fuzz/stubs.c $(DEPS_LIBS)
+
+fuzz: build/fuzz_meta build/fuzz_wire
+	mkdir -p build/fuzz-corpus build/fuzz-wire-corpus
 	build/fuzz_meta -max_total_time=$(FUZZ_SECONDS) -max_len=2048 build/fuzz-corpus
+	build/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build/fuzz-wire-corpus tests/fuzz/wire-seeds

@@ -76,6 +76,82 @@ void xp_manifest_free(struct xp_manifest *m)
 	m->n = 0;
 }
 
+static uint64_t be(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+	while (n--)
+		v = v << 8 | *p++;
+	return v;
+}
+
+/* Walk one msgpack object at *off, checking what msgpack-c would trust: a container
+ * may not declare more elements than bytes remain (msgpack-c allocates for the
+ * declared count first), nesting stays shallow.  0 or -1. */
+static int precheck(const uint8_t *p, size_t len, size_t *off, int depth)
+{
+	if (*off >= len || depth > 8)
+		return -1;
+	uint8_t b = p[(*off)++];
+	uint64_t n = 0, skip = 0;
+	int lenbytes = 0;
+	bool container = false;
+	if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
+		return 0;
+	if ((b & 0xf0) == 0x80 || (b & 0xf0) == 0x90) {
+		n = (uint64_t)(b & 0x0f) * ((b & 0xf0) == 0x80 ? 2 : 1);
+		container = true;
+	} else if ((b & 0xe0) == 0xa0) {
+		skip = b & 0x1f;
+	} else {
+		switch (b) {
+		case 0xc4: case 0xd9: lenbytes = 1; break;
+		case 0xc5: case 0xda: lenbytes = 2; break;
+		case 0xc6: case 0xdb: lenbytes = 4; break;
+		case 0xc7: lenbytes = 1, skip = 1; break;
+		case 0xc8: lenbytes = 2, skip = 1; break;
+		case 0xc9: lenbytes = 4, skip = 1; break;
+		case 0xca: skip = 4; break;
+		case 0xcb: skip = 8; break;
+		case 0xcc: case 0xd0: skip = 1; break;
+		case 0xcd: case 0xd1: skip = 2; break;
+		case 0xce: case 0xd2: skip = 4; break;
+		case 0xcf: case 0xd3: skip = 8; break;
+		case 0xd4: skip = 2; break;
+		case 0xd5: skip = 3; break;
+		case 0xd6: skip = 5; break;
+		case 0xd7: skip = 9; break;
+		case 0xd8: skip = 17; break;
+		case 0xdc: lenbytes = 2, container = true; break;
+		case 0xdd: lenbytes = 4, container = true; break;
+		case 0xde: lenbytes = 2, container = true; break;
+		case 0xdf: lenbytes = 4, container = true; break;
+		default: return -1; /* 0xc1: never used */
+		}
+		if (lenbytes) {
+			if (len - *off < (size_t)lenbytes)
+				return -1;
+			uint64_t v = be(p + *off, lenbytes);
+			*off += (size_t)lenbytes;
+			if (container)
+				n = b >= 0xde ? 2 * v : v;
+			else
+				skip += v;
+		}
+	}
+	if (container) {
+		if (n > len - *off)
+			return -1;
+		for (uint64_t i = 0; i < n; i++)
+			if (precheck(p, len, off, depth + 1))
+				return -1;
+		return 0;
+	}
+	if (skip > len - *off)
+		return -1;
+	*off += (size_t)skip;
+	return 0;
+}
+
 int xp_parse(const void *buf, size_t len, struct xp_manifest *m, char *why, size_t whylen)
 {
 	*m = (struct xp_manifest){0};
@@ -84,6 +160,9 @@ int xp_parse(const void *buf, size_t len, struct xp_manifest *m, char *why, size
 	size_t off = 0;
 	int e = -EPROTO;
 	const char *reason = "not one msgpack map";
+	size_t pre = 0;
+	if (precheck(buf, len, &pre, 0) || pre != len)
+		goto out;
 	if (msgpack_unpack_next(&u, buf, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len ||
 	    u.data.type != MSGPACK_OBJECT_MAP)
 		goto out;
