@@ -3,6 +3,7 @@
 # read it back from another process, show what a user sees, unmount.
 set -eu
 cd "$(dirname "$0")/.."
+top=$(pwd)
 mnt=$(mktemp -d /tmp/gmsfs-demo.XXXXXX)
 log=$mnt.log
 ./build/gmsfs -f "$mnt" 2>"$log" &
@@ -46,5 +47,11 @@ say "getfattr -d llama/meta/layers/0/weight"
 say "head -c 19 llama/allocs/layers/0/weight"
 say "cat llama/meta/layers/0/weight"
 say "df -h ."
+echo
+echo "# engines: libgmsfs maps the allocations (examples/weights.c)"
+say "mkdir qwen"
+say "$top/build/gmsfs-example write qwen 16 1048576"
+say "$top/build/gmsfs-example read qwen"
+say "cat qwen/state"
 echo
 echo "demo: ok (unmounting $mnt)"
