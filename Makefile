@@ -14,11 +14,16 @@ XXH_LIBS := $(shell $(PKG_CONFIG) --libs libxxhash 2>/dev/null)
 
 FSM_SRC := src/fsm/fsm.c
 META_SRC := src/meta/meta.c src/meta/layout_hash.c
-VMM_SRC := src/vmm/vmm.c src/vmm/vmm_host.c
+VMM_SRC := src/vmm/vmm.c src/vmm/vmm_host.c src/vmm/vmm_cuda.c
+# cuda.h only: libcuda is loaded at run time (dlopen), never linked.
+CUDA_INC ?= /usr/local/cuda/include
+ifneq ($(wildcard $(CUDA_INC)/cuda.h),)
+CFLAGS += -DGMSFS_HAVE_CUDA -I$(CUDA_INC)
+endif
 FS_SRC := src/fs/main.c src/fs/ops.c src/fs/store.c src/fs/caller.c src/fs/text.c src/fs/export.c
 
-LIB_SRC := libgmsfs/gmsfs.c libgmsfs/export_client.c libgmsfs/map_host.c
-LIB_HDR := libgmsfs/gmsfs.h libgmsfs/gmsfs_ioctl.h libgmsfs/internal.h
+LIB_SRC := libgmsfs/gmsfs.c libgmsfs/export_client.c libgmsfs/map_host.c libgmsfs/map_cuda.c
+LIB_HDR := libgmsfs/gmsfs.h libgmsfs/gmsfs_ioctl.h libgmsfs/internal.h libgmsfs/cuda_api.h
 LIB_SONAME := libgmsfs.so.0
 
 BIN := build/gmsfs
@@ -36,12 +41,12 @@ all: $(BIN) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH)
 build:
 	mkdir -p build
 
-$(BIN): $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) src/fs/*.h src/fsm/fsm.h src/meta/*.h src/vmm/vmm.h libgmsfs/gmsfs_ioctl.h | build
+$(BIN): $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) src/fs/*.h src/fsm/fsm.h src/meta/*.h src/vmm/vmm.h libgmsfs/gmsfs_ioctl.h libgmsfs/cuda_api.h | build
 	@$(PKG_CONFIG) --exists fuse3 libxxhash msgpack || { echo 'missing fuse3/libxxhash/msgpack: run make deps'; exit 1; }
 	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(DEPS_LIBS) -ldl
 
 build/libgmsfs.so: $(LIB_SRC) $(LIB_HDR) | build
-	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LIB_SONAME) -o build/$(LIB_SONAME) $(LIB_SRC) $(MSGPACK_LIBS)
+	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LIB_SONAME) -o build/$(LIB_SONAME) $(LIB_SRC) $(MSGPACK_LIBS) -ldl
 	ln -sf $(LIB_SONAME) $@
 
 build/gmsfs.pc: libgmsfs/gmsfs.pc.in | build

@@ -113,11 +113,22 @@ static int take_lock(gmsfs *g, int mode, int timeout_ms)
 			return gm_error(g, -e, "%s: not a store of a gmsfs mount", g->dir);
 		return gm_error(g, -e, "%s: lock: %s", g->dir, strerror(e));
 	}
-	if (io.backend != GMSFS_BACKEND_HOST) {
+	const struct gm_backend *be = io.backend == GMSFS_BACKEND_HOST ? &gm_host_backend : NULL;
+#ifdef GMSFS_HAVE_CUDA
+	if (io.backend == GMSFS_BACKEND_CUDA)
+		be = &gm_cuda_backend;
+#endif
+	if (!be) {
 		close(fd);
 		return gm_error(g, -ENOTSUP, "%s: backend %u is not supported by this libgmsfs", g->dir, io.backend);
 	}
-	g->be = &gm_host_backend;
+	char why[300] = "";
+	int e = be->attach(g, why, sizeof why);
+	if (e) {
+		close(fd);
+		return gm_error(g, e, "%s: %s", g->dir, why);
+	}
+	g->be = be;
 	g->dirfd = fd;
 	g->info = io;
 	g->lock = (int)io.lock;
@@ -201,7 +212,7 @@ static struct gm_map *find_name(const gmsfs *g, const char *name)
 static void drop_map(gmsfs *g, size_t i)
 {
 	struct gm_map *m = &g->maps[i];
-	g->be->unreserve(m->pub.ptr, m->pub.aligned);
+	g->be->unreserve(g, m->pub.ptr, m->pub.aligned, m->mapped);
 	free((char *)m->pub.name);
 	free((char *)m->pub.tag);
 	g->maps[i] = g->maps[--g->nmaps];
@@ -216,6 +227,9 @@ void gmsfs_disconnect(gmsfs *g)
 		drop_map(g, g->nmaps - 1);
 	if (g->dirfd >= 0)
 		close(g->dirfd);
+#ifdef GMSFS_HAVE_CUDA
+	cu_unload(&g->cu);
+#endif
 	free(g->maps);
 	free(g->index);
 	free(g->list);
@@ -305,12 +319,12 @@ static int add_map(gmsfs *g, struct xp_entry *x, bool writable, void **ptr)
 	if (2 * (g->nmaps + 1) > g->index_cap && index_rebuild(g, g->nmaps + 1))
 		return gm_error(g, -ENOMEM, "out of memory");
 	void *va;
-	int e = g->be->reserve(x->aligned, &va);
+	int e = g->be->reserve(g, x->aligned, &va);
 	if (e)
 		return gm_error(g, e, "%s: reserving %llu bytes: %s", x->path, (unsigned long long)x->aligned, strerror(-e));
 	char why[256] = "";
-	if ((e = g->be->map(va, x->aligned, x->fd, writable, why, sizeof why))) {
-		g->be->unreserve(va, x->aligned);
+	if ((e = g->be->map(g, va, x->aligned, x->fd, writable, why, sizeof why))) {
+		g->be->unreserve(g, va, x->aligned, false);
 		return gm_error(g, e, "%s: %s", x->path, why[0] ? why : strerror(-e));
 	}
 	struct gm_map *m = &g->maps[g->nmaps++];
@@ -691,7 +705,7 @@ int gmsfs_commit(gmsfs *g)
 	/* The daemon downgraded the lock; the mappings follow. */
 	for (size_t i = 0; i < g->nmaps; i++) {
 		if (g->maps[i].mapped && g->maps[i].pub.writable) {
-			g->be->protect_ro(g->maps[i].pub.ptr, g->maps[i].pub.aligned);
+			g->be->protect_ro(g, g->maps[i].pub.ptr, g->maps[i].pub.aligned);
 			g->maps[i].pub.writable = 0;
 		}
 	}
@@ -707,7 +721,7 @@ int gmsfs_unmap_all(gmsfs *g)
 		return e;
 	for (size_t i = 0; i < g->nmaps; i++) {
 		struct gm_map *m = &g->maps[i];
-		if (m->mapped && (e = g->be->unmap(m->pub.ptr, m->pub.aligned)))
+		if (m->mapped && (e = g->be->unmap(g, m->pub.ptr, m->pub.aligned)))
 			return gm_error(g, e, "%s: unmap: %s", m->pub.name, strerror(-e));
 		m->mapped = false;
 	}
@@ -724,7 +738,7 @@ static void unmap_mapped(gmsfs *g)
 {
 	for (size_t i = 0; i < g->nmaps; i++)
 		if (g->maps[i].mapped) {
-			g->be->unmap(g->maps[i].pub.ptr, g->maps[i].pub.aligned);
+			g->be->unmap(g, g->maps[i].pub.ptr, g->maps[i].pub.aligned);
 			g->maps[i].mapped = false;
 		}
 }
@@ -765,7 +779,7 @@ int gmsfs_remap_all(gmsfs *g, int timeout_ms)
 		char why[256] = "";
 		if (!m || m->pub.aligned != x[i].aligned || m->mapped)
 			e = gm_error(g, -ESTALE, "remap_all: %s is not what was unmapped", x[i].path);
-		else if ((e = g->be->map(m->pub.ptr, m->pub.aligned, x[i].fd, writable, why, sizeof why)))
+		else if ((e = g->be->map(g, m->pub.ptr, m->pub.aligned, x[i].fd, writable, why, sizeof why)))
 			gm_error(g, e, "%s: %s", x[i].path, why[0] ? why : strerror(-e));
 		else {
 			m->mapped = true;
@@ -813,7 +827,7 @@ int gmsfs_reallocate_all(gmsfs *g, int timeout_ms)
 		else if (fsetxattr(fd, XATTR_TAG, m->pub.tag, strlen(m->pub.tag), 0) < 0)
 			e = gm_error(g, -errno, "%s: tag: %s", rel, strerror(errno));
 		else if (!(e = xp_fetch(g, fd, GMSFS_IOC_EXPORT, &x, &n)) && n == 1 && x[0].aligned == m->pub.aligned) {
-			if ((e = g->be->map(m->pub.ptr, m->pub.aligned, x[0].fd, true, why, sizeof why)))
+			if ((e = g->be->map(g, m->pub.ptr, m->pub.aligned, x[0].fd, true, why, sizeof why)))
 				gm_error(g, e, "%s: %s", rel, why[0] ? why : strerror(-e));
 			else
 				m->mapped = true, m->pub.writable = 1;

@@ -9,19 +9,29 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* How a client maps the descriptors of one backend. */
+#ifdef GMSFS_HAVE_CUDA
+#include "cuda_api.h"
+#endif
+
+/* How a client maps the descriptors of one backend.  Errors: -errno, with words in err. */
 struct gm_backend {
 	const char *name;
+	/* Ready to map in this thread?  (cuda: a current context.) */
+	int (*attach)(gmsfs *g, char *err, size_t errlen);
 	/* Reserve aligned bytes of address space, mapped to nothing. */
-	int (*reserve)(uint64_t aligned, void **va);
-	void (*unreserve)(void *va, uint64_t aligned);
+	int (*reserve)(gmsfs *g, uint64_t aligned, void **va);
+	/* Give the range back (unmapping first if mapped). */
+	void (*unreserve)(gmsfs *g, void *va, uint64_t aligned, bool mapped);
 	/* Map fd (not consumed) over the reservation at va. */
-	int (*map)(void *va, uint64_t aligned, int fd, bool writable, char *err, size_t errlen);
+	int (*map)(gmsfs *g, void *va, uint64_t aligned, int fd, bool writable, char *err, size_t errlen);
 	/* Unmap, keeping the reservation. */
-	int (*unmap)(void *va, uint64_t aligned);
-	int (*protect_ro)(void *va, uint64_t aligned);
+	int (*unmap)(gmsfs *g, void *va, uint64_t aligned);
+	int (*protect_ro)(gmsfs *g, void *va, uint64_t aligned);
 };
 extern const struct gm_backend gm_host_backend;
+#ifdef GMSFS_HAVE_CUDA
+extern const struct gm_backend gm_cuda_backend;
+#endif
 
 struct gm_map {
 	struct gmsfs_mapping pub; /* name, tag, ptr, sizes, writable */
@@ -38,6 +48,10 @@ struct gmsfs {
 	uint8_t saved_hash[16]; /* the layout at unmap_all */
 	bool saved_has_hash;
 	const struct gm_backend *be;
+#ifdef GMSFS_HAVE_CUDA
+	struct cu_api cu;       /* loaded at the first connect to a cuda store */
+	CUdevice cudev;         /* the device of the caller's context */
+#endif
 	struct gm_map *maps;
 	struct gmsfs_mapping *list; /* gmsfs_mappings' view */
 	size_t nmaps, cap;

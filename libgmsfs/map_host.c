@@ -11,7 +11,12 @@
 
 #define RESERVE_FLAGS (MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
 
-static int host_reserve(uint64_t aligned, void **va)
+static int host_attach(gmsfs *g, char *err, size_t errlen)
+{
+	return 0;
+}
+
+static int host_reserve(gmsfs *g, uint64_t aligned, void **va)
 {
 	void *p = mmap(NULL, aligned, PROT_NONE, RESERVE_FLAGS, -1, 0);
 	if (p == MAP_FAILED)
@@ -20,12 +25,12 @@ static int host_reserve(uint64_t aligned, void **va)
 	return 0;
 }
 
-static void host_unreserve(void *va, uint64_t aligned)
+static void host_unreserve(gmsfs *g, void *va, uint64_t aligned, bool mapped)
 {
 	munmap(va, aligned);
 }
 
-static int host_map(void *va, uint64_t aligned, int fd, bool writable, char *err, size_t errlen)
+static int host_map(gmsfs *g, void *va, uint64_t aligned, int fd, bool writable, char *err, size_t errlen)
 {
 	struct stat s;
 	if (fstat(fd, &s) < 0)
@@ -44,18 +49,19 @@ static int host_map(void *va, uint64_t aligned, int fd, bool writable, char *err
 	return 0;
 }
 
-static int host_unmap(void *va, uint64_t aligned)
+static int host_unmap(gmsfs *g, void *va, uint64_t aligned)
 {
 	return mmap(va, aligned, PROT_NONE, RESERVE_FLAGS | MAP_FIXED, -1, 0) == MAP_FAILED ? -errno : 0;
 }
 
-static int host_protect_ro(void *va, uint64_t aligned)
+static int host_protect_ro(gmsfs *g, void *va, uint64_t aligned)
 {
 	return mprotect(va, aligned, PROT_READ) ? -errno : 0;
 }
 
 const struct gm_backend gm_host_backend = {
 	.name = "host",
+	.attach = host_attach,
 	.reserve = host_reserve,
 	.unreserve = host_unreserve,
 	.map = host_map,

@@ -7,17 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-int vmm_open(struct vmm **out, const char *backend, const char *device, uint64_t max_bytes, char *err, size_t errlen)
+static int open_with(struct vmm **out, const struct vmm_ops *ops, const char *device, uint64_t max_bytes,
+		     char *err, size_t errlen)
 {
-	const struct vmm_ops *ops = &vmm_host_ops;
-	if (backend && strcmp(backend, "host") != 0) {
-		if (strcmp(backend, "cuda") != 0) {
-			snprintf(err, errlen, "backend=%s: unknown backend (cuda or host)", backend);
-			return -EINVAL;
-		}
-		snprintf(err, errlen, "backend=cuda: not built into this version of gmsfs (use backend=host)");
-		return -ENOTSUP;
-	}
 	struct vmm *v = calloc(1, sizeof *v);
 	if (!v)
 		return -ENOMEM;
@@ -32,8 +24,34 @@ int vmm_open(struct vmm **out, const char *backend, const char *device, uint64_t
 	return 0;
 }
 
+int vmm_open(struct vmm **out, const char *backend, const char *device, uint64_t max_bytes, char *err, size_t errlen)
+{
+	if (backend && strcmp(backend, "host") != 0 && strcmp(backend, "cuda") != 0) {
+		snprintf(err, errlen, "backend=%s: unknown backend (cuda or host)", backend);
+		return -EINVAL;
+	}
+	if (!backend || !strcmp(backend, "cuda")) {
+#ifdef GMSFS_HAVE_CUDA
+		int e = open_with(out, &vmm_cuda_ops, device, max_bytes, err, errlen);
+		if (!e || backend)
+			return e;
+		/* The default: cuda where a VMM-capable GPU is found, else host. */
+		fprintf(stderr, "gmsfs: %s: using the host backend\n", err);
+		err[0] = '\0';
+#else
+		if (backend) {
+			snprintf(err, errlen, "backend=cuda: this gmsfs was built without cuda.h (use backend=host)");
+			return -ENOTSUP;
+		}
+#endif
+	}
+	return open_with(out, &vmm_host_ops, device, max_bytes, err, errlen);
+}
+
 void vmm_close(struct vmm *v)
 {
+	if (v && v->ops->close)
+		v->ops->close(v);
 	free(v);
 }
 

@@ -1,5 +1,5 @@
 /* vmm: where allocation memory comes from.  The daemon creates, exports and
- * releases; it never maps.  Backends: host (sealed memfds); cuda comes later.
+ * releases; it never maps.  Backends: host (sealed memfds), cuda (CUDA VMM).
  * Errors are -errno; a message goes to err where one is asked for. */
 #ifndef GMSFS_VMM_H
 #define GMSFS_VMM_H
@@ -39,6 +39,7 @@ struct vmm_ops {
 	int (*export_fd)(struct vmm_buf *b, bool read_only, bool *owned);
 	ssize_t (*pread)(struct vmm_buf *b, void *dst, size_t len, uint64_t off);
 	ssize_t (*pwrite)(struct vmm_buf *b, const void *src, size_t len, uint64_t off);
+	void (*close)(struct vmm *v); /* optional */
 };
 
 struct vmm {
@@ -50,6 +51,9 @@ struct vmm {
 };
 
 extern const struct vmm_ops vmm_host_ops;
+#ifdef GMSFS_HAVE_CUDA
+extern const struct vmm_ops vmm_cuda_ops;
+#endif
 
 /* backend: "host", "cuda" or NULL (cuda where a VMM-capable GPU is found, else host). */
 int vmm_open(struct vmm **out, const char *backend, const char *device, uint64_t max_bytes, char *err, size_t errlen);

@@ -1,0 +1,77 @@
+/* cuda_api.h: the CUDA driver API, loaded at run time (dlopen "libcuda.so.1"), so
+ * that nothing links against libcuda and one binary runs with and without a GPU.
+ * Used by the daemon's cuda backend (cu_ = the driver table) and by libgmsfs.
+ * Each user keeps its own table: no global state. */
+#ifndef GMSFS_CUDA_API_H
+#define GMSFS_CUDA_API_H
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+
+/* name in this table, exported symbol (cuda.h maps names to versioned ones) */
+#define CU_FUNCS(X)                                                     \
+	X(cuInit, "cuInit")                                             \
+	X(cuGetErrorName, "cuGetErrorName")                             \
+	X(cuDeviceGetCount, "cuDeviceGetCount")                         \
+	X(cuDeviceGet, "cuDeviceGet")                                   \
+	X(cuDeviceGetName, "cuDeviceGetName")                           \
+	X(cuDeviceGetUuid, "cuDeviceGetUuid_v2")                        \
+	X(cuDeviceGetAttribute, "cuDeviceGetAttribute")                 \
+	X(cuDeviceTotalMem, "cuDeviceTotalMem_v2")                      \
+	X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity") \
+	X(cuMemCreate, "cuMemCreate")                                   \
+	X(cuMemRelease, "cuMemRelease")                                 \
+	X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle") \
+	X(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle") \
+	X(cuMemAddressReserve, "cuMemAddressReserve")                   \
+	X(cuMemAddressFree, "cuMemAddressFree")                         \
+	X(cuMemMap, "cuMemMap")                                         \
+	X(cuMemUnmap, "cuMemUnmap")                                     \
+	X(cuMemSetAccess, "cuMemSetAccess")                             \
+	X(cuCtxGetCurrent, "cuCtxGetCurrent")                           \
+	X(cuCtxGetDevice, "cuCtxGetDevice")
+
+struct cu_api {
+	void *lib;
+#define CU_MEMBER(name, sym) __typeof__(name) *name;
+	CU_FUNCS(CU_MEMBER)
+#undef CU_MEMBER
+};
+
+/* 0, or -1 with the reason in err. */
+static inline int cu_load(struct cu_api *cu, char *err, size_t errlen)
+{
+	cu->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!cu->lib) {
+		snprintf(err, errlen, "libcuda.so.1 not found (no NVIDIA driver here)");
+		return -1;
+	}
+#define CU_LOOKUP(name, sym)                                                        \
+	if (!(cu->name = (__typeof__(name) *)dlsym(cu->lib, sym))) {                \
+		snprintf(err, errlen, "libcuda.so.1 lacks %s (driver too old)", sym); \
+		dlclose(cu->lib);                                                   \
+		cu->lib = NULL;                                                     \
+		return -1;                                                          \
+	}
+	CU_FUNCS(CU_LOOKUP)
+#undef CU_LOOKUP
+	return 0;
+}
+
+static inline void cu_unload(struct cu_api *cu)
+{
+	if (cu->lib)
+		dlclose(cu->lib);
+	cu->lib = NULL;
+}
+
+static inline const char *cu_name(const struct cu_api *cu, CUresult r)
+{
+	const char *s = NULL;
+	if (cu->cuGetErrorName)
+		cu->cuGetErrorName(r, &s);
+	return s ? s : "CUDA_ERROR_?";
+}
+
+#endif

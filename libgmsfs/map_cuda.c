@@ -1,0 +1,103 @@
+/* Mapping on the cuda backend, in the caller's current context (as PyTorch sets
+ * it): import the descriptor, map it over a reserved range, set the access
+ * (read-only for readers and for a writer after commit).  The imported handle is
+ * released at once: the mapping keeps the memory alive. */
+#include "internal.h"
+
+#ifdef GMSFS_HAVE_CUDA
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define CU_ERR(r) ((r) == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : (r) == CUDA_ERROR_INVALID_CONTEXT ? -ENXIO : -EIO)
+
+static int cuda_attach(gmsfs *g, char *err, size_t errlen)
+{
+	if (!g->cu.lib && cu_load(&g->cu, err, errlen))
+		return -ENOTSUP;
+	CUcontext ctx = NULL;
+	if (g->cu.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) {
+		snprintf(err, errlen, "the store is in GPU memory and this thread has no current CUDA context "
+				      "(make one current first: cuCtxSetCurrent, cudaSetDevice, torch.cuda.init())");
+		return -ENXIO;
+	}
+	CUresult r = g->cu.cuCtxGetDevice(&g->cudev);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "cuCtxGetDevice: %s", cu_name(&g->cu, r));
+		return CU_ERR(r);
+	}
+	return 0;
+}
+
+static int cuda_reserve(gmsfs *g, uint64_t aligned, void **va)
+{
+	CUdeviceptr p = 0;
+	CUresult r = g->cu.cuMemAddressReserve(&p, aligned, 0, 0, 0);
+	if (r != CUDA_SUCCESS)
+		return CU_ERR(r);
+	*va = (void *)(uintptr_t)p;
+	return 0;
+}
+
+static void cuda_unreserve(gmsfs *g, void *va, uint64_t aligned, bool mapped)
+{
+	if (mapped)
+		g->cu.cuMemUnmap((CUdeviceptr)(uintptr_t)va, aligned);
+	g->cu.cuMemAddressFree((CUdeviceptr)(uintptr_t)va, aligned);
+}
+
+static int set_access(gmsfs *g, void *va, uint64_t aligned, bool writable)
+{
+	CUmemAccessDesc d = {
+		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = g->cudev },
+		.flags = writable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_READ,
+	};
+	CUresult r = g->cu.cuMemSetAccess((CUdeviceptr)(uintptr_t)va, aligned, &d, 1);
+	return r == CUDA_SUCCESS ? 0 : CU_ERR(r);
+}
+
+static int cuda_map(gmsfs *g, void *va, uint64_t aligned, int fd, bool writable, char *err, size_t errlen)
+{
+	struct cu_api *cu = &g->cu;
+	CUmemGenericAllocationHandle h;
+	CUresult r = cu->cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "cuMemImportFromShareableHandle: %s", cu_name(cu, r));
+		return CU_ERR(r);
+	}
+	r = cu->cuMemMap((CUdeviceptr)(uintptr_t)va, aligned, 0, h, 0);
+	cu->cuMemRelease(h);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "cuMemMap: %s", cu_name(cu, r));
+		return CU_ERR(r);
+	}
+	int e = set_access(g, va, aligned, writable);
+	if (e) {
+		snprintf(err, errlen, "cuMemSetAccess: %s", strerror(-e));
+		cu->cuMemUnmap((CUdeviceptr)(uintptr_t)va, aligned);
+	}
+	return e;
+}
+
+static int cuda_unmap(gmsfs *g, void *va, uint64_t aligned)
+{
+	CUresult r = g->cu.cuMemUnmap((CUdeviceptr)(uintptr_t)va, aligned);
+	return r == CUDA_SUCCESS ? 0 : CU_ERR(r);
+}
+
+static int cuda_protect_ro(gmsfs *g, void *va, uint64_t aligned)
+{
+	return set_access(g, va, aligned, false);
+}
+
+const struct gm_backend gm_cuda_backend = {
+	.name = "cuda",
+	.attach = cuda_attach,
+	.reserve = cuda_reserve,
+	.unreserve = cuda_unreserve,
+	.map = cuda_map,
+	.unmap = cuda_unmap,
+	.protect_ro = cuda_protect_ro,
+};
+#endif
