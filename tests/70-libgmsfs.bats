@@ -31,7 +31,8 @@ scenario() {
 @test "remap after a different committed structure fails with ESTALE" { scenario remap_changed; }
 @test "remap after the same structure rebuilt is accepted, with the new bytes" { scenario remap_rebuilt; }
 @test "reallocate_all puts fresh allocations behind the preserved addresses" { scenario reallocate; }
-@test "memory a killed process held through its descriptor comes back" { scenario dead_holder_memory; }
+@test "a writer killed after creating 256 MiB: memory comes back, the last commit stands" { scenario dead_holder_memory; }
+@test "100 create-and-leave cycles leak nothing" { scenario abort_cycles; }
 
 @test "the example program: writer, then reader" {
 	mkdir "$MNT/ex"

@@ -1,10 +1,14 @@
 /* gmsfs-scenario NAME STORE: one multi-process scenario of libgmsfs against a
  * live mount (the ones of GMS's runtime tests, and more).  Exit 0 when every
  * check holds; otherwise the first failed check is printed.  Run by
- * tests/70-libgmsfs.bats, each on a fresh store. */
+ * tests/70-libgmsfs.bats on the host backend and by tests/gpu/run.sh on the
+ * cuda backend (GMSFS_SCENARIO_CUDA=1: every process makes a CUDA context and
+ * reaches the bytes through the driver).  Child processes are this program
+ * exec'd again (a CUDA context does not survive fork). */
 #include <gmsfs.h>
 
 #include <errno.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -19,6 +23,106 @@
 #include <unistd.h>
 
 static const char *store;
+static const char *self; /* /proc/self/exe, for the children */
+
+/* ---- memory: host pointers are read directly; device pointers through the driver ---- */
+
+#ifdef GMSFS_HAVE_CUDA
+#include <cuda.h>
+#include <dlfcn.h>
+static struct {
+	void *lib;
+	__typeof__(cuInit) *init;
+	__typeof__(cuDeviceGet) *device_get;
+	__typeof__(cuDevicePrimaryCtxRetain) *retain;
+	__typeof__(cuCtxSetCurrent) *set_current;
+	__typeof__(cuMemcpyHtoD) *htod;
+	__typeof__(cuMemcpyDtoH) *dtoh;
+	__typeof__(cuMemsetD8) *memset8;
+	__typeof__(cuMemGetInfo) *info;
+	__typeof__(cuCtxSynchronize) *sync;
+} cu;
+#endif
+static bool cuda;
+
+static void mem_init(void)
+{
+	const char *e = getenv("GMSFS_SCENARIO_CUDA");
+	if (!e || strcmp(e, "1"))
+		return;
+#ifdef GMSFS_HAVE_CUDA
+	cuda = true;
+	CUdevice dev;
+	CUcontext ctx;
+	if (!(cu.lib = dlopen("libcuda.so.1", RTLD_NOW)) || !(cu.init = dlsym(cu.lib, "cuInit")) ||
+	    !(cu.device_get = dlsym(cu.lib, "cuDeviceGet")) || !(cu.retain = dlsym(cu.lib, "cuDevicePrimaryCtxRetain")) ||
+	    !(cu.set_current = dlsym(cu.lib, "cuCtxSetCurrent")) || !(cu.htod = dlsym(cu.lib, "cuMemcpyHtoD_v2")) ||
+	    !(cu.dtoh = dlsym(cu.lib, "cuMemcpyDtoH_v2")) || !(cu.memset8 = dlsym(cu.lib, "cuMemsetD8_v2")) ||
+	    !(cu.info = dlsym(cu.lib, "cuMemGetInfo_v2")) || !(cu.sync = dlsym(cu.lib, "cuCtxSynchronize")) ||
+	    cu.init(0) || cu.device_get(&dev, atoi(getenv("GMSFS_SCENARIO_DEVICE") ? getenv("GMSFS_SCENARIO_DEVICE") : "0")) ||
+	    cu.retain(&ctx, dev) || cu.set_current(ctx)) {
+		fprintf(stderr, "gmsfs-scenario: no CUDA context\n");
+		exit(3);
+	}
+#else
+	fprintf(stderr, "gmsfs-scenario: built without cuda.h\n");
+	exit(3);
+#endif
+}
+
+static int mem_write(void *dst, const void *src, size_t n)
+{
+#ifdef GMSFS_HAVE_CUDA
+	if (cuda)
+		return cu.htod((CUdeviceptr)(uintptr_t)dst, src, n) ? -EIO : 0;
+#endif
+	memcpy(dst, src, n);
+	return 0;
+}
+
+static int mem_read(void *dst, const void *src, size_t n)
+{
+#ifdef GMSFS_HAVE_CUDA
+	if (cuda)
+		return cu.dtoh(dst, (CUdeviceptr)(uintptr_t)src, n) ? -EIO : 0;
+#endif
+	memcpy(dst, src, n);
+	return 0;
+}
+
+/* Write into a mapping the way a buggy reader would; 0 if it went through. */
+static int mem_poke(void *dst, size_t n)
+{
+#ifdef GMSFS_HAVE_CUDA
+	if (cuda) {
+		CUresult r = cu.memset8((CUdeviceptr)(uintptr_t)dst, 0x5a, n);
+		return r ? -EACCES : (cu.sync() ? -EIO : 0);
+	}
+#endif
+	/* A writable mapping of the descriptor, as mprotect would make it. */
+	return mprotect(dst, n, PROT_READ | PROT_WRITE) == 0 ? 0 : -errno;
+}
+
+/* Bytes in use where allocations live: shared memory on the host, device memory on a GPU. */
+static long long mem_used(void)
+{
+#ifdef GMSFS_HAVE_CUDA
+	if (cuda) {
+		size_t free_b = 0, total = 0;
+		cu.info(&free_b, &total);
+		return (long long)(total - free_b);
+	}
+#endif
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	long v = -1;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "Shmem: %ld kB", &v) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return v * 1024LL;
+}
 
 #define CHECK(c, ...)                                                               \
 	do {                                                                        \
@@ -88,7 +192,32 @@ struct kid {
 	int to, from; /* parent writes to `to` to release; the child reports on `from` */
 };
 
-/* The child connects and reports the result (an int), then holds until released. */
+/* Close every inherited descriptor but keep: a sibling's pipe ends would keep
+ * it from ever seeing EOF. */
+static void close_others(int keep1, int keep2)
+{
+	for (int fd = 3; fd < 1024; fd++)
+		if (fd != keep1 && fd != keep2)
+			close(fd);
+}
+
+/* __hold STORE MODE TIMEOUT IN OUT: connect, report {result, lock} on OUT, hold until IN closes. */
+static int role_hold(char **argv)
+{
+	int in = atoi(argv[5]), out = atoi(argv[6]);
+	gmsfs *g;
+	int e = gmsfs_connect(&g, store, atoi(argv[3]), atoi(argv[4]));
+	int msg[2] = { e, e ? 0 : gmsfs_lock_mode(g) };
+	if (write(out, msg, sizeof msg) != sizeof msg)
+		return 3;
+	char c;
+	if (read(in, &c, 1) < 0)
+		return 3;
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+/* A child (this program again) that connects and reports, then holds until released. */
 static struct kid spawn(int mode, int timeout_ms)
 {
 	int a[2], b[2];
@@ -96,21 +225,14 @@ static struct kid spawn(int mode, int timeout_ms)
 		abort();
 	struct kid k = { fork(), a[1], b[0] };
 	if (k.pid == 0) {
-		/* Only our own pipe ends: a sibling's inherited ones would keep it from seeing EOF. */
-		for (int fd = 3; fd < 1024; fd++)
-			if (fd != a[0] && fd != b[1])
-				close(fd);
-		gmsfs *g;
-		int e = gmsfs_connect(&g, store, mode, timeout_ms);
-		int lock = e ? 0 : gmsfs_lock_mode(g);
-		int msg[2] = { e, lock };
-		if (write(b[1], msg, sizeof msg) != sizeof msg)
-			_exit(3);
-		char c;
-		if (read(a[0], &c, 1) < 0)
-			_exit(3);
-		gmsfs_disconnect(g);
-		_exit(0);
+		close_others(a[0], b[1]);
+		char m[16], t[16], in[16], out[16];
+		snprintf(m, sizeof m, "%d", mode);
+		snprintf(t, sizeof t, "%d", timeout_ms);
+		snprintf(in, sizeof in, "%d", a[0]);
+		snprintf(out, sizeof out, "%d", b[1]);
+		execl(self, self, "__hold", store, m, t, in, out, (char *)NULL);
+		_exit(127);
 	}
 	close(a[0]);
 	close(b[1]);
@@ -145,6 +267,17 @@ static uint8_t byte_of(int k, uint64_t i, int salt)
 	return (uint8_t)(k * 7 + i * 13 + (uint64_t)salt);
 }
 
+static int fill(void *p, int k, uint64_t size, int salt)
+{
+	uint8_t *b = malloc(size);
+	for (uint64_t i = 0; i < size; i++)
+		b[i] = byte_of(k, i, salt);
+	int e = mem_write(p, b, size);
+	free(b);
+	CHECK(e == 0, "writing %llu bytes", (unsigned long long)size);
+	return 0;
+}
+
 /* A writer's layout: n allocations named w/K of size bytes, filled, one entry each. */
 static int build(gmsfs *g, int n, uint64_t size, int salt)
 {
@@ -154,8 +287,8 @@ static int build(gmsfs *g, int n, uint64_t size, int salt)
 		snprintf(name, sizeof name, "w/%d", k);
 		snprintf(key, sizeof key, "t/%d", k);
 		CALL(g, gmsfs_create(g, name, size, k % 2 ? "odd" : "even", (void **)&p));
-		for (uint64_t i = 0; i < size; i++)
-			p[i] = byte_of(k, i, salt);
+		if (fill(p, k, size, salt))
+			return 1;
 		CALL(g, gmsfs_meta_put(g, key, name, (uint64_t)k % size, name, strlen(name)));
 	}
 	return 0;
@@ -182,9 +315,14 @@ static int verify(gmsfs *g, int n, int salt)
 	CHECK(count == (size_t)n, "%zu mappings, expected %d", count, n);
 	for (size_t j = 0; j < count; j++) {
 		int k = atoi(m[j].name + 2);
-		const uint8_t *p = m[j].ptr;
-		for (uint64_t i = 0; i < m[j].size; i++)
-			CHECK(p[i] == byte_of(k, i, salt), "%s byte %llu", m[j].name, (unsigned long long)i);
+		uint8_t *p = malloc(m[j].size);
+		CHECK(mem_read(p, m[j].ptr, m[j].size) == 0, "reading %s", m[j].name);
+		uint64_t bad = m[j].size;
+		for (uint64_t i = 0; i < m[j].size && bad == m[j].size; i++)
+			if (p[i] != byte_of(k, i, salt))
+				bad = i;
+		free(p);
+		CHECK(bad == m[j].size, "%s byte %llu", m[j].name, (unsigned long long)bad);
 		CHECK(!strcmp(m[j].tag, k % 2 ? "odd" : "even"), "%s tag %s", m[j].name, m[j].tag);
 	}
 	return 0;
@@ -192,15 +330,35 @@ static int verify(gmsfs *g, int n, int salt)
 
 /* ---- scenarios ---- */
 
+/* __reader STORE DONE GO: import all, check every byte and that writing is refused,
+ * report on DONE, hold until GO closes. */
+static int role_reader(char **argv)
+{
+	int done = atoi(argv[3]), go = atoi(argv[4]);
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 5000));
+	CALL(g, gmsfs_import_all(g));
+	if (verify(g, 64, 1))
+		return 1;
+	const struct gmsfs_mapping *m;
+	gmsfs_mappings(g, &m);
+	/* Read-only: a write through the mapping (a writable mapping on the host) is refused. */
+	CHECK(mem_poke(m[0].ptr, m[0].aligned) != 0, "a reader wrote into its mapping");
+	CHECK(!m[0].writable, "the reader's mapping says writable");
+	if (verify(g, 64, 1))
+		return 1;
+	char c = 'x';
+	CHECK(write(done, &c, 1) == 1 && read(go, &c, 1) == 0, "report");
+	gmsfs_disconnect(g);
+	return 0;
+}
+
 /* The first bar: 64 allocations, three readers in bulk, no writable mapping. */
 static int sc_readers64(void)
 {
-	pid_t w = fork();
-	if (w == 0)
-		_exit(publish(64, 65536 + 100, 1, NULL));
 	int st;
-	waitpid(w, &st, 0);
-	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "writer process failed");
+	if (publish(64, 65536 + 100, 1, NULL))
+		return 1;
 	/* Each reader reports on `done`, then holds until `go` closes: all three read side by side. */
 	int done[2], go[2];
 	if (pipe(done) || pipe(go))
@@ -208,33 +366,12 @@ static int sc_readers64(void)
 	pid_t r[3];
 	for (int i = 0; i < 3; i++) {
 		if ((r[i] = fork()) == 0) {
-			close(go[1]);
-			gmsfs *g;
-			int e = gmsfs_connect(&g, store, GMSFS_RO, 5000);
-			if (!e)
-				e = gmsfs_import_all(g);
-			if (e) {
-				fprintf(stderr, "reader: %s\n", gmsfs_errmsg(g));
-				_exit(1);
-			}
-			if (verify(g, 64, 1))
-				_exit(1);
-			const struct gmsfs_mapping *m;
-			gmsfs_mappings(g, &m);
-			/* The descriptor was read-only: a writable mapping of it is refused. */
-			if (mprotect(m[0].ptr, m[0].aligned, PROT_READ | PROT_WRITE) == 0 || errno != EACCES) {
-				fprintf(stderr, "reader could make its mapping writable\n");
-				_exit(1);
-			}
-			if (m[0].writable) {
-				fprintf(stderr, "reader's mapping says writable\n");
-				_exit(1);
-			}
-			char c = 'x';
-			if (write(done[1], &c, 1) != 1 || read(go[0], &c, 1) != 0)
-				_exit(1);
-			gmsfs_disconnect(g);
-			_exit(0);
+			close_others(done[1], go[0]);
+			char d[16], g[16];
+			snprintf(d, sizeof d, "%d", done[1]);
+			snprintf(g, sizeof g, "%d", go[0]);
+			execl(self, self, "__reader", store, d, g, (char *)NULL);
+			_exit(127);
 		}
 	}
 	close(done[1]);
@@ -602,11 +739,11 @@ static int sc_reallocate(void)
 	const struct gmsfs_mapping *m;
 	gmsfs_mappings(g, &m);
 	for (int i = 0; i < 3; i++) {
-		uint8_t *p = m[i].ptr;
-		CHECK(m[i].writable && p[0] == 0 && p[4095] == 0, "%s is fresh and writable", m[i].name);
-		int k = atoi(m[i].name + 2);
-		for (uint64_t j = 0; j < m[i].size; j++)
-			p[j] = byte_of(k, j, 10);
+		uint8_t first = 1;
+		CHECK(m[i].writable && mem_read(&first, m[i].ptr, 1) == 0, "%s is writable", m[i].name);
+		CHECK(cuda || first == 0, "%s is fresh memory", m[i].name); /* device memory comes uninitialized */
+		if (fill(m[i].ptr, atoi(m[i].name + 2), m[i].size, 10))
+			return 1;
 	}
 	CALL(g, gmsfs_commit(g));
 	CHECK(state_val("aligned_bytes") == used, "old memory released at commit: %ld, was %ld", state_val("aligned_bytes"), used);
@@ -620,51 +757,127 @@ static int sc_reallocate(void)
 	return 0;
 }
 
-static long shmem_kib(void)
+/* __hog STORE OUT BYTES: a writer that creates BYTES (in allocations of at most
+ * 1 GiB), fills them, reports on OUT and waits to be killed. */
+static int role_hog(char **argv)
 {
-	FILE *f = fopen("/proc/meminfo", "r");
-	char line[256];
-	long v = -1;
-	while (f && fgets(line, sizeof line, f))
-		if (sscanf(line, "Shmem: %ld kB", &v) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return v;
+	int out = atoi(argv[3]);
+	uint64_t left = strtoull(argv[4], NULL, 0);
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 1000));
+	for (int k = 0; left; k++) {
+		uint64_t n = left < (1ull << 30) ? left : 1ull << 30;
+		char name[32];
+		void *p;
+		snprintf(name, sizeof name, "hog/%d", k);
+		CALL(g, gmsfs_create(g, name, n, NULL, &p));
+		if (fill(p, k, n, 11))
+			return 1;
+		left -= n;
+	}
+	CHECK(write(out, "x", 1) == 1, "report");
+	pause();
+	return 0;
 }
 
-/* Memory that a killed process held through its mapping comes back. */
+/* A writer killed with SIGKILL: the memory it held through its mappings comes back
+ * once it is gone, and the store is exactly at its last commit. */
 static int sc_dead_holder_memory(void)
 {
-	const uint64_t size = 256ull << 20;
-	long before = shmem_kib();
+	const uint64_t size = cuda ? 4ull << 30 : 256ull << 20;
+	char h1[33], h2[33];
+	if (publish(2, 4096, 12, h1))
+		return 1;
+	long long before = mem_used();
 	int p[2];
 	if (pipe(p))
 		return 1;
 	pid_t w = fork();
 	if (w == 0) {
-		gmsfs *g;
-		uint8_t *m;
-		if (gmsfs_connect(&g, store, GMSFS_RW, 1000) || gmsfs_create(g, "big", size, NULL, (void **)&m))
-			_exit(1);
-		memset(m, 0xab, size);
-		if (write(p[1], "x", 1) != 1)
-			_exit(1);
-		pause();
-		_exit(0);
+		close_others(p[1], -1);
+		char out[16], bytes[32];
+		snprintf(out, sizeof out, "%d", p[1]);
+		snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)size);
+		execl(self, self, "__hog", store, out, bytes, (char *)NULL);
+		_exit(127);
 	}
 	close(p[1]);
 	char c;
-	CHECK(read(p[0], &c, 1) == 1, "writer filled its allocation");
-	long during = shmem_kib();
+	CHECK(read(p[0], &c, 1) == 1, "writer filled its allocations");
+	close(p[0]);
+	long long during = mem_used();
 	kill(w, SIGKILL);
 	waitpid(w, NULL, 0);
-	CHECK(wait_for(state_val, "writer", 0, 3000) && state_is("EMPTY"), "writer gone, store EMPTY");
-	long after = shmem_kib();
-	for (int t = 0; t < 100 && after - before > 64 * 1024; t++, msleep(20))
-		after = shmem_kib();
-	CHECK(during - before > 200 * 1024, "the allocation showed in Shmem: %ld -> %ld kB", before, during);
-	CHECK(after - before < 64 * 1024, "memory back: %ld kB before, %ld during, %ld after", before, during, after);
+	CHECK(wait_for(state_val, "writer", 0, 5000) && state_is("COMMITTED"), "writer gone, store COMMITTED");
+	long long after = mem_used();
+	for (int t = 0; t < 250 && after - before > (64 << 20); t++, msleep(20))
+		after = mem_used();
+	printf("memory in use: %lld MiB before, %lld during, %lld after\n", before >> 20, during >> 20, after >> 20);
+	CHECK(during - before >= (long long)size * 9 / 10, "the allocation showed: %lld -> %lld", before, during);
+	CHECK(after - before < (64 << 20), "memory back: %lld before, %lld during, %lld after", before, during, after);
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 1000));
+	CALL(g, gmsfs_import_all(g));
+	CALL(g, gmsfs_layout_hash(g, h2));
+	CHECK(!strcmp(h1, h2), "layout intact: %s, was %s", h2, h1);
+	if (verify(g, 2, 12))
+		return 1;
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+/* 100 writers create and leave without commit: nothing leaks, in the daemon or the device. */
+static int sc_abort_cycles(void)
+{
+	const uint64_t size = cuda ? 64ull << 20 : 1ull << 20;
+	char h1[33], h2[33];
+	if (publish(1, 4096, 13, h1))
+		return 1;
+	long committed = state_val("aligned_bytes");
+	long long before = mem_used();
+	for (int i = 0; i < 100; i++) {
+		gmsfs *g;
+		void *p;
+		CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 2000));
+		CALL(g, gmsfs_create(g, "tmp/a", size, NULL, &p));
+		CALL(g, gmsfs_create(g, "tmp/b", size, NULL, &p));
+		gmsfs_disconnect(g);
+	}
+	CHECK(wait_for(state_val, "writer", 0, 3000), "last writer gone");
+	long long after = mem_used();
+	for (int t = 0; t < 100 && after - before > (32 << 20); t++, msleep(20))
+		after = mem_used();
+	printf("memory in use: %lld MiB before 100 cycles of 2 x %llu MiB, %lld after\n", before >> 20,
+	       (unsigned long long)(size >> 20), after >> 20);
+	CHECK(after - before < (32 << 20), "memory back: %lld, was %lld", after, before);
+	CHECK(state_val("aligned_bytes") == committed, "daemon holds %ld, committed %ld", state_val("aligned_bytes"), committed);
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 1000));
+	CALL(g, gmsfs_layout_hash(g, h2));
+	CHECK(!strcmp(h1, h2), "layout intact");
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+/* The daemon dies (GMSFS_DAEMON_PID, SIGKILL): a reader keeps reading what it mapped. */
+static int sc_daemon_killed(void)
+{
+	const char *pid = getenv("GMSFS_DAEMON_PID");
+	CHECK(pid && atoi(pid) > 0, "GMSFS_DAEMON_PID is not set");
+	if (publish(4, 1 << 20, 14, NULL))
+		return 1;
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 1000));
+	CALL(g, gmsfs_import_all(g));
+	CHECK(kill(atoi(pid), SIGKILL) == 0, "kill %s", pid);
+	char path[4200];
+	snprintf(path, sizeof path, "%s/state", store);
+	for (int t = 0; t < 200 && (access(path, F_OK) == 0 || errno != ENOTCONN); t++)
+		msleep(10);
+	CHECK(access(path, F_OK) < 0 && errno == ENOTCONN, "the mount is dead");
+	if (verify(g, 4, 14))
+		return 1;
+	gmsfs_disconnect(g); /* unmaps; the lock went with the daemon */
 	return 0;
 }
 
@@ -688,11 +901,13 @@ static const struct {
 	{ "remap_rebuilt", sc_remap_rebuilt },
 	{ "reallocate", sc_reallocate },
 	{ "dead_holder_memory", sc_dead_holder_memory },
+	{ "abort_cycles", sc_abort_cycles },
+	{ "daemon_killed", sc_daemon_killed },
 };
 
 int main(int argc, char **argv)
 {
-	if (argc != 3) {
+	if (argc < 3) {
 		fprintf(stderr, "usage: %s SCENARIO STORE\nscenarios:", argv[0]);
 		for (size_t i = 0; i < sizeof scenarios / sizeof *scenarios; i++)
 			fprintf(stderr, " %s", scenarios[i].name);
@@ -700,6 +915,20 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	store = argv[2];
+	self = "/proc/self/exe";
+	static char exe[4096];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n > 0) {
+		exe[n] = '\0';
+		self = exe;
+	}
+	mem_init();
+	if (!strcmp(argv[1], "__hold") && argc == 7)
+		return role_hold(argv);
+	if (!strcmp(argv[1], "__reader") && argc == 5)
+		return role_reader(argv);
+	if (!strcmp(argv[1], "__hog") && argc == 5)
+		return role_hog(argv);
 	for (size_t i = 0; i < sizeof scenarios / sizeof *scenarios; i++)
 		if (!strcmp(argv[1], scenarios[i].name))
 			return scenarios[i].fn();
