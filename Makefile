@@ -19,6 +19,7 @@ VMM_SRC := src/vmm/vmm.c src/vmm/vmm_host.c src/vmm/vmm_cuda.c
 CUDA_INC ?= /usr/local/cuda/include
 ifneq ($(wildcard $(CUDA_INC)/cuda.h),)
 CFLAGS += -DGMSFS_HAVE_CUDA -I$(CUDA_INC)
+HAVE_CUDA := 1
 endif
 FS_SRC := src/fs/main.c src/fs/ops.c src/fs/store.c src/fs/caller.c src/fs/text.c src/fs/export.c
 
@@ -32,6 +33,9 @@ UNIT := build/test_fsm build/test_meta build/test_wire
 HELPERS := build/gmsfs-open build/gmsfs-probe build/gmsfs-scenario
 EXAMPLES := build/gmsfs-example
 BENCH := build/bench-import
+ifdef HAVE_CUDA
+BENCH += build/bench-gpu
+endif
 # Programs linked against the library in build/, found there at run time.
 LINK_LIB := -Lbuild -lgmsfs -Wl,-rpath,'$$ORIGIN'
 
@@ -63,6 +67,10 @@ build/gmsfs-probe: tests/helpers/gmsfs-probe.c libgmsfs/gmsfs_ioctl.h | build
 
 build/bench-import: bench/bench_import.c build/libgmsfs.so
 	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $< $(LINK_LIB)
+
+# The GPU benchmark uses the library's export client for the floor's descriptors: linked whole.
+build/bench-gpu: bench/bench_gpu.c $(LIB_SRC) $(LIB_HDR) | build
+	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ bench/bench_gpu.c $(LIB_SRC) $(MSGPACK_LIBS) -ldl
 
 build/test_wire: tests/unit/test_wire.c src/fs/export.c libgmsfs/export_client.c tests/fuzz/stubs.c libgmsfs/*.h src/fs/fs.h tests/unit/tap.h | build
 	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ tests/unit/test_wire.c src/fs/export.c libgmsfs/export_client.c tests/fuzz/stubs.c $(DEPS_LIBS)

@@ -1,0 +1,138 @@
+#!/bin/bash
+# tests/gpu/run.sh: the GPU tests and the benchmark, on the GPU machine, from a clean
+# checkout.  Needs root, /dev/fuse, an NVIDIA driver and cuda.h; the libraries Debian
+# has and the machine lacks come as .debs in .debs/ (apt-get download libfuse3-3
+# libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
+# private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
+#
+#   bash tests/gpu/run.sh [RUNS]     RUNS: benchmark runs per layout (default 5)
+set -u
+cd "$(dirname "$0")/../.."
+top=$(pwd)
+runs=${1:-5}
+
+# ---- build against the private prefix ----
+prefix=$top/.gpu/prefix
+if [ ! -d "$prefix/usr/include/fuse3" ]; then
+	mkdir -p "$prefix"
+	for deb in .debs/*.deb; do dpkg -x "$deb" "$prefix"; done
+fi
+libdir=$prefix/usr/lib/x86_64-linux-gnu
+export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+make -s -j8 all PKG_CONFIG=true CUDA_INC=${CUDA_INC:-/usr/local/cuda/include} \
+	DEPS_CFLAGS="-I$prefix/usr/include/fuse3 -I$prefix/usr/include" \
+	DEPS_LIBS="-L$libdir -lfuse3 -lpthread -lxxhash -lmsgpackc" \
+	MSGPACK_LIBS="-L$libdir -lmsgpackc" XXH_LIBS="-L$libdir -lxxhash" >/dev/null || {
+	echo "Bail out! build failed"
+	exit 1
+}
+
+# ---- a daemon per group of tests ----
+mnt=
+pid=
+mount_gmsfs() {
+	mnt=$(mktemp -d /tmp/gmsfs-gpu.XXXXXX)
+	build/gmsfs -f "$@" "$mnt" 2>"$mnt.log" &
+	pid=$!
+	for _ in $(seq 200); do
+		grep -q " $mnt fuse.gmsfs " /proc/mounts && return 0
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	cat "$mnt.log"
+	return 1
+}
+unmount_gmsfs() {
+	umount "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null
+	for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+	kill -9 "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
+	rmdir "$mnt" 2>/dev/null
+}
+
+n=0
+failed=0
+t() { # t NAME CMD...: one TAP line; the command's output as comments
+	local name=$1 out rc
+	shift
+	n=$((n + 1))
+	out=$("$@" 2>&1)
+	rc=$?
+	[ -n "$out" ] && printf '%s\n' "$out" | sed 's/^/# /'
+	if [ $rc -eq 0 ]; then
+		echo "ok $n - $name"
+	else
+		echo "not ok $n - $name (exit $rc)"
+		failed=$((failed + 1))
+	fi
+}
+
+export GMSFS_SCENARIO_CUDA=1
+scenario() { mkdir "$mnt/$1" && timeout 300 build/gmsfs-scenario "$1" "$mnt/$1"; }
+
+nvidia-smi -L | sed 's/^/# /'
+mount_gmsfs || { echo "Bail out! no mount"; exit 1; }
+sed 's/^/# /' "$mnt/device"
+t "the default backend is cuda on this machine" grep -qx 'backend: cuda' "$mnt/device"
+t "device= names the GPU by uuid too" bash -c "uuid=\$(sed -n 's/^uuid: //p' $mnt/device); m=\$(mktemp -d); build/gmsfs -f -o device=\$uuid,socket=/tmp/gmsfs-uuid.sock \$m 2>/dev/null & p=\$!; for i in \$(seq 100); do grep -q \" \$m fuse.gmsfs \" /proc/mounts && break; sleep 0.05; done; grep -qx \"uuid: \$uuid\" \$m/device; r=\$?; umount \$m; wait \$p; rmdir \$m; exit \$r"
+t "an unknown device is refused with a message" bash -c "build/gmsfs -f -o device=GPU-nope /tmp/nowhere 2>&1 | grep 'no such CUDA device'"
+
+# Writer and readers in separate processes on device memory; a reader's write is refused.
+t "64 allocations, three bulk readers verify every byte on the device, a reader's write is refused" scenario readers64
+for s in commit_publishes abort_on_disconnect rw_or_ro writer_blocks_readers rw_or_ro_timeout \
+	reader_after_writer_timeout several_readers reader_rw_calls_fail bad_offset free_removes \
+	remap_same remap_changed remap_rebuilt reallocate; do
+	t "GMS scenario on cuda: $s" scenario "$s"
+done
+t "a writer killed after creating 4 GiB: device memory comes back, the last commit stands" scenario dead_holder_memory
+t "100 create/abort cycles of 2 x 64 MiB leak nothing" scenario abort_cycles
+oom_check() {
+	mkdir "$mnt/oom" || return 1
+	(
+		exec 9>"$mnt/oom/lock"
+		# Past the device's size: the daemon's own accounting refuses.
+		truncate -s 200G "$mnt/oom/allocs/huge" 2>&1 && exit 1
+		grep 'last_error: allocs/huge: 214748364800 bytes' "$mnt/oom/state" || exit 1
+		# Within it, until the driver itself runs out (other memory is in use): ENOSPC too.
+		for i in $(seq 12); do truncate -s 8G "$mnt/oom/allocs/f$i" 2>/tmp/oom.err || break; done
+		cat /tmp/oom.err
+		grep -q 'No space left' /tmp/oom.err && grep 'last_error' "$mnt/oom/state"
+	) || return 1
+	for _ in $(seq 100); do grep -q 'state: EMPTY' "$mnt/oom/state" && break; sleep 0.05; done
+	grep -q 'backend: cuda' "$mnt/device" && ! ls "$mnt/oom/allocs" | grep -q .
+}
+t "out of device memory is ENOSPC with a clear last_error, and the daemon lives on" oom_check
+
+# The daemon never makes a context: a client holding one is listed by nvidia-smi, the daemon is not.
+ctx_check() {
+	local fifo=/tmp/gmsfs-ctx.$$ out=/tmp/gmsfs-ctx.out.$$
+	rm -f "$fifo"; mkfifo "$fifo"
+	exec 7<>"$fifo"
+	build/gmsfs-scenario __hold "$mnt/readers64" 1 5000 7 1 >"$out" &
+	local holder=$!
+	for _ in $(seq 100); do [ -s "$out" ] && break; sleep 0.05; done
+	local apps
+	apps=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader)
+	echo "compute apps: $(echo $apps) (daemon $pid, client $holder)"
+	echo x >&7
+	exec 7>&-
+	wait "$holder"
+	rm -f "$fifo" "$out"
+	echo "$apps" | grep -qx "$holder" && ! echo "$apps" | grep -qx "$pid"
+}
+t "the daemon holds no CUDA context (nvidia-smi lists the client, not the daemon)" ctx_check
+unmount_gmsfs
+
+mount_gmsfs
+t "a reader keeps reading its mapped weights after the daemon is killed" \
+	bash -c "mkdir $mnt/k && GMSFS_DAEMON_PID=$pid timeout 120 build/gmsfs-scenario daemon_killed $mnt/k"
+unmount_gmsfs
+
+echo "1..$n"
+echo "$((n - failed)) passed, $failed failed"
+
+# ---- the benchmark ----
+mount_gmsfs
+build/bench-gpu "$mnt" "$runs"
+unmount_gmsfs
+exit $((failed > 0))
