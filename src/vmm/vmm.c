@@ -33,7 +33,7 @@ int vmm_open(struct vmm **out, const char *backend, const char *device, uint64_t
 	if (!backend || !strcmp(backend, "cuda")) {
 #ifdef GMSFS_HAVE_CUDA
 		int e = open_with(out, &vmm_cuda_ops, device, max_bytes, err, errlen);
-		if (!e || backend)
+		if (!e || backend || e != -ENODEV)
 			return e;
 		/* The default: cuda where a VMM-capable GPU is found, else host. */
 		fprintf(stderr, "gmsfs: %s: using the host backend\n", err);

@@ -1,4 +1,5 @@
-/* The cuda backend: CUDA VMM on one device.  The daemon calls cuInit and
+/* The cuda backend: CUDA VMM on one device.  -ENODEV from open: no usable GPU
+ * here (the default then falls back to host); -EINVAL: no such device.  The daemon calls cuInit and
  * nothing that needs a context: cuMemCreate (pinned device memory, POSIX-fd
  * handle type) and cuMemExportToShareableHandle work without one.  Each
  * allocation is exported once; its descriptor is kept and sent to every client
@@ -68,7 +69,9 @@ static int cuda_open(struct vmm *v, const char *device, char *err, size_t errlen
 	}
 	if (index < 0) {
 		snprintf(err, errlen, "device=%s: no such CUDA device (%d present; an index or a GPU-uuid)", device, count);
-		goto fail;
+		cu_unload(&p->cu);
+		free(p);
+		return -EINVAL; /* a GPU is here, the name is wrong: no quiet fallback to host */
 	}
 	int vmm = 0, posix = 0;
 	cu->cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, p->dev);

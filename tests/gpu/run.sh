@@ -75,7 +75,9 @@ mount_gmsfs || { echo "Bail out! no mount"; exit 1; }
 sed 's/^/# /' "$mnt/device"
 t "the default backend is cuda on this machine" grep -qx 'backend: cuda' "$mnt/device"
 t "device= names the GPU by uuid too" bash -c "uuid=\$(sed -n 's/^uuid: //p' $mnt/device); m=\$(mktemp -d); build/gmsfs -f -o device=\$uuid,socket=/tmp/gmsfs-uuid.sock \$m 2>/dev/null & p=\$!; for i in \$(seq 100); do grep -q \" \$m fuse.gmsfs \" /proc/mounts && break; sleep 0.05; done; grep -qx \"uuid: \$uuid\" \$m/device; r=\$?; umount \$m; wait \$p; rmdir \$m; exit \$r"
-t "an unknown device is refused with a message" bash -c "build/gmsfs -f -o device=GPU-nope /tmp/nowhere 2>&1 | grep 'no such CUDA device'"
+t "an unknown device is refused with a message, not served from host memory" bash -c "
+	out=\$(build/gmsfs -f -o device=GPU-nope /tmp/nowhere 2>&1); rc=\$?; echo \"\$out\"
+	[ \$rc -ne 0 ] && grep -q 'no such CUDA device' <<<\"\$out\" && ! grep -q 'host' <<<\"\$out\""
 
 # Writer and readers in separate processes on device memory; a reader's write is refused.
 t "64 allocations, three bulk readers verify every byte on the device, a reader's write is refused" scenario readers64
