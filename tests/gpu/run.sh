@@ -76,7 +76,7 @@ sed 's/^/# /' "$mnt/device"
 t "the default backend is cuda on this machine" grep -qx 'backend: cuda' "$mnt/device"
 t "device= names the GPU by uuid too" bash -c "uuid=\$(sed -n 's/^uuid: //p' $mnt/device); m=\$(mktemp -d); build/gmsfs -f -o device=\$uuid,socket=/tmp/gmsfs-uuid.sock \$m 2>/dev/null & p=\$!; for i in \$(seq 100); do grep -q \" \$m fuse.gmsfs \" /proc/mounts && break; sleep 0.05; done; grep -qx \"uuid: \$uuid\" \$m/device; r=\$?; umount \$m; wait \$p; rmdir \$m; exit \$r"
 t "an unknown device is refused with a message, not served from host memory" bash -c "
-	out=\$(build/gmsfs -f -o device=GPU-nope /tmp/nowhere 2>&1); rc=\$?; echo \"\$out\"
+	m=\$(mktemp -d); out=\$(timeout 10 build/gmsfs -f -o device=GPU-nope \$m 2>&1); rc=\$?; rmdir \$m; echo \"\$out\"
 	[ \$rc -ne 0 ] && grep -q 'no such CUDA device' <<<\"\$out\" && ! grep -q 'host' <<<\"\$out\""
 
 # Writer and readers in separate processes on device memory; a reader's write is refused.
