@@ -227,7 +227,7 @@ static int send_error(int sock, int err, const char *why)
 }
 
 /* Items [first, first+n) as one message: manifest plus descriptors. */
-static int send_batch(int sock, struct vmm *v, const struct export_set *s, size_t first, size_t n, bool last)
+static int send_batch(int sock, const struct export_set *s, size_t first, size_t n, bool last)
 {
 	int fds[GMSFS_FDS_PER_MSG];
 	bool owned[GMSFS_FDS_PER_MSG];
@@ -264,13 +264,12 @@ static int send_batch(int sock, struct vmm *v, const struct export_set *s, size_
 		if (owned[i])
 			close(fds[i]);
 	msgpack_sbuffer_destroy(&sb);
-	(void)v;
 	return e;
 }
 
 /* Split into messages of at most GMSFS_FDS_PER_MSG descriptors and about
  * GMSFS_MANIFEST_MAX bytes of manifest (paths can be long). */
-static int send_set(int sock, struct vmm *v, const struct export_set *s)
+static int send_set(int sock, const struct export_set *s)
 {
 	size_t first = 0;
 	do {
@@ -282,7 +281,7 @@ static int send_set(int sock, struct vmm *v, const struct export_set *s)
 			bytes += b;
 			n++;
 		}
-		int e = send_batch(sock, v, s, first, n, first + n == s->n);
+		int e = send_batch(sock, s, first, n, first + n == s->n);
 		if (e)
 			return e;
 		first += n;
@@ -350,7 +349,7 @@ static int serve_one(struct fs *fs, int sock)
 		send_error(sock, -e, why);
 		return 1;
 	}
-	e = send_set(sock, fs->vmm, &set);
+	e = send_set(sock, &set);
 	if (e)
 		fuse_log(FUSE_LOG_WARNING, "gmsfs: export socket: pid %d: sending %zu descriptors: %s\n",
 			 (int)cred.pid, set.n, strerror(-e));
