@@ -24,7 +24,7 @@ endif
 FS_SRC := src/fs/main.c src/fs/ops.c src/fs/store.c src/fs/caller.c src/fs/text.c src/fs/export.c
 
 LIB_SRC := libgmsfs/gmsfs.c libgmsfs/export_client.c libgmsfs/map_host.c libgmsfs/map_cuda.c
-LIB_HDR := libgmsfs/gmsfs.h libgmsfs/gmsfs_ioctl.h libgmsfs/internal.h libgmsfs/cuda_api.h
+LIB_HDR := libgmsfs/gmsfs.h libgmsfs/gmsfs_ioctl.h libgmsfs/internal.h libgmsfs/cuda_api.h src/grow.h
 LIB_SONAME := libgmsfs.so.0
 
 BIN := build/gmsfs
@@ -45,7 +45,7 @@ all: $(BIN) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH)
 build:
 	mkdir -p build
 
-$(BIN): $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) src/fs/*.h src/fsm/fsm.h src/meta/*.h src/vmm/vmm.h libgmsfs/gmsfs_ioctl.h libgmsfs/cuda_api.h | build
+$(BIN): $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) src/fs/*.h src/fsm/fsm.h src/meta/*.h src/vmm/vmm.h src/grow.h libgmsfs/gmsfs_ioctl.h libgmsfs/cuda_api.h | build
 	@$(PKG_CONFIG) --exists fuse3 libxxhash msgpack || { echo 'missing fuse3/libxxhash/msgpack: run make deps'; exit 1; }
 	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(DEPS_LIBS) -ldl
 
@@ -78,7 +78,7 @@ build/test_wire: tests/unit/test_wire.c src/fs/export.c libgmsfs/export_client.c
 build/test_fsm: tests/unit/test_fsm.c $(FSM_SRC) src/fsm/fsm.h tests/unit/tap.h | build
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_fsm.c $(FSM_SRC)
 
-build/test_meta: tests/unit/test_meta.c $(META_SRC) src/meta/*.h tests/unit/tap.h | build
+build/test_meta: tests/unit/test_meta.c $(META_SRC) src/meta/*.h src/grow.h tests/unit/tap.h | build
 	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ tests/unit/test_meta.c $(META_SRC) $(XXH_LIBS)
 
 build/gmsfs-open: tests/helpers/gmsfs-open.c | build

@@ -1,5 +1,6 @@
 /* libgmsfs: connections, mappings, commit, sleep and wake.  See libgmsfs(3). */
 #include "internal.h"
+#include "../src/grow.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -308,14 +309,8 @@ int gmsfs_find(const gmsfs *g, const char *name, struct gmsfs_mapping *out)
 /* Reserve and map one exported allocation; on success it joins the table. */
 static int add_map(gmsfs *g, struct xp_entry *x, bool writable, void **ptr)
 {
-	if (g->nmaps == g->cap) {
-		size_t cap = g->cap ? g->cap * 2 : 64;
-		struct gm_map *v = realloc(g->maps, cap * sizeof *v);
-		if (!v)
-			return gm_error(g, -ENOMEM, "out of memory");
-		g->maps = v;
-		g->cap = cap;
-	}
+	if (GROW(g->maps, g->nmaps, g->cap, 64))
+		return gm_error(g, -ENOMEM, "out of memory");
 	if (2 * (g->nmaps + 1) > g->index_cap && index_rebuild(g, g->nmaps + 1))
 		return gm_error(g, -ENOMEM, "out of memory");
 	void *va;
@@ -557,14 +552,8 @@ struct keys {
 
 static int keys_add(struct keys *k, const char *s)
 {
-	if (k->n == k->cap) {
-		size_t cap = k->cap ? k->cap * 2 : 64;
-		char **v = realloc(k->v, cap * sizeof *v);
-		if (!v)
-			return -ENOMEM;
-		k->v = v;
-		k->cap = cap;
-	}
+	if (GROW(k->v, k->n, k->cap, 64))
+		return -ENOMEM;
 	if (!(k->v[k->n] = strdup(s)))
 		return -ENOMEM;
 	k->n++;

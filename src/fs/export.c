@@ -7,6 +7,7 @@
  * kernel fills it in, per message), so a forked child cannot use its parent's
  * ticket even over its parent's connection. */
 #include "fs.h"
+#include "../grow.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -95,14 +96,8 @@ static int set_add(struct meta_node *n, void *arg)
 	struct export_set *s = arg;
 	if (n->kind != META_ALLOC || !n->buf)
 		return 0; /* directories, and allocations not sized yet: no memory to send */
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 64;
-		struct export_item *v = realloc(s->v, cap * sizeof *v);
-		if (!v)
-			return -ENOMEM;
-		s->v = v;
-		s->cap = cap;
-	}
+	if (GROW(s->v, s->n, s->cap, 64))
+		return -ENOMEM;
 	char path[META_PATH_MAX + 1];
 	int e = meta_path(n, path, sizeof path);
 	if (e < 0)

@@ -1,6 +1,7 @@
 /* store: the table of stores and each store's locks.  Everything here runs
  * with fs->mu held; store_acquire sleeps on fs->cv, which releases it. */
 #include "fs.h"
+#include "../grow.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -21,14 +22,8 @@ int store_create(struct fs *fs, const char *name, struct store **out)
 		return -EINVAL;
 	if (store_find(fs, name))
 		return -EEXIST;
-	if (fs->nstores == fs->stores_cap) {
-		size_t cap = fs->stores_cap ? fs->stores_cap * 2 : 8;
-		struct store **v = realloc(fs->stores, cap * sizeof *v);
-		if (!v)
-			return -ENOMEM;
-		fs->stores = v;
-		fs->stores_cap = cap;
-	}
+	if (GROW(fs->stores, fs->nstores, fs->stores_cap, 8))
+		return -ENOMEM;
 	struct store *st = calloc(1, sizeof *st);
 	if (!st || !(st->name = strdup(name)) || !(st->meta = meta_store_new(release_buf, st))) {
 		if (st)

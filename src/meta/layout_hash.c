@@ -10,6 +10,7 @@
  * Integers little-endian; paths relative to allocs/ and meta/; size is the
  * requested size, so every backend gives the same hash. */
 #include "meta.h"
+#include "../grow.h"
 #include "meta_internal.h"
 
 #include <errno.h>
@@ -25,14 +26,8 @@ static int gather(struct meta_node *n, void *arg)
 	struct items *it = arg;
 	if (n->kind != it->kind)
 		return 0;
-	if (it->n == it->cap) {
-		size_t cap = it->cap ? it->cap * 2 : 256;
-		struct item *v = realloc(it->v, cap * sizeof *v);
-		if (!v)
-			return -ENOMEM;
-		it->v = v;
-		it->cap = cap;
-	}
+	if (GROW(it->v, it->n, it->cap, 256))
+		return -ENOMEM;
 	char path[META_PATH_MAX + 1];
 	int e = meta_path(n, path, sizeof path);
 	if (e)

@@ -1,5 +1,6 @@
 /* meta: the tree of a store, its snapshot and rollback.  The hash is in layout_hash.c. */
 #include "meta.h"
+#include "../grow.h"
 #include "meta_internal.h"
 
 #include <errno.h>
@@ -124,14 +125,8 @@ static void account(struct meta_store *s, const struct meta_node *n, int sign)
 
 static int link_node(struct meta_node *dir, struct meta_node *n)
 {
-	if (dir->nkids == dir->kids_cap) {
-		size_t cap = dir->kids_cap ? dir->kids_cap * 2 : 8;
-		struct meta_node **k = realloc(dir->kids, cap * sizeof *k);
-		if (!k)
-			return -ENOMEM;
-		dir->kids = k;
-		dir->kids_cap = cap;
-	}
+	if (GROW(dir->kids, dir->nkids, dir->kids_cap, 8))
+		return -ENOMEM;
 	int e = index_put(dir, n);
 	if (e)
 		return e;
@@ -208,14 +203,8 @@ static void snapshot_drop(struct meta_store *s)
 static int collect(struct meta_node *n, void *arg)
 {
 	struct meta_nodes *v = arg;
-	if (v->n == v->cap) {
-		size_t cap = v->cap ? v->cap * 2 : 64;
-		struct meta_node **p = realloc(v->v, cap * sizeof *p);
-		if (!p)
-			return -ENOMEM;
-		v->v = p;
-		v->cap = cap;
-	}
+	if (GROW(v->v, v->n, v->cap, 64))
+		return -ENOMEM;
 	v->v[v->n++] = n;
 	return 0;
 }
