@@ -331,7 +331,6 @@ int xp_fetch(gmsfs *g, int fd, unsigned long cmd, struct xp_entry **v, size_t *n
 	struct gmsfs_ioc io = { .size = sizeof io };
 	if (ioctl(fd, cmd, &io) < 0)
 		return gm_error(g, -errno, "export ioctl: %s", strerror(errno));
-	g->info = io;
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	memcpy(a.sun_path, io.socket, sizeof a.sun_path - 1);
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);

@@ -170,7 +170,7 @@ static size_t name_hash(const char *s)
 
 static void index_put(gmsfs *g, size_t i)
 {
-	size_t mask = g->index_cap - 1, k = name_hash(g->maps[i].pub.name) & mask;
+	size_t mask = g->index_cap - 1, k = name_hash(g->maps[i].name) & mask;
 	while (g->index[k])
 		k = (k + 1) & mask;
 	g->index[k] = i + 1;
@@ -199,24 +199,32 @@ static int index_rebuild(gmsfs *g, size_t want)
 	return 0;
 }
 
-static struct gm_map *find_name(const gmsfs *g, const char *name)
+static struct gmsfs_mapping *find_name(const gmsfs *g, const char *name)
 {
 	if (!g->index_cap)
 		return NULL;
 	size_t mask = g->index_cap - 1;
 	for (size_t k = name_hash(name) & mask; g->index[k]; k = (k + 1) & mask)
-		if (!strcmp(g->maps[g->index[k] - 1].pub.name, name))
+		if (!strcmp(g->maps[g->index[k] - 1].name, name))
 			return &g->maps[g->index[k] - 1];
 	return NULL;
 }
 
+/* Unmap, give the range back, forget the names. */
+static void release_map(gmsfs *g, size_t i)
+{
+	struct gmsfs_mapping *m = &g->maps[i];
+	g->be->unreserve(g, m->ptr, m->aligned, g->mapped[i]);
+	free((char *)m->name);
+	free((char *)m->tag);
+}
+
 static void drop_map(gmsfs *g, size_t i)
 {
-	struct gm_map *m = &g->maps[i];
-	g->be->unreserve(g, m->pub.ptr, m->pub.aligned, m->mapped);
-	free((char *)m->pub.name);
-	free((char *)m->pub.tag);
-	g->maps[i] = g->maps[--g->nmaps];
+	release_map(g, i);
+	g->nmaps--;
+	g->maps[i] = g->maps[g->nmaps];
+	g->mapped[i] = g->mapped[g->nmaps];
 	index_rebuild(g, g->nmaps); /* cannot fail: it shrinks */
 }
 
@@ -224,16 +232,16 @@ void gmsfs_disconnect(gmsfs *g)
 {
 	if (!g)
 		return;
-	while (g->nmaps)
-		drop_map(g, g->nmaps - 1);
+	for (size_t i = 0; i < g->nmaps; i++)
+		release_map(g, i);
 	if (g->dirfd >= 0)
 		close(g->dirfd);
 #ifdef GMSFS_HAVE_CUDA
 	cu_unload(&g->cu);
 #endif
 	free(g->maps);
+	free(g->mapped);
 	free(g->index);
-	free(g->list);
 	free(g->dir);
 	free(g);
 }
@@ -247,7 +255,7 @@ uint64_t gmsfs_total_bytes(const gmsfs *g)
 {
 	uint64_t t = 0;
 	for (size_t i = 0; i < g->nmaps; i++)
-		t += g->maps[i].pub.aligned;
+		t += g->maps[i].aligned;
 	return t;
 }
 
@@ -284,33 +292,33 @@ int gmsfs_layout_hash(gmsfs *g, char hex[33])
 
 size_t gmsfs_mappings(const gmsfs *g, const struct gmsfs_mapping **list)
 {
-	gmsfs *m = (gmsfs *)g;
-	free(m->list);
-	m->list = calloc(g->nmaps ? g->nmaps : 1, sizeof *m->list);
-	if (!m->list) {
-		*list = NULL;
-		return 0;
-	}
-	for (size_t i = 0; i < g->nmaps; i++)
-		m->list[i] = g->maps[i].pub;
-	*list = m->list;
+	*list = g->maps;
 	return g->nmaps;
 }
 
 int gmsfs_find(const gmsfs *g, const char *name, struct gmsfs_mapping *out)
 {
-	struct gm_map *m = find_name(g, name);
+	struct gmsfs_mapping *m = find_name(g, name);
 	if (!m)
 		return -ENOENT;
-	*out = m->pub;
+	*out = *m;
 	return 0;
 }
 
 /* Reserve and map one exported allocation; on success it joins the table. */
 static int add_map(gmsfs *g, struct xp_entry *x, bool writable, void **ptr)
 {
+	size_t cap = g->cap;
 	if (GROW(g->maps, g->nmaps, g->cap, 64))
 		return gm_error(g, -ENOMEM, "out of memory");
+	if (cap != g->cap) { /* mapped[] follows maps[] */
+		bool *v = realloc(g->mapped, g->cap * sizeof *v);
+		if (!v) {
+			g->cap = cap; /* maps[] grew; the next call tries mapped[] again */
+			return gm_error(g, -ENOMEM, "out of memory");
+		}
+		g->mapped = v;
+	}
 	if (2 * (g->nmaps + 1) > g->index_cap && index_rebuild(g, g->nmaps + 1))
 		return gm_error(g, -ENOMEM, "out of memory");
 	void *va;
@@ -322,10 +330,9 @@ static int add_map(gmsfs *g, struct xp_entry *x, bool writable, void **ptr)
 		g->be->unreserve(g, va, x->aligned, false);
 		return gm_error(g, e, "%s: %s", x->path, why[0] ? why : strerror(-e));
 	}
-	struct gm_map *m = &g->maps[g->nmaps++];
-	*m = (struct gm_map){ .mapped = true };
-	m->pub = (struct gmsfs_mapping){ .name = x->path, .tag = x->tag, .ptr = va, .size = x->size,
-					 .aligned = x->aligned, .writable = writable };
+	g->mapped[g->nmaps] = true;
+	g->maps[g->nmaps++] = (struct gmsfs_mapping){ .name = x->path, .tag = x->tag, .ptr = va, .size = x->size,
+						      .aligned = x->aligned, .writable = writable };
 	x->path = x->tag = NULL; /* the table owns them now */
 	index_put(g, g->nmaps - 1);
 	if (ptr)
@@ -399,9 +406,9 @@ int gmsfs_import(gmsfs *g, const char *name, void **ptr)
 	int e = need_lock(g, GMSFS_RO);
 	if (e || (e = rel_path(g, "allocs", name, rel, sizeof rel)))
 		return e;
-	struct gm_map *m = find_name(g, name);
+	struct gmsfs_mapping *m = find_name(g, name);
 	if (m) {
-		*ptr = m->pub.ptr;
+		*ptr = m->ptr;
 		return 0;
 	}
 	int fd = openat(g->dirfd, rel, O_RDONLY | O_CLOEXEC);
@@ -451,9 +458,9 @@ static int read_all(int fd, void **out, size_t *len)
 /* Size of allocation alloc: from the table, else from the store. */
 static int alloc_size(gmsfs *g, const char *alloc, uint64_t *size)
 {
-	struct gm_map *m = find_name(g, alloc);
+	struct gmsfs_mapping *m = find_name(g, alloc);
 	if (m) {
-		*size = m->pub.size;
+		*size = m->size;
 		return 0;
 	}
 	char rel[4200];
@@ -625,23 +632,23 @@ int gmsfs_free(gmsfs *g, void *ptr)
 	if (e)
 		return e;
 	size_t i = 0;
-	while (i < g->nmaps && g->maps[i].pub.ptr != ptr)
+	while (i < g->nmaps && g->maps[i].ptr != ptr)
 		i++;
 	if (i == g->nmaps)
 		return gm_error(g, -ENOENT, "%p: not a mapping of this handle", ptr);
-	const char *name = g->maps[i].pub.name;
+	const char *name = g->maps[i].name;
 	/* Entries that point at it go first: a commit would refuse them. */
 	char **keys;
 	size_t n;
 	if ((e = gmsfs_meta_list(g, "", &keys, &n)))
 		return e;
 	for (size_t k = 0; k < n && !e; k++) {
-		struct gmsfs_meta m;
-		if (gmsfs_meta_get(g, keys[k], &m))
-			continue;
-		if (m.alloc && !strcmp(m.alloc, name))
+		/* The entry's allocation by path: no open, no read of the value. */
+		char path[8400], alloc[4200];
+		snprintf(path, sizeof path, "%s/meta/%s", g->dir, keys[k]);
+		ssize_t len = getxattr(path, XATTR_ALLOC, alloc, sizeof alloc - 1);
+		if (len > 0 && (size_t)len == strlen(name) && !memcmp(alloc, name, (size_t)len))
 			e = gmsfs_meta_delete(g, keys[k]);
-		gmsfs_meta_free(&m);
 	}
 	gmsfs_list_free(keys, n);
 	if (e)
@@ -693,9 +700,9 @@ int gmsfs_commit(gmsfs *g)
 		return e;
 	/* The daemon downgraded the lock; the mappings follow. */
 	for (size_t i = 0; i < g->nmaps; i++) {
-		if (g->maps[i].mapped && g->maps[i].pub.writable) {
-			g->be->protect_ro(g, g->maps[i].pub.ptr, g->maps[i].pub.aligned);
-			g->maps[i].pub.writable = 0;
+		if (g->mapped[i] && g->maps[i].writable) {
+			g->be->protect_ro(g, g->maps[i].ptr, g->maps[i].aligned);
+			g->maps[i].writable = 0;
 		}
 	}
 	return refresh_info(g);
@@ -709,10 +716,10 @@ int gmsfs_unmap_all(gmsfs *g)
 	if (e)
 		return e;
 	for (size_t i = 0; i < g->nmaps; i++) {
-		struct gm_map *m = &g->maps[i];
-		if (m->mapped && (e = g->be->unmap(g, m->pub.ptr, m->pub.aligned)))
-			return gm_error(g, e, "%s: unmap: %s", m->pub.name, strerror(-e));
-		m->mapped = false;
+		struct gmsfs_mapping *m = &g->maps[i];
+		if (g->mapped[i] && (e = g->be->unmap(g, m->ptr, m->aligned)))
+			return gm_error(g, e, "%s: unmap: %s", m->name, strerror(-e));
+		g->mapped[i] = false;
 	}
 	g->saved_has_hash = g->info.has_hash;
 	memcpy(g->saved_hash, g->info.layout_hash, sizeof g->saved_hash);
@@ -726,9 +733,9 @@ int gmsfs_unmap_all(gmsfs *g)
 static void unmap_mapped(gmsfs *g)
 {
 	for (size_t i = 0; i < g->nmaps; i++)
-		if (g->maps[i].mapped) {
-			g->be->unmap(g, g->maps[i].pub.ptr, g->maps[i].pub.aligned);
-			g->maps[i].mapped = false;
+		if (g->mapped[i]) {
+			g->be->unmap(g, g->maps[i].ptr, g->maps[i].aligned);
+			g->mapped[i] = false;
 		}
 }
 
@@ -764,21 +771,21 @@ int gmsfs_remap_all(gmsfs *g, int timeout_ms)
 	}
 	bool writable = g->lock == GMSFS_RW;
 	for (size_t i = 0; i < n && !e; i++) {
-		struct gm_map *m = find_name(g, x[i].path);
+		struct gmsfs_mapping *m = find_name(g, x[i].path);
 		char why[256] = "";
-		if (!m || m->pub.aligned != x[i].aligned || m->mapped)
+		if (!m || m->aligned != x[i].aligned || g->mapped[m - g->maps])
 			e = gm_error(g, -ESTALE, "remap_all: %s is not what was unmapped", x[i].path);
-		else if ((e = g->be->map(g, m->pub.ptr, m->pub.aligned, x[i].fd, writable, why, sizeof why)))
+		else if ((e = g->be->map(g, m->ptr, m->aligned, x[i].fd, writable, why, sizeof why)))
 			gm_error(g, e, "%s: %s", x[i].path, why[0] ? why : strerror(-e));
 		else {
-			m->mapped = true;
-			m->pub.writable = writable;
+			g->mapped[m - g->maps] = true;
+			m->writable = writable;
 		}
 	}
 	xp_free(x, n);
 	for (size_t i = 0; i < g->nmaps && !e; i++)
-		if (!g->maps[i].mapped)
-			e = gm_error(g, -ESTALE, "remap_all: %s is gone", g->maps[i].pub.name);
+		if (!g->mapped[i])
+			e = gm_error(g, -ESTALE, "remap_all: %s is gone", g->maps[i].name);
 	if (e) {
 		unmap_mapped(g);
 		release_lock(g);
@@ -794,9 +801,9 @@ int gmsfs_reallocate_all(gmsfs *g, int timeout_ms)
 	if (e)
 		return e;
 	for (size_t i = 0; i < g->nmaps && !e; i++) {
-		struct gm_map *m = &g->maps[i];
+		struct gmsfs_mapping *m = &g->maps[i];
 		char rel[4200];
-		snprintf(rel, sizeof rel, "allocs/%s", m->pub.name);
+		snprintf(rel, sizeof rel, "allocs/%s", m->name);
 		if (unlinkat(g->dirfd, rel, 0) < 0 && errno != ENOENT) {
 			e = gm_error(g, -errno, "%s: %s", rel, strerror(errno));
 			break;
@@ -811,15 +818,15 @@ int gmsfs_reallocate_all(gmsfs *g, int timeout_ms)
 		struct xp_entry *x = NULL;
 		size_t n = 0;
 		char why[256] = "";
-		if (ftruncate(fd, (off_t)m->pub.size) < 0)
+		if (ftruncate(fd, (off_t)m->size) < 0)
 			e = gm_error(g, -errno, "%s: %s", rel, strerror(errno));
-		else if (fsetxattr(fd, XATTR_TAG, m->pub.tag, strlen(m->pub.tag), 0) < 0)
+		else if (fsetxattr(fd, XATTR_TAG, m->tag, strlen(m->tag), 0) < 0)
 			e = gm_error(g, -errno, "%s: tag: %s", rel, strerror(errno));
-		else if (!(e = xp_fetch(g, fd, GMSFS_IOC_EXPORT, &x, &n)) && n == 1 && x[0].aligned == m->pub.aligned) {
-			if ((e = g->be->map(g, m->pub.ptr, m->pub.aligned, x[0].fd, true, why, sizeof why)))
+		else if (!(e = xp_fetch(g, fd, GMSFS_IOC_EXPORT, &x, &n)) && n == 1 && x[0].aligned == m->aligned) {
+			if ((e = g->be->map(g, m->ptr, m->aligned, x[0].fd, true, why, sizeof why)))
 				gm_error(g, e, "%s: %s", rel, why[0] ? why : strerror(-e));
 			else
-				m->mapped = true, m->pub.writable = 1;
+				g->mapped[i] = true, m->writable = 1;
 		} else if (!e)
 			e = gm_error(g, -EPROTO, "%s: the new allocation does not fit the old address range", rel);
 		xp_free(x, n);

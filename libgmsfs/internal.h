@@ -33,11 +33,6 @@ extern const struct gm_backend gm_host_backend;
 extern const struct gm_backend gm_cuda_backend;
 #endif
 
-struct gm_map {
-	struct gmsfs_mapping pub; /* name, tag, ptr, sizes, writable */
-	bool mapped;
-};
-
 struct gmsfs {
 	char *dir;              /* the store directory */
 	int dirfd;              /* its open handle: holds the lock; -1 while unmapped */
@@ -52,9 +47,9 @@ struct gmsfs {
 	struct cu_api cu;       /* loaded at the first connect to a cuda store */
 	CUdevice cudev;         /* the device of the caller's context */
 #endif
-	struct gm_map *maps;
-	struct gmsfs_mapping *list; /* gmsfs_mappings' view */
-	size_t nmaps, cap;
+	struct gmsfs_mapping *maps; /* what gmsfs_mappings shows */
+	bool *mapped;           /* maps[i] is mapped now (else only reserved) */
+	size_t nmaps, cap;      /* both arrays have cap elements */
 	size_t *index;          /* open addressing by name: map index + 1, 0 empty */
 	size_t index_cap;       /* a power of two, at least twice nmaps */
 	char err[512];
