@@ -65,11 +65,11 @@ build/gmsfs-scenario: tests/helpers/gmsfs-scenario.c build/libgmsfs.so
 build/gmsfs-probe: tests/helpers/gmsfs-probe.c libgmsfs/gmsfs_ioctl.h | build
 	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $<
 
-build/bench-import: bench/bench_import.c build/libgmsfs.so
+build/bench-import: bench/bench_import.c bench/bench.h build/libgmsfs.so
 	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $< $(LINK_LIB)
 
 # The GPU benchmark uses the library's export client for the floor's descriptors: linked whole.
-build/bench-gpu: bench/bench_gpu.c $(LIB_SRC) $(LIB_HDR) | build
+build/bench-gpu: bench/bench_gpu.c bench/bench.h $(LIB_SRC) $(LIB_HDR) | build
 	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ bench/bench_gpu.c $(LIB_SRC) $(MSGPACK_LIBS) -ldl
 
 build/test_wire: tests/unit/test_wire.c src/fs/export.c libgmsfs/export_client.c tests/fuzz/stubs.c libgmsfs/*.h src/fs/fs.h tests/unit/tap.h | build

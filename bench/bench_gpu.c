@@ -13,6 +13,8 @@
 #include "../libgmsfs/internal.h"
 
 #include <dlfcn.h>
+#include "bench.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -27,25 +29,6 @@ static __typeof__(cuDevicePrimaryCtxRetain) *retain;
 static __typeof__(cuCtxSetCurrent) *set_current;
 static __typeof__(cuMemsetD8) *memset8;
 static __typeof__(cuCtxSynchronize) *sync_ctx;
-
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof *v, cmp_d);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 #define TRY(g, x)                                                                              \
 	do {                                                                                   \
