@@ -59,8 +59,8 @@ build/gmsfs.pc: libgmsfs/gmsfs.pc.in | build
 build/gmsfs-example: examples/weights.c build/libgmsfs.so
 	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $< $(LINK_LIB)
 
-build/gmsfs-scenario: tests/helpers/gmsfs-scenario.c build/libgmsfs.so
-	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $< $(LINK_LIB)
+build/gmsfs-scenario: tests/helpers/gmsfs-scenario.c libgmsfs/cuda_api.h build/libgmsfs.so
+	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $< $(LINK_LIB) -ldl
 
 build/gmsfs-probe: tests/helpers/gmsfs-probe.c libgmsfs/gmsfs_ioctl.h | build
 	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $<

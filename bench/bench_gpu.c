@@ -12,7 +12,6 @@
  * run.  Needs a CUDA context: it makes the primary one of device 0. */
 #include "../libgmsfs/internal.h"
 
-#include <dlfcn.h>
 #include "bench.h"
 
 #include <errno.h>
@@ -25,10 +24,6 @@
 #include <unistd.h>
 
 static struct cu_api cu;
-static __typeof__(cuDevicePrimaryCtxRetain) *retain;
-static __typeof__(cuCtxSetCurrent) *set_current;
-static __typeof__(cuMemsetD8) *memset8;
-static __typeof__(cuCtxSynchronize) *sync_ctx;
 
 #define TRY(g, x)                                                                              \
 	do {                                                                                   \
@@ -94,8 +89,8 @@ static void layout(const char *mnt, int count, uint64_t bytes, int runs, CUdevic
 	const struct gmsfs_mapping *m;
 	size_t nm = gmsfs_mappings(w, &m);
 	for (size_t i = 0; i < nm; i++)
-		CU(memset8((CUdeviceptr)(uintptr_t)m[i].ptr, (unsigned char)i, m[i].aligned));
-	CU(sync_ctx());
+		CU(cu.cuMemsetD8((CUdeviceptr)(uintptr_t)m[i].ptr, (unsigned char)i, m[i].aligned));
+	CU(cu.cuCtxSynchronize());
 	TRY(w, gmsfs_commit(w));
 	gmsfs_disconnect(w);
 
@@ -157,16 +152,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench-gpu: %s\n", err);
 		return 1;
 	}
-	retain = dlsym(cu.lib, "cuDevicePrimaryCtxRetain");
-	set_current = dlsym(cu.lib, "cuCtxSetCurrent");
-	memset8 = dlsym(cu.lib, "cuMemsetD8_v2");
-	sync_ctx = dlsym(cu.lib, "cuCtxSynchronize");
 	CUdevice dev;
 	CUcontext ctx;
 	CU(cu.cuInit(0));
 	CU(cu.cuDeviceGet(&dev, 0));
-	CU(retain(&ctx, dev));
-	CU(set_current(ctx));
+	CU(cu.cuDevicePrimaryCtxRetain(&ctx, dev));
+	CU(cu.cuCtxSetCurrent(ctx));
 	layout(argv[1], 1000, 2ull << 20, runs, dev);
 	layout(argv[1], 128, 64ull << 20, runs, dev);
 	layout(argv[1], 16, 1ull << 30, runs, dev);

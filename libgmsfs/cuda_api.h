@@ -30,7 +30,15 @@
 	X(cuMemUnmap, "cuMemUnmap")                                     \
 	X(cuMemSetAccess, "cuMemSetAccess")                             \
 	X(cuCtxGetCurrent, "cuCtxGetCurrent")                           \
-	X(cuCtxGetDevice, "cuCtxGetDevice")
+	X(cuCtxGetDevice, "cuCtxGetDevice")                             \
+	/* for the tests and benchmarks, which make their own context */ \
+	X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")         \
+	X(cuCtxSetCurrent, "cuCtxSetCurrent")                           \
+	X(cuCtxSynchronize, "cuCtxSynchronize")                         \
+	X(cuMemGetInfo, "cuMemGetInfo_v2")                              \
+	X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                              \
+	X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                              \
+	X(cuMemsetD8, "cuMemsetD8_v2")
 
 struct cu_api {
 	void *lib;

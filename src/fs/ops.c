@@ -1017,7 +1017,6 @@ static void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
 			UNLOCK_REPLY_ERR(fs, -EBUSY); /* this handle holds the lock already */
 		enum fs_want want = io.mode == GMSFS_LOCK_RO ? WANT_READ : io.mode == GMSFS_LOCK_RW ? WANT_WRITE : WANT_RW_OR_RO;
 		struct obj o = { .f = h->fnode, .st = st };
-		h->hold = HOLD_NONE;
 		if ((e = lock_for(req, &o, h, want, io.timeout_ms)))
 			UNLOCK_REPLY_ERR(fs, e);
 		break;

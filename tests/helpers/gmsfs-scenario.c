@@ -28,20 +28,8 @@ static const char *self; /* /proc/self/exe, for the children */
 /* ---- memory: host pointers are read directly; device pointers through the driver ---- */
 
 #ifdef GMSFS_HAVE_CUDA
-#include <cuda.h>
-#include <dlfcn.h>
-static struct {
-	void *lib;
-	__typeof__(cuInit) *init;
-	__typeof__(cuDeviceGet) *device_get;
-	__typeof__(cuDevicePrimaryCtxRetain) *retain;
-	__typeof__(cuCtxSetCurrent) *set_current;
-	__typeof__(cuMemcpyHtoD) *htod;
-	__typeof__(cuMemcpyDtoH) *dtoh;
-	__typeof__(cuMemsetD8) *memset8;
-	__typeof__(cuMemGetInfo) *info;
-	__typeof__(cuCtxSynchronize) *sync;
-} cu;
+#include "../../libgmsfs/cuda_api.h"
+static struct cu_api cu;
 #endif
 static bool cuda;
 
@@ -54,14 +42,11 @@ static void mem_init(void)
 	cuda = true;
 	CUdevice dev;
 	CUcontext ctx;
-	if (!(cu.lib = dlopen("libcuda.so.1", RTLD_NOW)) || !(cu.init = dlsym(cu.lib, "cuInit")) ||
-	    !(cu.device_get = dlsym(cu.lib, "cuDeviceGet")) || !(cu.retain = dlsym(cu.lib, "cuDevicePrimaryCtxRetain")) ||
-	    !(cu.set_current = dlsym(cu.lib, "cuCtxSetCurrent")) || !(cu.htod = dlsym(cu.lib, "cuMemcpyHtoD_v2")) ||
-	    !(cu.dtoh = dlsym(cu.lib, "cuMemcpyDtoH_v2")) || !(cu.memset8 = dlsym(cu.lib, "cuMemsetD8_v2")) ||
-	    !(cu.info = dlsym(cu.lib, "cuMemGetInfo_v2")) || !(cu.sync = dlsym(cu.lib, "cuCtxSynchronize")) ||
-	    cu.init(0) || cu.device_get(&dev, atoi(getenv("GMSFS_SCENARIO_DEVICE") ? getenv("GMSFS_SCENARIO_DEVICE") : "0")) ||
-	    cu.retain(&ctx, dev) || cu.set_current(ctx)) {
-		fprintf(stderr, "gmsfs-scenario: no CUDA context\n");
+	char err[256] = "";
+	const char *d = getenv("GMSFS_SCENARIO_DEVICE");
+	if (cu_load(&cu, err, sizeof err) || cu.cuInit(0) || cu.cuDeviceGet(&dev, d ? atoi(d) : 0) ||
+	    cu.cuDevicePrimaryCtxRetain(&ctx, dev) || cu.cuCtxSetCurrent(ctx)) {
+		fprintf(stderr, "gmsfs-scenario: no CUDA context %s\n", err);
 		exit(3);
 	}
 #else
@@ -74,7 +59,7 @@ static int mem_write(void *dst, const void *src, size_t n)
 {
 #ifdef GMSFS_HAVE_CUDA
 	if (cuda)
-		return cu.htod((CUdeviceptr)(uintptr_t)dst, src, n) ? -EIO : 0;
+		return cu.cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, n) ? -EIO : 0;
 #endif
 	memcpy(dst, src, n);
 	return 0;
@@ -84,7 +69,7 @@ static int mem_read(void *dst, const void *src, size_t n)
 {
 #ifdef GMSFS_HAVE_CUDA
 	if (cuda)
-		return cu.dtoh(dst, (CUdeviceptr)(uintptr_t)src, n) ? -EIO : 0;
+		return cu.cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, n) ? -EIO : 0;
 #endif
 	memcpy(dst, src, n);
 	return 0;
@@ -95,8 +80,8 @@ static int mem_poke(void *dst, size_t n)
 {
 #ifdef GMSFS_HAVE_CUDA
 	if (cuda) {
-		CUresult r = cu.memset8((CUdeviceptr)(uintptr_t)dst, 0x5a, n);
-		return r ? -EACCES : (cu.sync() ? -EIO : 0);
+		CUresult r = cu.cuMemsetD8((CUdeviceptr)(uintptr_t)dst, 0x5a, n);
+		return r ? -EACCES : (cu.cuCtxSynchronize() ? -EIO : 0);
 	}
 #endif
 	/* A writable mapping of the descriptor, as mprotect would make it. */
@@ -109,7 +94,7 @@ static long long mem_used(void)
 #ifdef GMSFS_HAVE_CUDA
 	if (cuda) {
 		size_t free_b = 0, total = 0;
-		cu.info(&free_b, &total);
+		cu.cuMemGetInfo(&free_b, &total);
 		return (long long)(total - free_b);
 	}
 #endif
