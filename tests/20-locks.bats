@@ -92,6 +92,34 @@ teardown_file() { unmount_gmsfs; }
 	assert_equal "$(cat "$BATS_TEST_TMPDIR/late.out")" ok
 }
 
+@test "a reader's own further reads pass a waiting writer; its write open is EDEADLK" {
+	S=$MNT/s
+	# One shell process (redirections are the shell's own opens) holds a read lock.
+	timeout 20 bash -c "
+		exec 8<$S/lock
+		touch $BATS_TEST_TMPDIR/in
+		while ! grep -q '^waiting_writers: 1' $S/state; do sleep 0.02; done
+		exec 7<$S/allocs/a && echo nested-read-ok
+		grep -q '^readers: 2' $S/state && echo two-read-handles
+		exec 6>$S/allocs/b
+	" >"$BATS_TEST_TMPDIR/reader.out" 2>&1 3>&- &
+	local reader=$!
+	wait_until test -e "$BATS_TEST_TMPDIR/in"
+	"$OPEN" -w -hold 1 "$S/lock" >"$BATS_TEST_TMPDIR/writer.out" 3>&- &
+	local writer=$!
+	local rc=0
+	wait "$reader" || rc=$?
+	assert_equal "$rc" 1
+	run cat "$BATS_TEST_TMPDIR/reader.out"
+	assert_line --index 0 nested-read-ok
+	assert_line --index 1 two-read-handles
+	assert_output --partial 'Resource deadlock avoided'
+	wait_until grep -q ok "$BATS_TEST_TMPDIR/writer.out"
+	wait "$writer"
+	wait_until state_is "$S" COMMITTED
+	[ ! -e "$S/allocs/b" ]
+}
+
 @test "open(lock, O_RDWR) is RW on an empty store and RO on a committed one" {
 	mkdir "$MNT/e"
 	hold x rw "$MNT/e/lock"
