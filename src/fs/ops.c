@@ -936,15 +936,6 @@ static uint32_t lock_of(const struct fs_handle *h)
 	return h->hold == HOLD_SESSION ? GMSFS_LOCK_RW : h->hold == HOLD_READ ? GMSFS_LOCK_RO : 0;
 }
 
-static void hex_to_bytes(const char *hex, uint8_t out[16])
-{
-	for (int i = 0; i < 16; i++) {
-		unsigned v = 0;
-		sscanf(hex + 2 * i, "%2x", &v);
-		out[i] = (uint8_t)v;
-	}
-}
-
 /* The facts every reply carries; count and bytes of the layout the handle sees. */
 static void ioc_fill(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io)
 {
@@ -955,10 +946,7 @@ static void ioc_fill(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io)
 	io->device = v->dev.index;
 	io->generation = st->fsm.generation;
 	io->granularity = v->dev.granularity;
-	const char *hex = meta_hash_hex(st->meta);
-	io->has_hash = hex[0] != '\0';
-	if (io->has_hash)
-		hex_to_bytes(hex, io->layout_hash);
+	io->has_hash = meta_hash(st->meta, io->layout_hash);
 	struct meta_stats ms;
 	meta_stats(st->meta, &ms);
 	io->count = ms.allocations;

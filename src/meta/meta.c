@@ -520,6 +520,13 @@ const char *meta_hash_hex(const struct meta_store *s)
 	return s->hash_hex;
 }
 
+bool meta_hash(const struct meta_store *s, uint8_t out[16])
+{
+	if (s->committed)
+		memcpy(out, s->hash, sizeof s->hash);
+	return s->committed;
+}
+
 /* ---- commit and rollback ---- */
 
 static int validate_entry(struct meta_node *n, void *arg)
@@ -610,6 +617,7 @@ int meta_commit(struct meta_store *s, char *err, size_t errlen)
 	s->snap = snap;
 	s->nsnap = v.n;
 	free(v.v);
+	memcpy(s->hash, digest, sizeof s->hash);
 	for (int i = 0; i < 16; i++)
 		sprintf(s->hash_hex + 2 * i, "%02x", digest[i]);
 	s->committed = true;

@@ -95,6 +95,8 @@ int meta_commit(struct meta_store *s, char *err, size_t errlen);
 void meta_rollback(struct meta_store *s);
 /* The committed hash as 32 hex digits, or "" before the first commit. */
 const char *meta_hash_hex(const struct meta_store *s);
+/* The same as 16 canonical bytes; false before the first commit. */
+bool meta_hash(const struct meta_store *s, uint8_t out[16]);
 /* Hash of the live layout (what a commit would publish), into 16 bytes. */
 int meta_layout_hash(struct meta_store *s, uint8_t out[16]);
 

@@ -19,6 +19,7 @@ struct meta_store {
 	size_t nsnap;
 	bool committed;
 	char hash_hex[33];
+	uint8_t hash[16];          /* the same digest, canonical bytes */
 };
 
 struct meta_nodes { struct meta_node **v; size_t n, cap; };
