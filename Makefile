@@ -24,7 +24,7 @@ endif
 FS_SRC := src/fs/main.c src/fs/ops.c src/fs/store.c src/fs/caller.c src/fs/text.c src/fs/export.c
 
 LIB_SRC := libgmsfs/gmsfs.c libgmsfs/export_client.c libgmsfs/map_host.c libgmsfs/map_cuda.c
-LIB_HDR := libgmsfs/gmsfs.h libgmsfs/gmsfs_ioctl.h libgmsfs/internal.h libgmsfs/cuda_api.h src/grow.h
+LIB_HDR := libgmsfs/gmsfs.h libgmsfs/gmsfs_ioctl.h libgmsfs/internal.h libgmsfs/cuda_api.h src/grow.h src/meta/meta_path.h
 LIB_SONAME := libgmsfs.so.0
 
 BIN := build/gmsfs

@@ -1,6 +1,7 @@
 /* libgmsfs: connections, mappings, commit, sleep and wake.  See libgmsfs(3). */
 #include "internal.h"
 #include "../src/grow.h"
+#include "../src/meta/meta_path.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -47,18 +48,7 @@ const char *gmsfs_strerror(int err)
 
 static bool path_ok(const char *p)
 {
-	if (!p || !*p || *p == '/' || strlen(p) > 4096)
-		return false;
-	for (const char *c = p; *c;) {
-		const char *end = strchr(c, '/');
-		size_t len = end ? (size_t)(end - c) : strlen(c);
-		if (!len || len > 255 || (len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
-			return false;
-		if (!end)
-			break;
-		c = end + 1;
-	}
-	return true;
+	return p && meta_path_valid(p, strlen(p));
 }
 
 /* "allocs/" or "meta/" + rel, checked. */

@@ -277,24 +277,6 @@ bool meta_name_valid(const char *name)
 	return !strchr(name, '/');
 }
 
-bool meta_path_valid(const char *path, size_t len)
-{
-	if (!len || len > META_PATH_MAX || memchr(path, '\0', len))
-		return false;
-	size_t start = 0;
-	for (size_t i = 0; i <= len; i++) {
-		if (i < len && path[i] != '/')
-			continue;
-		size_t clen = i - start;
-		if (!clen || clen > 255)
-			return false; /* leading, trailing or doubled '/' */
-		if ((clen == 1 && path[start] == '.') || (clen == 2 && path[start] == '.' && path[start + 1] == '.'))
-			return false;
-		start = i + 1;
-	}
-	return true;
-}
-
 int meta_create(struct meta_node *dir, const char *name, enum meta_kind kind, struct meta_node **out)
 {
 	if (dir->kind != META_DIR)

@@ -14,7 +14,7 @@
 #define META_NODE_MAGIC 0x6d657461u /* "meta": first word of every node */
 #define META_VALUE_MAX (1u << 20)   /* bytes of one metadata value */
 #define META_TAG_MAX 255
-#define META_PATH_MAX 4096
+#include "meta_path.h" /* META_PATH_MAX, meta_path_valid */
 
 enum meta_kind { META_DIR, META_ALLOC, META_ENTRY };
 enum meta_area { META_AREA_ALLOCS, META_AREA_META };
@@ -77,8 +77,6 @@ int meta_entry_truncate(struct meta_node *n, uint64_t len);
 
 /* Path of n relative to its area's root ("a/b/w0"); -ENAMETOOLONG if it does not fit. */
 int meta_path(const struct meta_node *n, char *buf, size_t size);
-/* A relative path: components of 1..255 bytes, no "", ".", "..", NUL; no leading or trailing '/'. */
-bool meta_path_valid(const char *path, size_t len);
 bool meta_name_valid(const char *name);
 struct meta_node *meta_resolve(struct meta_store *s, enum meta_area area, const char *path);
 

@@ -573,6 +573,11 @@ static int sc_bad_offset(void)
 	CHECK(strstr(gmsfs_errmsg(g), "offset 1000"), "message: %s", gmsfs_errmsg(g));
 	CHECK(gmsfs_meta_put(g, "bad", "nope", 0, "v", 1) == -EINVAL, "missing allocation");
 	CHECK(gmsfs_meta_put(g, "good", "a", 5000, "w", 1) == -EINVAL, "overwrite with a bad offset");
+	/* Names that would leave allocs/ or meta/ (the kernel resolves ".." before the daemon sees it). */
+	CHECK(gmsfs_create(g, "../commit", 4096, NULL, &p) == -EINVAL, "create ../commit");
+	CHECK(gmsfs_create(g, "x//y", 4096, NULL, &p) == -EINVAL, "create x//y");
+	CHECK(gmsfs_meta_put(g, "../allocs/evil", "a", 0, "v", 1) == -EINVAL, "meta ../allocs/evil");
+	CHECK(gmsfs_meta_put(g, "k", "../a", 0, "v", 1) == -EINVAL, "allocation ../a");
 	char **keys;
 	size_t n;
 	CALL(g, gmsfs_meta_list(g, "", &keys, &n));
