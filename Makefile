@@ -1,19 +1,27 @@
-# gmsfs: make [all] | check | check-unit | demo | install | clean
+# gmsfs: make [all] | check | check-unit | demo | bench | install | clean | fuzz
 PREFIX ?= /usr/local
 DESTDIR ?=
 CC ?= cc
 PKG_CONFIG ?= pkg-config
-VERSION := 0.1.0
+# One version, the header's: the daemon, the library, the .pc and the man pages agree.
+VERSION := $(shell sed -n 's/^\#define GMSFS_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$$/\2/p' include/gmsfs/gmsfs.h | paste -sd.)
 
 CFLAGS ?= -O2 -g
-CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -DGMSFS_VERSION='"$(VERSION)"' -pthread
+# include/: the public headers (the library API and the ABI); common/: what the daemon and
+# the library both compile but do not publish.
+CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -DGMSFS_VERSION='"$(VERSION)"' -pthread \
+	-Iinclude -Icommon
 DEPS_CFLAGS := $(shell $(PKG_CONFIG) --cflags fuse3 libxxhash msgpack 2>/dev/null)
 DEPS_LIBS := $(shell $(PKG_CONFIG) --libs fuse3 libxxhash msgpack 2>/dev/null)
+MSGPACK_CFLAGS := $(shell $(PKG_CONFIG) --cflags msgpack 2>/dev/null)
 MSGPACK_LIBS := $(shell $(PKG_CONFIG) --libs msgpack 2>/dev/null)
 XXH_LIBS := $(shell $(PKG_CONFIG) --libs libxxhash 2>/dev/null)
 
+PUBLIC_HDR := include/gmsfs/gmsfs.h include/gmsfs/abi.h
+COMMON_HDR := $(PUBLIC_HDR) $(wildcard common/*.h)
+WIRE_SRC := common/wire.c common/wire_req.c common/wire_reply.c
 FSM_SRC := src/fsm/fsm.c
-META_SRC := src/meta/meta.c src/meta/layout_hash.c
+META_SRC := src/meta/meta.c src/meta/snapshot.c src/meta/layout_hash.c src/meta/batch.c
 VMM_SRC := src/vmm/vmm.c src/vmm/vmm_host.c src/vmm/vmm_cuda.c
 # cuda.h only: libcuda is loaded at run time (dlopen), never linked.
 CUDA_INC ?= /usr/local/cuda/include
@@ -21,10 +29,13 @@ ifneq ($(wildcard $(CUDA_INC)/cuda.h),)
 CFLAGS += -DGMSFS_HAVE_CUDA -I$(CUDA_INC)
 HAVE_CUDA := 1
 endif
-FS_SRC := src/fs/main.c src/fs/ops.c src/fs/store.c src/fs/caller.c src/fs/text.c src/fs/export.c
+FS_SRC := $(addprefix src/fs/,main.c node.c handle.c ops.c ops_tree.c ops_file.c ops_xattr.c ops_ioctl.c \
+	store.c caller.c text.c ticket.c sock.c rpc.c)
+DAEMON_SRC := $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(WIRE_SRC)
+DAEMON_HDR := $(COMMON_HDR) $(wildcard src/*/*.h)
 
-LIB_SRC := libgmsfs/gmsfs.c libgmsfs/export_client.c libgmsfs/map_host.c libgmsfs/map_cuda.c
-LIB_HDR := libgmsfs/gmsfs.h libgmsfs/gmsfs_ioctl.h libgmsfs/internal.h libgmsfs/cuda_api.h src/grow.h src/meta/meta_path.h
+LIB_SRC := $(addprefix libgmsfs/,handle.c channel.c maps.c meta.c sleep.c map_host.c map_cuda.c) $(WIRE_SRC)
+LIB_HDR := $(COMMON_HDR) libgmsfs/internal.h
 LIB_SONAME := libgmsfs.so.0
 
 BIN := build/gmsfs
@@ -45,40 +56,42 @@ all: $(BIN) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH)
 build:
 	mkdir -p build
 
-$(BIN): $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) src/fs/*.h src/fsm/fsm.h src/meta/*.h src/vmm/vmm.h src/grow.h libgmsfs/gmsfs_ioctl.h libgmsfs/cuda_api.h | build
+$(BIN): $(DAEMON_SRC) $(DAEMON_HDR) | build
 	@$(PKG_CONFIG) --exists fuse3 libxxhash msgpack || { echo 'missing fuse3/libxxhash/msgpack: run make deps'; exit 1; }
-	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(DEPS_LIBS) -ldl
+	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ $(DAEMON_SRC) $(DEPS_LIBS) -ldl
 
 build/libgmsfs.so: $(LIB_SRC) $(LIB_HDR) | build
-	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LIB_SONAME) -o build/$(LIB_SONAME) $(LIB_SRC) $(MSGPACK_LIBS) -ldl
+	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) -Ilibgmsfs -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LIB_SONAME) \
+		-o build/$(LIB_SONAME) $(LIB_SRC) $(MSGPACK_LIBS) -ldl
 	ln -sf $(LIB_SONAME) $@
 
+# The .pc of the build tree; make install writes one for its own PREFIX.
 build/gmsfs.pc: libgmsfs/gmsfs.pc.in | build
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
 
 build/gmsfs-example: examples/weights.c build/libgmsfs.so
-	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $< $(LINK_LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB)
 
-build/gmsfs-scenario: tests/helpers/gmsfs-scenario.c libgmsfs/cuda_api.h build/libgmsfs.so
-	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $< $(LINK_LIB) -ldl
+build/gmsfs-scenario: tests/helpers/gmsfs-scenario.c common/cuda_api.h build/libgmsfs.so
+	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB) -ldl
 
-build/gmsfs-probe: tests/helpers/gmsfs-probe.c libgmsfs/gmsfs_ioctl.h | build
-	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $<
+build/gmsfs-probe: tests/helpers/gmsfs-probe.c $(COMMON_HDR) $(WIRE_SRC) | build
+	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ $< $(WIRE_SRC) $(MSGPACK_LIBS)
 
 build/bench-import: bench/bench_import.c bench/bench.h build/libgmsfs.so
-	$(CC) $(CFLAGS) -Ilibgmsfs -o $@ $< $(LINK_LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB)
 
-# The GPU benchmark uses the library's export client for the floor's descriptors: linked whole.
-build/bench-gpu: bench/bench_gpu.c bench/bench.h $(LIB_SRC) $(LIB_HDR) | build
-	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ bench/bench_gpu.c $(LIB_SRC) $(MSGPACK_LIBS) -ldl
+build/bench-gpu: bench/bench_gpu.c bench/bench.h bench/fetch.h common/cuda_api.h $(WIRE_SRC) build/libgmsfs.so
+	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ $< $(WIRE_SRC) $(LINK_LIB) $(MSGPACK_LIBS) -ldl
 
-build/test_wire: tests/unit/test_wire.c src/fs/export.c libgmsfs/export_client.c tests/fuzz/stubs.c libgmsfs/*.h src/fs/fs.h tests/unit/tap.h | build
-	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ tests/unit/test_wire.c src/fs/export.c libgmsfs/export_client.c tests/fuzz/stubs.c $(DEPS_LIBS)
+# The codec alone: no daemon or library internals linked in.
+build/test_wire: tests/unit/test_wire.c $(WIRE_SRC) $(COMMON_HDR) tests/unit/tap.h | build
+	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ tests/unit/test_wire.c $(WIRE_SRC) $(MSGPACK_LIBS)
 
 build/test_fsm: tests/unit/test_fsm.c $(FSM_SRC) src/fsm/fsm.h tests/unit/tap.h | build
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_fsm.c $(FSM_SRC)
 
-build/test_meta: tests/unit/test_meta.c $(META_SRC) src/meta/*.h src/grow.h tests/unit/tap.h | build
+build/test_meta: tests/unit/test_meta.c $(META_SRC) src/meta/*.h $(COMMON_HDR) tests/unit/tap.h | build
 	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ tests/unit/test_meta.c $(META_SRC) $(XXH_LIBS)
 
 build/gmsfs-open: tests/helpers/gmsfs-open.c | build
@@ -90,11 +103,12 @@ deps:
 check-unit: $(UNIT)
 	prove $(UNIT)
 
-# The whole suite, one prove run: C unit tests are TAP programs, mount tests are bats files.
-# Installs what is missing first, then builds in a sub-make (pkg-config must see the packages).
+# The whole suite, one prove run: C unit tests are TAP programs, mount tests are bats
+# files, the layout rule a script.  Installs what is missing first, then builds in a
+# sub-make (pkg-config must see the packages).
 check: deps
 	$(MAKE) all
-	prove --exec tests/tap-exec $(UNIT) tests/*.bats
+	prove --exec tests/tap-exec $(UNIT) tests/layout.sh tests/*.bats
 
 demo: deps
 	$(MAKE) all
@@ -108,9 +122,10 @@ install: $(BIN) $(LIB)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/gmsfs
 	install -D -m 0755 build/$(LIB_SONAME) $(DESTDIR)$(PREFIX)/lib/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(PREFIX)/lib/libgmsfs.so
-	install -D -m 0644 libgmsfs/gmsfs.h $(DESTDIR)$(PREFIX)/include/gmsfs.h
-	install -D -m 0644 libgmsfs/gmsfs_ioctl.h $(DESTDIR)$(PREFIX)/include/gmsfs_ioctl.h
-	install -D -m 0644 build/gmsfs.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/gmsfs.pc
+	install -D -m 0644 include/gmsfs/gmsfs.h $(DESTDIR)$(PREFIX)/include/gmsfs/gmsfs.h
+	install -D -m 0644 include/gmsfs/abi.h $(DESTDIR)$(PREFIX)/include/gmsfs/abi.h
+	mkdir -p $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' libgmsfs/gmsfs.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/gmsfs.pc
 	install -D -m 0644 man/libgmsfs.3 $(DESTDIR)$(PREFIX)/share/man/man3/libgmsfs.3
 	install -D -m 0644 man/gmsfs.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfs.8
 	install -D -m 0644 man/gmsfs.5 $(DESTDIR)$(PREFIX)/share/man/man5/gmsfs.5
@@ -118,17 +133,17 @@ install: $(BIN) $(LIB)
 clean:
 	rm -rf build
 
-# Fuzz the store's input parsers (needs clang): make fuzz FUZZ_SECONDS=60
+# Fuzz what parses input (needs clang): make fuzz FUZZ_SECONDS=60
 FUZZ_SECONDS ?= 30
-build/fuzz_meta: tests/fuzz/fuzz_meta.c $(META_SRC) src/meta/*.h | build
-	clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -o $@ tests/fuzz/fuzz_meta.c $(META_SRC) $(XXH_LIBS)
+FUZZ_CFLAGS := -g -O1 -D_GNU_SOURCE -Iinclude -Icommon -fsanitize=fuzzer,address,undefined
+build/fuzz_meta: tests/fuzz/fuzz_meta.c $(META_SRC) src/meta/*.h $(COMMON_HDR) | build
+	clang $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_meta.c $(META_SRC) $(XXH_LIBS)
 
-# The wire: the daemon's request parser (export.c) and the library's manifest parser.
-build/fuzz_wire: tests/fuzz/fuzz_wire.c src/fs/export.c libgmsfs/export_client.c libgmsfs/*.h | build
-	clang -g -O1 -D_GNU_SOURCE -DFUSE_USE_VERSION=312 $(DEPS_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ \
-		tests/fuzz/fuzz_wire.c src/fs/export.c libgmsfs/export_client.c tests/fuzz/stubs.c $(DEPS_LIBS)
+# The wire codec alone: request headers and bodies, replies.
+build/fuzz_wire: tests/fuzz/fuzz_wire.c $(WIRE_SRC) $(COMMON_HDR) | build
+	clang $(FUZZ_CFLAGS) $(MSGPACK_CFLAGS) -o $@ tests/fuzz/fuzz_wire.c $(WIRE_SRC) $(MSGPACK_LIBS)
 
 fuzz: build/fuzz_meta build/fuzz_wire
 	mkdir -p build/fuzz-corpus build/fuzz-wire-corpus
 	build/fuzz_meta -max_total_time=$(FUZZ_SECONDS) -max_len=2048 build/fuzz-corpus
-	build/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build/fuzz-wire-corpus tests/fuzz/wire-seeds
+	build/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=8192 build/fuzz-wire-corpus tests/fuzz/wire-seeds

@@ -10,9 +10,11 @@
  *   per-file  gmsfs_import of each allocation by name.
  * Median of RUNS (default 5), each as time and as a ratio to the floor of the same
  * run.  Needs a CUDA context: it makes the primary one of device 0. */
-#include "../libgmsfs/internal.h"
+#include <gmsfs/gmsfs.h>
 
 #include "bench.h"
+#include "cuda_api.h"
+#include "fetch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -44,23 +46,23 @@ static struct cu_api cu;
 	} while (0)
 
 /* The floor: map n held descriptors read-only in this process. */
-static double floor_run(struct xp_entry *x, size_t n, CUdevice dev)
+static double floor_run(const struct fetched *x, size_t n, CUdevice dev)
 {
 	CUdeviceptr *va = calloc(n, sizeof *va);
 	CUmemAccessDesc d = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, dev }, .flags = CU_MEM_ACCESS_FLAGS_PROT_READ };
 	double t0 = now_ms();
 	for (size_t i = 0; i < n; i++) {
 		CUmemGenericAllocationHandle h;
-		CU(cu.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)x[i].fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-		CU(cu.cuMemAddressReserve(&va[i], x[i].aligned, 0, 0, 0));
-		CU(cu.cuMemMap(va[i], x[i].aligned, 0, h, 0));
+		CU(cu.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)x->fds[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+		CU(cu.cuMemAddressReserve(&va[i], x->aligned[i], 0, 0, 0));
+		CU(cu.cuMemMap(va[i], x->aligned[i], 0, h, 0));
 		CU(cu.cuMemRelease(h));
-		CU(cu.cuMemSetAccess(va[i], x[i].aligned, &d, 1));
+		CU(cu.cuMemSetAccess(va[i], x->aligned[i], &d, 1));
 	}
 	double t = now_ms() - t0;
 	for (size_t i = 0; i < n; i++) {
-		cu.cuMemUnmap(va[i], x[i].aligned);
-		cu.cuMemAddressFree(va[i], x[i].aligned);
+		cu.cuMemUnmap(va[i], x->aligned[i]);
+		cu.cuMemAddressFree(va[i], x->aligned[i]);
 	}
 	free(va);
 	return t;
@@ -98,13 +100,13 @@ static void layout(const char *mnt, int count, uint64_t bytes, int runs, CUdevic
 	double *tc = calloc((size_t)runs, sizeof(double)), *tp = calloc((size_t)runs, sizeof(double));
 	for (int r = 0; r < runs; r++) {
 		gmsfs *g;
-		struct xp_entry *x;
-		size_t n;
-		TRY(NULL, gmsfs_connect(&g, store, GMSFS_RO, 10000));
-		TRY(g, xp_fetch(g, g->dirfd, GMSFS_IOC_EXPORT_ALL, &x, &n));
-		tf[r] = floor_run(x, n, dev);
-		xp_free(x, n);
-		gmsfs_disconnect(g);
+		struct fetched x;
+		if (fetch_all(store, &x)) {
+			fprintf(stderr, "bench-gpu: fetching the descriptors of %s failed\n", store);
+			exit(1);
+		}
+		tf[r] = floor_run(&x, x.n, dev);
+		fetched_free(&x);
 
 		t0 = now_ms();
 		TRY(NULL, gmsfs_connect(&g, store, GMSFS_RO, 10000));

@@ -10,7 +10,7 @@
  *   connect   gmsfs_connect + gmsfs_import_all: the lock round trip included.
  *   per-file  gmsfs_import of each allocation by name.
  * Each as time and as a ratio to the floor measured in the same run. */
-#include <gmsfs.h>
+#include <gmsfs/gmsfs.h>
 
 #include "bench.h"
 

@@ -4,7 +4,7 @@
  *   gmsfs-example read STORE                    import all, check every byte
  *
  * Build against an installed libgmsfs: cc weights.c $(pkg-config --cflags --libs gmsfs) */
-#include <gmsfs.h>
+#include <gmsfs/gmsfs.h>
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,19 +1,55 @@
-/* libgmsfs internals: the handle, the export client (xp_) and the mapping
- * backends (one per memory backend of the daemon). */
+/* libgmsfs internals.  Modules: handle.c (connect, lock, commit, errors), channel.c
+ * (ch_: the daemon's socket), maps.c (mp_: the table of mappings, create, import,
+ * free), meta.c (mt_: the handle's copy of the metadata), sleep.c (unmap, remap,
+ * reallocate), map_host.c and map_cuda.c (how each backend maps a descriptor). */
 #ifndef GMSFS_INTERNAL_H
 #define GMSFS_INTERNAL_H
 
-#include "gmsfs.h"
-#include "gmsfs_ioctl.h"
-
+#include <gmsfs/gmsfs.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "wire.h"
 
 #ifdef GMSFS_HAVE_CUDA
 #include "cuda_api.h"
 #endif
 
-/* How a client maps the descriptors of one backend.  Errors: -errno, with words in err. */
+/* ---- the channel: one socket connection, bound to the handle's lock ---- */
+struct ch {
+	int sock;               /* -1: not connected */
+};
+
+/* A reply's allocations with their descriptors, and its entries put back together. */
+struct ch_entry {
+	char *key, *alloc;
+	uint64_t offset, size;
+	uint32_t flags;
+	uint8_t *value;
+	size_t value_len;
+};
+struct ch_manifest {
+	struct wire_alloc *allocs;
+	int *fd;                /* allocs[i]'s descriptor (several may share one), -1 if none came */
+	size_t nallocs;
+	struct ch_entry *entries;
+	size_t nentries;
+	int *fds;               /* every descriptor received, closed by ch_manifest_free */
+	size_t nfds;
+};
+void ch_manifest_free(struct ch_manifest *m);
+
+/* Connect to the socket at path and present a BIND ticket. */
+int ch_bind(struct ch *c, const char *path, const uint8_t ticket[16], char *err, size_t errlen);
+/* One request; m NULL for a plain reply.  -ENOTCONN: the connection was gone before the
+ * daemon read the request (it may be bound again and the request sent again). */
+int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct ch_manifest *m, char *err,
+	    size_t errlen);
+/* A one-time connection: present an EXPORT or EXPORT_ALL ticket, receive its manifest. */
+int ch_redeem(const char *path, const uint8_t ticket[16], struct ch_manifest *m, char *err, size_t errlen);
+void ch_close(struct ch *c);
+
+/* ---- how a client maps the descriptors of one backend; -errno, words in err ---- */
 struct gm_backend {
 	const char *name;
 	/* Ready to map in this thread?  (cuda: a current context.) */
@@ -22,24 +58,46 @@ struct gm_backend {
 	int (*reserve)(gmsfs *g, uint64_t aligned, void **va);
 	/* Give the range back (unmapping first if mapped). */
 	void (*unreserve)(gmsfs *g, void *va, uint64_t aligned, bool mapped);
-	/* Map fd (not consumed) over the reservation at va. */
-	int (*map)(gmsfs *g, void *va, uint64_t aligned, int fd, bool writable, char *err, size_t errlen);
+	/* Map [off, off + aligned) of fd (not consumed) over the reservation at va. */
+	int (*map)(gmsfs *g, void *va, uint64_t aligned, int fd, uint64_t off, bool writable, char *err, size_t errlen);
 	/* Unmap, keeping the reservation. */
 	int (*unmap)(gmsfs *g, void *va, uint64_t aligned);
 	int (*protect_ro)(gmsfs *g, void *va, uint64_t aligned);
+	/* Process-private memory for private entries, and a copy into it. */
+	int (*private_alloc)(gmsfs *g, uint64_t size, void **p);
+	void (*private_free)(gmsfs *g, void *p);
+	int (*copy)(gmsfs *g, void *dst, const void *src, uint64_t size);
 };
 extern const struct gm_backend gm_host_backend;
 #ifdef GMSFS_HAVE_CUDA
 extern const struct gm_backend gm_cuda_backend;
 #endif
 
+/* ---- the handle's metadata: an index by key over its entries ---- */
+struct mt_entry {
+	struct ch_entry e;
+	void *copy;             /* this process's copy of a private entry's extent */
+};
+struct mt {
+	bool loaded;            /* the layout's entries are here */
+	struct mt_entry *v;
+	size_t n, cap;
+	size_t *index;          /* open addressing: entry index + 1, 0 empty */
+	size_t index_cap;
+	char **sorted;          /* keys in order, made by list, NULL when stale */
+};
+
 struct gmsfs {
 	char *dir;              /* the store directory */
 	int dirfd;              /* its open handle: holds the lock; -1 while unmapped */
 	int mode;               /* what connect asked for */
 	int lock;               /* GMSFS_RO, GMSFS_RW or 0 */
+	bool granted_rw;        /* it held the writer session once: reallocate_all may */
 	int unmapped_lock;      /* the lock given up by unmap_all */
 	struct gmsfs_ioc info;  /* the latest facts from the daemon */
+	uint8_t ticket[16];     /* the LOCK reply's ticket, until bound */
+	bool have_ticket;
+	struct ch ch;
 	uint8_t saved_hash[16]; /* the layout at unmap_all */
 	bool saved_has_hash;
 	const struct gm_backend *be;
@@ -52,34 +110,38 @@ struct gmsfs {
 	size_t nmaps, cap;      /* both arrays have cap elements */
 	size_t *index;          /* open addressing by name: map index + 1, 0 empty */
 	size_t index_cap;       /* a power of two, at least twice nmaps */
+	struct mt meta;
 	char err[512];
 };
 
+/* handle.c */
 int gm_error(gmsfs *g, int e, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A request on the handle's channel, bound on first use and again if it was closed. */
+int gm_call(gmsfs *g, enum gmsfs_op op, const void *body, size_t len, struct ch_manifest *m);
+int gm_need_lock(gmsfs *g, int want);
+/* Take the lock of g->dir in mode: g->dirfd, g->info, g->lock, the channel's ticket. */
+int gm_take_lock(gmsfs *g, int mode, int timeout_ms);
+void gm_release_lock(gmsfs *g);
+int gm_refresh(gmsfs *g);
 
-/* ---- export client ---- */
-struct xp_entry {
-	char *path, *tag;
-	uint64_t size, aligned;
-	int fd;
-};
+/* maps.c */
+struct gmsfs_mapping *mp_find(const gmsfs *g, const char *name);
+/* Reserve and map one allocation of a manifest; it joins the table. */
+int mp_add(gmsfs *g, struct wire_alloc *a, int fd, bool writable, void **ptr);
+/* Map a manifest's allocations that are not in the table yet. */
+int mp_import(gmsfs *g, struct ch_manifest *m, bool writable);
+void mp_unmap_mapped(gmsfs *g);
+void mp_release_all(gmsfs *g);
 
-/* One message of the export socket, parsed (descriptors are attached apart). */
-struct xp_manifest {
-	int err;
-	char msg[256];
-	uint64_t total, first;
-	bool last;
-	struct xp_entry *v;
-	size_t n;
-};
-/* Parse and check one message; 0 or -EPROTO (with the reason in why). */
-int xp_parse(const void *buf, size_t len, struct xp_manifest *m, char *why, size_t whylen);
-void xp_manifest_free(struct xp_manifest *m);
-
-/* ioctl(fd, cmd) for a ticket, then fetch the descriptors from the socket.
- * On success *v holds *n entries, each with an fd the caller closes (xp_free). */
-int xp_fetch(gmsfs *g, int fd, unsigned long cmd, struct xp_entry **v, size_t *n);
-void xp_free(struct xp_entry *v, size_t n);
+/* meta.c */
+/* Make the manifest's entries the handle's (taking them over). */
+void mt_load(gmsfs *g, struct ch_manifest *m);
+/* The entries, from the daemon if they are not here yet. */
+int mt_ensure(gmsfs *g);
+/* Copy the extents of private entries whose allocation is mapped. */
+int mt_privatize(gmsfs *g);
+/* Drop the entries that name allocation alloc. */
+void mt_forget_alloc(gmsfs *g, const char *alloc);
+void mt_free(gmsfs *g);
 
 #endif

@@ -57,9 +57,15 @@ static int set_access(gmsfs *g, void *va, uint64_t aligned, bool writable)
 	return r == CUDA_SUCCESS ? 0 : CU_ERR(r);
 }
 
-static int cuda_map(gmsfs *g, void *va, uint64_t aligned, int fd, bool writable, char *err, size_t errlen)
+static int cuda_map(gmsfs *g, void *va, uint64_t aligned, int fd, uint64_t off, bool writable, char *err,
+		    size_t errlen)
 {
 	struct cu_api *cu = &g->cu;
+	if (off) {
+		snprintf(err, errlen, "a CUDA descriptor holds one allocation, the manifest says offset %llu",
+			 (unsigned long long)off);
+		return -EPROTO;
+	}
 	CUmemGenericAllocationHandle h;
 	CUresult r = cu->cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	if (r != CUDA_SUCCESS) {
@@ -91,6 +97,27 @@ static int cuda_protect_ro(gmsfs *g, void *va, uint64_t aligned)
 	return set_access(g, va, aligned, false);
 }
 
+static int cuda_private_alloc(gmsfs *g, uint64_t size, void **p)
+{
+	CUdeviceptr d = 0;
+	CUresult r = g->cu.cuMemAlloc(&d, size);
+	if (r != CUDA_SUCCESS)
+		return CU_ERR(r);
+	*p = (void *)(uintptr_t)d;
+	return 0;
+}
+
+static void cuda_private_free(gmsfs *g, void *p)
+{
+	g->cu.cuMemFree((CUdeviceptr)(uintptr_t)p);
+}
+
+static int cuda_copy(gmsfs *g, void *dst, const void *src, uint64_t size)
+{
+	CUresult r = g->cu.cuMemcpyDtoD((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, size);
+	return r == CUDA_SUCCESS ? 0 : CU_ERR(r);
+}
+
 const struct gm_backend gm_cuda_backend = {
 	.name = "cuda",
 	.attach = cuda_attach,
@@ -99,5 +126,8 @@ const struct gm_backend gm_cuda_backend = {
 	.map = cuda_map,
 	.unmap = cuda_unmap,
 	.protect_ro = cuda_protect_ro,
+	.private_alloc = cuda_private_alloc,
+	.private_free = cuda_private_free,
+	.copy = cuda_copy,
 };
 #endif

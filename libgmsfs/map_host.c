@@ -4,6 +4,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -30,17 +31,18 @@ static void host_unreserve(gmsfs *g, void *va, uint64_t aligned, bool mapped)
 	munmap(va, aligned);
 }
 
-static int host_map(gmsfs *g, void *va, uint64_t aligned, int fd, bool writable, char *err, size_t errlen)
+static int host_map(gmsfs *g, void *va, uint64_t aligned, int fd, uint64_t off, bool writable, char *err,
+		    size_t errlen)
 {
 	struct stat s;
 	if (fstat(fd, &s) < 0)
 		return -errno;
-	if ((uint64_t)s.st_size != aligned) {
-		snprintf(err, errlen, "descriptor holds %lld bytes, the manifest says %llu", (long long)s.st_size,
-			 (unsigned long long)aligned);
+	if (off > (uint64_t)s.st_size || aligned > (uint64_t)s.st_size - off) {
+		snprintf(err, errlen, "descriptor holds %lld bytes, the manifest says %llu at %llu", (long long)s.st_size,
+			 (unsigned long long)aligned, (unsigned long long)off);
 		return -EPROTO;
 	}
-	void *p = mmap(va, aligned, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED | MAP_FIXED, fd, 0);
+	void *p = mmap(va, aligned, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED | MAP_FIXED, fd, (off_t)off);
 	if (p == MAP_FAILED) {
 		int e = errno;
 		snprintf(err, errlen, "mmap: %s", strerror(e));
@@ -59,6 +61,23 @@ static int host_protect_ro(gmsfs *g, void *va, uint64_t aligned)
 	return mprotect(va, aligned, PROT_READ) ? -errno : 0;
 }
 
+/* Private copies: plain heap memory, aligned as PyTorch aligns tensors. */
+static int host_private_alloc(gmsfs *g, uint64_t size, void **p)
+{
+	return posix_memalign(p, 512, size) ? -ENOMEM : 0;
+}
+
+static void host_private_free(gmsfs *g, void *p)
+{
+	free(p);
+}
+
+static int host_copy(gmsfs *g, void *dst, const void *src, uint64_t size)
+{
+	memcpy(dst, src, size);
+	return 0;
+}
+
 const struct gm_backend gm_host_backend = {
 	.name = "host",
 	.attach = host_attach,
@@ -67,4 +86,7 @@ const struct gm_backend gm_host_backend = {
 	.map = host_map,
 	.unmap = host_unmap,
 	.protect_ro = host_protect_ro,
+	.private_alloc = host_private_alloc,
+	.private_free = host_private_free,
+	.copy = host_copy,
 };

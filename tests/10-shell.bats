@@ -17,7 +17,9 @@ build_vector() {
 			mkdir -p "$s/meta/cfg" "$s/allocs/w"
 			echo -n hello >"$s/meta/cfg/k"
 			setfattr -n user.gms.alloc -v w/a "$s/meta/cfg/k"
+			setfattr -n user.gms.private -v 1 "$s/meta/cfg/k"
 			setfattr -n user.gms.offset -v 16 "$s/meta/cfg/k"
+			setfattr -n user.gms.size -v 64 "$s/meta/cfg/k"
 			truncate -s 100 "$s/allocs/w/b"
 			truncate -s 4096 "$s/allocs/w/a"
 		else
@@ -26,8 +28,10 @@ build_vector() {
 			truncate -s 100 "$s/allocs/w/b"
 			mkdir -p "$s/meta/cfg"
 			echo -n hello >"$s/meta/cfg/k"
+			setfattr -n user.gms.size -v 64 "$s/meta/cfg/k"
 			setfattr -n user.gms.offset -v 16 "$s/meta/cfg/k"
 			setfattr -n user.gms.alloc -v w/a "$s/meta/cfg/k"
+			setfattr -n user.gms.private -v 1 "$s/meta/cfg/k"
 		fi
 		setfattr -n user.gms.tag -v weights "$s/allocs/w/a"
 		echo >"$s/commit"
@@ -71,17 +75,12 @@ build_vector() {
 
 @test "the hash is the documented encoding: xxhsum -H2 recomputes the test vector" {
 	build_vector "$MNT/vec0" 0
-	assert_equal "$(cat "$MNT/vec0/layout_hash")" 305775603eea0b3ea299649f2b2c6abc
-	# Recompute from the encoding in gmsfs(5), from the listing alone.
-	{
-		printf 'GMSFSLH1'
-		printf '\x02\0\0\0\0\0\0\0'
-		printf '\x03\0\0\0w/a\x00\x10\0\0\0\0\0\0\x07\0\0\0weights'
-		printf '\x03\0\0\0w/b\x64\0\0\0\0\0\0\0\x07\0\0\0default'
-		printf '\x01\0\0\0\0\0\0\0'
-		printf '\x05\0\0\0cfg/k\x03\0\0\0w/a\x10\0\0\0\0\0\0\0\x05\0\0\0hello'
-	} >"$BATS_TEST_TMPDIR/enc"
-	run xxhsum -H2 "$BATS_TEST_TMPDIR/enc"
+	assert_equal "$(cat "$MNT/vec0/layout_hash")" bbef1f4b892576134837a2dbf79ceecd
+	# Recompute it with the printf + xxhsum recipe of gmsfs(5), taken from the page itself
+	# (roff writes a backslash as \e and a minus as \-).
+	sed -n '/^{ printf .GMSFSLH2/,/xxhsum/p' "$ROOT/man/gmsfs.5" | sed 's/\\e/\\/g; s/\\-/-/g' >"$BATS_TEST_TMPDIR/recipe"
+	assert [ -s "$BATS_TEST_TMPDIR/recipe" ]
+	run bash "$BATS_TEST_TMPDIR/recipe"
 	assert_output --partial "$(cat "$MNT/vec0/layout_hash")"
 }
 
@@ -90,7 +89,7 @@ build_vector() {
 	assert_equal "$(cat "$MNT/vec1/layout_hash")" "$(cat "$MNT/vec0/layout_hash")"
 }
 
-@test "changing any size, path, tag, key, offset or value changes the hash" {
+@test "changing any size, path, tag, key, offset, extent, flag or value changes the hash" {
 	local base
 	base=$(cat "$MNT/vec0/layout_hash")
 	# Each change on a fresh copy of the vector.
@@ -102,6 +101,8 @@ build_vector() {
 		"setfattr -n user.gms.offset -v 17 \$S/meta/cfg/k"
 		"echo -n hellO > \$S/meta/cfg/k"
 		"setfattr -n user.gms.alloc -v w/b \$S/meta/cfg/k"
+		"setfattr -n user.gms.size -v 63 \$S/meta/cfg/k"
+		"setfattr -n user.gms.private -v 0 \$S/meta/cfg/k"
 	)
 	for i in "${!changes[@]}"; do
 		S=$MNT/change$i

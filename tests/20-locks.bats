@@ -169,7 +169,7 @@ teardown_file() { unmount_gmsfs; }
 	wait_until state_is "$S" COMMITTED
 }
 
-@test "commit refuses a bad entry with EINVAL, names it, and the session goes on" {
+@test "commit refuses a bad entry (offset, allocation, extent) with EINVAL, names it, and the session goes on" {
 	S=$MNT/s
 	hold w w "$S/lock" "
 		echo -n v > $S/meta/bad
@@ -184,8 +184,12 @@ teardown_file() { unmount_gmsfs; }
 		grep '^last_error:' $S/state > $BATS_TEST_TMPDIR/last2
 		grep -q '^state: RW' $S/state || exit 13
 		setfattr -n user.gms.alloc -v a $S/meta/bad
-		setfattr -n user.gms.offset -v 4095 $S/meta/bad
-		echo > $S/commit || exit 14"
+		setfattr -n user.gms.offset -v 4000 $S/meta/bad
+		setfattr -n user.gms.size -v 97 $S/meta/bad
+		echo > $S/commit 2>/dev/null && exit 14
+		grep '^last_error:' $S/state > $BATS_TEST_TMPDIR/last3
+		setfattr -n user.gms.size -v 96 $S/meta/bad
+		echo > $S/commit || exit 15"
 	wait_held w
 	assert_equal "$(cat "$BATS_TEST_TMPDIR/w.rc")" 0
 	run cat "$BATS_TEST_TMPDIR/last1"
@@ -193,9 +197,13 @@ teardown_file() { unmount_gmsfs; }
 	assert_output --partial 'past the end'
 	run cat "$BATS_TEST_TMPDIR/last2"
 	assert_output --partial "'missing' does not exist"
+	# An extent (user.gms.size) must end inside its allocation, as Triton checks offset + byte_size.
+	run cat "$BATS_TEST_TMPDIR/last3"
+	assert_output "last_error: commit: meta/bad: offset 4000 + size 97 passes the end of 'a' (size 4096)"
 	release w
 	wait_until state_is "$S" COMMITTED
-	assert_equal "$(getfattr --absolute-names --only-values -n user.gms.offset "$S/meta/bad")" 4095
+	assert_equal "$(getfattr --absolute-names --only-values -n user.gms.offset "$S/meta/bad")" 4000
+	assert_equal "$(getfattr --absolute-names --only-values -n user.gms.size "$S/meta/bad")" 96
 }
 
 @test "commit and abort by a process outside the session are refused" {

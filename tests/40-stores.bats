@@ -123,5 +123,5 @@ teardown_file() { unmount_gmsfs; }
 	assert_output --partial 'no mountpoint'
 	run "$GMSFS" --version
 	assert_success
-	assert_output --partial 'gmsfs 0.1.0'
+	assert_output --partial 'gmsfs 0.2.0'
 }

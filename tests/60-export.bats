@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# The export path (gmsfs_ioctl.h, gmsfs(5) EXPORT): ioctls, tickets, the socket.
+# The export path (gmsfs/abi.h, gmsfs(5) EXPORT): ioctls, tickets, the socket and its channel.
 # Every refusal is followed by a check that the daemon still serves everyone else.
 
 load helpers
@@ -36,14 +36,16 @@ still_serves() {
 	assert_output --partial 'ok lock=1 count=1'
 }
 
-@test "a reader's descriptors cannot be mapped writable; a writer's can" {
+@test "a reader's descriptors cannot be mapped writable; a writer's can, from a file it opened for writing" {
 	run "$PROBE" redeem "$MNT/m/lock" export_all ok
-	assert_output 'ok n=4 readonly=4 writable=0'
+	assert_output 'ok n=4 readonly=4 writable=0 entries=4'
 	run "$PROBE" redeem "$MNT/m/allocs/layers/1/weight" export ok
-	assert_output 'ok n=1 readonly=1 writable=0'
+	assert_output 'ok n=1 readonly=1 writable=0 entries=0'
 	mkdir "$MNT/w"
-	run bash -c "exec 9>$MNT/w/lock; truncate -s 4096 $MNT/w/allocs/a; $PROBE redeem $MNT/w/allocs/a export ok"
-	assert_output 'ok n=1 readonly=0 writable=1'
+	run bash -c "exec 9>$MNT/w/lock; truncate -s 4096 $MNT/w/allocs/a; $PROBE redeem rw:$MNT/w/allocs/a export ok;
+		$PROBE redeem $MNT/w/allocs/a export ok"
+	assert_line --index 0 'ok n=1 readonly=0 writable=1 entries=0'
+	assert_line --index 1 'ok n=1 readonly=1 writable=0 entries=0'
 	wait_until state_is "$MNT/w" EMPTY
 	rmdir "$MNT/w"
 }
@@ -101,22 +103,54 @@ still_serves() {
 @test "tickets: another process (a forked child, even on its parent's connection) or uid is EPERM" {
 	run "$PROBE" redeem "$MNT/m/lock" export_all child
 	assert_line --index 0 EPERM
-	assert_line --index 1 'owner: ok n=4 readonly=4 writable=0'
+	assert_line --index 1 'owner: ok n=4 readonly=4 writable=0 entries=4'
 	run "$PROBE" redeem "$MNT/m/lock" export_all child-sameconn
 	assert_line --index 0 EPERM
-	assert_line --index 1 'owner: ok n=4 readonly=4 writable=0'
+	assert_line --index 1 'owner: ok n=4 readonly=4 writable=0 entries=4'
 	run "$PROBE" redeem "$MNT/m/lock" export_all uid
 	assert_line --index 0 EPERM
-	assert_line --index 1 'owner: ok n=4 readonly=4 writable=0'
+	assert_line --index 1 'owner: ok n=4 readonly=4 writable=0 entries=4'
 	grep -q 'ticket belongs to pid' "$MNT.log"
 	still_serves
 }
 
-@test "socket: short, long, bad magic, reserved bits or descriptors sent: EINVAL, then hang up" {
-	for how in short long badmagic reserved withfds; do
+@test "socket: short, a body where none belongs, bad magic, unknown flags or descriptors sent: EINVAL, then hang up" {
+	for how in short long badmagic badflags withfds; do
 		run "$PROBE" redeem "$MNT/m/lock" export_all "$how"
 		assert_line --index 0 EINVAL
 		assert_line --index 1 closed
+	done
+	still_serves
+}
+
+@test "the channel: BIND then EXPORT; every op needs a BIND by the same process; a reader cannot CREATE" {
+	run "$PROBE" bind "lock:1:$MNT/m" export
+	assert_output 'ok n=4 readonly=4 writable=0 entries=4'
+	run "$PROBE" bind "lock:1:$MNT/m" unbound
+	assert_output ENOLCK
+	run "$PROBE" bind "lock:1:$MNT/m" child
+	assert_line --index 0 EPERM
+	assert_line --index 1 'owner: ok n=4 readonly=4 writable=0 entries=4'
+	run "$PROBE" bind "lock:1:$MNT/m" create
+	assert_output EPERM
+	run "$PROBE" bind "lock:1:$MNT/m" closed
+	assert_output ENOLCK
+	run "$PROBE" bind "lock:1:$MNT/m" redeem
+	assert_output EINVAL
+	run "$PROBE" redeem "$MNT/m/lock" export_all bind
+	assert_output EINVAL
+	mkdir "$MNT/cw"
+	run "$PROBE" bind "lock:2:$MNT/cw" create
+	assert_output 'ok n=1 readonly=0 writable=1 entries=0'
+	wait_until state_is "$MNT/cw" EMPTY
+	rmdir "$MNT/cw"
+	still_serves
+}
+
+@test "the channel: a ticket on an op that takes none, a body on COMMIT, an op switched mid-body, a body that does not parse: EINVAL, then hang up" {
+	for how in ticketed-op commit-body op-switch garbage-body; do
+		run "$PROBE" bind "lock:1:$MNT/m" "$how"
+		assert_line --index 0 EINVAL
 	done
 	still_serves
 }
@@ -126,7 +160,7 @@ still_serves() {
 	run "$EXAMPLE" write "$MNT/many" 600 4096
 	assert_success
 	run "$PROBE" redeem "$MNT/many/lock" export_all ok
-	assert_output 'ok n=600 readonly=600 writable=0'
+	assert_output 'ok n=600 readonly=600 writable=0 entries=600'
 	run "$EXAMPLE" read "$MNT/many"
 	assert_output --partial 'imported 600 allocations'
 	assert_output --partial '0 bad words'

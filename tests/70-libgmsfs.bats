@@ -34,6 +34,12 @@ scenario() {
 @test "a writer killed after creating 256 MiB: memory comes back, the last commit stands" { scenario dead_holder_memory; }
 @test "100 create-and-leave cycles leak nothing" { scenario abort_cycles; }
 
+@test "a reader's import_all + meta_get of 1000 keys, a writer's bulk put of 1000: at most 4 daemon requests each" {
+	scenario requests
+	assert_output --partial 'bulk put of 1000 entries'
+}
+@test "bulk put is all or nothing and names the bad entry; 1 MiB values arrive whole; private entries are copies" { scenario bulk_meta; }
+
 @test "the example program: writer, then reader" {
 	mkdir "$MNT/ex"
 	run "$ROOT/build/gmsfs-example" write "$MNT/ex" 8 65536

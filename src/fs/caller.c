@@ -84,3 +84,24 @@ bool caller_descends(pid_t tgid, pid_t ancestor, uint64_t ancestor_start)
 	}
 	return false;
 }
+
+static bool in_group(fuse_req_t req, gid_t gid)
+{
+	if (fuse_req_ctx(req)->gid == gid)
+		return true;
+	gid_t groups[64];
+	int n = fuse_req_getgroups(req, 64, groups);
+	for (int i = 0; i < n && i < 64; i++)
+		if (groups[i] == gid)
+			return true;
+	return false;
+}
+
+int caller_may(fuse_req_t req, mode_t mode, int want)
+{
+	uid_t uid = fuse_req_ctx(req)->uid;
+	if (uid == 0)
+		return 0; /* as the kernel lets root open any file */
+	unsigned bits = uid == getuid() ? mode >> 6 : in_group(req, getgid()) ? mode >> 3 : mode;
+	return (bits & (unsigned)want) == (unsigned)want ? 0 : -EACCES;
+}

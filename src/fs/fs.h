@@ -1,11 +1,18 @@
 /* fs: the FUSE daemon.  One big mutex (fs->mu) serializes the tree and the
- * locks; waiting opens sleep on fs->cv.  Inode numbers are object addresses:
- * every object starts with a magic word that says what it is. */
+ * locks.  Inode numbers are object addresses: every object starts with a magic
+ * word that says what it is.
+ *
+ * Files: node.c (what an inode is, its attributes), ops_tree.c, ops_file.c,
+ * ops_xattr.c, ops_ioctl.c (the FUSE boundary, by op family), handle.c (open
+ * files), store.c (stores and their locks), caller.c (who is asking), text.c
+ * (device and state), ticket.c, sock.c (the socket server), rpc.c (what a
+ * socket request does), main.c (options, mount). */
 #ifndef GMSFS_FS_H
 #define GMSFS_FS_H
 
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
+#include <gmsfs/abi.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -14,7 +21,6 @@
 #include "../fsm/fsm.h"
 #include "../meta/meta.h"
 #include "../vmm/vmm.h"
-#include "../../libgmsfs/gmsfs_ioctl.h"
 
 #define FS_NODE_MAGIC 0x67666e64u /* "gfnd" */
 
@@ -24,8 +30,10 @@ enum fs_kind {
 	FS_NKINDS
 };
 #define FS_STORE_FILES 5 /* lock, commit, abort, state, layout_hash */
+extern const char *const fs_store_file_names[FS_STORE_FILES];
 
 struct store;
+struct sock_conn;
 
 struct fs_node {
 	uint32_t magic;
@@ -34,6 +42,7 @@ struct fs_node {
 };
 
 enum fs_hold { HOLD_NONE, HOLD_READ, HOLD_SESSION };
+enum ticket_kind { TICKET_NONE, TICKET_EXPORT, TICKET_EXPORT_ALL, TICKET_CHANNEL };
 
 struct fs_handle {
 	struct fs_handle *next, *prev; /* in the store's list: commit turns them into readers */
@@ -42,17 +51,18 @@ struct fs_handle {
 	struct meta_node *node;        /* allocation or entry, held, or NULL */
 	enum fs_hold hold;
 	pid_t tgid;                    /* who opened it */
-	bool writable;
+	bool writable;                 /* opened for writing, or locked RW by ioctl */
 	uint64_t seen_events;          /* for poll on state */
 	struct fuse_pollhandle *ph;    /* a poller waiting for the next change */
 	char *text;                    /* rendered content of a status file */
 	size_t text_len;
-	/* An export ticket (export.c): live until redeemed or the handle is released. */
-	bool ticket_live, ticket_all;
-	uint8_t ticket[16];
+	/* A ticket (ticket.c): live until presented or the handle is released. */
+	enum ticket_kind ticket;
+	uint8_t ticket_bytes[16];
 	pid_t ticket_tgid;
 	uid_t ticket_uid;
 	struct fs_handle *tnext;       /* in fs->tickets */
+	struct sock_conn *conns;       /* socket connections bound to this handle */
 };
 
 struct store {
@@ -66,6 +76,8 @@ struct store {
 	unsigned refs;                 /* table + kernel lookups + handles */
 	bool removed;
 	uint64_t events;               /* bumped on every change state shows */
+	uint64_t requests;             /* FUSE requests on its files but state */
+	uint64_t socket_requests;      /* socket requests for its handles */
 	struct fs_handle handles;      /* list head */
 	unsigned pollers;              /* handles with a poll handle: notify walks only if any */
 	char last_error[512];
@@ -79,15 +91,50 @@ struct fs {
 	size_t nstores, stores_cap;
 	struct vmm *vmm;
 	struct fuse_session *se;
-	struct timespec started; /* the times of the daemon's own files */
-	/* The export socket (export.c). */
+	struct timespec started;       /* the times of the daemon's own files */
+	bool allow_other;              /* the mount admits other users (and so does the socket) */
+	/* The socket (sock.c). */
 	char socket_path[108];
-	int export_fd;
-	pthread_t export_thread;
-	atomic_int export_conns;
+	int sock_fd;
+	pthread_t sock_thread;
+	unsigned sock_conns;           /* open connections, under mu */
+	struct sock_conn *sock_list;   /* all of them, under mu */
+	struct sock_uid { uid_t uid; unsigned conns; } *sock_uids; /* per peer uid, under mu */
+	size_t nsock_uids, sock_uids_cap;
 	bool exiting;
-	struct fs_handle *tickets; /* handles with a live ticket */
+	struct fs_handle *tickets;     /* handles with a live ticket */
 };
+
+static inline struct fs *fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/* What an inode number stands for (node.c): a daemon node or a layout node. */
+struct obj {
+	struct fs_node *f;
+	struct meta_node *m;
+	struct store *st;
+};
+/* fs->mu held.  A store's object also counts one request of that store. */
+int node_resolve(struct fs *fs, fuse_ino_t ino, struct obj *o);
+fuse_ino_t node_ino(struct fs *fs, const void *p);
+void node_attr(struct fs *fs, const struct obj *o, struct stat *s);
+/* The child name of directory dir. */
+int node_child(struct fs *fs, const struct obj *dir, const char *name, struct obj *out);
+/* An entry reply for o, taking the kernel's reference; fs->mu is released. */
+void node_reply_entry(fuse_req_t req, struct fs *fs, struct obj *o);
+void node_forget(struct fs *fs, fuse_ino_t ino, uint64_t n);
+/* One more request for st, unless it reads the state file (f): what state's counter shows. */
+void node_count(struct store *st, const struct fs_node *f);
+
+/* handle.c: open files.  fs->mu held. */
+struct fs_handle *handle_new(struct store *st);
+void handle_free(struct fs_handle *h);
+/* The lock a handle holds, as the ioctl reports it: GMSFS_RO, GMSFS_RW or 0. */
+uint32_t handle_lock(const struct fs_handle *h);
+/* May it hand out writable descriptors and change the store? */
+bool handle_writes(const struct fs_handle *h);
 
 /* store.c: stores and their locks.  All with fs->mu held. */
 int store_create(struct fs *fs, const char *name, struct store **out);
@@ -106,34 +153,71 @@ void store_untrack(struct fs_handle *h);
 enum fs_want { WANT_READ, WANT_WRITE, WANT_RW_OR_RO };
 /* timeout_ms: -1 waits as long as it takes, 0 tries once (-EAGAIN), else -ETIMEDOUT after it. */
 int store_acquire(struct store *st, fuse_req_t req, enum fs_want want, pid_t tgid, int timeout_ms, enum fs_hold *out);
+/* The lock for a new handle h of st (h->node, if any, must still exist once granted). */
+int store_lock_handle(fuse_req_t req, struct fs_handle *h, enum fs_want want, int timeout_ms);
 /* Give the handle's hold back; a session ending without commit rolls back. */
 void store_release(struct store *st, struct fs_handle *h);
 /* May tgid change the namespace now?  0, -EBUSY (another holds it), -EROFS (nobody). */
 int store_may_change(struct store *st, pid_t tgid);
+/* The same for a request: through a session handle h, or as a member; -EROFS through a
+ * read handle. */
+int store_check_change(fuse_req_t req, struct store *st, const struct fs_handle *h);
 bool store_is_member(struct store *st, pid_t tgid);
 int store_commit(struct store *st);
 int store_abort(struct store *st);
+/* Size an allocation once: memory from the backend, or ENOSPC with last_error. */
+int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size);
 
 /* caller.c: who is asking. */
 /* The thread group of a request's thread; -EPERM for pid 0 (outside our pid namespace). */
 int caller_tgid(fuse_req_t req, pid_t *tgid);
 int caller_start_time(pid_t pid, uint64_t *start);
 bool caller_descends(pid_t tgid, pid_t ancestor, uint64_t ancestor_start);
+/* Would the kernel let the request's caller open a file of mode (owner: the daemon's
+ * uid and gid) for reading (want 4) or writing (want 2)?  0 or -EACCES. */
+int caller_may(fuse_req_t req, mode_t mode, int want);
 
 /* text.c: the content of device and state. */
 int text_device(struct fs *fs, char **out, size_t *len);
 int text_state(struct store *st, char **out, size_t *len);
 int text_hash(struct store *st, char **out, size_t *len);
 
-/* export.c: tickets (fs->mu held) and the export socket. */
-int export_ticket(struct fs *fs, struct fs_handle *h, bool all, pid_t tgid, uid_t uid, uint8_t out[16]);
-void export_revoke(struct fs *fs, struct fs_handle *h);
-int export_parse_request(const void *buf, size_t len, struct gmsfs_sock_req *out, char *why, size_t whylen);
-/* path NULL: /run/gmsfs/gmsfs-PID.sock as root, else under $XDG_RUNTIME_DIR or /tmp. */
-int export_start(struct fs *fs, const char *path, char *err, size_t errlen);
-void export_stop(struct fs *fs);
+/* ticket.c: one-time tickets (fs->mu held). */
+int ticket_issue(struct fs *fs, struct fs_handle *h, enum ticket_kind kind, pid_t tgid, uid_t uid, uint8_t out[16]);
+void ticket_revoke(struct fs *fs, struct fs_handle *h);
+/* Find and spend a ticket presented by pid/uid: the handle, or NULL with -EACCES (no such
+ * live ticket) or -EPERM (another process or user: the ticket stays for its owner). */
+struct fs_handle *ticket_redeem(struct fs *fs, const uint8_t t[16], pid_t pid, uid_t uid, enum ticket_kind *kind,
+				int *err, char *why, size_t whylen);
 
-/* ops.c */
+/* sock.c: the socket server. */
+/* path NULL: /run/gmsfs/gmsfs-PID.sock as root, else under $XDG_RUNTIME_DIR or /tmp. */
+int sock_start(struct fs *fs, const char *path, char *err, size_t errlen);
+void sock_stop(struct fs *fs);
+/* fs->mu held: bind c to h for pid and uid; the handle c is bound to, for the sender
+ * pid/uid (NULL with -ENOLCK: none, or it was released; -EPERM: bound by another); the
+ * handle goes, so its connections answer ENOLCK from now on. */
+void sock_bind(struct sock_conn *c, struct fs_handle *h, pid_t pid, uid_t uid);
+struct fs_handle *sock_handle(struct sock_conn *c, pid_t pid, uid_t uid, int *err);
+void sock_unbind_all(struct fs_handle *h);
+/* Send one reply message with descriptors; 0 or -errno. */
+int sock_send(int sock, const void *data, size_t len, const int *fds, size_t nfds);
+
+/* rpc.c: one request of a connection; the reply is sent.  >0: keep the connection,
+ * 0: close it (the peer broke the protocol). */
+struct rpc_req {
+	struct sock_conn *conn;
+	int sock;
+	pid_t pid;
+	uid_t uid;
+	enum gmsfs_op op;
+	const uint8_t *ticket;
+	const uint8_t *body;
+	size_t body_len;
+};
+int rpc_serve(struct fs *fs, const struct rpc_req *r);
+
+/* ops_*.c */
 extern const struct fuse_lowlevel_ops fs_ops;
 
 #endif

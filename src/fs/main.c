@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 struct options {
+	int allow_other;
 	char *backend;
 	char *device;
 	char *socket;
@@ -22,7 +23,9 @@ struct options {
 };
 
 #define OPT(t, p) { t, offsetof(struct options, p), 1 }
+enum { KEY_ALLOW_OTHER };
 static const struct fuse_opt option_spec[] = {
+	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
 	OPT("backend=%s", backend),
 	OPT("device=%s", device),
 	OPT("socket=%s", socket),
@@ -46,6 +49,14 @@ static void usage(const char *prog)
 	       prog);
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
+}
+
+/* allow_other is the kernel's, kept for it; the socket's mode follows it. */
+static int option_seen(void *data, const char *arg, int key, struct fuse_args *out)
+{
+	if (key == KEY_ALLOW_OTHER)
+		((struct options *)data)->allow_other = 1;
+	return 1;
 }
 
 /* "4096", "64M", "2G": binary suffixes.  0 on success. */
@@ -83,6 +94,98 @@ static void clean_stale_mount(const char *mnt)
 	}
 }
 
+/* 0: go on; otherwise the exit status (help and version: 0, bad options: 2). */
+static int parse_options(struct fuse_args *args, struct options *opts, struct fuse_cmdline_opts *cmd,
+			 uint64_t *max_bytes, const char *prog)
+{
+	if (fuse_opt_parse(args, opts, option_spec, option_seen) || fuse_parse_cmdline(args, cmd))
+		return 2;
+	if (cmd->show_help) {
+		usage(prog);
+		return -1;
+	}
+	if (cmd->show_version) {
+		printf("gmsfs %s\n", GMSFS_VERSION);
+		fuse_lowlevel_version();
+		return -1;
+	}
+	if (!cmd->mountpoint) {
+		fprintf(stderr, "gmsfs: no mountpoint (see %s --help)\n", prog);
+		return 2;
+	}
+	if (opts->max_bytes && parse_size(opts->max_bytes, max_bytes)) {
+		fprintf(stderr, "gmsfs: max_bytes=%s: not a size (digits, then K, M, G or T)\n", opts->max_bytes);
+		return 2;
+	}
+	if (opts->max_threads < 2 || opts->max_threads > 100000) {
+		fprintf(stderr, "gmsfs: max_threads=%d: between 2 and 100000\n", opts->max_threads);
+		return 2;
+	}
+	return 0;
+}
+
+/* Allocations may hold descriptors: allow as many as the hard limit. */
+static void raise_nofile(void)
+{
+	struct rlimit nofile;
+	if (!getrlimit(RLIMIT_NOFILE, &nofile) && nofile.rlim_cur < nofile.rlim_max) {
+		nofile.rlim_cur = nofile.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &nofile);
+	}
+}
+
+/* Mount, say so, serve until unmounted or signalled.  The exit status. */
+static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdline_opts *cmd, const struct options *opts)
+{
+	int ret = 1;
+	fuse_opt_add_arg(args, "-ofsname=gmsfs,subtype=gmsfs,default_permissions");
+	clean_stale_mount(cmd->mountpoint);
+	fs->se = fuse_session_new(args, &fs_ops, sizeof fs_ops, fs);
+	if (!fs->se)
+		return 1;
+	if (fuse_set_signal_handlers(fs->se))
+		goto out_session;
+	if (fuse_session_mount(fs->se, cmd->mountpoint))
+		goto out_signals;
+	fuse_daemonize(cmd->foreground);
+	fprintf(stderr, "gmsfs: %s on %s (backend %s, %llu bytes, socket %s)\n", fs->vmm->dev.name,
+		cmd->mountpoint, fs->vmm->dev.backend, (unsigned long long)fs->vmm->max_bytes, fs->socket_path);
+	if (opts->ready_fd >= 0) {
+		if (write(opts->ready_fd, "\n", 1) != 1)
+			perror("gmsfs: ready_fd");
+		close(opts->ready_fd);
+	}
+	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_clone_fd(cfg, 1);
+	fuse_loop_cfg_set_max_threads(cfg, (unsigned)opts->max_threads);
+	fuse_loop_cfg_set_idle_threads(cfg, 16);
+	ret = fuse_session_loop_mt(fs->se, cfg) ? 1 : 0;
+	fuse_loop_cfg_destroy(cfg);
+	fuse_session_unmount(fs->se);
+out_signals:
+	fuse_remove_signal_handlers(fs->se);
+out_session:
+	fuse_session_destroy(fs->se);
+	fs->se = NULL;
+	return ret;
+}
+
+static void free_stores(struct fs *fs)
+{
+	pthread_mutex_lock(&fs->mu);
+	while (fs->nstores) {
+		struct store *st = fs->stores[--fs->nstores];
+		/* The session is gone: no kernel reference or handle is left to honour. */
+		meta_root(st->meta, META_AREA_ALLOCS)->lookups = 0;
+		meta_root(st->meta, META_AREA_META)->lookups = 0;
+		meta_store_free(st->meta);
+		free(st->name);
+		free(st);
+	}
+	free(fs->stores);
+	pthread_mutex_unlock(&fs->mu);
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -93,103 +196,33 @@ int main(int argc, char *argv[])
 		.cv = PTHREAD_COND_INITIALIZER,
 		.root = { FS_NODE_MAGIC, FS_ROOT, NULL },
 		.device = { FS_NODE_MAGIC, FS_DEVICE, NULL },
-		.export_fd = -1,
+		.sock_fd = -1,
 	};
-	int ret = 1;
-
-	if (fuse_opt_parse(&args, &opts, option_spec, NULL) || fuse_parse_cmdline(&args, &cmd))
-		return 2;
-	if (cmd.show_help) {
-		usage(argv[0]);
-		return 0;
-	}
-	if (cmd.show_version) {
-		printf("gmsfs %s\n", GMSFS_VERSION);
-		fuse_lowlevel_version();
-		return 0;
-	}
-	if (!cmd.mountpoint) {
-		fprintf(stderr, "gmsfs: no mountpoint (see %s --help)\n", argv[0]);
-		return 2;
-	}
 	uint64_t max_bytes = 0;
-	if (opts.max_bytes && parse_size(opts.max_bytes, &max_bytes)) {
-		fprintf(stderr, "gmsfs: max_bytes=%s: not a size (digits, then K, M, G or T)\n", opts.max_bytes);
-		return 2;
-	}
-	if (opts.max_threads < 2 || opts.max_threads > 100000) {
-		fprintf(stderr, "gmsfs: max_threads=%d: between 2 and 100000\n", opts.max_threads);
-		return 2;
-	}
-	/* The host backend keeps one memfd per allocation: allow as many as the hard limit. */
-	struct rlimit nofile;
-	if (!getrlimit(RLIMIT_NOFILE, &nofile) && nofile.rlim_cur < nofile.rlim_max) {
-		nofile.rlim_cur = nofile.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &nofile);
-	}
 	char err[256] = "";
-	int e = vmm_open(&fs.vmm, opts.backend, opts.device, max_bytes, err, sizeof err);
-	if (e) {
-		fprintf(stderr, "gmsfs: %s\n", err[0] ? err : strerror(-e));
-		return 1;
+	int ret = parse_options(&args, &opts, &cmd, &max_bytes, argv[0]);
+	if (!ret) {
+		raise_nofile();
+		clock_gettime(CLOCK_REALTIME, &fs.started);
+		fs.allow_other = opts.allow_other;
+		int e = vmm_open(&fs.vmm, opts.backend, opts.device, max_bytes, err, sizeof err);
+		if (!e && (e = sock_start(&fs, opts.socket, err, sizeof err)))
+			vmm_close(fs.vmm);
+		if (e) {
+			fprintf(stderr, "gmsfs: %s\n", err[0] ? err : strerror(-e));
+			ret = 1;
+		} else {
+			ret = serve(&fs, &args, &cmd, &opts);
+			sock_stop(&fs);
+			free_stores(&fs);
+			vmm_close(fs.vmm);
+		}
 	}
-	clock_gettime(CLOCK_REALTIME, &fs.started);
-	if ((e = export_start(&fs, opts.socket, err, sizeof err))) {
-		fprintf(stderr, "gmsfs: %s\n", err);
-		vmm_close(fs.vmm);
-		return 1;
-	}
-
-	fuse_opt_add_arg(&args, "-ofsname=gmsfs,subtype=gmsfs,default_permissions");
-	clean_stale_mount(cmd.mountpoint);
-	fs.se = fuse_session_new(&args, &fs_ops, sizeof fs_ops, &fs);
-	if (!fs.se)
-		goto out_vmm;
-	if (fuse_set_signal_handlers(fs.se))
-		goto out_session;
-	if (fuse_session_mount(fs.se, cmd.mountpoint))
-		goto out_signals;
-	fuse_daemonize(cmd.foreground);
-	fprintf(stderr, "gmsfs: %s on %s (backend %s, %llu bytes, export socket %s)\n", fs.vmm->dev.name,
-		cmd.mountpoint, fs.vmm->dev.backend, (unsigned long long)fs.vmm->max_bytes, fs.socket_path);
-	if (opts.ready_fd >= 0) {
-		if (write(opts.ready_fd, "\n", 1) != 1)
-			perror("gmsfs: ready_fd");
-		close(opts.ready_fd);
-	}
-
-	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
-	fuse_loop_cfg_set_clone_fd(cfg, 1);
-	fuse_loop_cfg_set_max_threads(cfg, (unsigned)opts.max_threads);
-	fuse_loop_cfg_set_idle_threads(cfg, 16);
-	ret = fuse_session_loop_mt(fs.se, cfg) ? 1 : 0;
-	fuse_loop_cfg_destroy(cfg);
-
-	fuse_session_unmount(fs.se);
-out_signals:
-	fuse_remove_signal_handlers(fs.se);
-out_session:
-	fuse_session_destroy(fs.se);
-out_vmm:
-	export_stop(&fs);
-	pthread_mutex_lock(&fs.mu);
-	while (fs.nstores) {
-		struct store *st = fs.stores[--fs.nstores];
-		/* The session is gone: no kernel reference or handle is left to honour. */
-		meta_root(st->meta, META_AREA_ALLOCS)->lookups = 0;
-		meta_root(st->meta, META_AREA_META)->lookups = 0;
-		meta_store_free(st->meta);
-		free(st->name);
-		free(st);
-	}
-	free(fs.stores);
-	pthread_mutex_unlock(&fs.mu);
-	vmm_close(fs.vmm);
 	free(cmd.mountpoint);
 	fuse_opt_free_args(&args);
 	free(opts.backend);
 	free(opts.device);
 	free(opts.socket);
 	free(opts.max_bytes);
-	return ret;
+	return ret < 0 ? 0 : ret;
 }

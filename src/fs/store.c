@@ -1,7 +1,7 @@
 /* store: the table of stores and each store's locks.  Everything here runs
  * with fs->mu held; store_acquire sleeps on fs->cv, which releases it. */
 #include "fs.h"
-#include "../grow.h"
+#include "grow.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -116,6 +116,45 @@ int store_may_change(struct store *st, pid_t tgid)
 	return st->fsm.leader || st->fsm.readers ? -EBUSY : -EROFS;
 }
 
+int store_check_change(fuse_req_t req, struct store *st, const struct fs_handle *h)
+{
+	if (h && h->hold == HOLD_SESSION)
+		return 0;
+	if (h && h->hold == HOLD_READ)
+		return -EROFS;
+	pid_t tgid;
+	int e = caller_tgid(req, &tgid);
+	if (e) {
+		if (e == -EPERM)
+			fuse_log(FUSE_LOG_WARNING, "gmsfs: refused a change from outside the daemon's pid namespace\n");
+		return e;
+	}
+	return store_may_change(st, tgid);
+}
+
+int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size)
+{
+	struct vmm *v = st->fs->vmm;
+	if (m->size == size || (!m->size && !size))
+		return 0;
+	if (m->size)
+		return -EPERM; /* sized once: the size never changes */
+	struct vmm_buf *b;
+	int e = vmm_alloc(v, size, &b);
+	if (e) {
+		char path[GMSFS_PATH_MAX + 1] = "";
+		meta_path(m, path, sizeof path);
+		snprintf(st->last_error, sizeof st->last_error, "allocs/%s: %llu bytes: %s (used %llu of %llu)", path,
+			 (unsigned long long)size, strerror(-e), (unsigned long long)atomic_load(&v->used_bytes),
+			 (unsigned long long)v->max_bytes);
+		store_notify(st);
+		return e;
+	}
+	if ((e = meta_alloc_size(m, size, b->size, b)))
+		vmm_buf_put(b);
+	return e;
+}
+
 static void interrupted(fuse_req_t req, void *data)
 {
 	struct fs *fs = data;
@@ -213,6 +252,24 @@ int store_acquire(struct store *st, fuse_req_t req, enum fs_want want, pid_t tgi
 		fsm_wait_end(&st->fsm, write);
 		store_notify(st);
 	}
+}
+
+int store_lock_handle(fuse_req_t req, struct fs_handle *h, enum fs_want want, int timeout_ms)
+{
+	pid_t tgid;
+	int e = caller_tgid(req, &tgid);
+	if (e) {
+		if (e == -EPERM)
+			fuse_log(FUSE_LOG_WARNING,
+				 "gmsfs: refused a lock to a caller outside the daemon's pid namespace (pid 0)\n");
+		return e;
+	}
+	h->tgid = tgid;
+	if ((e = store_acquire(h->store, req, want, tgid, timeout_ms, &h->hold)))
+		return e;
+	h->writable = want != WANT_READ && h->hold == HOLD_SESSION;
+	/* Whatever we waited for may have removed the file meanwhile. */
+	return h->node && !h->node->linked ? -ENOENT : 0;
 }
 
 void store_release(struct store *st, struct fs_handle *h)

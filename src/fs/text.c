@@ -29,12 +29,13 @@ int text_state(struct store *st, char **out, size_t *len)
 	int n = asprintf(out,
 			 "state: %s\nreaders: %u\nwriter: %d\nwaiting_writers: %u\nwaiting_readers: %u\n"
 			 "generation: %llu\nallocations: %llu\nentries: %llu\nbytes: %llu\naligned_bytes: %llu\n"
-			 "layout_hash: %s\nlast_error: %s\n",
+			 "layout_hash: %s\nrequests: %llu\nsocket_requests: %llu\nlast_error: %s\n",
 			 st->removed ? "REMOVED" : fsm_state_name(fsm_state(f)), f->readers, (int)f->leader,
 			 f->waiting_writers, f->waiting_readers, (unsigned long long)f->generation,
 			 (unsigned long long)s.allocations, (unsigned long long)s.entries,
 			 (unsigned long long)s.bytes, (unsigned long long)s.aligned_bytes,
-			 st->meta ? meta_hash_hex(st->meta) : "", st->last_error);
+			 st->meta ? meta_hash_hex(st->meta) : "", (unsigned long long)st->requests,
+			 (unsigned long long)st->socket_requests, st->last_error);
 	if (n < 0)
 		return -ENOMEM;
 	*len = (size_t)n;

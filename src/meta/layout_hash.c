@@ -1,16 +1,17 @@
 /* The layout hash: XXH3-128 over the canonical encoding (man gmsfs(5)):
  *
- *   "GMSFSLH1"                                   8 bytes
+ *   "GMSFSLH2"                                   8 bytes
  *   u64 number of allocations
  *   per allocation, sorted by path (bytewise):   u32 len, path, u64 size, u32 len, tag
  *   u64 number of metadata entries
  *   per entry, sorted by key (bytewise):         u32 len, key, u32 len, allocation path,
- *                                                u64 offset, u32 len, value
+ *                                                u64 offset, u64 size (extent, 0: none),
+ *                                                u32 flags, u32 len, value
  *
  * Integers little-endian; paths relative to allocs/ and meta/; size is the
  * requested size, so every backend gives the same hash. */
 #include "meta.h"
-#include "../grow.h"
+#include "grow.h"
 #include "meta_internal.h"
 
 #include <errno.h>
@@ -28,7 +29,7 @@ static int gather(struct meta_node *n, void *arg)
 		return 0;
 	if (GROW(it->v, it->n, it->cap, 256))
 		return -ENOMEM;
-	char path[META_PATH_MAX + 1];
+	char path[GMSFS_PATH_MAX + 1];
 	int e = meta_path(n, path, sizeof path);
 	if (e)
 		return e;
@@ -89,7 +90,7 @@ int meta_layout_hash(struct meta_store *s, uint8_t out[16])
 		qsort(entries.v, entries.n, sizeof *entries.v, by_path);
 
 	XXH3_128bits_reset(st);
-	XXH3_128bits_update(st, "GMSFSLH1", 8);
+	XXH3_128bits_update(st, "GMSFSLH2", 8);
 	put_u64(st, allocs.n);
 	for (size_t i = 0; i < allocs.n; i++) {
 		const struct meta_node *n = allocs.v[i].n;
@@ -103,6 +104,8 @@ int meta_layout_hash(struct meta_store *s, uint8_t out[16])
 		put_bytes(st, entries.v[i].path, strlen(entries.v[i].path));
 		put_bytes(st, n->alloc ? n->alloc : "", n->alloc ? strlen(n->alloc) : 0);
 		put_u64(st, n->offset);
+		put_u64(st, n->extent);
+		put_u32(st, n->flags);
 		put_bytes(st, n->value, n->value_len);
 	}
 	XXH128_canonical_t c;

@@ -1,20 +1,13 @@
 /* meta: the tree of a store, its snapshot and rollback.  The hash is in layout_hash.c. */
 #include "meta.h"
-#include "../grow.h"
+#include "grow.h"
+#include "hash.h"
 #include "meta_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t name_hash(const char *s)
-{
-	uint64_t h = 1469598103934665603ull; /* FNV-1a: short names, no need for more */
-	while (*s)
-		h = (h ^ (unsigned char)*s++) * 1099511628211ull;
-	return h;
-}
 
 static struct meta_node *node_new(struct meta_store *s, enum meta_kind kind, enum meta_area area, const char *name)
 {
@@ -123,7 +116,7 @@ static void account(struct meta_store *s, const struct meta_node *n, int sign)
 	}
 }
 
-static int link_node(struct meta_node *dir, struct meta_node *n)
+int meta_link(struct meta_node *dir, struct meta_node *n)
 {
 	if (GROW(dir->kids, dir->nkids, dir->kids_cap, 8))
 		return -ENOMEM;
@@ -140,7 +133,7 @@ static int link_node(struct meta_node *dir, struct meta_node *n)
 }
 
 /* Drop one hold; the memory goes with the last, the struct with the last lookup too. */
-static void unhold(struct meta_node *n)
+void meta_unhold(struct meta_node *n)
 {
 	if (--n->holds)
 		return;
@@ -187,20 +180,7 @@ struct meta_store *meta_store_new(void (*release_buf)(void *buf, void *ctx), voi
 	return s;
 }
 
-static void snapshot_drop(struct meta_store *s)
-{
-	for (size_t i = 0; i < s->nsnap; i++) {
-		free(s->snap[i].tag);
-		free(s->snap[i].alloc);
-		free(s->snap[i].value);
-		unhold(s->snap[i].node);
-	}
-	free(s->snap);
-	s->snap = NULL;
-	s->nsnap = 0;
-}
-
-static int collect(struct meta_node *n, void *arg)
+int meta_collect(struct meta_node *n, void *arg)
 {
 	struct meta_nodes *v = arg;
 	if (GROW(v->v, v->n, v->cap, 64))
@@ -210,10 +190,10 @@ static int collect(struct meta_node *n, void *arg)
 }
 
 /* Unlink the whole live layout; returns the nodes (still holding their tree hold). */
-static int unlink_all(struct meta_store *s, struct meta_nodes *v)
+int meta_unlink_all(struct meta_store *s, struct meta_nodes *v)
 {
 	for (int a = 0; a < 2; a++) {
-		int e = meta_walk(s->root[a], collect, v);
+		int e = meta_walk(s->root[a], meta_collect, v);
 		if (e)
 			return e;
 	}
@@ -238,15 +218,15 @@ void meta_store_free(struct meta_store *s)
 	if (!s)
 		return;
 	struct meta_nodes v = {0};
-	if (s->root[0] && s->root[1] && unlink_all(s, &v) == 0)
+	if (s->root[0] && s->root[1] && meta_unlink_all(s, &v) == 0)
 		for (size_t i = 0; i < v.n; i++)
-			unhold(v.v[i]);
+			meta_unhold(v.v[i]);
 	free(v.v);
-	snapshot_drop(s);
+	meta_snapshot_drop(s);
 	for (int a = 0; a < 2; a++)
 		if (s->root[a]) {
 			s->root[a]->linked = false;
-			unhold(s->root[a]);
+			meta_unhold(s->root[a]);
 		}
 	free(s);
 }
@@ -300,7 +280,7 @@ int meta_create(struct meta_node *dir, const char *name, enum meta_kind kind, st
 		node_free(n);
 		return -ENOMEM;
 	}
-	int e = link_node(dir, n);
+	int e = meta_link(dir, n);
 	if (e) {
 		node_free(n);
 		return e;
@@ -322,7 +302,7 @@ int meta_remove(struct meta_node *n)
 	struct meta_node *dir = n->parent;
 	unlink_node(n);
 	clock_gettime(CLOCK_REALTIME, &dir->mtime);
-	unhold(n);
+	meta_unhold(n);
 	return 0;
 }
 
@@ -359,13 +339,8 @@ static int set_string(char **dst, const char *src, size_t len)
 
 int meta_set_tag(struct meta_node *n, const char *tag, size_t len)
 {
-	if (n->kind != META_ALLOC)
+	if (n->kind != META_ALLOC || !gmsfs_tag_valid(tag, len))
 		return -EINVAL;
-	if (!len || len > META_TAG_MAX)
-		return -EINVAL;
-	for (size_t i = 0; i < len; i++)
-		if ((unsigned char)tag[i] < 0x20 || tag[i] == 0x7f)
-			return -EINVAL;
 	return set_string(&n->tag, tag, len);
 }
 
@@ -373,15 +348,14 @@ int meta_entry_set_alloc(struct meta_node *n, const char *path, size_t len)
 {
 	if (n->kind != META_ENTRY)
 		return -EINVAL;
-	if (!meta_path_valid(path, len))
+	if (!gmsfs_path_valid(path, len))
 		return -EINVAL;
 	return set_string(&n->alloc, path, len);
 }
 
-int meta_entry_set_offset(struct meta_node *n, const char *text, size_t len)
+/* Decimal digits only, no sign, no spaces, fits 64 bits. */
+static int parse_decimal(const char *text, size_t len, uint64_t *out)
 {
-	if (n->kind != META_ENTRY)
-		return -EINVAL;
 	if (!len || len > 20)
 		return -EINVAL;
 	uint64_t v = 0;
@@ -393,7 +367,29 @@ int meta_entry_set_offset(struct meta_node *n, const char *text, size_t len)
 			return -EINVAL;
 		v = v * 10 + d;
 	}
-	n->offset = v;
+	*out = v;
+	return 0;
+}
+
+int meta_entry_set_offset(struct meta_node *n, const char *text, size_t len)
+{
+	if (n->kind != META_ENTRY)
+		return -EINVAL;
+	return parse_decimal(text, len, &n->offset);
+}
+
+int meta_entry_set_extent(struct meta_node *n, const char *text, size_t len)
+{
+	if (n->kind != META_ENTRY)
+		return -EINVAL;
+	return parse_decimal(text, len, &n->extent);
+}
+
+int meta_entry_set_private(struct meta_node *n, const char *text, size_t len)
+{
+	if (n->kind != META_ENTRY || len != 1 || (text[0] != '0' && text[0] != '1'))
+		return -EINVAL;
+	n->flags = text[0] == '1' ? n->flags | GMSFS_ENTRY_PRIVATE : n->flags & ~GMSFS_ENTRY_PRIVATE;
 	return 0;
 }
 
@@ -401,7 +397,7 @@ int meta_entry_write(struct meta_node *n, uint64_t off, const void *data, size_t
 {
 	if (n->kind != META_ENTRY)
 		return -EINVAL;
-	if (off > META_VALUE_MAX || len > META_VALUE_MAX - off)
+	if (off > GMSFS_VALUE_MAX || len > GMSFS_VALUE_MAX - off)
 		return -EFBIG;
 	size_t end = off + len;
 	if (end > n->value_len) {
@@ -421,7 +417,7 @@ int meta_entry_truncate(struct meta_node *n, uint64_t len)
 {
 	if (n->kind != META_ENTRY)
 		return -EINVAL;
-	if (len > META_VALUE_MAX)
+	if (len > GMSFS_VALUE_MAX)
 		return -EFBIG;
 	if (len > n->value_len)
 		return meta_entry_write(n, len, "", 0);
@@ -469,7 +465,7 @@ struct meta_node *meta_resolve(struct meta_store *s, enum meta_area area, const 
 }
 
 void meta_hold(struct meta_node *n) { n->holds++; }
-void meta_drop(struct meta_node *n) { unhold(n); }
+void meta_drop(struct meta_node *n) { meta_unhold(n); }
 void meta_lookup_ref(struct meta_node *n) { n->lookups++; }
 
 void meta_forget(struct meta_node *n, uint64_t nlookup)
@@ -507,132 +503,4 @@ bool meta_hash(const struct meta_store *s, uint8_t out[16])
 	if (s->committed)
 		memcpy(out, s->hash, sizeof s->hash);
 	return s->committed;
-}
-
-/* ---- commit and rollback ---- */
-
-static int validate_entry(struct meta_node *n, void *arg)
-{
-	struct meta_check *c = arg;
-	char key[META_PATH_MAX + 1] = "?";
-	if (n->kind == META_ALLOC && !n->size) {
-		meta_path(n, key, sizeof key);
-		snprintf(c->err, c->errlen, "allocs/%s: never sized (ftruncate it)", key);
-		return -EINVAL;
-	}
-	if (n->kind != META_ENTRY)
-		return 0;
-	meta_path(n, key, sizeof key);
-	if (!n->alloc) {
-		snprintf(c->err, c->errlen, "meta/%s: no user.gms.alloc", key);
-		return -EINVAL;
-	}
-	struct meta_node *a = meta_resolve(c->store, META_AREA_ALLOCS, n->alloc);
-	if (!a || a->kind != META_ALLOC) {
-		snprintf(c->err, c->errlen, "meta/%s: allocation '%s' does not exist", key, n->alloc);
-		return -EINVAL;
-	}
-	if (n->offset >= a->size) {
-		snprintf(c->err, c->errlen, "meta/%s: offset %llu is past the end of '%s' (size %llu)", key,
-			 (unsigned long long)n->offset, n->alloc, (unsigned long long)a->size);
-		return -EINVAL;
-	}
-	return 0;
-}
-
-static int dup_bytes(char **dst, const char *src, size_t len)
-{
-	*dst = NULL;
-	if (!src)
-		return 0;
-	*dst = malloc(len ? len : 1);
-	if (!*dst)
-		return -ENOMEM;
-	memcpy(*dst, src, len);
-	return 0;
-}
-
-int meta_commit(struct meta_store *s, char *err, size_t errlen)
-{
-	struct meta_check c = { .store = s, .err = err, .errlen = errlen };
-	if (errlen)
-		err[0] = '\0';
-	for (int a = 0; a < 2; a++) {
-		int e = meta_walk(s->root[a], validate_entry, &c);
-		if (e)
-			return e;
-	}
-	uint8_t digest[16];
-	int e = meta_layout_hash(s, digest);
-	if (e)
-		return e;
-
-	struct meta_nodes v = {0};
-	for (int a = 0; a < 2 && !e; a++)
-		e = meta_walk(s->root[a], collect, &v);
-	struct meta_snap *snap = e ? NULL : calloc(v.n ? v.n : 1, sizeof *snap);
-	if (!snap) {
-		free(v.v);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < v.n; i++) {
-		struct meta_node *n = v.v[i];
-		snap[i].node = n;
-		snap[i].offset = n->offset;
-		snap[i].value_len = n->value_len;
-		if ((e = dup_bytes(&snap[i].tag, n->tag, n->tag ? strlen(n->tag) + 1 : 0)) ||
-		    (e = dup_bytes(&snap[i].alloc, n->alloc, n->alloc ? strlen(n->alloc) + 1 : 0)) ||
-		    (e = dup_bytes(&snap[i].value, n->value, n->value_len))) {
-			for (size_t j = 0; j <= i; j++) {
-				free(snap[j].tag);
-				free(snap[j].alloc);
-				free(snap[j].value);
-			}
-			free(snap);
-			free(v.v);
-			return e;
-		}
-	}
-	for (size_t i = 0; i < v.n; i++)
-		v.v[i]->holds++;
-	snapshot_drop(s);
-	s->snap = snap;
-	s->nsnap = v.n;
-	free(v.v);
-	memcpy(s->hash, digest, sizeof s->hash);
-	for (int i = 0; i < 16; i++)
-		sprintf(s->hash_hex + 2 * i, "%02x", digest[i]);
-	s->committed = true;
-	return 0;
-}
-
-void meta_rollback(struct meta_store *s)
-{
-	struct meta_nodes v = {0};
-	if (unlink_all(s, &v)) {
-		/* Out of memory while listing, before anything was unlinked: leave the layout as it is. */
-		free(v.v);
-		return;
-	}
-	for (size_t i = 0; i < s->nsnap; i++) {
-		struct meta_snap *r = &s->snap[i];
-		struct meta_node *n = r->node;
-		if (link_node(n->parent, n))
-			continue; /* out of memory: the node stays out */
-		if (n->kind == META_ALLOC && r->tag) {
-			free(n->tag);
-			n->tag = strdup(r->tag);
-		}
-		if (n->kind == META_ENTRY) {
-			free(n->alloc);
-			free(n->value);
-			dup_bytes(&n->alloc, r->alloc, r->alloc ? strlen(r->alloc) + 1 : 0);
-			dup_bytes(&n->value, r->value, r->value_len);
-			n->value_len = n->value ? r->value_len : 0;
-			n->offset = r->offset;
-		}
-	}
-	for (size_t i = 0; i < v.n; i++)
-		unhold(v.v[i]);
-	free(v.v);
 }

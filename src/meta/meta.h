@@ -11,10 +11,9 @@
 #include <stdint.h>
 #include <time.h>
 
+#include <gmsfs/abi.h> /* GMSFS_PATH_MAX, GMSFS_TAG_MAX, GMSFS_VALUE_MAX, gmsfs_path_valid */
+
 #define META_NODE_MAGIC 0x6d657461u /* "meta": first word of every node */
-#define META_VALUE_MAX (1u << 20)   /* bytes of one metadata value */
-#define META_TAG_MAX 255
-#include "meta_path.h" /* META_PATH_MAX, meta_path_valid */
 
 enum meta_kind { META_DIR, META_ALLOC, META_ENTRY };
 enum meta_area { META_AREA_ALLOCS, META_AREA_META };
@@ -49,6 +48,8 @@ struct meta_node {
 	/* META_ENTRY */
 	char *alloc;               /* allocation path relative to allocs/, or NULL */
 	uint64_t offset;
+	uint64_t extent;           /* bytes from offset that the entry describes; 0: none */
+	uint32_t flags;            /* GMSFS_ENTRY_* */
 	char *value;
 	size_t value_len;
 };
@@ -71,7 +72,11 @@ int meta_remove(struct meta_node *n);
 int meta_alloc_size(struct meta_node *n, uint64_t size, uint64_t aligned, void *buf);
 int meta_set_tag(struct meta_node *n, const char *tag, size_t len);
 int meta_entry_set_alloc(struct meta_node *n, const char *path, size_t len);
+/* Decimal text, as the xattrs carry it. */
 int meta_entry_set_offset(struct meta_node *n, const char *text, size_t len);
+int meta_entry_set_extent(struct meta_node *n, const char *text, size_t len);
+/* "1" or "0". */
+int meta_entry_set_private(struct meta_node *n, const char *text, size_t len);
 int meta_entry_write(struct meta_node *n, uint64_t off, const void *data, size_t len);
 int meta_entry_truncate(struct meta_node *n, uint64_t len);
 
@@ -86,6 +91,30 @@ void meta_drop(struct meta_node *n);
 /* The kernel's lookups: the struct lives while there are any. */
 void meta_lookup_ref(struct meta_node *n);
 void meta_forget(struct meta_node *n, uint64_t nlookup);
+
+/* ---- batches (batch.c): checked whole, then all or nothing; err names the bad item ---- */
+struct meta_new_alloc {
+	const char *path, *tag;    /* tag NULL: "default" */
+	uint64_t size, aligned;
+	void *buf;                 /* the backend's memory: the node owns it once created */
+	struct meta_node *node;    /* out */
+};
+/* Create allocations (and their parent directories).  On failure every buf is still the caller's. */
+int meta_create_allocs(struct meta_store *s, struct meta_new_alloc *v, size_t n, char *err, size_t errlen);
+/* Remove allocations and every entry that names one of them. */
+int meta_free_allocs(struct meta_store *s, const char *const *paths, size_t n, char *err, size_t errlen);
+
+struct meta_put {
+	const char *key, *alloc;
+	uint64_t offset, extent;
+	uint32_t flags;
+	const void *value;
+	size_t value_len;
+};
+/* Create or replace entries (and their parent directories); each must name an existing
+ * allocation with its extent inside it. */
+int meta_put_entries(struct meta_store *s, const struct meta_put *v, size_t n, char *err, size_t errlen);
+int meta_delete_entries(struct meta_store *s, const char *const *keys, size_t n, char *err, size_t errlen);
 
 /* Commit: validate (on failure -EINVAL and a message in err), hash, snapshot. */
 int meta_commit(struct meta_store *s, char *err, size_t errlen);

@@ -7,7 +7,8 @@ struct meta_snap {
 	struct meta_node *node; /* held by the snapshot */
 	char *tag, *alloc, *value;
 	size_t value_len;
-	uint64_t offset;
+	uint64_t offset, extent;
+	uint32_t flags;
 };
 
 struct meta_store {
@@ -24,5 +25,14 @@ struct meta_store {
 
 struct meta_nodes { struct meta_node **v; size_t n, cap; };
 struct meta_check { struct meta_store *store; char *err; size_t errlen; };
+
+/* meta.c */
+int meta_link(struct meta_node *dir, struct meta_node *n);  /* into the live layout */
+void meta_unhold(struct meta_node *n);                       /* the last hold frees */
+int meta_collect(struct meta_node *n, void *arg);            /* meta_walk into a meta_nodes */
+/* Unlink the whole live layout; the nodes (still holding their tree hold) go to v. */
+int meta_unlink_all(struct meta_store *s, struct meta_nodes *v);
+/* snapshot.c */
+void meta_snapshot_drop(struct meta_store *s);
 
 #endif

@@ -101,9 +101,9 @@ void vmm_buf_put(struct vmm_buf *b)
 	atomic_fetch_sub(&v->used_bytes, size);
 }
 
-int vmm_export(struct vmm_buf *b, bool read_only, bool *owned)
+int vmm_export(struct vmm_buf *b, bool read_only)
 {
-	return b->vmm->ops->export_fd(b, read_only, owned);
+	return b->vmm->ops->export_fd(b, read_only);
 }
 
 ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off)

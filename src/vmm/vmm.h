@@ -17,6 +17,7 @@ struct vmm_buf {
 	uint64_t size;        /* aligned size: what the backend holds */
 	atomic_uint refs;
 	int fd;               /* the exported descriptor, kept for the buffer's life */
+	uint64_t offset;      /* where the buffer starts in it */
 	atomic_int ro_fd;     /* host: the read-only reopen, made at the first reader's export */
 };
 
@@ -34,9 +35,9 @@ struct vmm_ops {
 	int (*open)(struct vmm *v, const char *device, char *err, size_t errlen);
 	int (*create)(struct vmm *v, uint64_t aligned, struct vmm_buf **out);
 	void (*release)(struct vmm_buf *b);
-	/* A descriptor to send; *owned: the caller closes it after sending (else the buffer
-	 * keeps it).  read_only: it can only be mapped read-only. */
-	int (*export_fd)(struct vmm_buf *b, bool read_only, bool *owned);
+	/* A descriptor to send, kept by the buffer (the caller does not close it);
+	 * read_only: one that can only be mapped read-only. */
+	int (*export_fd)(struct vmm_buf *b, bool read_only);
 	ssize_t (*pread)(struct vmm_buf *b, void *dst, size_t len, uint64_t off);
 	ssize_t (*pwrite)(struct vmm_buf *b, const void *src, size_t len, uint64_t off);
 	void (*close)(struct vmm *v); /* optional */
@@ -64,7 +65,7 @@ uint64_t vmm_align(const struct vmm *v, uint64_t size);
 int vmm_alloc(struct vmm *v, uint64_t size, struct vmm_buf **out);
 void vmm_buf_get(struct vmm_buf *b);
 void vmm_buf_put(struct vmm_buf *b);
-int vmm_export(struct vmm_buf *b, bool read_only, bool *owned);
+int vmm_export(struct vmm_buf *b, bool read_only);
 ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off);
 ssize_t vmm_pwrite(struct vmm_buf *b, const void *src, size_t len, uint64_t off);
 

@@ -7,7 +7,7 @@
 #include "vmm.h"
 
 #ifdef GMSFS_HAVE_CUDA
-#include "../../libgmsfs/cuda_api.h"
+#include "cuda_api.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -141,9 +141,8 @@ static void cuda_release(struct vmm_buf *b)
 
 /* The same kept descriptor for everyone; readers get read-only mappings (the client
  * sets the access), since a CUDA fd carries no access mode. */
-static int cuda_export(struct vmm_buf *b, bool read_only, bool *owned)
+static int cuda_export(struct vmm_buf *b, bool read_only)
 {
-	*owned = false;
 	return b->fd;
 }
 

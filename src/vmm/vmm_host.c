@@ -76,16 +76,12 @@ static int reopen(const struct vmm_buf *b, int flags)
 	return fd < 0 ? -errno : fd;
 }
 
-/* A reopen, not a dup: a writer gets its own open file description (its own flags).
- * Readers share one read-only reopen, made once and kept: it cannot be mapped
- * PROT_WRITE, and every later export costs no open. */
-static int host_export(struct vmm_buf *b, bool read_only, bool *owned)
+/* Writers get the memfd itself.  Readers share one read-only reopen, made once and
+ * kept: it cannot be mapped PROT_WRITE, and every later export costs no open. */
+static int host_export(struct vmm_buf *b, bool read_only)
 {
-	if (!read_only) {
-		*owned = true;
-		return reopen(b, O_RDWR);
-	}
-	*owned = false;
+	if (!read_only)
+		return b->fd;
 	int fd = atomic_load(&b->ro_fd);
 	if (fd >= 0)
 		return fd;

@@ -1,10 +1,11 @@
 /* libFuzzer target: every input parser of a store (names, allocation paths,
- * offsets, tags, value writes) driven by arbitrary bytes, then commit and
- * rollback.  Invariants: no crash, no leak, a refused call changes nothing,
+ * offsets, extents, the private flag, tags, value writes, batches of entries)
+ * driven by arbitrary bytes, then commit and rollback.  Invariants: no crash, no leak, a refused call changes nothing,
  * a committed hash survives any rollback. */
 #include "../../src/meta/meta.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,15 +35,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		memcpy(buf, data + i, len);
 		buf[len] = '\0';
 		i += len;
-		uint64_t before = e->offset;
+		uint64_t before = e->offset, extent = e->extent;
 		struct meta_node *n;
-		switch (op % 8) {
+		switch (op % 11) {
 		case 0:
 			if (meta_entry_set_offset(e, buf, len) && e->offset != before)
 				abort();
 			break;
 		case 1:
-			if (!meta_entry_set_alloc(e, buf, len) && !meta_path_valid(e->alloc, strlen(e->alloc)))
+			if (!meta_entry_set_alloc(e, buf, len) && !gmsfs_path_valid(e->alloc, strlen(e->alloc)))
 				abort();
 			break;
 		case 2: meta_set_tag(a, buf, len); break;
@@ -50,6 +51,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case 4: meta_create(meta_root(s, META_AREA_META), buf, META_ENTRY, &n); break;
 		case 5: meta_entry_write(e, (uint64_t)op << 12, buf, len); break;
 		case 6: meta_commit(s, err, sizeof err); memcpy(hash, meta_hash_hex(s), sizeof hash); break;
+		case 8:
+			if (meta_entry_set_extent(e, buf, len) && e->extent != extent)
+				abort();
+			break;
+		case 9: meta_entry_set_private(e, buf, len); break;
+		case 10: {
+			/* A batch of two: one good, one from the bytes; refused means unchanged. */
+			struct meta_put p[2] = { { .key = "ok", .alloc = "a", .value = "v", .value_len = 1 },
+						 { .key = buf, .alloc = "a", .offset = before, .extent = len, .value = buf,
+						   .value_len = len } };
+			uint8_t d0[16], d1[16];
+			meta_layout_hash(s, d0);
+			if (meta_put_entries(s, p, 2, err, sizeof err)) {
+				meta_layout_hash(s, d1);
+				if (memcmp(d0, d1, 16))
+					abort();
+			}
+			break;
+		}
 		case 7:
 			meta_rollback(s);
 			if (strcmp(hash, meta_hash_hex(s)))

@@ -1,8 +1,7 @@
-/* libFuzzer target for both ends of the export socket: the daemon's request
- * parser and the library's manifest parser.  Whatever it accepts must be
- * consistent: counts within bounds, strings NUL-free, sizes non-zero. */
-#include "../../libgmsfs/internal.h"
-#include "../../src/fs/fs.h"
+/* libFuzzer target for the wire codec (common/wire.c), linked alone: request headers
+ * and bodies as the daemon parses them, replies as the library parses them.  What
+ * it accepts must be consistent: counts within bounds, paths valid, sizes sane. */
+#include "wire.h"
 
 #include <assert.h>
 #include <string.h>
@@ -11,20 +10,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char why[256];
 	struct gmsfs_sock_req req;
-	if (export_parse_request(data, size, &req, why, sizeof why) == 0)
-		assert(size == sizeof req && req.magic == GMSFS_SOCK_MAGIC && !req.reserved);
+	if (wire_req_parse(data, size, &req, why, sizeof why) == 0)
+		assert(size == sizeof req + req.body_len && req.magic == GMSFS_SOCK_MAGIC && req.op >= GMSFS_OP_REDEEM &&
+		       req.op <= GMSFS_OP_MAX && !(req.flags & ~GMSFS_REQ_MORE));
 
-	struct xp_manifest m;
-	if (xp_parse(data, size, &m, why, sizeof why) == 0) {
-		assert(m.n <= GMSFS_FDS_PER_MSG);
-		if (!m.err) {
-			assert(m.first <= m.total && m.n <= m.total - m.first);
-			for (size_t i = 0; i < m.n; i++) {
-				assert(m.v[i].path && m.v[i].path[0] && m.v[i].tag);
-				assert(m.v[i].size && m.v[i].aligned >= m.v[i].size && m.v[i].fd == -1);
-			}
+	for (int op = GMSFS_OP_EXPORT; op <= GMSFS_OP_MAX; op++) {
+		struct wire_body b;
+		if (wire_parse_body((enum gmsfs_op)op, data, size, &b, why, sizeof why))
+			continue;
+		for (size_t i = 0; i < b.nallocs; i++)
+			assert(gmsfs_path_valid(b.allocs[i].path, strlen(b.allocs[i].path)) && b.allocs[i].size);
+		for (size_t i = 0; i < b.nentries; i++)
+			assert(gmsfs_path_valid(b.entries[i].key, strlen(b.entries[i].key)) &&
+			       b.entries[i].value_len <= GMSFS_VALUE_MAX && !(b.entries[i].flags & ~GMSFS_ENTRY_FLAGS));
+		for (size_t i = 0; i < b.nnames; i++)
+			assert(gmsfs_path_valid(b.names[i], strlen(b.names[i])));
+		wire_body_free(&b);
+	}
+
+	struct wire_reply r;
+	if (wire_parse_reply(data, size, &r, why, sizeof why) == 0) {
+		assert(r.nallocs <= GMSFS_FDS_PER_MSG);
+		if (r.manifest) {
+			assert(!r.err && r.first <= r.total && r.nallocs <= r.total - r.first);
+			for (size_t i = 0; i < r.nallocs; i++)
+				assert(r.allocs[i].path && r.allocs[i].tag && r.allocs[i].size &&
+				       r.allocs[i].aligned >= r.allocs[i].size && r.allocs[i].fd < GMSFS_FDS_PER_MSG);
+			for (size_t i = 0; i < r.nchunks; i++)
+				assert(r.chunks[i].key && r.chunks[i].voff + r.chunks[i].nbytes <= GMSFS_VALUE_MAX);
 		}
-		xp_manifest_free(&m);
+		wire_reply_free(&r);
 	}
 	return 0;
 }

@@ -22,7 +22,7 @@ export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 make -s -j8 all PKG_CONFIG=true CUDA_INC=${CUDA_INC:-/usr/local/cuda/include} \
 	DEPS_CFLAGS="-I$prefix/usr/include/fuse3 -I$prefix/usr/include" \
 	DEPS_LIBS="-L$libdir -lfuse3 -lpthread -lxxhash -lmsgpackc" \
-	MSGPACK_LIBS="-L$libdir -lmsgpackc" XXH_LIBS="-L$libdir -lxxhash" >/dev/null || {
+	MSGPACK_CFLAGS="-I$prefix/usr/include" MSGPACK_LIBS="-L$libdir -lmsgpackc" XXH_LIBS="-L$libdir -lxxhash" >/dev/null || {
 	echo "Bail out! build failed"
 	exit 1
 }

@@ -1,14 +1,19 @@
-/* gmsfs-probe: speak the raw ioctl and socket protocol (gmsfs_ioctl.h), right
+/* gmsfs-probe: speak the raw ioctl and socket protocol (gmsfs/abi.h), right
  * and wrong, and print what the daemon answered: "ok ..." or an errno name.
  *
  *   gmsfs-probe ioctl FILE CMD [size=N] [flags=N] [reserved=N] [mode=N] [timeout=N]
- *       CMD: info, lock, export, export_all, unknown, oldsize (a struct of another size)
+ *       CMD: info, lock, export, export_all, channel, unknown, oldsize (a struct of another size)
  *   gmsfs-probe redeem FILE CMD HOW
  *       HOW: ok, forged, replay, child, child-sameconn, closed, uid, short, long,
- *            badmagic, reserved, withfds
- * FILE is opened O_RDONLY (O_DIRECTORY for a directory; lock first for lock-holders
- * with "lock:MODE" as FILE prefix, e.g. lock:1:/mnt/store). */
-#include "gmsfs_ioctl.h"
+ *            badmagic, badflags, withfds, bind (an export ticket presented to BIND)
+ *   gmsfs-probe bind FILE HOW
+ *       HOW: export, unbound, child, create, redeem (a channel ticket presented to REDEEM),
+ *            ticketed-op, commit-body, op-switch, garbage-body, closed
+ * FILE is opened O_RDONLY (O_DIRECTORY for a directory; O_RDWR with an "rw:" prefix; lock
+ * first for lock-holders with "lock:MODE" as FILE prefix, e.g. lock:1:/mnt/store). */
+#include <gmsfs/abi.h>
+
+#include "wire.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -31,7 +36,11 @@ static int say_err(int e)
 
 static int open_target(const char *spec)
 {
-	int mode = 0;
+	int mode = 0, acc = O_RDONLY;
+	if (!strncmp(spec, "rw:", 3)) {
+		acc = O_RDWR;
+		spec += 3;
+	}
 	if (!strncmp(spec, "lock:", 5)) {
 		mode = atoi(spec + 5);
 		spec = strchr(spec + 5, ':') + 1;
@@ -41,7 +50,7 @@ static int open_target(const char *spec)
 		perror(spec);
 		exit(2);
 	}
-	int fd = open(spec, O_RDONLY | O_CLOEXEC | (S_ISDIR(s.st_mode) ? O_DIRECTORY : 0));
+	int fd = open(spec, acc | O_CLOEXEC | (S_ISDIR(s.st_mode) ? O_DIRECTORY : 0));
 	if (fd < 0) {
 		perror(spec);
 		exit(2);
@@ -62,6 +71,7 @@ static unsigned long cmd_of(const char *name)
 	if (!strcmp(name, "lock")) return GMSFS_IOC_LOCK;
 	if (!strcmp(name, "export")) return GMSFS_IOC_EXPORT;
 	if (!strcmp(name, "export_all")) return GMSFS_IOC_EXPORT_ALL;
+	if (!strcmp(name, "channel")) return GMSFS_IOC_CHANNEL;
 	if (!strcmp(name, "unknown")) return _IOWR(GMSFS_IOC_MAGIC, 99, struct gmsfs_ioc);
 	if (!strcmp(name, "oldsize")) return _IOWR(GMSFS_IOC_MAGIC, 3, uint64_t[16]);
 	fprintf(stderr, "unknown command %s\n", name);
@@ -77,7 +87,7 @@ static int do_ioctl(int argc, char **argv)
 		char pad[512];
 	} u = { .io = { .size = sizeof u.io } };
 	if (!strcmp(argv[3], "lock"))
-		u.io.mode = GMSFS_LOCK_RO, u.io.timeout_ms = 1000;
+		u.io.mode = GMSFS_RO, u.io.timeout_ms = 1000;
 	for (int i = 4; i < argc; i++) {
 		long long v = strtoll(strchr(argv[i], '=') + 1, NULL, 0);
 		if (!strncmp(argv[i], "size=", 5)) u.io.size = (uint32_t)v;
@@ -108,8 +118,8 @@ static int connect_to(const char *path)
 /* Read replies until "last" or an error; print the outcome. */
 static int read_reply(int s, bool quiet)
 {
-	static char buf[GMSFS_MANIFEST_MAX + 1];
-	int total = 0, ro = 0, rw = 0;
+	static char buf[GMSFS_MSG_MAX + 1];
+	int total = 0, ro = 0, rw = 0, entries = 0;
 	for (;;) {
 		union {
 			char b[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
@@ -123,41 +133,45 @@ static int read_reply(int s, bool quiet)
 				printf("closed\n");
 			return 1;
 		}
-		int nfds = 0;
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-			if (c->cmsg_type != SCM_RIGHTS)
-				continue;
-			int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-			int *fds = (int *)CMSG_DATA(c);
-			for (int i = 0; i < k; i++) {
-				struct stat st;
-				fstat(fds[i], &st);
-				/* Can this descriptor be mapped writable? */
-				void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
-				if (p == MAP_FAILED)
-					ro++;
-				else
-					rw++, munmap(p, (size_t)st.st_size);
-				close(fds[i]);
+		int fds[GMSFS_FDS_PER_MSG], nfds = 0;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+			if (c->cmsg_type == SCM_RIGHTS) {
+				int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+				memcpy(fds + nfds, CMSG_DATA(c), (size_t)k * sizeof(int));
+				nfds += k;
 			}
-			nfds += k;
+		struct wire_reply r;
+		char why[160];
+		if (wire_parse_reply(buf, (size_t)n, &r, why, sizeof why)) {
+			printf("malformed reply: %s\n", why);
+			return 1;
 		}
-		total += nfds;
-		/* The manifest's err field is the byte after "err" (a positive fixint): look for it. */
-		char *e = memmem(buf, (size_t)n, "\xa3" "err", 4);
-		int err = e && e + 4 < buf + n ? (unsigned char)e[4] : -1;
-		if (err == 0xcc && e + 5 < buf + n) /* uint8 */
-			err = (unsigned char)e[5];
-		if (err > 0 && err < 128) {
+		if (r.err) {
 			if (!quiet)
-				say_err(err);
+				say_err(r.err);
 			return 0;
 		}
-		if (memmem(buf, (size_t)n, "\xa4" "last" "\xc3", 6))
+		/* Can each allocation's descriptor be mapped writable? */
+		for (size_t i = 0; i < r.nallocs; i++) {
+			void *p = mmap(NULL, r.allocs[i].aligned, PROT_READ | PROT_WRITE, MAP_SHARED, fds[r.allocs[i].fd],
+				       (off_t)r.allocs[i].fd_offset);
+			if (p == MAP_FAILED)
+				ro++;
+			else
+				rw++, munmap(p, r.allocs[i].aligned);
+		}
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		total += (int)r.nallocs;
+		for (size_t i = 0; i < r.nchunks; i++)
+			entries += r.chunks[i].voff == 0;
+		bool last = !r.manifest || r.last;
+		wire_reply_free(&r);
+		if (last)
 			break;
 	}
 	if (!quiet)
-		printf("ok n=%d readonly=%d writable=%d\n", total, ro, rw);
+		printf("ok n=%d readonly=%d writable=%d entries=%d\n", total, ro, rw, entries);
 	return 0;
 }
 
@@ -191,8 +205,8 @@ static int do_redeem(int argc, char **argv)
 	struct gmsfs_ioc io = { .size = sizeof io };
 	if (ioctl(fd, cmd_of(argv[3]), &io) < 0)
 		return say_err(errno);
-	struct gmsfs_sock_req req = { .magic = GMSFS_SOCK_MAGIC, .version = GMSFS_SOCK_VERSION, .op = GMSFS_SOCK_OP_REDEEM };
-	memcpy(req.ticket, io.ticket, sizeof req.ticket);
+	struct gmsfs_sock_req req;
+	wire_req_init(&req, !strcmp(how, "bind") ? GMSFS_OP_BIND : GMSFS_OP_REDEEM, io.ticket, 0, 0);
 	int s;
 	if (!strcmp(how, "uid")) {
 		/* The ticket's own process, as another user (the saved uid lets it come back). */
@@ -229,7 +243,7 @@ static int do_redeem(int argc, char **argv)
 		return read_reply(s2, false);
 	}
 	s = connect_to(io.socket);
-	if (!strcmp(how, "ok") || !strcmp(how, "replay")) {
+	if (!strcmp(how, "ok") || !strcmp(how, "replay") || !strcmp(how, "bind")) {
 		send_req(s, &req, sizeof req, -1);
 		if (!strcmp(how, "replay")) {
 			read_reply(s, true);
@@ -245,15 +259,16 @@ static int do_redeem(int argc, char **argv)
 		send_req(s, &req, sizeof req, -1);
 	} else if (!strcmp(how, "short")) {
 		send_req(s, &req, 5, -1);
-	} else if (!strcmp(how, "long")) {
+	} else if (!strcmp(how, "long")) { /* a body on an op that takes none */
 		char big[200] = {0};
+		req.body_len = sizeof big - sizeof req;
 		memcpy(big, &req, sizeof req);
 		send_req(s, big, sizeof big, -1);
 	} else if (!strcmp(how, "badmagic")) {
 		req.magic ^= 1;
 		send_req(s, &req, sizeof req, -1);
-	} else if (!strcmp(how, "reserved")) {
-		req.reserved = 1;
+	} else if (!strcmp(how, "badflags")) {
+		req.flags = 2;
 		send_req(s, &req, sizeof req, -1);
 	} else if (!strcmp(how, "withfds")) {
 		send_req(s, &req, sizeof req, 0);
@@ -263,14 +278,95 @@ static int do_redeem(int argc, char **argv)
 	}
 	int r = read_reply(s, false);
 	/* After a malformed message the daemon hangs up: the next read sees it. */
-	if (!strcmp(how, "short") || !strcmp(how, "long") || !strcmp(how, "badmagic") || !strcmp(how, "reserved") ||
+	if (!strcmp(how, "short") || !strcmp(how, "long") || !strcmp(how, "badmagic") || !strcmp(how, "badflags") ||
 	    !strcmp(how, "withfds"))
 		read_reply(s, false);
 	return r;
 }
 
+/* One request: header plus body in one message. */
+static void send_op(int s, enum gmsfs_op op, const uint8_t *ticket, uint32_t flags, const void *body, size_t len)
+{
+	char msg[sizeof(struct gmsfs_sock_req) + 4096];
+	struct gmsfs_sock_req hd;
+	wire_req_init(&hd, op, ticket, flags, (uint32_t)len);
+	memcpy(msg, &hd, sizeof hd);
+	memcpy(msg + sizeof hd, body, len);
+	send_req(s, msg, sizeof hd + len, -1);
+}
+
+/* A channel: BIND the LOCK ticket of FILE's lock, then one request, right or wrong. */
+static int do_bind(int argc, char **argv)
+{
+	if (argc != 4)
+		return 2;
+	const char *how = argv[3];
+	int mode = 1;
+	const char *spec = argv[2];
+	if (!strncmp(spec, "lock:", 5)) {
+		mode = atoi(spec + 5);
+		spec = strchr(spec + 5, ':') + 1;
+	}
+	int fd = open(spec, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct gmsfs_ioc io = { .size = sizeof io, .mode = (uint32_t)mode, .timeout_ms = 2000 };
+	if (fd < 0 || ioctl(fd, GMSFS_IOC_LOCK, &io) < 0)
+		return say_err(errno);
+	int s = connect_to(io.socket);
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	wire_pack_export(&sb, NULL, 0, true, true);
+	if (!strcmp(how, "redeem")) {
+		send_op(s, GMSFS_OP_REDEEM, io.ticket, 0, NULL, 0);
+		return read_reply(s, false);
+	}
+	if (strcmp(how, "unbound")) {
+		send_op(s, GMSFS_OP_BIND, io.ticket, 0, NULL, 0);
+		read_reply(s, true);
+	}
+	if (!strcmp(how, "export") || !strcmp(how, "unbound")) {
+		send_op(s, GMSFS_OP_EXPORT, NULL, 0, sb.data, sb.size);
+	} else if (!strcmp(how, "closed")) {
+		close(fd);
+		usleep(200000); /* RELEASE reaches the daemon after close() returned */
+		send_op(s, GMSFS_OP_EXPORT, NULL, 0, sb.data, sb.size);
+	} else if (!strcmp(how, "child")) {
+		pid_t p = fork();
+		if (p == 0) {
+			send_op(s, GMSFS_OP_EXPORT, NULL, 0, sb.data, sb.size);
+			int r = read_reply(s, false);
+			fflush(stdout);
+			_exit(r);
+		}
+		int st;
+		waitpid(p, &st, 0);
+		printf("owner: ");
+		send_op(s, GMSFS_OP_EXPORT, NULL, 0, sb.data, sb.size);
+	} else if (!strcmp(how, "create")) {
+		struct wire_alloc a = { .path = "probe", .size = 4096 };
+		msgpack_sbuffer_clear(&sb);
+		wire_pack_create(&sb, &a, 1);
+		send_op(s, GMSFS_OP_CREATE, NULL, 0, sb.data, sb.size);
+	} else if (!strcmp(how, "ticketed-op")) {
+		send_op(s, GMSFS_OP_EXPORT, io.ticket, 0, sb.data, sb.size);
+	} else if (!strcmp(how, "commit-body")) {
+		send_op(s, GMSFS_OP_COMMIT, NULL, 0, sb.data, sb.size);
+	} else if (!strcmp(how, "op-switch")) {
+		send_op(s, GMSFS_OP_EXPORT, NULL, GMSFS_REQ_MORE, sb.data, 2);
+		send_op(s, GMSFS_OP_CREATE, NULL, 0, (const char *)sb.data + 2, sb.size - 2);
+	} else if (!strcmp(how, "garbage-body")) {
+		send_op(s, GMSFS_OP_EXPORT, NULL, 0, "\xdd\xff\xff\xff\xff", 5);
+	} else {
+		fprintf(stderr, "unknown HOW %s\n", how);
+		return 2;
+	}
+	msgpack_sbuffer_destroy(&sb);
+	return read_reply(s, false);
+}
+
 int main(int argc, char **argv)
 {
+	if (argc >= 4 && !strcmp(argv[1], "bind"))
+		return do_bind(argc, argv);
 	if (argc >= 4 && !strcmp(argv[1], "ioctl"))
 		return do_ioctl(argc, argv);
 	if (argc >= 4 && !strcmp(argv[1], "redeem"))

@@ -5,7 +5,7 @@
  * cuda backend (GMSFS_SCENARIO_CUDA=1: every process makes a CUDA context and
  * reaches the bytes through the driver).  Child processes are this program
  * exec'd again (a CUDA context does not survive fork). */
-#include <gmsfs.h>
+#include <gmsfs/gmsfs.h>
 
 #include <errno.h>
 #include <stdint.h>
@@ -28,7 +28,7 @@ static const char *self; /* /proc/self/exe, for the children */
 /* ---- memory: host pointers are read directly; device pointers through the driver ---- */
 
 #ifdef GMSFS_HAVE_CUDA
-#include "../../libgmsfs/cuda_api.h"
+#include "cuda_api.h"
 static struct cu_api cu;
 #endif
 static bool cuda;
@@ -871,6 +871,133 @@ static int sc_daemon_killed(void)
 	return 0;
 }
 
+/* ---- bulk metadata (one contract in one place) ---- */
+
+/* FUSE plus socket requests the daemon served for the store (reading state counts none). */
+static long requests(void)
+{
+	return state_val("requests") + state_val("socket_requests");
+}
+
+/* A reader's connect + import_all + meta_get of every key of 1000 allocations and 1000
+ * entries, and a writer's bulk put of the 1000: at most 4 daemon requests each. */
+static int sc_requests(void)
+{
+	enum { N = 1000 };
+	gmsfs *w;
+	CALL(w, gmsfs_connect(&w, store, GMSFS_RW, 5000));
+	static struct gmsfs_entry v[N];
+	static char keys[N][32], names[N][32];
+	for (int i = 0; i < N; i++) {
+		void *p;
+		snprintf(names[i], sizeof names[i], "layers/%d/w", i);
+		snprintf(keys[i], sizeof keys[i], "params/layers.%d.weight", i);
+		CALL(w, gmsfs_create(w, names[i], 4096, "weights", &p));
+		v[i] = (struct gmsfs_entry){ .key = keys[i], .alloc = names[i], .offset = (uint64_t)i % 512, .size = 512,
+					     .value = keys[i], .value_len = strlen(keys[i]) };
+	}
+	long r0 = requests();
+	CALL(w, gmsfs_meta_put_many(w, v, N));
+	long put = requests() - r0;
+	printf("# bulk put of %d entries: %ld daemon requests\n", N, put);
+	CHECK(put <= 4, "the bulk put took %ld requests", put);
+	CALL(w, gmsfs_commit(w));
+	gmsfs_disconnect(w);
+
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 5000));
+	r0 = requests();
+	CALL(g, gmsfs_import_all(g));
+	for (int i = 0; i < N; i++) {
+		struct gmsfs_meta m;
+		CALL(g, gmsfs_meta_get(g, keys[i], &m));
+		struct gmsfs_mapping map;
+		CALL(g, gmsfs_find(g, names[i], &map));
+		CHECK(!strcmp(m.alloc, names[i]) && m.offset == (uint64_t)i % 512 && m.size == 512 &&
+		      m.value_len == strlen(keys[i]) && !memcmp(m.value, keys[i], m.value_len) &&
+		      m.ptr == (char *)map.ptr + m.offset, "%s", keys[i]);
+		gmsfs_meta_free(&m);
+	}
+	char **list;
+	size_t n;
+	CALL(g, gmsfs_meta_list(g, "params/layers.99", &list, &n));
+	CHECK(n == 11 && !strcmp(list[0], "params/layers.99.weight"), "%zu keys under params/layers.99", n);
+	gmsfs_list_free(list, n);
+	long read = requests() - r0;
+	printf("# import_all + %d meta_get + meta_list: %ld daemon requests\n", N, read);
+	CHECK(read <= 4, "the reader took %ld requests", read);
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+/* put_many is all or nothing and names the bad entry; values up to 1 MiB travel in
+ * chunks; private entries are copies of their extent. */
+static int sc_bulk_meta(void)
+{
+	gmsfs *w;
+	uint8_t *p;
+	CALL(w, gmsfs_connect(&w, store, GMSFS_RW, 5000));
+	CALL(w, gmsfs_create(w, "slab", 1 << 20, NULL, (void **)&p));
+	if (fill(p, 5, 1 << 20, 9))
+		return 1;
+	struct gmsfs_entry bad[3] = {
+		{ .key = "a", .alloc = "slab", .offset = 0, .size = 16 },
+		{ .key = "b", .alloc = "nope", .offset = 0 },
+		{ .key = "c", .alloc = "slab", .offset = 0 },
+	};
+	CHECK(gmsfs_meta_put_many(w, bad, 3) == -EINVAL, "a batch naming a missing allocation");
+	CHECK(strstr(gmsfs_errmsg(w), "entries[1] (b)") && strstr(gmsfs_errmsg(w), "nope"), "%s", gmsfs_errmsg(w));
+	bad[1] = (struct gmsfs_entry){ .key = "b", .alloc = "slab", .offset = (1 << 20) - 8, .size = 9 };
+	CHECK(gmsfs_meta_put_many(w, bad, 3) == -EINVAL, "an extent past the end");
+	CHECK(strstr(gmsfs_errmsg(w), "entries[1] (b)"), "%s", gmsfs_errmsg(w));
+	char **keys;
+	size_t n;
+	CALL(w, gmsfs_meta_list(w, NULL, &keys, &n));
+	CHECK(n == 0, "%zu entries after refused batches", n);
+	gmsfs_list_free(keys, n);
+	static uint8_t big[GMSFS_VALUE_MAX], mid[100000];
+	for (size_t i = 0; i < sizeof big; i++)
+		big[i] = (uint8_t)(i * 31 + i / 4096);
+	memcpy(mid, big + 7, sizeof mid);
+	struct gmsfs_entry good[3] = {
+		{ .key = "cfg/big", .alloc = "slab", .offset = 0, .value = big, .value_len = sizeof big },
+		{ .key = "cfg/mid", .alloc = "slab", .offset = 1, .value = mid, .value_len = sizeof mid },
+		{ .key = "buf/scale", .alloc = "slab", .offset = 4096, .size = 8192, .flags = GMSFS_ENTRY_PRIVATE,
+		  .value = "f32[2048]", .value_len = 9 },
+	};
+	CALL(w, gmsfs_meta_put_many(w, good, 3));
+	CALL(w, gmsfs_commit(w));
+	gmsfs_disconnect(w);
+
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 5000));
+	CALL(g, gmsfs_import_all(g));
+	struct gmsfs_meta m;
+	CALL(g, gmsfs_meta_get(g, "cfg/big", &m));
+	CHECK(m.value_len == sizeof big && !memcmp(m.value, big, sizeof big), "a 1 MiB value came whole");
+	gmsfs_meta_free(&m);
+	CALL(g, gmsfs_meta_get(g, "cfg/mid", &m));
+	CHECK(m.value_len == sizeof mid && !memcmp(m.value, mid, sizeof mid), "a 100 KB value came whole");
+	gmsfs_meta_free(&m);
+	CALL(g, gmsfs_meta_get(g, "buf/scale", &m));
+	struct gmsfs_mapping slab;
+	CALL(g, gmsfs_find(g, "slab", &slab));
+	CHECK(m.flags == GMSFS_ENTRY_PRIVATE && m.size == 8192 && m.ptr && m.ptr != (char *)slab.ptr + 4096,
+	      "a private entry points at a copy of its own");
+	uint8_t *shared = malloc(8192), *mine = malloc(8192);
+	CHECK(mem_read(shared, (char *)slab.ptr + 4096, 8192) == 0 && mem_read(mine, m.ptr, 8192) == 0, "read both");
+	CHECK(!memcmp(shared, mine, 8192), "the copy holds the extent's bytes");
+	memset(mine, 0xab, 8192);
+	CHECK(mem_write(m.ptr, mine, 8192) == 0, "the reader writes its copy");
+	CHECK(mem_read(shared, (char *)slab.ptr + 4096, 8192) == 0 && shared[0] == byte_of(5, 4096, 9),
+	      "the shared bytes are untouched");
+	free(shared);
+	free(mine);
+	gmsfs_meta_free(&m);
+	gmsfs_disconnect(g);
+	return 0;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(void);
@@ -893,6 +1020,8 @@ static const struct {
 	{ "dead_holder_memory", sc_dead_holder_memory },
 	{ "abort_cycles", sc_abort_cycles },
 	{ "daemon_killed", sc_daemon_killed },
+	{ "requests", sc_requests },
+	{ "bulk_meta", sc_bulk_meta },
 };
 
 int main(int argc, char **argv)

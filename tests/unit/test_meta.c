@@ -1,5 +1,6 @@
 /* meta: the test vector, order independence, every field moving the digest,
- * validation, rollback, and memory released exactly once. */
+ * validation (extents included), rollback, batches that change all or nothing, and
+ * memory released exactly once. */
 #include "../../src/meta/meta.h"
 #include "tap.h"
 
@@ -49,6 +50,18 @@ static struct meta_node *entry(struct meta_store *s, const char *key, const char
 	return n;
 }
 
+/* The vector's entry also has an extent of 64 bytes and is private. */
+static struct meta_node *vector_entry(struct meta_store *s, const char *key, const char *a, const char *off,
+				      const char *val, const char *extent, const char *priv)
+{
+	struct meta_node *n = entry(s, key, a, off, val);
+	if (n) {
+		meta_entry_set_extent(n, extent, strlen(extent));
+		meta_entry_set_private(n, priv, strlen(priv));
+	}
+	return n;
+}
+
 static char hex[33];
 static const char *hash(struct meta_store *s)
 {
@@ -66,16 +79,80 @@ static struct meta_store *vector(int order)
 	if (order == 0) {
 		alloc(s, "w/a", 4096, "weights");
 		alloc(s, "w/b", 100, NULL);
-		entry(s, "cfg/k", "w/a", "16", "hello");
+		vector_entry(s, "cfg/k", "w/a", "16", "hello", "64", "1");
 	} else {
-		entry(s, "cfg/k", "w/a", "16", "hello");
+		vector_entry(s, "cfg/k", "w/a", "16", "hello", "64", "1");
 		alloc(s, "w/b", 100, "default");
 		alloc(s, "w/a", 4096, "weights");
 	}
 	return s;
 }
 
-#define VECTOR "305775603eea0b3ea299649f2b2c6abc"
+#define VECTOR "bbef1f4b892576134837a2dbf79ceecd"
+
+static void batches(struct meta_store *s)
+{
+	char err[512];
+	const char *before = strdup(hash(s));
+	/* Allocations: the second is given twice, so nothing is made and every buffer stays ours. */
+	released = 0;
+	struct meta_new_alloc na[3] = {
+		{ .path = "b/x", .size = 10, .aligned = 4096, .buf = malloc(1) },
+		{ .path = "b/y/z", .tag = "kv", .size = 20, .aligned = 4096, .buf = malloc(1) },
+		{ .path = "b/x", .size = 10, .aligned = 4096, .buf = malloc(1) },
+	};
+	is_int(meta_create_allocs(s, na, 3, err, sizeof err), -EEXIST, "a batch naming one allocation twice is refused");
+	ok(strstr(err, "allocs[2] (b/x)") != NULL, "the error names it: %s", err);
+	is_str(hash(s), before, "and the layout is as it was");
+	ok(!meta_resolve(s, META_AREA_ALLOCS, "b"), "the directories it made are gone");
+	is_int(released, 0, "no buffer was released: the caller keeps them");
+	free(na[2].buf);
+	is_int(meta_create_allocs(s, na, 2, err, sizeof err), 0, "two new allocations in one batch");
+	ok(na[1].node && !strcmp(na[1].node->tag, "kv") && na[1].node->size == 20, "sized and tagged");
+	struct meta_new_alloc clash = { .path = "w/a/sub", .size = 1, .aligned = 1 };
+	is_int(meta_create_allocs(s, &clash, 1, err, sizeof err), -ENOTDIR, "a parent that is an allocation");
+
+	/* Entries: the third is bad, so none of them is put. */
+	struct meta_put p[3] = {
+		{ .key = "m/1", .alloc = "b/x", .offset = 0, .extent = 10, .value = "one", .value_len = 3 },
+		{ .key = "cfg/k", .alloc = "b/y/z", .offset = 4, .value = "replaced", .value_len = 8 },
+		{ .key = "m/3", .alloc = "b/x", .offset = 5, .extent = 6, .value = "", .value_len = 0 },
+	};
+	const char *mid = strdup(hash(s));
+	is_int(meta_put_entries(s, p, 3, err, sizeof err), -EINVAL, "a batch with an extent past its allocation");
+	ok(strstr(err, "entries[2] (m/3)") != NULL, "the error names the entry: %s", err);
+	is_str(hash(s), mid, "and nothing changed");
+	ok(!meta_resolve(s, META_AREA_META, "m"), "not even a directory");
+	p[2].extent = 5;
+	p[2].flags = 4;
+	is_int(meta_put_entries(s, p, 3, err, sizeof err), -EINVAL, "an unknown flag");
+	p[2].flags = GMSFS_ENTRY_PRIVATE;
+	p[1].alloc = "b/none";
+	is_int(meta_put_entries(s, p, 3, err, sizeof err), -EINVAL, "an allocation that does not exist");
+	ok(strstr(err, "entries[1] (cfg/k)") && strstr(err, "b/none"), "named: %s", err);
+	p[1].alloc = "b/y/z";
+	is_int(meta_put_entries(s, p, 3, err, sizeof err), 0, "the corrected batch is put whole");
+	struct meta_node *k = meta_resolve(s, META_AREA_META, "cfg/k"), *m3 = meta_resolve(s, META_AREA_META, "m/3");
+	ok(k && k->value_len == 8 && !memcmp(k->value, "replaced", 8) && !strcmp(k->alloc, "b/y/z") && k->offset == 4 &&
+	   k->extent == 0 && k->flags == 0, "an existing key is replaced, every field");
+	ok(m3 && m3->extent == 5 && m3->flags == GMSFS_ENTRY_PRIVATE, "a new one has its extent and flags");
+
+	const char *del[2] = { "m/1", "m/nope" };
+	is_int(meta_delete_entries(s, del, 2, err, sizeof err), -ENOENT, "deleting a key that does not exist");
+	ok(meta_resolve(s, META_AREA_META, "m/1") != NULL, "refused whole: m/1 is still there");
+	is_int(meta_delete_entries(s, del, 1, err, sizeof err), 0, "deleting m/1");
+
+	const char *gone[1] = { "b/x" };
+	is_int(meta_free_allocs(s, gone, 1, err, sizeof err), 0, "freeing b/x");
+	ok(!meta_resolve(s, META_AREA_ALLOCS, "b/x") && !meta_resolve(s, META_AREA_META, "m/3") &&
+	   meta_resolve(s, META_AREA_META, "cfg/k"), "takes the entries naming it, and only those");
+	const char *none[1] = { "b/none" };
+	is_int(meta_free_allocs(s, none, 1, err, sizeof err), -ENOENT, "freeing what does not exist");
+	meta_rollback(s);
+	is_str(hash(s), VECTOR, "a rollback undoes every batch (and all since the commit)");
+	free((void *)before);
+	free((void *)mid);
+}
 
 int main(void)
 {
@@ -90,13 +167,14 @@ int main(void)
 	struct { const char *what; void (*change)(struct meta_store *); } cases[] = {
 		{ "allocation size", NULL }, { "allocation path", NULL }, { "tag", NULL },
 		{ "key", NULL }, { "entry's allocation", NULL }, { "offset", NULL }, { "value", NULL },
+		{ "extent size", NULL }, { "private flag", NULL },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		struct meta_store *u = meta_store_new(release_buf, NULL);
 		alloc(u, i == 1 ? "w/A" : "w/a", 4096, i == 2 ? "weightz" : "weights");
 		alloc(u, "w/b", i == 0 ? 101 : 100, NULL);
-		entry(u, i == 3 ? "cfg/K" : "cfg/k", i == 4 ? "w/b" : (i == 1 ? "w/A" : "w/a"),
-		      i == 5 ? "17" : "16", i == 6 ? "hellO" : "hello");
+		vector_entry(u, i == 3 ? "cfg/K" : "cfg/k", i == 4 ? "w/b" : (i == 1 ? "w/A" : "w/a"),
+			     i == 5 ? "17" : "16", i == 6 ? "hellO" : "hello", i == 7 ? "63" : "64", i == 8 ? "0" : "1");
 		ok(strcmp(hash(u), VECTOR) != 0, "changing the %s changes the hash", cases[i].what);
 		meta_store_free(u);
 	}
@@ -111,11 +189,24 @@ int main(void)
 	struct meta_node *bad = entry(s, "bad/past", "w/b", "100", "x");
 	is_int(meta_commit(s, err, sizeof err), -EINVAL, "offset == size is refused");
 	ok(strstr(err, "meta/bad/past") != NULL, "the error names the entry: %s", err);
-	meta_entry_set_offset(bad, "99", 2);
 	meta_entry_set_alloc(bad, "w/nope", 6);
 	is_int(meta_commit(s, err, sizeof err), -EINVAL, "missing allocation is refused");
 	ok(strstr(err, "w/nope") != NULL, "the error names the allocation: %s", err);
 	is_str(meta_hash_hex(s), VECTOR, "refused commit leaves the committed hash");
+	{
+		/* Extents, on a store of their own: offset + size must stay inside. */
+		struct meta_store *x = vector(0);
+		struct meta_node *e = entry(x, "bad/past", "w/b", "90", "x");
+		meta_entry_set_extent(e, "10", 2);
+		is_int(meta_commit(x, err, sizeof err), 0, "an extent that ends at the allocation's end is accepted");
+		meta_entry_set_extent(e, "11", 2);
+		is_int(meta_commit(x, err, sizeof err), -EINVAL, "offset + size past the end is refused");
+		ok(strstr(err, "meta/bad/past") && strstr(err, "size 11"), "the error names the entry and its size: %s", err);
+		meta_entry_set_extent(e, "18446744073709551615", 20);
+		is_int(meta_commit(x, err, sizeof err), -EINVAL, "an extent that would wrap around is refused");
+		meta_store_free(x);
+	}
+	meta_entry_set_offset(bad, "99", 2);
 	struct meta_node *unsized = alloc(s, "w/unsized", 0, NULL);
 	meta_entry_set_alloc(bad, "w/b", 3);
 	is_int(meta_commit(s, err, sizeof err), -EINVAL, "an allocation never sized is refused");
@@ -161,15 +252,19 @@ int main(void)
 	const char *badpaths[] = { "", "/abs", "a//b", "a/", "./a", "a/../b", ".." };
 	for (size_t i = 0; i < sizeof badpaths / sizeof *badpaths; i++)
 		is_int(meta_entry_set_alloc(k, badpaths[i], strlen(badpaths[i])), -EINVAL, "alloc path '%s' refused", badpaths[i]);
-	ok(meta_path_valid("a/b.c/d", 7), "a plain nested path is fine");
+	ok(gmsfs_path_valid("a/b.c/d", 7), "a plain nested path is fine");
 	const char *badoff[] = { "", "-1", "12a", " 1", "0x10", "99999999999999999999", "123456789012345678901" };
 	for (size_t i = 0; i < sizeof badoff / sizeof *badoff; i++)
 		is_int(meta_entry_set_offset(k, badoff[i], strlen(badoff[i])), -EINVAL, "offset '%s' refused", badoff[i]);
 	is_int(k->offset, 16, "refused offsets changed nothing");
+	is_int(meta_entry_set_private(k, "2", 1), -EINVAL, "private '2' refused");
+	is_int(meta_entry_set_private(k, "11", 2), -EINVAL, "private '11' refused");
+	is_int(meta_entry_set_extent(k, "1e3", 3), -EINVAL, "size '1e3' refused");
+	is_int(k->extent, 64, "refused sizes changed nothing");
 	is_int(meta_set_tag(a, "", 0), -EINVAL, "empty tag refused");
 	is_int(meta_set_tag(a, "a\nb", 3), -EINVAL, "control character in a tag refused");
 	is_int(meta_alloc_size(a, 8192, 8192, NULL), -EPERM, "a second size refused");
-	is_int(meta_entry_write(k, META_VALUE_MAX, "x", 1), -EFBIG, "value past the limit refused");
+	is_int(meta_entry_write(k, GMSFS_VALUE_MAX, "x", 1), -EFBIG, "value past the limit refused");
 	is_int(meta_remove(meta_resolve(s, META_AREA_ALLOCS, "w")), -ENOTEMPTY, "non-empty directory stays");
 
 	/* Many names: the directory index grows and deletes correctly. */
@@ -196,6 +291,8 @@ int main(void)
 	is_int(found, 2500, "the odd ones are found after removing the even ones");
 	is_int(gone, 2500, "the even ones are gone");
 	is_int(big->nkids, 2500, "2500 children listed");
+
+	batches(s);
 
 	released = 0;
 	meta_store_free(s);

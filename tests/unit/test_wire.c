@@ -1,14 +1,15 @@
-/* The two parsers of the export socket, on bytes built here by hand: the daemon's
- * request parser and the library's manifest parser (seeds in tests/fuzz/wire-seeds). */
-#include "../../libgmsfs/internal.h"
-#include "../../src/fs/fs.h"
+/* The wire codec alone (common/wire.c): what one side packs the other parses back,
+ * and bytes built here by hand that no daemon or library would send are refused.
+ * Seeds for the fuzzer are in tests/fuzz/wire-seeds. */
 #include "tap.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
 static uint8_t buf[8192];
 static size_t n;
+static char why[256];
 
 static void put(const void *p, size_t len) { memcpy(buf + n, p, len); n += len; }
 static void b1(uint8_t v) { buf[n++] = v; }
@@ -21,105 +22,251 @@ static void num(uint64_t v)
 	for (int i = 7; i >= 0; i--)
 		b1((uint8_t)(v >> (8 * i)));
 }
-static void entry(const char *path, uint64_t size, uint64_t aligned, const char *tag)
+static void alloc_item(const char *path, uint64_t size, uint64_t aligned, const char *tag, uint64_t fd)
 {
-	b1(0x84);
+	b1(0x86);
 	str("path"), str(path);
 	str("size"), num(size);
 	str("aligned"), num(aligned);
 	str("tag"), str(tag);
+	str("fd"), num(fd);
+	str("fdoff"), num(0);
 }
-/* A manifest header with `count` entries to follow. */
-static void head(uint64_t total, uint64_t first, int last, int count)
+/* A manifest header with `na` allocations to follow and then `nc` chunks. */
+static void head(uint64_t total, uint64_t first, int last, int na)
 {
 	n = 0;
-	b1(0x86);
-	str("v"), num(1);
+	b1(0x88);
+	str("v"), num(2);
 	str("err"), num(0);
 	str("total"), num(total);
+	str("nentries"), num(0);
 	str("first"), num(first);
 	str("last"), b1(last ? 0xc3 : 0xc2);
-	str("allocs"), b1((uint8_t)(0x90 | count));
+	str("allocs"), b1((uint8_t)(0x90 | na));
+}
+static void no_meta(void) { str("meta"), b1(0x90); }
+
+static int parse(struct wire_reply *r)
+{
+	return wire_parse_reply(buf, n, r, why, sizeof why);
 }
 
-static int parse(struct xp_manifest *m)
+static void replies(void)
 {
-	char why[128];
-	return xp_parse(buf, n, m, why, sizeof why);
-}
-
-int main(void)
-{
-	struct xp_manifest m;
+	struct wire_reply r;
 	head(2, 0, 1, 2);
-	entry("w/a", 100, 4096, "weights");
-	entry("w/b", 4096, 4096, "");
+	alloc_item("w/a", 100, 4096, "weights", 0);
+	alloc_item("w/b", 4096, 4096, "default", 1);
+	no_meta();
 	size_t good = n;
-	is_int(parse(&m), 0, "a two-entry manifest parses");
-	ok(m.n == 2 && m.total == 2 && m.last && !strcmp(m.v[0].path, "w/a") && m.v[0].size == 100 &&
-	   m.v[0].aligned == 4096 && !strcmp(m.v[0].tag, "weights") && m.v[1].tag[0] == '\0', "its fields");
-	xp_manifest_free(&m);
+	is_int(parse(&r), 0, "a two-allocation manifest parses");
+	ok(r.manifest && r.nallocs == 2 && r.total == 2 && r.last && !strcmp(r.allocs[0].path, "w/a") &&
+	   r.allocs[0].size == 100 && r.allocs[0].aligned == 4096 && !strcmp(r.allocs[0].tag, "weights") &&
+	   r.allocs[1].fd == 1, "its fields");
+	wire_reply_free(&r);
 
 	int truncated_ok = 0;
 	for (n = 0; n < good; n++)
-		truncated_ok += parse(&m) == 0;
+		truncated_ok += parse(&r) == 0;
 	is_int(truncated_ok, 0, "every truncation of it is refused");
 	n = good;
 	b1(0xc0);
-	is_int(parse(&m), -EPROTO, "trailing bytes are refused");
+	is_int(parse(&r), -EPROTO, "trailing bytes are refused");
 
 	head(3, 0, 1, 2);
-	entry("w/a", 100, 4096, "t");
-	entry("w/b", 100, 4096, "t");
-	is_int(parse(&m), -EPROTO, "last message with fewer entries than total");
+	alloc_item("w/a", 100, 4096, "t", 0);
+	alloc_item("w/b", 100, 4096, "t", 0);
+	no_meta();
+	is_int(parse(&r), -EPROTO, "a last message with fewer allocations than the total");
 	head(2, 2, 0, 1);
-	entry("w/a", 100, 4096, "t");
-	is_int(parse(&m), -EPROTO, "first + entries beyond total");
+	alloc_item("w/a", 100, 4096, "t", 0);
+	no_meta();
+	is_int(parse(&r), -EPROTO, "first + allocations beyond the total");
 	head(1, 0, 1, 1);
-	entry("w/a", 0, 4096, "t");
-	is_int(parse(&m), -EPROTO, "size 0");
+	alloc_item("w/a", 0, 4096, "t", 0);
+	no_meta();
+	is_int(parse(&r), -EPROTO, "size 0");
 	head(1, 0, 1, 1);
-	entry("w/a", 8192, 4096, "t");
-	is_int(parse(&m), -EPROTO, "aligned below size");
+	alloc_item("w/a", 8192, 4096, "t", 0);
+	no_meta();
+	is_int(parse(&r), -EPROTO, "aligned below size");
 	head(1, 0, 1, 1);
-	entry("", 1, 1, "t");
-	is_int(parse(&m), -EPROTO, "empty path");
+	alloc_item("w/../x", 1, 1, "t", 0);
+	no_meta();
+	is_int(parse(&r), -EPROTO, "a path with ..");
 	head(1, 0, 1, 1);
-	b1(0x84);
+	alloc_item("w/a", 1, 1, "t", 253);
+	no_meta();
+	is_int(parse(&r), -EPROTO, "a descriptor index past what a message can carry");
+	head(1, 0, 1, 1);
+	b1(0x86);
 	str("path"), b1(0xa3), put("a\0b", 3);
-	str("size"), num(1), str("aligned"), num(1), str("tag"), str("t");
-	is_int(parse(&m), -EPROTO, "a NUL inside a path");
+	str("size"), num(1), str("aligned"), num(1), str("tag"), str("t"), str("fd"), num(0), str("fdoff"), num(0);
+	no_meta();
+	is_int(parse(&r), -EPROTO, "a NUL inside a path");
 	head(1, 0, 1, 1);
-	b1(0x85);
-	str("path"), str("x"), str("size"), num(1), str("aligned"), num(1), str("tag"), str("t"), str("evil"), num(1);
-	is_int(parse(&m), -EPROTO, "an unknown key");
+	b1(0x87);
+	str("path"), str("x"), str("size"), num(1), str("aligned"), num(1), str("tag"), str("t"), str("fd"), num(0);
+	str("fdoff"), num(0), str("evil"), num(1);
+	no_meta();
+	is_int(parse(&r), -EPROTO, "an unknown key");
+	head(1, 0, 1, 1);
+	b1(0x86);
+	str("path"), str("x"), str("path"), str("y"), str("size"), num(1), str("aligned"), num(1), str("tag"), str("t");
+	str("fd"), num(0);
+	no_meta();
+	is_int(parse(&r), -EPROTO, "a repeated key");
 
 	/* A container that declares 2^32-1 elements: refused before msgpack-c allocates for them. */
 	head(1, 0, 1, 0);
 	n--;
 	b1(0xdd), b1(0xff), b1(0xff), b1(0xff), b1(0xff);
-	is_int(parse(&m), -EPROTO, "a declared count larger than the message");
+	is_int(parse(&r), -EPROTO, "a declared count larger than the message");
 	n = 0;
 	for (int i = 0; i < 20; i++)
 		b1(0x91);
 	b1(0x00);
-	is_int(parse(&m), -EPROTO, "nesting 20 deep");
+	is_int(parse(&r), -EPROTO, "nesting 20 deep");
 
 	n = 0;
-	b1(0x83), str("v"), num(1), str("err"), num(13), str("msg"), str("unknown ticket");
-	is_int(parse(&m), 0, "an error reply parses");
-	ok(m.err == 13 && !strcmp(m.msg, "unknown ticket"), "with its errno and text");
+	b1(0x83), str("v"), num(2), str("err"), num(13), str("msg"), str("unknown ticket");
+	is_int(parse(&r), 0, "an error reply parses");
+	ok(r.err == 13 && !strcmp(r.msg, "unknown ticket") && !r.manifest, "with its errno and text");
+	n = 0;
+	b1(0x82), str("v"), num(1), str("err"), num(0);
+	is_int(parse(&r), -EPROTO, "another version");
+	n = 0;
+	b1(0x83), str("v"), num(2), str("err"), num(5), str("total"), num(1);
+	is_int(parse(&r), -EPROTO, "an error with part of a manifest");
+}
 
-	/* The daemon's side. */
-	struct gmsfs_sock_req r = { .magic = GMSFS_SOCK_MAGIC, .version = GMSFS_SOCK_VERSION, .op = GMSFS_SOCK_OP_REDEEM }, out;
-	char why[128];
-	is_int(export_parse_request(&r, sizeof r, &out, why, sizeof why), 0, "a request parses");
-	is_int(export_parse_request(&r, sizeof r - 1, &out, why, sizeof why), -EINVAL, "a short request");
-	r.reserved = 1;
-	is_int(export_parse_request(&r, sizeof r, &out, why, sizeof why), -EINVAL, "reserved bits set");
-	r.reserved = 0, r.op = 2;
-	is_int(export_parse_request(&r, sizeof r, &out, why, sizeof why), -EINVAL, "an unknown op");
-	r.op = 1, r.version = 2;
-	is_int(export_parse_request(&r, sizeof r, &out, why, sizeof why), -EINVAL, "another version");
+/* Packed by the daemon's side, parsed by the library's: entries in chunks. */
+static void round_trip(void)
+{
+	struct wire_alloc a[2] = { { .path = "layers/0/w", .tag = "weights", .size = 100, .aligned = 4096, .fd = 0 },
+				   { .path = "layers/1/w", .tag = "weights", .size = 4096, .aligned = 4096, .fd = 0,
+				     .fd_offset = 4096 } };
+	uint8_t val[300];
+	for (int i = 0; i < 300; i++)
+		val[i] = (uint8_t)i;
+	struct wire_chunk c[3] = {
+		{ .key = "t/a", .alloc = "layers/0/w", .offset = 16, .size = 64, .flags = GMSFS_ENTRY_PRIVATE,
+		  .value_len = 300, .voff = 0, .bytes = val, .nbytes = 200 },
+		{ .key = "t/a", .value_len = 300, .voff = 200, .bytes = val + 200, .nbytes = 100 },
+		{ .key = "t/b", .alloc = "", .value_len = 0, .voff = 0, .bytes = NULL, .nbytes = 0 },
+	};
+	struct wire_head h = { .manifest = true, .total = 2, .nentries = 2, .first = 0, .last = true };
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	is_int(wire_pack_reply(&sb, &h, a, 2, c, 3), 0, "a manifest with two allocations and chunked entries packs");
+	ok(sb.size <= WIRE_HEAD_COST + wire_alloc_cost(a[0].path, a[0].tag) + wire_alloc_cost(a[1].path, a[1].tag) +
+			      wire_chunk_cost("t/a", "layers/0/w", 200) + wire_chunk_cost("t/a", "", 100) +
+			      wire_chunk_cost("t/b", "", 0),
+	   "within the cost the sender budgets for (%zu bytes)", sb.size);
+	struct wire_reply r;
+	is_int(wire_parse_reply(sb.data, sb.size, &r, why, sizeof why), 0, "and parses back");
+	ok(r.nallocs == 2 && r.allocs[1].fd_offset == 4096 && r.nchunks == 3, "allocations and chunks");
+	ok(r.chunks[0].offset == 16 && r.chunks[0].size == 64 && r.chunks[0].flags == GMSFS_ENTRY_PRIVATE &&
+	   r.chunks[0].value_len == 300 && r.chunks[0].nbytes == 200 && !memcmp(r.chunks[0].bytes, val, 200) &&
+	   r.chunks[1].voff == 200 && !memcmp(r.chunks[1].bytes, val + 200, 100) && r.chunks[2].alloc[0] == '\0',
+	   "the entry's fields and both chunks of its value");
+	wire_reply_free(&r);
+	msgpack_sbuffer_destroy(&sb);
+
+	struct wire_head e = { .err = EINVAL, .msg = "entries[3] (k): allocation 'x' does not exist" };
+	msgpack_sbuffer_init(&sb);
+	wire_pack_reply(&sb, &e, NULL, 0, NULL, 0);
+	is_int(wire_parse_reply(sb.data, sb.size, &r, why, sizeof why), 0, "an error reply round trips");
+	ok(r.err == EINVAL && !strcmp(r.msg, e.msg), "its errno and text");
+	msgpack_sbuffer_destroy(&sb);
+}
+
+/* Requests: packed by the library, parsed by the daemon. */
+static void requests(void)
+{
+	struct gmsfs_sock_req hd, out;
+	uint8_t t[16] = { 1, 2, 3 };
+	wire_req_init(&hd, GMSFS_OP_REDEEM, t, 0, 0);
+	is_int(wire_req_parse(&hd, sizeof hd, &out, why, sizeof why), 0, "a REDEEM header parses");
+	is_int(wire_req_parse(&hd, sizeof hd - 1, &out, why, sizeof why), -EINVAL, "a short header");
+	hd.flags = 2;
+	is_int(wire_req_parse(&hd, sizeof hd, &out, why, sizeof why), -EINVAL, "unknown flags");
+	wire_req_init(&hd, 9, t, 0, 0);
+	is_int(wire_req_parse(&hd, sizeof hd, &out, why, sizeof why), -EINVAL, "an unknown op");
+	wire_req_init(&hd, GMSFS_OP_REDEEM, t, 0, 0);
+	hd.version = 1;
+	is_int(wire_req_parse(&hd, sizeof hd, &out, why, sizeof why), -EINVAL, "another version");
+	wire_req_init(&hd, GMSFS_OP_EXPORT, t, 0, 0);
+	is_int(wire_req_parse(&hd, sizeof hd, &out, why, sizeof why), -EINVAL, "a ticket on an op that takes none");
+	wire_req_init(&hd, GMSFS_OP_COMMIT, NULL, 0, 4);
+	uint8_t m[40];
+	memcpy(m, &hd, sizeof hd);
+	is_int(wire_req_parse(m, sizeof hd + 4, &out, why, sizeof why), -EINVAL, "a body on COMMIT");
+	wire_req_init(&hd, GMSFS_OP_META_PUT, NULL, 0, 5);
+	memcpy(m, &hd, sizeof hd);
+	is_int(wire_req_parse(m, sizeof hd + 4, &out, why, sizeof why), -EINVAL, "a body shorter than the header says");
+
+	struct wire_body b;
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	struct wire_alloc ca[2] = { { .path = "a/b", .size = 10, .tag = "kv" }, { .path = "c", .size = 1 } };
+	wire_pack_create(&sb, ca, 2);
+	is_int(wire_parse_body(GMSFS_OP_CREATE, sb.data, sb.size, &b, why, sizeof why), 0, "a CREATE body round trips");
+	ok(b.nallocs == 2 && !strcmp(b.allocs[0].path, "a/b") && b.allocs[0].size == 10 && !strcmp(b.allocs[0].tag, "kv") &&
+	   !b.allocs[1].tag, "with its paths, sizes and tags");
+	wire_body_free(&b);
+	is_int(wire_parse_body(GMSFS_OP_META_PUT, sb.data, sb.size, &b, why, sizeof why), -EINVAL,
+	       "the same body for another op is refused");
+	msgpack_sbuffer_clear(&sb);
+	struct wire_alloc bad = { .path = "a//b", .size = 10 };
+	wire_pack_create(&sb, &bad, 1);
+	is_int(wire_parse_body(GMSFS_OP_CREATE, sb.data, sb.size, &b, why, sizeof why), -EINVAL, "a doubled / in a path");
+	msgpack_sbuffer_clear(&sb);
+	bad = (struct wire_alloc){ .path = "a", .size = 0 };
+	wire_pack_create(&sb, &bad, 1);
+	is_int(wire_parse_body(GMSFS_OP_CREATE, sb.data, sb.size, &b, why, sizeof why), -EINVAL, "size 0");
+
+	msgpack_sbuffer_clear(&sb);
+	struct wire_entry ent = { .key = "t/x", .alloc = "a/b", .offset = 8, .size = 2, .flags = 1,
+				  .value = (uint8_t *)"fp16", .value_len = 4 };
+	wire_pack_entries(&sb, &ent, 1);
+	is_int(wire_parse_body(GMSFS_OP_META_PUT, sb.data, sb.size, &b, why, sizeof why), 0, "a META_PUT body round trips");
+	ok(b.nentries == 1 && !strcmp(b.entries[0].key, "t/x") && b.entries[0].offset == 8 && b.entries[0].size == 2 &&
+	   b.entries[0].flags == 1 && b.entries[0].value_len == 4 && !memcmp(b.entries[0].value, "fp16", 4),
+	   "with every field");
+	wire_body_free(&b);
+	msgpack_sbuffer_clear(&sb);
+	ent.flags = 2;
+	wire_pack_entries(&sb, &ent, 1);
+	is_int(wire_parse_body(GMSFS_OP_META_PUT, sb.data, sb.size, &b, why, sizeof why), -EINVAL, "an unknown flag");
+
+	msgpack_sbuffer_clear(&sb);
+	const char *names[2] = { "x", "y/z" };
+	wire_pack_names(&sb, GMSFS_K_KEYS, names, 2);
+	is_int(wire_parse_body(GMSFS_OP_META_DELETE, sb.data, sb.size, &b, why, sizeof why), 0, "a META_DELETE body");
+	ok(b.nnames == 2 && !strcmp(b.names[1], "y/z"), "with its keys");
+	wire_body_free(&b);
+	is_int(wire_parse_body(GMSFS_OP_FREE, sb.data, sb.size, &b, why, sizeof why), -EINVAL,
+	       "keys where FREE wants paths");
+
+	msgpack_sbuffer_clear(&sb);
+	wire_pack_export(&sb, NULL, 0, false, true);
+	is_int(wire_parse_body(GMSFS_OP_EXPORT, sb.data, sb.size, &b, why, sizeof why), 0, "an EXPORT body");
+	ok(!b.fds && b.meta && !b.has_names, "metadata only, the whole layout");
+	wire_body_free(&b);
+	msgpack_sbuffer_destroy(&sb);
+
+	n = 0;
+	b1(0x81), str("allocs"), b1(0xdd), b1(0x7f), b1(0xff), b1(0xff), b1(0xff);
+	is_int(wire_parse_body(GMSFS_OP_CREATE, buf, n, &b, why, sizeof why), -EINVAL,
+	       "a CREATE body declaring 2^31 allocations in 12 bytes");
+}
+
+int main(void)
+{
+	replies();
+	round_trip();
+	requests();
 	return tap_done();
 }

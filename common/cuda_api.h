@@ -1,6 +1,7 @@
 /* cuda_api.h: the CUDA driver API, loaded at run time (dlopen "libcuda.so.1"), so
  * that nothing links against libcuda and one binary runs with and without a GPU.
- * Used by the daemon's cuda backend (cu_ = the driver table) and by libgmsfs.
+ * Not public: compiled into the daemon's cuda backend, libgmsfs, the tests and the
+ * benchmarks (cu_ = the driver table).
  * Each user keeps its own table: no global state. */
 #ifndef GMSFS_CUDA_API_H
 #define GMSFS_CUDA_API_H
@@ -31,6 +32,9 @@
 	X(cuMemSetAccess, "cuMemSetAccess")                             \
 	X(cuCtxGetCurrent, "cuCtxGetCurrent")                           \
 	X(cuCtxGetDevice, "cuCtxGetDevice")                             \
+	X(cuMemAlloc, "cuMemAlloc_v2")                                  \
+	X(cuMemFree, "cuMemFree_v2")                                    \
+	X(cuMemcpyDtoD, "cuMemcpyDtoD_v2")                              \
 	/* for the tests and benchmarks, which make their own context */ \
 	X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")         \
 	X(cuCtxSetCurrent, "cuCtxSetCurrent")                           \

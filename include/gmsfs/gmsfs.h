@@ -14,25 +14,35 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+
+#include <gmsfs/abi.h> /* GMSFS_RO, GMSFS_RW, GMSFS_RW_OR_RO, GMSFS_ENTRY_PRIVATE, limits */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+#define GMSFS_VERSION_MAJOR 0
+#define GMSFS_VERSION_MINOR 2
+#define GMSFS_VERSION_PATCH 0
+#define GMSFS_VERSION_NUMBER (GMSFS_VERSION_MAJOR * 10000 + GMSFS_VERSION_MINOR * 100 + GMSFS_VERSION_PATCH)
+
 typedef struct gmsfs gmsfs;
 
 #define GMSFS_API __attribute__((visibility("default")))
 
-/* Lock modes: the same numbers as GMSFS_LOCK_* of gmsfs_ioctl.h. */
-#define GMSFS_RO 1
-#define GMSFS_RW 2
-#define GMSFS_RW_OR_RO 3 /* RW on a store with nothing committed, else RO */
+/* GMSFS_VERSION_NUMBER of the library that is loaded, and the same as "0.2.0". */
+GMSFS_API int gmsfs_version(void);
+GMSFS_API const char *gmsfs_version_string(void);
 
-/* Connect to store_dir (e.g. /run/gmsfs/gpu0/llama) and take its lock, waiting up to
+/* Connect to store_dir (e.g. /run/gmsfs/GPU-.../llama) and take its lock, waiting up to
  * timeout_ms (-1: as long as it takes; 0: one try, -EAGAIN if taken).  -ETIMEDOUT when
- * the wait ran out.  A new RW writer starts from the last committed layout.  As with
- * sqlite3_open, *out is set even when it fails (NULL only for -EINVAL and -ENOMEM) so that
- * gmsfs_errmsg can say why: disconnect it either way. */
+ * the wait ran out.  A new RW writer starts from the last committed layout.  A writer
+ * session has one RW connection: an RW connect by a process whose session holds the store
+ * (it or an ancestor is the writer) fails at once with -EBUSY; anyone else's waits like any
+ * other writer.  A process that holds a read lock gets -EDEADLK.  As with sqlite3_open, *out is set
+ * even when it fails (NULL only when out or store_dir is NULL, the mode is unknown, or
+ * memory ran out) so that gmsfs_errmsg can say why: disconnect it either way. */
 GMSFS_API int gmsfs_connect(gmsfs **out, const char *store_dir, int mode, int timeout_ms);
 /* Unmap everything, give the address ranges back and release the lock.  A writer
  * that did not commit is rolled back to the last committed layout.  NULL is fine. */
@@ -59,14 +69,32 @@ struct gmsfs_mapping {
 GMSFS_API size_t gmsfs_mappings(const gmsfs *g, const struct gmsfs_mapping **list);
 /* The mapping named name, or -ENOENT. */
 GMSFS_API int gmsfs_find(const gmsfs *g, const char *name, struct gmsfs_mapping *out);
+/* The mapping that holds address ptr and ptr's offset in it, or -ENOENT. */
+GMSFS_API int gmsfs_find_ptr(const gmsfs *g, const void *ptr, struct gmsfs_mapping *out, uint64_t *offset);
 
 /* ---- RW ---- */
 /* Create allocs/NAME of size bytes with tag (NULL: "default") and map it read-write. */
 GMSFS_API int gmsfs_create(gmsfs *g, const char *name, uint64_t size, const char *tag, void **ptr);
 /* Unmap ptr, delete its allocation and every metadata entry that points at it. */
 GMSFS_API int gmsfs_free(gmsfs *g, void *ptr);
-/* meta/KEY = value, pointing at offset of allocation alloc.  -EINVAL (nothing changed)
- * when alloc does not exist or offset is not inside it. */
+
+/* One metadata entry to put: meta/KEY = value, describing the extent [offset, offset+size)
+ * of allocation alloc (size 0: no extent, offset only). */
+struct gmsfs_entry {
+	const char *key;
+	const char *alloc;
+	uint64_t offset;
+	uint64_t size;
+	uint32_t flags;     /* GMSFS_ENTRY_PRIVATE: each importer gets its own copy of the extent */
+	const void *value;
+	size_t value_len;   /* at most GMSFS_VALUE_MAX */
+};
+/* Put n entries in one round trip per batch, all or nothing: -EINVAL (nothing changed)
+ * and gmsfs_errmsg naming the bad entry when a key or allocation name is invalid, the
+ * allocation does not exist, the extent is not inside it, a flag is unknown or a value
+ * is too long.  An existing key is replaced. */
+GMSFS_API int gmsfs_meta_put_many(gmsfs *g, const struct gmsfs_entry *v, size_t n);
+/* One entry with no extent size and no flags. */
 GMSFS_API int gmsfs_meta_put(gmsfs *g, const char *key, const char *alloc, uint64_t offset, const void *value, size_t len);
 GMSFS_API int gmsfs_meta_delete(gmsfs *g, const char *key);
 /* Validate and publish.  The writer's mappings stay where they are and become read-only;
@@ -74,20 +102,28 @@ GMSFS_API int gmsfs_meta_delete(gmsfs *g, const char *key);
 GMSFS_API int gmsfs_commit(gmsfs *g);
 
 /* ---- reading (RO, and RW for the session's own layout) ---- */
-/* Map every allocation of the layout, in one round trip per 253 allocations. */
+/* Map every allocation of the layout and load its metadata, in one round trip per 253
+ * allocations; private entries are copied into memory of this process. */
 GMSFS_API int gmsfs_import_all(gmsfs *g);
-/* Map one allocation by name. */
+/* Map one allocation by name (-ENOENT or -EISDIR with the name in gmsfs_errmsg). */
 GMSFS_API int gmsfs_import(gmsfs *g, const char *name, void **ptr);
 
 struct gmsfs_meta {
-	char *alloc;       /* allocation path, or NULL */
+	char *alloc;       /* allocation path */
 	uint64_t offset;
+	uint64_t size;     /* the extent's bytes, 0 if it has none */
+	uint32_t flags;    /* GMSFS_ENTRY_PRIVATE */
 	void *value;
 	size_t value_len;
+	/* Where the extent is in this process: in the mapping of alloc, or in this process's
+	 * own copy for a private entry; NULL while that allocation is not mapped. */
+	void *ptr;
 };
+/* Metadata answer from the handle's copy of the layout's entries, loaded by import_all
+ * (or by the first get or list) and kept current by the handle's own puts. */
 GMSFS_API int gmsfs_meta_get(gmsfs *g, const char *key, struct gmsfs_meta *out);
 GMSFS_API void gmsfs_meta_free(struct gmsfs_meta *m);
-/* Keys that start with prefix ("" or NULL: all), sorted. */
+/* Keys that start with prefix ("" or NULL: all), sorted bytewise. */
 GMSFS_API int gmsfs_meta_list(gmsfs *g, const char *prefix, char ***keys, size_t *count);
 GMSFS_API void gmsfs_list_free(char **keys, size_t count);
 
@@ -98,8 +134,9 @@ GMSFS_API int gmsfs_unmap_all(gmsfs *g);
  * same addresses.  -ESTALE, lock released and nothing mapped, if the committed layout's
  * structure changed meanwhile. */
 GMSFS_API int gmsfs_remap_all(gmsfs *g, int timeout_ms);
-/* RW: take the write lock and put fresh allocations (same names, sizes and tags) behind
- * the preserved addresses, mapped read-write, for the writer to fill and commit. */
+/* A handle granted RW: take the write lock and put fresh allocations (same names, sizes
+ * and tags) behind the preserved addresses, mapped read-write, for the writer to fill
+ * and commit.  -EPERM on a handle that was not granted RW. */
 GMSFS_API int gmsfs_reallocate_all(gmsfs *g, int timeout_ms);
 
 #ifdef __cplusplus

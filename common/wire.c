@@ -1,0 +1,212 @@
+/* wire: the guard in front of msgpack-c, the readers of fields, the packer
+ * (wire_msgpack.h); the messages themselves are in wire_req.c and wire_reply.c. */
+#include "wire_msgpack.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int wire_why(char *why, size_t whylen, int e, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (whylen)
+		vsnprintf(why, whylen, fmt, ap);
+	va_end(ap);
+	return e;
+}
+
+/* ---- the guard in front of msgpack-c ---- */
+
+static uint64_t be(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+	while (n--)
+		v = v << 8 | *p++;
+	return v;
+}
+
+/* Walk one object at *off: a container may not declare more elements than bytes remain,
+ * nesting stays within WIRE_DEPTH.  0 or -1. */
+static int precheck(const uint8_t *p, size_t len, size_t *off, int depth)
+{
+	if (*off >= len || depth > WIRE_DEPTH)
+		return -1;
+	uint8_t b = p[(*off)++];
+	uint64_t n = 0, skip = 0;
+	int lenbytes = 0;
+	bool container = false;
+	if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
+		return 0;
+	if ((b & 0xf0) == 0x80 || (b & 0xf0) == 0x90) {
+		n = (uint64_t)(b & 0x0f) * ((b & 0xf0) == 0x80 ? 2 : 1);
+		container = true;
+	} else if ((b & 0xe0) == 0xa0) {
+		skip = b & 0x1f;
+	} else {
+		switch (b) {
+		case 0xc4: case 0xd9: lenbytes = 1; break;
+		case 0xc5: case 0xda: lenbytes = 2; break;
+		case 0xc6: case 0xdb: lenbytes = 4; break;
+		case 0xc7: lenbytes = 1, skip = 1; break;
+		case 0xc8: lenbytes = 2, skip = 1; break;
+		case 0xc9: lenbytes = 4, skip = 1; break;
+		case 0xca: skip = 4; break;
+		case 0xcb: skip = 8; break;
+		case 0xcc: case 0xd0: skip = 1; break;
+		case 0xcd: case 0xd1: skip = 2; break;
+		case 0xce: case 0xd2: skip = 4; break;
+		case 0xcf: case 0xd3: skip = 8; break;
+		case 0xd4: skip = 2; break;
+		case 0xd5: skip = 3; break;
+		case 0xd6: skip = 5; break;
+		case 0xd7: skip = 9; break;
+		case 0xd8: skip = 17; break;
+		case 0xdc: case 0xde: lenbytes = 2, container = true; break;
+		case 0xdd: case 0xdf: lenbytes = 4, container = true; break;
+		default: return -1; /* 0xc1: never used */
+		}
+		if (lenbytes) {
+			if (len - *off < (size_t)lenbytes)
+				return -1;
+			uint64_t v = be(p + *off, lenbytes);
+			*off += (size_t)lenbytes;
+			if (container)
+				n = b >= 0xde ? 2 * v : v;
+			else
+				skip += v;
+		}
+	}
+	if (container) {
+		if (n > len - *off)
+			return -1;
+		for (uint64_t i = 0; i < n; i++)
+			if (precheck(p, len, off, depth + 1))
+				return -1;
+		return 0;
+	}
+	if (skip > len - *off)
+		return -1;
+	*off += (size_t)skip;
+	return 0;
+}
+
+/* Unpack exactly one map that fills buf. */
+int wire_unpack_map(const void *buf, size_t len, msgpack_unpacked *u)
+{
+	size_t pre = 0, off = 0;
+	if (precheck(buf, len, &pre, 0) || pre != len)
+		return -1;
+	if (msgpack_unpack_next(u, buf, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len ||
+	    u->data.type != MSGPACK_OBJECT_MAP)
+		return -1;
+	return 0;
+}
+
+/* ---- reading fields ---- */
+
+bool wire_key_is(const msgpack_object *k, const char *name)
+{
+	return k->type == MSGPACK_OBJECT_STR && k->via.str.size == strlen(name) &&
+	       !memcmp(k->via.str.ptr, name, k->via.str.size);
+}
+
+int wire_get_u64(const msgpack_object *o, uint64_t *out)
+{
+	if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+		return -1;
+	*out = o->via.u64;
+	return 0;
+}
+
+int wire_get_bool(const msgpack_object *o, bool *out)
+{
+	if (o->type != MSGPACK_OBJECT_BOOLEAN)
+		return -1;
+	*out = o->via.boolean;
+	return 0;
+}
+
+/* A string of at most max bytes without NUL, copied; NULL if it is not one. */
+char *wire_get_str(const msgpack_object *o, size_t max)
+{
+	if (o->type != MSGPACK_OBJECT_STR || o->via.str.size > max || memchr(o->via.str.ptr, 0, o->via.str.size))
+		return NULL;
+	return strndup(o->via.str.ptr, o->via.str.size);
+}
+
+char *wire_get_path(const msgpack_object *o)
+{
+	char *s = wire_get_str(o, GMSFS_PATH_MAX);
+	if (s && !gmsfs_path_valid(s, strlen(s))) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+char *wire_get_tag(const msgpack_object *o)
+{
+	char *s = wire_get_str(o, GMSFS_TAG_MAX);
+	if (s && !gmsfs_tag_valid(s, strlen(s))) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+/* Bytes (bin, or str for the shell's sake) of at most max, copied. */
+int wire_get_bytes(const msgpack_object *o, size_t max, uint8_t **out, size_t *len)
+{
+	const char *p;
+	size_t n;
+	if (o->type == MSGPACK_OBJECT_BIN)
+		p = o->via.bin.ptr, n = o->via.bin.size;
+	else if (o->type == MSGPACK_OBJECT_STR)
+		p = o->via.str.ptr, n = o->via.str.size;
+	else
+		return -1;
+	if (n > max)
+		return -1;
+	*out = malloc(n ? n : 1);
+	if (!*out)
+		return -1;
+	memcpy(*out, p, n);
+	*len = n;
+	return 0;
+}
+
+
+void wire_pack_str(msgpack_packer *pk, const char *s)
+{
+	size_t n = strlen(s);
+	msgpack_pack_str(pk, n);
+	msgpack_pack_str_body(pk, s, n);
+}
+
+void wire_pack_bin(msgpack_packer *pk, const void *p, size_t n)
+{
+	msgpack_pack_bin(pk, n);
+	msgpack_pack_bin_body(pk, p, n);
+}
+
+static int sb_write(void *data, const char *buf, size_t len)
+{
+	struct wire_packer *p = data;
+	if (p->err)
+		return -1;
+	if (msgpack_sbuffer_write(p->sb, buf, len)) {
+		p->err = -ENOMEM;
+		return -1;
+	}
+	return 0;
+}
+
+void wire_packer_init(struct wire_packer *p, msgpack_sbuffer *sb)
+{
+	p->sb = sb;
+	p->err = 0;
+	msgpack_packer_init(&p->pk, p, sb_write);
+}

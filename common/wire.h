@@ -1,0 +1,109 @@
+/* wire: the messages of the daemon's socket, packed and checked in one place.
+ * The daemon parses request headers and bodies and packs replies; libgmsfs packs
+ * requests and parses replies.  Both compile this file; nothing else speaks msgpack.
+ *
+ * Parsers trust nothing: every count a container declares is checked against the
+ * bytes that remain before msgpack-c sees it (msgpack-c allocates for the declared
+ * count first), nesting is shallow, every key is known and appears once, strings hold
+ * no NUL, paths and tags follow the rules of abi.h, sizes are bounded.  Errors: -EPROTO
+ * for a reply and -EINVAL for a request, with the reason in why. */
+#ifndef GMSFS_COMMON_WIRE_H
+#define GMSFS_COMMON_WIRE_H
+
+#include <gmsfs/abi.h>
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One allocation: of a CREATE request (path, size, tag) or of a manifest (all). */
+struct wire_alloc {
+	char *path, *tag;
+	uint64_t size, aligned;
+	uint64_t fd_offset;     /* where it starts in its descriptor */
+	uint32_t fd;            /* index into the message's descriptors */
+};
+
+/* One metadata entry of a META_PUT request. */
+struct wire_entry {
+	char *key, *alloc;
+	uint64_t offset, size;
+	uint32_t flags;
+	uint8_t *value;
+	size_t value_len;
+};
+
+/* A piece of an entry in a manifest: entries travel in chunks so that a value of up to
+ * GMSFS_VALUE_MAX bytes fits messages of GMSFS_MSG_MAX.  The first chunk (voff 0) has
+ * every field; the next ones continue the same key at voff = the bytes sent so far. */
+struct wire_chunk {
+	char *key, *alloc;      /* alloc: "" when the entry names none yet */
+	uint64_t offset, size;
+	uint32_t flags;
+	uint64_t value_len;     /* the whole value */
+	uint64_t voff;          /* this chunk's place in it */
+	uint8_t *bytes;
+	size_t nbytes;
+};
+
+/* ---- requests ---- */
+void wire_req_init(struct gmsfs_sock_req *r, enum gmsfs_op op, const uint8_t ticket[16], uint32_t flags,
+		   uint32_t body_len);
+/* The header at the start of a message of len bytes: 0 or -EINVAL. */
+int wire_req_parse(const void *buf, size_t len, struct gmsfs_sock_req *out, char *why, size_t whylen);
+
+/* A request's body, parsed; everything in it is owned by it. */
+struct wire_body {
+	struct wire_alloc *allocs;   /* CREATE */
+	size_t nallocs;
+	struct wire_entry *entries;  /* META_PUT */
+	size_t nentries;
+	char **names;                /* FREE: paths; META_DELETE: keys; EXPORT: paths if has_names */
+	size_t nnames;
+	bool has_names;
+	bool fds, meta;              /* EXPORT */
+};
+int wire_parse_body(enum gmsfs_op op, const void *buf, size_t len, struct wire_body *out, char *why, size_t whylen);
+void wire_body_free(struct wire_body *b);
+
+/* Bodies, packed by the client.  0 or -ENOMEM. */
+int wire_pack_create(msgpack_sbuffer *sb, const struct wire_alloc *v, size_t n);
+int wire_pack_entries(msgpack_sbuffer *sb, const struct wire_entry *v, size_t n);
+/* key: GMSFS_K_PATHS (FREE) or GMSFS_K_KEYS (META_DELETE). */
+int wire_pack_names(msgpack_sbuffer *sb, const char *key, const char *const *names, size_t n);
+/* paths NULL: the whole layout. */
+int wire_pack_export(msgpack_sbuffer *sb, const char *const *paths, size_t n, bool fds, bool meta);
+
+/* ---- replies ---- */
+struct wire_head {
+	int err;                /* errno, 0 on success */
+	const char *msg;        /* NULL: none */
+	bool manifest;          /* the fields below are sent */
+	uint64_t total;         /* allocations in the whole reply */
+	uint64_t nentries;      /* entries in the whole reply */
+	uint64_t first;         /* index of this message's first allocation */
+	bool last;
+};
+/* One message: a plain reply (manifest false) or a part of a manifest. */
+int wire_pack_reply(msgpack_sbuffer *sb, const struct wire_head *h, const struct wire_alloc *a, size_t na,
+		    const struct wire_chunk *c, size_t nc);
+/* Upper bounds of what one item adds to a message, for splitting. */
+size_t wire_alloc_cost(const char *path, const char *tag);
+size_t wire_chunk_cost(const char *key, const char *alloc, size_t nbytes);
+#define WIRE_HEAD_COST 160
+
+struct wire_reply {
+	int err;
+	char msg[256];
+	bool manifest;
+	uint64_t total, nentries, first;
+	bool last;
+	struct wire_alloc *allocs;
+	size_t nallocs;
+	struct wire_chunk *chunks;
+	size_t nchunks;
+};
+int wire_parse_reply(const void *buf, size_t len, struct wire_reply *r, char *why, size_t whylen);
+void wire_reply_free(struct wire_reply *r);
+
+#endif

@@ -1,0 +1,304 @@
+/* channel: requests on the daemon's socket and their replies (abi.h, gmsfs(5)).
+ * The transport keeps its own error text: callers pass a buffer. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static int fail(char *err, size_t errlen, int e, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t errlen, int e, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return e;
+}
+
+static void close_fds(const int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+void ch_manifest_free(struct ch_manifest *m)
+{
+	for (size_t i = 0; i < m->nallocs; i++) {
+		free(m->allocs[i].path);
+		free(m->allocs[i].tag);
+	}
+	for (size_t i = 0; i < m->nentries; i++) {
+		free(m->entries[i].key);
+		free(m->entries[i].alloc);
+		free(m->entries[i].value);
+	}
+	close_fds(m->fds, m->nfds);
+	free(m->allocs);
+	free(m->fd);
+	free(m->entries);
+	free(m->fds);
+	memset(m, 0, sizeof *m);
+}
+
+static int dial(const char *path, char *err, size_t errlen)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return fail(err, errlen, -errno, "socket: %s", strerror(errno));
+	if (connect(s, (struct sockaddr *)&a, sizeof a) < 0) {
+		int e = -errno;
+		close(s);
+		return fail(err, errlen, e, "socket %s: %s", a.sun_path, strerror(-e));
+	}
+	return s;
+}
+
+/* The request: a header per message, the body split at GMSFS_MSG_MAX. */
+static int send_request(int s, enum gmsfs_op op, const uint8_t *ticket, const uint8_t *body, size_t len)
+{
+	size_t off = 0;
+	do {
+		size_t n = len - off < GMSFS_MSG_MAX ? len - off : GMSFS_MSG_MAX;
+		struct gmsfs_sock_req hd;
+		wire_req_init(&hd, op, ticket, off + n < len ? GMSFS_REQ_MORE : 0, (uint32_t)n);
+		struct iovec iov[2] = { { &hd, sizeof hd }, { (void *)(body + off), n } };
+		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = n ? 2 : 1 };
+		ssize_t r = sendmsg(s, &msg, MSG_NOSIGNAL);
+		if (r != (ssize_t)(sizeof hd + n))
+			return r < 0 ? -errno : -EIO;
+		off += n;
+	} while (off < len);
+	return 0;
+}
+
+/* Entries arrive in chunks: the first of each (voff 0) has every field, the next ones
+ * continue it.  entries[i].value_len counts the bytes so far, want[i] the whole. */
+static int add_chunks(struct ch_manifest *m, struct wire_reply *r, uint64_t nentries, uint64_t *want, char *err,
+		      size_t errlen)
+{
+	for (size_t i = 0; i < r->nchunks; i++) {
+		struct wire_chunk *c = &r->chunks[i];
+		size_t k = m->nentries;
+		struct ch_entry *e;
+		if (c->voff == 0) {
+			if (k && m->entries[k - 1].value_len != want[k - 1])
+				return fail(err, errlen, -EPROTO, "socket: meta/%s arrived incomplete", m->entries[k - 1].key);
+			if (k == nentries)
+				return fail(err, errlen, -EPROTO, "socket: more entries than announced");
+			e = &m->entries[k];
+			*e = (struct ch_entry){ .key = c->key, .alloc = c->alloc, .offset = c->offset, .size = c->size,
+						.flags = c->flags, .value = malloc(c->value_len ? c->value_len : 1) };
+			c->key = c->alloc = NULL;
+			want[m->nentries++] = c->value_len;
+			if (!e->value)
+				return fail(err, errlen, -ENOMEM, "out of memory");
+		} else {
+			e = k ? &m->entries[k - 1] : NULL;
+			if (!e || strcmp(e->key, c->key) || c->voff != e->value_len)
+				return fail(err, errlen, -EPROTO, "socket: a value chunk out of order");
+		}
+		if (c->nbytes > want[m->nentries - 1] - e->value_len)
+			return fail(err, errlen, -EPROTO, "socket: meta/%s: a chunk past the value's length", e->key);
+		memcpy(e->value + e->value_len, c->bytes, c->nbytes);
+		e->value_len += c->nbytes;
+	}
+	return 0;
+}
+
+/* One message and the descriptors that came with it: its length, or -errno (-ENOTCONN:
+ * the daemon closed the connection). */
+static ssize_t recv_msg(int s, uint8_t *buf, size_t size, int *fds, size_t *nfds, char *err, size_t errlen)
+{
+	union {
+		char b[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { buf, size };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
+	ssize_t r = recvmsg(s, &msg, MSG_CMSG_CLOEXEC);
+	*nfds = 0;
+	if (r <= 0) {
+		int e = r == 0 || errno == ECONNRESET ? -ENOTCONN : -errno;
+		return fail(err, errlen, e, "socket: %s", r == 0 ? "the daemon closed the connection" : strerror(errno));
+	}
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			if (*nfds + k > GMSFS_FDS_PER_MSG)
+				k = GMSFS_FDS_PER_MSG - *nfds; /* cannot happen: the kernel caps it */
+			memcpy(fds + *nfds, CMSG_DATA(c), k * sizeof(int));
+			*nfds += k;
+		}
+	if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+		close_fds(fds, *nfds);
+		return fail(err, errlen, -EPROTO, "socket: reply longer than %d bytes", GMSFS_MSG_MAX);
+	}
+	return r;
+}
+
+/* What a manifest announced in its first message, and how far it got. */
+struct progress {
+	uint64_t total, nentries;
+	uint64_t *want;        /* each entry's value length */
+};
+
+/* The first message sizes the manifest: counts are bounded before anything is made for them. */
+static int start(struct ch_manifest *m, struct progress *p, const struct wire_reply *rep, char *err, size_t errlen)
+{
+	p->total = rep->total;
+	p->nentries = rep->nentries;
+	if (p->total > (1ull << 32) || p->nentries > (1ull << 32) ||
+	    (p->total && !(m->allocs = calloc(p->total, sizeof *m->allocs))) ||
+	    (p->total && !(m->fd = calloc(p->total, sizeof *m->fd))) ||
+	    (p->nentries && !(m->entries = calloc(p->nentries, sizeof *m->entries))) ||
+	    (p->nentries && !(p->want = calloc(p->nentries, sizeof *p->want))))
+		return fail(err, errlen, -ENOMEM, "out of memory for %llu allocations and %llu entries",
+			    (unsigned long long)p->total, (unsigned long long)p->nentries);
+	return 0;
+}
+
+/* Add one message of a manifest to m; its descriptors become m's. */
+static int take(struct ch_manifest *m, struct progress *p, struct wire_reply *rep, const int *fds, size_t nfds,
+		bool first, char *err, size_t errlen)
+{
+	if (!rep->manifest || (first && rep->first) ||
+	    (!first && (rep->total != p->total || rep->nentries != p->nentries)) || rep->first != m->nallocs) {
+		close_fds(fds, nfds);
+		return fail(err, errlen, -EPROTO, "socket: a manifest out of order");
+	}
+	int e = first ? start(m, p, rep, err, errlen) : 0;
+	if (!e && nfds) {
+		int *grown = realloc(m->fds, (m->nfds + nfds) * sizeof *m->fds);
+		if (!grown)
+			e = fail(err, errlen, -ENOMEM, "out of memory");
+		else
+			m->fds = grown;
+	}
+	if (e) {
+		close_fds(fds, nfds);
+		return e;
+	}
+	memcpy(m->fds + m->nfds, fds, nfds * sizeof *fds);
+	m->nfds += nfds;
+	for (size_t i = 0; i < rep->nallocs; i++) {
+		/* A message without descriptors lists allocations only (an export without fds). */
+		if (nfds && rep->allocs[i].fd >= nfds)
+			return fail(err, errlen, -EPROTO, "socket: %s names descriptor %u of %zu", rep->allocs[i].path,
+				    (unsigned)rep->allocs[i].fd, nfds);
+		m->fd[m->nallocs] = nfds ? fds[rep->allocs[i].fd] : -1;
+		m->allocs[m->nallocs++] = rep->allocs[i];
+		rep->allocs[i].path = rep->allocs[i].tag = NULL;
+	}
+	return add_chunks(m, rep, p->nentries, p->want, err, errlen);
+}
+
+/* Receive the reply to one request.  m NULL: a plain reply is expected. */
+static int receive(int s, struct ch_manifest *m, char *err, size_t errlen)
+{
+	uint8_t *buf = malloc(GMSFS_MSG_MAX + 1);
+	struct progress p = {0};
+	int e = buf ? 0 : fail(err, errlen, -ENOMEM, "out of memory");
+	for (bool first = true, last = false; !e && !last; first = false) {
+		int fds[GMSFS_FDS_PER_MSG];
+		size_t nfds;
+		ssize_t r = recv_msg(s, buf, GMSFS_MSG_MAX + 1, fds, &nfds, err, errlen);
+		struct wire_reply rep;
+		char why[160];
+		if (r < 0) {
+			e = (int)r;
+			break;
+		}
+		if ((e = wire_parse_reply(buf, (size_t)r, &rep, why, sizeof why))) {
+			close_fds(fds, nfds);
+			fail(err, errlen, e, "socket: malformed reply: %s", why);
+			break;
+		}
+		if (rep.err || !m) {
+			close_fds(fds, nfds);
+			if (rep.err)
+				e = fail(err, errlen, -rep.err, "%s", rep.msg[0] ? rep.msg : strerror(rep.err));
+			else if (rep.manifest)
+				e = fail(err, errlen, -EPROTO, "socket: a manifest where none was asked for");
+			last = true;
+		} else {
+			e = take(m, &p, &rep, fds, nfds, first, err, errlen);
+			last = rep.last;
+		}
+		wire_reply_free(&rep);
+	}
+	if (!e && m && (m->nallocs != p.total || m->nentries != p.nentries))
+		e = fail(err, errlen, -EPROTO, "socket: the manifest ended early");
+	for (size_t i = 0; !e && m && i < m->nentries; i++)
+		if (m->entries[i].value_len != p.want[i])
+			e = fail(err, errlen, -EPROTO, "socket: meta/%s arrived incomplete", m->entries[i].key);
+	free(p.want);
+	free(buf);
+	if (e && m)
+		ch_manifest_free(m);
+	return e;
+}
+
+static int call_on(int s, enum gmsfs_op op, const uint8_t *ticket, const void *body, size_t len, struct ch_manifest *m,
+		   char *err, size_t errlen)
+{
+	if (m)
+		memset(m, 0, sizeof *m);
+	int e = send_request(s, op, ticket, body, len);
+	if (e) {
+		e = e == -EPIPE || e == -ECONNRESET || e == -ENOTCONN ? -ENOTCONN : e;
+		return fail(err, errlen, e, "socket: %s", strerror(-e));
+	}
+	return receive(s, m, err, errlen);
+}
+
+int ch_bind(struct ch *c, const char *path, const uint8_t ticket[16], char *err, size_t errlen)
+{
+	ch_close(c);
+	int s = dial(path, err, errlen);
+	if (s < 0)
+		return s;
+	int e = call_on(s, GMSFS_OP_BIND, ticket, NULL, 0, NULL, err, errlen);
+	if (e) {
+		close(s);
+		return e;
+	}
+	c->sock = s;
+	return 0;
+}
+
+int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct ch_manifest *m, char *err,
+	    size_t errlen)
+{
+	if (c->sock < 0)
+		return fail(err, errlen, -ENOTCONN, "socket: not connected");
+	int e = call_on(c->sock, op, NULL, body, len, m, err, errlen);
+	if (e == -ENOTCONN)
+		ch_close(c);
+	return e;
+}
+
+int ch_redeem(const char *path, const uint8_t ticket[16], struct ch_manifest *m, char *err, size_t errlen)
+{
+	int s = dial(path, err, errlen);
+	if (s < 0)
+		return s;
+	int e = call_on(s, GMSFS_OP_REDEEM, ticket, NULL, 0, m, err, errlen);
+	close(s);
+	return e;
+}
+
+void ch_close(struct ch *c)
+{
+	if (c->sock >= 0)
+		close(c->sock);
+	c->sock = -1;
+}

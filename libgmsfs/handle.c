@@ -1,0 +1,249 @@
+/* handle: connecting to a store, its lock, requests on its channel, commit. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+int gmsfs_version(void)
+{
+	return GMSFS_VERSION_NUMBER;
+}
+
+const char *gmsfs_version_string(void)
+{
+	return STR(GMSFS_VERSION_MAJOR) "." STR(GMSFS_VERSION_MINOR) "." STR(GMSFS_VERSION_PATCH);
+}
+
+int gm_error(gmsfs *g, int e, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(g->err, sizeof g->err, fmt, ap);
+	va_end(ap);
+	return e;
+}
+
+const char *gmsfs_errmsg(const gmsfs *g)
+{
+	return g ? g->err : "no handle";
+}
+
+const char *gmsfs_strerror(int err)
+{
+	switch (err) {
+	case 0: return "success";
+	case -ESTALE: return "the committed layout changed";
+	case -ETIMEDOUT: return "timed out waiting for the lock";
+	case -EAGAIN: return "the lock is taken";
+	case -EPERM: return "not allowed with this lock";
+	case -EDEADLK: return "this process holds a read lock on the store";
+	case -EBUSY: return "this process's writer session holds the store already";
+	case -EPROTO: return "protocol error talking to the daemon";
+	case -ENOLCK: return "the handle holds no lock";
+	default: return strerror(err < 0 ? -err : err);
+	}
+}
+
+int gm_need_lock(gmsfs *g, int want)
+{
+	if (!g->lock)
+		return gm_error(g, -ENOLCK, "no lock: the handle is unmapped (remap_all first)");
+	if (want == GMSFS_RW && g->lock != GMSFS_RW)
+		return gm_error(g, -EPERM, "this handle holds a read lock: only a writer may change the store");
+	return 0;
+}
+
+/* ---- the lock ---- */
+
+static const struct gm_backend *backend_of(uint32_t backend)
+{
+	if (backend == GMSFS_BACKEND_HOST)
+		return &gm_host_backend;
+#ifdef GMSFS_HAVE_CUDA
+	if (backend == GMSFS_BACKEND_CUDA)
+		return &gm_cuda_backend;
+#endif
+	return NULL;
+}
+
+int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
+{
+	int fd = open(g->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return gm_error(g, -errno, "%s: %s", g->dir, strerror(errno));
+	struct gmsfs_ioc io = { .size = sizeof io, .mode = (uint32_t)mode, .timeout_ms = timeout_ms };
+	if (ioctl(fd, GMSFS_IOC_LOCK, &io) < 0) {
+		int e = errno;
+		close(fd);
+		switch (e) {
+		case ETIMEDOUT: return gm_error(g, -e, "%s: lock not granted within %d ms", g->dir, timeout_ms);
+		case EAGAIN: return gm_error(g, -e, "%s: the lock is taken", g->dir);
+		case ENOTTY: return gm_error(g, -e, "%s: not a store of a gmsfs mount", g->dir);
+		case EACCES: return gm_error(g, -e, "%s: no %s permission on its lock", g->dir,
+					    mode == GMSFS_RO ? "read" : "write");
+		case EBUSY: return gm_error(g, -e, "%s: this process's writer session holds it already "
+						  "(one RW connection per session)", g->dir);
+		case EDEADLK: return gm_error(g, -e, "%s: this process holds a read lock on it", g->dir);
+		default: return gm_error(g, -e, "%s: lock: %s", g->dir, strerror(e));
+		}
+	}
+	const struct gm_backend *be = backend_of(io.backend);
+	if (!be) {
+		close(fd);
+		return gm_error(g, -ENOTSUP, "%s: backend %u is not supported by this libgmsfs", g->dir, io.backend);
+	}
+	char why[300] = "";
+	int e = be->attach(g, why, sizeof why);
+	if (e) {
+		close(fd);
+		return gm_error(g, e, "%s: %s", g->dir, why);
+	}
+	g->be = be;
+	g->dirfd = fd;
+	g->info = io;
+	g->lock = (int)io.lock;
+	g->granted_rw |= g->lock == GMSFS_RW;
+	memcpy(g->ticket, io.ticket, sizeof g->ticket);
+	g->have_ticket = true;
+	return 0;
+}
+
+void gm_release_lock(gmsfs *g)
+{
+	ch_close(&g->ch);
+	if (g->dirfd >= 0)
+		close(g->dirfd); /* releases the lock (a writer that did not commit rolls back) */
+	g->dirfd = -1;
+	g->lock = 0;
+	g->have_ticket = false;
+}
+
+int gm_refresh(gmsfs *g)
+{
+	struct gmsfs_ioc io = { .size = sizeof io };
+	if (g->dirfd < 0)
+		return gm_error(g, -ENOLCK, "no lock: the handle is unmapped");
+	if (ioctl(g->dirfd, GMSFS_IOC_INFO, &io) < 0)
+		return gm_error(g, -errno, "info: %s", strerror(errno));
+	g->info = io;
+	g->lock = (int)io.lock;
+	return 0;
+}
+
+/* ---- the channel ---- */
+
+static int bind_channel(gmsfs *g)
+{
+	if (!g->have_ticket) {
+		struct gmsfs_ioc io = { .size = sizeof io };
+		if (ioctl(g->dirfd, GMSFS_IOC_CHANNEL, &io) < 0)
+			return gm_error(g, -errno, "%s: channel: %s", g->dir, strerror(errno));
+		memcpy(g->ticket, io.ticket, sizeof g->ticket);
+		memcpy(g->info.socket, io.socket, sizeof io.socket);
+	}
+	g->have_ticket = false; /* spent, whatever happens */
+	return ch_bind(&g->ch, g->info.socket, g->ticket, g->err, sizeof g->err);
+}
+
+int gm_call(gmsfs *g, enum gmsfs_op op, const void *body, size_t len, struct ch_manifest *m)
+{
+	if (g->dirfd < 0)
+		return gm_error(g, -ENOLCK, "no lock: the handle is unmapped");
+	int e = 0;
+	/* The daemon closes idle connections before reading anything: then bind again and send again. */
+	for (int tries = 0; tries < 2; tries++) {
+		if (g->ch.sock < 0 && (e = bind_channel(g)))
+			return e;
+		e = ch_call(&g->ch, op, body, len, m, g->err, sizeof g->err);
+		if (e != -ENOTCONN)
+			break;
+	}
+	return e;
+}
+
+/* ---- connect ---- */
+
+int gmsfs_connect(gmsfs **out, const char *store_dir, int mode, int timeout_ms)
+{
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!store_dir || mode < GMSFS_RO || mode > GMSFS_RW_OR_RO || timeout_ms < -1)
+		return -EINVAL;
+	gmsfs *g = calloc(1, sizeof *g);
+	if (!g || !(g->dir = strdup(store_dir))) {
+		free(g);
+		return -ENOMEM;
+	}
+	g->dirfd = -1;
+	g->ch.sock = -1;
+	g->mode = mode;
+	*out = g; /* even on failure: gmsfs_errmsg says why */
+	return gm_take_lock(g, mode, timeout_ms);
+}
+
+void gmsfs_disconnect(gmsfs *g)
+{
+	if (!g)
+		return;
+	mp_release_all(g);
+	mt_free(g);
+	gm_release_lock(g);
+#ifdef GMSFS_HAVE_CUDA
+	cu_unload(&g->cu);
+#endif
+	free(g->dir);
+	free(g);
+}
+
+int gmsfs_lock_mode(const gmsfs *g)
+{
+	return g ? g->lock : 0;
+}
+
+static void hash_hex(const uint8_t h[16], char hex[33])
+{
+	for (int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", h[i]);
+}
+
+int gmsfs_layout_hash(gmsfs *g, char hex[33])
+{
+	if (!g || !hex)
+		return -EINVAL;
+	int e = gm_refresh(g);
+	if (e)
+		return e;
+	hex[0] = '\0';
+	if (g->info.has_hash)
+		hash_hex(g->info.layout_hash, hex);
+	return 0;
+}
+
+int gmsfs_commit(gmsfs *g)
+{
+	if (!g)
+		return -EINVAL;
+	int e = gm_need_lock(g, GMSFS_RW);
+	if (e || (e = gm_call(g, GMSFS_OP_COMMIT, NULL, 0, NULL)))
+		return e;
+	/* The daemon downgraded the lock; the mappings follow. */
+	for (size_t i = 0; i < g->nmaps; i++) {
+		if (g->mapped[i] && g->maps[i].writable) {
+			g->be->protect_ro(g, g->maps[i].ptr, g->maps[i].aligned);
+			g->maps[i].writable = 0;
+		}
+	}
+	if ((e = gm_refresh(g)))
+		return e;
+	return g->meta.loaded ? mt_privatize(g) : 0;
+}

@@ -1,0 +1,180 @@
+/* sleep: unmap_all keeps every address range, remap_all puts the same layout back
+ * at the same addresses, reallocate_all puts fresh memory behind them for a writer. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void hash_hex(const uint8_t h[16], char hex[33])
+{
+	for (int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", h[i]);
+}
+
+int gmsfs_unmap_all(gmsfs *g)
+{
+	if (!g)
+		return -EINVAL;
+	int e = gm_refresh(g);
+	if (e)
+		return e;
+	for (size_t i = 0; i < g->nmaps; i++) {
+		struct gmsfs_mapping *m = &g->maps[i];
+		if (g->mapped[i] && (e = g->be->unmap(g, m->ptr, m->aligned)))
+			return gm_error(g, e, "%s: unmap: %s", m->name, strerror(-e));
+		g->mapped[i] = false;
+	}
+	g->saved_has_hash = g->info.has_hash;
+	memcpy(g->saved_hash, g->info.layout_hash, sizeof g->saved_hash);
+	g->unmapped_lock = g->lock;
+	gm_release_lock(g); /* a writer that did not commit rolls back */
+	return 0;
+}
+
+/* The whole layout's descriptors, for mappings that exist already. */
+static int export_all(gmsfs *g, struct ch_manifest *m)
+{
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	int e = wire_pack_export(&sb, NULL, 0, true, false);
+	if (e)
+		e = gm_error(g, e, "out of memory");
+	else
+		e = gm_call(g, GMSFS_OP_EXPORT, sb.data, sb.size, m);
+	msgpack_sbuffer_destroy(&sb);
+	return e;
+}
+
+int gmsfs_remap_all(gmsfs *g, int timeout_ms)
+{
+	if (!g)
+		return -EINVAL;
+	if (g->lock)
+		return gm_error(g, -EINVAL, "remap_all: the handle is mapped (unmap_all first)");
+	int e = gm_take_lock(g, g->unmapped_lock ? g->unmapped_lock : g->mode, timeout_ms);
+	if (e)
+		return e;
+	if (g->info.has_hash != g->saved_has_hash || memcmp(g->info.layout_hash, g->saved_hash, 16)) {
+		char a[33] = "", b[33] = "";
+		if (g->saved_has_hash)
+			hash_hex(g->saved_hash, a);
+		if (g->info.has_hash)
+			hash_hex(g->info.layout_hash, b);
+		gm_release_lock(g);
+		return gm_error(g, -ESTALE, "remap_all: layout hash was %s, is %s now", a[0] ? a : "(none)",
+				b[0] ? b : "(none)");
+	}
+	struct ch_manifest m;
+	if ((e = export_all(g, &m))) {
+		gm_release_lock(g);
+		return e;
+	}
+	bool writable = g->lock == GMSFS_RW;
+	for (size_t i = 0; i < m.nallocs && !e; i++) {
+		struct gmsfs_mapping *p = mp_find(g, m.allocs[i].path);
+		char why[256] = "";
+		if (!p || p->aligned != m.allocs[i].aligned || g->mapped[p - g->maps])
+			e = gm_error(g, -ESTALE, "remap_all: %s is not what was unmapped", m.allocs[i].path);
+		else if (m.fd[i] < 0)
+			e = gm_error(g, -EPROTO, "remap_all: no descriptor came for %s", m.allocs[i].path);
+		else if ((e = g->be->map(g, p->ptr, p->aligned, m.fd[i], m.allocs[i].fd_offset, writable, why, sizeof why)))
+			gm_error(g, e, "%s: %s", m.allocs[i].path, why[0] ? why : strerror(-e));
+		else {
+			g->mapped[p - g->maps] = true;
+			p->writable = writable;
+		}
+	}
+	ch_manifest_free(&m);
+	for (size_t i = 0; i < g->nmaps && !e; i++)
+		if (!g->mapped[i])
+			e = gm_error(g, -ESTALE, "remap_all: %s is gone", g->maps[i].name);
+	if (e) {
+		mp_unmap_mapped(g);
+		gm_release_lock(g);
+	}
+	return e;
+}
+
+/* Free the old allocations and create the same names, sizes and tags again, keeping
+ * the metadata entries that named them: three requests. */
+static int recreate(gmsfs *g, struct ch_manifest *made)
+{
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	const char **names = calloc(g->nmaps ? g->nmaps : 1, sizeof *names);
+	struct wire_alloc *a = calloc(g->nmaps ? g->nmaps : 1, sizeof *a);
+	struct wire_entry *w = NULL;
+	int e = names && a ? mt_ensure(g) : gm_error(g, -ENOMEM, "out of memory");
+	struct mt *t = &g->meta;
+	if (!e && t->n && !(w = calloc(t->n, sizeof *w)))
+		e = gm_error(g, -ENOMEM, "out of memory");
+	for (size_t i = 0; !e && i < g->nmaps; i++) {
+		names[i] = g->maps[i].name;
+		a[i] = (struct wire_alloc){ .path = (char *)g->maps[i].name, .tag = (char *)g->maps[i].tag,
+					    .size = g->maps[i].size };
+	}
+	size_t nw = 0;
+	for (size_t i = 0; !e && i < t->n; i++)
+		if (t->v[i].e.alloc && mp_find(g, t->v[i].e.alloc))
+			w[nw++] = (struct wire_entry){ .key = t->v[i].e.key, .alloc = t->v[i].e.alloc,
+						       .offset = t->v[i].e.offset, .size = t->v[i].e.size,
+						       .flags = t->v[i].e.flags, .value = t->v[i].e.value,
+						       .value_len = t->v[i].e.value_len };
+	if (!e && g->nmaps && wire_pack_names(&sb, GMSFS_K_PATHS, names, g->nmaps))
+		e = gm_error(g, -ENOMEM, "out of memory");
+	if (!e && g->nmaps)
+		e = gm_call(g, GMSFS_OP_FREE, sb.data, sb.size, NULL);
+	msgpack_sbuffer_clear(&sb);
+	if (!e && g->nmaps && wire_pack_create(&sb, a, g->nmaps))
+		e = gm_error(g, -ENOMEM, "out of memory");
+	if (!e && g->nmaps)
+		e = gm_call(g, GMSFS_OP_CREATE, sb.data, sb.size, made);
+	msgpack_sbuffer_clear(&sb);
+	if (!e && nw && wire_pack_entries(&sb, w, nw))
+		e = gm_error(g, -ENOMEM, "out of memory");
+	if (!e && nw && (e = gm_call(g, GMSFS_OP_META_PUT, sb.data, sb.size, NULL)))
+		ch_manifest_free(made);
+	msgpack_sbuffer_destroy(&sb);
+	free(names);
+	free(a);
+	free(w);
+	return e;
+}
+
+int gmsfs_reallocate_all(gmsfs *g, int timeout_ms)
+{
+	if (!g)
+		return -EINVAL;
+	if (g->lock)
+		return gm_error(g, -EINVAL, "reallocate_all: the handle is mapped (unmap_all first)");
+	if (!g->granted_rw)
+		return gm_error(g, -EPERM, "reallocate_all: this handle was never granted the write lock");
+	int e = gm_take_lock(g, GMSFS_RW, timeout_ms);
+	if (e)
+		return e;
+	struct ch_manifest m = {0};
+	if ((e = recreate(g, &m))) {
+		gm_release_lock(g); /* the session rolls back */
+		return e;
+	}
+	for (size_t i = 0; i < m.nallocs && !e; i++) {
+		struct gmsfs_mapping *p = mp_find(g, m.allocs[i].path);
+		char why[256] = "";
+		if (!p || p->aligned != m.allocs[i].aligned || m.fd[i] < 0)
+			e = gm_error(g, -EPROTO, "%s: the new allocation does not fit the old address range", m.allocs[i].path);
+		else if ((e = g->be->map(g, p->ptr, p->aligned, m.fd[i], m.allocs[i].fd_offset, true, why, sizeof why)))
+			gm_error(g, e, "%s: %s", m.allocs[i].path, why[0] ? why : strerror(-e));
+		else {
+			g->mapped[p - g->maps] = true;
+			p->writable = 1;
+		}
+	}
+	ch_manifest_free(&m);
+	if (e) {
+		mp_unmap_mapped(g);
+		gm_release_lock(g);
+	}
+	return e;
+}

@@ -1,0 +1,154 @@
+/* node: what an inode number stands for, its attributes, its children. */
+#include "fs.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *const fs_store_file_names[FS_STORE_FILES] = { "lock", "commit", "abort", "state", "layout_hash" };
+
+void node_count(struct store *st, const struct fs_node *f)
+{
+	if (st && !(f && f->kind == FS_STATE))
+		st->requests++;
+}
+
+int node_resolve(struct fs *fs, fuse_ino_t ino, struct obj *o)
+{
+	void *p = ino == FUSE_ROOT_ID ? (void *)&fs->root : (void *)(uintptr_t)ino;
+	*o = (struct obj){0};
+	if (*(uint32_t *)p == FS_NODE_MAGIC) {
+		o->f = p;
+		o->st = o->f->store;
+		if (o->st && o->st->removed)
+			return -ENOENT;
+		node_count(o->st, o->f);
+		return 0;
+	}
+	if (*(uint32_t *)p == META_NODE_MAGIC) {
+		o->m = p;
+		o->st = meta_context(o->m);
+		if (!o->st)
+			return -ESTALE;
+		node_count(o->st, NULL);
+		return 0;
+	}
+	return -ESTALE;
+}
+
+fuse_ino_t node_ino(struct fs *fs, const void *p)
+{
+	return p == &fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)p;
+}
+
+static void layout_attr(const struct meta_node *m, struct stat *s)
+{
+	s->st_mtim = s->st_ctim = s->st_atim = m->mtime;
+	if (m->kind == META_DIR) {
+		s->st_mode = S_IFDIR | 0755;
+		s->st_nlink = 2;
+	} else if (m->kind == META_ALLOC) {
+		s->st_mode = S_IFREG | 0644;
+		s->st_size = (off_t)m->size;
+		s->st_blocks = (blkcnt_t)(m->aligned / 512);
+	} else {
+		s->st_mode = S_IFREG | 0644;
+		s->st_size = (off_t)m->value_len;
+		s->st_blocks = (blkcnt_t)((m->value_len + 511) / 512);
+	}
+}
+
+void node_attr(struct fs *fs, const struct obj *o, struct stat *s)
+{
+	memset(s, 0, sizeof *s);
+	s->st_uid = getuid();
+	s->st_gid = getgid();
+	s->st_nlink = 1;
+	s->st_blksize = 4096;
+	if (o->m) {
+		s->st_ino = node_ino(fs, o->m);
+		layout_attr(o->m, s);
+		return;
+	}
+	s->st_ino = node_ino(fs, o->f);
+	s->st_mtim = s->st_ctim = s->st_atim = fs->started;
+	switch (o->f->kind) {
+	case FS_ROOT:
+	case FS_STORE:
+		s->st_mode = S_IFDIR | 0755;
+		s->st_nlink = 2;
+		break;
+	case FS_LOCK:
+		s->st_mode = S_IFREG | 0644;
+		break;
+	case FS_COMMIT:
+	case FS_ABORT:
+		s->st_mode = S_IFREG | 0200;
+		break;
+	default: /* device, state, layout_hash: content is made when read (direct_io) */
+		s->st_mode = S_IFREG | 0444;
+		break;
+	}
+}
+
+int node_child(struct fs *fs, const struct obj *dir, const char *name, struct obj *out)
+{
+	*out = (struct obj){ .st = dir->st };
+	if (dir->m) {
+		if (dir->m->kind != META_DIR)
+			return -ENOTDIR;
+		out->m = meta_lookup(dir->m, name);
+		return out->m ? 0 : -ENOENT;
+	}
+	if (dir->f->kind == FS_ROOT) {
+		if (!strcmp(name, "device")) {
+			out->f = &fs->device;
+			return 0;
+		}
+		out->st = store_find(fs, name);
+		if (!out->st)
+			return -ENOENT;
+		out->f = &out->st->dir;
+		return 0;
+	}
+	if (dir->f->kind != FS_STORE)
+		return -ENOTDIR;
+	for (int i = 0; i < FS_STORE_FILES; i++)
+		if (!strcmp(name, fs_store_file_names[i])) {
+			out->f = &dir->st->files[i];
+			return 0;
+		}
+	if (!strcmp(name, "allocs") || !strcmp(name, "meta")) {
+		out->m = meta_root(dir->st->meta, name[0] == 'a' ? META_AREA_ALLOCS : META_AREA_META);
+		return 0;
+	}
+	return -ENOENT;
+}
+
+void node_reply_entry(fuse_req_t req, struct fs *fs, struct obj *o)
+{
+	struct fuse_entry_param e = { .ino = o->m ? node_ino(fs, o->m) : node_ino(fs, o->f) };
+	node_attr(fs, o, &e.attr);
+	/* Layout nodes: zero timeouts, abort changes them behind the kernel's back.  Stores and
+	 * their control files change only through the kernel (mkdir, rmdir): cache them. */
+	if (!o->m)
+		e.entry_timeout = e.attr_timeout = 3600;
+	if (o->m)
+		meta_lookup_ref(o->m);
+	else if (o->f->kind >= FS_STORE)
+		store_get(o->st);
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_entry(req, &e);
+}
+
+void node_forget(struct fs *fs, fuse_ino_t ino, uint64_t n)
+{
+	void *p = ino == FUSE_ROOT_ID ? (void *)&fs->root : (void *)(uintptr_t)ino;
+	if (*(uint32_t *)p == META_NODE_MAGIC) {
+		meta_forget(p, n);
+	} else if (*(uint32_t *)p == FS_NODE_MAGIC) {
+		struct fs_node *f = p;
+		if (f->kind >= FS_STORE)
+			store_put(f->store, (unsigned)n);
+	}
+}

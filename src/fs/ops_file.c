@@ -1,0 +1,368 @@
+/* ops_file: open files (open, create, read, write, flush, release, poll).  Opening a
+ * file of a store takes its lock (store.c); the handle holds it until released. */
+#include "fs.h"
+#include "ops.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reply to an open or create; an interrupted open never gets a release, so undo it here. */
+static void reply_open(fuse_req_t req, struct fs *fs, struct fs_handle *h, struct fuse_file_info *fi,
+		       struct fuse_entry_param *entry)
+{
+	fi->fh = (uintptr_t)h;
+	fi->direct_io = 1;
+	fi->keep_cache = 0;
+	pthread_mutex_unlock(&fs->mu);
+	int r = entry ? fuse_reply_create(req, entry, fi) : fuse_reply_open(req, fi);
+	if (r == -ENOENT) {
+		pthread_mutex_lock(&fs->mu);
+		if (entry && h->node)
+			meta_forget(h->node, 1);
+		handle_free(h);
+		pthread_mutex_unlock(&fs->mu);
+	}
+}
+
+static enum fs_want want_of(int flags, bool is_lock)
+{
+	int acc = flags & O_ACCMODE;
+	if (acc == O_RDONLY)
+		return WANT_READ;
+	if (acc == O_RDWR && is_lock)
+		return WANT_RW_OR_RO;
+	return WANT_WRITE;
+}
+
+static int timeout_of(int flags)
+{
+	return flags & O_NONBLOCK ? 0 : -1;
+}
+
+/* The daemon's own files: opening takes no lock, but lock's open is the lock. */
+static int open_control(fuse_req_t req, struct obj *o, struct fs_handle *h, int flags)
+{
+	bool wr = (flags & O_ACCMODE) != O_RDONLY;
+	h->fnode = o->f;
+	switch (o->f->kind) {
+	case FS_ROOT:
+	case FS_STORE:
+		return -EISDIR;
+	case FS_DEVICE:
+	case FS_STATE:
+	case FS_HASH:
+		return wr ? -EACCES : 0;
+	case FS_LOCK:
+		return store_lock_handle(req, h, want_of(flags, true), timeout_of(flags));
+	default: /* commit, abort: the write does the work */
+		h->writable = wr;
+		return 0;
+	}
+}
+
+static int open_layout(fuse_req_t req, struct obj *o, struct fs_handle *h, int flags)
+{
+	bool wr = (flags & O_ACCMODE) != O_RDONLY;
+	if (o->m->kind == META_DIR)
+		return -EISDIR;
+	if (!o->m->linked)
+		return -ESTALE;
+	h->node = o->m;
+	meta_hold(o->m);
+	int e = store_lock_handle(req, h, wr ? WANT_WRITE : WANT_READ, timeout_of(flags));
+	if (!e && wr && (flags & O_TRUNC) && o->m->kind == META_ENTRY)
+		e = meta_entry_truncate(o->m, 0);
+	/* O_TRUNC of an allocation leaves it alone: its size is fixed (dd without conv=notrunc). */
+	return e;
+}
+
+static int do_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, int flags, struct fs_handle **out)
+{
+	struct obj o;
+	int e = node_resolve(fs, ino, &o);
+	if (e)
+		return e;
+	struct fs_handle *h = handle_new(o.st);
+	if (!h)
+		return -ENOMEM;
+	e = o.f ? open_control(req, &o, h, flags) : open_layout(req, &o, h, flags);
+	if (e) {
+		handle_free(h);
+		return e;
+	}
+	if (o.st)
+		store_track(o.st, h);
+	*out = h;
+	return 0;
+}
+
+void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_handle *h;
+	pthread_mutex_lock(&fs->mu);
+	int e = do_open(req, fs, ino, fi->flags, &h);
+	if (e) {
+		pthread_mutex_unlock(&fs->mu);
+		return (void)fuse_reply_err(req, -e);
+	}
+	reply_open(req, fs, h, fi, NULL);
+}
+
+static int do_create(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char *name, mode_t mode, int flags,
+		     struct fs_handle **out)
+{
+	struct obj dir;
+	int e = node_resolve(fs, parent, &dir);
+	if (e)
+		return e;
+	if (!dir.m || !S_ISREG(mode))
+		return -EPERM;
+	struct fs_handle *h = handle_new(dir.st);
+	if (!h)
+		return -ENOMEM;
+	meta_hold(dir.m); /* the directory must outlive a wait */
+	e = store_lock_handle(req, h, WANT_WRITE, timeout_of(flags));
+	struct meta_node *m = NULL;
+	if (!e)
+		e = meta_create(dir.m, name, dir.m->area == META_AREA_ALLOCS ? META_ALLOC : META_ENTRY, &m);
+	meta_drop(dir.m);
+	if (e) {
+		handle_free(h);
+		return e;
+	}
+	h->node = m;
+	meta_hold(m);
+	store_track(dir.st, h);
+	store_notify(dir.st);
+	*out = h;
+	return 0;
+}
+
+void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_handle *h;
+	pthread_mutex_lock(&fs->mu);
+	int e = do_create(req, fs, parent, name, mode, fi->flags, &h);
+	if (e) {
+		pthread_mutex_unlock(&fs->mu);
+		return (void)fuse_reply_err(req, -e);
+	}
+	struct obj o = { .m = h->node, .st = h->store };
+	struct fuse_entry_param entry = { .ino = node_ino(fs, h->node) };
+	node_attr(fs, &o, &entry.attr);
+	meta_lookup_ref(h->node);
+	reply_open(req, fs, h, fi, &entry);
+}
+
+/* Used for files and directories alike. */
+void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	pthread_mutex_lock(&fs->mu);
+	if (h)
+		node_count(h->store, h->fnode);
+	handle_free(h);
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_err(req, 0);
+}
+
+void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	pthread_mutex_lock(&fs->mu);
+	node_count(h->store, h->fnode);
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_err(req, 0);
+}
+
+/* ---- read and write ---- */
+
+/* A status file's text, made at offset 0 so that one cat sees one consistent text. */
+static int status_text(struct fs *fs, struct fs_handle *h, off_t off)
+{
+	enum fs_kind k = h->fnode->kind;
+	if (off != 0 && h->text)
+		return 0;
+	free(h->text);
+	h->text = NULL;
+	if (k == FS_DEVICE)
+		return text_device(fs, &h->text, &h->text_len);
+	if (h->store->removed)
+		return -ENOENT;
+	if (k == FS_STATE) {
+		h->seen_events = h->store->events;
+		return text_state(h->store, &h->text, &h->text_len);
+	}
+	return text_hash(h->store, &h->text, &h->text_len);
+}
+
+/* What to reply to a read: a slice of text held by the handle (under mu), or bytes
+ * of an allocation read after mu is released (buf set, with a reference). */
+struct read_plan {
+	const char *p;
+	size_t n;
+	struct vmm_buf *buf;
+	uint64_t off;
+};
+
+static void slice(struct read_plan *r, const char *p, size_t len, size_t size, off_t off)
+{
+	r->p = p;
+	r->n = (uint64_t)off >= len ? 0 : len - (size_t)off < size ? len - (size_t)off : size;
+	if (r->n)
+		r->p += off;
+}
+
+static int do_read(struct fs *fs, struct fs_handle *h, size_t size, off_t off, struct read_plan *r)
+{
+	*r = (struct read_plan){0};
+	node_count(h->store, h->fnode);
+	if (h->fnode) {
+		enum fs_kind k = h->fnode->kind;
+		if (k != FS_DEVICE && k != FS_STATE && k != FS_HASH)
+			return 0;
+		int e = status_text(fs, h, off);
+		if (!e)
+			slice(r, h->text, h->text_len, size, off);
+		return e;
+	}
+	struct meta_node *m = h->node;
+	if (!m->linked)
+		return -ESTALE;
+	if (m->kind == META_ENTRY) {
+		slice(r, m->value, m->value_len, size, off);
+		return 0;
+	}
+	if (!m->buf || (uint64_t)off >= m->size)
+		return 0;
+	r->n = m->size - (uint64_t)off < size ? (size_t)(m->size - (uint64_t)off) : size;
+	r->buf = m->buf;
+	r->off = (uint64_t)off;
+	vmm_buf_get(r->buf);
+	return 0;
+}
+
+void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct read_plan r;
+	pthread_mutex_lock(&fs->mu);
+	int e = do_read(fs, (struct fs_handle *)(uintptr_t)fi->fh, size, off, &r);
+	if (e || !r.buf) {
+		/* Text is replied under mu: the handle's buffer may be remade by the next read. */
+		if (e)
+			fuse_reply_err(req, -e);
+		else
+			fuse_reply_buf(req, r.p, r.n);
+		return (void)pthread_mutex_unlock(&fs->mu);
+	}
+	pthread_mutex_unlock(&fs->mu);
+	char *data = malloc(r.n ? r.n : 1);
+	ssize_t n = data ? vmm_pread(r.buf, data, r.n, r.off) : -ENOMEM;
+	vmm_buf_put(r.buf);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_buf(req, data, (size_t)n);
+	free(data);
+}
+
+/* commit and abort: only a member of the writer session. */
+static int do_control_write(fuse_req_t req, struct fs_handle *h)
+{
+	struct store *st = h->store;
+	if (h->fnode->kind != FS_COMMIT && h->fnode->kind != FS_ABORT)
+		return -EINVAL; /* lock takes no data */
+	pid_t tgid;
+	int e = caller_tgid(req, &tgid);
+	if (e)
+		return e;
+	if (st->removed)
+		return -ENOENT;
+	if (!store_is_member(st, tgid))
+		return -EPERM;
+	return h->fnode->kind == FS_COMMIT ? store_commit(st) : store_abort(st);
+}
+
+/* 0 with *buf set when the bytes go to an allocation after mu is released. */
+static int do_write(fuse_req_t req, struct fs_handle *h, const char *data, size_t size, off_t off,
+		    struct vmm_buf **buf, size_t *n)
+{
+	*buf = NULL;
+	*n = size;
+	node_count(h->store, h->fnode);
+	if (h->fnode)
+		return do_control_write(req, h);
+	struct meta_node *m = h->node;
+	if (h->hold != HOLD_SESSION)
+		return -EROFS; /* committed: the handle is a read handle now */
+	if (!m->linked)
+		return -ESTALE;
+	if (m->kind == META_ENTRY) {
+		int e = meta_entry_write(m, (uint64_t)off, data, size);
+		if (!e)
+			store_notify(h->store);
+		return e;
+	}
+	if (!m->buf || (uint64_t)off >= m->size)
+		return -EFBIG; /* fixed size: ftruncate first, never past the end */
+	*n = m->size - (uint64_t)off < size ? (size_t)(m->size - (uint64_t)off) : size;
+	*buf = m->buf;
+	vmm_buf_get(*buf);
+	return 0;
+}
+
+void fs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct vmm_buf *b;
+	size_t n;
+	pthread_mutex_lock(&fs->mu);
+	int e = do_write(req, (struct fs_handle *)(uintptr_t)fi->fh, data, size, off, &b, &n);
+	pthread_mutex_unlock(&fs->mu);
+	if (e)
+		return (void)fuse_reply_err(req, -e);
+	if (!b)
+		return (void)fuse_reply_write(req, n);
+	ssize_t r = vmm_pwrite(b, data, n, (uint64_t)off);
+	vmm_buf_put(b);
+	if (r < 0)
+		return (void)fuse_reply_err(req, (int)-r);
+	fuse_reply_write(req, (size_t)r);
+}
+
+/* Readable once state changed since this handle last read it at offset 0. */
+static unsigned do_poll(struct fs_handle *h, struct fuse_pollhandle **ph)
+{
+	if (!h->fnode || h->fnode->kind != FS_STATE)
+		return POLLIN | POLLRDNORM;
+	if (h->seen_events != h->store->events || h->store->removed)
+		return POLLIN | POLLRDNORM;
+	if (*ph) {
+		if (h->ph)
+			fuse_pollhandle_destroy(h->ph);
+		else
+			h->store->pollers++;
+		h->ph = *ph;
+		*ph = NULL;
+	}
+	return 0;
+}
+
+void fs_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct fuse_pollhandle *ph)
+{
+	struct fs *fs = fs_of(req);
+	pthread_mutex_lock(&fs->mu);
+	unsigned revents = do_poll((struct fs_handle *)(uintptr_t)fi->fh, &ph);
+	pthread_mutex_unlock(&fs->mu);
+	if (ph)
+		fuse_pollhandle_destroy(ph);
+	fuse_reply_poll(req, revents);
+}

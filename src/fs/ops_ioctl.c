@@ -1,0 +1,135 @@
+/* ops_ioctl: the binary interface of abi.h (lock with a timeout, facts, tickets).
+ * The kernel copies exactly one struct gmsfs_ioc each way: the command encodes its
+ * size.  fi->flags is 0 here, so what a handle may do is kept on the handle. */
+#include "fs.h"
+#include "ops.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The facts every reply carries; count and bytes of the layout the handle sees. */
+static void ioc_fill(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io)
+{
+	struct store *st = h->store;
+	const struct vmm *v = fs->vmm;
+	io->lock = handle_lock(h);
+	io->backend = strcmp(v->dev.backend, "cuda") ? GMSFS_BACKEND_HOST : GMSFS_BACKEND_CUDA;
+	io->device = v->dev.index;
+	io->generation = st->fsm.generation;
+	io->granularity = v->dev.granularity;
+	io->has_hash = meta_hash(st->meta, io->layout_hash);
+	struct meta_stats ms;
+	meta_stats(st->meta, &ms);
+	io->count = ms.allocations;
+	io->size_bytes = ms.bytes;
+	io->aligned_bytes = ms.aligned_bytes;
+	snprintf(io->socket, sizeof io->socket, "%s", fs->socket_path);
+}
+
+static int ioc_check(unsigned cmd, const struct gmsfs_ioc *io)
+{
+	if (io->size != sizeof *io || io->flags)
+		return -EINVAL;
+	for (int i = 0; i < 4; i++)
+		if (io->reserved[i])
+			return -EINVAL;
+	if (cmd == GMSFS_IOC_LOCK)
+		return io->mode < GMSFS_RO || io->mode > GMSFS_RW_OR_RO || io->timeout_ms < -1 ? -EINVAL : 0;
+	return io->mode || io->timeout_ms ? -EINVAL : 0;
+}
+
+/* GMSFS_IOC_LOCK: what opening STORE/lock would check and take, with a timeout. */
+static int do_lock(fuse_req_t req, struct fs_handle *h, struct gmsfs_ioc *io, pid_t tgid)
+{
+	struct store *st = h->store;
+	if (!h->fnode || h->fnode->kind != FS_STORE)
+		return -ENOTTY;
+	if (h->hold != HOLD_NONE)
+		return -EBUSY; /* this handle holds the lock already */
+	mode_t lock_mode = 0644; /* STORE/lock's mode (node.c) */
+	int e = caller_may(req, lock_mode, io->mode == GMSFS_RO ? 4 : 2);
+	if (e)
+		return e;
+	/* One RW connection per writer session: the library could not make a second
+	 * handle's mappings read-only when the first commits. */
+	if (io->mode != GMSFS_RO && st->fsm.leader && store_is_member(st, tgid) &&
+	    (io->mode == GMSFS_RW || !st->fsm.committed))
+		return -EBUSY;
+	enum fs_want want = io->mode == GMSFS_RO ? WANT_READ : io->mode == GMSFS_RW ? WANT_WRITE : WANT_RW_OR_RO;
+	return store_lock_handle(req, h, want, io->timeout_ms);
+}
+
+static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handle *h, struct gmsfs_ioc *io)
+{
+	int e = ioc_check(cmd, io);
+	if (e)
+		return e;
+	if (!h || !h->store)
+		return -ENOTTY; /* not a file of a store */
+	node_count(h->store, h->fnode);
+	pid_t tgid;
+	if ((e = caller_tgid(req, &tgid)))
+		return e;
+	uid_t uid = fuse_req_ctx(req)->uid;
+	struct store *st = h->store;
+	bool lock_holder = h->fnode && (h->fnode->kind == FS_LOCK || h->fnode->kind == FS_STORE);
+	if (st->removed)
+		return -ENOENT;
+	switch (cmd) {
+	case GMSFS_IOC_INFO:
+		break;
+	case GMSFS_IOC_LOCK:
+		if ((e = do_lock(req, h, io, tgid)) || (e = ticket_issue(fs, h, TICKET_CHANNEL, tgid, uid, io->ticket)))
+			return e;
+		break;
+	case GMSFS_IOC_EXPORT: {
+		struct meta_node *m = h->node;
+		if (!m || m->kind != META_ALLOC)
+			return -ENOTTY;
+		if (!m->linked)
+			return -ESTALE;
+		if (!m->buf)
+			return -ENODATA; /* not sized yet: no memory behind it */
+		if ((e = ticket_issue(fs, h, TICKET_EXPORT, tgid, uid, io->ticket)))
+			return e;
+		ioc_fill(fs, h, io);
+		io->count = 1;
+		io->size_bytes = m->size;
+		io->aligned_bytes = m->aligned;
+		return 0;
+	}
+	case GMSFS_IOC_EXPORT_ALL:
+	case GMSFS_IOC_CHANNEL:
+		if (!lock_holder)
+			return -ENOTTY;
+		if (h->hold == HOLD_NONE)
+			return -ENOLCK; /* a directory that has not taken the lock */
+		e = ticket_issue(fs, h, cmd == GMSFS_IOC_CHANNEL ? TICKET_CHANNEL : TICKET_EXPORT_ALL, tgid, uid,
+				 io->ticket);
+		if (e)
+			return e;
+		break;
+	}
+	ioc_fill(fs, h, io);
+	return 0;
+}
+
+void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg, struct fuse_file_info *fi,
+	      unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz)
+{
+	struct fs *fs = fs_of(req);
+	struct gmsfs_ioc io;
+	if (cmd != GMSFS_IOC_INFO && cmd != GMSFS_IOC_LOCK && cmd != GMSFS_IOC_EXPORT && cmd != GMSFS_IOC_EXPORT_ALL &&
+	    cmd != GMSFS_IOC_CHANNEL)
+		return (void)fuse_reply_err(req, ENOTTY);
+	if (in_bufsz != sizeof io || out_bufsz != sizeof io)
+		return (void)fuse_reply_err(req, EINVAL);
+	memcpy(&io, in_buf, sizeof io);
+	pthread_mutex_lock(&fs->mu);
+	int e = do_ioctl(req, fs, cmd, (struct fs_handle *)(uintptr_t)fi->fh, &io);
+	pthread_mutex_unlock(&fs->mu);
+	if (e)
+		return (void)fuse_reply_err(req, -e);
+	fuse_reply_ioctl(req, 0, &io, sizeof io);
+}

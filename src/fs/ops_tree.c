@@ -1,0 +1,356 @@
+/* ops_tree: names and attributes (lookup, getattr, setattr, mkdir, rmdir, unlink,
+ * readdir, statfs).  Each do_x() runs with fs->mu held and returns -errno; the
+ * fs_x() around it replies. */
+#include "fs.h"
+#include "ops.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+
+static int do_lookup(struct fs *fs, fuse_ino_t parent, const char *name, struct obj *o)
+{
+	struct obj dir;
+	int e = node_resolve(fs, parent, &dir);
+	return e ? e : node_child(fs, &dir, name, o);
+}
+
+void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fs *fs = fs_of(req);
+	struct obj o;
+	pthread_mutex_lock(&fs->mu);
+	int e = do_lookup(fs, parent, name, &o);
+	if (e) {
+		pthread_mutex_unlock(&fs->mu);
+		return (void)fuse_reply_err(req, -e);
+	}
+	node_reply_entry(req, fs, &o);
+}
+
+void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct fs *fs = fs_of(req);
+	pthread_mutex_lock(&fs->mu);
+	node_forget(fs, ino, nlookup);
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_none(req);
+}
+
+void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	struct fs *fs = fs_of(req);
+	pthread_mutex_lock(&fs->mu);
+	for (size_t i = 0; i < count; i++)
+		node_forget(fs, forgets[i].ino, forgets[i].nlookup);
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_none(req);
+}
+
+static int do_getattr(struct fs *fs, fuse_ino_t ino, struct stat *s)
+{
+	struct obj o;
+	int e = node_resolve(fs, ino, &o);
+	if (!e)
+		node_attr(fs, &o, s);
+	return e;
+}
+
+void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct stat s;
+	pthread_mutex_lock(&fs->mu);
+	int e = do_getattr(fs, ino, &s);
+	pthread_mutex_unlock(&fs->mu);
+	if (e)
+		return (void)fuse_reply_err(req, -e);
+	fuse_reply_attr(req, &s, 0);
+}
+
+/* truncate(2) and ftruncate: size an allocation once, cut an entry's value; control
+ * files take it as a no-op (O_TRUNC of `echo > commit`). */
+static int do_truncate(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t size, struct fuse_file_info *fi)
+{
+	if (o->f) {
+		if (o->f->kind == FS_STATE || o->f->kind == FS_HASH || o->f->kind == FS_DEVICE)
+			return -EACCES;
+		return o->f->kind == FS_ROOT || o->f->kind == FS_STORE ? -EISDIR : 0;
+	}
+	if (o->m->kind == META_DIR)
+		return -EISDIR;
+	if (!o->m->linked)
+		return -ESTALE;
+	int e = store_check_change(req, o->st, fi ? (struct fs_handle *)(uintptr_t)fi->fh : NULL);
+	if (e)
+		return e;
+	e = o->m->kind == META_ALLOC ? store_size_alloc(o->st, o->m, size) : meta_entry_truncate(o->m, size);
+	if (!e)
+		store_notify(o->st);
+	return e;
+}
+
+static int do_setattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct stat *attr, int to_set,
+		      struct fuse_file_info *fi)
+{
+	struct obj o;
+	int e = node_resolve(fs, ino, &o);
+	if (e)
+		return e;
+	if (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))
+		return -EPERM;
+	if ((to_set & FUSE_SET_ATTR_SIZE) && (e = do_truncate(req, fs, &o, (uint64_t)attr->st_size, fi)))
+		return e;
+	node_attr(fs, &o, attr);
+	return 0;
+}
+
+void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	pthread_mutex_lock(&fs->mu);
+	int e = do_setattr(req, fs, ino, attr, to_set, fi);
+	pthread_mutex_unlock(&fs->mu);
+	if (e)
+		return (void)fuse_reply_err(req, -e);
+	fuse_reply_attr(req, attr, 0);
+}
+
+static int do_mkdir(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char *name, struct obj *o)
+{
+	struct obj dir;
+	int e = node_resolve(fs, parent, &dir);
+	if (e)
+		return e;
+	if (dir.f && dir.f->kind == FS_ROOT) {
+		struct store *st;
+		if ((e = store_create(fs, name, &st)))
+			return e;
+		*o = (struct obj){ .f = &st->dir, .st = st };
+		return 0;
+	}
+	if (!dir.m)
+		return -EPERM;
+	if ((e = store_check_change(req, dir.st, NULL)) || (e = meta_create(dir.m, name, META_DIR, &o->m)))
+		return e;
+	o->f = NULL;
+	o->st = dir.st;
+	store_notify(o->st);
+	return 0;
+}
+
+void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	struct fs *fs = fs_of(req);
+	struct obj o;
+	pthread_mutex_lock(&fs->mu);
+	int e = do_mkdir(req, fs, parent, name, &o);
+	if (e) {
+		pthread_mutex_unlock(&fs->mu);
+		return (void)fuse_reply_err(req, -e);
+	}
+	node_reply_entry(req, fs, &o);
+}
+
+static int do_remove(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char *name, bool dir_wanted)
+{
+	struct obj dir, o;
+	int e = node_resolve(fs, parent, &dir);
+	if (e)
+		return e;
+	if (dir.f && dir.f->kind == FS_ROOT) {
+		if (!strcmp(name, "device"))
+			return -EPERM;
+		if (!dir_wanted)
+			return store_find(fs, name) ? -EISDIR : -EPERM;
+		return store_remove(fs, name);
+	}
+	if (!dir.m)
+		return -EPERM;
+	if ((e = node_child(fs, &dir, name, &o)))
+		return e;
+	if (dir_wanted && o.m->kind != META_DIR)
+		return -ENOTDIR;
+	if (!dir_wanted && o.m->kind == META_DIR)
+		return -EISDIR;
+	if ((e = store_check_change(req, dir.st, NULL)) || (e = meta_remove(o.m)))
+		return e;
+	store_notify(dir.st);
+	return 0;
+}
+
+void fs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fs *fs = fs_of(req);
+	pthread_mutex_lock(&fs->mu);
+	int e = do_remove(req, fs, parent, name, true);
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_err(req, -e);
+}
+
+void fs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fs *fs = fs_of(req);
+	pthread_mutex_lock(&fs->mu);
+	int e = do_remove(req, fs, parent, name, false);
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_err(req, -e);
+}
+
+void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	/* Names are fixed for a node's life: the snapshot keys on them. */
+	fuse_reply_err(req, EPERM);
+}
+
+/* ---- directories ---- */
+
+static int do_opendir(struct fs *fs, fuse_ino_t ino, struct fs_handle **out)
+{
+	struct obj o;
+	int e = node_resolve(fs, ino, &o);
+	if (e)
+		return e;
+	if (o.m ? o.m->kind != META_DIR : o.f->kind != FS_ROOT && o.f->kind != FS_STORE)
+		return -ENOTDIR;
+	*out = NULL;
+	if (o.f && o.f->kind == FS_STORE) {
+		/* A store directory's handle can hold the store's lock (GMSFS_IOC_LOCK). */
+		struct fs_handle *h = handle_new(o.st);
+		if (!h)
+			return -ENOMEM;
+		h->fnode = o.f;
+		store_track(o.st, h);
+		*out = h;
+	}
+	return 0;
+}
+
+void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_handle *h = NULL;
+	pthread_mutex_lock(&fs->mu);
+	int e = do_opendir(fs, ino, &h);
+	pthread_mutex_unlock(&fs->mu);
+	if (e)
+		return (void)fuse_reply_err(req, -e);
+	fi->fh = (uintptr_t)h;
+	if (fuse_reply_open(req, fi) == -ENOENT && h) { /* interrupted: no release will come */
+		pthread_mutex_lock(&fs->mu);
+		handle_free(h);
+		pthread_mutex_unlock(&fs->mu);
+	}
+}
+
+struct dirbuf {
+	fuse_req_t req;
+	char *buf;
+	size_t size, used;
+};
+
+/* Add one entry; false when the buffer is full. */
+static bool dir_add(struct dirbuf *d, const char *name, fuse_ino_t ino, mode_t mode, off_t next)
+{
+	struct stat s = { .st_ino = ino, .st_mode = mode };
+	size_t need = fuse_add_direntry(d->req, NULL, 0, name, NULL, 0);
+	if (d->used + need > d->size)
+		return false;
+	fuse_add_direntry(d->req, d->buf + d->used, d->size - d->used, name, &s, next);
+	d->used += need;
+	return true;
+}
+
+/* The k-th child of o (after . and ..), or false past the last. */
+static bool dir_child(struct fs *fs, const struct obj *o, size_t k, const char **name, fuse_ino_t *ino, mode_t *mode)
+{
+	*mode = S_IFREG;
+	if (o->m) {
+		if (k >= o->m->nkids)
+			return false;
+		struct meta_node *c = o->m->kids[k];
+		*name = c->name;
+		*ino = node_ino(fs, c);
+		*mode = c->kind == META_DIR ? S_IFDIR : S_IFREG;
+		return true;
+	}
+	if (o->f->kind == FS_ROOT) {
+		if (k > fs->nstores)
+			return false;
+		if (k == 0) {
+			*name = "device";
+			*ino = node_ino(fs, &fs->device);
+			return true;
+		}
+		*name = fs->stores[k - 1]->name;
+		*ino = node_ino(fs, &fs->stores[k - 1]->dir);
+		*mode = S_IFDIR;
+		return true;
+	}
+	if (k >= FS_STORE_FILES + 2)
+		return false;
+	if (k < FS_STORE_FILES) {
+		*name = fs_store_file_names[k];
+		*ino = node_ino(fs, &o->st->files[k]);
+		return true;
+	}
+	struct meta_node *r = meta_root(o->st->meta, k == FS_STORE_FILES ? META_AREA_ALLOCS : META_AREA_META);
+	*name = r->name;
+	*ino = node_ino(fs, r);
+	*mode = S_IFDIR;
+	return true;
+}
+
+static int do_readdir(struct fs *fs, fuse_ino_t ino, off_t off, struct dirbuf *d)
+{
+	struct obj o;
+	int e = node_resolve(fs, ino, &o);
+	if (e)
+		return e;
+	/* Offsets: 1 and 2 for "." and "..", then 3 + index of the child. */
+	size_t i = (size_t)off;
+	if (i == 0 && !dir_add(d, ".", ino, S_IFDIR, 1))
+		return 0;
+	if (i <= 1 && !dir_add(d, "..", FUSE_ROOT_ID, S_IFDIR, 2))
+		return 0;
+	const char *name;
+	fuse_ino_t cino;
+	mode_t mode;
+	for (size_t k = i > 2 ? i - 2 : 0; dir_child(fs, &o, k, &name, &cino, &mode); k++)
+		if (!dir_add(d, name, cino, mode, (off_t)(k + 3)))
+			break;
+	return 0;
+}
+
+void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct dirbuf d = { .req = req, .size = size, .buf = malloc(size) };
+	if (!d.buf)
+		return (void)fuse_reply_err(req, ENOMEM);
+	pthread_mutex_lock(&fs->mu);
+	int e = do_readdir(fs, ino, off, &d);
+	pthread_mutex_unlock(&fs->mu);
+	if (e)
+		fuse_reply_err(req, -e);
+	else
+		fuse_reply_buf(req, d.buf, d.used);
+	free(d.buf);
+}
+
+void fs_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs *fs = fs_of(req);
+	const struct vmm *v = fs->vmm;
+	uint64_t g = v->dev.granularity, used = atomic_load(&v->used_bytes);
+	struct statvfs s = {
+		.f_bsize = g, .f_frsize = g,
+		.f_blocks = v->max_bytes / g,
+		.f_bfree = (v->max_bytes - (used < v->max_bytes ? used : v->max_bytes)) / g,
+		.f_namemax = GMSFS_NAME_MAX,
+	};
+	s.f_bavail = s.f_bfree;
+	fuse_reply_statfs(req, &s);
+}

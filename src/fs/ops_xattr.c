@@ -1,0 +1,206 @@
+/* ops_xattr: the attributes of allocations (tag) and entries (alloc, offset, size,
+ * private).  Unknown names answer ENODATA, never ENOSYS: the kernel would stop asking. */
+#include "fs.h"
+#include "ops.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/xattr.h>
+
+enum xattr { X_NONE, X_TAG, X_ALLOC, X_OFFSET, X_SIZE, X_PRIVATE };
+
+static enum xattr xattr_of(const struct meta_node *m, const char *name)
+{
+	if (m->kind == META_ALLOC)
+		return !strcmp(name, GMSFS_XATTR_TAG) ? X_TAG : X_NONE;
+	if (m->kind != META_ENTRY)
+		return X_NONE;
+	if (!strcmp(name, GMSFS_XATTR_ALLOC))
+		return X_ALLOC;
+	if (!strcmp(name, GMSFS_XATTR_OFFSET))
+		return X_OFFSET;
+	if (!strcmp(name, GMSFS_XATTR_SIZE))
+		return X_SIZE;
+	return !strcmp(name, GMSFS_XATTR_PRIVATE) ? X_PRIVATE : X_NONE;
+}
+
+/* The value's length (written into buf when it fits), or -ENODATA when it has none. */
+static int xattr_value(const struct meta_node *m, enum xattr x, char *buf, size_t size)
+{
+	switch (x) {
+	case X_TAG:
+		return snprintf(buf, size, "%s", m->tag ? m->tag : "");
+	case X_ALLOC:
+		return m->alloc ? snprintf(buf, size, "%s", m->alloc) : -ENODATA;
+	case X_OFFSET:
+		return snprintf(buf, size, "%llu", (unsigned long long)m->offset);
+	case X_SIZE:
+		return m->extent ? snprintf(buf, size, "%llu", (unsigned long long)m->extent) : -ENODATA;
+	case X_PRIVATE:
+		return m->flags & GMSFS_ENTRY_PRIVATE ? snprintf(buf, size, "1") : -ENODATA;
+	default:
+		return -ENODATA;
+	}
+}
+
+static int do_getxattr(struct fs *fs, fuse_ino_t ino, const char *name, char *val, size_t size)
+{
+	struct obj o;
+	int e = node_resolve(fs, ino, &o);
+	if (e)
+		return e;
+	return o.m ? xattr_value(o.m, xattr_of(o.m, name), val, size) : -ENODATA;
+}
+
+void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct fs *fs = fs_of(req);
+	char val[GMSFS_PATH_MAX + 2];
+	pthread_mutex_lock(&fs->mu);
+	int n = do_getxattr(fs, ino, name, val, sizeof val);
+	pthread_mutex_unlock(&fs->mu);
+	if (n < 0)
+		return (void)fuse_reply_err(req, -n);
+	if (!size)
+		return (void)fuse_reply_xattr(req, (size_t)n);
+	if ((size_t)n > size)
+		return (void)fuse_reply_err(req, ERANGE);
+	fuse_reply_buf(req, val, (size_t)n);
+}
+
+static int do_listxattr(struct fs *fs, fuse_ino_t ino, char *list, size_t size)
+{
+	static const char *const names[] = { [X_TAG] = GMSFS_XATTR_TAG, [X_ALLOC] = GMSFS_XATTR_ALLOC,
+					     [X_OFFSET] = GMSFS_XATTR_OFFSET, [X_SIZE] = GMSFS_XATTR_SIZE,
+					     [X_PRIVATE] = GMSFS_XATTR_PRIVATE };
+	struct obj o;
+	int e = node_resolve(fs, ino, &o);
+	if (e || !o.m)
+		return e;
+	size_t n = 0;
+	char tmp[2];
+	for (enum xattr x = X_TAG; x <= X_PRIVATE; x++) {
+		if (xattr_of(o.m, names[x]) != x || xattr_value(o.m, x, tmp, sizeof tmp) < 0)
+			continue;
+		size_t l = strlen(names[x]) + 1;
+		if (n + l <= size)
+			memcpy(list + n, names[x], l);
+		n += l;
+	}
+	return (int)n;
+}
+
+void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct fs *fs = fs_of(req);
+	char list[128];
+	pthread_mutex_lock(&fs->mu);
+	int n = do_listxattr(fs, ino, list, sizeof list);
+	pthread_mutex_unlock(&fs->mu);
+	if (n < 0)
+		return (void)fuse_reply_err(req, -n);
+	if (!size)
+		return (void)fuse_reply_xattr(req, (size_t)n);
+	if ((size_t)n > size)
+		return (void)fuse_reply_err(req, ERANGE);
+	fuse_reply_buf(req, list, (size_t)n);
+}
+
+static int set_value(struct meta_node *m, enum xattr x, const char *value, size_t size)
+{
+	switch (x) {
+	case X_TAG:
+		return meta_set_tag(m, value, size);
+	case X_ALLOC:
+		return meta_entry_set_alloc(m, value, size);
+	case X_OFFSET:
+		return meta_entry_set_offset(m, value, size);
+	case X_SIZE:
+		return meta_entry_set_extent(m, value, size);
+	default:
+		return meta_entry_set_private(m, value, size);
+	}
+}
+
+static int do_setxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char *name, const char *value,
+		       size_t size, int flags)
+{
+	struct obj o;
+	int e = node_resolve(fs, ino, &o);
+	if (e)
+		return e;
+	enum xattr x = o.m ? xattr_of(o.m, name) : X_NONE;
+	if (x == X_NONE)
+		return -ENOTSUP;
+	if (!o.m->linked)
+		return -ESTALE;
+	if ((e = store_check_change(req, o.st, NULL)))
+		return e;
+	char tmp[2];
+	bool exists = xattr_value(o.m, x, tmp, sizeof tmp) >= 0;
+	if ((flags & XATTR_CREATE) && exists)
+		return -EEXIST;
+	if ((flags & XATTR_REPLACE) && !exists)
+		return -ENODATA;
+	if (!(e = set_value(o.m, x, value, size)))
+		store_notify(o.st);
+	return e;
+}
+
+void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size, int flags)
+{
+	struct fs *fs = fs_of(req);
+	pthread_mutex_lock(&fs->mu);
+	int e = do_setxattr(req, fs, ino, name, value, size, flags);
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_err(req, -e);
+}
+
+/* Back to the defaults: tag "default", no allocation, offset 0, no size, not private. */
+static int do_removexattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char *name)
+{
+	struct obj o;
+	int e = node_resolve(fs, ino, &o);
+	if (e)
+		return e;
+	char tmp[2];
+	enum xattr x = o.m ? xattr_of(o.m, name) : X_NONE;
+	if (x == X_NONE || xattr_value(o.m, x, tmp, sizeof tmp) < 0)
+		return -ENODATA;
+	if (!o.m->linked)
+		return -ESTALE;
+	if ((e = store_check_change(req, o.st, NULL)))
+		return e;
+	switch (x) {
+	case X_TAG:
+		e = meta_set_tag(o.m, "default", 7);
+		break;
+	case X_ALLOC:
+		free(o.m->alloc);
+		o.m->alloc = NULL;
+		break;
+	case X_OFFSET:
+		o.m->offset = 0;
+		break;
+	case X_SIZE:
+		o.m->extent = 0;
+		break;
+	default:
+		o.m->flags &= ~GMSFS_ENTRY_PRIVATE;
+		break;
+	}
+	if (!e)
+		store_notify(o.st);
+	return e;
+}
+
+void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct fs *fs = fs_of(req);
+	pthread_mutex_lock(&fs->mu);
+	int e = do_removexattr(req, fs, ino, name);
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_err(req, -e);
+}

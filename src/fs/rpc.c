@@ -1,0 +1,460 @@
+/* rpc: what a socket request does.  A ticket (REDEEM) buys one export; BIND ties the
+ * connection to the ticket's handle, and later requests act through that handle: with
+ * its lock, its view of the layout (the committed one for a reader, the session's for
+ * the writer), and, to change anything, only if it holds the writer session and was
+ * opened for writing.  Manifests go out in messages of at most GMSFS_FDS_PER_MSG
+ * descriptors and GMSFS_MSG_MAX bytes; readers only ever get read-only descriptors. */
+#include "fs.h"
+#include "grow.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- what a reply carries, copied under fs->mu and sent after ---- */
+
+struct xalloc {
+	char *path, *tag;
+	uint64_t size, aligned;
+	struct vmm_buf *buf; /* a reference, put when sent */
+};
+
+struct xentry {
+	char *key, *alloc;
+	uint64_t offset, extent;
+	uint32_t flags;
+	char *value;
+	size_t len;
+};
+
+struct xset {
+	struct xalloc *a;
+	size_t na, cap_a;
+	struct xentry *e;
+	size_t ne, cap_e;
+	bool read_only, fds;
+};
+
+static void xset_free(struct xset *s)
+{
+	for (size_t i = 0; i < s->na; i++) {
+		free(s->a[i].path);
+		free(s->a[i].tag);
+		vmm_buf_put(s->a[i].buf);
+	}
+	for (size_t i = 0; i < s->ne; i++) {
+		free(s->e[i].key);
+		free(s->e[i].alloc);
+		free(s->e[i].value);
+	}
+	free(s->a);
+	free(s->e);
+	memset(s, 0, sizeof *s);
+}
+
+static int add_alloc(struct meta_node *n, void *arg)
+{
+	struct xset *s = arg;
+	if (n->kind != META_ALLOC || !n->buf)
+		return 0; /* directories, and allocations not sized yet: no memory to send */
+	char path[GMSFS_PATH_MAX + 1];
+	int e = meta_path(n, path, sizeof path);
+	if (e || (e = GROW(s->a, s->na, s->cap_a, 64)))
+		return e;
+	struct xalloc *x = &s->a[s->na];
+	*x = (struct xalloc){ .path = strdup(path), .tag = strdup(n->tag ? n->tag : "default"), .size = n->size,
+			      .aligned = n->aligned, .buf = n->buf };
+	if (!x->path || !x->tag) {
+		free(x->path);
+		free(x->tag);
+		return -ENOMEM;
+	}
+	vmm_buf_get(x->buf);
+	s->na++;
+	return 0;
+}
+
+static int add_entry(struct meta_node *n, void *arg)
+{
+	struct xset *s = arg;
+	if (n->kind != META_ENTRY)
+		return 0;
+	char key[GMSFS_PATH_MAX + 1];
+	int e = meta_path(n, key, sizeof key);
+	if (e || (e = GROW(s->e, s->ne, s->cap_e, 64)))
+		return e;
+	struct xentry *x = &s->e[s->ne];
+	*x = (struct xentry){ .key = strdup(key), .alloc = strdup(n->alloc ? n->alloc : ""), .offset = n->offset,
+			      .extent = n->extent, .flags = n->flags, .value = malloc(n->value_len ? n->value_len : 1),
+			      .len = n->value_len };
+	if (!x->key || !x->alloc || !x->value) {
+		free(x->key);
+		free(x->alloc);
+		free(x->value);
+		return -ENOMEM;
+	}
+	if (n->value_len)
+		memcpy(x->value, n->value, n->value_len);
+	s->ne++;
+	return 0;
+}
+
+/* ---- sending a manifest ---- */
+
+static int send_reply(int sock, const struct wire_head *h)
+{
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	int e = wire_pack_reply(&sb, h, NULL, 0, NULL, 0);
+	if (!e)
+		e = sock_send(sock, sb.data, sb.size, NULL, 0);
+	msgpack_sbuffer_destroy(&sb);
+	return e;
+}
+
+static int send_error(int sock, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int send_error(int sock, int err, const char *fmt, ...)
+{
+	char why[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	struct wire_head h = { .err = err < 0 ? -err : err, .msg = why };
+	return send_reply(sock, &h);
+}
+
+/* One message's worth: allocations from *ai (distinct descriptors at most
+ * GMSFS_FDS_PER_MSG), then entry chunks from (*ei, *voff), within GMSFS_MSG_MAX. */
+struct batch {
+	struct wire_alloc a[GMSFS_FDS_PER_MSG];
+	size_t na;
+	struct wire_chunk c[512];
+	size_t nc;
+	int fds[GMSFS_FDS_PER_MSG];
+	size_t nfds;
+	size_t bytes;
+};
+
+static int batch_allocs(struct batch *b, const struct xset *s, size_t *ai)
+{
+	for (; *ai < s->na && b->na < GMSFS_FDS_PER_MSG; ++*ai) {
+		const struct xalloc *x = &s->a[*ai];
+		size_t cost = wire_alloc_cost(x->path, x->tag);
+		if (b->na && b->bytes + cost > GMSFS_MSG_MAX)
+			break;
+		int fd = -1;
+		uint32_t slot = 0;
+		if (s->fds) {
+			if ((fd = vmm_export(x->buf, s->read_only)) < 0)
+				return fd;
+			while (slot < b->nfds && b->fds[slot] != fd)
+				slot++;
+			if (slot == b->nfds) {
+				if (b->nfds == GMSFS_FDS_PER_MSG)
+					break;
+				b->fds[b->nfds++] = fd;
+			}
+		}
+		b->a[b->na++] = (struct wire_alloc){ .path = x->path, .tag = x->tag, .size = x->size, .aligned = x->aligned,
+						     .fd = slot, .fd_offset = x->buf->offset };
+		b->bytes += cost;
+	}
+	return 0;
+}
+
+static void batch_entries(struct batch *b, const struct xset *s, size_t *ei, size_t *voff)
+{
+	while (*ei < s->ne && b->nc < sizeof b->c / sizeof b->c[0]) {
+		const struct xentry *x = &s->e[*ei];
+		size_t fixed = wire_chunk_cost(x->key, x->alloc, 0);
+		if (b->bytes + fixed + (x->len - *voff ? 1 : 0) > GMSFS_MSG_MAX)
+			break;
+		size_t room = GMSFS_MSG_MAX - b->bytes - fixed, n = x->len - *voff < room ? x->len - *voff : room;
+		b->c[b->nc++] = (struct wire_chunk){ .key = x->key, .alloc = x->alloc, .offset = x->offset,
+						     .size = x->extent, .flags = x->flags, .value_len = x->len,
+						     .voff = *voff, .bytes = (uint8_t *)x->value + *voff, .nbytes = n };
+		b->bytes += fixed + n;
+		*voff += n;
+		if (*voff == x->len) {
+			++*ei;
+			*voff = 0;
+		}
+	}
+}
+
+static int send_set(int sock, const struct xset *s)
+{
+	struct batch *b = malloc(sizeof *b);
+	if (!b)
+		return -ENOMEM;
+	size_t ai = 0, ei = 0, voff = 0;
+	int e = 0;
+	do {
+		b->na = b->nc = b->nfds = 0;
+		b->bytes = WIRE_HEAD_COST;
+		size_t first = ai;
+		if ((e = batch_allocs(b, s, &ai)))
+			break;
+		if (ai == s->na)
+			batch_entries(b, s, &ei, &voff);
+		struct wire_head h = { .manifest = true, .total = s->na, .nentries = s->ne, .first = first,
+				       .last = ai == s->na && ei == s->ne };
+		msgpack_sbuffer sb;
+		msgpack_sbuffer_init(&sb);
+		if (!(e = wire_pack_reply(&sb, &h, b->a, b->na, b->c, b->nc)))
+			e = sock_send(sock, sb.data, sb.size, b->fds, b->nfds);
+		msgpack_sbuffer_destroy(&sb);
+	} while (!e && (ai < s->na || ei < s->ne));
+	free(b);
+	return e;
+}
+
+/* ---- requests ---- */
+
+/* The export of a handle's view: everything, or the named allocations; fs->mu held. */
+static int collect(struct fs_handle *h, const struct wire_body *body, struct xset *s, char *why, size_t whylen)
+{
+	struct meta_store *ms = h->store->meta;
+	s->read_only = !handle_writes(h);
+	s->fds = body ? body->fds : true;
+	int e = 0;
+	if (body && body->has_names) {
+		for (size_t i = 0; i < body->nnames && !e; i++) {
+			struct meta_node *n = meta_resolve(ms, META_AREA_ALLOCS, body->names[i]);
+			if (!n || n->kind != META_ALLOC) {
+				snprintf(why, whylen, "allocs/%s %s", body->names[i], n ? "is a directory" : "does not exist");
+				return n ? -EISDIR : -ENOENT;
+			}
+			if (!n->buf) {
+				snprintf(why, whylen, "allocs/%s was never sized", body->names[i]);
+				return -ENODATA;
+			}
+			e = add_alloc(n, s);
+		}
+	} else {
+		e = meta_walk(meta_root(ms, META_AREA_ALLOCS), add_alloc, s);
+	}
+	if (!e && (!body || body->meta) && !(body && body->has_names))
+		e = meta_walk(meta_root(ms, META_AREA_META), add_entry, s);
+	if (e)
+		snprintf(why, whylen, "%s", strerror(-e));
+	return e;
+}
+
+/* REDEEM: what an EXPORT or EXPORT_ALL ticket stands for. */
+static int do_redeem(struct fs *fs, const struct rpc_req *r, struct xset *s, char *why, size_t whylen)
+{
+	enum ticket_kind kind;
+	int e = 0;
+	struct fs_handle *h = ticket_redeem(fs, r->ticket, r->pid, r->uid, &kind, &e, why, whylen);
+	if (!h)
+		return e;
+	h->store->socket_requests++;
+	if (kind == TICKET_CHANNEL) {
+		snprintf(why, whylen, "a channel ticket is for BIND");
+		return -EINVAL;
+	}
+	if (kind == TICKET_EXPORT_ALL)
+		return collect(h, NULL, s, why, whylen);
+	s->read_only = !handle_writes(h);
+	s->fds = true;
+	if (!h->node->linked) {
+		snprintf(why, whylen, "the allocation was removed");
+		return -ESTALE;
+	}
+	return add_alloc(h->node, s);
+}
+
+static int do_bind(struct fs *fs, const struct rpc_req *r, char *why, size_t whylen)
+{
+	enum ticket_kind kind;
+	int e = 0;
+	struct fs_handle *h = ticket_redeem(fs, r->ticket, r->pid, r->uid, &kind, &e, why, whylen);
+	if (!h)
+		return e;
+	h->store->socket_requests++;
+	if (kind != TICKET_CHANNEL) {
+		snprintf(why, whylen, "an export ticket is for REDEEM");
+		return -EINVAL;
+	}
+	sock_bind(r->conn, h, r->pid, r->uid);
+	return 0;
+}
+
+/* The bound handle, if it may do op; fs->mu held.  count: this is the request's one
+ * check (state's socket_requests counts each request once). */
+static struct fs_handle *bound(struct fs *fs, const struct rpc_req *r, bool write, bool count, int *err, char *why,
+			       size_t whylen)
+{
+	struct fs_handle *h = sock_handle(r->conn, r->pid, r->uid, err);
+	if (!h) {
+		snprintf(why, whylen, "%s", *err == -EPERM ? "this connection was bound by another process or user"
+							   : "no handle: BIND a ticket first (or the handle was closed)");
+		return NULL;
+	}
+	*err = -ENOLCK;
+	if (h->store->removed || h->hold == HOLD_NONE) {
+		snprintf(why, whylen, "the store or the lock is gone");
+		return NULL;
+	}
+	if (count)
+		h->store->socket_requests++;
+	if (write && !handle_writes(h)) {
+		snprintf(why, whylen, "the handle does not hold the writer session for writing (lock: %s)",
+			 handle_lock(h) == GMSFS_RO ? "RO" : "none");
+		*err = -EPERM;
+		return NULL;
+	}
+	*err = 0;
+	return h;
+}
+
+/* CREATE: memory first (the backend's calls run without fs->mu), then the nodes. */
+static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_body *b, struct xset *s, char *why,
+		     size_t whylen)
+{
+	/* Check first: no memory is made for a caller who may not keep it. */
+	int e = 0;
+	pthread_mutex_lock(&fs->mu);
+	struct fs_handle *h = bound(fs, r, true, true, &e, why, whylen);
+	pthread_mutex_unlock(&fs->mu);
+	if (!h)
+		return e;
+	struct meta_new_alloc *v = calloc(b->nallocs, sizeof *v);
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < b->nallocs && !e; i++) {
+		struct vmm_buf *buf;
+		if ((e = vmm_alloc(fs->vmm, b->allocs[i].size, &buf))) {
+			snprintf(why, whylen, "allocs/%s: %llu bytes: %s (used %llu of %llu)", b->allocs[i].path,
+				 (unsigned long long)b->allocs[i].size, strerror(-e),
+				 (unsigned long long)atomic_load(&fs->vmm->used_bytes),
+				 (unsigned long long)fs->vmm->max_bytes);
+			break;
+		}
+		v[i] = (struct meta_new_alloc){ .path = b->allocs[i].path, .tag = b->allocs[i].tag,
+						.size = b->allocs[i].size, .aligned = buf->size, .buf = buf };
+	}
+	pthread_mutex_lock(&fs->mu);
+	h = e ? NULL : bound(fs, r, true, false, &e, why, whylen);
+	if (h && !(e = meta_create_allocs(h->store->meta, v, b->nallocs, why, whylen))) {
+		for (size_t i = 0; i < b->nallocs && !e; i++)
+			e = add_alloc(v[i].node, s);
+		s->read_only = false;
+		s->fds = true;
+		store_notify(h->store);
+	} else if (h && e == -ENOSPC) {
+		snprintf(h->store->last_error, sizeof h->store->last_error, "%s", why);
+	}
+	pthread_mutex_unlock(&fs->mu);
+	if (!h || e)
+		for (size_t i = 0; i < b->nallocs; i++)
+			if (v[i].buf && !v[i].node)
+				vmm_buf_put(v[i].buf);
+	free(v);
+	return e;
+}
+
+/* FREE, META_PUT, META_DELETE, COMMIT: under fs->mu through the bound writer handle. */
+static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_body *b, char *why, size_t whylen)
+{
+	int e = 0;
+	struct meta_put *puts = NULL;
+	if (r->op == GMSFS_OP_META_PUT) {
+		if (!(puts = calloc(b->nentries, sizeof *puts)))
+			return -ENOMEM;
+		for (size_t i = 0; i < b->nentries; i++) {
+			const struct wire_entry *w = &b->entries[i];
+			puts[i] = (struct meta_put){ .key = w->key, .alloc = w->alloc, .offset = w->offset,
+						     .extent = w->size, .flags = w->flags, .value = w->value,
+						     .value_len = w->value_len };
+		}
+	}
+	pthread_mutex_lock(&fs->mu);
+	struct fs_handle *h = bound(fs, r, true, true, &e, why, whylen);
+	if (h) {
+		struct store *st = h->store;
+		const char *const *names = (const char *const *)b->names;
+		switch (r->op) {
+		case GMSFS_OP_FREE:
+			e = meta_free_allocs(st->meta, names, b->nnames, why, whylen);
+			break;
+		case GMSFS_OP_META_PUT:
+			e = meta_put_entries(st->meta, puts, b->nentries, why, whylen);
+			break;
+		case GMSFS_OP_META_DELETE:
+			e = meta_delete_entries(st->meta, names, b->nnames, why, whylen);
+			break;
+		default:
+			if ((e = store_commit(st)))
+				snprintf(why, whylen, "%s", st->last_error);
+			break;
+		}
+		if (!e)
+			store_notify(st);
+	}
+	pthread_mutex_unlock(&fs->mu);
+	free(puts);
+	return e;
+}
+
+int rpc_serve(struct fs *fs, const struct rpc_req *r)
+{
+	char why[512] = "";
+	struct wire_body body = {0};
+	struct xset s = {0};
+	int e = wire_parse_body(r->op, r->body, r->body_len, &body, why, sizeof why);
+	if (e) {
+		send_error(r->sock, e, "%s", why);
+		return 0; /* malformed: drop the connection */
+	}
+	bool manifest = false;
+	switch (r->op) {
+	case GMSFS_OP_REDEEM:
+		pthread_mutex_lock(&fs->mu);
+		e = do_redeem(fs, r, &s, why, sizeof why);
+		pthread_mutex_unlock(&fs->mu);
+		manifest = true;
+		break;
+	case GMSFS_OP_BIND:
+		pthread_mutex_lock(&fs->mu);
+		e = do_bind(fs, r, why, sizeof why);
+		pthread_mutex_unlock(&fs->mu);
+		break;
+	case GMSFS_OP_EXPORT: {
+		pthread_mutex_lock(&fs->mu);
+		struct fs_handle *h = bound(fs, r, false, true, &e, why, sizeof why);
+		if (h)
+			e = collect(h, &body, &s, why, sizeof why);
+		pthread_mutex_unlock(&fs->mu);
+		manifest = true;
+		break;
+	}
+	case GMSFS_OP_CREATE:
+		e = do_create(fs, r, &body, &s, why, sizeof why);
+		manifest = true;
+		break;
+	default:
+		e = do_change(fs, r, &body, why, sizeof why);
+		break;
+	}
+	wire_body_free(&body);
+	int se;
+	if (e) {
+		fuse_log(FUSE_LOG_DEBUG, "gmsfs: socket: pid %d op %d: %s\n", (int)r->pid, (int)r->op, why);
+		se = send_error(r->sock, e, "%s", why[0] ? why : strerror(-e));
+	} else if (manifest) {
+		se = send_set(r->sock, &s);
+	} else {
+		struct wire_head h = {0};
+		se = send_reply(r->sock, &h);
+	}
+	if (se)
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: socket: pid %d: sending the reply: %s\n", (int)r->pid, strerror(-se));
+	xset_free(&s);
+	return se ? 0 : 1;
+}

@@ -1,0 +1,422 @@
+/* sock: the daemon's socket, AF_UNIX SOCK_SEQPACKET, a thread per connection.
+ *
+ * Reachable only by the users the mount admits: mode 0600 (the daemon's uid; root
+ * passes anyway) unless the mount has allow_other, then 0666.  No uid can crowd out
+ * another: connections are counted per peer uid (SO_PEERCRED at accept) against
+ * SOCK_MAX_PER_UID, a connection that has bound no handle must present a ticket within
+ * SOCK_AUTH_TIMEOUT_S, and a bound one is closed after SOCK_IDLE_TIMEOUT_S of silence
+ * (the client binds again).  The sender of every message is read from SCM_CREDENTIALS,
+ * so a forked child cannot use its parent's connection. */
+#include "fs.h"
+#include "grow.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define SOCK_MAX_CONNS 4096
+#define SOCK_MAX_PER_UID 64
+#define SOCK_AUTH_TIMEOUT_S 2
+#define SOCK_IDLE_TIMEOUT_S 30
+#define SOCK_SEND_TIMEOUT_S 10
+
+struct sock_conn {
+	struct fs *fs;
+	int fd;
+	uid_t uid;                   /* the peer at connect */
+	struct fs_handle *h;         /* bound handle (fs->mu); NULL: unbound, or the handle is gone */
+	pid_t pid;                   /* who bound it: only they may use it */
+	uid_t buid;
+	bool bound;                  /* it was bound once: an idle timeout applies, not the auth one */
+	struct sock_conn *hnext;     /* in h->conns */
+	struct sock_conn *next;      /* in fs->sock_list: every connection, for the stop */
+	/* A body arriving in several messages (GMSFS_REQ_MORE). */
+	uint8_t *body;
+	size_t body_len, body_cap;
+	uint16_t body_op;
+};
+
+/* ---- accounting, fs->mu held ---- */
+
+static struct sock_uid *uid_slot(struct fs *fs, uid_t uid, bool add)
+{
+	for (size_t i = 0; i < fs->nsock_uids; i++)
+		if (fs->sock_uids[i].uid == uid)
+			return &fs->sock_uids[i];
+	if (!add || GROW(fs->sock_uids, fs->nsock_uids, fs->sock_uids_cap, 8))
+		return NULL;
+	fs->sock_uids[fs->nsock_uids] = (struct sock_uid){ uid, 0 };
+	return &fs->sock_uids[fs->nsock_uids++];
+}
+
+static int admit(struct fs *fs, uid_t uid)
+{
+	struct sock_uid *u = uid_slot(fs, uid, true);
+	if (!u || fs->sock_conns >= SOCK_MAX_CONNS)
+		return -EMFILE;
+	if (u->conns >= SOCK_MAX_PER_UID)
+		return -EUSERS;
+	u->conns++;
+	fs->sock_conns++;
+	return 0;
+}
+
+static void unbind(struct sock_conn *c)
+{
+	if (!c->h)
+		return;
+	for (struct sock_conn **p = &c->h->conns; *p; p = &(*p)->hnext)
+		if (*p == c) {
+			*p = c->hnext;
+			break;
+		}
+	c->h = NULL;
+	c->hnext = NULL;
+}
+
+static void leave(struct sock_conn *c)
+{
+	struct fs *fs = c->fs;
+	pthread_mutex_lock(&fs->mu);
+	unbind(c);
+	struct sock_uid *u = uid_slot(fs, c->uid, false);
+	if (u)
+		u->conns--;
+	fs->sock_conns--;
+	for (struct sock_conn **p = &fs->sock_list; *p; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	pthread_cond_broadcast(&fs->cv);
+	pthread_mutex_unlock(&fs->mu);
+	close(c->fd);
+	free(c->body);
+	free(c);
+}
+
+void sock_bind(struct sock_conn *c, struct fs_handle *h, pid_t pid, uid_t uid)
+{
+	unbind(c);
+	c->h = h;
+	c->pid = pid;
+	c->buid = uid;
+	c->hnext = h->conns;
+	h->conns = c;
+	c->bound = true;
+}
+
+void sock_unbind_all(struct fs_handle *h)
+{
+	while (h->conns)
+		unbind(h->conns);
+}
+
+struct fs_handle *sock_handle(struct sock_conn *c, pid_t pid, uid_t uid, int *err)
+{
+	if (!c->h) {
+		*err = -ENOLCK;
+		return NULL;
+	}
+	if (c->pid != pid || c->buid != uid) {
+		*err = -EPERM;
+		return NULL;
+	}
+	return c->h;
+}
+
+/* ---- messages ---- */
+
+int sock_send(int sock, const void *data, size_t len, const int *fds, size_t nfds)
+{
+	struct iovec iov = { (void *)data, len };
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (nfds) {
+		msg.msg_control = u.buf;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+	}
+	ssize_t r = sendmsg(sock, &msg, MSG_NOSIGNAL);
+	return r == (ssize_t)len ? 0 : -(r < 0 ? errno : EIO);
+}
+
+static void send_error(int sock, int err, const char *why)
+{
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	struct wire_head h = { .err = err, .msg = why };
+	if (!wire_pack_reply(&sb, &h, NULL, 0, NULL, 0))
+		sock_send(sock, sb.data, sb.size, NULL, 0);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+/* Receive one message.  >0: its length; 0: the peer closed; <0: -errno (-EAGAIN: the
+ * timeout).  Descriptors sent to us are closed and flagged. */
+static ssize_t receive(int sock, void *buf, size_t size, struct ucred *cred, bool *had_fds, bool *truncated)
+{
+	union {
+		char b[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { buf, size };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
+	ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+	if (n <= 0)
+		return n == 0 ? 0 : -errno;
+	cred->pid = 0;
+	*had_fds = false;
+	*truncated = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+		if (c->cmsg_level != SOL_SOCKET)
+			continue;
+		if (c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len == CMSG_LEN(sizeof *cred)) {
+			memcpy(cred, CMSG_DATA(c), sizeof *cred);
+		} else if (c->cmsg_type == SCM_RIGHTS) {
+			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			int *fds = (int *)CMSG_DATA(c);
+			for (size_t i = 0; i < k; i++)
+				close(fds[i]);
+			*had_fds = true;
+		}
+	}
+	return n;
+}
+
+/* Add one message's body to the request being assembled.  0, or -EINVAL. */
+static int assemble(struct sock_conn *c, const struct gmsfs_sock_req *hd, const uint8_t *body, char *why, size_t whylen)
+{
+	if (c->body_len && hd->op != c->body_op) {
+		snprintf(why, whylen, "op %u in the middle of a body of op %u", (unsigned)hd->op, (unsigned)c->body_op);
+		return -EINVAL;
+	}
+	if (hd->body_len > GMSFS_REQ_BODY_MAX - c->body_len) {
+		snprintf(why, whylen, "a body of more than %u bytes", GMSFS_REQ_BODY_MAX);
+		return -EINVAL;
+	}
+	if (c->body_len + hd->body_len > c->body_cap) {
+		size_t cap = c->body_cap ? c->body_cap : 65536;
+		while (cap < c->body_len + hd->body_len)
+			cap *= 2;
+		uint8_t *p = realloc(c->body, cap);
+		if (!p) {
+			snprintf(why, whylen, "out of memory");
+			return -ENOMEM;
+		}
+		c->body = p;
+		c->body_cap = cap;
+	}
+	memcpy(c->body + c->body_len, body, hd->body_len);
+	c->body_len += hd->body_len;
+	c->body_op = hd->op;
+	return 0;
+}
+
+/* One message: >0 go on, 0 close (peer gone, idle, or broke the protocol). */
+static int serve_one(struct sock_conn *c, uint8_t *buf, size_t size)
+{
+	struct ucred cred = { .pid = 0 };
+	bool had_fds = false, truncated = false;
+	ssize_t n = receive(c->fd, buf, size, &cred, &had_fds, &truncated);
+	if (n <= 0)
+		return 0; /* closed, or silent past its timeout */
+	char why[256] = "";
+	struct gmsfs_sock_req hd;
+	int e = 0;
+	if (truncated) {
+		snprintf(why, sizeof why, "message longer than %zu bytes", size - 1);
+		e = -EINVAL;
+	} else if (had_fds) {
+		snprintf(why, sizeof why, "descriptors sent to the daemon");
+		e = -EINVAL;
+	} else {
+		e = wire_req_parse(buf, (size_t)n, &hd, why, sizeof why);
+	}
+	if (!e && (hd.flags & GMSFS_REQ_MORE || c->body_len))
+		e = assemble(c, &hd, buf + sizeof hd, why, sizeof why);
+	if (e) {
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: socket: %s\n", why);
+		send_error(c->fd, -e, why);
+		return 0; /* malformed: drop the connection */
+	}
+	if (hd.flags & GMSFS_REQ_MORE)
+		return 1; /* the rest of the body comes next */
+	if (cred.pid <= 0) {
+		send_error(c->fd, EPERM, "sender unknown (outside the daemon's pid namespace?)");
+		return 1;
+	}
+	bool whole = c->body_len != 0;
+	struct rpc_req r = {
+		.conn = c, .sock = c->fd, .pid = cred.pid, .uid = cred.uid, .op = (enum gmsfs_op)hd.op,
+		.ticket = hd.ticket, .body = whole ? c->body : buf + sizeof hd,
+		.body_len = whole ? c->body_len : hd.body_len,
+	};
+	int keep = rpc_serve(c->fs, &r);
+	explicit_bzero(&hd, sizeof hd);
+	c->body_len = 0;
+	if (c->body_cap > (1u << 20)) { /* do not keep a large buffer for an idle connection */
+		free(c->body);
+		c->body = NULL;
+		c->body_cap = 0;
+	}
+	return keep;
+}
+
+static void set_timeout(int fd, int opt, int seconds)
+{
+	struct timeval tv = { seconds, 0 };
+	setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof tv);
+}
+
+static void *conn_main(void *arg)
+{
+	struct sock_conn *c = arg;
+	size_t size = sizeof(struct gmsfs_sock_req) + GMSFS_MSG_MAX + 1;
+	uint8_t *buf = malloc(size);
+	bool bound = false;
+	set_timeout(c->fd, SO_RCVTIMEO, SOCK_AUTH_TIMEOUT_S);
+	while (buf && serve_one(c, buf, size) > 0) {
+		if (c->bound != bound) {
+			bound = c->bound;
+			set_timeout(c->fd, SO_RCVTIMEO, SOCK_IDLE_TIMEOUT_S);
+		}
+	}
+	free(buf);
+	leave(c);
+	return NULL;
+}
+
+static void start_conn(struct fs *fs, int s)
+{
+	struct ucred peer;
+	socklen_t len = sizeof peer;
+	if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &peer, &len) < 0) {
+		close(s);
+		return;
+	}
+	struct sock_conn *c = calloc(1, sizeof *c);
+	pthread_mutex_lock(&fs->mu);
+	int e = c ? admit(fs, peer.uid) : -ENOMEM;
+	if (!e) {
+		*c = (struct sock_conn){ .fs = fs, .fd = s, .uid = peer.uid, .next = fs->sock_list };
+		fs->sock_list = c;
+	}
+	pthread_mutex_unlock(&fs->mu);
+	if (e) {
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: socket: uid %u refused: %s\n", (unsigned)peer.uid,
+			 e == -EUSERS ? "too many connections of that uid" : strerror(-e));
+		send_error(s, -e, e == -EUSERS ? "too many connections of this uid" : strerror(-e));
+		free(c);
+		close(s);
+		return;
+	}
+	int one = 1;
+	setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
+	set_timeout(s, SO_SNDTIMEO, SOCK_SEND_TIMEOUT_S);
+	pthread_t t;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
+	if (pthread_create(&t, &attr, conn_main, c))
+		leave(c);
+	pthread_attr_destroy(&attr);
+}
+
+static void *accept_main(void *arg)
+{
+	struct fs *fs = arg;
+	for (;;) {
+		int s = accept4(fs->sock_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (s >= 0) {
+			start_conn(fs, s);
+			continue;
+		}
+		if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS)
+			usleep(10000);
+		else if (errno != EINTR && errno != ECONNABORTED)
+			return NULL; /* shut down */
+	}
+}
+
+int sock_start(struct fs *fs, const char *path, char *err, size_t errlen)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	if (path) {
+		if (strlen(path) >= sizeof a.sun_path) {
+			snprintf(err, errlen, "socket=%s: longer than %zu bytes", path, sizeof a.sun_path - 1);
+			return -ENAMETOOLONG;
+		}
+		snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+	} else {
+		const char *dir = getuid() == 0 ? "/run/gmsfs" : getenv("XDG_RUNTIME_DIR");
+		if (!dir || !*dir || strlen(dir) > 80)
+			dir = "/tmp";
+		mkdir(dir, 0755);
+		snprintf(a.sun_path, sizeof a.sun_path, "%s/gmsfs-%d.sock", dir, (int)getpid());
+	}
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0) {
+		snprintf(err, errlen, "socket: %s", strerror(errno));
+		return -errno;
+	}
+	unlink(a.sun_path); /* a stale socket of a dead daemon */
+	int one = 1;
+	setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
+	/* Created with the final mode: no window in which anyone else may connect. */
+	mode_t old = umask(fs->allow_other ? 0 : 0177);
+	int r = bind(s, (struct sockaddr *)&a, sizeof a);
+	umask(old);
+	if (r < 0 || listen(s, 128) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "socket %s: %s", a.sun_path, strerror(e));
+		close(s);
+		return -e;
+	}
+	snprintf(fs->socket_path, sizeof fs->socket_path, "%s", a.sun_path);
+	fs->sock_fd = s;
+	if (pthread_create(&fs->sock_thread, NULL, accept_main, fs)) {
+		snprintf(err, errlen, "socket: no thread");
+		close(s);
+		unlink(fs->socket_path);
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+void sock_stop(struct fs *fs)
+{
+	if (fs->sock_fd < 0)
+		return;
+	pthread_mutex_lock(&fs->mu);
+	fs->exiting = true;
+	pthread_mutex_unlock(&fs->mu);
+	shutdown(fs->sock_fd, SHUT_RDWR);
+	pthread_join(fs->sock_thread, NULL);
+	close(fs->sock_fd);
+	fs->sock_fd = -1;
+	unlink(fs->socket_path);
+	/* End every connection and wait for its thread to leave. */
+	pthread_mutex_lock(&fs->mu);
+	for (struct sock_conn *c = fs->sock_list; c; c = c->next)
+		shutdown(c->fd, SHUT_RDWR);
+	while (fs->sock_conns)
+		pthread_cond_wait(&fs->cv, &fs->mu);
+	free(fs->sock_uids);
+	fs->sock_uids = NULL;
+	fs->nsock_uids = fs->sock_uids_cap = 0;
+	pthread_mutex_unlock(&fs->mu);
+}

@@ -1,0 +1,157 @@
+/* snapshot: commit (validate, hash, remember the layout) and rollback (back to it). */
+#include "meta.h"
+#include "meta_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void meta_snapshot_drop(struct meta_store *s)
+{
+	for (size_t i = 0; i < s->nsnap; i++) {
+		free(s->snap[i].tag);
+		free(s->snap[i].alloc);
+		free(s->snap[i].value);
+		meta_unhold(s->snap[i].node);
+	}
+	free(s->snap);
+	s->snap = NULL;
+	s->nsnap = 0;
+}
+
+static int validate_entry(struct meta_node *n, void *arg)
+{
+	struct meta_check *c = arg;
+	char key[GMSFS_PATH_MAX + 1] = "?";
+	if (n->kind == META_ALLOC && !n->size) {
+		meta_path(n, key, sizeof key);
+		snprintf(c->err, c->errlen, "allocs/%s: never sized (ftruncate it)", key);
+		return -EINVAL;
+	}
+	if (n->kind != META_ENTRY)
+		return 0;
+	meta_path(n, key, sizeof key);
+	if (!n->alloc) {
+		snprintf(c->err, c->errlen, "meta/%s: no user.gms.alloc", key);
+		return -EINVAL;
+	}
+	struct meta_node *a = meta_resolve(c->store, META_AREA_ALLOCS, n->alloc);
+	if (!a || a->kind != META_ALLOC) {
+		snprintf(c->err, c->errlen, "meta/%s: allocation '%s' does not exist", key, n->alloc);
+		return -EINVAL;
+	}
+	if (n->offset >= a->size) {
+		snprintf(c->err, c->errlen, "meta/%s: offset %llu is past the end of '%s' (size %llu)", key,
+			 (unsigned long long)n->offset, n->alloc, (unsigned long long)a->size);
+		return -EINVAL;
+	}
+	if (n->extent > a->size - n->offset) {
+		snprintf(c->err, c->errlen, "meta/%s: offset %llu + size %llu passes the end of '%s' (size %llu)", key,
+			 (unsigned long long)n->offset, (unsigned long long)n->extent, n->alloc,
+			 (unsigned long long)a->size);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int dup_bytes(char **dst, const char *src, size_t len)
+{
+	*dst = NULL;
+	if (!src)
+		return 0;
+	*dst = malloc(len ? len : 1);
+	if (!*dst)
+		return -ENOMEM;
+	memcpy(*dst, src, len);
+	return 0;
+}
+
+int meta_commit(struct meta_store *s, char *err, size_t errlen)
+{
+	struct meta_check c = { .store = s, .err = err, .errlen = errlen };
+	if (errlen)
+		err[0] = '\0';
+	for (int a = 0; a < 2; a++) {
+		int e = meta_walk(s->root[a], validate_entry, &c);
+		if (e)
+			return e;
+	}
+	uint8_t digest[16];
+	int e = meta_layout_hash(s, digest);
+	if (e)
+		return e;
+
+	struct meta_nodes v = {0};
+	for (int a = 0; a < 2 && !e; a++)
+		e = meta_walk(s->root[a], meta_collect, &v);
+	struct meta_snap *snap = e ? NULL : calloc(v.n ? v.n : 1, sizeof *snap);
+	if (!snap) {
+		free(v.v);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < v.n; i++) {
+		struct meta_node *n = v.v[i];
+		snap[i].node = n;
+		snap[i].offset = n->offset;
+		snap[i].extent = n->extent;
+		snap[i].flags = n->flags;
+		snap[i].value_len = n->value_len;
+		if ((e = dup_bytes(&snap[i].tag, n->tag, n->tag ? strlen(n->tag) + 1 : 0)) ||
+		    (e = dup_bytes(&snap[i].alloc, n->alloc, n->alloc ? strlen(n->alloc) + 1 : 0)) ||
+		    (e = dup_bytes(&snap[i].value, n->value, n->value_len))) {
+			for (size_t j = 0; j <= i; j++) {
+				free(snap[j].tag);
+				free(snap[j].alloc);
+				free(snap[j].value);
+			}
+			free(snap);
+			free(v.v);
+			return e;
+		}
+	}
+	for (size_t i = 0; i < v.n; i++)
+		v.v[i]->holds++;
+	meta_snapshot_drop(s);
+	s->snap = snap;
+	s->nsnap = v.n;
+	free(v.v);
+	memcpy(s->hash, digest, sizeof s->hash);
+	for (int i = 0; i < 16; i++)
+		sprintf(s->hash_hex + 2 * i, "%02x", digest[i]);
+	s->committed = true;
+	return 0;
+}
+
+void meta_rollback(struct meta_store *s)
+{
+	struct meta_nodes v = {0};
+	if (meta_unlink_all(s, &v)) {
+		/* Out of memory while listing, before anything was unlinked: leave the layout as it is. */
+		free(v.v);
+		return;
+	}
+	for (size_t i = 0; i < s->nsnap; i++) {
+		struct meta_snap *r = &s->snap[i];
+		struct meta_node *n = r->node;
+		if (meta_link(n->parent, n))
+			continue; /* out of memory: the node stays out */
+		if (n->kind == META_ALLOC && r->tag) {
+			free(n->tag);
+			n->tag = strdup(r->tag);
+		}
+		if (n->kind == META_ENTRY) {
+			free(n->alloc);
+			free(n->value);
+			dup_bytes(&n->alloc, r->alloc, r->alloc ? strlen(r->alloc) + 1 : 0);
+			dup_bytes(&n->value, r->value, r->value_len);
+			n->value_len = n->value ? r->value_len : 0;
+			n->offset = r->offset;
+			n->extent = r->extent;
+			n->flags = r->flags;
+		}
+	}
+	for (size_t i = 0; i < v.n; i++)
+		meta_unhold(v.v[i]);
+	free(v.v);
+}
