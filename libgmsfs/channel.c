@@ -198,6 +198,15 @@ static int take(struct ch_manifest *m, struct progress *p, struct wire_reply *re
 		m->allocs[m->nallocs++] = rep->allocs[i];
 		rep->allocs[i].path = rep->allocs[i].tag = NULL;
 	}
+	if (m->consume && nfds) {
+		int e = m->consume(m->ctx, m, m->nallocs - rep->nallocs, m->nallocs);
+		for (size_t i = m->nallocs - rep->nallocs; i < m->nallocs; i++)
+			m->fd[i] = -1;
+		m->nfds -= nfds;
+		close_fds(fds, nfds);
+		if (e)
+			return e; /* consume wrote its reason */
+	}
 	return add_chunks(m, rep, p->nentries, p->want, err, errlen);
 }
 
@@ -251,7 +260,7 @@ static int call_on(int s, enum gmsfs_op op, const uint8_t *ticket, const void *b
 		   char *err, size_t errlen)
 {
 	if (m)
-		memset(m, 0, sizeof *m);
+		*m = (struct ch_manifest){ .consume = m->consume, .ctx = m->ctx };
 	int e = send_request(s, op, ticket, body, len);
 	if (e) {
 		e = e == -EPIPE || e == -ECONNRESET || e == -ENOTCONN ? -ENOTCONN : e;

@@ -107,8 +107,16 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 		close(fd);
 		return gm_error(g, e, "%s: %s", g->dir, why);
 	}
+	/* A member's open of lock joins the session at once. */
+	int lockfd = io.lock == GMSFS_RW ? openat(fd, "lock", O_WRONLY | O_CLOEXEC) : -1;
+	if (io.lock == GMSFS_RW && lockfd < 0) {
+		e = -errno;
+		close(fd);
+		return gm_error(g, e, "%s/lock: %s", g->dir, strerror(-e));
+	}
 	g->be = be;
 	g->dirfd = fd;
+	g->lockfd = lockfd;
 	g->info = io;
 	g->lock = (int)io.lock;
 	g->granted_rw |= g->lock == GMSFS_RW;
@@ -120,9 +128,16 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 void gm_release_lock(gmsfs *g)
 {
 	ch_close(&g->ch);
-	if (g->dirfd >= 0)
-		close(g->dirfd); /* releases the lock (a writer that did not commit rolls back) */
-	g->dirfd = -1;
+	if (g->lockfd >= 0)
+		close(g->lockfd);
+	if (g->dirfd >= 0) {
+		/* Now, not when the release of close() reaches the daemon: a connect that follows
+		 * at once must not find this process still holding the old lock. */
+		struct gmsfs_ioc io = { .size = sizeof io };
+		ioctl(g->dirfd, GMSFS_IOC_UNLOCK, &io); /* a writer that did not commit rolls back */
+		close(g->dirfd);
+	}
+	g->dirfd = g->lockfd = -1;
 	g->lock = 0;
 	g->have_ticket = false;
 }
@@ -184,7 +199,7 @@ int gmsfs_connect(gmsfs **out, const char *store_dir, int mode, int timeout_ms)
 		free(g);
 		return -ENOMEM;
 	}
-	g->dirfd = -1;
+	g->dirfd = g->lockfd = -1;
 	g->ch.sock = -1;
 	g->mode = mode;
 	*out = g; /* even on failure: gmsfs_errmsg says why */

@@ -34,15 +34,22 @@ struct ch_manifest {
 	size_t nallocs;
 	struct ch_entry *entries;
 	size_t nentries;
-	int *fds;               /* every descriptor received, closed by ch_manifest_free */
+	int *fds;               /* every descriptor kept, closed by ch_manifest_free */
 	size_t nfds;
+	/* Set by the caller: each message's allocations [from, to) go here as they arrive,
+	 * and their descriptors are closed right after (fd[i] becomes -1), so that a client
+	 * never holds more than one message's descriptors (a big CUDA layout has one each).
+	 * 0, or -errno with the reason in the handle. */
+	int (*consume)(void *ctx, struct ch_manifest *m, size_t from, size_t to);
+	void *ctx;
 };
 void ch_manifest_free(struct ch_manifest *m);
 
 /* Connect to the socket at path and present a BIND ticket. */
 int ch_bind(struct ch *c, const char *path, const uint8_t ticket[16], char *err, size_t errlen);
-/* One request; m NULL for a plain reply.  -ENOTCONN: the connection was gone before the
- * daemon read the request (it may be bound again and the request sent again). */
+/* One request; m NULL for a plain reply (else its consume and ctx are kept, the rest is
+ * filled).  -ENOTCONN: the connection was gone before the daemon read the request (it
+ * may be bound again and the request sent again). */
 int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct ch_manifest *m, char *err,
 	    size_t errlen);
 /* A one-time connection: present an EXPORT or EXPORT_ALL ticket, receive its manifest. */
@@ -90,6 +97,8 @@ struct mt {
 struct gmsfs {
 	char *dir;              /* the store directory */
 	int dirfd;              /* its open handle: holds the lock; -1 while unmapped */
+	int lockfd;             /* a writer's STORE/lock, open for writing: a child it leaves behind
+				 * holds the session by this descriptor (gmsfs(5)); -1 if none */
 	int mode;               /* what connect asked for */
 	int lock;               /* GMSFS_RO, GMSFS_RW or 0 */
 	bool granted_rw;        /* it held the writer session once: reallocate_all may */
@@ -128,8 +137,8 @@ int gm_refresh(gmsfs *g);
 struct gmsfs_mapping *mp_find(const gmsfs *g, const char *name);
 /* Reserve and map one allocation of a manifest; it joins the table. */
 int mp_add(gmsfs *g, struct wire_alloc *a, int fd, bool writable, void **ptr);
-/* Map a manifest's allocations that are not in the table yet. */
-int mp_import(gmsfs *g, struct ch_manifest *m, bool writable);
+/* A manifest's consume: map its allocations [from, to) that are not in the table yet. */
+int mp_import(void *ctx, struct ch_manifest *m, size_t from, size_t to);
 void mp_unmap_mapped(gmsfs *g);
 void mp_release_all(gmsfs *g);
 

@@ -129,12 +129,13 @@ int mp_add(gmsfs *g, struct wire_alloc *a, int fd, bool writable, void **ptr)
 	return 0;
 }
 
-int mp_import(gmsfs *g, struct ch_manifest *m, bool writable)
+int mp_import(void *ctx, struct ch_manifest *m, size_t from, size_t to)
 {
-	for (size_t i = 0; i < m->nallocs; i++) {
+	gmsfs *g = ctx;
+	for (size_t i = from; i < to; i++) {
 		if (mp_find(g, m->allocs[i].path))
 			continue; /* mapped already */
-		int e = mp_add(g, &m->allocs[i], m->fd[i], writable, NULL);
+		int e = mp_add(g, &m->allocs[i], m->fd[i], g->lock == GMSFS_RW, NULL);
 		if (e)
 			return e;
 	}
@@ -213,7 +214,7 @@ int gmsfs_create(gmsfs *g, const char *name, uint64_t size, const char *tag, voi
 	struct wire_alloc a = { .path = (char *)name, .tag = (char *)tag, .size = size };
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
-	struct ch_manifest m;
+	struct ch_manifest m = {0};
 	if ((e = wire_pack_create(&sb, &a, 1)))
 		e = gm_error(g, e, "out of memory");
 	else if (!(e = gm_call(g, GMSFS_OP_CREATE, sb.data, sb.size, &m))) {
@@ -273,16 +274,13 @@ int gmsfs_import_all(gmsfs *g)
 		return e;
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
-	struct ch_manifest m;
+	struct ch_manifest m = { .consume = mp_import, .ctx = g }; /* mapped as each message comes */
 	if ((e = wire_pack_export(&sb, NULL, 0, true, true)))
 		e = gm_error(g, e, "out of memory");
 	else if (!(e = gm_call(g, GMSFS_OP_EXPORT, sb.data, sb.size, &m))) {
-		e = mp_import(g, &m, g->lock == GMSFS_RW);
-		if (!e) {
-			mt_load(g, &m);
-			if (g->lock != GMSFS_RW)
-				e = mt_privatize(g);
-		}
+		mt_load(g, &m);
+		if (g->lock != GMSFS_RW)
+			e = mt_privatize(g);
 		ch_manifest_free(&m);
 	}
 	msgpack_sbuffer_destroy(&sb);
@@ -306,7 +304,7 @@ int gmsfs_import(gmsfs *g, const char *name, void **ptr)
 	const char *names[1] = { name };
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
-	struct ch_manifest m;
+	struct ch_manifest m = {0};
 	if ((e = wire_pack_export(&sb, names, 1, true, false)))
 		e = gm_error(g, e, "out of memory");
 	else if (!(e = gm_call(g, GMSFS_OP_EXPORT, sb.data, sb.size, &m))) {

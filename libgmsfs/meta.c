@@ -129,7 +129,7 @@ int mt_ensure(gmsfs *g)
 		return 0;
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
-	struct ch_manifest m;
+	struct ch_manifest m = {0};
 	int e = wire_pack_export(&sb, NULL, 0, false, true);
 	if (e)
 		e = gm_error(g, e, "out of memory");

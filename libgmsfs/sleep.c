@@ -33,7 +33,7 @@ int gmsfs_unmap_all(gmsfs *g)
 	return 0;
 }
 
-/* The whole layout's descriptors, for mappings that exist already. */
+/* The whole layout's descriptors, each message's handed to consume. */
 static int export_all(gmsfs *g, struct ch_manifest *m)
 {
 	msgpack_sbuffer sb;
@@ -45,6 +45,39 @@ static int export_all(gmsfs *g, struct ch_manifest *m)
 		e = gm_call(g, GMSFS_OP_EXPORT, sb.data, sb.size, m);
 	msgpack_sbuffer_destroy(&sb);
 	return e;
+}
+
+/* Map allocations [from, to) of m over the same names' reserved ranges. */
+static int map_again(gmsfs *g, struct ch_manifest *m, size_t from, size_t to, bool writable, int stale)
+{
+	int e = 0;
+	for (size_t i = from; i < to && !e; i++) {
+		struct gmsfs_mapping *p = mp_find(g, m->allocs[i].path);
+		char why[256] = "";
+		if (!p || p->aligned != m->allocs[i].aligned || g->mapped[p - g->maps])
+			e = gm_error(g, stale, "%s is not what was unmapped", m->allocs[i].path);
+		else if (m->fd[i] < 0)
+			e = gm_error(g, -EPROTO, "no descriptor came for %s", m->allocs[i].path);
+		else if ((e = g->be->map(g, p->ptr, p->aligned, m->fd[i], m->allocs[i].fd_offset, writable, why,
+					 sizeof why)))
+			gm_error(g, e, "%s: %s", m->allocs[i].path, why[0] ? why : strerror(-e));
+		else {
+			g->mapped[p - g->maps] = true;
+			p->writable = writable;
+		}
+	}
+	return e;
+}
+
+static int remap_batch(void *ctx, struct ch_manifest *m, size_t from, size_t to)
+{
+	gmsfs *g = ctx;
+	return map_again(g, m, from, to, g->lock == GMSFS_RW, -ESTALE);
+}
+
+static int reallocate_batch(void *ctx, struct ch_manifest *m, size_t from, size_t to)
+{
+	return map_again(ctx, m, from, to, true, -EPROTO);
 }
 
 int gmsfs_remap_all(gmsfs *g, int timeout_ms)
@@ -66,27 +99,10 @@ int gmsfs_remap_all(gmsfs *g, int timeout_ms)
 		return gm_error(g, -ESTALE, "remap_all: layout hash was %s, is %s now", a[0] ? a : "(none)",
 				b[0] ? b : "(none)");
 	}
-	struct ch_manifest m;
-	if ((e = export_all(g, &m))) {
-		gm_release_lock(g);
-		return e;
-	}
-	bool writable = g->lock == GMSFS_RW;
-	for (size_t i = 0; i < m.nallocs && !e; i++) {
-		struct gmsfs_mapping *p = mp_find(g, m.allocs[i].path);
-		char why[256] = "";
-		if (!p || p->aligned != m.allocs[i].aligned || g->mapped[p - g->maps])
-			e = gm_error(g, -ESTALE, "remap_all: %s is not what was unmapped", m.allocs[i].path);
-		else if (m.fd[i] < 0)
-			e = gm_error(g, -EPROTO, "remap_all: no descriptor came for %s", m.allocs[i].path);
-		else if ((e = g->be->map(g, p->ptr, p->aligned, m.fd[i], m.allocs[i].fd_offset, writable, why, sizeof why)))
-			gm_error(g, e, "%s: %s", m.allocs[i].path, why[0] ? why : strerror(-e));
-		else {
-			g->mapped[p - g->maps] = true;
-			p->writable = writable;
-		}
-	}
-	ch_manifest_free(&m);
+	struct ch_manifest m = { .consume = remap_batch, .ctx = g };
+	e = export_all(g, &m);
+	if (!e)
+		ch_manifest_free(&m);
 	for (size_t i = 0; i < g->nmaps && !e; i++)
 		if (!g->mapped[i])
 			e = gm_error(g, -ESTALE, "remap_all: %s is gone", g->maps[i].name);
@@ -154,24 +170,12 @@ int gmsfs_reallocate_all(gmsfs *g, int timeout_ms)
 	int e = gm_take_lock(g, GMSFS_RW, timeout_ms);
 	if (e)
 		return e;
-	struct ch_manifest m = {0};
-	if ((e = recreate(g, &m))) {
-		gm_release_lock(g); /* the session rolls back */
-		return e;
-	}
-	for (size_t i = 0; i < m.nallocs && !e; i++) {
-		struct gmsfs_mapping *p = mp_find(g, m.allocs[i].path);
-		char why[256] = "";
-		if (!p || p->aligned != m.allocs[i].aligned || m.fd[i] < 0)
-			e = gm_error(g, -EPROTO, "%s: the new allocation does not fit the old address range", m.allocs[i].path);
-		else if ((e = g->be->map(g, p->ptr, p->aligned, m.fd[i], m.allocs[i].fd_offset, true, why, sizeof why)))
-			gm_error(g, e, "%s: %s", m.allocs[i].path, why[0] ? why : strerror(-e));
-		else {
-			g->mapped[p - g->maps] = true;
-			p->writable = 1;
-		}
-	}
-	ch_manifest_free(&m);
+	struct ch_manifest m = { .consume = reallocate_batch, .ctx = g };
+	if (!(e = recreate(g, &m)))
+		ch_manifest_free(&m);
+	for (size_t i = 0; i < g->nmaps && !e; i++)
+		if (!g->mapped[i])
+			e = gm_error(g, -EPROTO, "reallocate_all: %s came back in no manifest", g->maps[i].name);
 	if (e) {
 		mp_unmap_mapped(g);
 		gm_release_lock(g);

@@ -13,6 +13,10 @@
  *    GMSFS_IOC_EXPORT_ALL  a lock holder (STORE/lock or a locked directory): a ticket for
  *                          the descriptors and metadata of the whole layout the handle sees.
  *    GMSFS_IOC_CHANNEL     a lock holder: a ticket that binds a socket connection to it.
+ *    GMSFS_IOC_UNLOCK      a directory that took the lock: give it back now.  Its close
+ *                          would too, but the release reaches the daemon after close()
+ *                          returned: a process that locks again at once must not find
+ *                          itself still holding the old lock.
  *    Inputs are checked: size must be sizeof(struct gmsfs_ioc), flags 0 and reserved
  *    zero, else EINVAL.  An unknown command is ENOTTY.
  * 2. The daemon's socket (path in gmsfs_ioc.socket), AF_UNIX SOCK_SEQPACKET.  Every
@@ -120,6 +124,7 @@ struct gmsfs_ioc {
 #define GMSFS_IOC_EXPORT     _IOWR(GMSFS_IOC_MAGIC, 3, struct gmsfs_ioc)
 #define GMSFS_IOC_EXPORT_ALL _IOWR(GMSFS_IOC_MAGIC, 4, struct gmsfs_ioc)
 #define GMSFS_IOC_CHANNEL    _IOWR(GMSFS_IOC_MAGIC, 5, struct gmsfs_ioc)
+#define GMSFS_IOC_UNLOCK     _IOWR(GMSFS_IOC_MAGIC, 6, struct gmsfs_ioc)
 
 /* ---- the socket ---- */
 #define GMSFS_SOCK_MAGIC 0x58534d47u /* "GMSX" little-endian */

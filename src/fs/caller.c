@@ -2,6 +2,7 @@
  * namespace of whoever mounted, or 0 when the caller is outside it. */
 #include "fs.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -83,6 +84,32 @@ bool caller_descends(pid_t tgid, pid_t ancestor, uint64_t ancestor_start)
 		tgid = ppid;
 	}
 	return false;
+}
+
+bool caller_holds(pid_t tgid, const uint64_t *inos, size_t n)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/fdinfo", tgid);
+	DIR *d = opendir(path);
+	if (!d)
+		return false;
+	bool found = false;
+	for (struct dirent *de; !found && (de = readdir(d));) {
+		char p[300], buf[512];
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof p, "/proc/%d/fdinfo/%s", tgid, de->d_name);
+		if (read_small(p, buf, sizeof buf))
+			continue; /* closed meanwhile */
+		char *ino = strstr(buf, "\nino:");
+		if (!ino)
+			continue;
+		uint64_t v = strtoull(ino + 5, NULL, 10);
+		for (size_t i = 0; i < n && !found; i++)
+			found = inos[i] == v;
+	}
+	closedir(d);
+	return found;
 }
 
 static bool in_group(fuse_req_t req, gid_t gid)

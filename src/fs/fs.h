@@ -65,12 +65,35 @@ struct fs_handle {
 	struct sock_conn *conns;       /* socket connections bound to this handle */
 };
 
+/* A request waiting for a lock (wait.c).  Each kind of op embeds one and says how to
+ * try again, finish and reply. */
+enum wait_state { WAIT_NEW, WAIT_PARKED, WAIT_DONE };
+struct fs_waiter;
+struct wait_ops {
+	int (*try)(struct fs_waiter *w);          /* fs->mu held: 0 (taken), -EAGAIN, or an error */
+	bool (*writer)(struct fs_waiter *w);      /* counted as a waiting writer */
+	int (*grant)(struct fs_waiter *w, int e); /* fs->mu held: the wait ended with e; finish the op */
+	void (*reply)(struct fs_waiter *w, int e); /* nothing held: reply with grant's result */
+	void (*free)(struct fs_waiter *w);
+};
+struct fs_waiter {
+	struct fs_waiter *next;        /* in the store's queue, then in fs->replies */
+	const struct wait_ops *ops;
+	struct store *st;
+	fuse_req_t req;
+	enum wait_state state;
+	bool interrupted, as_writer, has_deadline;
+	struct timespec deadline;      /* CLOCK_MONOTONIC */
+	int result;
+};
+
 struct store {
 	struct fs_node dir;
 	struct fs_node files[FS_STORE_FILES];
 	char *name;
 	struct fs *fs;
 	struct meta_store *meta;
+	struct vmm_pool *pool;         /* where its memory comes from */
 	struct fsm fsm;
 	uint64_t leader_start;         /* start time of the leader: pids are reused */
 	unsigned refs;                 /* table + kernel lookups + handles */
@@ -79,6 +102,8 @@ struct store {
 	uint64_t requests;             /* FUSE requests on its files but state */
 	uint64_t socket_requests;      /* socket requests for its handles */
 	struct fs_handle handles;      /* list head */
+	struct fs_waiter *waiters;     /* parked requests, first come first */
+	bool granting, regrant;        /* wait_grant is running; run it again */
 	unsigned pollers;              /* handles with a poll handle: notify walks only if any */
 	char last_error[512];
 };
@@ -89,7 +114,10 @@ struct fs {
 	struct fs_node root, device;
 	struct store **stores;
 	size_t nstores, stores_cap;
+	struct store **removed;        /* removed stores the kernel still knows */
+	size_t nremoved, removed_cap;
 	struct vmm *vmm;
+	struct meta_graveyard grave;   /* layout nodes the kernel still knows after they went */
 	struct fuse_session *se;
 	struct timespec started;       /* the times of the daemon's own files */
 	bool allow_other;              /* the mount admits other users (and so does the socket) */
@@ -103,6 +131,11 @@ struct fs {
 	size_t nsock_uids, sock_uids_cap;
 	bool exiting;
 	struct fs_handle *tickets;     /* handles with a live ticket */
+	/* The waiter thread (wait.c): replies to finished waiters, keeps their deadlines. */
+	pthread_t wait_thread;
+	pthread_cond_t wait_cv;
+	struct fs_waiter *replies;
+	bool wait_stop;
 };
 
 static inline struct fs *fs_of(fuse_req_t req)
@@ -149,12 +182,20 @@ void store_changed(struct store *st);
 /* The store's list of handles, that commit walks. */
 void store_track(struct store *st, struct fs_handle *h);
 void store_untrack(struct fs_handle *h);
-/* Take a lock for a handle: waits (fs->mu released while asleep) unless nonblock. */
 enum fs_want { WANT_READ, WANT_WRITE, WANT_RW_OR_RO };
-/* timeout_ms: -1 waits as long as it takes, 0 tries once (-EAGAIN), else -ETIMEDOUT after it. */
-int store_acquire(struct store *st, fuse_req_t req, enum fs_want want, pid_t tgid, int timeout_ms, enum fs_hold *out);
-/* The lock for a new handle h of st (h->node, if any, must still exist once granted). */
+/* The lock for tgid now: 0 with *out set; -EAGAIN: it must wait; -EDEADLK: it would wait
+ * for its own read handles; -ENOENT: the store is gone.  Members join their session at
+ * once; a process that holds a read handle gets another past waiting writers. */
+int store_try(struct store *st, enum fs_want want, pid_t tgid, enum fs_hold *out);
+/* The same for a parked waiter (neither a member nor a reader already): the FSM alone. */
+int store_take(struct store *st, enum fs_want want, pid_t tgid, enum fs_hold *out);
+bool store_wants_write(const struct store *st, enum fs_want want);
+/* The lock for a new handle h of st: 0 (granted), STORE_PARK (it must wait: park it, with
+ * timeout_ms > 0 as its deadline or -1 for none), or -errno (-EAGAIN: timeout_ms 0). */
+#define STORE_PARK 1
 int store_lock_handle(fuse_req_t req, struct fs_handle *h, enum fs_want want, int timeout_ms);
+/* After a grant: the handle's write right, and whether its file still exists. */
+int store_granted(struct fs_handle *h, enum fs_want want);
 /* Give the handle's hold back; a session ending without commit rolls back. */
 void store_release(struct store *st, struct fs_handle *h);
 /* May tgid change the namespace now?  0, -EBUSY (another holds it), -EROFS (nobody). */
@@ -168,11 +209,23 @@ int store_abort(struct store *st);
 /* Size an allocation once: memory from the backend, or ENOSPC with last_error. */
 int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size);
 
+/* wait.c: parked requests.  wait_park: fs->mu not held; it tries once more, then parks
+ * or replies.  wait_grant: fs->mu held, after a lock change: grant whoever can go now. */
+void wait_park(struct fs_waiter *w);
+void wait_grant(struct store *st);
+void wait_deadline(struct fs_waiter *w, int timeout_ms);
+int wait_start(struct fs *fs);
+/* Answer every parked request (EINTR) and stop the thread: at unmount. */
+void wait_stop(struct fs *fs);
+
 /* caller.c: who is asking. */
 /* The thread group of a request's thread; -EPERM for pid 0 (outside our pid namespace). */
 int caller_tgid(fuse_req_t req, pid_t *tgid);
 int caller_start_time(pid_t pid, uint64_t *start);
 bool caller_descends(pid_t tgid, pid_t ancestor, uint64_t ancestor_start);
+/* Has process tgid a descriptor open on one of these inodes?  (/proc/PID/fdinfo: no
+ * request to this mount.) */
+bool caller_holds(pid_t tgid, const uint64_t *inos, size_t n);
 /* Would the kernel let the request's caller open a file of mode (owner: the daemon's
  * uid and gid) for reading (want 4) or writing (want 2)?  0 or -EACCES. */
 int caller_may(fuse_req_t req, mode_t mode, int want);

@@ -44,7 +44,7 @@ static void usage(const char *prog)
 	       "    -o max_bytes=N[KMGT]   most memory the stores may hold (default: all of the device)\n"
 	       "    -o socket=PATH         export socket (default: /run/gmsfs/gmsfs-PID.sock as root)\n"
 	       "    -o ready_fd=N          write a newline to fd N once the mount is live\n"
-	       "    -o max_threads=N       worker threads; each waiting open holds one (default 256)\n"
+	       "    -o max_threads=N       worker threads (default 256); waiting opens hold none\n"
 	       "    -o allow_other         let other users in (needs user_allow_other or root)\n\n",
 	       prog);
 	fuse_cmdline_help();
@@ -143,6 +143,10 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 	fs->se = fuse_session_new(args, &fs_ops, sizeof fs_ops, fs);
 	if (!fs->se)
 		return 1;
+	if (wait_start(fs)) {
+		fprintf(stderr, "gmsfs: no thread for waiting opens\n");
+		goto out_session_only;
+	}
 	if (fuse_set_signal_handlers(fs->se))
 		goto out_session;
 	if (fuse_session_mount(fs->se, cmd->mountpoint))
@@ -165,6 +169,8 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 out_signals:
 	fuse_remove_signal_handlers(fs->se);
 out_session:
+	wait_stop(fs); /* parked requests are answered before their session goes */
+out_session_only:
 	fuse_session_destroy(fs->se);
 	fs->se = NULL;
 	return ret;
@@ -179,10 +185,19 @@ static void free_stores(struct fs *fs)
 		meta_root(st->meta, META_AREA_ALLOCS)->lookups = 0;
 		meta_root(st->meta, META_AREA_META)->lookups = 0;
 		meta_store_free(st->meta);
+		vmm_pool_put(st->pool);
 		free(st->name);
 		free(st);
 	}
 	free(fs->stores);
+	while (fs->nremoved) { /* no forget comes after the unmount */
+		struct store *st = fs->removed[--fs->nremoved];
+		vmm_pool_put(st->pool);
+		free(st->name);
+		free(st);
+	}
+	free(fs->removed);
+	meta_graveyard_free(&fs->grave);
 	pthread_mutex_unlock(&fs->mu);
 }
 

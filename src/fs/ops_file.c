@@ -42,8 +42,122 @@ static int timeout_of(int flags)
 	return flags & O_NONBLOCK ? 0 : -1;
 }
 
-/* The daemon's own files: opening takes no lock, but lock's open is the lock. */
-static int open_control(fuse_req_t req, struct obj *o, struct fs_handle *h, int flags)
+/* ---- opens that wait (wait.c) ---- */
+
+struct open_wait {
+	struct fs_waiter w;
+	struct fs_handle *h;      /* the new handle; freed here if the open fails */
+	enum fs_want want;
+	int flags;
+	struct fuse_file_info fi;
+	struct meta_node *dir;    /* create: where, held while waiting */
+	char *name;
+	struct fuse_entry_param entry;
+};
+
+/* What an open does once its lock is granted (fs->mu held). */
+static int opened(struct fs_handle *h, enum fs_want want, int flags)
+{
+	int e = store_granted(h, want);
+	if (!e && h->writable && (flags & O_TRUNC) && h->node && h->node->kind == META_ENTRY)
+		e = meta_entry_truncate(h->node, 0);
+	/* O_TRUNC of an allocation leaves it alone: its size is fixed (dd without conv=notrunc). */
+	if (!e)
+		store_track(h->store, h);
+	return e;
+}
+
+/* What a create does once its lock is granted (fs->mu held). */
+static int created(struct fs *fs, struct fs_handle *h, struct meta_node *dir, const char *name,
+		   struct fuse_entry_param *entry)
+{
+	struct meta_node *m = NULL;
+	int e = meta_create(dir, name, dir->area == META_AREA_ALLOCS ? META_ALLOC : META_ENTRY, &m);
+	if (e)
+		return e;
+	h->node = m;
+	h->writable = true;
+	meta_hold(m);
+	store_track(h->store, h);
+	store_notify(h->store);
+	struct obj o = { .m = m, .st = h->store };
+	*entry = (struct fuse_entry_param){ .ino = node_ino(fs, m) };
+	node_attr(fs, &o, &entry->attr);
+	meta_lookup_ref(m);
+	return 0;
+}
+
+static int ow_try(struct fs_waiter *w)
+{
+	struct open_wait *o = (struct open_wait *)w;
+	return store_take(w->st, o->want, o->h->tgid, &o->h->hold);
+}
+
+static bool ow_writer(struct fs_waiter *w)
+{
+	return store_wants_write(w->st, ((struct open_wait *)w)->want);
+}
+
+static int ow_grant(struct fs_waiter *w, int e)
+{
+	struct open_wait *o = (struct open_wait *)w;
+	if (!e)
+		e = o->dir ? created(w->st->fs, o->h, o->dir, o->name, &o->entry) : opened(o->h, o->want, o->flags);
+	if (o->dir)
+		meta_drop(o->dir);
+	o->dir = NULL;
+	if (e) {
+		handle_free(o->h); /* gives back a lock it may have got */
+		o->h = NULL;
+	}
+	return e;
+}
+
+static void ow_reply(struct fs_waiter *w, int e)
+{
+	struct open_wait *o = (struct open_wait *)w;
+	if (e)
+		return (void)fuse_reply_err(w->req, -e);
+	struct fs *fs = w->st->fs;
+	pthread_mutex_lock(&fs->mu);
+	reply_open(w->req, fs, o->h, &o->fi, o->name ? &o->entry : NULL);
+}
+
+static void ow_free(struct fs_waiter *w)
+{
+	struct open_wait *o = (struct open_wait *)w;
+	struct fs *fs = w->st->fs;
+	pthread_mutex_lock(&fs->mu);
+	store_put(w->st, 1);
+	pthread_mutex_unlock(&fs->mu);
+	free(o->name);
+	free(o);
+}
+
+static const struct wait_ops open_wait_ops = {
+	.try = ow_try, .writer = ow_writer, .grant = ow_grant, .reply = ow_reply, .free = ow_free,
+};
+
+/* A waiter for h (fs->mu held; it keeps the store). */
+static struct open_wait *open_waiter(fuse_req_t req, struct fs_handle *h, enum fs_want want,
+				     struct fuse_file_info *fi)
+{
+	struct open_wait *o = calloc(1, sizeof *o);
+	if (!o)
+		return NULL;
+	o->w = (struct fs_waiter){ .ops = &open_wait_ops, .st = h->store, .req = req };
+	o->h = h;
+	o->want = want;
+	o->flags = fi->flags;
+	o->fi = *fi;
+	store_get(h->store);
+	wait_deadline(&o->w, -1); /* opens wait as long as it takes (O_NONBLOCK does not get here) */
+	return o;
+}
+
+/* ---- open ---- */
+
+static int open_control(fuse_req_t req, struct obj *o, struct fs_handle *h, int flags, enum fs_want *want)
 {
 	bool wr = (flags & O_ACCMODE) != O_RDONLY;
 	h->fnode = o->f;
@@ -56,30 +170,29 @@ static int open_control(fuse_req_t req, struct obj *o, struct fs_handle *h, int 
 	case FS_HASH:
 		return wr ? -EACCES : 0;
 	case FS_LOCK:
-		return store_lock_handle(req, h, want_of(flags, true), timeout_of(flags));
+		*want = want_of(flags, true);
+		return store_lock_handle(req, h, *want, timeout_of(flags));
 	default: /* commit, abort: the write does the work */
 		h->writable = wr;
 		return 0;
 	}
 }
 
-static int open_layout(fuse_req_t req, struct obj *o, struct fs_handle *h, int flags)
+static int open_layout(fuse_req_t req, struct obj *o, struct fs_handle *h, int flags, enum fs_want *want)
 {
-	bool wr = (flags & O_ACCMODE) != O_RDONLY;
 	if (o->m->kind == META_DIR)
 		return -EISDIR;
 	if (!o->m->linked)
 		return -ESTALE;
 	h->node = o->m;
 	meta_hold(o->m);
-	int e = store_lock_handle(req, h, wr ? WANT_WRITE : WANT_READ, timeout_of(flags));
-	if (!e && wr && (flags & O_TRUNC) && o->m->kind == META_ENTRY)
-		e = meta_entry_truncate(o->m, 0);
-	/* O_TRUNC of an allocation leaves it alone: its size is fixed (dd without conv=notrunc). */
-	return e;
+	*want = (flags & O_ACCMODE) != O_RDONLY ? WANT_WRITE : WANT_READ;
+	return store_lock_handle(req, h, *want, timeout_of(flags));
 }
 
-static int do_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, int flags, struct fs_handle **out)
+/* 0 with *out open, STORE_PARK with *out waiting for its lock, or -errno. */
+static int do_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, int flags, struct fs_handle **out,
+		   enum fs_want *want)
 {
 	struct obj o;
 	int e = node_resolve(fs, ino, &o);
@@ -88,23 +201,38 @@ static int do_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, int flags, str
 	struct fs_handle *h = handle_new(o.st);
 	if (!h)
 		return -ENOMEM;
-	e = o.f ? open_control(req, &o, h, flags) : open_layout(req, &o, h, flags);
-	if (e) {
+	*want = WANT_READ;
+	bool locks = o.f ? o.f->kind == FS_LOCK : true;
+	e = o.f ? open_control(req, &o, h, flags, want) : open_layout(req, &o, h, flags, want);
+	if (!e && locks)
+		e = opened(h, *want, flags);
+	else if (!e && o.st)
+		store_track(o.st, h);
+	if (e < 0) {
 		handle_free(h);
 		return e;
 	}
-	if (o.st)
-		store_track(o.st, h);
 	*out = h;
-	return 0;
+	return e;
 }
 
 void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
-	struct fs_handle *h;
+	struct fs_handle *h = NULL;
+	enum fs_want want = WANT_READ;
 	pthread_mutex_lock(&fs->mu);
-	int e = do_open(req, fs, ino, fi->flags, &h);
+	int e = do_open(req, fs, ino, fi->flags, &h, &want);
+	if (e == STORE_PARK) {
+		struct open_wait *o = open_waiter(req, h, want, fi);
+		if (!o) {
+			handle_free(h);
+			pthread_mutex_unlock(&fs->mu);
+			return (void)fuse_reply_err(req, ENOMEM);
+		}
+		pthread_mutex_unlock(&fs->mu);
+		return wait_park(&o->w);
+	}
 	if (e) {
 		pthread_mutex_unlock(&fs->mu);
 		return (void)fuse_reply_err(req, -e);
@@ -112,50 +240,60 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	reply_open(req, fs, h, fi, NULL);
 }
 
+/* ---- create ---- */
+
 static int do_create(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char *name, mode_t mode, int flags,
-		     struct fs_handle **out)
+		     struct fs_handle **out, struct meta_node **dir, struct fuse_entry_param *entry)
 {
-	struct obj dir;
-	int e = node_resolve(fs, parent, &dir);
+	struct obj d;
+	int e = node_resolve(fs, parent, &d);
 	if (e)
 		return e;
-	if (!dir.m || !S_ISREG(mode))
+	if (!d.m || !S_ISREG(mode))
 		return -EPERM;
-	struct fs_handle *h = handle_new(dir.st);
+	struct fs_handle *h = handle_new(d.st);
 	if (!h)
 		return -ENOMEM;
-	meta_hold(dir.m); /* the directory must outlive a wait */
 	e = store_lock_handle(req, h, WANT_WRITE, timeout_of(flags));
-	struct meta_node *m = NULL;
 	if (!e)
-		e = meta_create(dir.m, name, dir.m->area == META_AREA_ALLOCS ? META_ALLOC : META_ENTRY, &m);
-	meta_drop(dir.m);
-	if (e) {
+		e = created(fs, h, d.m, name, entry);
+	if (e < 0) {
 		handle_free(h);
 		return e;
 	}
-	h->node = m;
-	meta_hold(m);
-	store_track(dir.st, h);
-	store_notify(dir.st);
 	*out = h;
-	return 0;
+	*dir = d.m;
+	return e;
 }
 
 void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
-	struct fs_handle *h;
+	struct fs_handle *h = NULL;
+	struct meta_node *dir = NULL;
+	struct fuse_entry_param entry;
 	pthread_mutex_lock(&fs->mu);
-	int e = do_create(req, fs, parent, name, mode, fi->flags, &h);
+	int e = do_create(req, fs, parent, name, mode, fi->flags, &h, &dir, &entry);
+	if (e == STORE_PARK) {
+		struct open_wait *o = open_waiter(req, h, WANT_WRITE, fi);
+		if (o && !(o->name = strdup(name))) {
+			free(o);
+			o = NULL;
+		}
+		if (!o) {
+			handle_free(h);
+			pthread_mutex_unlock(&fs->mu);
+			return (void)fuse_reply_err(req, ENOMEM);
+		}
+		o->dir = dir;
+		meta_hold(dir); /* the directory must outlive the wait */
+		pthread_mutex_unlock(&fs->mu);
+		return wait_park(&o->w);
+	}
 	if (e) {
 		pthread_mutex_unlock(&fs->mu);
 		return (void)fuse_reply_err(req, -e);
 	}
-	struct obj o = { .m = h->node, .st = h->store };
-	struct fuse_entry_param entry = { .ino = node_ino(fs, h->node) };
-	node_attr(fs, &o, &entry.attr);
-	meta_lookup_ref(h->node);
 	reply_open(req, fs, h, fi, &entry);
 }
 

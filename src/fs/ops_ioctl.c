@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The facts every reply carries; count and bytes of the layout the handle sees. */
@@ -39,8 +40,9 @@ static int ioc_check(unsigned cmd, const struct gmsfs_ioc *io)
 	return io->mode || io->timeout_ms ? -EINVAL : 0;
 }
 
-/* GMSFS_IOC_LOCK: what opening STORE/lock would check and take, with a timeout. */
-static int do_lock(fuse_req_t req, struct fs_handle *h, struct gmsfs_ioc *io, pid_t tgid)
+/* GMSFS_IOC_LOCK: what opening STORE/lock would check and take, with a timeout.  0,
+ * STORE_PARK (it waits: lock_waiter), or -errno. */
+static int do_lock(fuse_req_t req, struct fs_handle *h, struct gmsfs_ioc *io, pid_t tgid, enum fs_want *want)
 {
 	struct store *st = h->store;
 	if (!h->fnode || h->fnode->kind != FS_STORE)
@@ -56,11 +58,72 @@ static int do_lock(fuse_req_t req, struct fs_handle *h, struct gmsfs_ioc *io, pi
 	if (io->mode != GMSFS_RO && st->fsm.leader && store_is_member(st, tgid) &&
 	    (io->mode == GMSFS_RW || !st->fsm.committed))
 		return -EBUSY;
-	enum fs_want want = io->mode == GMSFS_RO ? WANT_READ : io->mode == GMSFS_RW ? WANT_WRITE : WANT_RW_OR_RO;
-	return store_lock_handle(req, h, want, io->timeout_ms);
+	*want = io->mode == GMSFS_RO ? WANT_READ : io->mode == GMSFS_RW ? WANT_WRITE : WANT_RW_OR_RO;
+	return store_lock_handle(req, h, *want, io->timeout_ms);
 }
 
-static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handle *h, struct gmsfs_ioc *io)
+/* After LOCK is granted: the channel's ticket and the facts (fs->mu held). */
+static int locked(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io, pid_t tgid, uid_t uid)
+{
+	int e = ticket_issue(fs, h, TICKET_CHANNEL, tgid, uid, io->ticket);
+	if (!e)
+		ioc_fill(fs, h, io);
+	return e;
+}
+
+struct lock_wait {
+	struct fs_waiter w;
+	struct fs_handle *h;      /* the directory's handle: the kernel keeps it while the ioctl runs */
+	enum fs_want want;
+	struct gmsfs_ioc io;
+	uid_t uid;
+};
+
+static int lw_try(struct fs_waiter *w)
+{
+	struct lock_wait *l = (struct lock_wait *)w;
+	return store_take(w->st, l->want, l->h->tgid, &l->h->hold);
+}
+
+static bool lw_writer(struct fs_waiter *w)
+{
+	return store_wants_write(w->st, ((struct lock_wait *)w)->want);
+}
+
+static int lw_grant(struct fs_waiter *w, int e)
+{
+	struct lock_wait *l = (struct lock_wait *)w;
+	if (!e)
+		e = store_granted(l->h, l->want);
+	if (!e)
+		e = locked(w->st->fs, l->h, &l->io, l->h->tgid, l->uid);
+	if (e && l->h->hold != HOLD_NONE) {
+		store_release(w->st, l->h);
+		l->h->writable = false;
+	}
+	return e;
+}
+
+static void lw_reply(struct fs_waiter *w, int e)
+{
+	struct lock_wait *l = (struct lock_wait *)w;
+	if (e)
+		fuse_reply_err(w->req, -e);
+	else
+		fuse_reply_ioctl(w->req, 0, &l->io, sizeof l->io);
+}
+
+static void lw_free(struct fs_waiter *w)
+{
+	free(w);
+}
+
+static const struct wait_ops lock_wait_ops = {
+	.try = lw_try, .writer = lw_writer, .grant = lw_grant, .reply = lw_reply, .free = lw_free,
+};
+
+static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handle *h, struct gmsfs_ioc *io,
+		    enum fs_want *want)
 {
 	int e = ioc_check(cmd, io);
 	if (e)
@@ -80,9 +143,9 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 	case GMSFS_IOC_INFO:
 		break;
 	case GMSFS_IOC_LOCK:
-		if ((e = do_lock(req, h, io, tgid)) || (e = ticket_issue(fs, h, TICKET_CHANNEL, tgid, uid, io->ticket)))
-			return e;
-		break;
+		if ((e = do_lock(req, h, io, tgid, want)))
+			return e; /* STORE_PARK too */
+		return locked(fs, h, io, tgid, uid);
 	case GMSFS_IOC_EXPORT: {
 		struct meta_node *m = h->node;
 		if (!m || m->kind != META_ALLOC)
@@ -99,6 +162,16 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 		io->aligned_bytes = m->aligned;
 		return 0;
 	}
+	case GMSFS_IOC_UNLOCK:
+		if (!h->fnode || h->fnode->kind != FS_STORE)
+			return -ENOTTY;
+		if (h->hold == HOLD_NONE)
+			return -ENOLCK;
+		ticket_revoke(fs, h);
+		sock_unbind_all(h);
+		store_release(st, h); /* a session ending without commit rolls back here */
+		h->writable = false;
+		break;
 	case GMSFS_IOC_EXPORT_ALL:
 	case GMSFS_IOC_CHANNEL:
 		if (!lock_holder)
@@ -121,13 +194,27 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg, struc
 	struct fs *fs = fs_of(req);
 	struct gmsfs_ioc io;
 	if (cmd != GMSFS_IOC_INFO && cmd != GMSFS_IOC_LOCK && cmd != GMSFS_IOC_EXPORT && cmd != GMSFS_IOC_EXPORT_ALL &&
-	    cmd != GMSFS_IOC_CHANNEL)
+	    cmd != GMSFS_IOC_CHANNEL && cmd != GMSFS_IOC_UNLOCK)
 		return (void)fuse_reply_err(req, ENOTTY);
 	if (in_bufsz != sizeof io || out_bufsz != sizeof io)
 		return (void)fuse_reply_err(req, EINVAL);
 	memcpy(&io, in_buf, sizeof io);
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	enum fs_want want = WANT_READ;
 	pthread_mutex_lock(&fs->mu);
-	int e = do_ioctl(req, fs, cmd, (struct fs_handle *)(uintptr_t)fi->fh, &io);
+	int e = do_ioctl(req, fs, cmd, h, &io, &want);
+	if (e == STORE_PARK) {
+		struct lock_wait *l = calloc(1, sizeof *l);
+		if (l) {
+			*l = (struct lock_wait){ .w = { .ops = &lock_wait_ops, .st = h->store, .req = req }, .h = h,
+						 .want = want, .io = io, .uid = fuse_req_ctx(req)->uid };
+			wait_deadline(&l->w, io.timeout_ms);
+		}
+		pthread_mutex_unlock(&fs->mu);
+		if (!l)
+			return (void)fuse_reply_err(req, ENOMEM);
+		return wait_park(&l->w);
+	}
 	pthread_mutex_unlock(&fs->mu);
 	if (e)
 		return (void)fuse_reply_err(req, -e);

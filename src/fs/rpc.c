@@ -321,19 +321,24 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 	int e = 0;
 	pthread_mutex_lock(&fs->mu);
 	struct fs_handle *h = bound(fs, r, true, true, &e, why, whylen);
+	struct vmm_pool *pool = h ? h->store->pool : NULL;
+	if (pool)
+		vmm_pool_get(pool);
 	pthread_mutex_unlock(&fs->mu);
 	if (!h)
 		return e;
 	struct meta_new_alloc *v = calloc(b->nallocs, sizeof *v);
-	if (!v)
+	if (!v) {
+		vmm_pool_put(pool);
 		return -ENOMEM;
+	}
 	for (size_t i = 0; i < b->nallocs && !e; i++) {
 		struct vmm_buf *buf;
-		if ((e = vmm_alloc(fs->vmm, b->allocs[i].size, &buf))) {
-			snprintf(why, whylen, "allocs/%s: %llu bytes: %s (used %llu of %llu)", b->allocs[i].path,
-				 (unsigned long long)b->allocs[i].size, strerror(-e),
-				 (unsigned long long)atomic_load(&fs->vmm->used_bytes),
-				 (unsigned long long)fs->vmm->max_bytes);
+		if ((e = vmm_alloc(pool, b->allocs[i].size, &buf))) {
+			char reason[300];
+			vmm_why(fs->vmm, e, reason, sizeof reason);
+			snprintf(why, whylen, "allocs/%s: %llu bytes: %s", b->allocs[i].path,
+				 (unsigned long long)b->allocs[i].size, reason);
 			break;
 		}
 		v[i] = (struct meta_new_alloc){ .path = b->allocs[i].path, .tag = b->allocs[i].tag,
@@ -347,8 +352,9 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 		s->read_only = false;
 		s->fds = true;
 		store_notify(h->store);
-	} else if (h && e == -ENOSPC) {
+	} else if (h && (e == -ENOSPC || e == -EMFILE || e == -ENFILE)) {
 		snprintf(h->store->last_error, sizeof h->store->last_error, "%s", why);
+		store_notify(h->store);
 	}
 	pthread_mutex_unlock(&fs->mu);
 	if (!h || e)
@@ -356,6 +362,7 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 			if (v[i].buf && !v[i].node)
 				vmm_buf_put(v[i].buf);
 	free(v);
+	vmm_pool_put(pool);
 	return e;
 }
 

@@ -12,6 +12,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +143,7 @@ int sock_send(int sock, const void *data, size_t len, const int *fds, size_t nfd
 	} u;
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 	if (nfds) {
+		memset(u.buf, 0, CMSG_SPACE(sizeof(int) * nfds)); /* the padding too */
 		msg.msg_control = u.buf;
 		msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
 		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
@@ -336,20 +338,44 @@ static void start_conn(struct fs *fs, int s)
 	pthread_attr_destroy(&attr);
 }
 
+/* Out of descriptors, a connection would wait in the backlog for ever: a spare one,
+ * kept for this, lets us accept it, say why, and close it. */
+static void refuse_one(struct fs *fs, int *spare)
+{
+	close(*spare);
+	int s = accept4(fs->sock_fd, NULL, NULL, SOCK_CLOEXEC);
+	if (s >= 0) {
+		char why[300];
+		vmm_why(fs->vmm, -EMFILE, why, sizeof why);
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: socket: a connection refused: %s\n", why);
+		send_error(s, EMFILE, why);
+		close(s);
+	}
+	*spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (*spare < 0)
+		usleep(10000);
+}
+
 static void *accept_main(void *arg)
 {
 	struct fs *fs = arg;
+	int spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	for (;;) {
 		int s = accept4(fs->sock_fd, NULL, NULL, SOCK_CLOEXEC);
 		if (s >= 0) {
 			start_conn(fs, s);
 			continue;
 		}
-		if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS)
+		if ((errno == EMFILE || errno == ENFILE) && spare >= 0)
+			refuse_one(fs, &spare);
+		else if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS)
 			usleep(10000);
 		else if (errno != EINTR && errno != ECONNABORTED)
-			return NULL; /* shut down */
+			break; /* shut down */
 	}
+	if (spare >= 0)
+		close(spare);
+	return NULL;
 }
 
 int sock_start(struct fs *fs, const char *path, char *err, size_t errlen)

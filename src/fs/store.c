@@ -1,5 +1,5 @@
 /* store: the table of stores and each store's locks.  Everything here runs
- * with fs->mu held; store_acquire sleeps on fs->cv, which releases it. */
+ * with fs->mu held and never sleeps: an open that must wait is parked (wait.c). */
 #include "fs.h"
 #include "grow.h"
 
@@ -25,14 +25,19 @@ int store_create(struct fs *fs, const char *name, struct store **out)
 	if (GROW(fs->stores, fs->nstores, fs->stores_cap, 8))
 		return -ENOMEM;
 	struct store *st = calloc(1, sizeof *st);
-	if (!st || !(st->name = strdup(name)) || !(st->meta = meta_store_new(release_buf, st))) {
-		if (st)
+	int e = -ENOMEM;
+	if (!st || !(st->name = strdup(name)) || !(st->meta = meta_store_new(release_buf, st)) ||
+	    (e = vmm_pool_new(fs->vmm, &st->pool))) {
+		if (st) {
+			meta_store_free(st->meta);
 			free(st->name);
+		}
 		free(st);
-		return -ENOMEM;
+		return e;
 	}
 	st->fs = fs;
 	st->refs = 1;
+	meta_set_graveyard(st->meta, &fs->grave);
 	st->dir = (struct fs_node){ FS_NODE_MAGIC, FS_STORE, st };
 	for (int i = 0; i < FS_STORE_FILES; i++)
 		st->files[i] = (struct fs_node){ FS_NODE_MAGIC, FS_LOCK + i, st };
@@ -59,8 +64,11 @@ int store_remove(struct fs *fs, const char *name)
 		int e = fsm_can_remove(&st->fsm);
 		if (e)
 			return e;
+		if (GROW(fs->removed, fs->nremoved, fs->removed_cap, 8))
+			return -ENOMEM;
 		fs->stores[i] = fs->stores[--fs->nstores];
 		st->removed = true;
+		fs->removed[fs->nremoved++] = st; /* until the kernel forgets it, or the daemon exits */
 		meta_store_free(st->meta); /* frees the memory now; lookups may outlive it */
 		st->meta = NULL;
 		store_changed(st);
@@ -80,7 +88,14 @@ void store_put(struct store *st, unsigned n)
 	st->refs -= n < st->refs ? n : st->refs;
 	if (st->refs)
 		return;
+	struct fs *fs = st->fs;
+	for (size_t i = 0; st->removed && i < fs->nremoved; i++)
+		if (fs->removed[i] == st) {
+			fs->removed[i] = fs->removed[--fs->nremoved];
+			break;
+		}
 	meta_store_free(st->meta);
+	vmm_pool_put(st->pool);
 	free(st->name);
 	free(st);
 }
@@ -101,12 +116,52 @@ void store_notify(struct store *st)
 void store_changed(struct store *st)
 {
 	store_notify(st);
-	pthread_cond_broadcast(&st->fs->cv);
+	wait_grant(st);
 }
 
+/* The inodes of the store's handles with this hold (and opened by tgid, if not 0), for
+ * caller_holds.  During a session every handle of lock or of a layout file is the
+ * session's (readers cannot be there), so whoever has one open holds the session.  A
+ * store directory counts only for the process that locked it (ls has it open too). */
+static size_t held_inodes(struct store *st, enum fs_hold hold, pid_t tgid, pid_t dir_owner, uint64_t *inos,
+			  size_t max)
+{
+	size_t n = 0;
+	for (struct fs_handle *h = st->handles.next; h != &st->handles && n < max; h = h->next) {
+		if (h->hold != hold || (tgid && h->tgid != tgid))
+			continue;
+		const void *obj = h->node ? (const void *)h->node : (const void *)h->fnode;
+		if (!h->node && h->fnode->kind == FS_STORE && h->tgid != dir_owner)
+			continue;
+		uint64_t ino = node_ino(st->fs, obj);
+		size_t i = 0;
+		while (i < n && inos[i] != ino)
+			i++;
+		if (i == n)
+			inos[n++] = ino;
+	}
+	return n;
+}
+
+/* Does process p still hold a descriptor of the session?  A handle it closed does not
+ * count: its release reaches us after close() returned. */
+static bool holds_session(struct store *st, pid_t p)
+{
+	uint64_t inos[64];
+	size_t n = held_inodes(st, HOLD_SESSION, 0, p, inos, 64);
+	return n && caller_holds(p, inos, n);
+}
+
+/* A member of the session holds one of its descriptors (the leader, a child it left
+ * behind), or descends from a leader that still holds one (a program its shell runs). */
 bool store_is_member(struct store *st, pid_t tgid)
 {
-	return st->fsm.leader && caller_descends(tgid, st->fsm.leader, st->leader_start);
+	pid_t leader = st->fsm.leader;
+	if (!leader)
+		return false;
+	if (holds_session(st, tgid))
+		return true;
+	return tgid != leader && caller_descends(tgid, leader, st->leader_start) && holds_session(st, leader);
 }
 
 int store_may_change(struct store *st, pid_t tgid)
@@ -140,13 +195,13 @@ int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size)
 	if (m->size)
 		return -EPERM; /* sized once: the size never changes */
 	struct vmm_buf *b;
-	int e = vmm_alloc(v, size, &b);
+	int e = vmm_alloc(st->pool, size, &b);
 	if (e) {
-		char path[GMSFS_PATH_MAX + 1] = "";
+		char path[GMSFS_PATH_MAX + 1] = "", why[300];
 		meta_path(m, path, sizeof path);
-		snprintf(st->last_error, sizeof st->last_error, "allocs/%s: %llu bytes: %s (used %llu of %llu)", path,
-			 (unsigned long long)size, strerror(-e), (unsigned long long)atomic_load(&v->used_bytes),
-			 (unsigned long long)v->max_bytes);
+		vmm_why(v, e, why, sizeof why);
+		snprintf(st->last_error, sizeof st->last_error, "allocs/%s: %llu bytes: %s", path,
+			 (unsigned long long)size, why);
 		store_notify(st);
 		return e;
 	}
@@ -155,36 +210,41 @@ int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size)
 	return e;
 }
 
-static void interrupted(fuse_req_t req, void *data)
-{
-	struct fs *fs = data;
-	pthread_mutex_lock(&fs->mu);
-	pthread_cond_broadcast(&fs->cv);
-	pthread_mutex_unlock(&fs->mu);
-}
-
-
 /* Does tgid hold a read handle here?  Then its next read must not queue behind a
- * writer that waits for this very process. */
+ * writer that waits for this very process.  A handle it has closed does not count: the
+ * release reaches us after close() returned, so its descriptors are asked too. */
 static bool holds_read(struct store *st, pid_t tgid)
 {
-	for (struct fs_handle *h = st->handles.next; h != &st->handles; h = h->next)
-		if (h->hold == HOLD_READ && h->tgid == tgid)
-			return true;
-	return false;
+	uint64_t inos[64];
+	size_t n = held_inodes(st, HOLD_READ, tgid, tgid, inos, 64);
+	return n && caller_holds(tgid, inos, n);
 }
 
-/* A waiter leaves for good.  A writer that stops waiting lets readers in: wake them. */
-static int gave_up(struct store *st, bool write, int e)
+int store_take(struct store *st, enum fs_want want, pid_t tgid, enum fs_hold *out)
 {
-	if (write)
-		store_changed(st);
-	return e;
+	if (st->removed)
+		return -ENOENT;
+	bool write = want == WANT_WRITE || (want == WANT_RW_OR_RO && !st->fsm.committed);
+	if (write ? fsm_open_write(&st->fsm, tgid) : fsm_open_read(&st->fsm))
+		return -EAGAIN; /* held, a writer waits, or nothing is committed yet */
+	if (write) {
+		caller_start_time(tgid, &st->leader_start);
+		st->last_error[0] = '\0';
+	}
+	*out = write ? HOLD_SESSION : HOLD_READ;
+	store_notify(st); /* taking a lock never lets a waiter in: no grant walk */
+	return 0;
 }
 
-int store_acquire(struct store *st, fuse_req_t req, enum fs_want want, pid_t tgid, int timeout_ms, enum fs_hold *out)
+bool store_wants_write(const struct store *st, enum fs_want want)
 {
-	struct fs *fs = st->fs;
+	return want == WANT_WRITE || (want == WANT_RW_OR_RO && !st->fsm.committed);
+}
+
+int store_try(struct store *st, enum fs_want want, pid_t tgid, enum fs_hold *out)
+{
+	if (st->removed)
+		return -ENOENT;
 	if (store_is_member(st, tgid)) {
 		fsm_join(&st->fsm);
 		*out = HOLD_SESSION;
@@ -195,63 +255,10 @@ int store_acquire(struct store *st, fuse_req_t req, enum fs_want want, pid_t tgi
 			return -EDEADLK; /* it would wait for its own read handles */
 		fsm_reopen_read(&st->fsm);
 		*out = HOLD_READ;
-		store_changed(st);
+		store_notify(st);
 		return 0;
 	}
-	struct timespec deadline;
-	clock_gettime(CLOCK_REALTIME, &deadline);
-	if (timeout_ms > 0) {
-		deadline.tv_sec += timeout_ms / 1000;
-		deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-		if (deadline.tv_nsec >= 1000000000L) {
-			deadline.tv_sec++;
-			deadline.tv_nsec -= 1000000000L;
-		}
-	}
-	bool registered = false;
-	for (;;) {
-		if (st->removed)
-			return -ENOENT;
-		bool write = want == WANT_WRITE || (want == WANT_RW_OR_RO && !st->fsm.committed);
-		int e = write ? fsm_open_write(&st->fsm, tgid) : fsm_open_read(&st->fsm);
-		if (!e) {
-			if (write) {
-				caller_start_time(tgid, &st->leader_start);
-				snprintf(st->last_error, sizeof st->last_error, "%s", "");
-			}
-			*out = write ? HOLD_SESSION : HOLD_READ;
-			store_changed(st);
-			return 0;
-		}
-		if (timeout_ms == 0)
-			return -EAGAIN;
-		if (fuse_req_interrupted(req) || (fs->se && fuse_session_exited(fs->se)))
-			return gave_up(st, write, -EINTR);
-		/* A timed wait, so that a daemon told to exit is not held by a waiting open. */
-		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
-		if (timeout_ms > 0 && (until.tv_sec > deadline.tv_sec ||
-				       (until.tv_sec == deadline.tv_sec && until.tv_nsec >= deadline.tv_nsec)))
-			return gave_up(st, write, -ETIMEDOUT);
-		until.tv_sec += 1;
-		if (timeout_ms > 0 && (until.tv_sec > deadline.tv_sec ||
-				       (until.tv_sec == deadline.tv_sec && until.tv_nsec > deadline.tv_nsec)))
-			until = deadline;
-		if (!registered) {
-			/* Registering may call interrupted() at once, which takes fs->mu. */
-			pthread_mutex_unlock(&fs->mu);
-			fuse_req_interrupt_func(req, interrupted, fs);
-			pthread_mutex_lock(&fs->mu);
-			registered = true;
-			continue;
-		}
-		/* Waiting counts are shown, but wake nobody: only lock changes do. */
-		fsm_wait_begin(&st->fsm, write);
-		store_notify(st);
-		pthread_cond_timedwait(&fs->cv, &fs->mu, &until);
-		fsm_wait_end(&st->fsm, write);
-		store_notify(st);
-	}
+	return store_take(st, want, tgid, out);
 }
 
 int store_lock_handle(fuse_req_t req, struct fs_handle *h, enum fs_want want, int timeout_ms)
@@ -265,8 +272,16 @@ int store_lock_handle(fuse_req_t req, struct fs_handle *h, enum fs_want want, in
 		return e;
 	}
 	h->tgid = tgid;
-	if ((e = store_acquire(h->store, req, want, tgid, timeout_ms, &h->hold)))
+	e = store_try(h->store, want, tgid, &h->hold);
+	if (e == -EAGAIN && timeout_ms)
+		return STORE_PARK;
+	if (e)
 		return e;
+	return store_granted(h, want);
+}
+
+int store_granted(struct fs_handle *h, enum fs_want want)
+{
 	h->writable = want != WANT_READ && h->hold == HOLD_SESSION;
 	/* Whatever we waited for may have removed the file meanwhile. */
 	return h->node && !h->node->linked ? -ENOENT : 0;

@@ -137,12 +137,34 @@ void meta_unhold(struct meta_node *n)
 {
 	if (--n->holds)
 		return;
-	if (n->buf && n->store && n->store->release_buf)
-		n->store->release_buf(n->buf, n->store->release_ctx);
+	struct meta_store *s = n->store;
+	if (n->buf && s && s->release_buf)
+		s->release_buf(n->buf, s->release_ctx);
 	n->buf = NULL;
 	n->store = NULL;
-	if (!n->lookups)
+	if (!n->lookups) {
 		node_free(n);
+		return;
+	}
+	struct meta_graveyard *g = s ? s->grave : NULL;
+	if (g && !GROW(g->v, g->n, g->cap, 64)) {
+		n->grave = g;
+		n->slot = g->n;
+		g->v[g->n++] = n;
+	}
+}
+
+void meta_set_graveyard(struct meta_store *s, struct meta_graveyard *g)
+{
+	s->grave = g;
+}
+
+void meta_graveyard_free(struct meta_graveyard *g)
+{
+	for (size_t i = 0; i < g->n; i++)
+		node_free(g->v[i]);
+	free(g->v);
+	*g = (struct meta_graveyard){0};
 }
 
 static void unlink_node(struct meta_node *n)
@@ -471,8 +493,14 @@ void meta_lookup_ref(struct meta_node *n) { n->lookups++; }
 void meta_forget(struct meta_node *n, uint64_t nlookup)
 {
 	n->lookups -= nlookup < n->lookups ? nlookup : n->lookups;
-	if (!n->lookups && !n->holds)
-		node_free(n);
+	if (n->lookups || n->holds)
+		return;
+	struct meta_graveyard *g = n->grave;
+	if (g) {
+		g->v[n->slot] = g->v[--g->n];
+		g->v[n->slot]->slot = n->slot;
+	}
+	node_free(n);
 }
 
 int meta_walk(struct meta_node *dir, int (*fn)(struct meta_node *n, void *arg), void *arg)

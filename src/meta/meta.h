@@ -30,6 +30,7 @@ struct meta_node {
 	bool linked;               /* part of the live layout */
 	unsigned holds;            /* live layout + snapshot + callers' references */
 	uint64_t lookups;          /* the kernel's references: keep the struct, not the memory */
+	struct meta_graveyard *grave; /* where it waits for its last forget, once out of every store */
 	struct timespec mtime;
 
 	/* META_DIR: children, as a vector (readdir order) and an index by name. */
@@ -56,6 +57,16 @@ struct meta_node {
 
 /* ctx is given back to release_buf and by meta_context(). */
 struct meta_store *meta_store_new(void (*release_buf)(void *buf, void *ctx), void *ctx);
+
+/* Nodes that left every store while the kernel still knew them wait here for their last
+ * forget (the kernel sends none at unmount: meta_graveyard_free frees what is left).  The
+ * owner outlives every store that points at it. */
+struct meta_graveyard {
+	struct meta_node **v;      /* a node's slot is its index here */
+	size_t n, cap;
+};
+void meta_set_graveyard(struct meta_store *s, struct meta_graveyard *g);
+void meta_graveyard_free(struct meta_graveyard *g);
 /* The ctx of the node's store, or NULL once the node has left every store. */
 void *meta_context(const struct meta_node *n);
 /* Unlinks everything, drops the snapshot (memory is released as holds end). */

@@ -15,6 +15,7 @@ struct meta_store {
 	struct meta_node *root[2];
 	void (*release_buf)(void *buf, void *ctx);
 	void *release_ctx;
+	struct meta_graveyard *grave;
 	struct meta_stats stats;
 	struct meta_snap *snap; /* pre-order: parents before children */
 	size_t nsnap;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static int open_with(struct vmm **out, const struct vmm_ops *ops, const char *device, uint64_t max_bytes,
 		     char *err, size_t errlen)
@@ -63,8 +64,39 @@ uint64_t vmm_align(const struct vmm *v, uint64_t size)
 	return (size + g - 1) / g * g;
 }
 
-int vmm_alloc(struct vmm *v, uint64_t size, struct vmm_buf **out)
+int vmm_pool_new(struct vmm *v, struct vmm_pool **out)
 {
+	struct vmm_pool *p = calloc(1, sizeof *p);
+	if (!p)
+		return -ENOMEM;
+	p->vmm = v;
+	atomic_init(&p->refs, 1);
+	int e = v->ops->pool_open ? v->ops->pool_open(p) : 0;
+	if (e) {
+		free(p);
+		return e;
+	}
+	*out = p;
+	return 0;
+}
+
+void vmm_pool_get(struct vmm_pool *p)
+{
+	atomic_fetch_add(&p->refs, 1);
+}
+
+void vmm_pool_put(struct vmm_pool *p)
+{
+	if (!p || atomic_fetch_sub(&p->refs, 1) != 1)
+		return;
+	if (p->vmm->ops->pool_close)
+		p->vmm->ops->pool_close(p);
+	free(p);
+}
+
+int vmm_alloc(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
+{
+	struct vmm *v = pool->vmm;
 	uint64_t aligned = vmm_align(v, size);
 	if (!size || !aligned)
 		return size ? -ENOSPC : -EINVAL;
@@ -74,12 +106,14 @@ int vmm_alloc(struct vmm *v, uint64_t size, struct vmm_buf **out)
 		atomic_fetch_sub(&v->used_bytes, aligned);
 		return -ENOSPC;
 	}
-	int e = v->ops->create(v, aligned, out);
+	int e = v->ops->create(pool, aligned, out);
 	if (e) {
 		atomic_fetch_sub(&v->used_bytes, aligned);
 		return e;
 	}
+	vmm_pool_get(pool);
 	(*out)->vmm = v;
+	(*out)->pool = pool;
 	(*out)->size = aligned;
 	atomic_init(&(*out)->ro_fd, -1);
 	atomic_init(&(*out)->refs, 1);
@@ -96,9 +130,11 @@ void vmm_buf_put(struct vmm_buf *b)
 	if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
 		return;
 	struct vmm *v = b->vmm;
+	struct vmm_pool *pool = b->pool;
 	uint64_t size = b->size;
 	v->ops->release(b);
 	atomic_fetch_sub(&v->used_bytes, size);
+	vmm_pool_put(pool);
 }
 
 int vmm_export(struct vmm_buf *b, bool read_only)
@@ -114,4 +150,23 @@ ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off)
 ssize_t vmm_pwrite(struct vmm_buf *b, const void *src, size_t len, uint64_t off)
 {
 	return b->vmm->ops->pwrite ? b->vmm->ops->pwrite(b, src, len, off) : -EOPNOTSUPP;
+}
+
+void vmm_why(const struct vmm *v, int e, char *buf, size_t len)
+{
+	if (e == -ENOSPC) {
+		snprintf(buf, len, "%s (used %llu of %llu bytes)", strerror(-e),
+			 (unsigned long long)atomic_load(&v->used_bytes), (unsigned long long)v->max_bytes);
+		return;
+	}
+	if (e == -EMFILE || e == -ENFILE) {
+		struct rlimit r = {0};
+		getrlimit(RLIMIT_NOFILE, &r);
+		snprintf(buf, len, "%s: the daemon is out of descriptors (limit %llu; the %s backend keeps %s): "
+				   "raise its LimitNOFILE",
+			 strerror(-e), (unsigned long long)r.rlim_cur, v->dev.backend,
+			 strcmp(v->dev.backend, "cuda") ? "two per store" : "one per allocation");
+		return;
+	}
+	snprintf(buf, len, "%s", strerror(-e));
 }

@@ -12,13 +12,22 @@
 
 struct vmm;
 
+/* Where one store's buffers come from.  host: one memfd for the whole store, each buffer
+ * a range of it (descriptors do not grow with allocations); cuda: nothing shared. */
+struct vmm_pool {
+	struct vmm *vmm;
+	atomic_uint refs;     /* the store's and one per buffer */
+	void *priv;
+};
+
 struct vmm_buf {
 	struct vmm *vmm;
+	struct vmm_pool *pool;
 	uint64_t size;        /* aligned size: what the backend holds */
 	atomic_uint refs;
-	int fd;               /* the exported descriptor, kept for the buffer's life */
+	int fd;               /* the exported descriptor, kept for the buffer's (or pool's) life */
 	uint64_t offset;      /* where the buffer starts in it */
-	atomic_int ro_fd;     /* host: the read-only reopen, made at the first reader's export */
+	atomic_int ro_fd;     /* cuda: unused; host: see the pool */
 };
 
 struct vmm_device {
@@ -33,7 +42,9 @@ struct vmm_device {
 struct vmm_ops {
 	const char *name;
 	int (*open)(struct vmm *v, const char *device, char *err, size_t errlen);
-	int (*create)(struct vmm *v, uint64_t aligned, struct vmm_buf **out);
+	int (*pool_open)(struct vmm_pool *p);       /* optional */
+	void (*pool_close)(struct vmm_pool *p);     /* optional */
+	int (*create)(struct vmm_pool *p, uint64_t aligned, struct vmm_buf **out);
 	void (*release)(struct vmm_buf *b);
 	/* A descriptor to send, kept by the buffer (the caller does not close it);
 	 * read_only: one that can only be mapped read-only. */
@@ -61,11 +72,18 @@ int vmm_open(struct vmm **out, const char *backend, const char *device, uint64_t
 void vmm_close(struct vmm *v);
 
 uint64_t vmm_align(const struct vmm *v, uint64_t size);
-/* A new buffer of at least size bytes, one reference.  -ENOSPC past max_bytes. */
-int vmm_alloc(struct vmm *v, uint64_t size, struct vmm_buf **out);
+/* A store's pool, one reference; the last put (the store's or its last buffer's) closes it. */
+int vmm_pool_new(struct vmm *v, struct vmm_pool **out);
+void vmm_pool_get(struct vmm_pool *p);
+void vmm_pool_put(struct vmm_pool *p);
+/* A new buffer of at least size bytes from the pool, one reference.  -ENOSPC past
+ * max_bytes or when the backend is out of memory; -EMFILE/-ENFILE out of descriptors. */
+int vmm_alloc(struct vmm_pool *p, uint64_t size, struct vmm_buf **out);
 void vmm_buf_get(struct vmm_buf *b);
 void vmm_buf_put(struct vmm_buf *b);
 int vmm_export(struct vmm_buf *b, bool read_only);
+/* Why an allocation failed, in words an operator can act on. */
+void vmm_why(const struct vmm *v, int e, char *buf, size_t len);
 ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off);
 ssize_t vmm_pwrite(struct vmm_buf *b, const void *src, size_t len, uint64_t off);
 

@@ -103,8 +103,9 @@ fail:
 	return -ENODEV;
 }
 
-static int cuda_create(struct vmm *v, uint64_t aligned, struct vmm_buf **out)
+static int cuda_create(struct vmm_pool *pool, uint64_t aligned, struct vmm_buf **out)
 {
+	struct vmm *v = pool->vmm;
 	struct cuda_priv *p = v->priv;
 	struct cu_api *cu = &p->cu;
 	struct cuda_buf *cb = calloc(1, sizeof *cb);
@@ -117,12 +118,15 @@ static int cuda_create(struct vmm *v, uint64_t aligned, struct vmm_buf **out)
 		return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOSPC : -EIO;
 	}
 	int fd = -1;
+	errno = 0;
 	r = cu->cuMemExportToShareableHandle(&fd, cb->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
 	if (r != CUDA_SUCCESS) {
+		/* Out of descriptors (one is kept per allocation): the driver's dup saw EMFILE. */
+		int e = errno == EMFILE || errno == ENFILE ? -errno : r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOSPC : -EIO;
 		cu->cuMemRelease(cb->h);
 		free(cb);
 		fprintf(stderr, "gmsfs: cuMemExportToShareableHandle: %s\n", cu_name(cu, r));
-		return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOSPC : -EIO;
+		return e;
 	}
 	cb->b.fd = fd;
 	*out = &cb->b;

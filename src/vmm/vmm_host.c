@@ -1,16 +1,28 @@
-/* The host backend: each allocation is a memfd whose size is sealed.
- * Readers get the same memory through a read-only reopen, which mmap
- * can only map PROT_READ. */
+/* The host backend: one memfd per store (its pool), each allocation a page-aligned
+ * range of it at an offset that is never reused.  Shrinking is sealed, so nobody can
+ * cut the file under a mapping; freeing punches a hole, which gives the pages back
+ * to the system at once.  Descriptors stay at two per store (the memfd and one
+ * read-only reopen for readers, which mmap can only map PROT_READ), whatever the
+ * number of allocations. */
 #include "vmm.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+struct host_pool {
+	pthread_mutex_t mu;   /* the end of the file; creates run in parallel */
+	int fd;               /* the memfd, mode 0600: other users cannot reopen it writable */
+	atomic_int ro_fd;     /* the readers' read-only reopen, made at the first export */
+	uint64_t end;         /* bytes handed out so far: the next buffer's offset */
+};
 
 static int host_open(struct vmm *v, const char *device, char *err, size_t errlen)
 {
@@ -38,57 +50,86 @@ static int host_open(struct vmm *v, const char *device, char *err, size_t errlen
 	return 0;
 }
 
-static int host_create(struct vmm *v, uint64_t aligned, struct vmm_buf **out)
+static int host_pool_open(struct vmm_pool *p)
 {
-	(void)v;
+	struct host_pool *h = calloc(1, sizeof *h);
+	if (!h)
+		return -ENOMEM;
+	h->fd = memfd_create("gmsfs", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (h->fd < 0 || fchmod(h->fd, 0600) < 0 || fcntl(h->fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) {
+		int e = -errno;
+		if (h->fd >= 0)
+			close(h->fd);
+		free(h);
+		return e;
+	}
+	pthread_mutex_init(&h->mu, NULL);
+	atomic_init(&h->ro_fd, -1);
+	p->priv = h;
+	return 0;
+}
+
+static void host_pool_close(struct vmm_pool *p)
+{
+	struct host_pool *h = p->priv;
+	int ro = atomic_load(&h->ro_fd);
+	if (ro >= 0)
+		close(ro);
+	close(h->fd);
+	pthread_mutex_destroy(&h->mu);
+	free(h);
+}
+
+static int host_create(struct vmm_pool *p, uint64_t aligned, struct vmm_buf **out)
+{
+	struct host_pool *h = p->priv;
 	struct vmm_buf *b = calloc(1, sizeof *b);
 	if (!b)
 		return -ENOMEM;
-	int fd = memfd_create("gmsfs", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0 || ftruncate(fd, (off_t)aligned) < 0 ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
-	    fchmod(fd, 0600) < 0) { /* a memfd is 0777: keep other users from reopening it writable */
-		int e = errno == EFBIG || errno == EINVAL ? ENOSPC : errno;
-		if (fd >= 0)
-			close(fd);
+	pthread_mutex_lock(&h->mu);
+	uint64_t off = h->end;
+	int e = 0;
+	if (off > (uint64_t)INT64_MAX - aligned)
+		e = -ENOSPC;
+	else if (ftruncate(h->fd, (off_t)(off + aligned)) < 0)
+		e = errno == EFBIG || errno == EINVAL ? -ENOSPC : -errno;
+	else
+		h->end = off + aligned;
+	pthread_mutex_unlock(&h->mu);
+	if (e) {
 		free(b);
-		return -e;
+		return e;
 	}
-	b->fd = fd;
+	b->fd = h->fd;
+	b->offset = off;
 	*out = b;
 	return 0;
 }
 
 static void host_release(struct vmm_buf *b)
 {
-	int ro = atomic_load(&b->ro_fd);
-	if (ro >= 0)
-		close(ro);
-	close(b->fd);
+	struct host_pool *h = b->pool->priv;
+	/* The pages go back now; a mapping someone still holds sees zeros from here on. */
+	fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)b->offset, (off_t)b->size);
 	free(b);
 }
 
-static int reopen(const struct vmm_buf *b, int flags)
-{
-	char path[64];
-	snprintf(path, sizeof path, "/proc/self/fd/%d", b->fd);
-	int fd = open(path, flags | O_CLOEXEC);
-	return fd < 0 ? -errno : fd;
-}
-
-/* Writers get the memfd itself.  Readers share one read-only reopen, made once and
- * kept: it cannot be mapped PROT_WRITE, and every later export costs no open. */
+/* Writers get the memfd itself.  Readers share the pool's read-only reopen, made once
+ * and kept: it cannot be mapped PROT_WRITE, and every later export costs no open. */
 static int host_export(struct vmm_buf *b, bool read_only)
 {
+	struct host_pool *h = b->pool->priv;
 	if (!read_only)
-		return b->fd;
-	int fd = atomic_load(&b->ro_fd);
+		return h->fd;
+	int fd = atomic_load(&h->ro_fd);
 	if (fd >= 0)
 		return fd;
-	if ((fd = reopen(b, O_RDONLY)) < 0)
-		return fd;
+	char path[64];
+	snprintf(path, sizeof path, "/proc/self/fd/%d", h->fd);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -errno;
 	int none = -1;
-	if (!atomic_compare_exchange_strong(&b->ro_fd, &none, fd)) {
+	if (!atomic_compare_exchange_strong(&h->ro_fd, &none, fd)) {
 		close(fd); /* another export made it first */
 		fd = none;
 	}
@@ -97,19 +138,21 @@ static int host_export(struct vmm_buf *b, bool read_only)
 
 static ssize_t host_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off)
 {
-	ssize_t n = pread(b->fd, dst, len, (off_t)off);
+	ssize_t n = pread(b->fd, dst, len, (off_t)(b->offset + off));
 	return n < 0 ? -errno : n;
 }
 
 static ssize_t host_pwrite(struct vmm_buf *b, const void *src, size_t len, uint64_t off)
 {
-	ssize_t n = pwrite(b->fd, src, len, (off_t)off);
+	ssize_t n = pwrite(b->fd, src, len, (off_t)(b->offset + off));
 	return n < 0 ? -errno : n;
 }
 
 const struct vmm_ops vmm_host_ops = {
 	.name = "host",
 	.open = host_open,
+	.pool_open = host_pool_open,
+	.pool_close = host_pool_close,
 	.create = host_create,
 	.release = host_release,
 	.export_fd = host_export,
