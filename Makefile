@@ -7,9 +7,11 @@ PKG_CONFIG ?= pkg-config
 VERSION := $(shell sed -n 's/^\#define GMSFS_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$$/\2/p' include/gmsfs/gmsfs.h | paste -sd.)
 
 CFLAGS ?= -O2 -g
+# Where to build: build/, or another folder for a variant (make check-asan uses build-asan/).
+B ?= build
 # include/: the public headers (the library API and the ABI); common/: what the daemon and
 # the library both compile but do not publish.
-CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -DGMSFS_VERSION='"$(VERSION)"' -pthread \
+override CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -DGMSFS_VERSION='"$(VERSION)"' -pthread \
 	-Iinclude -Icommon
 DEPS_CFLAGS := $(shell $(PKG_CONFIG) --cflags fuse3 libxxhash msgpack 2>/dev/null)
 DEPS_LIBS := $(shell $(PKG_CONFIG) --libs fuse3 libxxhash msgpack 2>/dev/null)
@@ -26,7 +28,7 @@ VMM_SRC := src/vmm/vmm.c src/vmm/vmm_host.c src/vmm/vmm_cuda.c
 # cuda.h only: libcuda is loaded at run time (dlopen), never linked.
 CUDA_INC ?= /usr/local/cuda/include
 ifneq ($(wildcard $(CUDA_INC)/cuda.h),)
-CFLAGS += -DGMSFS_HAVE_CUDA -I$(CUDA_INC)
+override CFLAGS += -DGMSFS_HAVE_CUDA -I$(CUDA_INC)
 HAVE_CUDA := 1
 endif
 FS_SRC := $(addprefix src/fs/,main.c node.c handle.c ops.c ops_tree.c ops_file.c ops_xattr.c ops_ioctl.c \
@@ -38,63 +40,66 @@ LIB_SRC := $(addprefix libgmsfs/,handle.c channel.c maps.c meta.c sleep.c map_ho
 LIB_HDR := $(COMMON_HDR) libgmsfs/internal.h
 LIB_SONAME := libgmsfs.so.0
 
-BIN := build/gmsfs
-LIB := build/libgmsfs.so build/gmsfs.pc
-UNIT := build/test_fsm build/test_meta build/test_wire
-HELPERS := build/gmsfs-open build/gmsfs-probe build/gmsfs-scenario
-EXAMPLES := build/gmsfs-example
-BENCH := build/bench-import
+BIN := $(B)/gmsfs
+LIB := $(B)/libgmsfs.so $(B)/gmsfs.pc
+UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire
+HELPERS := $(B)/gmsfs-open $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
+EXAMPLES := $(B)/gmsfs-example
+BENCH := $(B)/bench-import
 ifdef HAVE_CUDA
-BENCH += build/bench-gpu
+BENCH += $(B)/bench-gpu
 endif
-# Programs linked against the library in build/, found there at run time.
+# Programs linked against the library in $(B)/, found there at run time.
 LINK_LIB := -Lbuild -lgmsfs -Wl,-rpath,'$$ORIGIN'
 
-.PHONY: all check check-unit demo bench install clean deps fuzz
+.PHONY: all check check-quick check-asan check-unit demo bench install clean deps fuzz fuzzers
 all: $(BIN) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH)
 
-build:
-	mkdir -p build
+$(B):
+	mkdir -p $(B)
 
-$(BIN): $(DAEMON_SRC) $(DAEMON_HDR) | build
+$(BIN): $(DAEMON_SRC) $(DAEMON_HDR) | $(B)
 	@$(PKG_CONFIG) --exists fuse3 libxxhash msgpack || { echo 'missing fuse3/libxxhash/msgpack: run make deps'; exit 1; }
 	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ $(DAEMON_SRC) $(DEPS_LIBS) -ldl
 
-build/libgmsfs.so: $(LIB_SRC) $(LIB_HDR) | build
+$(B)/libgmsfs.so: $(LIB_SRC) $(LIB_HDR) | $(B)
 	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) -Ilibgmsfs -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LIB_SONAME) \
-		-o build/$(LIB_SONAME) $(LIB_SRC) $(MSGPACK_LIBS) -ldl
+		-o $(B)/$(LIB_SONAME) $(LIB_SRC) $(MSGPACK_LIBS) -ldl
 	ln -sf $(LIB_SONAME) $@
 
 # The .pc of the build tree; make install writes one for its own PREFIX.
-build/gmsfs.pc: libgmsfs/gmsfs.pc.in | build
+$(B)/gmsfs.pc: libgmsfs/gmsfs.pc.in | $(B)
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
 
-build/gmsfs-example: examples/weights.c build/libgmsfs.so
+$(B)/gmsfs-example: examples/weights.c $(B)/libgmsfs.so
 	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB)
 
-build/gmsfs-scenario: tests/helpers/gmsfs-scenario.c common/cuda_api.h build/libgmsfs.so
+$(B)/gmsfs-scenario: tests/helpers/gmsfs-scenario.c common/cuda_api.h $(B)/libgmsfs.so
 	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB) -ldl
 
-build/gmsfs-probe: tests/helpers/gmsfs-probe.c $(COMMON_HDR) $(WIRE_SRC) | build
-	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ $< $(WIRE_SRC) $(MSGPACK_LIBS)
-
-build/bench-import: bench/bench_import.c bench/bench.h build/libgmsfs.so
+$(B)/gmsfs-storm: tests/helpers/gmsfs-storm.c $(B)/libgmsfs.so
 	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB)
 
-build/bench-gpu: bench/bench_gpu.c bench/bench.h bench/fetch.h common/cuda_api.h $(WIRE_SRC) build/libgmsfs.so
+$(B)/gmsfs-probe: tests/helpers/gmsfs-probe.c $(COMMON_HDR) $(WIRE_SRC) | $(B)
+	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ $< $(WIRE_SRC) $(MSGPACK_LIBS)
+
+$(B)/bench-import: bench/bench_import.c bench/bench.h $(B)/libgmsfs.so
+	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB)
+
+$(B)/bench-gpu: bench/bench_gpu.c bench/bench.h bench/fetch.h common/cuda_api.h $(WIRE_SRC) $(B)/libgmsfs.so
 	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ $< $(WIRE_SRC) $(LINK_LIB) $(MSGPACK_LIBS) -ldl
 
 # The codec alone: no daemon or library internals linked in.
-build/test_wire: tests/unit/test_wire.c $(WIRE_SRC) $(COMMON_HDR) tests/unit/tap.h | build
+$(B)/test_wire: tests/unit/test_wire.c $(WIRE_SRC) $(COMMON_HDR) tests/unit/tap.h | $(B)
 	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ tests/unit/test_wire.c $(WIRE_SRC) $(MSGPACK_LIBS)
 
-build/test_fsm: tests/unit/test_fsm.c $(FSM_SRC) src/fsm/fsm.h tests/unit/tap.h | build
+$(B)/test_fsm: tests/unit/test_fsm.c $(FSM_SRC) src/fsm/fsm.h tests/unit/tap.h | $(B)
 	$(CC) $(CFLAGS) -o $@ tests/unit/test_fsm.c $(FSM_SRC)
 
-build/test_meta: tests/unit/test_meta.c $(META_SRC) src/meta/*.h $(COMMON_HDR) tests/unit/tap.h | build
+$(B)/test_meta: tests/unit/test_meta.c $(META_SRC) src/meta/*.h $(COMMON_HDR) tests/unit/tap.h | $(B)
 	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ tests/unit/test_meta.c $(META_SRC) $(XXH_LIBS)
 
-build/gmsfs-open: tests/helpers/gmsfs-open.c | build
+$(B)/gmsfs-open: tests/helpers/gmsfs-open.c | $(B)
 	$(CC) $(CFLAGS) -o $@ $<
 
 deps:
@@ -103,12 +108,23 @@ deps:
 check-unit: $(UNIT)
 	prove $(UNIT)
 
+ASAN_CFLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+QUICK_TESTS := $(UNIT) tests/layout.sh tests/*.bats
 # The whole suite, one prove run: C unit tests are TAP programs, mount tests are bats
-# files, the layout rule a script.  Installs what is missing first, then builds in a
-# sub-make (pkg-config must see the packages).
+# files; then the mount tests again on an ASan+UBSan build and with the daemon under
+# valgrind, and every fuzzer for 30 s.  Installs what is missing first, then builds in a
+# sub-make (pkg-config must see the packages).  make check-quick: the first part only.
 check: deps
-	$(MAKE) all
-	prove --exec tests/tap-exec $(UNIT) tests/layout.sh tests/*.bats
+	$(MAKE) all fuzzers
+	$(MAKE) all B=build-asan CFLAGS="$(ASAN_CFLAGS)"
+	prove --exec tests/tap-exec $(QUICK_TESTS) tests/sanitizers.sh tests/valgrind.sh tests/fuzz.sh
+
+check-quick: all
+	prove --exec tests/tap-exec $(QUICK_TESTS)
+
+check-asan:
+	$(MAKE) all B=build-asan CFLAGS="$(ASAN_CFLAGS)"
+	prove --exec tests/tap-exec tests/sanitizers.sh
 
 demo: deps
 	$(MAKE) all
@@ -120,7 +136,7 @@ bench: all
 
 install: $(BIN) $(LIB)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/gmsfs
-	install -D -m 0755 build/$(LIB_SONAME) $(DESTDIR)$(PREFIX)/lib/$(LIB_SONAME)
+	install -D -m 0755 $(B)/$(LIB_SONAME) $(DESTDIR)$(PREFIX)/lib/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(PREFIX)/lib/libgmsfs.so
 	install -D -m 0644 include/gmsfs/gmsfs.h $(DESTDIR)$(PREFIX)/include/gmsfs/gmsfs.h
 	install -D -m 0644 include/gmsfs/abi.h $(DESTDIR)$(PREFIX)/include/gmsfs/abi.h
@@ -136,14 +152,16 @@ clean:
 # Fuzz what parses input (needs clang): make fuzz FUZZ_SECONDS=60
 FUZZ_SECONDS ?= 30
 FUZZ_CFLAGS := -g -O1 -D_GNU_SOURCE -Iinclude -Icommon -fsanitize=fuzzer,address,undefined
-build/fuzz_meta: tests/fuzz/fuzz_meta.c $(META_SRC) src/meta/*.h $(COMMON_HDR) | build
+$(B)/fuzz_meta: tests/fuzz/fuzz_meta.c $(META_SRC) src/meta/*.h $(COMMON_HDR) | $(B)
 	clang $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_meta.c $(META_SRC) $(XXH_LIBS)
 
 # The wire codec alone: request headers and bodies, replies.
-build/fuzz_wire: tests/fuzz/fuzz_wire.c $(WIRE_SRC) $(COMMON_HDR) | build
+$(B)/fuzz_wire: tests/fuzz/fuzz_wire.c $(WIRE_SRC) $(COMMON_HDR) | $(B)
 	clang $(FUZZ_CFLAGS) $(MSGPACK_CFLAGS) -o $@ tests/fuzz/fuzz_wire.c $(WIRE_SRC) $(MSGPACK_LIBS)
 
-fuzz: build/fuzz_meta build/fuzz_wire
-	mkdir -p build/fuzz-corpus build/fuzz-wire-corpus
-	build/fuzz_meta -max_total_time=$(FUZZ_SECONDS) -max_len=2048 build/fuzz-corpus
-	build/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=8192 build/fuzz-wire-corpus tests/fuzz/wire-seeds
+fuzzers: $(B)/fuzz_meta $(B)/fuzz_wire
+
+fuzz: $(B)/fuzz_meta $(B)/fuzz_wire
+	mkdir -p $(B)/fuzz-corpus $(B)/fuzz-wire-corpus
+	$(B)/fuzz_meta -max_total_time=$(FUZZ_SECONDS) -max_len=2048 $(B)/fuzz-corpus
+	$(B)/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(B)/fuzz-wire-corpus tests/fuzz/wire-seeds

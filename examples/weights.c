@@ -55,36 +55,46 @@ static int writer(const char *store, int count, uint64_t bytes)
 	return 0;
 }
 
+/* The layer a key like "tensors/layer12" describes, or -1 for any other key. */
+static int layer_of(const char *key)
+{
+	int k, end = 0;
+	if (sscanf(key, "tensors/layer%d%n", &k, &end) != 1 || key[end] || k < 0)
+		return -1;
+	return k;
+}
+
 static int reader(const char *store)
 {
 	gmsfs *g;
 	int e = gmsfs_connect(&g, store, GMSFS_RO, 10000);
 	if (e)
 		return fail(g, "connect", e);
-	if ((e = gmsfs_import_all(g)))
+	if ((e = gmsfs_import_all(g))) /* every allocation and every entry, one round trip */
 		return fail(g, "import_all", e);
-	const struct gmsfs_mapping *m;
-	size_t n = gmsfs_mappings(g, &m), bad = 0;
-	for (size_t i = 0; i < n; i++) {
-		int k;
-		if (sscanf(m[i].name, "layers/%d/weight", &k) != 1)
-			continue;
-		const uint64_t *p = m[i].ptr;
-		for (uint64_t w = 0; w < m[i].size / 8; w++)
-			bad += p[w] != pattern((uint64_t)k, w);
-	}
 	char **keys;
-	size_t nkeys;
+	size_t nkeys, bad = 0;
 	if ((e = gmsfs_meta_list(g, "tensors/", &keys, &nkeys)))
 		return fail(g, "meta_list", e);
-	for (size_t i = 0; i < nkeys && i < 3; i++) {
+	/* Each tensor entry says where its words are: check them, and nothing else. */
+	for (size_t i = 0; i < nkeys; i++) {
 		struct gmsfs_meta md;
-		if (!gmsfs_meta_get(g, keys[i], &md)) {
+		struct gmsfs_mapping m;
+		int k = layer_of(keys[i]);
+		if (k < 0 || gmsfs_meta_get(g, keys[i], &md))
+			continue;
+		if (md.alloc && !gmsfs_find(g, md.alloc, &m)) {
+			const uint64_t *p = m.ptr;
+			for (uint64_t w = md.offset / 8; w < m.size / 8; w++)
+				bad += p[w] != pattern((uint64_t)k, w - md.offset / 8);
+		}
+		if (i < 3)
 			printf("  %s -> %s+%" PRIu64 " %.*s\n", keys[i], md.alloc ? md.alloc : "-", md.offset,
 			       (int)md.value_len, (char *)md.value);
-			gmsfs_meta_free(&md);
-		}
+		gmsfs_meta_free(&md);
 	}
+	const struct gmsfs_mapping *m;
+	size_t n = gmsfs_mappings(g, &m);
 	char hash[33];
 	gmsfs_layout_hash(g, hash);
 	printf("imported %zu allocations (%" PRIu64 " bytes), %zu metadata entries, %zu bad words, layout %s\n", n,

@@ -187,7 +187,8 @@ static int take(struct ch_manifest *m, struct progress *p, struct wire_reply *re
 		close_fds(fds, nfds);
 		return e;
 	}
-	memcpy(m->fds + m->nfds, fds, nfds * sizeof *fds);
+	if (nfds)
+		memcpy(m->fds + m->nfds, fds, nfds * sizeof *fds);
 	m->nfds += nfds;
 	for (size_t i = 0; i < rep->nallocs; i++) {
 		/* A message without descriptors lists allocations only (an export without fds). */

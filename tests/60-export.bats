@@ -4,13 +4,13 @@
 
 load helpers
 
-PROBE=$ROOT/build/gmsfs-probe
-EXAMPLE=$ROOT/build/gmsfs-example
+PROBE=$BUILD/gmsfs-probe
+EXAMPLE=$BUILD/gmsfs-example
 
 setup_file() {
 	mount_gmsfs -o socket="$BATS_FILE_TMPDIR/export.sock"
 	mkdir "$MNT/m"
-	"$ROOT/build/gmsfs-example" write "$MNT/m" 4 10000 >/dev/null
+	"$BUILD/gmsfs-example" write "$MNT/m" 4 10000 >/dev/null
 }
 teardown_file() { unmount_gmsfs; }
 

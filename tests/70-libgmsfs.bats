@@ -5,7 +5,7 @@
 
 load helpers
 
-SCENARIO=$ROOT/build/gmsfs-scenario
+SCENARIO=$BUILD/gmsfs-scenario
 
 setup_file() { mount_gmsfs; }
 teardown_file() { unmount_gmsfs; }
@@ -24,7 +24,9 @@ scenario() {
 @test "RW_OR_RO times out while a writer waits behind a reader" { scenario rw_or_ro_timeout; }
 @test "a waiting reader gets in when the waiting writer times out" { scenario reader_after_writer_timeout; }
 @test "several readers hold the committed state until the last leaves" { scenario several_readers; }
-@test "a reader's RW-only calls fail with EPERM and change nothing" { scenario reader_rw_calls_fail; }
+@test "a reader's RW-only calls fail with EPERM and change nothing; it cannot become a writer by reallocate_all" { scenario reader_rw_calls_fail; }
+@test "one RW connection per writer session (EBUSY, a child's too); no mapping of committed memory stays writable" { scenario one_rw_per_session; }
+@test "NULL out-parameters are EINVAL; a directory or a missing name is EISDIR or ENOENT with the name" { scenario bad_args; }
 @test "an invalid metadata offset is refused and changes nothing" { scenario bad_offset; }
 @test "freeing a mapping removes its allocation and the entries that point at it" { scenario free_removes; }
 @test "remap after an unchanged layout keeps every address" { scenario remap_same; }
@@ -42,13 +44,18 @@ scenario() {
 
 @test "the example program: writer, then reader" {
 	mkdir "$MNT/ex"
-	run "$ROOT/build/gmsfs-example" write "$MNT/ex" 8 65536
+	run "$BUILD/gmsfs-example" write "$MNT/ex" 8 65536
 	assert_success
 	local hash
 	hash=$(cat "$MNT/ex/layout_hash")
 	assert_output --partial "layout $hash"
-	run "$ROOT/build/gmsfs-example" read "$MNT/ex"
+	run "$BUILD/gmsfs-example" read "$MNT/ex"
 	assert_success
 	assert_output --partial "imported 8 allocations (524288 bytes), 8 metadata entries, 0 bad words, layout $hash"
 	assert_output --partial 'tensors/layer0 -> layers/0/weight+0 u64[8192]'
+	# Other allocations beside the layers' (a shell adds one): the reader checks what its entries describe.
+	bash -ec "exec 9>$MNT/ex/lock; truncate -s 65536 $MNT/ex/allocs/layers/0/qkv; echo > $MNT/ex/commit"
+	run "$BUILD/gmsfs-example" read "$MNT/ex"
+	assert_success
+	assert_output --partial "imported 9 allocations (589824 bytes), 8 metadata entries, 0 bad words"
 }

@@ -9,7 +9,7 @@ teardown_file() { unmount_gmsfs; }
 
 @test "a reader keeps reading its mapped allocations after the daemon is killed" {
 	mkdir "$MNT/s"
-	GMSFS_DAEMON_PID=$GMSFS_PID run timeout 60 "$ROOT/build/gmsfs-scenario" daemon_killed "$MNT/s"
+	GMSFS_DAEMON_PID=$GMSFS_PID run timeout 60 "$BUILD/gmsfs-scenario" daemon_killed "$MNT/s"
 	assert_success
 	run stat "$MNT/s"
 	assert_output --partial 'Transport endpoint is not connected'

@@ -3,8 +3,12 @@ bats_load_library bats-support
 bats_load_library bats-assert
 
 ROOT=$(cd "$BATS_TEST_DIRNAME/.." && pwd)
-GMSFS=${GMSFS:-$ROOT/build/gmsfs}
-OPEN=$ROOT/build/gmsfs-open
+# The build under test: build/, or build-asan/ for make check-asan.
+BUILD=$ROOT/${GMSFS_BUILD:-build}
+GMSFS=${GMSFS:-$BUILD/gmsfs}
+OPEN=$BUILD/gmsfs-open
+# Debian's python3, with the packages install-deps.sh put there.
+PYTHON=${PYTHON:-/usr/bin/python3}
 
 # mount_gmsfs [OPTIONS...]: a daemon in the foreground, in the background; sets MNT and GMSFS_PID.
 mount_gmsfs() {

@@ -33,7 +33,7 @@ int caller_tgid(fuse_req_t req, pid_t *tgid)
 	snprintf(path, sizeof path, "/proc/%d/status", tid);
 	int e = read_small(path, buf, sizeof buf);
 	if (e)
-		return e == -ENOENT ? -ESRCH : e;
+		return e == -ENOENT ? -ESRCH : e; /* -EMFILE: the daemon is out of descriptors */
 	char *p = strstr(buf, "\nTgid:");
 	if (!p)
 		return -ESRCH;
@@ -72,35 +72,47 @@ int caller_start_time(pid_t pid, uint64_t *start)
 	return proc_stat(pid, NULL, start);
 }
 
-bool caller_descends(pid_t tgid, pid_t ancestor, uint64_t ancestor_start)
+/* The daemon out of descriptors cannot tell: an error, not a wrong "no". */
+static bool out_of_fds(int e)
+{
+	return e == -EMFILE || e == -ENFILE || e == -ENOMEM;
+}
+
+int caller_descends(pid_t tgid, pid_t ancestor, uint64_t ancestor_start)
 {
 	for (int depth = 0; tgid > 1 && depth < 4096; depth++) {
 		pid_t ppid;
 		uint64_t start;
-		if (proc_stat(tgid, &ppid, &start))
-			return false;
+		int e = proc_stat(tgid, &ppid, &start);
+		if (e)
+			return out_of_fds(e) ? e : 0;
 		if (tgid == ancestor)
 			return start == ancestor_start;
 		tgid = ppid;
 	}
-	return false;
+	return 0;
 }
 
-bool caller_holds(pid_t tgid, const uint64_t *inos, size_t n)
+int caller_holds(pid_t tgid, const uint64_t *inos, size_t n)
 {
 	char path[64];
 	snprintf(path, sizeof path, "/proc/%d/fdinfo", tgid);
 	DIR *d = opendir(path);
 	if (!d)
-		return false;
-	bool found = false;
+		return out_of_fds(-errno) ? -errno : 0;
+	int found = 0, e;
 	for (struct dirent *de; !found && (de = readdir(d));) {
 		char p[300], buf[512];
 		if (de->d_name[0] == '.')
 			continue;
 		snprintf(p, sizeof p, "/proc/%d/fdinfo/%s", tgid, de->d_name);
-		if (read_small(p, buf, sizeof buf))
+		if ((e = read_small(p, buf, sizeof buf))) {
+			if (out_of_fds(e)) {
+				found = e;
+				break;
+			}
 			continue; /* closed meanwhile */
+		}
 		char *ino = strstr(buf, "\nino:");
 		if (!ino)
 			continue;

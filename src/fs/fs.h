@@ -203,9 +203,12 @@ int store_may_change(struct store *st, pid_t tgid);
 /* The same for a request: through a session handle h, or as a member; -EROFS through a
  * read handle. */
 int store_check_change(fuse_req_t req, struct store *st, const struct fs_handle *h);
-bool store_is_member(struct store *st, pid_t tgid);
+/* 1 yes, 0 no, -errno (-EMFILE: the daemon is out of descriptors and cannot tell). */
+int store_is_member(struct store *st, pid_t tgid);
 int store_commit(struct store *st);
 int store_abort(struct store *st);
+/* e (-EMFILE, -ENFILE: the daemon is out of descriptors) goes to last_error and the log. */
+int store_cannot_tell(struct store *st, int e);
 /* Size an allocation once: memory from the backend, or ENOSPC with last_error. */
 int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size);
 
@@ -222,10 +225,11 @@ void wait_stop(struct fs *fs);
 /* The thread group of a request's thread; -EPERM for pid 0 (outside our pid namespace). */
 int caller_tgid(fuse_req_t req, pid_t *tgid);
 int caller_start_time(pid_t pid, uint64_t *start);
-bool caller_descends(pid_t tgid, pid_t ancestor, uint64_t ancestor_start);
+/* 1 yes, 0 no, or -errno when the daemon cannot tell (out of descriptors). */
+int caller_descends(pid_t tgid, pid_t ancestor, uint64_t ancestor_start);
 /* Has process tgid a descriptor open on one of these inodes?  (/proc/PID/fdinfo: no
  * request to this mount.) */
-bool caller_holds(pid_t tgid, const uint64_t *inos, size_t n);
+int caller_holds(pid_t tgid, const uint64_t *inos, size_t n);
 /* Would the kernel let the request's caller open a file of mode (owner: the daemon's
  * uid and gid) for reading (want 4) or writing (want 2)?  0 or -EACCES. */
 int caller_may(fuse_req_t req, mode_t mode, int want);

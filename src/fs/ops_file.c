@@ -424,8 +424,8 @@ static int do_control_write(fuse_req_t req, struct fs_handle *h)
 		return e;
 	if (st->removed)
 		return -ENOENT;
-	if (!store_is_member(st, tgid))
-		return -EPERM;
+	if ((e = store_is_member(st, tgid)) <= 0)
+		return e < 0 ? e : -EPERM;
 	return h->fnode->kind == FS_COMMIT ? store_commit(st) : store_abort(st);
 }
 

@@ -55,9 +55,9 @@ static int do_lock(fuse_req_t req, struct fs_handle *h, struct gmsfs_ioc *io, pi
 		return e;
 	/* One RW connection per writer session: the library could not make a second
 	 * handle's mappings read-only when the first commits. */
-	if (io->mode != GMSFS_RO && st->fsm.leader && store_is_member(st, tgid) &&
-	    (io->mode == GMSFS_RW || !st->fsm.committed))
-		return -EBUSY;
+	if (io->mode != GMSFS_RO && st->fsm.leader && (io->mode == GMSFS_RW || !st->fsm.committed) &&
+	    (e = store_is_member(st, tgid)))
+		return e < 0 ? e : -EBUSY;
 	*want = io->mode == GMSFS_RO ? WANT_READ : io->mode == GMSFS_RW ? WANT_WRITE : WANT_RW_OR_RO;
 	return store_lock_handle(req, h, *want, io->timeout_ms);
 }

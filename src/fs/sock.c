@@ -403,7 +403,7 @@ int sock_start(struct fs *fs, const char *path, char *err, size_t errlen)
 	int one = 1;
 	setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
 	/* Created with the final mode: no window in which anyone else may connect. */
-	mode_t old = umask(fs->allow_other ? 0 : 0177);
+	mode_t old = umask(fs->allow_other ? 0111 : 0177);
 	int r = bind(s, (struct sockaddr *)&a, sizeof a);
 	umask(old);
 	if (r < 0 || listen(s, 128) < 0) {

@@ -145,30 +145,44 @@ static size_t held_inodes(struct store *st, enum fs_hold hold, pid_t tgid, pid_t
 
 /* Does process p still hold a descriptor of the session?  A handle it closed does not
  * count: its release reaches us after close() returned. */
-static bool holds_session(struct store *st, pid_t p)
+static int holds_session(struct store *st, pid_t p)
 {
 	uint64_t inos[64];
 	size_t n = held_inodes(st, HOLD_SESSION, 0, p, inos, 64);
-	return n && caller_holds(p, inos, n);
+	return n ? caller_holds(p, inos, n) : 0;
 }
 
 /* A member of the session holds one of its descriptors (the leader, a child it left
  * behind), or descends from a leader that still holds one (a program its shell runs). */
-bool store_is_member(struct store *st, pid_t tgid)
+int store_is_member(struct store *st, pid_t tgid)
 {
 	pid_t leader = st->fsm.leader;
 	if (!leader)
-		return false;
-	if (holds_session(st, tgid))
-		return true;
-	return tgid != leader && caller_descends(tgid, leader, st->leader_start) && holds_session(st, leader);
+		return 0;
+	int r = holds_session(st, tgid);
+	if (r || tgid == leader)
+		return r;
+	if ((r = caller_descends(tgid, leader, st->leader_start)) <= 0)
+		return r;
+	return holds_session(st, leader);
 }
 
 int store_may_change(struct store *st, pid_t tgid)
 {
-	if (store_is_member(st, tgid))
-		return 0;
+	int r = store_is_member(st, tgid);
+	if (r)
+		return r < 0 ? r : 0;
 	return st->fsm.leader || st->fsm.readers ? -EBUSY : -EROFS;
+}
+
+int store_cannot_tell(struct store *st, int e)
+{
+	if (e == -EMFILE || e == -ENFILE) {
+		vmm_why(st->fs->vmm, e, st->last_error, sizeof st->last_error);
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: %s\n", st->name, st->last_error);
+		store_notify(st);
+	}
+	return e;
 }
 
 int store_check_change(fuse_req_t req, struct store *st, const struct fs_handle *h)
@@ -182,9 +196,9 @@ int store_check_change(fuse_req_t req, struct store *st, const struct fs_handle 
 	if (e) {
 		if (e == -EPERM)
 			fuse_log(FUSE_LOG_WARNING, "gmsfs: refused a change from outside the daemon's pid namespace\n");
-		return e;
+		return store_cannot_tell(st, e);
 	}
-	return store_may_change(st, tgid);
+	return store_cannot_tell(st, store_may_change(st, tgid));
 }
 
 int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size)
@@ -197,10 +211,10 @@ int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size)
 	struct vmm_buf *b;
 	int e = vmm_alloc(st->pool, size, &b);
 	if (e) {
-		char path[GMSFS_PATH_MAX + 1] = "", why[300];
+		char path[GMSFS_PATH_MAX + 1] = "", why[256];
 		meta_path(m, path, sizeof path);
 		vmm_why(v, e, why, sizeof why);
-		snprintf(st->last_error, sizeof st->last_error, "allocs/%s: %llu bytes: %s", path,
+		snprintf(st->last_error, sizeof st->last_error, "allocs/%.200s: %llu bytes: %.256s", path,
 			 (unsigned long long)size, why);
 		store_notify(st);
 		return e;
@@ -213,11 +227,11 @@ int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size)
 /* Does tgid hold a read handle here?  Then its next read must not queue behind a
  * writer that waits for this very process.  A handle it has closed does not count: the
  * release reaches us after close() returned, so its descriptors are asked too. */
-static bool holds_read(struct store *st, pid_t tgid)
+static int holds_read(struct store *st, pid_t tgid)
 {
 	uint64_t inos[64];
 	size_t n = held_inodes(st, HOLD_READ, tgid, tgid, inos, 64);
-	return n && caller_holds(tgid, inos, n);
+	return n ? caller_holds(tgid, inos, n) : 0;
 }
 
 int store_take(struct store *st, enum fs_want want, pid_t tgid, enum fs_hold *out)
@@ -245,12 +259,17 @@ int store_try(struct store *st, enum fs_want want, pid_t tgid, enum fs_hold *out
 {
 	if (st->removed)
 		return -ENOENT;
-	if (store_is_member(st, tgid)) {
+	int r = store_is_member(st, tgid);
+	if (r < 0)
+		return store_cannot_tell(st, r);
+	if (r) {
 		fsm_join(&st->fsm);
 		*out = HOLD_SESSION;
 		return 0;
 	}
-	if (st->fsm.readers && holds_read(st, tgid)) {
+	if (st->fsm.readers && (r = holds_read(st, tgid)) < 0)
+		return r;
+	if (st->fsm.readers && r) {
 		if (want == WANT_WRITE)
 			return -EDEADLK; /* it would wait for its own read handles */
 		fsm_reopen_read(&st->fsm);
@@ -269,7 +288,7 @@ int store_lock_handle(fuse_req_t req, struct fs_handle *h, enum fs_want want, in
 		if (e == -EPERM)
 			fuse_log(FUSE_LOG_WARNING,
 				 "gmsfs: refused a lock to a caller outside the daemon's pid namespace (pid 0)\n");
-		return e;
+		return store_cannot_tell(h->store, e);
 	}
 	h->tgid = tgid;
 	e = store_try(h->store, want, tgid, &h->hold);

@@ -6,6 +6,10 @@
  *   gmsfs-probe redeem FILE CMD HOW
  *       HOW: ok, forged, replay, child, child-sameconn, closed, uid, short, long,
  *            badmagic, badflags, withfds, bind (an export ticket presented to BIND)
+ *   gmsfs-probe hog SOCKET N MS
+ *       open N connections and say nothing: how many the daemon refused at once, and how
+ *       many of the others it closed within MS milliseconds of silence
+ *   gmsfs-probe connect SOCKET      connect: "ok" or the errno name
  *   gmsfs-probe bind FILE HOW
  *       HOW: export, unbound, child, create, redeem (a channel ticket presented to REDEEM),
  *            ticketed-op, commit-body, op-switch, garbage-body, closed
@@ -21,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -291,7 +296,8 @@ static void send_op(int s, enum gmsfs_op op, const uint8_t *ticket, uint32_t fla
 	struct gmsfs_sock_req hd;
 	wire_req_init(&hd, op, ticket, flags, (uint32_t)len);
 	memcpy(msg, &hd, sizeof hd);
-	memcpy(msg + sizeof hd, body, len);
+	if (len)
+		memcpy(msg + sizeof hd, body, len);
 	send_req(s, msg, sizeof hd + len, -1);
 }
 
@@ -316,6 +322,7 @@ static int do_bind(int argc, char **argv)
 	msgpack_sbuffer_init(&sb);
 	wire_pack_export(&sb, NULL, 0, true, true);
 	if (!strcmp(how, "redeem")) {
+		msgpack_sbuffer_destroy(&sb);
 		send_op(s, GMSFS_OP_REDEEM, io.ticket, 0, NULL, 0);
 		return read_reply(s, false);
 	}
@@ -357,14 +364,70 @@ static int do_bind(int argc, char **argv)
 		send_op(s, GMSFS_OP_EXPORT, NULL, 0, "\xdd\xff\xff\xff\xff", 5);
 	} else {
 		fprintf(stderr, "unknown HOW %s\n", how);
+		msgpack_sbuffer_destroy(&sb);
 		return 2;
 	}
 	msgpack_sbuffer_destroy(&sb);
 	return read_reply(s, false);
 }
 
+/* Has the daemon closed s (after an error message, or on a timeout)?  Waits up to ms. */
+static bool closed_by_daemon(int s, int ms)
+{
+	struct pollfd p = { s, POLLIN, 0 };
+	if (poll(&p, 1, ms) <= 0)
+		return false;
+	char buf[512];
+	while (recv(s, buf, sizeof buf, MSG_DONTWAIT) > 0)
+		; /* the refusal's message */
+	return recv(s, buf, sizeof buf, MSG_DONTWAIT) == 0;
+}
+
+static int do_hog(int argc, char **argv)
+{
+	int n = atoi(argv[3]), ms = atoi(argv[4]), refused = 0, closed = 0, open_ = 0;
+	int *s = calloc((size_t)n, sizeof *s);
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof a.sun_path, "%s", argv[2]);
+	for (int i = 0; i < n; i++) {
+		s[i] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (connect(s[i], (struct sockaddr *)&a, sizeof a) < 0)
+			return say_err(errno);
+	}
+	usleep(300000); /* a refusal comes at once: look at them all after a moment */
+	for (int i = 0; i < n; i++)
+		if (closed_by_daemon(s[i], 0))
+			refused++, s[i] = -1;
+		else
+			open_++;
+	printf("open=%d refused=%d\n", open_, refused);
+	fflush(stdout);
+	usleep((useconds_t)ms * 1000);
+	for (int i = 0; i < n; i++)
+		if (s[i] >= 0 && closed_by_daemon(s[i], 0))
+			closed++;
+	printf("closed after %d ms of silence: %d\n", ms, closed);
+	free(s);
+	return 0;
+}
+
+static int do_connect(const char *path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (connect(s, (struct sockaddr *)&a, sizeof a) < 0)
+		return say_err(errno);
+	printf("ok\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 5 && !strcmp(argv[1], "hog"))
+		return do_hog(argc, argv);
+	if (argc == 3 && !strcmp(argv[1], "connect"))
+		return do_connect(argv[2]);
 	if (argc >= 4 && !strcmp(argv[1], "bind"))
 		return do_bind(argc, argv);
 	if (argc >= 4 && !strcmp(argv[1], "ioctl"))

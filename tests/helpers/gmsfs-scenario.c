@@ -558,7 +558,105 @@ static int sc_reader_rw_calls_fail(void)
 	CHECK(gmsfs_commit(g) == -EPERM, "commit");
 	CALL(g, gmsfs_layout_hash(g, h2));
 	CHECK(!strcmp(h1, h2), "layout unchanged");
+	/* Sleep, then ask for fresh memory: a reader never becomes a writer. */
+	CALL(g, gmsfs_unmap_all(g));
+	CHECK(gmsfs_reallocate_all(g, 1000) == -EPERM, "reallocate_all by a reader");
+	CHECK(strstr(gmsfs_errmsg(g), "never granted"), "%s", gmsfs_errmsg(g));
+	CHECK(gmsfs_lock_mode(g) == 0 && state_val("writer") == 0, "no write lock was taken");
+	CALL(g, gmsfs_remap_all(g, 1000));
+	if (verify(g, 2, 0))
+		return 1;
 	gmsfs_disconnect(g);
+	return 0;
+}
+
+/* Is [p, p + n) mapped writable in this process?  (/proc/self/maps) */
+static bool mapped_writable(const void *p, uint64_t n)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512], perms[8];
+	unsigned long lo, hi;
+	bool w = false;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && lo < (uintptr_t)p + n && hi > (uintptr_t)p)
+			w |= perms[1] == 'w';
+	if (f)
+		fclose(f);
+	return w;
+}
+
+/* One RW connection per writer session: a second, from the same process or a child, is
+ * EBUSY; after commit no mapping of committed memory is writable. */
+static int sc_one_rw_per_session(void)
+{
+	gmsfs *g, *g2;
+	void *p;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 1000));
+	CALL(g, gmsfs_create(g, "w/0", 65536, NULL, &p));
+	CHECK(gmsfs_connect(&g2, store, GMSFS_RW, 1000) == -EBUSY, "a second RW connect in the same process");
+	CHECK(strstr(gmsfs_errmsg(g2), "one RW connection"), "%s", gmsfs_errmsg(g2));
+	gmsfs_disconnect(g2);
+	CHECK(gmsfs_connect(&g2, store, GMSFS_RW_OR_RO, 1000) == -EBUSY, "RW_OR_RO on an uncommitted store");
+	gmsfs_disconnect(g2);
+	pid_t kid = fork();
+	if (kid == 0) { /* a child (it holds the session's descriptors it inherited) */
+		gmsfs *k;
+		_exit(gmsfs_connect(&k, store, GMSFS_RW, 1000) == -EBUSY ? 0 : 1);
+	}
+	int st;
+	waitpid(kid, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a forked child's RW connect");
+	if (!cuda)
+		CHECK(mapped_writable(p, 65536), "the writer's mapping is writable before commit");
+	CALL(g, gmsfs_commit(g));
+	const struct gmsfs_mapping *m;
+	gmsfs_mappings(g, &m);
+	CHECK(!m[0].writable, "the mapping says writable after commit");
+	if (cuda) /* the device refuses a write through read-only access */
+		CHECK(mem_poke(p, 4096) != 0, "a write into committed memory went through");
+	else
+		CHECK(!mapped_writable(p, 65536), "the committed allocation is still mapped writable");
+	/* The same process may read (it holds a read lock now), not write. */
+	CALL(g2, gmsfs_connect(&g2, store, GMSFS_RO, 1000));
+	gmsfs_disconnect(g2);
+	CHECK(gmsfs_connect(&g2, store, GMSFS_RW, 1000) == -EDEADLK, "RW while this process reads");
+	gmsfs_disconnect(g2);
+	gmsfs_disconnect(g);
+	CALL(g2, gmsfs_connect(&g2, store, GMSFS_RW, 1000));
+	gmsfs_disconnect(g2);
+	return 0;
+}
+
+/* NULL out-parameters and names that are not allocations: -EINVAL, -EISDIR, -ENOENT, with the name. */
+static int sc_bad_args(void)
+{
+	if (publish(2, 4096, 0, NULL))
+		return 1;
+	CHECK(gmsfs_connect(NULL, store, GMSFS_RO, 0) == -EINVAL, "connect(NULL)");
+	gmsfs *g = (gmsfs *)1;
+	CHECK(gmsfs_connect(&g, NULL, GMSFS_RO, 0) == -EINVAL && !g, "connect to NULL");
+	CHECK(gmsfs_connect(&g, store, 7, 0) == -EINVAL && !g, "connect with mode 7");
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 1000));
+	CALL(g, gmsfs_import_all(g));
+	CHECK(gmsfs_meta_get(g, "t/0", NULL) == -EINVAL, "meta_get into NULL");
+	char **keys;
+	CHECK(gmsfs_meta_list(g, "", NULL, NULL) == -EINVAL, "meta_list into NULL");
+	CHECK(gmsfs_meta_list(g, "", &keys, NULL) == -EINVAL, "meta_list without a count");
+	CHECK(gmsfs_layout_hash(g, NULL) == -EINVAL, "layout_hash into NULL");
+	CHECK(gmsfs_import(g, "w/0", NULL) == -EINVAL, "import into NULL");
+	CHECK(gmsfs_find(g, NULL, NULL) == -EINVAL, "find NULL");
+	CHECK(gmsfs_layout_hash(NULL, NULL) == -EINVAL && gmsfs_import_all(NULL) == -EINVAL, "NULL handle");
+	void *p;
+	CHECK(gmsfs_import(g, "w", &p) == -EISDIR, "import of a directory");
+	CHECK(strstr(gmsfs_errmsg(g), "allocs/w is a directory"), "%s", gmsfs_errmsg(g));
+	CHECK(gmsfs_import(g, "w/9", &p) == -ENOENT, "import of nothing");
+	CHECK(strstr(gmsfs_errmsg(g), "allocs/w/9 does not exist"), "%s", gmsfs_errmsg(g));
+	CHECK(gmsfs_import(g, "../x", &p) == -EINVAL, "import of ..");
+	struct gmsfs_meta md;
+	CHECK(gmsfs_meta_get(g, "t/9", &md) == -ENOENT && strstr(gmsfs_errmsg(g), "meta/t/9"), "%s", gmsfs_errmsg(g));
+	gmsfs_disconnect(g);
+	gmsfs_disconnect(NULL);
+	CHECK(gmsfs_lock_mode(NULL) == 0 && gmsfs_total_bytes(NULL) == 0, "NULL handle facts");
 	return 0;
 }
 
@@ -887,7 +985,7 @@ static int sc_requests(void)
 	gmsfs *w;
 	CALL(w, gmsfs_connect(&w, store, GMSFS_RW, 5000));
 	static struct gmsfs_entry v[N];
-	static char keys[N][32], names[N][32];
+	static char keys[N][48], names[N][32];
 	for (int i = 0; i < N; i++) {
 		void *p;
 		snprintf(names[i], sizeof names[i], "layers/%d/w", i);
@@ -1021,6 +1119,8 @@ static const struct {
 	{ "abort_cycles", sc_abort_cycles },
 	{ "daemon_killed", sc_daemon_killed },
 	{ "requests", sc_requests },
+	{ "one_rw_per_session", sc_one_rw_per_session },
+	{ "bad_args", sc_bad_args },
 	{ "bulk_meta", sc_bulk_meta },
 };
 

@@ -1,0 +1,51 @@
+#!/bin/bash
+# The mount tests again, as TAP, under a checker; then what the checker reported.
+#   tests/variant.sh asan       daemon, library and helpers built with ASan+UBSan (build-asan/):
+#                               any report (errors, leaks at exit) fails
+#   tests/variant.sh valgrind   the daemon under valgrind: no error, nothing lost at exit
+cd "$(dirname "$0")/.." || exit 1
+kind=$1
+logs=$(mktemp -d /tmp/gmsfs-$kind.XXXXXX)
+chmod 1777 "$logs" # processes of the other user (85-users) write their reports here too
+trap 'rm -rf "$logs"' EXIT
+case $kind in
+asan)
+	export GMSFS_BUILD=build-asan
+	export ASAN_OPTIONS=log_path=$logs/asan:detect_leaks=1:abort_on_error=1
+	export UBSAN_OPTIONS=log_path=$logs/ubsan:print_stacktrace=1:halt_on_error=1
+	;;
+valgrind)
+	export GMSFS_WRAP="valgrind -q --log-file=$logs/vg.%p --leak-check=full --show-leak-kinds=definite,indirect"
+	;;
+*)
+	echo "usage: $0 asan|valgrind" >&2
+	exit 2
+	;;
+esac
+out=$(bats --tap tests/*.bats 2>&1)
+printf '%s\n' "$out" | grep -v '^1\.\.[0-9]*$'
+n=$(printf '%s\n' "$out" | grep -c '^\(not \)\?ok ')
+failed=$(printf '%s\n' "$out" | grep -c '^not ok ')
+n=$((n + 1))
+if [ "$kind" = asan ]; then
+	reports=$(cat "$logs"/asan.* "$logs"/ubsan.* 2>/dev/null)
+	what="no ASan or UBSan report from any process"
+else
+	# A daemon that a test killed (80-daemon-death) leaves no summary: its log is skipped.
+	reports=$(for f in "$logs"/vg.*; do
+		[ -e "$f" ] || continue
+		grep -q 'ERROR SUMMARY' "$f" || continue
+		grep -q 'ERROR SUMMARY: 0 errors' "$f" && ! grep -q 'definitely lost: [1-9]\|indirectly lost: [1-9]' "$f" ||
+			cat "$f"
+	done)
+	what="valgrind: no error and nothing lost in $(ls "$logs" | wc -l) daemons"
+fi
+if [ -z "$reports" ]; then
+	echo "ok $n - $what"
+else
+	echo "not ok $n - $what"
+	printf '%s\n' "$reports" | head -60 | sed 's/^/#   /'
+	failed=$((failed + 1))
+fi
+echo "1..$n"
+[ "$failed" -eq 0 ]
