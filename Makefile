@@ -36,7 +36,7 @@ FS_SRC := $(addprefix src/fs/,main.c node.c handle.c ops.c ops_tree.c ops_file.c
 DAEMON_SRC := $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(WIRE_SRC)
 DAEMON_HDR := $(COMMON_HDR) $(wildcard src/*/*.h)
 
-LIB_SRC := $(addprefix libgmsfs/,handle.c channel.c maps.c meta.c sleep.c map_host.c map_cuda.c) $(WIRE_SRC)
+LIB_SRC := $(addprefix libgmsfs/,handle.c channel.c maps.c meta.c sleep.c torch.c map_host.c map_cuda.c) $(WIRE_SRC)
 LIB_HDR := $(COMMON_HDR) libgmsfs/internal.h
 LIB_SONAME := libgmsfs.so.0
 
@@ -109,7 +109,7 @@ check-unit: $(UNIT)
 	prove $(UNIT)
 
 ASAN_CFLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-QUICK_TESTS := $(UNIT) tests/layout.sh tests/*.bats
+QUICK_TESTS := $(UNIT) tests/layout.sh tests/*.bats tests/python.sh
 # The whole suite, one prove run: C unit tests are TAP programs, mount tests are bats
 # files; then the mount tests again on an ASan+UBSan build and with the daemon under
 # valgrind, and every fuzzer for 30 s.  Installs what is missing first, then builds in a
@@ -134,6 +134,10 @@ demo: deps
 bench: all
 	sh scripts/bench.sh
 
+# The Python package: where Debian's python3 looks (PREFIX=/usr: dist-packages of all versions).
+PYVER := $(shell /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYVER)/dist-packages)
+
 install: $(BIN) $(LIB)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/gmsfs
 	install -D -m 0755 $(B)/$(LIB_SONAME) $(DESTDIR)$(PREFIX)/lib/$(LIB_SONAME)
@@ -145,6 +149,7 @@ install: $(BIN) $(LIB)
 	install -D -m 0644 man/libgmsfs.3 $(DESTDIR)$(PREFIX)/share/man/man3/libgmsfs.3
 	install -D -m 0644 man/gmsfs.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfs.8
 	install -D -m 0644 man/gmsfs.5 $(DESTDIR)$(PREFIX)/share/man/man5/gmsfs.5
+	for f in python/gmsfs/*.py; do install -D -m 0644 $$f $(DESTDIR)$(PYTHONDIR)/gmsfs/$${f##*/}; done
 
 clean:
 	rm -rf build

@@ -225,6 +225,20 @@ int gmsfs_lock_mode(const gmsfs *g)
 	return g ? g->lock : 0;
 }
 
+int gmsfs_backend(const gmsfs *g)
+{
+	return g && g->be ? (int)g->info.backend : 0;
+}
+
+bool gm_device_ok(const gmsfs *g, int device)
+{
+#ifdef GMSFS_HAVE_CUDA
+	if (g->info.backend == GMSFS_BACKEND_CUDA)
+		return device == (int)g->cudev;
+#endif
+	return true;
+}
+
 static void hash_hex(const uint8_t h[16], char hex[33])
 {
 	for (int i = 0; i < 16; i++)

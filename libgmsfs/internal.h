@@ -132,6 +132,8 @@ int gm_need_lock(gmsfs *g, int want);
 int gm_take_lock(gmsfs *g, int mode, int timeout_ms);
 void gm_release_lock(gmsfs *g);
 int gm_refresh(gmsfs *g);
+/* Is device (an ordinal as the caller's CUDA sees it) the store's?  Always, on the host. */
+bool gm_device_ok(const gmsfs *g, int device);
 
 /* maps.c */
 struct gmsfs_mapping *mp_find(const gmsfs *g, const char *name);

@@ -54,4 +54,9 @@ say "$top/build/gmsfs-example write qwen 16 1048576"
 say "$top/build/gmsfs-example read qwen"
 say "cat qwen/state"
 echo
+echo "# Python and PyTorch: the first run publishes a model, the second maps it (no copy)"
+say "mkdir tiny"
+say "PYTHONPATH=$top/python /usr/bin/python3 $top/examples/torch_share.py tiny"
+say "PYTHONPATH=$top/python /usr/bin/python3 $top/examples/torch_share.py tiny"
+echo
 echo "demo: ok (unmounting $mnt)"

@@ -49,6 +49,7 @@ GMSFS_API int gmsfs_connect(gmsfs **out, const char *store_dir, int mode, int ti
 GMSFS_API void gmsfs_disconnect(gmsfs *g);
 
 GMSFS_API int gmsfs_lock_mode(const gmsfs *g);     /* GMSFS_RO, GMSFS_RW, or 0 between unmap_all and remap_all */
+GMSFS_API int gmsfs_backend(const gmsfs *g);       /* GMSFS_BACKEND_HOST or GMSFS_BACKEND_CUDA: what ptr points at */
 GMSFS_API uint64_t gmsfs_total_bytes(const gmsfs *g); /* aligned bytes of this handle's mappings */
 /* The committed layout hash as 32 hex digits; "" when nothing is committed. */
 GMSFS_API int gmsfs_layout_hash(gmsfs *g, char hex[33]);
@@ -138,6 +139,21 @@ GMSFS_API int gmsfs_remap_all(gmsfs *g, int timeout_ms);
  * and tags) behind the preserved addresses, mapped read-write, for the writer to fill
  * and commit.  -EPERM on a handle that was not granted RW. */
 GMSFS_API int gmsfs_reallocate_all(gmsfs *g, int timeout_ms);
+
+/* ---- PyTorch: torch.cuda.memory.CUDAPluggableAllocator(path of libgmsfs.so.0,
+ * "gmsfs_torch_alloc", "gmsfs_torch_free") ---- */
+/* From now on the allocator carves tensors out of slabs of slab_bytes (0: 1 GiB) created
+ * in g as torch/slabN; NULL stops it.  g must hold the write lock and stay connected
+ * while the allocator is in use.  The only process-wide state of libgmsfs: the entry
+ * points below carry no context.  -EPERM on a handle that is not RW. */
+GMSFS_API int gmsfs_torch_use(gmsfs *g, uint64_t slab_bytes);
+/* The signatures PyTorch calls, no Python and no GIL: 512-byte aligned device memory of
+ * the store (NULL: out of memory, or device is not the store's); free gives a range back
+ * to its slab (a pointer of no slab is ignored). */
+GMSFS_API void *gmsfs_torch_alloc(ssize_t size, int device, void *stream);
+GMSFS_API void gmsfs_torch_free(void *ptr, ssize_t size, int device, void *stream);
+/* Slabs the allocator holds now. */
+GMSFS_API size_t gmsfs_torch_slabs(void);
 
 #ifdef __cplusplus
 }

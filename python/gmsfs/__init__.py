@@ -1,0 +1,284 @@
+"""gmsfs: GPU memory stores shared between processes, from Python.
+
+A thin layer over libgmsfs (ctypes, no compiled extension).  One Connection is one
+lock on one store (a directory of a gmsfs mount):
+
+    import gmsfs
+    with gmsfs.connect("/run/gmsfs/GPU-.../llama", mode="ro", timeout=10) as c:
+        c.import_all()                      # every allocation and entry, one round trip
+        e = c.meta_get("torch/lm_head.weight")
+        print(e.alloc, e.offset, e.size, e.ptr)
+
+Errors raise GmsfsError (an OSError: errno, and the library's words in strerror);
+a layout that changed under remap_all raises StaleLayoutError.  gmsfs.torch shares
+PyTorch modules; Connection.array gives numpy views on the host backend.
+"""
+import ctypes
+import errno as _errno
+import json as _json
+from collections import namedtuple
+
+from . import _lib
+from ._lib import lib as _c
+
+__all__ = ["connect", "Connection", "Mapping", "Entry", "GmsfsError", "StaleLayoutError", "version",
+           "version_string", "library_path"]
+
+version = _lib.version
+version_string = _lib.version_string
+library_path = _lib.path
+
+Mapping = namedtuple("Mapping", "name tag ptr size aligned writable")
+Mapping.__doc__ = "An allocation mapped in this process: ptr stays valid until it is freed or the connection closes."
+Entry = namedtuple("Entry", "key alloc offset size private value ptr")
+Entry.__doc__ = ("A metadata entry: the extent [offset, offset+size) of allocation alloc, its value (bytes), "
+                 "and ptr, where the extent is in this process (a copy of its own if private; None if unmapped).")
+
+_MODES = {"ro": _lib.RO, "rw": _lib.RW, "auto": _lib.RW_OR_RO}
+_NAMES = {_lib.RO: "ro", _lib.RW: "rw"}
+
+
+class GmsfsError(OSError):
+    """A libgmsfs call failed: errno is the error code, strerror the library's message."""
+
+
+class StaleLayoutError(GmsfsError):
+    """remap_all: the committed layout's structure changed while the connection slept."""
+
+
+def _raise(e, what, g=None):
+    e = -e
+    msg = _c.gmsfs_errmsg(g).decode(errors="replace") if g else _c.gmsfs_strerror(-e).decode()
+    cls = StaleLayoutError if e == _errno.ESTALE else GmsfsError
+    raise cls(e, "%s: %s" % (what, msg or _c.gmsfs_strerror(-e).decode()))
+
+
+def _ms(timeout):
+    if timeout is None:
+        return -1
+    if timeout < 0:
+        raise ValueError("timeout: seconds >= 0, or None to wait as long as it takes")
+    return int(timeout * 1000)
+
+
+def connect(store, mode="ro", timeout=None):
+    """Connect to store (a directory of a gmsfs mount) and take its lock.
+
+    mode: "ro" (a reader: waits for a committed layout and for the writer), "rw" (the
+    writer; it starts from the last committed layout) or "auto" (rw where nothing is
+    committed, else ro, as GMS's RW_OR_RO).  timeout: seconds to wait for the lock,
+    0 for one try (EAGAIN), None for as long as it takes."""
+    if mode not in _MODES:
+        raise ValueError("mode: 'ro', 'rw' or 'auto', not %r" % (mode,))
+    return Connection(store, _MODES[mode], _ms(timeout))
+
+
+class Connection:
+    """One lock on one store.  A context manager: leaving it disconnects (a writer that
+    did not commit is rolled back).  Use it from one thread at a time."""
+
+    def __init__(self, store, mode, timeout_ms):
+        self.store = str(store)
+        self._g = ctypes.c_void_p()
+        e = _c.gmsfs_connect(ctypes.byref(self._g), self.store.encode(), mode, timeout_ms)
+        if e:
+            g = self._g
+            self._g = ctypes.c_void_p()
+            try:
+                _raise(e, "connect %s" % self.store, g)
+            finally:
+                _c.gmsfs_disconnect(g)
+
+    # ---- the connection ----
+    def close(self):
+        """Unmap everything, give the lock back."""
+        if self._g:
+            _c.gmsfs_disconnect(self._g)
+            self._g = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    def _handle(self):
+        if not self._g:
+            raise GmsfsError(_errno.EBADF, "the connection is closed")
+        return self._g
+
+    def _check(self, e, what):
+        if e:
+            _raise(e, what, self._g)
+
+    @property
+    def lock_mode(self):
+        """"ro", "rw", or None while unmapped (between unmap_all and remap_all)."""
+        return _NAMES.get(_c.gmsfs_lock_mode(self._handle()))
+
+    @property
+    def backend(self):
+        """"cuda" (pointers are device pointers) or "host"."""
+        return {_lib.BACKEND_HOST: "host", _lib.BACKEND_CUDA: "cuda"}.get(_c.gmsfs_backend(self._handle()))
+
+    @property
+    def layout_hash(self):
+        """The committed layout's hash, 32 hex digits; "" when nothing is committed."""
+        buf = ctypes.create_string_buffer(33)
+        self._check(_c.gmsfs_layout_hash(self._handle(), buf), "layout_hash")
+        return buf.value.decode()
+
+    @property
+    def total_bytes(self):
+        return _c.gmsfs_total_bytes(self._handle())
+
+    # ---- mappings ----
+    @staticmethod
+    def _mapping(m):
+        return Mapping(m.name.decode(), m.tag.decode(), m.ptr, m.size, m.aligned, bool(m.writable))
+
+    @property
+    def mappings(self):
+        """This connection's mappings, in creation or import order."""
+        p = ctypes.POINTER(_lib.Mapping)()
+        n = _c.gmsfs_mappings(self._handle(), ctypes.byref(p))
+        return [self._mapping(p[i]) for i in range(n)]
+
+    def find(self, name):
+        m = _lib.Mapping()
+        e = _c.gmsfs_find(self._handle(), name.encode(), ctypes.byref(m))
+        if e == -_errno.ENOENT:
+            raise KeyError(name)
+        self._check(e, "find %s" % name)
+        return self._mapping(m)
+
+    def find_ptr(self, ptr):
+        """(Mapping, offset) of the mapping that holds address ptr, or None."""
+        m, off = _lib.Mapping(), ctypes.c_uint64()
+        if _c.gmsfs_find_ptr(self._handle(), ctypes.c_void_p(ptr), ctypes.byref(m), ctypes.byref(off)):
+            return None
+        return self._mapping(m), off.value
+
+    def create(self, name, size, tag=None):
+        """A new allocation allocs/NAME of size bytes, mapped read-write (a writer's)."""
+        p = ctypes.c_void_p()
+        self._check(_c.gmsfs_create(self._handle(), name.encode(), size, tag.encode() if tag else None,
+                                    ctypes.byref(p)), "create %s" % name)
+        return self.find(name)
+
+    def free(self, what):
+        """Unmap and delete an allocation (a Mapping, its name or its pointer) and the entries naming it."""
+        ptr = what.ptr if isinstance(what, Mapping) else self.find(what).ptr if isinstance(what, str) else what
+        self._check(_c.gmsfs_free(self._handle(), ctypes.c_void_p(ptr)), "free")
+
+    def import_all(self):
+        """Map every allocation of the layout and load its metadata (one round trip)."""
+        self._check(_c.gmsfs_import_all(self._handle()), "import_all")
+        return self.mappings
+
+    def import_one(self, name):
+        p = ctypes.c_void_p()
+        self._check(_c.gmsfs_import(self._handle(), name.encode(), ctypes.byref(p)), "import %s" % name)
+        return self.find(name)
+
+    # ---- metadata ----
+    def meta_put(self, key, alloc, offset=0, value=b"", size=0, private=False):
+        self.meta_put_many([(key, alloc, offset, value, size, private)])
+
+    def meta_put_many(self, entries):
+        """Put entries in one round trip, all or nothing.  Each is a dict (key, alloc, offset=0,
+        value=b"", size=0, private=False) or a tuple in that order; a str value is UTF-8."""
+        rows, keep = [], []
+        defaults = (None, None, 0, b"", 0, False)
+        for x in entries:
+            if isinstance(x, dict):
+                x = (x["key"], x["alloc"], x.get("offset", 0), x.get("value", b""), x.get("size", 0),
+                     x.get("private", False))
+            key, alloc, offset, value, size, private = tuple(x) + defaults[len(x):]
+            if isinstance(value, str):
+                value = value.encode()
+            value = bytes(value)
+            k, a = key.encode(), alloc.encode()
+            keep += [k, a, value]
+            rows.append((k, a, offset, size, _lib.ENTRY_PRIVATE if private else 0, value))
+        arr = (_lib.Entry * len(rows))()
+        for i, (k, a, offset, size, flags, value) in enumerate(rows):
+            arr[i] = _lib.Entry(k, a, offset, size, flags, ctypes.cast(ctypes.c_char_p(value), ctypes.c_void_p),
+                                len(value))
+        self._check(_c.gmsfs_meta_put_many(self._handle(), arr, len(rows)), "meta_put")
+
+    def meta_get(self, key):
+        m = _lib.Meta()
+        e = _c.gmsfs_meta_get(self._handle(), key.encode(), ctypes.byref(m))
+        if e == -_errno.ENOENT:
+            raise KeyError(key)
+        self._check(e, "meta_get %s" % key)
+        try:
+            value = ctypes.string_at(m.value, m.value_len) if m.value_len else b""
+            return Entry(key, m.alloc.decode() if m.alloc else None, m.offset, m.size,
+                         bool(m.flags & _lib.ENTRY_PRIVATE), value, m.ptr)
+        finally:
+            _c.gmsfs_meta_free(ctypes.byref(m))
+
+    def meta_list(self, prefix=""):
+        """Keys that start with prefix, sorted."""
+        keys, n = ctypes.POINTER(ctypes.c_char_p)(), ctypes.c_size_t()
+        self._check(_c.gmsfs_meta_list(self._handle(), prefix.encode(), ctypes.byref(keys), ctypes.byref(n)),
+                    "meta_list")
+        try:
+            return [keys[i].decode() for i in range(n.value)]
+        finally:
+            _c.gmsfs_list_free(keys, n.value)
+
+    def meta_delete(self, key):
+        self._check(_c.gmsfs_meta_delete(self._handle(), key.encode()), "meta_delete %s" % key)
+
+    def meta_json(self, key):
+        """An entry whose value is JSON, decoded."""
+        return _json.loads(self.meta_get(key).value)
+
+    # ---- publishing, sleeping ----
+    def commit(self):
+        """Validate and publish; the mappings become read-only, the lock a read lock."""
+        self._check(_c.gmsfs_commit(self._handle()), "commit")
+
+    def unmap_all(self):
+        """Unmap everything, keep every address reserved, give the lock back."""
+        self._check(_c.gmsfs_unmap_all(self._handle()), "unmap_all")
+
+    def remap_all(self, timeout=None):
+        """Lock again and map the same layout at the same addresses (StaleLayoutError if it changed)."""
+        self._check(_c.gmsfs_remap_all(self._handle(), _ms(timeout)), "remap_all")
+
+    def reallocate_all(self, timeout=None):
+        """A writer: fresh memory behind the same addresses, to fill and commit."""
+        self._check(_c.gmsfs_reallocate_all(self._handle(), _ms(timeout)), "reallocate_all")
+
+    # ---- views on the host backend ----
+    def buffer(self, ptr, nbytes, writable=False):
+        """A ctypes array over nbytes at ptr (host backend): what numpy and torch.frombuffer take."""
+        if self.backend != "host":
+            raise GmsfsError(_errno.EINVAL, "buffer: the store is on a GPU: its pointers are device pointers")
+        return (ctypes.c_uint8 * nbytes).from_address(ptr)
+
+    def array(self, what, dtype="uint8", shape=None, offset=0):
+        """A numpy array over an allocation (a name or Mapping) or an Entry's extent, without a copy
+        (host backend).  Read-only unless the mapping is writable."""
+        import numpy as np
+        if isinstance(what, Entry):
+            ptr, nbytes, writable = what.ptr, what.size, what.private
+        else:
+            m = what if isinstance(what, Mapping) else self.find(what)
+            ptr, nbytes, writable = m.ptr + offset, m.size - offset, m.writable
+        if ptr is None:
+            raise GmsfsError(_errno.ENOENT, "array: not mapped (import first)")
+        dtype = np.dtype(dtype)
+        count = (nbytes // dtype.itemsize) if shape is None else int(np.prod(shape))
+        a = np.frombuffer(self.buffer(ptr, nbytes), dtype=dtype, count=count)
+        if shape is not None:
+            a = a.reshape(shape)
+        a.flags.writeable = bool(writable)
+        return a

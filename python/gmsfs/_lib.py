@@ -1,0 +1,114 @@
+"""libgmsfs through ctypes: where it is, its prototypes, its version.
+
+The library is looked for in this order: $GMSFS_LIBRARY (a path), the source tree's
+build/ (python/gmsfs lives beside it), then the system's libgmsfs.so.0.
+"""
+import ctypes
+import ctypes.util
+import os
+
+# The library this package speaks to: the same major version, at least this minor.
+NEED_MAJOR, NEED_MINOR = 0, 2
+
+RO, RW, RW_OR_RO = 1, 2, 3
+BACKEND_HOST, BACKEND_CUDA = 1, 2
+ENTRY_PRIVATE = 1
+
+
+class Mapping(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("tag", ctypes.c_char_p), ("ptr", ctypes.c_void_p),
+                ("size", ctypes.c_uint64), ("aligned", ctypes.c_uint64), ("writable", ctypes.c_int)]
+
+
+class Entry(ctypes.Structure):
+    _fields_ = [("key", ctypes.c_char_p), ("alloc", ctypes.c_char_p), ("offset", ctypes.c_uint64),
+                ("size", ctypes.c_uint64), ("flags", ctypes.c_uint32), ("value", ctypes.c_void_p),
+                ("value_len", ctypes.c_size_t)]
+
+
+class Meta(ctypes.Structure):
+    _fields_ = [("alloc", ctypes.c_char_p), ("offset", ctypes.c_uint64), ("size", ctypes.c_uint64),
+                ("flags", ctypes.c_uint32), ("value", ctypes.c_void_p), ("value_len", ctypes.c_size_t),
+                ("ptr", ctypes.c_void_p)]
+
+
+def _candidates():
+    env = os.environ.get("GMSFS_LIBRARY")
+    if env:
+        yield env
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, "..", "..", "build", "libgmsfs.so.0")
+    yield ctypes.util.find_library("gmsfs") or "libgmsfs.so.0"
+
+
+def _load():
+    errors = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            continue
+        try:
+            return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL), path
+        except OSError as e:
+            errors.append("%s: %s" % (path, e))
+    raise ImportError("gmsfs: libgmsfs.so.0 not found (set GMSFS_LIBRARY): " + "; ".join(errors))
+
+
+def _path_of(lib, name):
+    """The file the dynamic loader mapped for lib (PyTorch's allocator opens it by path)."""
+    if os.sep in name:
+        return os.path.realpath(name)
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "libgmsfs.so" in line and "/" in line:
+                return line[line.index("/"):].strip()
+    return name
+
+
+lib, _name = _load()
+path = _path_of(lib, _name)
+
+_P = ctypes.c_void_p
+_protos = {
+    "gmsfs_version": (ctypes.c_int, []),
+    "gmsfs_version_string": (ctypes.c_char_p, []),
+    "gmsfs_connect": (ctypes.c_int, [ctypes.POINTER(_P), ctypes.c_char_p, ctypes.c_int, ctypes.c_int]),
+    "gmsfs_disconnect": (None, [_P]),
+    "gmsfs_lock_mode": (ctypes.c_int, [_P]),
+    "gmsfs_backend": (ctypes.c_int, [_P]),
+    "gmsfs_total_bytes": (ctypes.c_uint64, [_P]),
+    "gmsfs_layout_hash": (ctypes.c_int, [_P, ctypes.c_char_p]),
+    "gmsfs_errmsg": (ctypes.c_char_p, [_P]),
+    "gmsfs_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+    "gmsfs_mappings": (ctypes.c_size_t, [_P, ctypes.POINTER(ctypes.POINTER(Mapping))]),
+    "gmsfs_find": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(Mapping)]),
+    "gmsfs_find_ptr": (ctypes.c_int, [_P, _P, ctypes.POINTER(Mapping), ctypes.POINTER(ctypes.c_uint64)]),
+    "gmsfs_create": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.POINTER(_P)]),
+    "gmsfs_free": (ctypes.c_int, [_P, _P]),
+    "gmsfs_meta_put_many": (ctypes.c_int, [_P, ctypes.POINTER(Entry), ctypes.c_size_t]),
+    "gmsfs_meta_delete": (ctypes.c_int, [_P, ctypes.c_char_p]),
+    "gmsfs_commit": (ctypes.c_int, [_P]),
+    "gmsfs_import_all": (ctypes.c_int, [_P]),
+    "gmsfs_import": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(_P)]),
+    "gmsfs_meta_get": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(Meta)]),
+    "gmsfs_meta_free": (None, [ctypes.POINTER(Meta)]),
+    "gmsfs_meta_list": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_char_p)),
+                                       ctypes.POINTER(ctypes.c_size_t)]),
+    "gmsfs_list_free": (None, [ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t]),
+    "gmsfs_unmap_all": (ctypes.c_int, [_P]),
+    "gmsfs_remap_all": (ctypes.c_int, [_P, ctypes.c_int]),
+    "gmsfs_reallocate_all": (ctypes.c_int, [_P, ctypes.c_int]),
+    "gmsfs_torch_use": (ctypes.c_int, [_P, ctypes.c_uint64]),
+    "gmsfs_torch_alloc": (_P, [ctypes.c_ssize_t, ctypes.c_int, _P]),
+    "gmsfs_torch_free": (None, [_P, ctypes.c_ssize_t, ctypes.c_int, _P]),
+    "gmsfs_torch_slabs": (ctypes.c_size_t, []),
+}
+for _fn, (_res, _args) in _protos.items():
+    f = getattr(lib, _fn)
+    f.restype = _res
+    f.argtypes = _args
+
+version = lib.gmsfs_version()
+version_string = lib.gmsfs_version_string().decode()
+if version // 10000 != NEED_MAJOR or (version // 100) % 100 < NEED_MINOR:
+    raise ImportError("gmsfs: %s is libgmsfs %s; this package needs %d.%d or a later %d.x"
+                      % (path, version_string, NEED_MAJOR, NEED_MINOR, NEED_MAJOR))

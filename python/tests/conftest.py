@@ -1,0 +1,56 @@
+"""A real gmsfs mount (host backend) for the package's tests: the daemon of the build
+tree, on a temporary directory, unmounted and ended (by its pid) at the end."""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.path.join(ROOT, os.environ.get("GMSFS_BUILD", "build"))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+os.environ.setdefault("GMSFS_LIBRARY", os.path.join(BUILD, "libgmsfs.so.0"))
+
+
+@pytest.fixture(scope="session")
+def mount():
+    mnt = tempfile.mkdtemp(prefix="gmsfs-py.")
+    log = open(mnt + ".log", "w")
+    daemon = subprocess.Popen([os.path.join(BUILD, "gmsfs"), "-f", "-o", "socket=%s.sock" % mnt, mnt],
+                              stderr=log)
+    for _ in range(200):
+        with open("/proc/mounts") as f:
+            if " %s fuse.gmsfs " % mnt in f.read():
+                break
+        if daemon.poll() is not None:
+            raise RuntimeError("gmsfs did not start: " + open(mnt + ".log").read())
+        time.sleep(0.05)
+    yield mnt
+    if subprocess.run(["umount", mnt]).returncode:
+        subprocess.run(["umount", "-l", mnt])
+    try:
+        daemon.wait(5)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+        daemon.wait()
+    log.close()
+    os.rmdir(mnt)
+    os.unlink(mnt + ".log")
+
+
+@pytest.fixture
+def store(mount):
+    """A fresh, empty store of the mount."""
+    path = os.path.join(mount, "s-" + uuid.uuid4().hex[:8])
+    os.mkdir(path)
+    return path
+
+
+def run_py(code, *args, timeout=60):
+    """Run code in a fresh Python process (another process, as an engine would be)."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    return subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)

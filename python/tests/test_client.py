@@ -1,0 +1,164 @@
+"""The package's client API over a real mount (host backend): modes and timeouts,
+metadata, errors, sleep and wake, numpy views, the C allocator."""
+import ctypes
+import errno
+import os
+
+import numpy as np
+import pytest
+
+import gmsfs
+from conftest import run_py
+
+
+def publish_words(store, n=4, size=65536):
+    """A writer's layout: w/K holds uint32 words K*1000000 + i; entries t/K describe them."""
+    with gmsfs.connect(store, "rw", timeout=5) as c:
+        for m in c.import_all():  # a new writer starts from the committed layout: from scratch here
+            c.free(m)
+        for k in range(n):
+            m = c.create("w/%d" % k, size, tag="weights")
+            a = c.array(m, "uint32")
+            a[:] = np.arange(a.size, dtype=np.uint32) + k * 1000000
+        c.meta_put_many([("t/%d" % k, "w/%d" % k, 0, "u32[%d]" % (size // 4), size) for k in range(n)])
+        c.commit()
+        return c.layout_hash
+
+
+def test_version_is_checked():
+    assert gmsfs.version == 200 and gmsfs.version_string == "0.2.0"
+    assert os.path.exists(gmsfs.library_path)
+
+
+def test_modes_and_timeouts(store):
+    # A reader of an empty store waits: with a timeout it gives up, with 0 it tries once.
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs.connect(store, "ro", timeout=0.2)
+    assert e.value.errno == errno.ETIMEDOUT and "not granted within 200 ms" in e.value.strerror
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs.connect(store, "ro", timeout=0)
+    assert e.value.errno == errno.EAGAIN
+    with gmsfs.connect(store, "auto") as c:  # nothing committed: RW
+        assert c.lock_mode == "rw" and c.backend == "host" and c.layout_hash == ""
+        c.create("a", 4096)
+        c.commit()
+        assert c.lock_mode == "ro"  # commit downgrades
+    with gmsfs.connect(store, "auto") as c:  # committed: RO
+        assert c.lock_mode == "ro"
+        # A writer elsewhere waits for this reader; a writer's try fails at once.
+        r = run_py("import gmsfs, sys\ntry:\n gmsfs.connect(sys.argv[1], 'rw', timeout=0)\n"
+                   "except gmsfs.GmsfsError as e:\n print(e.errno)", store)
+        assert r.stdout.strip() == str(errno.EAGAIN), r.stderr
+    with pytest.raises(ValueError):
+        gmsfs.connect(store, "write")
+
+
+def test_another_process_reads_what_a_writer_published(store):
+    h = publish_words(store)
+    r = run_py("""
+import gmsfs, sys, numpy as np
+with gmsfs.connect(sys.argv[1], 'ro', timeout=5) as c:
+    c.import_all()
+    bad = 0
+    for k in c.meta_list('t/'):
+        e = c.meta_get(k)
+        a = np.frombuffer(c.buffer(e.ptr, e.size), dtype=np.uint32)
+        bad += int((a != np.arange(a.size, dtype=np.uint32) + int(k[2:]) * 1000000).sum())
+    print(len(c.mappings), bad, c.layout_hash)
+""", store)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["4", "0", h]
+
+
+def test_metadata_bulk_all_or_nothing_and_errors(store):
+    with gmsfs.connect(store, "rw") as c:
+        c.create("slab", 8192)
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            c.meta_put_many([{"key": "a", "alloc": "slab"}, {"key": "b", "alloc": "slab", "offset": 8000, "size": 500}])
+        assert e.value.errno == errno.EINVAL and "entries[1] (b)" in e.value.strerror
+        assert c.meta_list() == []
+        c.meta_put_many([{"key": "x/a", "alloc": "slab", "value": "one"}, ("x/b", "slab", 16, b"two", 32, True)])
+        assert c.meta_list("x/") == ["x/a", "x/b"]
+        b = c.meta_get("x/b")
+        assert (b.alloc, b.offset, b.size, b.private, b.value) == ("slab", 16, 32, True, b"two")
+        with pytest.raises(KeyError):
+            c.meta_get("x/none")
+        c.meta_delete("x/a")
+        assert c.meta_list() == ["x/b"]
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            c.create("../bad", 10)
+        assert e.value.errno == errno.EINVAL and "not a valid name" in e.value.strerror
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            c.import_one("nope")
+        assert e.value.errno == errno.ENOENT and "allocs/nope does not exist" in e.value.strerror
+
+
+def test_sleep_and_wake_keep_addresses_and_a_changed_layout_is_stale(store):
+    publish_words(store, n=2)
+    c = gmsfs.connect(store, "ro")
+    before = {m.name: m.ptr for m in c.import_all()}
+    c.unmap_all()
+    assert c.lock_mode is None
+    c.remap_all(timeout=5)
+    assert {m.name: m.ptr for m in c.mappings} == before
+    assert c.array("w/1", "uint32")[7] == 1000007
+    c.unmap_all()
+    publish_words(store, n=3)  # another structure
+    with pytest.raises(gmsfs.StaleLayoutError) as e:
+        c.remap_all(timeout=5)
+    assert e.value.errno == errno.ESTALE and "layout hash was" in e.value.strerror
+    c.close()
+
+
+def test_private_entries_are_copies(store):
+    with gmsfs.connect(store, "rw") as c:
+        m = c.create("buf", 4096)
+        c.array(m, "float32")[:] = 1.5
+        c.meta_put("scale", "buf", 0, b"f32[1024]", size=4096, private=True)
+        c.meta_put("shared", "buf", 0, b"f32[1024]", size=4096)
+        c.commit()
+    with gmsfs.connect(store, "ro") as c:
+        c.import_all()
+        mine, shared = c.meta_get("scale"), c.meta_get("shared")
+        assert mine.private and mine.ptr != shared.ptr == c.find("buf").ptr
+        a = c.array(mine, "float32")
+        assert a.flags.writeable and a[0] == 1.5
+        a[:] = 7.0  # this process's own copy
+        assert c.array(shared, "float32")[0] == 1.5
+        assert not c.array("buf", "float32").flags.writeable
+
+
+def test_reader_cannot_write(store):
+    publish_words(store, n=1)
+    with gmsfs.connect(store, "ro") as c:
+        c.import_all()
+        for call in (lambda: c.create("x", 10), lambda: c.commit(), lambda: c.meta_put("k", "w/0"),
+                     lambda: c.free("w/0")):
+            with pytest.raises(gmsfs.GmsfsError) as e:
+                call()
+            assert e.value.errno == errno.EPERM
+        c.unmap_all()
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            c.reallocate_all()
+        assert e.value.errno == errno.EPERM
+
+
+def test_the_c_allocator_carves_tensors_out_of_slabs(store):
+    lib = gmsfs._lib.lib
+    with gmsfs.connect(store, "rw") as c:
+        assert lib.gmsfs_torch_use(c._handle(), 1 << 20) == 0
+        ptrs = [lib.gmsfs_torch_alloc(n, 0, None) for n in (1000, 300000, 5, 800000)]
+        assert all(p and p % 512 == 0 for p in ptrs)
+        assert lib.gmsfs_torch_slabs() == 2  # 1000 + 300000 + 5 fit one 1 MiB slab; 800000 needs a second
+        assert {c.find_ptr(p)[0].name for p in ptrs} == {"torch/slab00000", "torch/slab00001"}
+        lib.gmsfs_torch_free(ptrs[1], 300000, 0, None)
+        again = lib.gmsfs_torch_alloc(200000, 0, None)
+        assert again == ptrs[1]  # first fit reuses the freed range
+        big = lib.gmsfs_torch_alloc(3 << 20, 0, None)
+        slab = c.find_ptr(big)[0]
+        assert slab.name == "torch/slab00002" and slab.size == 4 << 20  # of its own, in 2 MiB steps
+        lib.gmsfs_torch_use(None, 0)
+        assert lib.gmsfs_torch_alloc(10, 0, None) is None  # no store: out of memory
+        c.commit()
+    with gmsfs.connect(store, "ro", timeout=5) as r:
+        assert lib.gmsfs_torch_use(r._handle(), 0) == -errno.EPERM

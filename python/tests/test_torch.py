@@ -1,0 +1,140 @@
+"""gmsfs.torch on the host backend with PyTorch on the CPU: a module published by one
+process and materialized by another, zero-copy; names checked; sleep and wake; private
+buffers; load_or_publish.  Every role runs in a process of its own."""
+import errno
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import gmsfs
+import gmsfs.torch as gt
+from conftest import run_py
+
+MODEL = """
+import torch, gmsfs, gmsfs.torch as gt, sys, json
+class Net(torch.nn.Module):
+    def __init__(self, extra=False):
+        super().__init__()
+        self.embed = torch.nn.Embedding(50, 16)
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(16, 16) for _ in range(3)])
+        self.head = torch.nn.Linear(16, 50, bias=False)
+        self.head.weight = self.embed.weight          # tied
+        self.register_buffer("scale", torch.ones(16))
+        self.register_buffer("none", torch.zeros(0))   # empty
+        self.wb = torch.nn.Parameter(torch.zeros(4, 4, dtype=torch.bfloat16))
+        if extra:
+            self.extra = torch.nn.Linear(2, 2)
+    def forward(self, x):
+        h = self.embed(x) * self.scale
+        for l in self.layers:
+            h = torch.relu(l(h))
+        return self.head(h)
+def build(seed=0, extra=False):
+    torch.manual_seed(seed)
+    return Net(extra)
+x = torch.tensor([[1, 2, 3, 49]])
+"""
+
+
+def test_publish_then_materialize_in_another_process_zero_copy(store):
+    w = run_py(MODEL + """
+m = build(seed=7)
+with torch.no_grad():
+    m.wb += 3
+c = gt.publish(m, sys.argv[1], private=["scale"])
+print(json.dumps({"out": m(x).tolist(), "hash": c.layout_hash, "n": len(c.mappings)}))
+""", store)
+    assert w.returncode == 0, w.stderr
+    wrote = json.loads(w.stdout)
+    r = run_py(MODEL + """
+m = build(seed=99)                     # other values: everything must come from the store
+gt.materialize(m, sys.argv[1])
+c = m._gmsfs
+views = all(c.find_ptr(p.data_ptr()) is not None for n, p in m.named_parameters())
+shared = m.head.weight is m.embed.weight
+scale = c.meta_get("torch/scale")
+print(json.dumps({"out": m(x).tolist(), "hash": c.layout_hash, "views": views, "tied": shared,
+                  "wb": m.wb.float().sum().item(), "scale_copy": m.scale.data_ptr() == scale.ptr,
+                  "scale_private": scale.private, "none": list(m.none.shape)}))
+""", store)
+    assert r.returncode == 0, r.stderr
+    read = json.loads(r.stdout)
+    assert read["out"] == wrote["out"], "identical outputs"
+    assert read["hash"] == wrote["hash"] and wrote["n"] == 1  # every tensor packed in one allocation
+    assert read["views"], "every parameter is a view of the store's memory"
+    assert read["tied"], "tied weights stay one Parameter"
+    assert read["wb"] == 48.0 and read["none"] == [0]
+    assert read["scale_copy"] and read["scale_private"]
+
+
+def test_names_are_checked_both_ways(store):
+    assert run_py(MODEL + "gt.publish(build(), sys.argv[1])", store).returncode == 0
+    r = run_py(MODEL + """
+try:
+    gt.materialize(build(extra=True), sys.argv[1])
+except KeyError as e:
+    print(e)
+""", store)
+    assert "the store lacks ['extra.bias', 'extra.weight']; the module lacks nothing" in r.stdout, r.stderr
+
+
+def test_sleep_and_wake_keep_every_data_ptr_and_a_changed_layout_is_stale(store):
+    assert run_py(MODEL + "gt.publish(build(3), sys.argv[1])", store).returncode == 0
+    ns = {}
+    exec(MODEL, ns)
+    m = gt.materialize(ns["build"](5), store)
+    out = m(ns["x"])
+    ptrs = {n: p.data_ptr() for n, p in m.named_parameters()}
+    gt.sleep(m)
+    assert m._gmsfs.lock_mode is None
+    gt.wake(m, timeout=5)
+    assert {n: p.data_ptr() for n, p in m.named_parameters()} == ptrs
+    assert torch.equal(m(ns["x"]), out)
+    gt.sleep(m)
+    # A new writer publishes another structure meanwhile.
+    assert run_py(MODEL + """
+c = gmsfs.connect(sys.argv[1], 'rw', timeout=5)
+for mp in c.import_all():
+    c.free(mp)
+gt.publish(build(3, extra=True), c)
+""", store).returncode == 0
+    with pytest.raises(gmsfs.StaleLayoutError):
+        gt.wake(m, timeout=5)
+    m._gmsfs.close()
+
+
+def test_private_buffers_are_copies_of_each_process(store):
+    assert run_py(MODEL + "gt.publish(build(), sys.argv[1], private=['scale'])", store).returncode == 0
+    ns = {}
+    exec(MODEL, ns)
+    m = gt.materialize(ns["build"](), store)
+    m.scale.mul_(4)  # mine
+    r = run_py(MODEL + "m = gt.materialize(build(), sys.argv[1]); print(m.scale.sum().item())", store)
+    assert r.stdout.strip() == "16.0", r.stderr  # the store still has ones
+    assert m.scale.sum().item() == 64.0
+    m._gmsfs.close()
+
+
+def test_load_or_publish_publishes_once_then_materializes(store):
+    flow = MODEL + """
+loads = []
+def load(m):
+    loads.append(1)
+m = gt.load_or_publish(sys.argv[1], lambda: build(11), load)
+print(json.dumps({"mode": m._gmsfs.lock_mode, "loaded": len(loads), "out": m(x).tolist()}))
+"""
+    first = run_py(flow, store)
+    second = run_py(flow, store)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    a, b = json.loads(first.stdout), json.loads(second.stdout)
+    assert a["loaded"] == 1 and b["loaded"] == 0, "the second process built nothing into the store"
+    assert a["out"] == b["out"]
+
+
+def test_read_only_fails_at_once_when_nothing_is_committed(store):
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gt.load_or_publish(store, lambda: None, lambda m: None, read_only=True)
+    assert e.value.errno == errno.ENOENT and "nothing is committed" in e.value.strerror

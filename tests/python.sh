@@ -1,0 +1,28 @@
+#!/bin/sh
+# The Python package's tests (python/tests, pytest, host backend) as TAP: one line per test.
+cd "$(dirname "$0")/.." || exit 1
+xml=$(mktemp /tmp/gmsfs-pytest.XXXXXX)
+trap 'rm -f "$xml"' EXIT
+${PYTHON:-/usr/bin/python3} -m pytest -q -p no:cacheprovider -o faulthandler_timeout=120 \
+	--junitxml="$xml" python/tests >/tmp/gmsfs-pytest.out 2>&1
+${PYTHON:-/usr/bin/python3} - "$xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
+n = failed = 0
+for c in cases:
+    n += 1
+    bad = c.find("failure") if c.find("failure") is not None else c.find("error")
+    skip = c.find("skipped")
+    name = "%s %s" % (c.get("classname", "").rsplit(".", 1)[-1], c.get("name"))
+    if bad is not None:
+        failed += 1
+        print("not ok %d - %s" % (n, name))
+        for line in (bad.text or bad.get("message", "")).splitlines()[-30:]:
+            print("#   " + line)
+    elif skip is not None:
+        print("ok %d - %s # SKIP %s" % (n, name, skip.get("message", "")))
+    else:
+        print("ok %d - %s" % (n, name))
+print("1..%d" % n)
+sys.exit(1 if failed or not n else 0)
+PY
