@@ -1,15 +1,21 @@
-/* bench-gpu MOUNT [RUNS]: a reader's import of a layout on the cuda backend,
- * against the driver floor, for 1000 x 2 MiB, 128 x 64 MiB and 16 x 1 GiB.
+/* bench-gpu MOUNT [RUNS]: what an engine meets on the cuda backend, against the driver
+ * floor measured in the same run, for 1000 x 2 MiB, 128 x 64 MiB, 16 x 1 GiB and the
+ * tensors of Llama-3-8B (291, bf16).  Every timed import runs in a freshly exec'd
+ * process, as an engine imports once after it starts; its CUDA context is made first
+ * and reported apart.
  *
- *   floor     one process imports descriptors it already holds and maps them:
- *             cuMemImportFromShareableHandle + cuMemAddressReserve + cuMemMap +
- *             cuMemRelease + cuMemSetAccess(read-only), per allocation.  The
- *             descriptors come from the daemon beforehand (untimed).
- *   bulk      gmsfs_import_all on a connected reader.
- *   connect   gmsfs_connect + gmsfs_import_all.
- *   per-file  gmsfs_import of each allocation by name.
- * Median of RUNS (default 5), each as time and as a ratio to the floor of the same
- * run.  Needs a CUDA context: it makes the primary one of device 0. */
+ *   floor      a fresh process receives the layout's descriptors from another process
+ *              over SCM_RIGHTS (untimed), then imports, reserves, maps and sets
+ *              read-only access for each (timed)
+ *   import     a fresh process: gmsfs_import_all on a connected reader
+ *   connect    the same, gmsfs_connect included
+ *   per-file   a fresh process imports each allocation by name
+ *   writer     gmsfs_create (create + map) per allocation, against its own floor in
+ *              the same process: cuMemCreate + export + import + reserve + map + access
+ *   metadata   a bulk put of one entry per allocation, per entry
+ * Medians of RUNS (default 5); ratios to the floor of the same run.
+ *
+ * bench-gpu floor STORE [RUNS]: the floor alone, for a store that exists (ms). */
 #include <gmsfs/gmsfs.h>
 
 #include "bench.h"
@@ -21,12 +27,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static struct cu_api cu;
+static CUdevice dev;
+static const char *self;
 
+#define CU(x)                                                                                  \
+	do {                                                                                   \
+		CUresult r_ = (x);                                                             \
+		if (r_) {                                                                      \
+			fprintf(stderr, "bench-gpu: %s: %s\n", #x, cu_name(&cu, r_));          \
+			exit(1);                                                               \
+		}                                                                              \
+	} while (0)
 #define TRY(g, x)                                                                              \
 	do {                                                                                   \
 		int e_ = (x);                                                                  \
@@ -36,56 +53,214 @@ static struct cu_api cu;
 			exit(1);                                                               \
 		}                                                                              \
 	} while (0)
-#define CU(x)                                                                                  \
-	do {                                                                                   \
-		CUresult r_ = (x);                                                             \
-		if (r_) {                                                                      \
-			fprintf(stderr, "bench-gpu: %s: %s\n", #x, cu_name(&cu, r_));          \
-			exit(1);                                                               \
-		}                                                                              \
-	} while (0)
 
-/* The floor: map n held descriptors read-only in this process. */
-static double floor_run(const struct fetched *x, size_t n, CUdevice dev)
+/* The context of a fresh process: its cost is reported apart. */
+static double context(void)
 {
+	char err[256];
+	double t0 = now_ms();
+	CUcontext ctx;
+	if (cu_load(&cu, err, sizeof err)) {
+		fprintf(stderr, "bench-gpu: %s\n", err);
+		exit(1);
+	}
+	CU(cu.cuInit(0));
+	CU(cu.cuDeviceGet(&dev, 0));
+	CU(cu.cuDevicePrimaryCtxRetain(&ctx, dev));
+	CU(cu.cuCtxSetCurrent(ctx));
+	return now_ms() - t0;
+}
+
+/* ---- the children: one measurement each, "ctx=.. a=.. b=.." on stdout ---- */
+
+static int child_floor(int sock)
+{
+	double ctx = context();
+	size_t n;
+	if (recv(sock, &n, sizeof n, 0) != sizeof n)
+		return 1;
+	int *fds = calloc(n, sizeof *fds);
+	uint64_t *aligned = calloc(n, sizeof *aligned);
+	for (size_t got = 0; got < n;) {
+		union {
+			char b[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
+			struct cmsghdr align;
+		} u;
+		uint64_t sizes[GMSFS_FDS_PER_MSG];
+		struct iovec iov = { sizes, sizeof sizes };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
+		ssize_t r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		if (r <= 0 || !c)
+			return 1;
+		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		memcpy(fds + got, CMSG_DATA(c), k * sizeof(int));
+		memcpy(aligned + got, sizes, k * sizeof *sizes);
+		got += k;
+	}
 	CUdeviceptr *va = calloc(n, sizeof *va);
 	CUmemAccessDesc d = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, dev }, .flags = CU_MEM_ACCESS_FLAGS_PROT_READ };
 	double t0 = now_ms();
 	for (size_t i = 0; i < n; i++) {
 		CUmemGenericAllocationHandle h;
-		CU(cu.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)x->fds[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-		CU(cu.cuMemAddressReserve(&va[i], x->aligned[i], 0, 0, 0));
-		CU(cu.cuMemMap(va[i], x->aligned[i], 0, h, 0));
+		CU(cu.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fds[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+		CU(cu.cuMemAddressReserve(&va[i], aligned[i], 0, 0, 0));
+		CU(cu.cuMemMap(va[i], aligned[i], 0, h, 0));
 		CU(cu.cuMemRelease(h));
-		CU(cu.cuMemSetAccess(va[i], x->aligned[i], &d, 1));
+		CU(cu.cuMemSetAccess(va[i], aligned[i], &d, 1));
 	}
-	double t = now_ms() - t0;
-	for (size_t i = 0; i < n; i++) {
-		cu.cuMemUnmap(va[i], x->aligned[i]);
-		cu.cuMemAddressFree(va[i], x->aligned[i]);
-	}
-	free(va);
-	return t;
+	printf("ctx=%.3f a=%.3f b=0\n", ctx, now_ms() - t0);
+	return 0;
 }
 
-static void layout(const char *mnt, int count, uint64_t bytes, int runs, CUdevice dev)
+static int child_import(const char *store)
 {
-	char store[4096];
-	snprintf(store, sizeof store, "%s/bench-%dx%lluM", mnt, count, (unsigned long long)(bytes >> 20));
-	if (mkdir(store, 0755) < 0 && errno != EEXIST) {
-		perror(store);
-		exit(1);
-	}
-	gmsfs *w;
-	TRY(NULL, gmsfs_connect(&w, store, GMSFS_RW, 10000));
-	char **names = calloc((size_t)count, sizeof *names);
+	double ctx = context();
+	gmsfs *g;
+	double t0 = now_ms();
+	TRY(NULL, gmsfs_connect(&g, store, GMSFS_RO, 10000));
+	double t1 = now_ms();
+	TRY(g, gmsfs_import_all(g));
+	double t2 = now_ms();
+	printf("ctx=%.3f a=%.3f b=%.3f\n", ctx, t2 - t1, t2 - t0);
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+static int child_perfile(const char *store, int count)
+{
+	double ctx = context();
+	gmsfs *g;
+	TRY(NULL, gmsfs_connect(&g, store, GMSFS_RO, 10000));
 	double t0 = now_ms();
 	for (int i = 0; i < count; i++) {
 		char name[32];
 		void *p;
 		snprintf(name, sizeof name, "t%05d", i);
-		names[i] = strdup(name);
-		TRY(w, gmsfs_create(w, name, bytes, "weights", &p));
+		TRY(g, gmsfs_import(g, name, &p));
+	}
+	printf("ctx=%.3f a=%.3f b=0\n", ctx, now_ms() - t0);
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+/* ---- the parent ---- */
+
+struct result {
+	double ctx, a, b;
+};
+
+/* Run this program again as a child; with fetched, hand it the store's descriptors. */
+static struct result run_child(char *const argv[], const struct fetched *fetched)
+{
+	int out[2], sp[2] = { -1, -1 };
+	if (pipe(out) || (fetched && socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sp)))
+		exit(1);
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(out[1], 1);
+		if (fetched) {
+			char fd[16];
+			snprintf(fd, sizeof fd, "%d", sp[1]);
+			execl(self, self, "__floor", fd, (char *)NULL);
+		}
+		execv(self, argv);
+		_exit(127);
+	}
+	close(out[1]);
+	if (fetched) {
+		close(sp[1]);
+		send(sp[0], &fetched->n, sizeof fetched->n, 0);
+		for (size_t i = 0; i < fetched->n; i += GMSFS_FDS_PER_MSG) {
+			size_t k = fetched->n - i < GMSFS_FDS_PER_MSG ? fetched->n - i : GMSFS_FDS_PER_MSG;
+			union {
+				char b[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
+				struct cmsghdr align;
+			} u;
+			memset(&u, 0, sizeof u);
+			struct iovec iov = { fetched->aligned + i, k * sizeof(uint64_t) };
+			struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+					      .msg_controllen = CMSG_SPACE(sizeof(int) * k) };
+			struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+			c->cmsg_level = SOL_SOCKET;
+			c->cmsg_type = SCM_RIGHTS;
+			c->cmsg_len = CMSG_LEN(sizeof(int) * k);
+			memcpy(CMSG_DATA(c), fetched->fds + i, sizeof(int) * k);
+			sendmsg(sp[0], &msg, 0);
+		}
+		close(sp[0]);
+	}
+	char buf[256] = "";
+	ssize_t n = read(out[0], buf, sizeof buf - 1);
+	close(out[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	struct result r = { -1, -1, -1 };
+	if (n <= 0 || !WIFEXITED(st) || WEXITSTATUS(st) || sscanf(buf, "ctx=%lf a=%lf b=%lf", &r.ctx, &r.a, &r.b) != 3) {
+		fprintf(stderr, "bench-gpu: child %s failed\n", argv[1]);
+		exit(1);
+	}
+	return r;
+}
+
+/* The writer's floor: create + export + import + reserve + map + access in one process. */
+static double writer_floor(const uint64_t *sizes, int count)
+{
+	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .location = { CU_MEM_LOCATION_TYPE_DEVICE, dev },
+				     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
+	CUmemAccessDesc d = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, dev }, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	size_t gran = 0;
+	CU(cu.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	CUmemGenericAllocationHandle *h = calloc((size_t)count, sizeof *h);
+	CUdeviceptr *va = calloc((size_t)count, sizeof *va);
+	int *fd = calloc((size_t)count, sizeof *fd);
+	uint64_t *al = calloc((size_t)count, sizeof *al);
+	double t0 = now_ms();
+	for (int i = 0; i < count; i++) {
+		CUmemGenericAllocationHandle imp;
+		al[i] = (sizes[i] + gran - 1) / gran * gran;
+		CU(cu.cuMemCreate(&h[i], al[i], &prop, 0));
+		CU(cu.cuMemExportToShareableHandle(&fd[i], h[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+		CU(cu.cuMemImportFromShareableHandle(&imp, (void *)(uintptr_t)fd[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+		CU(cu.cuMemAddressReserve(&va[i], al[i], 0, 0, 0));
+		CU(cu.cuMemMap(va[i], al[i], 0, imp, 0));
+		CU(cu.cuMemRelease(imp));
+		CU(cu.cuMemSetAccess(va[i], al[i], &d, 1));
+	}
+	double t = now_ms() - t0;
+	for (int i = 0; i < count; i++) {
+		cu.cuMemUnmap(va[i], al[i]);
+		cu.cuMemAddressFree(va[i], al[i]);
+		cu.cuMemRelease(h[i]);
+		close(fd[i]);
+	}
+	free(h), free(va), free(fd), free(al);
+	return t;
+}
+
+static void line(const char *what, double ms, double floor, int count)
+{
+	printf("  %-44s %9.2f ms  %5.2fx  %7.1f us/alloc\n", what, ms, ms / floor, ms * 1e3 / count);
+}
+
+static void layout(const char *mnt, const char *label, const uint64_t *sizes, int count, int runs)
+{
+	char store[4096];
+	snprintf(store, sizeof store, "%s/bench-%s", mnt, label);
+	if (mkdir(store, 0755) < 0 && errno != EEXIST) {
+		perror(store);
+		exit(1);
+	}
+	/* The writer, and its floor beside it. */
+	gmsfs *w;
+	TRY(NULL, gmsfs_connect(&w, store, GMSFS_RW, 10000));
+	double t0 = now_ms();
+	for (int i = 0; i < count; i++) {
+		char name[32];
+		void *p;
+		snprintf(name, sizeof name, "t%05d", i);
+		TRY(w, gmsfs_create(w, name, sizes[i], "weights", &p));
 	}
 	double t_create = now_ms() - t0;
 	const struct gmsfs_mapping *m;
@@ -93,75 +268,123 @@ static void layout(const char *mnt, int count, uint64_t bytes, int runs, CUdevic
 	for (size_t i = 0; i < nm; i++)
 		CU(cu.cuMemsetD8((CUdeviceptr)(uintptr_t)m[i].ptr, (unsigned char)i, m[i].aligned));
 	CU(cu.cuCtxSynchronize());
+	struct gmsfs_entry *e = calloc((size_t)count, sizeof *e);
+	char (*keys)[48] = calloc((size_t)count, sizeof *keys);
+	for (int i = 0; i < count; i++) {
+		snprintf(keys[i], sizeof keys[i], "tensors/t%05d", i);
+		e[i] = (struct gmsfs_entry){ .key = keys[i], .alloc = m[i].name, .size = sizes[i],
+					     .value = "{\"dtype\":\"bfloat16\",\"shape\":[4096,4096]}", .value_len = 40 };
+	}
+	t0 = now_ms();
+	TRY(w, gmsfs_meta_put_many(w, e, (size_t)count));
+	double t_meta = now_ms() - t0;
 	TRY(w, gmsfs_commit(w));
 	gmsfs_disconnect(w);
+	free(e);
+	free(keys);
+	double t_wfloor = writer_floor(sizes, count);
 
-	double *tf = calloc((size_t)runs, sizeof(double)), *tb = calloc((size_t)runs, sizeof(double));
+	double *tf = calloc((size_t)runs, sizeof(double)), *ti = calloc((size_t)runs, sizeof(double));
 	double *tc = calloc((size_t)runs, sizeof(double)), *tp = calloc((size_t)runs, sizeof(double));
+	double *cx = calloc((size_t)runs, sizeof(double));
+	char countarg[16];
+	snprintf(countarg, sizeof countarg, "%d", count);
 	for (int r = 0; r < runs; r++) {
-		gmsfs *g;
-		struct fetched x;
-		if (fetch_all(store, &x)) {
+		struct fetched f;
+		if (fetch_all(store, &f)) {
 			fprintf(stderr, "bench-gpu: fetching the descriptors of %s failed\n", store);
 			exit(1);
 		}
-		tf[r] = floor_run(&x, x.n, dev);
-		fetched_free(&x);
-
-		t0 = now_ms();
-		TRY(NULL, gmsfs_connect(&g, store, GMSFS_RO, 10000));
-		double t1 = now_ms();
-		TRY(g, gmsfs_import_all(g));
-		double t2 = now_ms();
-		tb[r] = t2 - t1;
-		tc[r] = t2 - t0;
-		gmsfs_disconnect(g);
-
-		TRY(NULL, gmsfs_connect(&g, store, GMSFS_RO, 10000));
-		t0 = now_ms();
-		for (int i = 0; i < count; i++) {
-			void *p;
-			TRY(g, gmsfs_import(g, names[i], &p));
-		}
-		tp[r] = now_ms() - t0;
-		gmsfs_disconnect(g);
+		char *none[] = { (char *)self, "__floor", NULL };
+		struct result fr = run_child(none, &f);
+		fetched_free(&f);
+		char *imp[] = { (char *)self, "__import", store, NULL };
+		struct result ir = run_child(imp, NULL);
+		char *per[] = { (char *)self, "__perfile", store, countarg, NULL };
+		struct result pr = run_child(per, NULL);
+		tf[r] = fr.a, ti[r] = ir.a, tc[r] = ir.b, tp[r] = pr.a, cx[r] = ir.ctx;
 	}
-	double f = median(tf, runs), b = median(tb, runs), c = median(tc, runs), p = median(tp, runs);
-	printf("bench-gpu: %d x %llu MiB, median of %d (create: %.1f us per allocation)\n", count,
-	       (unsigned long long)(bytes >> 20), runs, t_create * 1e3 / count);
-	printf("  %-40s %9.2f ms  %5.2fx  %7.1f us/alloc\n", "floor: import+map held fds", f, 1.0, f * 1e3 / count);
-	printf("  %-40s %9.2f ms  %5.2fx  %7.1f us/alloc\n", "libgmsfs bulk import (import_all)", b, b / f, b * 1e3 / count);
-	printf("  %-40s %9.2f ms  %5.2fx  %7.1f us/alloc\n", "libgmsfs connect + import_all", c, c / f, c * 1e3 / count);
-	printf("  %-40s %9.2f ms  %5.2fx  %7.1f us/alloc\n", "libgmsfs per-file import", p, p / f, p * 1e3 / count);
+	double f = median(tf, runs);
+	printf("bench-gpu: %s (%d allocations), median of %d fresh processes (their CUDA context apart: %.1f ms)\n",
+	       label, count, runs, median(cx, runs));
+	line("floor: fresh process, fds from another", f, f, count);
+	line("first import_all in a fresh process", median(ti, runs), f, count);
+	line("connect + import_all in a fresh process", median(tc, runs), f, count);
+	line("per-file gmsfs_import in a fresh process", median(tp, runs), f, count);
+	printf("  %-44s %9.2f ms  %5.2fx  %7.1f us/alloc (its floor %.1f us)\n", "writer: gmsfs_create (create + map)",
+	       t_create, t_create / t_wfloor, t_create * 1e3 / count, t_wfloor * 1e3 / count);
+	printf("  %-44s %9.2f ms         %7.2f us/entry\n", "metadata: one bulk put", t_meta, t_meta * 1e3 / count);
 	fflush(stdout);
-	for (int i = 0; i < count; i++)
-		free(names[i]);
-	free(names);
-	free(tf), free(tb), free(tc), free(tp);
+	free(tf), free(ti), free(tc), free(tp), free(cx);
+	/* Free the store for the next layout: a writer empties it, then rmdir. */
+	TRY(NULL, gmsfs_connect(&w, store, GMSFS_RW, 10000));
+	TRY(w, gmsfs_import_all(w));
+	while (gmsfs_mappings(w, &m))
+		TRY(w, gmsfs_free(w, m[0].ptr));
+	TRY(w, gmsfs_commit(w));
+	gmsfs_disconnect(w);
 	if (rmdir(store) < 0)
 		perror("rmdir");
 }
 
+/* The 291 tensors of Llama-3-8B, bf16. */
+static int llama8b(uint64_t *s)
+{
+	const uint64_t h = 4096, kv = 1024, ffn = 14336, vocab = 128256, b = 2;
+	int n = 0;
+	s[n++] = vocab * h * b;
+	for (int l = 0; l < 32; l++) {
+		s[n++] = h * h * b, s[n++] = kv * h * b, s[n++] = kv * h * b, s[n++] = h * h * b;
+		s[n++] = ffn * h * b, s[n++] = ffn * h * b, s[n++] = h * ffn * b;
+		s[n++] = h * b, s[n++] = h * b;
+	}
+	s[n++] = h * b;
+	s[n++] = vocab * h * b;
+	return n;
+}
+
 int main(int argc, char **argv)
 {
+	static char exe[4096];
+	ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	self = k > 0 ? (exe[k] = '\0', exe) : argv[0];
+	if (argc == 3 && !strcmp(argv[1], "__floor"))
+		return child_floor(atoi(argv[2]));
+	if (argc == 3 && !strcmp(argv[1], "__import"))
+		return child_import(argv[2]);
+	if (argc == 4 && !strcmp(argv[1], "__perfile"))
+		return child_perfile(argv[2], atoi(argv[3]));
+	if (argc >= 3 && !strcmp(argv[1], "floor")) {
+		/* The floor of an existing store's layout: the median ms, alone on a line. */
+		int runs = argc > 3 ? atoi(argv[3]) : 5;
+		double *t = calloc((size_t)runs, sizeof *t);
+		for (int r = 0; r < runs; r++) {
+			struct fetched f;
+			if (fetch_all(argv[2], &f))
+				return 1;
+			char *none[] = { (char *)self, "__floor", NULL };
+			t[r] = run_child(none, &f).a;
+			fetched_free(&f);
+		}
+		printf("%.2f\n", median(t, runs));
+		return 0;
+	}
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s MOUNT [RUNS]\n", argv[0]);
+		fprintf(stderr, "usage: %s MOUNT [RUNS] | floor STORE [RUNS]\n", argv[0]);
 		return 2;
 	}
 	int runs = argc > 2 ? atoi(argv[2]) : 5;
-	char err[256];
-	if (cu_load(&cu, err, sizeof err)) {
-		fprintf(stderr, "bench-gpu: %s\n", err);
-		return 1;
-	}
-	CUdevice dev;
-	CUcontext ctx;
-	CU(cu.cuInit(0));
-	CU(cu.cuDeviceGet(&dev, 0));
-	CU(cu.cuDevicePrimaryCtxRetain(&ctx, dev));
-	CU(cu.cuCtxSetCurrent(ctx));
-	layout(argv[1], 1000, 2ull << 20, runs, dev);
-	layout(argv[1], 128, 64ull << 20, runs, dev);
-	layout(argv[1], 16, 1ull << 30, runs, dev);
+	context();
+	static uint64_t s[1000];
+	for (int i = 0; i < 1000; i++)
+		s[i] = 2ull << 20;
+	layout(argv[1], "1000x2MiB", s, 1000, runs);
+	for (int i = 0; i < 128; i++)
+		s[i] = 64ull << 20;
+	layout(argv[1], "128x64MiB", s, 128, runs);
+	for (int i = 0; i < 16; i++)
+		s[i] = 1ull << 30;
+	layout(argv[1], "16x1GiB", s, 16, runs);
+	layout(argv[1], "llama3-8b", s, llama8b(s), runs);
 	return 0;
 }

@@ -5,11 +5,18 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [RUNS]     RUNS: benchmark runs per layout (default 5)
+#   bash tests/gpu/run.sh [tests|bench|all] [RUNS]   RUNS: benchmark runs per layout (default 5)
+# With $OUT set (the device machine), everything printed is also kept in $OUT/gpu-WHAT.log.
 set -u
 cd "$(dirname "$0")/../.."
 top=$(pwd)
-runs=${1:-5}
+what=${1:-all}
+runs=${2:-5}
+if [ -n "${OUT:-}" ] && [ -z "${GMSFS_GPU_LOGGED:-}" ]; then
+	export GMSFS_GPU_LOGGED=1
+	bash "$0" "$@" 2>&1 | tee "$OUT/gpu-$what.log"
+	exit "${PIPESTATUS[0]}"
+fi
 
 # ---- build against the private prefix ----
 prefix=$top/.gpu/prefix
@@ -70,6 +77,7 @@ t() { # t NAME CMD...: one TAP line; the command's output as comments
 export GMSFS_SCENARIO_CUDA=1
 scenario() { mkdir "$mnt/$1" && timeout 300 build/gmsfs-scenario "$1" "$mnt/$1"; }
 
+gpu_tests() {
 nvidia-smi -L | sed 's/^/# /'
 mount_gmsfs || { echo "Bail out! no mount"; exit 1; }
 sed 's/^/# /' "$mnt/device"
@@ -83,7 +91,7 @@ t "an unknown device is refused with a message, not served from host memory" bas
 t "64 allocations, three bulk readers verify every byte on the device, a reader's write is refused" scenario readers64
 for s in commit_publishes abort_on_disconnect rw_or_ro writer_blocks_readers rw_or_ro_timeout \
 	reader_after_writer_timeout several_readers reader_rw_calls_fail bad_offset free_removes \
-	remap_same remap_changed remap_rebuilt reallocate; do
+	remap_same remap_changed remap_rebuilt reallocate requests bulk_meta one_rw_per_session bad_args; do
 	t "GMS scenario on cuda: $s" scenario "$s"
 done
 t "a writer killed after creating 4 GiB: device memory comes back, the last commit stands" scenario dead_holder_memory
@@ -130,11 +138,27 @@ t "a reader keeps reading its mapped weights after the daemon is killed" \
 	bash -c "mkdir $mnt/k && GMSFS_DAEMON_PID=$pid timeout 120 build/gmsfs-scenario daemon_killed $mnt/k"
 unmount_gmsfs
 
-echo "1..$n"
-echo "$((n - failed)) passed, $failed failed"
+mount_gmsfs
+t "gmsfs.torch: a transformers Llama (1B) published once, materialized by two readers at once, zero-copy" \
+	timeout 540 python3 tests/gpu/torch_gpu.py test "$mnt" "$top/build"
+unmount_gmsfs
+}
 
-# ---- the benchmark ----
+gpu_bench() {
 mount_gmsfs
 build/bench-gpu "$mnt" "$runs"
 unmount_gmsfs
+mount_gmsfs
+python3 tests/gpu/torch_gpu.py bench "$mnt" "$top/build"
+unmount_gmsfs
+}
+
+if [ "$what" = tests ] || [ "$what" = all ]; then
+	gpu_tests
+	echo "1..$n"
+	echo "$((n - failed)) passed, $failed failed"
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+	gpu_bench
+fi
 exit $((failed > 0))
