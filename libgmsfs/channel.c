@@ -211,13 +211,15 @@ static int take(struct ch_manifest *m, struct progress *p, struct wire_reply *re
 	return add_chunks(m, rep, p->nentries, p->want, err, errlen);
 }
 
-/* Receive the reply to one request.  m NULL: a plain reply is expected. */
-static int receive(int s, struct ch_manifest *m, char *err, size_t errlen)
+/* Receive the reply to one request.  m NULL: a plain reply is expected.  *whole: its
+ * last message was read (else the connection is out of step and must be closed). */
+static int receive(int s, struct ch_manifest *m, bool *whole, char *err, size_t errlen)
 {
 	uint8_t *buf = malloc(GMSFS_MSG_MAX + 1);
 	struct progress p = {0};
 	int e = buf ? 0 : fail(err, errlen, -ENOMEM, "out of memory");
-	for (bool first = true, last = false; !e && !last; first = false) {
+	bool last = false;
+	for (bool first = true; !e && !last; first = false) {
 		int fds[GMSFS_FDS_PER_MSG];
 		size_t nfds;
 		ssize_t r = recv_msg(s, buf, GMSFS_MSG_MAX + 1, fds, &nfds, err, errlen);
@@ -254,12 +256,14 @@ static int receive(int s, struct ch_manifest *m, char *err, size_t errlen)
 	free(buf);
 	if (e && m)
 		ch_manifest_free(m);
+	*whole = last;
 	return e;
 }
 
 static int call_on(int s, enum gmsfs_op op, const uint8_t *ticket, const void *body, size_t len, struct ch_manifest *m,
-		   char *err, size_t errlen)
+		   bool *whole, char *err, size_t errlen)
 {
+	*whole = false;
 	if (m)
 		*m = (struct ch_manifest){ .consume = m->consume, .ctx = m->ctx };
 	int e = send_request(s, op, ticket, body, len);
@@ -267,7 +271,7 @@ static int call_on(int s, enum gmsfs_op op, const uint8_t *ticket, const void *b
 		e = e == -EPIPE || e == -ECONNRESET || e == -ENOTCONN ? -ENOTCONN : e;
 		return fail(err, errlen, e, "socket: %s", strerror(-e));
 	}
-	return receive(s, m, err, errlen);
+	return receive(s, m, whole, err, errlen);
 }
 
 int ch_bind(struct ch *c, const char *path, const uint8_t ticket[16], char *err, size_t errlen)
@@ -276,7 +280,8 @@ int ch_bind(struct ch *c, const char *path, const uint8_t ticket[16], char *err,
 	int s = dial(path, err, errlen);
 	if (s < 0)
 		return s;
-	int e = call_on(s, GMSFS_OP_BIND, ticket, NULL, 0, NULL, err, errlen);
+	bool whole;
+	int e = call_on(s, GMSFS_OP_BIND, ticket, NULL, 0, NULL, &whole, err, errlen);
 	if (e) {
 		close(s);
 		return e;
@@ -290,9 +295,10 @@ int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct
 {
 	if (c->sock < 0)
 		return fail(err, errlen, -ENOTCONN, "socket: not connected");
-	int e = call_on(c->sock, op, NULL, body, len, m, err, errlen);
-	if (e == -ENOTCONN)
-		ch_close(c);
+	bool whole;
+	int e = call_on(c->sock, op, NULL, body, len, m, &whole, err, errlen);
+	if (e == -ENOTCONN || !whole)
+		ch_close(c); /* the rest of a reply must not be read as the next one's: bind again */
 	return e;
 }
 
@@ -301,7 +307,8 @@ int ch_redeem(const char *path, const uint8_t ticket[16], struct ch_manifest *m,
 	int s = dial(path, err, errlen);
 	if (s < 0)
 		return s;
-	int e = call_on(s, GMSFS_OP_REDEEM, ticket, NULL, 0, m, err, errlen);
+	bool whole;
+	int e = call_on(s, GMSFS_OP_REDEEM, ticket, NULL, 0, m, &whole, err, errlen);
 	close(s);
 	return e;
 }
