@@ -265,13 +265,11 @@ int gmsfs_commit(gmsfs *g)
 	int e = gm_need_lock(g, GMSFS_RW);
 	if (e || (e = gm_call(g, GMSFS_OP_COMMIT, NULL, 0, NULL)))
 		return e;
-	/* The daemon downgraded the lock; the mappings follow. */
-	for (size_t i = 0; i < g->nmaps; i++) {
-		if (g->mapped[i] && g->maps[i].writable) {
-			g->be->protect_ro(g, g->maps[i].ptr, g->maps[i].aligned);
-			g->maps[i].writable = 0;
-		}
-	}
+	/* The daemon downgraded the lock; the mappings follow (best effort: the daemon
+	 * hands readers read-only memory whatever this process keeps). */
+	mp_allow_all(g, true, false);
+	for (size_t i = 0; i < g->nmaps; i++)
+		g->maps[i].writable = 0;
 	if ((e = gm_refresh(g)))
 		return e;
 	return g->meta.loaded ? mt_privatize(g) : 0;

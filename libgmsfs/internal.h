@@ -61,15 +61,18 @@ struct gm_backend {
 	const char *name;
 	/* Ready to map in this thread?  (cuda: a current context.) */
 	int (*attach)(gmsfs *g, char *err, size_t errlen);
-	/* Reserve aligned bytes of address space, mapped to nothing. */
-	int (*reserve)(gmsfs *g, uint64_t aligned, void **va);
-	/* Give the range back (unmapping first if mapped). */
-	void (*unreserve)(gmsfs *g, void *va, uint64_t aligned, bool mapped);
-	/* Map [off, off + aligned) of fd (not consumed) over the reservation at va. */
+	/* Reserve len bytes of address space, mapped to nothing. */
+	int (*reserve)(gmsfs *g, uint64_t len, void **va);
+	/* Give a whole reservation back; nothing in it is mapped. */
+	void (*unreserve)(gmsfs *g, void *va, uint64_t len);
+	/* Map [off, off + aligned) of fd (not consumed) over part of a reservation at va.
+	 * Usable once allow() has covered it (cuda: the access is set apart, and one call
+	 * costs the same for one mapping or sixteen side by side). */
 	int (*map)(gmsfs *g, void *va, uint64_t aligned, int fd, uint64_t off, bool writable, char *err, size_t errlen);
+	/* Set the access of mapped bytes [va, va + len): read-only or read-write. */
+	int (*allow)(gmsfs *g, void *va, uint64_t len, bool writable);
 	/* Unmap, keeping the reservation. */
 	int (*unmap)(gmsfs *g, void *va, uint64_t aligned);
-	int (*protect_ro)(gmsfs *g, void *va, uint64_t aligned);
 	/* Process-private memory for private entries, and a copy into it. */
 	int (*private_alloc)(gmsfs *g, uint64_t size, void **p);
 	void (*private_free)(gmsfs *g, void *p);
@@ -94,6 +97,19 @@ struct mt {
 	char **sorted;          /* keys in order, made by list, NULL when stale */
 };
 
+/* A reservation several mappings share: an import maps each message's allocations
+ * side by side in one range and sets their access with one call.  The range goes
+ * back with its last mapping. */
+struct mp_res {
+	void *base;
+	uint64_t len;
+	size_t refs;            /* mappings in the table that lie in it */
+};
+struct mp_slot {
+	bool mapped;            /* mapped now (else only reserved) */
+	struct mp_res *res;
+};
+
 struct gmsfs {
 	char *dir;              /* the store directory */
 	int dirfd;              /* its open handle: holds the lock; -1 while unmapped */
@@ -115,7 +131,7 @@ struct gmsfs {
 	CUdevice cudev;         /* the device of the caller's context */
 #endif
 	struct gmsfs_mapping *maps; /* what gmsfs_mappings shows */
-	bool *mapped;           /* maps[i] is mapped now (else only reserved) */
+	struct mp_slot *slots;  /* slots[i]: the state of maps[i] */
 	size_t nmaps, cap;      /* both arrays have cap elements */
 	size_t *index;          /* open addressing by name: map index + 1, 0 empty */
 	size_t index_cap;       /* a power of two, at least twice nmaps */
@@ -137,10 +153,15 @@ bool gm_device_ok(const gmsfs *g, int device);
 
 /* maps.c */
 struct gmsfs_mapping *mp_find(const gmsfs *g, const char *name);
-/* Reserve and map one allocation of a manifest; it joins the table. */
-int mp_add(gmsfs *g, struct wire_alloc *a, int fd, bool writable, void **ptr);
+/* Map allocations a[0..n) of a manifest (descriptors fd[0..n)) side by side in one
+ * reservation; they join the table, taking a's names.  All or nothing.  ptr: the
+ * first one's address, if not NULL. */
+int mp_map(gmsfs *g, struct wire_alloc *a, const int *fd, size_t n, bool writable, void **ptr);
 /* A manifest's consume: map its allocations [from, to) that are not in the table yet. */
 int mp_import(void *ctx, struct ch_manifest *m, size_t from, size_t to);
+/* Set the access of the mapped mappings (only the writable ones if only_writable),
+ * neighbours in one reservation with one call. */
+int mp_allow_all(gmsfs *g, bool only_writable, bool writable);
 void mp_unmap_mapped(gmsfs *g);
 void mp_release_all(gmsfs *g);
 

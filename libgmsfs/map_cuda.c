@@ -1,7 +1,8 @@
 /* Mapping on the cuda backend, in the caller's current context (as PyTorch sets
- * it): import the descriptor, map it over a reserved range, set the access
- * (read-only for readers and for a writer after commit).  The imported handle is
- * released at once: the mapping keeps the memory alive. */
+ * it): import the descriptor, map it over part of a reserved range; the access is
+ * set apart, over many mappings at once (read-only for readers and for a writer
+ * after commit).  The imported handle is released at once: the mapping keeps the
+ * memory alive. */
 #include "internal.h"
 
 #ifdef GMSFS_HAVE_CUDA
@@ -30,30 +31,28 @@ static int cuda_attach(gmsfs *g, char *err, size_t errlen)
 	return 0;
 }
 
-static int cuda_reserve(gmsfs *g, uint64_t aligned, void **va)
+static int cuda_reserve(gmsfs *g, uint64_t len, void **va)
 {
 	CUdeviceptr p = 0;
-	CUresult r = g->cu.cuMemAddressReserve(&p, aligned, 0, 0, 0);
+	CUresult r = g->cu.cuMemAddressReserve(&p, len, 0, 0, 0);
 	if (r != CUDA_SUCCESS)
 		return CU_ERR(r);
 	*va = (void *)(uintptr_t)p;
 	return 0;
 }
 
-static void cuda_unreserve(gmsfs *g, void *va, uint64_t aligned, bool mapped)
+static void cuda_unreserve(gmsfs *g, void *va, uint64_t len)
 {
-	if (mapped)
-		g->cu.cuMemUnmap((CUdeviceptr)(uintptr_t)va, aligned);
-	g->cu.cuMemAddressFree((CUdeviceptr)(uintptr_t)va, aligned);
+	g->cu.cuMemAddressFree((CUdeviceptr)(uintptr_t)va, len);
 }
 
-static int set_access(gmsfs *g, void *va, uint64_t aligned, bool writable)
+static int cuda_allow(gmsfs *g, void *va, uint64_t len, bool writable)
 {
 	CUmemAccessDesc d = {
 		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = g->cudev },
 		.flags = writable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_READ,
 	};
-	CUresult r = g->cu.cuMemSetAccess((CUdeviceptr)(uintptr_t)va, aligned, &d, 1);
+	CUresult r = g->cu.cuMemSetAccess((CUdeviceptr)(uintptr_t)va, len, &d, 1);
 	return r == CUDA_SUCCESS ? 0 : CU_ERR(r);
 }
 
@@ -78,23 +77,13 @@ static int cuda_map(gmsfs *g, void *va, uint64_t aligned, int fd, uint64_t off, 
 		snprintf(err, errlen, "cuMemMap: %s", cu_name(cu, r));
 		return CU_ERR(r);
 	}
-	int e = set_access(g, va, aligned, writable);
-	if (e) {
-		snprintf(err, errlen, "cuMemSetAccess: %s", strerror(-e));
-		cu->cuMemUnmap((CUdeviceptr)(uintptr_t)va, aligned);
-	}
-	return e;
+	return 0;
 }
 
 static int cuda_unmap(gmsfs *g, void *va, uint64_t aligned)
 {
 	CUresult r = g->cu.cuMemUnmap((CUdeviceptr)(uintptr_t)va, aligned);
 	return r == CUDA_SUCCESS ? 0 : CU_ERR(r);
-}
-
-static int cuda_protect_ro(gmsfs *g, void *va, uint64_t aligned)
-{
-	return set_access(g, va, aligned, false);
 }
 
 static int cuda_private_alloc(gmsfs *g, uint64_t size, void **p)
@@ -124,8 +113,8 @@ const struct gm_backend gm_cuda_backend = {
 	.reserve = cuda_reserve,
 	.unreserve = cuda_unreserve,
 	.map = cuda_map,
+	.allow = cuda_allow,
 	.unmap = cuda_unmap,
-	.protect_ro = cuda_protect_ro,
 	.private_alloc = cuda_private_alloc,
 	.private_free = cuda_private_free,
 	.copy = cuda_copy,

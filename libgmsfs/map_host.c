@@ -17,18 +17,18 @@ static int host_attach(gmsfs *g, char *err, size_t errlen)
 	return 0;
 }
 
-static int host_reserve(gmsfs *g, uint64_t aligned, void **va)
+static int host_reserve(gmsfs *g, uint64_t len, void **va)
 {
-	void *p = mmap(NULL, aligned, PROT_NONE, RESERVE_FLAGS, -1, 0);
+	void *p = mmap(NULL, len, PROT_NONE, RESERVE_FLAGS, -1, 0);
 	if (p == MAP_FAILED)
 		return -errno;
 	*va = p;
 	return 0;
 }
 
-static void host_unreserve(gmsfs *g, void *va, uint64_t aligned, bool mapped)
+static void host_unreserve(gmsfs *g, void *va, uint64_t len)
 {
-	munmap(va, aligned);
+	munmap(va, len);
 }
 
 static int host_map(gmsfs *g, void *va, uint64_t aligned, int fd, uint64_t off, bool writable, char *err,
@@ -56,9 +56,10 @@ static int host_unmap(gmsfs *g, void *va, uint64_t aligned)
 	return mmap(va, aligned, PROT_NONE, RESERVE_FLAGS | MAP_FIXED, -1, 0) == MAP_FAILED ? -errno : 0;
 }
 
-static int host_protect_ro(gmsfs *g, void *va, uint64_t aligned)
+/* map gave the protection already; this is for a writer's commit. */
+static int host_allow(gmsfs *g, void *va, uint64_t len, bool writable)
 {
-	return mprotect(va, aligned, PROT_READ) ? -errno : 0;
+	return mprotect(va, len, PROT_READ | (writable ? PROT_WRITE : 0)) ? -errno : 0;
 }
 
 /* Private copies: plain heap memory, aligned as PyTorch aligns tensors. */
@@ -84,8 +85,8 @@ const struct gm_backend gm_host_backend = {
 	.reserve = host_reserve,
 	.unreserve = host_unreserve,
 	.map = host_map,
+	.allow = host_allow,
 	.unmap = host_unmap,
-	.protect_ro = host_protect_ro,
 	.private_alloc = host_private_alloc,
 	.private_free = host_private_free,
 	.copy = host_copy,

@@ -5,6 +5,7 @@
 #include "hash.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,11 +54,21 @@ struct gmsfs_mapping *mp_find(const gmsfs *g, const char *name)
 	return NULL;
 }
 
-/* Unmap, give the range back, forget the names. */
+static void res_put(gmsfs *g, struct mp_res *r)
+{
+	if (--r->refs)
+		return;
+	g->be->unreserve(g, r->base, r->len);
+	free(r);
+}
+
+/* Unmap, give the range back with its last mapping, forget the names. */
 static void release_map(gmsfs *g, size_t i)
 {
 	struct gmsfs_mapping *m = &g->maps[i];
-	g->be->unreserve(g, m->ptr, m->aligned, g->mapped[i]);
+	if (g->slots[i].mapped)
+		g->be->unmap(g, m->ptr, m->aligned);
+	res_put(g, g->slots[i].res);
 	free((char *)m->name);
 	free((char *)m->tag);
 }
@@ -67,7 +78,7 @@ static void drop_map(gmsfs *g, size_t i)
 	release_map(g, i);
 	g->nmaps--;
 	g->maps[i] = g->maps[g->nmaps];
-	g->mapped[i] = g->mapped[g->nmaps];
+	g->slots[i] = g->slots[g->nmaps];
 	index_rebuild(g, g->nmaps); /* cannot fail: it shrinks */
 }
 
@@ -76,10 +87,10 @@ void mp_release_all(gmsfs *g)
 	for (size_t i = 0; i < g->nmaps; i++)
 		release_map(g, i);
 	free(g->maps);
-	free(g->mapped);
+	free(g->slots);
 	free(g->index);
 	g->maps = NULL;
-	g->mapped = NULL;
+	g->slots = NULL;
 	g->index = NULL;
 	g->nmaps = g->cap = g->index_cap = 0;
 }
@@ -87,55 +98,127 @@ void mp_release_all(gmsfs *g)
 void mp_unmap_mapped(gmsfs *g)
 {
 	for (size_t i = 0; i < g->nmaps; i++)
-		if (g->mapped[i]) {
+		if (g->slots[i].mapped) {
 			g->be->unmap(g, g->maps[i].ptr, g->maps[i].aligned);
-			g->mapped[i] = false;
+			g->slots[i].mapped = false;
 		}
 }
 
-int mp_add(gmsfs *g, struct wire_alloc *a, int fd, bool writable, void **ptr)
+/* Room in the table for n more, so that adding them cannot fail. */
+static int table_room(gmsfs *g, size_t n)
 {
-	size_t cap = g->cap;
-	if (GROW(g->maps, g->nmaps, g->cap, 64))
+	if (g->nmaps + n > g->cap) {
+		size_t cap = g->cap ? g->cap : 64;
+		while (cap < g->nmaps + n)
+			cap *= 2;
+		struct gmsfs_mapping *m = realloc(g->maps, cap * sizeof *m);
+		if (!m)
+			return -ENOMEM;
+		g->maps = m; /* cap is raised only when slots[] has grown too */
+		struct mp_slot *s = realloc(g->slots, cap * sizeof *s);
+		if (!s)
+			return -ENOMEM;
+		g->slots = s;
+		g->cap = cap;
+	}
+	return 2 * (g->nmaps + n) > g->index_cap ? index_rebuild(g, g->nmaps + n) : 0;
+}
+
+static void unmap_first(gmsfs *g, struct wire_alloc *a, size_t n, void *base)
+{
+	for (size_t k = 0; k < n; k++) {
+		g->be->unmap(g, base, a[k].aligned);
+		base = (char *)base + a[k].aligned;
+	}
+}
+
+int mp_map(gmsfs *g, struct wire_alloc *a, const int *fd, size_t n, bool writable, void **ptr)
+{
+	uint64_t total = 0;
+	for (size_t k = 0; k < n; k++) {
+		if (fd[k] < 0)
+			return gm_error(g, -EPROTO, "%s: no descriptor came for it", a[k].path);
+		if (!a[k].aligned || a[k].aligned > UINT64_MAX - total)
+			return gm_error(g, -EPROTO, "%s: the daemon sent a size of %llu", a[k].path,
+					(unsigned long long)a[k].aligned);
+		total += a[k].aligned;
+	}
+	struct mp_res *r = malloc(sizeof *r);
+	if (!r || table_room(g, n)) {
+		free(r);
 		return gm_error(g, -ENOMEM, "out of memory");
-	if (cap != g->cap) { /* mapped[] follows maps[] */
-		bool *v = realloc(g->mapped, g->cap * sizeof *v);
-		if (!v) {
-			g->cap = cap; /* maps[] grew; the next call tries mapped[] again */
-			return gm_error(g, -ENOMEM, "out of memory");
+	}
+	int e = g->be->reserve(g, total, &r->base);
+	if (e) {
+		free(r);
+		return gm_error(g, e, "%s: reserving %llu bytes: %s", a[0].path, (unsigned long long)total, strerror(-e));
+	}
+	r->len = total;
+	r->refs = n;
+	char why[256] = "", *va = r->base;
+	size_t done = 0;
+	for (; done < n; va += a[done++].aligned)
+		if ((e = g->be->map(g, va, a[done].aligned, fd[done], a[done].fd_offset, writable, why, sizeof why))) {
+			gm_error(g, e, "%s: %s", a[done].path, why[0] ? why : strerror(-e));
+			break;
 		}
-		g->mapped = v;
+	if (!e && (e = g->be->allow(g, r->base, total, writable)))
+		gm_error(g, e, "%s%s: setting its access: %s", a[0].path, n > 1 ? " and its neighbours" : "",
+			 strerror(-e));
+	if (e) {
+		unmap_first(g, a, done, r->base);
+		g->be->unreserve(g, r->base, total);
+		free(r);
+		return e;
 	}
-	if (2 * (g->nmaps + 1) > g->index_cap && index_rebuild(g, g->nmaps + 1))
-		return gm_error(g, -ENOMEM, "out of memory");
-	if (fd < 0)
-		return gm_error(g, -EPROTO, "%s: no descriptor came for it", a->path);
-	void *va;
-	int e = g->be->reserve(g, a->aligned, &va);
-	if (e)
-		return gm_error(g, e, "%s: reserving %llu bytes: %s", a->path, (unsigned long long)a->aligned, strerror(-e));
-	char why[256] = "";
-	if ((e = g->be->map(g, va, a->aligned, fd, a->fd_offset, writable, why, sizeof why))) {
-		g->be->unreserve(g, va, a->aligned, false);
-		return gm_error(g, e, "%s: %s", a->path, why[0] ? why : strerror(-e));
+	va = r->base;
+	for (size_t k = 0; k < n; va += a[k++].aligned) {
+		g->slots[g->nmaps] = (struct mp_slot){ .mapped = true, .res = r };
+		g->maps[g->nmaps++] = (struct gmsfs_mapping){ .name = a[k].path, .tag = a[k].tag, .ptr = va,
+							      .size = a[k].size, .aligned = a[k].aligned,
+							      .writable = writable };
+		a[k].path = a[k].tag = NULL; /* the table owns them now */
+		index_put(g, g->nmaps - 1);
 	}
-	g->mapped[g->nmaps] = true;
-	g->maps[g->nmaps++] = (struct gmsfs_mapping){ .name = a->path, .tag = a->tag, .ptr = va, .size = a->size,
-						      .aligned = a->aligned, .writable = writable };
-	a->path = a->tag = NULL; /* the table owns them now */
-	index_put(g, g->nmaps - 1);
 	if (ptr)
-		*ptr = va;
+		*ptr = r->base;
 	return 0;
 }
 
 int mp_import(void *ctx, struct ch_manifest *m, size_t from, size_t to)
 {
 	gmsfs *g = ctx;
-	for (size_t i = from; i < to; i++) {
-		if (mp_find(g, m->allocs[i].path))
-			continue; /* mapped already */
-		int e = mp_add(g, &m->allocs[i], m->fd[i], g->lock == GMSFS_RW, NULL);
+	while (from < to) {
+		while (from < to && mp_find(g, m->allocs[from].path))
+			from++; /* mapped already */
+		size_t end = from;
+		while (end < to && !mp_find(g, m->allocs[end].path))
+			end++;
+		int e = end > from ? mp_map(g, &m->allocs[from], &m->fd[from], end - from, g->lock == GMSFS_RW, NULL) : 0;
+		if (e)
+			return e;
+		from = end;
+	}
+	return 0;
+}
+
+static bool chosen(const gmsfs *g, size_t i, bool only_writable)
+{
+	return g->slots[i].mapped && (!only_writable || g->maps[i].writable);
+}
+
+int mp_allow_all(gmsfs *g, bool only_writable, bool writable)
+{
+	for (size_t i = 0; i < g->nmaps;) {
+		if (!chosen(g, i, only_writable)) {
+			i++;
+			continue;
+		}
+		char *start = g->maps[i].ptr, *end = start + g->maps[i].aligned;
+		struct mp_res *r = g->slots[i].res;
+		for (i++; i < g->nmaps && chosen(g, i, only_writable) && g->slots[i].res == r && g->maps[i].ptr == end; i++)
+			end += g->maps[i].aligned;
+		int e = g->be->allow(g, start, (uint64_t)(end - start), writable);
 		if (e)
 			return e;
 	}
@@ -196,45 +279,97 @@ static bool name_ok(gmsfs *g, const char *what, const char *name)
 	return false;
 }
 
+static int check_new(gmsfs *g, const struct gmsfs_new *v)
+{
+	if (!name_ok(g, "create", v->name))
+		return -EINVAL;
+	if (!v->size)
+		return gm_error(g, -EINVAL, "%s: size 0", v->name);
+	if (v->tag && !gmsfs_tag_valid(v->tag, strlen(v->tag)))
+		return gm_error(g, -EINVAL, "%s: a tag has 1..%d bytes and no control characters", v->name, GMSFS_TAG_MAX);
+	if (mp_find(g, v->name))
+		return gm_error(g, -EEXIST, "%s: exists", v->name);
+	return 0;
+}
+
+/* The consume of a create: the first message means the daemon made them all. */
+struct creating {
+	gmsfs *g;
+	bool made;
+};
+
+static int map_created(void *ctx, struct ch_manifest *m, size_t from, size_t to)
+{
+	struct creating *c = ctx;
+	c->made = true;
+	return mp_map(c->g, &m->allocs[from], &m->fd[from], to - from, true, NULL);
+}
+
+/* A create that failed after the daemon made the allocations: nothing half made stays. */
+static void unmake(gmsfs *g, const struct gmsfs_new *v, size_t n)
+{
+	char keep[sizeof g->err];
+	memcpy(keep, g->err, sizeof keep);
+	const char **names = calloc(n, sizeof *names);
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	for (size_t i = 0; names && i < n; i++) {
+		names[i] = v[i].name;
+		struct gmsfs_mapping *m = mp_find(g, v[i].name);
+		if (m)
+			drop_map(g, (size_t)(m - g->maps));
+	}
+	if (names && !wire_pack_names(&sb, GMSFS_K_PATHS, names, n))
+		gm_call(g, GMSFS_OP_FREE, sb.data, sb.size, NULL);
+	msgpack_sbuffer_destroy(&sb);
+	free(names);
+	memcpy(g->err, keep, sizeof keep);
+}
+
+int gmsfs_create_many(gmsfs *g, struct gmsfs_new *v, size_t n)
+{
+	if (!g || (!v && n))
+		return g ? gm_error(g, -EINVAL, "create_many: no list") : -EINVAL;
+	int e = gm_need_lock(g, GMSFS_RW);
+	if (e || !n)
+		return e;
+	struct wire_alloc *a = calloc(n, sizeof *a);
+	if (!a)
+		return gm_error(g, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n && !e; i++) {
+		e = check_new(g, &v[i]);
+		a[i] = (struct wire_alloc){ .path = (char *)v[i].name, .tag = (char *)v[i].tag, .size = v[i].size };
+	}
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	struct creating c = { .g = g };
+	struct ch_manifest m = { .consume = map_created, .ctx = &c }; /* mapped as each message comes */
+	if (!e && (e = wire_pack_create(&sb, a, n)))
+		e = gm_error(g, e, "out of memory");
+	else if (!e && !(e = gm_call(g, GMSFS_OP_CREATE, sb.data, sb.size, &m)))
+		ch_manifest_free(&m);
+	for (size_t i = 0; i < n && !e; i++) {
+		struct gmsfs_mapping *p = mp_find(g, v[i].name);
+		if (!p)
+			e = gm_error(g, -EPROTO, "%s: the daemon made no such allocation", v[i].name);
+		else
+			v[i].ptr = p->ptr;
+	}
+	if (e && c.made)
+		unmake(g, v, n);
+	msgpack_sbuffer_destroy(&sb);
+	free(a);
+	return e;
+}
+
 int gmsfs_create(gmsfs *g, const char *name, uint64_t size, const char *tag, void **ptr)
 {
 	if (!g || !ptr)
 		return g ? gm_error(g, -EINVAL, "create: no place for the pointer") : -EINVAL;
-	int e = gm_need_lock(g, GMSFS_RW);
-	if (e)
-		return e;
-	if (!name_ok(g, "create", name))
-		return -EINVAL;
-	if (!size)
-		return gm_error(g, -EINVAL, "%s: size 0", name);
-	if (tag && !gmsfs_tag_valid(tag, strlen(tag)))
-		return gm_error(g, -EINVAL, "%s: a tag has 1..%d bytes and no control characters", name, GMSFS_TAG_MAX);
-	if (mp_find(g, name))
-		return gm_error(g, -EEXIST, "%s: exists", name);
-	struct wire_alloc a = { .path = (char *)name, .tag = (char *)tag, .size = size };
-	msgpack_sbuffer sb;
-	msgpack_sbuffer_init(&sb);
-	struct ch_manifest m = {0};
-	if ((e = wire_pack_create(&sb, &a, 1)))
-		e = gm_error(g, e, "out of memory");
-	else if (!(e = gm_call(g, GMSFS_OP_CREATE, sb.data, sb.size, &m))) {
-		if (m.nallocs != 1 || strcmp(m.allocs[0].path, name))
-			e = gm_error(g, -EPROTO, "%s: the daemon sent %zu allocations", name, m.nallocs);
-		else
-			e = mp_add(g, &m.allocs[0], m.fd[0], true, ptr);
-		ch_manifest_free(&m);
-		if (e) { /* nothing half made is left behind */
-			const char *names[1] = { name };
-			msgpack_sbuffer_clear(&sb);
-			if (!wire_pack_names(&sb, GMSFS_K_PATHS, names, 1)) {
-				char keep[sizeof g->err];
-				memcpy(keep, g->err, sizeof keep);
-				gm_call(g, GMSFS_OP_FREE, sb.data, sb.size, NULL);
-				memcpy(g->err, keep, sizeof keep);
-			}
-		}
-	}
-	msgpack_sbuffer_destroy(&sb);
+	struct gmsfs_new v = { .name = name, .size = size, .tag = tag };
+	int e = gmsfs_create_many(g, &v, 1);
+	if (!e)
+		*ptr = v.ptr;
 	return e;
 }
 
@@ -311,7 +446,7 @@ int gmsfs_import(gmsfs *g, const char *name, void **ptr)
 		if (m.nallocs != 1 || strcmp(m.allocs[0].path, name))
 			e = gm_error(g, -EPROTO, "%s: the daemon sent %zu allocations", name, m.nallocs);
 		else
-			e = mp_add(g, &m.allocs[0], m.fd[0], g->lock == GMSFS_RW, ptr);
+			e = mp_map(g, &m.allocs[0], &m.fd[0], 1, g->lock == GMSFS_RW, ptr);
 		ch_manifest_free(&m);
 	}
 	msgpack_sbuffer_destroy(&sb);

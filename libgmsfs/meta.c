@@ -153,7 +153,7 @@ int mt_privatize(gmsfs *g)
 		if (!(x->e.flags & GMSFS_ENTRY_PRIVATE) || x->copy || !x->e.size)
 			continue;
 		struct gmsfs_mapping *m = mp_find(g, x->e.alloc);
-		if (!m || !g->mapped[m - g->maps] || x->e.offset + x->e.size > m->size)
+		if (!m || !g->slots[m - g->maps].mapped || x->e.offset + x->e.size > m->size)
 			continue;
 		int e = g->be->private_alloc(g, x->e.size, &x->copy);
 		if (e)
@@ -285,7 +285,7 @@ static void *extent_ptr(const gmsfs *g, const struct mt_entry *x)
 	if (x->copy)
 		return x->copy;
 	struct gmsfs_mapping *m = x->e.alloc ? mp_find(g, x->e.alloc) : NULL;
-	return m && g->mapped[m - g->maps] ? (char *)m->ptr + x->e.offset : NULL;
+	return m && g->slots[m - g->maps].mapped ? (char *)m->ptr + x->e.offset : NULL;
 }
 
 int gmsfs_meta_get(gmsfs *g, const char *key, struct gmsfs_meta *out)

@@ -22,9 +22,9 @@ int gmsfs_unmap_all(gmsfs *g)
 		return e;
 	for (size_t i = 0; i < g->nmaps; i++) {
 		struct gmsfs_mapping *m = &g->maps[i];
-		if (g->mapped[i] && (e = g->be->unmap(g, m->ptr, m->aligned)))
+		if (g->slots[i].mapped && (e = g->be->unmap(g, m->ptr, m->aligned)))
 			return gm_error(g, e, "%s: unmap: %s", m->name, strerror(-e));
-		g->mapped[i] = false;
+		g->slots[i].mapped = false;
 	}
 	g->saved_has_hash = g->info.has_hash;
 	memcpy(g->saved_hash, g->info.layout_hash, sizeof g->saved_hash);
@@ -47,14 +47,15 @@ static int export_all(gmsfs *g, struct ch_manifest *m)
 	return e;
 }
 
-/* Map allocations [from, to) of m over the same names' reserved ranges. */
+/* Map allocations [from, to) of m over the same names' reserved ranges (usable once
+ * allow_again has set their access, all at once). */
 static int map_again(gmsfs *g, struct ch_manifest *m, size_t from, size_t to, bool writable, int stale)
 {
 	int e = 0;
 	for (size_t i = from; i < to && !e; i++) {
 		struct gmsfs_mapping *p = mp_find(g, m->allocs[i].path);
 		char why[256] = "";
-		if (!p || p->aligned != m->allocs[i].aligned || g->mapped[p - g->maps])
+		if (!p || p->aligned != m->allocs[i].aligned || g->slots[p - g->maps].mapped)
 			e = gm_error(g, stale, "%s is not what was unmapped", m->allocs[i].path);
 		else if (m->fd[i] < 0)
 			e = gm_error(g, -EPROTO, "no descriptor came for %s", m->allocs[i].path);
@@ -62,11 +63,17 @@ static int map_again(gmsfs *g, struct ch_manifest *m, size_t from, size_t to, bo
 					 sizeof why)))
 			gm_error(g, e, "%s: %s", m->allocs[i].path, why[0] ? why : strerror(-e));
 		else {
-			g->mapped[p - g->maps] = true;
+			g->slots[p - g->maps].mapped = true;
 			p->writable = writable;
 		}
 	}
 	return e;
+}
+
+static int allow_again(gmsfs *g, bool writable)
+{
+	int e = mp_allow_all(g, false, writable);
+	return e ? gm_error(g, e, "setting the access of the mapped memory: %s", strerror(-e)) : 0;
 }
 
 static int remap_batch(void *ctx, struct ch_manifest *m, size_t from, size_t to)
@@ -104,8 +111,10 @@ int gmsfs_remap_all(gmsfs *g, int timeout_ms)
 	if (!e)
 		ch_manifest_free(&m);
 	for (size_t i = 0; i < g->nmaps && !e; i++)
-		if (!g->mapped[i])
+		if (!g->slots[i].mapped)
 			e = gm_error(g, -ESTALE, "remap_all: %s is gone", g->maps[i].name);
+	if (!e)
+		e = allow_again(g, g->lock == GMSFS_RW);
 	if (e) {
 		mp_unmap_mapped(g);
 		gm_release_lock(g);
@@ -174,8 +183,10 @@ int gmsfs_reallocate_all(gmsfs *g, int timeout_ms)
 	if (!(e = recreate(g, &m)))
 		ch_manifest_free(&m);
 	for (size_t i = 0; i < g->nmaps && !e; i++)
-		if (!g->mapped[i])
+		if (!g->slots[i].mapped)
 			e = gm_error(g, -EPROTO, "reallocate_all: %s came back in no manifest", g->maps[i].name);
+	if (!e)
+		e = allow_again(g, true);
 	if (e) {
 		mp_unmap_mapped(g);
 		gm_release_lock(g);

@@ -41,6 +41,8 @@ scenario() {
 	assert_output --partial 'bulk put of 1000 entries'
 }
 @test "bulk put is all or nothing and names the bad entry; 1 MiB values arrive whole; private entries are copies" { scenario bulk_meta; }
+@test "an import maps side by side in one range: freeing some leaves the rest whole and writable; the range goes with the last" { scenario shared_range; }
+@test "create_many: one request for many, all or nothing; a bad entry, a committed name or an unmappable batch leave the layout as it was" { scenario create_many; }
 
 @test "the example program: writer, then reader" {
 	mkdir "$MNT/ex"

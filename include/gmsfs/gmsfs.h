@@ -76,6 +76,17 @@ GMSFS_API int gmsfs_find_ptr(const gmsfs *g, const void *ptr, struct gmsfs_mappi
 /* ---- RW ---- */
 /* Create allocs/NAME of size bytes with tag (NULL: "default") and map it read-write. */
 GMSFS_API int gmsfs_create(gmsfs *g, const char *name, uint64_t size, const char *tag, void **ptr);
+/* One allocation for gmsfs_create_many. */
+struct gmsfs_new {
+	const char *name;
+	uint64_t size;
+	const char *tag;   /* NULL: "default" */
+	void *ptr;         /* out: where it is mapped, read-write */
+};
+/* Create and map n allocations in one request, all or nothing: on failure (-EINVAL
+ * naming the bad one, -EEXIST, -ENOSPC, ...) none of them is left in the layout.  The
+ * writer's fast path: the driver's access call is made once per 16 allocations. */
+GMSFS_API int gmsfs_create_many(gmsfs *g, struct gmsfs_new *v, size_t n);
 /* Unmap ptr, delete its allocation and every metadata entry that points at it. */
 GMSFS_API int gmsfs_free(gmsfs *g, void *ptr);
 
@@ -103,8 +114,9 @@ GMSFS_API int gmsfs_meta_delete(gmsfs *g, const char *key);
 GMSFS_API int gmsfs_commit(gmsfs *g);
 
 /* ---- reading (RO, and RW for the session's own layout) ---- */
-/* Map every allocation of the layout and load its metadata, in one round trip per 253
- * allocations; private entries are copied into memory of this process. */
+/* Map every allocation of the layout and load its metadata in one request, each reply
+ * message's allocations (16 descriptors at most) as it comes, side by side in one address
+ * range; private entries are copied into memory of this process. */
 GMSFS_API int gmsfs_import_all(gmsfs *g);
 /* Map one allocation by name (-ENOENT or -EISDIR with the name in gmsfs_errmsg). */
 GMSFS_API int gmsfs_import(gmsfs *g, const char *name, void **ptr);

@@ -169,6 +169,20 @@ class Connection:
                                     ctypes.byref(p)), "create %s" % name)
         return self.find(name)
 
+    def create_many(self, allocs):
+        """New allocations in one request, all or nothing: each a (name, size) or (name, size, tag)
+        tuple or a dict with those keys.  Returns their Mappings, in order."""
+        rows = []
+        for x in allocs:
+            if isinstance(x, dict):
+                x = (x["name"], x["size"], x.get("tag"))
+            name, size, tag = tuple(x) + (None,) * (3 - len(x))
+            rows.append((name.encode(), size, tag.encode() if tag else None))
+        arr = (_lib.New * len(rows))(*[_lib.New(n, s, t, None) for n, s, t in rows])
+        self._check(_c.gmsfs_create_many(self._handle(), arr, len(rows)),
+                    "create_many (%d allocations)" % len(rows))
+        return [self.find(n.decode()) for n, _, _ in rows]
+
     def free(self, what):
         """Unmap and delete an allocation (a Mapping, its name or its pointer) and the entries naming it."""
         ptr = what.ptr if isinstance(what, Mapping) else self.find(what).ptr if isinstance(what, str) else what

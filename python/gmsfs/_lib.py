@@ -26,6 +26,11 @@ class Entry(ctypes.Structure):
                 ("value_len", ctypes.c_size_t)]
 
 
+class New(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("size", ctypes.c_uint64), ("tag", ctypes.c_char_p),
+                ("ptr", ctypes.c_void_p)]
+
+
 class Meta(ctypes.Structure):
     _fields_ = [("alloc", ctypes.c_char_p), ("offset", ctypes.c_uint64), ("size", ctypes.c_uint64),
                 ("flags", ctypes.c_uint32), ("value", ctypes.c_void_p), ("value_len", ctypes.c_size_t),
@@ -83,6 +88,7 @@ _protos = {
     "gmsfs_find": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(Mapping)]),
     "gmsfs_find_ptr": (ctypes.c_int, [_P, _P, ctypes.POINTER(Mapping), ctypes.POINTER(ctypes.c_uint64)]),
     "gmsfs_create": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.POINTER(_P)]),
+    "gmsfs_create_many": (ctypes.c_int, [_P, ctypes.POINTER(New), ctypes.c_size_t]),
     "gmsfs_free": (ctypes.c_int, [_P, _P]),
     "gmsfs_meta_put_many": (ctypes.c_int, [_P, ctypes.POINTER(Entry), ctypes.c_size_t]),
     "gmsfs_meta_delete": (ctypes.c_int, [_P, ctypes.c_char_p]),

@@ -70,6 +70,25 @@ with gmsfs.connect(sys.argv[1], 'ro', timeout=5) as c:
     assert r.stdout.split() == ["4", "0", h]
 
 
+def test_create_many_is_one_request_all_or_nothing(store):
+    with gmsfs.connect(store, "rw") as c:
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            c.create_many([("a", 4096), ("b//x", 4096)])
+        assert e.value.errno == errno.EINVAL and "b//x" in e.value.strerror
+        assert c.mappings == []
+        made = c.create_many([("a", 4096), ("b", 10000, "odd"), {"name": "c/d", "size": 1}])
+        assert [(m.name, m.size, m.tag, m.writable) for m in made] == \
+            [("a", 4096, "default", True), ("b", 10000, "odd", True), ("c/d", 1, "default", True)]
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            c.create_many([("x", 4096), ("b", 4096)])
+        assert e.value.errno == errno.EEXIST
+        c.array(made[1], "uint8")[:] = 7
+        c.commit()
+    with gmsfs.connect(store, "ro") as c:
+        assert sorted(m.name for m in c.import_all()) == ["a", "b", "c/d"]
+        assert int(c.array("b", "uint8").sum()) == 7 * 10000
+
+
 def test_metadata_bulk_all_or_nothing_and_errors(store):
     with gmsfs.connect(store, "rw") as c:
         c.create("slab", 8192)

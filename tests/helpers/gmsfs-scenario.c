@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -977,6 +978,162 @@ static long requests(void)
 	return state_val("requests") + state_val("socket_requests");
 }
 
+/* Is address p in a mapping of this process (host backend)? */
+static bool range_mapped(const void *p)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	unsigned long lo, hi;
+	bool in = false;
+	char line[512];
+	while (f && !in && fgets(line, sizeof line, f))
+		in = sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)p >= lo && (uintptr_t)p < hi;
+	if (f)
+		fclose(f);
+	return in;
+}
+
+/* An import maps each message's allocations side by side in one reservation: freeing
+ * some leaves the others whole and writable, and the range goes back with the last. */
+static int sc_shared_range(void)
+{
+	enum { N = 5 };
+	const uint64_t size = 3 << 20; /* not a multiple of the 2 MiB granularity */
+	if (publish(N, size, 7, NULL))
+		return 1;
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 5000));
+	CALL(g, gmsfs_import_all(g));
+	const struct gmsfs_mapping *m;
+	size_t n = gmsfs_mappings(g, &m);
+	CHECK(n == N, "%zu mappings", n);
+	char *lo = m[0].ptr;
+	int touching = 0;
+	for (size_t i = 0; i < n; i++) {
+		lo = (char *)m[i].ptr < lo ? m[i].ptr : lo;
+		for (size_t j = 0; j < n; j++)
+			touching += (char *)m[j].ptr + m[j].aligned == m[i].ptr;
+	}
+	CHECK(touching == N - 1, "%d of %d mappings follow another directly", touching, N);
+	struct gmsfs_mapping w1, w2, w3;
+	CALL(g, gmsfs_find(g, "w/1", &w1));
+	CALL(g, gmsfs_find(g, "w/2", &w2));
+	CALL(g, gmsfs_find(g, "w/3", &w3));
+	CALL(g, gmsfs_free(g, w1.ptr));
+	CALL(g, gmsfs_free(g, w3.ptr));
+	if (verify(g, N - 2, 7) || fill(w2.ptr, 2, size, 9)) /* the rest: whole, and w/2 writable */
+		return 1;
+	CALL(g, gmsfs_commit(g));
+	bool host = gmsfs_backend(g) == GMSFS_BACKEND_HOST;
+	CHECK(!host || range_mapped(lo), "the range went with two of five");
+
+	gmsfs *r;
+	CALL(r, gmsfs_connect(&r, store, GMSFS_RO, 5000));
+	CALL(r, gmsfs_import_all(r));
+	struct gmsfs_mapping r2;
+	CALL(r, gmsfs_find(r, "w/2", &r2));
+	uint8_t *b = malloc(size);
+	CHECK(mem_read(b, r2.ptr, size) == 0, "reading w/2");
+	uint64_t bad = size;
+	for (uint64_t i = 0; i < size && bad == size; i++)
+		if (b[i] != byte_of(2, i, 9))
+			bad = i;
+	free(b);
+	CHECK(bad == size, "the reader's w/2 differs at byte %llu", (unsigned long long)bad);
+	gmsfs_disconnect(r);
+
+	gmsfs_disconnect(g);
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 5000));
+	CALL(g, gmsfs_import_all(g));
+	n = gmsfs_mappings(g, &m);
+	CHECK(n == N - 2, "%zu mappings", n);
+	lo = m[0].ptr;
+	while (gmsfs_mappings(g, &m))
+		CALL(g, gmsfs_free(g, m[0].ptr));
+	CHECK(!host || !range_mapped(lo), "the range stayed after its last mapping");
+	CALL(g, gmsfs_commit(g));
+	gmsfs_disconnect(g);
+	return 0;
+}
+
+static long vm_size(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kb = -1;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "VmSize: %ld kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb * 1024L;
+}
+
+/* gmsfs_create_many: one request for many, all or nothing, never touching what was
+ * there: a bad entry, a name the committed layout has, and (host) a client that cannot
+ * map what the daemon made each leave the layout as it was. */
+static int sc_create_many(void)
+{
+	if (publish(1, 4096, 3, NULL)) /* w/0 */
+		return 1;
+	enum { N = 40 };
+	static struct gmsfs_new v[N];
+	static char names[N][32];
+	for (int k = 0; k < N; k++) {
+		snprintf(names[k], sizeof names[k], "m/%d", k);
+		v[k] = (struct gmsfs_new){ .name = names[k], .size = (uint64_t)(k + 1) << 16, .tag = k % 2 ? "odd" : NULL };
+	}
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 5000));
+	v[7].name = "bad//name";
+	CHECK(gmsfs_create_many(g, v, N) == -EINVAL && strstr(gmsfs_errmsg(g), "bad//name"), "a bad name: %s",
+	      gmsfs_errmsg(g));
+	v[7].name = "w/0"; /* committed, not imported by this handle */
+	CHECK(gmsfs_create_many(g, v, N) == -EEXIST, "a committed name: %s", gmsfs_errmsg(g));
+	v[7].name = names[7];
+	if (gmsfs_backend(g) == GMSFS_BACKEND_HOST) {
+		/* The daemon makes them; this process cannot reserve the room: they go again. */
+		struct rlimit was, low;
+		getrlimit(RLIMIT_AS, &was);
+		low = was;
+		low.rlim_cur = (rlim_t)vm_size() + (16 << 20);
+		CHECK(setrlimit(RLIMIT_AS, &low) == 0, "setrlimit");
+		int e = gmsfs_create_many(g, v, N);
+		setrlimit(RLIMIT_AS, &was);
+		CHECK(e == -ENOMEM && strstr(gmsfs_errmsg(g), "reserving"), "%s: %s", gmsfs_strerror(e), gmsfs_errmsg(g));
+	}
+	const struct gmsfs_mapping *m;
+	CHECK(gmsfs_mappings(g, &m) == 0, "a failed create left mappings");
+	CALL(g, gmsfs_create_many(g, v, N));
+	for (int k = 0; k < N; k++) {
+		struct gmsfs_mapping x;
+		CALL(g, gmsfs_find(g, names[k], &x));
+		CHECK(x.ptr == v[k].ptr && x.size == v[k].size && x.writable && !strcmp(x.tag, k % 2 ? "odd" : "default"),
+		      "%s", names[k]);
+		if (fill(v[k].ptr, k, v[k].size, 5))
+			return 1;
+	}
+	CALL(g, gmsfs_commit(g));
+	gmsfs_disconnect(g);
+
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 5000));
+	CALL(g, gmsfs_import_all(g));
+	CHECK(gmsfs_mappings(g, &m) == N + 1, "%zu mappings, expected %d", gmsfs_mappings(g, &m), N + 1);
+	for (int k = 0; k < N; k++) {
+		struct gmsfs_mapping x;
+		CALL(g, gmsfs_find(g, names[k], &x));
+		uint8_t *b = malloc(x.size);
+		CHECK(mem_read(b, x.ptr, x.size) == 0, "reading %s", names[k]);
+		uint64_t bad = x.size;
+		for (uint64_t i = 0; i < x.size && bad == x.size; i++)
+			if (b[i] != byte_of(k, i, 5))
+				bad = i;
+		free(b);
+		CHECK(bad == x.size, "%s differs at byte %llu", names[k], (unsigned long long)bad);
+	}
+	gmsfs_disconnect(g);
+	return 0;
+}
+
 /* A reader's connect + import_all + meta_get of every key of 1000 allocations and 1000
  * entries, and a writer's bulk put of the 1000: at most 4 daemon requests each. */
 static int sc_requests(void)
@@ -1122,6 +1279,8 @@ static const struct {
 	{ "one_rw_per_session", sc_one_rw_per_session },
 	{ "bad_args", sc_bad_args },
 	{ "bulk_meta", sc_bulk_meta },
+	{ "shared_range", sc_shared_range },
+	{ "create_many", sc_create_many },
 };
 
 int main(int argc, char **argv)
