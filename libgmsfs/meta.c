@@ -378,3 +378,34 @@ void gmsfs_list_free(char **keys, size_t count)
 		free(keys[i]);
 	free(keys);
 }
+
+int gmsfs_meta_get_all(gmsfs *g, const char *prefix, char ***keys, struct gmsfs_meta **entries, size_t *count)
+{
+	if (!g || !keys || !entries || !count)
+		return g ? gm_error(g, -EINVAL, "meta_get_all: no place for the entries") : -EINVAL;
+	*entries = NULL;
+	int e = gmsfs_meta_list(g, prefix, keys, count);
+	if (e)
+		return e;
+	struct gmsfs_meta *v = calloc(*count ? *count : 1, sizeof *v);
+	if (!v)
+		e = gm_error(g, -ENOMEM, "out of memory");
+	for (size_t i = 0; !e && i < *count; i++)
+		e = gmsfs_meta_get(g, (*keys)[i], &v[i]);
+	if (e) {
+		gmsfs_meta_free_all(*keys, v, *count);
+		*keys = NULL;
+		*count = 0;
+		return e;
+	}
+	*entries = v;
+	return 0;
+}
+
+void gmsfs_meta_free_all(char **keys, struct gmsfs_meta *entries, size_t count)
+{
+	for (size_t i = 0; entries && i < count; i++)
+		gmsfs_meta_free(&entries[i]);
+	free(entries);
+	gmsfs_list_free(keys, count);
+}

@@ -139,6 +139,12 @@ GMSFS_API void gmsfs_meta_free(struct gmsfs_meta *m);
 /* Keys that start with prefix ("" or NULL: all), sorted bytewise. */
 GMSFS_API int gmsfs_meta_list(gmsfs *g, const char *prefix, char ***keys, size_t *count);
 GMSFS_API void gmsfs_list_free(char **keys, size_t count);
+/* Every entry whose key starts with prefix, in one call: keys as gmsfs_meta_list gives
+ * them and entries[i] as gmsfs_meta_get gives keys[i].  Both arrays are the caller's,
+ * freed with gmsfs_meta_free_all (a binding pays one call for a model, not one per key). */
+GMSFS_API int gmsfs_meta_get_all(gmsfs *g, const char *prefix, char ***keys, struct gmsfs_meta **entries,
+				 size_t *count);
+GMSFS_API void gmsfs_meta_free_all(char **keys, struct gmsfs_meta *entries, size_t count);
 
 /* ---- sleep and wake ---- */
 /* Unmap everything but keep every address range reserved, and release the lock. */

@@ -247,6 +247,23 @@ class Connection:
         finally:
             _c.gmsfs_list_free(keys, n.value)
 
+    def meta_items(self, prefix=""):
+        """Every entry whose key starts with prefix, sorted by key, in one library call."""
+        keys, v, n = ctypes.POINTER(ctypes.c_char_p)(), ctypes.POINTER(_lib.Meta)(), ctypes.c_size_t()
+        self._check(_c.gmsfs_meta_get_all(self._handle(), prefix.encode(), ctypes.byref(keys), ctypes.byref(v),
+                                          ctypes.byref(n)), "meta_items")
+        try:
+            out = []
+            for i in range(n.value):
+                m = v[i]
+                alloc, vlen = m.alloc, m.value_len
+                out.append(Entry(keys[i].decode(), alloc.decode() if alloc else None, m.offset, m.size,
+                                 bool(m.flags & _lib.ENTRY_PRIVATE),
+                                 ctypes.string_at(m.value, vlen) if vlen else b"", m.ptr))
+            return out
+        finally:
+            _c.gmsfs_meta_free_all(keys, v, n.value)
+
     def meta_delete(self, key):
         self._check(_c.gmsfs_meta_delete(self._handle(), key.encode()), "meta_delete %s" % key)
 

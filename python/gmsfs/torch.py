@@ -33,6 +33,7 @@ _DTYPES = {str(d).replace("torch.", ""): d for d in (
 for _name in ("float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64"):
     if hasattr(torch, _name):
         _DTYPES[_name] = getattr(torch, _name)
+_ITEMSIZE = {d: torch.empty(0, dtype=d).element_size() for d in _DTYPES.values()}
 
 
 def _tensors(module, prefix=""):
@@ -182,35 +183,42 @@ def materialize(module, store, strict=True):
     store lacks or a name the module lacks is an error that lists them (strict)."""
     conn = store if isinstance(store, Connection) else connect(store, "ro")
     conn.import_all()  # maps what is not mapped yet, loads the entries
-    stored = {k[len(PREFIX):]: k for k in conn.meta_list(PREFIX)}
+    entries = {e.key[len(PREFIX):]: e for e in conn.meta_items(PREFIX)}
     items = list(_tensors(module))
     names = {i[0] for i in items}
-    missing, extra = sorted(names - stored.keys()), sorted(stored.keys() - names)
+    missing, extra = sorted(names - entries.keys()), sorted(entries.keys() - names)
     if strict and (missing or extra):
         raise KeyError("materialize %s: the store lacks %s; the module lacks %s"
                        % (conn.store, missing or "nothing", extra or "nothing"))
+    items = [i for i in items if i[0] in entries]
+    # One JSON parse for every value, one tensor per allocation and dtype to view into:
+    # the per-tensor work is one as_strided (a model has hundreds of tensors).
+    values = json.loads(b"[%s]" % b",".join(entries[i[0]].value for i in items)) if items else []
     device = _device(conn)
-    bases, made = {}, {}
-    for name, owner, attr, _, is_param in items:
-        if name not in stored:
-            continue
-        e = conn.meta_get(stored[name])
-        d = json.loads(e.value)
+    slabs = {m.name: m for m in conn.mappings}
+    typed, made = {}, {}
+    for (name, owner, attr, _, is_param), d in zip(items, values):
+        e = entries[name]
         dtype = _DTYPES[d["dtype"]]
         shape, stride, soff = tuple(d["shape"]), tuple(d["stride"]), d["storage_offset"]
         key = (e.ptr, d["dtype"], shape, stride, soff, is_param)
-        if key in made:  # the same tensor under another name: the same object
-            obj = made[key]
-        else:
-            if any(s == 0 for s in shape):
+        obj = made.get(key)
+        if obj is None:
+            if 0 in shape:
                 view = torch.empty(shape, dtype=dtype, device=device)
+            elif e.ptr is None:
+                raise GmsfsError(errno.ENOENT, "materialize: %s's allocation %s is not mapped" % (name, e.alloc))
             else:
-                if e.ptr is None:
-                    raise GmsfsError(errno.ENOENT, "materialize: %s's allocation %s is not mapped" % (name, e.alloc))
-                base = bases.get(e.ptr)
+                # Shared entries view their allocation's mapping; a private one (its own
+                # copy) or an odd offset views its own bytes.
+                m, size = slabs.get(e.alloc), _ITEMSIZE[dtype]
+                shared = m is not None and not e.private and m.ptr + e.offset == e.ptr and e.offset % size == 0
+                where = (e.alloc, dtype) if shared else (e.ptr, dtype)
+                base = typed.get(where)
                 if base is None:
-                    base = bases[e.ptr] = _bytes_at(e.ptr, e.size, device)
-                view = base.view(dtype).as_strided(shape, stride, soff)
+                    raw = _bytes_at(m.ptr, m.size - m.size % size, device) if shared else _bytes_at(e.ptr, e.size, device)
+                    base = typed[where] = raw.view(dtype)
+                view = base.as_strided(shape, stride, (e.offset // size if shared else 0) + soff)
             obj = torch.nn.Parameter(view, requires_grad=False) if is_param else view
             made[key] = obj
         (owner._parameters if is_param else owner._buffers)[attr] = obj

@@ -100,9 +100,13 @@ def test_metadata_bulk_all_or_nothing_and_errors(store):
         assert c.meta_list("x/") == ["x/a", "x/b"]
         b = c.meta_get("x/b")
         assert (b.alloc, b.offset, b.size, b.private, b.value) == ("slab", 16, 32, True, b"two")
+        c.meta_put("y", "slab", 8, "three")
+        assert c.meta_items("x/") == [c.meta_get("x/a"), b]  # every entry of a prefix in one call
+        assert [e.key for e in c.meta_items()] == ["x/a", "x/b", "y"] and c.meta_items("z") == []
         with pytest.raises(KeyError):
             c.meta_get("x/none")
         c.meta_delete("x/a")
+        c.meta_delete("y")
         assert c.meta_list() == ["x/b"]
         with pytest.raises(gmsfs.GmsfsError) as e:
             c.create("../bad", 10)
