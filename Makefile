@@ -45,7 +45,7 @@ LIB := $(B)/libgmsfs.so $(B)/gmsfs.pc
 UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
-BENCH := $(B)/bench-import
+BENCH := $(B)/bench-import $(B)/bench-minfs $(B)/bench-control
 ifdef HAVE_CUDA
 BENCH += $(B)/bench-gpu
 endif
@@ -85,6 +85,13 @@ $(B)/gmsfs-probe: tests/helpers/gmsfs-probe.c $(COMMON_HDR) $(WIRE_SRC) | $(B)
 
 $(B)/bench-import: bench/bench_import.c bench/bench.h $(B)/libgmsfs.so
 	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB)
+
+# The baseline for the control files: a minimal low-level FUSE file system.
+$(B)/bench-minfs: bench/bench_minfs.c | $(B)
+	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ $< $(DEPS_LIBS)
+
+$(B)/bench-control: bench/bench_control.c bench/bench.h | $(B)
+	$(CC) $(CFLAGS) -o $@ $<
 
 $(B)/bench-gpu: bench/bench_gpu.c bench/bench.h bench/fetch.h common/cuda_api.h $(WIRE_SRC) $(B)/libgmsfs.so
 	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ $< $(WIRE_SRC) $(LINK_LIB) $(MSGPACK_LIBS) -ldl
@@ -130,7 +137,9 @@ demo: deps
 	$(MAKE) all
 	sh scripts/demo.sh
 
-# The import benchmark on the host backend (a ratio against the floor, not a test).
+# The host benchmarks (ratios against baselines measured in the same run, not tests):
+# import against the mapping floor, control files against a minimal FUSE file system,
+# and scale (bench/scale.py).
 bench: all
 	sh scripts/bench.sh
 

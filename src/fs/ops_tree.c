@@ -48,12 +48,15 @@ void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forg
 	fuse_reply_none(req);
 }
 
-static int do_getattr(struct fs *fs, fuse_ino_t ino, struct stat *s)
+/* *timeout: as node_reply_entry, the root, stores and control files keep their
+ * attributes (else every path walk asks for the root's again); layout nodes never. */
+static int do_getattr(struct fs *fs, fuse_ino_t ino, struct stat *s, double *timeout)
 {
 	struct obj o;
 	int e = node_resolve(fs, ino, &o);
 	if (!e)
 		node_attr(fs, &o, s);
+	*timeout = o.m ? 0 : 3600;
 	return e;
 }
 
@@ -61,12 +64,13 @@ void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
 	struct stat s;
+	double timeout;
 	pthread_mutex_lock(&fs->mu);
-	int e = do_getattr(fs, ino, &s);
+	int e = do_getattr(fs, ino, &s, &timeout);
 	pthread_mutex_unlock(&fs->mu);
 	if (e)
 		return (void)fuse_reply_err(req, -e);
-	fuse_reply_attr(req, &s, 0);
+	fuse_reply_attr(req, &s, timeout);
 }
 
 /* truncate(2) and ftruncate: size an allocation once, cut an entry's value; control

@@ -4,6 +4,7 @@
 #include "grow.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,7 @@ int store_remove(struct fs *fs, const char *name)
 		fs->removed[fs->nremoved++] = st; /* until the kernel forgets it, or the daemon exits */
 		meta_store_free(st->meta); /* frees the memory now; lookups may outlive it */
 		st->meta = NULL;
+		malloc_trim(0); /* a big store's metadata goes back to the system, not to malloc's arenas */
 		store_changed(st);
 		store_put(st, 1);
 		return 0;
@@ -98,6 +100,7 @@ void store_put(struct store *st, unsigned n)
 	vmm_pool_put(st->pool);
 	free(st->name);
 	free(st);
+	malloc_trim(0);
 }
 
 void store_notify(struct store *st)
