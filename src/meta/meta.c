@@ -129,6 +129,7 @@ int meta_link(struct meta_node *dir, struct meta_node *n)
 	n->linked = true;
 	n->holds++;
 	account(dir->store, n, +1);
+	meta_dirty(dir);
 	return 0;
 }
 
@@ -178,6 +179,7 @@ static void unlink_node(struct meta_node *n)
 	last->slot = n->slot;
 	n->linked = false;
 	account(dir->store, n, -1);
+	meta_dirty(dir);
 }
 
 /* ---- the store ---- */
@@ -344,6 +346,7 @@ int meta_alloc_size(struct meta_node *n, uint64_t size, uint64_t aligned, void *
 		n->store->stats.aligned_bytes += aligned;
 	}
 	clock_gettime(CLOCK_REALTIME, &n->mtime);
+	meta_dirty(n);
 	return 0;
 }
 
@@ -363,6 +366,7 @@ int meta_set_tag(struct meta_node *n, const char *tag, size_t len)
 {
 	if (n->kind != META_ALLOC || !gmsfs_tag_valid(tag, len))
 		return -EINVAL;
+	meta_dirty(n);
 	return set_string(&n->tag, tag, len);
 }
 
@@ -372,6 +376,7 @@ int meta_entry_set_alloc(struct meta_node *n, const char *path, size_t len)
 		return -EINVAL;
 	if (!gmsfs_path_valid(path, len))
 		return -EINVAL;
+	meta_dirty(n);
 	return set_string(&n->alloc, path, len);
 }
 
@@ -397,6 +402,7 @@ int meta_entry_set_offset(struct meta_node *n, const char *text, size_t len)
 {
 	if (n->kind != META_ENTRY)
 		return -EINVAL;
+	meta_dirty(n);
 	return parse_decimal(text, len, &n->offset);
 }
 
@@ -404,6 +410,7 @@ int meta_entry_set_extent(struct meta_node *n, const char *text, size_t len)
 {
 	if (n->kind != META_ENTRY)
 		return -EINVAL;
+	meta_dirty(n);
 	return parse_decimal(text, len, &n->extent);
 }
 
@@ -411,6 +418,7 @@ int meta_entry_set_private(struct meta_node *n, const char *text, size_t len)
 {
 	if (n->kind != META_ENTRY || len != 1 || (text[0] != '0' && text[0] != '1'))
 		return -EINVAL;
+	meta_dirty(n);
 	n->flags = text[0] == '1' ? n->flags | GMSFS_ENTRY_PRIVATE : n->flags & ~GMSFS_ENTRY_PRIVATE;
 	return 0;
 }
@@ -432,6 +440,7 @@ int meta_entry_write(struct meta_node *n, uint64_t off, const void *data, size_t
 	}
 	memcpy(n->value + off, data, len);
 	clock_gettime(CLOCK_REALTIME, &n->mtime);
+	meta_dirty(n);
 	return 0;
 }
 
@@ -445,6 +454,7 @@ int meta_entry_truncate(struct meta_node *n, uint64_t len)
 		return meta_entry_write(n, len, "", 0);
 	n->value_len = len;
 	clock_gettime(CLOCK_REALTIME, &n->mtime);
+	meta_dirty(n);
 	return 0;
 }
 

@@ -20,11 +20,20 @@ struct meta_store {
 	struct meta_snap *snap; /* pre-order: parents before children */
 	size_t nsnap;
 	bool committed;
+	bool dirty;                /* the live layout may differ from the snapshot: rollback has work */
 	char hash_hex[33];
 	uint8_t hash[16];          /* the same digest, canonical bytes */
 };
 
 struct meta_nodes { struct meta_node **v; size_t n, cap; };
+
+/* A change to the live layout: a rollback must undo it (one that finds nothing changed
+ * costs nothing, so an open-and-close writer is O(1) in the store's size). */
+static inline void meta_dirty(struct meta_node *n)
+{
+	if (n->store)
+		n->store->dirty = true;
+}
 struct meta_check { struct meta_store *store; char *err; size_t errlen; };
 
 /* meta.c */

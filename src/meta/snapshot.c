@@ -120,12 +120,16 @@ int meta_commit(struct meta_store *s, char *err, size_t errlen)
 	for (int i = 0; i < 16; i++)
 		sprintf(s->hash_hex + 2 * i, "%02x", digest[i]);
 	s->committed = true;
+	s->dirty = false;
 	return 0;
 }
 
 void meta_rollback(struct meta_store *s)
 {
+	if (!s->dirty)
+		return; /* nothing changed since the snapshot (or since the store was made) */
 	struct meta_nodes v = {0};
+	bool whole = true;
 	if (meta_unlink_all(s, &v)) {
 		/* Out of memory while listing, before anything was unlinked: leave the layout as it is. */
 		free(v.v);
@@ -134,8 +138,10 @@ void meta_rollback(struct meta_store *s)
 	for (size_t i = 0; i < s->nsnap; i++) {
 		struct meta_snap *r = &s->snap[i];
 		struct meta_node *n = r->node;
-		if (meta_link(n->parent, n))
-			continue; /* out of memory: the node stays out */
+		if (meta_link(n->parent, n)) {
+			whole = false; /* out of memory: the node stays out */
+			continue;
+		}
 		if (n->kind == META_ALLOC && r->tag) {
 			free(n->tag);
 			n->tag = strdup(r->tag);
@@ -154,4 +160,5 @@ void meta_rollback(struct meta_store *s)
 	for (size_t i = 0; i < v.n; i++)
 		meta_unhold(v.v[i]);
 	free(v.v);
+	s->dirty = !whole;
 }

@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""bench/scale.py MOUNT DAEMON_PID [ALLOCATIONS [ENTRIES]]: gmsfs at scale, host backend.
+
+Two stores on a live mount, made through the Python package's bulk calls (what an
+engine uses): one of ALLOCATIONS allocations of 4 KiB (default 100,000), one of ENTRIES
+metadata entries (default 1,000,000).  For each: the rate of creation, commit (with the
+layout hash), `ls` of the directory, a reader's connect + import_all, a write-open of
+the lock against the same on an empty store (O(1): no copy of the store per session),
+and the daemon's own memory (RssAnon) against the metadata it stores, then after rmdir.
+`ls -l` is timed on a subdirectory of 10,000 and given per entry: every entry costs the
+kernel's lookup, getattr and two getxattr (ACL, security label) requests.  Not a test."""
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import gmsfs  # noqa: E402
+
+mount, daemon = sys.argv[1], int(sys.argv[2])
+n_allocs = int(sys.argv[3]) if len(sys.argv) > 3 else 100000
+n_entries = int(sys.argv[4]) if len(sys.argv) > 4 else 1000000
+T = time.perf_counter
+
+
+def anon():
+    with open("/proc/%d/status" % daemon) as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon:"))
+
+
+def run(*cmd):
+    t = T()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
+    return T() - t
+
+
+def write_open(store):
+    t = T()
+    os.close(os.open(os.path.join(store, "lock"), os.O_WRONLY))
+    return T() - t
+
+
+def median_write_open(store):
+    return sorted(write_open(store) for _ in range(7))[3]
+
+
+def rmdir(store):
+    """rmdir once the last close's release (sent after close returns) has been served."""
+    for _ in range(100):
+        try:
+            return os.rmdir(store)
+        except OSError as e:
+            if e.errno != 16:
+                raise
+            time.sleep(0.01)
+    rmdir(store)
+
+
+def report(store, what, meta_bytes, base):
+    t = T()
+    with gmsfs.connect(store, "ro") as c:
+        c.import_all()
+        t = T() - t
+        na, n = len(c.mappings), len(c.meta_list())
+    print("  reader: connect + import_all (%d allocations, %d entries) %8.3f s" % (na, n, t))
+    print("  ls -R %-45s %8.3f s" % (what + " (every name)", run("ls", "-R", os.path.join(store, what))))
+    small = os.path.join(store, what, "0")
+    if os.path.isdir(small):
+        k = len(os.listdir(small))
+        s = run("ls", "-l", small)
+        print("  ls -l of %d of them%s %8.3f s   %.0f us per entry" % (k, " " * (31 - len(str(k))), s, s / k * 1e6))
+    empty = os.path.join(mount, "scale-empty")
+    os.mkdir(empty)
+    w_big, w_empty = median_write_open(store), median_write_open(empty)
+    rmdir(empty)
+    print("  write-open of the lock: %.3f ms, %.3f ms on an empty store: %.2fx" % (w_big * 1e3, w_empty * 1e3,
+                                                                                  w_big / w_empty))
+    held = anon() - base
+    print("  daemon memory: %.1f MB for %.1f MB of metadata: %.1fx" % (held / 1e6, meta_bytes / 1e6,
+                                                                       held / meta_bytes))
+    rmdir(store)
+    print("  after rmdir: %.1f MB above where it started" % ((anon() - base) / 1e6))
+
+
+def allocations():
+    store = os.path.join(mount, "scale-allocs")
+    os.mkdir(store)
+    base = anon()
+    names = ["allocs/%d/%06d" % (i // 10000, i) for i in range(n_allocs)]
+    t = T()
+    with gmsfs.connect(store, "rw") as c:
+        for i in range(0, n_allocs, 10000):
+            c.create_many([(name[7:], 4096) for name in names[i:i + 10000]])
+        made = T() - t
+        t = T()
+        c.commit()
+        commit = T() - t
+    print("scale: %d allocations of 4 KiB in one store" % n_allocs)
+    print("  create_many, 10,000 a call                           %8.3f s   %.0f per second" % (made, n_allocs / made))
+    print("  commit (validate, hash)                              %8.3f s" % commit)
+    # What the daemon keeps per allocation: its name, tag ("default"), size and aligned size.
+    report(store, "allocs", sum(len(n) - 7 + 7 + 16 for n in names), base)
+
+
+def entries():
+    store = os.path.join(mount, "scale-meta")
+    os.mkdir(store)
+    base = anon()
+    keys = ["%d/%07d" % (i // 10000, i) for i in range(n_entries)]
+    t = T()
+    with gmsfs.connect(store, "rw") as c:
+        c.create("w", 1 << 20)
+        for i in range(0, n_entries, 50000):
+            c.meta_put_many([(k, "w", (j % 256) * 4096, b"v%07d" % j, 64)
+                             for j, k in enumerate(keys[i:i + 50000], i)])
+        made = T() - t
+        t = T()
+        c.commit()
+        commit = T() - t
+    print("scale: %d metadata entries in one store" % n_entries)
+    print("  meta_put_many, 50,000 a call                         %8.3f s   %.0f per second" % (made, n_entries / made))
+    print("  commit (validate, hash)                              %8.3f s" % commit)
+    # Per entry: key, allocation name, value, and offset, size, flags (8 + 8 + 4 bytes).
+    report(store, "meta", sum(len(k) + 1 + 8 + 20 for k in keys), base)
+
+
+allocations()
+entries()
