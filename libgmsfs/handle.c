@@ -119,6 +119,7 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 	g->lockfd = lockfd;
 	g->info = io;
 	g->lock = (int)io.lock;
+	g->imported_all = false;
 	g->granted_rw |= g->lock == GMSFS_RW;
 	memcpy(g->ticket, io.ticket, sizeof g->ticket);
 	g->have_ticket = true;
@@ -139,6 +140,7 @@ void gm_release_lock(gmsfs *g)
 	}
 	g->dirfd = g->lockfd = -1;
 	g->lock = 0;
+	g->imported_all = false;
 	g->have_ticket = false;
 }
 
@@ -150,6 +152,8 @@ int gm_refresh(gmsfs *g)
 	if (ioctl(g->dirfd, GMSFS_IOC_INFO, &io) < 0)
 		return gm_error(g, -errno, "info: %s", strerror(errno));
 	g->info = io;
+	if (g->lock != (int)io.lock)
+		g->imported_all = false;
 	g->lock = (int)io.lock;
 	return 0;
 }

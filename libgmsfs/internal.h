@@ -118,6 +118,8 @@ struct gmsfs {
 	int mode;               /* what connect asked for */
 	int lock;               /* GMSFS_RO, GMSFS_RW or 0 */
 	bool granted_rw;        /* it held the writer session once: reallocate_all may */
+	bool imported_all;      /* a reader's import_all succeeded under the lock it holds now:
+				 * the layout cannot change until it lets go, so another is free */
 	int unmapped_lock;      /* the lock given up by unmap_all */
 	struct gmsfs_ioc info;  /* the latest facts from the daemon */
 	uint8_t ticket[16];     /* the LOCK reply's ticket, until bound */

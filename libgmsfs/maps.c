@@ -407,6 +407,8 @@ int gmsfs_import_all(gmsfs *g)
 	int e = gm_need_lock(g, GMSFS_RO);
 	if (e)
 		return e;
+	if (g->lock == GMSFS_RO && g->imported_all)
+		return 0; /* everything is here, and nothing can have changed: no round trip */
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
 	struct ch_manifest m = { .consume = mp_import, .ctx = g }; /* mapped as each message comes */
@@ -416,6 +418,7 @@ int gmsfs_import_all(gmsfs *g)
 		mt_load(g, &m);
 		if (g->lock != GMSFS_RW)
 			e = mt_privatize(g);
+		g->imported_all = !e && g->lock == GMSFS_RO;
 		ch_manifest_free(&m);
 	}
 	msgpack_sbuffer_destroy(&sb);

@@ -5,7 +5,7 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [tests|bench|all] [RUNS]   RUNS: benchmark runs per layout (default 5)
+#   bash tests/gpu/run.sh [tests|bench|torch|all] [RUNS]   RUNS: benchmark runs per layout (default 5)
 # With $OUT set (the device machine), everything printed is also kept in $OUT/gpu-WHAT.log.
 set -u
 cd "$(dirname "$0")/../.."
@@ -160,5 +160,10 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
 	gpu_bench
+fi
+if [ "$what" = torch ]; then # the PyTorch warm-start benchmark alone
+	mount_gmsfs
+	python3 tests/gpu/torch_gpu.py bench "$mnt" "$top/build"
+	unmount_gmsfs
 fi
 exit $((failed > 0))

@@ -213,7 +213,14 @@ def role_reader8b(store):
     c = gmsfs.connect(store, "ro", timeout=30)
     c.import_all()
     t1 = time.perf_counter()
-    gt.materialize(m, c)
+    if os.environ.get("GMSFS_PROFILE"):  # where materialize's time goes, on stderr
+        import cProfile
+        import pstats
+        prof = cProfile.Profile()
+        prof.runcall(gt.materialize, m, c)
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(14)
+    else:
+        gt.materialize(m, c)
     torch.cuda.synchronize()
     t2 = time.perf_counter()
     ok = all(c.find_ptr(p.data_ptr()) for p in m.parameters()) and str(m.embed.device).startswith("cuda")
@@ -335,6 +342,8 @@ def bench(mount, build, runs=5):
                 check(False, "warm start from %s" % label)
                 break
             rs.append(json.loads(p.stdout))
+            if os.environ.get("GMSFS_PROFILE") and len(rs) == 1:
+                print("\n".join("#     " + line for line in p.stderr.splitlines()[-40:]))
         if not rs:
             continue
         med = lambda k: sorted(r[k] for r in rs)[len(rs) // 2]

@@ -1181,6 +1181,16 @@ static int sc_requests(void)
 	long read = requests() - r0;
 	printf("# import_all + %d meta_get + meta_list: %ld daemon requests\n", N, read);
 	CHECK(read <= 4, "the reader took %ld requests", read);
+	/* A reader's layout cannot change while it holds its lock: importing again is free
+	 * (materialize calls import_all), and after a sleep and a wake it asks again. */
+	r0 = requests();
+	CALL(g, gmsfs_import_all(g));
+	CHECK(requests() == r0, "a second import_all under the same lock took %ld requests", requests() - r0);
+	CALL(g, gmsfs_unmap_all(g));
+	CALL(g, gmsfs_remap_all(g, 5000));
+	r0 = requests();
+	CALL(g, gmsfs_import_all(g));
+	CHECK(requests() > r0, "an import_all after a wake asked the daemon");
 	gmsfs_disconnect(g);
 	return 0;
 }
