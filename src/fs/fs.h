@@ -25,7 +25,7 @@
 #define FS_NODE_MAGIC 0x67666e64u /* "gfnd" */
 
 enum fs_kind {
-	FS_ROOT, FS_DEVICE, FS_STORE,
+	FS_ROOT, FS_DEVICE, FS_STATUS, FS_METRICS, FS_STORE,
 	FS_LOCK, FS_COMMIT, FS_ABORT, FS_STATE, FS_HASH,
 	FS_NKINDS
 };
@@ -101,6 +101,9 @@ struct store {
 	uint64_t events;               /* bumped on every change state shows */
 	uint64_t requests;             /* FUSE requests on its files but state */
 	uint64_t socket_requests;      /* socket requests for its handles */
+	uint64_t commits, aborts;      /* sessions that committed; that ended without (rolled back) */
+	uint64_t lock_waits;           /* opens and lock ioctls that had to wait */
+	uint64_t exports;              /* export requests served (import_all, import) */
 	struct fs_handle handles;      /* list head */
 	struct fs_waiter *waiters;     /* parked requests, first come first */
 	bool granting, regrant;        /* wait_grant is running; run it again */
@@ -111,7 +114,7 @@ struct store {
 struct fs {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	struct fs_node root, device;
+	struct fs_node root, device, status, metrics; /* the root's own files */
 	struct store **stores;
 	size_t nstores, stores_cap;
 	struct store **removed;        /* removed stores the kernel still knows */
@@ -236,6 +239,11 @@ int caller_may(fuse_req_t req, mode_t mode, int want);
 
 /* text.c: the content of device and state. */
 int text_device(struct fs *fs, char **out, size_t *len);
+/* status.json and metrics (Prometheus text format): every store and the device. */
+int text_status_json(struct fs *fs, char **out, size_t *len);
+int text_metrics(struct fs *fs, char **out, size_t *len);
+/* A root file's name (device, status.json, metrics), or NULL. */
+struct fs_node *node_root_file(struct fs *fs, const char *name);
 int text_state(struct store *st, char **out, size_t *len);
 int text_hash(struct store *st, char **out, size_t *len);
 

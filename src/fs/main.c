@@ -211,6 +211,8 @@ int main(int argc, char *argv[])
 		.cv = PTHREAD_COND_INITIALIZER,
 		.root = { FS_NODE_MAGIC, FS_ROOT, NULL },
 		.device = { FS_NODE_MAGIC, FS_DEVICE, NULL },
+		.status = { FS_NODE_MAGIC, FS_STATUS, NULL },
+		.metrics = { FS_NODE_MAGIC, FS_METRICS, NULL },
 		.sock_fd = -1,
 	};
 	uint64_t max_bytes = 0;

@@ -85,10 +85,17 @@ void node_attr(struct fs *fs, const struct obj *o, struct stat *s)
 	case FS_ABORT:
 		s->st_mode = S_IFREG | 0200;
 		break;
-	default: /* device, state, layout_hash: content is made when read (direct_io) */
+	default: /* device, status.json, metrics, state, layout_hash: made when read (direct_io) */
 		s->st_mode = S_IFREG | 0444;
 		break;
 	}
+}
+
+struct fs_node *node_root_file(struct fs *fs, const char *name)
+{
+	return !strcmp(name, "device") ? &fs->device :
+	       !strcmp(name, "status.json") ? &fs->status :
+	       !strcmp(name, "metrics") ? &fs->metrics : NULL;
 }
 
 int node_child(struct fs *fs, const struct obj *dir, const char *name, struct obj *out)
@@ -101,10 +108,8 @@ int node_child(struct fs *fs, const struct obj *dir, const char *name, struct ob
 		return out->m ? 0 : -ENOENT;
 	}
 	if (dir->f->kind == FS_ROOT) {
-		if (!strcmp(name, "device")) {
-			out->f = &fs->device;
+		if ((out->f = node_root_file(fs, name)))
 			return 0;
-		}
 		out->st = store_find(fs, name);
 		if (!out->st)
 			return -ENOENT;

@@ -167,6 +167,8 @@ static int open_control(fuse_req_t req, struct obj *o, struct fs_handle *h, int 
 	case FS_STORE:
 		return -EISDIR;
 	case FS_DEVICE:
+	case FS_STATUS:
+	case FS_METRICS:
 	case FS_STATE:
 	case FS_HASH:
 		return wr ? -EACCES : 0;
@@ -323,6 +325,10 @@ static int status_text(struct fs *fs, struct fs_handle *h, off_t off)
 	h->text = NULL;
 	if (k == FS_DEVICE)
 		return text_device(fs, &h->text, &h->text_len);
+	if (k == FS_STATUS)
+		return text_status_json(fs, &h->text, &h->text_len);
+	if (k == FS_METRICS)
+		return text_metrics(fs, &h->text, &h->text_len);
 	if (h->store->removed)
 		return -ENOENT;
 	if (k == FS_STATE) {
@@ -355,7 +361,7 @@ static int do_read(struct fs *fs, struct fs_handle *h, size_t size, off_t off, s
 	node_count(h->store, h->fnode);
 	if (h->fnode) {
 		enum fs_kind k = h->fnode->kind;
-		if (k != FS_DEVICE && k != FS_STATE && k != FS_HASH)
+		if (k != FS_DEVICE && k != FS_STATUS && k != FS_METRICS && k != FS_STATE && k != FS_HASH)
 			return 0;
 		int e = status_text(fs, h, off);
 		if (!e)

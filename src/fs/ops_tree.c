@@ -78,7 +78,8 @@ void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static int do_truncate(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t size, struct fuse_file_info *fi)
 {
 	if (o->f) {
-		if (o->f->kind == FS_STATE || o->f->kind == FS_HASH || o->f->kind == FS_DEVICE)
+		if (o->f->kind != FS_ROOT && o->f->kind != FS_STORE && o->f->kind != FS_LOCK &&
+		    o->f->kind != FS_COMMIT && o->f->kind != FS_ABORT)
 			return -EACCES;
 		return o->f->kind == FS_ROOT || o->f->kind == FS_STORE ? -EISDIR : 0;
 	}
@@ -164,7 +165,7 @@ static int do_remove(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const cha
 	if (e)
 		return e;
 	if (dir.f && dir.f->kind == FS_ROOT) {
-		if (!strcmp(name, "device"))
+		if (node_root_file(fs, name))
 			return -EPERM;
 		if (!dir_wanted)
 			return store_find(fs, name) ? -EISDIR : -EPERM;
@@ -281,15 +282,17 @@ static bool dir_child(struct fs *fs, const struct obj *o, size_t k, const char *
 		return true;
 	}
 	if (o->f->kind == FS_ROOT) {
-		if (k > fs->nstores)
+		static const char *const root_files[] = { "device", "status.json", "metrics" };
+		enum { NROOT = sizeof root_files / sizeof *root_files };
+		if (k >= NROOT + fs->nstores)
 			return false;
-		if (k == 0) {
-			*name = "device";
-			*ino = node_ino(fs, &fs->device);
+		if (k < NROOT) {
+			*name = root_files[k];
+			*ino = node_ino(fs, node_root_file(fs, root_files[k]));
 			return true;
 		}
-		*name = fs->stores[k - 1]->name;
-		*ino = node_ino(fs, &fs->stores[k - 1]->dir);
+		*name = fs->stores[k - NROOT]->name;
+		*ino = node_ino(fs, &fs->stores[k - NROOT]->dir);
 		*mode = S_IFDIR;
 		return true;
 	}

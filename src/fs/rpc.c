@@ -444,6 +444,8 @@ int rpc_serve(struct fs *fs, const struct rpc_req *r)
 		struct fs_handle *h = bound(fs, r, false, true, &e, why, sizeof why);
 		if (h)
 			e = collect(h, &body, &s, why, sizeof why);
+		if (h && !e)
+			h->store->exports++;
 		pthread_mutex_unlock(&fs->mu);
 		manifest = true;
 		break;

@@ -19,7 +19,7 @@ int store_create(struct fs *fs, const char *name, struct store **out)
 {
 	if (strlen(name) > 255)
 		return -ENAMETOOLONG;
-	if (!meta_name_valid(name) || !strcmp(name, "device"))
+	if (!meta_name_valid(name) || node_root_file(fs, name))
 		return -EINVAL;
 	if (store_find(fs, name))
 		return -EEXIST;
@@ -316,6 +316,7 @@ void store_release(struct store *st, struct fs_handle *h)
 	} else if (h->hold == HOLD_SESSION && fsm_release_session(&st->fsm) == 1 && st->meta) {
 		/* The session's last handle went without commit (a crash included): abort. */
 		meta_rollback(st->meta);
+		st->aborts++;
 		snprintf(st->last_error, sizeof st->last_error, "%s",
 			 "writer left without commit: rolled back to the last committed layout");
 	}
@@ -350,6 +351,7 @@ int store_commit(struct store *st)
 		return e;
 	}
 	fsm_commit(&st->fsm);
+	st->commits++;
 	/* The downgrade: every handle of the session becomes a read handle at once. */
 	for (struct fs_handle *h = st->handles.next; h != &st->handles; h = h->next)
 		if (h->hold == HOLD_SESSION)

@@ -1,9 +1,11 @@
-/* text: the content of the files that cat reads: device, state, layout_hash. */
+/* text: the content of the files that cat reads: device, status.json, metrics, state,
+ * layout_hash.  Called under fs->mu, so every number of one text is of one moment. */
 #include "fs.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int text_device(struct fs *fs, char **out, size_t *len)
 {
@@ -50,4 +52,214 @@ int text_hash(struct store *st, char **out, size_t *len)
 		return -ENOMEM;
 	*len = (size_t)n;
 	return 0;
+}
+
+/* ---- status.json and metrics: every store, as Triton reports its regions ---- */
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp((*(struct store *const *)a)->name, (*(struct store *const *)b)->name);
+}
+
+/* The stores in name order (stable output); NULL and *n 0 when there are none. */
+static struct store **sorted_stores(struct fs *fs, size_t *n, int *e)
+{
+	*n = fs->nstores;
+	*e = 0;
+	if (!*n)
+		return NULL;
+	struct store **v = malloc(*n * sizeof *v);
+	if (!v) {
+		*e = -ENOMEM;
+		return NULL;
+	}
+	memcpy(v, fs->stores, *n * sizeof *v);
+	qsort(v, *n, sizeof *v, by_name);
+	return v;
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped; other bytes as
+ * they are (names are paths, last_error is the daemon's own text). */
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fprintf(f, "\\%c", *p);
+		else if (*p == '\n')
+			fputs("\\n", f);
+		else if (*p < 0x20 || *p == 0x7f)
+			fprintf(f, "\\u%04x", *p);
+		else
+			fputc(*p, f);
+	}
+	fputc('"', f);
+}
+
+static int finish(FILE *f, char **out, size_t *len, int e)
+{
+	if (fclose(f) || e) {
+		free(*out);
+		*out = NULL;
+		return e ? e : -ENOMEM;
+	}
+	return 0;
+}
+
+int text_status_json(struct fs *fs, char **out, size_t *len)
+{
+	const struct vmm *v = fs->vmm;
+	int e;
+	size_t n;
+	struct store **st = sorted_stores(fs, &n, &e);
+	FILE *f = open_memstream(out, len);
+	if (!f) {
+		free(st);
+		return -ENOMEM;
+	}
+	fputs("{\"version\": ", f);
+	json_str(f, GMSFS_VERSION);
+	fprintf(f, ",\n \"device\": {\"index\": %d, \"uuid\": ", v->dev.index);
+	json_str(f, v->dev.uuid);
+	fputs(", \"name\": ", f);
+	json_str(f, v->dev.name);
+	fputs(", \"backend\": ", f);
+	json_str(f, v->dev.backend);
+	fprintf(f, ", \"total_bytes\": %llu, \"used_bytes\": %llu, \"granularity\": %llu},\n \"stores\": [",
+		(unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->used_bytes),
+		(unsigned long long)v->dev.granularity);
+	for (size_t i = 0; i < n; i++) {
+		struct store *s = st[i];
+		struct meta_stats m = {0};
+		if (s->meta)
+			meta_stats(s->meta, &m);
+		const struct fsm *q = &s->fsm;
+		fputs(i ? ",\n  {\"name\": " : "\n  {\"name\": ", f);
+		json_str(f, s->name);
+		fputs(", \"state\": ", f);
+		json_str(f, fsm_state_name(fsm_state(q)));
+		fprintf(f,
+			", \"readers\": %u, \"writer\": %d, \"waiting_writers\": %u, \"waiting_readers\": %u, "
+			"\"generation\": %llu, \"allocations\": %llu, \"entries\": %llu, \"bytes\": %llu, "
+			"\"aligned_bytes\": %llu, \"layout_hash\": ",
+			q->readers, (int)q->leader, q->waiting_writers, q->waiting_readers,
+			(unsigned long long)q->generation, (unsigned long long)m.allocations,
+			(unsigned long long)m.entries, (unsigned long long)m.bytes, (unsigned long long)m.aligned_bytes);
+		json_str(f, s->meta ? meta_hash_hex(s->meta) : "");
+		fprintf(f,
+			", \"commits\": %llu, \"aborts\": %llu, \"lock_waits\": %llu, \"exports\": %llu, "
+			"\"requests\": %llu, \"socket_requests\": %llu, \"last_error\": ",
+			(unsigned long long)s->commits, (unsigned long long)s->aborts,
+			(unsigned long long)s->lock_waits, (unsigned long long)s->exports,
+			(unsigned long long)s->requests, (unsigned long long)s->socket_requests);
+		json_str(f, s->last_error);
+		fputc('}', f);
+	}
+	fputs(n ? "\n ]\n}\n" : "]\n}\n", f);
+	free(st);
+	return finish(f, out, len, e);
+}
+
+/* A label value: backslash, double quote and newline escaped, as the text format says. */
+static void label(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			fprintf(f, "\\%c", *s);
+		else if (*s == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+enum metric_kind { GAUGE, COUNTER };
+
+static void header(FILE *f, const char *name, enum metric_kind k, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, k == GAUGE ? "gauge" : "counter");
+}
+
+static void sample(FILE *f, const char *name, const struct store *s, const char *extra, const char *val,
+		   unsigned long long n)
+{
+	fprintf(f, "%s{store=", name);
+	label(f, s->name);
+	if (extra) {
+		fprintf(f, ",%s=", extra);
+		label(f, val);
+	}
+	fprintf(f, "} %llu\n", n);
+}
+
+int text_metrics(struct fs *fs, char **out, size_t *len)
+{
+	static const enum fsm_state states[] = { FSM_EMPTY, FSM_RW, FSM_COMMITTED, FSM_RO };
+	const struct vmm *v = fs->vmm;
+	int e;
+	size_t n;
+	struct store **st = sorted_stores(fs, &n, &e);
+	FILE *f = open_memstream(out, len);
+	if (!f) {
+		free(st);
+		return -ENOMEM;
+	}
+	struct meta_stats *m = calloc(n ? n : 1, sizeof *m);
+	if (!m)
+		e = -ENOMEM;
+	for (size_t i = 0; m && i < n; i++)
+		if (st[i]->meta)
+			meta_stats(st[i]->meta, &m[i]);
+
+	header(f, "gmsfs_store_state", GAUGE, "1 for the state the store is in, 0 for the others.");
+	for (size_t i = 0; m && i < n; i++)
+		for (size_t k = 0; k < sizeof states / sizeof *states; k++)
+			sample(f, "gmsfs_store_state", st[i], "state", fsm_state_name(states[k]),
+			       fsm_state(&st[i]->fsm) == states[k]);
+	header(f, "gmsfs_store_readers", GAUGE, "Read locks held.");
+	for (size_t i = 0; m && i < n; i++)
+		sample(f, "gmsfs_store_readers", st[i], NULL, NULL, st[i]->fsm.readers);
+	header(f, "gmsfs_store_writer", GAUGE, "1 while a writer session holds the store.");
+	for (size_t i = 0; m && i < n; i++)
+		sample(f, "gmsfs_store_writer", st[i], NULL, NULL, st[i]->fsm.leader != 0);
+	header(f, "gmsfs_store_waiting", GAUGE, "Opens and lock calls waiting, by the lock they want.");
+	for (size_t i = 0; m && i < n; i++) {
+		sample(f, "gmsfs_store_waiting", st[i], "lock", "read", st[i]->fsm.waiting_readers);
+		sample(f, "gmsfs_store_waiting", st[i], "lock", "write", st[i]->fsm.waiting_writers);
+	}
+	header(f, "gmsfs_store_allocations", GAUGE, "Allocations in the layout the store shows.");
+	for (size_t i = 0; m && i < n; i++)
+		sample(f, "gmsfs_store_allocations", st[i], NULL, NULL, m[i].allocations);
+	header(f, "gmsfs_store_entries", GAUGE, "Metadata entries in the layout the store shows.");
+	for (size_t i = 0; m && i < n; i++)
+		sample(f, "gmsfs_store_entries", st[i], NULL, NULL, m[i].entries);
+	header(f, "gmsfs_store_bytes", GAUGE, "Bytes of its allocations, as the device holds them (aligned).");
+	for (size_t i = 0; m && i < n; i++)
+		sample(f, "gmsfs_store_bytes", st[i], NULL, NULL, m[i].aligned_bytes);
+	header(f, "gmsfs_store_commits_total", COUNTER, "Commits published.");
+	for (size_t i = 0; m && i < n; i++)
+		sample(f, "gmsfs_store_commits_total", st[i], NULL, NULL, st[i]->commits);
+	header(f, "gmsfs_store_aborts_total", COUNTER,
+	       "Writer sessions that ended without a commit (closed or crashed): rolled back.");
+	for (size_t i = 0; m && i < n; i++)
+		sample(f, "gmsfs_store_aborts_total", st[i], NULL, NULL, st[i]->aborts);
+	header(f, "gmsfs_store_lock_waits_total", COUNTER, "Opens and lock calls that had to wait.");
+	for (size_t i = 0; m && i < n; i++)
+		sample(f, "gmsfs_store_lock_waits_total", st[i], NULL, NULL, st[i]->lock_waits);
+	header(f, "gmsfs_store_exports_total", COUNTER, "Export requests served (imports).");
+	for (size_t i = 0; m && i < n; i++)
+		sample(f, "gmsfs_store_exports_total", st[i], NULL, NULL, st[i]->exports);
+	header(f, "gmsfs_device_used_bytes", GAUGE, "Device memory the stores hold.");
+	fputs("gmsfs_device_used_bytes{device=", f);
+	label(f, v->dev.uuid);
+	fprintf(f, "} %llu\n", (unsigned long long)atomic_load(&v->used_bytes));
+	header(f, "gmsfs_device_total_bytes", GAUGE, "Device memory the stores may hold (max_bytes).");
+	fputs("gmsfs_device_total_bytes{device=", f);
+	label(f, v->dev.uuid);
+	fprintf(f, "} %llu\n", (unsigned long long)v->max_bytes);
+	free(m);
+	free(st);
+	return finish(f, out, len, e);
 }

@@ -89,6 +89,7 @@ void wait_park(struct fs_waiter *w)
 		w->as_writer = w->ops->writer(w);
 		enqueue(&w->st->waiters, w);
 		fsm_wait_begin(&w->st->fsm, w->as_writer);
+		w->st->lock_waits++;
 		store_notify(w->st);
 		if (w->has_deadline)
 			pthread_cond_broadcast(&fs->wait_cv); /* the waiter thread keeps the time */

@@ -149,7 +149,8 @@ def check(n):
         fail("after %d kills the tree hashes to %s, the daemon says %s" % (n, mine, s["layout_hash"]))
     with open(os.path.join(mount, "device")) as f:
         used = int(dict(l.rstrip("\n").split(": ", 1) for l in f)["used_bytes"])
-    held = sum(int(state(os.path.join(mount, d))["aligned_bytes"]) for d in os.listdir(mount) if d != "device")
+    held = sum(int(state(os.path.join(mount, d))["aligned_bytes"]) for d in os.listdir(mount)
+               if os.path.isdir(os.path.join(mount, d)))
     if used != held:
         fail("after %d kills the device says %d bytes used, the layouts hold %d" % (n, used, held))
     # A killed client's socket connection is closed by its daemon thread when that
