@@ -158,6 +158,8 @@ install: $(BIN) $(LIB)
 	install -D -m 0644 man/libgmsfs.3 $(DESTDIR)$(PREFIX)/share/man/man3/libgmsfs.3
 	install -D -m 0644 man/gmsfs.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfs.8
 	install -D -m 0644 man/gmsfs.5 $(DESTDIR)$(PREFIX)/share/man/man5/gmsfs.5
+	install -D -m 0644 man/gmsfsctl.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfsctl.8
+	install -D -m 0755 tools/gmsfsctl $(DESTDIR)$(PREFIX)/bin/gmsfsctl
 	for f in python/gmsfs/*.py; do install -D -m 0644 $$f $(DESTDIR)$(PYTHONDIR)/gmsfs/$${f##*/}; done
 
 clean:

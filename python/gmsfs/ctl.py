@@ -1,0 +1,182 @@
+"""gmsfsctl: look at gmsfs mounts from a shell, without taking any lock.
+
+    gmsfsctl list [--json] [MOUNT...]     every store of every mount (or of those named)
+    gmsfsctl wait STORE [--timeout S]     until STORE has a committed layout (for scripts)
+    gmsfsctl show STORE [--json]          the layout: allocations and entries
+
+Everything comes from files that never lock or wait: status.json and the tree's names,
+sizes and extended attributes.  Exit status 0; 1 when waiting timed out or a path is
+not a gmsfs mount or store; 2 for bad usage."""
+import argparse
+import json
+import os
+import select
+import sys
+import time
+
+FSTYPE = "fuse.gmsfs"
+
+
+def _unescape(field):
+    """/proc/mounts writes space, tab, newline and backslash as octal escapes."""
+    for code, ch in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, ch)
+    return field
+
+
+def mounts():
+    """The gmsfs mount points this process sees, in /proc/self/mounts order."""
+    with open("/proc/self/mounts") as f:
+        return [_unescape(line.split()[1]) for line in f if line.split()[2:3] == [FSTYPE]]
+
+
+def status(mount):
+    with open(os.path.join(mount, "status.json")) as f:
+        return json.load(f)
+
+
+def _fail(msg):
+    print("gmsfsctl: " + msg, file=sys.stderr)
+    return 1
+
+
+def _size(n):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return ("%d %s" % (n, unit)) if unit == "B" else ("%.1f %s" % (n, unit))
+        n /= 1024.0
+
+
+def cmd_list(args):
+    where = args.mounts or mounts()
+    out = []
+    for m in where:
+        try:
+            out.append({"mount": os.path.abspath(m), **status(m)})
+        except (OSError, ValueError) as e:
+            return _fail("%s: not a gmsfs mount (%s)" % (m, getattr(e, "strerror", None) or e))
+    if args.json:
+        json.dump(out, sys.stdout, indent=1)
+        print()
+        return 0
+    rows = [("MOUNT", "DEVICE", "STORE", "STATE", "READERS", "WRITER", "WAITING", "ALLOCS", "ENTRIES", "BYTES",
+             "HASH")]
+    for m in out:
+        dev = "%s %s" % (m["device"]["backend"], m["device"]["uuid"])
+        if not m["stores"]:
+            rows.append((m["mount"], dev, "-", "", "", "", "", "", "", "", ""))
+        for s in m["stores"]:
+            rows.append((m["mount"], dev, s["name"], s["state"], str(s["readers"]), str(s["writer"]),
+                         str(s["waiting_readers"] + s["waiting_writers"]), str(s["allocations"]), str(s["entries"]),
+                         _size(s["aligned_bytes"]), s["layout_hash"][:12] or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def _state(store):
+    with open(os.path.join(store, "state")) as f:
+        return dict(line.rstrip("\n").split(": ", 1) for line in f if ": " in line)
+
+
+def cmd_wait(args):
+    """poll(2) on an open state says readable once the state changed since it was last
+    read from offset 0: no busy loop, and no lock."""
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    try:
+        fd = os.open(os.path.join(args.store, "state"), os.O_RDONLY)
+    except OSError as e:
+        return _fail("%s: not a gmsfs store (%s)" % (args.store, e.strerror))
+    try:
+        p = select.poll()
+        p.register(fd, select.POLLIN)
+        while True:
+            text = os.pread(fd, 65536, 0).decode()
+            st = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+            if st.get("layout_hash"):
+                print(st["layout_hash"])
+                return 0
+            if st.get("state") == "REMOVED":
+                return _fail("%s: removed while waiting" % args.store)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return _fail("%s: nothing committed after %g s (state %s)" % (args.store, args.timeout,
+                                                                               st.get("state", "?")))
+            p.poll(1000 if left is None else max(1, min(1000, int(left * 1000))))
+    finally:
+        os.close(fd)
+
+
+def _xattr(path, name, default=""):
+    try:
+        return os.getxattr(path, name).decode()
+    except OSError:
+        return default
+
+
+def layout(store):
+    allocs, entries = [], []
+    for area, out in (("allocs", allocs), ("meta", entries)):
+        root = os.path.join(store, area)
+        for d, dirs, files in os.walk(root):
+            dirs.sort()
+            for f in sorted(files):
+                p = os.path.join(d, f)
+                name = os.path.relpath(p, root)
+                if area == "allocs":
+                    out.append({"name": name, "size": os.stat(p).st_size, "tag": _xattr(p, "user.gms.tag")})
+                else:
+                    out.append({"key": name, "alloc": _xattr(p, "user.gms.alloc"),
+                                "offset": int(_xattr(p, "user.gms.offset", "0") or 0),
+                                "size": int(_xattr(p, "user.gms.size", "0") or 0),
+                                "private": _xattr(p, "user.gms.private") == "1", "value_bytes": os.stat(p).st_size})
+    return allocs, entries
+
+
+def cmd_show(args):
+    if not os.path.isfile(os.path.join(args.store, "state")):
+        return _fail("%s: not a gmsfs store" % args.store)
+    st = _state(args.store)
+    allocs, entries = layout(args.store)
+    if args.json:
+        json.dump({"store": os.path.abspath(args.store), "state": st.get("state"), "layout_hash": st.get("layout_hash"),
+                   "allocations": allocs, "entries": entries}, sys.stdout, indent=1)
+        print()
+        return 0
+    print("%s: %s, layout %s, %d allocations, %d entries" % (args.store, st.get("state"), st.get("layout_hash") or "-",
+                                                             len(allocs), len(entries)))
+    for a in allocs:
+        print("  allocs/%s  %s  tag %s" % (a["name"], _size(a["size"]), a["tag"]))
+    for e in entries:
+        print("  meta/%s -> %s+%d%s%s" % (e["key"], e["alloc"] or "?", e["offset"],
+                                          " (%d bytes)" % e["size"] if e["size"] else "",
+                                          " private" if e["private"] else ""))
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="gmsfsctl", description="Look at gmsfs mounts without taking a lock.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("list", help="every store of every gmsfs mount")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("mounts", nargs="*", metavar="MOUNT")
+    p.set_defaults(fn=cmd_list)
+    p = sub.add_parser("wait", help="wait until a store has a committed layout; print its hash")
+    p.add_argument("store", metavar="STORE")
+    p.add_argument("--timeout", type=float, metavar="SECONDS")
+    p.set_defaults(fn=cmd_wait)
+    p = sub.add_parser("show", help="a store's layout: allocations and entries")
+    p.add_argument("store", metavar="STORE")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_show)
+    args = ap.parse_args(argv)
+    try:
+        return args.fn(args)
+    except BrokenPipeError:  # | head: not an error
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
