@@ -160,6 +160,12 @@ install: $(BIN) $(LIB)
 	install -D -m 0644 man/gmsfs.5 $(DESTDIR)$(PREFIX)/share/man/man5/gmsfs.5
 	install -D -m 0644 man/gmsfsctl.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfsctl.8
 	install -D -m 0755 tools/gmsfsctl $(DESTDIR)$(PREFIX)/bin/gmsfsctl
+	install -D -m 0755 tools/gmsfs-mount-all $(DESTDIR)$(PREFIX)/sbin/gmsfs-mount-all
+	# mount -t fuse.gmsfs runs /sbin/mount.fuse.gmsfs (/usr/sbin on a merged /usr)
+	install -D -m 0755 tools/mount.gmsfs $(DESTDIR)$(PREFIX)/sbin/mount.fuse.gmsfs
+	ln -sf mount.fuse.gmsfs $(DESTDIR)$(PREFIX)/sbin/mount.gmsfs
+	for f in systemd/*; do sed -e 's|/usr/bin/|$(PREFIX)/bin/|; s|/usr/sbin/|$(PREFIX)/sbin/|' $$f | \
+		install -D -m 0644 /dev/stdin $(DESTDIR)$(PREFIX)/lib/systemd/system/$${f##*/}; done
 	for f in python/gmsfs/*.py; do install -D -m 0644 $$f $(DESTDIR)$(PYTHONDIR)/gmsfs/$${f##*/}; done
 
 clean:

@@ -2,12 +2,15 @@
 #include "fs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +22,7 @@ struct options {
 	char *socket;
 	char *max_bytes;
 	int ready_fd;
+	int detach_fd;         /* without -f: where the waiting parent learns that the mount is live */
 	int max_threads;
 };
 
@@ -134,6 +138,69 @@ static void raise_nofile(void)
 	}
 }
 
+/* systemd's readiness (Type=notify), without libsystemd: one datagram of "READY=1" to
+ * $NOTIFY_SOCKET (a path, or an abstract name after '@').  Nothing when it is unset. */
+static void notify_systemd(const char *state)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	size_t n = path ? strlen(path) : 0;
+	if (!n || n >= sizeof a.sun_path || (path[0] != '/' && path[0] != '@'))
+		return;
+	memcpy(a.sun_path, path, n);
+	if (path[0] == '@')
+		a.sun_path[0] = '\0';
+	int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return;
+	if (sendto(s, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&a,
+		   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) < 0)
+		perror("gmsfs: NOTIFY_SOCKET");
+	close(s);
+}
+
+/* Without -f: fork before anything else, since neither threads (the socket's, the
+ * waiters') nor a CUDA driver survive a fork.  The parent waits until the child's mount
+ * is live (exit 0) or the child gives up (its errors on the same stderr; exit 1). */
+static int background(int *detach_fd)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC))
+		return -errno;
+	pid_t pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid > 0) {
+		close(p[1]);
+		char ok;
+		_exit(read(p[0], &ok, 1) == 1 ? 0 : 1);
+	}
+	close(p[0]);
+	setsid();
+	*detach_fd = p[1];
+	return 0;
+}
+
+/* The mount is live: let the parent go, and leave its terminal. */
+static void detach(int fd)
+{
+	if (fd < 0)
+		return;
+	if (chdir("/"))
+		perror("gmsfs: chdir /");
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null >= 0) {
+		dup2(null, 0);
+		dup2(null, 1);
+		dup2(null, 2);
+		if (null > 2)
+			close(null);
+	}
+	if (write(fd, "", 1) != 1)
+		return; /* the parent is gone: nobody to tell */
+	close(fd);
+}
+
 /* Mount, say so, serve until unmounted or signalled.  The exit status. */
 static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdline_opts *cmd, const struct options *opts)
 {
@@ -151,7 +218,6 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 		goto out_session;
 	if (fuse_session_mount(fs->se, cmd->mountpoint))
 		goto out_signals;
-	fuse_daemonize(cmd->foreground);
 	fprintf(stderr, "gmsfs: %s on %s (backend %s, %llu bytes, socket %s)\n", fs->vmm->dev.name,
 		cmd->mountpoint, fs->vmm->dev.backend, (unsigned long long)fs->vmm->max_bytes, fs->socket_path);
 	if (opts->ready_fd >= 0) {
@@ -159,11 +225,14 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 			perror("gmsfs: ready_fd");
 		close(opts->ready_fd);
 	}
+	notify_systemd("READY=1\nSTATUS=serving");
+	detach(opts->detach_fd);
 	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_clone_fd(cfg, 1);
 	fuse_loop_cfg_set_max_threads(cfg, (unsigned)opts->max_threads);
 	fuse_loop_cfg_set_idle_threads(cfg, 16);
 	ret = fuse_session_loop_mt(fs->se, cfg) ? 1 : 0;
+	notify_systemd("STOPPING=1");
 	fuse_loop_cfg_destroy(cfg);
 	fuse_session_unmount(fs->se);
 out_signals:
@@ -205,7 +274,7 @@ int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts cmd = {0};
-	struct options opts = { .ready_fd = -1, .max_threads = 256 };
+	struct options opts = { .ready_fd = -1, .detach_fd = -1, .max_threads = 256 };
 	struct fs fs = {
 		.mu = PTHREAD_MUTEX_INITIALIZER,
 		.cv = PTHREAD_COND_INITIALIZER,
@@ -218,6 +287,10 @@ int main(int argc, char *argv[])
 	uint64_t max_bytes = 0;
 	char err[256] = "";
 	int ret = parse_options(&args, &opts, &cmd, &max_bytes, argv[0]);
+	if (!ret && !cmd.foreground && background(&opts.detach_fd)) {
+		perror("gmsfs: fork");
+		ret = 1;
+	}
 	if (!ret) {
 		raise_nofile();
 		clock_gettime(CLOCK_REALTIME, &fs.started);

@@ -1,0 +1,111 @@
+#!/usr/bin/env bats
+# What an operator runs: mount.gmsfs (mount -t fuse.gmsfs, fstab), the daemon in the
+# background, systemd's readiness, the unit files, and the mount propagation a
+# Kubernetes DaemonSet relies on (Bidirectional for the daemon, HostToContainer for pods).
+
+load helpers
+
+setup() { T=$(mktemp -d "$BATS_TEST_TMPDIR/ops.XXXXXX"); }
+
+# end_daemon MOUNT SOCKET: unmount; the daemon ends by itself (its socket goes with it).
+end_daemon() {
+	local pid
+	pid=$(pgrep -f -- "socket=$2" || true) # the unique socket path names this test's daemon
+	umount "$1" 2>/dev/null || umount -l "$1"
+	for _ in $(seq 100); do [ -e "$2" ] || return 0; sleep 0.05; done
+	[ -z "$pid" ] || kill -9 $pid
+	echo "the daemon of $1 did not end after the unmount" >&2
+	return 1
+}
+
+@test "mount.gmsfs: mount(8)'s options dropped, the rest to gmsfs, in the background, serving the socket" {
+	mkdir "$T/m"
+	GMSFS=$GMSFS run "$ROOT/tools/mount.gmsfs" none "$T/m" -o "rw,defaults,nofail,_netdev,x-systemd.after=a,max_bytes=64M,socket=$T/s.sock"
+	assert_success
+	grep -q " $T/m fuse.gmsfs " /proc/mounts # live when the helper returns
+	assert_equal "$(sed -n 's/^total_bytes: //p' "$T/m/device")" 67108864
+	mkdir "$T/m/w"
+	"$BUILD/gmsfs-example" write "$T/m/w" >/dev/null
+	run "$BUILD/gmsfs-example" read "$T/m/w" # through the socket: its thread lives in the background daemon
+	assert_success
+	assert_output --partial 'imported 8 allocations'
+	end_daemon "$T/m" "$T/s.sock"
+}
+
+@test "mount.gmsfs: SOURCE is the device; bad arguments and bad options fail and mount nothing" {
+	mkdir "$T/m"
+	GMSFS=$GMSFS run "$ROOT/tools/mount.gmsfs" 0 "$T/m" -o "socket=$T/s.sock"
+	assert_success
+	assert_equal "$(sed -n 's/^index: //p' "$T/m/device")" 0
+	end_daemon "$T/m" "$T/s.sock"
+	GMSFS=$GMSFS run "$ROOT/tools/mount.gmsfs" none
+	assert_failure
+	assert_output --partial usage
+	GMSFS=$GMSFS run "$ROOT/tools/mount.gmsfs" none "$T/m" --bogus
+	assert_failure
+	assert_output --partial 'unknown argument: --bogus'
+	GMSFS=$GMSFS run "$ROOT/tools/mount.gmsfs" none "$T/m" -o "max_bytes=lots,socket=$T/s.sock"
+	assert_failure
+	! grep -q " $T/m " /proc/mounts
+}
+
+@test "Type=notify: READY=1 comes once the mount is live, STOPPING=1 at the unmount" {
+	mkdir "$T/m"
+	"$PYTHON" - "$T" "$GMSFS" <<'PY'
+import os, socket, subprocess, sys
+t, gmsfs = sys.argv[1:]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(t + "/notify")
+s.settimeout(10)
+d = subprocess.Popen([gmsfs, "-f", "-o", "socket=%s/s.sock" % t, t + "/m"], env=dict(os.environ, NOTIFY_SOCKET=t + "/notify"),
+                     stderr=subprocess.DEVNULL)
+msg = s.recv(4096).decode()
+live = " %s/m fuse.gmsfs " % t in open("/proc/mounts").read()
+assert msg.startswith("READY=1\n") and live, (msg, live)
+subprocess.run(["umount", t + "/m"], check=True)
+msg = s.recv(4096).decode()
+assert msg == "STOPPING=1", msg
+assert d.wait(10) == 0
+PY
+}
+
+@test "the unit files verify (systemd-analyze), instanced by a GPU uuid" {
+	command -v systemd-analyze
+	for f in "$ROOT"/systemd/*; do
+		sed -e "s|/usr/bin/gmsfs|$GMSFS|; s|/usr/sbin/gmsfs-mount-all|$ROOT/tools/gmsfs-mount-all|" "$f" >"$T/${f##*/}"
+	done
+	cd "$T"
+	run systemd-analyze verify --man=no ./gmsfs@GPU-0f3c1a2b-1111-2222-3333-444455556666.service ./gmsfs.target \
+		./gmsfs-mount-all.service
+	assert_success
+	assert_output '' # warnings are printed, not failed: none
+	grep -q '^Type=notify$' gmsfs@.service
+	grep -q '^ExecStart=.* -f -o device=%i,' gmsfs@.service # %i, not %I: a uuid's dashes stay dashes
+}
+
+@test "propagation: the daemon mounts in its own namespace on an rshared directory; a pod-like consumer (slave, own pid namespace) imports" {
+	mkdir -p "$T/host/gpu0"
+	mount --bind "$T/host" "$T/host"
+	mount --make-rshared "$T/host"
+	# The consumer first, as a pod that was there before the daemon (re)started.
+	unshare --mount --propagation slave --pid --fork --mount-proc bash -c "
+		for i in \$(seq 400); do [ -s '$T/host/gpu0/w/layout_hash' ] && break; sleep 0.05; done
+		echo pid \$\$
+		exec '$BUILD/gmsfs-example' read '$T/host/gpu0/w'" >"$T/consumer.out" 2>&1 3>&- &
+	local consumer=$!
+	unshare --mount --propagation unchanged "$GMSFS" -f -o "socket=$T/host/gpu0.sock" "$T/host/gpu0" 2>"$T/daemon.log" 3>&- &
+	local daemon=$!
+	for _ in $(seq 200); do grep -q " $T/host/gpu0 fuse.gmsfs " /proc/mounts && break; sleep 0.05; done
+	run grep -c " $T/host/gpu0 fuse.gmsfs " /proc/mounts # Bidirectional: back in the host's namespace
+	assert_output 1
+	mkdir "$T/host/gpu0/w"
+	"$BUILD/gmsfs-example" write "$T/host/gpu0/w" >/dev/null
+	wait $consumer
+	run cat "$T/consumer.out"
+	assert_line 'pid 1' # its own pid namespace: the daemon still knows it (the host's sees all)
+	assert_output --partial 'imported 8 allocations'
+	umount "$T/host/gpu0"
+	for _ in $(seq 100); do kill -0 $daemon 2>/dev/null || break; sleep 0.05; done
+	kill -9 $daemon 2>/dev/null || true
+	umount -l "$T/host"
+}
