@@ -1,5 +1,7 @@
 # gmsfs: make [all] | check | check-unit | demo | bench | install | clean | fuzz
 PREFIX ?= /usr/local
+# Where the library goes: $(PREFIX)/lib, or Debian's multiarch folder (make deb).
+LIBDIR ?= $(PREFIX)/lib
 DESTDIR ?=
 CC ?= cc
 PKG_CONFIG ?= pkg-config
@@ -50,9 +52,9 @@ ifdef HAVE_CUDA
 BENCH += $(B)/bench-gpu
 endif
 # Programs linked against the library in $(B)/, found there at run time.
-LINK_LIB := -Lbuild -lgmsfs -Wl,-rpath,'$$ORIGIN'
+LINK_LIB := -L$(B) -lgmsfs -Wl,-rpath,'$$ORIGIN'
 
-.PHONY: all check check-quick check-asan check-unit demo bench install clean deps fuzz fuzzers
+.PHONY: all check check-quick check-asan check-unit demo bench install deb clean deps fuzz fuzzers
 all: $(BIN) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH)
 
 $(B):
@@ -60,16 +62,16 @@ $(B):
 
 $(BIN): $(DAEMON_SRC) $(DAEMON_HDR) | $(B)
 	@$(PKG_CONFIG) --exists fuse3 libxxhash msgpack || { echo 'missing fuse3/libxxhash/msgpack: run make deps'; exit 1; }
-	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ $(DAEMON_SRC) $(DEPS_LIBS) -ldl
+	$(CC) $(CFLAGS) $(DEPS_CFLAGS) $(LDFLAGS) -o $@ $(DAEMON_SRC) $(DEPS_LIBS) -ldl
 
 $(B)/libgmsfs.so: $(LIB_SRC) $(LIB_HDR) | $(B)
-	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) -Ilibgmsfs -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LIB_SONAME) \
+	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) $(LDFLAGS) -Ilibgmsfs -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LIB_SONAME) \
 		-o $(B)/$(LIB_SONAME) $(LIB_SRC) $(MSGPACK_LIBS) -ldl
 	ln -sf $(LIB_SONAME) $@
 
 # The .pc of the build tree; make install writes one for its own PREFIX.
 $(B)/gmsfs.pc: libgmsfs/gmsfs.pc.in | $(B)
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
 
 $(B)/gmsfs-example: examples/weights.c $(B)/libgmsfs.so
 	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB)
@@ -119,12 +121,13 @@ ASAN_CFLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fn
 QUICK_TESTS := $(UNIT) tests/layout.sh tests/*.bats tests/python.sh
 # The whole suite, one prove run: C unit tests are TAP programs, mount tests are bats
 # files; then the mount tests again on an ASan+UBSan build and with the daemon under
-# valgrind, and every fuzzer for 30 s.  Installs what is missing first, then builds in a
+# valgrind, every fuzzer for 30 s, and the Debian packages (built, installed, used,
+# purged: tests/debs.sh).  Installs what is missing first, then builds in a
 # sub-make (pkg-config must see the packages).  make check-quick: the first part only.
 check: deps
 	$(MAKE) all fuzzers
 	$(MAKE) all B=build-asan CFLAGS="$(ASAN_CFLAGS)"
-	prove --exec tests/tap-exec $(QUICK_TESTS) tests/sanitizers.sh tests/valgrind.sh tests/fuzz.sh
+	prove --exec tests/tap-exec $(QUICK_TESTS) tests/sanitizers.sh tests/valgrind.sh tests/fuzz.sh tests/debs.sh
 
 check-quick: all
 	prove --exec tests/tap-exec $(QUICK_TESTS)
@@ -149,16 +152,19 @@ PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$
 
 install: $(BIN) $(LIB)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/gmsfs
-	install -D -m 0755 $(B)/$(LIB_SONAME) $(DESTDIR)$(PREFIX)/lib/$(LIB_SONAME)
-	ln -sf $(LIB_SONAME) $(DESTDIR)$(PREFIX)/lib/libgmsfs.so
+	install -D -m 0644 $(B)/$(LIB_SONAME) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
+	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libgmsfs.so
 	install -D -m 0644 include/gmsfs/gmsfs.h $(DESTDIR)$(PREFIX)/include/gmsfs/gmsfs.h
 	install -D -m 0644 include/gmsfs/abi.h $(DESTDIR)$(PREFIX)/include/gmsfs/abi.h
-	mkdir -p $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' libgmsfs/gmsfs.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/gmsfs.pc
+	mkdir -p $(DESTDIR)$(LIBDIR)/pkgconfig
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(VERSION)|' libgmsfs/gmsfs.pc.in \
+		> $(DESTDIR)$(LIBDIR)/pkgconfig/gmsfs.pc
 	install -D -m 0644 man/libgmsfs.3 $(DESTDIR)$(PREFIX)/share/man/man3/libgmsfs.3
 	install -D -m 0644 man/gmsfs.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfs.8
 	install -D -m 0644 man/gmsfs.5 $(DESTDIR)$(PREFIX)/share/man/man5/gmsfs.5
 	install -D -m 0644 man/gmsfsctl.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfsctl.8
+	install -D -m 0644 man/mount.gmsfs.8 $(DESTDIR)$(PREFIX)/share/man/man8/mount.gmsfs.8
+	for n in mount.fuse.gmsfs gmsfs-mount-all; do echo '.so man8/mount.gmsfs.8' > $(DESTDIR)$(PREFIX)/share/man/man8/$$n.8; done
 	install -D -m 0755 tools/gmsfsctl $(DESTDIR)$(PREFIX)/bin/gmsfsctl
 	install -D -m 0755 tools/gmsfs-mount-all $(DESTDIR)$(PREFIX)/sbin/gmsfs-mount-all
 	# mount -t fuse.gmsfs runs /sbin/mount.fuse.gmsfs (/usr/sbin on a merged /usr)
@@ -167,6 +173,15 @@ install: $(BIN) $(LIB)
 	for f in systemd/*; do sed -e 's|/usr/bin/|$(PREFIX)/bin/|; s|/usr/sbin/|$(PREFIX)/sbin/|' $$f | \
 		install -D -m 0644 /dev/stdin $(DESTDIR)$(PREFIX)/lib/systemd/system/$${f##*/}; done
 	for f in python/gmsfs/*.py; do install -D -m 0644 $$f $(DESTDIR)$(PYTHONDIR)/gmsfs/$${f##*/}; done
+
+# Debian packages (gmsfs, libgmsfs0, libgmsfs-dev, python3-gmsfs) into $(B)/deb/, built
+# by debhelper in a copy of the tree (git's files, committed or not), then lintian.
+deb:
+	rm -rf $(B)/deb && mkdir -p $(B)/deb/gmsfs-$(VERSION)
+	git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C $(B)/deb/gmsfs-$(VERSION)
+	cd $(B)/deb/gmsfs-$(VERSION) && env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS dpkg-buildpackage -us -uc -b >../build.log 2>&1 || { tail -30 ../build.log; exit 1; }
+	lintian --no-tag-display-limit $(B)/deb/*.changes || true
+	ls $(B)/deb/*.deb
 
 clean:
 	rm -rf build
