@@ -5,7 +5,8 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [tests|bench|torch|all] [RUNS]   RUNS: benchmark runs per layout (default 5)
+#   bash tests/gpu/run.sh [tests|bench|torch|multi|all] [RUNS]   RUNS: benchmark runs per layout (default 5)
+#   multi: on a machine with two GPUs or more (the nvidia-h200-x2 kind)
 # With $OUT set (the device machine), everything printed is also kept in $OUT/gpu-WHAT.log.
 set -u
 cd "$(dirname "$0")/../.."
@@ -87,6 +88,24 @@ t "an unknown device is refused with a message, not served from host memory" bas
 	m=\$(mktemp -d); out=\$(timeout 10 build/gmsfs -f -o device=GPU-nope \$m 2>&1); rc=\$?; rmdir \$m; echo \"\$out\"
 	[ \$rc -ne 0 ] && grep -q 'no such CUDA device' <<<\"\$out\" && ! grep -q 'host' <<<\"\$out\""
 
+# mount.gmsfs by uuid: the daemon forks to the background before CUDA is touched.
+bg_check() {
+	local uuid m
+	uuid=$(sed -n 's/^uuid: //p' "$mnt/device")
+	m=$(mktemp -d)
+	GMSFS=build/gmsfs tools/mount.gmsfs "$uuid" "$m" -o "socket=$m.sock" || return 1
+	mkdir "$m/s"
+	timeout 120 build/gmsfs-scenario readers64 "$m/s"
+	local rc=$?
+	grep -qx "uuid: $uuid" "$m/device" || rc=1
+	umount "$m"
+	for _ in $(seq 100); do [ -e "$m.sock" ] || break; sleep 0.05; done
+	[ ! -e "$m.sock" ] || rc=1
+	rmdir "$m"
+	return $rc
+}
+t "mount.gmsfs GPU-uuid: the daemon in the background (forked before CUDA) serves writer and readers" bg_check
+
 # Writer and readers in separate processes on device memory; a reader's write is refused.
 t "64 allocations, three bulk readers verify every byte on the device, a reader's write is refused" scenario readers64
 for s in commit_publishes abort_on_disconnect rw_or_ro writer_blocks_readers rw_or_ro_timeout \
@@ -160,6 +179,51 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
 	gpu_bench
+fi
+# Several GPUs (the two-GPU kind): a mount per GPU by uuid, through mount.gmsfs, and on
+# each a writer and readers at once, side by side.
+gpu_multi() {
+	local uuids i=0 pids=() dirs=()
+	export CUDA_DEVICE_ORDER=PCI_BUS_ID # CUDA's ordinals in nvidia-smi's order
+	uuids=$(nvidia-smi --query-gpu=uuid --format=csv,noheader)
+	nvidia-smi -L | sed 's/^/# /'
+	[ "$(echo "$uuids" | wc -l)" -ge 2 ] || { echo "Bail out! fewer than 2 GPUs"; exit 1; }
+	for u in $uuids; do
+		local d=/tmp/gmsfs-multi/$u
+		mkdir -p "$d"
+		t "GPU $i: mount.gmsfs $u" env GMSFS=build/gmsfs tools/mount.gmsfs "$u" "$d" -o "socket=$d.sock"
+		t "GPU $i: its device file names it" grep -qx "uuid: $u" "$d/device"
+		dirs+=("$d")
+		i=$((i + 1))
+	done
+	for i in "${!dirs[@]}"; do
+		for s in readers64 several_readers remap_same; do
+			mkdir "${dirs[$i]}/$s"
+			GMSFS_SCENARIO_DEVICE=$i timeout 300 build/gmsfs-scenario "$s" "${dirs[$i]}/$s" >"/tmp/gmsfs-multi/$i.$s.out" 2>&1 &
+			pids+=("$!:$i:$s")
+		done
+	done
+	for p in "${pids[@]}"; do
+		local pid=${p%%:*} rest=${p#*:} rc
+		wait "$pid" # here: t runs its command in a subshell, which has no children to wait for
+		rc=$?
+		sed 's/^/# /' "/tmp/gmsfs-multi/${rest%%:*}.${rest#*:}.out"
+		t "GPU ${rest%%:*}, side by side with the other: ${rest#*:}" test "$rc" -eq 0
+	done
+	for i in "${!dirs[@]}"; do
+		t "GPU $i: its stores hold its own memory (status.json)" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1] + "/status.json"))
+assert d["device"]["index"] == int(sys.argv[2]) and d["device"]["uuid"] == sys.argv[3], d["device"]
+assert {s["name"] for s in d["stores"]} == {"readers64", "several_readers", "remap_same"}, d["stores"]' \
+			"${dirs[$i]}" "$i" "$(basename "${dirs[$i]}")"
+		umount "${dirs[$i]}"
+	done
+	echo "1..$n"
+	echo "$((n - failed)) passed, $failed failed"
+}
+if [ "$what" = multi ]; then
+	gpu_multi
 fi
 if [ "$what" = torch ]; then # the PyTorch warm-start benchmark alone
 	mount_gmsfs
