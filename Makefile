@@ -47,6 +47,8 @@ LIB := $(B)/libgmsfs.so $(B)/gmsfs.pc
 UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
+LOADER := $(B)/gmsfs-load $(B)/gmsfs-save
+LOADER_SRC := loader/json.c loader/safetensors.c loader/copy.c
 BENCH := $(B)/bench-import $(B)/bench-minfs $(B)/bench-control
 ifdef HAVE_CUDA
 BENCH += $(B)/bench-gpu
@@ -55,7 +57,7 @@ endif
 LINK_LIB := -L$(B) -lgmsfs -Wl,-rpath,'$$ORIGIN'
 
 .PHONY: all check check-quick check-asan check-unit demo bench install deb clean deps fuzz fuzzers
-all: $(BIN) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH)
+all: $(BIN) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH) $(LOADER)
 
 $(B):
 	mkdir -p $(B)
@@ -87,6 +89,10 @@ $(B)/gmsfs-probe: tests/helpers/gmsfs-probe.c $(COMMON_HDR) $(WIRE_SRC) | $(B)
 
 $(B)/bench-import: bench/bench_import.c bench/bench.h $(B)/libgmsfs.so
 	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB)
+
+# The loader: safetensors in (gmsfs-load) and out (gmsfs-save), on libgmsfs.
+$(B)/gmsfs-%: loader/%.c $(LOADER_SRC) loader/*.h common/cuda_api.h $(B)/libgmsfs.so
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LOADER_SRC) $(LINK_LIB) -ldl
 
 # The baseline for the control files: a minimal low-level FUSE file system.
 $(B)/bench-minfs: bench/bench_minfs.c | $(B)
@@ -150,7 +156,7 @@ bench: all
 PYVER := $(shell /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYVER)/dist-packages)
 
-install: $(BIN) $(LIB)
+install: $(BIN) $(LIB) $(LOADER)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/gmsfs
 	install -D -m 0644 $(B)/$(LIB_SONAME) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libgmsfs.so
@@ -166,6 +172,10 @@ install: $(BIN) $(LIB)
 	install -D -m 0644 man/mount.gmsfs.8 $(DESTDIR)$(PREFIX)/share/man/man8/mount.gmsfs.8
 	for n in mount.fuse.gmsfs gmsfs-mount-all; do echo '.so man8/mount.gmsfs.8' > $(DESTDIR)$(PREFIX)/share/man/man8/$$n.8; done
 	install -D -m 0755 tools/gmsfsctl $(DESTDIR)$(PREFIX)/bin/gmsfsctl
+	install -D -m 0755 $(B)/gmsfs-load $(DESTDIR)$(PREFIX)/bin/gmsfs-load
+	install -D -m 0755 $(B)/gmsfs-save $(DESTDIR)$(PREFIX)/bin/gmsfs-save
+	install -D -m 0644 man/gmsfs-load.1 $(DESTDIR)$(PREFIX)/share/man/man1/gmsfs-load.1
+	echo '.so man1/gmsfs-load.1' > $(DESTDIR)$(PREFIX)/share/man/man1/gmsfs-save.1
 	install -D -m 0755 tools/gmsfs-mount-all $(DESTDIR)$(PREFIX)/sbin/gmsfs-mount-all
 	# mount -t fuse.gmsfs runs /sbin/mount.fuse.gmsfs (/usr/sbin on a merged /usr)
 	install -D -m 0755 tools/mount.gmsfs $(DESTDIR)$(PREFIX)/sbin/mount.fuse.gmsfs
@@ -196,9 +206,13 @@ $(B)/fuzz_meta: tests/fuzz/fuzz_meta.c $(META_SRC) src/meta/*.h $(COMMON_HDR) | 
 $(B)/fuzz_wire: tests/fuzz/fuzz_wire.c $(WIRE_SRC) $(COMMON_HDR) | $(B)
 	clang $(FUZZ_CFLAGS) $(MSGPACK_CFLAGS) -o $@ tests/fuzz/fuzz_wire.c $(WIRE_SRC) $(MSGPACK_LIBS)
 
-fuzzers: $(B)/fuzz_meta $(B)/fuzz_wire
+$(B)/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c loader/safetensors.c loader/json.c loader/*.h | $(B)
+	clang $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_safetensors.c loader/safetensors.c loader/json.c
 
-fuzz: $(B)/fuzz_meta $(B)/fuzz_wire
-	mkdir -p $(B)/fuzz-corpus $(B)/fuzz-wire-corpus
+fuzzers: $(B)/fuzz_meta $(B)/fuzz_wire $(B)/fuzz_safetensors
+
+fuzz: $(B)/fuzz_meta $(B)/fuzz_wire $(B)/fuzz_safetensors
+	mkdir -p $(B)/fuzz-corpus $(B)/fuzz-wire-corpus $(B)/fuzz-st-corpus
+	$(B)/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(B)/fuzz-st-corpus tests/fuzz/safetensors-seeds
 	$(B)/fuzz_meta -max_total_time=$(FUZZ_SECONDS) -max_len=2048 $(B)/fuzz-corpus
 	$(B)/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(B)/fuzz-wire-corpus tests/fuzz/wire-seeds

@@ -42,7 +42,15 @@
 	X(cuMemGetInfo, "cuMemGetInfo_v2")                              \
 	X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                              \
 	X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                              \
-	X(cuMemsetD8, "cuMemsetD8_v2")
+	X(cuMemsetD8, "cuMemsetD8_v2")                                  \
+	/* for the loader (gmsfs-load, gmsfs-save): pinned buffers, streams */ \
+	X(cuMemHostAlloc, "cuMemHostAlloc")                             \
+	X(cuMemFreeHost, "cuMemFreeHost")                               \
+	X(cuStreamCreate, "cuStreamCreate")                             \
+	X(cuStreamDestroy, "cuStreamDestroy_v2")                        \
+	X(cuStreamSynchronize, "cuStreamSynchronize")                   \
+	X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")                    \
+	X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")
 
 struct cu_api {
 	void *lib;

@@ -1,15 +1,17 @@
 #!/bin/sh
-# The fuzzers, FUZZ_SECONDS each (default 30), as TAP: the store's parsers and the wire codec.
+# The fuzzers, FUZZ_SECONDS each (default 30), as TAP: the store's parsers, the wire codec,
+# the safetensors header check.
 cd "$(dirname "$0")/.." || exit 1
 s=${FUZZ_SECONDS:-30}
 b=${GMSFS_BUILD:-build}
 n=0
 failed=0
-for f in meta wire; do
+for f in meta wire safetensors; do
 	n=$((n + 1))
 	corpus=$(mktemp -d /tmp/gmsfs-fuzz.XXXXXX)
 	seeds=
 	[ "$f" = wire ] && seeds=tests/fuzz/wire-seeds
+	[ "$f" = safetensors ] && seeds=tests/fuzz/safetensors-seeds
 	if out=$("$b/fuzz_$f" -max_total_time="$s" -max_len=8192 "$corpus" $seeds 2>&1); then
 		echo "ok $n - fuzz_$f for ${s}s: $(printf '%s\n' "$out" | grep -o 'Done [0-9]* runs' | tail -1)"
 	else

@@ -5,7 +5,7 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [tests|bench|torch|multi|all] [RUNS]   RUNS: benchmark runs per layout (default 5)
+#   bash tests/gpu/run.sh [tests|bench|torch|load|multi|all] [RUNS]   RUNS: benchmark runs per layout (default 5)
 #   multi: on a machine with two GPUs or more (the nvidia-h200-x2 kind)
 # With $OUT set (the device machine), everything printed is also kept in $OUT/gpu-WHAT.log.
 set -u
@@ -222,6 +222,18 @@ assert {s["name"] for s in d["stores"]} == {"readers64", "several_readers", "rem
 	echo "1..$n"
 	echo "$((n - failed)) passed, $failed failed"
 }
+gpu_load() {
+mount_gmsfs
+t "gmsfs-load and gmsfs-save: a transformers Llama from save_pretrained, the same logits" \
+	timeout 300 python3 tests/gpu/load_gpu.py test "$mnt" "$top/build"
+python3 tests/gpu/load_gpu.py bench "$mnt" "$top/build"
+unmount_gmsfs
+}
+if [ "$what" = load ]; then # the loader: its GPU test, then its benchmark
+	gpu_load
+	echo "1..$n"
+	echo "$((n - failed)) passed, $failed failed"
+fi
 if [ "$what" = multi ]; then
 	gpu_multi
 fi

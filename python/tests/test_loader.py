@@ -1,0 +1,160 @@
+"""gmsfs-load and gmsfs-save (host backend): safetensors files written here with struct
+and json (several dtypes, an empty tensor, a sharded index), loaded into a store,
+materialized into a torch module with the right values, saved back identical; malformed
+files refused by name with the store left as it was."""
+import json
+import os
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import BUILD
+
+import gmsfs
+import gmsfs.torch as gt
+
+LOAD, SAVE = os.path.join(BUILD, "gmsfs-load"), os.path.join(BUILD, "gmsfs-save")
+DT = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I8": np.int8, "U8": np.uint8, "F64": np.float64}
+
+
+def write_st(path, tensors, header_extra=None, raw=None):
+    """tensors: {name: (dtype, numpy array)}; raw: replace the file's bytes after the fact."""
+    header, blobs, at = {}, [], 0
+    for name, (dt, a) in tensors.items():
+        b = a.tobytes()
+        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    header["__metadata__"] = {"format": "pt"}
+    header.update(header_extra or {})
+    h = json.dumps(header).encode()
+    data = struct.pack("<Q", len(h)) + h + b"".join(blobs)
+    with open(path, "wb") as f:
+        f.write(raw(data) if raw else data)
+
+
+def read_st(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    body = data[8 + n:]
+    return {k: (v["dtype"], v["shape"], body[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in header.items()}
+
+
+def model_tensors(seed=0):
+    r = np.random.default_rng(seed)
+    return {
+        "embed.weight": ("F32", r.standard_normal((16, 8)).astype(np.float32)),
+        "layers.0.w": ("F16", r.standard_normal((8, 8)).astype(np.float16)),
+        "layers.0.ids": ("I64", np.arange(5, dtype=np.int64)),
+        "layers.0.q": ("I8", np.arange(-4, 4, dtype=np.int8).reshape(2, 4)),
+        "layers.0.mask": ("U8", np.array([1, 0, 1], dtype=np.uint8)),
+        "empty": ("F32", np.zeros((0, 4), dtype=np.float32)),
+        "scale": ("F64", np.array(3.5)),
+    }
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 8)
+        self.layers = torch.nn.ModuleList([torch.nn.Module()])
+        L = self.layers[0]
+        L.register_buffer("w", torch.zeros(8, 8, dtype=torch.float16))
+        L.register_buffer("ids", torch.zeros(5, dtype=torch.int64))
+        L.register_buffer("q", torch.zeros(2, 4, dtype=torch.int8))
+        L.register_buffer("mask", torch.zeros(3, dtype=torch.uint8))
+        self.register_buffer("empty", torch.zeros(0, 4))
+        self.register_buffer("scale", torch.zeros((), dtype=torch.float64))
+
+
+def run(*args):
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=60)
+
+
+def state(store):
+    with open(os.path.join(store, "state")) as f:
+        return dict(l.rstrip("\n").split(": ", 1) for l in f if ": " in l)
+
+
+def test_load_materialize_save_round_trip(store, tmp_path):
+    t = model_tensors()
+    write_st(tmp_path / "model.safetensors", t)
+    r = run(LOAD, store, str(tmp_path / "model.safetensors"))
+    assert r.returncode == 0 and r.stderr == "", r.stderr  # quiet when not on a terminal
+    assert state(store)["state"] == "COMMITTED" and state(store)["entries"] == str(len(t))
+    m = Model()
+    with gmsfs.connect(store, "ro") as c:
+        gt.materialize(m, c)
+        got = dict(m.named_parameters(), **dict(m.named_buffers()))
+        for name, (dt, a) in t.items():
+            assert got[name].dtype == getattr(torch, {"F32": "float32", "F16": "float16", "I64": "int64", "I8": "int8",
+                                                      "U8": "uint8", "F64": "float64"}[dt])
+            assert np.array_equal(got[name].numpy(), a), name
+        e = c.meta_json("torch/layers.0.w")
+        assert e["source"] == "model.safetensors" and e["stride"] == [8, 1]
+    out = tmp_path / "out"
+    out.mkdir()
+    r = run(SAVE, store, str(out))
+    assert r.returncode == 0, r.stderr
+    assert read_st(out / "model.safetensors") == read_st(tmp_path / "model.safetensors")
+
+
+def test_sharded_index(store, tmp_path):
+    t = model_tensors(1)
+    names = list(t)
+    write_st(tmp_path / "model-00001-of-00002.safetensors", {k: t[k] for k in names[:3]})
+    write_st(tmp_path / "model-00002-of-00002.safetensors", {k: t[k] for k in names[3:]})
+    wm = {k: "model-0000%d-of-00002.safetensors" % (1 if i < 3 else 2) for i, k in enumerate(names)}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 1}, "weight_map": wm}))
+    r = run(LOAD, "-q", store, str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    with gmsfs.connect(store, "ro") as c:
+        c.import_all()
+        assert sorted(k[6:] for k in c.meta_list("torch/")) == sorted(names)
+        assert c.meta_json("torch/" + names[4])["source"] == "model-00002-of-00002.safetensors"
+
+
+BAD = [
+    ("truncated data", lambda d: d[:-3], None, "data_offsets outside the file's data"),
+    ("header length past the end", lambda d: struct.pack("<Q", 1 << 40) + d[8:], None, "header length passes the end"),
+    ("shorter than 8 bytes", lambda d: d[:5], None, "shorter than the 8 bytes"),
+    ("bad JSON", lambda d: d[:8] + b"x" + d[9:], None, "JSON:"),
+    ("unknown dtype", None, {"odd": {"dtype": "F7", "shape": [1], "data_offsets": [0, 1]}}, "tensor odd: unknown dtype"),
+    ("shape against size", None, {"odd": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}},
+     "tensor odd: shape and dtype do not match"),
+    ("overlap", None, {"odd": {"dtype": "U8", "shape": [4], "data_offsets": [2, 6]}}, "overlaps another tensor's"),
+    ("negative size", None, {"odd": {"dtype": "U8", "shape": [-1], "data_offsets": [0, 1]}}, "not a non-negative integer"),
+]
+
+
+@pytest.mark.parametrize("what,raw,extra,message", BAD, ids=[b[0] for b in BAD])
+def test_malformed_files_are_refused_and_change_nothing(store, tmp_path, what, raw, extra, message):
+    write_st(tmp_path / "ok.safetensors", {"a": ("F32", np.ones(4, dtype=np.float32))})
+    assert run(LOAD, store, str(tmp_path / "ok.safetensors")).returncode == 0
+    before = state(store)
+    write_st(tmp_path / "bad.safetensors", {"a": ("F32", np.ones(4, dtype=np.float32))}, extra, raw)
+    empty = store + "-2"
+    os.mkdir(empty)
+    for target in (store, empty):
+        r = run(LOAD, target, str(tmp_path / "bad.safetensors"))
+        assert r.returncode == 1 and "bad.safetensors" in r.stderr and message in r.stderr, r.stderr
+    after = state(store)
+    assert (after["layout_hash"], after["generation"], after["entries"]) == \
+        (before["layout_hash"], before["generation"], before["entries"])
+    assert state(empty)["state"] == "EMPTY"
+
+
+def test_a_store_with_allocations_is_refused(store, tmp_path):
+    write_st(tmp_path / "m.safetensors", {"a": ("U8", np.arange(3, dtype=np.uint8))})
+    assert run(LOAD, store, str(tmp_path / "m.safetensors")).returncode == 0
+    r = run(LOAD, store, str(tmp_path / "m.safetensors"))
+    assert r.returncode == 1 and "holds allocations already" in r.stderr
+    r = run(LOAD, store, str(tmp_path / "none.safetensors"))
+    assert r.returncode == 1 and "none.safetensors: No such file" in r.stderr
+    assert run(LOAD, store).returncode == 2
