@@ -1,5 +1,5 @@
 /* copy: bytes between files and a store's mappings, on either backend.  Host: straight
- * pread/pwrite on the mapping.  cuda: through pinned host buffers, two per thread, each
+ * pread/pwrite on the mapping.  cuda: through small pinned host buffers, two per thread, each
  * with its own stream, so that reading the next chunk overlaps copying this one. */
 #ifndef GMSFS_LOADER_COPY_H
 #define GMSFS_LOADER_COPY_H
