@@ -47,7 +47,7 @@ LIB := $(B)/libgmsfs.so $(B)/gmsfs.pc
 UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
-LOADER := $(B)/gmsfs-load $(B)/gmsfs-save
+LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
 LOADER_SRC := loader/json.c loader/safetensors.c loader/copy.c
 BENCH := $(B)/bench-import $(B)/bench-minfs $(B)/bench-control
 ifdef HAVE_CUDA
@@ -175,7 +175,8 @@ install: $(BIN) $(LIB) $(LOADER)
 	install -D -m 0755 $(B)/gmsfs-load $(DESTDIR)$(PREFIX)/bin/gmsfs-load
 	install -D -m 0755 $(B)/gmsfs-save $(DESTDIR)$(PREFIX)/bin/gmsfs-save
 	install -D -m 0644 man/gmsfs-load.1 $(DESTDIR)$(PREFIX)/share/man/man1/gmsfs-load.1
-	echo '.so man1/gmsfs-load.1' > $(DESTDIR)$(PREFIX)/share/man/man1/gmsfs-save.1
+	install -D -m 0755 $(B)/gmsfs-snapshot $(DESTDIR)$(PREFIX)/bin/gmsfs-snapshot
+	for n in gmsfs-save gmsfs-snapshot; do echo '.so man1/gmsfs-load.1' > $(DESTDIR)$(PREFIX)/share/man/man1/$$n.1; done
 	install -D -m 0755 tools/gmsfs-mount-all $(DESTDIR)$(PREFIX)/sbin/gmsfs-mount-all
 	# mount -t fuse.gmsfs runs /sbin/mount.fuse.gmsfs (/usr/sbin on a merged /usr)
 	install -D -m 0755 tools/mount.gmsfs $(DESTDIR)$(PREFIX)/sbin/mount.fuse.gmsfs

@@ -158,3 +158,42 @@ def test_a_store_with_allocations_is_refused(store, tmp_path):
     r = run(LOAD, store, str(tmp_path / "none.safetensors"))
     assert r.returncode == 1 and "none.safetensors: No such file" in r.stderr
     assert run(LOAD, store).returncode == 2
+
+
+SNAP = os.path.join(BUILD, "gmsfs-snapshot")
+
+
+def test_snapshot_restores_the_same_layout_hash(store, tmp_path):
+    """A layout with nested allocations, tags, entries with extents, a private entry and a
+    binary value, saved and restored into another store: the same hash and bytes."""
+    with gmsfs.connect(store, "rw") as c:
+        a = c.create("layers/0/w", 10000, tag="weights")
+        b = c.create("kv", 4096, tag="kv_cache")
+        c.buffer(a.ptr, a.size)[:] = bytes(range(256)) * 39 + bytes(16)
+        c.buffer(b.ptr, 4)[:] = b"\x00\x01\xfe\xff"
+        c.meta_put_many([("cfg/json", "layers/0/w", 16, '{"dtype": "f16"}', 64),
+                         ("scale", "kv", 0, b"\x00\xff\x10", 4, True), ("plain", "kv")])
+        c.commit()
+        want = c.layout_hash
+    snap = tmp_path / "snap"
+    r = run(SNAP, "save", store, str(snap))
+    assert r.returncode == 0, r.stderr
+    other = store + "-copy"
+    os.mkdir(other)
+    r = run(SNAP, "restore", other, str(snap))
+    assert r.returncode == 0, r.stderr
+    assert state(other)["layout_hash"] == want
+    with gmsfs.connect(other, "ro") as c:
+        c.import_all()
+        a = c.find("layers/0/w")
+        assert (a.tag, a.size) == ("weights", 10000)
+        assert bytes(c.buffer(a.ptr, a.size)) == bytes(range(256)) * 39 + bytes(16)
+        e = c.meta_get("scale")
+        assert (e.private, e.value, e.size) == (True, b"\x00\xff\x10", 4)
+    r = run(SNAP, "restore", other, str(snap))  # not into a store with a layout
+    assert r.returncode == 1 and "holds allocations already" in r.stderr
+    (snap / "layout.json").write_text((snap / "layout.json").read_text().replace('"value": "00ff10"', '"value": "0g"'))
+    third = store + "-3"
+    os.mkdir(third)
+    r = run(SNAP, "restore", third, str(snap))
+    assert r.returncode == 1 and "not hex" in r.stderr and state(third)["state"] == "EMPTY"
