@@ -71,8 +71,23 @@ def test():
     same = r.returncode == 0 and saved.keys() == orig.keys() and all(
         saved[k].dtype == orig[k].dtype and torch.equal(saved[k], orig[k]) for k in orig)
     check(same, "gmsfs-save writes the same names, dtypes, shapes and bytes back", r.stderr.strip())
+    snap = tempfile.mkdtemp(prefix="gmsfs-snap.")
+    copy = os.path.join(mount, "restored")
+    os.mkdir(copy)
+    r1 = subprocess.run([os.path.join(build, "gmsfs-snapshot"), "save", store, snap], capture_output=True, text=True)
+    r2 = subprocess.run([os.path.join(build, "gmsfs-snapshot"), "restore", copy, snap], capture_output=True, text=True)
+    h = lambda s: open(os.path.join(s, "layout_hash")).read()
+    again = LlamaForCausalLM(cfg).cuda().eval()
+    gt.materialize(again, copy, strict=False)
+    with torch.no_grad():
+        d = again(ids).logits
+    check(r1.returncode == 0 and r2.returncode == 0 and h(copy) == h(store) and torch.equal(d, a),
+          "gmsfs-snapshot save and restore on the GPU: the same layout hash and the same logits",
+          (r1.stderr + r2.stderr).strip())
+    again._gmsfs.close()
     c.close()
     os.rmdir(store)
+    os.rmdir(copy)
 
 
 def gbps(nbytes, seconds):
