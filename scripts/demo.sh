@@ -59,4 +59,23 @@ say "mkdir tiny"
 say "PYTHONPATH=$top/python /usr/bin/python3 $top/examples/torch_share.py tiny"
 say "PYTHONPATH=$top/python /usr/bin/python3 $top/examples/torch_share.py tiny"
 echo
+echo "# a safetensors checkpoint in with one command, and back out (gmsfs-load(1))"
+/usr/bin/python3 - "$mnt.st" <<'PY'
+import json, struct, sys
+data = bytes(range(256)) * 16
+h = json.dumps({"embed.weight": {"dtype": "F16", "shape": [64, 32], "data_offsets": [0, 4096]}},
+               separators=(",", ":")).encode()
+h += b" " * (-len(h) % 8)  # as safetensors pads its header
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + data)
+PY
+say "mkdir ckpt"
+say "$top/build/gmsfs-load ckpt $mnt.st"
+say "cat ckpt/meta/torch/embed.weight; echo"
+say "mkdir $mnt.out && $top/build/gmsfs-save ckpt $mnt.out && cmp $mnt.st $mnt.out/model.safetensors && echo identical"
+rm -rf "$mnt.st" "$mnt.out"
+echo
+echo "# operators: every store at a glance, as JSON, as Prometheus metrics"
+say "/usr/bin/python3 $top/tools/gmsfsctl list $mnt"
+say "grep -E '^gmsfs_store_(state|bytes)' metrics | grep -v ' 0\$'"
+echo
 echo "demo: ok (unmounting $mnt)"
