@@ -42,6 +42,7 @@ struct fs_node {
 };
 
 enum fs_hold { HOLD_NONE, HOLD_READ, HOLD_SESSION };
+enum fs_want { WANT_READ, WANT_WRITE, WANT_RW_OR_RO };
 enum ticket_kind { TICKET_NONE, TICKET_EXPORT, TICKET_EXPORT_ALL, TICKET_CHANNEL };
 
 struct fs_handle {
@@ -70,8 +71,6 @@ struct fs_handle {
 enum wait_state { WAIT_NEW, WAIT_PARKED, WAIT_DONE };
 struct fs_waiter;
 struct wait_ops {
-	int (*try)(struct fs_waiter *w);          /* fs->mu held: 0 (taken), -EAGAIN, or an error */
-	bool (*writer)(struct fs_waiter *w);      /* counted as a waiting writer */
 	int (*grant)(struct fs_waiter *w, int e); /* fs->mu held: the wait ended with e; finish the op */
 	void (*reply)(struct fs_waiter *w, int e); /* nothing held: reply with grant's result */
 	void (*free)(struct fs_waiter *w);
@@ -80,6 +79,8 @@ struct fs_waiter {
 	struct fs_waiter *next;        /* in the store's queue, then in fs->replies */
 	const struct wait_ops *ops;
 	struct store *st;
+	struct fs_handle *h;           /* the handle that waits for the lock; want: which */
+	enum fs_want want;
 	fuse_req_t req;
 	enum wait_state state;
 	bool interrupted, as_writer, has_deadline;
@@ -185,7 +186,6 @@ void store_changed(struct store *st);
 /* The store's list of handles, that commit walks. */
 void store_track(struct store *st, struct fs_handle *h);
 void store_untrack(struct fs_handle *h);
-enum fs_want { WANT_READ, WANT_WRITE, WANT_RW_OR_RO };
 /* The lock for tgid now: 0 with *out set; -EAGAIN: it must wait; -EDEADLK: it would wait
  * for its own read handles; -ENOENT: the store is gone.  Members join their session at
  * once; a process that holds a read handle gets another past waiting writers. */

@@ -46,9 +46,7 @@ static int timeout_of(int flags)
 /* ---- opens that wait (wait.c) ---- */
 
 struct open_wait {
-	struct fs_waiter w;
-	struct fs_handle *h;      /* the new handle; freed here if the open fails */
-	enum fs_want want;
+	struct fs_waiter w;       /* w.h: the new handle, freed here if the open fails */
 	int flags;
 	struct fuse_file_info fi;
 	struct meta_node *dir;    /* create: where, held while waiting */
@@ -88,28 +86,17 @@ static int created(struct fs *fs, struct fs_handle *h, struct meta_node *dir, co
 	return 0;
 }
 
-static int ow_try(struct fs_waiter *w)
-{
-	struct open_wait *o = (struct open_wait *)w;
-	return store_take(w->st, o->want, o->h->tgid, &o->h->hold);
-}
-
-static bool ow_writer(struct fs_waiter *w)
-{
-	return store_wants_write(w->st, ((struct open_wait *)w)->want);
-}
-
 static int ow_grant(struct fs_waiter *w, int e)
 {
 	struct open_wait *o = (struct open_wait *)w;
 	if (!e)
-		e = o->dir ? created(w->st->fs, o->h, o->dir, o->name, &o->entry) : opened(o->h, o->want, o->flags);
+		e = o->dir ? created(w->st->fs, w->h, o->dir, o->name, &o->entry) : opened(w->h, w->want, o->flags);
 	if (o->dir)
 		meta_drop(o->dir);
 	o->dir = NULL;
 	if (e) {
-		handle_free(o->h); /* gives back a lock it may have got */
-		o->h = NULL;
+		handle_free(w->h); /* gives back a lock it may have got */
+		w->h = NULL;
 	}
 	return e;
 }
@@ -121,7 +108,7 @@ static void ow_reply(struct fs_waiter *w, int e)
 		return (void)fuse_reply_err(w->req, -e);
 	struct fs *fs = w->st->fs;
 	pthread_mutex_lock(&fs->mu);
-	reply_open(w->req, fs, o->h, &o->fi, o->name ? &o->entry : NULL);
+	reply_open(w->req, fs, w->h, &o->fi, o->name ? &o->entry : NULL);
 }
 
 static void ow_free(struct fs_waiter *w)
@@ -136,7 +123,7 @@ static void ow_free(struct fs_waiter *w)
 }
 
 static const struct wait_ops open_wait_ops = {
-	.try = ow_try, .writer = ow_writer, .grant = ow_grant, .reply = ow_reply, .free = ow_free,
+	.grant = ow_grant, .reply = ow_reply, .free = ow_free,
 };
 
 /* A waiter for h (fs->mu held; it keeps the store). */
@@ -146,9 +133,7 @@ static struct open_wait *open_waiter(fuse_req_t req, struct fs_handle *h, enum f
 	struct open_wait *o = calloc(1, sizeof *o);
 	if (!o)
 		return NULL;
-	o->w = (struct fs_waiter){ .ops = &open_wait_ops, .st = h->store, .req = req };
-	o->h = h;
-	o->want = want;
+	o->w = (struct fs_waiter){ .ops = &open_wait_ops, .st = h->store, .h = h, .want = want, .req = req };
 	o->flags = fi->flags;
 	o->fi = *fi;
 	store_get(h->store);

@@ -72,34 +72,21 @@ static int locked(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io, pid_
 }
 
 struct lock_wait {
-	struct fs_waiter w;
-	struct fs_handle *h;      /* the directory's handle: the kernel keeps it while the ioctl runs */
-	enum fs_want want;
+	struct fs_waiter w;       /* w.h: the directory's handle, which the kernel keeps while the ioctl runs */
 	struct gmsfs_ioc io;
 	uid_t uid;
 };
-
-static int lw_try(struct fs_waiter *w)
-{
-	struct lock_wait *l = (struct lock_wait *)w;
-	return store_take(w->st, l->want, l->h->tgid, &l->h->hold);
-}
-
-static bool lw_writer(struct fs_waiter *w)
-{
-	return store_wants_write(w->st, ((struct lock_wait *)w)->want);
-}
 
 static int lw_grant(struct fs_waiter *w, int e)
 {
 	struct lock_wait *l = (struct lock_wait *)w;
 	if (!e)
-		e = store_granted(l->h, l->want);
+		e = store_granted(w->h, w->want);
 	if (!e)
-		e = locked(w->st->fs, l->h, &l->io, l->h->tgid, l->uid);
-	if (e && l->h->hold != HOLD_NONE) {
-		store_release(w->st, l->h);
-		l->h->writable = false;
+		e = locked(w->st->fs, w->h, &l->io, w->h->tgid, l->uid);
+	if (e && w->h->hold != HOLD_NONE) {
+		store_release(w->st, w->h);
+		w->h->writable = false;
 	}
 	return e;
 }
@@ -119,7 +106,7 @@ static void lw_free(struct fs_waiter *w)
 }
 
 static const struct wait_ops lock_wait_ops = {
-	.try = lw_try, .writer = lw_writer, .grant = lw_grant, .reply = lw_reply, .free = lw_free,
+	.grant = lw_grant, .reply = lw_reply, .free = lw_free,
 };
 
 static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handle *h, struct gmsfs_ioc *io,
@@ -206,8 +193,8 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg, struc
 	if (e == STORE_PARK) {
 		struct lock_wait *l = calloc(1, sizeof *l);
 		if (l) {
-			*l = (struct lock_wait){ .w = { .ops = &lock_wait_ops, .st = h->store, .req = req }, .h = h,
-						 .want = want, .io = io, .uid = fuse_req_ctx(req)->uid };
+			*l = (struct lock_wait){ .w = { .ops = &lock_wait_ops, .st = h->store, .h = h, .want = want,
+						       .req = req }, .io = io, .uid = fuse_req_ctx(req)->uid };
 			wait_deadline(&l->w, io.timeout_ms);
 		}
 		pthread_mutex_unlock(&fs->mu);

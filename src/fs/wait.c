@@ -78,15 +78,21 @@ static void on_interrupt(fuse_req_t req, void *data)
 		reply(w); /* libfuse holds the request's lock: replying here is safe, unregistering is not */
 }
 
+/* fs->mu held: 0 (taken), -EAGAIN, or an error. */
+static int take(struct fs_waiter *w)
+{
+	return store_take(w->st, w->want, w->h->tgid, &w->h->hold);
+}
+
 void wait_park(struct fs_waiter *w)
 {
 	struct fs *fs = w->st->fs;
 	fuse_req_interrupt_func(w->req, on_interrupt, w); /* may call on_interrupt at once */
 	pthread_mutex_lock(&fs->mu);
-	int e = w->interrupted ? -EINTR : w->ops->try(w);
+	int e = w->interrupted ? -EINTR : take(w);
 	if (e == -EAGAIN) {
 		w->state = WAIT_PARKED;
-		w->as_writer = w->ops->writer(w);
+		w->as_writer = store_wants_write(w->st, w->want);
 		enqueue(&w->st->waiters, w);
 		fsm_wait_begin(&w->st->fsm, w->as_writer);
 		w->st->lock_waits++;
@@ -118,7 +124,7 @@ void wait_grant(struct store *st)
 			next = w->next;
 			/* Its own count is not in the way of its own try. */
 			fsm_wait_end(&st->fsm, w->as_writer);
-			int e = w->ops->try(w);
+			int e = take(w);
 			fsm_wait_begin(&st->fsm, w->as_writer);
 			if (e == -EAGAIN)
 				continue;
