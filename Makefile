@@ -48,7 +48,7 @@ UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
-LOADER_SRC := loader/json.c loader/safetensors.c loader/copy.c
+LOADER_SRC := loader/json.c loader/safetensors.c loader/copy.c loader/store_files.c
 BENCH := $(B)/bench-import $(B)/bench-minfs $(B)/bench-control
 ifdef HAVE_CUDA
 BENCH += $(B)/bench-gpu

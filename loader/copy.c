@@ -1,5 +1,6 @@
 /* copy: see copy.h. */
 #include "copy.h"
+#include "store_files.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -40,28 +41,6 @@ struct cp {
 	CUstream stream[2];
 #endif
 };
-
-/* key: value lines of MOUNT/device, the store's parent. */
-static int device_field(const char *store, const char *key, char *out, size_t len)
-{
-	char path[4096];
-	snprintf(path, sizeof path, "%s/../device", store);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	char line[512];
-	size_t klen = strlen(key);
-	int e = -ENOENT;
-	while (fgets(line, sizeof line, f))
-		if (!strncmp(line, key, klen) && line[klen] == ':' && line[klen + 1] == ' ') {
-			snprintf(out, len, "%s", line + klen + 2);
-			out[strcspn(out, "\n")] = '\0';
-			e = 0;
-			break;
-		}
-	fclose(f);
-	return e;
-}
 
 #ifdef GMSFS_HAVE_CUDA
 static int cu_fail(struct cp *c, char *err, size_t errlen, const char *what, CUresult r)
@@ -105,9 +84,9 @@ int cp_open(const char *store, struct cp **out, char *err, size_t errlen)
 	struct cp *c = calloc(1, sizeof *c);
 	if (!c)
 		return -ENOMEM;
-	int e = device_field(store, "backend", backend, sizeof backend);
+	int e = sf_field(store, "../device", "backend", backend, sizeof backend);
 	if (!e)
-		e = device_field(store, "uuid", uuid, sizeof uuid);
+		e = sf_field(store, "../device", "uuid", uuid, sizeof uuid);
 	if (e) {
 		snprintf(err, errlen, "%s: not a store of a gmsfs mount (no ../device)", store);
 		free(c);

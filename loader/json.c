@@ -301,3 +301,16 @@ const struct js_value *js_get(const struct js_value *obj, const char *key)
 			return &obj->v[i];
 	return NULL;
 }
+
+void js_write_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++)
+		if (*s == '"' || *s == '\\')
+			fprintf(f, "\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			fprintf(f, "\\u%04x", *s);
+		else
+			fputc(*s, f);
+	fputc('"', f);
+}

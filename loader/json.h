@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 enum js_kind { JS_NULL, JS_BOOL, JS_NUMBER, JS_STRING, JS_ARRAY, JS_OBJECT };
 
@@ -26,5 +27,7 @@ int js_parse(const char *text, size_t len, struct js_value *out, char *err, size
 void js_free(struct js_value *v);
 /* The member named key of an object, or NULL. */
 const struct js_value *js_get(const struct js_value *obj, const char *key);
+/* s as a JSON string (quotes, backslashes and control characters escaped) on f. */
+void js_write_str(FILE *f, const char *s);
 
 #endif

@@ -8,6 +8,8 @@
  * before the store is touched; any error leaves the store at its last commit.  On a
  * terminal, progress; quiet otherwise.  See gmsfs-load(1). */
 #include "copy.h"
+#include "json.h"
+#include "store_files.h"
 #include "safetensors.h"
 
 #include <gmsfs/gmsfs.h>
@@ -164,16 +166,10 @@ static char *value_of(const struct placed *p)
 			stride *= t->shape[k];
 		fprintf(f, "%s%llu", d ? "," : "", (unsigned long long)stride);
 	}
-	fputs("],\"storage_offset\":0,\"param\":true,\"source\":\"", f);
+	fputs("],\"storage_offset\":0,\"param\":true,\"source\":", f);
 	const char *base = strrchr(p->f->path, '/');
-	for (const char *c = base ? base + 1 : p->f->path; *c; c++)
-		if (*c == '"' || *c == '\\')
-			fprintf(f, "\\%c", *c);
-		else if ((unsigned char)*c < 0x20)
-			fprintf(f, "\\u%04x", *c);
-		else
-			fputc(*c, f);
-	fputs("\"}", f);
+	js_write_str(f, base ? base + 1 : p->f->path);
+	fputc('}', f);
 	return fclose(f) ? (free(s), NULL) : s;
 }
 
@@ -263,21 +259,6 @@ static int load(struct job *j, gmsfs *g, struct cp *c)
 	return e;
 }
 
-/* "allocations: N" of STORE/state (the layout this writer sees), or -1. */
-static long store_allocations(const char *store)
-{
-	char path[4096], line[256];
-	snprintf(path, sizeof path, "%s/state", store);
-	FILE *f = fopen(path, "re");
-	long n = -1;
-	while (f && fgets(line, sizeof line, f))
-		if (sscanf(line, "allocations: %ld", &n) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return n;
-}
-
 int main(int argc, char **argv)
 {
 	struct job j = { .progress = isatty(2), .t_start = now_s() };
@@ -317,7 +298,7 @@ int main(int argc, char **argv)
 	if (!e && (e = gmsfs_connect(&g, j.store, GMSFS_RW, timeout_ms)))
 		snprintf(j.err, sizeof j.err, "%s", g ? gmsfs_errmsg(g) : gmsfs_strerror(e));
 	phase(&j, "connected (write lock)");
-	if (!e && store_allocations(j.store) != 0) {
+	if (!e && sf_allocations(j.store) != 0) {
 		snprintf(j.err, sizeof j.err, "%s holds allocations already: load into an empty store", j.store);
 		e = -EEXIST;
 	}

@@ -70,19 +70,6 @@ static int describe(const char *key, const struct gmsfs_meta *m, struct out *o, 
 	return e;
 }
 
-static void json_name(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++)
-		if (*s == '"' || *s == '\\')
-			fprintf(f, "\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			fprintf(f, "\\u%04x", *s);
-		else
-			fputc(*s, f);
-	fputc('"', f);
-}
-
 /* The header, padded with spaces to a multiple of 8 as safetensors writes it. */
 static char *header(struct out *o, size_t n, size_t *len)
 {
@@ -95,7 +82,7 @@ static char *header(struct out *o, size_t n, size_t *len)
 	for (size_t i = 0; i < n; i++) {
 		o[i].at = at;
 		fputs(i ? "," : "", f);
-		json_name(f, o[i].name);
+		js_write_str(f, o[i].name);
 		fprintf(f, ":{\"dtype\":\"%s\",\"shape\":[", o[i].dtype);
 		for (unsigned d = 0; d < o[i].ndim; d++)
 			fprintf(f, "%s%llu", d ? "," : "", (unsigned long long)o[i].shape[d]);

@@ -7,6 +7,7 @@
  * writer session (create_many, the bytes, the entries in one request), and commit only
  * if the layout hash is the one saved.  See gmsfs-load(1). */
 #include "copy.h"
+#include "store_files.h"
 #include "json.h"
 
 #include <gmsfs/gmsfs.h>
@@ -20,19 +21,6 @@
 #include <unistd.h>
 
 #define DATA_ALIGN 4096u
-
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++)
-		if (*s == '"' || *s == '\\')
-			fprintf(f, "\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			fprintf(f, "\\u%04x", *s);
-		else
-			fputc(*s, f);
-	fputc('"', f);
-}
 
 static int save(const char *store, const char *dir, int timeout_ms, char *err, size_t errlen)
 {
@@ -64,9 +52,9 @@ static int save(const char *store, const char *dir, int timeout_ms, char *err, s
 	for (size_t i = 0; !e && i < na; i++) {
 		char why[512];
 		fputs(i ? ",\n  {\"name\": " : "\n  {\"name\": ", f);
-		json_str(f, v[i].name);
+		js_write_str(f, v[i].name);
 		fputs(", \"tag\": ", f);
-		json_str(f, v[i].tag);
+		js_write_str(f, v[i].tag);
 		fprintf(f, ", \"size\": %llu, \"data\": %llu}", (unsigned long long)v[i].size, (unsigned long long)at);
 		if ((e = cp_store_to_file(c, v[i].ptr, v[i].size, fd, at, why, sizeof why)))
 			snprintf(err, errlen, "allocs/%s: %s", v[i].name, why);
@@ -76,9 +64,9 @@ static int save(const char *store, const char *dir, int timeout_ms, char *err, s
 		fputs("],\n \"entries\": [", f);
 	for (size_t i = 0; !e && i < n; i++) {
 		fputs(i ? ",\n  {\"key\": " : "\n  {\"key\": ", f);
-		json_str(f, keys[i]);
+		js_write_str(f, keys[i]);
 		fputs(", \"alloc\": ", f);
-		json_str(f, m[i].alloc ? m[i].alloc : "");
+		js_write_str(f, m[i].alloc ? m[i].alloc : "");
 		fprintf(f, ", \"offset\": %llu, \"size\": %llu, \"flags\": %u, \"value\": \"", (unsigned long long)m[i].offset,
 			(unsigned long long)m[i].size, m[i].flags);
 		for (size_t b = 0; b < m[i].value_len; b++)
@@ -170,21 +158,6 @@ static int read_text(const char *path, char **text, size_t *len, char *err, size
 	return e;
 }
 
-/* "allocations: N" of STORE/state (the layout this writer sees), or -1. */
-static long store_allocations(const char *store)
-{
-	char path[4096], line[256];
-	snprintf(path, sizeof path, "%s/state", store);
-	FILE *f = fopen(path, "re");
-	long n = -1;
-	while (f && fgets(line, sizeof line, f))
-		if (sscanf(line, "allocations: %ld", &n) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return n;
-}
-
 static int restore(const char *store, const char *dir, int timeout_ms, char *err, size_t errlen)
 {
 	char path[4200], hash[33], *text = NULL;
@@ -231,7 +204,7 @@ static int restore(const char *store, const char *dir, int timeout_ms, char *err
 		e = cp_open(store, &c, err, errlen);
 	if (!e && (e = gmsfs_connect(&g, store, GMSFS_RW, timeout_ms)))
 		snprintf(err, errlen, "%s", g ? gmsfs_errmsg(g) : gmsfs_strerror(e));
-	if (!e && store_allocations(store) != 0)
+	if (!e && sf_allocations(store) != 0)
 		e = -EEXIST, snprintf(err, errlen, "%s holds allocations already: restore into an empty store", store);
 	if (!e && na && (e = gmsfs_create_many(g, nv, na)))
 		snprintf(err, errlen, "%s", gmsfs_errmsg(g));

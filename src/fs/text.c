@@ -78,6 +78,16 @@ static struct store **sorted_stores(struct fs *fs, size_t *n, int *e)
 	return v;
 }
 
+/* The stores in name order and a stream onto *out; NULL (nothing to free) if out of memory. */
+static FILE *begin(struct fs *fs, struct store ***st, size_t *n, int *e, char **out, size_t *len)
+{
+	*st = sorted_stores(fs, n, e);
+	FILE *f = open_memstream(out, len);
+	if (!f)
+		free(*st);
+	return f;
+}
+
 /* A JSON string: quotes, backslashes and control characters escaped; other bytes as
  * they are (names are paths, last_error is the daemon's own text). */
 static void json_str(FILE *f, const char *s)
@@ -111,12 +121,10 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 	const struct vmm *v = fs->vmm;
 	int e;
 	size_t n;
-	struct store **st = sorted_stores(fs, &n, &e);
-	FILE *f = open_memstream(out, len);
-	if (!f) {
-		free(st);
+	struct store **st;
+	FILE *f = begin(fs, &st, &n, &e, out, len);
+	if (!f)
 		return -ENOMEM;
-	}
 	fputs("{\"version\": ", f);
 	json_str(f, GMSFS_VERSION);
 	fprintf(f, ",\n \"device\": {\"index\": %d, \"uuid\": ", v->dev.index);
@@ -200,12 +208,10 @@ int text_metrics(struct fs *fs, char **out, size_t *len)
 	const struct vmm *v = fs->vmm;
 	int e;
 	size_t n;
-	struct store **st = sorted_stores(fs, &n, &e);
-	FILE *f = open_memstream(out, len);
-	if (!f) {
-		free(st);
+	struct store **st;
+	FILE *f = begin(fs, &st, &n, &e, out, len);
+	if (!f)
 		return -ENOMEM;
-	}
 	struct meta_stats *m = calloc(n ? n : 1, sizeof *m);
 	if (!m)
 		e = -ENOMEM;

@@ -12,6 +12,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tap import check, done  # noqa: E402
+
 import torch
 
 mount, build = sys.argv[2], sys.argv[3]
@@ -20,17 +23,6 @@ os.environ.setdefault("GMSFS_LIBRARY", os.path.join(build, "libgmsfs.so.0"))
 import gmsfs.torch as gt  # noqa: E402
 
 LOAD, SAVE = os.path.join(build, "gmsfs-load"), os.path.join(build, "gmsfs-save")
-n = failed = 0
-
-
-def check(ok, what, detail=""):
-    global n, failed
-    n += 1
-    print("%sok %d - %s" % ("" if ok else "not ", n, what))
-    if detail:
-        print("# " + str(detail))
-    failed += not ok
-    sys.stdout.flush()
 
 
 def test():
@@ -169,6 +161,4 @@ if __name__ == "__main__":
     torch.cuda.init()
     torch.empty(1, device="cuda")
     (test if sys.argv[1] == "test" else bench)()
-    print("1..%d" % n)
-    print("%d passed, %d failed" % (n - failed, failed))
-    sys.exit(1 if failed else 0)
+    sys.exit(done())

@@ -18,6 +18,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from tap import check, done  # noqa: E402
+
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
@@ -276,20 +279,6 @@ def gpu_used():
     return int(out.split()[0]) << 20
 
 
-n = failed = 0
-
-
-def check(ok, what, detail=""):
-    global n, failed
-    n += 1
-    print("%sok %d - %s" % ("" if ok else "not ", n, what))
-    if detail:
-        print("# " + str(detail))
-    if not ok:
-        failed += 1
-    sys.stdout.flush()
-
-
 def test(mount):
     store = os.path.join(mount, "llama1b")
     os.mkdir(store)
@@ -386,6 +375,4 @@ if __name__ == "__main__":
         sys.exit(0)
     os.environ.setdefault("GMSFS_LIBRARY", os.path.join(sys.argv[3], "libgmsfs.so.0"))
     (test if sys.argv[1] == "test" else bench)(sys.argv[2], *([sys.argv[3]] if sys.argv[1] == "bench" else []))
-    print("1..%d" % n)
-    print("%d passed, %d failed" % (n - failed, failed))
-    sys.exit(1 if failed else 0)
+    sys.exit(done())
