@@ -51,7 +51,7 @@ LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
 LOADER_SRC := loader/json.c loader/safetensors.c loader/copy.c loader/store_files.c
 BENCH := $(B)/bench-import $(B)/bench-minfs $(B)/bench-control
 ifdef HAVE_CUDA
-BENCH += $(B)/bench-gpu
+BENCH += $(B)/bench-gpu $(B)/bench-load-floor
 endif
 # Programs linked against the library in $(B)/, found there at run time.
 LINK_LIB := -L$(B) -lgmsfs -Wl,-rpath,'$$ORIGIN'
@@ -103,6 +103,9 @@ $(B)/bench-control: bench/bench_control.c bench/bench.h | $(B)
 
 $(B)/bench-gpu: bench/bench_gpu.c bench/bench.h bench/fetch.h common/cuda_api.h $(WIRE_SRC) $(B)/libgmsfs.so
 	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ $< $(WIRE_SRC) $(LINK_LIB) $(MSGPACK_LIBS) -ldl
+
+$(B)/bench-load-floor: bench/bench_load_floor.c common/cuda_api.h | $(B)
+	$(CC) $(CFLAGS) -o $@ $< -ldl
 
 # The codec alone: no daemon or library internals linked in.
 $(B)/test_wire: tests/unit/test_wire.c $(WIRE_SRC) $(COMMON_HDR) tests/unit/tap.h | $(B)

@@ -196,12 +196,12 @@ static int restore(const char *store, const char *dir, int timeout_ms, char *err
 					    .size = field(&a->v[i], "size", JS_NUMBER)->u };
 	struct cp *c = NULL;
 	gmsfs *g = NULL;
-	int fd = -1;
+	int data = -1;
 	snprintf(path, sizeof path, "%s/data", dir);
-	if (!e && (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		e = -errno, snprintf(err, errlen, "%s: %s", path, strerror(errno));
 	if (!e)
 		e = cp_open(store, &c, err, errlen);
+	if (!e && (data = cp_file(c, path, err, errlen)) < 0)
+		e = data;
 	if (!e && (e = gmsfs_connect(&g, store, GMSFS_RW, timeout_ms)))
 		snprintf(err, errlen, "%s", g ? gmsfs_errmsg(g) : gmsfs_strerror(e));
 	if (!e && sf_allocations(store) != 0)
@@ -209,7 +209,7 @@ static int restore(const char *store, const char *dir, int timeout_ms, char *err
 	if (!e && na && (e = gmsfs_create_many(g, nv, na)))
 		snprintf(err, errlen, "%s", gmsfs_errmsg(g));
 	for (size_t i = 0; !e && i < na; i++)
-		e = cp_add(c, fd, field(&a->v[i], "data", JS_NUMBER)->u, nv[i].ptr, nv[i].size);
+		e = cp_add(c, data, field(&a->v[i], "data", JS_NUMBER)->u, nv[i].ptr, nv[i].size);
 	if (!e && (e = cp_run(c, NULL, NULL, err, errlen)))
 		snprintf(err + strlen(err), errlen - strlen(err), " (%s: shorter than layout.json says?)", path);
 	if (!e && ne && (e = gmsfs_meta_put_many(g, ev, ne)))
@@ -222,8 +222,6 @@ static int restore(const char *store, const char *dir, int timeout_ms, char *err
 		snprintf(err, errlen, "%s", gmsfs_errmsg(g));
 	if (!e && strcmp(hash, want))
 		e = -EIO, snprintf(err, errlen, "restored, but the layout hash is %s, not the saved %s", hash, want);
-	if (fd >= 0)
-		close(fd);
 	for (size_t i = 0; vals && i < ne; i++)
 		free(vals[i]);
 	free(vals);
