@@ -140,6 +140,13 @@ struct fs {
 	pthread_cond_t wait_cv;
 	struct fs_waiter *replies;
 	bool wait_stop;
+	/* The notifier thread (inval.c): what the kernel must drop, sent outside any request. */
+	pthread_t inval_thread;
+	pthread_cond_t inval_cv, inval_done_cv;
+	struct inval_item *inval_q;
+	size_t inval_n, inval_cap;
+	uint64_t inval_queued, inval_done; /* how many were queued, and sent */
+	bool inval_stop;
 };
 
 static inline struct fs *fs_of(fuse_req_t req)
@@ -223,6 +230,16 @@ void wait_deadline(struct fs_waiter *w, int timeout_ms);
 int wait_start(struct fs *fs);
 /* Answer every parked request (EINTR) and stop the thread: at unmount. */
 void wait_stop(struct fs *fs);
+
+/* inval.c: the kernel keeps layout names and attributes LAYOUT_TIMEOUT seconds; changes
+ * made behind its back are sent to it by a thread of its own.  inval_flush: fs->mu not
+ * held, never in a FUSE handler whose kernel locks the notices may need (a write to a
+ * layout file); returns once what was queued before it has been sent. */
+#define LAYOUT_TIMEOUT 10.0
+void inval_watch(struct store *st);
+int inval_start(struct fs *fs);
+void inval_flush(struct fs *fs);
+void inval_stop(struct fs *fs);
 
 /* caller.c: who is asking. */
 /* The thread group of a request's thread; -EPERM for pid 0 (outside our pid namespace). */

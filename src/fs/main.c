@@ -214,8 +214,12 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 		fprintf(stderr, "gmsfs: no thread for waiting opens\n");
 		goto out_session_only;
 	}
-	if (fuse_set_signal_handlers(fs->se))
+	if (inval_start(fs)) {
+		fprintf(stderr, "gmsfs: no thread for the kernel's notices\n");
 		goto out_session;
+	}
+	if (fuse_set_signal_handlers(fs->se))
+		goto out_inval;
 	if (fuse_session_mount(fs->se, cmd->mountpoint))
 		goto out_signals;
 	fprintf(stderr, "gmsfs: %s on %s (backend %s, %llu bytes, socket %s)\n", fs->vmm->dev.name,
@@ -237,6 +241,8 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 	fuse_session_unmount(fs->se);
 out_signals:
 	fuse_remove_signal_handlers(fs->se);
+out_inval:
+	inval_stop(fs);
 out_session:
 	wait_stop(fs); /* parked requests are answered before their session goes */
 out_session_only:

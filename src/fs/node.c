@@ -134,10 +134,10 @@ void node_reply_entry(fuse_req_t req, struct fs *fs, struct obj *o)
 {
 	struct fuse_entry_param e = { .ino = o->m ? node_ino(fs, o->m) : node_ino(fs, o->f) };
 	node_attr(fs, o, &e.attr);
-	/* Layout nodes: zero timeouts, abort changes them behind the kernel's back.  Stores and
-	 * their control files change only through the kernel (mkdir, rmdir): cache them. */
-	if (!o->m)
-		e.entry_timeout = e.attr_timeout = 3600;
+	/* Stores and their control files change only through the kernel (mkdir, rmdir): cache
+	 * them.  Layout nodes too, for less long: what changes them behind the kernel's back
+	 * (the socket, an abort) tells it (inval.c); the timeout bounds a race with that. */
+	e.entry_timeout = e.attr_timeout = o->m ? LAYOUT_TIMEOUT : 3600;
 	if (o->m)
 		meta_lookup_ref(o->m);
 	else if (o->f->kind >= FS_STORE)

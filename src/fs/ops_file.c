@@ -442,11 +442,14 @@ static int do_write(fuse_req_t req, struct fs_handle *h, const char *data, size_
 void fs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
 	struct vmm_buf *b;
 	size_t n;
 	pthread_mutex_lock(&fs->mu);
-	int e = do_write(req, (struct fs_handle *)(uintptr_t)fi->fh, data, size, off, &b, &n);
+	int e = do_write(req, h, data, size, off, &b, &n);
 	pthread_mutex_unlock(&fs->mu);
+	if (!e && h->fnode && h->fnode->kind == FS_ABORT)
+		inval_flush(fs); /* the rolled-back names are gone from the kernel before abort returns */
 	if (e)
 		return (void)fuse_reply_err(req, -e);
 	if (!b)

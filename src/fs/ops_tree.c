@@ -56,7 +56,7 @@ static int do_getattr(struct fs *fs, fuse_ino_t ino, struct stat *s, double *tim
 	int e = node_resolve(fs, ino, &o);
 	if (!e)
 		node_attr(fs, &o, s);
-	*timeout = o.m ? 0 : 3600;
+	*timeout = o.m ? LAYOUT_TIMEOUT : 3600;
 	return e;
 }
 

@@ -459,6 +459,7 @@ int rpc_serve(struct fs *fs, const struct rpc_req *r)
 		break;
 	}
 	wire_body_free(&body);
+	inval_flush(fs); /* the kernel has dropped what this call made stale before the caller hears */
 	int se;
 	if (e) {
 		fuse_log(FUSE_LOG_DEBUG, "gmsfs: socket: pid %d op %d: %s\n", (int)r->pid, (int)r->op, why);

@@ -130,6 +130,8 @@ int meta_link(struct meta_node *dir, struct meta_node *n)
 	n->holds++;
 	account(dir->store, n, +1);
 	meta_dirty(dir);
+	meta_watch(dir, false);
+	meta_watch(n, false); /* a rollback links a node back with its old attributes */
 	return 0;
 }
 
@@ -171,6 +173,8 @@ void meta_graveyard_free(struct meta_graveyard *g)
 static void unlink_node(struct meta_node *n)
 {
 	struct meta_node *dir = n->parent;
+	meta_watch(n, true);
+	meta_watch(dir, false);
 	size_t i = index_find(dir, n->name);
 	if (i != SIZE_MAX)
 		index_del(dir, i);
@@ -223,6 +227,7 @@ int meta_unlink_all(struct meta_store *s, struct meta_nodes *v)
 	}
 	for (size_t i = 0; i < v->n; i++) {
 		struct meta_node *n = v->v[i];
+		meta_watch(n, true);
 		n->linked = false;
 		account(s, n, -1);
 		n->nkids = 0;
@@ -230,6 +235,7 @@ int meta_unlink_all(struct meta_store *s, struct meta_nodes *v)
 			memset(n->index, 0, n->index_cap * sizeof *n->index);
 	}
 	for (int a = 0; a < 2; a++) {
+		meta_watch(s->root[a], false);
 		s->root[a]->nkids = 0;
 		if (s->root[a]->index)
 			memset(s->root[a]->index, 0, s->root[a]->index_cap * sizeof *s->root[a]->index);
@@ -258,6 +264,11 @@ void meta_store_free(struct meta_store *s)
 void *meta_context(const struct meta_node *n)
 {
 	return n->store ? n->store->release_ctx : NULL;
+}
+
+void meta_set_watch(struct meta_store *s, void (*changed)(struct meta_node *n, bool gone, void *ctx))
+{
+	s->changed = changed;
 }
 
 struct meta_node *meta_root(struct meta_store *s, enum meta_area area)
@@ -347,6 +358,7 @@ int meta_alloc_size(struct meta_node *n, uint64_t size, uint64_t aligned, void *
 	}
 	clock_gettime(CLOCK_REALTIME, &n->mtime);
 	meta_dirty(n);
+	meta_watch(n, false);
 	return 0;
 }
 
@@ -441,6 +453,7 @@ int meta_entry_write(struct meta_node *n, uint64_t off, const void *data, size_t
 	memcpy(n->value + off, data, len);
 	clock_gettime(CLOCK_REALTIME, &n->mtime);
 	meta_dirty(n);
+	meta_watch(n, false);
 	return 0;
 }
 
@@ -455,6 +468,7 @@ int meta_entry_truncate(struct meta_node *n, uint64_t len)
 	n->value_len = len;
 	clock_gettime(CLOCK_REALTIME, &n->mtime);
 	meta_dirty(n);
+	meta_watch(n, false);
 	return 0;
 }
 

@@ -15,6 +15,7 @@ struct meta_store {
 	struct meta_node *root[2];
 	void (*release_buf)(void *buf, void *ctx);
 	void *release_ctx;
+	void (*changed)(struct meta_node *n, bool gone, void *ctx); /* meta_set_watch */
 	struct meta_graveyard *grave;
 	struct meta_stats stats;
 	struct meta_snap *snap; /* pre-order: parents before children */
@@ -33,6 +34,13 @@ static inline void meta_dirty(struct meta_node *n)
 {
 	if (n->store)
 		n->store->dirty = true;
+}
+/* Tell the watcher that n changed, if the kernel knows n. */
+static inline void meta_watch(struct meta_node *n, bool gone)
+{
+	struct meta_store *s = n->store;
+	if (n->lookups && s && s->changed)
+		s->changed(n, gone, s->release_ctx);
 }
 struct meta_check { struct meta_store *store; char *err; size_t errlen; };
 
