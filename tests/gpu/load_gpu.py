@@ -212,7 +212,8 @@ def bench():
         print("#   gmsfs-load                          %6.2f GB/s   %6.2f GB/s   %6.2f GB/s" % tuple(mine))
         print("#   safetensors load_file to cuda       %6.2f GB/s   (a warm process)" % st)
         print("#   gmsfs-load: %.2fx pinned after the context, %.2fx the raw loop until ready, %.2fx load_file "
-              "(process wall)" % (mine[2] / pinned, mine[1] / raw[1], mine[0] / st))
+              "after the context as load_file has none (%.2fx with its process wall)"
+              % (mine[2] / pinned, mine[1] / raw[1], mine[2] / st, mine[0] / st))
         if gib == 8:
             cold_path = path
         else:
