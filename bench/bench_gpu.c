@@ -37,14 +37,7 @@ static struct cu_api cu;
 static CUdevice dev;
 static const char *self;
 
-#define CU(x)                                                                                  \
-	do {                                                                                   \
-		CUresult r_ = (x);                                                             \
-		if (r_) {                                                                      \
-			fprintf(stderr, "bench-gpu: %s: %s\n", #x, cu_name(&cu, r_));          \
-			exit(1);                                                               \
-		}                                                                              \
-	} while (0)
+#define CU(x) CU_MUST(&cu, x)
 #define TRY(g, x)                                                                              \
 	do {                                                                                   \
 		int e_ = (x);                                                                  \

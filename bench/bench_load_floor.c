@@ -25,14 +25,7 @@ static int fd;
 static uint64_t size;
 static atomic_uint_fast64_t next;
 
-#define CU(x)                                                                                  \
-	do {                                                                                   \
-		CUresult r_ = (x);                                                             \
-		if (r_) {                                                                      \
-			fprintf(stderr, "bench-load-floor: %s: %s\n", #x, cu_name(&cu, r_));   \
-			exit(1);                                                               \
-		}                                                                              \
-	} while (0)
+#define CU(x) CU_MUST(&cu, x)
 
 static double now_ms(void)
 {

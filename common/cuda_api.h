@@ -8,7 +8,9 @@
 
 #include <cuda.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 /* name in this table, exported symbol (cuda.h maps names to versioned ones) */
 #define CU_FUNCS(X)                                                     \
@@ -93,5 +95,16 @@ static inline const char *cu_name(const struct cu_api *cu, CUresult r)
 		cu->cuGetErrorName(r, &s);
 	return s ? s : "CUDA_ERROR_?";
 }
+
+/* For the benchmarks: a driver call that must succeed, or the program ends naming it. */
+#define CU_MUST(cu, x)                                                                         \
+	do {                                                                                   \
+		CUresult r_ = (x);                                                             \
+		if (r_) {                                                                      \
+			fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, #x,     \
+				cu_name(cu, r_));                                              \
+			exit(1);                                                               \
+		}                                                                              \
+	} while (0)
 
 #endif
