@@ -15,7 +15,6 @@
 #include <gmsfs/gmsfs.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
