@@ -104,3 +104,53 @@ def test_a_writer_that_dies_is_rolled_back_for_the_kernel_too(store):
             p.wait()
     assert run_py("import gmsfs, sys; c = gmsfs.connect(sys.argv[1], 'ro'); c.import_all(); "
                   "print(sorted(m.name for m in c.mappings))", store).stdout.strip() == "['kept']"
+
+
+def kernel_nodes(mount):
+    with open(os.path.join(mount, "metrics")) as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("gmsfs_kernel_nodes "))
+
+
+def forgotten(mount):
+    """Make the kernel forget what it can (drop its cached dentries and inodes); the count left."""
+    last = None
+    for _ in range(100):
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2\n")
+        time.sleep(0.02)
+        n = kernel_nodes(mount)
+        if n == last:
+            return n
+        last = n
+    return last
+
+
+def test_a_listing_gives_the_kernel_every_attribute(store):
+    """readdirplus: ls -l asks for the names once, not for each name again (a lookup)."""
+    with gmsfs.connect(store, "rw") as c:
+        c.create_many([("d/%03d" % i, 4096 * (i + 1)) for i in range(200)])
+        c.commit()
+    d = os.path.join(store, "allocs", "d")
+    names = os.listdir(d)
+    before = requests(store)
+    sizes = [os.stat(os.path.join(d, n)).st_size for n in names]
+    assert requests(store) == before
+    assert sorted(sizes) == [4096 * (i + 1) for i in range(200)]
+
+
+def test_the_kernel_references_a_listing_gives_are_all_given_back(mount):
+    """Each readdirplus entry counts as a lookup, once: the kernel's forgets free every node."""
+    base = forgotten(mount)
+    store = os.path.join(mount, "listed")
+    os.mkdir(store)
+    with gmsfs.connect(store, "rw") as c:
+        c.create_many([("d/%03d" % i, 4096) for i in range(300)])
+        c.meta_put_many([("m/%03d" % i, "d/000", 0, b"v", 0) for i in range(300)])
+        c.commit()
+    for _ in range(2):
+        subprocess.run(["ls", "-lR", store], stdout=subprocess.DEVNULL, check=True)
+    assert kernel_nodes(mount) >= base + 600 + 4  # the entries, d, m, allocs, meta
+    assert forgotten(mount) == base  # the kernel kept none for itself: all forgotten
+    subprocess.run(["ls", "-lR", store], stdout=subprocess.DEVNULL, check=True)
+    os.rmdir(store)  # the nodes leave the store while the kernel holds them
+    assert forgotten(mount) == base

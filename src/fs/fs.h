@@ -166,6 +166,9 @@ fuse_ino_t node_ino(struct fs *fs, const void *p);
 void node_attr(struct fs *fs, const struct obj *o, struct stat *s);
 /* The child name of directory dir. */
 int node_child(struct fs *fs, const struct obj *dir, const char *name, struct obj *out);
+/* o's entry (inode, attributes, timeouts), taking the kernel's reference: what a lookup,
+ * a create and each readdirplus entry give it. */
+void node_entry(struct fs *fs, const struct obj *o, struct fuse_entry_param *e);
 /* An entry reply for o, taking the kernel's reference; fs->mu is released. */
 void node_reply_entry(fuse_req_t req, struct fs *fs, struct obj *o);
 void node_forget(struct fs *fs, fuse_ino_t ino, uint64_t n);

@@ -130,18 +130,24 @@ int node_child(struct fs *fs, const struct obj *dir, const char *name, struct ob
 	return -ENOENT;
 }
 
-void node_reply_entry(fuse_req_t req, struct fs *fs, struct obj *o)
+void node_entry(struct fs *fs, const struct obj *o, struct fuse_entry_param *e)
 {
-	struct fuse_entry_param e = { .ino = o->m ? node_ino(fs, o->m) : node_ino(fs, o->f) };
-	node_attr(fs, o, &e.attr);
+	*e = (struct fuse_entry_param){ .ino = o->m ? node_ino(fs, o->m) : node_ino(fs, o->f) };
+	node_attr(fs, o, &e->attr);
 	/* Stores and their control files change only through the kernel (mkdir, rmdir): cache
 	 * them.  Layout nodes too, for less long: what changes them behind the kernel's back
 	 * (the socket, an abort) tells it (inval.c); the timeout bounds a race with that. */
-	e.entry_timeout = e.attr_timeout = o->m ? LAYOUT_TIMEOUT : 3600;
+	e->entry_timeout = e->attr_timeout = o->m ? LAYOUT_TIMEOUT : 3600;
 	if (o->m)
 		meta_lookup_ref(o->m);
 	else if (o->f->kind >= FS_STORE)
 		store_get(o->st);
+}
+
+void node_reply_entry(fuse_req_t req, struct fs *fs, struct obj *o)
+{
+	struct fuse_entry_param e;
+	node_entry(fs, o, &e);
 	pthread_mutex_unlock(&fs->mu);
 	fuse_reply_entry(req, &e);
 }

@@ -32,6 +32,7 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.opendir = fs_opendir,
 	.releasedir = fs_release,
 	.readdir = fs_readdir,
+	.readdirplus = fs_readdirplus,
 	.getxattr = fs_getxattr,
 	.listxattr = fs_listxattr,
 	.setxattr = fs_setxattr,

@@ -17,6 +17,7 @@ void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	       unsigned int flags);
 void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+void fs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 void fs_statfs(fuse_req_t req, fuse_ino_t ino);
 
 void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);

@@ -79,10 +79,7 @@ static int created(struct fs *fs, struct fs_handle *h, struct meta_node *dir, co
 	meta_hold(m);
 	store_track(h->store, h);
 	store_notify(h->store);
-	struct obj o = { .m = m, .st = h->store };
-	*entry = (struct fuse_entry_param){ .ino = node_ino(fs, m) };
-	node_attr(fs, &o, &entry->attr);
-	meta_lookup_ref(m);
+	node_entry(fs, &(struct obj){ .m = m, .st = h->store }, entry);
 	return 0;
 }
 

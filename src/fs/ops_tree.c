@@ -252,89 +252,96 @@ void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 struct dirbuf {
 	fuse_req_t req;
+	bool plus;   /* readdirplus: each entry with its attributes, counted as a lookup */
 	char *buf;
 	size_t size, used;
 };
 
-/* Add one entry; false when the buffer is full. */
-static bool dir_add(struct dirbuf *d, const char *name, fuse_ino_t ino, mode_t mode, off_t next)
+/* Add one entry; false when the buffer is full.  With plus, o's entry (node_entry takes
+ * the kernel's reference, as a lookup would) is added only when it fits; "." and ".."
+ * (no o) take none: the kernel counts no lookup for them. */
+static bool dir_add(struct fs *fs, struct dirbuf *d, const char *name, fuse_ino_t ino, const struct obj *o,
+		    off_t next)
 {
-	struct stat s = { .st_ino = ino, .st_mode = mode };
-	size_t need = fuse_add_direntry(d->req, NULL, 0, name, NULL, 0);
+	size_t need = d->plus ? fuse_add_direntry_plus(d->req, NULL, 0, name, NULL, 0)
+			      : fuse_add_direntry(d->req, NULL, 0, name, NULL, 0);
 	if (d->used + need > d->size)
 		return false;
-	fuse_add_direntry(d->req, d->buf + d->used, d->size - d->used, name, &s, next);
+	struct fuse_entry_param e = { .ino = ino, .attr = { .st_ino = ino, .st_mode = S_IFDIR } };
+	if (o && d->plus)
+		node_entry(fs, o, &e);
+	else if (o)
+		node_attr(fs, o, &e.attr);
+	if (d->plus)
+		fuse_add_direntry_plus(d->req, d->buf + d->used, d->size - d->used, name, &e, next);
+	else
+		fuse_add_direntry(d->req, d->buf + d->used, d->size - d->used, name, &e.attr, next);
 	d->used += need;
 	return true;
 }
 
-/* The k-th child of o (after . and ..), or false past the last. */
-static bool dir_child(struct fs *fs, const struct obj *o, size_t k, const char **name, fuse_ino_t *ino, mode_t *mode)
+/* The k-th child of dir (after . and ..) into *o, or false past the last. */
+static bool dir_child(struct fs *fs, const struct obj *dir, size_t k, const char **name, struct obj *o)
 {
-	*mode = S_IFREG;
-	if (o->m) {
-		if (k >= o->m->nkids)
+	*o = (struct obj){ .st = dir->st };
+	if (dir->m) {
+		if (k >= dir->m->nkids)
 			return false;
-		struct meta_node *c = o->m->kids[k];
-		*name = c->name;
-		*ino = node_ino(fs, c);
-		*mode = c->kind == META_DIR ? S_IFDIR : S_IFREG;
+		o->m = dir->m->kids[k];
+		*name = o->m->name;
 		return true;
 	}
-	if (o->f->kind == FS_ROOT) {
+	if (dir->f->kind == FS_ROOT) {
 		static const char *const root_files[] = { "device", "status.json", "metrics" };
 		enum { NROOT = sizeof root_files / sizeof *root_files };
 		if (k >= NROOT + fs->nstores)
 			return false;
 		if (k < NROOT) {
 			*name = root_files[k];
-			*ino = node_ino(fs, node_root_file(fs, root_files[k]));
+			o->f = node_root_file(fs, root_files[k]);
 			return true;
 		}
-		*name = fs->stores[k - NROOT]->name;
-		*ino = node_ino(fs, &fs->stores[k - NROOT]->dir);
-		*mode = S_IFDIR;
+		o->st = fs->stores[k - NROOT];
+		o->f = &o->st->dir;
+		*name = o->st->name;
 		return true;
 	}
 	if (k >= FS_STORE_FILES + 2)
 		return false;
 	if (k < FS_STORE_FILES) {
 		*name = fs_store_file_names[k];
-		*ino = node_ino(fs, &o->st->files[k]);
+		o->f = &dir->st->files[k];
 		return true;
 	}
-	struct meta_node *r = meta_root(o->st->meta, k == FS_STORE_FILES ? META_AREA_ALLOCS : META_AREA_META);
-	*name = r->name;
-	*ino = node_ino(fs, r);
-	*mode = S_IFDIR;
+	o->m = meta_root(dir->st->meta, k == FS_STORE_FILES ? META_AREA_ALLOCS : META_AREA_META);
+	*name = o->m->name;
 	return true;
 }
 
 static int do_readdir(struct fs *fs, fuse_ino_t ino, off_t off, struct dirbuf *d)
 {
-	struct obj o;
-	int e = node_resolve(fs, ino, &o);
+	struct obj dir;
+	int e = node_resolve(fs, ino, &dir);
 	if (e)
 		return e;
 	/* Offsets: 1 and 2 for "." and "..", then 3 + index of the child. */
 	size_t i = (size_t)off;
-	if (i == 0 && !dir_add(d, ".", ino, S_IFDIR, 1))
+	if (i == 0 && !dir_add(fs, d, ".", ino, NULL, 1))
 		return 0;
-	if (i <= 1 && !dir_add(d, "..", FUSE_ROOT_ID, S_IFDIR, 2))
+	if (i <= 1 && !dir_add(fs, d, "..", FUSE_ROOT_ID, NULL, 2))
 		return 0;
 	const char *name;
-	fuse_ino_t cino;
-	mode_t mode;
-	for (size_t k = i > 2 ? i - 2 : 0; dir_child(fs, &o, k, &name, &cino, &mode); k++)
-		if (!dir_add(d, name, cino, mode, (off_t)(k + 3)))
+	struct obj o;
+	for (size_t k = i > 2 ? i - 2 : 0; dir_child(fs, &dir, k, &name, &o); k++)
+		if (!dir_add(fs, d, name, o.m ? node_ino(fs, o.m) : node_ino(fs, o.f), &o, (off_t)(k + 3)))
 			break;
 	return 0;
 }
 
-void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+static void reply_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
 {
 	struct fs *fs = fs_of(req);
-	struct dirbuf d = { .req = req, .size = size, .buf = malloc(size) };
+	struct dirbuf d = { .req = req, .plus = plus, .size = size, .buf = malloc(size) };
 	if (!d.buf)
 		return (void)fuse_reply_err(req, ENOMEM);
 	pthread_mutex_lock(&fs->mu);
@@ -345,6 +352,17 @@ void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct f
 	else
 		fuse_reply_buf(req, d.buf, d.used);
 	free(d.buf);
+}
+
+void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	reply_readdir(req, ino, size, off, false);
+}
+
+/* ls -l: the names with their attributes in one request, not a lookup for each. */
+void fs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	reply_readdir(req, ino, size, off, true);
 }
 
 void fs_statfs(fuse_req_t req, fuse_ino_t ino)

@@ -265,6 +265,9 @@ int text_metrics(struct fs *fs, char **out, size_t *len)
 	fputs("gmsfs_device_total_bytes{device=", f);
 	label(f, v->dev.uuid);
 	fprintf(f, "} %llu\n", (unsigned long long)v->max_bytes);
+	header(f, "gmsfs_kernel_nodes", GAUGE,
+	       "Layout nodes the kernel holds (lookups, readdirplus); one out of every store is freed at its forget.");
+	fprintf(f, "gmsfs_kernel_nodes %zu\n", fs->grave.known);
 	free(m);
 	free(st);
 	return finish(f, out, len, e);

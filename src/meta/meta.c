@@ -512,14 +512,30 @@ struct meta_node *meta_resolve(struct meta_store *s, enum meta_area area, const 
 
 void meta_hold(struct meta_node *n) { n->holds++; }
 void meta_drop(struct meta_node *n) { meta_unhold(n); }
-void meta_lookup_ref(struct meta_node *n) { n->lookups++; }
+/* Where the count of nodes the kernel holds is kept: the store's graveyard, or the one
+ * the node waits in. */
+static struct meta_graveyard *kernel_of(const struct meta_node *n)
+{
+	return n->store ? n->store->grave : n->grave;
+}
+
+void meta_lookup_ref(struct meta_node *n)
+{
+	struct meta_graveyard *g = kernel_of(n);
+	if (!n->lookups++ && g)
+		g->known++;
+}
 
 void meta_forget(struct meta_node *n, uint64_t nlookup)
 {
+	if (!n->lookups)
+		return;
 	n->lookups -= nlookup < n->lookups ? nlookup : n->lookups;
+	struct meta_graveyard *k = kernel_of(n), *g = n->grave;
+	if (!n->lookups && k)
+		k->known--;
 	if (n->lookups || n->holds)
 		return;
-	struct meta_graveyard *g = n->grave;
 	if (g) {
 		g->v[n->slot] = g->v[--g->n];
 		g->v[n->slot]->slot = n->slot;

@@ -67,6 +67,7 @@ void meta_set_watch(struct meta_store *s, void (*changed)(struct meta_node *n, b
 struct meta_graveyard {
 	struct meta_node **v;      /* a node's slot is its index here */
 	size_t n, cap;
+	size_t known;              /* nodes the kernel holds (lookups), in a store or here */
 };
 void meta_set_graveyard(struct meta_store *s, struct meta_graveyard *g);
 void meta_graveyard_free(struct meta_graveyard *g);
