@@ -107,12 +107,6 @@ int wire_unpack_map(const void *buf, size_t len, msgpack_unpacked *u)
 
 /* ---- reading fields ---- */
 
-bool wire_key_is(const msgpack_object *k, const char *name)
-{
-	return k->type == MSGPACK_OBJECT_STR && k->via.str.size == strlen(name) &&
-	       !memcmp(k->via.str.ptr, name, k->via.str.size);
-}
-
 int wire_get_u64(const msgpack_object *o, uint64_t *out)
 {
 	if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
@@ -178,13 +172,6 @@ int wire_get_bytes(const msgpack_object *o, size_t max, uint8_t **out, size_t *l
 	return 0;
 }
 
-
-void wire_pack_str(msgpack_packer *pk, const char *s)
-{
-	size_t n = strlen(s);
-	msgpack_pack_str(pk, n);
-	msgpack_pack_str_body(pk, s, n);
-}
 
 void wire_pack_bin(msgpack_packer *pk, const void *p, size_t n)
 {

@@ -4,13 +4,20 @@
 
 #include "wire.h"
 
+#include <string.h>
+
 #define WIRE_DEPTH 6
 
 int wire_why(char *why, size_t whylen, int e, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Exactly one map that fills buf, after the guard: 0 or -1. */
 int wire_unpack_map(const void *buf, size_t len, msgpack_unpacked *u);
 
-bool wire_key_is(const msgpack_object *k, const char *name);
+/* Inline, as wire_pack_str: name is a literal. */
+static inline bool wire_key_is(const msgpack_object *k, const char *name)
+{
+	return k->type == MSGPACK_OBJECT_STR && k->via.str.size == strlen(name) &&
+	       !memcmp(k->via.str.ptr, name, k->via.str.size);
+}
 int wire_get_u64(const msgpack_object *o, uint64_t *out);
 int wire_get_bool(const msgpack_object *o, bool *out);
 /* Copies, NULL when it is not one: a string of at most max bytes without NUL; a valid
@@ -31,7 +38,13 @@ struct wire_packer {
 	int err;
 };
 void wire_packer_init(struct wire_packer *p, msgpack_sbuffer *sb);
-void wire_pack_str(msgpack_packer *pk, const char *s);
+/* Inline: the keys are literals, so their strlen is folded at compile time. */
+static inline void wire_pack_str(msgpack_packer *pk, const char *s)
+{
+	size_t n = strlen(s);
+	msgpack_pack_str(pk, n);
+	msgpack_pack_str_body(pk, s, n);
+}
 void wire_pack_bin(msgpack_packer *pk, const void *p, size_t n);
 
 #endif

@@ -96,10 +96,16 @@ static int add_chunks(struct ch_manifest *m, struct wire_reply *r, uint64_t nent
 				return fail(err, errlen, -EPROTO, "socket: more entries than announced");
 			e = &m->entries[k];
 			*e = (struct ch_entry){ .key = c->key, .alloc = c->alloc, .offset = c->offset, .size = c->size,
-						.flags = c->flags, .value = malloc(c->value_len ? c->value_len : 1) };
+						.flags = c->flags };
 			c->key = c->alloc = NULL;
 			want[m->nentries++] = c->value_len;
-			if (!e->value)
+			if (c->nbytes == c->value_len && c->bytes) { /* the whole value: take it as it is */
+				e->value = c->bytes;
+				e->value_len = c->nbytes;
+				c->bytes = NULL;
+				continue;
+			}
+			if (!(e->value = malloc(c->value_len ? c->value_len : 1)))
 				return fail(err, errlen, -ENOMEM, "out of memory");
 		} else {
 			e = k ? &m->entries[k - 1] : NULL;

@@ -27,6 +27,7 @@ struct ch_entry {
 	uint32_t flags;
 	uint8_t *value;
 	size_t value_len;
+	void *copy;             /* meta.c: this process's copy of a private entry's extent; the channel leaves it NULL */
 };
 struct ch_manifest {
 	struct wire_alloc *allocs;
@@ -84,13 +85,9 @@ extern const struct gm_backend gm_cuda_backend;
 #endif
 
 /* ---- the handle's metadata: an index by key over its entries ---- */
-struct mt_entry {
-	struct ch_entry e;
-	void *copy;             /* this process's copy of a private entry's extent */
-};
 struct mt {
 	bool loaded;            /* the layout's entries are here */
-	struct mt_entry *v;
+	struct ch_entry *v;     /* each with its copy (a private entry's), made by mt_privatize */
 	size_t n, cap;
 	size_t *index;          /* open addressing: entry index + 1, 0 empty */
 	size_t index_cap;

@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void entry_free(gmsfs *g, struct mt_entry *x)
+static void entry_free(gmsfs *g, struct ch_entry *x)
 {
-	free(x->e.key);
-	free(x->e.alloc);
-	free(x->e.value);
+	free(x->key);
+	free(x->alloc);
+	free(x->value);
 	if (x->copy)
 		g->be->private_free(g, x->copy);
 	memset(x, 0, sizeof *x);
@@ -39,7 +39,7 @@ void mt_free(gmsfs *g)
 
 static void index_put(struct mt *t, size_t i)
 {
-	size_t mask = t->index_cap - 1, k = name_hash(t->v[i].e.key) & mask;
+	size_t mask = t->index_cap - 1, k = name_hash(t->v[i].key) & mask;
 	while (t->index[k])
 		k = (k + 1) & mask;
 	t->index[k] = i + 1;
@@ -61,13 +61,13 @@ static int index_rebuild(struct mt *t, size_t want)
 	return 0;
 }
 
-static struct mt_entry *find(const struct mt *t, const char *key)
+static struct ch_entry *find(const struct mt *t, const char *key)
 {
 	if (!t->index_cap)
 		return NULL;
 	size_t mask = t->index_cap - 1;
 	for (size_t k = name_hash(key) & mask; t->index[k]; k = (k + 1) & mask)
-		if (!strcmp(t->v[t->index[k] - 1].e.key, key))
+		if (!strcmp(t->v[t->index[k] - 1].key, key))
 			return &t->v[t->index[k] - 1];
 	return NULL;
 }
@@ -76,16 +76,16 @@ static struct mt_entry *find(const struct mt *t, const char *key)
 static int insert(gmsfs *g, struct ch_entry *e)
 {
 	struct mt *t = &g->meta;
-	struct mt_entry *old = find(t, e->key);
+	struct ch_entry *old = find(t, e->key);
 	if (old) {
 		entry_free(g, old); /* a private copy of the old extent goes too */
-		old->e = *e;
+		*old = *e;
 		memset(e, 0, sizeof *e);
 		return 0;
 	}
 	if (GROW(t->v, t->n, t->cap, 64) || (2 * (t->n + 1) > t->index_cap && index_rebuild(t, t->n + 1)))
 		return -ENOMEM;
-	t->v[t->n] = (struct mt_entry){ .e = *e };
+	t->v[t->n] = *e;
 	index_put(t, t->n++);
 	memset(e, 0, sizeof *e);
 	sorted_drop(t);
@@ -101,23 +101,17 @@ static void remove_at(gmsfs *g, size_t i)
 	sorted_drop(t);
 }
 
+/* Takes the manifest's entries over as they are: no copy of a big table. */
 void mt_load(gmsfs *g, struct ch_manifest *m)
 {
 	mt_free(g);
 	struct mt *t = &g->meta;
-	struct mt_entry *v = calloc(m->nentries ? m->nentries : 1, sizeof *v);
-	if (!v)
-		return; /* not loaded: the next get asks the daemon again */
-	for (size_t i = 0; i < m->nentries; i++)
-		v[i].e = m->entries[i];
-	t->v = v;
+	t->v = m->entries;
 	t->n = t->cap = m->nentries;
 	if (index_rebuild(t, t->n)) {
-		free(v); /* the strings are still the manifest's */
-		memset(t, 0, sizeof *t);
+		memset(t, 0, sizeof *t); /* the entries are still the manifest's */
 		return;
 	}
-	free(m->entries);
 	m->entries = NULL;
 	m->nentries = 0;
 	t->loaded = true;
@@ -149,20 +143,20 @@ int mt_privatize(gmsfs *g)
 {
 	struct mt *t = &g->meta;
 	for (size_t i = 0; i < t->n; i++) {
-		struct mt_entry *x = &t->v[i];
-		if (!(x->e.flags & GMSFS_ENTRY_PRIVATE) || x->copy || !x->e.size)
+		struct ch_entry *x = &t->v[i];
+		if (!(x->flags & GMSFS_ENTRY_PRIVATE) || x->copy || !x->size)
 			continue;
-		struct gmsfs_mapping *m = mp_find(g, x->e.alloc);
-		if (!m || !g->slots[m - g->maps].mapped || x->e.offset + x->e.size > m->size)
+		struct gmsfs_mapping *m = mp_find(g, x->alloc);
+		if (!m || !g->slots[m - g->maps].mapped || x->offset + x->size > m->size)
 			continue;
-		int e = g->be->private_alloc(g, x->e.size, &x->copy);
+		int e = g->be->private_alloc(g, x->size, &x->copy);
 		if (e)
-			return gm_error(g, e, "meta/%s: %llu bytes of private memory: %s", x->e.key,
-					(unsigned long long)x->e.size, strerror(-e));
-		if ((e = g->be->copy(g, x->copy, (char *)m->ptr + x->e.offset, x->e.size))) {
+			return gm_error(g, e, "meta/%s: %llu bytes of private memory: %s", x->key,
+					(unsigned long long)x->size, strerror(-e));
+		if ((e = g->be->copy(g, x->copy, (char *)m->ptr + x->offset, x->size))) {
 			g->be->private_free(g, x->copy);
 			x->copy = NULL;
-			return gm_error(g, e, "meta/%s: copying its extent: %s", x->e.key, strerror(-e));
+			return gm_error(g, e, "meta/%s: copying its extent: %s", x->key, strerror(-e));
 		}
 	}
 	return 0;
@@ -172,7 +166,7 @@ void mt_forget_alloc(gmsfs *g, const char *alloc)
 {
 	struct mt *t = &g->meta;
 	for (size_t i = 0; i < t->n;)
-		if (t->v[i].e.alloc && !strcmp(t->v[i].e.alloc, alloc))
+		if (t->v[i].alloc && !strcmp(t->v[i].alloc, alloc))
 			remove_at(g, i);
 		else
 			i++;
@@ -273,19 +267,19 @@ int gmsfs_meta_delete(gmsfs *g, const char *key)
 		e = gm_call(g, GMSFS_OP_META_DELETE, sb.data, sb.size, NULL);
 	msgpack_sbuffer_destroy(&sb);
 	if (!e && g->meta.loaded) {
-		struct mt_entry *x = find(&g->meta, key);
+		struct ch_entry *x = find(&g->meta, key);
 		if (x)
 			remove_at(g, (size_t)(x - g->meta.v));
 	}
 	return e;
 }
 
-static void *extent_ptr(const gmsfs *g, const struct mt_entry *x)
+static void *extent_ptr(const gmsfs *g, const struct ch_entry *x)
 {
 	if (x->copy)
 		return x->copy;
-	struct gmsfs_mapping *m = x->e.alloc ? mp_find(g, x->e.alloc) : NULL;
-	return m && g->slots[m - g->maps].mapped ? (char *)m->ptr + x->e.offset : NULL;
+	struct gmsfs_mapping *m = x->alloc ? mp_find(g, x->alloc) : NULL;
+	return m && g->slots[m - g->maps].mapped ? (char *)m->ptr + x->offset : NULL;
 }
 
 int gmsfs_meta_get(gmsfs *g, const char *key, struct gmsfs_meta *out)
@@ -298,20 +292,20 @@ int gmsfs_meta_get(gmsfs *g, const char *key, struct gmsfs_meta *out)
 		return e;
 	if (!key || !gmsfs_path_valid(key, strlen(key)))
 		return gm_error(g, -EINVAL, "%s: not a valid key", key ? key : "(null)");
-	struct mt_entry *x = find(&g->meta, key);
+	struct ch_entry *x = find(&g->meta, key);
 	if (!x)
 		return gm_error(g, -ENOENT, "meta/%s: no such entry", key);
-	out->alloc = x->e.alloc && x->e.alloc[0] ? strdup(x->e.alloc) : NULL;
-	out->value = malloc(x->e.value_len ? x->e.value_len : 1);
-	if ((x->e.alloc && x->e.alloc[0] && !out->alloc) || !out->value) {
+	out->alloc = x->alloc && x->alloc[0] ? strdup(x->alloc) : NULL;
+	out->value = malloc(x->value_len ? x->value_len : 1);
+	if ((x->alloc && x->alloc[0] && !out->alloc) || !out->value) {
 		gmsfs_meta_free(out);
 		return gm_error(g, -ENOMEM, "out of memory");
 	}
-	memcpy(out->value, x->e.value, x->e.value_len);
-	out->value_len = x->e.value_len;
-	out->offset = x->e.offset;
-	out->size = x->e.size;
-	out->flags = x->e.flags;
+	memcpy(out->value, x->value, x->value_len);
+	out->value_len = x->value_len;
+	out->offset = x->offset;
+	out->size = x->size;
+	out->flags = x->flags;
 	out->ptr = extent_ptr(g, x);
 	return 0;
 }
@@ -344,7 +338,7 @@ int gmsfs_meta_list(gmsfs *g, const char *prefix, char ***keys, size_t *count)
 		if (!(t->sorted = malloc((t->n ? t->n : 1) * sizeof *t->sorted)))
 			return gm_error(g, -ENOMEM, "out of memory");
 		for (size_t i = 0; i < t->n; i++)
-			t->sorted[i] = t->v[i].e.key;
+			t->sorted[i] = t->v[i].key;
 		qsort(t->sorted, t->n, sizeof *t->sorted, cmp_str);
 	}
 	size_t plen = prefix ? strlen(prefix) : 0, lo = 0, hi = t->n;

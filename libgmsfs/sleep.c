@@ -142,11 +142,11 @@ static int recreate(gmsfs *g, struct ch_manifest *made)
 	}
 	size_t nw = 0;
 	for (size_t i = 0; !e && i < t->n; i++)
-		if (t->v[i].e.alloc && mp_find(g, t->v[i].e.alloc))
-			w[nw++] = (struct wire_entry){ .key = t->v[i].e.key, .alloc = t->v[i].e.alloc,
-						       .offset = t->v[i].e.offset, .size = t->v[i].e.size,
-						       .flags = t->v[i].e.flags, .value = t->v[i].e.value,
-						       .value_len = t->v[i].e.value_len };
+		if (t->v[i].alloc && mp_find(g, t->v[i].alloc))
+			w[nw++] = (struct wire_entry){ .key = t->v[i].key, .alloc = t->v[i].alloc,
+						       .offset = t->v[i].offset, .size = t->v[i].size,
+						       .flags = t->v[i].flags, .value = t->v[i].value,
+						       .value_len = t->v[i].value_len };
 	if (!e && g->nmaps && wire_pack_names(&sb, GMSFS_K_PATHS, names, g->nmaps))
 		e = gm_error(g, -ENOMEM, "out of memory");
 	if (!e && g->nmaps)

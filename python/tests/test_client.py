@@ -2,6 +2,7 @@
 metadata, errors, sleep and wake, numpy views, the C allocator."""
 import ctypes
 import errno
+import hashlib
 import os
 
 import numpy as np
@@ -68,6 +69,28 @@ with gmsfs.connect(sys.argv[1], 'ro', timeout=5) as c:
 """, store)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["4", "0", h]
+
+
+def test_values_of_every_size_arrive_whole_in_another_process(store):
+    """The manifest's messages are 64 KiB: small values come whole in one, big ones in
+    chunks over several; a reader gets each back byte for byte."""
+    sizes = [0, 1, 100, 65000, 65536, 200000, 1 << 20] + [7] * 3000
+    with gmsfs.connect(store, "rw") as c:
+        c.create("w", 4096)
+        c.meta_put_many([("v/%05d" % i, "w", 0, bytes((i + j) % 251 for j in range(n)))
+                         for i, n in enumerate(sizes)])
+        c.commit()
+    r = run_py("""
+import gmsfs, sys, hashlib
+with gmsfs.connect(sys.argv[1], 'ro', timeout=5) as c:
+    c.import_all()
+    for k in c.meta_list('v/'):
+        print(k, hashlib.sha256(c.meta_get(k).value).hexdigest())
+""", store)
+    assert r.returncode == 0, r.stderr
+    want = ["v/%05d %s" % (i, hashlib.sha256(bytes((i + j) % 251 for j in range(n))).hexdigest())
+            for i, n in enumerate(sizes)]
+    assert r.stdout.split("\n")[:-1] == want
 
 
 def test_create_many_is_one_request_all_or_nothing(store):

@@ -196,11 +196,11 @@ static void batch_entries(struct batch *b, const struct xset *s, size_t *ei, siz
 static int send_set(int sock, const struct xset *s)
 {
 	struct batch *b = malloc(sizeof *b);
-	if (!b)
-		return -ENOMEM;
+	/* One buffer for every message, reserved once: a big manifest is thousands of them. */
+	msgpack_sbuffer sb = { .data = malloc(GMSFS_MSG_MAX + 4096), .alloc = GMSFS_MSG_MAX + 4096 };
+	int e = b && sb.data ? 0 : -ENOMEM;
 	size_t ai = 0, ei = 0, voff = 0;
-	int e = 0;
-	do {
+	while (!e) {
 		b->na = b->nc = b->nfds = 0;
 		b->bytes = WIRE_HEAD_COST;
 		size_t first = ai;
@@ -210,12 +210,13 @@ static int send_set(int sock, const struct xset *s)
 			batch_entries(b, s, &ei, &voff);
 		struct wire_head h = { .manifest = true, .total = s->na, .nentries = s->ne, .first = first,
 				       .last = ai == s->na && ei == s->ne };
-		msgpack_sbuffer sb;
-		msgpack_sbuffer_init(&sb);
+		msgpack_sbuffer_clear(&sb);
 		if (!(e = wire_pack_reply(&sb, &h, b->a, b->na, b->c, b->nc)))
 			e = sock_send(sock, sb.data, sb.size, b->fds, b->nfds);
-		msgpack_sbuffer_destroy(&sb);
-	} while (!e && (ai < s->na || ei < s->ne));
+		if (h.last)
+			break;
+	}
+	msgpack_sbuffer_destroy(&sb);
 	free(b);
 	return e;
 }
