@@ -11,11 +11,11 @@
 
 static struct meta_node *node_new(struct meta_store *s, enum meta_kind kind, enum meta_area area, const char *name)
 {
-	struct meta_node *n = calloc(1, sizeof *n);
-	if (!n || !(n->name = strdup(name))) {
-		free(n);
+	size_t len = strlen(name) + 1;
+	struct meta_node *n = calloc(1, sizeof *n + len);
+	if (!n)
 		return NULL;
-	}
+	memcpy(n->name, name, len);
 	n->magic = META_NODE_MAGIC;
 	n->kind = kind;
 	n->area = area;
@@ -27,7 +27,6 @@ static struct meta_node *node_new(struct meta_store *s, enum meta_kind kind, enu
 static void node_free(struct meta_node *n)
 {
 	n->magic = 0;
-	free(n->name);
 	free(n->kids);
 	free(n->index);
 	free(n->tag);

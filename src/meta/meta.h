@@ -24,7 +24,6 @@ struct meta_node {
 	uint32_t magic;            /* META_NODE_MAGIC: the daemon uses addresses as inode numbers */
 	enum meta_kind kind;
 	enum meta_area area;
-	char *name;
 	struct meta_node *parent;  /* NULL for an area's root */
 	struct meta_store *store;  /* NULL once the store is gone */
 	bool linked;               /* part of the live layout */
@@ -53,6 +52,8 @@ struct meta_node {
 	uint32_t flags;            /* GMSFS_ENTRY_* */
 	char *value;
 	size_t value_len;
+
+	char name[];               /* fixed for the node's life (no rename): kept inline */
 };
 
 /* ctx is given back to release_buf and by meta_context(). */
