@@ -3,6 +3,7 @@
  * fs_x() around it replies. */
 #include "fs.h"
 #include "ops.h"
+#include "grow.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -255,6 +256,9 @@ struct dirbuf {
 	bool plus;   /* readdirplus: each entry with its attributes, counted as a lookup */
 	char *buf;
 	size_t size, used;
+	struct obj *taken; /* plus: the references taken, given back if the reply does not arrive */
+	size_t ntaken, taken_cap;
+	bool oom;
 };
 
 /* Add one entry; false when the buffer is full.  With plus, o's entry (node_entry takes
@@ -267,10 +271,15 @@ static bool dir_add(struct fs *fs, struct dirbuf *d, const char *name, fuse_ino_
 			      : fuse_add_direntry(d->req, NULL, 0, name, NULL, 0);
 	if (d->used + need > d->size)
 		return false;
+	if (o && d->plus && GROW(d->taken, d->ntaken, d->taken_cap, 64)) {
+		d->oom = true; /* a shorter reply; an empty one would say the end: ENOMEM then */
+		return false;
+	}
 	struct fuse_entry_param e = { .ino = ino, .attr = { .st_ino = ino, .st_mode = S_IFDIR } };
-	if (o && d->plus)
+	if (o && d->plus) {
 		node_entry(fs, o, &e);
-	else if (o)
+		d->taken[d->ntaken++] = *o;
+	} else if (o)
 		node_attr(fs, o, &e.attr);
 	if (d->plus)
 		fuse_add_direntry_plus(d->req, d->buf + d->used, d->size - d->used, name, &e, next);
@@ -335,7 +344,7 @@ static int do_readdir(struct fs *fs, fuse_ino_t ino, off_t off, struct dirbuf *d
 	for (size_t k = i > 2 ? i - 2 : 0; dir_child(fs, &dir, k, &name, &o); k++)
 		if (!dir_add(fs, d, name, o.m ? node_ino(fs, o.m) : node_ino(fs, o.f), &o, (off_t)(k + 3)))
 			break;
-	return 0;
+	return d->oom && !d->used ? -ENOMEM : 0;
 }
 
 static void reply_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
@@ -347,10 +356,16 @@ static void reply_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off
 	pthread_mutex_lock(&fs->mu);
 	int e = do_readdir(fs, ino, off, &d);
 	pthread_mutex_unlock(&fs->mu);
-	if (e)
+	if (e) {
 		fuse_reply_err(req, -e);
-	else
-		fuse_reply_buf(req, d.buf, d.used);
+	} else if (fuse_reply_buf(req, d.buf, d.used) && d.ntaken) {
+		/* Interrupted: the kernel never saw these entries, so no forget will come for them. */
+		pthread_mutex_lock(&fs->mu);
+		for (size_t i = 0; i < d.ntaken; i++)
+			node_forget(fs, d.taken[i].m ? node_ino(fs, d.taken[i].m) : node_ino(fs, d.taken[i].f), 1);
+		pthread_mutex_unlock(&fs->mu);
+	}
+	free(d.taken);
 	free(d.buf);
 }
 
