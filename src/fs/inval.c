@@ -6,6 +6,7 @@
  * inval_flush waits until what was queued has been sent: a socket call returns only once
  * the kernel has dropped what it made stale. */
 #include "fs.h"
+#include "grow.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -26,14 +27,8 @@ static void changed(struct meta_node *n, bool gone, void *ctx)
 	fuse_ino_t ino = node_ino(fs, n);
 	if (!gone && fs->inval_n && fs->inval_q[fs->inval_n - 1].ino == ino && !fs->inval_q[fs->inval_n - 1].name)
 		return; /* a bulk call touches one directory many times: once is enough */
-	if (fs->inval_n == fs->inval_cap) {
-		size_t cap = fs->inval_cap ? 2 * fs->inval_cap : 64;
-		struct inval_item *q = realloc(fs->inval_q, cap * sizeof *q);
-		if (!q)
-			return; /* out of memory: the timeout still bounds how long it stays stale */
-		fs->inval_q = q;
-		fs->inval_cap = cap;
-	}
+	if (GROW(fs->inval_q, fs->inval_n, fs->inval_cap, 64))
+		return; /* out of memory: the timeout still bounds how long it stays stale */
 	struct inval_item *it = &fs->inval_q[fs->inval_n];
 	*it = (struct inval_item){ .ino = ino };
 	if (gone && n->parent && !(it->name = strdup(n->name)))
