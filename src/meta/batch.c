@@ -214,9 +214,7 @@ static void swap_in(struct put_state *p)
 	n->alloc = p->alloc, n->value = p->value, n->value_len = p->value_len;
 	n->offset = p->offset, n->extent = p->extent, n->flags = p->flags;
 	p->alloc = a, p->value = v, p->value_len = vl, p->offset = o, p->extent = x, p->flags = f;
-	clock_gettime(CLOCK_REALTIME, &n->mtime);
-	meta_dirty(n);
-	meta_watch(n, false);
+	meta_changed(n);
 }
 
 static int check_put(struct meta_store *s, const struct meta_put *p, size_t i, char *err, size_t errlen)

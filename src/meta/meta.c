@@ -355,9 +355,7 @@ int meta_alloc_size(struct meta_node *n, uint64_t size, uint64_t aligned, void *
 		n->store->stats.bytes += size;
 		n->store->stats.aligned_bytes += aligned;
 	}
-	clock_gettime(CLOCK_REALTIME, &n->mtime);
-	meta_dirty(n);
-	meta_watch(n, false);
+	meta_changed(n);
 	return 0;
 }
 
@@ -450,9 +448,7 @@ int meta_entry_write(struct meta_node *n, uint64_t off, const void *data, size_t
 		n->value_len = end;
 	}
 	memcpy(n->value + off, data, len);
-	clock_gettime(CLOCK_REALTIME, &n->mtime);
-	meta_dirty(n);
-	meta_watch(n, false);
+	meta_changed(n);
 	return 0;
 }
 
@@ -465,9 +461,7 @@ int meta_entry_truncate(struct meta_node *n, uint64_t len)
 	if (len > n->value_len)
 		return meta_entry_write(n, len, "", 0);
 	n->value_len = len;
-	clock_gettime(CLOCK_REALTIME, &n->mtime);
-	meta_dirty(n);
-	meta_watch(n, false);
+	meta_changed(n);
 	return 0;
 }
 

@@ -3,6 +3,8 @@
 #define GMSFS_META_INTERNAL_H
 #include "meta.h"
 
+#include <time.h>
+
 struct meta_snap {
 	struct meta_node *node; /* held by the snapshot */
 	char *tag, *alloc, *value;
@@ -41,6 +43,13 @@ static inline void meta_watch(struct meta_node *n, bool gone)
 	struct meta_store *s = n->store;
 	if (n->lookups && s && s->changed)
 		s->changed(n, gone, s->release_ctx);
+}
+/* n's bytes or size changed: a new mtime, a rollback has work, the kernel is told. */
+static inline void meta_changed(struct meta_node *n)
+{
+	clock_gettime(CLOCK_REALTIME, &n->mtime);
+	meta_dirty(n);
+	meta_watch(n, false);
 }
 struct meta_check { struct meta_store *store; char *err; size_t errlen; };
 
