@@ -154,3 +154,14 @@ def test_the_kernel_references_a_listing_gives_are_all_given_back(mount):
     subprocess.run(["ls", "-lR", store], stdout=subprocess.DEVNULL, check=True)
     os.rmdir(store)  # the nodes leave the store while the kernel holds them
     assert forgotten(mount) == base
+
+
+def test_every_page_of_a_long_listing_gives_each_entry_its_type(store):
+    """The kernel asks for the first page with attributes and later ones as plain readdir,
+    which carries the type alone: directories and files are told apart on every page."""
+    with gmsfs.connect(store, "rw") as c:
+        c.create_many([("%04d/w" % i if i % 3 == 0 else "%04d" % i, 4096) for i in range(3000)])
+        c.commit()
+    with os.scandir(os.path.join(store, "allocs")) as it:
+        kinds = {e.name: e.is_dir(follow_symlinks=False) for e in it}
+    assert kinds == {"%04d" % i: i % 3 == 0 for i in range(3000)}

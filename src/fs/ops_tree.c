@@ -279,8 +279,9 @@ static bool dir_add(struct fs *fs, struct dirbuf *d, const char *name, fuse_ino_
 	if (o && d->plus) {
 		node_entry(fs, o, &e);
 		d->taken[d->ntaken++] = *o;
-	} else if (o)
-		node_attr(fs, o, &e.attr);
+	} else if (o && !(o->m ? o->m->kind == META_DIR : o->f->kind == FS_ROOT || o->f->kind == FS_STORE)) {
+		e.attr.st_mode = S_IFREG; /* readdir gives the type only */
+	}
 	if (d->plus)
 		fuse_add_direntry_plus(d->req, d->buf + d->used, d->size - d->used, name, &e, next);
 	else
