@@ -108,3 +108,24 @@ MESS='set -e
 	assert_equal "$(cat "$BATS_TEST_TMPDIR/w.rc")" 0
 	release w
 }
+
+@test "a session whose one change is a removexattr: abort puts the attribute back" {
+	S=$MNT/s
+	local before
+	before=$(snapshot "$S")
+	for name in user.gms.alloc user.gms.offset; do
+		bash -ec "
+			exec 9>$S/lock
+			setfattr -n user.gms.offset -v 16 $S/meta/cfg/k
+			echo > $S/commit"
+		before=$(snapshot "$S")
+		bash -ec "
+			exec 9>$S/lock
+			setfattr -x $name $S/meta/cfg/k
+			getfattr -n $name $S/meta/cfg/k 2>&1 | grep -q 'No such attribute' || [ $name = user.gms.offset ]
+			echo > $S/abort"
+		assert_equal "$(snapshot "$S")" "$before"
+		assert_equal "$(getfattr --only-values -n user.gms.alloc "$S/meta/cfg/k")" w/a
+		assert_equal "$(getfattr --only-values -n user.gms.offset "$S/meta/cfg/k")" 16
+	done
+}

@@ -178,17 +178,16 @@ static int do_removexattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const c
 		e = meta_set_tag(o.m, "default", 7);
 		break;
 	case X_ALLOC:
-		free(o.m->alloc);
-		o.m->alloc = NULL;
+		e = meta_entry_unset(o.m, META_ATTR_ALLOC);
 		break;
 	case X_OFFSET:
-		o.m->offset = 0;
+		e = meta_entry_unset(o.m, META_ATTR_OFFSET);
 		break;
 	case X_SIZE:
-		o.m->extent = 0;
+		e = meta_entry_unset(o.m, META_ATTR_EXTENT);
 		break;
 	default:
-		o.m->flags &= ~GMSFS_ENTRY_PRIVATE;
+		e = meta_entry_unset(o.m, META_ATTR_PRIVATE);
 		break;
 	}
 	if (!e)

@@ -199,21 +199,21 @@ int meta_free_allocs(struct meta_store *s, const char *const *paths, size_t n, c
 struct put_state {
 	struct meta_node *node;
 	char *alloc, *value;
-	size_t value_len;
+	uint32_t value_len;
 	uint64_t offset, extent;
 	uint32_t flags;
+	uint8_t shared; /* META_SHARED_* of the strings: those the snapshot holds are not freed */
 };
 
 static void swap_in(struct put_state *p)
 {
 	struct meta_node *n = p->node;
-	char *a = n->alloc, *v = n->value;
-	size_t vl = n->value_len;
-	uint64_t o = n->offset, x = n->extent;
-	uint32_t f = n->flags;
+	const uint8_t mask = META_SHARED_STR | META_SHARED_VALUE;
+	struct put_state was = { n, n->alloc, n->value, n->value_len, n->offset, n->extent, n->flags, n->shared & mask };
 	n->alloc = p->alloc, n->value = p->value, n->value_len = p->value_len;
 	n->offset = p->offset, n->extent = p->extent, n->flags = p->flags;
-	p->alloc = a, p->value = v, p->value_len = vl, p->offset = o, p->extent = x, p->flags = f;
+	n->shared = (uint8_t)((n->shared & ~mask) | p->shared);
+	*p = was;
 	meta_changed(n);
 }
 
@@ -267,7 +267,7 @@ int meta_put_entries(struct meta_store *s, const struct meta_put *v, size_t n, c
 		}
 		if (v[i].value_len)
 			memcpy(ps[i].value, v[i].value, v[i].value_len);
-		ps[i].value_len = v[i].value_len;
+		ps[i].value_len = (uint32_t)v[i].value_len;
 		ps[i].offset = v[i].offset;
 		ps[i].extent = v[i].extent;
 		ps[i].flags = v[i].flags;
@@ -297,8 +297,10 @@ int meta_put_entries(struct meta_store *s, const struct meta_put *v, size_t n, c
 		fail(err, errlen, e, "entries: %s", strerror(-e));
 	}
 	for (size_t i = 0; i < n; i++) {
-		free(ps[i].alloc);
-		free(ps[i].value);
+		if (!(ps[i].shared & META_SHARED_STR))
+			free(ps[i].alloc);
+		if (!(ps[i].shared & META_SHARED_VALUE))
+			free(ps[i].value);
 	}
 	free(ps);
 	free(made.v);

@@ -24,14 +24,32 @@ static struct meta_node *node_new(struct meta_store *s, enum meta_kind kind, enu
 	return n;
 }
 
+/* The string field of n that META_SHARED_STR covers, or NULL for a directory. */
+char **meta_str_of(struct meta_node *n)
+{
+	return n->kind == META_ALLOC ? &n->tag : n->kind == META_ENTRY ? &n->alloc : NULL;
+}
+
+/* Replace a string field of n with p; the old one is freed unless the snapshot shares it. */
+void meta_put_str(struct meta_node *n, char **field, unsigned bit, char *p)
+{
+	if (*field != p && !(n->shared & bit))
+		free(*field);
+	*field = p;
+	n->shared &= ~bit;
+}
+
 static void node_free(struct meta_node *n)
 {
 	n->magic = 0;
-	free(n->kids);
-	free(n->index);
-	free(n->tag);
-	free(n->alloc);
-	free(n->value);
+	if (n->kind == META_DIR) {
+		free(n->kids);
+		free(n->index);
+	} else {
+		meta_put_str(n, meta_str_of(n), META_SHARED_STR, NULL);
+		if (n->kind == META_ENTRY)
+			meta_put_str(n, &n->value, META_SHARED_VALUE, NULL);
+	}
 	free(n);
 }
 
@@ -59,7 +77,7 @@ static int index_grow(struct meta_node *dir)
 
 static int index_put(struct meta_node *dir, struct meta_node *kid)
 {
-	if ((dir->nkids + 1) * 2 > dir->index_cap) {
+	if ((dir->nkids + 1) * 4 > dir->index_cap * 3) { /* at most 3/4 full */
 		int e = index_grow(dir);
 		if (e)
 			return e;
@@ -140,9 +158,11 @@ void meta_unhold(struct meta_node *n)
 	if (--n->holds)
 		return;
 	struct meta_store *s = n->store;
-	if (n->buf && s && s->release_buf)
-		s->release_buf(n->buf, s->release_ctx);
-	n->buf = NULL;
+	if (n->kind == META_ALLOC) {
+		if (n->buf && s && s->release_buf)
+			s->release_buf(n->buf, s->release_ctx);
+		n->buf = NULL;
+	}
 	n->store = NULL;
 	if (!n->lookups) {
 		node_free(n);
@@ -229,9 +249,11 @@ int meta_unlink_all(struct meta_store *s, struct meta_nodes *v)
 		meta_watch(n, true);
 		n->linked = false;
 		account(s, n, -1);
-		n->nkids = 0;
-		if (n->index)
-			memset(n->index, 0, n->index_cap * sizeof *n->index);
+		if (n->kind == META_DIR) {
+			n->nkids = 0;
+			if (n->index)
+				memset(n->index, 0, n->index_cap * sizeof *n->index);
+		}
 	}
 	for (int a = 0; a < 2; a++) {
 		meta_watch(s->root[a], false);
@@ -359,15 +381,14 @@ int meta_alloc_size(struct meta_node *n, uint64_t size, uint64_t aligned, void *
 	return 0;
 }
 
-static int set_string(char **dst, const char *src, size_t len)
+int meta_set_str(struct meta_node *n, const char *src, size_t len)
 {
 	char *p = malloc(len + 1);
 	if (!p)
 		return -ENOMEM;
 	memcpy(p, src, len);
 	p[len] = '\0';
-	free(*dst);
-	*dst = p;
+	meta_put_str(n, meta_str_of(n), META_SHARED_STR, p);
 	return 0;
 }
 
@@ -376,93 +397,7 @@ int meta_set_tag(struct meta_node *n, const char *tag, size_t len)
 	if (n->kind != META_ALLOC || !gmsfs_tag_valid(tag, len))
 		return -EINVAL;
 	meta_dirty(n);
-	return set_string(&n->tag, tag, len);
-}
-
-int meta_entry_set_alloc(struct meta_node *n, const char *path, size_t len)
-{
-	if (n->kind != META_ENTRY)
-		return -EINVAL;
-	if (!gmsfs_path_valid(path, len))
-		return -EINVAL;
-	meta_dirty(n);
-	return set_string(&n->alloc, path, len);
-}
-
-/* Decimal digits only, no sign, no spaces, fits 64 bits. */
-static int parse_decimal(const char *text, size_t len, uint64_t *out)
-{
-	if (!len || len > 20)
-		return -EINVAL;
-	uint64_t v = 0;
-	for (size_t i = 0; i < len; i++) {
-		if (text[i] < '0' || text[i] > '9')
-			return -EINVAL;
-		unsigned d = text[i] - '0';
-		if (v > (UINT64_MAX - d) / 10)
-			return -EINVAL;
-		v = v * 10 + d;
-	}
-	*out = v;
-	return 0;
-}
-
-int meta_entry_set_offset(struct meta_node *n, const char *text, size_t len)
-{
-	if (n->kind != META_ENTRY)
-		return -EINVAL;
-	meta_dirty(n);
-	return parse_decimal(text, len, &n->offset);
-}
-
-int meta_entry_set_extent(struct meta_node *n, const char *text, size_t len)
-{
-	if (n->kind != META_ENTRY)
-		return -EINVAL;
-	meta_dirty(n);
-	return parse_decimal(text, len, &n->extent);
-}
-
-int meta_entry_set_private(struct meta_node *n, const char *text, size_t len)
-{
-	if (n->kind != META_ENTRY || len != 1 || (text[0] != '0' && text[0] != '1'))
-		return -EINVAL;
-	meta_dirty(n);
-	n->flags = text[0] == '1' ? n->flags | GMSFS_ENTRY_PRIVATE : n->flags & ~GMSFS_ENTRY_PRIVATE;
-	return 0;
-}
-
-int meta_entry_write(struct meta_node *n, uint64_t off, const void *data, size_t len)
-{
-	if (n->kind != META_ENTRY)
-		return -EINVAL;
-	if (off > GMSFS_VALUE_MAX || len > GMSFS_VALUE_MAX - off)
-		return -EFBIG;
-	size_t end = off + len;
-	if (end > n->value_len) {
-		char *v = realloc(n->value, end ? end : 1);
-		if (!v)
-			return -ENOMEM;
-		memset(v + n->value_len, 0, end - n->value_len);
-		n->value = v;
-		n->value_len = end;
-	}
-	memcpy(n->value + off, data, len);
-	meta_changed(n);
-	return 0;
-}
-
-int meta_entry_truncate(struct meta_node *n, uint64_t len)
-{
-	if (n->kind != META_ENTRY)
-		return -EINVAL;
-	if (len > GMSFS_VALUE_MAX)
-		return -EFBIG;
-	if (len > n->value_len)
-		return meta_entry_write(n, len, "", 0);
-	n->value_len = len;
-	meta_changed(n);
-	return 0;
+	return meta_set_str(n, tag, len);
 }
 
 int meta_path(const struct meta_node *n, char *buf, size_t size)

@@ -20,38 +20,47 @@ enum meta_area { META_AREA_ALLOCS, META_AREA_META };
 
 struct meta_store;
 
+/* Strings a node shares with the committed snapshot (copy on write): the node may not
+ * change or free them; the snapshot gives them back when it is dropped. */
+#define META_SHARED_STR   0x1u /* an allocation's tag, an entry's allocation path */
+#define META_SHARED_VALUE 0x2u /* an entry's value */
+
 struct meta_node {
 	uint32_t magic;            /* META_NODE_MAGIC: the daemon uses addresses as inode numbers */
-	enum meta_kind kind;
-	enum meta_area area;
+	uint8_t kind;              /* enum meta_kind: which member of the union below is used */
+	uint8_t area;              /* enum meta_area */
+	bool linked;               /* part of the live layout */
+	uint8_t shared;            /* META_SHARED_* */
+	uint32_t holds;            /* live layout + snapshot + callers' references */
+	uint32_t slot;             /* position in the parent's kids, or in the graveyard */
 	struct meta_node *parent;  /* NULL for an area's root */
 	struct meta_store *store;  /* NULL once the store is gone */
-	bool linked;               /* part of the live layout */
-	unsigned holds;            /* live layout + snapshot + callers' references */
-	uint64_t lookups;          /* the kernel's references: keep the struct, not the memory */
 	struct meta_graveyard *grave; /* where it waits for its last forget, once out of every store */
+	uint64_t lookups;          /* the kernel's references: keep the struct, not the memory */
 	struct timespec mtime;
 
-	/* META_DIR: children, as a vector (readdir order) and an index by name. */
-	struct meta_node **kids;
-	size_t nkids, kids_cap;
-	struct meta_node **index;  /* open addressing, power-of-two size */
-	size_t index_cap;
-	size_t slot;               /* position in the parent's kids */
-
-	/* META_ALLOC */
-	uint64_t size;             /* requested size; 0 until sized */
-	uint64_t aligned;          /* size rounded up by the backend */
-	char *tag;
-	void *buf;                 /* the backend's memory, released through the store's hook */
-
-	/* META_ENTRY */
-	char *alloc;               /* allocation path relative to allocs/, or NULL */
-	uint64_t offset;
-	uint64_t extent;           /* bytes from offset that the entry describes; 0: none */
-	uint32_t flags;            /* GMSFS_ENTRY_* */
-	char *value;
-	size_t value_len;
+	union { /* by kind: a store of a million entries pays for the largest alone */
+		struct { /* META_DIR: children, as a vector (readdir order) and an index by name */
+			struct meta_node **kids;
+			size_t nkids, kids_cap;
+			struct meta_node **index;  /* open addressing, power-of-two size */
+			size_t index_cap;
+		};
+		struct { /* META_ALLOC */
+			uint64_t size;     /* requested size; 0 until sized */
+			uint64_t aligned;  /* size rounded up by the backend */
+			char *tag;
+			void *buf;         /* the backend's memory, released through the store's hook */
+		};
+		struct { /* META_ENTRY */
+			char *alloc;       /* allocation path relative to allocs/, or NULL */
+			char *value;
+			uint64_t offset;
+			uint64_t extent;   /* bytes from offset that the entry describes; 0: none */
+			uint32_t value_len; /* at most GMSFS_VALUE_MAX */
+			uint32_t flags;    /* GMSFS_ENTRY_* */
+		};
+	};
 
 	char name[];               /* fixed for the node's life (no rename): kept inline */
 };
@@ -93,6 +102,9 @@ int meta_entry_set_offset(struct meta_node *n, const char *text, size_t len);
 int meta_entry_set_extent(struct meta_node *n, const char *text, size_t len);
 /* "1" or "0". */
 int meta_entry_set_private(struct meta_node *n, const char *text, size_t len);
+/* removexattr of an entry's attribute: back to none (alloc, size, private) or 0 (offset). */
+enum meta_entry_attr { META_ATTR_ALLOC, META_ATTR_OFFSET, META_ATTR_EXTENT, META_ATTR_PRIVATE };
+int meta_entry_unset(struct meta_node *n, enum meta_entry_attr what);
 int meta_entry_write(struct meta_node *n, uint64_t off, const void *data, size_t len);
 int meta_entry_truncate(struct meta_node *n, uint64_t len);
 

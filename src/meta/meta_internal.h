@@ -5,12 +5,14 @@
 
 #include <time.h>
 
+/* What a rollback restores of one node.  The strings are the node's own at commit,
+ * shared with it (META_SHARED_*) until either side lets go. */
 struct meta_snap {
 	struct meta_node *node; /* held by the snapshot */
-	char *tag, *alloc, *value;
-	size_t value_len;
+	char *str;              /* an allocation's tag, an entry's allocation path */
+	char *value;
 	uint64_t offset, extent;
-	uint32_t flags;
+	uint32_t value_len, flags;
 };
 
 struct meta_store {
@@ -54,6 +56,9 @@ static inline void meta_changed(struct meta_node *n)
 struct meta_check { struct meta_store *store; char *err; size_t errlen; };
 
 /* meta.c */
+char **meta_str_of(struct meta_node *n); /* the field META_SHARED_STR covers; NULL for a directory */
+void meta_put_str(struct meta_node *n, char **field, unsigned bit, char *p);
+int meta_set_str(struct meta_node *n, const char *src, size_t len); /* a copy into meta_str_of(n) */
 int meta_link(struct meta_node *dir, struct meta_node *n);  /* into the live layout */
 void meta_unhold(struct meta_node *n);                       /* the last hold frees */
 int meta_collect(struct meta_node *n, void *arg);            /* meta_walk into a meta_nodes */

@@ -7,13 +7,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A string the snapshot holds: the node gets it back if it still shares it, else it goes. */
+static void give_back(struct meta_node *n, char *p, unsigned bit)
+{
+	if (p && (n->shared & bit))
+		n->shared &= ~bit; /* the node's field is p */
+	else
+		free(p);
+}
+
 void meta_snapshot_drop(struct meta_store *s)
 {
 	for (size_t i = 0; i < s->nsnap; i++) {
-		free(s->snap[i].tag);
-		free(s->snap[i].alloc);
-		free(s->snap[i].value);
-		meta_unhold(s->snap[i].node);
+		struct meta_node *n = s->snap[i].node;
+		give_back(n, s->snap[i].str, META_SHARED_STR);
+		give_back(n, s->snap[i].value, META_SHARED_VALUE);
+		meta_unhold(n);
 	}
 	free(s->snap);
 	s->snap = NULL;
@@ -55,18 +64,6 @@ static int validate_entry(struct meta_node *n, void *arg)
 	return 0;
 }
 
-static int dup_bytes(char **dst, const char *src, size_t len)
-{
-	*dst = NULL;
-	if (!src)
-		return 0;
-	*dst = malloc(len ? len : 1);
-	if (!*dst)
-		return -ENOMEM;
-	memcpy(*dst, src, len);
-	return 0;
-}
-
 int meta_commit(struct meta_store *s, char *err, size_t errlen)
 {
 	struct meta_check c = { .store = s, .err = err, .errlen = errlen };
@@ -90,29 +87,25 @@ int meta_commit(struct meta_store *s, char *err, size_t errlen)
 		free(v.v);
 		return -ENOMEM;
 	}
+	/* Nothing fails past here.  The old snapshot goes first, so that what it shared is
+	 * the nodes' own again before the new one shares it: no string is copied. */
+	meta_snapshot_drop(s);
 	for (size_t i = 0; i < v.n; i++) {
 		struct meta_node *n = v.v[i];
+		char **str = meta_str_of(n);
 		snap[i].node = n;
+		n->holds++;
+		if (str && (snap[i].str = *str))
+			n->shared |= META_SHARED_STR;
+		if (n->kind != META_ENTRY)
+			continue;
 		snap[i].offset = n->offset;
 		snap[i].extent = n->extent;
 		snap[i].flags = n->flags;
 		snap[i].value_len = n->value_len;
-		if ((e = dup_bytes(&snap[i].tag, n->tag, n->tag ? strlen(n->tag) + 1 : 0)) ||
-		    (e = dup_bytes(&snap[i].alloc, n->alloc, n->alloc ? strlen(n->alloc) + 1 : 0)) ||
-		    (e = dup_bytes(&snap[i].value, n->value, n->value_len))) {
-			for (size_t j = 0; j <= i; j++) {
-				free(snap[j].tag);
-				free(snap[j].alloc);
-				free(snap[j].value);
-			}
-			free(snap);
-			free(v.v);
-			return e;
-		}
+		if ((snap[i].value = n->value))
+			n->shared |= META_SHARED_VALUE;
 	}
-	for (size_t i = 0; i < v.n; i++)
-		v.v[i]->holds++;
-	meta_snapshot_drop(s);
 	s->snap = snap;
 	s->nsnap = v.n;
 	free(v.v);
@@ -122,6 +115,14 @@ int meta_commit(struct meta_store *s, char *err, size_t errlen)
 	s->committed = true;
 	s->dirty = false;
 	return 0;
+}
+
+/* The node's field becomes the snapshot's string again, shared. */
+static void share(struct meta_node *n, char **field, char *p, unsigned bit)
+{
+	meta_put_str(n, field, bit, p);
+	if (p)
+		n->shared |= bit;
 }
 
 void meta_rollback(struct meta_store *s)
@@ -142,16 +143,12 @@ void meta_rollback(struct meta_store *s)
 			whole = false; /* out of memory: the node stays out */
 			continue;
 		}
-		if (n->kind == META_ALLOC && r->tag) {
-			free(n->tag);
-			n->tag = strdup(r->tag);
-		}
+		char **str = meta_str_of(n);
+		if (str)
+			share(n, str, r->str, META_SHARED_STR);
 		if (n->kind == META_ENTRY) {
-			free(n->alloc);
-			free(n->value);
-			dup_bytes(&n->alloc, r->alloc, r->alloc ? strlen(r->alloc) + 1 : 0);
-			dup_bytes(&n->value, r->value, r->value_len);
-			n->value_len = n->value ? r->value_len : 0;
+			share(n, &n->value, r->value, META_SHARED_VALUE);
+			n->value_len = r->value_len;
 			n->offset = r->offset;
 			n->extent = r->extent;
 			n->flags = r->flags;

@@ -240,7 +240,7 @@ int main(void)
 
 	/* A rollback that finds nothing changed does nothing (a writer that opens and closes
 	 * costs O(1)); so every single kind of change must count as one. */
-	for (int c = 0; c < 9; c++) {
+	for (int c = 0; c < 13; c++) {
 		struct meta_store *u = vector(0);
 		is_int(meta_commit(u, err, sizeof err), 0, "change %d: committed", c);
 		meta_rollback(u);
@@ -257,11 +257,46 @@ int main(void)
 		case 6: meta_entry_truncate(kk, 2); break;
 		case 7: meta_remove(kk); break;
 		case 8: alloc(u, "w/new", 10, NULL); break;
+		case 9: meta_entry_unset(kk, META_ATTR_ALLOC); break;   /* removexattr */
+		case 10: meta_entry_unset(kk, META_ATTR_OFFSET); break;
+		case 11: meta_entry_unset(kk, META_ATTR_EXTENT); break;
+		case 12: meta_entry_unset(kk, META_ATTR_PRIVATE); break;
 		}
 		ok(strcmp(hash(u), VECTOR) != 0, "change %d moves the live layout", c);
 		meta_rollback(u);
 		is_str(hash(u), VECTOR, "change %d alone is undone by a rollback", c);
 		meta_store_free(u);
+	}
+
+	/* Copy on write: the snapshot shares the nodes' strings (a commit copies none); a
+	 * change copies first and never touches what a rollback returns to. */
+	{
+		struct meta_store *u = vector(0);
+		struct meta_node *kk = meta_resolve(u, META_AREA_META, "cfg/k");
+		struct meta_node *ka = meta_resolve(u, META_AREA_ALLOCS, "w/a");
+		is_int(meta_commit(u, err, sizeof err), 0, "cow: committed");
+		ok(kk->shared == (META_SHARED_STR | META_SHARED_VALUE) && ka->shared == META_SHARED_STR,
+		   "cow: the snapshot shares the entry's allocation path and value, and the tag");
+		const char *was = kk->value;
+		is_int(meta_entry_write(kk, 1, "E", 1), 0, "cow: write into a shared value");
+		ok(kk->value != was && !(kk->shared & META_SHARED_VALUE) && !memcmp(kk->value, "hEllo", 5),
+		   "cow: the write went to a copy of it");
+		is_int(meta_commit(u, err, sizeof err), 0, "cow: a second commit");
+		char second[33];
+		snprintf(second, sizeof second, "%s", hash(u));
+		is_int(meta_commit(u, err, sizeof err), 0, "cow: a third with nothing changed hands the strings over");
+		meta_entry_truncate(kk, 1);
+		meta_entry_write(kk, 3, "Z", 1);
+		meta_entry_set_alloc(kk, "w/b", 3);
+		meta_set_tag(ka, "other", 5);
+		ok(!kk->shared && !ka->shared, "cow: every change let go of what it shared");
+		meta_rollback(u);
+		is_str(hash(u), second, "cow: the rollback returns to the last commit");
+		ok(!memcmp(kk->value, "hEllo", 5) && kk->value_len == 5 && !strcmp(ka->tag, "weights"),
+		   "cow: value, length and tag as committed");
+		meta_rollback(u);
+		is_str(hash(u), second, "cow: and again");
+		meta_store_free(u); /* valgrind and ASan see every string freed once */
 	}
 
 	/* Validation of names, paths, offsets, tags, sizes. */
