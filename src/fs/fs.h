@@ -130,6 +130,12 @@ struct fs {
 	int sock_fd;
 	pthread_t sock_thread;
 	unsigned sock_conns;           /* open connections, under mu */
+	/* A thread made ahead for the next connection (sock.c), under mu: a spare waits,
+	 * the accept thread hands it a connection, spares counts those not yet gone. */
+	bool sock_spare;
+	struct sock_conn *sock_handoff;
+	unsigned sock_spares;
+	pthread_cond_t sock_spare_cv;
 	struct sock_conn *sock_list;   /* all of them, under mu */
 	struct sock_uid { uid_t uid; unsigned conns; } *sock_uids; /* per peer uid, under mu */
 	size_t nsock_uids, sock_uids_cap;

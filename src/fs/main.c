@@ -284,6 +284,7 @@ int main(int argc, char *argv[])
 	struct fs fs = {
 		.mu = PTHREAD_MUTEX_INITIALIZER,
 		.cv = PTHREAD_COND_INITIALIZER,
+		.sock_spare_cv = PTHREAD_COND_INITIALIZER,
 		.root = { FS_NODE_MAGIC, FS_ROOT, NULL },
 		.device = { FS_NODE_MAGIC, FS_DEVICE, NULL },
 		.status = { FS_NODE_MAGIC, FS_STATUS, NULL },

@@ -1,4 +1,5 @@
-/* sock: the daemon's socket, AF_UNIX SOCK_SEQPACKET, a thread per connection.
+/* sock: the daemon's socket, AF_UNIX SOCK_SEQPACKET, a thread per connection
+ * (made ahead: a spare thread waits for the next connection).
  *
  * Reachable only by the users the mount admits: mode 0600 (the daemon's uid; root
  * passes anyway) unless the mount has allow_other, then 0666.  No uid can crowd out
@@ -283,11 +284,12 @@ static void set_timeout(int fd, int opt, int seconds)
 	setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof tv);
 }
 
-static void *conn_main(void *arg)
+#define SOCK_BUF_SIZE (sizeof(struct gmsfs_sock_req) + GMSFS_MSG_MAX + 1)
+
+/* Serve c until it ends; buf (SOCK_BUF_SIZE, or NULL) is freed. */
+static void serve(struct sock_conn *c, uint8_t *buf)
 {
-	struct sock_conn *c = arg;
-	size_t size = sizeof(struct gmsfs_sock_req) + GMSFS_MSG_MAX + 1;
-	uint8_t *buf = malloc(size);
+	size_t size = SOCK_BUF_SIZE;
 	bool bound = false;
 	set_timeout(c->fd, SO_RCVTIMEO, SOCK_AUTH_TIMEOUT_S);
 	while (buf && serve_one(c, buf, size) > 0) {
@@ -298,7 +300,66 @@ static void *conn_main(void *arg)
 	}
 	free(buf);
 	leave(c);
+}
+
+static void *conn_main(void *arg)
+{
+	serve(arg, malloc(SOCK_BUF_SIZE));
 	return NULL;
+}
+
+/* The spare: made before its connection comes, with its buffer, so that a client's
+ * first request is served at once and not after a thread is made. */
+static void *spare_main(void *arg)
+{
+	struct fs *fs = arg;
+	uint8_t *buf = malloc(SOCK_BUF_SIZE);
+	pthread_mutex_lock(&fs->mu);
+	while (!fs->sock_handoff && !fs->exiting)
+		pthread_cond_wait(&fs->sock_spare_cv, &fs->mu);
+	struct sock_conn *c = fs->sock_handoff;
+	fs->sock_handoff = NULL;
+	if (!c)
+		fs->sock_spare = false; /* the stop: nothing may be handed to it now */
+	fs->sock_spares--;
+	pthread_cond_broadcast(&fs->cv);
+	pthread_mutex_unlock(&fs->mu);
+	if (c)
+		serve(c, buf); /* at the stop too: its socket is shut down, it ends at once */
+	else
+		free(buf);
+	return NULL;
+}
+
+static int start_thread(void *(*fn)(void *), void *arg)
+{
+	pthread_t t;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
+	int e = pthread_create(&t, &attr, fn, arg);
+	pthread_attr_destroy(&attr);
+	return e;
+}
+
+/* A spare for the next connection, unless one waits already. */
+static void make_spare(struct fs *fs)
+{
+	pthread_mutex_lock(&fs->mu);
+	bool make = !fs->sock_spare && !fs->exiting;
+	if (make) {
+		fs->sock_spare = true;
+		fs->sock_spares++;
+	}
+	pthread_mutex_unlock(&fs->mu);
+	if (make && start_thread(spare_main, fs)) {
+		pthread_mutex_lock(&fs->mu);
+		fs->sock_spare = false;
+		fs->sock_spares--;
+		pthread_cond_broadcast(&fs->cv);
+		pthread_mutex_unlock(&fs->mu);
+	}
 }
 
 static void start_conn(struct fs *fs, int s)
@@ -328,14 +389,18 @@ static void start_conn(struct fs *fs, int s)
 	int one = 1;
 	setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
 	set_timeout(s, SO_SNDTIMEO, SOCK_SEND_TIMEOUT_S);
-	pthread_t t;
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, 256 * 1024);
-	if (pthread_create(&t, &attr, conn_main, c))
+	pthread_mutex_lock(&fs->mu);
+	/* One connection at a time waits for a spare to wake; the stop hands none. */
+	bool handed = fs->sock_spare && !fs->sock_handoff && !fs->exiting;
+	if (handed) {
+		fs->sock_spare = false;
+		fs->sock_handoff = c;
+		pthread_cond_signal(&fs->sock_spare_cv);
+	}
+	pthread_mutex_unlock(&fs->mu);
+	if (!handed && start_thread(conn_main, c))
 		leave(c);
-	pthread_attr_destroy(&attr);
+	make_spare(fs); /* for the next one, while this one is served */
 }
 
 /* Out of descriptors, a connection would wait in the backlog for ever: a spare one,
@@ -360,6 +425,7 @@ static void *accept_main(void *arg)
 {
 	struct fs *fs = arg;
 	int spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	make_spare(fs);
 	for (;;) {
 		int s = accept4(fs->sock_fd, NULL, NULL, SOCK_CLOEXEC);
 		if (s >= 0) {
@@ -429,6 +495,7 @@ void sock_stop(struct fs *fs)
 		return;
 	pthread_mutex_lock(&fs->mu);
 	fs->exiting = true;
+	pthread_cond_broadcast(&fs->sock_spare_cv);
 	pthread_mutex_unlock(&fs->mu);
 	shutdown(fs->sock_fd, SHUT_RDWR);
 	pthread_join(fs->sock_thread, NULL);
@@ -439,7 +506,7 @@ void sock_stop(struct fs *fs)
 	pthread_mutex_lock(&fs->mu);
 	for (struct sock_conn *c = fs->sock_list; c; c = c->next)
 		shutdown(c->fd, SHUT_RDWR);
-	while (fs->sock_conns)
+	while (fs->sock_conns || fs->sock_spares)
 		pthread_cond_wait(&fs->cv, &fs->mu);
 	free(fs->sock_uids);
 	fs->sock_uids = NULL;
