@@ -296,12 +296,44 @@ int ch_bind(struct ch *c, const char *path, const uint8_t ticket[16], char *err,
 	return 0;
 }
 
+int ch_bind_start(struct ch *c, const char *path, const uint8_t ticket[16], char *err, size_t errlen)
+{
+	ch_close(c);
+	int s = dial(path, err, errlen);
+	if (s < 0)
+		return s;
+	int e = send_request(s, GMSFS_OP_BIND, ticket, NULL, 0);
+	if (e) {
+		close(s);
+		return fail(err, errlen, e, "socket: %s", strerror(-e));
+	}
+	c->sock = s;
+	c->bind_pending = true;
+	return 0;
+}
+
 int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct ch_manifest *m, char *err,
 	    size_t errlen)
 {
 	if (c->sock < 0)
 		return fail(err, errlen, -ENOTCONN, "socket: not connected");
 	bool whole;
+	if (c->bind_pending) {
+		/* The request goes now: the daemon reads it after the bind, whose reply comes first. */
+		c->bind_pending = false;
+		if (m)
+			*m = (struct ch_manifest){ .consume = m->consume, .ctx = m->ctx };
+		int e = send_request(c->sock, op, NULL, body, len);
+		if (e) {
+			ch_close(c);
+			e = e == -EPIPE || e == -ECONNRESET || e == -ENOTCONN ? -ENOTCONN : e;
+			return fail(err, errlen, e, "socket: %s", strerror(-e));
+		}
+		if ((e = receive(c->sock, NULL, &whole, err, errlen)) || (e = receive(c->sock, m, &whole, err, errlen)) ||
+		    !whole)
+			ch_close(c); /* a refused bind: the request's reply is not read */
+		return e;
+	}
 	int e = call_on(c->sock, op, NULL, body, len, m, &whole, err, errlen);
 	if (e == -ENOTCONN || !whole)
 		ch_close(c); /* the rest of a reply must not be read as the next one's: bind again */
@@ -324,4 +356,5 @@ void ch_close(struct ch *c)
 	if (c->sock >= 0)
 		close(c->sock);
 	c->sock = -1;
+	c->bind_pending = false;
 }

@@ -123,6 +123,11 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 	g->granted_rw |= g->lock == GMSFS_RW;
 	memcpy(g->ticket, io.ticket, sizeof g->ticket);
 	g->have_ticket = true;
+	/* The channel is bound now, its reply read by the first call: the daemon starts the
+	 * connection while the caller goes on, and that call costs one round trip. */
+	char ignored[160];
+	if (!ch_bind_start(&g->ch, g->info.socket, g->ticket, ignored, sizeof ignored))
+		g->have_ticket = false; /* spent; else the first call binds and says why not */
 	return 0;
 }
 

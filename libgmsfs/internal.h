@@ -18,6 +18,7 @@
 /* ---- the channel: one socket connection, bound to the handle's lock ---- */
 struct ch {
 	int sock;               /* -1: not connected */
+	bool bind_pending;      /* BIND sent, its reply not read yet */
 };
 
 /* A reply's allocations with their descriptors, and its entries put back together. */
@@ -48,6 +49,9 @@ void ch_manifest_free(struct ch_manifest *m);
 
 /* Connect to the socket at path and present a BIND ticket. */
 int ch_bind(struct ch *c, const char *path, const uint8_t ticket[16], char *err, size_t errlen);
+/* The same without waiting: the next ch_call sends its request, then reads both replies
+ * (one round trip, and the daemon starts the connection while the caller goes on). */
+int ch_bind_start(struct ch *c, const char *path, const uint8_t ticket[16], char *err, size_t errlen);
 /* One request; m NULL for a plain reply (else its consume and ctx are kept, the rest is
  * filled).  -ENOTCONN: the connection was gone before the daemon read the request (it
  * may be bound again and the request sent again). */

@@ -90,6 +90,33 @@ teardown() {
 	grep -q 'too many connections of that uid' "$BASE/log"
 }
 
+@test "a bind refused at connect (the uid's connections are all taken) is told by the first call; the next binds again" {
+	# libgmsfs binds its channel at connect and reads the reply with the first call's.
+	"$BUILD/gmsfs-probe" hog "$SOCK" 64 1500 >"$BATS_TEST_TMPDIR/hog.out" 3>&- &
+	local hog=$!
+	wait_until grep -q '^open=64' "$BATS_TEST_TMPDIR/hog.out"
+	run "$PYTHON" - "$ROOT/python" "$MNT/s" "$hog" <<'PY'
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+import gmsfs
+with gmsfs.connect(sys.argv[2], "ro") as c:
+    try:
+        c.import_all()
+        print("first call: imported")
+    except gmsfs.GmsfsError as e:
+        print("first call:", e)
+    while os.path.exists("/proc/%s" % sys.argv[3]):
+        time.sleep(0.05)
+    c.import_all()
+    print("second call: %d mappings" % len(c.mappings))
+PY
+	wait "$hog"
+	assert_success
+	assert_line --partial 'first call: '
+	assert_line --regexp '^first call: .*too many connections of this uid'
+	assert_line 'second call: 4 mappings'
+}
+
 @test "without allow_other the socket is the daemon's user's alone" {
 	local m2=$BASE/mnt2 sock2=$BASE/sock2
 	mkdir "$m2"
