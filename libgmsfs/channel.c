@@ -131,6 +131,8 @@ static ssize_t recv_msg(int s, uint8_t *buf, size_t size, int *fds, size_t *nfds
 	struct iovec iov = { buf, size };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
 	ssize_t r = recvmsg(s, &msg, MSG_CMSG_CLOEXEC);
+	if (r < 0 && errno == ECONNRESET) /* the daemon closed with our request unread: said once, */
+		r = recvmsg(s, &msg, MSG_CMSG_CLOEXEC); /* before what it sent (a refusal's reason) */
 	*nfds = 0;
 	if (r <= 0) {
 		int e = r == 0 || errno == ECONNRESET ? -ENOTCONN : -errno;
@@ -266,6 +268,16 @@ static int receive(int s, struct ch_manifest *m, bool *whole, char *err, size_t 
 	return e;
 }
 
+/* A send that failed because the daemon had closed the connection: a refusal sent before
+ * it closed (too many connections of the uid) waits in the queue and says why; else
+ * -ENOTCONN (the connection may be made and the request sent again). */
+static int closed_why(int s, char *err, size_t errlen)
+{
+	bool whole;
+	int why = receive(s, NULL, &whole, err, errlen);
+	return why && why != -ENOTCONN ? why : fail(err, errlen, -ENOTCONN, "socket: %s", strerror(ENOTCONN));
+}
+
 static int call_on(int s, enum gmsfs_op op, const uint8_t *ticket, const void *body, size_t len, struct ch_manifest *m,
 		   bool *whole, char *err, size_t errlen)
 {
@@ -273,10 +285,10 @@ static int call_on(int s, enum gmsfs_op op, const uint8_t *ticket, const void *b
 	if (m)
 		*m = (struct ch_manifest){ .consume = m->consume, .ctx = m->ctx };
 	int e = send_request(s, op, ticket, body, len);
-	if (e) {
-		e = e == -EPIPE || e == -ECONNRESET || e == -ENOTCONN ? -ENOTCONN : e;
+	if (e == -EPIPE || e == -ECONNRESET || e == -ENOTCONN)
+		return closed_why(s, err, errlen);
+	if (e)
 		return fail(err, errlen, e, "socket: %s", strerror(-e));
-	}
 	return receive(s, m, whole, err, errlen);
 }
 
@@ -325,9 +337,10 @@ int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct
 			*m = (struct ch_manifest){ .consume = m->consume, .ctx = m->ctx };
 		int e = send_request(c->sock, op, NULL, body, len);
 		if (e) {
+			e = e == -EPIPE || e == -ECONNRESET || e == -ENOTCONN ? closed_why(c->sock, err, errlen)
+									   : fail(err, errlen, e, "socket: %s", strerror(-e));
 			ch_close(c);
-			e = e == -EPIPE || e == -ECONNRESET || e == -ENOTCONN ? -ENOTCONN : e;
-			return fail(err, errlen, e, "socket: %s", strerror(-e));
+			return e;
 		}
 		if ((e = receive(c->sock, NULL, &whole, err, errlen)) || (e = receive(c->sock, m, &whole, err, errlen)) ||
 		    !whole)
