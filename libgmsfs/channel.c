@@ -278,8 +278,10 @@ static int closed_why(int s, char *err, size_t errlen)
 	return why && why != -ENOTCONN ? why : fail(err, errlen, -ENOTCONN, "socket: %s", strerror(ENOTCONN));
 }
 
-static int call_on(int s, enum gmsfs_op op, const uint8_t *ticket, const void *body, size_t len, struct ch_manifest *m,
-		   bool *whole, char *err, size_t errlen)
+/* Send a request, read its reply.  bind_first: a BIND sent ahead (ch_bind_start) is
+ * answered first; if it was refused, the request's reply is not read (*whole false). */
+static int call_on(int s, enum gmsfs_op op, const uint8_t *ticket, const void *body, size_t len, bool bind_first,
+		   struct ch_manifest *m, bool *whole, char *err, size_t errlen)
 {
 	*whole = false;
 	if (m)
@@ -289,6 +291,10 @@ static int call_on(int s, enum gmsfs_op op, const uint8_t *ticket, const void *b
 		return closed_why(s, err, errlen);
 	if (e)
 		return fail(err, errlen, e, "socket: %s", strerror(-e));
+	if (bind_first && (e = receive(s, NULL, whole, err, errlen))) {
+		*whole = false;
+		return e;
+	}
 	return receive(s, m, whole, err, errlen);
 }
 
@@ -299,7 +305,7 @@ int ch_bind(struct ch *c, const char *path, const uint8_t ticket[16], char *err,
 	if (s < 0)
 		return s;
 	bool whole;
-	int e = call_on(s, GMSFS_OP_BIND, ticket, NULL, 0, NULL, &whole, err, errlen);
+	int e = call_on(s, GMSFS_OP_BIND, ticket, NULL, 0, false, NULL, &whole, err, errlen);
 	if (e) {
 		close(s);
 		return e;
@@ -330,26 +336,12 @@ int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct
 	if (c->sock < 0)
 		return fail(err, errlen, -ENOTCONN, "socket: not connected");
 	bool whole;
-	if (c->bind_pending) {
-		/* The request goes now: the daemon reads it after the bind, whose reply comes first. */
-		c->bind_pending = false;
-		if (m)
-			*m = (struct ch_manifest){ .consume = m->consume, .ctx = m->ctx };
-		int e = send_request(c->sock, op, NULL, body, len);
-		if (e) {
-			e = e == -EPIPE || e == -ECONNRESET || e == -ENOTCONN ? closed_why(c->sock, err, errlen)
-									   : fail(err, errlen, e, "socket: %s", strerror(-e));
-			ch_close(c);
-			return e;
-		}
-		if ((e = receive(c->sock, NULL, &whole, err, errlen)) || (e = receive(c->sock, m, &whole, err, errlen)) ||
-		    !whole)
-			ch_close(c); /* a refused bind: the request's reply is not read */
-		return e;
-	}
-	int e = call_on(c->sock, op, NULL, body, len, m, &whole, err, errlen);
+	bool bind_first = c->bind_pending;
+	c->bind_pending = false;
+	int e = call_on(c->sock, op, NULL, body, len, bind_first, m, &whole, err, errlen);
 	if (e == -ENOTCONN || !whole)
-		ch_close(c); /* the rest of a reply must not be read as the next one's: bind again */
+		ch_close(c); /* the rest of a reply (or all of it, after a refused bind) must not be
+			      * read as the next one's: bind again */
 	return e;
 }
 
@@ -359,7 +351,7 @@ int ch_redeem(const char *path, const uint8_t ticket[16], struct ch_manifest *m,
 	if (s < 0)
 		return s;
 	bool whole;
-	int e = call_on(s, GMSFS_OP_REDEEM, ticket, NULL, 0, m, &whole, err, errlen);
+	int e = call_on(s, GMSFS_OP_REDEEM, ticket, NULL, 0, false, m, &whole, err, errlen);
 	close(s);
 	return e;
 }
