@@ -170,6 +170,8 @@ struct obj {
 int node_resolve(struct fs *fs, fuse_ino_t ino, struct obj *o);
 fuse_ino_t node_ino(struct fs *fs, const void *p);
 void node_attr(struct fs *fs, const struct obj *o, struct stat *s);
+/* A directory (the root, a store, a layout directory)?  What a plain readdir gives. */
+bool node_is_dir(const struct obj *o);
 /* The child name of directory dir. */
 int node_child(struct fs *fs, const struct obj *dir, const char *name, struct obj *out);
 /* o's entry (inode, attributes, timeouts), taking the kernel's reference: what a lookup,

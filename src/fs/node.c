@@ -41,6 +41,11 @@ fuse_ino_t node_ino(struct fs *fs, const void *p)
 	return p == &fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)p;
 }
 
+bool node_is_dir(const struct obj *o)
+{
+	return o->m ? o->m->kind == META_DIR : o->f->kind == FS_ROOT || o->f->kind == FS_STORE;
+}
+
 static void layout_attr(const struct meta_node *m, struct stat *s)
 {
 	s->st_mtim = s->st_ctim = s->st_atim = m->mtime;
@@ -72,12 +77,12 @@ void node_attr(struct fs *fs, const struct obj *o, struct stat *s)
 	}
 	s->st_ino = node_ino(fs, o->f);
 	s->st_mtim = s->st_ctim = s->st_atim = fs->started;
-	switch (o->f->kind) {
-	case FS_ROOT:
-	case FS_STORE:
+	if (node_is_dir(o)) {
 		s->st_mode = S_IFDIR | 0755;
 		s->st_nlink = 2;
-		break;
+		return;
+	}
+	switch (o->f->kind) {
 	case FS_LOCK:
 		s->st_mode = S_IFREG | 0644;
 		break;

@@ -279,7 +279,7 @@ static bool dir_add(struct fs *fs, struct dirbuf *d, const char *name, fuse_ino_
 	if (o && d->plus) {
 		node_entry(fs, o, &e);
 		d->taken[d->ntaken++] = *o;
-	} else if (o && !(o->m ? o->m->kind == META_DIR : o->f->kind == FS_ROOT || o->f->kind == FS_STORE)) {
+	} else if (o && !node_is_dir(o)) {
 		e.attr.st_mode = S_IFREG; /* readdir gives the type only */
 	}
 	if (d->plus)
