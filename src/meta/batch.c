@@ -176,10 +176,11 @@ int meta_free_allocs(struct meta_store *s, const char *const *paths, size_t n, c
 			d.set.v[k] = paths[i];
 		}
 	}
-	if (!e && (e = meta_walk(meta_root(s, META_AREA_META), collect_doomed, &d)))
+	if (!e && ((e = meta_walk(meta_root(s, META_AREA_META), collect_doomed, &d)) ||
+		   (e = meta_undo_reserve(s, d.entries.n + n))))
 		fail(err, errlen, e, "free: out of memory");
 	if (!e) {
-		/* Nothing below allocates: it cannot fail half way. */
+		/* Nothing below allocates (the undo log has room): it cannot fail half way. */
 		for (size_t i = 0; i < d.entries.n; i++)
 			meta_remove(d.entries.v[i]);
 		for (size_t i = 0; i < n; i++) {
@@ -202,17 +203,17 @@ struct put_state {
 	uint32_t value_len;
 	uint64_t offset, extent;
 	uint32_t flags;
-	uint8_t shared; /* META_SHARED_* of the strings: those the snapshot holds are not freed */
+	uint8_t shared; /* META_SHARED_* of the strings: those the undo log holds are not freed */
 };
 
 static void swap_in(struct put_state *p)
 {
 	struct meta_node *n = p->node;
 	const uint8_t mask = META_SHARED_STR | META_SHARED_VALUE;
-	struct put_state was = { n, n->alloc, n->value, n->value_len, n->offset, n->extent, n->flags, n->shared & mask };
+	struct put_state was = { n, n->alloc, n->value, n->value_len, n->offset, n->extent, n->flags, n->marks & mask };
 	n->alloc = p->alloc, n->value = p->value, n->value_len = p->value_len;
 	n->offset = p->offset, n->extent = p->extent, n->flags = p->flags;
-	n->shared = (uint8_t)((n->shared & ~mask) | p->shared);
+	n->marks = (uint8_t)((n->marks & ~mask) | p->shared);
 	*p = was;
 	meta_changed(n);
 }
@@ -255,8 +256,12 @@ int meta_put_entries(struct meta_store *s, const struct meta_put *v, size_t n, c
 			return e;
 	}
 	struct put_state *ps = calloc(n ? n : 1, sizeof *ps);
-	if (!ps)
+	/* An item needs one undo record at most: the save of an entry that was there, or the
+	 * growth of a committed directory.  With room for n, the saves below cannot fail. */
+	if (!ps || meta_undo_reserve(s, n)) {
+		free(ps);
 		return fail(err, errlen, -ENOMEM, "entries: out of memory");
+	}
 	int e = 0;
 	for (size_t i = 0; i < n && !e; i++) {
 		ps[i].alloc = strdup(v[i].alloc);
@@ -288,6 +293,7 @@ int meta_put_entries(struct meta_store *s, const struct meta_put *v, size_t n, c
 			}
 		}
 		ps[i].node = k;
+		meta_save(k);
 		swap_in(&ps[i]);
 	}
 	if (e) {
@@ -315,6 +321,8 @@ int meta_delete_entries(struct meta_store *s, const char *const *keys, size_t n,
 			return fail(err, errlen, k ? -EISDIR : -ENOENT, "keys[%zu]: meta/%s %s", i, keys[i],
 				    k ? "is a directory" : "does not exist");
 	}
+	if (meta_undo_reserve(s, n)) /* the removals below cannot fail */
+		return fail(err, errlen, -ENOMEM, "delete: out of memory");
 	for (size_t i = 0; i < n; i++) {
 		struct meta_node *k = meta_resolve(s, META_AREA_META, keys[i]);
 		if (k) /* a key given twice is gone already */

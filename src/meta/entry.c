@@ -1,5 +1,5 @@
 /* entry: a metadata entry's attributes (the xattrs alloc, offset, size, private) and
- * its value (the file's bytes).  Every change marks the store dirty for rollback. */
+ * its value (the file's bytes).  Every change is saved for rollback first (meta_save). */
 #include "meta.h"
 #include "meta_internal.h"
 
@@ -13,8 +13,8 @@ int meta_entry_set_alloc(struct meta_node *n, const char *path, size_t len)
 		return -EINVAL;
 	if (!gmsfs_path_valid(path, len))
 		return -EINVAL;
-	meta_dirty(n);
-	return meta_set_str(n, path, len);
+	int e = meta_save(n);
+	return e ? e : meta_set_str(n, path, len);
 }
 
 /* Decimal digits only, no sign, no spaces, fits 64 bits. */
@@ -37,25 +37,33 @@ static int parse_decimal(const char *text, size_t len, uint64_t *out)
 
 int meta_entry_set_offset(struct meta_node *n, const char *text, size_t len)
 {
-	if (n->kind != META_ENTRY)
+	uint64_t v;
+	if (n->kind != META_ENTRY || parse_decimal(text, len, &v))
 		return -EINVAL;
-	meta_dirty(n);
-	return parse_decimal(text, len, &n->offset);
+	int e = meta_save(n);
+	if (!e)
+		n->offset = v;
+	return e;
 }
 
 int meta_entry_set_extent(struct meta_node *n, const char *text, size_t len)
 {
-	if (n->kind != META_ENTRY)
+	uint64_t v;
+	if (n->kind != META_ENTRY || parse_decimal(text, len, &v))
 		return -EINVAL;
-	meta_dirty(n);
-	return parse_decimal(text, len, &n->extent);
+	int e = meta_save(n);
+	if (!e)
+		n->extent = v;
+	return e;
 }
 
 int meta_entry_set_private(struct meta_node *n, const char *text, size_t len)
 {
 	if (n->kind != META_ENTRY || len != 1 || (text[0] != '0' && text[0] != '1'))
 		return -EINVAL;
-	meta_dirty(n);
+	int e = meta_save(n);
+	if (e)
+		return e;
 	n->flags = text[0] == '1' ? n->flags | GMSFS_ENTRY_PRIVATE : n->flags & ~GMSFS_ENTRY_PRIVATE;
 	return 0;
 }
@@ -64,7 +72,9 @@ int meta_entry_unset(struct meta_node *n, enum meta_entry_attr what)
 {
 	if (n->kind != META_ENTRY)
 		return -EINVAL;
-	meta_dirty(n);
+	int e = meta_save(n);
+	if (e)
+		return e;
 	switch (what) {
 	case META_ATTR_ALLOC:
 		meta_put_str(n, &n->alloc, META_SHARED_STR, NULL);
@@ -88,10 +98,13 @@ int meta_entry_write(struct meta_node *n, uint64_t off, const void *data, size_t
 		return -EINVAL;
 	if (off > GMSFS_VALUE_MAX || len > GMSFS_VALUE_MAX - off)
 		return -EFBIG;
+	int e = meta_save(n);
+	if (e)
+		return e;
 	size_t end = off + len, have = n->value_len;
-	bool shared = n->shared & META_SHARED_VALUE;
+	bool shared = n->marks & META_SHARED_VALUE;
 	if (end > have || shared) {
-		/* Grow, or copy what the snapshot shares before changing it. */
+		/* Grow, or copy what the undo log shares before changing it. */
 		size_t want = end > have ? end : have;
 		char *v = shared ? malloc(want ? want : 1) : realloc(n->value, want ? want : 1);
 		if (!v)
@@ -99,7 +112,7 @@ int meta_entry_write(struct meta_node *n, uint64_t off, const void *data, size_t
 		if (shared && have)
 			memcpy(v, n->value, have);
 		memset(v + have, 0, want - have);
-		n->shared &= ~META_SHARED_VALUE;
+		n->marks &= ~META_SHARED_VALUE;
 		n->value = v;
 		n->value_len = (uint32_t)want;
 	}
@@ -116,6 +129,9 @@ int meta_entry_truncate(struct meta_node *n, uint64_t len)
 		return -EFBIG;
 	if (len > n->value_len)
 		return meta_entry_write(n, len, "", 0);
+	int e = meta_save(n);
+	if (e)
+		return e;
 	n->value_len = (uint32_t)len;
 	meta_changed(n);
 	return 0;

@@ -1,4 +1,4 @@
-/* meta: the tree of a store, its snapshot and rollback.  The hash is in layout_hash.c. */
+/* meta: the tree of a store.  Commit is in commit.c, rollback in undo.c, the hash in layout_hash.c. */
 #include "meta.h"
 #include "grow.h"
 #include "hash.h"
@@ -30,13 +30,13 @@ char **meta_str_of(struct meta_node *n)
 	return n->kind == META_ALLOC ? &n->tag : n->kind == META_ENTRY ? &n->alloc : NULL;
 }
 
-/* Replace a string field of n with p; the old one is freed unless the snapshot shares it. */
+/* Replace a string field of n with p; the old one is freed unless the undo log shares it. */
 void meta_put_str(struct meta_node *n, char **field, unsigned bit, char *p)
 {
-	if (*field != p && !(n->shared & bit))
+	if (*field != p && !(n->marks & bit))
 		free(*field);
 	*field = p;
-	n->shared &= ~bit;
+	n->marks &= ~bit;
 }
 
 static void node_free(struct meta_node *n)
@@ -205,6 +205,12 @@ static void unlink_node(struct meta_node *n)
 	meta_dirty(dir);
 }
 
+void meta_unlink_free(struct meta_node *n)
+{
+	unlink_node(n);
+	meta_unhold(n);
+}
+
 /* ---- the store ---- */
 
 struct meta_store *meta_store_new(void (*release_buf)(void *buf, void *ctx), void *ctx)
@@ -268,12 +274,12 @@ void meta_store_free(struct meta_store *s)
 {
 	if (!s)
 		return;
+	meta_undo_forget(s, false); /* first: its records name nodes the tree may free */
 	struct meta_nodes v = {0};
 	if (s->root[0] && s->root[1] && meta_unlink_all(s, &v) == 0)
 		for (size_t i = 0; i < v.n; i++)
 			meta_unhold(v.v[i]);
 	free(v.v);
-	meta_snapshot_drop(s);
 	for (int a = 0; a < 2; a++)
 		if (s->root[a]) {
 			s->root[a]->linked = false;
@@ -332,12 +338,9 @@ int meta_create(struct meta_node *dir, const char *name, enum meta_kind kind, st
 	struct meta_node *n = node_new(dir->store, kind, dir->area, name);
 	if (!n)
 		return -ENOMEM;
-	if (kind == META_ALLOC && !(n->tag = strdup("default"))) {
-		node_free(n);
-		return -ENOMEM;
-	}
-	int e = meta_link(dir, n);
-	if (e) {
+	n->marks = META_NEW;
+	int e = kind == META_ALLOC && !(n->tag = strdup("default")) ? -ENOMEM : meta_undo_grew(dir);
+	if (e || (e = meta_link(dir, n))) {
 		node_free(n);
 		return e;
 	}
@@ -356,9 +359,13 @@ int meta_remove(struct meta_node *n)
 	if (n->kind == META_DIR && n->nkids)
 		return -ENOTEMPTY;
 	struct meta_node *dir = n->parent;
+	int e = meta_undo_removed(n);
+	if (e)
+		return e;
 	unlink_node(n);
 	clock_gettime(CLOCK_REALTIME, &dir->mtime);
-	meta_unhold(n);
+	if (n->marks & META_NEW)
+		meta_unhold(n); /* else the undo record keeps the tree's hold */
 	return 0;
 }
 
@@ -396,8 +403,8 @@ int meta_set_tag(struct meta_node *n, const char *tag, size_t len)
 {
 	if (n->kind != META_ALLOC || !gmsfs_tag_valid(tag, len))
 		return -EINVAL;
-	meta_dirty(n);
-	return meta_set_str(n, tag, len);
+	int e = meta_save(n);
+	return e ? e : meta_set_str(n, tag, len);
 }
 
 int meta_path(const struct meta_node *n, char *buf, size_t size)

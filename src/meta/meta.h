@@ -1,6 +1,6 @@
 /* meta: the layout of one store.  Two trees (allocs/ and meta/) of
- * directories, allocations and metadata entries; the committed snapshot that
- * a rollback returns to; validation at commit; the layout hash.
+ * directories, allocations and metadata entries; what a rollback needs to return
+ * to the last commit (only what changed since); validation at commit; the layout hash.
  *
  * No locking here: the caller serializes.  Errors are -errno. */
 #ifndef GMSFS_META_H
@@ -20,18 +20,22 @@ enum meta_area { META_AREA_ALLOCS, META_AREA_META };
 
 struct meta_store;
 
-/* Strings a node shares with the committed snapshot (copy on write): the node may not
- * change or free them; the snapshot gives them back when it is dropped. */
+/* A node's marks.  The first two: strings a node shares with the undo log (copy on
+ * write): the node may not change or free them; the log gives them back when it is
+ * forgotten.  The rest say what the log knows of the node since the last commit. */
 #define META_SHARED_STR   0x1u /* an allocation's tag, an entry's allocation path */
 #define META_SHARED_VALUE 0x2u /* an entry's value */
+#define META_NEW          0x4u /* made since the commit: a rollback removes it */
+#define META_SAVED        0x8u /* its committed fields are in the log */
+#define META_GREW         0x10u /* a committed directory with new children */
 
 struct meta_node {
 	uint32_t magic;            /* META_NODE_MAGIC: the daemon uses addresses as inode numbers */
 	uint8_t kind;              /* enum meta_kind: which member of the union below is used */
 	uint8_t area;              /* enum meta_area */
 	bool linked;               /* part of the live layout */
-	uint8_t shared;            /* META_SHARED_* */
-	uint32_t holds;            /* live layout + snapshot + callers' references */
+	uint8_t marks;             /* META_SHARED_*, META_NEW, META_SAVED, META_GREW */
+	uint32_t holds;            /* live layout + undo log + callers' references */
 	uint32_t slot;             /* position in the parent's kids, or in the graveyard */
 	struct meta_node *parent;  /* NULL for an area's root */
 	struct meta_store *store;  /* NULL once the store is gone */
@@ -83,7 +87,7 @@ void meta_set_graveyard(struct meta_store *s, struct meta_graveyard *g);
 void meta_graveyard_free(struct meta_graveyard *g);
 /* The ctx of the node's store, or NULL once the node has left every store. */
 void *meta_context(const struct meta_node *n);
-/* Unlinks everything, drops the snapshot (memory is released as holds end). */
+/* Unlinks everything, forgets the undo log (memory is released as holds end). */
 void meta_store_free(struct meta_store *s);
 
 struct meta_node *meta_root(struct meta_store *s, enum meta_area area);
@@ -144,7 +148,7 @@ struct meta_put {
 int meta_put_entries(struct meta_store *s, const struct meta_put *v, size_t n, char *err, size_t errlen);
 int meta_delete_entries(struct meta_store *s, const char *const *keys, size_t n, char *err, size_t errlen);
 
-/* Commit: validate (on failure -EINVAL and a message in err), hash, snapshot. */
+/* Commit: validate (on failure -EINVAL and a message in err), hash, forget the undo log. */
 int meta_commit(struct meta_store *s, char *err, size_t errlen);
 /* Back to the last committed layout, or empty. */
 void meta_rollback(struct meta_store *s);

@@ -1,19 +1,11 @@
-/* Shared between meta.c and layout_hash.c; not part of the module's interface. */
+/* Shared by the files of src/meta; not part of the module's interface. */
 #ifndef GMSFS_META_INTERNAL_H
 #define GMSFS_META_INTERNAL_H
 #include "meta.h"
 
 #include <time.h>
 
-/* What a rollback restores of one node.  The strings are the node's own at commit,
- * shared with it (META_SHARED_*) until either side lets go. */
-struct meta_snap {
-	struct meta_node *node; /* held by the snapshot */
-	char *str;              /* an allocation's tag, an entry's allocation path */
-	char *value;
-	uint64_t offset, extent;
-	uint32_t value_len, flags;
-};
+struct meta_undo; /* undo.c */
 
 struct meta_store {
 	struct meta_node *root[2];
@@ -22,17 +14,17 @@ struct meta_store {
 	void (*changed)(struct meta_node *n, bool gone, void *ctx); /* meta_set_watch */
 	struct meta_graveyard *grave;
 	struct meta_stats stats;
-	struct meta_snap *snap; /* pre-order: parents before children */
-	size_t nsnap;
+	struct meta_undo *undo;    /* what changed since the commit, in order */
+	size_t nundo, undo_cap;
 	bool committed;
-	bool dirty;                /* the live layout may differ from the snapshot: rollback has work */
+	bool dirty;                /* the live layout may differ from the commit: rollback has work */
 	char hash_hex[33];
 	uint8_t hash[16];          /* the same digest, canonical bytes */
 };
 
 struct meta_nodes { struct meta_node **v; size_t n, cap; };
 
-/* A change to the live layout: a rollback must undo it (one that finds nothing changed
+/* A change to the live layout: a rollback has work (one that finds nothing changed
  * costs nothing, so an open-and-close writer is O(1) in the store's size). */
 static inline void meta_dirty(struct meta_node *n)
 {
@@ -64,7 +56,13 @@ void meta_unhold(struct meta_node *n);                       /* the last hold fr
 int meta_collect(struct meta_node *n, void *arg);            /* meta_walk into a meta_nodes */
 /* Unlink the whole live layout; the nodes (still holding their tree hold) go to v. */
 int meta_unlink_all(struct meta_store *s, struct meta_nodes *v);
-/* snapshot.c */
-void meta_snapshot_drop(struct meta_store *s);
+void meta_unlink_free(struct meta_node *n);                  /* out of the live layout, its hold dropped */
+/* undo.c: each call before the change it prepares for; -ENOMEM changes nothing. */
+int meta_undo_reserve(struct meta_store *s, size_t k);      /* room for k records: those calls cannot fail */
+int meta_save(struct meta_node *n);        /* before a field of n changes (the first change is logged) */
+int meta_undo_grew(struct meta_node *dir); /* before a new child is linked into dir */
+int meta_undo_removed(struct meta_node *n); /* before n is unlinked: the record keeps its tree hold */
+/* Commit (the new nodes become committed) or the store's end: the log lets go of what it holds. */
+void meta_undo_forget(struct meta_store *s, bool commit);
 
 #endif

@@ -1,7 +1,7 @@
 /* libFuzzer target: every input parser of a store (names, allocation paths,
  * offsets, extents, the private flag, tags, value writes, batches of entries)
- * driven by arbitrary bytes, then commit and rollback.  Invariants: no crash, no leak, a refused call changes nothing,
- * a committed hash survives any rollback. */
+ * driven by arbitrary bytes, removals, then commit and rollback.  Invariants: no crash, no leak, a refused call
+ * changes nothing, a committed hash survives any rollback.  The nodes a and e stay (the loop points at them). */
 #include "../../src/meta/meta.h"
 
 #include <errno.h>
@@ -37,7 +37,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		i += len;
 		uint64_t before = e->offset, extent = e->extent;
 		struct meta_node *n;
-		switch (op % 11) {
+		const char *one[1] = { buf };
+		uint8_t d0[16], d1[16];
+		switch (op % 14) {
 		case 0:
 			if (meta_entry_set_offset(e, buf, len) && e->offset != before)
 				abort();
@@ -61,7 +63,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			struct meta_put p[2] = { { .key = "ok", .alloc = "a", .value = "v", .value_len = 1 },
 						 { .key = buf, .alloc = "a", .offset = before, .extent = len, .value = buf,
 						   .value_len = len } };
-			uint8_t d0[16], d1[16];
 			meta_layout_hash(s, d0);
 			if (meta_put_entries(s, p, 2, err, sizeof err)) {
 				meta_layout_hash(s, d1);
@@ -70,6 +71,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			}
 			break;
 		}
+		case 11: /* a node by name, in either area, or a directory left empty */
+			n = meta_lookup(meta_root(s, op & 8 ? META_AREA_META : META_AREA_ALLOCS), buf);
+			if (n && n != a && n != e)
+				meta_remove(n);
+			break;
+		case 12:
+		case 13:
+			if (!strcmp(buf, op % 14 == 12 ? "e" : "a") || (e->alloc && !strcmp(buf, e->alloc)))
+				break; /* freeing e's allocation would remove e */
+			meta_layout_hash(s, d0);
+			if ((op % 14 == 12 ? meta_delete_entries : meta_free_allocs)(s, one, 1, err, sizeof err)) {
+				meta_layout_hash(s, d1);
+				if (memcmp(d0, d1, 16))
+					abort();
+			}
+			break;
 		case 7:
 			meta_rollback(s);
 			if (strcmp(hash, meta_hash_hex(s)))

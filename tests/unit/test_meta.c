@@ -268,35 +268,50 @@ int main(void)
 		meta_store_free(u);
 	}
 
-	/* Copy on write: the snapshot shares the nodes' strings (a commit copies none); a
-	 * change copies first and never touches what a rollback returns to. */
+	/* The undo log: a commit keeps no copy of the store; a committed node's first change
+	 * saves its fields, sharing the strings (copy on write), and a write never touches
+	 * what a rollback returns to. */
 	{
+		const unsigned shared = META_SHARED_STR | META_SHARED_VALUE;
 		struct meta_store *u = vector(0);
 		struct meta_node *kk = meta_resolve(u, META_AREA_META, "cfg/k");
 		struct meta_node *ka = meta_resolve(u, META_AREA_ALLOCS, "w/a");
-		is_int(meta_commit(u, err, sizeof err), 0, "cow: committed");
-		ok(kk->shared == (META_SHARED_STR | META_SHARED_VALUE) && ka->shared == META_SHARED_STR,
-		   "cow: the snapshot shares the entry's allocation path and value, and the tag");
-		const char *was = kk->value;
-		is_int(meta_entry_write(kk, 1, "E", 1), 0, "cow: write into a shared value");
-		ok(kk->value != was && !(kk->shared & META_SHARED_VALUE) && !memcmp(kk->value, "hEllo", 5),
-		   "cow: the write went to a copy of it");
-		is_int(meta_commit(u, err, sizeof err), 0, "cow: a second commit");
+		ok((kk->marks & META_NEW) && (ka->marks & META_NEW), "undo: before the first commit every node is new");
+		is_int(meta_commit(u, err, sizeof err), 0, "undo: committed");
+		ok(!kk->marks && !ka->marks && !ka->parent->marks, "undo: a commit leaves no marks and no record");
+		const char *was = kk->value, *path = kk->alloc;
+		is_int(meta_entry_set_offset(kk, "8", 1), 0, "undo: a first change");
+		ok((kk->marks & (shared | META_SAVED)) == (shared | META_SAVED) && kk->value == was && kk->alloc == path,
+		   "undo: it saved the entry's fields, sharing its strings");
+		is_int(meta_entry_write(kk, 1, "E", 1), 0, "undo: write into a shared value");
+		ok(kk->value != was && !(kk->marks & META_SHARED_VALUE) && !memcmp(kk->value, "hEllo", 5),
+		   "undo: the write went to a copy of it");
+		is_int(meta_commit(u, err, sizeof err), 0, "undo: a second commit");
+		ok(!kk->marks, "undo: the commit gave the strings back (valgrind and ASan: each freed once)");
 		char second[33];
 		snprintf(second, sizeof second, "%s", hash(u));
-		is_int(meta_commit(u, err, sizeof err), 0, "cow: a third with nothing changed hands the strings over");
 		meta_entry_truncate(kk, 1);
 		meta_entry_write(kk, 3, "Z", 1);
 		meta_entry_set_alloc(kk, "w/b", 3);
 		meta_set_tag(ka, "other", 5);
-		ok(!kk->shared && !ka->shared, "cow: every change let go of what it shared");
+		ok(!(kk->marks & shared) && !(ka->marks & shared), "undo: every change let go of what it shared");
+		struct meta_node *nd;
+		is_int(meta_create(meta_root(u, META_AREA_META), "newdir", META_DIR, &nd), 0, "undo: a new directory");
+		ok((nd->marks & META_NEW) && (meta_root(u, META_AREA_META)->marks & META_GREW), "undo: marked new, its parent grew");
+		is_int(meta_create(nd, "e", META_ENTRY, NULL), 0, "undo: an entry in it");
+		is_int(meta_remove(ka), 0, "undo: a committed allocation removed");
+		is_int(meta_remove(meta_resolve(u, META_AREA_META, "cfg/k")), 0, "undo: and a committed entry");
+		is_int(meta_remove(meta_resolve(u, META_AREA_META, "cfg")), 0, "undo: and its directory");
 		meta_rollback(u);
-		is_str(hash(u), second, "cow: the rollback returns to the last commit");
-		ok(!memcmp(kk->value, "hEllo", 5) && kk->value_len == 5 && !strcmp(ka->tag, "weights"),
-		   "cow: value, length and tag as committed");
+		is_str(hash(u), second, "undo: the rollback returns to the last commit");
+		ok(meta_resolve(u, META_AREA_META, "cfg/k") == kk && meta_resolve(u, META_AREA_ALLOCS, "w/a") == ka,
+		   "undo: the same nodes are back");
+		ok(!memcmp(kk->value, "hEllo", 5) && kk->value_len == 5 && !strcmp(ka->tag, "weights") && !kk->marks &&
+		   !ka->marks, "undo: value, length and tag as committed, no marks left");
+		ok(meta_resolve(u, META_AREA_META, "newdir") == NULL, "undo: the new directory is gone");
 		meta_rollback(u);
-		is_str(hash(u), second, "cow: and again");
-		meta_store_free(u); /* valgrind and ASan see every string freed once */
+		is_str(hash(u), second, "undo: and again");
+		meta_store_free(u);
 	}
 
 	/* Validation of names, paths, offsets, tags, sizes. */
