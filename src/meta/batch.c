@@ -203,13 +203,13 @@ struct put_state {
 	uint32_t value_len;
 	uint64_t offset, extent;
 	uint32_t flags;
-	uint8_t shared; /* META_SHARED_* of the strings: those the undo log holds are not freed */
+	uint8_t shared; /* META_SHARED_VALUE: the undo log holds the value, which is not freed */
 };
 
 static void swap_in(struct put_state *p)
 {
 	struct meta_node *n = p->node;
-	const uint8_t mask = META_SHARED_STR | META_SHARED_VALUE;
+	const uint8_t mask = META_SHARED_VALUE;
 	struct put_state was = { n, n->alloc, n->value, n->value_len, n->offset, n->extent, n->flags, n->marks & mask };
 	n->alloc = p->alloc, n->value = p->value, n->value_len = p->value_len;
 	n->offset = p->offset, n->extent = p->extent, n->flags = p->flags;
@@ -264,7 +264,7 @@ int meta_put_entries(struct meta_store *s, const struct meta_put *v, size_t n, c
 	}
 	int e = 0;
 	for (size_t i = 0; i < n && !e; i++) {
-		ps[i].alloc = strdup(v[i].alloc);
+		ps[i].alloc = meta_intern(s, v[i].alloc, strlen(v[i].alloc));
 		ps[i].value = malloc(v[i].value_len ? v[i].value_len : 1);
 		if (!ps[i].alloc || !ps[i].value) {
 			e = -ENOMEM;
@@ -303,8 +303,7 @@ int meta_put_entries(struct meta_store *s, const struct meta_put *v, size_t n, c
 		fail(err, errlen, e, "entries: %s", strerror(-e));
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (!(ps[i].shared & META_SHARED_STR))
-			free(ps[i].alloc);
+		meta_unref(ps[i].alloc);
 		if (!(ps[i].shared & META_SHARED_VALUE))
 			free(ps[i].value);
 	}

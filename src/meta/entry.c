@@ -77,7 +77,7 @@ int meta_entry_unset(struct meta_node *n, enum meta_entry_attr what)
 		return e;
 	switch (what) {
 	case META_ATTR_ALLOC:
-		meta_put_str(n, &n->alloc, META_SHARED_STR, NULL);
+		meta_put_ref(&n->alloc, NULL);
 		break;
 	case META_ATTR_OFFSET:
 		n->offset = 0;

@@ -24,19 +24,24 @@ static struct meta_node *node_new(struct meta_store *s, enum meta_kind kind, enu
 	return n;
 }
 
-/* The string field of n that META_SHARED_STR covers, or NULL for a directory. */
+/* The interned string field of n, or NULL for a directory. */
 char **meta_str_of(struct meta_node *n)
 {
 	return n->kind == META_ALLOC ? &n->tag : n->kind == META_ENTRY ? &n->alloc : NULL;
 }
 
-/* Replace a string field of n with p; the old one is freed unless the undo log shares it. */
-void meta_put_str(struct meta_node *n, char **field, unsigned bit, char *p)
+void meta_put_value(struct meta_node *n, char *p)
 {
-	if (*field != p && !(n->marks & bit))
-		free(*field);
+	if (n->value != p && !(n->marks & META_SHARED_VALUE))
+		free(n->value);
+	n->value = p;
+	n->marks &= ~META_SHARED_VALUE;
+}
+
+void meta_put_ref(char **field, char *p)
+{
+	meta_unref(*field);
 	*field = p;
-	n->marks &= ~bit;
 }
 
 static void node_free(struct meta_node *n)
@@ -46,9 +51,9 @@ static void node_free(struct meta_node *n)
 		free(n->kids);
 		free(n->index);
 	} else {
-		meta_put_str(n, meta_str_of(n), META_SHARED_STR, NULL);
+		meta_put_ref(meta_str_of(n), NULL);
 		if (n->kind == META_ENTRY)
-			meta_put_str(n, &n->value, META_SHARED_VALUE, NULL);
+			meta_put_value(n, NULL);
 	}
 	free(n);
 }
@@ -285,6 +290,7 @@ void meta_store_free(struct meta_store *s)
 			s->root[a]->linked = false;
 			meta_unhold(s->root[a]);
 		}
+	meta_strtab_free(&s->strs);
 	free(s);
 }
 
@@ -339,7 +345,7 @@ int meta_create(struct meta_node *dir, const char *name, enum meta_kind kind, st
 	if (!n)
 		return -ENOMEM;
 	n->marks = META_NEW;
-	int e = kind == META_ALLOC && !(n->tag = strdup("default")) ? -ENOMEM : meta_undo_grew(dir);
+	int e = kind == META_ALLOC && !(n->tag = meta_intern(dir->store, "default", 7)) ? -ENOMEM : meta_undo_grew(dir);
 	if (e || (e = meta_link(dir, n))) {
 		node_free(n);
 		return e;
@@ -390,12 +396,10 @@ int meta_alloc_size(struct meta_node *n, uint64_t size, uint64_t aligned, void *
 
 int meta_set_str(struct meta_node *n, const char *src, size_t len)
 {
-	char *p = malloc(len + 1);
+	char *p = meta_intern(n->store, src, len);
 	if (!p)
 		return -ENOMEM;
-	memcpy(p, src, len);
-	p[len] = '\0';
-	meta_put_str(n, meta_str_of(n), META_SHARED_STR, p);
+	meta_put_ref(meta_str_of(n), p);
 	return 0;
 }
 

@@ -20,21 +20,19 @@ enum meta_area { META_AREA_ALLOCS, META_AREA_META };
 
 struct meta_store;
 
-/* A node's marks.  The first two: strings a node shares with the undo log (copy on
- * write): the node may not change or free them; the log gives them back when it is
- * forgotten.  The rest say what the log knows of the node since the last commit. */
-#define META_SHARED_STR   0x1u /* an allocation's tag, an entry's allocation path */
-#define META_SHARED_VALUE 0x2u /* an entry's value */
-#define META_NEW          0x4u /* made since the commit: a rollback removes it */
-#define META_SAVED        0x8u /* its committed fields are in the log */
-#define META_GREW         0x10u /* a committed directory with new children */
+/* A node's marks: what the undo log knows of it since the last commit. */
+#define META_SHARED_VALUE 0x1u /* the log holds the entry's value too (copy on write): the
+				* node may not change or free it; the log gives it back */
+#define META_NEW          0x2u /* made since the commit: a rollback removes it */
+#define META_SAVED        0x4u /* its committed fields are in the log */
+#define META_GREW         0x8u /* a committed directory with new children */
 
 struct meta_node {
 	uint32_t magic;            /* META_NODE_MAGIC: the daemon uses addresses as inode numbers */
 	uint8_t kind;              /* enum meta_kind: which member of the union below is used */
 	uint8_t area;              /* enum meta_area */
 	bool linked;               /* part of the live layout */
-	uint8_t marks;             /* META_SHARED_*, META_NEW, META_SAVED, META_GREW */
+	uint8_t marks;             /* META_SHARED_VALUE, META_NEW, META_SAVED, META_GREW */
 	uint32_t holds;            /* live layout + undo log + callers' references */
 	uint32_t slot;             /* position in the parent's kids, or in the graveyard */
 	struct meta_node *parent;  /* NULL for an area's root */
@@ -53,11 +51,11 @@ struct meta_node {
 		struct { /* META_ALLOC */
 			uint64_t size;     /* requested size; 0 until sized */
 			uint64_t aligned;  /* size rounded up by the backend */
-			char *tag;
+			char *tag;         /* interned (meta_intern) */
 			void *buf;         /* the backend's memory, released through the store's hook */
 		};
 		struct { /* META_ENTRY */
-			char *alloc;       /* allocation path relative to allocs/, or NULL */
+			char *alloc;       /* allocation path relative to allocs/, or NULL; interned */
 			char *value;
 			uint64_t offset;
 			uint64_t extent;   /* bytes from offset that the entry describes; 0: none */

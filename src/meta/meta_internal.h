@@ -6,6 +6,8 @@
 #include <time.h>
 
 struct meta_undo; /* undo.c */
+struct meta_str;  /* intern.c */
+struct meta_strtab { struct meta_str **v; size_t n, cap; };
 
 struct meta_store {
 	struct meta_node *root[2];
@@ -14,6 +16,7 @@ struct meta_store {
 	void (*changed)(struct meta_node *n, bool gone, void *ctx); /* meta_set_watch */
 	struct meta_graveyard *grave;
 	struct meta_stats stats;
+	struct meta_strtab strs;   /* interned strings */
 	struct meta_undo *undo;    /* what changed since the commit, in order */
 	size_t nundo, undo_cap;
 	bool committed;
@@ -48,15 +51,21 @@ static inline void meta_changed(struct meta_node *n)
 struct meta_check { struct meta_store *store; char *err; size_t errlen; };
 
 /* meta.c */
-char **meta_str_of(struct meta_node *n); /* the field META_SHARED_STR covers; NULL for a directory */
-void meta_put_str(struct meta_node *n, char **field, unsigned bit, char *p);
-int meta_set_str(struct meta_node *n, const char *src, size_t len); /* a copy into meta_str_of(n) */
+char **meta_str_of(struct meta_node *n); /* the interned field (tag, allocation path); NULL for a directory */
+void meta_put_value(struct meta_node *n, char *p); /* the old value is freed unless the undo log shares it */
+void meta_put_ref(char **field, char *p);   /* an interned field takes p's reference, drops its own */
+int meta_set_str(struct meta_node *n, const char *src, size_t len); /* interned into meta_str_of(n) */
 int meta_link(struct meta_node *dir, struct meta_node *n);  /* into the live layout */
 void meta_unhold(struct meta_node *n);                       /* the last hold frees */
 int meta_collect(struct meta_node *n, void *arg);            /* meta_walk into a meta_nodes */
 /* Unlink the whole live layout; the nodes (still holding their tree hold) go to v. */
 int meta_unlink_all(struct meta_store *s, struct meta_nodes *v);
 void meta_unlink_free(struct meta_node *n);                  /* out of the live layout, its hold dropped */
+/* intern.c: counted strings, one copy per store of each (NULL: out of memory). */
+char *meta_intern(struct meta_store *s, const char *p, size_t len);
+char *meta_ref(char *p);                   /* one more reference; p may be NULL */
+void meta_unref(char *p);                  /* the last frees; p may be NULL */
+void meta_strtab_free(struct meta_strtab *t); /* strings still held outlive it */
 /* undo.c: each call before the change it prepares for; -ENOMEM changes nothing. */
 int meta_undo_reserve(struct meta_store *s, size_t k);      /* room for k records: those calls cannot fail */
 int meta_save(struct meta_node *n);        /* before a field of n changes (the first change is logged) */

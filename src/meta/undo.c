@@ -17,7 +17,7 @@ struct meta_undo {
 	struct meta_node *node;
 	uint8_t kind;           /* enum undo_kind */
 	uint32_t value_len, flags;
-	char *str;              /* FIELDS: an allocation's tag, an entry's allocation path */
+	char *str;              /* FIELDS: an allocation's tag, an entry's allocation path (a reference) */
 	char *value;
 	uint64_t offset, extent;
 };
@@ -61,10 +61,9 @@ int meta_save(struct meta_node *n)
 	int e = record(n, UNDO_FIELDS, &r);
 	if (e)
 		return e;
-	/* The record takes the strings; the node shares them until it changes one. */
-	char **str = meta_str_of(n);
-	if ((r->str = *str))
-		n->marks |= META_SHARED_STR;
+	/* The record takes a reference to the interned string, and the value, which the node
+	 * shares until it changes it. */
+	r->str = meta_ref(*meta_str_of(n));
 	if (n->kind == META_ENTRY) {
 		if ((r->value = n->value))
 			n->marks |= META_SHARED_VALUE;
@@ -92,11 +91,11 @@ int meta_undo_removed(struct meta_node *n)
 	return n->store && !(n->marks & META_NEW) ? record(n, UNDO_REMOVED, NULL) : 0;
 }
 
-/* A string the record holds: the node gets it back if it still shares it, else it goes. */
-static void give_back(struct meta_node *n, char *p, unsigned bit)
+/* The value the record holds: the node gets it back if it still shares it, else it goes. */
+static void give_back(struct meta_node *n, char *p)
 {
-	if (p && (n->marks & bit))
-		n->marks &= ~bit; /* the node's field is p */
+	if (p && (n->marks & META_SHARED_VALUE))
+		n->marks &= ~META_SHARED_VALUE; /* the node's value is p */
 	else
 		free(p);
 }
@@ -128,8 +127,8 @@ void meta_undo_forget(struct meta_store *s, bool commit)
 		struct meta_undo *r = &s->undo[i];
 		struct meta_node *n = r->node;
 		if (r->kind == UNDO_FIELDS) {
-			give_back(n, r->str, META_SHARED_STR);
-			give_back(n, r->value, META_SHARED_VALUE);
+			meta_unref(r->str);
+			give_back(n, r->value);
 			n->marks &= ~META_SAVED;
 		} else if (r->kind == UNDO_GREW) {
 			n->marks &= ~META_GREW;
@@ -146,9 +145,9 @@ void meta_undo_forget(struct meta_store *s, bool commit)
 /* The node's fields as the record saved them; the node owns the strings again. */
 static void restore(struct meta_node *n, struct meta_undo *r)
 {
-	meta_put_str(n, meta_str_of(n), META_SHARED_STR, r->str);
+	meta_put_ref(meta_str_of(n), r->str);
 	if (n->kind == META_ENTRY) {
-		meta_put_str(n, &n->value, META_SHARED_VALUE, r->value);
+		meta_put_value(n, r->value);
 		n->value_len = r->value_len;
 		n->offset = r->offset;
 		n->extent = r->extent;

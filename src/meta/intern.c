@@ -1,0 +1,127 @@
+/* intern: the strings that many nodes repeat (an entry's allocation path, an
+ * allocation's tag), kept once per store and counted: a million entries that name
+ * one allocation hold one copy of its path.  A node's field points at the bytes,
+ * so readers see a plain string; only meta_ref and meta_unref know the header. */
+#include "meta.h"
+#include "hash.h"
+#include "meta_internal.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct meta_str {
+	struct meta_strtab *tab; /* the store's table; NULL once the store is gone */
+	uint32_t refs;
+	uint32_t len;
+	char s[];
+};
+
+static struct meta_str *str_of(const char *p)
+{
+	return (struct meta_str *)(p - offsetof(struct meta_str, s));
+}
+
+static int tab_grow(struct meta_strtab *t)
+{
+	size_t cap = t->cap ? t->cap * 2 : 16;
+	struct meta_str **v = calloc(cap, sizeof *v);
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < t->cap; i++) {
+		struct meta_str *x = t->v[i];
+		if (!x)
+			continue;
+		size_t j = name_hash_len(x->s, x->len) & (cap - 1);
+		while (v[j])
+			j = (j + 1) & (cap - 1);
+		v[j] = x;
+	}
+	free(t->v);
+	t->v = v;
+	t->cap = cap;
+	return 0;
+}
+
+static struct meta_str *str_new(struct meta_strtab *t, const char *p, size_t len)
+{
+	struct meta_str *x = malloc(sizeof *x + len + 1);
+	if (!x)
+		return NULL;
+	*x = (struct meta_str){ .tab = t, .refs = 1, .len = (uint32_t)len };
+	memcpy(x->s, p, len);
+	x->s[len] = '\0';
+	return x;
+}
+
+char *meta_intern(struct meta_store *s, const char *p, size_t len)
+{
+	if (!s) { /* a node out of every store: a string of its own */
+		struct meta_str *x = str_new(NULL, p, len);
+		return x ? x->s : NULL;
+	}
+	struct meta_strtab *t = &s->strs;
+	if ((t->n + 1) * 4 > t->cap * 3 && tab_grow(t)) /* at most 3/4 full */
+		return NULL;
+	size_t mask = t->cap - 1, i = name_hash_len(p, len) & mask;
+	for (; t->v[i]; i = (i + 1) & mask)
+		if (t->v[i]->len == len && !memcmp(t->v[i]->s, p, len)) {
+			t->v[i]->refs++;
+			return t->v[i]->s;
+		}
+	struct meta_str *x = str_new(t, p, len);
+	if (!x)
+		return NULL;
+	t->v[i] = x;
+	t->n++;
+	return x->s;
+}
+
+char *meta_ref(char *p)
+{
+	if (p)
+		str_of(p)->refs++;
+	return p;
+}
+
+void meta_unref(char *p)
+{
+	if (!p)
+		return;
+	struct meta_str *x = str_of(p);
+	if (--x->refs)
+		return;
+	struct meta_strtab *t = x->tab;
+	if (t) {
+		/* Backward-shift deletion, as the directories' index. */
+		size_t mask = t->cap - 1, i = name_hash_len(x->s, x->len) & mask, j;
+		while (t->v[i] != x)
+			i = (i + 1) & mask;
+		t->v[i] = NULL;
+		for (j = i;;) {
+			j = (j + 1) & mask;
+			struct meta_str *k = t->v[j];
+			if (!k)
+				break;
+			size_t home = name_hash_len(k->s, k->len) & mask;
+			if (((j - home) & mask) >= ((j - i) & mask)) {
+				t->v[i] = k;
+				t->v[j] = NULL;
+				i = j;
+			}
+		}
+		t->n--;
+	}
+	free(x);
+}
+
+void meta_strtab_free(struct meta_strtab *t)
+{
+	/* Nodes that outlive their store (the kernel still knows them) keep their strings. */
+	for (size_t i = 0; i < t->cap; i++)
+		if (t->v[i])
+			t->v[i]->tab = NULL;
+	free(t->v);
+	*t = (struct meta_strtab){0};
+}
