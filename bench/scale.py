@@ -84,15 +84,16 @@ def kernel_nodes():
 
 
 def forgets_settled():
-    """The nodes a removed store's listings gave the kernel are freed at its forgets, which
-    follow rmdir asynchronously: wait (at most 5 s) until the count stops falling."""
+    """The nodes a removed store's listings gave the kernel are freed at its forgets, and the
+    store itself at the forget of its directory; both follow rmdir asynchronously: wait (at
+    most 5 s) until the count of nodes and the daemon's memory stop falling."""
     t, last = T(), None
     while T() - t < 5:
-        n = kernel_nodes()
-        if n == last:
+        now = (kernel_nodes(), anon())
+        if now == last:
             break
-        last = n
-        time.sleep(0.1)
+        last = now
+        time.sleep(0.25)
     return T() - t
 
 
