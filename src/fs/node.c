@@ -48,7 +48,7 @@ bool node_is_dir(const struct obj *o)
 
 static void layout_attr(const struct meta_node *m, struct stat *s)
 {
-	s->st_mtim = s->st_ctim = s->st_atim = m->mtime;
+	s->st_mtim = s->st_ctim = s->st_atim = meta_mtime(m);
 	if (m->kind == META_DIR) {
 		s->st_mode = S_IFDIR | 0755;
 		s->st_nlink = 2;

@@ -20,7 +20,7 @@ static struct meta_node *node_new(struct meta_store *s, enum meta_kind kind, enu
 	n->kind = kind;
 	n->area = area;
 	n->store = s;
-	clock_gettime(CLOCK_REALTIME, &n->mtime);
+	meta_touch(n);
 	return n;
 }
 
@@ -350,7 +350,7 @@ int meta_create(struct meta_node *dir, const char *name, enum meta_kind kind, st
 		node_free(n);
 		return e;
 	}
-	dir->mtime = n->mtime;
+	dir->mtime_ns = n->mtime_ns;
 	if (out)
 		*out = n;
 	return 0;
@@ -369,7 +369,7 @@ int meta_remove(struct meta_node *n)
 	if (e)
 		return e;
 	unlink_node(n);
-	clock_gettime(CLOCK_REALTIME, &dir->mtime);
+	meta_touch(dir);
 	if (n->marks & META_NEW)
 		meta_unhold(n); /* else the undo record keeps the tree's hold */
 	return 0;

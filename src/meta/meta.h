@@ -39,7 +39,7 @@ struct meta_node {
 	struct meta_store *store;  /* NULL once the store is gone */
 	struct meta_graveyard *grave; /* where it waits for its last forget, once out of every store */
 	uint64_t lookups;          /* the kernel's references: keep the struct, not the memory */
-	struct timespec mtime;
+	int64_t mtime_ns;          /* nanoseconds since the epoch (meta_mtime) */
 
 	union { /* by kind: a store of a million entries pays for the largest alone */
 		struct { /* META_DIR: children, as a vector (readdir order) and an index by name */
@@ -66,6 +66,11 @@ struct meta_node {
 
 	char name[];               /* fixed for the node's life (no rename): kept inline */
 };
+
+static inline struct timespec meta_mtime(const struct meta_node *n)
+{
+	return (struct timespec){ .tv_sec = n->mtime_ns / 1000000000, .tv_nsec = n->mtime_ns % 1000000000 };
+}
 
 /* ctx is given back to release_buf and by meta_context(). */
 struct meta_store *meta_store_new(void (*release_buf)(void *buf, void *ctx), void *ctx);

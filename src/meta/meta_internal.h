@@ -41,10 +41,17 @@ static inline void meta_watch(struct meta_node *n, bool gone)
 	if (n->lookups && s && s->changed)
 		s->changed(n, gone, s->release_ctx);
 }
+/* n was changed now. */
+static inline void meta_touch(struct meta_node *n)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	n->mtime_ns = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
 /* n's bytes or size changed: a new mtime, a rollback has work, the kernel is told. */
 static inline void meta_changed(struct meta_node *n)
 {
-	clock_gettime(CLOCK_REALTIME, &n->mtime);
+	meta_touch(n);
 	meta_dirty(n);
 	meta_watch(n, false);
 }
