@@ -85,13 +85,12 @@ def kernel_nodes():
 
 def forgets_settled():
     """The nodes a removed store's listings gave the kernel are freed at its forgets, and the
-    store itself at the forget of its directory; both follow rmdir asynchronously: wait (at
-    most 5 s) until the count of nodes and the daemon's memory stop falling."""
-    t, last = T(), None
-    while T() - t < 5:
+    rest at the forget of the store's directory; both follow rmdir asynchronously: wait (at
+    most 5 s) until the count of nodes and the daemon's memory have stayed put for 1 s."""
+    t, last, same = T(), None, 0
+    while T() - t < 5 and same < 4:
         now = (kernel_nodes(), anon())
-        if now == last:
-            break
+        same = same + 1 if now == last else 0
         last = now
         time.sleep(0.25)
     return T() - t

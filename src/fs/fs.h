@@ -23,6 +23,9 @@
 #include "../vmm/vmm.h"
 
 #define FS_NODE_MAGIC 0x67666e64u /* "gfnd" */
+/* A call or commit over this many items leaves enough free memory in malloc's arenas
+ * to be worth giving back (malloc_trim, a few ms for a big heap). */
+#define FS_TRIM_ITEMS 10000
 
 enum fs_kind {
 	FS_ROOT, FS_DEVICE, FS_STATUS, FS_METRICS, FS_STORE,

@@ -9,6 +9,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -427,6 +428,7 @@ int rpc_serve(struct fs *fs, const struct rpc_req *r)
 		send_error(r->sock, e, "%s", why);
 		return 0; /* malformed: drop the connection */
 	}
+	size_t items = body.nallocs + body.nentries + body.nnames;
 	bool manifest = false;
 	switch (r->op) {
 	case GMSFS_OP_REDEEM:
@@ -473,6 +475,11 @@ int rpc_serve(struct fs *fs, const struct rpc_req *r)
 	}
 	if (se)
 		fuse_log(FUSE_LOG_WARNING, "gmsfs: socket: pid %d: sending the reply: %s\n", (int)r->pid, strerror(-se));
+	items += s.na + s.ne;
 	xset_free(&s);
+	/* A call of many items (a big export, a bulk put) leaves large free blocks in
+	 * malloc's arenas: give them back, or the daemon keeps them for good. */
+	if (items >= FS_TRIM_ITEMS)
+		malloc_trim(0);
 	return se ? 0 : 1;
 }

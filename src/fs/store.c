@@ -353,6 +353,10 @@ int store_commit(struct store *st)
 	}
 	fsm_commit(&st->fsm);
 	st->commits++;
+	struct meta_stats ms;
+	meta_stats(st->meta, &ms);
+	if (ms.allocations + ms.entries >= FS_TRIM_ITEMS)
+		malloc_trim(0); /* the hash's sorted copies of a big layout */
 	/* The downgrade: every handle of the session becomes a read handle at once. */
 	for (struct fs_handle *h = st->handles.next; h != &st->handles; h = h->next)
 		if (h->hold == HOLD_SESSION)
