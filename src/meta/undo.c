@@ -122,7 +122,8 @@ void meta_undo_forget(struct meta_store *s, bool commit)
 		for (size_t i = 0; i < s->nundo; i++)
 			if (s->undo[i].kind == UNDO_GREW)
 				settle_new(s->undo[i].node, false);
-	/* In order: a node's FIELDS come before the REMOVED that may free it. */
+	/* The holds last: a REMOVED record may free a node that a FIELDS record names (an
+	 * entry written through a handle after its unlink has its FIELDS after it). */
 	for (size_t i = 0; i < s->nundo; i++) {
 		struct meta_undo *r = &s->undo[i];
 		struct meta_node *n = r->node;
@@ -132,10 +133,11 @@ void meta_undo_forget(struct meta_store *s, bool commit)
 			n->marks &= ~META_SAVED;
 		} else if (r->kind == UNDO_GREW) {
 			n->marks &= ~META_GREW;
-		} else {
-			meta_unhold(n);
 		}
 	}
+	for (size_t i = 0; i < s->nundo; i++)
+		if (s->undo[i].kind == UNDO_REMOVED)
+			meta_unhold(s->undo[i].node);
 	free(s->undo);
 	s->undo = NULL;
 	s->nundo = s->undo_cap = 0;

@@ -313,6 +313,25 @@ int main(void)
 		meta_store_free(u);
 	}
 
+	/* A committed entry unlinked while a handle holds it, then written through the handle:
+	 * its save follows its removal in the log; commit and rollback free it once. */
+	for (int again = 0; again < 2; again++) {
+		struct meta_store *u = vector(0);
+		is_int(meta_commit(u, err, sizeof err), 0, "undo: committed (%d)", again);
+		struct meta_node *kk = meta_resolve(u, META_AREA_META, "cfg/k");
+		meta_hold(kk);
+		is_int(meta_remove(kk), 0, "undo: a held entry removed");
+		is_int(meta_entry_write(kk, 0, "X", 1), 0, "undo: and written through its handle");
+		meta_drop(kk);
+		if (again) {
+			meta_rollback(u);
+			is_str(hash(u), VECTOR, "undo: the rollback brings it back as committed");
+		} else {
+			is_int(meta_commit(u, err, sizeof err), 0, "undo: the commit lets it go (valgrind, ASan: once)");
+		}
+		meta_store_free(u);
+	}
+
 	/* Interned strings: the entries that name one allocation share one copy of its path,
 	 * the allocations one copy of a tag; a node the kernel still knows keeps its own past
 	 * the store's end (valgrind and ASan: every copy freed once). */
