@@ -163,6 +163,10 @@ int meta_free_allocs(struct meta_store *s, const char *const *paths, size_t n, c
 		return fail(err, errlen, -ENOMEM, "free: out of memory");
 	int e = 0;
 	for (size_t i = 0; i < n && !e; i++) {
+		if (!gmsfs_path_valid(paths[i], strlen(paths[i]))) {
+			e = fail(err, errlen, -EINVAL, "free[%zu]: '%s' is not a valid path", i, paths[i]);
+			break;
+		}
 		struct meta_node *a = meta_resolve(s, META_AREA_ALLOCS, paths[i]);
 		if (!a || a->kind != META_ALLOC) {
 			e = fail(err, errlen, a ? -EISDIR : -ENOENT, "free[%zu]: allocs/%s %s", i, paths[i],
@@ -315,6 +319,8 @@ int meta_put_entries(struct meta_store *s, const struct meta_put *v, size_t n, c
 int meta_delete_entries(struct meta_store *s, const char *const *keys, size_t n, char *err, size_t errlen)
 {
 	for (size_t i = 0; i < n; i++) {
+		if (!gmsfs_path_valid(keys[i], strlen(keys[i])))
+			return fail(err, errlen, -EINVAL, "keys[%zu]: '%s' is not a valid key", i, keys[i]);
 		struct meta_node *k = meta_resolve(s, META_AREA_META, keys[i]);
 		if (!k || k->kind != META_ENTRY)
 			return fail(err, errlen, k ? -EISDIR : -ENOENT, "keys[%zu]: meta/%s %s", i, keys[i],

@@ -148,6 +148,9 @@ static void batches(struct meta_store *s)
 	   meta_resolve(s, META_AREA_META, "cfg/k"), "takes the entries naming it, and only those");
 	const char *none[1] = { "b/none" };
 	is_int(meta_free_allocs(s, none, 1, err, sizeof err), -ENOENT, "freeing what does not exist");
+	const char *trailing[] = { "w/a/" };
+	is_int(meta_free_allocs(s, trailing, 1, err, sizeof err), -EINVAL, "free: a path with a trailing / is refused");
+	is_int(meta_delete_entries(s, trailing, 1, err, sizeof err), -EINVAL, "delete: a key with a trailing / is refused");
 	meta_rollback(s);
 	is_str(hash(s), VECTOR, "a rollback undoes every batch (and all since the commit)");
 	free((void *)before);
