@@ -35,26 +35,26 @@ static int parse_decimal(const char *text, size_t len, uint64_t *out)
 	return 0;
 }
 
-int meta_entry_set_offset(struct meta_node *n, const char *text, size_t len)
+/* A decimal field of an entry (offset, extent): checked, saved for rollback, set. */
+static int set_number(struct meta_node *n, uint64_t *field, const char *text, size_t len)
 {
 	uint64_t v;
 	if (n->kind != META_ENTRY || parse_decimal(text, len, &v))
 		return -EINVAL;
 	int e = meta_save(n);
 	if (!e)
-		n->offset = v;
+		*field = v;
 	return e;
+}
+
+int meta_entry_set_offset(struct meta_node *n, const char *text, size_t len)
+{
+	return set_number(n, &n->offset, text, len);
 }
 
 int meta_entry_set_extent(struct meta_node *n, const char *text, size_t len)
 {
-	uint64_t v;
-	if (n->kind != META_ENTRY || parse_decimal(text, len, &v))
-		return -EINVAL;
-	int e = meta_save(n);
-	if (!e)
-		n->extent = v;
-	return e;
+	return set_number(n, &n->extent, text, len);
 }
 
 int meta_entry_set_private(struct meta_node *n, const char *text, size_t len)
