@@ -5,6 +5,7 @@
  * committed directory that got new children (META_GREW).  Commit forgets the log;
  * rollback applies it.  Both cost what changed, not the store's size. */
 #include "meta.h"
+#include "grow.h"
 #include "meta_internal.h"
 
 #include <errno.h>
@@ -24,17 +25,7 @@ struct meta_undo {
 
 int meta_undo_reserve(struct meta_store *s, size_t k)
 {
-	if (s->nundo + k <= s->undo_cap)
-		return 0;
-	size_t cap = s->undo_cap ? s->undo_cap : 16;
-	while (cap < s->nundo + k)
-		cap *= 2;
-	struct meta_undo *v = realloc(s->undo, cap * sizeof *v);
-	if (!v)
-		return -ENOMEM;
-	s->undo = v;
-	s->undo_cap = cap;
-	return 0;
+	return ROOM(s->undo, s->nundo + k, s->undo_cap, 16);
 }
 
 static int record(struct meta_node *n, enum undo_kind kind, struct meta_undo **out)
