@@ -12,7 +12,11 @@
  *   per-file   a fresh process imports each allocation by name
  *   writer     gmsfs_create (create + map) per allocation, and gmsfs_create_many for
  *              all of them, against their own floor in the same process: cuMemCreate +
- *              export + import + reserve + map + access per allocation (medians of 3)
+ *              export + import + reserve + map + access per allocation (medians of 3);
+ *              and the same driver calls split as gmsfs splits them, since the daemon
+ *              owns the memory: a fresh process with no context creates and exports,
+ *              hands the fd over a socket, and the writer imports, reserves, maps and
+ *              sets access, one allocation at a time
  *   metadata   a bulk put of one entry per allocation, per entry
  * Medians of RUNS (default 5); ratios to the floor of the same run.
  *
@@ -104,6 +108,72 @@ static int child_floor(int sock)
 		CU(cu.cuMemSetAccess(va[i], aligned[i], &d, 1));
 	}
 	printf("ctx=%.3f a=%.3f b=0\n", ctx, now_ms() - t0);
+	return 0;
+}
+
+/* One descriptor and its aligned size over a SOCK_SEQPACKET socket. */
+static void send_fd(int sock, int fd, uint64_t aligned)
+{
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof u);
+	struct iovec iov = { &aligned, sizeof aligned };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof fd);
+	if (sendmsg(sock, &msg, 0) != sizeof aligned)
+		exit(1);
+}
+
+static int recv_fd(int sock, uint64_t *aligned)
+{
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { aligned, sizeof *aligned };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
+	struct cmsghdr *c = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) == sizeof *aligned ? CMSG_FIRSTHDR(&msg) : NULL;
+	int fd;
+	if (!c || c->cmsg_type != SCM_RIGHTS)
+		exit(1);
+	memcpy(&fd, CMSG_DATA(c), sizeof fd);
+	return fd;
+}
+
+/* The creating half of the split writer loop, as the daemon is: no context; makes
+ * and exports one allocation per size asked for, keeps them until the socket closes. */
+static int child_creator(int sock)
+{
+	char err[256];
+	if (cu_load(&cu, err, sizeof err))
+		return 1;
+	CU(cu.cuInit(0));
+	CU(cu.cuDeviceGet(&dev, 0));
+	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .location = { CU_MEM_LOCATION_TYPE_DEVICE, dev },
+				     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
+	size_t gran = 0, n = 0, cap = 0;
+	CU(cu.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	CUmemGenericAllocationHandle *h = NULL;
+	uint64_t size;
+	while (recv(sock, &size, sizeof size, 0) == sizeof size) {
+		if (n == cap && !(h = realloc(h, (cap = cap ? 2 * cap : 64) * sizeof *h)))
+			return 1;
+		int fd;
+		uint64_t aligned = (size + gran - 1) / gran * gran;
+		CU(cu.cuMemCreate(&h[n], aligned, &prop, 0));
+		CU(cu.cuMemExportToShareableHandle(&fd, h[n++], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+		send_fd(sock, fd, aligned); /* fd is kept, as the daemon keeps it */
+	}
+	for (size_t i = 0; i < n; i++)
+		cu.cuMemRelease(h[i]);
+	free(h);
 	return 0;
 }
 
@@ -233,6 +303,60 @@ static double writer_floor(const uint64_t *sizes, int count)
 	return t;
 }
 
+/* One allocation of the split: ask the creator, import, reserve, map, access. */
+static void two_one(int sock, uint64_t size, CUdeviceptr *va, uint64_t *al)
+{
+	CUmemAccessDesc d = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, dev }, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CUmemGenericAllocationHandle h;
+	if (send(sock, &size, sizeof size, 0) != sizeof size)
+		exit(1);
+	int fd = recv_fd(sock, al);
+	CU(cu.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	CU(cu.cuMemAddressReserve(va, *al, 0, 0, 0));
+	CU(cu.cuMemMap(*va, *al, 0, h, 0));
+	CU(cu.cuMemRelease(h));
+	CU(cu.cuMemSetAccess(*va, *al, &d, 1));
+	close(fd);
+}
+
+/* The writer's calls split over two processes: a creator process (child_creator) makes each allocation
+ * on request and hands its fd over; this process imports, reserves, maps and sets access.
+ * One allocation first, untimed: the daemon it stands for is warm, a fresh process is not. */
+static double writer_split(const uint64_t *sizes, int count)
+{
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sp))
+		exit(1);
+	pid_t pid = fork();
+	if (pid == 0) {
+		char fd[16];
+		close(sp[0]);
+		snprintf(fd, sizeof fd, "%d", sp[1]);
+		execl(self, self, "__creator", fd, (char *)NULL);
+		_exit(127);
+	}
+	close(sp[1]);
+	CUdeviceptr *va = calloc((size_t)count + 1, sizeof *va);
+	uint64_t *al = calloc((size_t)count + 1, sizeof *al);
+	two_one(sp[0], sizes[0], &va[count], &al[count]);
+	double t0 = now_ms();
+	for (int i = 0; i < count; i++)
+		two_one(sp[0], sizes[i], &va[i], &al[i]);
+	double t = now_ms() - t0;
+	for (int i = 0; i <= count; i++) {
+		cu.cuMemUnmap(va[i], al[i]);
+		cu.cuMemAddressFree(va[i], al[i]);
+	}
+	close(sp[0]);
+	int st;
+	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) {
+		fprintf(stderr, "bench-gpu: the creator process failed\n");
+		exit(1);
+	}
+	free(va), free(al);
+	return t;
+}
+
 /* A writer's create + map of the layout under scratch names (freed after, untimed). */
 static double time_create(gmsfs *w, const uint64_t *sizes, int count, bool many)
 {
@@ -271,13 +395,15 @@ static void layout(const char *mnt, const char *label, const uint64_t *sizes, in
 	/* The writer, and its floor beside it. */
 	gmsfs *w;
 	TRY(NULL, gmsfs_connect(&w, store, GMSFS_RW, 10000));
-	double wf[3], wc[3], wm[3];
+	double wf[3], wc[3], wm[3], w2[3];
 	for (int r = 0; r < 3; r++) {
 		wc[r] = time_create(w, sizes, count, false);
 		wm[r] = time_create(w, sizes, count, true);
 		wf[r] = writer_floor(sizes, count);
+		w2[r] = writer_split(sizes, count);
 	}
 	double t_create = median(wc, 3), t_many = median(wm, 3), t_wfloor = median(wf, 3);
+	double t_two = median(w2, 3);
 	struct gmsfs_new *v = calloc((size_t)count, sizeof *v);
 	char (*names)[32] = calloc((size_t)count, sizeof *names);
 	for (int i = 0; i < count; i++) {
@@ -333,8 +459,11 @@ static void layout(const char *mnt, const char *label, const uint64_t *sizes, in
 	line("first import_all in a fresh process", median(ti, runs), f, count);
 	line("connect + import_all in a fresh process", median(tc, runs), f, count);
 	line("per-file gmsfs_import in a fresh process", median(tp, runs), f, count);
-	printf("  %-44s %9.2f ms  %5.2fx  %7.1f us/alloc (its floor %.1f us)\n", "writer: gmsfs_create (create + map)",
-	       t_create, t_create / t_wfloor, t_create * 1e3 / count, t_wfloor * 1e3 / count);
+	line("writer floor: one process, create to access", t_wfloor, t_wfloor, count);
+	line("the same calls split over two processes", t_two, t_wfloor, count);
+	printf("  %-44s %9.2f ms  %5.2fx  %7.1f us/alloc (%.2fx the split)\n",
+	       "writer: gmsfs_create (create + map)", t_create, t_create / t_wfloor, t_create * 1e3 / count,
+	       t_create / t_two);
 	printf("  %-44s %9.2f ms  %5.2fx  %7.1f us/alloc\n", "writer: gmsfs_create_many (one request)", t_many,
 	       t_many / t_wfloor, t_many * 1e3 / count);
 	printf("  %-44s %9.2f ms         %7.2f us/entry\n", "metadata: one bulk put", t_meta, t_meta * 1e3 / count);
@@ -374,6 +503,8 @@ int main(int argc, char **argv)
 	self = k > 0 ? (exe[k] = '\0', exe) : argv[0];
 	if (argc == 3 && !strcmp(argv[1], "__floor"))
 		return child_floor(atoi(argv[2]));
+	if (argc == 3 && !strcmp(argv[1], "__creator"))
+		return child_creator(atoi(argv[2]));
 	if (argc == 3 && !strcmp(argv[1], "__import"))
 		return child_import(argv[2]);
 	if (argc == 4 && !strcmp(argv[1], "__perfile"))
