@@ -37,6 +37,50 @@ teardown_file() { unmount_gmsfs; }
 	assert_equal "$(used_bytes)" "$used"
 }
 
+daemon_anon_kb() { sed -n "s/^RssAnon:[[:space:]]*\([0-9]*\) kB/\1/p" "/proc/$GMSFS_PID/status"; }
+anon_below() { [ "$(daemon_anon_kb)" -lt "$1" ]; }
+
+# fill STORE N: N entries put 50,000 a call through the library, committed.
+fill() {
+	"$PYTHON" - "$ROOT/python" "$1" "$2" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import gmsfs
+n = int(sys.argv[3])
+with gmsfs.connect(sys.argv[2], "rw") as c:
+    c.create("w", 4096)
+    for i in range(0, n, 50000):
+        c.meta_put_many([("%d/%06d" % (j // 10000, j), "w", 0, b"v%06d" % j, 64) for j in range(i, min(n, i + 50000))])
+    c.commit()
+print("committed")
+PY
+}
+
+@test "rmdir of a store of 200,000 entries gives the daemon's memory back to the system" {
+	# The base is taken after a store made and removed the same way: what the daemon
+	# keeps for good (FUSE and socket buffers, malloc's arenas) is in it.
+	mkdir "$MNT/many"
+	run fill "$MNT/many" 50000
+	assert_output committed
+	rmdir "$MNT/many"
+	sleep 1
+	local base held
+	base=$(daemon_anon_kb)
+	mkdir "$MNT/many"
+	run fill "$MNT/many" 200000
+	assert_output committed
+	held=$(daemon_anon_kb)
+	# About 170 bytes an entry (README): far above the base.
+	[ "$held" -gt $((base + 20000)) ] || { echo "held $held kB, base $base kB" >&2; false; }
+	rmdir "$MNT/many"
+	# It goes at the kernel's forgets, which follow rmdir (a few seconds at most), and
+	# malloc_trim gives it to the system (without, none of it left).  Some stays in
+	# malloc's arenas, pages still partly used: at least half must go.
+	local most=$((base + (held - base) / 2))
+	for _ in $(seq 100); do anon_below "$most" && break; sleep 0.1; done
+	anon_below "$most" || { echo "held $held kB, after rmdir $(daemon_anon_kb) kB, base $base kB" >&2; false; }
+}
+
 @test "sizes beyond max_bytes or the machine answer ENOSPC and change nothing" {
 	mkdir "$MNT/big"
 	hold w w "$MNT/big/lock" "

@@ -24,7 +24,7 @@
 
 #define FS_NODE_MAGIC 0x67666e64u /* "gfnd" */
 /* A call or commit over this many items leaves enough free memory in malloc's arenas
- * to be worth giving back (malloc_trim, a few ms for a big heap). */
+ * to be worth giving back (store_want_trim). */
 #define FS_TRIM_ITEMS 10000
 
 enum fs_kind {
@@ -128,6 +128,7 @@ struct fs {
 	struct fuse_session *se;
 	struct timespec started;       /* the times of the daemon's own files */
 	bool allow_other;              /* the mount admits other users (and so does the socket) */
+	atomic_bool trim_wanted;       /* much memory was freed: store_trim gives it back */
 	/* The socket (sock.c). */
 	char socket_path[108];
 	int sock_fd;
@@ -200,6 +201,11 @@ struct store *store_find(struct fs *fs, const char *name);
 int store_remove(struct fs *fs, const char *name);
 void store_get(struct store *st);
 void store_put(struct store *st, unsigned n);
+/* Freed memory goes back to the system (malloc_trim) once fs->mu is released: on a
+ * fragmented heap the trim takes tens of ms, which no other caller should wait for.
+ * store_want_trim under fs->mu; store_trim without it, after the reply. */
+void store_want_trim(struct fs *fs);
+void store_trim(struct fs *fs);
 /* Something state shows changed: bump events, wake a poller. */
 void store_notify(struct store *st);
 /* A lock changed: notify, and wake the waiting opens too. */

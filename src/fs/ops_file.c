@@ -293,6 +293,7 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	handle_free(h);
 	pthread_mutex_unlock(&fs->mu);
 	fuse_reply_err(req, 0);
+	store_trim(fs); /* the last handle of a removed store frees it */
 }
 
 /* ---- read and write ---- */
@@ -449,8 +450,11 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off
 		inval_flush(fs); /* the rolled-back names are gone from the kernel before abort returns */
 	if (e)
 		return (void)fuse_reply_err(req, -e);
-	if (!b)
-		return (void)fuse_reply_write(req, n);
+	if (!b) {
+		fuse_reply_write(req, n);
+		store_trim(fs); /* after a commit of a big store */
+		return;
+	}
 	ssize_t r = vmm_pwrite(b, data, n, (uint64_t)off);
 	vmm_buf_put(b);
 	if (r < 0)

@@ -37,6 +37,7 @@ void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 	node_forget(fs, ino, nlookup);
 	pthread_mutex_unlock(&fs->mu);
 	fuse_reply_none(req);
+	store_trim(fs); /* the last forget of a removed store frees it */
 }
 
 void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
@@ -47,6 +48,7 @@ void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forg
 		node_forget(fs, forgets[i].ino, forgets[i].nlookup);
 	pthread_mutex_unlock(&fs->mu);
 	fuse_reply_none(req);
+	store_trim(fs);
 }
 
 /* *timeout: as node_reply_entry, the root, stores and control files keep their
@@ -193,6 +195,7 @@ void fs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int e = do_remove(req, fs, parent, name, true);
 	pthread_mutex_unlock(&fs->mu);
 	fuse_reply_err(req, -e);
+	store_trim(fs); /* a removed store's layout */
 }
 
 void fs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)

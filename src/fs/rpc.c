@@ -9,7 +9,6 @@
 #include "wire.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -480,6 +479,7 @@ int rpc_serve(struct fs *fs, const struct rpc_req *r)
 	/* A call of many items (a big export, a bulk put) leaves large free blocks in
 	 * malloc's arenas: give them back, or the daemon keeps them for good. */
 	if (items >= FS_TRIM_ITEMS)
-		malloc_trim(0);
+		store_want_trim(fs);
+	store_trim(fs); /* this call's, or a commit's or removal's under it */
 	return se ? 0 : 1;
 }

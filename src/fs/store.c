@@ -73,7 +73,7 @@ int store_remove(struct fs *fs, const char *name)
 		fs->removed[fs->nremoved++] = st; /* until the kernel forgets it, or the daemon exits */
 		meta_store_free(st->meta); /* frees the memory now; lookups may outlive it */
 		st->meta = NULL;
-		malloc_trim(0); /* a big store's metadata goes back to the system, not to malloc's arenas */
+		store_want_trim(fs); /* a big store's metadata goes back to the system, not to malloc's arenas */
 		store_changed(st);
 		store_put(st, 1);
 		return 0;
@@ -101,7 +101,18 @@ void store_put(struct store *st, unsigned n)
 	vmm_pool_put(st->pool);
 	free(st->name);
 	free(st);
-	malloc_trim(0);
+	store_want_trim(fs);
+}
+
+void store_want_trim(struct fs *fs)
+{
+	atomic_store(&fs->trim_wanted, true);
+}
+
+void store_trim(struct fs *fs)
+{
+	if (atomic_exchange(&fs->trim_wanted, false))
+		malloc_trim(0);
 }
 
 void store_notify(struct store *st)
@@ -356,7 +367,7 @@ int store_commit(struct store *st)
 	struct meta_stats ms;
 	meta_stats(st->meta, &ms);
 	if (ms.allocations + ms.entries >= FS_TRIM_ITEMS)
-		malloc_trim(0); /* the hash's sorted copies of a big layout */
+		store_want_trim(st->fs); /* the hash's sorted copies of a big layout */
 	/* The downgrade: every handle of the session becomes a read handle at once. */
 	for (struct fs_handle *h = st->handles.next; h != &st->handles; h = h->next)
 		if (h->hold == HOLD_SESSION)
