@@ -321,13 +321,24 @@ int store_granted(struct fs_handle *h, enum fs_want want)
 	return h->node && !h->node->linked ? -ENOENT : 0;
 }
 
+/* Back to the last commit; a session that made many items leaves their memory to trim. */
+static void rollback(struct store *st)
+{
+	struct meta_stats was, is;
+	meta_stats(st->meta, &was);
+	meta_rollback(st->meta);
+	meta_stats(st->meta, &is);
+	if (was.allocations + was.entries >= is.allocations + is.entries + FS_TRIM_ITEMS)
+		store_want_trim(st->fs);
+}
+
 void store_release(struct store *st, struct fs_handle *h)
 {
 	if (h->hold == HOLD_READ) {
 		fsm_release_read(&st->fsm);
 	} else if (h->hold == HOLD_SESSION && fsm_release_session(&st->fsm) == 1 && st->meta) {
 		/* The session's last handle went without commit (a crash included): abort. */
-		meta_rollback(st->meta);
+		rollback(st);
 		st->aborts++;
 		snprintf(st->last_error, sizeof st->last_error, "%s",
 			 "writer left without commit: rolled back to the last committed layout");
@@ -382,7 +393,7 @@ int store_abort(struct store *st)
 	int e = fsm_abort(&st->fsm);
 	if (e)
 		return e;
-	meta_rollback(st->meta);
+	rollback(st);
 	snprintf(st->last_error, sizeof st->last_error, "%s", "aborted: rolled back to the last committed layout");
 	store_changed(st);
 	return 0;
