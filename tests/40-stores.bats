@@ -60,8 +60,14 @@ print("left" if sys.argv[4] == "leave" else "committed")
 PY
 }
 
+# Under valgrind or ASan (tests/variant.sh) malloc is the checker's, and slow: the same
+# paths run with 20,000 entries (still enough to trim), and the daemon's RSS says nothing.
+checked() { [ -n "${GMSFS_WRAP:-}" ] || [ "${GMSFS_BUILD:-build}" != build ]; }
+big() { if checked; then echo 20000; else echo 200000; fi; }
+
 # given_back BASE HELD: within 10 s, the daemon holds less than half of what the store took.
 given_back() {
+	checked && return 0
 	local most=$(($1 + ($2 - $1) / 2))
 	# About 170 bytes an entry (README): 200,000 are far above the base.
 	[ "$2" -gt $(($1 + 20000)) ] || { echo "held $2 kB, base $1 kB" >&2; return 1; }
@@ -74,13 +80,13 @@ given_back() {
 # for good (FUSE and socket buffers, malloc's arenas) is in it.
 @test "rmdir of a store of 200,000 entries gives the daemon's memory back to the system" {
 	mkdir "$MNT/many"
-	run fill "$MNT/many" 50000
+	run fill "$MNT/many" 20000
 	assert_line committed
 	rmdir "$MNT/many"
 	sleep 1
 	local base=$(daemon_anon_kb)
 	mkdir "$MNT/many"
-	run fill "$MNT/many" 200000
+	run fill "$MNT/many" "$(big)"
 	assert_line committed
 	rmdir "$MNT/many"
 	# It goes at the kernel's forgets, which follow rmdir (a few seconds at most), and
@@ -91,11 +97,11 @@ given_back() {
 
 @test "a writer that leaves 200,000 entries without commit: the rollback gives the memory back" {
 	mkdir "$MNT/left"
-	run fill "$MNT/left" 50000 leave
+	run fill "$MNT/left" 20000 leave
 	assert_line left
 	sleep 1
 	local base=$(daemon_anon_kb)
-	run fill "$MNT/left" 200000 leave
+	run fill "$MNT/left" "$(big)" leave
 	assert_line left
 	wait_until state_is "$MNT/left" EMPTY
 	[ -z "$(ls "$MNT/left/meta")" ]
