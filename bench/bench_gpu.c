@@ -140,8 +140,10 @@ static int recv_fd(int sock, uint64_t *aligned)
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
 	struct cmsghdr *c = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) == sizeof *aligned ? CMSG_FIRSTHDR(&msg) : NULL;
 	int fd;
-	if (!c || c->cmsg_type != SCM_RIGHTS)
+	if (!c || c->cmsg_type != SCM_RIGHTS) {
+		fprintf(stderr, "bench-gpu: the creator process sent no descriptor\n");
 		exit(1);
+	}
 	memcpy(&fd, CMSG_DATA(c), sizeof fd);
 	return fd;
 }
@@ -304,7 +306,7 @@ static double writer_floor(const uint64_t *sizes, int count)
 }
 
 /* One allocation of the split: ask the creator, import, reserve, map, access. */
-static void two_one(int sock, uint64_t size, CUdeviceptr *va, uint64_t *al)
+static void split_one(int sock, uint64_t size, CUdeviceptr *va, uint64_t *al)
 {
 	CUmemAccessDesc d = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, dev }, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
 	CUmemGenericAllocationHandle h;
@@ -319,9 +321,10 @@ static void two_one(int sock, uint64_t size, CUdeviceptr *va, uint64_t *al)
 	close(fd);
 }
 
-/* The writer's calls split over two processes: a creator process (child_creator) makes each allocation
- * on request and hands its fd over; this process imports, reserves, maps and sets access.
- * One allocation first, untimed: the daemon it stands for is warm, a fresh process is not. */
+/* The writer's calls split over two processes: a creator (child_creator) makes each
+ * allocation on request and hands its fd over; this process imports, reserves, maps and
+ * sets access.  One allocation first, untimed: the daemon it stands for is warm, a fresh
+ * process is not. */
 static double writer_split(const uint64_t *sizes, int count)
 {
 	int sp[2];
@@ -338,10 +341,10 @@ static double writer_split(const uint64_t *sizes, int count)
 	close(sp[1]);
 	CUdeviceptr *va = calloc((size_t)count + 1, sizeof *va);
 	uint64_t *al = calloc((size_t)count + 1, sizeof *al);
-	two_one(sp[0], sizes[0], &va[count], &al[count]);
+	split_one(sp[0], sizes[0], &va[count], &al[count]);
 	double t0 = now_ms();
 	for (int i = 0; i < count; i++)
-		two_one(sp[0], sizes[i], &va[i], &al[i]);
+		split_one(sp[0], sizes[i], &va[i], &al[i]);
 	double t = now_ms() - t0;
 	for (int i = 0; i <= count; i++) {
 		cu.cuMemUnmap(va[i], al[i]);
