@@ -19,24 +19,43 @@
 #include <string.h>
 #include <xxhash.h>
 
-struct item { char *path; struct meta_node *n; };
-struct items { struct item *v; size_t n, cap; enum meta_kind kind; };
+/* Paths are kept in one text buffer (an offset while it grows, then a pointer): a store
+ * of a million entries would otherwise make a million small strings per commit. */
+struct item {
+	union { size_t off; const char *path; };
+	uint32_t len;
+	struct meta_node *n;
+};
+struct items {
+	struct item *v;
+	size_t n, cap;
+	enum meta_kind kind;
+	char *text;
+	size_t used, room;
+};
 
 static int gather(struct meta_node *n, void *arg)
 {
 	struct items *it = arg;
 	if (n->kind != it->kind)
 		return 0;
-	if (GROW(it->v, it->n, it->cap, 256))
-		return -ENOMEM;
 	char path[GMSFS_PATH_MAX + 1];
 	int e = meta_path(n, path, sizeof path);
 	if (e)
 		return e;
-	if (!(it->v[it->n].path = strdup(path)))
+	size_t len = strlen(path);
+	if (GROW(it->v, it->n, it->cap, 256) || ROOM(it->text, it->used + len + 1, it->room, 1 << 16))
 		return -ENOMEM;
-	it->v[it->n++].n = n;
+	memcpy(it->text + it->used, path, len + 1);
+	it->v[it->n++] = (struct item){ .off = it->used, .len = (uint32_t)len, .n = n };
+	it->used += len + 1;
 	return 0;
+}
+
+static void settle(struct items *it)
+{
+	for (size_t i = 0; i < it->n; i++)
+		it->v[i].path = it->text + it->v[i].off;
 }
 
 static int by_path(const void *a, const void *b)
@@ -44,32 +63,53 @@ static int by_path(const void *a, const void *b)
 	return strcmp(((const struct item *)a)->path, ((const struct item *)b)->path);
 }
 
-static void put_u32(XXH3_state_t *st, uint32_t v)
+/* The encoding goes to XXH3 through a buffer: the same bytes in a few large updates, not
+ * eight small ones an entry. */
+struct sink {
+	XXH3_state_t *st;
+	size_t n;
+	uint8_t buf[1 << 16];
+};
+
+static void put_raw(struct sink *k, const void *p, size_t len)
 {
-	uint8_t b[4] = { v, v >> 8, v >> 16, v >> 24 };
-	XXH3_128bits_update(st, b, 4);
+	if (k->n + len > sizeof k->buf) {
+		XXH3_128bits_update(k->st, k->buf, k->n);
+		k->n = 0;
+	}
+	if (len > sizeof k->buf) {
+		XXH3_128bits_update(k->st, p, len);
+		return;
+	}
+	memcpy(k->buf + k->n, p, len);
+	k->n += len;
 }
 
-static void put_u64(XXH3_state_t *st, uint64_t v)
+static void put_u32(struct sink *k, uint32_t v)
+{
+	uint8_t b[4] = { v, v >> 8, v >> 16, v >> 24 };
+	put_raw(k, b, 4);
+}
+
+static void put_u64(struct sink *k, uint64_t v)
 {
 	uint8_t b[8];
 	for (int i = 0; i < 8; i++)
 		b[i] = v >> (8 * i);
-	XXH3_128bits_update(st, b, 8);
+	put_raw(k, b, 8);
 }
 
-static void put_bytes(XXH3_state_t *st, const char *p, size_t len)
+static void put_bytes(struct sink *k, const char *p, size_t len)
 {
-	put_u32(st, (uint32_t)len);
+	put_u32(k, (uint32_t)len);
 	if (len)
-		XXH3_128bits_update(st, p, len);
+		put_raw(k, p, len);
 }
 
 static void items_free(struct items *it)
 {
-	for (size_t i = 0; i < it->n; i++)
-		free(it->v[i].path);
 	free(it->v);
+	free(it->text);
 }
 
 int meta_layout_hash(struct meta_store *s, uint8_t out[16])
@@ -78,40 +118,49 @@ int meta_layout_hash(struct meta_store *s, uint8_t out[16])
 	int e = meta_walk(s->root[META_AREA_ALLOCS], gather, &allocs);
 	if (!e)
 		e = meta_walk(s->root[META_AREA_META], gather, &entries);
-	XXH3_state_t *st = e ? NULL : XXH3_createState();
-	if (!st) {
+	struct sink *k = e ? NULL : malloc(sizeof *k);
+	if (k && !(k->st = XXH3_createState())) {
+		free(k);
+		k = NULL;
+	}
+	if (!k) {
 		items_free(&allocs);
 		items_free(&entries);
 		return e ? e : -ENOMEM;
 	}
+	settle(&allocs);
+	settle(&entries);
 	if (allocs.n)
 		qsort(allocs.v, allocs.n, sizeof *allocs.v, by_path);
 	if (entries.n)
 		qsort(entries.v, entries.n, sizeof *entries.v, by_path);
 
-	XXH3_128bits_reset(st);
-	XXH3_128bits_update(st, "GMSFSLH2", 8);
-	put_u64(st, allocs.n);
+	XXH3_128bits_reset(k->st);
+	k->n = 0;
+	put_raw(k, "GMSFSLH2", 8);
+	put_u64(k, allocs.n);
 	for (size_t i = 0; i < allocs.n; i++) {
 		const struct meta_node *n = allocs.v[i].n;
-		put_bytes(st, allocs.v[i].path, strlen(allocs.v[i].path));
-		put_u64(st, n->size);
-		put_bytes(st, n->tag ? n->tag : "", n->tag ? strlen(n->tag) : 0);
+		put_bytes(k, allocs.v[i].path, allocs.v[i].len);
+		put_u64(k, n->size);
+		put_bytes(k, n->tag ? n->tag : "", n->tag ? strlen(n->tag) : 0);
 	}
-	put_u64(st, entries.n);
+	put_u64(k, entries.n);
 	for (size_t i = 0; i < entries.n; i++) {
 		const struct meta_node *n = entries.v[i].n;
-		put_bytes(st, entries.v[i].path, strlen(entries.v[i].path));
-		put_bytes(st, n->alloc ? n->alloc : "", n->alloc ? strlen(n->alloc) : 0);
-		put_u64(st, n->offset);
-		put_u64(st, n->extent);
-		put_u32(st, n->flags);
-		put_bytes(st, n->value, n->value_len);
+		put_bytes(k, entries.v[i].path, entries.v[i].len);
+		put_bytes(k, n->alloc ? n->alloc : "", n->alloc ? strlen(n->alloc) : 0);
+		put_u64(k, n->offset);
+		put_u64(k, n->extent);
+		put_u32(k, n->flags);
+		put_bytes(k, n->value, n->value_len);
 	}
+	XXH3_128bits_update(k->st, k->buf, k->n);
 	XXH128_canonical_t c;
-	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(k->st));
 	memcpy(out, c.digest, 16);
-	XXH3_freeState(st);
+	XXH3_freeState(k->st);
+	free(k);
 	items_free(&allocs);
 	items_free(&entries);
 	return 0;
