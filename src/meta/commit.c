@@ -3,42 +3,45 @@
 #include "meta_internal.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* -EINVAL, and why in c->err: "AREA/PATH: " and the rest.  The path is built only here,
+ * not for every node that passes. */
+static int refuse(struct meta_check *c, struct meta_node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(struct meta_check *c, struct meta_node *n, const char *fmt, ...)
+{
+	char key[GMSFS_PATH_MAX + 1] = "?", why[512];
+	meta_path(n, key, sizeof key);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	snprintf(c->err, c->errlen, "%s/%s: %s", n->kind == META_ALLOC ? "allocs" : "meta", key, why);
+	return -EINVAL;
+}
+
 static int validate_entry(struct meta_node *n, void *arg)
 {
 	struct meta_check *c = arg;
-	char key[GMSFS_PATH_MAX + 1] = "?";
-	if (n->kind == META_ALLOC && !n->size) {
-		meta_path(n, key, sizeof key);
-		snprintf(c->err, c->errlen, "allocs/%s: never sized (ftruncate it)", key);
-		return -EINVAL;
-	}
+	if (n->kind == META_ALLOC && !n->size)
+		return refuse(c, n, "never sized (ftruncate it)");
 	if (n->kind != META_ENTRY)
 		return 0;
-	meta_path(n, key, sizeof key);
-	if (!n->alloc) {
-		snprintf(c->err, c->errlen, "meta/%s: no user.gms.alloc", key);
-		return -EINVAL;
-	}
+	if (!n->alloc)
+		return refuse(c, n, "no user.gms.alloc");
 	struct meta_node *a = meta_resolve(c->store, META_AREA_ALLOCS, n->alloc);
-	if (!a || a->kind != META_ALLOC) {
-		snprintf(c->err, c->errlen, "meta/%s: allocation '%s' does not exist", key, n->alloc);
-		return -EINVAL;
-	}
-	if (n->offset >= a->size) {
-		snprintf(c->err, c->errlen, "meta/%s: offset %llu is past the end of '%s' (size %llu)", key,
-			 (unsigned long long)n->offset, n->alloc, (unsigned long long)a->size);
-		return -EINVAL;
-	}
-	if (n->extent > a->size - n->offset) {
-		snprintf(c->err, c->errlen, "meta/%s: offset %llu + size %llu passes the end of '%s' (size %llu)", key,
-			 (unsigned long long)n->offset, (unsigned long long)n->extent, n->alloc,
-			 (unsigned long long)a->size);
-		return -EINVAL;
-	}
+	if (!a || a->kind != META_ALLOC)
+		return refuse(c, n, "allocation '%s' does not exist", n->alloc);
+	if (n->offset >= a->size)
+		return refuse(c, n, "offset %llu is past the end of '%s' (size %llu)", (unsigned long long)n->offset,
+			      n->alloc, (unsigned long long)a->size);
+	if (n->extent > a->size - n->offset)
+		return refuse(c, n, "offset %llu + size %llu passes the end of '%s' (size %llu)",
+			      (unsigned long long)n->offset, (unsigned long long)n->extent, n->alloc,
+			      (unsigned long long)a->size);
 	return 0;
 }
 
