@@ -71,6 +71,48 @@ static double context(void)
 
 /* ---- the children: one measurement each, "ctx=.. a=.. b=.." on stdout ---- */
 
+/* k descriptors (at most GMSFS_FDS_PER_MSG) and their aligned sizes in one message of
+ * a SOCK_SEQPACKET socket. */
+static void send_fds(int sock, const int *fds, const uint64_t *sizes, size_t k)
+{
+	union {
+		char b[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof u);
+	struct iovec iov = { (void *)sizes, k * sizeof *sizes };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+			      .msg_controllen = CMSG_SPACE(sizeof(int) * k) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int) * k);
+	memcpy(CMSG_DATA(c), fds, sizeof(int) * k);
+	if (sendmsg(sock, &msg, 0) != (ssize_t)iov.iov_len) {
+		perror("bench-gpu: sending descriptors");
+		exit(1);
+	}
+}
+
+/* One message of send_fds: how many came (fds and sizes have room for GMSFS_FDS_PER_MSG). */
+static size_t recv_fds(int sock, int *fds, uint64_t *sizes)
+{
+	union {
+		char b[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { sizes, GMSFS_FDS_PER_MSG * sizeof *sizes };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
+	struct cmsghdr *c = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) > 0 ? CMSG_FIRSTHDR(&msg) : NULL;
+	if (!c || c->cmsg_type != SCM_RIGHTS) {
+		fprintf(stderr, "bench-gpu: no descriptors came\n");
+		exit(1);
+	}
+	size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+	memcpy(fds, CMSG_DATA(c), k * sizeof(int));
+	return k;
+}
+
 static int child_floor(int sock)
 {
 	double ctx = context();
@@ -80,19 +122,12 @@ static int child_floor(int sock)
 	int *fds = calloc(n, sizeof *fds);
 	uint64_t *aligned = calloc(n, sizeof *aligned);
 	for (size_t got = 0; got < n;) {
-		union {
-			char b[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
-			struct cmsghdr align;
-		} u;
+		int f[GMSFS_FDS_PER_MSG];
 		uint64_t sizes[GMSFS_FDS_PER_MSG];
-		struct iovec iov = { sizes, sizeof sizes };
-		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
-		ssize_t r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-		if (r <= 0 || !c)
+		size_t k = recv_fds(sock, f, sizes);
+		if (k > n - got)
 			return 1;
-		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		memcpy(fds + got, CMSG_DATA(c), k * sizeof(int));
+		memcpy(fds + got, f, k * sizeof *f);
 		memcpy(aligned + got, sizes, k * sizeof *sizes);
 		got += k;
 	}
@@ -109,43 +144,6 @@ static int child_floor(int sock)
 	}
 	printf("ctx=%.3f a=%.3f b=0\n", ctx, now_ms() - t0);
 	return 0;
-}
-
-/* One descriptor and its aligned size over a SOCK_SEQPACKET socket. */
-static void send_fd(int sock, int fd, uint64_t aligned)
-{
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	memset(&u, 0, sizeof u);
-	struct iovec iov = { &aligned, sizeof aligned };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof fd);
-	if (sendmsg(sock, &msg, 0) != sizeof aligned)
-		exit(1);
-}
-
-static int recv_fd(int sock, uint64_t *aligned)
-{
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { aligned, sizeof *aligned };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
-	struct cmsghdr *c = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) == sizeof *aligned ? CMSG_FIRSTHDR(&msg) : NULL;
-	int fd;
-	if (!c || c->cmsg_type != SCM_RIGHTS) {
-		fprintf(stderr, "bench-gpu: the creator process sent no descriptor\n");
-		exit(1);
-	}
-	memcpy(&fd, CMSG_DATA(c), sizeof fd);
-	return fd;
 }
 
 /* The creating half of the split writer loop, as the daemon is: no context; makes
@@ -171,7 +169,7 @@ static int child_creator(int sock)
 		uint64_t aligned = (size + gran - 1) / gran * gran;
 		CU(cu.cuMemCreate(&h[n], aligned, &prop, 0));
 		CU(cu.cuMemExportToShareableHandle(&fd, h[n++], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-		send_fd(sock, fd, aligned); /* fd is kept, as the daemon keeps it */
+		send_fds(sock, &fd, &aligned, 1); /* fd is kept, as the daemon keeps it */
 	}
 	for (size_t i = 0; i < n; i++)
 		cu.cuMemRelease(h[i]);
@@ -239,20 +237,7 @@ static struct result run_child(char *const argv[], const struct fetched *fetched
 		send(sp[0], &fetched->n, sizeof fetched->n, 0);
 		for (size_t i = 0; i < fetched->n; i += GMSFS_FDS_PER_MSG) {
 			size_t k = fetched->n - i < GMSFS_FDS_PER_MSG ? fetched->n - i : GMSFS_FDS_PER_MSG;
-			union {
-				char b[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
-				struct cmsghdr align;
-			} u;
-			memset(&u, 0, sizeof u);
-			struct iovec iov = { fetched->aligned + i, k * sizeof(uint64_t) };
-			struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-					      .msg_controllen = CMSG_SPACE(sizeof(int) * k) };
-			struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-			c->cmsg_level = SOL_SOCKET;
-			c->cmsg_type = SCM_RIGHTS;
-			c->cmsg_len = CMSG_LEN(sizeof(int) * k);
-			memcpy(CMSG_DATA(c), fetched->fds + i, sizeof(int) * k);
-			sendmsg(sp[0], &msg, 0);
+			send_fds(sp[0], fetched->fds + i, fetched->aligned + i, k);
 		}
 		close(sp[0]);
 	}
@@ -312,7 +297,12 @@ static void split_one(int sock, uint64_t size, CUdeviceptr *va, uint64_t *al)
 	CUmemGenericAllocationHandle h;
 	if (send(sock, &size, sizeof size, 0) != sizeof size)
 		exit(1);
-	int fd = recv_fd(sock, al);
+	int f[GMSFS_FDS_PER_MSG];
+	uint64_t sizes[GMSFS_FDS_PER_MSG];
+	if (recv_fds(sock, f, sizes) != 1)
+		exit(1);
+	int fd = f[0];
+	*al = sizes[0];
 	CU(cu.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 	CU(cu.cuMemAddressReserve(va, *al, 0, 0, 0));
 	CU(cu.cuMemMap(*va, *al, 0, h, 0));
