@@ -4,6 +4,7 @@
  * so readers see a plain string; only meta_ref and meta_unref know the header. */
 #include "meta.h"
 #include "hash.h"
+#include "probe.h"
 #include "meta_internal.h"
 
 #include <errno.h>
@@ -23,21 +24,18 @@ static struct meta_str *str_of(const char *p)
 	return (struct meta_str *)(p - offsetof(struct meta_str, s));
 }
 
+static uint64_t str_home(const void *p)
+{
+	const struct meta_str *x = p;
+	return name_hash_len(x->s, x->len);
+}
+
 static int tab_grow(struct meta_strtab *t)
 {
 	size_t cap = t->cap ? t->cap * 2 : 16;
-	struct meta_str **v = calloc(cap, sizeof *v);
+	void **v = probe_rehash(t->v, t->cap, cap, str_home);
 	if (!v)
 		return -ENOMEM;
-	for (size_t i = 0; i < t->cap; i++) {
-		struct meta_str *x = t->v[i];
-		if (!x)
-			continue;
-		size_t j = name_hash_len(x->s, x->len) & (cap - 1);
-		while (v[j])
-			j = (j + 1) & (cap - 1);
-		v[j] = x;
-	}
 	free(t->v);
 	t->v = v;
 	t->cap = cap;
@@ -65,11 +63,13 @@ char *meta_intern(struct meta_store *s, const char *p, size_t len)
 	if ((t->n + 1) * 4 > t->cap * 3 && tab_grow(t)) /* at most 3/4 full */
 		return NULL;
 	size_t mask = t->cap - 1, i = name_hash_len(p, len) & mask;
-	for (; t->v[i]; i = (i + 1) & mask)
-		if (t->v[i]->len == len && !memcmp(t->v[i]->s, p, len)) {
-			t->v[i]->refs++;
-			return t->v[i]->s;
+	for (; t->v[i]; i = (i + 1) & mask) {
+		struct meta_str *x = t->v[i];
+		if (x->len == len && !memcmp(x->s, p, len)) {
+			x->refs++;
+			return x->s;
 		}
+	}
 	struct meta_str *x = str_new(t, p, len);
 	if (!x)
 		return NULL;
@@ -94,23 +94,10 @@ void meta_unref(char *p)
 		return;
 	struct meta_strtab *t = x->tab;
 	if (t) {
-		/* Backward-shift deletion, as the directories' index. */
-		size_t mask = t->cap - 1, i = name_hash_len(x->s, x->len) & mask, j;
+		size_t mask = t->cap - 1, i = str_home(x) & mask;
 		while (t->v[i] != x)
 			i = (i + 1) & mask;
-		t->v[i] = NULL;
-		for (j = i;;) {
-			j = (j + 1) & mask;
-			struct meta_str *k = t->v[j];
-			if (!k)
-				break;
-			size_t home = name_hash_len(k->s, k->len) & mask;
-			if (((j - home) & mask) >= ((j - i) & mask)) {
-				t->v[i] = k;
-				t->v[j] = NULL;
-				i = j;
-			}
-		}
+		probe_del(t->v, t->cap, i, str_home);
 		t->n--;
 	}
 	free(x);
@@ -121,7 +108,7 @@ void meta_strtab_free(struct meta_strtab *t)
 	/* Nodes that outlive their store (the kernel still knows them) keep their strings. */
 	for (size_t i = 0; i < t->cap; i++)
 		if (t->v[i])
-			t->v[i]->tab = NULL;
+			((struct meta_str *)t->v[i])->tab = NULL;
 	free(t->v);
 	*t = (struct meta_strtab){0};
 }

@@ -2,6 +2,7 @@
 #include "meta.h"
 #include "grow.h"
 #include "hash.h"
+#include "probe.h"
 #include "meta_internal.h"
 
 #include <errno.h>
@@ -60,37 +61,23 @@ static void node_free(struct meta_node *n)
 
 /* ---- the index of a directory: open addressing, linear probing ---- */
 
-static int index_put(struct meta_node *dir, struct meta_node *kid);
-
-static int index_grow(struct meta_node *dir)
+static uint64_t kid_home(const void *kid)
 {
-	size_t cap = dir->index_cap ? dir->index_cap * 2 : 8;
-	struct meta_node **old = dir->index;
-	size_t oldcap = dir->index_cap;
-	dir->index = calloc(cap, sizeof *dir->index);
-	if (!dir->index) {
-		dir->index = old;
-		return -ENOMEM;
-	}
-	dir->index_cap = cap;
-	for (size_t i = 0; i < oldcap; i++)
-		if (old[i])
-			index_put(dir, old[i]);
-	free(old);
-	return 0;
+	return name_hash(((const struct meta_node *)kid)->name);
 }
 
 static int index_put(struct meta_node *dir, struct meta_node *kid)
 {
 	if ((dir->nkids + 1) * 4 > dir->index_cap * 3) { /* at most 3/4 full */
-		int e = index_grow(dir);
-		if (e)
-			return e;
+		size_t cap = dir->index_cap ? dir->index_cap * 2 : 8;
+		void **v = probe_rehash(dir->index, dir->index_cap, cap, kid_home);
+		if (!v)
+			return -ENOMEM;
+		free(dir->index);
+		dir->index = v;
+		dir->index_cap = cap;
 	}
-	size_t mask = dir->index_cap - 1, i = name_hash(kid->name) & mask;
-	while (dir->index[i])
-		i = (i + 1) & mask;
-	dir->index[i] = kid;
+	probe_put(dir->index, dir->index_cap, kid, kid_home);
 	return 0;
 }
 
@@ -100,29 +87,14 @@ static size_t index_find(const struct meta_node *dir, const char *name)
 		return SIZE_MAX;
 	size_t mask = dir->index_cap - 1, i = name_hash(name) & mask;
 	for (; dir->index[i]; i = (i + 1) & mask)
-		if (!strcmp(dir->index[i]->name, name))
+		if (!strcmp(((const struct meta_node *)dir->index[i])->name, name))
 			return i;
 	return SIZE_MAX;
 }
 
 static void index_del(struct meta_node *dir, size_t i)
 {
-	/* Backward-shift deletion keeps probe chains whole without tombstones. */
-	size_t mask = dir->index_cap - 1, j = i;
-	dir->index[i] = NULL;
-	for (;;) {
-		j = (j + 1) & mask;
-		struct meta_node *k = dir->index[j];
-		if (!k)
-			return;
-		size_t home = name_hash(k->name) & mask;
-		/* Move k into the hole unless its home lies cyclically in (i, j]. */
-		if (((j - home) & mask) >= ((j - i) & mask)) {
-			dir->index[i] = k;
-			dir->index[j] = NULL;
-			i = j;
-		}
-	}
+	probe_del(dir->index, dir->index_cap, i, kid_home);
 }
 
 /* ---- linking into the live layout, with the store's counts ---- */

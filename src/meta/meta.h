@@ -45,7 +45,7 @@ struct meta_node {
 		struct { /* META_DIR: children, as a vector (readdir order) and an index by name */
 			struct meta_node **kids;
 			size_t nkids, kids_cap;
-			struct meta_node **index;  /* open addressing, power-of-two size */
+			void **index;              /* the kids by name (common/probe.h) */
 			size_t index_cap;
 		};
 		struct { /* META_ALLOC */

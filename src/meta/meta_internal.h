@@ -7,7 +7,7 @@
 
 struct meta_undo; /* undo.c */
 struct meta_str;  /* intern.c */
-struct meta_strtab { struct meta_str **v; size_t n, cap; };
+struct meta_strtab { void **v; size_t n, cap; }; /* struct meta_str *, by content (common/probe.h) */
 
 struct meta_store {
 	struct meta_node *root[2];
