@@ -111,7 +111,9 @@ void store_want_trim(struct fs *fs)
 
 void store_trim(struct fs *fs)
 {
-	if (atomic_exchange(&fs->trim_wanted, false))
+	/* A plain load first: every release and forget passes here, and is not worth a
+	 * locked exchange. */
+	if (atomic_load_explicit(&fs->trim_wanted, memory_order_relaxed) && atomic_exchange(&fs->trim_wanted, false))
 		malloc_trim(0);
 }
 
