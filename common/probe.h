@@ -5,6 +5,7 @@
 #ifndef GMSFS_COMMON_PROBE_H
 #define GMSFS_COMMON_PROBE_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,14 +22,21 @@ static inline void probe_put(void **v, size_t cap, void *p, probe_home_fn home)
 	v[i] = p;
 }
 
-/* A table of cap slots holding every entry of old (oldcap slots), or NULL. */
-static inline void **probe_rehash(void **old, size_t oldcap, size_t cap, probe_home_fn home)
+/* Twice the slots (first, for an empty table), every entry moved over; 0, or -ENOMEM
+ * and the table as it was. */
+static inline int probe_grow(void ***v, size_t *cap, size_t first, probe_home_fn home)
 {
-	void **v = calloc(cap, sizeof *v);
-	for (size_t i = 0; v && i < oldcap; i++)
-		if (old[i])
-			probe_put(v, cap, old[i], home);
-	return v;
+	size_t c = *cap ? *cap * 2 : first;
+	void **t = calloc(c, sizeof *t);
+	if (!t)
+		return -ENOMEM;
+	for (size_t i = 0; i < *cap; i++)
+		if ((*v)[i])
+			probe_put(t, c, (*v)[i], home);
+	free(*v);
+	*v = t;
+	*cap = c;
+	return 0;
 }
 
 /* Empty slot i.  Backward-shift deletion keeps every probe chain whole. */

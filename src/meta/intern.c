@@ -30,18 +30,6 @@ static uint64_t str_home(const void *p)
 	return name_hash_len(x->s, x->len);
 }
 
-static int tab_grow(struct meta_strtab *t)
-{
-	size_t cap = t->cap ? t->cap * 2 : 16;
-	void **v = probe_rehash(t->v, t->cap, cap, str_home);
-	if (!v)
-		return -ENOMEM;
-	free(t->v);
-	t->v = v;
-	t->cap = cap;
-	return 0;
-}
-
 static struct meta_str *str_new(struct meta_strtab *t, const char *p, size_t len)
 {
 	struct meta_str *x = malloc(sizeof *x + len + 1);
@@ -60,7 +48,7 @@ char *meta_intern(struct meta_store *s, const char *p, size_t len)
 		return x ? x->s : NULL;
 	}
 	struct meta_strtab *t = &s->strs;
-	if ((t->n + 1) * 4 > t->cap * 3 && tab_grow(t)) /* at most 3/4 full */
+	if ((t->n + 1) * 4 > t->cap * 3 && probe_grow(&t->v, &t->cap, 16, str_home)) /* at most 3/4 full */
 		return NULL;
 	size_t mask = t->cap - 1, i = name_hash_len(p, len) & mask;
 	for (; t->v[i]; i = (i + 1) & mask) {

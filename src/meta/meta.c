@@ -68,15 +68,9 @@ static uint64_t kid_home(const void *kid)
 
 static int index_put(struct meta_node *dir, struct meta_node *kid)
 {
-	if ((dir->nkids + 1) * 4 > dir->index_cap * 3) { /* at most 3/4 full */
-		size_t cap = dir->index_cap ? dir->index_cap * 2 : 8;
-		void **v = probe_rehash(dir->index, dir->index_cap, cap, kid_home);
-		if (!v)
-			return -ENOMEM;
-		free(dir->index);
-		dir->index = v;
-		dir->index_cap = cap;
-	}
+	if ((dir->nkids + 1) * 4 > dir->index_cap * 3 && /* at most 3/4 full */
+	    probe_grow(&dir->index, &dir->index_cap, 8, kid_home))
+		return -ENOMEM;
 	probe_put(dir->index, dir->index_cap, kid, kid_home);
 	return 0;
 }
