@@ -133,12 +133,22 @@ build_vector() {
 	assert_line --regexp '^granularity: [0-9]+$'
 }
 
-@test "unknown xattrs answer ENODATA, bad values EINVAL and change nothing" {
+@test "unknown xattrs answer ENODATA (ENOTSUP outside user.), bad values EINVAL and change nothing" {
 	S=$MNT/model
 	run getfattr -n user.nothing "$S/allocs/layers/0/weight"
 	assert_failure
 	assert_output --partial 'No such attribute'
 	run getfattr -n user.gms.tag "$S/state"
+	assert_output --partial 'No such attribute'
+	# Namespaces gmsfs keeps nothing in: ENOTSUP, so that ls -l stops asking (once per mount).
+	for name in security.selinux system.posix_acl_access trusted.x; do
+		run getfattr -n $name "$S/allocs/layers/0/weight"
+		assert_failure
+		assert_output --partial 'Operation not supported'
+		run setfattr -x $name "$S/meta/layers/0/weight"
+		assert_output --partial 'Operation not supported'
+	done
+	run setfattr -x user.nothing "$S/meta/layers/0/weight"
 	assert_output --partial 'No such attribute'
 	hold w w "$S/lock" "
 		setfattr -n user.gms.offset -v 12abc '$S/meta/layers/0/weight' 2>&1 | grep -q 'Invalid argument' || exit 11

@@ -1,5 +1,8 @@
 /* ops_xattr: the attributes of allocations (tag) and entries (alloc, offset, size,
- * private).  Unknown names answer ENODATA, never ENOSYS: the kernel would stop asking. */
+ * private).  Unknown user. names answer ENODATA, never ENOSYS: the kernel would stop
+ * asking.  Names of the namespaces gmsfs keeps nothing in (security., system., trusted.)
+ * answer ENOTSUP, as a kernel filesystem without their handlers does: ls -l then asks once
+ * per mount for a file's SELinux label and ACL, not twice per file. */
 #include "fs.h"
 #include "ops.h"
 
@@ -45,12 +48,20 @@ static int xattr_value(const struct meta_node *m, enum xattr x, char *buf, size_
 	}
 }
 
+/* The namespace gmsfs keeps its attributes in; names outside it are -ENOTSUP. */
+static bool user_name(const char *name)
+{
+	return !strncmp(name, "user.", 5);
+}
+
 static int do_getxattr(struct fs *fs, fuse_ino_t ino, const char *name, char *val, size_t size)
 {
 	struct obj o;
 	int e = node_resolve(fs, ino, &o);
 	if (e)
 		return e;
+	if (!user_name(name))
+		return -ENOTSUP;
 	return o.m ? xattr_value(o.m, xattr_of(o.m, name), val, size) : -ENODATA;
 }
 
@@ -168,7 +179,7 @@ static int do_removexattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const c
 	char tmp[2];
 	enum xattr x = o.m ? xattr_of(o.m, name) : X_NONE;
 	if (x == X_NONE || xattr_value(o.m, x, tmp, sizeof tmp) < 0)
-		return -ENODATA;
+		return user_name(name) ? -ENODATA : -ENOTSUP;
 	if (!o.m->linked)
 		return -ESTALE;
 	if ((e = store_check_change(req, o.st, NULL)))
