@@ -95,6 +95,24 @@ given_back() {
 	given_back "$base" "${lines[0]}"
 }
 
+# The same, when the kernel knows every name (ls -lR) at rmdir: the nodes wait for the
+# kernel's forgets, and the memory goes back when they are freed.
+@test "rmdir of a store of 200,000 entries that ls -lR listed gives the memory back at the forgets" {
+	mkdir "$MNT/listed"
+	run fill "$MNT/listed" 20000
+	assert_line committed
+	ls -lR "$MNT/listed" >/dev/null
+	rmdir "$MNT/listed"
+	sleep 1
+	local base=$(daemon_anon_kb)
+	mkdir "$MNT/listed"
+	run fill "$MNT/listed" "$(big)"
+	assert_line committed
+	ls -lR "$MNT/listed" >/dev/null
+	rmdir "$MNT/listed"
+	given_back "$base" "${lines[0]}"
+}
+
 @test "a writer that leaves 200,000 entries without commit: the rollback gives the memory back" {
 	mkdir "$MNT/left"
 	run fill "$MNT/left" 20000 leave

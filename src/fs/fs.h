@@ -125,6 +125,7 @@ struct fs {
 	size_t nremoved, removed_cap;
 	struct vmm *vmm;
 	struct meta_graveyard grave;   /* layout nodes the kernel still knows after they went */
+	size_t grave_freed;            /* nodes freed from it at forgets since the last trim */
 	struct fuse_session *se;
 	struct timespec started;       /* the times of the daemon's own files */
 	bool allow_other;              /* the mount admits other users (and so does the socket) */
