@@ -284,9 +284,12 @@ int store_try(struct store *st, enum fs_want want, pid_t tgid, enum fs_hold *out
 		*out = HOLD_SESSION;
 		return 0;
 	}
-	if (st->fsm.readers && (r = holds_read(st, tgid)) < 0)
+	/* Only a read that would wait (a writer waits) or a write asks whether the caller
+	 * holds a read handle: a granted read needs no look at its descriptors. */
+	bool ask = st->fsm.readers && (store_wants_write(st, want) || fsm_can_read(&st->fsm));
+	if (ask && (r = holds_read(st, tgid)) < 0)
 		return r;
-	if (st->fsm.readers && r) {
+	if (ask && r) {
 		if (want == WANT_WRITE)
 			return -EDEADLK; /* it would wait for its own read handles */
 		fsm_reopen_read(&st->fsm);
