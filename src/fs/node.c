@@ -164,10 +164,11 @@ void node_forget(struct fs *fs, fuse_ino_t ino, uint64_t n)
 		size_t waiting = fs->grave.n;
 		meta_forget(p, n);
 		/* A removed store's nodes that the kernel knew are freed here, at forgets that
-		 * follow rmdir and its trim: trim again once the graveyard is empty (or has
-		 * given back 100,000), not at every forget. */
+		 * follow rmdir and its trim: trim again once the graveyard is nearly empty (the
+		 * kernel may keep a few, a cwd), or every 100,000, not at every forget. */
 		fs->grave_freed += waiting - fs->grave.n;
-		if (fs->grave_freed >= FS_TRIM_ITEMS && (!fs->grave.n || fs->grave_freed >= 10 * FS_TRIM_ITEMS)) {
+		if (fs->grave_freed >= FS_TRIM_ITEMS &&
+		    (fs->grave.n < FS_TRIM_ITEMS || fs->grave_freed >= 10 * FS_TRIM_ITEMS)) {
 			fs->grave_freed = 0;
 			store_want_trim(fs);
 		}
