@@ -7,11 +7,13 @@ metadata entries (default 1,000,000).  For each: the rate of creation, commit (w
 layout hash), `ls` of the directory, a reader's connect + import_all, a write-open of
 the lock against the same on an empty store (O(1): no copy of the store per session),
 and the daemon's own memory (RssAnon) against the metadata it stores, then after rmdir
-(once the kernel's forgets have come: gmsfs_kernel_nodes in metrics).
+(once the kernel's forgets have come: gmsfs_kernel_nodes in metrics).  The same memory
+for 200,000 entries named and valued as gmsfs.torch.publish writes them.
 `ls -lR` of every name is timed the first time and again: the listing gives the kernel
 every entry's attributes (readdirplus), and the ACL and security label that `ls -l` asks
 for answer ENOTSUP, which `ls` remembers for the whole mount.
 Not a test."""
+import json
 import os
 import shutil
 import subprocess
@@ -180,8 +182,43 @@ def entries():
     report(store, "meta", sum(len(k) + 1 + 8 + 20 for k in keys), base)
 
 
+def settled_anon():
+    """RssAnon once it has stayed put for 0.3 s (at most 3 s): the daemon gives a big
+    call's buffers back after its reply."""
+    t, last, same = T(), None, 0
+    while T() - t < 3 and same < 3:
+        now = anon()
+        same = same + 1 if now == last else 0
+        last = now
+        time.sleep(0.1)
+    return last
+
+
+def entries_as_torch_writes_them(n=200000):
+    """The daemon's memory for entries whose values are what gmsfs.torch.publish writes (a
+    tensor's dtype, shape, stride, offset as JSON, about 90 bytes), against the same count."""
+    store = os.path.join(mount, "scale-torch")
+    os.mkdir(store)
+    base = anon()
+    keys = ["torch/model.layers.%d.mlp.w%07d.weight" % (i // 10000, i) for i in range(n)]  # gmsfs.torch.PREFIX
+    values = [json.dumps({"dtype": "bfloat16", "shape": [14336, 4096 + i % 64], "stride": [4096 + i % 64, 1],
+                          "storage_offset": 0, "param": True}, separators=(",", ":")).encode() for i in range(n)]
+    with gmsfs.connect(store, "rw") as c:
+        c.create("slab0", 1 << 20)
+        for i in range(0, n, 50000):
+            c.meta_put_many([(k, "slab0", 512 * (j % 2048), values[j], 512) for j, k in enumerate(keys[i:i + 50000], i)])
+        c.commit()
+    held = settled_anon() - base
+    meta_bytes = sum(len(k) + 5 + len(v) + 20 for k, v in zip(keys, values))
+    print("scale: %d entries with values as gmsfs.torch writes them (%d-byte JSON, keys as gmsfs.torch names them)"
+          % (n, len(values[0])))
+    print("  daemon memory: %.1f MB for %.1f MB of metadata: %.1fx" % (held / 1e6, meta_bytes / 1e6, held / meta_bytes))
+    rmdir(store)
+
+
 ls_floor = tmpfs_ls_floor()
 print("floor: ls -lR of 100,000 empty files on tmpfs: %.1f us per name, %.1f again" % (ls_floor[0] * 1e6,
                                                                                       ls_floor[1] * 1e6))
 allocations()
 entries()
+entries_as_torch_writes_them()
