@@ -325,20 +325,25 @@ static struct fs_handle *bound(struct fs *fs, const struct rpc_req *r, bool writ
 static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_body *b, struct xset *s, char *why,
 		     size_t whylen)
 {
-	/* Check first: no memory is made for a caller who may not keep it. */
+	struct meta_new_alloc *v = calloc(b->nallocs ? b->nallocs : 1, sizeof *v);
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < b->nallocs; i++)
+		v[i] = (struct meta_new_alloc){ .path = b->allocs[i].path, .tag = b->allocs[i].tag };
+	/* Check first: no memory is made for a caller who may not keep it, or for names the
+	 * layout refuses (one that exists, a parent that is a file). */
 	int e = 0;
 	pthread_mutex_lock(&fs->mu);
 	struct fs_handle *h = bound(fs, r, true, true, &e, why, whylen);
-	struct vmm_pool *pool = h ? h->store->pool : NULL;
+	if (h)
+		e = meta_check_allocs(h->store->meta, v, b->nallocs, why, whylen);
+	struct vmm_pool *pool = h && !e ? h->store->pool : NULL;
 	if (pool)
 		vmm_pool_get(pool);
 	pthread_mutex_unlock(&fs->mu);
-	if (!h)
+	if (!pool) {
+		free(v);
 		return e;
-	struct meta_new_alloc *v = calloc(b->nallocs, sizeof *v);
-	if (!v) {
-		vmm_pool_put(pool);
-		return -ENOMEM;
 	}
 	for (size_t i = 0; i < b->nallocs && !e; i++) {
 		struct vmm_buf *buf;
@@ -349,8 +354,9 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 				 (unsigned long long)b->allocs[i].size, reason);
 			break;
 		}
-		v[i] = (struct meta_new_alloc){ .path = b->allocs[i].path, .tag = b->allocs[i].tag,
-						.size = b->allocs[i].size, .aligned = buf->size, .buf = buf };
+		v[i].size = b->allocs[i].size;
+		v[i].aligned = buf->size;
+		v[i].buf = buf;
 	}
 	pthread_mutex_lock(&fs->mu);
 	h = e ? NULL : bound(fs, r, true, false, &e, why, whylen);

@@ -73,7 +73,7 @@ static int fail(char *err, size_t errlen, int e, const char *fmt, ...)
 
 /* ---- allocations ---- */
 
-int meta_create_allocs(struct meta_store *s, struct meta_new_alloc *v, size_t n, char *err, size_t errlen)
+int meta_check_allocs(struct meta_store *s, const struct meta_new_alloc *v, size_t n, char *err, size_t errlen)
 {
 	struct meta_node *root = meta_root(s, META_AREA_ALLOCS);
 	for (size_t i = 0; i < n; i++) {
@@ -89,8 +89,16 @@ int meta_create_allocs(struct meta_store *s, struct meta_new_alloc *v, size_t n,
 		if (d && meta_lookup(d, leaf))
 			return fail(err, errlen, -EEXIST, "allocs[%zu] (%s): exists", i, v[i].path);
 	}
+	return 0;
+}
+
+int meta_create_allocs(struct meta_store *s, struct meta_new_alloc *v, size_t n, char *err, size_t errlen)
+{
+	struct meta_node *root = meta_root(s, META_AREA_ALLOCS);
+	int e = meta_check_allocs(s, v, n, err, errlen);
+	if (e)
+		return e;
 	struct made made = {0};
-	int e = 0;
 	size_t i;
 	for (i = 0; i < n; i++) {
 		struct meta_node *d, *a = NULL;

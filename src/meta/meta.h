@@ -134,6 +134,8 @@ struct meta_new_alloc {
 	void *buf;                 /* the backend's memory: the node owns it once created */
 	struct meta_node *node;    /* out */
 };
+/* Would meta_create_allocs accept these paths and tags (bufs and sizes aside)?  0 or -errno. */
+int meta_check_allocs(struct meta_store *s, const struct meta_new_alloc *v, size_t n, char *err, size_t errlen);
 /* Create allocations (and their parent directories).  On failure every buf is still the caller's. */
 int meta_create_allocs(struct meta_store *s, struct meta_new_alloc *v, size_t n, char *err, size_t errlen);
 /* Remove allocations and every entry that names one of them. */

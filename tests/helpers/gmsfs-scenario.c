@@ -1101,6 +1101,11 @@ static int sc_create_many(void)
 		setrlimit(RLIMIT_AS, &was);
 		CHECK(e == -ENOMEM && strstr(gmsfs_errmsg(g), "reserving"), "%s: %s", gmsfs_strerror(e), gmsfs_errmsg(g));
 	}
+	/* One the daemon cannot make, the last: none of the others stays, here or there. */
+	v[N - 1].size = 1ull << 60;
+	int full = gmsfs_create_many(g, v, N);
+	CHECK(full == -ENOSPC && strstr(gmsfs_errmsg(g), names[N - 1]), "%s: %s", gmsfs_strerror(full), gmsfs_errmsg(g));
+	v[N - 1].size = (uint64_t)N << 16;
 	const struct gmsfs_mapping *m;
 	CHECK(gmsfs_mappings(g, &m) == 0, "a failed create left mappings");
 	CALL(g, gmsfs_create_many(g, v, N));
