@@ -359,8 +359,11 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 		v[i].buf = buf;
 	}
 	pthread_mutex_lock(&fs->mu);
-	h = e ? NULL : bound(fs, r, true, false, &e, why, whylen);
-	if (h && !(e = meta_create_allocs(h->store->meta, v, b->nallocs, why, whylen))) {
+	/* After a failure to make memory the handle is looked up only to say why in state. */
+	int gone;
+	char scratch[160];
+	h = e ? bound(fs, r, true, false, &gone, scratch, sizeof scratch) : bound(fs, r, true, false, &e, why, whylen);
+	if (h && !e && !(e = meta_create_allocs(h->store->meta, v, b->nallocs, why, whylen))) {
 		for (size_t i = 0; i < b->nallocs && !e; i++)
 			e = add_alloc(v[i].node, s);
 		s->read_only = false;

@@ -149,6 +149,21 @@ static long state_val(const char *key)
 	return p ? strtol(p + strlen(pat), NULL, 10) : -1;
 }
 
+/* Does the store's state file hold text? */
+static bool state_has(const char *text)
+{
+	char path[4200], buf[4096];
+	snprintf(path, sizeof path, "%s/state", store);
+	int fd = open(path, O_RDONLY);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	return strstr(buf, text) != NULL;
+}
+
 static bool state_is(const char *s)
 {
 	char path[4200], buf[64];
@@ -1105,6 +1120,7 @@ static int sc_create_many(void)
 	v[N - 1].size = 1ull << 60;
 	int full = gmsfs_create_many(g, v, N);
 	CHECK(full == -ENOSPC && strstr(gmsfs_errmsg(g), names[N - 1]), "%s: %s", gmsfs_strerror(full), gmsfs_errmsg(g));
+	CHECK(state_has("\nlast_error: allocs/m/39: 1152921504606846976 bytes"), "state's last_error does not say why");
 	v[N - 1].size = (uint64_t)N << 16;
 	const struct gmsfs_mapping *m;
 	CHECK(gmsfs_mappings(g, &m) == 0, "a failed create left mappings");
