@@ -128,19 +128,27 @@ static void msleep(int ms)
 	nanosleep(&(struct timespec){ ms / 1000, (long)(ms % 1000) * 1000000L }, NULL);
 }
 
+/* The store's state file into buf, NUL-terminated; false if it cannot be read. */
+static bool read_state(char *buf, size_t size)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/state", store);
+	int fd = open(path, O_RDONLY);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, size - 1);
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	return true;
+}
+
 /* A number from the store's state file, -1 if absent. */
 static long state_val(const char *key)
 {
-	char path[4200], buf[2048];
-	snprintf(path, sizeof path, "%s/state", store);
-	int fd = open(path, O_RDONLY);
-	if (fd < 0)
+	char buf[2048];
+	if (!read_state(buf, sizeof buf))
 		return -1;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
 	char pat[64];
 	snprintf(pat, sizeof pat, "\n%s: ", key);
 	char *p = strstr(buf, pat);
@@ -152,30 +160,14 @@ static long state_val(const char *key)
 /* Does the store's state file hold text? */
 static bool state_has(const char *text)
 {
-	char path[4200], buf[4096];
-	snprintf(path, sizeof path, "%s/state", store);
-	int fd = open(path, O_RDONLY);
-	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
-	if (fd >= 0)
-		close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = '\0';
-	return strstr(buf, text) != NULL;
+	char buf[4096];
+	return read_state(buf, sizeof buf) && strstr(buf, text);
 }
 
 static bool state_is(const char *s)
 {
-	char path[4200], buf[64];
-	snprintf(path, sizeof path, "%s/state", store);
-	int fd = open(path, O_RDONLY);
-	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
-	if (fd >= 0)
-		close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = '\0';
-	return !strncmp(buf + 7, s, strlen(s)) && buf[7 + strlen(s)] == '\n';
+	char buf[64];
+	return read_state(buf, sizeof buf) && !strncmp(buf + 7, s, strlen(s)) && buf[7 + strlen(s)] == '\n';
 }
 
 static bool wait_for(long (*f)(const char *), const char *key, long want, int ms)
