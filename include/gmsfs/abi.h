@@ -94,6 +94,8 @@ static inline bool gmsfs_tag_valid(const char *tag, size_t len)
 }
 
 /* ---- ioctl ---- */
+#define GMSFS_TICKET_LEN 16 /* bytes of a one-time ticket */
+#define GMSFS_HASH_LEN 16   /* bytes of a layout hash (XXH3-128) */
 #define GMSFS_IOC_MAGIC 0xE6 /* free in Documentation/userspace-api/ioctl/ioctl-number.rst (fuse is 0xE5) */
 
 struct gmsfs_ioc {
@@ -113,8 +115,8 @@ struct gmsfs_ioc {
 	uint64_t count;         /* allocations: 1 for EXPORT, the layout's for the others */
 	uint64_t size_bytes;    /* their requested sizes, summed */
 	uint64_t aligned_bytes; /* their aligned sizes, summed */
-	uint8_t layout_hash[16];/* committed layout, XXH3-128, canonical (big-endian) bytes */
-	uint8_t ticket[16];     /* LOCK, EXPORT, EXPORT_ALL, CHANNEL: present once on the socket */
+	uint8_t layout_hash[GMSFS_HASH_LEN]; /* committed layout, XXH3-128, canonical (big-endian) bytes */
+	uint8_t ticket[GMSFS_TICKET_LEN]; /* LOCK, EXPORT, EXPORT_ALL, CHANNEL: present once on the socket */
 	char socket[108];       /* the socket's path, NUL-terminated */
 	uint32_t pad;
 };
@@ -133,7 +135,7 @@ struct gmsfs_sock_req {
 	uint32_t magic;         /* GMSFS_SOCK_MAGIC */
 	uint16_t version;       /* GMSFS_SOCK_VERSION */
 	uint16_t op;            /* GMSFS_OP_* */
-	uint8_t ticket[16];     /* REDEEM, BIND: the ticket; otherwise zero */
+	uint8_t ticket[GMSFS_TICKET_LEN]; /* REDEEM, BIND: the ticket; otherwise zero */
 	uint32_t flags;         /* GMSFS_REQ_MORE */
 	uint32_t body_len;      /* bytes of msgpack after this header, in this message */
 };

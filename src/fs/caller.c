@@ -1,6 +1,6 @@
 /* caller: who is asking.  FUSE gives the thread id of the caller in the pid
  * namespace of whoever mounted, or 0 when the caller is outside it. */
-#include "fs.h"
+#include "caller.h"
 
 #include <dirent.h>
 #include <errno.h>

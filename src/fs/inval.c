@@ -5,7 +5,8 @@
  * handler that may hold a lock the kernel needs for it (libfuse's rule for notify_inval).
  * inval_flush waits until what was queued has been sent: a socket call returns only once
  * the kernel has dropped what it made stale. */
-#include "fs.h"
+#include "inval.h"
+#include "store.h"
 #include "grow.h"
 
 #include <errno.h>
@@ -17,27 +18,38 @@ struct inval_item {
 	char *name; /* NULL: the attributes only; else the name in parent is gone too */
 };
 
+/* The notifier's state, under fs->mu. */
+struct inval {
+	pthread_t thread;
+	pthread_cond_t cv, done_cv;        /* something queued; something sent */
+	struct inval_item *q;
+	size_t n, cap;
+	uint64_t queued, done;             /* how many were queued, and sent */
+	bool stop;
+};
+
 /* meta's watcher, fs->mu held: n changed; gone: its name no longer leads to it. */
 static void changed(struct meta_node *n, bool gone, void *ctx)
 {
 	struct store *st = ctx;
 	struct fs *fs = st->fs;
-	if (fs->inval_stop)
+	struct inval *v = fs->inval;
+	if (!v || v->stop)
 		return; /* the daemon is ending: stores are freed after the mount is gone */
 	fuse_ino_t ino = node_ino(fs, n);
-	if (!gone && fs->inval_n && fs->inval_q[fs->inval_n - 1].ino == ino && !fs->inval_q[fs->inval_n - 1].name)
+	if (!gone && v->n && v->q[v->n - 1].ino == ino && !v->q[v->n - 1].name)
 		return; /* a bulk call touches one directory many times: once is enough */
-	if (GROW(fs->inval_q, fs->inval_n, fs->inval_cap, 64))
+	if (GROW(v->q, v->n, v->cap, 64))
 		return; /* out of memory: the timeout still bounds how long it stays stale */
-	struct inval_item *it = &fs->inval_q[fs->inval_n];
+	struct inval_item *it = &v->q[v->n];
 	*it = (struct inval_item){ .ino = ino };
 	if (gone && n->parent && !(it->name = strdup(n->name)))
 		return;
 	if (gone && n->parent)
 		it->parent = node_ino(fs, n->parent);
-	fs->inval_n++;
-	fs->inval_queued++;
-	pthread_cond_signal(&fs->inval_cv);
+	v->n++;
+	v->queued++;
+	pthread_cond_signal(&v->cv);
 }
 
 void inval_watch(struct store *st)
@@ -48,17 +60,18 @@ void inval_watch(struct store *st)
 static void *inval_main(void *arg)
 {
 	struct fs *fs = arg;
+	struct inval *v = fs->inval;
 	pthread_mutex_lock(&fs->mu);
-	while (!fs->inval_stop) {
-		if (!fs->inval_n) {
-			pthread_cond_wait(&fs->inval_cv, &fs->mu);
+	while (!v->stop) {
+		if (!v->n) {
+			pthread_cond_wait(&v->cv, &fs->mu);
 			continue;
 		}
-		struct inval_item *q = fs->inval_q;
-		size_t n = fs->inval_n;
-		uint64_t upto = fs->inval_queued;
-		fs->inval_q = NULL;
-		fs->inval_n = fs->inval_cap = 0;
+		struct inval_item *q = v->q;
+		size_t n = v->n;
+		uint64_t upto = v->queued;
+		v->q = NULL;
+		v->n = v->cap = 0;
 		pthread_mutex_unlock(&fs->mu);
 		/* Errors are expected and harmless: the kernel may have forgotten the node. */
 		for (size_t i = 0; i < n; i++) {
@@ -70,44 +83,70 @@ static void *inval_main(void *arg)
 		}
 		free(q);
 		pthread_mutex_lock(&fs->mu);
-		fs->inval_done = upto;
-		pthread_cond_broadcast(&fs->inval_done_cv);
+		v->done = upto;
+		pthread_cond_broadcast(&v->done_cv);
 	}
-	fs->inval_done = fs->inval_queued; /* nobody waits past the end */
-	pthread_cond_broadcast(&fs->inval_done_cv);
+	v->done = v->queued; /* nobody waits past the end */
+	pthread_cond_broadcast(&v->done_cv);
 	pthread_mutex_unlock(&fs->mu);
 	return NULL;
 }
 
 int inval_start(struct fs *fs)
 {
-	pthread_cond_init(&fs->inval_cv, NULL);
-	pthread_cond_init(&fs->inval_done_cv, NULL);
-	return pthread_create(&fs->inval_thread, NULL, inval_main, fs) ? -EAGAIN : 0;
+	struct inval *v = calloc(1, sizeof *v);
+	if (!v)
+		return -ENOMEM;
+	pthread_cond_init(&v->cv, NULL);
+	pthread_cond_init(&v->done_cv, NULL);
+	fs->inval = v;
+	if (pthread_create(&v->thread, NULL, inval_main, fs)) {
+		fs->inval = NULL;
+		pthread_cond_destroy(&v->cv);
+		pthread_cond_destroy(&v->done_cv);
+		free(v);
+		return -EAGAIN;
+	}
+	return 0;
 }
 
 void inval_flush(struct fs *fs)
 {
+	struct inval *v = fs->inval;
 	pthread_mutex_lock(&fs->mu);
-	uint64_t want = fs->inval_queued;
-	while (fs->inval_done < want && !fs->inval_stop)
-		pthread_cond_wait(&fs->inval_done_cv, &fs->mu);
+	uint64_t want = v->queued;
+	while (v->done < want && !v->stop)
+		pthread_cond_wait(&v->done_cv, &fs->mu);
 	pthread_mutex_unlock(&fs->mu);
 }
 
 void inval_stop(struct fs *fs)
 {
+	struct inval *v = fs->inval;
+	if (!v)
+		return;
 	pthread_mutex_lock(&fs->mu);
-	fs->inval_stop = true;
-	pthread_cond_broadcast(&fs->inval_cv);
-	pthread_cond_broadcast(&fs->inval_done_cv);
+	v->stop = true;
+	pthread_cond_broadcast(&v->cv);
+	pthread_cond_broadcast(&v->done_cv);
 	pthread_mutex_unlock(&fs->mu);
-	pthread_join(fs->inval_thread, NULL);
-	for (size_t i = 0; i < fs->inval_n; i++)
-		free(fs->inval_q[i].name);
-	free(fs->inval_q);
-	fs->inval_q = NULL;
-	fs->inval_n = fs->inval_cap = 0;
-	pthread_cond_destroy(&fs->inval_cv);
-	pthread_cond_destroy(&fs->inval_done_cv);
+	pthread_join(v->thread, NULL);
+	pthread_mutex_lock(&fs->mu);
+	for (size_t i = 0; i < v->n; i++)
+		free(v->q[i].name);
+	free(v->q);
+	v->q = NULL;
+	v->n = v->cap = 0;
+	pthread_mutex_unlock(&fs->mu);
+}
+
+void inval_free(struct fs *fs)
+{
+	struct inval *v = fs->inval;
+	if (!v)
+		return;
+	fs->inval = NULL;
+	pthread_cond_destroy(&v->cv);
+	pthread_cond_destroy(&v->done_cv);
+	free(v);
 }

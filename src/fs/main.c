@@ -1,5 +1,9 @@
 /* gmsfs: one daemon and one mount per GPU.  See gmsfs(8). */
 #include "fs.h"
+#include "inval.h"
+#include "store.h"
+#include "wait.h"
+#include "export/export.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -223,7 +227,7 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 	if (fuse_session_mount(fs->se, cmd->mountpoint))
 		goto out_signals;
 	fprintf(stderr, "gmsfs: %s on %s (backend %s, %llu bytes, socket %s)\n", fs->vmm->dev.name,
-		cmd->mountpoint, fs->vmm->dev.backend, (unsigned long long)fs->vmm->max_bytes, fs->socket_path);
+		cmd->mountpoint, fs->vmm->dev.backend, (unsigned long long)fs->vmm->max_bytes, export_socket(fs));
 	if (opts->ready_fd >= 0) {
 		if (write(opts->ready_fd, "\n", 1) != 1)
 			perror("gmsfs: ready_fd");
@@ -251,31 +255,6 @@ out_session_only:
 	return ret;
 }
 
-static void free_stores(struct fs *fs)
-{
-	pthread_mutex_lock(&fs->mu);
-	while (fs->nstores) {
-		struct store *st = fs->stores[--fs->nstores];
-		/* The session is gone: no kernel reference or handle is left to honour. */
-		meta_root(st->meta, META_AREA_ALLOCS)->lookups = 0;
-		meta_root(st->meta, META_AREA_META)->lookups = 0;
-		meta_store_free(st->meta);
-		vmm_pool_put(st->pool);
-		free(st->name);
-		free(st);
-	}
-	free(fs->stores);
-	while (fs->nremoved) { /* no forget comes after the unmount */
-		struct store *st = fs->removed[--fs->nremoved];
-		vmm_pool_put(st->pool);
-		free(st->name);
-		free(st);
-	}
-	free(fs->removed);
-	meta_graveyard_free(&fs->grave);
-	pthread_mutex_unlock(&fs->mu);
-}
-
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -283,13 +262,10 @@ int main(int argc, char *argv[])
 	struct options opts = { .ready_fd = -1, .detach_fd = -1, .max_threads = 256 };
 	struct fs fs = {
 		.mu = PTHREAD_MUTEX_INITIALIZER,
-		.cv = PTHREAD_COND_INITIALIZER,
-		.sock_spare_cv = PTHREAD_COND_INITIALIZER,
 		.root = { FS_NODE_MAGIC, FS_ROOT, NULL },
 		.device = { FS_NODE_MAGIC, FS_DEVICE, NULL },
 		.status = { FS_NODE_MAGIC, FS_STATUS, NULL },
 		.metrics = { FS_NODE_MAGIC, FS_METRICS, NULL },
-		.sock_fd = -1,
 	};
 	uint64_t max_bytes = 0;
 	char err[256] = "";
@@ -302,18 +278,19 @@ int main(int argc, char *argv[])
 		raise_nofile();
 		clock_gettime(CLOCK_REALTIME, &fs.started);
 		fs.allow_other = opts.allow_other;
-		int e = vmm_open(&fs.vmm, opts.backend, opts.device, max_bytes, err, sizeof err);
-		if (!e && (e = sock_start(&fs, opts.socket, err, sizeof err)))
-			vmm_close(fs.vmm);
+		int e = store_table_new(&fs);
+		if (!e && !(e = vmm_open(&fs.vmm, opts.backend, opts.device, max_bytes, err, sizeof err)))
+			e = export_start(&fs, opts.socket, err, sizeof err);
 		if (e) {
 			fprintf(stderr, "gmsfs: %s\n", err[0] ? err : strerror(-e));
 			ret = 1;
 		} else {
 			ret = serve(&fs, &args, &cmd, &opts);
-			sock_stop(&fs);
-			free_stores(&fs);
-			vmm_close(fs.vmm);
 		}
+		export_stop(&fs);
+		store_table_free(&fs);
+		inval_free(&fs);
+		vmm_close(fs.vmm);
 	}
 	free(cmd.mountpoint);
 	fuse_opt_free_args(&args);

@@ -1,5 +1,8 @@
 /* node: what an inode number stands for, its attributes, its children. */
+#include "node.h"
 #include "fs.h"
+#include "inval.h"
+#include "store.h"
 
 #include <errno.h>
 #include <string.h>
@@ -147,14 +150,6 @@ void node_entry(struct fs *fs, const struct obj *o, struct fuse_entry_param *e)
 		meta_lookup_ref(o->m);
 	else if (o->f->kind >= FS_STORE)
 		store_get(o->st);
-}
-
-void node_reply_entry(fuse_req_t req, struct fs *fs, struct obj *o)
-{
-	struct fuse_entry_param e;
-	node_entry(fs, o, &e);
-	pthread_mutex_unlock(&fs->mu);
-	fuse_reply_entry(req, &e);
 }
 
 void node_forget(struct fs *fs, fuse_ino_t ino, uint64_t n)

@@ -1,8 +1,12 @@
 /* ops_file: open files (open, create, read, write, release, poll).  Opening a file of a
  * store takes its lock (store.c); the handle holds it until released.  No flush: the
  * kernel then stops sending one, and every close costs one round trip less. */
-#include "fs.h"
 #include "ops.h"
+#include "inval.h"
+#include "lock.h"
+#include "store.h"
+#include "text.h"
+#include "wait.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,14 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Reply to an open or create; an interrupted open never gets a release, so undo it here. */
+/* Reply to an open or create (fs->mu not held); an interrupted open never gets a
+ * release, so undo it here. */
 static void reply_open(fuse_req_t req, struct fs *fs, struct fs_handle *h, struct fuse_file_info *fi,
 		       struct fuse_entry_param *entry)
 {
 	fi->fh = (uintptr_t)h;
 	fi->direct_io = 1;
 	fi->keep_cache = 0;
-	pthread_mutex_unlock(&fs->mu);
 	int r = entry ? fuse_reply_create(req, entry, fi) : fuse_reply_open(req, fi);
 	if (r == -ENOENT) {
 		pthread_mutex_lock(&fs->mu);
@@ -26,16 +30,6 @@ static void reply_open(fuse_req_t req, struct fs *fs, struct fs_handle *h, struc
 		handle_free(h);
 		pthread_mutex_unlock(&fs->mu);
 	}
-}
-
-static enum fs_want want_of(int flags, bool is_lock)
-{
-	int acc = flags & O_ACCMODE;
-	if (acc == O_RDONLY)
-		return WANT_READ;
-	if (acc == O_RDWR && is_lock)
-		return WANT_RW_OR_RO;
-	return WANT_WRITE;
 }
 
 static int timeout_of(int flags)
@@ -55,9 +49,9 @@ struct open_wait {
 };
 
 /* What an open does once its lock is granted (fs->mu held). */
-static int opened(struct fs_handle *h, enum fs_want want, int flags)
+static int opened(struct fs_handle *h, enum lock_want want, int flags)
 {
-	int e = store_granted(h, want);
+	int e = lock_granted(h, want);
 	if (!e && h->writable && (flags & O_TRUNC) && h->node && h->node->kind == META_ENTRY)
 		e = meta_entry_truncate(h->node, 0);
 	/* O_TRUNC of an allocation leaves it alone: its size is fixed (dd without conv=notrunc). */
@@ -103,9 +97,7 @@ static void ow_reply(struct fs_waiter *w, int e)
 	struct open_wait *o = (struct open_wait *)w;
 	if (e)
 		return (void)fuse_reply_err(w->req, -e);
-	struct fs *fs = w->st->fs;
-	pthread_mutex_lock(&fs->mu);
-	reply_open(w->req, fs, w->h, &o->fi, o->name ? &o->entry : NULL);
+	reply_open(w->req, w->st->fs, w->h, &o->fi, o->name ? &o->entry : NULL);
 }
 
 static void ow_free(struct fs_waiter *w)
@@ -124,7 +116,7 @@ static const struct wait_ops open_wait_ops = {
 };
 
 /* A waiter for h (fs->mu held; it keeps the store). */
-static struct open_wait *open_waiter(fuse_req_t req, struct fs_handle *h, enum fs_want want,
+static struct open_wait *open_waiter(fuse_req_t req, struct fs_handle *h, enum lock_want want,
 				     struct fuse_file_info *fi)
 {
 	struct open_wait *o = calloc(1, sizeof *o);
@@ -140,7 +132,7 @@ static struct open_wait *open_waiter(fuse_req_t req, struct fs_handle *h, enum f
 
 /* ---- open ---- */
 
-static int open_control(fuse_req_t req, struct obj *o, struct fs_handle *h, int flags, enum fs_want *want)
+static int open_control(fuse_req_t req, struct obj *o, struct fs_handle *h, int flags, enum lock_want *want)
 {
 	bool wr = (flags & O_ACCMODE) != O_RDONLY;
 	h->fnode = o->f;
@@ -155,15 +147,15 @@ static int open_control(fuse_req_t req, struct obj *o, struct fs_handle *h, int 
 	case FS_HASH:
 		return wr ? -EACCES : 0;
 	case FS_LOCK:
-		*want = want_of(flags, true);
-		return store_lock_handle(req, h, *want, timeout_of(flags));
+		*want = lock_want_of_open(flags, true);
+		return lock_open(req, h, *want, timeout_of(flags));
 	default: /* commit, abort: the write does the work */
 		h->writable = wr;
 		return 0;
 	}
 }
 
-static int open_layout(fuse_req_t req, struct obj *o, struct fs_handle *h, int flags, enum fs_want *want)
+static int open_layout(fuse_req_t req, struct obj *o, struct fs_handle *h, int flags, enum lock_want *want)
 {
 	if (o->m->kind == META_DIR)
 		return -EISDIR;
@@ -171,13 +163,13 @@ static int open_layout(fuse_req_t req, struct obj *o, struct fs_handle *h, int f
 		return -ESTALE;
 	h->node = o->m;
 	meta_hold(o->m);
-	*want = (flags & O_ACCMODE) != O_RDONLY ? WANT_WRITE : WANT_READ;
-	return store_lock_handle(req, h, *want, timeout_of(flags));
+	*want = lock_want_of_open(flags, false);
+	return lock_open(req, h, *want, timeout_of(flags));
 }
 
-/* 0 with *out open, STORE_PARK with *out waiting for its lock, or -errno. */
+/* 0 with *out open, LOCK_PARK with *out waiting for its lock, or -errno. */
 static int do_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, int flags, struct fs_handle **out,
-		   enum fs_want *want)
+		   enum lock_want *want)
 {
 	struct obj o;
 	int e = node_resolve(fs, ino, &o);
@@ -205,10 +197,10 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
 	struct fs_handle *h = NULL;
-	enum fs_want want = WANT_READ;
+	enum lock_want want = WANT_READ;
 	pthread_mutex_lock(&fs->mu);
 	int e = do_open(req, fs, ino, fi->flags, &h, &want);
-	if (e == STORE_PARK) {
+	if (e == LOCK_PARK) {
 		struct open_wait *o = open_waiter(req, h, want, fi);
 		if (!o) {
 			handle_free(h);
@@ -218,10 +210,9 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		pthread_mutex_unlock(&fs->mu);
 		return wait_park(&o->w);
 	}
-	if (e) {
-		pthread_mutex_unlock(&fs->mu);
+	pthread_mutex_unlock(&fs->mu);
+	if (e)
 		return (void)fuse_reply_err(req, -e);
-	}
 	reply_open(req, fs, h, fi, NULL);
 }
 
@@ -239,7 +230,7 @@ static int do_create(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const cha
 	struct fs_handle *h = handle_new(d.st);
 	if (!h)
 		return -ENOMEM;
-	e = store_lock_handle(req, h, WANT_WRITE, timeout_of(flags));
+	e = lock_open(req, h, WANT_WRITE, timeout_of(flags));
 	if (!e)
 		e = created(fs, h, d.m, name, entry);
 	if (e < 0) {
@@ -259,7 +250,7 @@ void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	struct fuse_entry_param entry;
 	pthread_mutex_lock(&fs->mu);
 	int e = do_create(req, fs, parent, name, mode, fi->flags, &h, &dir, &entry);
-	if (e == STORE_PARK) {
+	if (e == LOCK_PARK) {
 		struct open_wait *o = open_waiter(req, h, WANT_WRITE, fi);
 		if (o && !(o->name = strdup(name))) {
 			free(o);
@@ -275,10 +266,9 @@ void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		pthread_mutex_unlock(&fs->mu);
 		return wait_park(&o->w);
 	}
-	if (e) {
-		pthread_mutex_unlock(&fs->mu);
+	pthread_mutex_unlock(&fs->mu);
+	if (e)
 		return (void)fuse_reply_err(req, -e);
-	}
 	reply_open(req, fs, h, fi, &entry);
 }
 
@@ -392,23 +382,6 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	free(data);
 }
 
-/* commit and abort: only a member of the writer session. */
-static int do_control_write(fuse_req_t req, struct fs_handle *h)
-{
-	struct store *st = h->store;
-	if (h->fnode->kind != FS_COMMIT && h->fnode->kind != FS_ABORT)
-		return -EINVAL; /* lock takes no data */
-	pid_t tgid;
-	int e = caller_tgid(req, &tgid);
-	if (e)
-		return e;
-	if (st->removed)
-		return -ENOENT;
-	if ((e = store_is_member(st, tgid)) <= 0)
-		return e < 0 ? e : -EPERM;
-	return h->fnode->kind == FS_COMMIT ? store_commit(st) : store_abort(st);
-}
-
 /* 0 with *buf set when the bytes go to an allocation after mu is released. */
 static int do_write(fuse_req_t req, struct fs_handle *h, const char *data, size_t size, off_t off,
 		    struct vmm_buf **buf, size_t *n)
@@ -417,7 +390,7 @@ static int do_write(fuse_req_t req, struct fs_handle *h, const char *data, size_
 	*n = size;
 	node_count(h->store, h->fnode);
 	if (h->fnode)
-		return do_control_write(req, h);
+		return lock_control_write(req, h);
 	struct meta_node *m = h->node;
 	if (h->hold != HOLD_SESSION)
 		return -EROFS; /* committed: the handle is a read handle now */

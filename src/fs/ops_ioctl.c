@@ -1,8 +1,12 @@
 /* ops_ioctl: the binary interface of abi.h (lock with a timeout, facts, tickets).
  * The kernel copies exactly one struct gmsfs_ioc each way: the command encodes its
  * size.  fi->flags is 0 here, so what a handle may do is kept on the handle. */
-#include "fs.h"
 #include "ops.h"
+#include "caller.h"
+#include "lock.h"
+#include "store.h"
+#include "wait.h"
+#include "export/export.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -14,10 +18,10 @@ static void ioc_fill(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io)
 {
 	struct store *st = h->store;
 	const struct vmm *v = fs->vmm;
-	io->lock = handle_lock(h);
+	io->lock = lock_mode_of(h);
 	io->backend = strcmp(v->dev.backend, "cuda") ? GMSFS_BACKEND_HOST : GMSFS_BACKEND_CUDA;
 	io->device = v->dev.index;
-	io->generation = st->fsm.generation;
+	io->generation = st->lock.fsm.generation;
 	io->granularity = v->dev.granularity;
 	io->has_hash = meta_hash(st->meta, io->layout_hash);
 	struct meta_stats ms;
@@ -25,7 +29,7 @@ static void ioc_fill(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io)
 	io->count = ms.allocations;
 	io->size_bytes = ms.bytes;
 	io->aligned_bytes = ms.aligned_bytes;
-	snprintf(io->socket, sizeof io->socket, "%s", fs->socket_path);
+	snprintf(io->socket, sizeof io->socket, "%s", export_socket(fs));
 }
 
 static int ioc_check(unsigned cmd, const struct gmsfs_ioc *io)
@@ -35,37 +39,16 @@ static int ioc_check(unsigned cmd, const struct gmsfs_ioc *io)
 	for (int i = 0; i < 4; i++)
 		if (io->reserved[i])
 			return -EINVAL;
+	enum lock_want want;
 	if (cmd == GMSFS_IOC_LOCK)
-		return io->mode < GMSFS_RO || io->mode > GMSFS_RW_OR_RO || io->timeout_ms < -1 ? -EINVAL : 0;
+		return lock_want_of_mode(io->mode, &want) || io->timeout_ms < -1 ? -EINVAL : 0;
 	return io->mode || io->timeout_ms ? -EINVAL : 0;
-}
-
-/* GMSFS_IOC_LOCK: what opening STORE/lock would check and take, with a timeout.  0,
- * STORE_PARK (it waits: lock_waiter), or -errno. */
-static int do_lock(fuse_req_t req, struct fs_handle *h, struct gmsfs_ioc *io, pid_t tgid, enum fs_want *want)
-{
-	struct store *st = h->store;
-	if (!h->fnode || h->fnode->kind != FS_STORE)
-		return -ENOTTY;
-	if (h->hold != HOLD_NONE)
-		return -EBUSY; /* this handle holds the lock already */
-	mode_t lock_mode = 0644; /* STORE/lock's mode (node.c) */
-	int e = caller_may(req, lock_mode, io->mode == GMSFS_RO ? 4 : 2);
-	if (e)
-		return e;
-	/* One RW connection per writer session: the library could not make a second
-	 * handle's mappings read-only when the first commits. */
-	if (io->mode != GMSFS_RO && st->fsm.leader && (io->mode == GMSFS_RW || !st->fsm.committed) &&
-	    (e = store_is_member(st, tgid)))
-		return e < 0 ? e : -EBUSY;
-	*want = io->mode == GMSFS_RO ? WANT_READ : io->mode == GMSFS_RW ? WANT_WRITE : WANT_RW_OR_RO;
-	return store_lock_handle(req, h, *want, io->timeout_ms);
 }
 
 /* After LOCK is granted: the channel's ticket and the facts (fs->mu held). */
 static int locked(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io, pid_t tgid, uid_t uid)
 {
-	int e = ticket_issue(fs, h, TICKET_CHANNEL, tgid, uid, io->ticket);
+	int e = export_ticket(fs, h, TICKET_CHANNEL, tgid, uid, io->ticket);
 	if (!e)
 		ioc_fill(fs, h, io);
 	return e;
@@ -81,13 +64,11 @@ static int lw_grant(struct fs_waiter *w, int e)
 {
 	struct lock_wait *l = (struct lock_wait *)w;
 	if (!e)
-		e = store_granted(w->h, w->want);
+		e = lock_granted(w->h, w->want);
 	if (!e)
 		e = locked(w->st->fs, w->h, &l->io, w->h->tgid, l->uid);
-	if (e && w->h->hold != HOLD_NONE) {
-		store_release(w->st, w->h);
-		w->h->writable = false;
-	}
+	if (e && w->h->hold != HOLD_NONE)
+		lock_release(w->h);
 	return e;
 }
 
@@ -110,7 +91,7 @@ static const struct wait_ops lock_wait_ops = {
 };
 
 static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handle *h, struct gmsfs_ioc *io,
-		    enum fs_want *want)
+		    enum lock_want *want)
 {
 	int e = ioc_check(cmd, io);
 	if (e)
@@ -130,8 +111,8 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 	case GMSFS_IOC_INFO:
 		break;
 	case GMSFS_IOC_LOCK:
-		if ((e = do_lock(req, h, io, tgid, want)))
-			return e; /* STORE_PARK too */
+		if ((e = lock_ioctl(req, h, io->mode, io->timeout_ms, tgid, want)))
+			return e; /* LOCK_PARK too */
 		return locked(fs, h, io, tgid, uid);
 	case GMSFS_IOC_EXPORT: {
 		struct meta_node *m = h->node;
@@ -141,7 +122,7 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 			return -ESTALE;
 		if (!m->buf)
 			return -ENODATA; /* not sized yet: no memory behind it */
-		if ((e = ticket_issue(fs, h, TICKET_EXPORT, tgid, uid, io->ticket)))
+		if ((e = export_ticket(fs, h, TICKET_EXPORT, tgid, uid, io->ticket)))
 			return e;
 		ioc_fill(fs, h, io);
 		io->count = 1;
@@ -154,10 +135,8 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 			return -ENOTTY;
 		if (h->hold == HOLD_NONE)
 			return -ENOLCK;
-		ticket_revoke(fs, h);
-		sock_unbind_all(h);
-		store_release(st, h); /* a session ending without commit rolls back here */
-		h->writable = false;
+		export_revoke(fs, h);
+		lock_release(h); /* a session ending without commit rolls back here */
 		break;
 	case GMSFS_IOC_EXPORT_ALL:
 	case GMSFS_IOC_CHANNEL:
@@ -165,8 +144,8 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 			return -ENOTTY;
 		if (h->hold == HOLD_NONE)
 			return -ENOLCK; /* a directory that has not taken the lock */
-		e = ticket_issue(fs, h, cmd == GMSFS_IOC_CHANNEL ? TICKET_CHANNEL : TICKET_EXPORT_ALL, tgid, uid,
-				 io->ticket);
+		e = export_ticket(fs, h, cmd == GMSFS_IOC_CHANNEL ? TICKET_CHANNEL : TICKET_EXPORT_ALL, tgid, uid,
+				  io->ticket);
 		if (e)
 			return e;
 		break;
@@ -187,10 +166,10 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg, struc
 		return (void)fuse_reply_err(req, EINVAL);
 	memcpy(&io, in_buf, sizeof io);
 	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
-	enum fs_want want = WANT_READ;
+	enum lock_want want = WANT_READ;
 	pthread_mutex_lock(&fs->mu);
 	int e = do_ioctl(req, fs, cmd, h, &io, &want);
-	if (e == STORE_PARK) {
+	if (e == LOCK_PARK) {
 		struct lock_wait *l = calloc(1, sizeof *l);
 		if (l) {
 			*l = (struct lock_wait){ .w = { .ops = &lock_wait_ops, .st = h->store, .h = h, .want = want,

@@ -1,14 +1,27 @@
 /* ops_tree: names and attributes (lookup, getattr, setattr, mkdir, rmdir, unlink,
  * readdir, statfs).  Each do_x() runs with fs->mu held and returns -errno; the
  * fs_x() around it replies. */
-#include "fs.h"
 #include "ops.h"
+#include "inval.h"
+#include "lock.h"
+#include "store.h"
 #include "grow.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+
+/* Send an entry made by node_entry (fs->mu not held); the kernel's reference goes back
+ * if the reply does not arrive (an interrupted request). */
+static void reply_entry(fuse_req_t req, struct fs *fs, const struct fuse_entry_param *e)
+{
+	if (fuse_reply_entry(req, e)) {
+		pthread_mutex_lock(&fs->mu);
+		node_forget(fs, e->ino, 1);
+		pthread_mutex_unlock(&fs->mu);
+	}
+}
 
 static int do_lookup(struct fs *fs, fuse_ino_t parent, const char *name, struct obj *o)
 {
@@ -21,13 +34,15 @@ void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = fs_of(req);
 	struct obj o;
+	struct fuse_entry_param entry;
 	pthread_mutex_lock(&fs->mu);
 	int e = do_lookup(fs, parent, name, &o);
-	if (e) {
-		pthread_mutex_unlock(&fs->mu);
+	if (!e)
+		node_entry(fs, &o, &entry);
+	pthread_mutex_unlock(&fs->mu);
+	if (e)
 		return (void)fuse_reply_err(req, -e);
-	}
-	node_reply_entry(req, fs, &o);
+	reply_entry(req, fs, &entry);
 }
 
 void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -51,7 +66,7 @@ void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forg
 	store_trim(fs);
 }
 
-/* *timeout: as node_reply_entry, the root, stores and control files keep their
+/* *timeout: as node_entry, the root, stores and control files keep their
  * attributes (else every path walk asks for the root's again); layout nodes never. */
 static int do_getattr(struct fs *fs, fuse_ino_t ino, struct stat *s, double *timeout)
 {
@@ -90,7 +105,7 @@ static int do_truncate(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t si
 		return -EISDIR;
 	if (!o->m->linked)
 		return -ESTALE;
-	int e = store_check_change(req, o->st, fi ? (struct fs_handle *)(uintptr_t)fi->fh : NULL);
+	int e = lock_check_change(req, o->st, fi ? (struct fs_handle *)(uintptr_t)fi->fh : NULL);
 	if (e)
 		return e;
 	e = o->m->kind == META_ALLOC ? store_size_alloc(o->st, o->m, size) : meta_entry_truncate(o->m, size);
@@ -140,7 +155,7 @@ static int do_mkdir(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char
 	}
 	if (!dir.m)
 		return -EPERM;
-	if ((e = store_check_change(req, dir.st, NULL)) || (e = meta_create(dir.m, name, META_DIR, &o->m)))
+	if ((e = lock_check_change(req, dir.st, NULL)) || (e = meta_create(dir.m, name, META_DIR, &o->m)))
 		return e;
 	o->f = NULL;
 	o->st = dir.st;
@@ -152,13 +167,15 @@ void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	struct fs *fs = fs_of(req);
 	struct obj o;
+	struct fuse_entry_param entry;
 	pthread_mutex_lock(&fs->mu);
 	int e = do_mkdir(req, fs, parent, name, &o);
-	if (e) {
-		pthread_mutex_unlock(&fs->mu);
+	if (!e)
+		node_entry(fs, &o, &entry);
+	pthread_mutex_unlock(&fs->mu);
+	if (e)
 		return (void)fuse_reply_err(req, -e);
-	}
-	node_reply_entry(req, fs, &o);
+	reply_entry(req, fs, &entry);
 }
 
 static int do_remove(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char *name, bool dir_wanted)
@@ -182,7 +199,7 @@ static int do_remove(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const cha
 		return -ENOTDIR;
 	if (!dir_wanted && o.m->kind == META_DIR)
 		return -EISDIR;
-	if ((e = store_check_change(req, dir.st, NULL)) || (e = meta_remove(o.m)))
+	if ((e = lock_check_change(req, dir.st, NULL)) || (e = meta_remove(o.m)))
 		return e;
 	store_notify(dir.st);
 	return 0;
@@ -307,14 +324,14 @@ static bool dir_child(struct fs *fs, const struct obj *dir, size_t k, const char
 	if (dir->f->kind == FS_ROOT) {
 		static const char *const root_files[] = { "device", "status.json", "metrics" };
 		enum { NROOT = sizeof root_files / sizeof *root_files };
-		if (k >= NROOT + fs->nstores)
+		if (k >= NROOT + fs->stores->n)
 			return false;
 		if (k < NROOT) {
 			*name = root_files[k];
 			o->f = node_root_file(fs, root_files[k]);
 			return true;
 		}
-		o->st = fs->stores[k - NROOT];
+		o->st = fs->stores->v[k - NROOT];
 		o->f = &o->st->dir;
 		*name = o->st->name;
 		return true;

@@ -3,8 +3,9 @@
  * asking.  Names of the namespaces gmsfs keeps nothing in (security., system., trusted.)
  * answer ENOTSUP, as a kernel filesystem without their handlers does: ls -l then asks once
  * per mount for a file's SELinux label and ACL, not twice per file. */
-#include "fs.h"
 #include "ops.h"
+#include "lock.h"
+#include "store.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -147,7 +148,7 @@ static int do_setxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 		return -ENOTSUP;
 	if (!o.m->linked)
 		return -ESTALE;
-	if ((e = store_check_change(req, o.st, NULL)))
+	if ((e = lock_check_change(req, o.st, NULL)))
 		return e;
 	char tmp[2];
 	bool exists = xattr_value(o.m, x, tmp, sizeof tmp) >= 0;
@@ -182,7 +183,7 @@ static int do_removexattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const c
 		return user_name(name) ? -ENODATA : -ENOTSUP;
 	if (!o.m->linked)
 		return -ESTALE;
-	if ((e = store_check_change(req, o.st, NULL)))
+	if ((e = lock_check_change(req, o.st, NULL)))
 		return e;
 	switch (x) {
 	case X_TAG:

@@ -1,6 +1,7 @@
 /* text: the content of the files that cat reads: device, status.json, metrics, state,
  * layout_hash.  Called under fs->mu, so every number of one text is of one moment. */
-#include "fs.h"
+#include "text.h"
+#include "store.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -27,7 +28,7 @@ int text_state(struct store *st, char **out, size_t *len)
 	struct meta_stats s = {0};
 	if (st->meta)
 		meta_stats(st->meta, &s);
-	const struct fsm *f = &st->fsm;
+	const struct fsm *f = &st->lock.fsm;
 	int n = asprintf(out,
 			 "state: %s\nreaders: %u\nwriter: %d\nwaiting_writers: %u\nwaiting_readers: %u\n"
 			 "generation: %llu\nallocations: %llu\nentries: %llu\nbytes: %llu\naligned_bytes: %llu\n"
@@ -64,7 +65,7 @@ static int by_name(const void *a, const void *b)
 /* The stores in name order (stable output); NULL and *n 0 when there are none. */
 static struct store **sorted_stores(struct fs *fs, size_t *n, int *e)
 {
-	*n = fs->nstores;
+	*n = fs->stores->n;
 	*e = 0;
 	if (!*n)
 		return NULL;
@@ -73,7 +74,7 @@ static struct store **sorted_stores(struct fs *fs, size_t *n, int *e)
 		*e = -ENOMEM;
 		return NULL;
 	}
-	memcpy(v, fs->stores, *n * sizeof *v);
+	memcpy(v, fs->stores->v, *n * sizeof *v);
 	qsort(v, *n, sizeof *v, by_name);
 	return v;
 }
@@ -141,7 +142,7 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 		struct meta_stats m = {0};
 		if (s->meta)
 			meta_stats(s->meta, &m);
-		const struct fsm *q = &s->fsm;
+		const struct fsm *q = &s->lock.fsm;
 		fputs(i ? ",\n  {\"name\": " : "\n  {\"name\": ", f);
 		json_str(f, s->name);
 		fputs(", \"state\": ", f);
@@ -157,8 +158,8 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 		fprintf(f,
 			", \"commits\": %llu, \"aborts\": %llu, \"lock_waits\": %llu, \"exports\": %llu, "
 			"\"requests\": %llu, \"socket_requests\": %llu, \"last_error\": ",
-			(unsigned long long)s->commits, (unsigned long long)s->aborts,
-			(unsigned long long)s->lock_waits, (unsigned long long)s->exports,
+			(unsigned long long)s->lock.commits, (unsigned long long)s->lock.aborts,
+			(unsigned long long)s->lock.waits, (unsigned long long)s->exports,
 			(unsigned long long)s->requests, (unsigned long long)s->socket_requests);
 		json_str(f, s->last_error);
 		fputc('}', f);
@@ -223,17 +224,17 @@ int text_metrics(struct fs *fs, char **out, size_t *len)
 	for (size_t i = 0; m && i < n; i++)
 		for (size_t k = 0; k < sizeof states / sizeof *states; k++)
 			sample(f, "gmsfs_store_state", st[i], "state", fsm_state_name(states[k]),
-			       fsm_state(&st[i]->fsm) == states[k]);
+			       fsm_state(&st[i]->lock.fsm) == states[k]);
 	header(f, "gmsfs_store_readers", GAUGE, "Read locks held.");
 	for (size_t i = 0; m && i < n; i++)
-		sample(f, "gmsfs_store_readers", st[i], NULL, NULL, st[i]->fsm.readers);
+		sample(f, "gmsfs_store_readers", st[i], NULL, NULL, st[i]->lock.fsm.readers);
 	header(f, "gmsfs_store_writer", GAUGE, "1 while a writer session holds the store.");
 	for (size_t i = 0; m && i < n; i++)
-		sample(f, "gmsfs_store_writer", st[i], NULL, NULL, st[i]->fsm.leader != 0);
+		sample(f, "gmsfs_store_writer", st[i], NULL, NULL, st[i]->lock.fsm.leader != 0);
 	header(f, "gmsfs_store_waiting", GAUGE, "Opens and lock calls waiting, by the lock they want.");
 	for (size_t i = 0; m && i < n; i++) {
-		sample(f, "gmsfs_store_waiting", st[i], "lock", "read", st[i]->fsm.waiting_readers);
-		sample(f, "gmsfs_store_waiting", st[i], "lock", "write", st[i]->fsm.waiting_writers);
+		sample(f, "gmsfs_store_waiting", st[i], "lock", "read", st[i]->lock.fsm.waiting_readers);
+		sample(f, "gmsfs_store_waiting", st[i], "lock", "write", st[i]->lock.fsm.waiting_writers);
 	}
 	header(f, "gmsfs_store_allocations", GAUGE, "Allocations in the layout the store shows.");
 	for (size_t i = 0; m && i < n; i++)
@@ -246,14 +247,14 @@ int text_metrics(struct fs *fs, char **out, size_t *len)
 		sample(f, "gmsfs_store_bytes", st[i], NULL, NULL, m[i].aligned_bytes);
 	header(f, "gmsfs_store_commits_total", COUNTER, "Commits published.");
 	for (size_t i = 0; m && i < n; i++)
-		sample(f, "gmsfs_store_commits_total", st[i], NULL, NULL, st[i]->commits);
+		sample(f, "gmsfs_store_commits_total", st[i], NULL, NULL, st[i]->lock.commits);
 	header(f, "gmsfs_store_aborts_total", COUNTER,
 	       "Writer sessions that ended without a commit (closed or crashed): rolled back.");
 	for (size_t i = 0; m && i < n; i++)
-		sample(f, "gmsfs_store_aborts_total", st[i], NULL, NULL, st[i]->aborts);
+		sample(f, "gmsfs_store_aborts_total", st[i], NULL, NULL, st[i]->lock.aborts);
 	header(f, "gmsfs_store_lock_waits_total", COUNTER, "Opens and lock calls that had to wait.");
 	for (size_t i = 0; m && i < n; i++)
-		sample(f, "gmsfs_store_lock_waits_total", st[i], NULL, NULL, st[i]->lock_waits);
+		sample(f, "gmsfs_store_lock_waits_total", st[i], NULL, NULL, st[i]->lock.waits);
 	header(f, "gmsfs_store_exports_total", COUNTER, "Export requests served (imports).");
 	for (size_t i = 0; m && i < n; i++)
 		sample(f, "gmsfs_store_exports_total", st[i], NULL, NULL, st[i]->exports);

@@ -8,11 +8,20 @@
  * the reply of a waiter finished outside the callback is sent by the waiter thread,
  * after fuse_req_interrupt_func(req, NULL, NULL) has waited out any callback in
  * flight, so a request is never replied twice or touched after its reply. */
-#include "fs.h"
+#include "wait.h"
+#include "store.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>
+
+/* The waiter thread's state, under fs->mu. */
+struct waitq {
+	pthread_t thread;
+	pthread_cond_t cv;             /* a reply to send, a new deadline, or the stop */
+	struct fs_waiter *replies;     /* finished waiters, to reply to */
+	bool stop;
+};
 
 static void enqueue(struct fs_waiter **head, struct fs_waiter *w)
 {
@@ -37,8 +46,8 @@ static void finish(struct fs_waiter *w, int e)
 {
 	struct store *st = w->st;
 	if (w->state == WAIT_PARKED) {
-		dequeue(&st->waiters, w);
-		fsm_wait_end(&st->fsm, w->as_writer);
+		dequeue(&st->lock.waiters, w);
+		fsm_wait_end(&st->lock.fsm, w->as_writer);
 		store_notify(st);
 		if (e && w->as_writer)
 			store_changed(st); /* a writer that stops waiting lets the readers it held back in */
@@ -56,8 +65,8 @@ static void reply(struct fs_waiter *w)
 /* A finished waiter's reply goes to the waiter thread (fs->mu held). */
 static void hand_over(struct fs *fs, struct fs_waiter *w)
 {
-	enqueue(&fs->replies, w);
-	pthread_cond_broadcast(&fs->wait_cv);
+	enqueue(&fs->wq->replies, w);
+	pthread_cond_broadcast(&fs->wq->cv);
 }
 
 static void on_interrupt(fuse_req_t req, void *data)
@@ -81,7 +90,7 @@ static void on_interrupt(fuse_req_t req, void *data)
 /* fs->mu held: 0 (taken), -EAGAIN, or an error. */
 static int take(struct fs_waiter *w)
 {
-	return store_take(w->st, w->want, w->h->tgid, &w->h->hold);
+	return lock_take(w->st, w->want, w->h->tgid, &w->h->hold);
 }
 
 void wait_park(struct fs_waiter *w)
@@ -92,13 +101,13 @@ void wait_park(struct fs_waiter *w)
 	int e = w->interrupted ? -EINTR : take(w);
 	if (e == -EAGAIN) {
 		w->state = WAIT_PARKED;
-		w->as_writer = store_wants_write(w->st, w->want);
-		enqueue(&w->st->waiters, w);
-		fsm_wait_begin(&w->st->fsm, w->as_writer);
-		w->st->lock_waits++;
+		w->as_writer = lock_wants_write(w->st, w->want);
+		enqueue(&w->st->lock.waiters, w);
+		fsm_wait_begin(&w->st->lock.fsm, w->as_writer);
+		w->st->lock.waits++;
 		store_notify(w->st);
 		if (w->has_deadline)
-			pthread_cond_broadcast(&fs->wait_cv); /* the waiter thread keeps the time */
+			pthread_cond_broadcast(&fs->wq->cv); /* the waiter thread keeps the time */
 		pthread_mutex_unlock(&fs->mu);
 		return;
 	}
@@ -113,26 +122,27 @@ void wait_park(struct fs_waiter *w)
 void wait_grant(struct store *st)
 {
 	struct fs *fs = st->fs;
-	if (st->granting) {
-		st->regrant = true;
+	struct lock *l = &st->lock;
+	if (l->granting) {
+		l->regrant = true;
 		return;
 	}
-	st->granting = true;
+	l->granting = true;
 	do {
-		st->regrant = false;
-		for (struct fs_waiter *w = st->waiters, *next; w; w = next) {
+		l->regrant = false;
+		for (struct fs_waiter *w = l->waiters, *next; w; w = next) {
 			next = w->next;
 			/* Its own count is not in the way of its own try. */
-			fsm_wait_end(&st->fsm, w->as_writer);
+			fsm_wait_end(&l->fsm, w->as_writer);
 			int e = take(w);
-			fsm_wait_begin(&st->fsm, w->as_writer);
+			fsm_wait_begin(&l->fsm, w->as_writer);
 			if (e == -EAGAIN)
 				continue;
 			finish(w, e);
 			hand_over(fs, w);
 		}
-	} while (st->regrant);
-	st->granting = false;
+	} while (l->regrant);
+	l->granting = false;
 }
 
 static bool due(const struct timespec *now, const struct timespec *t)
@@ -149,16 +159,16 @@ static bool expire(struct fs *fs, struct timespec *next)
 	bool any;
 	do {
 		any = false;
-		for (size_t i = 0; i < fs->nstores && !any; i++)
-			for (struct fs_waiter *w = fs->stores[i]->waiters; w && !any; w = w->next)
+		for (size_t i = 0; i < fs->stores->n && !any; i++)
+			for (struct fs_waiter *w = fs->stores->v[i]->lock.waiters; w && !any; w = w->next)
 				if (w->has_deadline && due(&now, &w->deadline)) {
 					finish(w, -ETIMEDOUT);
 					hand_over(fs, w);
 					any = true;
 				}
 	} while (any);
-	for (size_t i = 0; i < fs->nstores; i++)
-		for (struct fs_waiter *w = fs->stores[i]->waiters; w; w = w->next)
+	for (size_t i = 0; i < fs->stores->n; i++)
+		for (struct fs_waiter *w = fs->stores->v[i]->lock.waiters; w; w = w->next)
 			if (w->has_deadline && (!any || !due(&w->deadline, next))) {
 				*next = w->deadline;
 				any = true;
@@ -169,23 +179,24 @@ static bool expire(struct fs *fs, struct timespec *next)
 static void *wait_main(void *arg)
 {
 	struct fs *fs = arg;
+	struct waitq *q = fs->wq;
 	pthread_mutex_lock(&fs->mu);
-	while (!fs->wait_stop || fs->replies) {
-		while (fs->replies) {
-			struct fs_waiter *w = fs->replies;
-			fs->replies = w->next;
+	while (!q->stop || q->replies) {
+		while (q->replies) {
+			struct fs_waiter *w = q->replies;
+			q->replies = w->next;
 			pthread_mutex_unlock(&fs->mu);
 			fuse_req_interrupt_func(w->req, NULL, NULL); /* waits out a callback in flight */
 			reply(w);
 			pthread_mutex_lock(&fs->mu);
 		}
 		struct timespec next;
-		if (fs->wait_stop)
+		if (q->stop)
 			break;
 		if (expire(fs, &next))
-			pthread_cond_timedwait(&fs->wait_cv, &fs->mu, &next);
-		else if (!fs->replies)
-			pthread_cond_wait(&fs->wait_cv, &fs->mu);
+			pthread_cond_timedwait(&q->cv, &fs->mu, &next);
+		else if (!q->replies)
+			pthread_cond_wait(&q->cv, &fs->mu);
 	}
 	pthread_mutex_unlock(&fs->mu);
 	return NULL;
@@ -193,28 +204,43 @@ static void *wait_main(void *arg)
 
 int wait_start(struct fs *fs)
 {
+	struct waitq *q = calloc(1, sizeof *q);
+	if (!q)
+		return -ENOMEM;
 	pthread_condattr_t a;
 	pthread_condattr_init(&a);
 	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	pthread_cond_init(&fs->wait_cv, &a);
+	pthread_cond_init(&q->cv, &a);
 	pthread_condattr_destroy(&a);
-	return pthread_create(&fs->wait_thread, NULL, wait_main, fs) ? -EAGAIN : 0;
+	fs->wq = q;
+	if (pthread_create(&q->thread, NULL, wait_main, fs)) {
+		pthread_cond_destroy(&q->cv);
+		free(q);
+		fs->wq = NULL;
+		return -EAGAIN;
+	}
+	return 0;
 }
 
 void wait_stop(struct fs *fs)
 {
+	struct waitq *q = fs->wq;
+	if (!q)
+		return;
 	pthread_mutex_lock(&fs->mu);
-	for (size_t i = 0; i < fs->nstores; i++)
-		while (fs->stores[i]->waiters) {
-			struct fs_waiter *w = fs->stores[i]->waiters;
+	for (size_t i = 0; i < fs->stores->n; i++)
+		while (fs->stores->v[i]->lock.waiters) {
+			struct fs_waiter *w = fs->stores->v[i]->lock.waiters;
 			finish(w, -EINTR);
 			hand_over(fs, w);
 		}
-	fs->wait_stop = true;
-	pthread_cond_broadcast(&fs->wait_cv);
+	q->stop = true;
+	pthread_cond_broadcast(&q->cv);
 	pthread_mutex_unlock(&fs->mu);
-	pthread_join(fs->wait_thread, NULL);
-	pthread_cond_destroy(&fs->wait_cv);
+	pthread_join(q->thread, NULL);
+	pthread_cond_destroy(&q->cv);
+	free(q);
+	fs->wq = NULL;
 }
 
 void wait_deadline(struct fs_waiter *w, int timeout_ms)

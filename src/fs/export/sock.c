@@ -8,7 +8,7 @@
  * SOCK_AUTH_TIMEOUT_S, and a bound one is closed after SOCK_IDLE_TIMEOUT_S of silence
  * (the client binds again).  The sender of every message is read from SCM_CREDENTIALS,
  * so a forked child cannot use its parent's connection. */
-#include "fs.h"
+#include "export_internal.h"
 #include "grow.h"
 #include "wire.h"
 
@@ -32,12 +32,12 @@ struct sock_conn {
 	struct fs *fs;
 	int fd;
 	uid_t uid;                   /* the peer at connect */
-	struct fs_handle *h;         /* bound handle (fs->mu); NULL: unbound, or the handle is gone */
+	struct export_handle *x;     /* bound handle's export state (fs->mu); NULL: unbound, or the handle is gone */
 	pid_t pid;                   /* who bound it: only they may use it */
 	uid_t buid;
 	bool bound;                  /* it was bound once: an idle timeout applies, not the auth one */
-	struct sock_conn *hnext;     /* in h->conns */
-	struct sock_conn *next;      /* in fs->sock_list: every connection, for the stop */
+	struct sock_conn *hnext;     /* in x->conns */
+	struct sock_conn *next;      /* in the export's list: every connection, for the stop */
 	/* A body arriving in several messages (GMSFS_REQ_MORE). */
 	uint8_t *body;
 	size_t body_len, body_cap;
@@ -48,81 +48,87 @@ struct sock_conn {
 
 static struct sock_uid *uid_slot(struct fs *fs, uid_t uid, bool add)
 {
-	for (size_t i = 0; i < fs->nsock_uids; i++)
-		if (fs->sock_uids[i].uid == uid)
-			return &fs->sock_uids[i];
-	if (!add || GROW(fs->sock_uids, fs->nsock_uids, fs->sock_uids_cap, 8))
+	struct export *ex = fs->ex;
+	for (size_t i = 0; i < ex->nuids; i++)
+		if (ex->uids[i].uid == uid)
+			return &ex->uids[i];
+	if (!add || GROW(ex->uids, ex->nuids, ex->uids_cap, 8))
 		return NULL;
-	fs->sock_uids[fs->nsock_uids] = (struct sock_uid){ uid, 0 };
-	return &fs->sock_uids[fs->nsock_uids++];
+	ex->uids[ex->nuids] = (struct sock_uid){ uid, 0 };
+	return &ex->uids[ex->nuids++];
 }
 
 static int admit(struct fs *fs, uid_t uid)
 {
 	struct sock_uid *u = uid_slot(fs, uid, true);
-	if (!u || fs->sock_conns >= SOCK_MAX_CONNS)
+	if (!u || fs->ex->conns >= SOCK_MAX_CONNS)
 		return -EMFILE;
 	if (u->conns >= SOCK_MAX_PER_UID)
 		return -EUSERS;
 	u->conns++;
-	fs->sock_conns++;
+	fs->ex->conns++;
 	return 0;
 }
 
 static void unbind(struct sock_conn *c)
 {
-	if (!c->h)
+	if (!c->x)
 		return;
-	for (struct sock_conn **p = &c->h->conns; *p; p = &(*p)->hnext)
+	for (struct sock_conn **p = &c->x->conns; *p; p = &(*p)->hnext)
 		if (*p == c) {
 			*p = c->hnext;
 			break;
 		}
-	c->h = NULL;
+	c->x = NULL;
 	c->hnext = NULL;
 }
 
 static void leave(struct sock_conn *c)
 {
 	struct fs *fs = c->fs;
+	struct export *ex = fs->ex;
 	pthread_mutex_lock(&fs->mu);
 	unbind(c);
 	struct sock_uid *u = uid_slot(fs, c->uid, false);
 	if (u)
 		u->conns--;
-	fs->sock_conns--;
-	for (struct sock_conn **p = &fs->sock_list; *p; p = &(*p)->next)
+	ex->conns--;
+	for (struct sock_conn **p = &ex->list; *p; p = &(*p)->next)
 		if (*p == c) {
 			*p = c->next;
 			break;
 		}
-	pthread_cond_broadcast(&fs->cv);
+	pthread_cond_broadcast(&ex->cv);
 	pthread_mutex_unlock(&fs->mu);
 	close(c->fd);
 	free(c->body);
 	free(c);
 }
 
-void sock_bind(struct sock_conn *c, struct fs_handle *h, pid_t pid, uid_t uid)
+int sock_bind(struct fs *fs, struct sock_conn *c, struct fs_handle *h, pid_t pid, uid_t uid)
 {
+	if (!h->x && !(h->x = calloc(1, sizeof *h->x)))
+		return -ENOMEM;
 	unbind(c);
-	c->h = h;
+	c->x = h->x;
+	c->x->h = h;
 	c->pid = pid;
 	c->buid = uid;
-	c->hnext = h->conns;
-	h->conns = c;
+	c->hnext = c->x->conns;
+	c->x->conns = c;
 	c->bound = true;
+	return 0;
 }
 
-void sock_unbind_all(struct fs_handle *h)
+void sock_unbind_all(struct export_handle *x)
 {
-	while (h->conns)
-		unbind(h->conns);
+	while (x->conns)
+		unbind(x->conns);
 }
 
 struct fs_handle *sock_handle(struct sock_conn *c, pid_t pid, uid_t uid, int *err)
 {
-	if (!c->h) {
+	if (!c->x) {
 		*err = -ENOLCK;
 		return NULL;
 	}
@@ -130,7 +136,7 @@ struct fs_handle *sock_handle(struct sock_conn *c, pid_t pid, uid_t uid, int *er
 		*err = -EPERM;
 		return NULL;
 	}
-	return c->h;
+	return c->x->h;
 }
 
 /* ---- messages ---- */
@@ -313,16 +319,17 @@ static void *conn_main(void *arg)
 static void *spare_main(void *arg)
 {
 	struct fs *fs = arg;
+	struct export *ex = fs->ex;
 	uint8_t *buf = malloc(SOCK_BUF_SIZE);
 	pthread_mutex_lock(&fs->mu);
-	while (!fs->sock_handoff && !fs->exiting)
-		pthread_cond_wait(&fs->sock_spare_cv, &fs->mu);
-	struct sock_conn *c = fs->sock_handoff;
-	fs->sock_handoff = NULL;
+	while (!ex->handoff && !ex->exiting)
+		pthread_cond_wait(&ex->spare_cv, &fs->mu);
+	struct sock_conn *c = ex->handoff;
+	ex->handoff = NULL;
 	if (!c)
-		fs->sock_spare = false; /* the stop: nothing may be handed to it now */
-	fs->sock_spares--;
-	pthread_cond_broadcast(&fs->cv);
+		ex->spare = false; /* the stop: nothing may be handed to it now */
+	ex->spares--;
+	pthread_cond_broadcast(&ex->cv);
 	pthread_mutex_unlock(&fs->mu);
 	if (c)
 		serve(c, buf); /* at the stop too: its socket is shut down, it ends at once */
@@ -346,18 +353,19 @@ static int start_thread(void *(*fn)(void *), void *arg)
 /* A spare for the next connection, unless one waits already. */
 static void make_spare(struct fs *fs)
 {
+	struct export *ex = fs->ex;
 	pthread_mutex_lock(&fs->mu);
-	bool make = !fs->sock_spare && !fs->exiting;
+	bool make = !ex->spare && !ex->exiting;
 	if (make) {
-		fs->sock_spare = true;
-		fs->sock_spares++;
+		ex->spare = true;
+		ex->spares++;
 	}
 	pthread_mutex_unlock(&fs->mu);
 	if (make && start_thread(spare_main, fs)) {
 		pthread_mutex_lock(&fs->mu);
-		fs->sock_spare = false;
-		fs->sock_spares--;
-		pthread_cond_broadcast(&fs->cv);
+		ex->spare = false;
+		ex->spares--;
+		pthread_cond_broadcast(&ex->cv);
 		pthread_mutex_unlock(&fs->mu);
 	}
 }
@@ -370,12 +378,13 @@ static void start_conn(struct fs *fs, int s)
 		close(s);
 		return;
 	}
+	struct export *ex = fs->ex;
 	struct sock_conn *c = calloc(1, sizeof *c);
 	pthread_mutex_lock(&fs->mu);
 	int e = c ? admit(fs, peer.uid) : -ENOMEM;
 	if (!e) {
-		*c = (struct sock_conn){ .fs = fs, .fd = s, .uid = peer.uid, .next = fs->sock_list };
-		fs->sock_list = c;
+		*c = (struct sock_conn){ .fs = fs, .fd = s, .uid = peer.uid, .next = ex->list };
+		ex->list = c;
 	}
 	pthread_mutex_unlock(&fs->mu);
 	if (e) {
@@ -391,11 +400,11 @@ static void start_conn(struct fs *fs, int s)
 	set_timeout(s, SO_SNDTIMEO, SOCK_SEND_TIMEOUT_S);
 	pthread_mutex_lock(&fs->mu);
 	/* One connection at a time waits for a spare to wake; the stop hands none. */
-	bool handed = fs->sock_spare && !fs->sock_handoff && !fs->exiting;
+	bool handed = ex->spare && !ex->handoff && !ex->exiting;
 	if (handed) {
-		fs->sock_spare = false;
-		fs->sock_handoff = c;
-		pthread_cond_signal(&fs->sock_spare_cv);
+		ex->spare = false;
+		ex->handoff = c;
+		pthread_cond_signal(&ex->spare_cv);
 	}
 	pthread_mutex_unlock(&fs->mu);
 	if (!handed && start_thread(conn_main, c))
@@ -408,7 +417,7 @@ static void start_conn(struct fs *fs, int s)
 static void refuse_one(struct fs *fs, int *spare)
 {
 	close(*spare);
-	int s = accept4(fs->sock_fd, NULL, NULL, SOCK_CLOEXEC);
+	int s = accept4(fs->ex->sock_fd, NULL, NULL, SOCK_CLOEXEC);
 	if (s >= 0) {
 		char why[300];
 		vmm_why(fs->vmm, -EMFILE, why, sizeof why);
@@ -427,7 +436,7 @@ static void *accept_main(void *arg)
 	int spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	make_spare(fs);
 	for (;;) {
-		int s = accept4(fs->sock_fd, NULL, NULL, SOCK_CLOEXEC);
+		int s = accept4(fs->ex->sock_fd, NULL, NULL, SOCK_CLOEXEC);
 		if (s >= 0) {
 			start_conn(fs, s);
 			continue;
@@ -444,8 +453,22 @@ static void *accept_main(void *arg)
 	return NULL;
 }
 
-int sock_start(struct fs *fs, const char *path, char *err, size_t errlen)
+const char *export_socket(const struct fs *fs)
 {
+	return fs->ex->socket_path;
+}
+
+int export_start(struct fs *fs, const char *path, char *err, size_t errlen)
+{
+	struct export *ex = calloc(1, sizeof *ex);
+	if (!ex) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	ex->sock_fd = -1;
+	pthread_cond_init(&ex->cv, NULL);
+	pthread_cond_init(&ex->spare_cv, NULL);
+	fs->ex = ex;
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	if (path) {
 		if (strlen(path) >= sizeof a.sun_path) {
@@ -478,38 +501,43 @@ int sock_start(struct fs *fs, const char *path, char *err, size_t errlen)
 		close(s);
 		return -e;
 	}
-	snprintf(fs->socket_path, sizeof fs->socket_path, "%s", a.sun_path);
-	fs->sock_fd = s;
-	if (pthread_create(&fs->sock_thread, NULL, accept_main, fs)) {
+	snprintf(ex->socket_path, sizeof ex->socket_path, "%s", a.sun_path);
+	ex->sock_fd = s;
+	if (pthread_create(&ex->sock_thread, NULL, accept_main, fs)) {
 		snprintf(err, errlen, "socket: no thread");
 		close(s);
-		unlink(fs->socket_path);
+		ex->sock_fd = -1;
+		unlink(ex->socket_path);
 		return -EAGAIN;
 	}
 	return 0;
 }
 
-void sock_stop(struct fs *fs)
+void export_stop(struct fs *fs)
 {
-	if (fs->sock_fd < 0)
+	struct export *ex = fs->ex;
+	if (!ex)
 		return;
-	pthread_mutex_lock(&fs->mu);
-	fs->exiting = true;
-	pthread_cond_broadcast(&fs->sock_spare_cv);
-	pthread_mutex_unlock(&fs->mu);
-	shutdown(fs->sock_fd, SHUT_RDWR);
-	pthread_join(fs->sock_thread, NULL);
-	close(fs->sock_fd);
-	fs->sock_fd = -1;
-	unlink(fs->socket_path);
-	/* End every connection and wait for its thread to leave. */
-	pthread_mutex_lock(&fs->mu);
-	for (struct sock_conn *c = fs->sock_list; c; c = c->next)
-		shutdown(c->fd, SHUT_RDWR);
-	while (fs->sock_conns || fs->sock_spares)
-		pthread_cond_wait(&fs->cv, &fs->mu);
-	free(fs->sock_uids);
-	fs->sock_uids = NULL;
-	fs->nsock_uids = fs->sock_uids_cap = 0;
-	pthread_mutex_unlock(&fs->mu);
+	if (ex->sock_fd >= 0) {
+		pthread_mutex_lock(&fs->mu);
+		ex->exiting = true;
+		pthread_cond_broadcast(&ex->spare_cv);
+		pthread_mutex_unlock(&fs->mu);
+		shutdown(ex->sock_fd, SHUT_RDWR);
+		pthread_join(ex->sock_thread, NULL);
+		close(ex->sock_fd);
+		unlink(ex->socket_path);
+		/* End every connection and wait for its thread to leave. */
+		pthread_mutex_lock(&fs->mu);
+		for (struct sock_conn *c = ex->list; c; c = c->next)
+			shutdown(c->fd, SHUT_RDWR);
+		while (ex->conns || ex->spares)
+			pthread_cond_wait(&ex->cv, &fs->mu);
+		pthread_mutex_unlock(&fs->mu);
+	}
+	free(ex->uids);
+	pthread_cond_destroy(&ex->cv);
+	pthread_cond_destroy(&ex->spare_cv);
+	free(ex);
+	fs->ex = NULL;
 }

@@ -4,7 +4,10 @@
  * the writer), and, to change anything, only if it holds the writer session and was
  * opened for writing.  Manifests go out in messages of at most RPC_FDS_PER_MSG
  * descriptors and GMSFS_MSG_MAX bytes; readers only ever get read-only descriptors. */
-#include "fs.h"
+#include "export_internal.h"
+#include "../inval.h"
+#include "../lock.h"
+#include "../store.h"
 #include "grow.h"
 #include "wire.h"
 
@@ -227,7 +230,7 @@ static int send_set(int sock, const struct xset *s)
 static int collect(struct fs_handle *h, const struct wire_body *body, struct xset *s, char *why, size_t whylen)
 {
 	struct meta_store *ms = h->store->meta;
-	s->read_only = !handle_writes(h);
+	s->read_only = !lock_writes(h);
 	s->fds = body ? body->fds : true;
 	int e = 0;
 	if (body && body->has_names) {
@@ -268,7 +271,7 @@ static int do_redeem(struct fs *fs, const struct rpc_req *r, struct xset *s, cha
 	}
 	if (kind == TICKET_EXPORT_ALL)
 		return collect(h, NULL, s, why, whylen);
-	s->read_only = !handle_writes(h);
+	s->read_only = !lock_writes(h);
 	s->fds = true;
 	if (!h->node->linked) {
 		snprintf(why, whylen, "the allocation was removed");
@@ -289,8 +292,7 @@ static int do_bind(struct fs *fs, const struct rpc_req *r, char *why, size_t why
 		snprintf(why, whylen, "an export ticket is for REDEEM");
 		return -EINVAL;
 	}
-	sock_bind(r->conn, h, r->pid, r->uid);
-	return 0;
+	return sock_bind(fs, r->conn, h, r->pid, r->uid);
 }
 
 /* The bound handle, if it may do op; fs->mu held.  count: this is the request's one
@@ -311,9 +313,9 @@ static struct fs_handle *bound(struct fs *fs, const struct rpc_req *r, bool writ
 	}
 	if (count)
 		h->store->socket_requests++;
-	if (write && !handle_writes(h)) {
+	if (write && !lock_writes(h)) {
 		snprintf(why, whylen, "the handle does not hold the writer session for writing (lock: %s)",
-			 handle_lock(h) == GMSFS_RO ? "RO" : "none");
+			 lock_mode_of(h) == GMSFS_RO ? "RO" : "none");
 		*err = -EPERM;
 		return NULL;
 	}
@@ -370,8 +372,7 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 		s->fds = true;
 		store_notify(h->store);
 	} else if (h && (e == -ENOSPC || e == -EMFILE || e == -ENFILE)) {
-		snprintf(h->store->last_error, sizeof h->store->last_error, "%s", why);
-		store_notify(h->store);
+		store_error(h->store, "%s", why);
 	}
 	pthread_mutex_unlock(&fs->mu);
 	if (!h || e)
@@ -414,7 +415,7 @@ static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_b
 			e = meta_delete_entries(st->meta, names, b->nnames, why, whylen);
 			break;
 		default:
-			if ((e = store_commit(st)))
+			if ((e = lock_commit(st)))
 				snprintf(why, whylen, "%s", st->last_error);
 			break;
 		}

@@ -1,0 +1,72 @@
+/* Shared by the files of src/fs/export; not part of the module's interface. */
+#ifndef GMSFS_FS_EXPORT_INTERNAL_H
+#define GMSFS_FS_EXPORT_INTERNAL_H
+
+#include "export.h"
+#include "../handle.h"
+
+#include <sys/types.h>
+
+struct sock_conn;
+
+/* A handle's ticket and the connections bound to it, under fs->mu. */
+struct export_handle {
+	struct fs_handle *h;           /* whose */
+	enum ticket_kind ticket;       /* live until presented or the handle is released */
+	uint8_t bytes[GMSFS_TICKET_LEN];
+	pid_t tgid;
+	uid_t uid;
+	struct export_handle *tnext;   /* in the live tickets */
+	struct sock_conn *conns;       /* socket connections bound to the handle */
+};
+
+/* The module's state, under fs->mu unless marked. */
+struct export {
+	char socket_path[108];         /* fixed once started */
+	int sock_fd;                   /* fixed once started; the stop shuts it down */
+	pthread_t sock_thread;
+	pthread_cond_t cv;             /* a connection left, or a spare went */
+	unsigned conns;                /* open connections */
+	/* A thread made ahead for the next connection: a spare waits, the accept thread hands
+	 * it a connection, spares counts those not yet gone. */
+	bool spare;
+	struct sock_conn *handoff;
+	unsigned spares;
+	pthread_cond_t spare_cv;
+	struct sock_conn *list;        /* all of them, for the stop */
+	struct sock_uid { uid_t uid; unsigned conns; } *uids; /* per peer uid */
+	size_t nuids, uids_cap;
+	bool exiting;
+	struct export_handle *tickets; /* the live ones */
+};
+
+/* ticket.c, fs->mu held.  The handle of a ticket presented by pid/uid, spent; or NULL
+ * with -EACCES (no such live ticket) or -EPERM (another process or user: the ticket
+ * stays for its owner), and why. */
+struct fs_handle *ticket_redeem(struct fs *fs, const uint8_t t[GMSFS_TICKET_LEN], pid_t pid, uid_t uid,
+				enum ticket_kind *kind, int *err, char *why, size_t whylen);
+void ticket_revoke(struct fs *fs, struct export_handle *x);
+
+/* sock.c, fs->mu held: bind c to h for pid and uid; the handle c is bound to, for the
+ * sender pid/uid (NULL with -ENOLCK: none, or it was released; -EPERM: bound by another). */
+int sock_bind(struct fs *fs, struct sock_conn *c, struct fs_handle *h, pid_t pid, uid_t uid);
+struct fs_handle *sock_handle(struct sock_conn *c, pid_t pid, uid_t uid, int *err);
+void sock_unbind_all(struct export_handle *x);
+/* Send one reply message with descriptors; 0 or -errno. */
+int sock_send(int sock, const void *data, size_t len, const int *fds, size_t nfds);
+
+/* rpc.c: one request of a connection; the reply is sent.  >0: keep the connection,
+ * 0: close it (the peer broke the protocol). */
+struct rpc_req {
+	struct sock_conn *conn;
+	int sock;
+	pid_t pid;
+	uid_t uid;
+	enum gmsfs_op op;
+	const uint8_t *ticket;
+	const uint8_t *body;
+	size_t body_len;
+};
+int rpc_serve(struct fs *fs, const struct rpc_req *r);
+
+#endif

@@ -1,0 +1,34 @@
+/* handle: an open file of the mount (a FUSE file handle), and what it holds.  Every
+ * field under fs->mu. */
+#ifndef GMSFS_FS_HANDLE_H
+#define GMSFS_FS_HANDLE_H
+
+#include "fs.h"
+#include "lock.h"
+
+struct export_handle; /* export/export.h */
+
+struct fs_handle {
+	struct fs_handle *next, *prev; /* in the store's list: commit turns its session handles into readers */
+	struct store *store;           /* NULL for the root's files and directories */
+	struct fs_node *fnode;         /* a control file or store directory, or NULL */
+	struct meta_node *node;        /* an allocation or entry, held, or NULL */
+	/* Its lock (lock.c). */
+	enum lock_hold hold;
+	pid_t tgid;                    /* who opened it (or locked it by ioctl) */
+	bool writable;                 /* opened for writing, or locked RW by ioctl */
+	/* poll on state (ops_file.c). */
+	uint64_t seen_events;
+	struct fuse_pollhandle *ph;    /* a poller waiting for the next change */
+	/* What cat reads of a status file (text.c), made at offset 0. */
+	char *text;
+	size_t text_len;
+	struct export_handle *x;       /* its ticket and socket connections (export/); NULL if none */
+};
+
+/* A handle of st (NULL: the root's), holding st. */
+struct fs_handle *handle_new(struct store *st);
+/* Give back its lock, ticket, connections and poller; the last handle of a removed store frees it. */
+void handle_free(struct fs_handle *h);
+
+#endif

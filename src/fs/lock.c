@@ -1,0 +1,315 @@
+/* lock: who holds a store (lock.h).  The FSM (src/fsm) counts holders and waiters;
+ * this file decides for a caller: a member of the writer session joins it, a process
+ * that holds a read handle gets another past waiting writers, anyone else goes by the
+ * FSM or waits (wait.c).  Everything runs under fs->mu and never sleeps. */
+#include "lock.h"
+#include "caller.h"
+#include "handle.h"
+#include "store.h"
+#include "wait.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- the forms of a lock mode ---- */
+
+enum lock_want lock_want_of_open(int flags, bool lock_file)
+{
+	int acc = flags & O_ACCMODE;
+	if (acc == O_RDONLY)
+		return WANT_READ;
+	return acc == O_RDWR && lock_file ? WANT_RW_OR_RO : WANT_WRITE;
+}
+
+int lock_want_of_mode(uint32_t mode, enum lock_want *out)
+{
+	switch (mode) {
+	case GMSFS_RO: *out = WANT_READ; return 0;
+	case GMSFS_RW: *out = WANT_WRITE; return 0;
+	case GMSFS_RW_OR_RO: *out = WANT_RW_OR_RO; return 0;
+	default: return -EINVAL;
+	}
+}
+
+uint32_t lock_mode_of(const struct fs_handle *h)
+{
+	if (h->hold == HOLD_SESSION)
+		return h->writable ? GMSFS_RW : GMSFS_RO;
+	return h->hold == HOLD_READ ? GMSFS_RO : 0;
+}
+
+bool lock_writes(const struct fs_handle *h)
+{
+	return h->hold == HOLD_SESSION && h->writable;
+}
+
+bool lock_wants_write(const struct store *st, enum lock_want want)
+{
+	return want == WANT_WRITE || (want == WANT_RW_OR_RO && !st->lock.fsm.committed);
+}
+
+/* ---- who holds what: the kernel reports closes late, so descriptors are asked ---- */
+
+/* The inodes of the store's handles with this hold (and opened by tgid, if not 0), for
+ * caller_holds.  During a session every handle of lock or of a layout file is the
+ * session's (readers cannot be there), so whoever has one open holds the session.  A
+ * store directory counts only for the process that locked it (ls has it open too). */
+static size_t held_inodes(struct store *st, enum lock_hold hold, pid_t tgid, pid_t dir_owner, uint64_t *inos,
+			  size_t max)
+{
+	size_t n = 0;
+	for (struct fs_handle *h = st->handles.next; h != &st->handles && n < max; h = h->next) {
+		if (h->hold != hold || (tgid && h->tgid != tgid))
+			continue;
+		const void *obj = h->node ? (const void *)h->node : (const void *)h->fnode;
+		if (!h->node && h->fnode->kind == FS_STORE && h->tgid != dir_owner)
+			continue;
+		uint64_t ino = node_ino(st->fs, obj);
+		size_t i = 0;
+		while (i < n && inos[i] != ino)
+			i++;
+		if (i == n)
+			inos[n++] = ino;
+	}
+	return n;
+}
+
+/* Does process p still hold a descriptor of the session?  A handle it closed does not
+ * count: its release reaches us after close() returned. */
+static int holds_session(struct store *st, pid_t p)
+{
+	uint64_t inos[64];
+	size_t n = held_inodes(st, HOLD_SESSION, 0, p, inos, 64);
+	return n ? caller_holds(p, inos, n) : 0;
+}
+
+/* Does tgid hold a read handle here?  Then its next read must not queue behind a
+ * writer that waits for this very process.  A handle it has closed does not count: the
+ * release reaches us after close() returned, so its descriptors are asked too. */
+static int holds_read(struct store *st, pid_t tgid)
+{
+	uint64_t inos[64];
+	size_t n = held_inodes(st, HOLD_READ, tgid, tgid, inos, 64);
+	return n ? caller_holds(tgid, inos, n) : 0;
+}
+
+/* A member of the session holds one of its descriptors (the leader, a child it left
+ * behind), or descends from a leader that still holds one (a program its shell runs). */
+int lock_is_member(struct store *st, pid_t tgid)
+{
+	pid_t leader = st->lock.fsm.leader;
+	if (!leader)
+		return 0;
+	int r = holds_session(st, tgid);
+	if (r || tgid == leader)
+		return r;
+	if ((r = caller_descends(tgid, leader, st->lock.leader_start)) <= 0)
+		return r;
+	return holds_session(st, leader);
+}
+
+int lock_may_change(struct store *st, pid_t tgid)
+{
+	int r = lock_is_member(st, tgid);
+	if (r)
+		return r < 0 ? r : 0;
+	return st->lock.fsm.leader || st->lock.fsm.readers ? -EBUSY : -EROFS;
+}
+
+int lock_check_change(fuse_req_t req, struct store *st, const struct fs_handle *h)
+{
+	if (h && h->hold == HOLD_SESSION)
+		return 0;
+	if (h && h->hold == HOLD_READ)
+		return -EROFS;
+	pid_t tgid;
+	int e = caller_tgid(req, &tgid);
+	if (e) {
+		if (e == -EPERM)
+			fuse_log(FUSE_LOG_WARNING, "gmsfs: refused a change from outside the daemon's pid namespace\n");
+		return store_cannot_tell(st, e);
+	}
+	return store_cannot_tell(st, lock_may_change(st, tgid));
+}
+
+/* ---- taking ---- */
+
+int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold *out)
+{
+	struct fsm *f = &st->lock.fsm;
+	if (st->removed)
+		return -ENOENT;
+	bool write = lock_wants_write(st, want);
+	if (write ? fsm_open_write(f, tgid) : fsm_open_read(f))
+		return -EAGAIN; /* held, a writer waits, or nothing is committed yet */
+	if (write) {
+		caller_start_time(tgid, &st->lock.leader_start);
+		st->last_error[0] = '\0';
+	}
+	*out = write ? HOLD_SESSION : HOLD_READ;
+	store_notify(st); /* taking a lock never lets a waiter in: no grant walk */
+	return 0;
+}
+
+/* The lock for tgid now: members join their session at once; a process that holds a
+ * read handle gets another past waiting writers; anyone else goes by the FSM. */
+static int try_lock(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold *out)
+{
+	if (st->removed)
+		return -ENOENT;
+	int r = lock_is_member(st, tgid);
+	if (r < 0)
+		return store_cannot_tell(st, r);
+	if (r) {
+		fsm_join(&st->lock.fsm);
+		*out = HOLD_SESSION;
+		return 0;
+	}
+	/* Only a read that would wait (a writer waits) or a write asks whether the caller
+	 * holds a read handle: a granted read needs no look at its descriptors. */
+	struct fsm *f = &st->lock.fsm;
+	bool ask = f->readers && (lock_wants_write(st, want) || fsm_can_read(f));
+	if (ask && (r = holds_read(st, tgid)) < 0)
+		return r;
+	if (ask && r) {
+		if (want == WANT_WRITE)
+			return -EDEADLK; /* it would wait for its own read handles */
+		fsm_reopen_read(f);
+		*out = HOLD_READ;
+		store_notify(st);
+		return 0;
+	}
+	return lock_take(st, want, tgid, out);
+}
+
+int lock_open(fuse_req_t req, struct fs_handle *h, enum lock_want want, int timeout_ms)
+{
+	pid_t tgid;
+	int e = caller_tgid(req, &tgid);
+	if (e) {
+		if (e == -EPERM)
+			fuse_log(FUSE_LOG_WARNING,
+				 "gmsfs: refused a lock to a caller outside the daemon's pid namespace (pid 0)\n");
+		return store_cannot_tell(h->store, e);
+	}
+	h->tgid = tgid;
+	e = try_lock(h->store, want, tgid, &h->hold);
+	if (e == -EAGAIN && timeout_ms)
+		return LOCK_PARK;
+	if (e)
+		return e;
+	return lock_granted(h, want);
+}
+
+int lock_ioctl(fuse_req_t req, struct fs_handle *h, uint32_t mode, int timeout_ms, pid_t tgid,
+	       enum lock_want *want)
+{
+	struct store *st = h->store;
+	if (!h->fnode || h->fnode->kind != FS_STORE)
+		return -ENOTTY;
+	if (h->hold != HOLD_NONE)
+		return -EBUSY; /* this handle holds the lock already */
+	int e = lock_want_of_mode(mode, want);
+	if (e)
+		return e;
+	struct stat lock_attr;
+	node_attr(st->fs, &(struct obj){ .f = &st->files[FS_LOCK - FS_LOCK], .st = st }, &lock_attr);
+	if ((e = caller_may(req, lock_attr.st_mode, *want == WANT_READ ? 4 : 2)))
+		return e;
+	/* One RW connection per writer session: the library could not make a second
+	 * handle's mappings read-only when the first commits. */
+	if (*want != WANT_READ && st->lock.fsm.leader && (*want == WANT_WRITE || !st->lock.fsm.committed) &&
+	    (e = lock_is_member(st, tgid)))
+		return e < 0 ? e : -EBUSY;
+	return lock_open(req, h, *want, timeout_ms);
+}
+
+int lock_granted(struct fs_handle *h, enum lock_want want)
+{
+	h->writable = want != WANT_READ && h->hold == HOLD_SESSION;
+	/* Whatever we waited for may have removed the file meanwhile. */
+	return h->node && !h->node->linked ? -ENOENT : 0;
+}
+
+/* ---- giving back, commit, abort ---- */
+
+/* Back to the last commit; a session that made many items leaves their memory to trim. */
+static void rollback(struct store *st)
+{
+	struct meta_stats was, is;
+	meta_stats(st->meta, &was);
+	meta_rollback(st->meta);
+	meta_stats(st->meta, &is);
+	if (was.allocations + was.entries >= is.allocations + is.entries + FS_TRIM_ITEMS)
+		store_want_trim(st->fs);
+}
+
+void lock_release(struct fs_handle *h)
+{
+	struct store *st = h->store;
+	if (h->hold == HOLD_READ) {
+		fsm_release_read(&st->lock.fsm);
+	} else if (h->hold == HOLD_SESSION && fsm_release_session(&st->lock.fsm) == 1 && st->meta) {
+		/* The session's last handle went without commit (a crash included): abort. */
+		rollback(st);
+		st->lock.aborts++;
+		snprintf(st->last_error, sizeof st->last_error, "%s",
+			 "writer left without commit: rolled back to the last committed layout");
+	}
+	h->hold = HOLD_NONE;
+	h->writable = false;
+	store_changed(st);
+}
+
+int lock_commit(struct store *st)
+{
+	char err[sizeof st->last_error - 16];
+	int e = meta_commit(st->meta, err, sizeof err);
+	if (e) {
+		snprintf(st->last_error, sizeof st->last_error, "commit: %s", err[0] ? err : strerror(-e));
+		store_changed(st);
+		return e;
+	}
+	fsm_commit(&st->lock.fsm);
+	st->lock.commits++;
+	struct meta_stats ms;
+	meta_stats(st->meta, &ms);
+	if (ms.allocations + ms.entries >= FS_TRIM_ITEMS)
+		store_want_trim(st->fs); /* the hash's sorted copies of a big layout */
+	/* The downgrade: every handle of the session becomes a read handle at once. */
+	for (struct fs_handle *h = st->handles.next; h != &st->handles; h = h->next)
+		if (h->hold == HOLD_SESSION)
+			h->hold = HOLD_READ;
+	st->last_error[0] = '\0';
+	store_changed(st);
+	return 0;
+}
+
+int lock_abort(struct store *st)
+{
+	int e = fsm_abort(&st->lock.fsm);
+	if (e)
+		return e;
+	rollback(st);
+	snprintf(st->last_error, sizeof st->last_error, "%s", "aborted: rolled back to the last committed layout");
+	store_changed(st);
+	return 0;
+}
+
+int lock_control_write(fuse_req_t req, struct fs_handle *h)
+{
+	struct store *st = h->store;
+	if (h->fnode->kind != FS_COMMIT && h->fnode->kind != FS_ABORT)
+		return -EINVAL; /* lock takes no data */
+	pid_t tgid;
+	int e = caller_tgid(req, &tgid);
+	if (e)
+		return e;
+	if (st->removed)
+		return -ENOENT;
+	if ((e = lock_is_member(st, tgid)) <= 0)
+		return e < 0 ? e : -EPERM;
+	return h->fnode->kind == FS_COMMIT ? lock_commit(st) : lock_abort(st);
+}

@@ -1,0 +1,75 @@
+/* lock: who holds a store.  The only place a lock mode is converted and a lock is
+ * decided (try, take, grant, release, session membership, commit, abort); opens, the
+ * lock ioctl and the socket all come here.  wait.c beside it is its queue: requests
+ * that must wait are parked there and granted from here.  Everything under fs->mu; no
+ * function here sleeps. */
+#ifndef GMSFS_FS_LOCK_H
+#define GMSFS_FS_LOCK_H
+
+#include "fs.h"
+#include "../fsm/fsm.h"
+
+struct fs_handle;
+struct fs_waiter;
+
+/* What a handle holds. */
+enum lock_hold { HOLD_NONE, HOLD_READ, HOLD_SESSION };
+/* What a request asks for: RW_OR_RO is a write while nothing is committed, else a read. */
+enum lock_want { WANT_READ, WANT_WRITE, WANT_RW_OR_RO };
+
+/* A store's lock state (in struct store), under fs->mu. */
+struct lock {
+	struct fsm fsm;                /* counts of holders and waiters; the state derives from them */
+	uint64_t leader_start;         /* start time of the session's leader: pids are reused */
+	struct fs_waiter *waiters;     /* parked requests, first come first (wait.c) */
+	bool granting, regrant;        /* wait_grant is running; run it again */
+	uint64_t waits;                /* opens and lock ioctls that had to wait */
+	uint64_t commits, aborts;      /* sessions that committed; that ended without (rolled back) */
+};
+
+/* ---- the forms of a lock mode, converted only here ---- */
+/* An open's flags: O_RDONLY reads; O_RDWR of STORE/lock is RW_OR_RO; other writes write. */
+enum lock_want lock_want_of_open(int flags, bool lock_file);
+/* GMSFS_RO, GMSFS_RW, GMSFS_RW_OR_RO (abi.h); -EINVAL for anything else. */
+int lock_want_of_mode(uint32_t mode, enum lock_want *out);
+/* What a handle holds, as the ioctl reports it: GMSFS_RO, GMSFS_RW or 0. */
+uint32_t lock_mode_of(const struct fs_handle *h);
+/* May the handle hand out writable descriptors and change the store? */
+bool lock_writes(const struct fs_handle *h);
+/* Would want be a write on st now? */
+bool lock_wants_write(const struct store *st, enum lock_want want);
+
+/* ---- taking and giving back ---- */
+#define LOCK_PARK 1 /* the request must wait: park it (wait.c) */
+/* The lock for a new handle h: 0 (granted), LOCK_PARK (timeout_ms > 0: its deadline, -1:
+ * none), or -errno (-EAGAIN when timeout_ms is 0; -EDEADLK: it would wait for its own read
+ * handles; -ENOENT: the store is gone). */
+int lock_open(fuse_req_t req, struct fs_handle *h, enum lock_want want, int timeout_ms);
+/* GMSFS_IOC_LOCK on a store directory's handle h: what opening STORE/lock would check
+ * (permission, one RW connection per session), then lock_open.  *want: what it asks for. */
+int lock_ioctl(fuse_req_t req, struct fs_handle *h, uint32_t mode, int timeout_ms, pid_t tgid,
+	       enum lock_want *want);
+/* The same for a parked waiter (not a member, not a reader already): the FSM alone.
+ * 0 with *out set, -EAGAIN (still not), or -errno. */
+int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold *out);
+/* After a grant: the handle's write right, and whether its file still exists. */
+int lock_granted(struct fs_handle *h, enum lock_want want);
+/* Give the handle's hold back; a session ending without commit rolls back. */
+void lock_release(struct fs_handle *h);
+
+/* ---- the writer session ---- */
+/* 1 yes, 0 no, -errno (-EMFILE: the daemon is out of descriptors and cannot tell). */
+int lock_is_member(struct store *st, pid_t tgid);
+/* May tgid change the namespace now?  0, -EBUSY (another holds it), -EROFS (nobody). */
+int lock_may_change(struct store *st, pid_t tgid);
+/* The same for a request: through a session handle h, or as a member; -EROFS through a
+ * read handle. */
+int lock_check_change(fuse_req_t req, struct store *st, const struct fs_handle *h);
+/* A write to STORE/commit or STORE/abort through h: members only. */
+int lock_control_write(fuse_req_t req, struct fs_handle *h);
+/* Validate, hash, publish; the session's handles become read handles at once. */
+int lock_commit(struct store *st);
+/* Back to the last commit; the session stays. */
+int lock_abort(struct store *st);
+
+#endif

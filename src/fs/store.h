@@ -1,0 +1,67 @@
+/* store: the table of stores, and what a store is.  Everything under fs->mu, but the
+ * fields fixed at creation. */
+#ifndef GMSFS_FS_STORE_H
+#define GMSFS_FS_STORE_H
+
+#include "fs.h"
+#include "handle.h"
+#include "lock.h"
+
+struct store {
+	/* Fixed from creation to the end: */
+	struct fs_node dir;
+	struct fs_node files[FS_STORE_FILES];
+	char *name;
+	struct fs *fs;
+	struct vmm_pool *pool;         /* where its memory comes from */
+	/* Under fs->mu: */
+	struct meta_store *meta;       /* its layout; NULL once removed */
+	struct lock lock;              /* lock.c */
+	unsigned refs;                 /* table + kernel lookups + handles */
+	bool removed;
+	struct fs_handle handles;      /* list head: every open handle of its files */
+	uint64_t events;               /* bumped on every change state shows */
+	unsigned pollers;              /* handles with a poll handle: notify walks only if any */
+	uint64_t requests;             /* FUSE requests on its files but state */
+	uint64_t socket_requests;      /* socket requests for its handles */
+	uint64_t exports;              /* export requests served (import_all, import) */
+	char last_error[512];
+};
+
+/* The mount's stores, under fs->mu. */
+struct store_table {
+	struct store **v;
+	size_t n, cap;
+	struct store **removed;        /* removed stores the kernel still knows */
+	size_t nremoved, removed_cap;
+};
+
+int store_table_new(struct fs *fs);
+/* At the end: every store, removed or not, freed (no kernel reference is left to honour). */
+void store_table_free(struct fs *fs);
+
+int store_create(struct fs *fs, const char *name, struct store **out);
+struct store *store_find(struct fs *fs, const char *name);
+int store_remove(struct fs *fs, const char *name);
+void store_get(struct store *st);
+void store_put(struct store *st, unsigned n);
+/* Freed memory goes back to the system (malloc_trim) once fs->mu is released: on a
+ * fragmented heap the trim takes tens of ms, which no other caller should wait for.
+ * store_want_trim under fs->mu; store_trim without it, after the reply. */
+void store_want_trim(struct fs *fs);
+void store_trim(struct fs *fs);
+/* Something state shows changed: bump events, wake a poller. */
+void store_notify(struct store *st);
+/* A lock changed: notify, and wake the waiting opens too. */
+void store_changed(struct store *st);
+/* The store's list of handles, that commit walks. */
+void store_track(struct store *st, struct fs_handle *h);
+void store_untrack(struct fs_handle *h);
+/* e (-EMFILE, -ENFILE: the daemon is out of descriptors) goes to last_error and the log. */
+int store_cannot_tell(struct store *st, int e);
+/* Set last_error (printf-style) and tell pollers. */
+void store_error(struct store *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Size an allocation once: memory from the backend, or ENOSPC with last_error. */
+int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size);
+
+#endif
