@@ -21,7 +21,7 @@ MSGPACK_CFLAGS := $(shell $(PKG_CONFIG) --cflags msgpack 2>/dev/null)
 MSGPACK_LIBS := $(shell $(PKG_CONFIG) --libs msgpack 2>/dev/null)
 XXH_LIBS := $(shell $(PKG_CONFIG) --libs libxxhash 2>/dev/null)
 
-PUBLIC_HDR := include/gmsfs/gmsfs.h include/gmsfs/abi.h
+PUBLIC_HDR := include/gmsfs/gmsfs.h include/gmsfs/abi.h include/gmsfs/torch.h
 COMMON_HDR := $(PUBLIC_HDR) $(wildcard common/*.h)
 WIRE_SRC := common/wire.c common/wire_req.c common/wire_reply.c
 FSM_SRC := src/fsm/fsm.c
@@ -91,7 +91,7 @@ $(B)/bench-import: bench/bench_import.c bench/bench.h $(B)/libgmsfs.so
 	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB)
 
 # The loader: safetensors in (gmsfs-load) and out (gmsfs-save), on libgmsfs.
-$(B)/gmsfs-%: loader/%.c $(LOADER_SRC) loader/*.h common/cuda_api.h $(B)/libgmsfs.so
+$(B)/gmsfs-%: loader/%.c $(LOADER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LOADER_SRC) $(LINK_LIB) -ldl
 
 # The baseline for the control files: a minimal low-level FUSE file system.
@@ -165,6 +165,7 @@ install: $(BIN) $(LIB) $(LOADER)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libgmsfs.so
 	install -D -m 0644 include/gmsfs/gmsfs.h $(DESTDIR)$(PREFIX)/include/gmsfs/gmsfs.h
 	install -D -m 0644 include/gmsfs/abi.h $(DESTDIR)$(PREFIX)/include/gmsfs/abi.h
+	install -D -m 0644 include/gmsfs/torch.h $(DESTDIR)$(PREFIX)/include/gmsfs/torch.h
 	mkdir -p $(DESTDIR)$(LIBDIR)/pkgconfig
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(VERSION)|' libgmsfs/gmsfs.pc.in \
 		> $(DESTDIR)$(LIBDIR)/pkgconfig/gmsfs.pc

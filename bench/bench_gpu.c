@@ -75,20 +75,7 @@ static double context(void)
  * a SOCK_SEQPACKET socket. */
 static void send_fds(int sock, const int *fds, const uint64_t *sizes, size_t k)
 {
-	union {
-		char b[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
-		struct cmsghdr align;
-	} u;
-	memset(&u, 0, sizeof u);
-	struct iovec iov = { (void *)sizes, k * sizeof *sizes };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-			      .msg_controllen = CMSG_SPACE(sizeof(int) * k) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int) * k);
-	memcpy(CMSG_DATA(c), fds, sizeof(int) * k);
-	if (sendmsg(sock, &msg, 0) != (ssize_t)iov.iov_len) {
+	if (fdpass_send(sock, sizes, k * sizeof *sizes, fds, k)) {
 		perror("bench-gpu: sending descriptors");
 		exit(1);
 	}
@@ -97,20 +84,13 @@ static void send_fds(int sock, const int *fds, const uint64_t *sizes, size_t k)
 /* One message of send_fds: how many came (fds and sizes have room for GMSFS_FDS_PER_MSG). */
 static size_t recv_fds(int sock, int *fds, uint64_t *sizes)
 {
-	union {
-		char b[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { sizes, GMSFS_FDS_PER_MSG * sizeof *sizes };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
-	struct cmsghdr *c = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) > 0 ? CMSG_FIRSTHDR(&msg) : NULL;
-	if (!c || c->cmsg_type != SCM_RIGHTS) {
+	struct fdpass_info info;
+	if (fdpass_recv(sock, sizes, GMSFS_FDS_PER_MSG * sizeof *sizes, fds, GMSFS_FDS_PER_MSG, &info) <= 0 ||
+	    !info.nfds) {
 		fprintf(stderr, "bench-gpu: no descriptors came\n");
 		exit(1);
 	}
-	size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-	memcpy(fds, CMSG_DATA(c), k * sizeof(int));
-	return k;
+	return info.nfds;
 }
 
 static int child_floor(int sock)

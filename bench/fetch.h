@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "fdpass.h"
 #include "wire.h"
 
 struct fetched {
@@ -45,20 +46,10 @@ static int fetch_all(const char *store, struct fetched *f)
 		return -1;
 	static uint8_t buf[GMSFS_MSG_MAX + 1];
 	for (;;) {
-		union {
-			char b[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
-			struct cmsghdr align;
-		} u;
-		struct iovec iov = { buf, sizeof buf };
-		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
-		ssize_t r = recvmsg(s, &msg, MSG_CMSG_CLOEXEC);
-		int fds[GMSFS_FDS_PER_MSG], nfds = 0;
-		for (struct cmsghdr *c = r > 0 ? CMSG_FIRSTHDR(&msg) : NULL; c; c = CMSG_NXTHDR(&msg, c))
-			if (c->cmsg_type == SCM_RIGHTS) {
-				int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-				memcpy(fds + nfds, CMSG_DATA(c), (size_t)k * sizeof(int));
-				nfds += k;
-			}
+		int fds[GMSFS_FDS_PER_MSG], nfds;
+		struct fdpass_info info;
+		ssize_t r = fdpass_recv(s, buf, sizeof buf, fds, GMSFS_FDS_PER_MSG, &info);
+		nfds = (int)info.nfds;
 		struct wire_reply rep;
 		char why[160];
 		if (r <= 0 || wire_parse_reply(buf, (size_t)r, &rep, why, sizeof why) || rep.err || !rep.manifest)

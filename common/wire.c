@@ -8,16 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int wire_why(char *why, size_t whylen, int e, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	if (whylen)
-		vsnprintf(why, whylen, fmt, ap);
-	va_end(ap);
-	return e;
-}
-
 /* ---- the guard in front of msgpack-c ---- */
 
 static uint64_t be(const uint8_t *p, int n)

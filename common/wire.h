@@ -11,6 +11,7 @@
 #define GMSFS_COMMON_WIRE_H
 
 #include <gmsfs/abi.h>
+#include "entry.h"
 #include <msgpack.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,14 +25,7 @@ struct wire_alloc {
 	uint32_t fd;            /* index into the message's descriptors */
 };
 
-/* One metadata entry of a META_PUT request. */
-struct wire_entry {
-	char *key, *alloc;
-	uint64_t offset, size;
-	uint32_t flags;
-	uint8_t *value;
-	size_t value_len;
-};
+/* A META_PUT request's entries: struct entry_rec (entry.h). */
 
 /* A piece of an entry in a manifest: entries travel in chunks so that a value of up to
  * GMSFS_VALUE_MAX bytes fits messages of GMSFS_MSG_MAX.  The first chunk (voff 0) has
@@ -47,7 +41,7 @@ struct wire_chunk {
 };
 
 /* ---- requests ---- */
-void wire_req_init(struct gmsfs_sock_req *r, enum gmsfs_op op, const uint8_t ticket[16], uint32_t flags,
+void wire_req_init(struct gmsfs_sock_req *r, enum gmsfs_op op, const uint8_t ticket[GMSFS_TICKET_LEN], uint32_t flags,
 		   uint32_t body_len);
 /* The header at the start of a message of len bytes: 0 or -EINVAL. */
 int wire_req_parse(const void *buf, size_t len, struct gmsfs_sock_req *out, char *why, size_t whylen);
@@ -56,7 +50,7 @@ int wire_req_parse(const void *buf, size_t len, struct gmsfs_sock_req *out, char
 struct wire_body {
 	struct wire_alloc *allocs;   /* CREATE */
 	size_t nallocs;
-	struct wire_entry *entries;  /* META_PUT */
+	struct entry_rec *entries;  /* META_PUT */
 	size_t nentries;
 	char **names;                /* FREE: paths; META_DELETE: keys; EXPORT: paths if has_names */
 	size_t nnames;
@@ -68,7 +62,7 @@ void wire_body_free(struct wire_body *b);
 
 /* Bodies, packed by the client.  0 or -ENOMEM. */
 int wire_pack_create(msgpack_sbuffer *sb, const struct wire_alloc *v, size_t n);
-int wire_pack_entries(msgpack_sbuffer *sb, const struct wire_entry *v, size_t n);
+int wire_pack_entries(msgpack_sbuffer *sb, const struct entry_rec *v, size_t n);
 /* key: GMSFS_K_PATHS (FREE) or GMSFS_K_KEYS (META_DELETE). */
 int wire_pack_names(msgpack_sbuffer *sb, const char *key, const char *const *names, size_t n);
 /* paths NULL: the whole layout. */

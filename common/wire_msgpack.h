@@ -3,12 +3,12 @@
 #define GMSFS_COMMON_WIRE_MSGPACK_H
 
 #include "wire.h"
+#include "why.h"
 
 #include <string.h>
 
 #define WIRE_DEPTH 6
 
-int wire_why(char *why, size_t whylen, int e, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Exactly one map that fills buf, after the guard: 0 or -1. */
 int wire_unpack_map(const void *buf, size_t len, msgpack_unpacked *u);
 

@@ -258,7 +258,7 @@ out:
 	msgpack_unpacked_destroy(&u);
 	if (e) {
 		wire_reply_free(r);
-		wire_why(why, whylen, e, "%s", e == -EPROTO ? bad : strerror(-e));
+		why_fmt(why, whylen, e, "%s", e == -EPROTO ? bad : strerror(-e));
 	}
 	return e;
 }

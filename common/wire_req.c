@@ -8,7 +8,7 @@
 
 /* ---- requests ---- */
 
-void wire_req_init(struct gmsfs_sock_req *r, enum gmsfs_op op, const uint8_t ticket[16], uint32_t flags,
+void wire_req_init(struct gmsfs_sock_req *r, enum gmsfs_op op, const uint8_t ticket[GMSFS_TICKET_LEN], uint32_t flags,
 		   uint32_t body_len)
 {
 	memset(r, 0, sizeof *r);
@@ -24,28 +24,28 @@ void wire_req_init(struct gmsfs_sock_req *r, enum gmsfs_op op, const uint8_t tic
 int wire_req_parse(const void *buf, size_t len, struct gmsfs_sock_req *out, char *why, size_t whylen)
 {
 	if (len < sizeof *out)
-		return wire_why(why, whylen, -EINVAL, "request of %zu bytes, shorter than its %zu-byte header", len,
+		return why_fmt(why, whylen, -EINVAL, "request of %zu bytes, shorter than its %zu-byte header", len,
 			    sizeof *out);
 	memcpy(out, buf, sizeof *out);
 	if (out->magic != GMSFS_SOCK_MAGIC || out->version != GMSFS_SOCK_VERSION)
-		return wire_why(why, whylen, -EINVAL, "bad magic or version (this daemon speaks version %d)",
+		return why_fmt(why, whylen, -EINVAL, "bad magic or version (this daemon speaks version %d)",
 			    GMSFS_SOCK_VERSION);
 	if (out->op < GMSFS_OP_REDEEM || out->op > GMSFS_OP_MAX)
-		return wire_why(why, whylen, -EINVAL, "unknown op %u", (unsigned)out->op);
+		return why_fmt(why, whylen, -EINVAL, "unknown op %u", (unsigned)out->op);
 	if (out->flags & ~GMSFS_REQ_MORE)
-		return wire_why(why, whylen, -EINVAL, "unknown flags 0x%x", (unsigned)out->flags);
+		return why_fmt(why, whylen, -EINVAL, "unknown flags 0x%x", (unsigned)out->flags);
 	if (out->body_len != len - sizeof *out)
-		return wire_why(why, whylen, -EINVAL, "body of %zu bytes, the header says %u", len - sizeof *out,
+		return why_fmt(why, whylen, -EINVAL, "body of %zu bytes, the header says %u", len - sizeof *out,
 			    (unsigned)out->body_len);
 	bool ticketed = out->op == GMSFS_OP_REDEEM || out->op == GMSFS_OP_BIND;
 	uint8_t any = 0;
-	for (int i = 0; i < 16; i++)
+	for (int i = 0; i < GMSFS_TICKET_LEN; i++)
 		any |= out->ticket[i];
 	if (!ticketed && any)
-		return wire_why(why, whylen, -EINVAL, "a ticket on op %u, which takes none", (unsigned)out->op);
+		return why_fmt(why, whylen, -EINVAL, "a ticket on op %u, which takes none", (unsigned)out->op);
 	bool bodied = out->op >= GMSFS_OP_EXPORT && out->op != GMSFS_OP_COMMIT;
 	if (!bodied && (out->body_len || (out->flags & GMSFS_REQ_MORE)))
-		return wire_why(why, whylen, -EINVAL, "a body on op %u, which takes none", (unsigned)out->op);
+		return why_fmt(why, whylen, -EINVAL, "a body on op %u, which takes none", (unsigned)out->op);
 	return 0;
 }
 
@@ -113,7 +113,7 @@ static int parse_create_item(const msgpack_object *o, struct wire_alloc *a)
 	return (seen & 3) == 3 ? 0 : -1;
 }
 
-static int parse_entry_item(const msgpack_object *o, struct wire_entry *e)
+static int parse_entry_item(const msgpack_object *o, struct entry_rec *e)
 {
 	if (o->type != MSGPACK_OBJECT_MAP)
 		return -1;
@@ -138,8 +138,10 @@ static int parse_entry_item(const msgpack_object *o, struct wire_entry *e)
 				return -1;
 			e->flags = (uint32_t)f;
 		} else if (wire_key_is(k, GMSFS_K_VALUE)) {
-			if (SEEN(5) || wire_get_bytes(v, GMSFS_VALUE_MAX, &e->value, &e->value_len))
+			uint8_t *value;
+			if (SEEN(5) || wire_get_bytes(v, GMSFS_VALUE_MAX, &value, &e->value_len))
 				return -1;
+			e->value = value;
 		} else {
 			return -1;
 		}
@@ -151,7 +153,7 @@ int wire_parse_body(enum gmsfs_op op, const void *buf, size_t len, struct wire_b
 {
 	memset(b, 0, sizeof *b);
 	if (op < GMSFS_OP_EXPORT || op == GMSFS_OP_COMMIT || op > GMSFS_OP_MAX)
-		return len ? wire_why(why, whylen, -EINVAL, "op %d takes no body", (int)op) : 0;
+		return len ? why_fmt(why, whylen, -EINVAL, "op %d takes no body", (int)op) : 0;
 	msgpack_unpacked u;
 	msgpack_unpacked_init(&u);
 	const char *bad = "not one msgpack map";
@@ -212,7 +214,7 @@ out:
 	msgpack_unpacked_destroy(&u);
 	if (e) {
 		wire_body_free(b);
-		wire_why(why, whylen, e, "%s", bad);
+		why_fmt(why, whylen, e, "%s", bad);
 	}
 	return e;
 }
@@ -234,7 +236,7 @@ int wire_pack_create(msgpack_sbuffer *sb, const struct wire_alloc *v, size_t n)
 	return p.err;
 }
 
-int wire_pack_entries(msgpack_sbuffer *sb, const struct wire_entry *v, size_t n)
+int wire_pack_entries(msgpack_sbuffer *sb, const struct entry_rec *v, size_t n)
 {
 	struct wire_packer p;
 	wire_packer_init(&p, sb);

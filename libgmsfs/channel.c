@@ -1,6 +1,8 @@
 /* channel: requests on the daemon's socket and their replies (abi.h, gmsfs(5)).
  * The transport keeps its own error text: callers pass a buffer. */
 #include "internal.h"
+#include "fdpass.h"
+#include "why.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,16 +13,6 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-static int fail(char *err, size_t errlen, int e, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int e, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return e;
-}
 
 static void close_fds(const int *fds, size_t n)
 {
@@ -53,11 +45,11 @@ static int dial(const char *path, char *err, size_t errlen)
 	snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (s < 0)
-		return fail(err, errlen, -errno, "socket: %s", strerror(errno));
+		return why_fmt(err, errlen, -errno, "socket: %s", strerror(errno));
 	if (connect(s, (struct sockaddr *)&a, sizeof a) < 0) {
 		int e = -errno;
 		close(s);
-		return fail(err, errlen, e, "socket %s: %s", a.sun_path, strerror(-e));
+		return why_fmt(err, errlen, e, "socket %s: %s", a.sun_path, strerror(-e));
 	}
 	return s;
 }
@@ -88,14 +80,14 @@ static int add_chunks(struct ch_manifest *m, struct wire_reply *r, uint64_t nent
 	for (size_t i = 0; i < r->nchunks; i++) {
 		struct wire_chunk *c = &r->chunks[i];
 		size_t k = m->nentries;
-		struct ch_entry *e;
+		struct entry_rec *e;
 		if (c->voff == 0) {
 			if (k && m->entries[k - 1].value_len != want[k - 1])
-				return fail(err, errlen, -EPROTO, "socket: meta/%s arrived incomplete", m->entries[k - 1].key);
+				return why_fmt(err, errlen, -EPROTO, "socket: meta/%s arrived incomplete", m->entries[k - 1].key);
 			if (k == nentries)
-				return fail(err, errlen, -EPROTO, "socket: more entries than announced");
+				return why_fmt(err, errlen, -EPROTO, "socket: more entries than announced");
 			e = &m->entries[k];
-			*e = (struct ch_entry){ .key = c->key, .alloc = c->alloc, .offset = c->offset, .size = c->size,
+			*e = (struct entry_rec){ .key = c->key, .alloc = c->alloc, .offset = c->offset, .size = c->size,
 						.flags = c->flags };
 			c->key = c->alloc = NULL;
 			want[m->nentries++] = c->value_len;
@@ -106,14 +98,14 @@ static int add_chunks(struct ch_manifest *m, struct wire_reply *r, uint64_t nent
 				continue;
 			}
 			if (!(e->value = malloc(c->value_len ? c->value_len : 1)))
-				return fail(err, errlen, -ENOMEM, "out of memory");
+				return why_fmt(err, errlen, -ENOMEM, "out of memory");
 		} else {
 			e = k ? &m->entries[k - 1] : NULL;
 			if (!e || strcmp(e->key, c->key) || c->voff != e->value_len)
-				return fail(err, errlen, -EPROTO, "socket: a value chunk out of order");
+				return why_fmt(err, errlen, -EPROTO, "socket: a value chunk out of order");
 		}
 		if (c->nbytes > want[m->nentries - 1] - e->value_len)
-			return fail(err, errlen, -EPROTO, "socket: meta/%s: a chunk past the value's length", e->key);
+			return why_fmt(err, errlen, -EPROTO, "socket: meta/%s: a chunk past the value's length", e->key);
 		memcpy(e->value + e->value_len, c->bytes, c->nbytes);
 		e->value_len += c->nbytes;
 	}
@@ -124,31 +116,20 @@ static int add_chunks(struct ch_manifest *m, struct wire_reply *r, uint64_t nent
  * the daemon closed the connection). */
 static ssize_t recv_msg(int s, uint8_t *buf, size_t size, int *fds, size_t *nfds, char *err, size_t errlen)
 {
-	union {
-		char b[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { buf, size };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
-	ssize_t r = recvmsg(s, &msg, MSG_CMSG_CLOEXEC);
-	if (r < 0 && errno == ECONNRESET) /* the daemon closed with our request unread: said once, */
-		r = recvmsg(s, &msg, MSG_CMSG_CLOEXEC); /* before what it sent (a refusal's reason) */
-	*nfds = 0;
+	struct fdpass_info info;
+	ssize_t r = fdpass_recv(s, buf, size, fds, GMSFS_FDS_PER_MSG, &info);
+	if (r == -ECONNRESET) /* the daemon closed with our request unread: said once, */
+		r = fdpass_recv(s, buf, size, fds, GMSFS_FDS_PER_MSG, &info); /* before what it sent (a refusal's reason) */
+	*nfds = info.nfds;
 	if (r <= 0) {
-		int e = r == 0 || errno == ECONNRESET ? -ENOTCONN : -errno;
-		return fail(err, errlen, e, "socket: %s", r == 0 ? "the daemon closed the connection" : strerror(errno));
-	}
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-			if (*nfds + k > GMSFS_FDS_PER_MSG)
-				k = GMSFS_FDS_PER_MSG - *nfds; /* cannot happen: the kernel caps it */
-			memcpy(fds + *nfds, CMSG_DATA(c), k * sizeof(int));
-			*nfds += k;
-		}
-	if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
 		close_fds(fds, *nfds);
-		return fail(err, errlen, -EPROTO, "socket: reply longer than %d bytes", GMSFS_MSG_MAX);
+		*nfds = 0;
+		int e = r == 0 || r == -ECONNRESET ? -ENOTCONN : (int)r;
+		return why_fmt(err, errlen, e, "socket: %s", r == 0 ? "the daemon closed the connection" : strerror((int)-r));
+	}
+	if (info.truncated) {
+		close_fds(fds, *nfds);
+		return why_fmt(err, errlen, -EPROTO, "socket: reply longer than %d bytes", GMSFS_MSG_MAX);
 	}
 	return r;
 }
@@ -169,7 +150,7 @@ static int start(struct ch_manifest *m, struct progress *p, const struct wire_re
 	    (p->total && !(m->fd = calloc(p->total, sizeof *m->fd))) ||
 	    (p->nentries && !(m->entries = calloc(p->nentries, sizeof *m->entries))) ||
 	    (p->nentries && !(p->want = calloc(p->nentries, sizeof *p->want))))
-		return fail(err, errlen, -ENOMEM, "out of memory for %llu allocations and %llu entries",
+		return why_fmt(err, errlen, -ENOMEM, "out of memory for %llu allocations and %llu entries",
 			    (unsigned long long)p->total, (unsigned long long)p->nentries);
 	return 0;
 }
@@ -181,13 +162,13 @@ static int take(struct ch_manifest *m, struct progress *p, struct wire_reply *re
 	if (!rep->manifest || (first && rep->first) ||
 	    (!first && (rep->total != p->total || rep->nentries != p->nentries)) || rep->first != m->nallocs) {
 		close_fds(fds, nfds);
-		return fail(err, errlen, -EPROTO, "socket: a manifest out of order");
+		return why_fmt(err, errlen, -EPROTO, "socket: a manifest out of order");
 	}
 	int e = first ? start(m, p, rep, err, errlen) : 0;
 	if (!e && nfds) {
 		int *grown = realloc(m->fds, (m->nfds + nfds) * sizeof *m->fds);
 		if (!grown)
-			e = fail(err, errlen, -ENOMEM, "out of memory");
+			e = why_fmt(err, errlen, -ENOMEM, "out of memory");
 		else
 			m->fds = grown;
 	}
@@ -201,7 +182,7 @@ static int take(struct ch_manifest *m, struct progress *p, struct wire_reply *re
 	for (size_t i = 0; i < rep->nallocs; i++) {
 		/* A message without descriptors lists allocations only (an export without fds). */
 		if (nfds && rep->allocs[i].fd >= nfds)
-			return fail(err, errlen, -EPROTO, "socket: %s names descriptor %u of %zu", rep->allocs[i].path,
+			return why_fmt(err, errlen, -EPROTO, "socket: %s names descriptor %u of %zu", rep->allocs[i].path,
 				    (unsigned)rep->allocs[i].fd, nfds);
 		m->fd[m->nallocs] = nfds ? fds[rep->allocs[i].fd] : -1;
 		m->allocs[m->nallocs++] = rep->allocs[i];
@@ -225,7 +206,7 @@ static int receive(int s, struct ch_manifest *m, bool *whole, char *err, size_t 
 {
 	uint8_t *buf = malloc(GMSFS_MSG_MAX + 1);
 	struct progress p = {0};
-	int e = buf ? 0 : fail(err, errlen, -ENOMEM, "out of memory");
+	int e = buf ? 0 : why_fmt(err, errlen, -ENOMEM, "out of memory");
 	bool last = false;
 	for (bool first = true; !e && !last; first = false) {
 		int fds[GMSFS_FDS_PER_MSG];
@@ -239,15 +220,15 @@ static int receive(int s, struct ch_manifest *m, bool *whole, char *err, size_t 
 		}
 		if ((e = wire_parse_reply(buf, (size_t)r, &rep, why, sizeof why))) {
 			close_fds(fds, nfds);
-			fail(err, errlen, e, "socket: malformed reply: %s", why);
+			why_fmt(err, errlen, e, "socket: malformed reply: %s", why);
 			break;
 		}
 		if (rep.err || !m) {
 			close_fds(fds, nfds);
 			if (rep.err)
-				e = fail(err, errlen, -rep.err, "%s", rep.msg[0] ? rep.msg : strerror(rep.err));
+				e = why_fmt(err, errlen, -rep.err, "%s", rep.msg[0] ? rep.msg : strerror(rep.err));
 			else if (rep.manifest)
-				e = fail(err, errlen, -EPROTO, "socket: a manifest where none was asked for");
+				e = why_fmt(err, errlen, -EPROTO, "socket: a manifest where none was asked for");
 			last = true;
 		} else {
 			e = take(m, &p, &rep, fds, nfds, first, err, errlen);
@@ -256,10 +237,10 @@ static int receive(int s, struct ch_manifest *m, bool *whole, char *err, size_t 
 		wire_reply_free(&rep);
 	}
 	if (!e && m && (m->nallocs != p.total || m->nentries != p.nentries))
-		e = fail(err, errlen, -EPROTO, "socket: the manifest ended early");
+		e = why_fmt(err, errlen, -EPROTO, "socket: the manifest ended early");
 	for (size_t i = 0; !e && m && i < m->nentries; i++)
 		if (m->entries[i].value_len != p.want[i])
-			e = fail(err, errlen, -EPROTO, "socket: meta/%s arrived incomplete", m->entries[i].key);
+			e = why_fmt(err, errlen, -EPROTO, "socket: meta/%s arrived incomplete", m->entries[i].key);
 	free(p.want);
 	free(buf);
 	if (e && m)
@@ -275,7 +256,7 @@ static int closed_why(int s, char *err, size_t errlen)
 {
 	bool whole;
 	int why = receive(s, NULL, &whole, err, errlen);
-	return why && why != -ENOTCONN ? why : fail(err, errlen, -ENOTCONN, "socket: %s", strerror(ENOTCONN));
+	return why && why != -ENOTCONN ? why : why_fmt(err, errlen, -ENOTCONN, "socket: %s", strerror(ENOTCONN));
 }
 
 /* Send a request, read its reply.  bind_first: a BIND sent ahead (ch_bind_start) is
@@ -290,7 +271,7 @@ static int call_on(int s, enum gmsfs_op op, const uint8_t *ticket, const void *b
 	if (e == -EPIPE || e == -ECONNRESET || e == -ENOTCONN)
 		return closed_why(s, err, errlen);
 	if (e)
-		return fail(err, errlen, e, "socket: %s", strerror(-e));
+		return why_fmt(err, errlen, e, "socket: %s", strerror(-e));
 	if (bind_first && (e = receive(s, NULL, whole, err, errlen))) {
 		*whole = false;
 		return e;
@@ -298,7 +279,7 @@ static int call_on(int s, enum gmsfs_op op, const uint8_t *ticket, const void *b
 	return receive(s, m, whole, err, errlen);
 }
 
-int ch_bind(struct ch *c, const char *path, const uint8_t ticket[16], char *err, size_t errlen)
+int ch_bind(struct ch *c, const char *path, const uint8_t ticket[GMSFS_TICKET_LEN], char *err, size_t errlen)
 {
 	ch_close(c);
 	int s = dial(path, err, errlen);
@@ -314,7 +295,7 @@ int ch_bind(struct ch *c, const char *path, const uint8_t ticket[16], char *err,
 	return 0;
 }
 
-int ch_bind_start(struct ch *c, const char *path, const uint8_t ticket[16], char *err, size_t errlen)
+int ch_bind_start(struct ch *c, const char *path, const uint8_t ticket[GMSFS_TICKET_LEN], char *err, size_t errlen)
 {
 	ch_close(c);
 	int s = dial(path, err, errlen);
@@ -323,7 +304,7 @@ int ch_bind_start(struct ch *c, const char *path, const uint8_t ticket[16], char
 	int e = send_request(s, GMSFS_OP_BIND, ticket, NULL, 0);
 	if (e) {
 		close(s);
-		return fail(err, errlen, e, "socket: %s", strerror(-e));
+		return why_fmt(err, errlen, e, "socket: %s", strerror(-e));
 	}
 	c->sock = s;
 	c->bind_pending = true;
@@ -334,7 +315,7 @@ int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct
 	    size_t errlen)
 {
 	if (c->sock < 0)
-		return fail(err, errlen, -ENOTCONN, "socket: not connected");
+		return why_fmt(err, errlen, -ENOTCONN, "socket: not connected");
 	bool whole;
 	bool bind_first = c->bind_pending;
 	c->bind_pending = false;
@@ -345,7 +326,7 @@ int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct
 	return e;
 }
 
-int ch_redeem(const char *path, const uint8_t ticket[16], struct ch_manifest *m, char *err, size_t errlen)
+int ch_redeem(const char *path, const uint8_t ticket[GMSFS_TICKET_LEN], struct ch_manifest *m, char *err, size_t errlen)
 {
 	int s = dial(path, err, errlen);
 	if (s < 0)

@@ -1,5 +1,7 @@
 /* handle: connecting to a store, its lock, requests on its channel, commit. */
 #include "internal.h"
+#include "hash.h"
+#include "why.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,7 +29,7 @@ int gm_error(gmsfs *g, int e, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(g->err, sizeof g->err, fmt, ap);
+	why_vfmt(g->err, sizeof g->err, e, fmt, ap);
 	va_end(ap);
 	return e;
 }
@@ -248,12 +250,6 @@ bool gm_device_ok(const gmsfs *g, int device)
 	return true;
 }
 
-static void hash_hex(const uint8_t h[16], char hex[33])
-{
-	for (int i = 0; i < 16; i++)
-		snprintf(hex + 2 * i, 3, "%02x", h[i]);
-}
-
 int gmsfs_layout_hash(gmsfs *g, char hex[33])
 {
 	if (!g || !hex)
@@ -263,7 +259,7 @@ int gmsfs_layout_hash(gmsfs *g, char hex[33])
 		return e;
 	hex[0] = '\0';
 	if (g->info.has_hash)
-		hash_hex(g->info.layout_hash, hex);
+		hex_of(g->info.layout_hash, GMSFS_HASH_LEN, hex);
 	return 0;
 }
 

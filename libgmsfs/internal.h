@@ -21,20 +21,13 @@ struct ch {
 	bool bind_pending;      /* BIND sent, its reply not read yet */
 };
 
-/* A reply's allocations with their descriptors, and its entries put back together. */
-struct ch_entry {
-	char *key, *alloc;
-	uint64_t offset, size;
-	uint32_t flags;
-	uint8_t *value;
-	size_t value_len;
-	void *copy;             /* meta.c: this process's copy of a private entry's extent; the channel leaves it NULL */
-};
+/* A reply's allocations with their descriptors, and its entries (entry.h) put back
+ * together; the channel leaves each entry's copy NULL (meta.c makes it). */
 struct ch_manifest {
 	struct wire_alloc *allocs;
 	int *fd;                /* allocs[i]'s descriptor (several may share one), -1 if none came */
 	size_t nallocs;
-	struct ch_entry *entries;
+	struct entry_rec *entries;
 	size_t nentries;
 	int *fds;               /* every descriptor kept, closed by ch_manifest_free */
 	size_t nfds;
@@ -48,17 +41,17 @@ struct ch_manifest {
 void ch_manifest_free(struct ch_manifest *m);
 
 /* Connect to the socket at path and present a BIND ticket. */
-int ch_bind(struct ch *c, const char *path, const uint8_t ticket[16], char *err, size_t errlen);
+int ch_bind(struct ch *c, const char *path, const uint8_t ticket[GMSFS_TICKET_LEN], char *err, size_t errlen);
 /* The same without waiting: the next ch_call sends its request, then reads both replies
  * (one round trip, and the daemon starts the connection while the caller goes on). */
-int ch_bind_start(struct ch *c, const char *path, const uint8_t ticket[16], char *err, size_t errlen);
+int ch_bind_start(struct ch *c, const char *path, const uint8_t ticket[GMSFS_TICKET_LEN], char *err, size_t errlen);
 /* One request; m NULL for a plain reply (else its consume and ctx are kept, the rest is
  * filled).  -ENOTCONN: the connection was gone before the daemon read the request (it
  * may be bound again and the request sent again). */
 int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct ch_manifest *m, char *err,
 	    size_t errlen);
 /* A one-time connection: present an EXPORT or EXPORT_ALL ticket, receive its manifest. */
-int ch_redeem(const char *path, const uint8_t ticket[16], struct ch_manifest *m, char *err, size_t errlen);
+int ch_redeem(const char *path, const uint8_t ticket[GMSFS_TICKET_LEN], struct ch_manifest *m, char *err, size_t errlen);
 void ch_close(struct ch *c);
 
 /* ---- how a client maps the descriptors of one backend; -errno, words in err ---- */
@@ -91,9 +84,9 @@ extern const struct gm_backend gm_cuda_backend;
 /* ---- the handle's metadata: an index by key over its entries ---- */
 struct mt {
 	bool loaded;            /* the layout's entries are here */
-	struct ch_entry *v;     /* each with its copy (a private entry's), made by mt_privatize */
+	struct entry_rec *v;     /* each with its copy (a private entry's), made by mt_privatize */
 	size_t n, cap;
-	size_t *index;          /* open addressing: entry index + 1, 0 empty */
+	void **index;           /* by key (common/probe.h): entry index + 1, NULL empty */
 	size_t index_cap;
 	char **sorted;          /* keys in order, made by list, NULL when stale */
 };
@@ -123,10 +116,10 @@ struct gmsfs {
 				 * the layout cannot change until it lets go, so another is free */
 	int unmapped_lock;      /* the lock given up by unmap_all */
 	struct gmsfs_ioc info;  /* the latest facts from the daemon */
-	uint8_t ticket[16];     /* the LOCK reply's ticket, until bound */
+	uint8_t ticket[GMSFS_TICKET_LEN]; /* the LOCK reply's ticket, until bound */
 	bool have_ticket;
 	struct ch ch;
-	uint8_t saved_hash[16]; /* the layout at unmap_all */
+	uint8_t saved_hash[GMSFS_HASH_LEN]; /* the layout at unmap_all */
 	bool saved_has_hash;
 	const struct gm_backend *be;
 #ifdef GMSFS_HAVE_CUDA
@@ -136,7 +129,7 @@ struct gmsfs {
 	struct gmsfs_mapping *maps; /* what gmsfs_mappings shows */
 	struct mp_slot *slots;  /* slots[i]: the state of maps[i] */
 	size_t nmaps, cap;      /* both arrays have cap elements */
-	size_t *index;          /* open addressing by name: map index + 1, 0 empty */
+	void **index;           /* by name (common/probe.h): map index + 1, NULL empty */
 	size_t index_cap;       /* a power of two, at least twice nmaps */
 	struct mt meta;
 	char err[512];

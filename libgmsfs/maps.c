@@ -3,6 +3,7 @@
 #include "internal.h"
 #include "grow.h"
 #include "hash.h"
+#include "probe.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -10,14 +11,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- the name index: imports check every name, so it must not be a scan ---- */
+/* ---- the name index: imports check every name, so it must not be a scan ----
+ * Entries are map indexes + 1 (common/probe.h), at most half the slots full. */
+
+static uint64_t map_home(const void *entry, const void *ctx)
+{
+	const gmsfs *g = ctx;
+	return name_hash(g->maps[(uintptr_t)entry - 1].name);
+}
 
 static void index_put(gmsfs *g, size_t i)
 {
-	size_t mask = g->index_cap - 1, k = name_hash(g->maps[i].name) & mask;
-	while (g->index[k])
-		k = (k + 1) & mask;
-	g->index[k] = i + 1;
+	probe_put(g->index, g->index_cap, (void *)(uintptr_t)(i + 1), map_home, g);
 }
 
 static int index_rebuild(gmsfs *g, size_t want)
@@ -25,7 +30,7 @@ static int index_rebuild(gmsfs *g, size_t want)
 	size_t cap = 64;
 	while (cap < 2 * want)
 		cap *= 2;
-	size_t *v = calloc(cap, sizeof *v);
+	void **v = calloc(cap, sizeof *v);
 	if (!v) {
 		if (g->index_cap < 2 * want)
 			return -ENOMEM;
@@ -48,9 +53,11 @@ struct gmsfs_mapping *mp_find(const gmsfs *g, const char *name)
 	if (!g->index_cap)
 		return NULL;
 	size_t mask = g->index_cap - 1;
-	for (size_t k = name_hash(name) & mask; g->index[k]; k = (k + 1) & mask)
-		if (!strcmp(g->maps[g->index[k] - 1].name, name))
-			return &g->maps[g->index[k] - 1];
+	for (size_t k = name_hash(name) & mask; g->index[k]; k = (k + 1) & mask) {
+		struct gmsfs_mapping *m = &g->maps[(uintptr_t)g->index[k] - 1];
+		if (!strcmp(m->name, name))
+			return m;
+	}
 	return NULL;
 }
 

@@ -4,13 +4,14 @@
 #include "internal.h"
 #include "grow.h"
 #include "hash.h"
+#include "probe.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void entry_free(gmsfs *g, struct ch_entry *x)
+static void entry_free(gmsfs *g, struct entry_rec *x)
 {
 	free(x->key);
 	free(x->alloc);
@@ -37,12 +38,16 @@ void mt_free(gmsfs *g)
 	memset(t, 0, sizeof *t);
 }
 
+/* The index by key: entry indexes + 1 (common/probe.h), at most half the slots full. */
+static uint64_t entry_home(const void *entry, const void *ctx)
+{
+	const struct mt *t = ctx;
+	return name_hash(t->v[(uintptr_t)entry - 1].key);
+}
+
 static void index_put(struct mt *t, size_t i)
 {
-	size_t mask = t->index_cap - 1, k = name_hash(t->v[i].key) & mask;
-	while (t->index[k])
-		k = (k + 1) & mask;
-	t->index[k] = i + 1;
+	probe_put(t->index, t->index_cap, (void *)(uintptr_t)(i + 1), entry_home, t);
 }
 
 static int index_rebuild(struct mt *t, size_t want)
@@ -50,7 +55,7 @@ static int index_rebuild(struct mt *t, size_t want)
 	size_t cap = 64;
 	while (cap < 2 * want)
 		cap *= 2;
-	size_t *v = calloc(cap, sizeof *v);
+	void **v = calloc(cap, sizeof *v);
 	if (!v)
 		return -ENOMEM;
 	free(t->index);
@@ -61,22 +66,24 @@ static int index_rebuild(struct mt *t, size_t want)
 	return 0;
 }
 
-static struct ch_entry *find(const struct mt *t, const char *key)
+static struct entry_rec *find(const struct mt *t, const char *key)
 {
 	if (!t->index_cap)
 		return NULL;
 	size_t mask = t->index_cap - 1;
-	for (size_t k = name_hash(key) & mask; t->index[k]; k = (k + 1) & mask)
-		if (!strcmp(t->v[t->index[k] - 1].key, key))
-			return &t->v[t->index[k] - 1];
+	for (size_t k = name_hash(key) & mask; t->index[k]; k = (k + 1) & mask) {
+		struct entry_rec *e = &t->v[(uintptr_t)t->index[k] - 1];
+		if (!strcmp(e->key, key))
+			return e;
+	}
 	return NULL;
 }
 
 /* Take e over (its strings become the table's); -ENOMEM leaves e to the caller. */
-static int insert(gmsfs *g, struct ch_entry *e)
+static int insert(gmsfs *g, struct entry_rec *e)
 {
 	struct mt *t = &g->meta;
-	struct ch_entry *old = find(t, e->key);
+	struct entry_rec *old = find(t, e->key);
 	if (old) {
 		entry_free(g, old); /* a private copy of the old extent goes too */
 		*old = *e;
@@ -143,7 +150,7 @@ int mt_privatize(gmsfs *g)
 {
 	struct mt *t = &g->meta;
 	for (size_t i = 0; i < t->n; i++) {
-		struct ch_entry *x = &t->v[i];
+		struct entry_rec *x = &t->v[i];
 		if (!(x->flags & GMSFS_ENTRY_PRIVATE) || x->copy || !x->size)
 			continue;
 		struct gmsfs_mapping *m = mp_find(g, x->alloc);
@@ -194,7 +201,7 @@ static int check_entry(gmsfs *g, const struct gmsfs_entry *x, size_t i)
 static void remember_puts(gmsfs *g, const struct gmsfs_entry *v, size_t n)
 {
 	for (size_t i = 0; i < n && g->meta.loaded; i++) {
-		struct ch_entry e = { .key = strdup(v[i].key), .alloc = strdup(v[i].alloc), .offset = v[i].offset,
+		struct entry_rec e = { .key = strdup(v[i].key), .alloc = strdup(v[i].alloc), .offset = v[i].offset,
 				      .size = v[i].size, .flags = v[i].flags, .value = malloc(v[i].value_len ? v[i].value_len : 1),
 				      .value_len = v[i].value_len };
 		if (e.value && v[i].value_len)
@@ -219,12 +226,12 @@ int gmsfs_meta_put_many(gmsfs *g, const struct gmsfs_entry *v, size_t n)
 		return 0;
 	if (!v)
 		return gm_error(g, -EINVAL, "meta_put_many: no entries");
-	struct wire_entry *w = calloc(n, sizeof *w);
+	struct entry_rec *w = calloc(n, sizeof *w);
 	if (!w)
 		return gm_error(g, -ENOMEM, "out of memory");
 	for (size_t i = 0; i < n && !e; i++) {
 		if (!(e = check_entry(g, &v[i], i)))
-			w[i] = (struct wire_entry){ .key = (char *)v[i].key, .alloc = (char *)v[i].alloc,
+			w[i] = (struct entry_rec){ .key = (char *)v[i].key, .alloc = (char *)v[i].alloc,
 						    .offset = v[i].offset, .size = v[i].size, .flags = v[i].flags,
 						    .value = (uint8_t *)v[i].value, .value_len = v[i].value_len };
 	}
@@ -267,14 +274,14 @@ int gmsfs_meta_delete(gmsfs *g, const char *key)
 		e = gm_call(g, GMSFS_OP_META_DELETE, sb.data, sb.size, NULL);
 	msgpack_sbuffer_destroy(&sb);
 	if (!e && g->meta.loaded) {
-		struct ch_entry *x = find(&g->meta, key);
+		struct entry_rec *x = find(&g->meta, key);
 		if (x)
 			remove_at(g, (size_t)(x - g->meta.v));
 	}
 	return e;
 }
 
-static void *extent_ptr(const gmsfs *g, const struct ch_entry *x)
+static void *extent_ptr(const gmsfs *g, const struct entry_rec *x)
 {
 	if (x->copy)
 		return x->copy;
@@ -292,7 +299,7 @@ int gmsfs_meta_get(gmsfs *g, const char *key, struct gmsfs_meta *out)
 		return e;
 	if (!key || !gmsfs_path_valid(key, strlen(key)))
 		return gm_error(g, -EINVAL, "%s: not a valid key", key ? key : "(null)");
-	struct ch_entry *x = find(&g->meta, key);
+	struct entry_rec *x = find(&g->meta, key);
 	if (!x)
 		return gm_error(g, -ENOENT, "meta/%s: no such entry", key);
 	out->alloc = x->alloc && x->alloc[0] ? strdup(x->alloc) : NULL;

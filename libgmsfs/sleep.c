@@ -1,17 +1,12 @@
 /* sleep: unmap_all keeps every address range, remap_all puts the same layout back
  * at the same addresses, reallocate_all puts fresh memory behind them for a writer. */
 #include "internal.h"
+#include "hash.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void hash_hex(const uint8_t h[16], char hex[33])
-{
-	for (int i = 0; i < 16; i++)
-		snprintf(hex + 2 * i, 3, "%02x", h[i]);
-}
 
 int gmsfs_unmap_all(gmsfs *g)
 {
@@ -96,12 +91,12 @@ int gmsfs_remap_all(gmsfs *g, int timeout_ms)
 	int e = gm_take_lock(g, g->unmapped_lock ? g->unmapped_lock : g->mode, timeout_ms);
 	if (e)
 		return e;
-	if (g->info.has_hash != g->saved_has_hash || memcmp(g->info.layout_hash, g->saved_hash, 16)) {
+	if (g->info.has_hash != g->saved_has_hash || memcmp(g->info.layout_hash, g->saved_hash, GMSFS_HASH_LEN)) {
 		char a[33] = "", b[33] = "";
 		if (g->saved_has_hash)
-			hash_hex(g->saved_hash, a);
+			hex_of(g->saved_hash, GMSFS_HASH_LEN, a);
 		if (g->info.has_hash)
-			hash_hex(g->info.layout_hash, b);
+			hex_of(g->info.layout_hash, GMSFS_HASH_LEN, b);
 		gm_release_lock(g);
 		return gm_error(g, -ESTALE, "remap_all: layout hash was %s, is %s now", a[0] ? a : "(none)",
 				b[0] ? b : "(none)");
@@ -130,7 +125,7 @@ static int recreate(gmsfs *g, struct ch_manifest *made)
 	msgpack_sbuffer_init(&sb);
 	const char **names = calloc(g->nmaps ? g->nmaps : 1, sizeof *names);
 	struct wire_alloc *a = calloc(g->nmaps ? g->nmaps : 1, sizeof *a);
-	struct wire_entry *w = NULL;
+	struct entry_rec *w = NULL;
 	int e = names && a ? mt_ensure(g) : gm_error(g, -ENOMEM, "out of memory");
 	struct mt *t = &g->meta;
 	if (!e && t->n && !(w = calloc(t->n, sizeof *w)))
@@ -143,7 +138,7 @@ static int recreate(gmsfs *g, struct ch_manifest *made)
 	size_t nw = 0;
 	for (size_t i = 0; !e && i < t->n; i++)
 		if (t->v[i].alloc && mp_find(g, t->v[i].alloc))
-			w[nw++] = (struct wire_entry){ .key = t->v[i].key, .alloc = t->v[i].alloc,
+			w[nw++] = (struct entry_rec){ .key = t->v[i].key, .alloc = t->v[i].alloc,
 						       .offset = t->v[i].offset, .size = t->v[i].size,
 						       .flags = t->v[i].flags, .value = t->v[i].value,
 						       .value_len = t->v[i].value_len };

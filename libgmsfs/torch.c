@@ -16,8 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TORCH_ALIGN 512
-#define TORCH_SLAB_DEFAULT (1ull << 30) /* see libgmsfs(3): fewer, larger allocations import faster */
+#include <gmsfs/torch.h>
+
+#define TORCH_ALIGN GMSFS_TORCH_ALIGN
 
 struct range {
 	uint64_t off, len;
@@ -64,7 +65,7 @@ int gmsfs_torch_use(gmsfs *g, uint64_t slab_bytes)
 	if (g != ta.g)
 		slabs_forget(); /* slabs of another handle are not ours to carve */
 	ta.g = g;
-	ta.slab_bytes = slab_bytes ? slab_bytes : TORCH_SLAB_DEFAULT;
+	ta.slab_bytes = slab_bytes ? slab_bytes : GMSFS_TORCH_SLAB_BYTES;
 	pthread_mutex_unlock(&ta.mu);
 	return 0;
 }
@@ -99,8 +100,8 @@ static struct slab *grow(uint64_t len)
 	int e;
 	/* The store may hold slabs already (a writer starts from the committed layout). */
 	do {
-		snprintf(name, sizeof name, "torch/slab%05u", ta.next++);
-		e = gmsfs_create(ta.g, name, size, "torch", &p);
+		snprintf(name, sizeof name, GMSFS_TORCH_PREFIX "slab%05u", ta.next++);
+		e = gmsfs_create(ta.g, name, size, GMSFS_TORCH_TAG, &p);
 	} while (e == -EEXIST);
 	if (e)
 		return NULL;

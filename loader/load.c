@@ -13,6 +13,7 @@
 #include "safetensors.h"
 
 #include <gmsfs/gmsfs.h>
+#include <gmsfs/torch.h>
 
 #include <errno.h>
 #include <stdbool.h>
@@ -23,8 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SLAB_DEFAULT (1ull << 30)
-#define ALIGN 512u
+#define SLAB_DEFAULT GMSFS_TORCH_SLAB_BYTES
+#define ALIGN GMSFS_TORCH_ALIGN
 
 struct placed {
 	const struct st_file *f;
@@ -199,8 +200,8 @@ static int load(struct job *j, gmsfs *g, struct cp *c)
 	char **keys = calloc(j->n ? j->n : 1, sizeof *keys), **vals = calloc(j->n ? j->n : 1, sizeof *vals);
 	int e = v && names && ent && keys && vals ? 0 : -ENOMEM;
 	for (size_t i = 0; !e && i < j->nslabs; i++) {
-		snprintf(names[i], sizeof names[i], "torch/load%05zu", i);
-		v[i] = (struct gmsfs_new){ .name = names[i], .size = j->slab_size[i] ? j->slab_size[i] : ALIGN, .tag = "torch" };
+		snprintf(names[i], sizeof names[i], GMSFS_TORCH_PREFIX "load%05zu", i);
+		v[i] = (struct gmsfs_new){ .name = names[i], .size = j->slab_size[i] ? j->slab_size[i] : ALIGN, .tag = GMSFS_TORCH_TAG };
 	}
 	if (!e && j->nslabs && (e = gmsfs_create_many(g, v, j->nslabs)))
 		snprintf(j->err, sizeof j->err, "%s", gmsfs_errmsg(g));
@@ -215,7 +216,7 @@ static int load(struct job *j, gmsfs *g, struct cp *c)
 		const struct placed *p = &j->p[i];
 		uint64_t len = p->t->end - p->t->begin;
 		e = cp_add(c, file[p->f - j->files], p->f->data_start + p->t->begin, (char *)v[p->slab].ptr + p->off, len);
-		if (!e && (asprintf(&keys[i], "torch/%s", p->t->name) < 0 || !(vals[i] = value_of(p))))
+		if (!e && (asprintf(&keys[i], GMSFS_TORCH_PREFIX "%s", p->t->name) < 0 || !(vals[i] = value_of(p))))
 			e = -ENOMEM;
 		if (!e)
 			ent[i] = (struct gmsfs_entry){ .key = keys[i], .alloc = names[p->slab], .offset = p->off, .size = len,

@@ -8,6 +8,7 @@
 #include "safetensors.h"
 
 #include <gmsfs/gmsfs.h>
+#include <gmsfs/torch.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,7 +31,7 @@ static int describe(const char *key, const struct gmsfs_meta *m, struct out *o, 
 {
 	struct js_value v;
 	char why[256];
-	o->name = key + 6;
+	o->name = key + strlen(GMSFS_TORCH_PREFIX);
 	if (js_parse(m->value, m->value_len, &v, why, sizeof why)) {
 		snprintf(err, errlen, "%s: %s", key, why);
 		return -EINVAL;
@@ -128,7 +129,7 @@ int main(int argc, char **argv)
 	int e = cp_open(store, &c, err, sizeof err);
 	if (!e && (e = gmsfs_connect(&g, store, GMSFS_RO, timeout_ms)))
 		snprintf(err, sizeof err, "%s", g ? gmsfs_errmsg(g) : gmsfs_strerror(e));
-	if (!e && ((e = gmsfs_import_all(g)) || (e = gmsfs_meta_get_all(g, "torch/", &keys, &m, &n))))
+	if (!e && ((e = gmsfs_import_all(g)) || (e = gmsfs_meta_get_all(g, GMSFS_TORCH_PREFIX, &keys, &m, &n))))
 		snprintf(err, sizeof err, "%s", gmsfs_errmsg(g));
 	if (!e && !n)
 		e = -ENOENT, snprintf(err, sizeof err, "%s: no torch/ entries (nothing gmsfs-load or publish made)", store);

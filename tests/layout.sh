@@ -2,6 +2,10 @@
 # The layout of the tree, as TAP:
 #  - the daemon (src/) and the library (libgmsfs/) never include each other: what both
 #    use is public (include/gmsfs/) or neutral (common/);
+#  - the parts depend downward only: src/fs on src/fsm, src/meta, src/vmm; those three
+#    on nothing of each other; libgmsfs and loader on the public headers and common/;
+#  - inside src/fs, headers include each other without a cycle, and the modules' call
+#    graph (from nm of each file) has one cycle, the lock and its queue (lock, wait);
 #  - the public headers include only the system's and each other;
 #  - no C file over 600 lines, no function over 80.
 # Each #include "x" is resolved as the compiler would (the file's folder, then -Iinclude
@@ -43,10 +47,36 @@ includes() {
 check "nothing under src/ includes anything under libgmsfs/" "$(includes src | grep ' -> libgmsfs/')"
 check "nothing under libgmsfs/ includes anything under src/" "$(includes libgmsfs | grep ' -> src/')"
 check "common/ includes neither src/ nor libgmsfs/" "$(includes common | grep -E ' -> (src|libgmsfs)/')"
+check "src/fsm includes nothing of the tree but its own header" "$(includes src/fsm | grep -v ' -> src/fsm/fsm.h$')"
+check "src/meta includes neither src/fs, src/fsm nor src/vmm" "$(includes src/meta | grep -E ' -> src/(fs|fsm|vmm)/')"
+check "src/vmm includes neither src/fs, src/fsm nor src/meta" "$(includes src/vmm | grep -E ' -> src/(fs|fsm|meta)/')"
+check "loader/ includes nothing under src/ or libgmsfs/ (the library's public API only)" \
+	"$(includes loader | grep -E ' -> (src|libgmsfs)/')"
+check "libgmsfs/ and common/ include nothing under loader/" "$( (includes libgmsfs; includes common) | grep ' -> loader/')"
+
+# src/fs's headers: FILE HEADER pairs, both under src/fs; a cycle is reported by tsort.
+hdr_cycles=$(includes src/fs | grep '^src/fs/[a-z_/]*\.h -> src/fs/' | sed 's/ -> / /' | tsort 2>&1 >/dev/null)
+check "src/fs: its headers include each other without a cycle" "$hdr_cycles"
+
+# src/fs's call graph: each module's object (ops_*.c are one module, export/ one).
+objs=$(mktemp -d)
+mods=""
+for f in src/fs/*.c src/fs/export/*.c; do
+	m=$(basename "$f" .c)
+	case $f in */export/*) m=export ;; esac
+	case $m in ops*) m=ops ;; esac
+	o=$objs/$(basename "$f" .c).o
+	cc -std=gnu11 -D_GNU_SOURCE -DGMSFS_VERSION='"layout"' -Iinclude -Icommon -I/usr/local/cuda/include \
+		$(pkg-config --cflags fuse3 msgpack libxxhash) -c "$f" -o "$o" 2>>"$objs/cc.log" && mods="$mods $m=$o"
+done
+cycles=$(python3 tests/helpers/callgraph.py $mods; cat "$objs/cc.log")
+rm -rf "$objs"
+check "src/fs: the modules' call graph has one cycle, lock and wait" "$(printf '%s\n' "$cycles" | grep -vx 'lock wait')"
+
 check "the public headers include only <system> headers and each other" \
 	"$(grep -n '#[[:space:]]*include' include/gmsfs/*.h | grep -v '<[a-z/_.]*\.h>' )"
 check "the public headers include no private ones" \
-	"$(grep -n '#[[:space:]]*include[[:space:]]*<gmsfs/' include/gmsfs/*.h | grep -v '<gmsfs/\(abi\|gmsfs\)\.h>')"
+	"$(grep -n '#[[:space:]]*include[[:space:]]*<gmsfs/' include/gmsfs/*.h | grep -v '<gmsfs/\(abi\|gmsfs\|torch\)\.h>')"
 
 big=$(find src libgmsfs common -name '*.c' | sort | while read -r f; do
 	l=$(wc -l <"$f")

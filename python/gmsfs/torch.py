@@ -24,8 +24,11 @@ import torch
 from . import Connection, GmsfsError, _lib, connect
 from ._lib import lib as _c
 
+# The layout of include/gmsfs/torch.h (gmsfs(5), "Tensors"); tests check these against it.
 PREFIX = "torch/"
+TAG = "torch"
 ALIGN = 512
+SLAB_BYTES = 1 << 30
 
 _DTYPES = {str(d).replace("torch.", ""): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
@@ -117,9 +120,9 @@ def _pack(conn, storages, device):
     total = sum((n + ALIGN - 1) // ALIGN * ALIGN for n, _ in storages.values())
     have = {m.name for m in conn.mappings}
     i = 0
-    while "torch/packed%05d" % i in have:
+    while PREFIX + "packed%05d" % i in have:
         i += 1
-    m = conn.create("torch/packed%05d" % i, max(total, 1), tag="torch")
+    m = conn.create(PREFIX + "packed%05d" % i, max(total, 1), tag=TAG)
     where, off = {}, 0
     for ptr, (n, dev) in storages.items():
         dst = _bytes_at(m.ptr + off, n, device)
@@ -151,7 +154,7 @@ def publish(module, store, private=(), commit=True):
             foreign[ptr] = (n, t.device)
     placed = _pack(conn, foreign, device) if foreign else {}
     if not conn.mappings:
-        conn.create("torch/empty", ALIGN, tag="torch")  # empty tensors still name an allocation
+        conn.create(PREFIX + "empty", ALIGN, tag=TAG)  # empty tensors still name an allocation
     anchor = conn.mappings[0].name
     entries = []
     for name, _, _, t, is_param in items:

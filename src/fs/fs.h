@@ -46,7 +46,25 @@
 
 #include "../meta/meta.h"
 #include "../vmm/vmm.h"
-#include "node.h"
+
+#define FS_NODE_MAGIC 0x67666e64u /* "gfnd" */
+
+enum fs_kind {
+	FS_ROOT, FS_DEVICE, FS_STATUS, FS_METRICS, FS_STORE,
+	FS_LOCK, FS_COMMIT, FS_ABORT, FS_STATE, FS_HASH,
+	FS_NKINDS
+};
+#define FS_STORE_FILES 5 /* lock, commit, abort, state, layout_hash */
+extern const char *const fs_store_file_names[FS_STORE_FILES];
+
+/* The daemon's own nodes (the root, its files, a store's directory and files): fixed for
+ * their life.  Inode numbers are object addresses: every object starts with a magic word
+ * that says what it is, this one or a layout node's (src/meta). */
+struct fs_node {
+	uint32_t magic;
+	enum fs_kind kind;
+	struct store *store; /* NULL for the root and its files */
+};
 
 /* A call or commit over this many items leaves enough free memory in malloc's arenas
  * to be worth giving back (store_want_trim). */
@@ -79,6 +97,12 @@ struct fs {
 static inline struct fs *fs_of(fuse_req_t req)
 {
 	return fuse_req_userdata(req);
+}
+
+/* An object's inode number: its address (the root's is FUSE's). */
+static inline fuse_ino_t node_ino(struct fs *fs, const void *p)
+{
+	return p == &fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)p;
 }
 
 /* ops_*.c */

@@ -5,6 +5,7 @@
 #include "lock.h"
 #include "caller.h"
 #include "handle.h"
+#include "node.h"
 #include "store.h"
 #include "wait.h"
 
@@ -134,6 +135,12 @@ int lock_check_change(fuse_req_t req, struct store *st, const struct fs_handle *
 	return store_cannot_tell(st, lock_may_change(st, tgid));
 }
 
+void lock_changed(struct store *st)
+{
+	store_notify(st);
+	wait_grant(st);
+}
+
 /* ---- taking ---- */
 
 int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold *out)
@@ -260,7 +267,7 @@ void lock_release(struct fs_handle *h)
 	}
 	h->hold = HOLD_NONE;
 	h->writable = false;
-	store_changed(st);
+	lock_changed(st);
 }
 
 int lock_commit(struct store *st)
@@ -269,7 +276,7 @@ int lock_commit(struct store *st)
 	int e = meta_commit(st->meta, err, sizeof err);
 	if (e) {
 		snprintf(st->last_error, sizeof st->last_error, "commit: %s", err[0] ? err : strerror(-e));
-		store_changed(st);
+		lock_changed(st);
 		return e;
 	}
 	fsm_commit(&st->lock.fsm);
@@ -283,7 +290,7 @@ int lock_commit(struct store *st)
 		if (h->hold == HOLD_SESSION)
 			h->hold = HOLD_READ;
 	st->last_error[0] = '\0';
-	store_changed(st);
+	lock_changed(st);
 	return 0;
 }
 
@@ -294,7 +301,7 @@ int lock_abort(struct store *st)
 		return e;
 	rollback(st);
 	snprintf(st->last_error, sizeof st->last_error, "%s", "aborted: rolled back to the last committed layout");
-	store_changed(st);
+	lock_changed(st);
 	return 0;
 }
 

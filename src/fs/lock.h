@@ -39,6 +39,9 @@ bool lock_writes(const struct fs_handle *h);
 /* Would want be a write on st now? */
 bool lock_wants_write(const struct store *st, enum lock_want want);
 
+/* A lock changed: tell state's pollers, and grant whoever can go now (wait.c). */
+void lock_changed(struct store *st);
+
 /* ---- taking and giving back ---- */
 #define LOCK_PARK 1 /* the request must wait: park it (wait.c) */
 /* The lock for a new handle h: 0 (granted), LOCK_PARK (timeout_ms > 0: its deadline, -1:

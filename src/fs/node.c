@@ -39,11 +39,6 @@ int node_resolve(struct fs *fs, fuse_ino_t ino, struct obj *o)
 	return -ESTALE;
 }
 
-fuse_ino_t node_ino(struct fs *fs, const void *p)
-{
-	return p == &fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)p;
-}
-
 bool node_is_dir(const struct obj *o)
 {
 	return o->m ? o->m->kind == META_DIR : o->f->kind == FS_ROOT || o->f->kind == FS_STORE;

@@ -1,6 +1,5 @@
-/* node: what an inode number stands for, its attributes, its children.  Inode numbers
- * are object addresses: every object starts with a magic word that says what it is (a
- * daemon node here, or a layout node of src/meta).  Everything under fs->mu. */
+/* node: what an inode number stands for (a daemon node, struct fs_node of fs.h, or a
+ * layout node of src/meta), its attributes, its children.  Everything under fs->mu. */
 #ifndef GMSFS_FS_NODE_H
 #define GMSFS_FS_NODE_H
 
@@ -9,27 +8,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../meta/meta.h"
-
-#define FS_NODE_MAGIC 0x67666e64u /* "gfnd" */
-
-enum fs_kind {
-	FS_ROOT, FS_DEVICE, FS_STATUS, FS_METRICS, FS_STORE,
-	FS_LOCK, FS_COMMIT, FS_ABORT, FS_STATE, FS_HASH,
-	FS_NKINDS
-};
-#define FS_STORE_FILES 5 /* lock, commit, abort, state, layout_hash */
-extern const char *const fs_store_file_names[FS_STORE_FILES];
+#include "fs.h"
 
 struct fs;
 struct store;
-
-/* The daemon's own nodes: fixed for their life. */
-struct fs_node {
-	uint32_t magic;
-	enum fs_kind kind;
-	struct store *store; /* NULL for the root and its files */
-};
 
 /* What an inode number stands for: a daemon node or a layout node. */
 struct obj {
@@ -39,7 +21,6 @@ struct obj {
 };
 /* A store's object also counts one request of that store. */
 int node_resolve(struct fs *fs, fuse_ino_t ino, struct obj *o);
-fuse_ino_t node_ino(struct fs *fs, const void *p);
 void node_attr(struct fs *fs, const struct obj *o, struct stat *s);
 /* A directory (the root, a store, a layout directory)?  What a plain readdir gives. */
 bool node_is_dir(const struct obj *o);

@@ -4,6 +4,7 @@
 #define GMSFS_FS_OPS_H
 
 #include "fs.h"
+#include "node.h"
 
 void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
 void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);

@@ -148,6 +148,8 @@ static int do_mkdir(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char
 		return e;
 	if (dir.f && dir.f->kind == FS_ROOT) {
 		struct store *st;
+		if (node_root_file(fs, name))
+			return -EINVAL; /* device, status.json, metrics */
 		if ((e = store_create(fs, name, &st)))
 			return e;
 		*o = (struct obj){ .f = &st->dir, .st = st };

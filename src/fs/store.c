@@ -2,8 +2,8 @@
  * Everything here runs with fs->mu held and never sleeps. */
 #include "store.h"
 #include "inval.h"
-#include "wait.h"
 #include "grow.h"
+#include "why.h"
 
 #include <stdarg.h>
 
@@ -60,7 +60,7 @@ int store_create(struct fs *fs, const char *name, struct store **out)
 	struct store_table *t = fs->stores;
 	if (strlen(name) > 255)
 		return -ENAMETOOLONG;
-	if (!meta_name_valid(name) || node_root_file(fs, name))
+	if (!meta_name_valid(name))
 		return -EINVAL;
 	if (store_find(fs, name))
 		return -EEXIST;
@@ -117,7 +117,7 @@ int store_remove(struct fs *fs, const char *name)
 		meta_store_free(st->meta); /* frees the memory now; lookups may outlive it */
 		st->meta = NULL;
 		store_want_trim(fs); /* a big store's metadata goes back to the system, not to malloc's arenas */
-		store_changed(st);
+		store_notify(st); /* nobody holds or waits: nothing to grant */
 		store_put(st, 1);
 		return 0;
 	}
@@ -171,17 +171,11 @@ void store_notify(struct store *st)
 	}
 }
 
-void store_changed(struct store *st)
-{
-	store_notify(st);
-	wait_grant(st);
-}
-
 void store_error(struct store *st, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(st->last_error, sizeof st->last_error, fmt, ap);
+	why_vfmt(st->last_error, sizeof st->last_error, 0, fmt, ap);
 	va_end(ap);
 	store_notify(st);
 }

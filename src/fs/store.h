@@ -52,8 +52,6 @@ void store_want_trim(struct fs *fs);
 void store_trim(struct fs *fs);
 /* Something state shows changed: bump events, wake a poller. */
 void store_notify(struct store *st);
-/* A lock changed: notify, and wake the waiting opens too. */
-void store_changed(struct store *st);
 /* The store's list of handles, that commit walks. */
 void store_track(struct store *st, struct fs_handle *h);
 void store_untrack(struct fs_handle *h);

@@ -50,7 +50,7 @@ static void finish(struct fs_waiter *w, int e)
 		fsm_wait_end(&st->lock.fsm, w->as_writer);
 		store_notify(st);
 		if (e && w->as_writer)
-			store_changed(st); /* a writer that stops waiting lets the readers it held back in */
+			lock_changed(st); /* a writer that stops waiting lets the readers it held back in */
 	}
 	w->state = WAIT_DONE;
 	w->result = w->ops->grant(w, e);

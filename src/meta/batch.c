@@ -5,6 +5,7 @@
 #include "grow.h"
 #include "hash.h"
 #include "meta_internal.h"
+#include "why.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -61,16 +62,6 @@ static int parents(struct meta_node *root, const char *path, bool create, struct
 	return 0;
 }
 
-static int fail(char *err, size_t errlen, int e, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int e, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return e;
-}
-
 /* ---- allocations ---- */
 
 int meta_check_allocs(struct meta_store *s, const struct meta_new_alloc *v, size_t n, char *err, size_t errlen)
@@ -80,14 +71,14 @@ int meta_check_allocs(struct meta_store *s, const struct meta_new_alloc *v, size
 		struct meta_node *d;
 		const char *leaf;
 		if (!gmsfs_path_valid(v[i].path, strlen(v[i].path)))
-			return fail(err, errlen, -EINVAL, "allocs[%zu]: '%s' is not a valid path", i, v[i].path);
+			return why_fmt(err, errlen, -EINVAL, "allocs[%zu]: '%s' is not a valid path", i, v[i].path);
 		if (v[i].tag && !gmsfs_tag_valid(v[i].tag, strlen(v[i].tag)))
-			return fail(err, errlen, -EINVAL, "allocs[%zu] (%s): bad tag", i, v[i].path);
+			return why_fmt(err, errlen, -EINVAL, "allocs[%zu] (%s): bad tag", i, v[i].path);
 		int e = parents(root, v[i].path, false, NULL, &d, &leaf);
 		if (e)
-			return fail(err, errlen, e, "allocs[%zu] (%s): a parent is not a directory", i, v[i].path);
+			return why_fmt(err, errlen, e, "allocs[%zu] (%s): a parent is not a directory", i, v[i].path);
 		if (d && meta_lookup(d, leaf))
-			return fail(err, errlen, -EEXIST, "allocs[%zu] (%s): exists", i, v[i].path);
+			return why_fmt(err, errlen, -EEXIST, "allocs[%zu] (%s): exists", i, v[i].path);
 	}
 	return 0;
 }
@@ -124,9 +115,9 @@ int meta_create_allocs(struct meta_store *s, struct meta_new_alloc *v, size_t n,
 			}
 		made_undo(&made);
 		if (e == -EEXIST)
-			fail(err, errlen, e, "allocs[%zu] (%s): given twice", i, v[i].path);
+			why_fmt(err, errlen, e, "allocs[%zu] (%s): given twice", i, v[i].path);
 		else
-			fail(err, errlen, e, "allocs[%zu] (%s): %s", i, v[i].path, strerror(-e));
+			why_fmt(err, errlen, e, "allocs[%zu] (%s): %s", i, v[i].path, strerror(-e));
 	}
 	free(made.v);
 	return e;
@@ -168,16 +159,16 @@ int meta_free_allocs(struct meta_store *s, const char *const *paths, size_t n, c
 		d.set.cap *= 2;
 	d.set.v = calloc(d.set.cap, sizeof *d.set.v);
 	if (!d.set.v)
-		return fail(err, errlen, -ENOMEM, "free: out of memory");
+		return why_fmt(err, errlen, -ENOMEM, "free: out of memory");
 	int e = 0;
 	for (size_t i = 0; i < n && !e; i++) {
 		if (!gmsfs_path_valid(paths[i], strlen(paths[i]))) {
-			e = fail(err, errlen, -EINVAL, "free[%zu]: '%s' is not a valid path", i, paths[i]);
+			e = why_fmt(err, errlen, -EINVAL, "free[%zu]: '%s' is not a valid path", i, paths[i]);
 			break;
 		}
 		struct meta_node *a = meta_resolve(s, META_AREA_ALLOCS, paths[i]);
 		if (!a || a->kind != META_ALLOC) {
-			e = fail(err, errlen, a ? -EISDIR : -ENOENT, "free[%zu]: allocs/%s %s", i, paths[i],
+			e = why_fmt(err, errlen, a ? -EISDIR : -ENOENT, "free[%zu]: allocs/%s %s", i, paths[i],
 				 a ? "is a directory" : "does not exist");
 			break;
 		}
@@ -190,7 +181,7 @@ int meta_free_allocs(struct meta_store *s, const char *const *paths, size_t n, c
 	}
 	if (!e && ((e = meta_walk(meta_root(s, META_AREA_META), collect_doomed, &d)) ||
 		   (e = meta_undo_reserve(s, d.entries.n + n))))
-		fail(err, errlen, e, "free: out of memory");
+		why_fmt(err, errlen, e, "free: out of memory");
 	if (!e) {
 		/* Nothing below allocates (the undo log has room): it cannot fail half way. */
 		for (size_t i = 0; i < d.entries.n; i++)
@@ -230,37 +221,37 @@ static void swap_in(struct put_state *p)
 	meta_changed(n);
 }
 
-static int check_put(struct meta_store *s, const struct meta_put *p, size_t i, char *err, size_t errlen)
+static int check_put(struct meta_store *s, const struct entry_rec *p, size_t i, char *err, size_t errlen)
 {
 	if (!gmsfs_path_valid(p->key, strlen(p->key)))
-		return fail(err, errlen, -EINVAL, "entries[%zu]: '%s' is not a valid key", i, p->key);
+		return why_fmt(err, errlen, -EINVAL, "entries[%zu]: '%s' is not a valid key", i, p->key);
 	if (!p->alloc || !gmsfs_path_valid(p->alloc, strlen(p->alloc)))
-		return fail(err, errlen, -EINVAL, "entries[%zu] (%s): no valid allocation name", i, p->key);
+		return why_fmt(err, errlen, -EINVAL, "entries[%zu] (%s): no valid allocation name", i, p->key);
 	if (p->flags & ~GMSFS_ENTRY_FLAGS)
-		return fail(err, errlen, -EINVAL, "entries[%zu] (%s): unknown flags 0x%x", i, p->key, (unsigned)p->flags);
+		return why_fmt(err, errlen, -EINVAL, "entries[%zu] (%s): unknown flags 0x%x", i, p->key, (unsigned)p->flags);
 	if (p->value_len > GMSFS_VALUE_MAX)
-		return fail(err, errlen, -EINVAL, "entries[%zu] (%s): value of %zu bytes, more than %u", i, p->key,
+		return why_fmt(err, errlen, -EINVAL, "entries[%zu] (%s): value of %zu bytes, more than %u", i, p->key,
 			    p->value_len, GMSFS_VALUE_MAX);
 	struct meta_node *a = meta_resolve(s, META_AREA_ALLOCS, p->alloc);
 	if (!a || a->kind != META_ALLOC || !a->size)
-		return fail(err, errlen, -EINVAL, "entries[%zu] (%s): allocation '%s' does not exist", i, p->key,
+		return why_fmt(err, errlen, -EINVAL, "entries[%zu] (%s): allocation '%s' does not exist", i, p->key,
 			    p->alloc);
-	if (p->offset >= a->size || p->extent > a->size - p->offset)
-		return fail(err, errlen, -EINVAL,
+	if (p->offset >= a->size || p->size > a->size - p->offset)
+		return why_fmt(err, errlen, -EINVAL,
 			    "entries[%zu] (%s): offset %llu size %llu is not inside '%s' (%llu bytes)", i, p->key,
-			    (unsigned long long)p->offset, (unsigned long long)p->extent, p->alloc,
+			    (unsigned long long)p->offset, (unsigned long long)p->size, p->alloc,
 			    (unsigned long long)a->size);
 	struct meta_node *d;
 	const char *leaf;
 	if (parents(meta_root(s, META_AREA_META), p->key, false, NULL, &d, &leaf))
-		return fail(err, errlen, -EINVAL, "entries[%zu] (%s): a parent is an entry, not a directory", i, p->key);
+		return why_fmt(err, errlen, -EINVAL, "entries[%zu] (%s): a parent is an entry, not a directory", i, p->key);
 	struct meta_node *k = d ? meta_lookup(d, leaf) : NULL;
 	if (k && k->kind != META_ENTRY)
-		return fail(err, errlen, -EINVAL, "entries[%zu] (%s): a directory has that name", i, p->key);
+		return why_fmt(err, errlen, -EINVAL, "entries[%zu] (%s): a directory has that name", i, p->key);
 	return 0;
 }
 
-int meta_put_entries(struct meta_store *s, const struct meta_put *v, size_t n, char *err, size_t errlen)
+int meta_put_entries(struct meta_store *s, const struct entry_rec *v, size_t n, char *err, size_t errlen)
 {
 	for (size_t i = 0; i < n; i++) {
 		int e = check_put(s, &v[i], i, err, errlen);
@@ -272,7 +263,7 @@ int meta_put_entries(struct meta_store *s, const struct meta_put *v, size_t n, c
 	 * growth of a committed directory.  With room for n, the saves below cannot fail. */
 	if (!ps || meta_undo_reserve(s, n)) {
 		free(ps);
-		return fail(err, errlen, -ENOMEM, "entries: out of memory");
+		return why_fmt(err, errlen, -ENOMEM, "entries: out of memory");
 	}
 	int e = 0;
 	for (size_t i = 0; i < n && !e; i++) {
@@ -286,7 +277,7 @@ int meta_put_entries(struct meta_store *s, const struct meta_put *v, size_t n, c
 			memcpy(ps[i].value, v[i].value, v[i].value_len);
 		ps[i].value_len = (uint32_t)v[i].value_len;
 		ps[i].offset = v[i].offset;
-		ps[i].extent = v[i].extent;
+		ps[i].extent = v[i].size;
 		ps[i].flags = v[i].flags;
 	}
 	struct made made = {0};
@@ -312,7 +303,7 @@ int meta_put_entries(struct meta_store *s, const struct meta_put *v, size_t n, c
 		while (applied)
 			swap_in(&ps[--applied]); /* back to what each had */
 		made_undo(&made);
-		fail(err, errlen, e, "entries: %s", strerror(-e));
+		why_fmt(err, errlen, e, "entries: %s", strerror(-e));
 	}
 	for (size_t i = 0; i < n; i++) {
 		meta_unref(ps[i].alloc);
@@ -328,14 +319,14 @@ int meta_delete_entries(struct meta_store *s, const char *const *keys, size_t n,
 {
 	for (size_t i = 0; i < n; i++) {
 		if (!gmsfs_path_valid(keys[i], strlen(keys[i])))
-			return fail(err, errlen, -EINVAL, "keys[%zu]: '%s' is not a valid key", i, keys[i]);
+			return why_fmt(err, errlen, -EINVAL, "keys[%zu]: '%s' is not a valid key", i, keys[i]);
 		struct meta_node *k = meta_resolve(s, META_AREA_META, keys[i]);
 		if (!k || k->kind != META_ENTRY)
-			return fail(err, errlen, k ? -EISDIR : -ENOENT, "keys[%zu]: meta/%s %s", i, keys[i],
+			return why_fmt(err, errlen, k ? -EISDIR : -ENOENT, "keys[%zu]: meta/%s %s", i, keys[i],
 				    k ? "is a directory" : "does not exist");
 	}
 	if (meta_undo_reserve(s, n)) /* the removals below cannot fail */
-		return fail(err, errlen, -ENOMEM, "delete: out of memory");
+		return why_fmt(err, errlen, -ENOMEM, "delete: out of memory");
 	for (size_t i = 0; i < n; i++) {
 		struct meta_node *k = meta_resolve(s, META_AREA_META, keys[i]);
 		if (k) /* a key given twice is gone already */

@@ -1,6 +1,8 @@
 /* commit: validate, hash, and forget what a rollback would have undone (undo.c). */
 #include "meta.h"
 #include "meta_internal.h"
+#include "hash.h"
+#include "why.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -17,7 +19,7 @@ static int refuse(struct meta_check *c, struct meta_node *n, const char *fmt, ..
 	meta_path(n, key, sizeof key);
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(why, sizeof why, fmt, ap);
+	why_vfmt(why, sizeof why, 0, fmt, ap);
 	va_end(ap);
 	snprintf(c->err, c->errlen, "%s/%s: %s", n->kind == META_ALLOC ? "allocs" : "meta", key, why);
 	return -EINVAL;
@@ -55,15 +57,14 @@ int meta_commit(struct meta_store *s, char *err, size_t errlen)
 		if (e)
 			return e;
 	}
-	uint8_t digest[16];
+	uint8_t digest[GMSFS_HASH_LEN];
 	int e = meta_layout_hash(s, digest);
 	if (e)
 		return e;
 
 	meta_undo_forget(s, true);
 	memcpy(s->hash, digest, sizeof s->hash);
-	for (int i = 0; i < 16; i++)
-		sprintf(s->hash_hex + 2 * i, "%02x", digest[i]);
+	hex_of(digest, GMSFS_HASH_LEN, s->hash_hex);
 	s->committed = true;
 	return 0;
 }

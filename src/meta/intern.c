@@ -24,7 +24,7 @@ static struct meta_str *str_of(const char *p)
 	return (struct meta_str *)(p - offsetof(struct meta_str, s));
 }
 
-static uint64_t str_home(const void *p)
+static uint64_t str_home(const void *p, const void *ctx)
 {
 	const struct meta_str *x = p;
 	return name_hash_len(x->s, x->len);
@@ -48,7 +48,7 @@ char *meta_intern(struct meta_store *s, const char *p, size_t len)
 		return x ? x->s : NULL;
 	}
 	struct meta_strtab *t = &s->strs;
-	if ((t->n + 1) * 4 > t->cap * 3 && probe_grow(&t->v, &t->cap, 16, str_home)) /* at most 3/4 full */
+	if ((t->n + 1) * 4 > t->cap * 3 && probe_grow(&t->v, &t->cap, 16, str_home, NULL)) /* at most 3/4 full */
 		return NULL;
 	size_t mask = t->cap - 1, i = name_hash_len(p, len) & mask;
 	for (; t->v[i]; i = (i + 1) & mask) {
@@ -82,10 +82,10 @@ void meta_unref(char *p)
 		return;
 	struct meta_strtab *t = x->tab;
 	if (t) {
-		size_t mask = t->cap - 1, i = str_home(x) & mask;
+		size_t mask = t->cap - 1, i = str_home(x, NULL) & mask;
 		while (t->v[i] != x)
 			i = (i + 1) & mask;
-		probe_del(t->v, t->cap, i, str_home);
+		probe_del(t->v, t->cap, i, str_home, NULL);
 		t->n--;
 	}
 	free(x);

@@ -112,7 +112,7 @@ static void items_free(struct items *it)
 	free(it->text);
 }
 
-int meta_layout_hash(struct meta_store *s, uint8_t out[16])
+int meta_layout_hash(struct meta_store *s, uint8_t out[GMSFS_HASH_LEN])
 {
 	struct items allocs = { .kind = META_ALLOC }, entries = { .kind = META_ENTRY };
 	int e = meta_walk(s->root[META_AREA_ALLOCS], gather, &allocs);
@@ -158,7 +158,7 @@ int meta_layout_hash(struct meta_store *s, uint8_t out[16])
 	XXH3_128bits_update(k->st, k->buf, k->n);
 	XXH128_canonical_t c;
 	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(k->st));
-	memcpy(out, c.digest, 16);
+	memcpy(out, c.digest, GMSFS_HASH_LEN);
 	XXH3_freeState(k->st);
 	free(k);
 	items_free(&allocs);

@@ -61,7 +61,7 @@ static void node_free(struct meta_node *n)
 
 /* ---- the index of a directory: open addressing, linear probing ---- */
 
-static uint64_t kid_home(const void *kid)
+static uint64_t kid_home(const void *kid, const void *ctx)
 {
 	return name_hash(((const struct meta_node *)kid)->name);
 }
@@ -69,9 +69,9 @@ static uint64_t kid_home(const void *kid)
 static int index_put(struct meta_node *dir, struct meta_node *kid)
 {
 	if ((dir->nkids + 1) * 4 > dir->index_cap * 3 && /* at most 3/4 full */
-	    probe_grow(&dir->index, &dir->index_cap, 8, kid_home))
+	    probe_grow(&dir->index, &dir->index_cap, 8, kid_home, NULL))
 		return -ENOMEM;
-	probe_put(dir->index, dir->index_cap, kid, kid_home);
+	probe_put(dir->index, dir->index_cap, kid, kid_home, NULL);
 	return 0;
 }
 
@@ -88,7 +88,7 @@ static size_t index_find(const struct meta_node *dir, const char *name)
 
 static void index_del(struct meta_node *dir, size_t i)
 {
-	probe_del(dir->index, dir->index_cap, i, kid_home);
+	probe_del(dir->index, dir->index_cap, i, kid_home, NULL);
 }
 
 /* ---- linking into the live layout, with the store's counts ---- */
@@ -471,7 +471,7 @@ const char *meta_hash_hex(const struct meta_store *s)
 	return s->hash_hex;
 }
 
-bool meta_hash(const struct meta_store *s, uint8_t out[16])
+bool meta_hash(const struct meta_store *s, uint8_t out[GMSFS_HASH_LEN])
 {
 	if (s->committed)
 		memcpy(out, s->hash, sizeof s->hash);

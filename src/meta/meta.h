@@ -11,7 +11,8 @@
 #include <stdint.h>
 #include <time.h>
 
-#include <gmsfs/abi.h> /* GMSFS_PATH_MAX, GMSFS_TAG_MAX, GMSFS_VALUE_MAX, gmsfs_path_valid */
+#include <gmsfs/abi.h>
+#include "entry.h" /* GMSFS_PATH_MAX, GMSFS_TAG_MAX, GMSFS_VALUE_MAX, gmsfs_path_valid */
 
 #define META_NODE_MAGIC 0x6d657461u /* "meta": first word of every node */
 
@@ -141,16 +142,9 @@ int meta_create_allocs(struct meta_store *s, struct meta_new_alloc *v, size_t n,
 /* Remove allocations and every entry that names one of them. */
 int meta_free_allocs(struct meta_store *s, const char *const *paths, size_t n, char *err, size_t errlen);
 
-struct meta_put {
-	const char *key, *alloc;
-	uint64_t offset, extent;
-	uint32_t flags;
-	const void *value;
-	size_t value_len;
-};
 /* Create or replace entries (and their parent directories); each must name an existing
  * allocation with its extent inside it. */
-int meta_put_entries(struct meta_store *s, const struct meta_put *v, size_t n, char *err, size_t errlen);
+int meta_put_entries(struct meta_store *s, const struct entry_rec *v, size_t n, char *err, size_t errlen);
 int meta_delete_entries(struct meta_store *s, const char *const *keys, size_t n, char *err, size_t errlen);
 
 /* Commit: validate (on failure -EINVAL and a message in err), hash, forget the undo log. */
@@ -160,9 +154,9 @@ void meta_rollback(struct meta_store *s);
 /* The committed hash as 32 hex digits, or "" before the first commit. */
 const char *meta_hash_hex(const struct meta_store *s);
 /* The same as 16 canonical bytes; false before the first commit. */
-bool meta_hash(const struct meta_store *s, uint8_t out[16]);
+bool meta_hash(const struct meta_store *s, uint8_t out[GMSFS_HASH_LEN]);
 /* Hash of the live layout (what a commit would publish), into 16 bytes. */
-int meta_layout_hash(struct meta_store *s, uint8_t out[16]);
+int meta_layout_hash(struct meta_store *s, uint8_t out[GMSFS_HASH_LEN]);
 
 struct meta_stats { uint64_t allocations, entries, bytes, aligned_bytes; };
 void meta_stats(const struct meta_store *s, struct meta_stats *out);

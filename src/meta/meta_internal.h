@@ -22,7 +22,7 @@ struct meta_store {
 	bool committed;
 	bool dirty;                /* the live layout may differ from the commit: rollback has work */
 	char hash_hex[33];
-	uint8_t hash[16];          /* the same digest, canonical bytes */
+	uint8_t hash[GMSFS_HASH_LEN];          /* the same digest, canonical bytes */
 };
 
 struct meta_nodes { struct meta_node **v; size_t n, cap; };

@@ -60,8 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case 9: meta_entry_set_private(e, buf, len); break;
 		case 10: {
 			/* A batch of two: one good, one from the bytes; refused means unchanged. */
-			struct meta_put p[2] = { { .key = "ok", .alloc = "a", .value = "v", .value_len = 1 },
-						 { .key = buf, .alloc = "a", .offset = before, .extent = len, .value = buf,
+			struct entry_rec p[2] = { { .key = "ok", .alloc = "a", .value = "v", .value_len = 1 },
+						 { .key = buf, .alloc = "a", .offset = before, .size = len, .value = buf,
 						   .value_len = len } };
 			meta_layout_hash(s, d0);
 			if (meta_put_entries(s, p, 2, err, sizeof err)) {

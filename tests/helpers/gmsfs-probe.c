@@ -17,6 +17,7 @@
  * first for lock-holders with "lock:MODE" as FILE prefix, e.g. lock:1:/mnt/store). */
 #include <gmsfs/abi.h>
 
+#include "fdpass.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -126,25 +127,15 @@ static int read_reply(int s, bool quiet)
 	static char buf[GMSFS_MSG_MAX + 1];
 	int total = 0, ro = 0, rw = 0, entries = 0;
 	for (;;) {
-		union {
-			char b[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
-			struct cmsghdr align;
-		} u;
-		struct iovec iov = { buf, sizeof buf };
-		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
-		ssize_t n = recvmsg(s, &msg, MSG_CMSG_CLOEXEC);
+		int fds[GMSFS_FDS_PER_MSG], nfds;
+		struct fdpass_info info;
+		ssize_t n = fdpass_recv(s, buf, sizeof buf, fds, GMSFS_FDS_PER_MSG, &info);
 		if (n <= 0) {
 			if (!quiet)
 				printf("closed\n");
 			return 1;
 		}
-		int fds[GMSFS_FDS_PER_MSG], nfds = 0;
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-			if (c->cmsg_type == SCM_RIGHTS) {
-				int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-				memcpy(fds + nfds, CMSG_DATA(c), (size_t)k * sizeof(int));
-				nfds += k;
-			}
+		nfds = (int)info.nfds;
 		struct wire_reply r;
 		char why[160];
 		if (wire_parse_reply(buf, (size_t)n, &r, why, sizeof why)) {
@@ -182,23 +173,9 @@ static int read_reply(int s, bool quiet)
 
 static void send_req(int s, const void *req, size_t len, int fd)
 {
-	struct iovec iov = { (void *)req, len };
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (fd >= 0) {
-		msg.msg_control = u.b;
-		msg.msg_controllen = sizeof u.b;
-		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof fd);
-	}
-	if (sendmsg(s, &msg, MSG_NOSIGNAL) < 0)
-		perror("sendmsg");
+	int e = fdpass_send(s, req, len, &fd, fd >= 0 ? 1 : 0);
+	if (e)
+		fprintf(stderr, "sendmsg: %s\n", strerror(-e));
 }
 
 static int do_redeem(int argc, char **argv)

@@ -114,17 +114,17 @@ static void batches(struct meta_store *s)
 	is_int(meta_create_allocs(s, &clash, 1, err, sizeof err), -ENOTDIR, "a parent that is an allocation");
 
 	/* Entries: the third is bad, so none of them is put. */
-	struct meta_put p[3] = {
-		{ .key = "m/1", .alloc = "b/x", .offset = 0, .extent = 10, .value = "one", .value_len = 3 },
+	struct entry_rec p[3] = {
+		{ .key = "m/1", .alloc = "b/x", .offset = 0, .size = 10, .value = "one", .value_len = 3 },
 		{ .key = "cfg/k", .alloc = "b/y/z", .offset = 4, .value = "replaced", .value_len = 8 },
-		{ .key = "m/3", .alloc = "b/x", .offset = 5, .extent = 6, .value = "", .value_len = 0 },
+		{ .key = "m/3", .alloc = "b/x", .offset = 5, .size = 6, .value = "", .value_len = 0 },
 	};
 	const char *mid = strdup(hash(s));
 	is_int(meta_put_entries(s, p, 3, err, sizeof err), -EINVAL, "a batch with an extent past its allocation");
 	ok(strstr(err, "entries[2] (m/3)") != NULL, "the error names the entry: %s", err);
 	is_str(hash(s), mid, "and nothing changed");
 	ok(!meta_resolve(s, META_AREA_META, "m"), "not even a directory");
-	p[2].extent = 5;
+	p[2].size = 5;
 	p[2].flags = 4;
 	is_int(meta_put_entries(s, p, 3, err, sizeof err), -EINVAL, "an unknown flag");
 	p[2].flags = GMSFS_ENTRY_PRIVATE;
@@ -241,8 +241,8 @@ static void big_layout_hash(void)
 	int made = 2 * !meta_create_allocs(s, w, 2, err, sizeof err);
 	for (int i = 0; i < 3000; i++) {
 		snprintf(name, sizeof name, "%s/%s/%d", parts[i % 6], parts[(i / 6) % 6], i);
-		struct meta_put p = { .key = name, .alloc = i % 7 ? "w/a" : "w/b", .offset = (uint64_t)(i % 50),
-				      .extent = i % 3 ? 10 : 0, .flags = i % 5 ? 0 : GMSFS_ENTRY_PRIVATE,
+		struct entry_rec p = { .key = name, .alloc = i % 7 ? "w/a" : "w/b", .offset = (uint64_t)(i % 50),
+				      .size = i % 3 ? 10 : 0, .flags = i % 5 ? 0 : GMSFS_ENTRY_PRIVATE,
 				      .value = v, .value_len = i == 1234 ? 200000 : (uint32_t)(i % 301) };
 		made += !meta_put_entries(s, &p, 1, err, sizeof err);
 	}

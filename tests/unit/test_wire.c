@@ -228,7 +228,7 @@ static void requests(void)
 	is_int(wire_parse_body(GMSFS_OP_CREATE, sb.data, sb.size, &b, why, sizeof why), -EINVAL, "size 0");
 
 	msgpack_sbuffer_clear(&sb);
-	struct wire_entry ent = { .key = "t/x", .alloc = "a/b", .offset = 8, .size = 2, .flags = 1,
+	struct entry_rec ent = { .key = "t/x", .alloc = "a/b", .offset = 8, .size = 2, .flags = 1,
 				  .value = (uint8_t *)"fp16", .value_len = 4 };
 	wire_pack_entries(&sb, &ent, 1);
 	is_int(wire_parse_body(GMSFS_OP_META_PUT, sb.data, sb.size, &b, why, sizeof why), 0, "a META_PUT body round trips");

@@ -9,6 +9,7 @@
 #include "../lock.h"
 #include "../store.h"
 #include "grow.h"
+#include "why.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -32,18 +33,10 @@ struct xalloc {
 	struct vmm_buf *buf; /* a reference, put when sent */
 };
 
-struct xentry {
-	char *key, *alloc;
-	uint64_t offset, extent;
-	uint32_t flags;
-	char *value;
-	size_t len;
-};
-
 struct xset {
 	struct xalloc *a;
 	size_t na, cap_a;
-	struct xentry *e;
+	struct entry_rec *e;
 	size_t ne, cap_e;
 	bool read_only, fds;
 };
@@ -96,10 +89,10 @@ static int add_entry(struct meta_node *n, void *arg)
 	int e = meta_path(n, key, sizeof key);
 	if (e || (e = GROW(s->e, s->ne, s->cap_e, 64)))
 		return e;
-	struct xentry *x = &s->e[s->ne];
-	*x = (struct xentry){ .key = strdup(key), .alloc = strdup(n->alloc ? n->alloc : ""), .offset = n->offset,
-			      .extent = n->extent, .flags = n->flags, .value = malloc(n->value_len ? n->value_len : 1),
-			      .len = n->value_len };
+	struct entry_rec *x = &s->e[s->ne];
+	*x = (struct entry_rec){ .key = strdup(key), .alloc = strdup(n->alloc ? n->alloc : ""), .offset = n->offset,
+				 .size = n->extent, .flags = n->flags, .value = malloc(n->value_len ? n->value_len : 1),
+				 .value_len = n->value_len };
 	if (!x->key || !x->alloc || !x->value) {
 		free(x->key);
 		free(x->alloc);
@@ -131,7 +124,7 @@ static int send_error(int sock, int err, const char *fmt, ...)
 	char why[512];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(why, sizeof why, fmt, ap);
+	why_vfmt(why, sizeof why, 0, fmt, ap);
 	va_end(ap);
 	struct wire_head h = { .err = err < 0 ? -err : err, .msg = why };
 	return send_reply(sock, &h);
@@ -179,17 +172,17 @@ static int batch_allocs(struct batch *b, const struct xset *s, size_t *ai)
 static void batch_entries(struct batch *b, const struct xset *s, size_t *ei, size_t *voff)
 {
 	while (*ei < s->ne && b->nc < sizeof b->c / sizeof b->c[0]) {
-		const struct xentry *x = &s->e[*ei];
+		const struct entry_rec *x = &s->e[*ei];
 		size_t fixed = wire_chunk_cost(x->key, x->alloc, 0);
-		if (b->bytes + fixed + (x->len - *voff ? 1 : 0) > GMSFS_MSG_MAX)
+		if (b->bytes + fixed + (x->value_len - *voff ? 1 : 0) > GMSFS_MSG_MAX)
 			break;
-		size_t room = GMSFS_MSG_MAX - b->bytes - fixed, n = x->len - *voff < room ? x->len - *voff : room;
+		size_t room = GMSFS_MSG_MAX - b->bytes - fixed, n = x->value_len - *voff < room ? x->value_len - *voff : room;
 		b->c[b->nc++] = (struct wire_chunk){ .key = x->key, .alloc = x->alloc, .offset = x->offset,
-						     .size = x->extent, .flags = x->flags, .value_len = x->len,
+						     .size = x->size, .flags = x->flags, .value_len = x->value_len,
 						     .voff = *voff, .bytes = (uint8_t *)x->value + *voff, .nbytes = n };
 		b->bytes += fixed + n;
 		*voff += n;
-		if (*voff == x->len) {
+		if (*voff == x->value_len) {
 			++*ei;
 			*voff = 0;
 		}
@@ -388,17 +381,6 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_body *b, char *why, size_t whylen)
 {
 	int e = 0;
-	struct meta_put *puts = NULL;
-	if (r->op == GMSFS_OP_META_PUT) {
-		if (!(puts = calloc(b->nentries, sizeof *puts)))
-			return -ENOMEM;
-		for (size_t i = 0; i < b->nentries; i++) {
-			const struct wire_entry *w = &b->entries[i];
-			puts[i] = (struct meta_put){ .key = w->key, .alloc = w->alloc, .offset = w->offset,
-						     .extent = w->size, .flags = w->flags, .value = w->value,
-						     .value_len = w->value_len };
-		}
-	}
 	pthread_mutex_lock(&fs->mu);
 	struct fs_handle *h = bound(fs, r, true, true, &e, why, whylen);
 	if (h) {
@@ -409,7 +391,7 @@ static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_b
 			e = meta_free_allocs(st->meta, names, b->nnames, why, whylen);
 			break;
 		case GMSFS_OP_META_PUT:
-			e = meta_put_entries(st->meta, puts, b->nentries, why, whylen);
+			e = meta_put_entries(st->meta, b->entries, b->nentries, why, whylen);
 			break;
 		case GMSFS_OP_META_DELETE:
 			e = meta_delete_entries(st->meta, names, b->nnames, why, whylen);
@@ -423,7 +405,6 @@ static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_b
 			store_notify(st);
 	}
 	pthread_mutex_unlock(&fs->mu);
-	free(puts);
 	return e;
 }
 

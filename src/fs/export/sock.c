@@ -9,6 +9,7 @@
  * (the client binds again).  The sender of every message is read from SCM_CREDENTIALS,
  * so a forked child cannot use its parent's connection. */
 #include "export_internal.h"
+#include "fdpass.h"
 #include "grow.h"
 #include "wire.h"
 
@@ -143,24 +144,7 @@ struct fs_handle *sock_handle(struct sock_conn *c, pid_t pid, uid_t uid, int *er
 
 int sock_send(int sock, const void *data, size_t len, const int *fds, size_t nfds)
 {
-	struct iovec iov = { (void *)data, len };
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
-		struct cmsghdr align;
-	} u;
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (nfds) {
-		memset(u.buf, 0, CMSG_SPACE(sizeof(int) * nfds)); /* the padding too */
-		msg.msg_control = u.buf;
-		msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-	}
-	ssize_t r = sendmsg(sock, &msg, MSG_NOSIGNAL);
-	return r == (ssize_t)len ? 0 : -(r < 0 ? errno : EIO);
+	return fdpass_send(sock, data, len, fds, nfds);
 }
 
 static void send_error(int sock, int err, const char *why)
@@ -177,31 +161,15 @@ static void send_error(int sock, int err, const char *why)
  * timeout).  Descriptors sent to us are closed and flagged. */
 static ssize_t receive(int sock, void *buf, size_t size, struct ucred *cred, bool *had_fds, bool *truncated)
 {
-	union {
-		char b[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int) * GMSFS_FDS_PER_MSG)];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { buf, size };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b };
-	ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-	if (n <= 0)
-		return n == 0 ? 0 : -errno;
-	cred->pid = 0;
-	*had_fds = false;
-	*truncated = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-		if (c->cmsg_level != SOL_SOCKET)
-			continue;
-		if (c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len == CMSG_LEN(sizeof *cred)) {
-			memcpy(cred, CMSG_DATA(c), sizeof *cred);
-		} else if (c->cmsg_type == SCM_RIGHTS) {
-			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-			int *fds = (int *)CMSG_DATA(c);
-			for (size_t i = 0; i < k; i++)
-				close(fds[i]);
-			*had_fds = true;
-		}
-	}
+	int fds[FDPASS_MAX];
+	struct fdpass_info info;
+	ssize_t n = fdpass_recv(sock, buf, size, fds, FDPASS_MAX, &info);
+	for (size_t i = 0; i < info.nfds; i++)
+		close(fds[i]);
+	*had_fds = info.nfds > 0;
+	*truncated = info.truncated;
+	cred->pid = info.has_cred ? info.cred.pid : 0;
+	cred->uid = info.cred.uid;
 	return n;
 }
 
