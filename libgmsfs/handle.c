@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #define STR_(x) #x
@@ -77,15 +78,42 @@ static const struct gm_backend *backend_of(uint32_t backend)
 	return NULL;
 }
 
-int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
+static int64_t now_ms(void)
 {
-	int fd = open(g->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return gm_error(g, -errno, "%s: %s", g->dir, strerror(errno));
-	struct gmsfs_ioc io = { .size = sizeof io, .mode = (uint32_t)mode, .timeout_ms = timeout_ms };
-	if (ioctl(fd, GMSFS_IOC_LOCK, &io) < 0) {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* The store directory's handle with the lock in mode, waiting up to timeout_ms.  A signal
+ * ends the daemon's wait (FUSE answers EINTR): the wait goes on with what is left of the
+ * timeout, as Python retries since PEP 475, unless the handle asked for -EINTR. */
+static int lock_dir(gmsfs *g, int mode, int timeout_ms, struct gmsfs_ioc *io)
+{
+	int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+	for (;;) {
+		int left = timeout_ms;
+		if (timeout_ms > 0 && (left = (int)(deadline - now_ms())) <= 0)
+			return -ETIMEDOUT;
+		int fd = open(g->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		*io = (struct gmsfs_ioc){ .size = sizeof *io, .mode = (uint32_t)mode, .timeout_ms = left };
+		if (!ioctl(fd, GMSFS_IOC_LOCK, io))
+			return fd;
 		int e = errno;
 		close(fd);
+		if (e != EINTR || g->eintr)
+			return -e;
+	}
+}
+
+int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
+{
+	struct gmsfs_ioc io;
+	int fd = lock_dir(g, mode, timeout_ms, &io);
+	if (fd < 0) {
+		int e = -fd;
 		switch (e) {
 		case ETIMEDOUT: return gm_error(g, -e, "%s: lock not granted within %d ms", g->dir, timeout_ms);
 		case EAGAIN: return gm_error(g, -e, "%s: the lock is taken", g->dir);
@@ -95,6 +123,7 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 		case EBUSY: return gm_error(g, -e, "%s: this process's writer session holds it already "
 						  "(one RW connection per session)", g->dir);
 		case EDEADLK: return gm_error(g, -e, "%s: this process holds a read lock on it", g->dir);
+		case EINTR: return gm_error(g, -e, "%s: a signal came while waiting for the lock", g->dir);
 		default: return gm_error(g, -e, "%s: lock: %s", g->dir, strerror(e));
 		}
 	}
@@ -203,7 +232,9 @@ int gmsfs_connect(gmsfs **out, const char *store_dir, int mode, int timeout_ms)
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
-	if (!store_dir || mode < GMSFS_RO || mode > GMSFS_RW_OR_RO || timeout_ms < -1)
+	int flags = mode & ~GMSFS_LOCK_MASK;
+	mode &= GMSFS_LOCK_MASK;
+	if (!store_dir || mode < GMSFS_RO || mode > GMSFS_RW_OR_RO || timeout_ms < -1 || (flags & ~GMSFS_EINTR))
 		return -EINVAL;
 	gmsfs *g = calloc(1, sizeof *g);
 	if (!g || !(g->dir = strdup(store_dir))) {
@@ -213,6 +244,7 @@ int gmsfs_connect(gmsfs **out, const char *store_dir, int mode, int timeout_ms)
 	g->dirfd = g->lockfd = -1;
 	g->ch.sock = -1;
 	g->mode = mode;
+	g->eintr = flags & GMSFS_EINTR;
 	*out = g; /* even on failure: gmsfs_errmsg says why */
 	return gm_take_lock(g, mode, timeout_ms);
 }

@@ -110,6 +110,7 @@ struct gmsfs {
 	int lockfd;             /* a writer's STORE/lock, open for writing: a child it leaves behind
 				 * holds the session by this descriptor (gmsfs(5)); -1 if none */
 	int mode;               /* what connect asked for */
+	bool eintr;             /* GMSFS_EINTR: a signal ends a wait with -EINTR, no retry */
 	int lock;               /* GMSFS_RO, GMSFS_RW or 0 */
 	bool granted_rw;        /* it held the writer session once: reallocate_all may */
 	bool imported_all;      /* a reader's import_all succeeded under the lock it holds now:

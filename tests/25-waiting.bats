@@ -87,3 +87,11 @@ teardown_file() { unmount_gmsfs; }
 	assert_output --regexp 'ops=[0-9]+ edeadlk=0 stuck=0 unexpected=0 violations=0'
 	wait_until state_is "$MNT/s" COMMITTED
 }
+
+@test "1000 random sequences of opens in every mode, timed lock ioctls, commits, aborts and kills: nobody ever waits for a lock it could have" {
+	# gmsfs(5), "Waiting": after each step the store's state is read until the rule holds;
+	# a RW_OR_RO waiter that stayed counted as a writer after a commit broke it.
+	run timeout 600 "$PYTHON" "$ROOT/tests/helpers/lockfuzz.py" "$MNT" 1000 "$(date +%s)"
+	echo "$output"
+	assert_success
+}

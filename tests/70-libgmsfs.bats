@@ -23,6 +23,7 @@ scenario() {
 @test "a waiting writer blocks new readers until the last reader leaves" { scenario writer_blocks_readers; }
 @test "RW_OR_RO times out while a writer waits behind a reader" { scenario rw_or_ro_timeout; }
 @test "a waiting reader gets in when the waiting writer times out" { scenario reader_after_writer_timeout; }
+@test "a handler that fires every millisecond never fails a wait: 2 s wait out, or the lock at 1 s; GMSFS_EINTR hands the signal over" { scenario signal_wait; }
 @test "several readers hold the committed state until the last leaves" { scenario several_readers; }
 @test "a reader's RW-only calls fail with EPERM and change nothing; it cannot become a writer by reallocate_all" { scenario reader_rw_calls_fail; }
 @test "one RW connection per writer session (EBUSY, a child's too); no mapping of committed memory stays writable" { scenario one_rw_per_session; }

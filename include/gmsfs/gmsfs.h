@@ -44,6 +44,13 @@ GMSFS_API const char *gmsfs_version_string(void);
  * even when it fails (NULL only when out or store_dir is NULL, the mode is unknown, or
  * memory ran out) so that gmsfs_errmsg can say why: disconnect it either way. */
 GMSFS_API int gmsfs_connect(gmsfs **out, const char *store_dir, int mode, int timeout_ms);
+/* Connect's mode may carry flags, OR'ed in (others are -EINVAL):
+ * GMSFS_EINTR: a signal ends every wait of this handle (connect, remap_all,
+ * reallocate_all) with -EINTR, for a caller that runs its own signal handlers and then
+ * retries (Python does).  Without it a signal never fails a wait that has time left: the
+ * wait goes on with what is left of the timeout. */
+#define GMSFS_LOCK_MASK 0xff
+#define GMSFS_EINTR 0x100
 /* Unmap everything, give the address ranges back and release the lock.  A writer
  * that did not commit is rolled back to the last committed layout.  NULL is fine. */
 GMSFS_API void gmsfs_disconnect(gmsfs *g);

@@ -16,6 +16,7 @@ PyTorch modules; Connection.array gives numpy views on the host backend.
 import ctypes
 import errno as _errno
 import json as _json
+import time as _time
 from collections import namedtuple
 
 from . import _lib
@@ -61,6 +62,24 @@ def _ms(timeout):
     return int(timeout * 1000)
 
 
+def _waiting(timeout_ms, call, what):
+    """call(ms) until it is not interrupted, as Python retries a system call since PEP 475:
+    a signal ends libgmsfs's wait (GMSFS_EINTR), the interpreter runs its handlers when
+    call returns (one that raises ends the wait with its exception), and the wait goes on
+    with what is left of the timeout.  call's last result; a wait that ran out after a
+    signal raises ETIMEDOUT naming the whole timeout and what waited."""
+    deadline = None if timeout_ms <= 0 else _time.monotonic() + timeout_ms / 1000
+    ms = timeout_ms
+    while True:
+        e = call(ms)
+        if e == -_errno.ETIMEDOUT and ms != timeout_ms:
+            raise GmsfsError(_errno.ETIMEDOUT, "%s: lock not granted within %d ms" % (what, timeout_ms))
+        if e != -_errno.EINTR:
+            return e
+        if deadline is not None:  # at least 1 ms: the library says the time ran out
+            ms = max(1, int((deadline - _time.monotonic()) * 1000))
+
+
 def connect(store, mode="ro", timeout=None):
     """Connect to store (a directory of a gmsfs mount) and take its lock.
 
@@ -80,7 +99,20 @@ class Connection:
     def __init__(self, store, mode, timeout_ms):
         self.store = str(store)
         self._g = ctypes.c_void_p()
-        e = _c.gmsfs_connect(ctypes.byref(self._g), self.store.encode(), mode, timeout_ms)
+        path = self.store.encode()
+
+        def attempt(ms):
+            if self._g:
+                _c.gmsfs_disconnect(self._g)  # an interrupted try's handle
+                self._g = ctypes.c_void_p()
+            return _c.gmsfs_connect(ctypes.byref(self._g), path, mode | _lib.EINTR, ms)
+
+        try:
+            e = _waiting(timeout_ms, attempt, "connect %s" % self.store)
+        except GmsfsError:
+            _c.gmsfs_disconnect(self._g)
+            self._g = ctypes.c_void_p()
+            raise
         if e:
             g = self._g
             self._g = ctypes.c_void_p()
@@ -282,11 +314,14 @@ class Connection:
 
     def remap_all(self, timeout=None):
         """Lock again and map the same layout at the same addresses (StaleLayoutError if it changed)."""
-        self._check(_c.gmsfs_remap_all(self._handle(), _ms(timeout)), "remap_all")
+        g = self._handle()
+        self._check(_waiting(_ms(timeout), lambda ms: _c.gmsfs_remap_all(g, ms), "remap_all"), "remap_all")
 
     def reallocate_all(self, timeout=None):
         """A writer: fresh memory behind the same addresses, to fill and commit."""
-        self._check(_c.gmsfs_reallocate_all(self._handle(), _ms(timeout)), "reallocate_all")
+        g = self._handle()
+        self._check(_waiting(_ms(timeout), lambda ms: _c.gmsfs_reallocate_all(g, ms), "reallocate_all"),
+                    "reallocate_all")
 
     # ---- views on the host backend ----
     def buffer(self, ptr, nbytes, writable=False):

@@ -11,6 +11,7 @@ import os
 NEED_MAJOR, NEED_MINOR = 0, 2
 
 RO, RW, RW_OR_RO = 1, 2, 3
+EINTR = 0x100  # GMSFS_EINTR: a signal ends a wait with -EINTR; the package retries (PEP 475)
 BACKEND_HOST, BACKEND_CUDA = 1, 2
 ENTRY_PRIVATE = 1
 

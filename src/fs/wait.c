@@ -117,8 +117,12 @@ void wait_park(struct fs_waiter *w)
 	reply(w);
 }
 
-/* A grant can release a lock (an open whose file went meanwhile), which asks for
- * another walk: that one runs after this one, not inside it. */
+/* Whatever can be granted is granted (gmsfs(5), "Waiting"): each waiter is tried with
+ * the mode it asked for, first come first, and counted again as what it would be now (a
+ * RW_OR_RO waiter is a reader once something is committed, and must not hold the others
+ * back as a writer).  A grant, or a waiter counted anew, can let others in: walk again
+ * until a walk changes nothing.  A grant can also release a lock (an open whose file went
+ * meanwhile), which asks for another walk: that one runs after this one, not inside it. */
 void wait_grant(struct store *st)
 {
 	struct fs *fs = st->fs;
@@ -135,11 +139,17 @@ void wait_grant(struct store *st)
 			/* Its own count is not in the way of its own try. */
 			fsm_wait_end(&l->fsm, w->as_writer);
 			int e = take(w);
-			fsm_wait_begin(&l->fsm, w->as_writer);
-			if (e == -EAGAIN)
+			if (e == -EAGAIN) {
+				bool as_writer = lock_wants_write(st, w->want);
+				l->regrant |= as_writer != w->as_writer;
+				w->as_writer = as_writer;
+				fsm_wait_begin(&l->fsm, as_writer);
 				continue;
+			}
+			fsm_wait_begin(&l->fsm, w->as_writer); /* finish counts it out */
 			finish(w, e);
 			hand_over(fs, w);
+			l->regrant = true;
 		}
 	} while (l->regrant);
 	l->granting = false;
@@ -193,9 +203,12 @@ static void *wait_main(void *arg)
 		struct timespec next;
 		if (q->stop)
 			break;
-		if (expire(fs, &next))
+		bool timed = expire(fs, &next);
+		if (q->replies)
+			continue; /* what expire just timed out is replied to now, not at the next deadline */
+		if (timed)
 			pthread_cond_timedwait(&q->cv, &fs->mu, &next);
-		else if (!q->replies)
+		else
 			pthread_cond_wait(&q->cv, &fs->mu);
 	}
 	pthread_mutex_unlock(&fs->mu);

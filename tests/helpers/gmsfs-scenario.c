@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -500,6 +501,66 @@ static int sc_rw_or_ro_timeout(void)
 	gmsfs_disconnect(g);
 	kid_release(&r1);
 	CHECK(kid_result(&w, 3000, NULL) == 0, "writer in");
+	kid_release(&w);
+	return 0;
+}
+
+static volatile sig_atomic_t ticks;
+static void on_tick(int sig)
+{
+	(void)sig;
+	ticks++;
+}
+
+/* A handler that fires every millisecond: a 2 s wait runs its time out, never EINTR;
+ * a wait the holder ends at 1 s gets the lock. */
+static int sc_signal_wait(void)
+{
+	if (publish(1, 4096, 0, NULL))
+		return 1;
+	struct sigaction sa = { .sa_handler = on_tick }; /* no SA_RESTART: FUSE would not restart anyway */
+	sigaction(SIGALRM, &sa, NULL);
+	struct itimerval every_ms = { { 0, 1000 }, { 0, 1000 } }, off = {0};
+	for (int round = 0; round < 2; round++) {
+		struct kid w = spawn(GMSFS_RW, 1000);
+		CHECK(kid_result(&w, 2000, NULL) == 0, "a writer holds the store");
+		ticks = 0;
+		setitimer(ITIMER_REAL, &every_ms, NULL);
+		struct timespec t0, t1;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		if (round == 1) { /* the holder lets go after a second, from a child of ours */
+			pid_t p = fork();
+			if (p == 0) {
+				msleep(1000);
+				_exit(write(w.to, "x", 1) == 1 ? 0 : 1); /* the holder reads one byte and lets go */
+			}
+		}
+		gmsfs *g;
+		int e = gmsfs_connect(&g, store, GMSFS_RO, 2000);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		setitimer(ITIMER_REAL, &off, NULL);
+		long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+		CHECK(ticks > 100, "the handler ran (%d times)", (int)ticks);
+		if (round == 0)
+			CHECK(e == -ETIMEDOUT && ms >= 1950 && ms < 3000, "a 2 s wait under signals: %s after %ld ms (%s)",
+			      gmsfs_strerror(e), ms, gmsfs_errmsg(g));
+		else
+			CHECK(e == 0 && ms >= 900 && ms < 1900, "the lock once its holder let go: %s after %ld ms (%s)",
+			      gmsfs_strerror(e), ms, gmsfs_errmsg(g));
+		gmsfs_disconnect(g);
+		kid_release(&w);
+		while (wait(NULL) > 0)
+			;
+	}
+	/* Asked for: GMSFS_EINTR hands the signal to the caller. */
+	struct kid w = spawn(GMSFS_RW, 1000);
+	CHECK(kid_result(&w, 2000, NULL) == 0, "a writer holds the store");
+	setitimer(ITIMER_REAL, &every_ms, NULL);
+	gmsfs *g;
+	int e = gmsfs_connect(&g, store, GMSFS_RO | GMSFS_EINTR, 2000);
+	setitimer(ITIMER_REAL, &off, NULL);
+	CHECK(e == -EINTR, "GMSFS_EINTR: %s", gmsfs_strerror(e));
+	gmsfs_disconnect(g);
 	kid_release(&w);
 	return 0;
 }
@@ -1287,6 +1348,7 @@ static const struct {
 	{ "writer_blocks_readers", sc_writer_blocks_readers },
 	{ "rw_or_ro_timeout", sc_rw_or_ro_timeout },
 	{ "reader_after_writer_timeout", sc_reader_after_writer_timeout },
+	{ "signal_wait", sc_signal_wait },
 	{ "several_readers", sc_several_readers },
 	{ "reader_rw_calls_fail", sc_reader_rw_calls_fail },
 	{ "bad_offset", sc_bad_offset },
