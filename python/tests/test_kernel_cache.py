@@ -85,16 +85,19 @@ def test_a_writer_that_dies_is_rolled_back_for_the_kernel_too(store):
         c.create("kept", 4096)
         c.commit()
     z = os.path.join(store, "allocs", "z")
+    # The writer sees its own allocation through the kernel; this process, outside its
+    # session, never does: the kernel keeps no layout name while a session runs.
     code = ("import gmsfs, os, sys, time\n"
             "c = gmsfs.connect(sys.argv[1], 'rw')\n"
             "c.create('z', 4096)\n"
-            "print('made', flush=True)\n"
+            "print('made', os.stat(sys.argv[1] + '/allocs/z').st_size, flush=True)\n"
             "time.sleep(60)\n")
     env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(gmsfs.__file__), ".."))
     p = subprocess.Popen([sys.executable, "-c", code, store], env=env, stdout=subprocess.PIPE, text=True)
     try:
-        assert p.stdout.readline().strip() == "made"
-        assert os.stat(z).st_size == 4096  # kept by the kernel
+        assert p.stdout.readline().strip() == "made 4096"
+        assert not os.path.exists(z), "an uncommitted allocation is seen outside its session"
+        assert sorted(os.listdir(os.path.join(store, "allocs"))) == ["kept"]
         p.send_signal(signal.SIGKILL)
         p.wait()
         assert gone(z), "the dead writer's allocation is still seen"  # well inside the 10 s timeout

@@ -137,8 +137,28 @@ int lock_check_change(fuse_req_t req, struct store *st, const struct fs_handle *
 
 void lock_changed(struct store *st)
 {
+	st->lock.gen++;
 	store_notify(st);
 	wait_grant(st);
+}
+
+bool lock_outside(fuse_req_t req, struct store *st)
+{
+	struct lock *l = &st->lock;
+	if (!store_in_session(st))
+		return false;
+	pid_t tgid;
+	if (caller_tgid(req, &tgid))
+		return true;
+	if (l->seen_tgid == tgid && l->seen_gen == l->gen)
+		return l->seen_outside;
+	int r = lock_is_member(st, tgid);
+	if (r < 0)
+		return true; /* out of descriptors: not cached, asked again next time */
+	l->seen_tgid = tgid;
+	l->seen_gen = l->gen;
+	l->seen_outside = !r;
+	return !r;
 }
 
 /* ---- taking ---- */
@@ -156,6 +176,7 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 		st->last_error[0] = '\0';
 	}
 	*out = write ? HOLD_SESSION : HOLD_READ;
+	st->lock.gen++;
 	store_notify(st); /* taking a lock never lets a waiter in: no grant walk */
 	return 0;
 }
@@ -171,6 +192,7 @@ static int try_lock(struct store *st, enum lock_want want, pid_t tgid, enum lock
 		return store_cannot_tell(st, r);
 	if (r) {
 		fsm_join(&st->lock.fsm);
+		st->lock.gen++;
 		*out = HOLD_SESSION;
 		return 0;
 	}

@@ -24,6 +24,10 @@ struct lock {
 	struct fs_waiter *waiters;     /* parked requests, first come first (wait.c) */
 	bool granting, regrant;        /* wait_grant is running; run it again */
 	uint64_t waits;                /* opens and lock ioctls that had to wait */
+	uint64_t gen;                  /* bumped when who holds what changes */
+	pid_t seen_tgid;               /* lock_outside's last answer, good while gen is seen_gen */
+	bool seen_outside;
+	uint64_t seen_gen;
 	uint64_t commits, aborts;      /* sessions that committed; that ended without (rolled back) */
 };
 
@@ -61,6 +65,11 @@ int lock_granted(struct fs_handle *h, enum lock_want want);
 void lock_release(struct fs_handle *h);
 
 /* ---- the writer session ---- */
+/* Is the request's caller outside st's writer session, so that it sees the last commit
+ * (gmsfs(5), "What a session shows")?  False when no session runs; true for a caller
+ * the daemon cannot name or cannot tell about (never show it uncommitted names). */
+bool lock_outside(fuse_req_t req, struct store *st);
+
 /* 1 yes, 0 no, -errno (-EMFILE: the daemon is out of descriptors and cannot tell). */
 int lock_is_member(struct store *st, pid_t tgid);
 /* May tgid change the namespace now?  0, -EBUSY (another holds it), -EROFS (nobody). */

@@ -44,20 +44,27 @@ bool node_is_dir(const struct obj *o)
 	return o->m ? o->m->kind == META_DIR : o->f->kind == FS_ROOT || o->f->kind == FS_STORE;
 }
 
-static void layout_attr(const struct meta_node *m, struct stat *s)
+static void layout_attr(const struct meta_node *m, bool committed, struct stat *s)
 {
-	s->st_mtim = s->st_ctim = s->st_atim = meta_mtime(m);
+	struct meta_fields f;
+	if (committed)
+		meta_committed_fields(m, &f);
+	else
+		meta_live_fields(m, &f);
+	s->st_mtim.tv_sec = f.mtime_ns / 1000000000;
+	s->st_mtim.tv_nsec = f.mtime_ns % 1000000000;
+	s->st_ctim = s->st_atim = s->st_mtim;
 	if (m->kind == META_DIR) {
 		s->st_mode = S_IFDIR | 0755;
 		s->st_nlink = 2;
 	} else if (m->kind == META_ALLOC) {
 		s->st_mode = S_IFREG | 0644;
-		s->st_size = (off_t)m->size;
-		s->st_blocks = (blkcnt_t)(m->aligned / 512);
+		s->st_size = (off_t)f.size;
+		s->st_blocks = (blkcnt_t)(f.aligned / 512);
 	} else {
 		s->st_mode = S_IFREG | 0644;
-		s->st_size = (off_t)m->value_len;
-		s->st_blocks = (blkcnt_t)((m->value_len + 511) / 512);
+		s->st_size = (off_t)f.value_len;
+		s->st_blocks = (blkcnt_t)((f.value_len + 511) / 512);
 	}
 }
 
@@ -70,7 +77,7 @@ void node_attr(struct fs *fs, const struct obj *o, struct stat *s)
 	s->st_blksize = 4096;
 	if (o->m) {
 		s->st_ino = node_ino(fs, o->m);
-		layout_attr(o->m, s);
+		layout_attr(o->m, o->committed, s);
 		return;
 	}
 	s->st_ino = node_ino(fs, o->f);
@@ -103,11 +110,11 @@ struct fs_node *node_root_file(struct fs *fs, const char *name)
 
 int node_child(struct fs *fs, const struct obj *dir, const char *name, struct obj *out)
 {
-	*out = (struct obj){ .st = dir->st };
+	*out = (struct obj){ .st = dir->st, .committed = dir->committed };
 	if (dir->m) {
 		if (dir->m->kind != META_DIR)
 			return -ENOTDIR;
-		out->m = meta_lookup(dir->m, name);
+		out->m = dir->committed ? meta_committed_child(dir->m, name) : meta_lookup(dir->m, name);
 		return out->m ? 0 : -ENOENT;
 	}
 	if (dir->f->kind == FS_ROOT) {
@@ -133,6 +140,13 @@ int node_child(struct fs *fs, const struct obj *dir, const char *name, struct ob
 	return -ENOENT;
 }
 
+double node_timeout(const struct obj *o)
+{
+	if (!o->m)
+		return 3600;
+	return store_in_session(o->st) ? 0 : LAYOUT_TIMEOUT;
+}
+
 void node_entry(struct fs *fs, const struct obj *o, struct fuse_entry_param *e)
 {
 	*e = (struct fuse_entry_param){ .ino = o->m ? node_ino(fs, o->m) : node_ino(fs, o->f) };
@@ -140,7 +154,7 @@ void node_entry(struct fs *fs, const struct obj *o, struct fuse_entry_param *e)
 	/* Stores and their control files change only through the kernel (mkdir, rmdir): cache
 	 * them.  Layout nodes too, for less long: what changes them behind the kernel's back
 	 * (the socket, an abort) tells it (inval.c); the timeout bounds a race with that. */
-	e->entry_timeout = e->attr_timeout = o->m ? LAYOUT_TIMEOUT : 3600;
+	e->entry_timeout = e->attr_timeout = node_timeout(o);
 	if (o->m)
 		meta_lookup_ref(o->m);
 	else if (o->f->kind >= FS_STORE)

@@ -13,19 +13,25 @@
 struct fs;
 struct store;
 
-/* What an inode number stands for: a daemon node or a layout node. */
+/* What an inode number stands for: a daemon node or a layout node, and how the caller
+ * sees it: committed, for a caller outside the store's writer session (lock_outside),
+ * which sees the layout of the last commit (meta's committed view), not the session's. */
 struct obj {
 	struct fs_node *f;
 	struct meta_node *m;
 	struct store *st;
+	bool committed;
 };
 /* A store's object also counts one request of that store. */
 int node_resolve(struct fs *fs, fuse_ino_t ino, struct obj *o);
 void node_attr(struct fs *fs, const struct obj *o, struct stat *s);
 /* A directory (the root, a store, a layout directory)?  What a plain readdir gives. */
 bool node_is_dir(const struct obj *o);
-/* The child name of directory dir. */
+/* The child name of directory dir, in dir's view (out's view is dir's). */
 int node_child(struct fs *fs, const struct obj *dir, const char *name, struct obj *out);
+/* How long the kernel may keep o's name and attributes: a layout node's not at all while
+ * a writer session runs (each side of it sees its own view), LAYOUT_TIMEOUT else. */
+double node_timeout(const struct obj *o);
 /* o's entry (inode, attributes, timeouts), taking the kernel's reference: what a lookup,
  * a create and each readdirplus entry give it.  If the reply does not arrive, give the
  * reference back with node_forget(fs, e->ino, 1). */

@@ -1,7 +1,19 @@
 /* ops: the table of FUSE operations.  Unsupported ones are left out (ENOSYS), but
  * rename, which is refused explicitly: names are fixed for a node's life. */
 #include "fs.h"
+#include "lock.h"
 #include "ops.h"
+
+#include <errno.h>
+
+int ops_resolve(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct obj *o)
+{
+	int e = node_resolve(fs, ino, o);
+	if (e || !o->m)
+		return e;
+	o->committed = lock_outside(req, o->st);
+	return o->committed && !meta_committed(o->m) ? -ENOENT : 0;
+}
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {

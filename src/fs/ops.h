@@ -6,6 +6,11 @@
 #include "fs.h"
 #include "node.h"
 
+/* ino as the request's caller sees it: a layout node in the last commit's view when the
+ * caller is outside the store's writer session (gmsfs(5), "What a session shows"), and
+ * -ENOENT for a node made in that session, which it cannot see.  fs->mu held. */
+int ops_resolve(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct obj *o);
+
 void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
 void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
 void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets);

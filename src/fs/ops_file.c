@@ -159,7 +159,9 @@ static int open_layout(fuse_req_t req, struct obj *o, struct fs_handle *h, int f
 {
 	if (o->m->kind == META_DIR)
 		return -EISDIR;
-	if (!o->m->linked)
+	/* A committed node the session removed waits, seen from outside, for the session's
+	 * end: gone once it commits (lock_granted), back if it rolls back. */
+	if (!o->m->linked && !o->committed)
 		return -ESTALE;
 	h->node = o->m;
 	meta_hold(o->m);
@@ -172,7 +174,7 @@ static int do_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, int flags, str
 		   enum lock_want *want)
 {
 	struct obj o;
-	int e = node_resolve(fs, ino, &o);
+	int e = ops_resolve(req, fs, ino, &o);
 	if (e)
 		return e;
 	struct fs_handle *h = handle_new(o.st);

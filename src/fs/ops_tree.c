@@ -23,10 +23,10 @@ static void reply_entry(fuse_req_t req, struct fs *fs, const struct fuse_entry_p
 	}
 }
 
-static int do_lookup(struct fs *fs, fuse_ino_t parent, const char *name, struct obj *o)
+static int do_lookup(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char *name, struct obj *o)
 {
 	struct obj dir;
-	int e = node_resolve(fs, parent, &dir);
+	int e = ops_resolve(req, fs, parent, &dir);
 	return e ? e : node_child(fs, &dir, name, o);
 }
 
@@ -36,7 +36,7 @@ void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct obj o;
 	struct fuse_entry_param entry;
 	pthread_mutex_lock(&fs->mu);
-	int e = do_lookup(fs, parent, name, &o);
+	int e = do_lookup(req, fs, parent, name, &o);
 	if (!e)
 		node_entry(fs, &o, &entry);
 	pthread_mutex_unlock(&fs->mu);
@@ -66,15 +66,17 @@ void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forg
 	store_trim(fs);
 }
 
-/* *timeout: as node_entry, the root, stores and control files keep their
- * attributes (else every path walk asks for the root's again); layout nodes never. */
-static int do_getattr(struct fs *fs, fuse_ino_t ino, struct stat *s, double *timeout)
+/* *timeout: as node_entry's, the root, stores and control files keep their attributes
+ * (else every path walk asks for the root's again); layout nodes for a while, and not at
+ * all during a writer session. */
+static int do_getattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct stat *s, double *timeout)
 {
 	struct obj o;
-	int e = node_resolve(fs, ino, &o);
-	if (!e)
+	int e = ops_resolve(req, fs, ino, &o);
+	if (!e) {
 		node_attr(fs, &o, s);
-	*timeout = o.m ? LAYOUT_TIMEOUT : 3600;
+		*timeout = node_timeout(&o);
+	}
 	return e;
 }
 
@@ -84,7 +86,7 @@ void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct stat s;
 	double timeout;
 	pthread_mutex_lock(&fs->mu);
-	int e = do_getattr(fs, ino, &s, &timeout);
+	int e = do_getattr(req, fs, ino, &s, &timeout);
 	pthread_mutex_unlock(&fs->mu);
 	if (e)
 		return (void)fuse_reply_err(req, -e);
@@ -281,6 +283,8 @@ struct dirbuf {
 	struct obj *taken; /* plus: the references taken, given back if the reply does not arrive */
 	size_t ntaken, taken_cap;
 	bool oom;
+	struct meta_node **seen; /* a layout directory's children in the last commit's view */
+	size_t nseen;
 };
 
 /* Add one entry; false when the buffer is full.  With plus, o's entry (node_entry takes
@@ -313,13 +317,14 @@ static bool dir_add(struct fs *fs, struct dirbuf *d, const char *name, fuse_ino_
 }
 
 /* The k-th child of dir (after . and ..) into *o, or false past the last. */
-static bool dir_child(struct fs *fs, const struct obj *dir, size_t k, const char **name, struct obj *o)
+static bool dir_child(struct fs *fs, const struct obj *dir, const struct dirbuf *d, size_t k, const char **name,
+		      struct obj *o)
 {
-	*o = (struct obj){ .st = dir->st };
+	*o = (struct obj){ .st = dir->st, .committed = dir->committed };
 	if (dir->m) {
-		if (k >= dir->m->nkids)
+		if (k >= (dir->committed ? d->nseen : dir->m->nkids))
 			return false;
-		o->m = dir->m->kids[k];
+		o->m = dir->committed ? d->seen[k] : dir->m->kids[k];
 		*name = o->m->name;
 		return true;
 	}
@@ -350,10 +355,12 @@ static bool dir_child(struct fs *fs, const struct obj *dir, size_t k, const char
 	return true;
 }
 
-static int do_readdir(struct fs *fs, fuse_ino_t ino, off_t off, struct dirbuf *d)
+static int do_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, off_t off, struct dirbuf *d)
 {
 	struct obj dir;
-	int e = node_resolve(fs, ino, &dir);
+	int e = ops_resolve(req, fs, ino, &dir);
+	if (!e && dir.committed && dir.m->kind == META_DIR)
+		e = meta_committed_children(dir.m, &d->seen, &d->nseen);
 	if (e)
 		return e;
 	/* Offsets: 1 and 2 for "." and "..", then 3 + index of the child. */
@@ -364,7 +371,7 @@ static int do_readdir(struct fs *fs, fuse_ino_t ino, off_t off, struct dirbuf *d
 		return 0;
 	const char *name;
 	struct obj o;
-	for (size_t k = i > 2 ? i - 2 : 0; dir_child(fs, &dir, k, &name, &o); k++)
+	for (size_t k = i > 2 ? i - 2 : 0; dir_child(fs, &dir, d, k, &name, &o); k++)
 		if (!dir_add(fs, d, name, o.m ? node_ino(fs, o.m) : node_ino(fs, o.f), &o, (off_t)(k + 3)))
 			break;
 	return d->oom && !d->used ? -ENOMEM : 0;
@@ -377,7 +384,8 @@ static void reply_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off
 	if (!d.buf)
 		return (void)fuse_reply_err(req, ENOMEM);
 	pthread_mutex_lock(&fs->mu);
-	int e = do_readdir(fs, ino, off, &d);
+	int e = do_readdir(req, fs, ino, off, &d);
+	free(d.seen);
 	pthread_mutex_unlock(&fs->mu);
 	if (e) {
 		fuse_reply_err(req, -e);

@@ -30,40 +30,45 @@ static enum xattr xattr_of(const struct meta_node *m, const char *name)
 	return !strcmp(name, GMSFS_XATTR_PRIVATE) ? X_PRIVATE : X_NONE;
 }
 
-/* The value's length (written into buf when it fits), or -ENODATA when it has none. */
-static int xattr_value(const struct meta_node *m, enum xattr x, char *buf, size_t size)
+/* The value's length (written into buf when it fits), or -ENODATA when it has none, as
+ * o's view shows it (a caller outside a writer session sees the last commit's). */
+static int xattr_value(const struct obj *o, enum xattr x, char *buf, size_t size)
 {
+	struct meta_fields f;
+	if (o->committed)
+		meta_committed_fields(o->m, &f);
+	else
+		meta_live_fields(o->m, &f);
 	switch (x) {
 	case X_TAG:
-		return snprintf(buf, size, "%s", m->tag ? m->tag : "");
+		return snprintf(buf, size, "%s", f.str ? f.str : "");
 	case X_ALLOC:
-		return m->alloc ? snprintf(buf, size, "%s", m->alloc) : -ENODATA;
+		return f.str ? snprintf(buf, size, "%s", f.str) : -ENODATA;
 	case X_OFFSET:
-		return snprintf(buf, size, "%llu", (unsigned long long)m->offset);
+		return snprintf(buf, size, "%llu", (unsigned long long)f.offset);
 	case X_SIZE:
-		return m->extent ? snprintf(buf, size, "%llu", (unsigned long long)m->extent) : -ENODATA;
+		return f.extent ? snprintf(buf, size, "%llu", (unsigned long long)f.extent) : -ENODATA;
 	case X_PRIVATE:
-		return m->flags & GMSFS_ENTRY_PRIVATE ? snprintf(buf, size, "1") : -ENODATA;
+		return f.flags & GMSFS_ENTRY_PRIVATE ? snprintf(buf, size, "1") : -ENODATA;
 	default:
 		return -ENODATA;
 	}
 }
 
-/* The namespace gmsfs keeps its attributes in; names outside it are -ENOTSUP. */
 static bool user_name(const char *name)
 {
 	return !strncmp(name, "user.", 5);
 }
 
-static int do_getxattr(struct fs *fs, fuse_ino_t ino, const char *name, char *val, size_t size)
+static int do_getxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char *name, char *val, size_t size)
 {
 	struct obj o;
-	int e = node_resolve(fs, ino, &o);
+	if (!user_name(name))
+		return node_resolve(fs, ino, &o) ?: -ENOTSUP;
+	int e = ops_resolve(req, fs, ino, &o);
 	if (e)
 		return e;
-	if (!user_name(name))
-		return -ENOTSUP;
-	return o.m ? xattr_value(o.m, xattr_of(o.m, name), val, size) : -ENODATA;
+	return o.m ? xattr_value(&o, xattr_of(o.m, name), val, size) : -ENODATA;
 }
 
 void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
@@ -71,7 +76,7 @@ void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 	struct fs *fs = fs_of(req);
 	char val[GMSFS_PATH_MAX + 2];
 	pthread_mutex_lock(&fs->mu);
-	int n = do_getxattr(fs, ino, name, val, sizeof val);
+	int n = do_getxattr(req, fs, ino, name, val, sizeof val);
 	pthread_mutex_unlock(&fs->mu);
 	if (n < 0)
 		return (void)fuse_reply_err(req, -n);
@@ -82,19 +87,19 @@ void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 	fuse_reply_buf(req, val, (size_t)n);
 }
 
-static int do_listxattr(struct fs *fs, fuse_ino_t ino, char *list, size_t size)
+static int do_listxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, char *list, size_t size)
 {
 	static const char *const names[] = { [X_TAG] = GMSFS_XATTR_TAG, [X_ALLOC] = GMSFS_XATTR_ALLOC,
 					     [X_OFFSET] = GMSFS_XATTR_OFFSET, [X_SIZE] = GMSFS_XATTR_SIZE,
 					     [X_PRIVATE] = GMSFS_XATTR_PRIVATE };
 	struct obj o;
-	int e = node_resolve(fs, ino, &o);
+	int e = ops_resolve(req, fs, ino, &o);
 	if (e || !o.m)
 		return e;
 	size_t n = 0;
 	char tmp[2];
 	for (enum xattr x = X_TAG; x <= X_PRIVATE; x++) {
-		if (xattr_of(o.m, names[x]) != x || xattr_value(o.m, x, tmp, sizeof tmp) < 0)
+		if (xattr_of(o.m, names[x]) != x || xattr_value(&o, x, tmp, sizeof tmp) < 0)
 			continue;
 		size_t l = strlen(names[x]) + 1;
 		if (n + l <= size)
@@ -109,7 +114,7 @@ void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	struct fs *fs = fs_of(req);
 	char list[128];
 	pthread_mutex_lock(&fs->mu);
-	int n = do_listxattr(fs, ino, list, sizeof list);
+	int n = do_listxattr(req, fs, ino, list, sizeof list);
 	pthread_mutex_unlock(&fs->mu);
 	if (n < 0)
 		return (void)fuse_reply_err(req, -n);
@@ -151,7 +156,7 @@ static int do_setxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 	if ((e = lock_check_change(req, o.st, NULL)))
 		return e;
 	char tmp[2];
-	bool exists = xattr_value(o.m, x, tmp, sizeof tmp) >= 0;
+	bool exists = xattr_value(&o, x, tmp, sizeof tmp) >= 0;
 	if ((flags & XATTR_CREATE) && exists)
 		return -EEXIST;
 	if ((flags & XATTR_REPLACE) && !exists)
@@ -179,7 +184,7 @@ static int do_removexattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const c
 		return e;
 	char tmp[2];
 	enum xattr x = o.m ? xattr_of(o.m, name) : X_NONE;
-	if (x == X_NONE || xattr_value(o.m, x, tmp, sizeof tmp) < 0)
+	if (x == X_NONE || xattr_value(&o, x, tmp, sizeof tmp) < 0)
 		return user_name(name) ? -ENODATA : -ENOTSUP;
 	if (!o.m->linked)
 		return -ESTALE;

@@ -36,6 +36,13 @@ struct store_table {
 	size_t nremoved, removed_cap;
 };
 
+/* Does a writer session run on st?  Then the kernel may keep no layout name or
+ * attribute of it: each side of the session sees its own. */
+static inline bool store_in_session(const struct store *st)
+{
+	return st && st->lock.fsm.leader;
+}
+
 int store_table_new(struct fs *fs);
 /* At the end: every store, removed or not, freed (no kernel reference is left to honour). */
 void store_table_free(struct fs *fs);

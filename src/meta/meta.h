@@ -161,6 +161,28 @@ int meta_layout_hash(struct meta_store *s, uint8_t out[GMSFS_HASH_LEN]);
 struct meta_stats { uint64_t allocations, entries, bytes, aligned_bytes; };
 void meta_stats(const struct meta_store *s, struct meta_stats *out);
 
+/* ---- the committed view (view.c): the layout as the last commit published it, for
+ * callers outside a writer session (the live layout is the session's) ---- */
+/* A node's fields as a view shows them. */
+struct meta_fields {
+	const char *str;           /* an allocation's tag, an entry's allocation path */
+	const char *value;         /* an entry's */
+	uint32_t value_len, flags;
+	uint64_t offset, extent;   /* an entry's */
+	uint64_t size, aligned;    /* an allocation's (fixed once sized) */
+	int64_t mtime_ns;
+};
+/* Part of the committed layout: not made since the commit (linked, or removed since). */
+bool meta_committed(const struct meta_node *n);
+/* dir's child name as committed: the live child if it was committed, else a committed one
+ * removed since; NULL. */
+struct meta_node *meta_committed_child(struct meta_node *dir, const char *name);
+/* dir's committed children: the live ones not made since, then those removed since.
+ * *out is the caller's (free), NULL when there are none; 0 or -ENOMEM. */
+int meta_committed_children(struct meta_node *dir, struct meta_node ***out, size_t *count);
+void meta_committed_fields(const struct meta_node *n, struct meta_fields *f);
+void meta_live_fields(const struct meta_node *n, struct meta_fields *f);
+
 /* Visit every live node below dir (pre-order); stop at the first non-zero return. */
 int meta_walk(struct meta_node *dir, int (*fn)(struct meta_node *n, void *arg), void *arg);
 

@@ -5,7 +5,20 @@
 
 #include <time.h>
 
-struct meta_undo; /* undo.c */
+/* One record of the undo log (undo.c): a committed node's fields at its first change
+ * (FIELDS), a committed node unlinked (REMOVED: the record keeps its tree hold), a
+ * committed directory that got new children (GREW).  view.c reads them for the
+ * committed view. */
+enum undo_kind { UNDO_FIELDS, UNDO_REMOVED, UNDO_GREW };
+struct meta_undo {
+	struct meta_node *node;
+	uint8_t kind;           /* enum undo_kind */
+	uint32_t value_len, flags;
+	char *str;              /* FIELDS: an allocation's tag, an entry's allocation path (a reference) */
+	char *value;
+	uint64_t offset, extent;
+	int64_t mtime_ns;
+};
 struct meta_str;  /* intern.c */
 struct meta_strtab { void **v; size_t n, cap; }; /* struct meta_str *, by content (common/probe.h) */
 

@@ -12,17 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum undo_kind { UNDO_FIELDS, UNDO_REMOVED, UNDO_GREW };
-
-struct meta_undo {
-	struct meta_node *node;
-	uint8_t kind;           /* enum undo_kind */
-	uint32_t value_len, flags;
-	char *str;              /* FIELDS: an allocation's tag, an entry's allocation path (a reference) */
-	char *value;
-	uint64_t offset, extent;
-};
-
 int meta_undo_reserve(struct meta_store *s, size_t k)
 {
 	return ROOM(s->undo, s->nundo + k, s->undo_cap, 16);
@@ -55,6 +44,7 @@ int meta_save(struct meta_node *n)
 	/* The record takes a reference to the interned string, and the value, which the node
 	 * shares until it changes it. */
 	r->str = meta_ref(*meta_str_of(n));
+	r->mtime_ns = n->mtime_ns;
 	if (n->kind == META_ENTRY) {
 		if ((r->value = n->value))
 			n->marks |= META_SHARED_VALUE;

@@ -1,0 +1,147 @@
+#!/usr/bin/env bats
+# What a writer session shows (gmsfs(5)): its members see the session's layout; anyone
+# else sees the last commit, for every operation (lookup, getattr, readdir, getxattr,
+# open, read), whichever side asked the kernel first.  Each test holds a session in a
+# background shell that removes a committed entry, makes new names and changes a
+# committed entry's value and attributes, then checks both views.
+
+load helpers
+
+setup_file() { mount_gmsfs; }
+teardown_file() { unmount_gmsfs; }
+
+setup() {
+	S=$MNT/s$BATS_TEST_NUMBER
+	mkdir "$S"
+	bash -ec "
+		exec 9>$S/lock
+		truncate -s 4096 $S/allocs/a
+		echo v1 > $S/meta/gone
+		setfattr -n user.gms.alloc -v a $S/meta/gone
+		echo k > $S/meta/changed
+		setfattr -n user.gms.alloc -v a $S/meta/changed
+		echo > $S/commit"
+}
+
+# The session's changes, made by a member (the shell that holds lock, or its children).
+CHANGE='set -e
+	S=$0
+	rm $S/meta/gone
+	echo new > $S/meta/made
+	setfattr -n user.gms.alloc -v a $S/meta/made
+	mkdir $S/allocs/dir
+	truncate -s 8192 $S/allocs/dir/x
+	echo "a longer value" > $S/meta/changed
+	setfattr -n user.gms.offset -v 8 $S/meta/changed
+	setfattr -n user.gms.size -v 16 $S/meta/changed'
+
+# What a caller sees of the store, one line per operation.
+VIEW='S=$0
+	echo "meta: $(ls $S/meta | tr "\n" " ")"
+	echo "allocs: $(ls $S/allocs | tr "\n" " ")"
+	echo "ls -l: $(ls -l $S/meta | awk "NR > 1 {print \$5, \$NF}" | tr "\n" " ")"
+	echo "stat gone: $(stat -c %s $S/meta/gone 2>&1 | sed "s/.*: //")"
+	echo "stat made: $(stat -c %s $S/meta/made 2>&1 | sed "s/.*: //")"
+	echo "stat dir: $(stat -c %F $S/allocs/dir 2>&1 | sed "s/.*: //")"
+	echo "changed: $(stat -c %s $S/meta/changed) $(getfattr --only-values -n user.gms.offset $S/meta/changed 2>/dev/null)/$(getfattr --only-values -n user.gms.size $S/meta/changed 2>/dev/null)"
+	echo "xattrs: $(getfattr -d --absolute-names $S/meta/changed 2>/dev/null | grep -c user.gms)"'
+
+COMMITTED="meta: changed gone 
+allocs: a 
+ls -l: 2 changed 3 gone 
+stat gone: 3
+stat made: No such file or directory
+stat dir: No such file or directory
+changed: 2 0/
+xattrs: 2"
+
+SESSION="meta: changed made 
+allocs: a dir 
+ls -l: 15 changed 4 made 
+stat gone: No such file or directory
+stat made: 4
+stat dir: directory
+changed: 15 8/16
+xattrs: 3"
+
+view() { bash -c "$VIEW" "$S"; }
+
+@test "the member sees its session; outside it, every operation shows the last commit" {
+	hold w w "$S/lock" "bash -c '$CHANGE' $S; bash -c '$VIEW' $S > $BATS_TEST_TMPDIR/member"
+	wait_held w
+	assert_equal "$(cat "$BATS_TEST_TMPDIR/w.rc")" 0
+	assert_equal "$(cat "$BATS_TEST_TMPDIR/member")" "$SESSION"
+	run view
+	assert_output "$COMMITTED"
+	release w
+}
+
+@test "the kernel's cache carries neither view to the other side, whoever asked first" {
+	view >/dev/null # this side first: the kernel has the committed names and attributes
+	local again=$BATS_TEST_TMPDIR/again
+	hold w w "$S/lock" "bash -c '$CHANGE' $S; bash -c '$VIEW' $S > $BATS_TEST_TMPDIR/member
+		while [ ! -e $again ] && [ ! -e $BATS_TEST_TMPDIR/all.go ]; do sleep 0.02; done
+		bash -c '$VIEW' $S > $BATS_TEST_TMPDIR/member2"
+	wait_until test -s "$BATS_TEST_TMPDIR/member"
+	assert_equal "$(cat "$BATS_TEST_TMPDIR/member")" "$SESSION"
+	run view # after the member's
+	assert_output "$COMMITTED"
+	touch "$again" # and the member again, after ours
+	wait_held w
+	assert_equal "$(cat "$BATS_TEST_TMPDIR/member2")" "$SESSION"
+	release w
+}
+
+@test "outside the session, open and read wait for it: the committed bytes after a rollback, ENOENT after a commit" {
+	hold w w "$S/lock" "bash -c '$CHANGE' $S"
+	wait_held w
+	# O_NONBLOCK: EAGAIN at once, for a name the session removed and for one it changed.
+	run "$OPEN" -r -n "$S/meta/gone"
+	assert_output EAGAIN
+	run "$OPEN" -r -n "$S/meta/changed"
+	assert_output EAGAIN
+	# A blocking cat waits; the session ends without commit: it reads the committed value.
+	timeout 10 cat "$S/meta/gone" "$S/meta/changed" >"$BATS_TEST_TMPDIR/cat.out" 2>&1 3>&- &
+	local cat=$!
+	sleep 0.3
+	kill -0 "$cat" # still waiting
+	release w
+	wait "$cat"
+	assert_equal "$(cat "$BATS_TEST_TMPDIR/cat.out")" "v1
+k"
+	# Again, and this time the session commits while cat waits.
+	hold w w "$S/lock" "bash -c '$CHANGE' $S; sleep 0.6; echo > $S/commit"
+	timeout 10 cat "$S/meta/gone" >"$BATS_TEST_TMPDIR/cat2.out" 2>&1 3>&- &
+	cat=$!
+	wait_held w
+	wait "$cat" || true
+	run cat "$BATS_TEST_TMPDIR/cat2.out"
+	assert_output --partial "No such file or directory"
+	release w
+}
+
+@test "after a commit both sides see the new layout; after a rollback, the old one" {
+	hold w w "$S/lock" "bash -c '$CHANGE' $S; echo > $S/commit"
+	wait_held w
+	run view
+	assert_output "$SESSION"
+	release w
+	S=$MNT/s$BATS_TEST_NUMBER.b
+	mkdir "$S"
+	bash -ec "
+		exec 9>$S/lock
+		truncate -s 4096 $S/allocs/a
+		echo v1 > $S/meta/gone
+		setfattr -n user.gms.alloc -v a $S/meta/gone
+		echo k > $S/meta/changed
+		setfattr -n user.gms.alloc -v a $S/meta/changed
+		echo > $S/commit"
+	hold w w "$S/lock" "bash -c '$CHANGE' $S; bash -c '$VIEW' $S > /dev/null; echo > $S/abort"
+	wait_held w
+	run view
+	assert_output "$COMMITTED"
+	release w
+	wait_until state_is "$S" COMMITTED
+	run view
+	assert_output "$COMMITTED"
+}
