@@ -79,7 +79,7 @@ view() { bash -c "$VIEW" "$S"; }
 @test "the kernel's cache carries neither view to the other side, whoever asked first" {
 	view >/dev/null # this side first: the kernel has the committed names and attributes
 	local again=$BATS_TEST_TMPDIR/again
-	hold w w "$S/lock" "bash -c '$CHANGE' $S; bash -c '$VIEW' $S > $BATS_TEST_TMPDIR/member
+	hold w w "$S/lock" "bash -c '$CHANGE' $S; bash -c '$VIEW' $S > $BATS_TEST_TMPDIR/m; mv $BATS_TEST_TMPDIR/m $BATS_TEST_TMPDIR/member
 		while [ ! -e $again ] && [ ! -e $BATS_TEST_TMPDIR/all.go ]; do sleep 0.02; done
 		bash -c '$VIEW' $S > $BATS_TEST_TMPDIR/member2"
 	wait_until test -s "$BATS_TEST_TMPDIR/member"
