@@ -21,7 +21,7 @@ MSGPACK_CFLAGS := $(shell $(PKG_CONFIG) --cflags msgpack 2>/dev/null)
 MSGPACK_LIBS := $(shell $(PKG_CONFIG) --libs msgpack 2>/dev/null)
 XXH_LIBS := $(shell $(PKG_CONFIG) --libs libxxhash 2>/dev/null)
 
-PUBLIC_HDR := include/gmsfs/gmsfs.h include/gmsfs/abi.h include/gmsfs/torch.h
+PUBLIC_HDR := include/gmsfs/gmsfs.h include/gmsfs/abi.h include/gmsfs/torch.h include/gmsfs/load.h
 COMMON_HDR := $(PUBLIC_HDR) $(wildcard common/*.h)
 WIRE_SRC := common/wire.c common/wire_req.c common/wire_reply.c
 FSM_SRC := src/fsm/fsm.c
@@ -43,12 +43,13 @@ LIB_HDR := $(COMMON_HDR) libgmsfs/internal.h
 LIB_SONAME := libgmsfs.so.0
 
 BIN := $(B)/gmsfs
-LIB := $(B)/libgmsfs.so $(B)/gmsfs.pc
+LIB := $(B)/libgmsfs.so $(B)/gmsfs.pc $(B)/libgmsfs-load.so
 UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
 LOADER_SRC := loader/json.c loader/safetensors.c loader/copy.c loader/store_files.c
+LOAD_SONAME := libgmsfs-load.so.0
 BENCH := $(B)/bench-import $(B)/bench-minfs $(B)/bench-control
 ifdef HAVE_CUDA
 BENCH += $(B)/bench-gpu $(B)/bench-load-floor
@@ -90,7 +91,16 @@ $(B)/gmsfs-probe: tests/helpers/gmsfs-probe.c $(COMMON_HDR) $(WIRE_SRC) | $(B)
 $(B)/bench-import: bench/bench_import.c bench/bench.h $(B)/libgmsfs.so
 	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB)
 
-# The loader: safetensors in (gmsfs-load) and out (gmsfs-save), on libgmsfs.
+# The loader: safetensors in (gmsfs-load, around libgmsfs-load: gmsfs_load, which Python
+# engines call in their own process) and out (gmsfs-save), on libgmsfs.
+$(B)/libgmsfs-load.so: loader/loadlib.c $(LOADER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
+	$(CC) $(CFLAGS) $(LDFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LOAD_SONAME) \
+		-o $(B)/$(LOAD_SONAME) loader/loadlib.c $(LOADER_SRC) $(LINK_LIB) -ldl
+	ln -sf $(LOAD_SONAME) $@
+
+$(B)/gmsfs-load: loader/load.c $(PUBLIC_HDR) $(B)/libgmsfs-load.so
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< -L$(B) -lgmsfs-load $(LINK_LIB)
+
 $(B)/gmsfs-%: loader/%.c $(LOADER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LOADER_SRC) $(LINK_LIB) -ldl
 
@@ -163,9 +173,12 @@ install: $(BIN) $(LIB) $(LOADER)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/gmsfs
 	install -D -m 0644 $(B)/$(LIB_SONAME) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libgmsfs.so
+	install -D -m 0644 $(B)/$(LOAD_SONAME) $(DESTDIR)$(LIBDIR)/$(LOAD_SONAME)
+	ln -sf $(LOAD_SONAME) $(DESTDIR)$(LIBDIR)/libgmsfs-load.so
 	install -D -m 0644 include/gmsfs/gmsfs.h $(DESTDIR)$(PREFIX)/include/gmsfs/gmsfs.h
 	install -D -m 0644 include/gmsfs/abi.h $(DESTDIR)$(PREFIX)/include/gmsfs/abi.h
 	install -D -m 0644 include/gmsfs/torch.h $(DESTDIR)$(PREFIX)/include/gmsfs/torch.h
+	install -D -m 0644 include/gmsfs/load.h $(DESTDIR)$(PREFIX)/include/gmsfs/load.h
 	mkdir -p $(DESTDIR)$(LIBDIR)/pkgconfig
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(VERSION)|' libgmsfs/gmsfs.pc.in \
 		> $(DESTDIR)$(LIBDIR)/pkgconfig/gmsfs.pc

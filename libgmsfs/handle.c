@@ -263,6 +263,11 @@ void gmsfs_disconnect(gmsfs *g)
 	free(g);
 }
 
+const char *gmsfs_store_path(const gmsfs *g)
+{
+	return g ? g->dir : NULL;
+}
+
 int gmsfs_lock_mode(const gmsfs *g)
 {
 	return g ? g->lock : 0;

@@ -169,6 +169,8 @@ void mt_load(gmsfs *g, struct ch_manifest *m);
 int mt_ensure(gmsfs *g);
 /* Copy the extents of private entries whose allocation is mapped. */
 int mt_privatize(gmsfs *g);
+/* Where x's extent is in this process: its private copy, or in its mapped allocation; NULL. */
+void *mt_extent_ptr(const gmsfs *g, const struct entry_rec *x);
 /* Drop the entries that name allocation alloc. */
 void mt_forget_alloc(gmsfs *g, const char *alloc);
 void mt_free(gmsfs *g);

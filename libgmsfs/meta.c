@@ -281,7 +281,7 @@ int gmsfs_meta_delete(gmsfs *g, const char *key)
 	return e;
 }
 
-static void *extent_ptr(const gmsfs *g, const struct entry_rec *x)
+void *mt_extent_ptr(const gmsfs *g, const struct entry_rec *x)
 {
 	if (x->copy)
 		return x->copy;
@@ -313,7 +313,7 @@ int gmsfs_meta_get(gmsfs *g, const char *key, struct gmsfs_meta *out)
 	out->offset = x->offset;
 	out->size = x->size;
 	out->flags = x->flags;
-	out->ptr = extent_ptr(g, x);
+	out->ptr = mt_extent_ptr(g, x);
 	return 0;
 }
 

@@ -176,6 +176,82 @@ void gmsfs_torch_free(void *ptr, ssize_t size, int device, void *stream)
 	pthread_mutex_unlock(&ta.mu);
 }
 
+/* One JSON string: quotes, backslashes and control characters escaped (names are paths). */
+static void json_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fprintf(f, "\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			fprintf(f, "\\u%04x", (unsigned char)*s);
+		else
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
+{
+	if (!g || !json || !len)
+		return g ? gm_error(g, -EINVAL, "torch_manifest: no place for the text") : -EINVAL;
+	*json = NULL;
+	*len = 0;
+	int e = gm_need_lock(g, GMSFS_RO);
+	if (e || (e = mt_ensure(g)))
+		return e;
+	const size_t plen = strlen(GMSFS_TORCH_PREFIX);
+	char *out = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&out, &n);
+	if (!f)
+		return gm_error(g, -ENOMEM, "out of memory");
+	fputc('[', f);
+	bool first = true;
+	for (size_t i = 0; i < g->meta.n && !e; i++) {
+		const struct entry_rec *x = &g->meta.v[i];
+		if (strncmp(x->key, GMSFS_TORCH_PREFIX, plen))
+			continue;
+		const char *v = x->value;
+		size_t k = 0;
+		while (k < x->value_len && (v[k] == ' ' || v[k] == '\n' || v[k] == '\t' || v[k] == '\r'))
+			k++;
+		if (k == x->value_len || v[k] != '{' || memchr(v, '\0', x->value_len)) {
+			e = gm_error(g, -EINVAL, "meta/%s: its value is not a JSON object (gmsfs(5), \"Tensors\")", x->key);
+			break;
+		}
+		fputs(first ? "\n[" : ",\n[", f);
+		first = false;
+		json_string(f, x->key + plen);
+		fputc(',', f);
+		json_string(f, x->alloc ? x->alloc : "");
+		void *p = mt_extent_ptr(g, x);
+		fprintf(f, ",%llu,%llu,%d,", (unsigned long long)x->offset, (unsigned long long)x->size,
+			(x->flags & GMSFS_ENTRY_PRIVATE) != 0);
+		if (p)
+			fprintf(f, "%llu,", (unsigned long long)(uintptr_t)p);
+		else
+			fputs("null,", f);
+		fwrite(v, 1, x->value_len, f);
+		fputc(']', f);
+	}
+	fputs("]\n", f);
+	if (fclose(f) && !e)
+		e = gm_error(g, -ENOMEM, "out of memory");
+	if (e) {
+		free(out);
+		return e;
+	}
+	*json = out;
+	*len = n;
+	return 0;
+}
+
+void gmsfs_text_free(char *text)
+{
+	free(text);
+}
+
 size_t gmsfs_torch_slabs(void)
 {
 	pthread_mutex_lock(&ta.mu);

@@ -213,5 +213,5 @@ given_back() {
 	assert_output --partial 'no mountpoint'
 	run "$GMSFS" --version
 	assert_success
-	assert_output --partial 'gmsfs 0.2.0'
+	assert_output --partial 'gmsfs 0.3.0'
 }

@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 #define GMSFS_VERSION_MAJOR 0
-#define GMSFS_VERSION_MINOR 2
+#define GMSFS_VERSION_MINOR 3
 #define GMSFS_VERSION_PATCH 0
 #define GMSFS_VERSION_NUMBER (GMSFS_VERSION_MAJOR * 10000 + GMSFS_VERSION_MINOR * 100 + GMSFS_VERSION_PATCH)
 
@@ -55,6 +55,8 @@ GMSFS_API int gmsfs_connect(gmsfs **out, const char *store_dir, int mode, int ti
  * that did not commit is rolled back to the last committed layout.  NULL is fine. */
 GMSFS_API void gmsfs_disconnect(gmsfs *g);
 
+/* The store directory the handle was connected to (the handle's own string). */
+GMSFS_API const char *gmsfs_store_path(const gmsfs *g);
 GMSFS_API int gmsfs_lock_mode(const gmsfs *g);     /* GMSFS_RO, GMSFS_RW, or 0 between unmap_all and remap_all */
 GMSFS_API int gmsfs_backend(const gmsfs *g);       /* GMSFS_BACKEND_HOST or GMSFS_BACKEND_CUDA: what ptr points at */
 GMSFS_API uint64_t gmsfs_total_bytes(const gmsfs *g); /* aligned bytes of this handle's mappings */
@@ -177,6 +179,14 @@ GMSFS_API int gmsfs_torch_use(gmsfs *g, uint64_t slab_bytes);
  * to its slab (a pointer of no slab is ignored). */
 GMSFS_API void *gmsfs_torch_alloc(ssize_t size, int device, void *stream);
 GMSFS_API void gmsfs_torch_free(void *ptr, ssize_t size, int device, void *stream);
+/* Every tensor entry of the handle's layout (gmsfs(5), "Tensors") as one JSON array, in
+ * one call, for a binding that would pay a call per field: each element is
+ * [NAME, ALLOC, OFFSET, SIZE, PRIVATE (0 or 1), PTR (where the extent is in this process,
+ * or null while its allocation is not mapped), VALUE (the entry's JSON object)], NAME
+ * without the "torch/" prefix.  *json (NUL-terminated, *len bytes) is the caller's, freed
+ * with gmsfs_text_free.  -EINVAL naming the entry whose value is not a JSON object. */
+GMSFS_API int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len);
+GMSFS_API void gmsfs_text_free(char *text);
 /* Slabs the allocator holds now. */
 GMSFS_API size_t gmsfs_torch_slabs(void);
 

@@ -8,7 +8,7 @@ import ctypes.util
 import os
 
 # The library this package speaks to: the same major version, at least this minor.
-NEED_MAJOR, NEED_MINOR = 0, 2
+NEED_MAJOR, NEED_MINOR = 0, 3
 
 RO, RW, RW_OR_RO = 1, 2, 3
 EINTR = 0x100  # GMSFS_EINTR: a signal ends a wait with -EINTR; the package retries (PEP 475)
@@ -80,6 +80,7 @@ _protos = {
     "gmsfs_connect": (ctypes.c_int, [ctypes.POINTER(_P), ctypes.c_char_p, ctypes.c_int, ctypes.c_int]),
     "gmsfs_disconnect": (None, [_P]),
     "gmsfs_lock_mode": (ctypes.c_int, [_P]),
+    "gmsfs_store_path": (ctypes.c_char_p, [_P]),
     "gmsfs_backend": (ctypes.c_int, [_P]),
     "gmsfs_total_bytes": (ctypes.c_uint64, [_P]),
     "gmsfs_layout_hash": (ctypes.c_int, [_P, ctypes.c_char_p]),
@@ -111,11 +112,41 @@ _protos = {
     "gmsfs_torch_alloc": (_P, [ctypes.c_ssize_t, ctypes.c_int, _P]),
     "gmsfs_torch_free": (None, [_P, ctypes.c_ssize_t, ctypes.c_int, _P]),
     "gmsfs_torch_slabs": (ctypes.c_size_t, []),
+    "gmsfs_torch_manifest": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]),
+    "gmsfs_text_free": (None, [_P]),
 }
 for _fn, (_res, _args) in _protos.items():
     f = getattr(lib, _fn)
     f.restype = _res
     f.argtypes = _args
+
+_load_lib = None
+
+
+def load_lib():
+    """libgmsfs-load (gmsfs_load), looked for as libgmsfs is ($GMSFS_LOAD_LIBRARY, the
+    build tree, then beside libgmsfs and the system's), at the first use."""
+    global _load_lib
+    if _load_lib is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        names = [os.environ.get("GMSFS_LOAD_LIBRARY"), os.path.join(here, "..", "..", "build", "libgmsfs-load.so.0"),
+                 os.path.join(os.path.dirname(path), "libgmsfs-load.so.0"), "libgmsfs-load.so.0"]
+        errors = []
+        for name in names:
+            if not name or (os.sep in name and not os.path.exists(name)):
+                continue
+            try:
+                _load_lib = ctypes.CDLL(name)
+                break
+            except OSError as e:
+                errors.append("%s: %s" % (name, e))
+        else:
+            raise ImportError("gmsfs: libgmsfs-load.so.0 not found (set GMSFS_LOAD_LIBRARY): " + "; ".join(errors))
+        _load_lib.gmsfs_load.restype = ctypes.c_int
+        _load_lib.gmsfs_load.argtypes = [_P, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint, ctypes.c_char_p,
+                                         ctypes.c_size_t]
+    return _load_lib
+
 
 version = lib.gmsfs_version()
 version_string = lib.gmsfs_version_string().decode()

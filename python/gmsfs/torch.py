@@ -42,15 +42,17 @@ _ITEMSIZE = {d: torch.empty(0, dtype=d).element_size() for d in _DTYPES.values()
 def _tensors(module, prefix=""):
     """(name, owner, attribute, tensor, is_parameter) of every parameter and buffer; a
     module or tensor reached by two paths is listed under both names (tied weights)."""
-    for attr, t in module._parameters.items():
-        if t is not None:
-            yield prefix + attr, module, attr, t, True
-    for attr, t in module._buffers.items():
-        if t is not None:
-            yield prefix + attr, module, attr, t, False
-    for mname, child in module._modules.items():
-        if child is not None:
-            yield from _tensors(child, prefix + mname + ".")
+    out, stack = [], [(prefix, module)]
+    while stack:
+        pre, m = stack.pop()
+        for attr, t in m._parameters.items():
+            if t is not None:
+                out.append((pre + attr, m, attr, t, True))
+        for attr, t in m._buffers.items():
+            if t is not None:
+                out.append((pre + attr, m, attr, t, False))
+        stack.extend((pre + n + ".", c) for n, c in reversed(m._modules.items()) if c is not None)
+    return out
 
 
 def _storage(t):
@@ -179,52 +181,152 @@ def publish(module, store, private=(), commit=True):
 
 # ---- materialize ----
 
-def materialize(module, store, strict=True):
-    """Make every parameter and buffer of module a view of the store's memory (a path, or a
-    Connection): no copy, no extra memory; private entries point at this process's copy.
-    The module may be on the meta device.  Names are checked both ways: a name the
-    store lacks or a name the module lacks is an error that lists them (strict)."""
-    conn = store if isinstance(store, Connection) else connect(store, "ro")
-    conn.import_all()  # maps what is not mapped yet, loads the entries
-    entries = {e.key[len(PREFIX):]: e for e in conn.meta_items(PREFIX)}
-    items = list(_tensors(module))
+_DTYPE_NAMES = {d: n for n, d in _DTYPES.items()}
+
+
+def _manifest(conn):
+    """{name: [name, alloc, offset, size, private, ptr, value]} of the store's tensor entries,
+    from one library call (gmsfs_torch_manifest) and one JSON parse."""
+    p, n = ctypes.c_void_p(), ctypes.c_size_t()
+    conn._check(_c.gmsfs_torch_manifest(conn._handle(), ctypes.byref(p), ctypes.byref(n)), "materialize")
+    try:
+        return {r[0]: r for r in json.loads(ctypes.string_at(p, n.value))}
+    finally:
+        _c.gmsfs_text_free(p)
+
+
+def _persistent(owner, attr, is_param):
+    """In state_dict: parameters and persistent buffers (what a checkpoint holds)."""
+    return is_param or attr not in owner._non_persistent_buffers_set
+
+
+def _check_names(items, rows, strict, store):
+    """The module's persistent state and the store, both ways; a name the store lacks is
+    fine when it is tied to one the store has (the same tensor under two names)."""
+    have = {id(t) for name, _, _, t, _ in items if name in rows}
+    persistent = {name for name, owner, attr, t, p in items if _persistent(owner, attr, p) and id(t) not in have}
     names = {i[0] for i in items}
-    missing, extra = sorted(names - entries.keys()), sorted(entries.keys() - names)
+    missing, extra = sorted(persistent - rows.keys()), sorted(rows.keys() - names)
     if strict and (missing or extra):
         raise KeyError("materialize %s: the store lacks %s; the module lacks %s"
-                       % (conn.store, missing or "nothing", extra or "nothing"))
-    items = [i for i in items if i[0] in entries]
-    # One JSON parse for every value, one tensor per allocation and dtype to view into:
-    # the per-tensor work is one as_strided (a model has hundreds of tensors).
-    values = json.loads(b"[%s]" % b",".join(entries[i[0]].value for i in items)) if items else []
-    device = _device(conn)
+                       % (store, missing or "nothing", extra or "nothing"))
+
+
+def _lacking_buffers(module, items, rows, device, init, store):
+    """Non-persistent buffers the store lacks (a checkpoint never holds them): {owner:
+    [attr]} of those still on the meta device, which the module's own code must make.
+    Checked before the module is touched: who makes them, or an error that says what to
+    call."""
+    owners = {}
+    for name, owner, attr, t, is_param in items:
+        if name not in rows and not _persistent(owner, attr, is_param) and t.device.type == "meta":
+            owners.setdefault(owner, []).append((name, attr))
+    if not owners:
+        return owners, None
+    init = init or getattr(module, "_init_weights", None)  # a transformers model's own code
+    names = sorted(n for v in owners.values() for n, _ in v)
+    if init is None:
+        raise RuntimeError("materialize %s: the store lacks the non-persistent buffers %s (no checkpoint holds "
+                           "them) and they are on the meta device: pass init=FN (called as FN(owner) for each "
+                           "module that owns some, once they are allocated on %s) to compute them, or publish "
+                           "the module with gmsfs.torch.publish, which stores every buffer" % (store, names, device))
+    with_params = [n for o, v in owners.items() if any(True for _ in o.parameters(recurse=False)) for n, _ in v]
+    if with_params:
+        raise RuntimeError("materialize %s: %s belong to modules with parameters of their own, which their init "
+                           "would overwrite in the store: compute them yourself after materialize(strict=False)"
+                           % (store, with_params))
+    return owners, init
+
+
+def _make_buffers(owners, init, device):
+    """Allocate the lacking buffers on the store's device (NaN where they can hold it, so
+    that what init leaves unset shows), then let the module's code fill them."""
+    for owner, v in owners.items():
+        for _, attr in v:
+            b = owner._buffers[attr]
+            owner._buffers[attr] = torch.full(b.shape, float("nan"), dtype=b.dtype, device=device) \
+                if b.dtype.is_floating_point else torch.zeros(b.shape, dtype=b.dtype, device=device)
+        with torch.no_grad():
+            init(owner)
+        left = [n for n, attr in v if owner._buffers[attr].device.type == "meta" or
+                (owner._buffers[attr].is_floating_point() and bool(torch.isnan(owner._buffers[attr]).any()))]
+        if left:
+            raise RuntimeError("materialize: %s were left unset by %s: compute them after materialize(strict=False)"
+                               % (left, getattr(init, "__qualname__", init)))
+
+
+def _views(conn, items, rows, device):
+    """[(owner, attr, is_param, view)] for every tensor the store has (a tied one, the same
+    tensor under another name, once), and the mismatches of shape or dtype, in one pass:
+    one view per tensor of one typed base per allocation and dtype, so that the work per
+    tensor is one as_strided (a model has hundreds of tensors)."""
     slabs = {m.name: m for m in conn.mappings}
-    typed, made = {}, {}
-    for (name, owner, attr, _, is_param), d in zip(items, values):
-        e = entries[name]
-        dtype = _DTYPES[d["dtype"]]
-        shape, stride, soff = tuple(d["shape"]), tuple(d["stride"]), d["storage_offset"]
-        key = (e.ptr, d["dtype"], shape, stride, soff, is_param)
-        obj = made.get(key)
+    typed, made, views, bad, later = {}, {}, [], [], []
+    for name, owner, attr, t, is_param in items:
+        r = rows.get(name)
+        if r is None:
+            later.append((owner, attr, t, is_param))
+            continue
+        obj = made.get(id(t))
         if obj is None:
+            _, alloc, offset, size, private, ptr, d = r
+            dtype, shape = _DTYPES[d["dtype"]], tuple(d["shape"])
+            if shape != t.shape or dtype is not t.dtype:
+                bad.append("%s mismatch for %s: the store has %s, the module has %s" % (
+                    ("size", name, "shape %s" % list(shape), "shape %s" % list(t.shape)) if shape != t.shape else
+                    ("dtype", name, d["dtype"], _DTYPE_NAMES.get(t.dtype, t.dtype))))
+                continue
             if 0 in shape:
                 view = torch.empty(shape, dtype=dtype, device=device)
-            elif e.ptr is None:
-                raise GmsfsError(errno.ENOENT, "materialize: %s's allocation %s is not mapped" % (name, e.alloc))
+            elif ptr is None:
+                raise GmsfsError(errno.ENOENT, "materialize: %s's allocation %s is not mapped" % (name, alloc))
             else:
                 # Shared entries view their allocation's mapping; a private one (its own
                 # copy) or an odd offset views its own bytes.
-                m, size = slabs.get(e.alloc), _ITEMSIZE[dtype]
-                shared = m is not None and not e.private and m.ptr + e.offset == e.ptr and e.offset % size == 0
-                where = (e.alloc, dtype) if shared else (e.ptr, dtype)
+                m, isz = slabs.get(alloc), _ITEMSIZE[dtype]
+                shared = m is not None and not private and m.ptr + offset == ptr and offset % isz == 0
+                where = (alloc, dtype) if shared else (ptr, dtype)
                 base = typed.get(where)
                 if base is None:
-                    raw = _bytes_at(m.ptr, m.size - m.size % size, device) if shared else _bytes_at(e.ptr, e.size, device)
+                    raw = _bytes_at(m.ptr, m.size - m.size % isz, device) if shared else _bytes_at(ptr, size, device)
                     base = typed[where] = raw.view(dtype)
-                view = base.as_strided(shape, stride, (e.offset // size if shared else 0) + soff)
-            obj = torch.nn.Parameter(view, requires_grad=False) if is_param else view
-            made[key] = obj
+                view = base.as_strided(shape, tuple(d["stride"]), (offset // isz if shared else 0) +
+                                       d["storage_offset"])
+            obj = made[id(t)] = torch.nn.Parameter(view, requires_grad=False) if is_param else view
+        views.append((owner, attr, is_param, obj))
+    for owner, attr, t, is_param in later:  # a tied name the store has under another one
+        if id(t) in made:
+            views.append((owner, attr, is_param, made[id(t)]))
+    return views, bad
+
+
+def materialize(module, store, strict=True, init=None):
+    """Make every parameter and buffer of module a view of the store's memory (a path, or a
+    Connection): no copy, no extra memory; private entries point at this process's copy.
+    The module may be on the meta device.
+
+    strict: the module's persistent state (its state_dict) and the store's tensors must
+    name the same tensors, both ways (a tied name, the same tensor as one the store has,
+    needs no entry); a KeyError lists what differs.  Shapes and dtypes are checked for
+    every tensor before the module is touched (a RuntimeError names each mismatch with
+    both sides).  Non-persistent buffers the store lacks (never in a checkpoint: a
+    transformers model's rotary inv_freq) are allocated on the store's device and made by
+    the module's own code: init(owner), by default the model's _init_weights (transformers);
+    a module with neither is refused with what to call, before it is touched."""
+    conn = store if isinstance(store, Connection) else connect(store, "ro")
+    conn.import_all()  # maps what is not mapped yet, loads the entries
+    rows = _manifest(conn)
+    items = _tensors(module)
+    _check_names(items, rows, strict, conn.store)
+    device = _device(conn)
+    owners, init = _lacking_buffers(module, items, rows, device, init, conn.store)
+    views, bad = _views(conn, items, rows, device)
+    if bad:  # every tensor checked before the module is touched, as load_state_dict names them
+        raise RuntimeError("materialize %s: %d tensor(s) do not match, the module is unchanged:\n  %s"
+                           % (conn.store, len(bad), "\n  ".join(bad)))
+    for owner, attr, is_param, obj in views:
         (owner._parameters if is_param else owner._buffers)[attr] = obj
+    _make_buffers(owners, init, device)
     module._gmsfs = conn
     return module
 
@@ -247,12 +349,32 @@ def _build_meta(build):
     return build()
 
 
+def _slabs(conn):
+    return {m.name for m in conn.mappings if m.name.startswith(PREFIX + "slab")}
+
+
+def _drop_unused_slabs(module, conn, made):
+    """Slabs the allocator made (made) that hold no tensor of module: the build's freed
+    temporaries, which no reader could ever use, leave the store before it is published."""
+    used = {conn.find_ptr(_storage(t)[0])[0].name for _, _, _, t, _ in _tensors(module)
+            if t.numel() and conn.find_ptr(_storage(t)[0]) is not None}
+    for name in sorted(made - used):
+        conn.free(name)
+
+
 def load_or_publish(store, build, load_weights, read_only=False, timeout=None, private=(), slab_bytes=0):
     """GMS's RW_OR_RO flow.  The first process on the store (nothing committed) builds the
     module, loads its weights and publishes them; every later one builds it on the meta
     device and materializes it.  read_only: never write, and fail at once (ENOENT) when
     nothing is committed.  Returns the module: its connection is module._gmsfs, and
-    module._gmsfs_published says whether this process published or materialized."""
+    module._gmsfs_published says whether this process published or materialized.
+
+    On a GPU, build() runs under the store's allocator: its parameters and buffers are made
+    in the store's slabs, and publishing copies nothing.  load_weights(module) runs outside
+    it: whatever it reads or makes on the way (a checkpoint loaded to the GPU, then copied
+    into the parameters) comes from PyTorch's own memory, not the store's; slabs the build
+    left empty are given back before the commit.  The store holds the model, not its
+    loader's temporaries."""
     try:
         conn = connect(store, "ro" if read_only else "auto", 0 if read_only else timeout)
     except GmsfsError as e:
@@ -260,10 +382,14 @@ def load_or_publish(store, build, load_weights, read_only=False, timeout=None, p
             raise GmsfsError(errno.ENOENT, "load_or_publish %s: nothing is committed (read_only)" % store) from e
         raise
     if conn.lock_mode == "rw":
+        before = _slabs(conn)
         ctx = allocator(conn, slab_bytes) if conn.backend == "cuda" else contextlib.nullcontext()
         with ctx:
             module = build()
-            load_weights(module)
+        load_weights(module)
+        if conn.backend == "cuda":
+            torch.cuda.synchronize()
+            _drop_unused_slabs(module, conn, _slabs(conn) - before)
         publish(module, conn, private=private)
         module._gmsfs_published = True
         return module

@@ -27,7 +27,7 @@ def publish_words(store, n=4, size=65536):
 
 
 def test_version_is_checked():
-    assert gmsfs.version == 200 and gmsfs.version_string == "0.2.0"
+    assert gmsfs.version == 300 and gmsfs.version_string == "0.3.0"
     assert os.path.exists(gmsfs.library_path)
 
 

@@ -197,3 +197,106 @@ def test_snapshot_restores_the_same_layout_hash(store, tmp_path):
     os.mkdir(third)
     r = run(SNAP, "restore", third, str(snap))
     assert r.returncode == 1 and "not hex" in r.stderr and state(third)["state"] == "EMPTY"
+
+
+class Rotary(torch.nn.Module):
+    """A transformers-style rotary embedding: a non-persistent buffer no checkpoint holds."""
+
+    def __init__(self, device=None):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 8, 2, device=device).float() / 8)),
+                             persistent=False)
+
+
+class Llamaish(torch.nn.Module):
+    """A checkpoint's model as transformers builds it: tied head, rotary buffer, _init_weights."""
+
+    def __init__(self, device=None, hidden=8):
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, hidden, device=device)
+        self.proj = torch.nn.Linear(hidden, hidden, bias=False, device=device)
+        self.head = torch.nn.Linear(hidden, 16, bias=False, device=device)
+        self.head.weight = self.embed.weight
+        self.rotary = Rotary(device)
+
+    def _init_weights(self, module):  # what transformers' PreTrainedModel has
+        if isinstance(module, Rotary):
+            module.inv_freq.copy_(Rotary().inv_freq)
+
+
+def llamaish_checkpoint(tmp_path, hidden=8):
+    r = np.random.default_rng(1)
+    f = tmp_path / "model.safetensors"
+    write_st(f, {"embed.weight": ("F32", r.standard_normal((16, hidden)).astype(np.float32)),
+                 "proj.weight": ("F32", r.standard_normal((hidden, hidden)).astype(np.float32))})
+    return f
+
+
+def test_a_checkpoint_materializes_as_transformers_builds_models(store, tmp_path):
+    """Non-persistent buffers (not in the checkpoint) are made by the model's own code on
+    the store's device; a tied name the checkpoint lacks follows its twin."""
+    f = llamaish_checkpoint(tmp_path)
+    assert run(LOAD, "-q", store, str(f)).returncode == 0
+    m = gt.materialize(Llamaish(device="meta"), store)
+    assert m.rotary.inv_freq.device.type == "cpu"
+    assert torch.equal(m.rotary.inv_freq, Rotary().inv_freq)
+    assert m.head.weight is m.embed.weight
+    for n, shape in (("embed.weight", (16, 8)), ("proj.weight", (8, 8))):
+        want = np.frombuffer(read_st(f)[n][2], np.float32).reshape(shape)
+        assert np.array_equal(dict(m.named_parameters())[n].numpy(), want), n
+    m._gmsfs.close()
+
+
+def test_a_module_that_cannot_make_its_buffers_is_told_what_to_call_and_left_alone(store, tmp_path):
+    f = llamaish_checkpoint(tmp_path)
+    assert run(LOAD, "-q", store, str(f)).returncode == 0
+
+    class NoInit(Llamaish):
+        _init_weights = None
+    m = NoInit(device="meta")
+    with pytest.raises(RuntimeError, match=r"lacks the non-persistent buffers \['rotary.inv_freq'\].*init="):
+        gt.materialize(m, store)
+    assert m.proj.weight.device.type == "meta", "refused before the module was touched"
+    made = []
+    gt.materialize(m, store, init=lambda owner: (made.append(owner), owner.inv_freq.copy_(Rotary().inv_freq)))
+    assert made == [m.rotary] and torch.equal(m.rotary.inv_freq, Rotary().inv_freq)
+    m._gmsfs.close()
+
+
+def test_shapes_and_dtypes_are_checked_before_the_module_is_touched(store, tmp_path):
+    f = llamaish_checkpoint(tmp_path, hidden=4)
+    assert run(LOAD, "-q", store, str(f)).returncode == 0
+    m = Llamaish(device="meta", hidden=8)
+    with pytest.raises(RuntimeError) as e:
+        gt.materialize(m, store)
+    msg = str(e.value)
+    assert "size mismatch for embed.weight: the store has shape [16, 4], the module has shape [16, 8]" in msg
+    assert "size mismatch for proj.weight: the store has shape [4, 4], the module has shape [8, 8]" in msg
+    assert all(p.device.type == "meta" for p in m.parameters()), "the module is as it was"
+    m = Llamaish(device="meta", hidden=4).to(torch.float64)
+    with pytest.raises(RuntimeError, match="dtype mismatch for embed.weight: the store has float32, the module "
+                                           "has float64"):
+        gt.materialize(m, store)
+
+
+def test_load_in_this_process_at_gmsfs_loads_speed_then_commit(store, tmp_path):
+    """gmsfs.load: what gmsfs-load does, inside the writer's own session (no second process
+    could join it); nothing stays without a commit."""
+    f = tmp_path / "model.safetensors"
+    write_st(f, model_tensors(3))
+    with gmsfs.connect(store, "rw") as c:
+        gmsfs.load(c, f)
+        assert state(store)["state"] == "RW"
+    assert state(store)["state"] == "EMPTY", "closed without commit: nothing stays"
+    with gmsfs.connect(store, "rw") as c:
+        with pytest.raises(gmsfs.GmsfsError, match="data_offsets outside the file's data"):
+            bad = tmp_path / "bad.safetensors"
+            write_st(bad, model_tensors(3), raw=lambda d: d[:-5])
+            gmsfs.load(c, bad)
+        gmsfs.load(c, f)
+        c.commit()
+    m = gt.materialize(Model(), store)
+    for name, (dt, a) in model_tensors(3).items():
+        got = dict(m.named_parameters(), **dict(m.named_buffers()))[name]
+        assert np.array_equal(got.numpy(), a), name
+    m._gmsfs.close()

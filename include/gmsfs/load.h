@@ -1,0 +1,31 @@
+/* gmsfs/load.h: a safetensors checkpoint into a store, from the process that holds its
+ * writer session (libgmsfs-load; gmsfs-load(1) is a command around it, and the Python
+ * package's gmsfs.load calls it).  See gmsfs-load(1). */
+#ifndef GMSFS_LOAD_H
+#define GMSFS_LOAD_H
+
+#include <stdint.h>
+#include <gmsfs/gmsfs.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GMSFS_LOAD_PROGRESS 1u /* bytes, rate and time left on stderr */
+#define GMSFS_LOAD_VERBOSE 2u  /* each phase's time on stderr */
+
+/* Load path (FILE.safetensors, or a folder with model.safetensors.index.json and its
+ * shards, or with model.safetensors) into g, which holds the writer session of a store
+ * with no allocations: every header checked before the store is touched, then slabs of
+ * slab_bytes (0: GMSFS_TORCH_SLAB_BYTES) with every tensor copied in, GMSFS_TORCH_ALIGN
+ * apart, and an entry per tensor (gmsfs(5), "Tensors").  No commit: the caller commits,
+ * or disconnects and nothing stays.  On cuda the store's GPU's primary context is made
+ * current in the calling thread (the one PyTorch uses).  0 or -errno, the reason in err
+ * (-EEXIST: the store holds allocations; -EPERM: g is not a writer's). */
+GMSFS_API int gmsfs_load(gmsfs *g, const char *path, uint64_t slab_bytes, unsigned flags, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

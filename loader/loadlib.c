@@ -1,0 +1,282 @@
+/* loadlib: a safetensors checkpoint into a writer's handle (gmsfs_load, <gmsfs/load.h>):
+ * every tensor packed into slabs as PyTorch's allocator would place them
+ * (GMSFS_TORCH_ALIGN-aligned), copied, an entry "torch/NAME" per tensor (its extent, and
+ * {dtype, shape, stride, storage_offset, param, source} as gmsfs(5) "Tensors" says), no
+ * commit.  Every header is checked before the store is touched.  What gmsfs-load runs,
+ * and what a Python engine calls in its own process (gmsfs.load). */
+#include "copy.h"
+#include "json.h"
+#include "store_files.h"
+#include "safetensors.h"
+#include "why.h"
+
+#include <gmsfs/gmsfs.h>
+#include <gmsfs/load.h>
+#include <gmsfs/torch.h>
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ALIGN GMSFS_TORCH_ALIGN
+
+struct placed {
+	const struct st_file *f;
+	const struct st_tensor *t;
+	size_t slab;
+	uint64_t off;
+};
+
+struct job {
+	const char *store;
+	struct st_file *files;
+	size_t nfiles;
+	struct placed *p;
+	size_t n;
+	uint64_t *slab_size;
+	size_t nslabs;
+	uint64_t bytes;
+	bool progress, verbose;
+	double t0, t_start, t_begin;
+	char err[1024];
+};
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* The checkpoint's files, each checked. */
+static int open_files(struct job *j, const char *path)
+{
+	struct stat s;
+	char **names = NULL;
+	size_t n = 0;
+	int e = 0;
+	if (stat(path, &s)) {
+		snprintf(j->err, sizeof j->err, "%s: %s", path, strerror(errno));
+		return -errno;
+	}
+	if (S_ISDIR(s.st_mode)) {
+		char idx[4096], one[4096];
+		snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", path);
+		snprintf(one, sizeof one, "%s/model.safetensors", path);
+		if (!access(idx, R_OK)) {
+			e = st_index(idx, &names, &n, j->err, sizeof j->err);
+		} else if (!access(one, R_OK)) {
+			names = calloc(1, sizeof *names);
+			e = names && (names[0] = strdup(one)) ? (n = 1, 0) : -ENOMEM;
+		} else {
+			snprintf(j->err, sizeof j->err, "%s: no model.safetensors.index.json or model.safetensors", path);
+			return -ENOENT;
+		}
+	} else {
+		names = calloc(1, sizeof *names);
+		e = names && (names[0] = strdup(path)) ? (n = 1, 0) : -ENOMEM;
+	}
+	if (!e && !(j->files = calloc(n ? n : 1, sizeof *j->files)))
+		e = -ENOMEM;
+	for (size_t i = 0; !e && i < n; i++, j->nfiles++)
+		e = st_open(names[i], &j->files[i], j->err, sizeof j->err);
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	if (e == -ENOMEM)
+		snprintf(j->err, sizeof j->err, "out of memory");
+	return e;
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(((const struct placed *)a)->t->name, ((const struct placed *)b)->t->name);
+}
+
+/* Slabs and offsets, in the files' order (reads stay sequential); names once. */
+static int place(struct job *j, uint64_t slab_bytes)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < j->nfiles; i++)
+		total += j->files[i].n;
+	j->p = calloc(total ? total : 1, sizeof *j->p);
+	j->slab_size = calloc(total + 1, sizeof *j->slab_size);
+	if (!j->p || !j->slab_size)
+		return -ENOMEM;
+	uint64_t used = 0;
+	for (size_t i = 0; i < j->nfiles; i++)
+		for (size_t k = 0; k < j->files[i].n; k++) {
+			const struct st_tensor *t = &j->files[i].t[k];
+			uint64_t len = t->end - t->begin, at = (used + ALIGN - 1) / ALIGN * ALIGN;
+			if (!j->nslabs || (at + len > slab_bytes && used)) {
+				j->nslabs++;
+				at = 0;
+			}
+			j->p[j->n++] = (struct placed){ &j->files[i], t, j->nslabs - 1, at };
+			used = at + len;
+			if (j->slab_size[j->nslabs - 1] < used)
+				j->slab_size[j->nslabs - 1] = used;
+			j->bytes += len;
+		}
+	struct placed *v = malloc((j->n ? j->n : 1) * sizeof *v);
+	if (!v)
+		return -ENOMEM;
+	memcpy(v, j->p, j->n * sizeof *v);
+	qsort(v, j->n, sizeof *v, by_name);
+	for (size_t i = 1; i < j->n; i++)
+		if (!strcmp(v[i].t->name, v[i - 1].t->name)) {
+			snprintf(j->err, sizeof j->err, "tensor %s is in both %s and %s", v[i].t->name, v[i - 1].f->path,
+				 v[i].f->path);
+			free(v);
+			return -EINVAL;
+		}
+	free(v);
+	return 0;
+}
+
+/* {"dtype":...,"shape":[...],"stride":[...],"storage_offset":0,"source":"..."} */
+static char *value_of(const struct placed *p)
+{
+	char *s = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&s, &len);
+	if (!f)
+		return NULL;
+	const struct st_tensor *t = p->t;
+	fprintf(f, "{\"dtype\":\"%s\",\"shape\":[", t->torch);
+	for (unsigned d = 0; d < t->ndim; d++)
+		fprintf(f, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
+	fputs("],\"stride\":[", f);
+	for (unsigned d = 0; d < t->ndim; d++) {
+		uint64_t stride = 1;
+		for (unsigned k = d + 1; k < t->ndim; k++)
+			stride *= t->shape[k];
+		fprintf(f, "%s%llu", d ? "," : "", (unsigned long long)stride);
+	}
+	fputs("],\"storage_offset\":0,\"param\":true,\"source\":", f);
+	const char *base = strrchr(p->f->path, '/');
+	js_write_str(f, base ? base + 1 : p->f->path);
+	fputc('}', f);
+	return fclose(f) ? (free(s), NULL) : s;
+}
+
+/* cp_run's progress, on a terminal: bytes, rate, time left. */
+static void show(void *arg, uint64_t done)
+{
+	const struct job *j = arg;
+	double dt = now_s() - j->t0, rate = dt > 0 ? (double)done / dt : 0;
+	fprintf(stderr, "\r%s: %.2f of %.2f GB, %.2f GB/s, %.0f s left   ", j->store, done / 1e9, j->bytes / 1e9,
+		rate / 1e9, rate > 0 ? (double)(j->bytes - done) / rate : 0.0);
+}
+
+/* -v: where the time goes, one line per phase on stderr. */
+static void phase(struct job *j, const char *what)
+{
+	double t = now_s();
+	if (j->verbose)
+		fprintf(stderr, "gmsfs-load: %-32s %8.1f ms\n", what, (t - j->t_start) * 1e3);
+	j->t_start = t;
+}
+
+/* Create the slabs, copy, put the entries: all or nothing (the caller commits). */
+static int load(struct job *j, gmsfs *g, struct cp *c)
+{
+	struct gmsfs_new *v = calloc(j->nslabs ? j->nslabs : 1, sizeof *v);
+	char (*names)[48] = calloc(j->nslabs ? j->nslabs : 1, sizeof *names);
+	struct gmsfs_entry *ent = calloc(j->n ? j->n : 1, sizeof *ent);
+	char **keys = calloc(j->n ? j->n : 1, sizeof *keys), **vals = calloc(j->n ? j->n : 1, sizeof *vals);
+	int e = v && names && ent && keys && vals ? 0 : -ENOMEM;
+	for (size_t i = 0; !e && i < j->nslabs; i++) {
+		snprintf(names[i], sizeof names[i], GMSFS_TORCH_PREFIX "load%05zu", i);
+		v[i] = (struct gmsfs_new){ .name = names[i], .size = j->slab_size[i] ? j->slab_size[i] : ALIGN, .tag = GMSFS_TORCH_TAG };
+	}
+	if (!e && j->nslabs && (e = gmsfs_create_many(g, v, j->nslabs)))
+		snprintf(j->err, sizeof j->err, "%s", gmsfs_errmsg(g));
+	phase(j, "slabs created and mapped");
+	int *file = calloc(j->nfiles ? j->nfiles : 1, sizeof *file);
+	if (!e && !file)
+		e = -ENOMEM;
+	for (size_t i = 0; !e && i < j->nfiles; i++)
+		if ((file[i] = cp_file(c, j->files[i].path, j->err, sizeof j->err)) < 0)
+			e = file[i];
+	for (size_t i = 0; !e && i < j->n; i++) {
+		const struct placed *p = &j->p[i];
+		uint64_t len = p->t->end - p->t->begin;
+		e = cp_add(c, file[p->f - j->files], p->f->data_start + p->t->begin, (char *)v[p->slab].ptr + p->off, len);
+		if (!e && (asprintf(&keys[i], GMSFS_TORCH_PREFIX "%s", p->t->name) < 0 || !(vals[i] = value_of(p))))
+			e = -ENOMEM;
+		if (!e)
+			ent[i] = (struct gmsfs_entry){ .key = keys[i], .alloc = names[p->slab], .offset = p->off, .size = len,
+						       .value = vals[i], .value_len = strlen(vals[i]) };
+	}
+	char why[512];
+	j->t0 = now_s();
+	if (!e && (e = cp_run(c, j->progress ? show : NULL, j, why, sizeof why)))
+		snprintf(j->err, sizeof j->err, "copying: %s", why);
+	if (!e && j->verbose)
+		fprintf(stderr, "gmsfs-load: %-32s %8.1f ms, %.2f GB/s, %.3f GB of it past the page cache\n",
+			"bytes copied", (now_s() - j->t_start) * 1e3, j->bytes / (now_s() - j->t_start) / 1e9,
+			cp_direct_bytes(c) / 1e9);
+	j->t_start = now_s();
+	if (j->progress && !e)
+		fputc('\n', stderr);
+	free(file);
+	if (!e && j->n && (e = gmsfs_meta_put_many(g, ent, j->n)))
+		snprintf(j->err, sizeof j->err, "%s", gmsfs_errmsg(g));
+	phase(j, "entries put");
+	for (size_t i = 0; keys && vals && i < j->n; i++) {
+		free(keys[i]);
+		free(vals[i]);
+	}
+	free(keys);
+	free(vals);
+	free(ent);
+	free(names);
+	free(v);
+	if (e == -ENOMEM && !j->err[0])
+		snprintf(j->err, sizeof j->err, "out of memory");
+	return e;
+}
+
+int gmsfs_load(gmsfs *g, const char *path, uint64_t slab_bytes, unsigned flags, char *err, size_t errlen)
+{
+	struct job j = { .progress = flags & GMSFS_LOAD_PROGRESS, .verbose = flags & GMSFS_LOAD_VERBOSE };
+	j.t_start = j.t_begin = now_s();
+	if (errlen)
+		err[0] = '\0';
+	if (!g || !path || (flags & ~(GMSFS_LOAD_PROGRESS | GMSFS_LOAD_VERBOSE)))
+		return why_fmt(err, errlen, -EINVAL, "gmsfs_load: no handle, no path, or unknown flags");
+	if (gmsfs_lock_mode(g) != GMSFS_RW)
+		return why_fmt(err, errlen, -EPERM, "gmsfs_load: the handle does not hold the writer session");
+	j.store = gmsfs_store_path(g);
+	struct cp *c = NULL;
+	int e = open_files(&j, path);
+	if (!e)
+		e = place(&j, slab_bytes ? slab_bytes : GMSFS_TORCH_SLAB_BYTES);
+	phase(&j, "headers read and checked");
+	if (!e)
+		e = cp_open(j.store, &c, j.err, sizeof j.err);
+	phase(&j, "device opened (CUDA context)");
+	if (!e && sf_allocations(j.store) != 0) {
+		snprintf(j.err, sizeof j.err, "%s holds allocations already: load into an empty store", j.store);
+		e = -EEXIST;
+	}
+	if (!e)
+		e = load(&j, g, c);
+	if (j.verbose)
+		fprintf(stderr, "gmsfs-load: %-32s %8.1f ms\n", "in all", (now_s() - j.t_begin) * 1e3);
+	cp_close(c);
+	for (size_t k = 0; k < j.nfiles; k++)
+		st_free(&j.files[k]);
+	free(j.files);
+	free(j.p);
+	free(j.slab_size);
+	if (e)
+		why_fmt(err, errlen, e, "%s", j.err[0] ? j.err : gmsfs_strerror(e));
+	return e;
+}

@@ -1,0 +1,82 @@
+"""gmsfs.transformers: a Hugging Face transformers model from a store, loaded once per GPU.
+
+    import gmsfs.transformers
+    model = gmsfs.transformers.from_pretrained("/run/gmsfs/GPU-.../llama", "/models/Llama-3-8B")
+
+The first process on the store (nothing committed yet) loads the checkpoint folder's
+safetensors at gmsfs-load's speed, in this process (gmsfs.load), and publishes it; every
+later process builds the model on the meta device and materializes it: each weight a
+zero-copy view of the store, ready in milliseconds.  Engines started together wait for
+the one that loads (RW_OR_RO), never on each other.  The config and the generation config
+come from the folder, as transformers' own from_pretrained takes them; the model's
+non-persistent buffers (rotary inv_freq: never in a checkpoint) are computed by its own
+_init_weights on the store's device.  The model comes back in eval mode, on the store's
+device, with the same logits, bit for bit, as transformers' from_pretrained of the folder.
+"""
+import os
+
+import torch
+
+import gmsfs
+
+from . import torch as gt
+
+
+def _dtype_of(config, dtype):
+    """The dtype asked for, else the checkpoint's (config.dtype, torch_dtype before 5.0):
+    a view cannot convert, so a model in another dtype than the store's is refused."""
+    if dtype not in (None, "auto"):
+        return getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    d = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    return getattr(torch, d) if isinstance(d, str) else d
+
+
+def build_meta(config, model_class=None, dtype=None):
+    """The model of config, every tensor on the meta device (no memory, no init)."""
+    import transformers
+    cls = model_class or transformers.AutoModelForCausalLM
+    dtype = _dtype_of(config, dtype)
+    default = torch.get_default_dtype()
+    try:
+        if dtype is not None and dtype.is_floating_point:
+            torch.set_default_dtype(dtype)
+        major = int(transformers.__version__.split(".")[0])
+        kw = {} if dtype is None else {"dtype" if major >= 5 else "torch_dtype": dtype}
+        with torch.device("meta"):
+            return cls.from_config(config, **kw)
+    finally:
+        torch.set_default_dtype(default)
+
+
+def from_pretrained(store, path, *, model_class=None, dtype=None, timeout=None, read_only=False, config=None,
+                    **config_kwargs):
+    """A model of the checkpoint folder path, its weights in store (a directory of a gmsfs
+    mount).  The first process loads path into the store and commits; every process then
+    materializes the model from it.  model_class: an AutoModel class or a model class
+    (default AutoModelForCausalLM); dtype: the model's (default: the checkpoint's);
+    timeout: seconds to wait for the store (None: as long as it takes); read_only: never
+    load (ENOENT at once if nothing is committed); config: a config object instead of
+    path's; config_kwargs go to AutoConfig.from_pretrained.  model._gmsfs is the store's
+    connection (it holds the read lock), model._gmsfs_published whether this process
+    loaded."""
+    import transformers
+    path = os.fspath(path)
+    if config is None:
+        config = transformers.AutoConfig.from_pretrained(path, **config_kwargs)
+    conn = gmsfs.connect(store, "ro" if read_only else "auto", 0 if read_only else timeout)
+    published = conn.lock_mode == "rw"
+    if published:
+        try:
+            gmsfs.load(conn, path)
+            conn.commit()
+        except BaseException:
+            conn.close()  # nothing half loaded stays: the next engine loads
+            raise
+    model = build_meta(config, model_class, dtype)
+    gt.materialize(model, conn)
+    gen = os.path.join(path, "generation_config.json")
+    if os.path.exists(gen) and getattr(model, "generation_config", None) is not None:
+        model.generation_config = transformers.GenerationConfig.from_pretrained(path)
+    model.eval()
+    model._gmsfs_published = published
+    return model
