@@ -371,11 +371,11 @@ int gmsfs_create_many(gmsfs *g, struct gmsfs_new *v, size_t n)
 
 int gmsfs_create(gmsfs *g, const char *name, uint64_t size, const char *tag, void **ptr)
 {
-	if (!g || !ptr)
-		return g ? gm_error(g, -EINVAL, "create: no place for the pointer") : -EINVAL;
+	if (!g)
+		return -EINVAL;
 	struct gmsfs_new v = { .name = name, .size = size, .tag = tag };
 	int e = gmsfs_create_many(g, &v, 1);
-	if (!e)
+	if (!e && ptr)
 		*ptr = v.ptr;
 	return e;
 }

@@ -83,7 +83,8 @@ GMSFS_API int gmsfs_find(const gmsfs *g, const char *name, struct gmsfs_mapping 
 GMSFS_API int gmsfs_find_ptr(const gmsfs *g, const void *ptr, struct gmsfs_mapping *out, uint64_t *offset);
 
 /* ---- RW ---- */
-/* Create allocs/NAME of size bytes with tag (NULL: "default") and map it read-write. */
+/* Create allocs/NAME of size bytes with tag (NULL: "default") and map it read-write, at
+ * *ptr (ptr may be NULL: gmsfs_find tells where). */
 GMSFS_API int gmsfs_create(gmsfs *g, const char *name, uint64_t size, const char *tag, void **ptr);
 /* One allocation for gmsfs_create_many. */
 struct gmsfs_new {

@@ -211,6 +211,29 @@ int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size)
 	return e;
 }
 
+static int by_pid(const void *a, const void *b)
+{
+	pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+	return (x > y) - (x < y);
+}
+
+unsigned store_readers(const struct store *st)
+{
+	size_t n = 0, cap = 0;
+	pid_t *v = NULL;
+	for (const struct fs_handle *h = st->handles.next; h != &st->handles; h = h->next)
+		if (h->hold == HOLD_READ && !GROW(v, n, cap, 16))
+			v[n++] = h->tgid;
+	if (!v) /* none, or out of memory: then at least the lock's count says whether any */
+		return st->lock.fsm.readers ? 1 : 0;
+	qsort(v, n, sizeof *v, by_pid);
+	unsigned k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += !i || v[i] != v[i - 1];
+	free(v);
+	return k;
+}
+
 void store_track(struct store *st, struct fs_handle *h)
 {
 	h->next = st->handles.next;

@@ -66,6 +66,8 @@ void store_untrack(struct fs_handle *h);
 int store_cannot_tell(struct store *st, int e);
 /* Set last_error (printf-style) and tell pollers. */
 void store_error(struct store *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Processes that hold a read lock on st (a process holds one handle or many). */
+unsigned store_readers(const struct store *st);
 /* Size an allocation once: memory from the backend, or ENOSPC with last_error. */
 int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size);
 

@@ -33,7 +33,7 @@ int text_state(struct store *st, char **out, size_t *len)
 			 "state: %s\nreaders: %u\nwriter: %d\nwaiting_writers: %u\nwaiting_readers: %u\n"
 			 "generation: %llu\nallocations: %llu\nentries: %llu\nbytes: %llu\naligned_bytes: %llu\n"
 			 "layout_hash: %s\nrequests: %llu\nsocket_requests: %llu\nlast_error: %s\n",
-			 st->removed ? "REMOVED" : fsm_state_name(fsm_state(f)), f->readers, (int)f->leader,
+			 st->removed ? "REMOVED" : fsm_state_name(fsm_state(f)), store_readers(st), (int)f->leader,
 			 f->waiting_writers, f->waiting_readers, (unsigned long long)f->generation,
 			 (unsigned long long)s.allocations, (unsigned long long)s.entries,
 			 (unsigned long long)s.bytes, (unsigned long long)s.aligned_bytes,
@@ -151,7 +151,7 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 			", \"readers\": %u, \"writer\": %d, \"waiting_writers\": %u, \"waiting_readers\": %u, "
 			"\"generation\": %llu, \"allocations\": %llu, \"entries\": %llu, \"bytes\": %llu, "
 			"\"aligned_bytes\": %llu, \"layout_hash\": ",
-			q->readers, (int)q->leader, q->waiting_writers, q->waiting_readers,
+			store_readers(s), (int)q->leader, q->waiting_writers, q->waiting_readers,
 			(unsigned long long)q->generation, (unsigned long long)m.allocations,
 			(unsigned long long)m.entries, (unsigned long long)m.bytes, (unsigned long long)m.aligned_bytes);
 		json_str(f, s->meta ? meta_hash_hex(s->meta) : "");
@@ -225,9 +225,9 @@ int text_metrics(struct fs *fs, char **out, size_t *len)
 		for (size_t k = 0; k < sizeof states / sizeof *states; k++)
 			sample(f, "gmsfs_store_state", st[i], "state", fsm_state_name(states[k]),
 			       fsm_state(&st[i]->lock.fsm) == states[k]);
-	header(f, "gmsfs_store_readers", GAUGE, "Read locks held.");
+	header(f, "gmsfs_store_readers", GAUGE, "Processes holding a read lock.");
 	for (size_t i = 0; m && i < n; i++)
-		sample(f, "gmsfs_store_readers", st[i], NULL, NULL, st[i]->lock.fsm.readers);
+		sample(f, "gmsfs_store_readers", st[i], NULL, NULL, store_readers(st[i]));
 	header(f, "gmsfs_store_writer", GAUGE, "1 while a writer session holds the store.");
 	for (size_t i = 0; m && i < n; i++)
 		sample(f, "gmsfs_store_writer", st[i], NULL, NULL, st[i]->lock.fsm.leader != 0);

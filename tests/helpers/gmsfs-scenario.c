@@ -1158,6 +1158,10 @@ static int sc_create_many(void)
 	v[7].name = "w/0"; /* committed, not imported by this handle */
 	CHECK(gmsfs_create_many(g, v, N) == -EEXIST, "a committed name: %s", gmsfs_errmsg(g));
 	v[7].name = names[7];
+	struct gmsfs_mapping nm;
+	CHECK(gmsfs_create(g, "no/ptr", 4096, NULL, NULL) == 0 && gmsfs_find(g, "no/ptr", &nm) == 0 && nm.ptr,
+	      "create with no place for the pointer: %s", gmsfs_errmsg(g));
+	CHECK(gmsfs_free(g, nm.ptr) == 0, "and free it");
 	if (gmsfs_backend(g) == GMSFS_BACKEND_HOST) {
 		/* The daemon makes them; this process cannot reserve the room: they go again. */
 		struct rlimit was, low;
