@@ -3,11 +3,14 @@
 #   tests/variant.sh asan       daemon, library and helpers built with ASan+UBSan (build-asan/):
 #                               any report (errors, leaks at exit) fails
 #   tests/variant.sh valgrind   the daemon under valgrind: no error, nothing lost at exit
+# Every report is kept in build/reports/KIND.TIME/ (beside the bats output, tap.out) and
+# printed whole where the TAP goes, so that a failure says why wherever it ran.
 cd "$(dirname "$0")/.." || exit 1
 kind=$1
-logs=$(mktemp -d /tmp/gmsfs-$kind.XXXXXX)
+mkdir -p build/reports
+logs=$(mktemp -d "$(pwd)/build/reports/$kind.$(date +%Y%m%d-%H%M%S).XXXX")
 chmod 1777 "$logs" # processes of the other user (85-users) write their reports here too
-trap 'rm -rf "$logs"' EXIT
+chmod 755 build/reports "$(pwd)/build" 2>/dev/null
 case $kind in
 asan)
 	export GMSFS_BUILD=build-asan
@@ -23,6 +26,7 @@ valgrind)
 	;;
 esac
 out=$(bats --tap tests/*.bats 2>&1)
+printf '%s\n' "$out" >"$logs/tap.out"
 printf '%s\n' "$out" | grep -v '^1\.\.[0-9]*$'
 n=$(printf '%s\n' "$out" | grep -c '^\(not \)\?ok ')
 failed=$(printf '%s\n' "$out" | grep -c '^not ok ')
@@ -43,9 +47,11 @@ fi
 if [ -z "$reports" ]; then
 	echo "ok $n - $what"
 else
-	echo "not ok $n - $what"
-	printf '%s\n' "$reports" | head -60 | sed 's/^/#   /'
+	echo "not ok $n - $what (every report: $logs)"
+	printf '%s\n' "$reports" | head -2000 | sed 's/^/#   /'
 	failed=$((failed + 1))
 fi
+# Kept when something failed; a clean run's logs go (valgrind's are one per daemon).
+[ "$failed" -eq 0 ] && rm -rf "$logs"
 echo "1..$n"
 [ "$failed" -eq 0 ]
