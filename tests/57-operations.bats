@@ -109,3 +109,88 @@ PY
 	kill -9 $daemon 2>/dev/null || true
 	umount -l "$T/host"
 }
+
+@test "one daemon per mount point: a second start (gmsfs DIR, mount.gmsfs, mount -a of its fstab line) is refused and changes nothing" {
+	mkdir "$T/m" "$T/m2"
+	GMSFS=$GMSFS run "$ROOT/tools/mount.gmsfs" host-node "$T/m" -o "socket=$T/s.sock"
+	assert_success
+	grep -q "^host-node $T/m fuse.gmsfs " /proc/mounts # fsname: the fstab line's source
+	mkdir "$T/m/w"
+	"$BUILD/gmsfs-example" write "$T/m/w" >/dev/null
+	run "$GMSFS" -f -o "socket=$T/other.sock" "$T/m"
+	assert_failure
+	assert_output --partial "$T/m is a gmsfs mount (host-node) served by a live daemon already: one daemon per mount point"
+	GMSFS=$GMSFS run "$ROOT/tools/mount.gmsfs" host-node "$T/m" -o "socket=$T/s2.sock"
+	assert_failure
+	run "$GMSFS" -f -o "socket=$T/s.sock" "$T/m2" # another point, the live one's socket
+	assert_failure
+	assert_output --partial "socket $T/s.sock is served by a live daemon already"
+	! grep -q " $T/m2 " /proc/mounts
+	# mount -a sees the line mounted: it runs no helper (there is none installed here).
+	echo "host-node $T/m fuse.gmsfs socket=$T/s.sock 0 0" >"$T/fstab"
+	run mount -a -v -T "$T/fstab"
+	assert_success
+	assert_output --partial "already mounted"
+	assert_equal "$(grep -c " $T/m fuse.gmsfs " /proc/mounts)" 1 # nothing stacked
+	run "$BUILD/gmsfs-example" read "$T/m/w" # the first daemon serves on, socket and all
+	assert_success
+	assert_output --partial 'imported 8 allocations'
+	end_daemon "$T/m" "$T/s.sock"
+}
+
+@test "SIGTERM, SIGINT and SIGHUP: the daemon unmounts and exits 0, as gmsfs(8) says" {
+	"$PYTHON" - "$T" "$GMSFS" <<'PY'
+import os, signal, subprocess, sys, time
+t, gmsfs = sys.argv[1:]
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    m = "%s/m%d" % (t, sig)
+    os.mkdir(m)
+    d = subprocess.Popen([gmsfs, "-f", "-o", "socket=%s.sock" % m, m], stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (2, 1, 15)])
+    for _ in range(200):
+        if " %s fuse.gmsfs " % m in open("/proc/mounts").read():
+            break
+        time.sleep(0.05)
+    d.send_signal(sig)
+    rc = d.wait(10)
+    err = d.stderr.read()
+    assert rc == 0, (sig, rc, err)
+    assert " %s " % m not in open("/proc/mounts").read(), sig
+    assert "unmounting" in err, err
+    print(signal.Signals(sig).name, "exit", rc)
+PY
+}
+
+@test "detached (mount.gmsfs, fstab), the daemon's messages go to syslog" {
+	mkdir "$T/m"
+	"$PYTHON" - "$T" "$GMSFS" "$ROOT/tools/mount.gmsfs" <<'PY'
+import os, socket, subprocess, sys, time
+t, gmsfs, helper = sys.argv[1:]
+# /dev/log: ours for this test (a private bind over a real one, or made and removed).
+log = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+log.bind(t + "/log")
+log.settimeout(10)
+made = not os.path.exists("/dev/log")
+script = "mount --bind %s/log /dev/log && " % t if not made else ""
+if made:
+    os.symlink(t + "/log", "/dev/log")
+try:
+    cmd = script + "GMSFS=%s %s host-syslog %s/m -o socket=%s/s.sock" % (gmsfs, helper, t, t)
+    wrap = ["sh", "-c", cmd] if made else ["unshare", "--mount", "--propagation", "unchanged", "sh", "-c", cmd]
+    subprocess.run(wrap, check=True)
+    got = []
+    subprocess.run(["umount", t + "/m"], check=True)  # the daemon says so as it ends
+    deadline = time.time() + 10
+    while time.time() < deadline and not any("unmount" in g or "Terminated" in g for g in got):
+        try:
+            got.append(log.recv(4096).decode())
+        except socket.timeout:
+            break
+    text = "\n".join(got)
+    assert "gmsfs[" in text and "on %s/m (backend host" % t in text, text
+    print(text)
+finally:
+    if made:
+        os.unlink("/dev/log")
+PY
+}

@@ -1,6 +1,8 @@
 /* gmsfs: one daemon and one mount per GPU.  See gmsfs(8). */
 #include "fs.h"
 #include "inval.h"
+#include "log.h"
+#include "mnt.h"
 #include "store.h"
 #include "wait.h"
 #include "export/export.h"
@@ -25,6 +27,7 @@ struct options {
 	char *device;
 	char *socket;
 	char *max_bytes;
+	char *fsname;          /* the mount's source, as mount(8) and fstab name it */
 	int ready_fd;
 	int detach_fd;         /* without -f: where the waiting parent learns that the mount is live */
 	int max_threads;
@@ -38,6 +41,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("device=%s", device),
 	OPT("socket=%s", socket),
 	OPT("max_bytes=%s", max_bytes),
+	OPT("fsname=%s", fsname),
 	OPT("ready_fd=%d", ready_fd),
 	OPT("max_threads=%d", max_threads),
 	FUSE_OPT_END
@@ -90,16 +94,6 @@ static int parse_size(const char *s, uint64_t *out)
 		return -EINVAL;
 	*out = (uint64_t)v << shift;
 	return 0;
-}
-
-/* A mount whose daemon died answers ENOTCONN: lift it before mounting again. */
-static void clean_stale_mount(const char *mnt)
-{
-	struct stat s;
-	if (stat(mnt, &s) < 0 && errno == ENOTCONN) {
-		fprintf(stderr, "gmsfs: %s: lifting a stale mount\n", mnt);
-		umount2(mnt, MNT_DETACH);
-	}
 }
 
 /* 0: go on; otherwise the exit status (help and version: 0, bad options: 2). */
@@ -185,7 +179,8 @@ static int background(int *detach_fd)
 	return 0;
 }
 
-/* The mount is live: let the parent go, and leave its terminal. */
+/* The mount is live: let the parent go, leave its terminal, and say what happens in
+ * syslog from now on. */
 static void detach(int fd)
 {
 	if (fd < 0)
@@ -200,6 +195,7 @@ static void detach(int fd)
 		if (null > 2)
 			close(null);
 	}
+	log_to_syslog();
 	if (write(fd, "", 1) != 1)
 		return; /* the parent is gone: nobody to tell */
 	close(fd);
@@ -209,8 +205,17 @@ static void detach(int fd)
 static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdline_opts *cmd, const struct options *opts)
 {
 	int ret = 1;
-	fuse_opt_add_arg(args, "-ofsname=gmsfs,subtype=gmsfs,default_permissions");
-	clean_stale_mount(cmd->mountpoint);
+	/* fsname: the source mount(8) compares with fstab's (a GPU uuid from mount.gmsfs). */
+	char *o = NULL, *fsname = NULL;
+	if (asprintf(&fsname, "fsname=%s", opts->fsname ? opts->fsname : "gmsfs") < 0 ||
+	    fuse_opt_add_opt_escaped(&o, fsname) || fuse_opt_add_opt(&o, "subtype=gmsfs,default_permissions") ||
+	    fuse_opt_add_arg(args, "-o") || fuse_opt_add_arg(args, o)) {
+		free(fsname);
+		free(o);
+		return 1;
+	}
+	free(fsname);
+	free(o);
 	fs->se = fuse_session_new(args, &fs_ops, sizeof fs_ops, fs);
 	if (!fs->se)
 		return 1;
@@ -226,20 +231,26 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 		goto out_inval;
 	if (fuse_session_mount(fs->se, cmd->mountpoint))
 		goto out_signals;
-	fprintf(stderr, "gmsfs: %s on %s (backend %s, %llu bytes, socket %s)\n", fs->vmm->dev.name,
-		cmd->mountpoint, fs->vmm->dev.backend, (unsigned long long)fs->vmm->max_bytes, export_socket(fs));
 	if (opts->ready_fd >= 0) {
 		if (write(opts->ready_fd, "\n", 1) != 1)
 			perror("gmsfs: ready_fd");
 		close(opts->ready_fd);
 	}
 	notify_systemd("READY=1\nSTATUS=serving");
-	detach(opts->detach_fd);
+	detach(opts->detach_fd); /* from here on, detached, what is said goes to syslog */
+	fprintf(stderr, "gmsfs: %s on %s (backend %s, %llu bytes, socket %s)\n", fs->vmm->dev.name,
+		cmd->mountpoint, fs->vmm->dev.backend, (unsigned long long)fs->vmm->max_bytes, export_socket(fs));
 	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_clone_fd(cfg, 1);
 	fuse_loop_cfg_set_max_threads(cfg, (unsigned)opts->max_threads);
 	fuse_loop_cfg_set_idle_threads(cfg, 16);
-	ret = fuse_session_loop_mt(fs->se, cfg) ? 1 : 0;
+	/* A signal (SIGTERM, SIGINT, SIGHUP) or an unmount ends the loop: a clean exit. */
+	int r = fuse_session_loop_mt(fs->se, cfg);
+	if (r > 0)
+		fprintf(stderr, "gmsfs: %s: %s, unmounting\n", cmd->mountpoint, strsignal(r));
+	else
+		fprintf(stderr, "gmsfs: %s: %s\n", cmd->mountpoint, r ? strerror(-r) : "unmounted, ending");
+	ret = r < 0 ? 1 : 0;
 	notify_systemd("STOPPING=1");
 	fuse_loop_cfg_destroy(cfg);
 	fuse_session_unmount(fs->se);
@@ -278,7 +289,10 @@ int main(int argc, char *argv[])
 		raise_nofile();
 		clock_gettime(CLOCK_REALTIME, &fs.started);
 		fs.allow_other = opts.allow_other;
-		int e = store_table_new(&fs);
+		/* Before the device and the socket are touched: a second daemon changes nothing. */
+		int e = mnt_prepare(cmd.mountpoint, err, sizeof err);
+		if (!e)
+			e = store_table_new(&fs);
 		if (!e && !(e = vmm_open(&fs.vmm, opts.backend, opts.device, max_bytes, err, sizeof err)))
 			e = export_start(&fs, opts.socket, err, sizeof err);
 		if (e) {
@@ -298,5 +312,6 @@ int main(int argc, char *argv[])
 	free(opts.device);
 	free(opts.socket);
 	free(opts.max_bytes);
+	free(opts.fsname);
 	return ret < 0 ? 0 : ret;
 }

@@ -456,6 +456,16 @@ int export_start(struct fs *fs, const char *path, char *err, size_t errlen)
 		snprintf(err, errlen, "socket: %s", strerror(errno));
 		return -errno;
 	}
+	/* A socket someone answers on is a live daemon's: never take it over. */
+	int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (probe >= 0 && connect(probe, (struct sockaddr *)&a, sizeof a) == 0) {
+		close(probe);
+		close(s);
+		snprintf(err, errlen, "socket %s is served by a live daemon already: one daemon per socket", a.sun_path);
+		return -EADDRINUSE;
+	}
+	if (probe >= 0)
+		close(probe);
 	unlink(a.sun_path); /* a stale socket of a dead daemon */
 	int one = 1;
 	setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);

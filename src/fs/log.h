@@ -1,0 +1,10 @@
+/* log: where the daemon's messages go.  In the foreground (-f: systemd, tests) they go to
+ * stderr; detached (started by mount or fstab), to syslog, which journald reads. */
+#ifndef GMSFS_FS_LOG_H
+#define GMSFS_FS_LOG_H
+
+/* From now on stdout and stderr are lines to syslog (ident "gmsfs", facility daemon),
+ * forwarded by a thread of their own; 0 or -errno (then they go to /dev/null). */
+int log_to_syslog(void);
+
+#endif
