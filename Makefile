@@ -2,6 +2,8 @@
 PREFIX ?= /usr/local
 # Where the library goes: $(PREFIX)/lib, or Debian's multiarch folder (make deb).
 LIBDIR ?= $(PREFIX)/lib
+# Where the systemd units go (Debian's debhelper of bookworm finds them in /lib/systemd/system).
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 DESTDIR ?=
 CC ?= cc
 PKG_CONFIG ?= pkg-config
@@ -65,10 +67,10 @@ $(B):
 
 $(BIN): $(DAEMON_SRC) $(DAEMON_HDR) | $(B)
 	@$(PKG_CONFIG) --exists fuse3 libxxhash msgpack || { echo 'missing fuse3/libxxhash/msgpack: run make deps'; exit 1; }
-	$(CC) $(CFLAGS) $(DEPS_CFLAGS) $(LDFLAGS) -o $@ $(DAEMON_SRC) $(DEPS_LIBS) -ldl
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPS_CFLAGS) $(LDFLAGS) -o $@ $(DAEMON_SRC) $(DEPS_LIBS) -ldl
 
 $(B)/libgmsfs.so: $(LIB_SRC) $(LIB_HDR) | $(B)
-	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) $(LDFLAGS) -Ilibgmsfs -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LIB_SONAME) \
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(MSGPACK_CFLAGS) $(LDFLAGS) -Ilibgmsfs -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LIB_SONAME) \
 		-o $(B)/$(LIB_SONAME) $(LIB_SRC) $(MSGPACK_LIBS) -ldl
 	ln -sf $(LIB_SONAME) $@
 
@@ -77,58 +79,58 @@ $(B)/gmsfs.pc: libgmsfs/gmsfs.pc.in | $(B)
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
 
 $(B)/gmsfs-example: examples/weights.c $(B)/libgmsfs.so
-	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LINK_LIB)
 
 $(B)/gmsfs-scenario: tests/helpers/gmsfs-scenario.c common/cuda_api.h $(B)/libgmsfs.so
-	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB) -ldl
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LINK_LIB) -ldl
 
 $(B)/gmsfs-storm: tests/helpers/gmsfs-storm.c $(B)/libgmsfs.so
-	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LINK_LIB)
 
 $(B)/gmsfs-probe: tests/helpers/gmsfs-probe.c $(COMMON_HDR) $(WIRE_SRC) | $(B)
-	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ $< $(WIRE_SRC) $(MSGPACK_LIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ $< $(WIRE_SRC) $(MSGPACK_LIBS)
 
 $(B)/bench-import: bench/bench_import.c bench/bench.h $(B)/libgmsfs.so
-	$(CC) $(CFLAGS) -o $@ $< $(LINK_LIB)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LINK_LIB)
 
 # The loader: safetensors in (gmsfs-load, around libgmsfs-load: gmsfs_load, which Python
 # engines call in their own process) and out (gmsfs-save), on libgmsfs.
 $(B)/libgmsfs-load.so: loader/loadlib.c $(LOADER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
-	$(CC) $(CFLAGS) $(LDFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LOAD_SONAME) \
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LOAD_SONAME) \
 		-o $(B)/$(LOAD_SONAME) loader/loadlib.c $(LOADER_SRC) $(LINK_LIB) -ldl
 	ln -sf $(LOAD_SONAME) $@
 
 $(B)/gmsfs-load: loader/load.c $(PUBLIC_HDR) $(B)/libgmsfs-load.so
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< -L$(B) -lgmsfs-load $(LINK_LIB)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< -L$(B) -lgmsfs-load $(LINK_LIB)
 
 $(B)/gmsfs-%: loader/%.c $(LOADER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LOADER_SRC) $(LINK_LIB) -ldl
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LOADER_SRC) $(LINK_LIB) -ldl
 
 # The baseline for the control files: a minimal low-level FUSE file system.
 $(B)/bench-minfs: bench/bench_minfs.c | $(B)
-	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ $< $(DEPS_LIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPS_CFLAGS) -o $@ $< $(DEPS_LIBS)
 
 $(B)/bench-control: bench/bench_control.c bench/bench.h | $(B)
-	$(CC) $(CFLAGS) -o $@ $<
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $<
 
 $(B)/bench-gpu: bench/bench_gpu.c bench/bench.h bench/fetch.h common/cuda_api.h $(WIRE_SRC) $(B)/libgmsfs.so
-	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ $< $(WIRE_SRC) $(LINK_LIB) $(MSGPACK_LIBS) -ldl
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ $< $(WIRE_SRC) $(LINK_LIB) $(MSGPACK_LIBS) -ldl
 
 $(B)/bench-load-floor: bench/bench_load_floor.c common/cuda_api.h | $(B)
-	$(CC) $(CFLAGS) -o $@ $< -ldl
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -ldl
 
 # The codec alone: no daemon or library internals linked in.
 $(B)/test_wire: tests/unit/test_wire.c $(WIRE_SRC) $(COMMON_HDR) tests/unit/tap.h | $(B)
-	$(CC) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ tests/unit/test_wire.c $(WIRE_SRC) $(MSGPACK_LIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ tests/unit/test_wire.c $(WIRE_SRC) $(MSGPACK_LIBS)
 
 $(B)/test_fsm: tests/unit/test_fsm.c $(FSM_SRC) src/fsm/fsm.h tests/unit/tap.h | $(B)
-	$(CC) $(CFLAGS) -o $@ tests/unit/test_fsm.c $(FSM_SRC)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ tests/unit/test_fsm.c $(FSM_SRC)
 
 $(B)/test_meta: tests/unit/test_meta.c $(META_SRC) src/meta/*.h $(COMMON_HDR) tests/unit/tap.h | $(B)
-	$(CC) $(CFLAGS) $(DEPS_CFLAGS) -o $@ tests/unit/test_meta.c $(META_SRC) $(XXH_LIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPS_CFLAGS) -o $@ tests/unit/test_meta.c $(META_SRC) $(XXH_LIBS)
 
 $(B)/gmsfs-open: tests/helpers/gmsfs-open.c | $(B)
-	$(CC) $(CFLAGS) -o $@ $<
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $<
 
 deps:
 	sh scripts/install-deps.sh
@@ -187,7 +189,7 @@ install: $(BIN) $(LIB) $(LOADER)
 	install -D -m 0644 man/gmsfs.5 $(DESTDIR)$(PREFIX)/share/man/man5/gmsfs.5
 	install -D -m 0644 man/gmsfsctl.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfsctl.8
 	install -D -m 0644 man/mount.gmsfs.8 $(DESTDIR)$(PREFIX)/share/man/man8/mount.gmsfs.8
-	for n in mount.fuse.gmsfs gmsfs-mount-all; do echo '.so man8/mount.gmsfs.8' > $(DESTDIR)$(PREFIX)/share/man/man8/$$n.8; done
+	for n in mount.fuse.gmsfs gmsfs-mount-all gmsfs-node; do echo '.so man8/mount.gmsfs.8' > $(DESTDIR)$(PREFIX)/share/man/man8/$$n.8; done
 	install -D -m 0755 tools/gmsfsctl $(DESTDIR)$(PREFIX)/bin/gmsfsctl
 	install -D -m 0755 $(B)/gmsfs-load $(DESTDIR)$(PREFIX)/bin/gmsfs-load
 	install -D -m 0755 $(B)/gmsfs-save $(DESTDIR)$(PREFIX)/bin/gmsfs-save
@@ -195,11 +197,12 @@ install: $(BIN) $(LIB) $(LOADER)
 	install -D -m 0755 $(B)/gmsfs-snapshot $(DESTDIR)$(PREFIX)/bin/gmsfs-snapshot
 	for n in gmsfs-save gmsfs-snapshot; do echo '.so man1/gmsfs-load.1' > $(DESTDIR)$(PREFIX)/share/man/man1/$$n.1; done
 	install -D -m 0755 tools/gmsfs-mount-all $(DESTDIR)$(PREFIX)/sbin/gmsfs-mount-all
+	install -D -m 0755 tools/gmsfs-node $(DESTDIR)$(PREFIX)/sbin/gmsfs-node
 	# mount -t fuse.gmsfs runs /sbin/mount.fuse.gmsfs (/usr/sbin on a merged /usr)
 	install -D -m 0755 tools/mount.gmsfs $(DESTDIR)$(PREFIX)/sbin/mount.fuse.gmsfs
 	ln -sf mount.fuse.gmsfs $(DESTDIR)$(PREFIX)/sbin/mount.gmsfs
 	for f in systemd/*; do sed -e 's|/usr/bin/|$(PREFIX)/bin/|; s|/usr/sbin/|$(PREFIX)/sbin/|' $$f | \
-		install -D -m 0644 /dev/stdin $(DESTDIR)$(PREFIX)/lib/systemd/system/$${f##*/}; done
+		install -D -m 0644 /dev/stdin $(DESTDIR)$(SYSTEMDUNITDIR)/$${f##*/}; done
 	for f in python/gmsfs/*.py; do install -D -m 0644 $$f $(DESTDIR)$(PYTHONDIR)/gmsfs/$${f##*/}; done
 
 # Debian packages (gmsfs, libgmsfs0, libgmsfs-dev, python3-gmsfs) into $(B)/deb/, built

@@ -84,7 +84,7 @@ def reader(store):
 
 def kernel_nodes():
     with open(os.path.join(mount, "metrics")) as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("gmsfs_kernel_nodes "))
+        return next(int(line.split()[1]) for line in f if line.startswith("gmsfs_kernel_nodes{"))
 
 
 def forgets_settled():

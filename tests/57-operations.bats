@@ -194,3 +194,80 @@ finally:
         os.unlink("/dev/log")
 PY
 }
+
+# A stub nvidia-smi that lists two "GPUs" the host backend serves (device=host-...).
+stub_gpus() {
+	NODE_PID=
+	mkdir -p "$T/bin"
+	printf '#!/bin/sh\necho host-gpu-a\necho host-gpu-b\n' >"$T/bin/nvidia-smi"
+	chmod +x "$T/bin/nvidia-smi"
+}
+node_mounts() { grep -c " $T/run/host-gpu-[ab] fuse.gmsfs " /proc/mounts; }
+two_node_mounts() { [ "$(node_mounts)" = 2 ]; }
+
+# A gmsfs-node a failed test left: ended (its daemons unmount), then the usual teardown.
+teardown() {
+	if [ -n "${NODE_PID:-}" ] && kill -0 "$NODE_PID" 2>/dev/null; then
+		kill -TERM "$NODE_PID"
+		wait "$NODE_PID" 2>/dev/null || true
+	fi
+	touch "$BATS_TEST_TMPDIR/all.go"
+	wait 2>/dev/null || true
+}
+
+@test "the DaemonSet's process, gmsfs-node, under dash: a daemon per GPU, served, every mount gone at SIGTERM" {
+	stub_gpus
+	PATH=$T/bin:$PATH GMSFS=$GMSFS GMSFS_ROOT=$T/run dash "$ROOT/tools/gmsfs-node" 2>"$T/node.log" 3>&- &
+	local node=$!
+	NODE_PID=$node
+	wait_until two_node_mounts
+	grep -q "^host-gpu-a $T/run/host-gpu-a fuse.gmsfs " /proc/mounts
+	run env PATH="$T/bin:$PATH" GMSFS_ROOT="$T/run" dash "$ROOT/tools/gmsfs-node" --check
+	assert_success
+	mkdir "$T/run/host-gpu-b/w"
+	"$BUILD/gmsfs-example" write "$T/run/host-gpu-b/w" >/dev/null
+	run "$BUILD/gmsfs-example" read "$T/run/host-gpu-b/w"
+	assert_output --partial 'imported 8 allocations'
+	kill -TERM $node
+	wait $node # the script's own status: 0 after a SIGTERM
+	! grep -q " $T/run/" /proc/mounts
+	[ ! -e "$T/run/host-gpu-a.sock" ] && [ ! -e "$T/run/host-gpu-b.sock" ]
+	run env PATH="$T/bin:$PATH" GMSFS_ROOT="$T/run" dash "$ROOT/tools/gmsfs-node" --check
+	assert_failure
+}
+
+@test "gmsfs-node: a daemon that dies takes the others down, and the container's process ends 1" {
+	stub_gpus
+	PATH=$T/bin:$PATH GMSFS=$GMSFS GMSFS_ROOT=$T/run dash "$ROOT/tools/gmsfs-node" 2>"$T/node.log" 3>&- &
+	local node=$!
+	NODE_PID=$node
+	wait_until two_node_mounts
+	kill -9 "$(pgrep -f -- "socket=$T/run/host-gpu-a.sock")"
+	local rc=0
+	wait $node || rc=$?
+	assert_equal "$rc" 1
+	grep -q 'ended: stopping the others' "$T/node.log"
+	! grep -q " $T/run/host-gpu-b " /proc/mounts
+	umount -l "$T/run/host-gpu-a" 2>/dev/null || true # the killed one's (ENOTCONN); its next start lifts it
+}
+
+@test "the Kubernetes manifests: gmsfs-node, the GPU taint tolerated, requests, probes, OnDelete; the engine finds its store by GPU" {
+	"$PYTHON" - "$ROOT/deploy/kubernetes" <<'PY'
+import sys, yaml
+d = yaml.safe_load(open(sys.argv[1] + "/gmsfs-daemonset.yaml"))
+spec = d["spec"]["template"]["spec"]
+c = spec["containers"][0]
+assert c["command"] == ["/usr/sbin/gmsfs-node"], c["command"]  # no inline shell
+assert d["spec"]["updateStrategy"]["type"] == "OnDelete"
+assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
+assert c["livenessProbe"]["exec"]["command"] == ["/usr/sbin/gmsfs-node", "--check"]
+assert c["readinessProbe"]["exec"]["command"] == ["/usr/sbin/gmsfs-node", "--check"]
+assert spec["runtimeClassName"] and spec["hostPID"] and c["securityContext"]["privileged"]
+assert any(m["mountPropagation"] == "Bidirectional" for m in c["volumeMounts"])
+e = yaml.safe_load(open(sys.argv[1] + "/engine-pod.yaml"))
+ec = e["spec"]["containers"][0]
+assert "gmsfsctl path llama" in " ".join(ec["args"]) and "GPU-" not in " ".join(ec["args"])
+assert ec["volumeMounts"][0]["mountPropagation"] == "HostToContainer"
+PY
+}

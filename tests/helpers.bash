@@ -28,6 +28,8 @@ mount_gmsfs() {
 
 unmount_gmsfs() {
 	[ -n "${MNT:-}" ] || return 0
+	# Under a checker (tests/variant.sh), the daemon's stderr is kept: UBSan reports go there.
+	[ -z "${GMSFS_DAEMON_LOGS:-}" ] || cp "$MNT.log" "$GMSFS_DAEMON_LOGS/daemon.$(basename "$MNT").log" 2>/dev/null || true
 	umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
 	for _ in $(seq 100); do
 		kill -0 "$GMSFS_PID" 2>/dev/null || break

@@ -25,6 +25,7 @@ valgrind)
 	exit 2
 	;;
 esac
+export GMSFS_DAEMON_LOGS=$logs
 out=$(bats --tap tests/*.bats 2>&1)
 printf '%s\n' "$out" >"$logs/tap.out"
 printf '%s\n' "$out" | grep -v '^1\.\.[0-9]*$'
@@ -32,7 +33,10 @@ n=$(printf '%s\n' "$out" | grep -c '^\(not \)\?ok ')
 failed=$(printf '%s\n' "$out" | grep -c '^not ok ')
 n=$((n + 1))
 if [ "$kind" = asan ]; then
-	reports=$(cat "$logs"/asan.* "$logs"/ubsan.* 2>/dev/null)
+	# UBSan's reports of the combined runtime go to stderr: the daemons' logs are read too.
+	reports=$(cat "$logs"/asan.* "$logs"/ubsan.* 2>/dev/null
+		grep -l -e 'runtime error:' -e 'ERROR: AddressSanitizer' -e 'ERROR: LeakSanitizer' "$logs"/daemon.*.log 2>/dev/null |
+			xargs -r cat)
 	what="no ASan or UBSan report from any process"
 else
 	# A daemon that a test killed (80-daemon-death) leaves no summary: its log is skipped.

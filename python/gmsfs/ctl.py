@@ -3,6 +3,13 @@
     gmsfsctl list [--json] [MOUNT...]     every store of every mount (or of those named)
     gmsfsctl wait STORE [--timeout S]     until STORE has a committed layout (for scripts)
     gmsfsctl show STORE [--json]          the layout: allocations and entries
+    gmsfsctl path NAME [--gpu N] [--root DIR]
+                                          the store NAME on this process's GPU (nvidia-smi's
+                                          first, or the N-th): ROOT/GPU-<uuid>/NAME
+    gmsfsctl metrics [MOUNT...] [--textfile DIR]
+                                          every mount's metrics as one text; --textfile: into
+                                          DIR/gmsfs-<device>.prom each, atomically (rename),
+                                          for node_exporter's textfile collector
 
 Everything comes from files that never lock or wait: status.json and the tree's names,
 sizes and extended attributes.  Exit status 0; 1 when waiting timed out or a path is
@@ -155,6 +162,63 @@ def cmd_show(args):
     return 0
 
 
+def cmd_path(args):
+    import subprocess
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True,
+                             text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError) as e:
+        return _fail("nvidia-smi: %s" % (getattr(e, "stderr", None) or e))
+    if args.gpu >= len(out):
+        return _fail("GPU %d: this process sees %d GPU(s)" % (args.gpu, len(out)))
+    mount = os.path.join(args.root, out[args.gpu])
+    if mount not in mounts():
+        return _fail("%s: not a gmsfs mount (is the node's gmsfs running, /run/gmsfs shared with this pod?)" % mount)
+    print(os.path.join(mount, args.name))
+    return 0
+
+
+def _families(text):
+    """A metrics text as [(name, header lines, sample lines)], in its order."""
+    fams, cur = [], None
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            cur = (line.split()[2], [line], [])
+            fams.append(cur)
+        elif line.startswith("# ") and cur:
+            cur[1].append(line)
+        elif line and cur:
+            cur[2].append(line)
+    return fams
+
+
+def cmd_metrics(args):
+    where = args.mounts or mounts()
+    texts = {}
+    for m in where:
+        try:
+            with open(os.path.join(m, "metrics")) as f:
+                texts[m] = f.read()
+            texts[m] = (status(m)["device"]["uuid"], texts[m])
+        except (OSError, ValueError) as e:
+            return _fail("%s: not a gmsfs mount (%s)" % (m, getattr(e, "strerror", None) or e))
+    if args.textfile:
+        for m, (uuid, text) in texts.items():
+            path = os.path.join(args.textfile, "gmsfs-%s.prom" % uuid)
+            tmp = "%s.%d.tmp" % (path, os.getpid())  # node_exporter reads *.prom only
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.rename(tmp, path)  # never a half-written file for the collector
+        return 0
+    merged = {}
+    for uuid, text in texts.values():  # one HELP and TYPE per family; the device label keeps series apart
+        for name, head, samples in _families(text):
+            merged.setdefault(name, (head, []))[1].extend(samples)
+    for name, (head, samples) in merged.items():
+        sys.stdout.write("\n".join(head + samples) + "\n")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="gmsfsctl", description="Look at gmsfs mounts without taking a lock.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -170,6 +234,15 @@ def main(argv=None):
     p.add_argument("store", metavar="STORE")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_show)
+    p = sub.add_parser("path", help="the store NAME on this process's GPU")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--gpu", type=int, default=0, metavar="N")
+    p.add_argument("--root", default="/run/gmsfs", metavar="DIR")
+    p.set_defaults(fn=cmd_path)
+    p = sub.add_parser("metrics", help="every mount's metrics, merged, or into a textfile directory")
+    p.add_argument("mounts", nargs="*", metavar="MOUNT")
+    p.add_argument("--textfile", metavar="DIR")
+    p.set_defaults(fn=cmd_metrics)
     args = ap.parse_args(argv)
     try:
         return args.fn(args)

@@ -111,7 +111,7 @@ def test_a_writer_that_dies_is_rolled_back_for_the_kernel_too(store):
 
 def kernel_nodes(mount):
     with open(os.path.join(mount, "metrics")) as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("gmsfs_kernel_nodes "))
+        return next(int(line.split()[1]) for line in f if line.startswith("gmsfs_kernel_nodes{"))
 
 
 def forgotten(mount):

@@ -173,7 +173,7 @@ static int open_layout(fuse_req_t req, struct obj *o, struct fs_handle *h, int f
 static int do_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, int flags, struct fs_handle **out,
 		   enum lock_want *want)
 {
-	struct obj o;
+	struct obj o = {0};
 	int e = ops_resolve(req, fs, ino, &o);
 	if (e)
 		return e;
@@ -223,7 +223,7 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static int do_create(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char *name, mode_t mode, int flags,
 		     struct fs_handle **out, struct meta_node **dir, struct fuse_entry_param *entry)
 {
-	struct obj d;
+	struct obj d = {0};
 	int e = node_resolve(fs, parent, &d);
 	if (e)
 		return e;

@@ -25,7 +25,7 @@ static void reply_entry(fuse_req_t req, struct fs *fs, const struct fuse_entry_p
 
 static int do_lookup(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char *name, struct obj *o)
 {
-	struct obj dir;
+	struct obj dir = {0};
 	int e = ops_resolve(req, fs, parent, &dir);
 	return e ? e : node_child(fs, &dir, name, o);
 }
@@ -33,7 +33,7 @@ static int do_lookup(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const cha
 void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = fs_of(req);
-	struct obj o;
+	struct obj o = {0};
 	struct fuse_entry_param entry;
 	pthread_mutex_lock(&fs->mu);
 	int e = do_lookup(req, fs, parent, name, &o);
@@ -71,7 +71,7 @@ void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forg
  * all during a writer session. */
 static int do_getattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct stat *s, double *timeout)
 {
-	struct obj o;
+	struct obj o = {0};
 	int e = ops_resolve(req, fs, ino, &o);
 	if (!e) {
 		node_attr(fs, &o, s);
@@ -119,7 +119,7 @@ static int do_truncate(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t si
 static int do_setattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct stat *attr, int to_set,
 		      struct fuse_file_info *fi)
 {
-	struct obj o;
+	struct obj o = {0};
 	int e = node_resolve(fs, ino, &o);
 	if (e)
 		return e;
@@ -144,7 +144,7 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, s
 
 static int do_mkdir(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char *name, struct obj *o)
 {
-	struct obj dir;
+	struct obj dir = {0};
 	int e = node_resolve(fs, parent, &dir);
 	if (e)
 		return e;
@@ -159,10 +159,10 @@ static int do_mkdir(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char
 	}
 	if (!dir.m)
 		return -EPERM;
-	if ((e = lock_check_change(req, dir.st, NULL)) || (e = meta_create(dir.m, name, META_DIR, &o->m)))
+	struct meta_node *m;
+	if ((e = lock_check_change(req, dir.st, NULL)) || (e = meta_create(dir.m, name, META_DIR, &m)))
 		return e;
-	o->f = NULL;
-	o->st = dir.st;
+	*o = (struct obj){ .m = m, .st = dir.st };
 	store_notify(o->st);
 	return 0;
 }
@@ -170,7 +170,7 @@ static int do_mkdir(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char
 void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	struct fs *fs = fs_of(req);
-	struct obj o;
+	struct obj o = {0};
 	struct fuse_entry_param entry;
 	pthread_mutex_lock(&fs->mu);
 	int e = do_mkdir(req, fs, parent, name, &o);
@@ -184,7 +184,7 @@ void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 
 static int do_remove(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char *name, bool dir_wanted)
 {
-	struct obj dir, o;
+	struct obj dir = {0}, o = {0};
 	int e = node_resolve(fs, parent, &dir);
 	if (e)
 		return e;
@@ -239,7 +239,7 @@ void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 
 static int do_opendir(struct fs *fs, fuse_ino_t ino, struct fs_handle **out)
 {
-	struct obj o;
+	struct obj o = {0};
 	int e = node_resolve(fs, ino, &o);
 	if (e)
 		return e;
@@ -357,7 +357,7 @@ static bool dir_child(struct fs *fs, const struct obj *dir, const struct dirbuf 
 
 static int do_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, off_t off, struct dirbuf *d)
 {
-	struct obj dir;
+	struct obj dir = {0};
 	int e = ops_resolve(req, fs, ino, &dir);
 	if (!e && dir.committed && dir.m->kind == META_DIR)
 		e = meta_committed_children(dir.m, &d->seen, &d->nseen);
@@ -370,7 +370,7 @@ static int do_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, off_t off, 
 	if (i <= 1 && !dir_add(fs, d, "..", FUSE_ROOT_ID, NULL, 2))
 		return 0;
 	const char *name;
-	struct obj o;
+	struct obj o = {0};
 	for (size_t k = i > 2 ? i - 2 : 0; dir_child(fs, &dir, d, k, &name, &o); k++)
 		if (!dir_add(fs, d, name, o.m ? node_ino(fs, o.m) : node_ino(fs, o.f), &o, (off_t)(k + 3)))
 			break;

@@ -62,7 +62,7 @@ static bool user_name(const char *name)
 
 static int do_getxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char *name, char *val, size_t size)
 {
-	struct obj o;
+	struct obj o = {0};
 	if (!user_name(name))
 		return node_resolve(fs, ino, &o) ?: -ENOTSUP;
 	int e = ops_resolve(req, fs, ino, &o);
@@ -92,7 +92,7 @@ static int do_listxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, char *lis
 	static const char *const names[] = { [X_TAG] = GMSFS_XATTR_TAG, [X_ALLOC] = GMSFS_XATTR_ALLOC,
 					     [X_OFFSET] = GMSFS_XATTR_OFFSET, [X_SIZE] = GMSFS_XATTR_SIZE,
 					     [X_PRIVATE] = GMSFS_XATTR_PRIVATE };
-	struct obj o;
+	struct obj o = {0};
 	int e = ops_resolve(req, fs, ino, &o);
 	if (e || !o.m)
 		return e;
@@ -144,7 +144,7 @@ static int set_value(struct meta_node *m, enum xattr x, const char *value, size_
 static int do_setxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char *name, const char *value,
 		       size_t size, int flags)
 {
-	struct obj o;
+	struct obj o = {0};
 	int e = node_resolve(fs, ino, &o);
 	if (e)
 		return e;
@@ -178,7 +178,7 @@ void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *v
 /* Back to the defaults: tag "default", no allocation, offset 0, no size, not private. */
 static int do_removexattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char *name)
 {
-	struct obj o;
+	struct obj o = {0};
 	int e = node_resolve(fs, ino, &o);
 	if (e)
 		return e;

@@ -191,10 +191,14 @@ static void header(FILE *f, const char *name, enum metric_kind k, const char *he
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, k == GAUGE ? "gauge" : "counter");
 }
 
+/* Every store series names its device too: the metrics of several mounts (one per GPU)
+ * in one node_exporter textfile directory stay distinct series. */
 static void sample(FILE *f, const char *name, const struct store *s, const char *extra, const char *val,
 		   unsigned long long n)
 {
-	fprintf(f, "%s{store=", name);
+	fprintf(f, "%s{device=", name);
+	label(f, s->fs->vmm->dev.uuid);
+	fputs(",store=", f);
 	label(f, s->name);
 	if (extra) {
 		fprintf(f, ",%s=", extra);
@@ -268,7 +272,9 @@ int text_metrics(struct fs *fs, char **out, size_t *len)
 	fprintf(f, "} %llu\n", (unsigned long long)v->max_bytes);
 	header(f, "gmsfs_kernel_nodes", GAUGE,
 	       "Layout nodes the kernel holds (lookups, readdirplus); one out of every store is freed at its forget.");
-	fprintf(f, "gmsfs_kernel_nodes %zu\n", fs->grave.known);
+	fputs("gmsfs_kernel_nodes{device=", f);
+	label(f, v->dev.uuid);
+	fprintf(f, "} %zu\n", fs->grave.known);
 	free(m);
 	free(st);
 	return finish(f, out, len, e);

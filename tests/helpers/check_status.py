@@ -41,6 +41,7 @@ def metric(family, store, **labels):
     fam = families.get(family)
     for s in fam.samples if fam else ():
         if s.labels.get("store") == store and all(s.labels.get(k) == v for k, v in labels.items()):
+            same("%s %s's device label" % (family, store), s.labels.get("device"), device["uuid"])
             return s.value
     return None
 
