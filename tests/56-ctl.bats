@@ -8,6 +8,15 @@ teardown_file() { unmount_gmsfs; }
 
 ctl() { "$PYTHON" "$ROOT/tools/gmsfsctl" "$@"; }
 
+# Mounts a test adds (extra GPUs) go at its end, passed or failed: bats waits for their daemons.
+EXTRA=()
+teardown() {
+	for m in "${EXTRA[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+	EXTRA=()
+	touch "$BATS_TEST_TMPDIR/all.go"
+	wait 2>/dev/null || true
+}
+
 @test "list: every store of the mount, as a table and as JSON equal to status.json" {
 	mkdir "$MNT/llama" "$MNT/empty"
 	bash -ec "exec 9>$MNT/llama/lock; truncate -s 1M $MNT/llama/allocs/w; echo > $MNT/llama/commit"
@@ -61,4 +70,54 @@ assert a == b, (a, b)' "$output" "$MNT"
 d = json.loads(sys.argv[1])
 assert d["allocations"] == [{"name": "l/0", "size": 8192, "tag": "weights"}], d
 assert d["entries"] == [{"key": "k", "alloc": "l/0", "offset": 16, "size": 32, "private": False, "value_bytes": 2}], d' "$output"
+}
+
+@test "metrics of two mounts (two GPUs) merge: one family each, every series its device's; --textfile writes one file per device by rename" {
+	local m2 s2
+	m2=$(mktemp -d "$BATS_TEST_TMPDIR/m2.XXXXXX")
+	"$GMSFS" -f -o "device=host-second,socket=$m2.sock" "$m2" 2>/dev/null 3>&- &
+	EXTRA+=("$m2")
+	wait_until grep -q " $m2 fuse.gmsfs " /proc/mounts
+	mkdir "$MNT/same" "$m2/same" # the same store name on both GPUs
+	run ctl metrics "$MNT" "$m2"
+	assert_success
+	"$PYTHON" -c '
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+fams = list(text_string_to_metric_families(sys.argv[1]))
+names = [f.name for f in fams]
+assert len(names) == len(set(names)), "a family twice"
+state = next(f for f in fams if f.name == "gmsfs_store_state")
+keys = [tuple(sorted(s.labels.items())) for s in state.samples]
+assert len(keys) == len(set(keys)), "duplicate series"
+devs = {s.labels["device"] for s in state.samples if s.labels["store"] == "same"}
+assert devs == {"host-second", open(sys.argv[2] + "/device").read().split("uuid: ")[1].split()[0]}, devs
+' "$output" "$MNT"
+	mkdir "$BATS_TEST_TMPDIR/tf"
+	run ctl metrics --textfile "$BATS_TEST_TMPDIR/tf" "$MNT" "$m2"
+	assert_success
+	run ls "$BATS_TEST_TMPDIR/tf"
+	assert_output "$(printf 'gmsfs-%s.prom\ngmsfs-host-second.prom' "$(sed -n 's/^uuid: //p' "$MNT/device")" | sort)"
+	for f in "$BATS_TEST_TMPDIR"/tf/*.prom; do # each a whole text (node_exporter reads each file)
+		"$PYTHON" -c 'import sys
+from prometheus_client.parser import text_string_to_metric_families
+assert len(list(text_string_to_metric_families(open(sys.argv[1]).read()))) > 5' "$f"
+	done
+}
+
+@test "path: the store on this process's GPU (nvidia-smi's), as an engine pod finds it; a missing mount is an error" {
+	mkdir -p "$BATS_TEST_TMPDIR/bin" "$BATS_TEST_TMPDIR/run"
+	printf '#!/bin/sh\necho host-gpu-x\necho host-gpu-y\n' >"$BATS_TEST_TMPDIR/bin/nvidia-smi"
+	chmod +x "$BATS_TEST_TMPDIR/bin/nvidia-smi"
+	local r=$BATS_TEST_TMPDIR/run
+	mkdir "$r/host-gpu-y"
+	"$GMSFS" -f -o "device=host-gpu-y,socket=$r/y.sock" "$r/host-gpu-y" 2>/dev/null 3>&- &
+	EXTRA+=("$r/host-gpu-y")
+	wait_until grep -q " $r/host-gpu-y fuse.gmsfs " /proc/mounts
+	PATH=$BATS_TEST_TMPDIR/bin:$PATH run ctl path llama --gpu 1 --root "$r"
+	assert_success
+	assert_output "$r/host-gpu-y/llama"
+	PATH=$BATS_TEST_TMPDIR/bin:$PATH run ctl path llama --root "$r" # GPU 0 has no mount
+	assert_failure
+	assert_output --partial "$r/host-gpu-x: not a gmsfs mount"
 }

@@ -47,6 +47,8 @@ static int host_open(struct vmm *v, const char *device, char *err, size_t errlen
 		fclose(f);
 	}
 	snprintf(v->dev.uuid, sizeof v->dev.uuid, "host-%s", id);
+	if (device && !strncmp(device, "host-", 5)) /* named: several host "devices" (tests, CPU nodes) stay apart */
+		snprintf(v->dev.uuid, sizeof v->dev.uuid, "%s", device);
 	return 0;
 }
 
