@@ -11,7 +11,7 @@ set -eu
 pkgs="build-essential pkg-config libfuse3-dev fuse3 libmsgpack-dev libxxhash-dev xxhash attr
 bats bats-assert bats-support bats-file util-linux passwd valgrind clang libclang-rt-14-dev
 python3 python3-numpy python3-pytest python3-torch python3-prometheus-client systemd
-debhelper dpkg-dev lintian git"
+debhelper dpkg-dev lintian git dpkg-repack python3-yaml dash"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

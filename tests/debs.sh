@@ -22,17 +22,29 @@ t() { # t NAME CMD...: one TAP line; the command's output as comments when it fa
 	fi
 }
 pkgs="gmsfs libgmsfs0 libgmsfs-dev python3-gmsfs"
-for p in $pkgs; do
-	if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-		echo "Bail out! $p is installed already: this test installs and purges it"
-		exit 1
-	fi
-done
 tmp=$(mktemp -d /tmp/gmsfs-debs.XXXXXX)
+# Where gmsfs is installed already, what is there is saved (dpkg-repack) and put back at
+# the end, so that this test runs on an operator's machine too.
+saved=
+for p in $pkgs; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && saved="$saved $p"
+done
+if [ -n "$saved" ]; then
+	command -v dpkg-repack >/dev/null || { echo "Bail out! gmsfs is installed here ($saved): dpkg-repack is needed to put it back afterwards (apt-get install dpkg-repack)"; exit 1; }
+	mkdir "$tmp/saved"
+	(cd "$tmp/saved" && dpkg-repack $saved >/dev/null 2>&1) || { echo "Bail out! dpkg-repack$saved failed"; exit 1; }
+	echo "# installed here already:$saved; saved, and put back at the end"
+fi
 cleanup() {
 	grep -q " $tmp/m fuse.gmsfs " /proc/mounts && umount "$tmp/m"
 	DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq $pkgs >/dev/null 2>&1
-	rm -rf "$tmp"
+	if [ -n "$saved" ]; then
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tmp"/saved/*.deb >/dev/null 2>&1 ||
+			echo "# could not put back$saved: the saved packages are in $tmp/saved" >&2
+		[ -n "$(ls "$tmp"/saved/*.deb 2>/dev/null)" ] && dpkg-query -W $saved >/dev/null 2>&1 && rm -rf "$tmp"
+	else
+		rm -rf "$tmp"
+	fi
 }
 trap cleanup EXIT
 
@@ -53,6 +65,42 @@ installed() {
 	done
 }
 t "apt install ./*.deb on this machine" installed
+
+metadata() {
+	set -e
+	local d
+	d=$(dpkg-deb -f "$tmp"/b/deb/gmsfs_*.deb Depends)
+	echo "gmsfs: $d"
+	grep -q 'python3-gmsfs' <<<"$d" && grep -q 'fuse3' <<<"$d" && grep -q 'libgmsfs0' <<<"$d"
+	d=$(dpkg-deb -f "$tmp"/b/deb/libgmsfs-dev_*.deb Depends)
+	grep -q 'libgmsfs0 (= ' <<<"$d"
+	# gmsfs.pc needs nothing else installed: pkg-config works with what libgmsfs-dev brings.
+	[ -z "$(pkg-config --print-requires-private gmsfs)" ] && [ -z "$(pkg-config --print-requires gmsfs)" ]
+	pkg-config --cflags --libs gmsfs
+	dpkg-deb -e "$tmp"/b/deb/gmsfs_*.deb "$tmp/ctl"
+	grep -q 'deb-systemd-helper.*enable.*gmsfs.target' "$tmp/ctl/postinst" || grep -q "gmsfs.target" "$tmp/ctl/postinst"
+	grep -q 'gmsfs-mount-all.service' "$tmp/ctl/postinst"
+	grep -q 'deb-systemd-invoke stop gmsfs.target' "$tmp/ctl/prerm"
+	# Enabled at install (no systemd needed: the links are what enable means).
+	[ -L /etc/systemd/system/multi-user.target.wants/gmsfs.target ]
+	[ -L /etc/systemd/system/gmsfs.target.wants/gmsfs-mount-all.service ]
+	[ -x /usr/sbin/gmsfs-node ]
+	ls /usr/lib/*/libgmsfs-load.so.0
+	# Built with the cuda backend (cuda.h is here), and said so.
+	grep -q 'building the cuda and host backends' "$tmp/deb.log" "$tmp"/b/deb/build.log
+	# Hardening: _FORTIFY_SOURCE reaches the compiler (CPPFLAGS).
+	! grep -q 'hardening-no-fortify-functions' "$tmp/deb.log"
+}
+t "package metadata: dependencies, gmsfs.pc alone, units enabled and stopped by the maintainer scripts, cuda built, fortified" metadata
+
+nocuda() {
+	# A builder without cuda.h fails loudly rather than making host-only packages quietly.
+	cd "$tmp"/b/deb/gmsfs-*/ || return 1
+	local out
+	out=$(make -f debian/rules override_dh_auto_build CUDA_INC=/nonexistent 2>&1) && { echo "$out"; return 1; }
+	grep -q 'cuda.h not found' <<<"$out" && grep -q 'DEB_BUILD_PROFILES=nocuda' <<<"$out"
+}
+t "a build without cuda.h fails and says how to build host-only packages" nocuda
 
 demo() {
 	set -e
@@ -76,5 +124,11 @@ print("python3-gmsfs imports the store")' m/model
 	return 1
 }
 t "the demo from the installed files: mount -t fuse.gmsfs, the example built with pkg-config, gmsfsctl, python3" demo
+
+purged() {
+	DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq $pkgs >/dev/null 2>&1 || return 1
+	[ ! -e /etc/systemd/system/multi-user.target.wants/gmsfs.target ] && [ ! -e /usr/bin/gmsfs ]
+}
+t "purge removes the files and the units' links" purged
 echo "1..$n"
 [ $failed -eq 0 ]
