@@ -1,5 +1,7 @@
 #!/usr/bin/python3
 """bench/scale.py MOUNT DAEMON_PID [ALLOCATIONS [ENTRIES]]: gmsfs at scale, host backend.
+bench/scale.py MOUNT DAEMON_PID --cycles ENTRIES ROUNDS: only the create/rmdir cycles,
+exiting 1 when the daemon's memory grows by 10 MB or more (tests/memory.sh).
 
 Two stores on a live mount, made through the Python package's bulk calls (what an
 engine uses): one of ALLOCATIONS allocations of 4 KiB (default 100,000), one of ENTRIES
@@ -25,8 +27,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import gmsfs  # noqa: E402
 
 mount, daemon = sys.argv[1], int(sys.argv[2])
-n_allocs = int(sys.argv[3]) if len(sys.argv) > 3 else 100000
-n_entries = int(sys.argv[4]) if len(sys.argv) > 4 else 1000000
+only_cycles = sys.argv[3:4] == ["--cycles"]
+n_allocs = int(sys.argv[3]) if len(sys.argv) > 3 and not only_cycles else 100000
+n_entries = int(sys.argv[4]) if len(sys.argv) > 4 and not only_cycles else 1000000
 T = time.perf_counter
 
 
@@ -216,9 +219,36 @@ def entries_as_torch_writes_them(n=200000):
     rmdir(store)
 
 
+def cycles(n=300000, rounds=5):
+    """A store of n entries made, listed (ls -lR) and removed, rounds times: the daemon's
+    memory after each rmdir (once the forgets have come) against after the first."""
+    after = []
+    for _ in range(rounds):
+        store = os.path.join(mount, "scale-cycle")
+        os.mkdir(store)
+        with gmsfs.connect(store, "rw") as c:
+            c.create("w", 4096)
+            for i in range(0, n, 50000):
+                c.meta_put_many([("%d/%d" % (j // 10000, j), "w", 0, b"12345678") for j in range(i, min(i + 50000, n))])
+            c.commit()
+        run("ls", "-lR", store)
+        rmdir(store)
+        forgets_settled()
+        after.append(anon())
+    print("scale: %d cycles of mkdir, %d entries, commit, ls -lR, rmdir" % (rounds, n))
+    print("  daemon memory after each rmdir: %s MB; the last %+.1f MB from the first (goal: within 10 MB)"
+          % (", ".join("%.1f" % (a / 1e6) for a in after), (after[-1] - after[0]) / 1e6))
+    return after[-1] - after[0] < 10e6
+
+
+if only_cycles:
+    sys.exit(0 if cycles(int(sys.argv[4]), int(sys.argv[5])) else 1)
+
+
 ls_floor = tmpfs_ls_floor()
 print("floor: ls -lR of 100,000 empty files on tmpfs: %.1f us per name, %.1f again" % (ls_floor[0] * 1e6,
                                                                                       ls_floor[1] * 1e6))
 allocations()
 entries()
 entries_as_torch_writes_them()
+cycles()

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct out {
@@ -139,6 +140,8 @@ int main(int argc, char **argv)
 		e = describe(keys[k], &m[k], &o[k], err, sizeof err);
 	if (!e && !(h = header(o, n, &hlen)))
 		e = -ENOMEM;
+	if (!e && mkdir(dir, 0755) && errno != EEXIST) /* one level, as mkdir(1) without -p */
+		e = -errno, snprintf(err, sizeof err, "%s: %s", dir, strerror(errno));
 	if (!e && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
 		e = -errno, snprintf(err, sizeof err, "%s: %s", tmp, strerror(errno));
 	unsigned char lenb[8];

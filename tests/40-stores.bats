@@ -171,6 +171,12 @@ given_back() {
 	release w
 	run mkdir "$MNT/device"
 	assert_failure
+	run mkdir "$MNT/two
+lines"
+	assert_failure
+	assert_output --partial "Invalid argument"
+	run mkdir "$MNT/$(printf 'tab\there')"
+	assert_failure
 	run mkdir "$MNT/n/extra"
 	assert_failure
 	run touch "$MNT/file-at-root"

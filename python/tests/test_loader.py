@@ -98,11 +98,12 @@ def test_load_materialize_save_round_trip(store, tmp_path):
             assert np.array_equal(got[name].numpy(), a), name
         e = c.meta_json("torch/layers.0.w")
         assert e["source"] == "model.safetensors" and e["stride"] == [8, 1]
-    out = tmp_path / "out"
-    out.mkdir()
+    out = tmp_path / "out"  # made by gmsfs-save, as its man page shows
     r = run(SAVE, store, str(out))
     assert r.returncode == 0, r.stderr
     assert read_st(out / "model.safetensors") == read_st(tmp_path / "model.safetensors")
+    r = run(SAVE, store, str(tmp_path / "no" / "such"))  # one level only, as mkdir(1)
+    assert r.returncode != 0 and "No such file or directory" in r.stderr, r.stderr
 
 
 def test_sharded_index(store, tmp_path):

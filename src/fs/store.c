@@ -62,6 +62,9 @@ int store_create(struct fs *fs, const char *name, struct store **out)
 		return -ENAMETOOLONG;
 	if (!meta_name_valid(name))
 		return -EINVAL;
+	for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+		if (*c < 0x20 || *c == 0x7f)
+			return -EINVAL; /* a newline would split gmsfsctl list's and state's lines */
 	if (store_find(fs, name))
 		return -EEXIST;
 	if (GROW(t->v, t->n, t->cap, 8))
