@@ -36,7 +36,7 @@ override CFLAGS += -DGMSFS_HAVE_CUDA -I$(CUDA_INC)
 HAVE_CUDA := 1
 endif
 FS_SRC := $(addprefix src/fs/,main.c node.c handle.c ops.c ops_tree.c ops_file.c ops_xattr.c ops_ioctl.c \
-	store.c lock.c wait.c inval.c caller.c text.c mnt.c log.c export/ticket.c export/sock.c export/rpc.c)
+	store.c lock.c wait.c inval.c caller.c text.c mnt.c log.c tier.c export/ticket.c export/sock.c export/rpc.c)
 DAEMON_SRC := $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(WIRE_SRC)
 DAEMON_HDR := $(COMMON_HDR) $(wildcard src/*/*.h src/*/*/*.h)
 
@@ -55,15 +55,20 @@ LOAD_SONAME := libgmsfs-load.so.0
 BENCH := $(B)/bench-import $(B)/bench-minfs $(B)/bench-control
 ifdef HAVE_CUDA
 BENCH += $(B)/bench-gpu $(B)/bench-load-floor
+MOVER := $(B)/gmsfs-mover
 endif
 # Programs linked against the library in $(B)/, found there at run time.
 LINK_LIB := -L$(B) -lgmsfs -Wl,-rpath,'$$ORIGIN'
 
 .PHONY: all check check-quick check-asan check-unit demo bench install deb clean deps fuzz fuzzers
-all: $(BIN) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH) $(LOADER)
+all: $(BIN) $(MOVER) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH) $(LOADER)
 
 $(B):
 	mkdir -p $(B)
+
+# The host tier's copy helper of the cuda backend (a CUDA context, which the daemon never makes).
+$(B)/gmsfs-mover: src/mover/mover.c src/mover/mover.h common/cuda_api.h common/fdpass.h | $(B)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< -ldl
 
 $(BIN): $(DAEMON_SRC) $(DAEMON_HDR) | $(B)
 	@$(PKG_CONFIG) --exists fuse3 libxxhash msgpack || { echo 'missing fuse3/libxxhash/msgpack: run make deps'; exit 1; }
@@ -192,6 +197,7 @@ install: $(BIN) $(LIB) $(LOADER)
 	for n in mount.fuse.gmsfs gmsfs-mount-all gmsfs-node; do echo '.so man8/mount.gmsfs.8' > $(DESTDIR)$(PREFIX)/share/man/man8/$$n.8; done
 	install -D -m 0755 tools/gmsfsctl $(DESTDIR)$(PREFIX)/bin/gmsfsctl
 	install -D -m 0755 $(B)/gmsfs-load $(DESTDIR)$(PREFIX)/bin/gmsfs-load
+	$(if $(MOVER),install -D -m 0755 $(MOVER) $(DESTDIR)$(PREFIX)/lib/gmsfs/gmsfs-mover)
 	install -D -m 0755 $(B)/gmsfs-save $(DESTDIR)$(PREFIX)/bin/gmsfs-save
 	install -D -m 0644 man/gmsfs-load.1 $(DESTDIR)$(PREFIX)/share/man/man1/gmsfs-load.1
 	install -D -m 0755 $(B)/gmsfs-snapshot $(DESTDIR)$(PREFIX)/bin/gmsfs-snapshot

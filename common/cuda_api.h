@@ -37,6 +37,7 @@
 	X(cuMemAlloc, "cuMemAlloc_v2")                                  \
 	X(cuMemFree, "cuMemFree_v2")                                    \
 	X(cuMemcpyDtoD, "cuMemcpyDtoD_v2")                              \
+	X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2")                    \
 	/* for the tests and benchmarks, which make their own context */ \
 	X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")         \
 	X(cuCtxSetCurrent, "cuCtxSetCurrent")                           \

@@ -18,25 +18,35 @@ teardown_file() { unmount_gmsfs; }
 	release wb
 }
 
-@test "rmdir of an unheld store frees its memory; of a held one fails with EBUSY" {
+@test "rmdir of an unheld store frees its memory; a writer's fails with EBUSY; readers defer the freeing" {
 	mkdir "$MNT/gone"
 	local used
 	used=$(used_bytes)
 	bash -ec "exec 9>$MNT/gone/lock; truncate -s 8M $MNT/gone/allocs/x; echo > $MNT/gone/commit"
 	assert_equal "$(used_bytes)" $((used + 8388608))
-	hold r r "$MNT/gone/lock"
-	wait_held r
+	hold w w "$MNT/gone/lock"
+	wait_held w
 	run rmdir "$MNT/gone"
 	assert_failure
 	assert_output --partial 'Device or resource busy'
-	release r
+	release w
 	wait_until state_is "$MNT/gone" COMMITTED
-	run rmdir "$MNT/gone"
+	hold r r "$MNT/gone/lock"
+	wait_held r
+	run rmdir "$MNT/gone" # the name goes now, the memory with the reader
 	assert_success
 	[ ! -e "$MNT/gone" ]
-	assert_equal "$(used_bytes)" "$used"
+	grep -q '"removing": true' "$MNT/status.json"
+	assert_equal "$(used_bytes)" $((used + 8388608))
+	mkdir "$MNT/gone" # a new store of the same name at once
+	release r
+	wait_until used_is "$used"
+	run grep -c '"removing": true' "$MNT/status.json"
+	assert_output 0
+	rmdir "$MNT/gone"
 }
 
+used_is() { [ "$(used_bytes)" = "$1" ]; }
 daemon_anon_kb() { sed -n "s/^RssAnon:[[:space:]]*\([0-9]*\) kB/\1/p" "/proc/$GMSFS_PID/status"; }
 anon_below() { [ "$(daemon_anon_kb)" -lt "$1" ]; }
 

@@ -56,6 +56,8 @@
 #define GMSFS_XATTR_OFFSET "user.gms.offset"   /* entry: decimal byte offset in it */
 #define GMSFS_XATTR_SIZE "user.gms.size"       /* entry: decimal bytes of its extent (optional) */
 #define GMSFS_XATTR_PRIVATE "user.gms.private" /* entry: "1": each importer gets its own copy */
+#define GMSFS_XATTR_QUOTA "user.gms.quota"       /* store directory: most bytes its allocations hold */
+#define GMSFS_XATTR_PRIORITY "user.gms.priority" /* store directory: -1000..1000, who stays on the device */
 
 /* Entry flags (the hash covers them). */
 #define GMSFS_ENTRY_PRIVATE 1u

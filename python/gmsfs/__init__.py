@@ -16,6 +16,7 @@ PyTorch modules; Connection.array gives numpy views on the host backend.
 import ctypes
 import errno as _errno
 import json as _json
+import os as _os
 import time as _time
 from collections import namedtuple
 
@@ -90,6 +91,13 @@ def connect(store, mode="ro", timeout=None):
     if mode not in _MODES:
         raise ValueError("mode: 'ro', 'rw' or 'auto', not %r" % (mode,))
     return Connection(store, _MODES[mode], _ms(timeout))
+
+
+def prefetch(store):
+    """Ask for a store on the host tier to come back to the device, without waiting (an
+    adapter needed soon).  Nothing to do for a store on the device."""
+    with open(_os.path.join(store, "prefetch"), "w") as f:
+        f.write("\n")
 
 
 def load(conn, path, slab_bytes=0, progress=False, verbose=False):

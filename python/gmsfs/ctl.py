@@ -66,14 +66,15 @@ def cmd_list(args):
         json.dump(out, sys.stdout, indent=1)
         print()
         return 0
-    rows = [("MOUNT", "DEVICE", "STORE", "STATE", "READERS", "WRITER", "WAITING", "ALLOCS", "ENTRIES", "BYTES",
-             "HASH")]
+    rows = [("MOUNT", "DEVICE", "STORE", "STATE", "TIER", "READERS", "WRITER", "WAITING", "ALLOCS", "ENTRIES",
+             "BYTES", "HASH")]
     for m in out:
         dev = "%s %s" % (m["device"]["backend"], m["device"]["uuid"])
         if not m["stores"]:
-            rows.append((m["mount"], dev, "-", "", "", "", "", "", "", "", ""))
+            rows.append((m["mount"], dev, "-", "", "", "", "", "", "", "", "", ""))
         for s in m["stores"]:
-            rows.append((m["mount"], dev, s["name"], s["state"], str(s["readers"]), str(s["writer"]),
+            rows.append((m["mount"], dev, s["name"] + (" (removing)" if s["removing"] else ""), s["state"],
+                         s["tier"].replace("moving to ", "->"), str(s["readers"]), str(s["writer"]),
                          str(s["waiting_readers"] + s["waiting_writers"]), str(s["allocations"]), str(s["entries"]),
                          _size(s["aligned_bytes"]), s["layout_hash"][:12] or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -113,6 +114,31 @@ def cmd_wait(args):
             p.poll(1000 if left is None else max(1, min(1000, int(left * 1000))))
     finally:
         os.close(fd)
+
+
+def cmd_tier(args):
+    """Where a store's memory is; with WHERE, move it there and wait until it is.  A move
+    that failed leaves the store where it was: said with the store's last_error."""
+    path = os.path.join(args.store, "tier")
+    try:
+        if args.where:
+            with open(path, "w") as f:
+                f.write(args.where + "\n")
+        start = time.monotonic()
+        while True:
+            with open(path) as f:
+                now = f.read().strip()
+            if not args.where or now == args.where:
+                print(now)
+                return 0
+            waited = time.monotonic() - start
+            if waited > args.timeout or (not now.startswith("moving") and waited > 1):
+                return _fail("%s: %s after %.1f s (%s)" % (args.store, now, waited,
+                                                           _state(args.store).get("last_error", "")))
+            time.sleep(0.01)
+    except OSError as e:
+        why = _state(args.store).get("last_error", "") if os.path.exists(os.path.join(args.store, "state")) else ""
+        return _fail("%s: %s%s" % (args.store, e.strerror, " (%s)" % why if why else ""))
 
 
 def _xattr(path, name, default=""):
@@ -239,6 +265,11 @@ def main(argv=None):
     p.add_argument("--gpu", type=int, default=0, metavar="N")
     p.add_argument("--root", default="/run/gmsfs", metavar="DIR")
     p.set_defaults(fn=cmd_path)
+    p = sub.add_parser("tier", help="where a store's memory is: device or host; move it")
+    p.add_argument("store", metavar="STORE")
+    p.add_argument("where", nargs="?", choices=("device", "host"))
+    p.add_argument("--timeout", type=float, default=600, metavar="SECONDS")
+    p.set_defaults(fn=cmd_tier)
     p = sub.add_parser("metrics", help="every mount's metrics, merged, or into a textfile directory")
     p.add_argument("mounts", nargs="*", metavar="MOUNT")
     p.add_argument("--textfile", metavar="DIR")

@@ -15,12 +15,13 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 os.environ.setdefault("GMSFS_LIBRARY", os.path.join(BUILD, "libgmsfs.so.0"))
 
 
-@pytest.fixture(scope="session")
-def mount():
+def mounted(*options):
+    """A daemon on a fresh directory (options: more -o options), as a generator a fixture
+    yields from: the mount point, then the unmount and the daemon's end."""
     mnt = tempfile.mkdtemp(prefix="gmsfs-py.")
     log = open(mnt + ".log", "w")
-    daemon = subprocess.Popen([os.path.join(BUILD, "gmsfs"), "-f", "-o", "socket=%s.sock" % mnt, mnt],
-                              stderr=log)
+    daemon = subprocess.Popen([os.path.join(BUILD, "gmsfs"), "-f", "-o", ",".join(("socket=%s.sock" % mnt,) + options),
+                               mnt], stderr=log)
     for _ in range(200):
         with open("/proc/mounts") as f:
             if " %s fuse.gmsfs " % mnt in f.read():
@@ -39,6 +40,11 @@ def mount():
     log.close()
     os.rmdir(mnt)
     os.unlink(mnt + ".log")
+
+
+@pytest.fixture(scope="session")
+def mount():
+    yield from mounted()
 
 
 @pytest.fixture

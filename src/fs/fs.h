@@ -7,6 +7,7 @@
  *   lock.h     who holds a store: the only place a lock is decided (lock.c), with its
  *              queue of parked requests (wait.c)
  *   inval.h    what the kernel must drop, sent by a thread of its own
+ *   tier.h     the host tier, eviction, quotas, priorities (a mover thread)
  *   caller.h   who is asking (/proc)
  *   text.h     what cat reads: device, state, status.json, metrics
  *   export/    tickets, the socket, what a socket request does (export.h)
@@ -28,10 +29,13 @@
  *   - The socket's accept thread and one thread per connection (export/sock.c) take
  *     fs->mu per request, never across a send or a receive; memory is made and exported
  *     without it (vmm is thread-safe).
+ *   - The mover thread (tier.c) moves stores between the device and the host tier; it
+ *     waits on its own condition variable under fs->mu and copies without it.  A create
+ *     that does not fit moves idle stores out itself, also copying without fs->mu.
  *   - libfuse's interrupt callback (wait.c) runs with the request's own lock held and
  *     takes fs->mu; nothing that holds fs->mu waits for a request's lock.
  * Condition variables, each used with fs->mu: the socket's (export/), the waiter
- * thread's (wait.c) and the notifier's two (inval.c). */
+ * thread's (wait.c), the notifier's two (inval.c) and the mover's (fs->tier_wake). */
 #ifndef GMSFS_FS_H
 #define GMSFS_FS_H
 
@@ -51,10 +55,10 @@
 
 enum fs_kind {
 	FS_ROOT, FS_DEVICE, FS_STATUS, FS_METRICS, FS_STORE,
-	FS_LOCK, FS_COMMIT, FS_ABORT, FS_STATE, FS_HASH,
+	FS_LOCK, FS_COMMIT, FS_ABORT, FS_STATE, FS_HASH, FS_TIER, FS_PREFETCH,
 	FS_NKINDS
 };
-#define FS_STORE_FILES 5 /* lock, commit, abort, state, layout_hash */
+#define FS_STORE_FILES 7 /* lock, commit, abort, state, layout_hash, tier, prefetch */
 extern const char *const fs_store_file_names[FS_STORE_FILES];
 
 /* The daemon's own nodes (the root, its files, a store's directory and files): fixed for
@@ -74,6 +78,7 @@ struct store_table; /* store.h */
 struct waitq;       /* wait.h */
 struct inval;       /* inval.h */
 struct export;      /* export/export.h */
+struct tier;        /* tier.h */
 
 struct fs {
 	pthread_mutex_t mu;
@@ -88,6 +93,8 @@ struct fs {
 	struct waitq *wq;
 	struct inval *inval;
 	struct export *ex;
+	struct tier *tier;
+	pthread_cond_t tier_wake;      /* with mu: the mover thread's, signalled when a move is asked */
 	/* Under fs->mu: layout nodes the kernel still knows after they went (node.c). */
 	struct meta_graveyard grave;
 	size_t grave_freed;            /* nodes freed from it at forgets since the last trim */

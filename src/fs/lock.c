@@ -7,6 +7,7 @@
 #include "handle.h"
 #include "node.h"
 #include "store.h"
+#include "tier.h"
 #include "wait.h"
 
 #include <errno.h>
@@ -168,6 +169,8 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 	struct fsm *f = &st->lock.fsm;
 	if (st->removed)
 		return -ENOENT;
+	if (!tier_ready(st->fs, &st->tier))
+		return -EAGAIN; /* moving, or on the host tier: its move in is asked for */
 	bool write = lock_wants_write(st, want);
 	if (write ? fsm_open_write(f, tgid) : fsm_open_read(f))
 		return -EAGAIN; /* held, a writer waits, or nothing is committed yet */
@@ -176,6 +179,7 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 		st->last_error[0] = '\0';
 	}
 	*out = write ? HOLD_SESSION : HOLD_READ;
+	tier_used(&st->tier);
 	st->lock.gen++;
 	store_notify(st); /* taking a lock never lets a waiter in: no grant walk */
 	return 0;
@@ -227,6 +231,9 @@ int lock_open(fuse_req_t req, struct fs_handle *h, enum lock_want want, int time
 	e = try_lock(h->store, want, tgid, &h->hold);
 	if (e == -EAGAIN && timeout_ms)
 		return LOCK_PARK;
+	if (e == -EAGAIN && h->store->tier.at != TIER_DEVICE)
+		store_error(h->store, "the store is %s: it is on the device again once moved (an open that waits, "
+			    "or prefetch)", tier_name(&h->store->tier));
 	if (e)
 		return e;
 	return lock_granted(h, want);
@@ -289,6 +296,9 @@ void lock_release(struct fs_handle *h)
 	}
 	h->hold = HOLD_NONE;
 	h->writable = false;
+	tier_used(&st->tier);
+	if (st->removed && st->meta && !st->lock.fsm.readers && !st->lock.fsm.leader)
+		store_free_layout(st); /* removed while held (deferred): its last holder left */
 	lock_changed(st);
 }
 

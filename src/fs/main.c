@@ -4,8 +4,10 @@
 #include "log.h"
 #include "mnt.h"
 #include "store.h"
+#include "tier.h"
 #include "wait.h"
 #include "export/export.h"
+#include "size.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +30,8 @@ struct options {
 	char *device;
 	char *socket;
 	char *max_bytes;
+	char *host_bytes;
+	char *mover;           /* the cuda backend's copy helper for the host tier */
 	char *fsname;          /* the mount's source, as mount(8) and fstab name it */
 	int ready_fd;
 	int detach_fd;         /* without -f: where the waiting parent learns that the mount is live */
@@ -42,6 +46,8 @@ static const struct fuse_opt option_spec[] = {
 	OPT("device=%s", device),
 	OPT("socket=%s", socket),
 	OPT("max_bytes=%s", max_bytes),
+	OPT("host_bytes=%s", host_bytes),
+	OPT("mover=%s", mover),
 	OPT("fsname=%s", fsname),
 	OPT("ready_fd=%d", ready_fd),
 	OPT("max_threads=%d", max_threads),
@@ -55,6 +61,9 @@ static void usage(const char *prog)
 	       "    -o backend=cuda|host   where memory comes from (default: cuda if a VMM GPU is found, else host)\n"
 	       "    -o device=INDEX|UUID   which device (default 0)\n"
 	       "    -o max_bytes=N[KMGT]   most memory the stores may hold (default: all of the device)\n"
+	       "    -o host_bytes=N[KMGT]  most host memory the host tier may hold (default: half of the machine's)\n"
+	       "    -o mover=PATH          the cuda backend's copy helper (default: gmsfs-mover beside gmsfs,\n"
+	       "                           or ../lib/gmsfs/gmsfs-mover)\n"
 	       "    -o socket=PATH         export socket (default: /run/gmsfs/gmsfs-PID.sock as root)\n"
 	       "    -o ready_fd=N          write a newline to fd N once the mount is live\n"
 	       "    -o max_threads=N       worker threads (default 256); waiting opens hold none\n"
@@ -72,29 +81,24 @@ static int option_seen(void *data, const char *arg, int key, struct fuse_args *o
 	return 1;
 }
 
-/* "4096", "64M", "2G": binary suffixes.  0 on success. */
-static int parse_size(const char *s, uint64_t *out)
+/* The copy helper: as asked, else beside this binary (a build tree), else where the
+ * package puts it (../lib/gmsfs from bin/). */
+static const char *mover_path(const char *asked)
 {
-	char *end;
-	errno = 0;
-	if (!s || !*s || *s == '-')
-		return -EINVAL;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -EINVAL;
-	int shift = 0;
-	switch (*end) {
-	case '\0': break;
-	case 'K': case 'k': shift = 10; end++; break;
-	case 'M': case 'm': shift = 20; end++; break;
-	case 'G': case 'g': shift = 30; end++; break;
-	case 'T': case 't': shift = 40; end++; break;
-	default: return -EINVAL;
-	}
-	if (*end || (shift && v > (UINT64_MAX >> shift)))
-		return -EINVAL;
-	*out = (uint64_t)v << shift;
-	return 0;
+	static char path[4096];
+	if (asked)
+		return asked;
+	char exe[4000];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n <= 0)
+		return "/usr/lib/gmsfs/gmsfs-mover";
+	exe[n] = '\0';
+	char *slash = strrchr(exe, '/');
+	*slash = '\0';
+	snprintf(path, sizeof path, "%s/gmsfs-mover", exe);
+	if (access(path, X_OK))
+		snprintf(path, sizeof path, "%s/../lib/gmsfs/gmsfs-mover", exe);
+	return path;
 }
 
 /* 0: go on; otherwise the exit status (help and version: 0, bad options: 2). */
@@ -116,8 +120,14 @@ static int parse_options(struct fuse_args *args, struct options *opts, struct fu
 		fprintf(stderr, "gmsfs: no mountpoint (see %s --help)\n", prog);
 		return 2;
 	}
-	if (opts->max_bytes && parse_size(opts->max_bytes, max_bytes)) {
+	if (opts->max_bytes && size_parse(opts->max_bytes, max_bytes)) {
 		fprintf(stderr, "gmsfs: max_bytes=%s: not a size (digits, then K, M, G or T)\n", opts->max_bytes);
+		return 2;
+	}
+	uint64_t host_bytes;
+	if (opts->host_bytes && (size_parse(opts->host_bytes, &host_bytes) || !host_bytes)) {
+		fprintf(stderr, "gmsfs: host_bytes=%s: not a size (digits, then K, M, G or T; more than 0)\n",
+			opts->host_bytes);
 		return 2;
 	}
 	if (opts->max_threads < 2 || opts->max_threads > 100000) {
@@ -224,9 +234,17 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 		fprintf(stderr, "gmsfs: no thread for waiting opens\n");
 		goto out_session_only;
 	}
+	uint64_t host_bytes = 0;
+	if (opts->host_bytes)
+		size_parse(opts->host_bytes, &host_bytes); /* checked by parse_options */
+	fs->vmm->helper = mover_path(opts->mover);
+	if (tier_start(fs, host_bytes)) {
+		fprintf(stderr, "gmsfs: no thread for the host tier\n");
+		goto out_session;
+	}
 	if (inval_start(fs)) {
 		fprintf(stderr, "gmsfs: no thread for the kernel's notices\n");
-		goto out_session;
+		goto out_tier;
 	}
 	if (fuse_set_signal_handlers(fs->se))
 		goto out_inval;
@@ -259,6 +277,8 @@ out_signals:
 	fuse_remove_signal_handlers(fs->se);
 out_inval:
 	inval_stop(fs);
+out_tier:
+	tier_stop(fs); /* a move under way ends first: nothing is left half moved */
 out_session:
 	wait_stop(fs); /* parked requests are answered before their session goes */
 out_session_only:
@@ -317,6 +337,8 @@ int main(int argc, char *argv[])
 	free(opts.device);
 	free(opts.socket);
 	free(opts.max_bytes);
+	free(opts.host_bytes);
+	free(opts.mover);
 	free(opts.fsname);
 	return ret < 0 ? 0 : ret;
 }

@@ -8,7 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-const char *const fs_store_file_names[FS_STORE_FILES] = { "lock", "commit", "abort", "state", "layout_hash" };
+const char *const fs_store_file_names[FS_STORE_FILES] = { "lock", "commit", "abort", "state", "layout_hash", "tier",
+								  "prefetch" };
 
 void node_count(struct store *st, const struct fs_node *f)
 {
@@ -89,10 +90,12 @@ void node_attr(struct fs *fs, const struct obj *o, struct stat *s)
 	}
 	switch (o->f->kind) {
 	case FS_LOCK:
+	case FS_TIER:
 		s->st_mode = S_IFREG | 0644;
 		break;
 	case FS_COMMIT:
 	case FS_ABORT:
+	case FS_PREFETCH:
 		s->st_mode = S_IFREG | 0200;
 		break;
 	default: /* device, status.json, metrics, state, layout_hash: made when read (direct_io) */

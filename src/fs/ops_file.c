@@ -5,6 +5,7 @@
 #include "inval.h"
 #include "lock.h"
 #include "store.h"
+#include "tier.h"
 #include "text.h"
 #include "wait.h"
 
@@ -149,7 +150,7 @@ static int open_control(fuse_req_t req, struct obj *o, struct fs_handle *h, int 
 	case FS_LOCK:
 		*want = lock_want_of_open(flags, true);
 		return lock_open(req, h, *want, timeout_of(flags));
-	default: /* commit, abort: the write does the work */
+	default: /* commit, abort, tier, prefetch: the write does the work */
 		h->writable = wr;
 		return 0;
 	}
@@ -310,6 +311,8 @@ static int status_text(struct fs *fs, struct fs_handle *h, off_t off)
 		h->seen_events = h->store->events;
 		return text_state(h->store, &h->text, &h->text_len);
 	}
+	if (k == FS_TIER)
+		return text_tier(h->store, &h->text, &h->text_len);
 	return text_hash(h->store, &h->text, &h->text_len);
 }
 
@@ -336,7 +339,7 @@ static int do_read(struct fs *fs, struct fs_handle *h, size_t size, off_t off, s
 	node_count(h->store, h->fnode);
 	if (h->fnode) {
 		enum fs_kind k = h->fnode->kind;
-		if (k != FS_DEVICE && k != FS_STATUS && k != FS_METRICS && k != FS_STATE && k != FS_HASH)
+		if (k != FS_DEVICE && k != FS_STATUS && k != FS_METRICS && k != FS_STATE && k != FS_HASH && k != FS_TIER)
 			return 0;
 		int e = status_text(fs, h, off);
 		if (!e)
@@ -391,6 +394,9 @@ static int do_write(fuse_req_t req, struct fs_handle *h, const char *data, size_
 	*buf = NULL;
 	*n = size;
 	node_count(h->store, h->fnode);
+	if (h->fnode && (h->fnode->kind == FS_TIER || h->fnode->kind == FS_PREFETCH))
+		return h->store->removed ? -ENOENT :
+		       tier_request(h->store, h->fnode->kind == FS_TIER ? data : "device", h->fnode->kind == FS_TIER ? size : 6);
 	if (h->fnode)
 		return lock_control_write(req, h);
 	struct meta_node *m = h->node;

@@ -5,6 +5,7 @@
 #include "inval.h"
 #include "lock.h"
 #include "store.h"
+#include "tier.h"
 #include "grow.h"
 
 #include <errno.h>
@@ -99,7 +100,8 @@ static int do_truncate(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t si
 {
 	if (o->f) {
 		if (o->f->kind != FS_ROOT && o->f->kind != FS_STORE && o->f->kind != FS_LOCK &&
-		    o->f->kind != FS_COMMIT && o->f->kind != FS_ABORT)
+		    o->f->kind != FS_COMMIT && o->f->kind != FS_ABORT && o->f->kind != FS_TIER &&
+		    o->f->kind != FS_PREFETCH)
 			return -EACCES;
 		return o->f->kind == FS_ROOT || o->f->kind == FS_STORE ? -EISDIR : 0;
 	}
@@ -110,10 +112,27 @@ static int do_truncate(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t si
 	int e = lock_check_change(req, o->st, fi ? (struct fs_handle *)(uintptr_t)fi->fh : NULL);
 	if (e)
 		return e;
-	e = o->m->kind == META_ALLOC ? store_size_alloc(o->st, o->m, size) : meta_entry_truncate(o->m, size);
+	if (o->m->kind != META_ALLOC) {
+		if (!(e = meta_entry_truncate(o->m, size)))
+			store_notify(o->st);
+		return e;
+	}
+	e = store_size_alloc(o->st, o->m, size);
+	if (e == -ENOSPC) {
+		/* Room made by moving idle stores to the host tier (fs->mu is let go meanwhile). */
+		char why[400], path[GMSFS_PATH_MAX + 1] = "";
+		store_get(o->st);
+		if ((e = tier_make_room(fs, o->st, vmm_align(fs->vmm, size), why, sizeof why))) {
+			meta_path(o->m, path, sizeof path);
+			store_error(o->st, "allocs/%.200s: %llu bytes: %s", path, (unsigned long long)size, why);
+		}
+		else
+			e = o->m->linked ? store_size_alloc(o->st, o->m, size) : -ESTALE;
+		store_put(o->st, 1);
+	}
 	if (!e)
 		store_notify(o->st);
-	return e;
+	return e == -EDQUOT ? -ENOSPC : e;
 }
 
 static int do_setattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct stat *attr, int to_set,
@@ -193,7 +212,14 @@ static int do_remove(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const cha
 			return -EPERM;
 		if (!dir_wanted)
 			return store_find(fs, name) ? -EISDIR : -EPERM;
-		return store_remove(fs, name);
+		struct store *st = store_find(fs, name);
+		if (!st)
+			return -ENOENT;
+		store_get(st);
+		if (!(e = store_remove(fs, name)))
+			lock_changed(st); /* waiting opens learn it is gone: ENOENT */
+		store_put(st, 1);
+		return e;
 	}
 	if (!dir.m)
 		return -EPERM;
@@ -411,15 +437,23 @@ void fs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	reply_readdir(req, ino, size, off, true);
 }
 
+/* df: the device's budget; in a store with a quota, the quota and the store's use. */
 void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct fs *fs = fs_of(req);
 	const struct vmm *v = fs->vmm;
-	uint64_t g = v->dev.granularity, used = atomic_load(&v->used_bytes);
+	uint64_t g = v->dev.granularity, used = atomic_load(&v->used_bytes), total = v->max_bytes;
+	struct obj o = {0};
+	pthread_mutex_lock(&fs->mu);
+	if (!node_resolve(fs, ino, &o) && o.st && atomic_load(&o.st->pool->quota)) {
+		total = atomic_load(&o.st->pool->quota);
+		used = atomic_load(&o.st->pool->used);
+	}
+	pthread_mutex_unlock(&fs->mu);
 	struct statvfs s = {
 		.f_bsize = g, .f_frsize = g,
-		.f_blocks = v->max_bytes / g,
-		.f_bfree = (v->max_bytes - (used < v->max_bytes ? used : v->max_bytes)) / g,
+		.f_blocks = total / g,
+		.f_bfree = (total - (used < total ? used : total)) / g,
 		.f_namemax = GMSFS_NAME_MAX,
 	};
 	s.f_bavail = s.f_bfree;

@@ -1,11 +1,13 @@
-/* ops_xattr: the attributes of allocations (tag) and entries (alloc, offset, size,
- * private).  Unknown user. names answer ENODATA, never ENOSYS: the kernel would stop
+/* ops_xattr: the attributes of allocations (tag), entries (alloc, offset, size,
+ * private) and a store's directory (quota, priority: tier.c).  Unknown user. names answer ENODATA, never ENOSYS: the kernel would stop
  * asking.  Names of the namespaces gmsfs keeps nothing in (security., system., trusted.)
  * answer ENOTSUP, as a kernel filesystem without their handlers does: ls -l then asks once
  * per mount for a file's SELinux label and ACL, not twice per file. */
 #include "ops.h"
 #include "lock.h"
+#include "caller.h"
 #include "store.h"
+#include "tier.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -60,6 +62,20 @@ static bool user_name(const char *name)
 	return !strncmp(name, "user.", 5);
 }
 
+static bool store_dir(const struct obj *o)
+{
+	return o->f && o->f->kind == FS_STORE;
+}
+
+/* A store's quota and priority: set by whoever may write the store (its lock file's
+ * mode), read by all. */
+static int may_set_store(fuse_req_t req, struct store *st)
+{
+	struct stat lock_attr;
+	node_attr(st->fs, &(struct obj){ .f = &st->files[FS_LOCK - FS_LOCK], .st = st }, &lock_attr);
+	return caller_may(req, lock_attr.st_mode, 2);
+}
+
 static int do_getxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char *name, char *val, size_t size)
 {
 	struct obj o = {0};
@@ -68,6 +84,8 @@ static int do_getxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 	int e = ops_resolve(req, fs, ino, &o);
 	if (e)
 		return e;
+	if (store_dir(&o))
+		return tier_xattr_get(o.st, name, val, size);
 	return o.m ? xattr_value(&o, xattr_of(o.m, name), val, size) : -ENODATA;
 }
 
@@ -94,10 +112,22 @@ static int do_listxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, char *lis
 					     [X_PRIVATE] = GMSFS_XATTR_PRIVATE };
 	struct obj o = {0};
 	int e = ops_resolve(req, fs, ino, &o);
+	size_t n = 0;
+	char tmp[32];
+	if (!e && store_dir(&o)) {
+		static const char *const store_names[] = { GMSFS_XATTR_QUOTA, GMSFS_XATTR_PRIORITY };
+		for (size_t i = 0; i < 2; i++) {
+			size_t l = strlen(store_names[i]) + 1;
+			if (tier_xattr_get(o.st, store_names[i], tmp, sizeof tmp) < 0)
+				continue;
+			if (n + l <= size)
+				memcpy(list + n, store_names[i], l);
+			n += l;
+		}
+		return (int)n;
+	}
 	if (e || !o.m)
 		return e;
-	size_t n = 0;
-	char tmp[2];
 	for (enum xattr x = X_TAG; x <= X_PRIVATE; x++) {
 		if (xattr_of(o.m, names[x]) != x || xattr_value(&o, x, tmp, sizeof tmp) < 0)
 			continue;
@@ -148,6 +178,15 @@ static int do_setxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 	int e = node_resolve(fs, ino, &o);
 	if (e)
 		return e;
+	if (store_dir(&o) && tier_xattr_known(name)) {
+		char tmp[32];
+		bool exists = tier_xattr_get(o.st, name, tmp, sizeof tmp) >= 0;
+		if ((flags & XATTR_CREATE) && exists)
+			return -EEXIST;
+		if ((flags & XATTR_REPLACE) && !exists)
+			return -ENODATA;
+		return may_set_store(req, o.st) ?: tier_xattr_set(o.st, name, value, size);
+	}
 	enum xattr x = o.m ? xattr_of(o.m, name) : X_NONE;
 	if (x == X_NONE)
 		return -ENOTSUP;
@@ -182,6 +221,8 @@ static int do_removexattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const c
 	int e = node_resolve(fs, ino, &o);
 	if (e)
 		return e;
+	if (store_dir(&o) && tier_xattr_known(name))
+		return may_set_store(req, o.st) ?: tier_xattr_remove(o.st, name);
 	char tmp[2];
 	enum xattr x = o.m ? xattr_of(o.m, name) : X_NONE;
 	if (x == X_NONE || xattr_value(&o, x, tmp, sizeof tmp) < 0)

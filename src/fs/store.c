@@ -82,6 +82,7 @@ int store_create(struct fs *fs, const char *name, struct store **out)
 	}
 	st->fs = fs;
 	st->refs = 1;
+	tier_used(&st->tier);
 	meta_set_graveyard(st->meta, &fs->grave);
 	inval_watch(st);
 	st->dir = (struct fs_node){ FS_NODE_MAGIC, FS_STORE, st };
@@ -109,22 +110,32 @@ int store_remove(struct fs *fs, const char *name)
 		struct store *st = t->v[i];
 		if (strcmp(st->name, name))
 			continue;
-		int e = fsm_can_remove(&st->lock.fsm);
-		if (e)
-			return e;
+		/* A writer session or a move keeps it; readers and waiters do not (Triton's
+		 * unregister): the name goes now, the memory with the last reader. */
+		if (st->lock.fsm.leader || (st->tier.at != TIER_DEVICE && st->tier.at != TIER_HOST))
+			return -EBUSY;
 		if (GROW(t->removed, t->nremoved, t->removed_cap, 8))
 			return -ENOMEM;
 		t->v[i] = t->v[--t->n];
 		st->removed = true;
 		t->removed[t->nremoved++] = st; /* until the kernel forgets it, or the daemon exits */
-		meta_store_free(st->meta); /* frees the memory now; lookups may outlive it */
-		st->meta = NULL;
-		store_want_trim(fs); /* a big store's metadata goes back to the system, not to malloc's arenas */
-		store_notify(st); /* nobody holds or waits: nothing to grant */
-		store_put(st, 1);
+		if (st->lock.fsm.readers)
+			fuse_log(FUSE_LOG_INFO, "gmsfs: %s removed; its memory goes when its %u readers leave\n", st->name,
+				 store_readers(st));
+		else
+			store_free_layout(st);
+		store_put(st, 1); /* the caller holds one: its waiters learn it is gone (lock_changed) */
 		return 0;
 	}
 	return -ENOENT;
+}
+
+void store_free_layout(struct store *st)
+{
+	meta_store_free(st->meta); /* frees the memory now; lookups may outlive it */
+	st->meta = NULL;
+	store_want_trim(st->fs); /* a big store's metadata goes back to the system, not to malloc's arenas */
+	store_notify(st);
 }
 
 void store_get(struct store *st)
@@ -195,19 +206,19 @@ int store_cannot_tell(struct store *st, int e)
 
 int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size)
 {
-	struct vmm *v = st->fs->vmm;
 	if (m->size == size || (!m->size && !size))
 		return 0;
 	if (m->size)
 		return -EPERM; /* sized once: the size never changes */
 	struct vmm_buf *b;
+	char why[300] = "";
 	int e = vmm_alloc(st->pool, size, &b);
 	if (e) {
-		char path[GMSFS_PATH_MAX + 1] = "", why[256];
+		char path[GMSFS_PATH_MAX + 1] = "";
 		meta_path(m, path, sizeof path);
-		vmm_why(v, e, why, sizeof why);
-		store_error(st, "allocs/%.200s: %llu bytes: %.256s", path, (unsigned long long)size, why);
-		return e;
+		vmm_pool_why(st->pool, e, size, why, sizeof why);
+		store_error(st, "allocs/%.200s: %llu bytes: %.290s", path, (unsigned long long)size, why);
+		return e == -EDQUOT ? -EDQUOT : e; /* EDQUOT: no eviction helps; ENOSPC at the FUSE edge */
 	}
 	if ((e = meta_alloc_size(m, size, b->size, b)))
 		vmm_buf_put(b);

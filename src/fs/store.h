@@ -6,6 +6,7 @@
 #include "fs.h"
 #include "handle.h"
 #include "lock.h"
+#include "tier.h"
 
 struct store {
 	/* Fixed from creation to the end: */
@@ -17,6 +18,7 @@ struct store {
 	/* Under fs->mu: */
 	struct meta_store *meta;       /* its layout; NULL once removed */
 	struct lock lock;              /* lock.c */
+	struct store_tier tier;        /* tier.c: where its memory is, its priority */
 	unsigned refs;                 /* table + kernel lookups + handles */
 	bool removed;
 	struct fs_handle handles;      /* list head: every open handle of its files */
@@ -49,7 +51,11 @@ void store_table_free(struct fs *fs);
 
 int store_create(struct fs *fs, const char *name, struct store **out);
 struct store *store_find(struct fs *fs, const char *name);
+/* rmdir: -EBUSY while a writer session holds it or it moves; readers defer the freeing
+ * of its memory to the last one's release (the name goes now, as Triton's unregister). */
 int store_remove(struct fs *fs, const char *name);
+/* A removed store's layout and memory freed (the kernel may still know its nodes). */
+void store_free_layout(struct store *st);
 void store_get(struct store *st);
 void store_put(struct store *st, unsigned n);
 /* Freed memory goes back to the system (malloc_trim) once fs->mu is released: on a

@@ -13,10 +13,11 @@ int text_device(struct fs *fs, char **out, size_t *len)
 	const struct vmm *v = fs->vmm;
 	int n = asprintf(out,
 			 "index: %d\nuuid: %s\nname: %s\nbackend: %s\ntotal_bytes: %llu\nused_bytes: %llu\n"
-			 "granularity: %llu\nversion: %s\n",
+			 "granularity: %llu\nversion: %s\nhost_bytes: %llu\nhost_used_bytes: %llu\n",
 			 v->dev.index, v->dev.uuid, v->dev.name, v->dev.backend,
 			 (unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->used_bytes),
-			 (unsigned long long)v->dev.granularity, GMSFS_VERSION);
+			 (unsigned long long)v->dev.granularity, GMSFS_VERSION, (unsigned long long)v->host_bytes,
+			 (unsigned long long)atomic_load(&v->host_used));
 	if (n < 0)
 		return -ENOMEM;
 	*len = (size_t)n;
@@ -32,13 +33,24 @@ int text_state(struct store *st, char **out, size_t *len)
 	int n = asprintf(out,
 			 "state: %s\nreaders: %u\nwriter: %d\nwaiting_writers: %u\nwaiting_readers: %u\n"
 			 "generation: %llu\nallocations: %llu\nentries: %llu\nbytes: %llu\naligned_bytes: %llu\n"
-			 "layout_hash: %s\nrequests: %llu\nsocket_requests: %llu\nlast_error: %s\n",
+			 "layout_hash: %s\nrequests: %llu\nsocket_requests: %llu\ntier: %s\nquota: %llu\n"
+			 "priority: %d\nlast_error: %s\n",
 			 st->removed ? "REMOVED" : fsm_state_name(fsm_state(f)), store_readers(st), (int)f->leader,
 			 f->waiting_writers, f->waiting_readers, (unsigned long long)f->generation,
 			 (unsigned long long)s.allocations, (unsigned long long)s.entries,
 			 (unsigned long long)s.bytes, (unsigned long long)s.aligned_bytes,
 			 st->meta ? meta_hash_hex(st->meta) : "", (unsigned long long)st->requests,
-			 (unsigned long long)st->socket_requests, st->last_error);
+			 (unsigned long long)st->socket_requests, tier_name(&st->tier),
+			 (unsigned long long)atomic_load(&st->pool->quota), st->tier.priority, st->last_error);
+	if (n < 0)
+		return -ENOMEM;
+	*len = (size_t)n;
+	return 0;
+}
+
+int text_tier(struct store *st, char **out, size_t *len)
+{
+	int n = asprintf(out, "%s\n", tier_name(&st->tier));
 	if (n < 0)
 		return -ENOMEM;
 	*len = (size_t)n;
@@ -62,10 +74,15 @@ static int by_name(const void *a, const void *b)
 	return strcmp((*(struct store *const *)a)->name, (*(struct store *const *)b)->name);
 }
 
-/* The stores in name order (stable output); NULL and *n 0 when there are none. */
+/* The stores in name order (stable output), then those removed while held (deferred:
+ * their memory is still there); NULL and *n 0 when there are none. */
 static struct store **sorted_stores(struct fs *fs, size_t *n, int *e)
 {
-	*n = fs->stores->n;
+	const struct store_table *t = fs->stores;
+	size_t held = 0;
+	for (size_t i = 0; i < t->nremoved; i++)
+		held += t->removed[i]->meta != NULL;
+	*n = t->n + held;
 	*e = 0;
 	if (!*n)
 		return NULL;
@@ -74,8 +91,11 @@ static struct store **sorted_stores(struct fs *fs, size_t *n, int *e)
 		*e = -ENOMEM;
 		return NULL;
 	}
-	memcpy(v, fs->stores->v, *n * sizeof *v);
-	qsort(v, *n, sizeof *v, by_name);
+	memcpy(v, t->v, t->n * sizeof *v);
+	qsort(v, t->n, sizeof *v, by_name);
+	for (size_t i = 0, k = t->n; i < t->nremoved; i++)
+		if (t->removed[i]->meta)
+			v[k++] = t->removed[i];
 	return v;
 }
 
@@ -134,9 +154,15 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 	json_str(f, v->dev.name);
 	fputs(", \"backend\": ", f);
 	json_str(f, v->dev.backend);
-	fprintf(f, ", \"total_bytes\": %llu, \"used_bytes\": %llu, \"granularity\": %llu},\n \"stores\": [",
+	struct tier_stats ts;
+	tier_stats(fs, &ts);
+	fprintf(f, ", \"total_bytes\": %llu, \"used_bytes\": %llu, \"granularity\": %llu, \"host_bytes\": %llu, "
+		   "\"host_used_bytes\": %llu, \"moves_to_host\": %llu, \"moves_to_device\": %llu, \"evictions\": %llu, "
+		   "\"move_failures\": %llu},\n \"stores\": [",
 		(unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->used_bytes),
-		(unsigned long long)v->dev.granularity);
+		(unsigned long long)v->dev.granularity, (unsigned long long)ts.host_bytes,
+		(unsigned long long)ts.host_used, (unsigned long long)ts.moves_out, (unsigned long long)ts.moves_in,
+		(unsigned long long)ts.evictions, (unsigned long long)ts.failures);
 	for (size_t i = 0; i < n; i++) {
 		struct store *s = st[i];
 		struct meta_stats m = {0};
@@ -146,7 +172,11 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 		fputs(i ? ",\n  {\"name\": " : "\n  {\"name\": ", f);
 		json_str(f, s->name);
 		fputs(", \"state\": ", f);
-		json_str(f, fsm_state_name(fsm_state(q)));
+		json_str(f, s->removed ? "REMOVED" : fsm_state_name(fsm_state(q)));
+		fprintf(f, ", \"removing\": %s, \"tier\": ", s->removed ? "true" : "false");
+		json_str(f, tier_name(&s->tier));
+		fprintf(f, ", \"quota\": %llu, \"priority\": %d", (unsigned long long)atomic_load(&s->pool->quota),
+			s->tier.priority);
 		fprintf(f,
 			", \"readers\": %u, \"writer\": %d, \"waiting_writers\": %u, \"waiting_readers\": %u, "
 			"\"generation\": %llu, \"allocations\": %llu, \"entries\": %llu, \"bytes\": %llu, "
@@ -207,6 +237,63 @@ static void sample(FILE *f, const char *name, const struct store *s, const char 
 	fprintf(f, "} %llu\n", n);
 }
 
+/* A series of the mount: its device, and where the bytes went (to=) if to is set. */
+static void device_sample(FILE *f, const char *name, const struct vmm *v, const char *to, unsigned long long n)
+{
+	fprintf(f, "%s{device=", name);
+	label(f, v->dev.uuid);
+	if (to)
+		fprintf(f, ",to=\"%s\"", to);
+	fprintf(f, "} %llu\n", n);
+}
+
+/* Where each store's memory is, its quota and priority (tier.c), and the mount's host tier. */
+static void tier_series(FILE *f, struct fs *fs, struct store **st, size_t n)
+{
+	const struct vmm *v = fs->vmm;
+	header(f, "gmsfs_store_quota_bytes", GAUGE, "The store's quota (user.gms.quota); 0: none.");
+	for (size_t i = 0; i < n; i++)
+		sample(f, "gmsfs_store_quota_bytes", st[i], NULL, NULL, atomic_load(&st[i]->pool->quota));
+	header(f, "gmsfs_store_used_bytes", GAUGE, "Bytes the store's allocations hold, on either tier.");
+	for (size_t i = 0; i < n; i++)
+		sample(f, "gmsfs_store_used_bytes", st[i], NULL, NULL, atomic_load(&st[i]->pool->used));
+	header(f, "gmsfs_store_priority", GAUGE, "The store's priority (user.gms.priority).");
+	for (size_t i = 0; i < n; i++) {
+		fputs("gmsfs_store_priority{device=", f); /* signed: not through sample() */
+		label(f, v->dev.uuid);
+		fputs(",store=", f);
+		label(f, st[i]->name);
+		fprintf(f, "} %d\n", st[i]->tier.priority);
+	}
+	header(f, "gmsfs_store_tier", GAUGE, "1 for where the store's memory is, 0 for the others.");
+	for (size_t i = 0; i < n; i++) {
+		static const char *const tiers[] = { "device", "host", "moving to host", "moving to device" };
+		for (size_t k = 0; k < 4; k++)
+			sample(f, "gmsfs_store_tier", st[i], "tier", tiers[k], !strcmp(tier_name(&st[i]->tier), tiers[k]));
+	}
+	header(f, "gmsfs_store_moves_total", COUNTER, "Moves of the store between the device and the host tier.");
+	for (size_t i = 0; i < n; i++) {
+		sample(f, "gmsfs_store_moves_total", st[i], "to", "host", st[i]->tier.moves_out);
+		sample(f, "gmsfs_store_moves_total", st[i], "to", "device", st[i]->tier.moves_in);
+	}
+	header(f, "gmsfs_store_removing", GAUGE, "1 for a store removed while held: freed when its last holder leaves.");
+	for (size_t i = 0; i < n; i++)
+		sample(f, "gmsfs_store_removing", st[i], NULL, NULL, st[i]->removed);
+	struct tier_stats ts;
+	tier_stats(fs, &ts);
+	header(f, "gmsfs_host_tier_bytes", GAUGE, "Host memory the host tier may hold (host_bytes).");
+	device_sample(f, "gmsfs_host_tier_bytes", v, NULL, ts.host_bytes);
+	header(f, "gmsfs_host_tier_used_bytes", GAUGE, "Host memory the host tier holds.");
+	device_sample(f, "gmsfs_host_tier_used_bytes", v, NULL, ts.host_used);
+	header(f, "gmsfs_tier_bytes_moved_total", COUNTER, "Bytes moved between the device and the host tier.");
+	device_sample(f, "gmsfs_tier_bytes_moved_total", v, "host", ts.bytes_out);
+	device_sample(f, "gmsfs_tier_bytes_moved_total", v, "device", ts.bytes_in);
+	header(f, "gmsfs_evictions_total", COUNTER, "Idle stores moved to the host tier to make room for a create.");
+	device_sample(f, "gmsfs_evictions_total", v, NULL, ts.evictions);
+	header(f, "gmsfs_tier_move_failures_total", COUNTER, "Moves that failed (last_error says why).");
+	device_sample(f, "gmsfs_tier_move_failures_total", v, NULL, ts.failures);
+}
+
 int text_metrics(struct fs *fs, char **out, size_t *len)
 {
 	static const enum fsm_state states[] = { FSM_EMPTY, FSM_RW, FSM_COMMITTED, FSM_RO };
@@ -249,6 +336,7 @@ int text_metrics(struct fs *fs, char **out, size_t *len)
 	header(f, "gmsfs_store_bytes", GAUGE, "Bytes of its allocations, as the device holds them (aligned).");
 	for (size_t i = 0; m && i < n; i++)
 		sample(f, "gmsfs_store_bytes", st[i], NULL, NULL, m[i].aligned_bytes);
+	tier_series(f, fs, st, m ? n : 0);
 	header(f, "gmsfs_store_commits_total", COUNTER, "Commits published.");
 	for (size_t i = 0; m && i < n; i++)
 		sample(f, "gmsfs_store_commits_total", st[i], NULL, NULL, st[i]->lock.commits);

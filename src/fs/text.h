@@ -12,5 +12,6 @@ int text_status_json(struct fs *fs, char **out, size_t *len);
 int text_metrics(struct fs *fs, char **out, size_t *len);
 int text_state(struct store *st, char **out, size_t *len);
 int text_hash(struct store *st, char **out, size_t *len);
+int text_tier(struct store *st, char **out, size_t *len);
 
 #endif

@@ -94,21 +94,33 @@ void vmm_pool_put(struct vmm_pool *p)
 	free(p);
 }
 
+/* Reserve n bytes of a limit first, so that concurrent creates cannot overshoot together. */
+static bool reserve(atomic_uint_fast64_t *used, uint64_t limit, uint64_t n)
+{
+	uint64_t was = atomic_fetch_add(used, n);
+	if (limit && (n > limit || was > limit - n)) {
+		atomic_fetch_sub(used, n);
+		return false;
+	}
+	return true;
+}
+
 int vmm_alloc(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 {
 	struct vmm *v = pool->vmm;
 	uint64_t aligned = vmm_align(v, size);
 	if (!size || !aligned)
 		return size ? -ENOSPC : -EINVAL;
-	/* Reserve first, so that concurrent creates cannot overshoot together. */
-	uint64_t used = atomic_fetch_add(&v->used_bytes, aligned);
-	if (aligned > v->max_bytes || used > v->max_bytes - aligned) {
-		atomic_fetch_sub(&v->used_bytes, aligned);
+	if (!reserve(&pool->used, atomic_load(&pool->quota), aligned))
+		return -EDQUOT;
+	if (!reserve(&v->used_bytes, v->max_bytes, aligned)) {
+		atomic_fetch_sub(&pool->used, aligned);
 		return -ENOSPC;
 	}
 	int e = v->ops->create(pool, aligned, out);
 	if (e) {
 		atomic_fetch_sub(&v->used_bytes, aligned);
+		atomic_fetch_sub(&pool->used, aligned);
 		return e;
 	}
 	vmm_pool_get(pool);
@@ -132,9 +144,72 @@ void vmm_buf_put(struct vmm_buf *b)
 	struct vmm *v = b->vmm;
 	struct vmm_pool *pool = b->pool;
 	uint64_t size = b->size;
+	bool host = b->host;
 	v->ops->release(b);
-	atomic_fetch_sub(&v->used_bytes, size);
+	atomic_fetch_sub(host ? &v->host_used : &v->used_bytes, size);
+	atomic_fetch_sub(&pool->used, size);
 	vmm_pool_put(pool);
+}
+
+/* A buffer on the other tier for b: the same size, counted against that tier's limit. */
+static int alloc_twin(struct vmm_buf *b, bool to_host, struct vmm_buf **out)
+{
+	struct vmm *v = b->vmm;
+	if (!reserve(to_host ? &v->host_used : &v->used_bytes, to_host ? v->host_bytes : v->max_bytes, b->size))
+		return -ENOSPC;
+	int e = to_host ? v->ops->create_host(b->pool, b->size, out) : v->ops->create(b->pool, b->size, out);
+	if (e) {
+		atomic_fetch_sub(to_host ? &v->host_used : &v->used_bytes, b->size);
+		return e;
+	}
+	atomic_fetch_add(&b->pool->used, b->size); /* the twin's put takes it off again */
+	vmm_pool_get(b->pool);
+	(*out)->vmm = v;
+	(*out)->pool = b->pool;
+	(*out)->size = b->size;
+	(*out)->host = to_host;
+	atomic_init(&(*out)->ro_fd, -1);
+	atomic_init(&(*out)->refs, 1);
+	return 0;
+}
+
+int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, char *err, size_t errlen)
+{
+	if (!n)
+		return 0;
+	struct vmm *v = bufs[0]->vmm;
+	if (!v->ops->create_host || !v->ops->copy || !v->ops->swap) {
+		snprintf(err, errlen, "the %s backend has no host tier", v->dev.backend);
+		return -EOPNOTSUPP;
+	}
+	struct vmm_buf **twins = calloc(n, sizeof *twins);
+	if (!twins)
+		return -ENOMEM;
+	int e = 0;
+	for (size_t i = 0; i < n && !e; i++) {
+		if (bufs[i]->host == to_host)
+			e = -EINVAL;
+		else if ((e = alloc_twin(bufs[i], to_host, &twins[i])) == -ENOSPC)
+			snprintf(err, errlen, "%s: %llu bytes more would pass %s=%llu (used %llu)",
+				 to_host ? "the host tier" : "the device", (unsigned long long)(bufs[i]->size),
+				 to_host ? "host_bytes" : "max_bytes",
+				 (unsigned long long)(to_host ? v->host_bytes : v->max_bytes),
+				 (unsigned long long)atomic_load(to_host ? &v->host_used : &v->used_bytes));
+		else if (e)
+			snprintf(err, errlen, "%s memory: %s", to_host ? "host" : "device", strerror(-e));
+	}
+	if (!e)
+		e = v->ops->copy(v, bufs, twins, n, err, errlen);
+	/* Each buffer takes its twin's memory; the twin, holding the old, is released. */
+	for (size_t i = 0; i < n && !e; i++) {
+		v->ops->swap(bufs[i], twins[i]);
+		bufs[i]->host = to_host;
+		twins[i]->host = !to_host;
+	}
+	for (size_t i = 0; i < n; i++)
+		vmm_buf_put(twins[i]);
+	free(twins);
+	return e;
 }
 
 int vmm_export(struct vmm_buf *b, bool read_only)
@@ -150,6 +225,15 @@ ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off)
 ssize_t vmm_pwrite(struct vmm_buf *b, const void *src, size_t len, uint64_t off)
 {
 	return b->vmm->ops->pwrite ? b->vmm->ops->pwrite(b, src, len, off) : -EOPNOTSUPP;
+}
+
+void vmm_pool_why(const struct vmm_pool *p, int e, uint64_t size, char *buf, size_t len)
+{
+	if (e != -EDQUOT)
+		return vmm_why(p->vmm, e, buf, len);
+	snprintf(buf, len, "%s: the store's quota is %llu bytes, %llu used, %llu more asked", strerror(ENOSPC),
+		 (unsigned long long)atomic_load(&p->quota), (unsigned long long)atomic_load(&p->used),
+		 (unsigned long long)vmm_align(p->vmm, size));
 }
 
 void vmm_why(const struct vmm *v, int e, char *buf, size_t len)

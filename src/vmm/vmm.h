@@ -17,6 +17,8 @@ struct vmm;
 struct vmm_pool {
 	struct vmm *vmm;
 	atomic_uint refs;     /* the store's and one per buffer */
+	_Atomic uint64_t quota; /* bytes its buffers may hold, on either tier (0: no limit) */
+	atomic_uint_fast64_t used; /* aligned bytes its buffers hold, on either tier */
 	void *priv;
 };
 
@@ -28,6 +30,7 @@ struct vmm_buf {
 	int fd;               /* the exported descriptor, kept for the buffer's (or pool's) life */
 	uint64_t offset;      /* where the buffer starts in it */
 	atomic_int ro_fd;     /* cuda: unused; host: see the pool */
+	bool host;            /* on the host tier: counted in host_used, never exported */
 };
 
 struct vmm_device {
@@ -51,6 +54,12 @@ struct vmm_ops {
 	int (*export_fd)(struct vmm_buf *b, bool read_only);
 	ssize_t (*pread)(struct vmm_buf *b, void *dst, size_t len, uint64_t off);
 	ssize_t (*pwrite)(struct vmm_buf *b, const void *src, size_t len, uint64_t off);
+	/* The host tier: a buffer in host memory, the bytes of n buffers copied to n others
+	 * (either way), and two buffers' memory exchanged (their sizes are equal). */
+	int (*create_host)(struct vmm_pool *p, uint64_t aligned, struct vmm_buf **out);
+	int (*copy)(struct vmm *v, struct vmm_buf *const *src, struct vmm_buf *const *dst, size_t n, char *err,
+		    size_t errlen);
+	void (*swap)(struct vmm_buf *a, struct vmm_buf *b);
 	void (*close)(struct vmm *v); /* optional */
 };
 
@@ -59,6 +68,9 @@ struct vmm {
 	struct vmm_device dev;
 	uint64_t max_bytes;   /* the daemon's limit: min(max_bytes=, device total) */
 	atomic_uint_fast64_t used_bytes;
+	uint64_t host_bytes;  /* the host tier's limit */
+	atomic_uint_fast64_t host_used;
+	const char *helper;   /* cuda: the copy helper's path (gmsfs-mover) */
 	void *priv;
 };
 
@@ -77,13 +89,24 @@ int vmm_pool_new(struct vmm *v, struct vmm_pool **out);
 void vmm_pool_get(struct vmm_pool *p);
 void vmm_pool_put(struct vmm_pool *p);
 /* A new buffer of at least size bytes from the pool, one reference.  -ENOSPC past
- * max_bytes or when the backend is out of memory; -EMFILE/-ENFILE out of descriptors. */
+ * max_bytes or when the backend is out of memory; -EDQUOT past the pool's quota;
+ * -EMFILE/-ENFILE out of descriptors. */
 int vmm_alloc(struct vmm_pool *p, uint64_t size, struct vmm_buf **out);
 void vmm_buf_get(struct vmm_buf *b);
 void vmm_buf_put(struct vmm_buf *b);
 int vmm_export(struct vmm_buf *b, bool read_only);
-/* Why an allocation failed, in words an operator can act on. */
+/* Why an allocation failed, in words an operator can act on; -EDQUOT (vmm_alloc's
+ * answer past the pool's quota) with the pool's figures. */
 void vmm_why(const struct vmm *v, int e, char *buf, size_t len);
+void vmm_pool_why(const struct vmm_pool *p, int e, uint64_t size, char *buf, size_t len);
+
+/* ---- the host tier ---- */
+/* Move n buffers' bytes to the other tier (to_host: from the device): each gets new
+ * memory there, the bytes are copied, the old memory is released.  All or nothing:
+ * on failure every buffer is where it was.  -ENOSPC: the other tier's limit (why in
+ * err).  Nobody may map or write the buffers meanwhile (the caller sees to that); may
+ * run without the caller's locks: it takes the time of the copy. */
+int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, char *err, size_t errlen);
 ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off);
 ssize_t vmm_pwrite(struct vmm_buf *b, const void *src, size_t len, uint64_t off);
 

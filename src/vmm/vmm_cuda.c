@@ -8,17 +8,27 @@
 
 #ifdef GMSFS_HAVE_CUDA
 #include "cuda_api.h"
+#include "fdpass.h"
+#include "../mover/mover.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 struct cuda_priv {
 	struct cu_api cu;
 	CUdevice dev;
 	CUmemAllocationProp prop;
+	CUmemAllocationProp host_prop; /* the host tier: pinned host memory, exportable */
+	pthread_mutex_t mover_mu;      /* one batch at a time on the helper's socket */
+	int mover_sock;                /* -1: no helper running */
+	pid_t mover_pid;
 };
 
 struct cuda_buf {
@@ -91,6 +101,14 @@ static int cuda_open(struct vmm *v, const char *device, char *err, size_t errlen
 		goto fail;
 	}
 	cu->cuDeviceGetName(v->dev.name, (int)sizeof v->dev.name, p->dev);
+	/* Host memory near the GPU, for the host tier: created and exported without a context too. */
+	int numa = 0;
+	cu->cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, p->dev);
+	p->host_prop = p->prop;
+	p->host_prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+	p->host_prop.location.id = numa > 0 ? numa : 0;
+	pthread_mutex_init(&p->mover_mu, NULL);
+	p->mover_sock = -1;
 	v->dev.index = index;
 	v->dev.backend = "cuda";
 	v->dev.granularity = gran;
@@ -103,7 +121,8 @@ fail:
 	return -ENODEV;
 }
 
-static int cuda_create(struct vmm_pool *pool, uint64_t aligned, struct vmm_buf **out)
+static int create_with(struct vmm_pool *pool, uint64_t aligned, const CUmemAllocationProp *prop,
+		       struct vmm_buf **out)
 {
 	struct vmm *v = pool->vmm;
 	struct cuda_priv *p = v->priv;
@@ -111,7 +130,7 @@ static int cuda_create(struct vmm_pool *pool, uint64_t aligned, struct vmm_buf *
 	struct cuda_buf *cb = calloc(1, sizeof *cb);
 	if (!cb)
 		return -ENOMEM;
-	CUresult r = cu->cuMemCreate(&cb->h, aligned, &p->prop, 0);
+	CUresult r = cu->cuMemCreate(&cb->h, aligned, prop, 0);
 	if (r != CUDA_SUCCESS) {
 		free(cb);
 		fprintf(stderr, "gmsfs: cuMemCreate of %llu bytes: %s\n", (unsigned long long)aligned, cu_name(cu, r));
@@ -131,6 +150,100 @@ static int cuda_create(struct vmm_pool *pool, uint64_t aligned, struct vmm_buf *
 	cb->b.fd = fd;
 	*out = &cb->b;
 	return 0;
+}
+
+static int cuda_create(struct vmm_pool *pool, uint64_t aligned, struct vmm_buf **out)
+{
+	return create_with(pool, aligned, &((struct cuda_priv *)pool->vmm->priv)->prop, out);
+}
+
+static int cuda_create_host(struct vmm_pool *pool, uint64_t aligned, struct vmm_buf **out)
+{
+	return create_with(pool, aligned, &((struct cuda_priv *)pool->vmm->priv)->host_prop, out);
+}
+
+static void cuda_swap(struct vmm_buf *a, struct vmm_buf *b)
+{
+	struct cuda_buf *x = (struct cuda_buf *)a, *y = (struct cuda_buf *)b;
+	CUmemGenericAllocationHandle h = x->h;
+	int fd = a->fd;
+	x->h = y->h, a->fd = b->fd;
+	y->h = h, b->fd = fd;
+}
+
+/* ---- the copy helper (src/mover): the daemon has no context to copy with ---- */
+
+static void mover_stop(struct cuda_priv *p)
+{
+	if (p->mover_sock < 0)
+		return;
+	close(p->mover_sock); /* it ends at once when its socket closes */
+	waitpid(p->mover_pid, NULL, 0);
+	p->mover_sock = -1;
+}
+
+static int mover_start(struct vmm *v, struct cuda_priv *p, char *err, size_t errlen)
+{
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
+		return snprintf(err, errlen, "socketpair: %s", strerror(errno)), -errno;
+	pid_t pid = fork();
+	if (pid == 0) {
+		/* Only descriptor 3 passes: the helper sees none of the daemon's memory. */
+		if (dup2(sv[1], MOVER_FD) == MOVER_FD) {
+			signal(SIGPIPE, SIG_DFL);
+			execl(v->helper, "gmsfs-mover", v->dev.uuid, (char *)NULL);
+		}
+		_exit(127);
+	}
+	close(sv[1]);
+	if (pid < 0) {
+		close(sv[0]);
+		return snprintf(err, errlen, "fork: %s", strerror(errno)), -errno;
+	}
+	p->mover_sock = sv[0];
+	p->mover_pid = pid;
+	return 0;
+}
+
+/* One batch through the helper: -EPIPE when it was gone (it ends when idle), and
+ * cuda_copy starts it again and sends the batch again (a copy can be done twice). */
+static int mover_batch(struct cuda_priv *p, struct vmm_buf *const *src, struct vmm_buf *const *dst, size_t n,
+		       struct mover_reply *rep)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct mover_copy c = { MOVER_MAGIC, i + 1 == n, src[i]->size };
+		int fds[2] = { src[i]->fd, dst[i]->fd };
+		int e = fdpass_send(p->mover_sock, &c, sizeof c, fds, 2);
+		if (e)
+			return e;
+	}
+	ssize_t k = recv(p->mover_sock, rep, sizeof *rep, 0);
+	return k == sizeof *rep ? 0 : -EPIPE;
+}
+
+static int cuda_copy(struct vmm *v, struct vmm_buf *const *src, struct vmm_buf *const *dst, size_t n, char *err,
+		     size_t errlen)
+{
+	struct cuda_priv *p = v->priv;
+	struct mover_reply rep = {0};
+	int e = 0;
+	pthread_mutex_lock(&p->mover_mu);
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if (p->mover_sock < 0 && (e = mover_start(v, p, err, errlen)))
+			break;
+		if (!(e = mover_batch(p, src, dst, n, &rep)))
+			break;
+		mover_stop(p); /* it ended (idle, or it failed to start): once more, afresh */
+		snprintf(err, errlen, "the copy helper %s ended without an answer (see the daemon's log)", v->helper);
+	}
+	pthread_mutex_unlock(&p->mover_mu);
+	if (!e && rep.error) {
+		rep.why[sizeof rep.why - 1] = '\0';
+		snprintf(err, errlen, "gmsfs-mover: %s", rep.why);
+		e = -rep.error;
+	}
+	return e;
 }
 
 static void cuda_release(struct vmm_buf *b)
@@ -165,6 +278,7 @@ static void cuda_close(struct vmm *v)
 {
 	struct cuda_priv *p = v->priv;
 	if (p) {
+		mover_stop(p);
 		cu_unload(&p->cu);
 		free(p);
 	}
@@ -178,6 +292,9 @@ const struct vmm_ops vmm_cuda_ops = {
 	.export_fd = cuda_export,
 	.pread = cuda_no_io,
 	.pwrite = cuda_no_write,
+	.create_host = cuda_create_host,
+	.copy = cuda_copy,
+	.swap = cuda_swap,
 	.close = cuda_close,
 };
 #endif

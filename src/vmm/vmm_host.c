@@ -22,6 +22,8 @@ struct host_pool {
 	int fd;               /* the memfd, mode 0600: other users cannot reopen it writable */
 	atomic_int ro_fd;     /* the readers' read-only reopen, made at the first export */
 	uint64_t end;         /* bytes handed out so far: the next buffer's offset */
+	int tier_fd;          /* the host tier's memfd, made at the first move out (-1: none) */
+	uint64_t tier_end;
 };
 
 static int host_open(struct vmm *v, const char *device, char *err, size_t errlen)
@@ -67,6 +69,7 @@ static int host_pool_open(struct vmm_pool *p)
 	}
 	pthread_mutex_init(&h->mu, NULL);
 	atomic_init(&h->ro_fd, -1);
+	h->tier_fd = -1;
 	p->priv = h;
 	return 0;
 }
@@ -78,42 +81,110 @@ static void host_pool_close(struct vmm_pool *p)
 	if (ro >= 0)
 		close(ro);
 	close(h->fd);
+	if (h->tier_fd >= 0)
+		close(h->tier_fd);
 	pthread_mutex_destroy(&h->mu);
 	free(h);
 }
 
-static int host_create(struct vmm_pool *p, uint64_t aligned, struct vmm_buf **out)
+/* aligned bytes at the end of fd (the device's memfd, or the host tier's). */
+static int range_at_end(struct host_pool *h, int fd, uint64_t *end, uint64_t aligned, struct vmm_buf **out)
 {
-	struct host_pool *h = p->priv;
 	struct vmm_buf *b = calloc(1, sizeof *b);
 	if (!b)
 		return -ENOMEM;
 	pthread_mutex_lock(&h->mu);
-	uint64_t off = h->end;
+	uint64_t off = *end;
 	int e = 0;
 	if (off > (uint64_t)INT64_MAX - aligned)
 		e = -ENOSPC;
-	else if (ftruncate(h->fd, (off_t)(off + aligned)) < 0)
+	else if (ftruncate(fd, (off_t)(off + aligned)) < 0)
 		e = errno == EFBIG || errno == EINVAL ? -ENOSPC : -errno;
 	else
-		h->end = off + aligned;
+		*end = off + aligned;
 	pthread_mutex_unlock(&h->mu);
 	if (e) {
 		free(b);
 		return e;
 	}
-	b->fd = h->fd;
+	b->fd = fd;
 	b->offset = off;
 	*out = b;
 	return 0;
 }
 
+static int host_create(struct vmm_pool *p, uint64_t aligned, struct vmm_buf **out)
+{
+	struct host_pool *h = p->priv;
+	return range_at_end(h, h->fd, &h->end, aligned, out);
+}
+
+/* The host tier of the host backend is a second memfd of the store: the same kind of
+ * memory, counted apart (host_bytes), so that the tier's rules are the same on both
+ * backends. */
+static int host_create_host(struct vmm_pool *p, uint64_t aligned, struct vmm_buf **out)
+{
+	struct host_pool *h = p->priv;
+	pthread_mutex_lock(&h->mu);
+	if (h->tier_fd < 0)
+		h->tier_fd = memfd_create("gmsfs-host-tier", MFD_CLOEXEC);
+	int fd = h->tier_fd;
+	pthread_mutex_unlock(&h->mu);
+	if (fd < 0)
+		return -errno;
+	return range_at_end(h, fd, &h->tier_end, aligned, out);
+}
+
 static void host_release(struct vmm_buf *b)
 {
-	struct host_pool *h = b->pool->priv;
 	/* The pages go back now; a mapping someone still holds sees zeros from here on. */
-	fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)b->offset, (off_t)b->size);
+	fallocate(b->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)b->offset, (off_t)b->size);
 	free(b);
+}
+
+static int copy_range(const struct vmm_buf *s, const struct vmm_buf *d)
+{
+	loff_t in = (loff_t)s->offset, out = (loff_t)d->offset;
+	uint64_t left = s->size;
+	while (left) {
+		ssize_t n = copy_file_range(s->fd, &in, d->fd, &out, left, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		left -= (uint64_t)n;
+	}
+	/* Where the kernel cannot (EXDEV, ENOSYS), through a buffer. */
+	char buf[1 << 16];
+	while (left) {
+		size_t k = left < sizeof buf ? left : sizeof buf;
+		ssize_t n = pread(s->fd, buf, k, in);
+		if (n <= 0 || pwrite(d->fd, buf, (size_t)n, out) != n)
+			return n == 0 ? -EIO : -errno;
+		in += n, out += n, left -= (uint64_t)n;
+	}
+	return 0;
+}
+
+static int host_copy(struct vmm *v, struct vmm_buf *const *src, struct vmm_buf *const *dst, size_t n, char *err,
+		     size_t errlen)
+{
+	for (size_t i = 0; i < n; i++) {
+		int e = copy_range(src[i], dst[i]);
+		if (e) {
+			snprintf(err, errlen, "copying to the %s tier: %s", dst[i]->host ? "host" : "device", strerror(-e));
+			return e;
+		}
+	}
+	return 0;
+}
+
+static void host_swap(struct vmm_buf *a, struct vmm_buf *b)
+{
+	int fd = a->fd;
+	uint64_t off = a->offset;
+	a->fd = b->fd, a->offset = b->offset;
+	b->fd = fd, b->offset = off;
 }
 
 /* Writers get the memfd itself.  Readers share the pool's read-only reopen, made once
@@ -160,4 +231,7 @@ const struct vmm_ops vmm_host_ops = {
 	.export_fd = host_export,
 	.pread = host_pread,
 	.pwrite = host_pwrite,
+	.create_host = host_create_host,
+	.copy = host_copy,
+	.swap = host_swap,
 };

@@ -5,7 +5,7 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [tests|bench|torch|load|multi|all] [RUNS]   RUNS: benchmark runs per layout (default 5)
+#   bash tests/gpu/run.sh [tests|bench|torch|load|tier|multi|all] [RUNS]   RUNS: benchmark runs per layout (default 5)
 #   multi: on a machine with two GPUs or more (the nvidia-h200-x2 kind)
 # With $OUT set (the device machine), everything printed is also kept in $OUT/gpu-WHAT.log.
 set -u
@@ -123,7 +123,9 @@ oom_check() {
 		truncate -s 200G "$mnt/oom/allocs/huge" 2>&1 && exit 1
 		grep 'last_error: allocs/huge: 214748364800 bytes' "$mnt/oom/state" || exit 1
 		# Within it, until the driver itself runs out (other memory is in use): ENOSPC too.
-		for i in $(seq 12); do truncate -s 8G "$mnt/oom/allocs/f$i" 2>/tmp/oom.err || break; done
+		# As many 8 GiB files as the device has, and two more.
+		local total=$(sed -n 's/^total_bytes: //p' "$mnt/device")
+		for i in $(seq $((total / 8589934592 + 2))); do truncate -s 8G "$mnt/oom/allocs/f$i" 2>/tmp/oom.err || break; done
 		cat /tmp/oom.err
 		grep -q 'No space left' /tmp/oom.err && grep 'last_error' "$mnt/oom/state"
 	) || return 1
@@ -236,6 +238,12 @@ if [ "$what" = load ]; then # the loader: its GPU test, then its benchmark
 fi
 if [ "$what" = multi ]; then
 	gpu_multi
+fi
+if [ "$what" = tier ] || [ "$what" = all ]; then # the host tier: its GPU test and its benchmark
+	mount_gmsfs
+	timeout 540 python3 tests/gpu/tier_gpu.py "$mnt" || failed=$((failed + 1))
+	sed -n 's/^gmsfs: /# daemon: /p' "$mnt.log" | tail -12
+	unmount_gmsfs
 fi
 if [ "$what" = torch ]; then # the PyTorch warm-start benchmark alone
 	mount_gmsfs

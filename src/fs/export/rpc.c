@@ -342,11 +342,27 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 	}
 	for (size_t i = 0; i < b->nallocs && !e; i++) {
 		struct vmm_buf *buf;
-		if ((e = vmm_alloc(pool, b->allocs[i].size, &buf))) {
-			char reason[300];
-			vmm_why(fs->vmm, e, reason, sizeof reason);
+		char reason[400] = "";
+		if ((e = vmm_alloc(pool, b->allocs[i].size, &buf)) == -ENOSPC) {
+			/* Room made by moving idle stores to the host tier, then once more. */
+			uint64_t rest = 0;
+			for (size_t k = i; k < b->nallocs; k++)
+				rest += vmm_align(fs->vmm, b->allocs[k].size);
+			pthread_mutex_lock(&fs->mu);
+			h = bound(fs, r, true, false, &e, why, whylen);
+			if (h)
+				e = tier_make_room(fs, h->store, rest, reason, sizeof reason);
+			pthread_mutex_unlock(&fs->mu);
+			if (!e)
+				e = vmm_alloc(pool, b->allocs[i].size, &buf);
+		}
+		if (e) {
+			if (!reason[0])
+				vmm_pool_why(pool, e, b->allocs[i].size, reason, sizeof reason);
 			snprintf(why, whylen, "allocs/%s: %llu bytes: %s", b->allocs[i].path,
 				 (unsigned long long)b->allocs[i].size, reason);
+			if (e == -EDQUOT)
+				e = -ENOSPC;
 			break;
 		}
 		v[i].size = b->allocs[i].size;

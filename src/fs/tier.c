@@ -1,0 +1,374 @@
+/* tier: the host tier, eviction, quotas and priorities (tier.h). */
+#include "tier.h"
+#include "lock.h"
+#include "store.h"
+#include "size.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct tier {
+	pthread_t thread;
+	bool stop;                     /* under fs->mu, with fs->tier_wake */
+	struct tier_stats stats;       /* under fs->mu */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+/* Nobody holds it, waits for it, or writes it, and something is committed: it may move. */
+static bool idle(const struct store *st)
+{
+	const struct fsm *f = &st->lock.fsm;
+	return !st->removed && st->meta && f->committed && !f->leader && !f->readers && !f->waiting_writers &&
+	       !f->waiting_readers;
+}
+
+static int collect(struct meta_node *n, void *arg)
+{
+	struct { struct vmm_buf **v; size_t n, cap; } *c = arg;
+	if (n->kind != META_ALLOC || !n->buf)
+		return 0;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 64;
+		struct vmm_buf **v = realloc(c->v, cap * sizeof *v);
+		if (!v)
+			return -ENOMEM;
+		c->v = v, c->cap = cap;
+	}
+	vmm_buf_get(n->buf);
+	c->v[c->n++] = n->buf;
+	return 0;
+}
+
+/* Move st to the other tier.  Under fs->mu, which is released while the bytes are
+ * copied.  0, or -errno with why in the store's last_error. */
+static int move(struct fs *fs, struct store *st, bool to_host)
+{
+	struct { struct vmm_buf **v; size_t n, cap; } c = {0};
+	int e = meta_walk(meta_root(st->meta, META_AREA_ALLOCS), collect, &c);
+	uint64_t bytes = 0;
+	for (size_t i = 0; i < c.n; i++)
+		bytes += c.v[i]->size;
+	char why[300] = "";
+	st->tier.at = to_host ? TIER_TO_HOST : TIER_TO_DEVICE;
+	store_get(st);
+	store_notify(st);
+	uint64_t t0 = now_ns();
+	if (!e) {
+		pthread_mutex_unlock(&fs->mu);
+		e = vmm_move(c.v, c.n, to_host, why, sizeof why);
+		pthread_mutex_lock(&fs->mu);
+	}
+	double s = (double)(now_ns() - t0) / 1e9;
+	struct tier_stats *k = &fs->tier->stats;
+	if (e) {
+		st->tier.at = to_host ? TIER_DEVICE : TIER_HOST;
+		k->failures++;
+		store_error(st, "moving to the %s tier: %s", to_host ? "host" : "device", why[0] ? why : strerror(-e));
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: %s\n", st->name, st->last_error);
+	} else {
+		st->tier.at = to_host ? TIER_HOST : TIER_DEVICE;
+		*(to_host ? &st->tier.moves_out : &st->tier.moves_in) += 1;
+		*(to_host ? &k->moves_out : &k->moves_in) += 1;
+		*(to_host ? &k->bytes_out : &k->bytes_in) += bytes;
+		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: %" PRIu64 " bytes in %zu allocations moved to the %s tier in %.3f s\n",
+			 st->name, bytes, c.n, to_host ? "host" : "device", s);
+	}
+	for (size_t i = 0; i < c.n; i++)
+		vmm_buf_put(c.v[i]);
+	free(c.v);
+	lock_changed(st); /* the waiters for a move in are granted now (or go on waiting) */
+	store_put(st, 1);
+	return e;
+}
+
+/* The store to give way next: idle, on the device, not self; lowest priority, then
+ * least recently used. */
+static struct store *victim(struct fs *fs, struct store *self)
+{
+	struct store_table *t = fs->stores;
+	struct store *best = NULL;
+	for (size_t i = 0; i < t->n; i++) {
+		struct store *st = t->v[i];
+		if (st == self || st->tier.at != TIER_DEVICE || !idle(st))
+			continue;
+		struct meta_stats ms;
+		meta_stats(st->meta, &ms);
+		if (!ms.aligned_bytes)
+			continue;
+		if (!best || st->tier.priority < best->tier.priority ||
+		    (st->tier.priority == best->tier.priority && st->tier.last_used < best->tier.last_used))
+			best = st;
+	}
+	return best;
+}
+
+/* Why nothing more can move: the stores that hold device memory and why they stay. */
+static void holders(struct fs *fs, char *why, size_t whylen, uint64_t bytes)
+{
+	struct vmm *v = fs->vmm;
+	size_t n = (size_t)snprintf(why, whylen, "%llu bytes more do not fit (used %llu of %llu; host tier %llu of %llu)",
+				    (unsigned long long)bytes, (unsigned long long)atomic_load(&v->used_bytes),
+				    (unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->host_used),
+				    (unsigned long long)v->host_bytes);
+	struct store_table *t = fs->stores;
+	for (size_t i = 0; i < t->n && n < whylen; i++) {
+		struct store *st = t->v[i];
+		struct meta_stats ms;
+		meta_stats(st->meta, &ms);
+		if (st->tier.at == TIER_HOST || !ms.aligned_bytes)
+			continue;
+		const struct fsm *f = &st->lock.fsm;
+		n += (size_t)snprintf(why + n, whylen - n, "; %s holds %llu (%s)", st->name,
+				      (unsigned long long)ms.aligned_bytes,
+				      f->leader ? "writer" : f->readers ? "in use" : !f->committed ? "not committed" :
+				      st->tier.at != TIER_DEVICE ? "moving" : "idle");
+	}
+}
+
+int tier_make_room(struct fs *fs, struct store *self, uint64_t bytes, char *why, size_t whylen)
+{
+	struct vmm *v = fs->vmm;
+	uint64_t used = atomic_load(&v->used_bytes);
+	uint64_t free_now = used < v->max_bytes ? v->max_bytes - used : 0;
+	/* Called after a create failed: past the budget, what it lacks; within it (the
+	 * device itself is full), as much as asked. */
+	uint64_t need = bytes > free_now ? bytes - free_now : bytes, freed = 0;
+	/* Nothing moves unless enough can: idle stores enough, and room for them on the host. */
+	uint64_t movable = 0, host_used = atomic_load(&v->host_used);
+	struct store_table *t = fs->stores;
+	for (size_t i = 0; i < t->n; i++) {
+		struct meta_stats ms;
+		if (t->v[i] == self || t->v[i]->tier.at != TIER_DEVICE || !idle(t->v[i]))
+			continue;
+		meta_stats(t->v[i]->meta, &ms);
+		movable += ms.aligned_bytes;
+	}
+	if (movable < need || host_used > v->host_bytes || need > v->host_bytes - host_used)
+		need = UINT64_MAX; /* then the loop below moves nothing */
+	while (freed < need && need != UINT64_MAX) {
+		struct store *st = victim(fs, self);
+		if (!st)
+			break;
+		struct meta_stats ms;
+		meta_stats(st->meta, &ms);
+		if (move(fs, st, true))
+			break;
+		fs->tier->stats.evictions++;
+		fuse_log(FUSE_LOG_INFO, "gmsfs: %s (priority %d) gave way for %s\n", st->name, st->tier.priority,
+			 self ? self->name : "another store");
+		freed += ms.aligned_bytes;
+	}
+	if (freed >= need)
+		return 0;
+	holders(fs, why, whylen, bytes);
+	return -ENOSPC;
+}
+
+int tier_request(struct store *st, const char *text, size_t len)
+{
+	while (len && (text[len - 1] == '\n' || text[len - 1] == ' '))
+		len--;
+	bool host = len == 4 && !memcmp(text, "host", 4), device = len == 6 && !memcmp(text, "device", 6);
+	if (!host && !device) {
+		store_error(st, "tier: write host or device");
+		return -EINVAL;
+	}
+	if (host && st->tier.at == TIER_DEVICE) {
+		const struct fsm *f = &st->lock.fsm;
+		if (!f->committed) {
+			store_error(st, "tier: nothing committed to move");
+			return -EINVAL;
+		}
+		if (!idle(st)) {
+			store_error(st, "tier: in use (%s): a store moves only when nobody holds or waits for it",
+				    f->leader ? "a writer session" : f->readers ? "readers" : "waiting opens");
+			return -EBUSY;
+		}
+		st->tier.want_host = true;
+	} else if (device && st->tier.at != TIER_DEVICE) {
+		st->tier.want_device = true;
+		st->tier.failed = false;
+	}
+	pthread_cond_signal(&st->fs->tier_wake);
+	return 0;
+}
+
+/* The next move asked for, under fs->mu: a store to bring back first (someone waits). */
+static struct store *next_job(struct fs *fs, bool *to_host)
+{
+	struct store_table *t = fs->stores;
+	for (size_t i = 0; i < t->n; i++) {
+		struct store *st = t->v[i];
+		if (st->tier.want_device && st->tier.at == TIER_HOST && !st->tier.failed) {
+			*to_host = false;
+			return st;
+		}
+	}
+	for (size_t i = 0; i < t->n; i++) {
+		struct store *st = t->v[i];
+		if (st->tier.want_host) {
+			st->tier.want_host = false;
+			if (st->tier.at == TIER_DEVICE && idle(st) && !st->tier.want_device) {
+				*to_host = true;
+				return st;
+			}
+		}
+	}
+	return NULL;
+}
+
+static void *mover_thread(void *arg)
+{
+	struct fs *fs = arg;
+	struct tier *tr = fs->tier;
+	pthread_mutex_lock(&fs->mu);
+	while (!tr->stop) {
+		bool to_host;
+		struct store *st = next_job(fs, &to_host);
+		if (!st) {
+			pthread_cond_wait(&fs->tier_wake, &fs->mu);
+			continue;
+		}
+		if (!to_host) {
+			/* Room first: idle stores of lower standing go out.  If that is not
+			 * enough the move itself fails and says why in last_error. */
+			struct meta_stats ms;
+			meta_stats(st->meta, &ms);
+			char why[400];
+			struct vmm *v = fs->vmm;
+			uint64_t used = atomic_load(&v->used_bytes);
+			store_get(st); /* fs->mu is let go while others move */
+			if (used > v->max_bytes || ms.aligned_bytes > v->max_bytes - used)
+				(void)tier_make_room(fs, st, ms.aligned_bytes, why, sizeof why);
+			bool gone = st->removed || st->tier.at != TIER_HOST;
+			store_put(st, 1);
+			if (gone)
+				continue;
+		}
+		int e = move(fs, st, to_host);
+		if (!to_host) {
+			st->tier.want_device = false;
+			st->tier.failed = e != 0; /* the waiters wait on; a new request tries again */
+		}
+	}
+	pthread_mutex_unlock(&fs->mu);
+	return NULL;
+}
+
+int tier_start(struct fs *fs, uint64_t host_bytes)
+{
+	struct tier *tr = calloc(1, sizeof *tr);
+	if (!tr)
+		return -ENOMEM;
+	if (!host_bytes) {
+		long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+		host_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : 0;
+	}
+	fs->vmm->host_bytes = host_bytes;
+	fs->tier = tr;
+	int e = pthread_create(&tr->thread, NULL, mover_thread, fs);
+	if (e) {
+		fs->tier = NULL;
+		free(tr);
+		return -e;
+	}
+	return 0;
+}
+
+void tier_stop(struct fs *fs)
+{
+	struct tier *tr = fs->tier;
+	if (!tr)
+		return;
+	pthread_mutex_lock(&fs->mu);
+	tr->stop = true;
+	pthread_cond_signal(&fs->tier_wake);
+	pthread_mutex_unlock(&fs->mu);
+	pthread_join(tr->thread, NULL);
+	fs->tier = NULL;
+	free(tr);
+}
+
+void tier_stats(struct fs *fs, struct tier_stats *out)
+{
+	*out = fs->tier ? fs->tier->stats : (struct tier_stats){0};
+	out->host_bytes = fs->vmm->host_bytes;
+	out->host_used = atomic_load(&fs->vmm->host_used);
+}
+
+/* ---- quota and priority ---- */
+
+bool tier_xattr_known(const char *name)
+{
+	return !strcmp(name, GMSFS_XATTR_QUOTA) || !strcmp(name, GMSFS_XATTR_PRIORITY);
+}
+
+int tier_xattr_get(const struct store *st, const char *name, char *buf, size_t size)
+{
+	if (!strcmp(name, GMSFS_XATTR_PRIORITY))
+		return snprintf(buf, size, "%d", st->tier.priority);
+	if (!strcmp(name, GMSFS_XATTR_QUOTA)) {
+		uint64_t q = atomic_load(&st->pool->quota);
+		return q ? snprintf(buf, size, "%llu", (unsigned long long)q) : -ENODATA;
+	}
+	return -ENODATA;
+}
+
+int tier_xattr_set(struct store *st, const char *name, const char *value, size_t size)
+{
+	char text[32];
+	if (!size || size >= sizeof text || memchr(value, '\0', size))
+		return -EINVAL;
+	memcpy(text, value, size);
+	text[size] = '\0';
+	if (text[size - 1] == '\n')
+		text[size - 1] = '\0';
+	if (!strcmp(name, GMSFS_XATTR_PRIORITY)) {
+		char *end;
+		errno = 0;
+		long p = strtol(text, &end, 10);
+		if (errno || end == text || *end || p < TIER_PRIORITY_MIN || p > TIER_PRIORITY_MAX) {
+			store_error(st, "%s: an integer from %d to %d", name, TIER_PRIORITY_MIN, TIER_PRIORITY_MAX);
+			return -EINVAL;
+		}
+		st->tier.priority = (int)p;
+		store_notify(st);
+		return 0;
+	}
+	uint64_t q;
+	if (size_parse(text, &q) || !q) {
+		store_error(st, "%s: a size in bytes (digits, then K, M, G or T), more than 0", name);
+		return -EINVAL;
+	}
+	uint64_t used = atomic_load(&st->pool->used);
+	if (q < used) {
+		store_error(st, "%s: %llu is below the %llu bytes the store holds", name, (unsigned long long)q,
+			    (unsigned long long)used);
+		return -EINVAL;
+	}
+	atomic_store(&st->pool->quota, q);
+	store_notify(st);
+	return 0;
+}
+
+int tier_xattr_remove(struct store *st, const char *name)
+{
+	if (!strcmp(name, GMSFS_XATTR_PRIORITY)) {
+		st->tier.priority = 0;
+	} else {
+		if (!atomic_load(&st->pool->quota))
+			return -ENODATA;
+		atomic_store(&st->pool->quota, 0);
+	}
+	store_notify(st);
+	return 0;
+}

@@ -1,0 +1,175 @@
+/* gmsfs-mover DEVICE-UUID: the daemon's copy helper for the host tier (cuda backend).
+ *
+ * The daemon makes no CUDA context, so it cannot copy device memory; this process, which
+ * the daemon starts on its first move, has one.  On its socket (descriptor 3, SEQPACKET)
+ * each message is one copy, struct mover_copy with two descriptors (source, destination:
+ * exported CUDA VMM handles, device or host-located, of the same size); a message with
+ * last set ends a batch, which is answered with struct mover_reply once every copy of it
+ * is done.  It maps nothing else and keeps no mapping past a batch; it ends when the
+ * socket closes, or after MOVER_IDLE_S seconds without a batch (its context holds device
+ * memory: it is not kept for nothing). */
+#include "mover.h"
+#include "cuda_api.h"
+#include "fdpass.h"
+
+#include <poll.h>
+#include <stdint.h>
+#include <string.h>
+
+struct mapped {
+	CUdeviceptr va;
+	size_t size;
+	CUmemGenericAllocationHandle h;
+};
+
+struct mover {
+	struct cu_api cu;
+	CUdevice dev;
+	CUstream stream;
+	struct mapped *m;
+	size_t n, cap;
+};
+
+static int map_fd(struct mover *mv, int fd, size_t size, CUdeviceptr *va, char *why, size_t whylen)
+{
+	struct cu_api *cu = &mv->cu;
+	if (mv->n == mv->cap) {
+		size_t cap = mv->cap ? 2 * mv->cap : 64;
+		struct mapped *m = realloc(mv->m, cap * sizeof *m);
+		if (!m)
+			return snprintf(why, whylen, "out of memory"), -1;
+		mv->m = m, mv->cap = cap;
+	}
+	struct mapped *m = &mv->m[mv->n];
+	CUresult r = cu->cuMemImportFromShareableHandle(&m->h, (void *)(uintptr_t)fd,
+							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	const char *what = "cuMemImportFromShareableHandle";
+	if (!r && (what = "cuMemAddressReserve", r = cu->cuMemAddressReserve(&m->va, size, 0, 0, 0))) {
+		cu->cuMemRelease(m->h);
+	} else if (!r && (what = "cuMemMap", r = cu->cuMemMap(m->va, size, 0, m->h, 0))) {
+		cu->cuMemAddressFree(m->va, size);
+		cu->cuMemRelease(m->h);
+	} else if (!r) {
+		CUmemAccessDesc a = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, mv->dev },
+				      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+		m->size = size;
+		mv->n++; /* unmapped at the batch's end, whatever happens next */
+		what = "cuMemSetAccess";
+		r = cu->cuMemSetAccess(m->va, size, &a, 1);
+	}
+	if (r)
+		return snprintf(why, whylen, "%s: %s", what, cu_name(cu, r)), -1;
+	*va = m->va;
+	return 0;
+}
+
+static void unmap_all(struct mover *mv)
+{
+	for (size_t i = 0; i < mv->n; i++) {
+		mv->cu.cuMemUnmap(mv->m[i].va, mv->m[i].size);
+		mv->cu.cuMemAddressFree(mv->m[i].va, mv->m[i].size);
+		mv->cu.cuMemRelease(mv->m[i].h);
+	}
+	mv->n = 0;
+}
+
+static int open_device(struct mover *mv, const char *uuid, char *why, size_t whylen)
+{
+	struct cu_api *cu = &mv->cu;
+	if (cu_load(cu, why, whylen))
+		return -1;
+	int count = 0;
+	CUresult r = cu->cuInit(0);
+	if (!r)
+		r = cu->cuDeviceGetCount(&count);
+	for (int i = 0; !r && i < count; i++) {
+		CUuuid u;
+		char text[64];
+		const unsigned char *b = (const unsigned char *)u.bytes;
+		if (cu->cuDeviceGet(&mv->dev, i) || cu->cuDeviceGetUuid(&u, mv->dev))
+			continue;
+		snprintf(text, sizeof text,
+			 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+			 b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+		if (strcmp(text, uuid))
+			continue;
+		CUcontext ctx;
+		if ((r = cu->cuDevicePrimaryCtxRetain(&ctx, mv->dev)) || (r = cu->cuCtxSetCurrent(ctx)) ||
+		    (r = cu->cuStreamCreate(&mv->stream, CU_STREAM_NON_BLOCKING)))
+			break;
+		return 0;
+	}
+	snprintf(why, whylen, "%s: %s", uuid, r ? cu_name(cu, r) : "no such CUDA device");
+	return -1;
+}
+
+/* One batch: copies until the one marked last; then the answer. */
+static int batch(struct mover *mv, int sock)
+{
+	struct mover_reply rep = {0};
+	for (;;) {
+		struct mover_copy c;
+		int fds[2] = { -1, -1 };
+		struct fdpass_info info;
+		ssize_t n = fdpass_recv(sock, &c, sizeof c, fds, 2, &info);
+		if (n <= 0)
+			return -1; /* the daemon went: so do we */
+		if (!rep.error && (n != sizeof c || info.nfds != 2 || c.magic != MOVER_MAGIC || !c.size)) {
+			rep.error = EPROTO;
+			snprintf(rep.why, sizeof rep.why, "a bad copy request");
+		}
+		CUdeviceptr src, dst;
+		if (!rep.error && (map_fd(mv, fds[0], c.size, &src, rep.why, sizeof rep.why) ||
+				   map_fd(mv, fds[1], c.size, &dst, rep.why, sizeof rep.why)))
+			rep.error = EIO;
+		CUresult r;
+		if (!rep.error && (r = mv->cu.cuMemcpyDtoDAsync(dst, src, c.size, mv->stream))) {
+			rep.error = EIO;
+			snprintf(rep.why, sizeof rep.why, "cuMemcpyDtoDAsync: %s", cu_name(&mv->cu, r));
+		}
+		for (size_t i = 0; i < info.nfds; i++)
+			close(fds[i]);
+		if (c.last == 1)
+			break;
+	}
+	CUresult r = mv->cu.cuStreamSynchronize(mv->stream);
+	if (r && !rep.error) {
+		rep.error = EIO;
+		snprintf(rep.why, sizeof rep.why, "cuStreamSynchronize: %s", cu_name(&mv->cu, r));
+	}
+	unmap_all(mv);
+	return send(sock, &rep, sizeof rep, MSG_NOSIGNAL) == sizeof rep ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+	struct mover mv = {0};
+	struct mover_reply rep = {0};
+	if (argc != 2) {
+		fprintf(stderr, "usage: gmsfs-mover DEVICE-UUID (started by gmsfs, socket on descriptor 3)\n");
+		return 2;
+	}
+	int sock = MOVER_FD;
+	if (open_device(&mv, argv[1], rep.why, sizeof rep.why)) {
+		/* Said once, to the first batch's request: the daemon names it in last_error. */
+		rep.error = ENODEV;
+		struct mover_copy c;
+		int fds[2];
+		struct fdpass_info info;
+		while (fdpass_recv(sock, &c, sizeof c, fds, 2, &info) > 0) {
+			for (size_t i = 0; i < info.nfds; i++)
+				close(fds[i]);
+			if (c.last == 1)
+				break;
+		}
+		send(sock, &rep, sizeof rep, MSG_NOSIGNAL);
+		return 1;
+	}
+	for (;;) {
+		struct pollfd p = { sock, POLLIN, 0 };
+		if (poll(&p, 1, MOVER_IDLE_S * 1000) <= 0)
+			return 0; /* idle: the context's memory goes back */
+		if (batch(&mv, sock))
+			return 0;
+	}
+}

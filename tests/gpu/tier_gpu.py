@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""The host tier on the GPU (TAP, then benchmark lines).
+
+    tier_gpu.py MOUNT     a store of min(16 GiB, a sixth of the device) in 1 GiB
+                          allocations of random bytes: moved to the host tier and back
+                          through STORE/tier, checked by a fresh reader (checksums, layout
+                          hash) and by a sleeping reader's remap_all (same addresses);
+                          the daemon listed by nvidia-smi never; the move times against
+                          pinned device-to-host and host-to-device copies of the same
+                          bytes, measured in the same run."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+from tap import check, done  # noqa: E402
+
+import torch  # noqa: E402
+import gmsfs  # noqa: E402
+from gmsfs.torch import _bytes_at  # noqa: E402
+from tier_gpu_reader import sums  # noqa: E402
+
+GiB = 1 << 30
+mount = sys.argv[1]
+dev = dict(line.rstrip("\n").split(": ", 1) for line in open(os.path.join(mount, "device")))
+size = max(1, min(16, int(dev["total_bytes"]) // 6 // GiB)) * GiB
+store = os.path.join(mount, "tier")
+cuda = torch.device("cuda", 0)
+
+
+def tier():
+    with open(os.path.join(store, "tier")) as f:
+        return f.read().strip()
+
+
+def move(where):
+    t = time.perf_counter()
+    with open(os.path.join(store, "tier"), "w") as f:
+        f.write(where + "\n")
+    while tier() != where:
+        if time.perf_counter() - t > 120:
+            raise RuntimeError("still %s: %s" % (tier(), open(os.path.join(store, "state")).read()))
+        time.sleep(0.0005)
+    return time.perf_counter() - t
+
+
+READER = """
+import json, sys
+sys.path.insert(0, sys.argv[2]); sys.path.insert(0, sys.argv[3])
+import torch, gmsfs
+from tier_gpu_reader import sums
+with gmsfs.connect(sys.argv[1], "ro", timeout=120) as c:
+    c.import_all()
+    print(json.dumps({"sums": sums(c), "hash": c.layout_hash}))
+"""
+
+
+def fresh_reader():
+    r = subprocess.run([sys.executable, "-c", READER, store, os.path.join(HERE, "..", "..", "python"), HERE],
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode:
+        raise RuntimeError(r.stderr[-2000:])
+    return json.loads(r.stdout)
+
+
+def daemon_has_no_context():
+    pids = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"],
+                          capture_output=True, text=True).stdout
+    daemons = subprocess.run(["pgrep", "-x", "gmsfs"], capture_output=True, text=True).stdout.split()
+    return not any(line.split(",")[0].strip() in daemons for line in pids.splitlines()), pids
+
+
+def main():
+    os.mkdir(store)
+    n = size // GiB
+    with gmsfs.connect(store, "rw") as c:
+        g = torch.Generator(device=cuda).manual_seed(7)
+        for i in range(n):
+            m = c.create("a%02d" % i, GiB)
+            _bytes_at(m.ptr, GiB, cuda).view(torch.int64).random_(generator=g)
+        torch.cuda.synchronize()
+        want = sums(c)
+        c.meta_put("w", "a00", 0, b"v")
+        c.commit()
+        h = c.layout_hash
+    used = int(dict(line.rstrip("\n").split(": ", 1) for line in open(os.path.join(mount, "device")))["used_bytes"])
+
+    # The floor, in this run: pinned copies of the same bytes, in this process's context.
+    src = torch.empty(size, dtype=torch.uint8, device=cuda)
+    host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+    floor = {}
+    for what, dst, s in (("d2h", host, src), ("h2d", src, host)):
+        best = 1e9
+        for _ in range(3):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            dst.copy_(s, non_blocking=True)
+            torch.cuda.synchronize()
+            best = min(best, time.perf_counter() - t)
+        floor[what] = best
+    del src, host
+    torch.cuda.empty_cache()
+
+    times = {"out": [], "in": []}
+    for _ in range(3):
+        times["out"].append(move("host"))
+        d = dict(line.rstrip("\n").split(": ", 1) for line in open(os.path.join(mount, "device")))
+        check(int(d["used_bytes"]) == used - size and int(d["host_used_bytes"]) == size,
+              "moved out: device used %s -> %s, host tier %s" % (used, d["used_bytes"], d["host_used_bytes"]))
+        times["in"].append(move("device"))
+    ok, smi = daemon_has_no_context()
+    check(ok, "the daemon holds no CUDA context (nvidia-smi lists only clients and the mover)", smi)
+    r = fresh_reader()
+    check(r["sums"] == want and r["hash"] == h, "a fresh reader after three round trips: every checksum and the layout hash")
+
+    with gmsfs.connect(store, "ro") as c:
+        c.import_all()
+        ptrs = [m.ptr for m in c.mappings]
+        c.unmap_all()
+        move("host")
+        t = time.perf_counter()
+        c.remap_all(timeout=120)
+        wake = time.perf_counter() - t
+        check([m.ptr for m in c.mappings] == ptrs and sums(c) == want and tier() == "device",
+              "a sleeping reader's remap_all brings it back at the same addresses with the same bytes")
+    gb = size / 1e9
+    best_out, best_in = min(times["out"]), min(times["in"])
+    print("bench: tier %.1f GB in %d allocations: pinned D2H %.3f s (%.1f GB/s), H2D %.3f s (%.1f GB/s)"
+          % (gb, n, floor["d2h"], gb / floor["d2h"], floor["h2d"], gb / floor["h2d"]))
+    print("bench: move to host %.3f s first (the mover starts), best %.3f s (%.1f GB/s): %.2fx pinned D2H"
+          % (times["out"][0], best_out, gb / best_out, floor["d2h"] / best_out))
+    print("bench: move to device best %.3f s (%.1f GB/s): %.2fx pinned H2D; a sleeping reader's remap_all "
+          "from the host tier %.3f s" % (best_in, gb / best_in, floor["h2d"] / best_in, wake))
+    check(floor["d2h"] / best_out >= 0.8, "move out >= 0.8x pinned D2H")
+    check(floor["h2d"] / best_in >= 0.8, "move in >= 0.8x pinned H2D")
+    os.rmdir(store)
+    return done()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
