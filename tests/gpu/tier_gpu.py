@@ -53,6 +53,7 @@ import json, sys
 sys.path.insert(0, sys.argv[2]); sys.path.insert(0, sys.argv[3])
 import torch, gmsfs
 from tier_gpu_reader import sums
+torch.cuda.init()
 with gmsfs.connect(sys.argv[1], "ro", timeout=120) as c:
     c.import_all()
     print(json.dumps({"sums": sums(c), "hash": c.layout_hash}))
@@ -75,6 +76,7 @@ def daemon_has_no_context():
 
 
 def main():
+    torch.cuda.init()  # libgmsfs maps in this thread's current context
     os.mkdir(store)
     n = size // GiB
     with gmsfs.connect(store, "rw") as c:
