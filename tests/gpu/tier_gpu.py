@@ -53,7 +53,7 @@ import json, sys
 sys.path.insert(0, sys.argv[2]); sys.path.insert(0, sys.argv[3])
 import torch, gmsfs
 from tier_gpu_reader import sums
-torch.cuda.init()
+torch.zeros(1, device="cuda")
 with gmsfs.connect(sys.argv[1], "ro", timeout=120) as c:
     c.import_all()
     print(json.dumps({"sums": sums(c), "hash": c.layout_hash}))
@@ -76,7 +76,7 @@ def daemon_has_no_context():
 
 
 def main():
-    torch.cuda.init()  # libgmsfs maps in this thread's current context
+    torch.zeros(1, device=cuda)  # a current context: libgmsfs maps in it
     os.mkdir(store)
     n = size // GiB
     with gmsfs.connect(store, "rw") as c:
