@@ -49,7 +49,8 @@ static int collect(struct meta_node *n, void *arg)
 }
 
 /* Move st to the other tier.  Under fs->mu, which is released while the bytes are
- * copied.  0, or -errno with why in the store's last_error. */
+ * copied: the caller holds a reference to st (store_get) across the call.  0, or
+ * -errno with why in the store's last_error. */
 static int move(struct fs *fs, struct store *st, bool to_host)
 {
 	struct { struct vmm_buf **v; size_t n, cap; } c = {0};
@@ -59,12 +60,12 @@ static int move(struct fs *fs, struct store *st, bool to_host)
 		bytes += c.v[i]->size;
 	char why[300] = "";
 	st->tier.at = to_host ? TIER_TO_HOST : TIER_TO_DEVICE;
-	store_get(st);
 	store_notify(st);
 	uint64_t t0 = now_ns();
+	struct vmm_buf **old = NULL;
 	if (!e) {
 		pthread_mutex_unlock(&fs->mu);
-		e = vmm_move(c.v, c.n, to_host, why, sizeof why);
+		e = vmm_move(c.v, c.n, to_host, &old, why, sizeof why);
 		pthread_mutex_lock(&fs->mu);
 	}
 	double s = (double)(now_ns() - t0) / 1e9;
@@ -82,11 +83,12 @@ static int move(struct fs *fs, struct store *st, bool to_host)
 		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: %" PRIu64 " bytes in %zu allocations moved to the %s tier in %.3f s\n",
 			 st->name, bytes, c.n, to_host ? "host" : "device", s);
 	}
-	for (size_t i = 0; i < c.n; i++)
-		vmm_buf_put(c.v[i]);
-	free(c.v);
 	lock_changed(st); /* the waiters for a move in are granted now (or go on waiting) */
-	store_put(st, 1);
+	/* The memory it left is freed once nobody waits for the move: unpinning takes time. */
+	pthread_mutex_unlock(&fs->mu);
+	vmm_release_all(old, c.n);
+	vmm_release_all(c.v, c.n);
+	pthread_mutex_lock(&fs->mu);
 	return e;
 }
 
@@ -160,12 +162,17 @@ int tier_make_room(struct fs *fs, struct store *self, uint64_t bytes, char *why,
 			break;
 		struct meta_stats ms;
 		meta_stats(st->meta, &ms);
-		if (move(fs, st, true))
+		store_get(st);
+		int e = move(fs, st, true);
+		if (!e) {
+			fs->tier->stats.evictions++;
+			fuse_log(FUSE_LOG_INFO, "gmsfs: %s (priority %d) gave way for %s\n", st->name, st->tier.priority,
+				 self ? self->name : "another store");
+			freed += ms.aligned_bytes;
+		}
+		store_put(st, 1);
+		if (e)
 			break;
-		fs->tier->stats.evictions++;
-		fuse_log(FUSE_LOG_INFO, "gmsfs: %s (priority %d) gave way for %s\n", st->name, st->tier.priority,
-			 self ? self->name : "another store");
-		freed += ms.aligned_bytes;
 	}
 	if (freed >= need)
 		return 0;
@@ -254,11 +261,13 @@ static void *mover_thread(void *arg)
 			if (gone)
 				continue;
 		}
+		store_get(st);
 		int e = move(fs, st, to_host);
 		if (!to_host) {
 			st->tier.want_device = false;
 			st->tier.failed = e != 0; /* the waiters wait on; a new request tries again */
 		}
+		store_put(st, 1);
 	}
 	pthread_mutex_unlock(&fs->mu);
 	return NULL;

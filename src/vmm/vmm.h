@@ -102,11 +102,15 @@ void vmm_pool_why(const struct vmm_pool *p, int e, uint64_t size, char *buf, siz
 
 /* ---- the host tier ---- */
 /* Move n buffers' bytes to the other tier (to_host: from the device): each gets new
- * memory there, the bytes are copied, the old memory is released.  All or nothing:
- * on failure every buffer is where it was.  -ENOSPC: the other tier's limit (why in
- * err).  Nobody may map or write the buffers meanwhile (the caller sees to that); may
- * run without the caller's locks: it takes the time of the copy. */
-int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, char *err, size_t errlen);
+ * memory there and the bytes are copied; the old memory comes back in *old (n
+ * buffers), for vmm_release_all once the move is seen done (freeing pinned memory
+ * takes time nobody should wait for).  All or nothing: on failure every buffer is where
+ * it was.  -ENOSPC: the other tier's limit (why in err).  Nobody may map or write the
+ * buffers meanwhile (the caller sees to that); may run without the caller's locks: it
+ * takes the time of the copy. */
+int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf ***old, char *err,
+	     size_t errlen);
+void vmm_release_all(struct vmm_buf **bufs, size_t n);
 ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off);
 ssize_t vmm_pwrite(struct vmm_buf *b, const void *src, size_t len, uint64_t off);
 

@@ -350,8 +350,12 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 				rest += vmm_align(fs->vmm, b->allocs[k].size);
 			pthread_mutex_lock(&fs->mu);
 			h = bound(fs, r, true, false, &e, why, whylen);
-			if (h)
-				e = tier_make_room(fs, h->store, rest, reason, sizeof reason);
+			struct store *self = h ? h->store : NULL;
+			if (self) {
+				store_get(self); /* fs->mu is let go while others move */
+				e = tier_make_room(fs, self, rest, reason, sizeof reason);
+				store_put(self, 1);
+			}
 			pthread_mutex_unlock(&fs->mu);
 			if (!e)
 				e = vmm_alloc(pool, b->allocs[i].size, &buf);
