@@ -66,6 +66,10 @@ static int move(struct fs *fs, struct store *st, bool to_host)
 	if (!e) {
 		pthread_mutex_unlock(&fs->mu);
 		e = vmm_move(c.v, c.n, to_host, &old, why, sizeof why);
+		if (to_host) { /* device memory: freed at once, and counted free before the move is done */
+			vmm_release_all(old, c.n);
+			old = NULL;
+		}
 		pthread_mutex_lock(&fs->mu);
 	}
 	double s = (double)(now_ns() - t0) / 1e9;
@@ -84,7 +88,7 @@ static int move(struct fs *fs, struct store *st, bool to_host)
 			 st->name, bytes, c.n, to_host ? "host" : "device", s);
 	}
 	lock_changed(st); /* the waiters for a move in are granted now (or go on waiting) */
-	/* The memory it left is freed once nobody waits for the move: unpinning takes time. */
+	/* The host memory a move in left is freed once nobody waits: unpinning takes time. */
 	pthread_mutex_unlock(&fs->mu);
 	vmm_release_all(old, c.n);
 	vmm_release_all(c.v, c.n);
