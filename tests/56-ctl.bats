@@ -22,7 +22,7 @@ teardown() {
 	bash -ec "exec 9>$MNT/llama/lock; truncate -s 1M $MNT/llama/allocs/w; echo > $MNT/llama/commit"
 	run ctl list "$MNT"
 	assert_success
-	assert_line --regexp "^$MNT +host .* llama +COMMITTED +0 +0 +0 +1 +0 +1.0 MiB +[0-9a-f]{12}$"
+	assert_line --regexp "^$MNT +host .* llama +COMMITTED +device +0 +0 +0 +1 +0 +1.0 MiB +[0-9a-f]{12}$"
 	assert_line --regexp "^$MNT +host .* empty +EMPTY "
 	run ctl list --json "$MNT"
 	assert_success
