@@ -48,8 +48,8 @@ int main(int argc, char **argv)
 	const char *store = argv[i], *path = argv[i + 1];
 	char err[1024] = "";
 	gmsfs *g = NULL;
-	int e = gmsfs_connect(&g, store, GMSFS_RW, timeout_ms);
-	if (e)
+	int e = gmsfs_load_context(store, err, sizeof err); /* libgmsfs maps in the current context */
+	if (!e && (e = gmsfs_connect(&g, store, GMSFS_RW, timeout_ms)))
 		snprintf(err, sizeof err, "%s", g ? gmsfs_errmsg(g) : gmsfs_strerror(e));
 	if (!e)
 		e = gmsfs_load(g, path, slab, flags, err, sizeof err);

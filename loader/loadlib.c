@@ -280,3 +280,17 @@ int gmsfs_load(gmsfs *g, const char *path, uint64_t slab_bytes, unsigned flags, 
 		why_fmt(err, errlen, e, "%s", j.err[0] ? j.err : gmsfs_strerror(e));
 	return e;
 }
+
+int gmsfs_load_context(const char *store, char *err, size_t errlen)
+{
+	static struct cp *kept; /* its context and the driver library stay for the process */
+	struct cp *c;
+	int e = cp_open(store, &c, err, errlen);
+	if (e)
+		return e;
+	if (!kept)
+		kept = c;
+	else
+		cp_close(c);
+	return 0;
+}

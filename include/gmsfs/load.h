@@ -24,6 +24,12 @@ extern "C" {
  * (-EEXIST: the store holds allocations; -EPERM: g is not a writer's). */
 GMSFS_API int gmsfs_load(gmsfs *g, const char *path, uint64_t slab_bytes, unsigned flags, char *err, size_t errlen);
 
+/* Make the primary context of the GPU that serves store current in the calling thread
+ * (nothing on the host backend), for a program with no context of its own that must
+ * connect before it calls gmsfs_load (gmsfs-load(1)).  The context is kept for the
+ * process's life.  0 or -errno, the reason in err. */
+GMSFS_API int gmsfs_load_context(const char *store, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif
