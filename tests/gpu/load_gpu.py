@@ -43,11 +43,12 @@ def test():
     check(r.returncode == 0 and len(shards) > 1, "gmsfs-load of a sharded save_pretrained (%d shards)" % len(shards),
           r.stderr.strip())
     ref = LlamaForCausalLM.from_pretrained(src, torch_dtype=torch.bfloat16).cuda().eval()
-    # Built as from_pretrained builds it (non-persistent buffers such as the rotary
-    # frequencies are made here, in float32); every parameter then becomes a store view.
-    mine = LlamaForCausalLM(cfg).cuda().eval()
+    # As the README says: gmsfs.transformers.from_pretrained builds the model as
+    # transformers does (non-persistent buffers such as the rotary frequencies made in
+    # float32) and every parameter becomes a view of the store gmsfs-load filled.
+    import gmsfs.transformers as gtf
+    mine = gtf.from_pretrained(store, src, read_only=True).eval()
     persistent = set(mine.state_dict())
-    gt.materialize(mine, store, strict=False)
     c = mine._gmsfs
     stored = {k[len("torch/"):] for k in c.meta_list("torch/")}
     ok = all(c.find_ptr(p.data_ptr()) for p in mine.parameters()) and stored == persistent
