@@ -68,8 +68,7 @@ def test():
     r = subprocess.run([LOAD, "-q", "-v", cold, src], capture_output=True, text=True)
     past = re.search(r"([0-9.]+) GB of it past the page cache", r.stderr)
     total = sum(os.path.getsize(os.path.join(src, f)) for f in shards) / 1e9
-    coldm = LlamaForCausalLM(cfg).cuda().eval()
-    gt.materialize(coldm, cold, strict=False)
+    coldm = gtf.from_pretrained(cold, src, read_only=True).eval()
     with torch.no_grad():
         e = coldm(ids).logits
     check(r.returncode == 0 and past and 0 < float(past.group(1)) < total and torch.equal(e, a),
