@@ -297,7 +297,7 @@ void lock_release(struct fs_handle *h)
 	h->hold = HOLD_NONE;
 	h->writable = false;
 	tier_used(&st->tier);
-	if (st->removed && st->meta && !st->lock.fsm.readers && !st->lock.fsm.leader)
+	if (st->removed && st->meta && !st->lock.fsm.readers)
 		store_free_layout(st); /* removed while held (deferred): its last holder left */
 	lock_changed(st);
 }

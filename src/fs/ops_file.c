@@ -394,9 +394,10 @@ static int do_write(fuse_req_t req, struct fs_handle *h, const char *data, size_
 	*buf = NULL;
 	*n = size;
 	node_count(h->store, h->fnode);
-	if (h->fnode && (h->fnode->kind == FS_TIER || h->fnode->kind == FS_PREFETCH))
-		return h->store->removed ? -ENOENT :
-		       tier_request(h->store, h->fnode->kind == FS_TIER ? data : "device", h->fnode->kind == FS_TIER ? size : 6);
+	if (h->fnode && h->fnode->kind == FS_TIER)
+		return h->store->removed ? -ENOENT : tier_request(h->store, data, size);
+	if (h->fnode && h->fnode->kind == FS_PREFETCH) /* what echo device > tier does */
+		return h->store->removed ? -ENOENT : tier_request(h->store, "device", 6);
 	if (h->fnode)
 		return lock_control_write(req, h);
 	struct meta_node *m = h->node;

@@ -112,8 +112,9 @@ int store_remove(struct fs *fs, const char *name)
 			continue;
 		/* A writer session or a move keeps it; readers and waiters do not (Triton's
 		 * unregister): the name goes now, the memory with the last reader. */
-		if (st->lock.fsm.leader || (st->tier.at != TIER_DEVICE && st->tier.at != TIER_HOST))
-			return -EBUSY;
+		int e = fsm_can_remove(&st->lock.fsm);
+		if (e || st->tier.at == TIER_TO_HOST || st->tier.at == TIER_TO_DEVICE)
+			return e ? e : -EBUSY;
 		if (GROW(t->removed, t->nremoved, t->removed_cap, 8))
 			return -ENOMEM;
 		t->v[i] = t->v[--t->n];

@@ -267,9 +267,8 @@ static void tier_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 	}
 	header(f, "gmsfs_store_tier", GAUGE, "1 for where the store's memory is, 0 for the others.");
 	for (size_t i = 0; i < n; i++) {
-		static const char *const tiers[] = { "device", "host", "moving to host", "moving to device" };
-		for (size_t k = 0; k < 4; k++)
-			sample(f, "gmsfs_store_tier", st[i], "tier", tiers[k], !strcmp(tier_name(&st[i]->tier), tiers[k]));
+		for (enum tier_at k = TIER_DEVICE; k <= TIER_TO_DEVICE; k++)
+			sample(f, "gmsfs_store_tier", st[i], "tier", tier_at_name(k), st[i]->tier.at == k);
 	}
 	header(f, "gmsfs_store_moves_total", COUNTER, "Moves of the store between the device and the host tier.");
 	for (size_t i = 0; i < n; i++) {

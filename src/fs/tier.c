@@ -96,19 +96,25 @@ static int move(struct fs *fs, struct store *st, bool to_host)
 	return e;
 }
 
-/* The store to give way next: idle, on the device, not self; lowest priority, then
- * least recently used. */
+/* The device bytes st would give back by moving out for self: 0 when it may not (in
+ * use, self, not on the device). */
+static uint64_t may_give(struct store *st, const struct store *self)
+{
+	if (st == self || st->tier.at != TIER_DEVICE || !idle(st))
+		return 0;
+	struct meta_stats ms;
+	meta_stats(st->meta, &ms);
+	return ms.aligned_bytes;
+}
+
+/* The store to give way next: lowest priority, then least recently used. */
 static struct store *victim(struct fs *fs, struct store *self)
 {
 	struct store_table *t = fs->stores;
 	struct store *best = NULL;
 	for (size_t i = 0; i < t->n; i++) {
 		struct store *st = t->v[i];
-		if (st == self || st->tier.at != TIER_DEVICE || !idle(st))
-			continue;
-		struct meta_stats ms;
-		meta_stats(st->meta, &ms);
-		if (!ms.aligned_bytes)
+		if (!may_give(st, self))
 			continue;
 		if (!best || st->tier.priority < best->tier.priority ||
 		    (st->tier.priority == best->tier.priority && st->tier.last_used < best->tier.last_used))
@@ -151,28 +157,22 @@ int tier_make_room(struct fs *fs, struct store *self, uint64_t bytes, char *why,
 	/* Nothing moves unless enough can: idle stores enough, and room for them on the host. */
 	uint64_t movable = 0, host_used = atomic_load(&v->host_used);
 	struct store_table *t = fs->stores;
-	for (size_t i = 0; i < t->n; i++) {
-		struct meta_stats ms;
-		if (t->v[i] == self || t->v[i]->tier.at != TIER_DEVICE || !idle(t->v[i]))
-			continue;
-		meta_stats(t->v[i]->meta, &ms);
-		movable += ms.aligned_bytes;
-	}
+	for (size_t i = 0; i < t->n; i++)
+		movable += may_give(t->v[i], self);
 	if (movable < need || host_used > v->host_bytes || need > v->host_bytes - host_used)
 		need = UINT64_MAX; /* then the loop below moves nothing */
 	while (freed < need && need != UINT64_MAX) {
 		struct store *st = victim(fs, self);
 		if (!st)
 			break;
-		struct meta_stats ms;
-		meta_stats(st->meta, &ms);
+		uint64_t bytes = may_give(st, self);
 		store_get(st);
 		int e = move(fs, st, true);
 		if (!e) {
 			fs->tier->stats.evictions++;
 			fuse_log(FUSE_LOG_INFO, "gmsfs: %s (priority %d) gave way for %s\n", st->name, st->tier.priority,
 				 self ? self->name : "another store");
-			freed += ms.aligned_bytes;
+			freed += bytes;
 		}
 		store_put(st, 1);
 		if (e)

@@ -37,10 +37,15 @@ int tier_start(struct fs *fs, uint64_t host_bytes);
 void tier_stop(struct fs *fs);
 
 /* "device", "host", "moving to host", "moving to device". */
-static inline const char *tier_name(const struct store_tier *t)
+static inline const char *tier_at_name(enum tier_at at)
 {
 	static const char *const names[] = { "device", "host", "moving to host", "moving to device" };
-	return names[t->at];
+	return names[at];
+}
+
+static inline const char *tier_name(const struct store_tier *t)
+{
+	return tier_at_name(t->at);
 }
 /* A write to STORE/tier ("host" or "device") or STORE/prefetch: asked of the mover
  * thread; -EINVAL for other words or nothing committed, -EBUSY when in use (why in

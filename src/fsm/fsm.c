@@ -127,9 +127,7 @@ int fsm_wait_end(struct fsm *f, bool writer)
 
 int fsm_can_remove(const struct fsm *f)
 {
-	if (f->leader || f->readers || f->waiting_writers || f->waiting_readers)
-		return -EBUSY;
-	return 0;
+	return f->leader ? -EBUSY : 0;
 }
 
 int fsm_check(const struct fsm *f)

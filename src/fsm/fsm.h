@@ -55,7 +55,8 @@ int fsm_abort(const struct fsm *f);
 int fsm_wait_begin(struct fsm *f, bool writer);
 int fsm_wait_end(struct fsm *f, bool writer);
 
-/* Removing the store needs nobody holding or waiting: 0 or -EBUSY. */
+/* Removing the store needs no writer session: 0 or -EBUSY.  Readers and waiters do not
+ * keep it (the freeing waits for the last reader: gmsfs(5), Removal). */
 int fsm_can_remove(const struct fsm *f);
 
 /* Invariants that must hold in every reachable state: 0 or -EPROTO. */

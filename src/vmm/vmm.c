@@ -3,7 +3,6 @@
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,53 +173,6 @@ static int alloc_twin(struct vmm_buf *b, bool to_host, struct vmm_buf **out)
 	return 0;
 }
 
-/* The twins of bufs[from, to), made by one of alloc_all's threads. */
-struct twin_job {
-	struct vmm_buf *const *bufs;
-	struct vmm_buf **twins;
-	size_t from, to, step;
-	bool to_host;
-	int e;
-	size_t failed;
-};
-
-static void *twin_thread(void *arg)
-{
-	struct twin_job *j = arg;
-	for (size_t i = j->from; i < j->to && !j->e; i += j->step)
-		if ((j->e = alloc_twin(j->bufs[i], j->to_host, &j->twins[i])))
-			j->failed = i;
-	return NULL;
-}
-
-/* Every twin, by up to MOVE_THREADS threads: pinning host memory is a page at a time
- * in the kernel, so one thread makes 16 GiB in seconds, several in a fraction. */
-#define MOVE_THREADS 8
-static int alloc_all(struct vmm_buf *const *bufs, struct vmm_buf **twins, size_t n, bool to_host, size_t *failed)
-{
-	struct twin_job jobs[MOVE_THREADS];
-	pthread_t th[MOVE_THREADS];
-	size_t k = n < MOVE_THREADS ? n : MOVE_THREADS;
-	bool started[MOVE_THREADS] = { false };
-	for (size_t t = 0; t < k; t++) {
-		jobs[t] = (struct twin_job){ bufs, twins, t, n, k, to_host, 0, 0 };
-		started[t] = t > 0 && !pthread_create(&th[t], NULL, twin_thread, &jobs[t]);
-	}
-	for (size_t t = 0; t < k; t++)
-		if (!started[t])
-			twin_thread(&jobs[t]); /* this thread's share, and any a thread could not take */
-	int e = 0;
-	for (size_t t = 0; t < k; t++) {
-		if (started[t])
-			pthread_join(th[t], NULL);
-		if (jobs[t].e && !e) {
-			e = jobs[t].e;
-			*failed = jobs[t].failed;
-		}
-	}
-	return e;
-}
-
 int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf ***old, char *err, size_t errlen)
 {
 	*old = NULL;
@@ -237,8 +189,10 @@ int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf
 	struct vmm_buf **twins = calloc(n, sizeof *twins);
 	if (!twins)
 		return -ENOMEM;
-	size_t bad = 0;
-	int e = alloc_all(bufs, twins, n, to_host, &bad);
+	size_t bad = 0; /* the one that could not be made, if any */
+	int e = 0;
+	while (bad < n && !(e = alloc_twin(bufs[bad], to_host, &twins[bad])))
+		bad++;
 	if (e == -ENOSPC)
 		snprintf(err, errlen, "%s: %llu bytes more would pass %s=%llu (used %llu)",
 			 to_host ? "the host tier" : "the device", (unsigned long long)(bufs[bad]->size),
