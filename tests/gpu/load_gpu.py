@@ -92,8 +92,7 @@ def test():
     r1 = subprocess.run([os.path.join(build, "gmsfs-snapshot"), "save", store, snap], capture_output=True, text=True)
     r2 = subprocess.run([os.path.join(build, "gmsfs-snapshot"), "restore", copy, snap], capture_output=True, text=True)
     h = lambda s: open(os.path.join(s, "layout_hash")).read()
-    again = LlamaForCausalLM(cfg).cuda().eval()
-    gt.materialize(again, copy, strict=False)
+    again = gtf.from_pretrained(copy, src, read_only=True).eval()
     with torch.no_grad():
         d = again(ids).logits
     check(r1.returncode == 0 and r2.returncode == 0 and h(copy) == h(store) and torch.equal(d, a),
