@@ -23,7 +23,6 @@ import torch
 mount, build = sys.argv[2], sys.argv[3]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 os.environ.setdefault("GMSFS_LIBRARY", os.path.join(build, "libgmsfs.so.0"))
-import gmsfs.torch as gt  # noqa: E402
 
 LOAD, SAVE = os.path.join(build, "gmsfs-load"), os.path.join(build, "gmsfs-save")
 
