@@ -42,6 +42,19 @@ def mounted(*options):
     os.unlink(mnt + ".log")
 
 
+def remove_stores(mnt, tries=100):
+    """rmdir every store of mnt, waiting for each to be let go (a test's connections close
+    as it ends; a store on a tier would skew the next test)."""
+    for name in os.listdir(mnt):
+        p = os.path.join(mnt, name)
+        for _ in range(tries if os.path.isdir(p) else 0):
+            try:
+                os.rmdir(p)
+                break
+            except OSError:
+                time.sleep(0.05)
+
+
 @pytest.fixture(scope="session")
 def mount():
     yield from mounted()

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import mounted, run_py
+from conftest import mounted, remove_stores
 import gmsfs
 
 MiB = 1 << 20
@@ -26,15 +26,7 @@ def small():
 def clean(small):
     """The small mount, emptied after the test (a store left on a tier would skew the next)."""
     yield small
-    for name in os.listdir(small):
-        p = os.path.join(small, name)
-        if os.path.isdir(p):
-            for _ in range(100):
-                try:
-                    os.rmdir(p)
-                    break
-                except OSError:
-                    time.sleep(0.05)
+    remove_stores(small)
 
 
 def state(store):
@@ -129,7 +121,32 @@ def test_a_store_moves_to_the_host_tier_and_back_unchanged(clean):
     assert state(store)["layout_hash"] == h and state(store)["generation"] == "1"
     got, h2, w = read_all(store)  # the import brings it back
     assert tier(store) == "device" and got == data and h2 == h and w == b"value"
-    assert int(device(clean)["host_used_bytes"]) == 0
+    # Its host memory is kept for the next move out, which copies into it.
+    d = device(clean)
+    assert int(d["host_used_bytes"]) == 12 * MiB and int(d["host_kept_bytes"]) == 12 * MiB
+    set_tier(store, "host")
+    wait_tier(store, "host")
+    d = device(clean)
+    assert int(d["host_used_bytes"]) == 12 * MiB and int(d["host_kept_bytes"]) == 0
+    assert read_all(store) == (data, h, b"value")
+
+
+def test_kept_host_memory_is_given_up_when_the_host_tier_needs_room(clean):
+    # 48 MiB host tier: a keeps 32 MiB after its round trip; b's 24 MiB needs 8 of them.
+    a, data_a, ha = publish(clean, "kept_a", [16 * MiB, 16 * MiB], 3)
+    set_tier(a, "host")
+    wait_tier(a, "host")
+    set_tier(a, "device")
+    wait_tier(a, "device")
+    assert int(device(clean)["host_kept_bytes"]) == 32 * MiB
+    b, data_b, hb = publish(clean, "kept_b", [24 * MiB], 4)
+    set_tier(b, "host")
+    wait_tier(b, "host")
+    d = device(clean)
+    assert int(d["host_kept_bytes"]) == 0 and int(d["host_used_bytes"]) == 24 * MiB
+    status = json.load(open(os.path.join(clean, "status.json")))
+    assert status["device"]["host_kept_bytes"] == 0
+    assert read_all(a) == (data_a, ha, b"value") and read_all(b) == (data_b, hb, b"value")
 
 
 def test_a_sleeping_reader_remaps_at_the_same_addresses(clean):
@@ -286,7 +303,7 @@ def test_gmsfsctl_tier_and_prefetch(clean):
     assert r.returncode == 0 and "ctl" in r.stdout and " host " in r.stdout, r.stdout
     gmsfs.prefetch(store)
     wait_tier(store, "device")
-    with gmsfs.connect(store, "ro") as c:  # held: refused, with the reason
+    with gmsfs.connect(store, "ro"):  # held: refused, with the reason
         r = subprocess.run(ctl + ["tier", store, "host"], env=env, capture_output=True, text=True)
         assert r.returncode == 1 and "in use" in r.stderr, r.stderr
     got, h2, _ = read_all(store)

@@ -13,11 +13,12 @@ int text_device(struct fs *fs, char **out, size_t *len)
 	const struct vmm *v = fs->vmm;
 	int n = asprintf(out,
 			 "index: %d\nuuid: %s\nname: %s\nbackend: %s\ntotal_bytes: %llu\nused_bytes: %llu\n"
-			 "granularity: %llu\nversion: %s\nhost_bytes: %llu\nhost_used_bytes: %llu\n",
+			 "granularity: %llu\nversion: %s\nhost_bytes: %llu\nhost_used_bytes: %llu\n"
+			 "host_kept_bytes: %llu\n",
 			 v->dev.index, v->dev.uuid, v->dev.name, v->dev.backend,
 			 (unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->used_bytes),
 			 (unsigned long long)v->dev.granularity, GMSFS_VERSION, (unsigned long long)v->host_bytes,
-			 (unsigned long long)atomic_load(&v->host_used));
+			 (unsigned long long)atomic_load(&v->host_used), (unsigned long long)atomic_load(&v->host_kept));
 	if (n < 0)
 		return -ENOMEM;
 	*len = (size_t)n;
@@ -157,12 +158,12 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 	struct tier_stats ts;
 	tier_stats(fs, &ts);
 	fprintf(f, ", \"total_bytes\": %llu, \"used_bytes\": %llu, \"granularity\": %llu, \"host_bytes\": %llu, "
-		   "\"host_used_bytes\": %llu, \"moves_to_host\": %llu, \"moves_to_device\": %llu, \"evictions\": %llu, "
-		   "\"move_failures\": %llu},\n \"stores\": [",
+		   "\"host_used_bytes\": %llu, \"host_kept_bytes\": %llu, \"moves_to_host\": %llu, "
+		   "\"moves_to_device\": %llu, \"evictions\": %llu, \"move_failures\": %llu},\n \"stores\": [",
 		(unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->used_bytes),
 		(unsigned long long)v->dev.granularity, (unsigned long long)ts.host_bytes,
-		(unsigned long long)ts.host_used, (unsigned long long)ts.moves_out, (unsigned long long)ts.moves_in,
-		(unsigned long long)ts.evictions, (unsigned long long)ts.failures);
+		(unsigned long long)ts.host_used, (unsigned long long)ts.host_kept, (unsigned long long)ts.moves_out,
+		(unsigned long long)ts.moves_in, (unsigned long long)ts.evictions, (unsigned long long)ts.failures);
 	for (size_t i = 0; i < n; i++) {
 		struct store *s = st[i];
 		struct meta_stats m = {0};
@@ -284,6 +285,9 @@ static void tier_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 	device_sample(f, "gmsfs_host_tier_bytes", v, NULL, ts.host_bytes);
 	header(f, "gmsfs_host_tier_used_bytes", GAUGE, "Host memory the host tier holds.");
 	device_sample(f, "gmsfs_host_tier_used_bytes", v, NULL, ts.host_used);
+	header(f, "gmsfs_host_tier_kept_bytes", GAUGE,
+	       "Of the host tier's use: host memory kept from stores' last move in, for their next move out.");
+	device_sample(f, "gmsfs_host_tier_kept_bytes", v, NULL, ts.host_kept);
 	header(f, "gmsfs_tier_bytes_moved_total", COUNTER, "Bytes moved between the device and the host tier.");
 	device_sample(f, "gmsfs_tier_bytes_moved_total", v, "host", ts.bytes_out);
 	device_sample(f, "gmsfs_tier_bytes_moved_total", v, "device", ts.bytes_in);

@@ -31,11 +31,13 @@ static bool idle(const struct store *st)
 	       !f->waiting_readers;
 }
 
-static int collect(struct meta_node *n, void *arg)
+struct buf_list {
+	struct vmm_buf **v;
+	size_t n, cap;
+};
+
+static int push(struct buf_list *c, struct vmm_buf *b)
 {
-	struct { struct vmm_buf **v; size_t n, cap; } *c = arg;
-	if (n->kind != META_ALLOC || !n->buf)
-		return 0;
 	if (c->n == c->cap) {
 		size_t cap = c->cap ? 2 * c->cap : 64;
 		struct vmm_buf **v = realloc(c->v, cap * sizeof *v);
@@ -43,9 +45,67 @@ static int collect(struct meta_node *n, void *arg)
 			return -ENOMEM;
 		c->v = v, c->cap = cap;
 	}
-	vmm_buf_get(n->buf);
-	c->v[c->n++] = n->buf;
+	c->v[c->n++] = b;
 	return 0;
+}
+
+/* Every allocation's buffer, one reference each. */
+static int collect(struct meta_node *n, void *arg)
+{
+	if (n->kind != META_ALLOC || !n->buf)
+		return 0;
+	int e = push(arg, n->buf);
+	if (!e)
+		vmm_buf_get(n->buf);
+	return e;
+}
+
+/* The host memory each allocation keeps, taken off it (the list owns it). */
+static int collect_kept(struct meta_node *n, void *arg)
+{
+	struct vmm_buf *b = n->kind == META_ALLOC ? n->buf : NULL;
+	if (!b || !b->kept)
+		return 0;
+	int e = push(arg, b->kept);
+	if (!e)
+		vmm_take_kept(b);
+	return e;
+}
+
+/* Which of two stores gives way first: the lower priority, then the less recently used. */
+static bool gives_way_before(const struct store *a, const struct store *b)
+{
+	return a->tier.priority < b->tier.priority ||
+	       (a->tier.priority == b->tier.priority && a->tier.last_used < b->tier.last_used);
+}
+
+/* Room on the host tier for bytes more: the host memory other stores keep for their next
+ * move out is given up, the store that would give way first first.  Under fs->mu; what is
+ * taken goes to *out, for vmm_release_all once fs->mu is let go (unpinning takes time). */
+static void host_room(struct fs *fs, const struct store *self, uint64_t bytes, struct buf_list *out)
+{
+	struct vmm *v = fs->vmm;
+	uint64_t taken = 0;
+	for (;;) {
+		uint64_t used = atomic_load(&v->host_used) - taken;
+		if (used <= v->host_bytes && bytes <= v->host_bytes - used)
+			return;
+		struct store *best = NULL;
+		for (size_t i = 0; i < fs->stores->n; i++) {
+			struct store *st = fs->stores->v[i];
+			bool keeps = st != self && st->tier.kept && st->tier.at == TIER_DEVICE;
+			if (keeps && (!best || gives_way_before(st, best)))
+				best = st;
+		}
+		if (!best)
+			return;
+		size_t had = out->n;
+		best->tier.kept = false;
+		/* Short of memory for the list: less is given up, nothing is lost. */
+		(void)meta_walk(meta_root(best->meta, META_AREA_ALLOCS), collect_kept, out);
+		for (size_t i = had; i < out->n; i++)
+			taken += out->v[i]->size;
+	}
 }
 
 /* Move st to the other tier.  Under fs->mu, which is released while the bytes are
@@ -53,11 +113,15 @@ static int collect(struct meta_node *n, void *arg)
  * -errno with why in the store's last_error. */
 static int move(struct fs *fs, struct store *st, bool to_host)
 {
-	struct { struct vmm_buf **v; size_t n, cap; } c = {0};
+	struct buf_list c = {0}, given_up = {0};
 	int e = meta_walk(meta_root(st->meta, META_AREA_ALLOCS), collect, &c);
-	uint64_t bytes = 0;
-	for (size_t i = 0; i < c.n; i++)
+	uint64_t bytes = 0, new_host = 0;
+	for (size_t i = 0; i < c.n; i++) {
 		bytes += c.v[i]->size;
+		new_host += c.v[i]->kept ? 0 : c.v[i]->size;
+	}
+	if (!e && to_host)
+		host_room(fs, st, new_host, &given_up);
 	char why[300] = "";
 	st->tier.at = to_host ? TIER_TO_HOST : TIER_TO_DEVICE;
 	store_notify(st);
@@ -65,14 +129,19 @@ static int move(struct fs *fs, struct store *st, bool to_host)
 	struct vmm_buf **old = NULL;
 	if (!e) {
 		pthread_mutex_unlock(&fs->mu);
+		vmm_release_all(given_up.v, given_up.n);
 		e = vmm_move(c.v, c.n, to_host, &old, why, sizeof why);
-		if (to_host) { /* device memory: freed at once, and counted free before the move is done */
+		if (to_host) /* device memory: freed at once, and counted free before the move is done */
 			vmm_release_all(old, c.n);
-			old = NULL;
-		}
+		else if (!e) /* host memory: kept for the next move out (host_room gives it up) */
+			vmm_keep(c.v, old, c.n);
+		old = NULL;
 		pthread_mutex_lock(&fs->mu);
+	} else {
+		vmm_release_all(given_up.v, given_up.n);
 	}
 	double s = (double)(now_ns() - t0) / 1e9;
+	st->tier.kept = !to_host && !e; /* a move out used what was kept, or gave it back */
 	struct tier_stats *k = &fs->tier->stats;
 	if (e) {
 		st->tier.at = to_host ? TIER_DEVICE : TIER_HOST;
@@ -88,9 +157,7 @@ static int move(struct fs *fs, struct store *st, bool to_host)
 			 st->name, bytes, c.n, to_host ? "host" : "device", s);
 	}
 	lock_changed(st); /* the waiters for a move in are granted now (or go on waiting) */
-	/* The host memory a move in left is freed once nobody waits: unpinning takes time. */
 	pthread_mutex_unlock(&fs->mu);
-	vmm_release_all(old, c.n);
 	vmm_release_all(c.v, c.n);
 	pthread_mutex_lock(&fs->mu);
 	return e;
@@ -116,8 +183,7 @@ static struct store *victim(struct fs *fs, struct store *self)
 		struct store *st = t->v[i];
 		if (!may_give(st, self))
 			continue;
-		if (!best || st->tier.priority < best->tier.priority ||
-		    (st->tier.priority == best->tier.priority && st->tier.last_used < best->tier.last_used))
+		if (!best || gives_way_before(st, best))
 			best = st;
 	}
 	return best;
@@ -154,8 +220,9 @@ int tier_make_room(struct fs *fs, struct store *self, uint64_t bytes, char *why,
 	/* Called after a create failed: past the budget, what it lacks; within it (the
 	 * device itself is full), as much as asked. */
 	uint64_t need = bytes > free_now ? bytes - free_now : bytes, freed = 0;
-	/* Nothing moves unless enough can: idle stores enough, and room for them on the host. */
-	uint64_t movable = 0, host_used = atomic_load(&v->host_used);
+	/* Nothing moves unless enough can: idle stores enough, and room for them on the host
+	 * (what stores keep for their next move out is room: host_room gives it up). */
+	uint64_t movable = 0, host_used = atomic_load(&v->host_used) - atomic_load(&v->host_kept);
 	struct store_table *t = fs->stores;
 	for (size_t i = 0; i < t->n; i++)
 		movable += may_give(t->v[i], self);
@@ -316,6 +383,7 @@ void tier_stats(struct fs *fs, struct tier_stats *out)
 	*out = fs->tier ? fs->tier->stats : (struct tier_stats){0};
 	out->host_bytes = fs->vmm->host_bytes;
 	out->host_used = atomic_load(&fs->vmm->host_used);
+	out->host_kept = atomic_load(&fs->vmm->host_kept);
 }
 
 /* ---- quota and priority ---- */

@@ -24,6 +24,7 @@ struct store_tier {
 	bool want_device;              /* bring it back (an open waits, tier, prefetch) */
 	bool want_host;                /* move it out once idle (tier) */
 	bool failed;                   /* the last move in failed: only a new request retries */
+	bool kept;                     /* host memory kept from the last move in (vmm_keep) */
 	int priority;                  /* user.gms.priority: higher stays on the device longer */
 	uint64_t last_used;            /* CLOCK_MONOTONIC ns of the last grant or release */
 	uint64_t moves_out, moves_in;
@@ -86,7 +87,7 @@ bool tier_xattr_known(const char *name);
 /* What metrics and status.json show of the mount. */
 struct tier_stats {
 	uint64_t moves_out, moves_in, bytes_out, bytes_in, evictions, failures;
-	uint64_t host_bytes, host_used;
+	uint64_t host_bytes, host_used, host_kept;
 };
 void tier_stats(struct fs *fs, struct tier_stats *out);
 

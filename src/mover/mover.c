@@ -5,14 +5,15 @@
  * each message is one copy, struct mover_copy with two descriptors (source, destination:
  * exported CUDA VMM handles, device or host-located, of the same size); a message with
  * last set ends a batch, which is answered with struct mover_reply once every copy of it
- * is done.  It maps nothing else and keeps no mapping past a batch; it ends when the
- * socket closes, or after MOVER_IDLE_S seconds without a batch (its context holds device
- * memory: it is not kept for nothing). */
+ * is done.  It maps nothing else and keeps no mapping past a batch (a destination's is
+ * undone just after the answer); it ends when the socket closes, or after MOVER_IDLE_S
+ * seconds without a batch (its context holds device memory: it is not kept for nothing). */
 #include "mover.h"
 #include "cuda_api.h"
 #include "fdpass.h"
 
 #include <poll.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -20,6 +21,7 @@ struct mapped {
 	CUdeviceptr va;
 	size_t size;
 	CUmemGenericAllocationHandle h;
+	bool source;
 };
 
 struct mover {
@@ -30,7 +32,7 @@ struct mover {
 	size_t n, cap;
 };
 
-static int map_fd(struct mover *mv, int fd, size_t size, CUdeviceptr *va, char *why, size_t whylen)
+static int map_fd(struct mover *mv, int fd, size_t size, bool source, CUdeviceptr *va, char *why, size_t whylen)
 {
 	struct cu_api *cu = &mv->cu;
 	if (mv->n == mv->cap) {
@@ -53,6 +55,7 @@ static int map_fd(struct mover *mv, int fd, size_t size, CUdeviceptr *va, char *
 		CUmemAccessDesc a = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, mv->dev },
 				      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
 		m->size = size;
+		m->source = source;
 		mv->n++; /* unmapped at the batch's end, whatever happens next */
 		what = "cuMemSetAccess";
 		r = cu->cuMemSetAccess(m->va, size, &a, 1);
@@ -63,14 +66,24 @@ static int map_fd(struct mover *mv, int fd, size_t size, CUdeviceptr *va, char *
 	return 0;
 }
 
-static void unmap_all(struct mover *mv)
+static void unmap(struct mover *mv, struct mapped *m)
 {
+	mv->cu.cuMemUnmap(m->va, m->size);
+	mv->cu.cuMemAddressFree(m->va, m->size);
+	mv->cu.cuMemRelease(m->h);
+}
+
+/* The sources (sources: true) or the rest. */
+static void unmap_all(struct mover *mv, bool sources)
+{
+	size_t kept = 0;
 	for (size_t i = 0; i < mv->n; i++) {
-		mv->cu.cuMemUnmap(mv->m[i].va, mv->m[i].size);
-		mv->cu.cuMemAddressFree(mv->m[i].va, mv->m[i].size);
-		mv->cu.cuMemRelease(mv->m[i].h);
+		if (mv->m[i].source == sources)
+			unmap(mv, &mv->m[i]);
+		else
+			mv->m[kept++] = mv->m[i];
 	}
-	mv->n = 0;
+	mv->n = kept;
 }
 
 static int open_device(struct mover *mv, const char *uuid, char *why, size_t whylen)
@@ -119,8 +132,8 @@ static int batch(struct mover *mv, int sock)
 			snprintf(rep.why, sizeof rep.why, "a bad copy request");
 		}
 		CUdeviceptr src, dst;
-		if (!rep.error && (map_fd(mv, fds[0], c.size, &src, rep.why, sizeof rep.why) ||
-				   map_fd(mv, fds[1], c.size, &dst, rep.why, sizeof rep.why)))
+		if (!rep.error && (map_fd(mv, fds[0], c.size, true, &src, rep.why, sizeof rep.why) ||
+				   map_fd(mv, fds[1], c.size, false, &dst, rep.why, sizeof rep.why)))
 			rep.error = EIO;
 		CUresult r;
 		if (!rep.error && (r = mv->cu.cuMemcpyDtoDAsync(dst, src, c.size, mv->stream))) {
@@ -137,8 +150,13 @@ static int batch(struct mover *mv, int sock)
 		rep.error = EIO;
 		snprintf(rep.why, sizeof rep.why, "cuStreamSynchronize: %s", cu_name(&mv->cu, r));
 	}
-	unmap_all(mv);
-	return send(sock, &rep, sizeof rep, MSG_NOSIGNAL) == sizeof rep ? 0 : -1;
+	/* The sources first: the daemon frees them once answered, and a mapping would keep
+	 * their memory.  The destinations live on (the store's new memory): unmapped after
+	 * the answer, off the mover's time. */
+	unmap_all(mv, true);
+	int e = send(sock, &rep, sizeof rep, MSG_NOSIGNAL) == sizeof rep ? 0 : -1;
+	unmap_all(mv, false);
+	return e;
 }
 
 int main(int argc, char **argv)

@@ -144,10 +144,12 @@ void vmm_buf_put(struct vmm_buf *b)
 	struct vmm *v = b->vmm;
 	struct vmm_pool *pool = b->pool;
 	uint64_t size = b->size;
-	bool host = b->host;
+	bool host = b->host, spare = b->spare;
+	vmm_buf_put(vmm_take_kept(b));
 	v->ops->release(b);
 	atomic_fetch_sub(host ? &v->host_used : &v->used_bytes, size);
-	atomic_fetch_sub(&pool->used, size);
+	if (!spare)
+		atomic_fetch_sub(&pool->used, size);
 	vmm_pool_put(pool);
 }
 
@@ -191,8 +193,18 @@ int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf
 		return -ENOMEM;
 	size_t bad = 0; /* the one that could not be made, if any */
 	int e = 0;
-	while (bad < n && !(e = alloc_twin(bufs[bad], to_host, &twins[bad])))
+	while (bad < n) {
+		/* The host memory kept from the last move in, if any: no new pinned memory. */
+		struct vmm_buf *k = to_host ? vmm_take_kept(bufs[bad]) : NULL;
+		if (k) {
+			k->spare = false; /* in the pool's use again, as a twin is */
+			atomic_fetch_add(&k->pool->used, k->size);
+			twins[bad] = k;
+		} else if ((e = alloc_twin(bufs[bad], to_host, &twins[bad]))) {
+			break;
+		}
 		bad++;
+	}
 	if (e == -ENOSPC)
 		snprintf(err, errlen, "%s: %llu bytes more would pass %s=%llu (used %llu)",
 			 to_host ? "the host tier" : "the device", (unsigned long long)(bufs[bad]->size),
@@ -221,6 +233,29 @@ void vmm_release_all(struct vmm_buf **bufs, size_t n)
 	for (size_t i = 0; bufs && i < n; i++)
 		vmm_buf_put(bufs[i]);
 	free(bufs);
+}
+
+void vmm_keep(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n)
+{
+	for (size_t i = 0; old && i < n; i++) {
+		struct vmm_buf *k = old[i];
+		vmm_buf_put(vmm_take_kept(bufs[i])); /* none expected: a move out takes it */
+		k->spare = true;
+		atomic_fetch_sub(&k->pool->used, k->size);
+		atomic_fetch_add(&k->vmm->host_kept, k->size);
+		bufs[i]->kept = k;
+	}
+	free(old);
+}
+
+struct vmm_buf *vmm_take_kept(struct vmm_buf *b)
+{
+	struct vmm_buf *k = b->kept;
+	if (k) {
+		b->kept = NULL;
+		atomic_fetch_sub(&k->vmm->host_kept, k->size);
+	}
+	return k;
 }
 
 int vmm_export(struct vmm_buf *b, bool read_only)

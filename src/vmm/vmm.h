@@ -31,6 +31,11 @@ struct vmm_buf {
 	uint64_t offset;      /* where the buffer starts in it */
 	atomic_int ro_fd;     /* cuda: unused; host: see the pool */
 	bool host;            /* on the host tier: counted in host_used, never exported */
+	/* Host memory kept from the last move in, for the next move out (making pinned
+	 * memory is what a move out would spend its time on).  A kept buffer (spare) is in
+	 * host_used and host_kept, not in its pool's use; under the caller's lock. */
+	struct vmm_buf *kept;
+	bool spare;
 };
 
 struct vmm_device {
@@ -70,6 +75,7 @@ struct vmm {
 	atomic_uint_fast64_t used_bytes;
 	uint64_t host_bytes;  /* the host tier's limit */
 	atomic_uint_fast64_t host_used;
+	atomic_uint_fast64_t host_kept; /* of host_used: kept buffers, given up when room is needed */
 	const char *helper;   /* cuda: the copy helper's path (gmsfs-mover) */
 	void *priv;
 };
@@ -111,6 +117,11 @@ void vmm_pool_why(const struct vmm_pool *p, int e, uint64_t size, char *buf, siz
 int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf ***old, char *err,
 	     size_t errlen);
 void vmm_release_all(struct vmm_buf **bufs, size_t n);
+/* After a move in: bufs[i] keeps old[i] (vmm_move's *old) for its next move out, which
+ * then copies without making host memory.  Frees the array. */
+void vmm_keep(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n);
+/* What b keeps, taken off it (NULL: nothing), for vmm_buf_put where nobody waits. */
+struct vmm_buf *vmm_take_kept(struct vmm_buf *b);
 ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off);
 ssize_t vmm_pwrite(struct vmm_buf *b, const void *src, size_t len, uint64_t off);
 

@@ -111,7 +111,8 @@ def main():
     for _ in range(3):
         times["out"].append(move("host"))
         d = dict(line.rstrip("\n").split(": ", 1) for line in open(os.path.join(mount, "device")))
-        check(int(d["used_bytes"]) == used - size and int(d["host_used_bytes"]) == size,
+        check(int(d["used_bytes"]) == used - size and int(d["host_used_bytes"]) == size and
+              int(d["host_kept_bytes"]) == 0,
               "moved out: device used %s -> %s, host tier %s" % (used, d["used_bytes"], d["host_used_bytes"]))
         times["in"].append(move("device"))
     ok, smi = daemon_has_no_context()
@@ -130,14 +131,16 @@ def main():
         check([m.ptr for m in c.mappings] == ptrs and sums(c) == want and tier() == "device",
               "a sleeping reader's remap_all brings it back at the same addresses with the same bytes")
     gb = size / 1e9
-    best_out, best_in = min(times["out"]), min(times["in"])
+    best_in = min(times["in"])
     print("bench: tier %.1f GB in %d allocations: pinned D2H %.3f s (%.1f GB/s), H2D %.3f s (%.1f GB/s)"
           % (gb, n, floor["d2h"], gb / floor["d2h"], floor["h2d"], gb / floor["h2d"]))
-    print("bench: move to host %.3f s first (the mover starts), best %.3f s (%.1f GB/s): %.2fx pinned D2H"
-          % (times["out"][0], best_out, gb / best_out, floor["d2h"] / best_out))
+    best_out = min(times["out"][1:])  # the host memory kept from the move in before
+    print("bench: move to host: first %.3f s (%.2fx pinned D2H: the mover starts and the pinned host memory is "
+          "made), then best %.3f s (%.1f GB/s) into the host memory kept: %.2fx pinned D2H"
+          % (times["out"][0], floor["d2h"] / times["out"][0], best_out, gb / best_out, floor["d2h"] / best_out))
     print("bench: move to device best %.3f s (%.1f GB/s): %.2fx pinned H2D; a sleeping reader's remap_all "
           "from the host tier %.3f s" % (best_in, gb / best_in, floor["h2d"] / best_in, wake))
-    check(floor["d2h"] / best_out >= 0.8, "move out >= 0.8x pinned D2H")
+    check(floor["d2h"] / best_out >= 0.8, "move out (into kept host memory) >= 0.8x pinned D2H")
     check(floor["h2d"] / best_in >= 0.8, "move in >= 0.8x pinned H2D")
     os.rmdir(store)
     return done()
