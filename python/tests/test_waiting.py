@@ -135,3 +135,22 @@ def test_16_engines_started_together_one_loads_none_waits_past_it(store, tmp_pat
     assert all(o["lock"] == "ro" for o in outs)
     limit = publishers[0]["s"] + 1.0
     assert max(o["s"] for o in outs) <= limit, sorted(o["s"] for o in outs)
+
+
+def test_a_wait_interrupted_at_every_try_ends_at_its_deadline():
+    # Signals every millisecond can end every 1 ms try once the time is nearly out: the
+    # retry loop must stop at the deadline, as libgmsfs's own does, not wait for a quiet try.
+    import errno
+    import gmsfs
+    tries = []
+
+    def always_interrupted(ms):
+        tries.append(ms)
+        time.sleep(0.001)
+        return -errno.EINTR
+    t = time.monotonic()
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs._waiting(200, always_interrupted, "connect s")
+    took = time.monotonic() - t
+    assert e.value.errno == errno.ETIMEDOUT and "within 200 ms" in str(e.value)
+    assert 0.2 <= took < 0.5 and tries[0] == 200 and min(tries) >= 1, (took, tries[:3])

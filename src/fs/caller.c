@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,22 @@ int caller_tgid(fuse_req_t req, pid_t *tgid)
 		return -ESRCH;
 	*tgid = (pid_t)strtol(p + 6, NULL, 10);
 	return *tgid > 0 ? 0 : -ESRCH;
+}
+
+bool caller_killed(fuse_req_t req)
+{
+	pid_t tid = fuse_req_ctx(req)->pid;
+	char path[64], buf[2048];
+	snprintf(path, sizeof path, "/proc/%d/status", tid);
+	if (tid <= 0 || read_small(path, buf, sizeof buf))
+		return false;
+	/* The thread's own pending set and its process's: a fatal signal marks SIGKILL. */
+	for (const char *f = buf; (f = strstr(f, "Pnd:\t")); f += 5) {
+		unsigned long long mask = strtoull(f + 5, NULL, 16);
+		if (mask >> (SIGKILL - 1) & 1)
+			return true;
+	}
+	return false;
 }
 
 /* Fields of /proc/PID/stat after the command name, which may hold spaces and ')'. */

@@ -8,6 +8,9 @@
 /* The thread group of a request's thread; -EPERM for pid 0 (outside our pid namespace). */
 int caller_tgid(fuse_req_t req, pid_t *tgid);
 int caller_start_time(pid_t pid, uint64_t *start);
+/* Was the request's thread killed (SIGKILL pending), so that it waits for its answer in
+ * the kernel?  False when it cannot tell. */
+bool caller_killed(fuse_req_t req);
 /* 1 yes, 0 no, or -errno when the daemon cannot tell (out of descriptors). */
 int caller_descends(pid_t tgid, pid_t ancestor, uint64_t ancestor_start);
 /* Has process tgid a descriptor open on one of these inodes?  (/proc/PID/fdinfo: no

@@ -9,6 +9,7 @@
  * after fuse_req_interrupt_func(req, NULL, NULL) has waited out any callback in
  * flight, so a request is never replied twice or touched after its reply. */
 #include "wait.h"
+#include "caller.h"
 #include "store.h"
 
 #include <errno.h>
@@ -20,6 +21,7 @@ struct waitq {
 	pthread_t thread;
 	pthread_cond_t cv;             /* a reply to send, a new deadline, or the stop */
 	struct fs_waiter *replies;     /* finished waiters, to reply to */
+	struct timespec next_reap;     /* when to look for killed callers again */
 	bool stop;
 };
 
@@ -186,6 +188,25 @@ static bool expire(struct fs *fs, struct timespec *next)
 	return any;
 }
 
+/* A parked request whose caller was killed: its interrupt ends the wait (on_interrupt).
+ * Should none come (seen about once in a few thousand kills, under valgrind), the
+ * process would stay in the kernel for good, waiting for its answer: so each second the
+ * waiter thread answers those of killed callers. */
+static void reap_killed(struct fs *fs)
+{
+	for (size_t i = 0; i < fs->stores->n; i++)
+		for (struct fs_waiter *w = fs->stores->v[i]->lock.waiters, *next; w; w = next) {
+			next = w->next;
+			if (!caller_killed(w->req))
+				continue;
+			fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: pid %d was killed while waiting and no interrupt came: "
+						   "answered\n", w->st->name, (int)fuse_req_ctx(w->req)->pid);
+			finish(w, -EINTR);
+			hand_over(fs, w);
+			next = fs->stores->v[i]->lock.waiters; /* a grant may have changed the queue: again */
+		}
+}
+
 static void *wait_main(void *arg)
 {
 	struct fs *fs = arg;
@@ -200,16 +221,20 @@ static void *wait_main(void *arg)
 			reply(w);
 			pthread_mutex_lock(&fs->mu);
 		}
-		struct timespec next;
+		struct timespec next, now;
 		if (q->stop)
 			break;
 		bool timed = expire(fs, &next);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (due(&now, &q->next_reap)) {
+			reap_killed(fs);
+			q->next_reap = (struct timespec){ now.tv_sec + 1, now.tv_nsec };
+		}
 		if (q->replies)
 			continue; /* what expire just timed out is replied to now, not at the next deadline */
-		if (timed)
-			pthread_cond_timedwait(&q->cv, &fs->mu, &next);
-		else
-			pthread_cond_wait(&q->cv, &fs->mu);
+		if (!timed || due(&next, &q->next_reap))
+			next = q->next_reap; /* at least once a second */
+		pthread_cond_timedwait(&q->cv, &fs->mu, &next);
 	}
 	pthread_mutex_unlock(&fs->mu);
 	return NULL;
