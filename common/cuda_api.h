@@ -32,6 +32,7 @@
 	X(cuMemMap, "cuMemMap")                                         \
 	X(cuMemUnmap, "cuMemUnmap")                                     \
 	X(cuMemSetAccess, "cuMemSetAccess")                             \
+	X(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle")   \
 	X(cuCtxGetCurrent, "cuCtxGetCurrent")                           \
 	X(cuCtxGetDevice, "cuCtxGetDevice")                             \
 	X(cuMemAlloc, "cuMemAlloc_v2")                                  \

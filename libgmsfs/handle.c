@@ -253,6 +253,7 @@ void gmsfs_disconnect(gmsfs *g)
 {
 	if (!g)
 		return;
+	sp_release_all(g);
 	mp_release_all(g);
 	mt_free(g);
 	gm_release_lock(g);
@@ -310,6 +311,7 @@ int gmsfs_commit(gmsfs *g)
 	/* The daemon downgraded the lock; the mappings follow (best effort: the daemon
 	 * hands readers read-only memory whatever this process keeps). */
 	mp_allow_all(g, true, false);
+	sp_allow_all(g, false);
 	for (size_t i = 0; i < g->nmaps; i++)
 		g->maps[i].writable = 0;
 	if ((e = gm_refresh(g)))

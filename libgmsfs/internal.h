@@ -1,7 +1,8 @@
 /* libgmsfs internals.  Modules: handle.c (connect, lock, commit, errors), channel.c
  * (ch_: the daemon's socket), maps.c (mp_: the table of mappings, create, import,
  * free), meta.c (mt_: the handle's copy of the metadata), sleep.c (unmap, remap,
- * reallocate), map_host.c and map_cuda.c (how each backend maps a descriptor). */
+ * reallocate), space.c (sp_: virtual spaces), map_host.c and map_cuda.c (how each
+ * backend maps a descriptor, or a mapping at another address). */
 #ifndef GMSFS_INTERNAL_H
 #define GMSFS_INTERNAL_H
 
@@ -71,6 +72,9 @@ struct gm_backend {
 	int (*allow)(gmsfs *g, void *va, uint64_t len, bool writable);
 	/* Unmap, keeping the reservation. */
 	int (*unmap)(gmsfs *g, void *va, uint64_t aligned);
+	/* The memory mapped at src (a whole mapping) mapped again at dst, in a reservation,
+	 * with the access given. */
+	int (*alias)(gmsfs *g, void *src, void *dst, uint64_t aligned, bool writable, char *err, size_t errlen);
 	/* Process-private memory for private entries, and a copy into it. */
 	int (*private_alloc)(gmsfs *g, uint64_t size, void **p);
 	void (*private_free)(gmsfs *g, void *p);
@@ -133,6 +137,7 @@ struct gmsfs {
 	void **index;           /* by name (common/probe.h): map index + 1, NULL empty */
 	size_t index_cap;       /* a power of two, at least twice nmaps */
 	struct mt meta;
+	struct gmsfs_space *spaces; /* every space made, freed ones too (space.c) */
 	char err[512];
 };
 
@@ -161,6 +166,18 @@ int mp_import(void *ctx, struct ch_manifest *m, size_t from, size_t to);
 int mp_allow_all(gmsfs *g, bool only_writable, bool writable);
 void mp_unmap_mapped(gmsfs *g);
 void mp_release_all(gmsfs *g);
+
+/* space.c */
+/* Unmap every space's mappings, keeping their addresses (unmap_all). */
+void sp_unmap_all(gmsfs *g);
+/* Map them again over the handle's mappings, now mapped (remap_all, reallocate_all). */
+int sp_remap_all(gmsfs *g, bool writable);
+/* Set their access (a writer's commit). */
+void sp_allow_all(gmsfs *g, bool writable);
+/* Is allocation name mapped in a live space? */
+bool sp_uses(const gmsfs *g, const char *name);
+/* Free every space and its record (disconnect). */
+void sp_release_all(gmsfs *g);
 
 /* meta.c */
 /* Make the manifest's entries the handle's (taking them over). */

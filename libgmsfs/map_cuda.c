@@ -86,6 +86,31 @@ static int cuda_unmap(gmsfs *g, void *va, uint64_t aligned)
 	return r == CUDA_SUCCESS ? 0 : CU_ERR(r);
 }
 
+/* The allocation mapped at src, found from its address (the imported handle was let go
+ * at map), mapped again at dst. */
+static int cuda_alias(gmsfs *g, void *src, void *dst, uint64_t aligned, bool writable, char *err, size_t errlen)
+{
+	struct cu_api *cu = &g->cu;
+	CUmemGenericAllocationHandle h;
+	CUresult r = cu->cuMemRetainAllocationHandle(&h, src);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "cuMemRetainAllocationHandle: %s", cu_name(cu, r));
+		return CU_ERR(r);
+	}
+	r = cu->cuMemMap((CUdeviceptr)(uintptr_t)dst, aligned, 0, h, 0);
+	cu->cuMemRelease(h);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "cuMemMap: %s", cu_name(cu, r));
+		return CU_ERR(r);
+	}
+	int e = cuda_allow(g, dst, aligned, writable);
+	if (e) {
+		cu->cuMemUnmap((CUdeviceptr)(uintptr_t)dst, aligned);
+		snprintf(err, errlen, "cuMemSetAccess: %s", strerror(-e));
+	}
+	return e;
+}
+
 static int cuda_private_alloc(gmsfs *g, uint64_t size, void **p)
 {
 	CUdeviceptr d = 0;
@@ -115,6 +140,7 @@ const struct gm_backend gm_cuda_backend = {
 	.map = cuda_map,
 	.allow = cuda_allow,
 	.unmap = cuda_unmap,
+	.alias = cuda_alias,
 	.private_alloc = cuda_private_alloc,
 	.private_free = cuda_private_free,
 	.copy = cuda_copy,

@@ -1,6 +1,7 @@
 /* Mapping on the host backend: descriptors are sealed memfds, mapped
  * MAP_SHARED.  A reservation is an inaccessible anonymous range; mapping and
- * unmapping replace parts of it in place (MAP_FIXED), so addresses never move. */
+ * unmapping replace parts of it in place (MAP_FIXED), so addresses never move; a
+ * space's mapping is the same pages again (mremap). */
 #include "internal.h"
 
 #include <errno.h>
@@ -56,6 +57,19 @@ static int host_unmap(gmsfs *g, void *va, uint64_t aligned)
 	return mmap(va, aligned, PROT_NONE, RESERVE_FLAGS | MAP_FIXED, -1, 0) == MAP_FAILED ? -errno : 0;
 }
 
+/* The same pages at dst: mremap with old_size 0 makes a new mapping of a shared
+ * mapping's pages (the memfd's), replacing the reservation there. */
+static int host_alias(gmsfs *g, void *src, void *dst, uint64_t aligned, bool writable, char *err, size_t errlen)
+{
+	if (mremap(src, 0, aligned, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == MAP_FAILED ||
+	    mprotect(dst, aligned, PROT_READ | (writable ? PROT_WRITE : 0))) {
+		int e = errno;
+		snprintf(err, errlen, "mremap: %s", strerror(e));
+		return -e;
+	}
+	return 0;
+}
+
 /* map gave the protection already; this is for a writer's commit. */
 static int host_allow(gmsfs *g, void *va, uint64_t len, bool writable)
 {
@@ -87,6 +101,7 @@ const struct gm_backend gm_host_backend = {
 	.map = host_map,
 	.allow = host_allow,
 	.unmap = host_unmap,
+	.alias = host_alias,
 	.private_alloc = host_private_alloc,
 	.private_free = host_private_free,
 	.copy = host_copy,

@@ -392,6 +392,8 @@ int gmsfs_free(gmsfs *g, void *ptr)
 		i++;
 	if (i == g->nmaps)
 		return gm_error(g, -ENOENT, "%p: not a mapping of this handle", ptr);
+	if (sp_uses(g, g->maps[i].name))
+		return gm_error(g, -EBUSY, "%s is mapped in a space: free the space first", g->maps[i].name);
 	const char *names[1] = { g->maps[i].name };
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);

@@ -1,5 +1,6 @@
 /* sleep: unmap_all keeps every address range, remap_all puts the same layout back
- * at the same addresses, reallocate_all puts fresh memory behind them for a writer. */
+ * at the same addresses, reallocate_all puts fresh memory behind them for a writer;
+ * the handle's spaces (space.c) follow. */
 #include "internal.h"
 #include "hash.h"
 
@@ -21,6 +22,7 @@ int gmsfs_unmap_all(gmsfs *g)
 			return gm_error(g, e, "%s: unmap: %s", m->name, strerror(-e));
 		g->slots[i].mapped = false;
 	}
+	sp_unmap_all(g); /* a space's mapping would keep the memory past the lock */
 	g->saved_has_hash = g->info.has_hash;
 	memcpy(g->saved_hash, g->info.layout_hash, sizeof g->saved_hash);
 	g->unmapped_lock = g->lock;
@@ -110,6 +112,8 @@ int gmsfs_remap_all(gmsfs *g, int timeout_ms)
 			e = gm_error(g, -ESTALE, "remap_all: %s is gone", g->maps[i].name);
 	if (!e)
 		e = allow_again(g, g->lock == GMSFS_RW);
+	if (!e)
+		e = sp_remap_all(g, g->lock == GMSFS_RW);
 	if (e) {
 		mp_unmap_mapped(g);
 		gm_release_lock(g);
@@ -182,6 +186,8 @@ int gmsfs_reallocate_all(gmsfs *g, int timeout_ms)
 			e = gm_error(g, -EPROTO, "reallocate_all: %s came back in no manifest", g->maps[i].name);
 	if (!e)
 		e = allow_again(g, true);
+	if (!e)
+		e = sp_remap_all(g, true);
 	if (e) {
 		mp_unmap_mapped(g);
 		gm_release_lock(g);

@@ -168,6 +168,28 @@ GMSFS_API int gmsfs_remap_all(gmsfs *g, int timeout_ms);
  * and commit.  -EPERM on a handle that was not granted RW. */
 GMSFS_API int gmsfs_reallocate_all(gmsfs *g, int timeout_ms);
 
+/* ---- virtual spaces: one allocation at several addresses ---- */
+/* A space is address ranges of its own over allocations its handle has imported (or
+ * created): the same memory at another address, as a CUDA graph captured for another
+ * shape wants it (xLLM's multi-shape graph memory).  unmap_all unmaps a space's
+ * mappings with the handle's and keeps their addresses; remap_all and reallocate_all
+ * map them again at the same addresses.  A space belongs to its handle:
+ * gmsfs_disconnect frees the spaces it has left. */
+typedef struct gmsfs_space gmsfs_space;
+/* A new, empty space of g.  -EINVAL when g holds no lock (asleep after unmap_all). */
+GMSFS_API int gmsfs_space_new(gmsfs *g, gmsfs_space **out);
+/* Allocation name of the handle at an address of the space, with the access the
+ * handle's mapping has: writes through either address are seen at the other.  Mapped
+ * once per space (again: the same address).  -ENOENT: the handle has not imported it;
+ * -EINVAL: a freed space, or the handle holds no lock.  Words in gmsfs_errmsg. */
+GMSFS_API int gmsfs_space_map(gmsfs_space *s, const char *name, void **ptr);
+/* Unmap the space's mappings and give its address ranges back (the memory stays the
+ * handle's).  A freed space's small record is kept until its handle is disconnected,
+ * so that a second free, or a map after it, is -EINVAL and not a crash. */
+GMSFS_API int gmsfs_space_free(gmsfs_space *s);
+/* The handle of a space (NULL: s is NULL). */
+GMSFS_API gmsfs *gmsfs_space_handle(const gmsfs_space *s);
+
 /* ---- PyTorch: torch.cuda.memory.CUDAPluggableAllocator(path of libgmsfs.so.0,
  * "gmsfs_torch_alloc", "gmsfs_torch_free") ---- */
 /* From now on the allocator carves tensors out of slabs of slab_bytes (0: 1 GiB) created

@@ -915,6 +915,81 @@ static int sc_reallocate(void)
 	return 0;
 }
 
+/* The bytes at p are allocation k's of salt. */
+static int bytes_are(const void *p, int k, uint64_t size, int salt, const char *what)
+{
+	uint8_t *b = malloc(size);
+	CHECK(b && mem_read(b, p, size) == 0, "reading %s", what);
+	uint64_t bad = size;
+	for (uint64_t i = 0; i < size && bad == size; i++)
+		if (b[i] != byte_of(k, i, salt))
+			bad = i;
+	free(b);
+	CHECK(bad == size, "%s: byte %llu differs", what, (unsigned long long)bad);
+	return 0;
+}
+
+/* Virtual spaces: an allocation at two more addresses, one memory seen from each; asleep
+ * and awake at the same addresses; reallocate_all followed; a reader's space; refusals
+ * (a name not imported, a freed space, a handle asleep, freeing an allocation a space
+ * maps).  Spaces left at disconnect are freed by it (ASan and valgrind run this). */
+static int sc_spaces(void)
+{
+	const uint64_t size = 1 << 21;
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 1000));
+	if (build(g, 2, size, 3))
+		return 1;
+	struct gmsfs_mapping w0;
+	CALL(g, gmsfs_find(g, "w/0", &w0));
+	gmsfs_space *s1, *s2, *s3;
+	void *a, *b, *again, *p;
+	CALL(g, gmsfs_space_new(g, &s1));
+	CALL(g, gmsfs_space_new(g, &s2));
+	CHECK(gmsfs_space_handle(s1) == g, "the space's handle");
+	CALL(g, gmsfs_space_map(s1, "w/0", &a));
+	CALL(g, gmsfs_space_map(s2, "w/0", &b));
+	CALL(g, gmsfs_space_map(s1, "w/0", &again));
+	CHECK(a != w0.ptr && b != w0.ptr && a != b && again == a, "three addresses, one per space: %p %p %p", w0.ptr, a, b);
+	if (bytes_are(a, 0, size, 3, "w/0 in space 1") || bytes_are(b, 0, size, 3, "w/0 in space 2"))
+		return 1;
+	if (fill(a, 0, size, 4) || bytes_are(w0.ptr, 0, size, 4, "w/0 written through space 1") ||
+	    bytes_are(b, 0, size, 4, "space 2 after a write through space 1"))
+		return 1;
+	int e = gmsfs_space_map(s1, "w/9", &p);
+	CHECK(e == -ENOENT && strstr(gmsfs_errmsg(g), "w/9"), "a name not imported: %s", gmsfs_strerror(e));
+	e = gmsfs_free(g, w0.ptr);
+	CHECK(e == -EBUSY && strstr(gmsfs_errmsg(g), "space"), "freeing what a space maps: %s", gmsfs_strerror(e));
+	CALL(g, gmsfs_space_free(s2));
+	CHECK(gmsfs_space_free(s2) == -EINVAL && strstr(gmsfs_errmsg(g), "freed already"), "a second free");
+	CHECK(gmsfs_space_map(s2, "w/0", &p) == -EINVAL, "a map in a freed space");
+	CALL(g, gmsfs_commit(g));
+	CALL(g, gmsfs_unmap_all(g));
+	CHECK(gmsfs_space_map(s1, "w/1", &p) == -EINVAL && gmsfs_space_new(g, &s3) == -EINVAL,
+	      "asleep: no map, no new space");
+	CALL(g, gmsfs_remap_all(g, 1000));
+	CALL(g, gmsfs_space_map(s1, "w/0", &again));
+	CHECK(again == a, "awake: the space's address again");
+	if (bytes_are(a, 0, size, 4, "w/0 in space 1 after remap_all"))
+		return 1;
+	CALL(g, gmsfs_unmap_all(g));
+	CALL(g, gmsfs_reallocate_all(g, 1000));
+	CALL(g, gmsfs_find(g, "w/0", &w0));
+	if (fill(w0.ptr, 0, size, 5) || bytes_are(a, 0, size, 5, "space 1 over the reallocated w/0"))
+		return 1;
+	CALL(g, gmsfs_commit(g));
+	gmsfs *r;
+	CALL(r, gmsfs_connect(&r, store, GMSFS_RO, 1000));
+	CALL(r, gmsfs_import_all(r));
+	CALL(r, gmsfs_space_new(r, &s3));
+	CALL(r, gmsfs_space_map(s3, "w/0", &p));
+	if (bytes_are(p, 0, size, 5, "a reader's space"))
+		return 1;
+	gmsfs_disconnect(r); /* its space goes with it */
+	gmsfs_disconnect(g);
+	return 0;
+}
+
 /* __hog STORE OUT BYTES: a writer that creates BYTES (in allocations of at most
  * 1 GiB), fills them, reports on OUT and waits to be killed. */
 static int role_hog(char **argv)
@@ -1371,6 +1446,7 @@ static const struct {
 	{ "bulk_meta", sc_bulk_meta },
 	{ "shared_range", sc_shared_range },
 	{ "create_many", sc_create_many },
+	{ "spaces", sc_spaces },
 };
 
 int main(int argc, char **argv)

@@ -1,0 +1,193 @@
+/* space: virtual spaces (sp_), the handle's allocations at other addresses.  Each
+ * mapping of a space has a reservation of its own; the backend maps the memory of the
+ * handle's mapping of the same name there again (alias).  The handle keeps every space
+ * it made in a list, freed ones too (a freed one is a small record with nothing in it),
+ * so that a second free is an error, not a crash. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sp_map {
+	char *name;             /* the handle's allocation */
+	void *ptr;              /* its address in the space: a reservation of aligned bytes */
+	uint64_t aligned;
+	bool mapped;            /* else only reserved (the handle is asleep) */
+};
+
+struct gmsfs_space {
+	gmsfs *g;
+	bool freed;
+	struct sp_map *v;
+	size_t n, cap;
+	struct gmsfs_space *next;
+};
+
+int gmsfs_space_new(gmsfs *g, gmsfs_space **out)
+{
+	if (!g || !out)
+		return -EINVAL;
+	*out = NULL;
+	if (!g->lock)
+		return gm_error(g, -EINVAL, "space_new: the handle holds no lock (remap_all first)");
+	gmsfs_space *s = calloc(1, sizeof *s);
+	if (!s)
+		return gm_error(g, -ENOMEM, "out of memory");
+	s->g = g;
+	s->next = g->spaces;
+	g->spaces = s;
+	*out = s;
+	return 0;
+}
+
+gmsfs *gmsfs_space_handle(const gmsfs_space *s)
+{
+	return s ? s->g : NULL;
+}
+
+static struct sp_map *find(gmsfs_space *s, const char *name)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (!strcmp(s->v[i].name, name))
+			return &s->v[i];
+	return NULL;
+}
+
+/* The handle's mapping of name, mapped now; NULL with the reason in the handle. */
+static struct gmsfs_mapping *source(gmsfs *g, const char *name, int *e)
+{
+	struct gmsfs_mapping *m = mp_find(g, name);
+	if (!m || !g->slots[m - g->maps].mapped) {
+		*e = gm_error(g, -ENOENT, "space: %s is not imported by this handle", name);
+		return NULL;
+	}
+	return m;
+}
+
+static int alias(gmsfs *g, struct gmsfs_mapping *m, struct sp_map *x, bool writable)
+{
+	char why[256] = "";
+	int e = g->be->alias(g, m->ptr, x->ptr, x->aligned, writable, why, sizeof why);
+	if (e)
+		return gm_error(g, e, "space: %s at %p: %s", m->name, x->ptr, why[0] ? why : strerror(-e));
+	x->mapped = true;
+	return 0;
+}
+
+int gmsfs_space_map(gmsfs_space *s, const char *name, void **ptr)
+{
+	if (!s || !name || !ptr)
+		return -EINVAL;
+	gmsfs *g = s->g;
+	if (s->freed)
+		return gm_error(g, -EINVAL, "space_map: the space was freed");
+	if (!g->lock)
+		return gm_error(g, -EINVAL, "space_map: the handle holds no lock (remap_all first)");
+	struct sp_map *x = find(s, name);
+	if (x) { /* once per space */
+		*ptr = x->ptr;
+		return 0;
+	}
+	int e = 0;
+	struct gmsfs_mapping *m = source(g, name, &e);
+	if (!m)
+		return e;
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 8;
+		struct sp_map *v = realloc(s->v, cap * sizeof *v);
+		if (!v)
+			return gm_error(g, -ENOMEM, "out of memory");
+		s->v = v, s->cap = cap;
+	}
+	x = &s->v[s->n];
+	*x = (struct sp_map){ .name = strdup(name), .aligned = m->aligned };
+	if (!x->name)
+		return gm_error(g, -ENOMEM, "out of memory");
+	if ((e = g->be->reserve(g, x->aligned, &x->ptr))) {
+		free(x->name);
+		return gm_error(g, e, "space: reserving %llu bytes: %s", (unsigned long long)x->aligned, strerror(-e));
+	}
+	if ((e = alias(g, m, x, m->writable))) {
+		g->be->unreserve(g, x->ptr, x->aligned);
+		free(x->name);
+		return e;
+	}
+	s->n++;
+	*ptr = x->ptr;
+	return 0;
+}
+
+static void empty(gmsfs_space *s)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		struct sp_map *x = &s->v[i];
+		if (x->mapped)
+			s->g->be->unmap(s->g, x->ptr, x->aligned);
+		s->g->be->unreserve(s->g, x->ptr, x->aligned);
+		free(x->name);
+	}
+	free(s->v);
+	s->v = NULL;
+	s->n = s->cap = 0;
+}
+
+int gmsfs_space_free(gmsfs_space *s)
+{
+	if (!s)
+		return -EINVAL;
+	if (s->freed)
+		return gm_error(s->g, -EINVAL, "space_free: the space was freed already");
+	empty(s);
+	s->freed = true;
+	return 0;
+}
+
+void sp_unmap_all(gmsfs *g)
+{
+	for (gmsfs_space *s = g->spaces; s; s = s->next)
+		for (size_t i = 0; i < s->n; i++)
+			if (s->v[i].mapped && !g->be->unmap(g, s->v[i].ptr, s->v[i].aligned))
+				s->v[i].mapped = false;
+}
+
+int sp_remap_all(gmsfs *g, bool writable)
+{
+	int e = 0;
+	for (gmsfs_space *s = g->spaces; s && !e; s = s->next)
+		for (size_t i = 0; i < s->n && !e; i++) {
+			struct sp_map *x = &s->v[i];
+			struct gmsfs_mapping *m = x->mapped ? NULL : source(g, x->name, &e);
+			if (m)
+				e = alias(g, m, x, writable);
+		}
+	if (e)
+		sp_unmap_all(g); /* the caller unmaps the handle's and lets the lock go */
+	return e;
+}
+
+void sp_allow_all(gmsfs *g, bool writable)
+{
+	for (gmsfs_space *s = g->spaces; s; s = s->next)
+		for (size_t i = 0; i < s->n; i++)
+			if (s->v[i].mapped)
+				g->be->allow(g, s->v[i].ptr, s->v[i].aligned, writable);
+}
+
+bool sp_uses(const gmsfs *g, const char *name)
+{
+	for (gmsfs_space *s = g->spaces; s; s = s->next)
+		if (find(s, name))
+			return true;
+	return false;
+}
+
+void sp_release_all(gmsfs *g)
+{
+	while (g->spaces) {
+		gmsfs_space *s = g->spaces;
+		g->spaces = s->next;
+		empty(s);
+		free(s);
+	}
+}
