@@ -23,7 +23,7 @@ from collections import namedtuple
 from . import _lib
 from ._lib import lib as _c
 
-__all__ = ["connect", "Connection", "Mapping", "Entry", "GmsfsError", "StaleLayoutError", "load", "version",
+__all__ = ["connect", "Connection", "Mapping", "Entry", "Space", "GmsfsError", "StaleLayoutError", "load", "version",
            "version_string", "library_path"]
 
 version = _lib.version
@@ -77,8 +77,13 @@ def _waiting(timeout_ms, call, what):
             raise GmsfsError(_errno.ETIMEDOUT, "%s: lock not granted within %d ms" % (what, timeout_ms))
         if e != -_errno.EINTR:
             return e
-        if deadline is not None:  # at least 1 ms: the library says the time ran out
-            ms = max(1, int((deadline - _time.monotonic()) * 1000))
+        if deadline is not None:
+            # Past the deadline: done, as libgmsfs's own retry is (signals every
+            # millisecond would otherwise end every 1 ms try and the loop never).
+            left = deadline - _time.monotonic()
+            if left <= 0:
+                raise GmsfsError(_errno.ETIMEDOUT, "%s: lock not granted within %d ms" % (what, timeout_ms))
+            ms = max(1, int(left * 1000))
 
 
 def connect(store, mode="ro", timeout=None):
@@ -344,6 +349,11 @@ class Connection:
         self._check(_waiting(_ms(timeout), lambda ms: _c.gmsfs_reallocate_all(g, ms), "reallocate_all"),
                     "reallocate_all")
 
+    def space(self):
+        """A new virtual space: this connection's allocations at addresses of their own
+        (Space.map), the same memory.  Freed by Space.free, or with the connection."""
+        return Space(self)
+
     # ---- views on the host backend ----
     def buffer(self, ptr, nbytes, writable=False):
         """A ctypes array over nbytes at ptr (host backend): what numpy and torch.frombuffer take."""
@@ -369,3 +379,37 @@ class Connection:
             a = a.reshape(shape)
         a.flags.writeable = bool(writable)
         return a
+
+
+class Space:
+    """Address ranges of their own over a connection's allocations (gmsfs_space_*): map(name)
+    gives the allocation's memory at a new address, with the connection's access; writes
+    through either address are seen at the other.  unmap_all and remap_all keep the
+    addresses.  A context manager: leaving it frees the space."""
+
+    def __init__(self, conn):
+        self._conn, self._s, self.freed = conn, ctypes.c_void_p(), False
+        conn._check(_c.gmsfs_space_new(conn._handle(), ctypes.byref(self._s)), "space")
+
+    def _space(self):
+        self._conn._handle()  # EBADF once the connection is closed: its spaces went with it
+        return self._s
+
+    def map(self, name):
+        """The address of allocation name (imported by the connection) in this space; the
+        same address each time."""
+        ptr = ctypes.c_void_p()
+        self._conn._check(_c.gmsfs_space_map(self._space(), name.encode(), ctypes.byref(ptr)), "space map")
+        return ptr.value
+
+    def free(self):
+        """Unmap everything the space maps and give its addresses back (EINVAL a second time)."""
+        self._conn._check(_c.gmsfs_space_free(self._space()), "space free")
+        self.freed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if not self.freed and self._conn._g:
+            self.free()

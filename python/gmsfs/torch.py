@@ -200,7 +200,7 @@ def _persistent(owner, attr, is_param):
     return is_param or attr not in owner._non_persistent_buffers_set
 
 
-def _check_names(items, rows, strict, store):
+def _check_names(items, rows, strict, store, what="materialize"):
     """The module's persistent state and the store, both ways; a name the store lacks is
     fine when it is tied to one the store has (the same tensor under two names)."""
     have = {id(t) for name, _, _, t, _ in items if name in rows}
@@ -208,8 +208,8 @@ def _check_names(items, rows, strict, store):
     names = {i[0] for i in items}
     missing, extra = sorted(persistent - rows.keys()), sorted(rows.keys() - names)
     if strict and (missing or extra):
-        raise KeyError("materialize %s: the store lacks %s; the module lacks %s"
-                       % (store, missing or "nothing", extra or "nothing"))
+        raise KeyError("%s %s: the store lacks %s; the module lacks %s"
+                       % (what, store, missing or "nothing", extra or "nothing"))
 
 
 def _lacking_buffers(module, items, rows, device, init, store):

@@ -5,7 +5,8 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [tests|bench|torch|load|tier|multi|all] [RUNS]   RUNS: benchmark runs per layout (default 5)
+#   bash tests/gpu/run.sh [tests|bench|torch|load|tier|adapters|switch|sharing|multi|all] [RUNS]
+#   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch
 #   multi: on a machine with two GPUs or more (the nvidia-h200-x2 kind)
 # With $OUT set (the device machine), everything printed is also kept in $OUT/gpu-WHAT.log.
 set -u
@@ -110,7 +111,7 @@ t "mount.gmsfs GPU-uuid: the daemon in the background (forked before CUDA) serve
 t "64 allocations, three bulk readers verify every byte on the device, a reader's write is refused" scenario readers64
 for s in commit_publishes abort_on_disconnect rw_or_ro writer_blocks_readers rw_or_ro_timeout \
 	reader_after_writer_timeout several_readers reader_rw_calls_fail bad_offset free_removes \
-	remap_same remap_changed remap_rebuilt reallocate requests bulk_meta shared_range create_many one_rw_per_session bad_args; do
+	remap_same remap_changed remap_rebuilt reallocate spaces requests bulk_meta shared_range create_many one_rw_per_session bad_args; do
 	t "GMS scenario on cuda: $s" scenario "$s"
 done
 t "a writer killed after creating 4 GiB: device memory comes back, the last commit stands" scenario dead_holder_memory
@@ -239,9 +240,20 @@ fi
 if [ "$what" = multi ]; then
 	gpu_multi
 fi
-if [ "$what" = tier ] || [ "$what" = all ]; then # the host tier: its GPU test and its benchmark
+if [ "$what" = tier ] || [ "$what" = sharing ] || [ "$what" = all ]; then # the host tier: its GPU test and benchmark
 	mount_gmsfs
 	timeout 540 python3 tests/gpu/tier_gpu.py "$mnt" || failed=$((failed + 1))
+	sed -n 's/^gmsfs: /# daemon: /p' "$mnt.log" | tail -12
+	unmount_gmsfs
+fi
+if [ "$what" = adapters ] || [ "$what" = sharing ] || [ "$what" = all ]; then # peft adapters, a store each
+	mount_gmsfs -o max_bytes=240M # about 16 adapters of 13 MB on the device, the rest on the host tier
+	timeout 540 python3 tests/gpu/adapters_gpu.py "$mnt" || failed=$((failed + 1))
+	unmount_gmsfs
+fi
+if [ "$what" = switch ] || [ "$what" = sharing ] || [ "$what" = all ]; then # two 8B models, room for one
+	mount_gmsfs -o max_bytes=24G
+	timeout 540 python3 tests/gpu/switch_gpu.py "$mnt" || failed=$((failed + 1))
 	sed -n 's/^gmsfs: /# daemon: /p' "$mnt.log" | tail -12
 	unmount_gmsfs
 fi
