@@ -25,7 +25,7 @@ XXH_LIBS := $(shell $(PKG_CONFIG) --libs libxxhash 2>/dev/null)
 
 PUBLIC_HDR := include/gmsfs/gmsfs.h include/gmsfs/abi.h include/gmsfs/torch.h include/gmsfs/load.h
 COMMON_HDR := $(PUBLIC_HDR) $(wildcard common/*.h)
-WIRE_SRC := common/wire.c common/wire_req.c common/wire_reply.c
+WIRE_SRC := common/wire.c common/wire_req.c common/wire_reply.c common/wire_image.c
 FSM_SRC := src/fsm/fsm.c
 META_SRC := src/meta/meta.c src/meta/entry.c src/meta/commit.c src/meta/undo.c src/meta/intern.c src/meta/layout_hash.c src/meta/batch.c src/meta/view.c
 VMM_SRC := src/vmm/vmm.c src/vmm/vmm_host.c src/vmm/vmm_cuda.c
@@ -36,7 +36,7 @@ override CFLAGS += -DGMSFS_HAVE_CUDA -I$(CUDA_INC)
 HAVE_CUDA := 1
 endif
 FS_SRC := $(addprefix src/fs/,main.c node.c handle.c ops.c ops_tree.c ops_file.c ops_xattr.c ops_ioctl.c \
-	store.c lock.c wait.c inval.c caller.c text.c mnt.c log.c tier.c export/ticket.c export/sock.c export/rpc.c)
+	store.c lock.c wait.c inval.c caller.c text.c mnt.c log.c tier.c image.c handover.c keep.c export/ticket.c export/sock.c export/rpc.c)
 DAEMON_SRC := $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(WIRE_SRC)
 DAEMON_HDR := $(COMMON_HDR) $(wildcard src/*/*.h src/*/*/*.h)
 

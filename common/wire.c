@@ -187,3 +187,98 @@ void wire_packer_init(struct wire_packer *p, msgpack_sbuffer *sb)
 	p->err = 0;
 	msgpack_packer_init(&p->pk, p, sb_write);
 }
+
+/* ---- the maps of one allocation and one entry (manifests, requests, images) ---- */
+
+void wire_pack_alloc(msgpack_packer *pk, const struct wire_alloc *a)
+{
+	msgpack_pack_map(pk, 6);
+	wire_pack_str(pk, GMSFS_K_PATH), wire_pack_str(pk, a->path);
+	wire_pack_str(pk, GMSFS_K_SIZE), msgpack_pack_uint64(pk, a->size);
+	wire_pack_str(pk, GMSFS_K_ALIGNED), msgpack_pack_uint64(pk, a->aligned);
+	wire_pack_str(pk, GMSFS_K_TAG), wire_pack_str(pk, a->tag);
+	wire_pack_str(pk, GMSFS_K_FD), msgpack_pack_uint32(pk, a->fd);
+	wire_pack_str(pk, GMSFS_K_FD_OFFSET), msgpack_pack_uint64(pk, a->fd_offset);
+}
+
+int wire_parse_alloc(const msgpack_object *o, struct wire_alloc *a, uint64_t nfds)
+{
+	if (o->type != MSGPACK_OBJECT_MAP)
+		return -1;
+	unsigned seen = 0;
+	uint64_t fd = 0;
+	for (uint32_t i = 0; i < o->via.map.size; i++) {
+		const msgpack_object *k = &o->via.map.ptr[i].key, *v = &o->via.map.ptr[i].val;
+		if (wire_key_is(k, GMSFS_K_PATH)) {
+			if (SEEN(0) || !(a->path = wire_get_path(v)))
+				return -1;
+		} else if (wire_key_is(k, GMSFS_K_TAG)) {
+			if (SEEN(1) || !(a->tag = wire_get_tag(v)))
+				return -1;
+		} else if (wire_key_is(k, GMSFS_K_SIZE)) {
+			if (SEEN(2) || wire_get_u64(v, &a->size))
+				return -1;
+		} else if (wire_key_is(k, GMSFS_K_ALIGNED)) {
+			if (SEEN(3) || wire_get_u64(v, &a->aligned))
+				return -1;
+		} else if (wire_key_is(k, GMSFS_K_FD)) {
+			if (SEEN(4) || wire_get_u64(v, &fd) || fd >= nfds)
+				return -1;
+			a->fd = (uint32_t)fd;
+		} else if (wire_key_is(k, GMSFS_K_FD_OFFSET)) {
+			if (SEEN(5) || wire_get_u64(v, &a->fd_offset))
+				return -1;
+		} else {
+			return -1;
+		}
+	}
+	return seen == 0x3f && a->size && a->aligned >= a->size && a->fd_offset <= UINT64_MAX - a->aligned ? 0 : -1;
+}
+
+void wire_pack_entry(msgpack_packer *pk, const struct entry_rec *e)
+{
+	msgpack_pack_map(pk, 6);
+	wire_pack_str(pk, GMSFS_K_KEY), wire_pack_str(pk, e->key);
+	wire_pack_str(pk, GMSFS_K_ALLOC), wire_pack_str(pk, e->alloc);
+	wire_pack_str(pk, GMSFS_K_OFFSET), msgpack_pack_uint64(pk, e->offset);
+	wire_pack_str(pk, GMSFS_K_SIZE), msgpack_pack_uint64(pk, e->size);
+	wire_pack_str(pk, GMSFS_K_FLAGS), msgpack_pack_uint32(pk, e->flags);
+	wire_pack_str(pk, GMSFS_K_VALUE), wire_pack_bin(pk, e->value_len ? (const void *)e->value : "", e->value_len);
+}
+
+int wire_parse_entry(const msgpack_object *o, struct entry_rec *e)
+{
+	if (o->type != MSGPACK_OBJECT_MAP)
+		return -1;
+	unsigned seen = 0;
+	for (uint32_t i = 0; i < o->via.map.size; i++) {
+		const msgpack_object *k = &o->via.map.ptr[i].key, *v = &o->via.map.ptr[i].val;
+		uint64_t f;
+		if (wire_key_is(k, GMSFS_K_KEY)) {
+			if (SEEN(0) || !(e->key = wire_get_path(v)))
+				return -1;
+		} else if (wire_key_is(k, GMSFS_K_ALLOC)) {
+			if (SEEN(1) || !(e->alloc = wire_get_path(v)))
+				return -1;
+		} else if (wire_key_is(k, GMSFS_K_OFFSET)) {
+			if (SEEN(2) || wire_get_u64(v, &e->offset))
+				return -1;
+		} else if (wire_key_is(k, GMSFS_K_SIZE)) {
+			if (SEEN(3) || wire_get_u64(v, &e->size))
+				return -1;
+		} else if (wire_key_is(k, GMSFS_K_FLAGS)) {
+			if (SEEN(4) || wire_get_u64(v, &f) || (f & ~(uint64_t)GMSFS_ENTRY_FLAGS))
+				return -1;
+			e->flags = (uint32_t)f;
+		} else if (wire_key_is(k, GMSFS_K_VALUE)) {
+			uint8_t *value;
+			if (SEEN(5) || wire_get_bytes(v, GMSFS_VALUE_MAX, &value, &e->value_len))
+				return -1;
+			e->value = value;
+		} else {
+			return -1;
+		}
+	}
+	return (seen & 3) == 3 ? 0 : -1; /* key and alloc; the rest default to 0 and "" */
+}
+

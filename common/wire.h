@@ -100,4 +100,30 @@ struct wire_reply {
 int wire_parse_reply(const void *buf, size_t len, struct wire_reply *r, char *why, size_t whylen);
 void wire_reply_free(struct wire_reply *r);
 
+/* ---- store images (the daemon's alone: a handover, a state file) ---- */
+/* An image is records, each a u32 length (little-endian) and one msgpack map: the head,
+ * then ndirs directories, nallocs allocations (fd: an index below nfds, the image's own
+ * descriptors), nentries entries.  Parsers are as strict as the socket's. */
+struct wire_image {
+	char *store, *device, *backend;  /* the store's name; the device (uuid) and backend it lives on */
+	uint64_t generation, commits, quota;
+	int64_t priority;
+	bool host;                       /* on the host tier */
+	uint8_t hash[GMSFS_HASH_LEN];    /* the committed layout's */
+	uint64_t ndirs, nallocs, nentries, nfds;
+	char **fdnames;                  /* a state file's: each descriptor's name in the service manager's store */
+};
+/* The next record at *off of buf: 0, or -1 when none is whole there. */
+int wire_image_next(const void *buf, size_t len, size_t *off, const void **rec, size_t *reclen);
+int wire_pack_image(msgpack_sbuffer *sb, const struct wire_image *h);
+int wire_parse_image(const void *buf, size_t len, struct wire_image *h, char *why, size_t whylen);
+void wire_image_free(struct wire_image *h);
+/* area: 0 allocs/, 1 meta/ */
+int wire_pack_image_dir(msgpack_sbuffer *sb, int area, const char *path);
+int wire_parse_image_dir(const void *buf, size_t len, int *area, char **path);
+int wire_pack_image_alloc(msgpack_sbuffer *sb, const struct wire_alloc *a);
+int wire_parse_image_alloc(const void *buf, size_t len, struct wire_alloc *a, uint64_t nfds);
+int wire_pack_image_entry(msgpack_sbuffer *sb, const struct entry_rec *e);
+int wire_parse_image_entry(const void *buf, size_t len, struct entry_rec *e);
+
 #endif

@@ -38,15 +38,8 @@ int wire_pack_reply(msgpack_sbuffer *sb, const struct wire_head *h, const struct
 	wire_pack_str(&p.pk, GMSFS_K_LAST), h->last ? msgpack_pack_true(&p.pk) : msgpack_pack_false(&p.pk);
 	wire_pack_str(&p.pk, GMSFS_K_ALLOCS);
 	msgpack_pack_array(&p.pk, na);
-	for (size_t i = 0; i < na; i++) {
-		msgpack_pack_map(&p.pk, 6);
-		wire_pack_str(&p.pk, GMSFS_K_PATH), wire_pack_str(&p.pk, a[i].path);
-		wire_pack_str(&p.pk, GMSFS_K_SIZE), msgpack_pack_uint64(&p.pk, a[i].size);
-		wire_pack_str(&p.pk, GMSFS_K_ALIGNED), msgpack_pack_uint64(&p.pk, a[i].aligned);
-		wire_pack_str(&p.pk, GMSFS_K_TAG), wire_pack_str(&p.pk, a[i].tag);
-		wire_pack_str(&p.pk, GMSFS_K_FD), msgpack_pack_uint32(&p.pk, a[i].fd);
-		wire_pack_str(&p.pk, GMSFS_K_FD_OFFSET), msgpack_pack_uint64(&p.pk, a[i].fd_offset);
-	}
+	for (size_t i = 0; i < na; i++)
+		wire_pack_alloc(&p.pk, &a[i]);
 	wire_pack_str(&p.pk, GMSFS_K_META);
 	msgpack_pack_array(&p.pk, nc);
 	for (size_t i = 0; i < nc; i++) {
@@ -84,40 +77,6 @@ void wire_reply_free(struct wire_reply *r)
 	r->allocs = NULL;
 	r->chunks = NULL;
 	r->nallocs = r->nchunks = 0;
-}
-
-static int parse_manifest_alloc(const msgpack_object *o, struct wire_alloc *a)
-{
-	if (o->type != MSGPACK_OBJECT_MAP)
-		return -1;
-	unsigned seen = 0;
-	uint64_t fd = 0;
-	for (uint32_t i = 0; i < o->via.map.size; i++) {
-		const msgpack_object *k = &o->via.map.ptr[i].key, *v = &o->via.map.ptr[i].val;
-		if (wire_key_is(k, GMSFS_K_PATH)) {
-			if (SEEN(0) || !(a->path = wire_get_path(v)))
-				return -1;
-		} else if (wire_key_is(k, GMSFS_K_TAG)) {
-			if (SEEN(1) || !(a->tag = wire_get_tag(v)))
-				return -1;
-		} else if (wire_key_is(k, GMSFS_K_SIZE)) {
-			if (SEEN(2) || wire_get_u64(v, &a->size))
-				return -1;
-		} else if (wire_key_is(k, GMSFS_K_ALIGNED)) {
-			if (SEEN(3) || wire_get_u64(v, &a->aligned))
-				return -1;
-		} else if (wire_key_is(k, GMSFS_K_FD)) {
-			if (SEEN(4) || wire_get_u64(v, &fd) || fd >= GMSFS_FDS_PER_MSG)
-				return -1;
-			a->fd = (uint32_t)fd;
-		} else if (wire_key_is(k, GMSFS_K_FD_OFFSET)) {
-			if (SEEN(5) || wire_get_u64(v, &a->fd_offset))
-				return -1;
-		} else {
-			return -1;
-		}
-	}
-	return seen == 0x3f && a->size && a->aligned >= a->size && a->fd_offset <= UINT64_MAX - a->aligned ? 0 : -1;
 }
 
 static int parse_chunk(const msgpack_object *o, struct wire_chunk *c)
@@ -183,7 +142,7 @@ static int parse_arrays(struct wire_reply *r, const msgpack_object *allocs, cons
 		return -ENOMEM;
 	*bad = "bad allocation (path, tag, size, aligned >= size, fd, fdoff)";
 	for (uint32_t i = 0; i < na; i++)
-		if (r->nallocs++, parse_manifest_alloc(&allocs->via.array.ptr[i], &r->allocs[i]))
+		if (r->nallocs++, wire_parse_alloc(&allocs->via.array.ptr[i], &r->allocs[i], GMSFS_FDS_PER_MSG))
 			return -EPROTO;
 	*bad = "bad metadata chunk (key, voff, value; alloc, offset, size, flags, vlen first)";
 	for (uint32_t i = 0; i < nc; i++)

@@ -43,7 +43,7 @@ int wire_req_parse(const void *buf, size_t len, struct gmsfs_sock_req *out, char
 		any |= out->ticket[i];
 	if (!ticketed && any)
 		return why_fmt(why, whylen, -EINVAL, "a ticket on op %u, which takes none", (unsigned)out->op);
-	bool bodied = out->op >= GMSFS_OP_EXPORT && out->op != GMSFS_OP_COMMIT;
+	bool bodied = out->op >= GMSFS_OP_EXPORT && out->op <= GMSFS_OP_META_DELETE;
 	if (!bodied && (out->body_len || (out->flags & GMSFS_REQ_MORE)))
 		return why_fmt(why, whylen, -EINVAL, "a body on op %u, which takes none", (unsigned)out->op);
 	return 0;
@@ -113,46 +113,10 @@ static int parse_create_item(const msgpack_object *o, struct wire_alloc *a)
 	return (seen & 3) == 3 ? 0 : -1;
 }
 
-static int parse_entry_item(const msgpack_object *o, struct entry_rec *e)
-{
-	if (o->type != MSGPACK_OBJECT_MAP)
-		return -1;
-	unsigned seen = 0;
-	for (uint32_t i = 0; i < o->via.map.size; i++) {
-		const msgpack_object *k = &o->via.map.ptr[i].key, *v = &o->via.map.ptr[i].val;
-		uint64_t f;
-		if (wire_key_is(k, GMSFS_K_KEY)) {
-			if (SEEN(0) || !(e->key = wire_get_path(v)))
-				return -1;
-		} else if (wire_key_is(k, GMSFS_K_ALLOC)) {
-			if (SEEN(1) || !(e->alloc = wire_get_path(v)))
-				return -1;
-		} else if (wire_key_is(k, GMSFS_K_OFFSET)) {
-			if (SEEN(2) || wire_get_u64(v, &e->offset))
-				return -1;
-		} else if (wire_key_is(k, GMSFS_K_SIZE)) {
-			if (SEEN(3) || wire_get_u64(v, &e->size))
-				return -1;
-		} else if (wire_key_is(k, GMSFS_K_FLAGS)) {
-			if (SEEN(4) || wire_get_u64(v, &f) || (f & ~(uint64_t)GMSFS_ENTRY_FLAGS))
-				return -1;
-			e->flags = (uint32_t)f;
-		} else if (wire_key_is(k, GMSFS_K_VALUE)) {
-			uint8_t *value;
-			if (SEEN(5) || wire_get_bytes(v, GMSFS_VALUE_MAX, &value, &e->value_len))
-				return -1;
-			e->value = value;
-		} else {
-			return -1;
-		}
-	}
-	return (seen & 3) == 3 ? 0 : -1; /* key and alloc; the rest default to 0 and "" */
-}
-
 int wire_parse_body(enum gmsfs_op op, const void *buf, size_t len, struct wire_body *b, char *why, size_t whylen)
 {
 	memset(b, 0, sizeof *b);
-	if (op < GMSFS_OP_EXPORT || op == GMSFS_OP_COMMIT || op > GMSFS_OP_MAX)
+	if (op < GMSFS_OP_EXPORT || op > GMSFS_OP_META_DELETE)
 		return len ? why_fmt(why, whylen, -EINVAL, "op %d takes no body", (int)op) : 0;
 	msgpack_unpacked u;
 	msgpack_unpacked_init(&u);
@@ -181,7 +145,7 @@ int wire_parse_body(enum gmsfs_op op, const void *buf, size_t len, struct wire_b
 			    !(b->entries = calloc(v->via.array.size, sizeof *b->entries)))
 				goto out;
 			for (uint32_t j = 0; j < v->via.array.size; j++, b->nentries++)
-				if (parse_entry_item(&v->via.array.ptr[j], &b->entries[j])) {
+				if (wire_parse_entry(&v->via.array.ptr[j], &b->entries[j])) {
 					b->nentries++;
 					goto out;
 				}
@@ -243,15 +207,8 @@ int wire_pack_entries(msgpack_sbuffer *sb, const struct entry_rec *v, size_t n)
 	msgpack_pack_map(&p.pk, 1);
 	wire_pack_str(&p.pk, GMSFS_K_ENTRIES);
 	msgpack_pack_array(&p.pk, n);
-	for (size_t i = 0; i < n; i++) {
-		msgpack_pack_map(&p.pk, 6);
-		wire_pack_str(&p.pk, GMSFS_K_KEY), wire_pack_str(&p.pk, v[i].key);
-		wire_pack_str(&p.pk, GMSFS_K_ALLOC), wire_pack_str(&p.pk, v[i].alloc);
-		wire_pack_str(&p.pk, GMSFS_K_OFFSET), msgpack_pack_uint64(&p.pk, v[i].offset);
-		wire_pack_str(&p.pk, GMSFS_K_SIZE), msgpack_pack_uint64(&p.pk, v[i].size);
-		wire_pack_str(&p.pk, GMSFS_K_FLAGS), msgpack_pack_uint32(&p.pk, v[i].flags);
-		wire_pack_str(&p.pk, GMSFS_K_VALUE), wire_pack_bin(&p.pk, v[i].value_len ? (const void *)v[i].value : "", v[i].value_len);
-	}
+	for (size_t i = 0; i < n; i++)
+		wire_pack_entry(&p.pk, &v[i]);
 	return p.err;
 }
 

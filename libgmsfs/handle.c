@@ -87,11 +87,13 @@ static int64_t now_ms(void)
 
 /* The store directory's handle with the lock in mode, waiting up to timeout_ms.  A signal
  * ends the daemon's wait (FUSE answers EINTR): the wait goes on with what is left of the
- * timeout, as Python retries since PEP 475, unless the handle asked for -EINTR. */
+ * timeout, as Python retries since PEP 475, unless the handle asked for -EINTR.  A daemon
+ * replaced while it waits (gmsfs -o takeover) answers ESTALE: the path leads to its
+ * successor now, so the directory is opened again (a few times: never for good). */
 static int lock_dir(gmsfs *g, int mode, int timeout_ms, struct gmsfs_ioc *io)
 {
 	int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
-	for (;;) {
+	for (int replaced = 0;;) {
 		int left = timeout_ms;
 		if (timeout_ms > 0 && (left = (int)(deadline - now_ms())) <= 0)
 			return -ETIMEDOUT;
@@ -103,6 +105,10 @@ static int lock_dir(gmsfs *g, int mode, int timeout_ms, struct gmsfs_ioc *io)
 			return fd;
 		int e = errno;
 		close(fd);
+		if (e == ESTALE && replaced++ < 50) {
+			nanosleep(&(struct timespec){ 0, 20000000 }, NULL);
+			continue;
+		}
 		if (e != EINTR || g->eintr)
 			return -e;
 	}

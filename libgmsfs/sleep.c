@@ -13,8 +13,11 @@ int gmsfs_unmap_all(gmsfs *g)
 {
 	if (!g)
 		return -EINVAL;
+	/* The hash to compare at remap_all: the daemon's word now, or, if the daemon that
+	 * granted the lock is gone (ENOTCONN: killed, or replaced by gmsfs -o takeover), the
+	 * last one it gave; the mappings are this process's to undo either way. */
 	int e = gm_refresh(g);
-	if (e)
+	if (e && e != -ENOTCONN)
 		return e;
 	for (size_t i = 0; i < g->nmaps; i++) {
 		struct gmsfs_mapping *m = &g->maps[i];

@@ -154,7 +154,8 @@ enum gmsfs_op {
 	GMSFS_OP_META_PUT = 6,  /* {entries: [{key, alloc, offset, size, flags, value}]} */
 	GMSFS_OP_META_DELETE = 7, /* {keys} */
 	GMSFS_OP_COMMIT = 8,    /* validate, hash, publish: {err, msg} */
-	GMSFS_OP_MAX = 8
+	GMSFS_OP_HANDOVER = 9,  /* daemon to daemon (gmsfs -o takeover): no body, no ticket */
+	GMSFS_OP_MAX = 9
 };
 
 #define GMSFS_FDS_PER_MSG 253        /* SCM_MAX_FD */

@@ -79,6 +79,7 @@ struct waitq;       /* wait.h */
 struct inval;       /* inval.h */
 struct export;      /* export/export.h */
 struct tier;        /* tier.h */
+struct keep;        /* keep.h */
 
 struct fs {
 	pthread_mutex_t mu;
@@ -94,11 +95,15 @@ struct fs {
 	struct inval *inval;
 	struct export *ex;
 	struct tier *tier;
+	struct keep *keep;             /* NULL: no state= (keep.h) */
 	pthread_cond_t tier_wake;      /* with mu: the mover thread's, signalled when a move is asked */
 	/* Under fs->mu: layout nodes the kernel still knows after they went (node.c). */
 	struct meta_graveyard grave;
 	size_t grave_freed;            /* nodes freed from it at forgets since the last trim */
 	atomic_bool trim_wanted;       /* much memory was freed: store_trim gives it back */
+	/* Under fs->mu: a successor takes the stores over (handover.c): nothing is committed,
+	 * made, removed or moved meanwhile. */
+	bool handing_over;
 };
 
 static inline struct fs *fs_of(fuse_req_t req)

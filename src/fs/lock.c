@@ -304,6 +304,10 @@ void lock_release(struct fs_handle *h)
 
 int lock_commit(struct store *st)
 {
+	if (st->fs->handing_over) {
+		store_error(st, "commit: the daemon is being replaced (gmsfs -o takeover): this session ends uncommitted");
+		return -ESTALE;
+	}
 	char err[sizeof st->last_error - 16];
 	int e = meta_commit(st->meta, err, sizeof err);
 	if (e) {

@@ -1,6 +1,8 @@
 /* gmsfs: one daemon and one mount per GPU.  See gmsfs(8). */
 #include "fs.h"
+#include "handover.h"
 #include "inval.h"
+#include "keep.h"
 #include "log.h"
 #include "mnt.h"
 #include "store.h"
@@ -36,6 +38,9 @@ struct options {
 	int ready_fd;
 	int detach_fd;         /* without -f: where the waiting parent learns that the mount is live */
 	int max_threads;
+	int takeover;          /* take the stores of the daemon serving the mount point over */
+	char *state;           /* keep what a restart needs here (and in the service manager) */
+	unsigned fdstore;      /* descriptors the service manager keeps (FileDescriptorStoreMax=) */
 };
 
 #define OPT(t, p) { t, offsetof(struct options, p), 1 }
@@ -51,6 +56,9 @@ static const struct fuse_opt option_spec[] = {
 	OPT("fsname=%s", fsname),
 	OPT("ready_fd=%d", ready_fd),
 	OPT("max_threads=%d", max_threads),
+	OPT("takeover", takeover),
+	OPT("state=%s", state),
+	OPT("fdstore=%u", fdstore),
 	FUSE_OPT_END
 };
 
@@ -67,6 +75,11 @@ static void usage(const char *prog)
 	       "    -o socket=PATH         export socket (default: /run/gmsfs/gmsfs-PID.sock as root)\n"
 	       "    -o ready_fd=N          write a newline to fd N once the mount is live\n"
 	       "    -o max_threads=N       worker threads (default 256); waiting opens hold none\n"
+	       "    -o takeover            replace the daemon serving MOUNTPOINT: its stores come over, with\n"
+	       "                           no copy (root; backend and device default to that daemon's)\n"
+	       "    -o state=DIR           under systemd (FileDescriptorStoreMax=): keep every store across a\n"
+	       "                           restart or a crash (images in DIR, memory in systemd's fd store)\n"
+	       "    -o fdstore=N           descriptors systemd keeps (its FileDescriptorStoreMax=; default 16384)\n"
 	       "    -o allow_other         let other users in (needs user_allow_other or root)\n\n",
 	       prog);
 	fuse_cmdline_help();
@@ -212,8 +225,34 @@ static void detach(int fd)
 	close(fd);
 }
 
+/* The mount; a takeover's beneath the old daemon's, on a /dev/fuse of its own, then the
+ * old one lifted.  0 or -1. */
+static int mount_here(struct fs *fs, const struct fuse_cmdline_opts *cmd, const struct options *opts,
+		      struct handover_peer *peer)
+{
+	if (!peer)
+		return fuse_session_mount(fs->se, cmd->mountpoint);
+	char err[300], devpath[32];
+	int devfd;
+	if (mnt_beneath(cmd->mountpoint, opts->fsname ? opts->fsname : "gmsfs", opts->allow_other, &devfd, err,
+			sizeof err)) {
+		fprintf(stderr, "gmsfs: takeover: %s\n", err);
+		handover_finish(peer, cmd->mountpoint, false, NULL, 0);
+		return -1;
+	}
+	snprintf(devpath, sizeof devpath, "/dev/fd/%d", devfd);
+	if (fuse_session_mount(fs->se, devpath)) {
+		handover_finish(peer, cmd->mountpoint, false, NULL, 0);
+		return -1;
+	}
+	if (handover_finish(peer, cmd->mountpoint, true, err, sizeof err))
+		fprintf(stderr, "gmsfs: takeover: %s (serving anyway)\n", err);
+	return 0;
+}
+
 /* Mount, say so, serve until unmounted or signalled.  The exit status. */
-static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdline_opts *cmd, const struct options *opts)
+static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdline_opts *cmd, const struct options *opts,
+		 struct handover_peer *peer)
 {
 	int ret = 1;
 	/* fsname: the source mount(8) compares with fstab's (a GPU uuid from mount.gmsfs). */
@@ -248,7 +287,7 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 	}
 	if (fuse_set_signal_handlers(fs->se))
 		goto out_inval;
-	if (fuse_session_mount(fs->se, cmd->mountpoint))
+	if (mount_here(fs, cmd, opts, peer))
 		goto out_signals;
 	if (opts->ready_fd >= 0) {
 		if (write(opts->ready_fd, "\n", 1) != 1)
@@ -273,6 +312,8 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 	notify_systemd("STOPPING=1");
 	fuse_loop_cfg_destroy(cfg);
 	fuse_session_unmount(fs->se);
+	if (peer && r > 0) /* mounted by mnt_beneath: libfuse knows no mount point to lift */
+		mnt_lift(cmd->mountpoint);
 out_signals:
 	fuse_remove_signal_handlers(fs->se);
 out_inval:
@@ -291,7 +332,7 @@ int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts cmd = {0};
-	struct options opts = { .ready_fd = -1, .detach_fd = -1, .max_threads = 256 };
+	struct options opts = { .ready_fd = -1, .detach_fd = -1, .max_threads = 256, .fdstore = 16384 };
 	struct fs fs = {
 		.mu = PTHREAD_MUTEX_INITIALIZER,
 		.root = { FS_NODE_MAGIC, FS_ROOT, NULL },
@@ -314,19 +355,32 @@ int main(int argc, char *argv[])
 		raise_nofile();
 		clock_gettime(CLOCK_REALTIME, &fs.started);
 		fs.allow_other = opts.allow_other;
-		/* Before the device and the socket are touched: a second daemon changes nothing. */
-		int e = mnt_prepare(cmd.mountpoint, err, sizeof err);
+		/* Before the device and the socket are touched: a second daemon changes nothing
+		 * (but the one asked to take the first one's place). */
+		struct handover_peer peer;
+		int e = opts.takeover ? handover_peer(cmd.mountpoint, &peer, err, sizeof err)
+				      : mnt_prepare(cmd.mountpoint, err, sizeof err);
 		if (!e)
 			e = store_table_new(&fs);
-		if (!e && !(e = vmm_open(&fs.vmm, opts.backend, opts.device, max_bytes, err, sizeof err)))
+		const char *backend = opts.backend ? opts.backend : opts.takeover ? peer.backend : NULL;
+		const char *device = opts.device ? opts.device : opts.takeover ? peer.uuid : NULL;
+		if (!e && !(e = vmm_open(&fs.vmm, backend, device, max_bytes, err, sizeof err)))
 			e = export_start(&fs, opts.socket, err, sizeof err);
+		if (!e && opts.takeover && opts.state)
+			e = -EINVAL, snprintf(err, sizeof err, "takeover and state= do not go together: under systemd, "
+							       "a restart keeps the stores (state=)");
+		if (!e && opts.takeover)
+			e = handover_take(&fs, cmd.mountpoint, &peer, err, sizeof err);
+		if (!e && opts.state)
+			e = keep_start(&fs, opts.state, opts.fdstore, err, sizeof err);
 		if (e) {
 			fprintf(stderr, "gmsfs: %s\n", err[0] ? err : strerror(-e));
 			ret = 1;
 		} else {
-			ret = serve(&fs, &args, &cmd, &opts);
+			ret = serve(&fs, &args, &cmd, &opts, opts.takeover ? &peer : NULL);
 		}
 		export_stop(&fs);
+		keep_stop(&fs); /* before the stores go: the service manager keeps their memory */
 		store_table_free(&fs);
 		inval_free(&fs);
 		vmm_close(fs.vmm);
@@ -340,5 +394,6 @@ int main(int argc, char *argv[])
 	free(opts.host_bytes);
 	free(opts.mover);
 	free(opts.fsname);
+	free(opts.state);
 	return ret < 0 ? 0 : ret;
 }

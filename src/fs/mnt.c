@@ -5,11 +5,17 @@
 #include "mnt.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef MOVE_MOUNT_BENEATH
+#define MOVE_MOUNT_BENEATH 0x00000200 /* Linux 6.5 */
+#endif
 
 /* mountinfo escapes space, tab, newline and backslash as \ooo: undo it in place. */
 static void unescape(char *s)
@@ -72,4 +78,59 @@ int mnt_prepare(const char *dir, char *why, size_t whylen)
 		return -EBUSY;
 	}
 	return 0;
+}
+
+int mnt_beneath(const char *dir, const char *fsname, bool allow_other, int *devfd, char *why, size_t whylen)
+{
+	const char *step = "open /dev/fuse";
+	int dev = open("/dev/fuse", O_RDWR | O_CLOEXEC), fsfd = -1, mfd = -1, e = 0;
+	char num[32];
+	if (dev < 0)
+		goto fail;
+	step = "fsopen fuse";
+	if ((fsfd = fsopen("fuse", FSOPEN_CLOEXEC)) < 0)
+		goto fail;
+	/* What libfuse's mount would say: the device, the root's mode, the owner. */
+	struct { const char *key, *value; } opts[] = {
+		{ "source", fsname }, { "subtype", "gmsfs" }, { "fd", NULL }, { "rootmode", "40000" },
+		{ "user_id", NULL }, { "group_id", NULL },
+	};
+	char uid[16], gid[16];
+	snprintf(num, sizeof num, "%d", dev);
+	snprintf(uid, sizeof uid, "%u", (unsigned)getuid());
+	snprintf(gid, sizeof gid, "%u", (unsigned)getgid());
+	opts[2].value = num, opts[4].value = uid, opts[5].value = gid;
+	step = "fsconfig";
+	for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+		if (fsconfig(fsfd, FSCONFIG_SET_STRING, opts[i].key, opts[i].value, 0))
+			goto fail;
+	if (fsconfig(fsfd, FSCONFIG_SET_FLAG, "default_permissions", NULL, 0) ||
+	    (allow_other && fsconfig(fsfd, FSCONFIG_SET_FLAG, "allow_other", NULL, 0)) ||
+	    fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0))
+		goto fail;
+	step = "fsmount";
+	if ((mfd = fsmount(fsfd, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)) < 0)
+		goto fail;
+	step = "move_mount beneath (Linux 6.5 or later)";
+	if (move_mount(mfd, "", AT_FDCWD, dir, MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_BENEATH))
+		goto fail;
+	close(mfd);
+	close(fsfd);
+	*devfd = dev;
+	return 0;
+fail:
+	e = -errno;
+	snprintf(why, whylen, "%s: mounting beneath the old daemon's mount: %s: %s", dir, step, strerror(-e));
+	if (mfd >= 0)
+		close(mfd);
+	if (fsfd >= 0)
+		close(fsfd);
+	if (dev >= 0)
+		close(dev);
+	return e;
+}
+
+int mnt_lift(const char *dir)
+{
+	return umount2(dir, MNT_DETACH) ? -errno : 0;
 }

@@ -1,6 +1,7 @@
 /* ops_file: open files (open, create, read, write, release, poll).  Opening a file of a
  * store takes its lock (store.c); the handle holds it until released.  No flush: the
  * kernel then stops sending one, and every close costs one round trip less. */
+#include "keep.h"
 #include "ops.h"
 #include "inval.h"
 #include "lock.h"
@@ -398,8 +399,12 @@ static int do_write(fuse_req_t req, struct fs_handle *h, const char *data, size_
 		return h->store->removed ? -ENOENT : tier_request(h->store, data, size);
 	if (h->fnode && h->fnode->kind == FS_PREFETCH) /* what echo device > tier does */
 		return h->store->removed ? -ENOENT : tier_request(h->store, "device", 6);
-	if (h->fnode)
-		return lock_control_write(req, h);
+	if (h->fnode) {
+		int e = lock_control_write(req, h);
+		if (!e && h->fnode->kind == FS_COMMIT)
+			keep_store(h->store); /* before the commit returns */
+		return e;
+	}
 	struct meta_node *m = h->node;
 	if (h->hold != HOLD_SESSION)
 		return -EROFS; /* committed: the handle is a read handle now */

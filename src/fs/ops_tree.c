@@ -1,6 +1,7 @@
 /* ops_tree: names and attributes (lookup, getattr, setattr, mkdir, rmdir, unlink,
  * readdir, statfs).  Each do_x() runs with fs->mu held and returns -errno; the
  * fs_x() around it replies. */
+#include "keep.h"
 #include "ops.h"
 #include "inval.h"
 #include "lock.h"
@@ -173,6 +174,7 @@ static int do_mkdir(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char
 			return -EINVAL; /* device, status.json, metrics */
 		if ((e = store_create(fs, name, &st)))
 			return e;
+		keep_store(st);
 		*o = (struct obj){ .f = &st->dir, .st = st };
 		return 0;
 	}
@@ -216,8 +218,10 @@ static int do_remove(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const cha
 		if (!st)
 			return -ENOENT;
 		store_get(st);
-		if (!(e = store_remove(fs, name)))
+		if (!(e = store_remove(fs, name))) {
+			keep_drop(st);
 			lock_changed(st); /* waiting opens learn it is gone: ENOENT */
+		}
 		store_put(st, 1);
 		return e;
 	}

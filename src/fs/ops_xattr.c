@@ -3,6 +3,7 @@
  * asking.  Names of the namespaces gmsfs keeps nothing in (security., system., trusted.)
  * answer ENOTSUP, as a kernel filesystem without their handlers does: ls -l then asks once
  * per mount for a file's SELinux label and ACL, not twice per file. */
+#include "keep.h"
 #include "ops.h"
 #include "lock.h"
 #include "caller.h"
@@ -185,7 +186,9 @@ static int do_setxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 			return -EEXIST;
 		if ((flags & XATTR_REPLACE) && !exists)
 			return -ENODATA;
-		return may_set_store(req, o.st) ?: tier_xattr_set(o.st, name, value, size);
+		if (!(e = may_set_store(req, o.st) ?: tier_xattr_set(o.st, name, value, size)))
+			keep_store(o.st);
+		return e;
 	}
 	enum xattr x = o.m ? xattr_of(o.m, name) : X_NONE;
 	if (x == X_NONE)
@@ -221,8 +224,11 @@ static int do_removexattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const c
 	int e = node_resolve(fs, ino, &o);
 	if (e)
 		return e;
-	if (store_dir(&o) && tier_xattr_known(name))
-		return may_set_store(req, o.st) ?: tier_xattr_remove(o.st, name);
+	if (store_dir(&o) && tier_xattr_known(name)) {
+		if (!(e = may_set_store(req, o.st) ?: tier_xattr_remove(o.st, name)))
+			keep_store(o.st);
+		return e;
+	}
 	char tmp[2];
 	enum xattr x = o.m ? xattr_of(o.m, name) : X_NONE;
 	if (x == X_NONE || xattr_value(&o, x, tmp, sizeof tmp) < 0)

@@ -67,6 +67,8 @@ int store_create(struct fs *fs, const char *name, struct store **out)
 			return -EINVAL; /* a newline would split gmsfsctl list's and state's lines */
 	if (store_find(fs, name))
 		return -EEXIST;
+	if (fs->handing_over)
+		return -EAGAIN; /* the successor would not have it */
 	if (GROW(t->v, t->n, t->cap, 8))
 		return -ENOMEM;
 	struct store *st = calloc(1, sizeof *st);
@@ -106,6 +108,8 @@ struct store *store_find(struct fs *fs, const char *name)
 int store_remove(struct fs *fs, const char *name)
 {
 	struct store_table *t = fs->stores;
+	if (fs->handing_over)
+		return -EAGAIN; /* the successor has it */
 	for (size_t i = 0; i < t->n; i++) {
 		struct store *st = t->v[i];
 		if (strcmp(st->name, name))

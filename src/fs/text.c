@@ -1,10 +1,13 @@
 /* text: the content of the files that cat reads: device, status.json, metrics, state,
  * layout_hash.  Called under fs->mu, so every number of one text is of one moment. */
 #include "text.h"
+#include "export/export.h"
+#include "keep.h"
 #include "store.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,11 +17,12 @@ int text_device(struct fs *fs, char **out, size_t *len)
 	int n = asprintf(out,
 			 "index: %d\nuuid: %s\nname: %s\nbackend: %s\ntotal_bytes: %llu\nused_bytes: %llu\n"
 			 "granularity: %llu\nversion: %s\nhost_bytes: %llu\nhost_used_bytes: %llu\n"
-			 "host_kept_bytes: %llu\n",
+			 "host_kept_bytes: %llu\nsocket: %s\npid: %d\n",
 			 v->dev.index, v->dev.uuid, v->dev.name, v->dev.backend,
 			 (unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->used_bytes),
 			 (unsigned long long)v->dev.granularity, GMSFS_VERSION, (unsigned long long)v->host_bytes,
-			 (unsigned long long)atomic_load(&v->host_used), (unsigned long long)atomic_load(&v->host_kept));
+			 (unsigned long long)atomic_load(&v->host_used), (unsigned long long)atomic_load(&v->host_kept),
+			 export_socket(fs), (int)getpid());
 	if (n < 0)
 		return -ENOMEM;
 	*len = (size_t)n;
@@ -195,7 +199,9 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 		json_str(f, s->last_error);
 		fputc('}', f);
 	}
-	fputs(n ? "\n ]\n}\n" : "]\n}\n", f);
+	fputs(n ? "\n ]" : "]", f);
+	keep_status(fs, f);
+	fputs("\n}\n", f);
 	free(st);
 	return finish(f, out, len, e);
 }

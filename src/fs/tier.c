@@ -1,5 +1,6 @@
 /* tier: the host tier, eviction, quotas and priorities (tier.h). */
 #include "tier.h"
+#include "keep.h"
 #include "lock.h"
 #include "store.h"
 #include "size.h"
@@ -113,6 +114,8 @@ static void host_room(struct fs *fs, const struct store *self, uint64_t bytes, s
  * -errno with why in the store's last_error. */
 static int move(struct fs *fs, struct store *st, bool to_host)
 {
+	if (fs->handing_over)
+		return -EAGAIN; /* the successor has the store as it is */
 	struct buf_list c = {0}, given_up = {0};
 	int e = meta_walk(meta_root(st->meta, META_AREA_ALLOCS), collect, &c);
 	uint64_t bytes = 0, new_host = 0;
@@ -155,6 +158,7 @@ static int move(struct fs *fs, struct store *st, bool to_host)
 		*(to_host ? &k->bytes_out : &k->bytes_in) += bytes;
 		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: %" PRIu64 " bytes in %zu allocations moved to the %s tier in %.3f s\n",
 			 st->name, bytes, c.n, to_host ? "host" : "device", s);
+		keep_store(st); /* its memory is in other descriptors now */
 	}
 	lock_changed(st); /* the waiters for a move in are granted now (or go on waiting) */
 	pthread_mutex_unlock(&fs->mu);
@@ -224,7 +228,7 @@ int tier_make_room(struct fs *fs, struct store *self, uint64_t bytes, char *why,
 	 * (what stores keep for their next move out is room: host_room gives it up). */
 	uint64_t movable = 0, host_used = atomic_load(&v->host_used) - atomic_load(&v->host_kept);
 	struct store_table *t = fs->stores;
-	for (size_t i = 0; i < t->n; i++)
+	for (size_t i = 0; i < t->n && !fs->handing_over; i++)
 		movable += may_give(t->v[i], self);
 	if (movable < need || host_used > v->host_bytes || need > v->host_bytes - host_used)
 		need = UINT64_MAX; /* then the loop below moves nothing */
@@ -260,6 +264,8 @@ int tier_request(struct store *st, const char *text, size_t len)
 		store_error(st, "tier: write host or device");
 		return -EINVAL;
 	}
+	if (st->fs->handing_over)
+		return -EAGAIN;
 	if (host && st->tier.at == TIER_DEVICE) {
 		const struct fsm *f = &st->lock.fsm;
 		if (!f->committed) {
@@ -284,6 +290,8 @@ int tier_request(struct store *st, const char *text, size_t len)
 static struct store *next_job(struct fs *fs, bool *to_host)
 {
 	struct store_table *t = fs->stores;
+	if (fs->handing_over)
+		return NULL; /* asked again when the handover fails */
 	for (size_t i = 0; i < t->n; i++) {
 		struct store *st = t->v[i];
 		if (st->tier.want_device && st->tier.at == TIER_HOST && !st->tier.failed) {
@@ -407,6 +415,8 @@ int tier_xattr_get(const struct store *st, const char *name, char *buf, size_t s
 int tier_xattr_set(struct store *st, const char *name, const char *value, size_t size)
 {
 	char text[32];
+	if (st->fs->handing_over)
+		return -EAGAIN;
 	if (!size || size >= sizeof text || memchr(value, '\0', size))
 		return -EINVAL;
 	memcpy(text, value, size);
@@ -443,6 +453,8 @@ int tier_xattr_set(struct store *st, const char *name, const char *value, size_t
 
 int tier_xattr_remove(struct store *st, const char *name)
 {
+	if (st->fs->handing_over)
+		return -EAGAIN;
 	if (!strcmp(name, GMSFS_XATTR_PRIORITY)) {
 		st->tier.priority = 0;
 	} else {

@@ -281,6 +281,24 @@ void wait_stop(struct fs *fs)
 	fs->wq = NULL;
 }
 
+void wait_answer_all(struct fs *fs, int e)
+{
+	pthread_mutex_lock(&fs->mu);
+	for (size_t i = 0; i < fs->stores->n; i++)
+		while (fs->stores->v[i]->lock.waiters) {
+			struct fs_waiter *w = fs->stores->v[i]->lock.waiters;
+			finish(w, e);
+			hand_over(fs, w);
+		}
+	/* The waiter thread sends them: a second at most, as its other replies. */
+	for (int i = 0; i < 1000 && fs->wq->replies; i++) {
+		pthread_mutex_unlock(&fs->mu);
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+		pthread_mutex_lock(&fs->mu);
+	}
+	pthread_mutex_unlock(&fs->mu);
+}
+
 void wait_deadline(struct fs_waiter *w, int timeout_ms)
 {
 	w->has_deadline = timeout_ms > 0;

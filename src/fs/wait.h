@@ -36,5 +36,8 @@ void wait_deadline(struct fs_waiter *w, int timeout_ms);
 int wait_start(struct fs *fs);
 /* Answer every parked request (EINTR) and stop the thread: at unmount. */
 void wait_stop(struct fs *fs);
+/* Every parked request answered with e (-ESTALE: the daemon was replaced), and the
+ * answers sent; new ones may still park. */
+void wait_answer_all(struct fs *fs, int e);
 
 #endif

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 static int open_with(struct vmm **out, const struct vmm_ops *ops, const char *device, uint64_t max_bytes,
 		     char *err, size_t errlen)
@@ -130,6 +131,34 @@ int vmm_alloc(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 	atomic_init(&(*out)->ro_fd, -1);
 	atomic_init(&(*out)->refs, 1);
 	return 0;
+}
+
+int vmm_adopt(struct vmm_pool *pool, int fd, uint64_t offset, uint64_t aligned, bool host, struct vmm_buf **out)
+{
+	struct vmm *v = pool->vmm;
+	if (!aligned || aligned != vmm_align(v, aligned) || fd < 0)
+		return -EINVAL;
+	int e = v->ops->adopt(pool, fd, offset, aligned, host, out);
+	if (e)
+		return e;
+	atomic_fetch_add(host ? &v->host_used : &v->used_bytes, aligned);
+	atomic_fetch_add(&pool->used, aligned);
+	vmm_pool_get(pool);
+	(*out)->vmm = v;
+	(*out)->pool = pool;
+	(*out)->size = aligned;
+	(*out)->host = host;
+	atomic_init(&(*out)->ro_fd, -1);
+	atomic_init(&(*out)->refs, 1);
+	return 0;
+}
+
+void vmm_close_fd(struct vmm *v, int fd)
+{
+	if (fd >= 0 && v->closing)
+		v->closing(v->closing_arg, fd);
+	if (fd >= 0)
+		close(fd);
 }
 
 void vmm_buf_get(struct vmm_buf *b)

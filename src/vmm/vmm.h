@@ -65,6 +65,9 @@ struct vmm_ops {
 	int (*copy)(struct vmm *v, struct vmm_buf *const *src, struct vmm_buf *const *dst, size_t n, char *err,
 		    size_t errlen);
 	void (*swap)(struct vmm_buf *a, struct vmm_buf *b);
+	/* A buffer over memory another daemon made (a handover, a restart): aligned bytes at
+	 * offset in fd (host: on the host tier), which the backend dups for itself. */
+	int (*adopt)(struct vmm_pool *p, int fd, uint64_t offset, uint64_t aligned, bool host, struct vmm_buf **out);
 	void (*close)(struct vmm *v); /* optional */
 };
 
@@ -77,8 +80,15 @@ struct vmm {
 	atomic_uint_fast64_t host_used;
 	atomic_uint_fast64_t host_kept; /* of host_used: kept buffers, given up when room is needed */
 	const char *helper;   /* cuda: the copy helper's path (gmsfs-mover) */
+	/* Told before a backend closes a descriptor that held memory (a buffer's, a pool's),
+	 * so that a copy kept elsewhere (the service manager's store) can go too; NULL: none. */
+	void (*closing)(void *arg, int fd);
+	void *closing_arg;
 	void *priv;
 };
+
+/* For the backends: a memory descriptor is closed. */
+void vmm_close_fd(struct vmm *v, int fd);
 
 extern const struct vmm_ops vmm_host_ops;
 #ifdef GMSFS_HAVE_CUDA
@@ -98,6 +108,10 @@ void vmm_pool_put(struct vmm_pool *p);
  * max_bytes or when the backend is out of memory; -EDQUOT past the pool's quota;
  * -EMFILE/-ENFILE out of descriptors. */
 int vmm_alloc(struct vmm_pool *p, uint64_t size, struct vmm_buf **out);
+/* A buffer over aligned bytes at offset in fd, memory another daemon made and handed
+ * over (fd stays the caller's: the backend keeps a dup).  Counted as vmm_alloc counts
+ * (host: in host_used), but never refused: the memory exists already. */
+int vmm_adopt(struct vmm_pool *p, int fd, uint64_t offset, uint64_t aligned, bool host, struct vmm_buf **out);
 void vmm_buf_get(struct vmm_buf *b);
 void vmm_buf_put(struct vmm_buf *b);
 int vmm_export(struct vmm_buf *b, bool read_only);

@@ -251,9 +251,30 @@ static void cuda_release(struct vmm_buf *b)
 	struct cuda_buf *cb = (struct cuda_buf *)b;
 	struct cuda_priv *p = b->vmm->priv;
 	/* Memory a client still maps lives on (its imported handle); the rest is freed. */
-	close(b->fd);
-	p->cu.cuMemRelease(cb->h);
+	vmm_close_fd(b->vmm, b->fd);
+	if (cb->h)
+		p->cu.cuMemRelease(cb->h);
 	free(cb);
+}
+
+/* Memory another daemon made: the exported descriptor alone keeps it (as an open fd
+ * keeps memory whose handle was released), and it is what clients import and the mover
+ * maps; so nothing is imported here, and no context is needed. */
+static int cuda_adopt(struct vmm_pool *pool, int fd, uint64_t offset, uint64_t aligned, bool host,
+		      struct vmm_buf **out)
+{
+	if (offset)
+		return -EINVAL; /* one allocation per descriptor */
+	struct cuda_buf *cb = calloc(1, sizeof *cb);
+	if (!cb)
+		return -ENOMEM;
+	if ((cb->b.fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+		int e = -errno;
+		free(cb);
+		return e;
+	}
+	*out = &cb->b;
+	return 0;
 }
 
 /* The same kept descriptor for everyone; readers get read-only mappings (the client
@@ -295,6 +316,7 @@ const struct vmm_ops vmm_cuda_ops = {
 	.create_host = cuda_create_host,
 	.copy = cuda_copy,
 	.swap = cuda_swap,
+	.adopt = cuda_adopt,
 	.close = cuda_close,
 };
 #endif

@@ -80,9 +80,8 @@ static void host_pool_close(struct vmm_pool *p)
 	int ro = atomic_load(&h->ro_fd);
 	if (ro >= 0)
 		close(ro);
-	close(h->fd);
-	if (h->tier_fd >= 0)
-		close(h->tier_fd);
+	vmm_close_fd(p->vmm, h->fd);
+	vmm_close_fd(p->vmm, h->tier_fd);
 	pthread_mutex_destroy(&h->mu);
 	free(h);
 }
@@ -133,6 +132,57 @@ static int host_create_host(struct vmm_pool *p, uint64_t aligned, struct vmm_buf
 	if (fd < 0)
 		return -errno;
 	return range_at_end(h, fd, &h->tier_end, aligned, out);
+}
+
+/* The same memory file as fd?  (Two descriptors of one file, or of two.) */
+static bool same_file(int a, int b)
+{
+	struct stat x, y;
+	return a >= 0 && !fstat(a, &x) && !fstat(b, &y) && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* A handed-over store's memory file (or its host tier's) becomes the pool's: the first
+ * buffer adopted replaces the empty file pool_open made; the end moves past every range. */
+static int host_adopt(struct vmm_pool *p, int fd, uint64_t offset, uint64_t aligned, bool host, struct vmm_buf **out)
+{
+	struct host_pool *h = p->priv;
+	struct stat st;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || offset > (uint64_t)st.st_size ||
+	    aligned > (uint64_t)st.st_size - offset)
+		return -EINVAL; /* not a memory file, or the range is not in it */
+	struct vmm_buf *b = calloc(1, sizeof *b);
+	if (!b)
+		return -ENOMEM;
+	pthread_mutex_lock(&h->mu);
+	int *mine = host ? &h->tier_fd : &h->fd, e = 0;
+	uint64_t *end = host ? &h->tier_end : &h->end;
+	if (!same_file(*mine, fd)) {
+		if (*end) {
+			e = -EINVAL; /* a pool's buffers share one file */
+		} else {
+			int d = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+			if (d < 0) {
+				e = -errno;
+			} else {
+				if (*mine >= 0)
+					close(*mine); /* pool_open's empty file: no memory, never kept */
+				*mine = d;
+			}
+		}
+	}
+	if (!e && offset + aligned > *end)
+		*end = offset + aligned;
+	if (!e) {
+		b->fd = *mine;
+		b->offset = offset;
+	}
+	pthread_mutex_unlock(&h->mu);
+	if (e) {
+		free(b);
+		return e;
+	}
+	*out = b;
+	return 0;
 }
 
 static void host_release(struct vmm_buf *b)
@@ -234,4 +284,5 @@ const struct vmm_ops vmm_host_ops = {
 	.create_host = host_create_host,
 	.copy = host_copy,
 	.swap = host_swap,
+	.adopt = host_adopt,
 };

@@ -5,8 +5,9 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [tests|bench|torch|load|tier|adapters|switch|sharing|multi|all] [RUNS]
-#   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch
+#   bash tests/gpu/run.sh [tests|bench|torch|load|engines|tier|adapters|switch|sharing|multi|all] [RUNS]
+#   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
+#   engines: 8 engines at once on an 8B-shaped transformers model, and its warm start
 #   multi: on a machine with two GPUs or more (the nvidia-h200-x2 kind)
 # With $OUT set (the device machine), everything printed is also kept in $OUT/gpu-WHAT.log.
 set -u
@@ -255,6 +256,11 @@ if [ "$what" = switch ] || [ "$what" = sharing ] || [ "$what" = all ]; then # tw
 	mount_gmsfs -o max_bytes=24G
 	timeout 540 python3 tests/gpu/switch_gpu.py "$mnt" || failed=$((failed + 1))
 	sed -n 's/^gmsfs: /# daemon: /p' "$mnt.log" | tail -12
+	unmount_gmsfs
+fi
+if [ "$what" = engines ] || [ "$what" = all ]; then # many engines on one store, an 8B transformers model
+	mount_gmsfs
+	timeout 590 python3 tests/gpu/engines_gpu.py "$mnt" || failed=$((failed + 1))
 	unmount_gmsfs
 fi
 if [ "$what" = torch ]; then # the PyTorch warm-start benchmark alone

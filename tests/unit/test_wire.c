@@ -192,7 +192,7 @@ static void requests(void)
 	is_int(wire_req_parse(&hd, sizeof hd - 1, &out, why, sizeof why), -EINVAL, "a short header");
 	hd.flags = 2;
 	is_int(wire_req_parse(&hd, sizeof hd, &out, why, sizeof why), -EINVAL, "unknown flags");
-	wire_req_init(&hd, 9, t, 0, 0);
+	wire_req_init(&hd, GMSFS_OP_MAX + 1, t, 0, 0);
 	is_int(wire_req_parse(&hd, sizeof hd, &out, why, sizeof why), -EINVAL, "an unknown op");
 	wire_req_init(&hd, GMSFS_OP_REDEEM, t, 0, 0);
 	hd.version = 1;

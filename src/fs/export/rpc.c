@@ -5,7 +5,9 @@
  * opened for writing.  Manifests go out in messages of at most RPC_FDS_PER_MSG
  * descriptors and GMSFS_MSG_MAX bytes; readers only ever get read-only descriptors. */
 #include "export_internal.h"
+#include "../handover.h"
 #include "../inval.h"
+#include "../keep.h"
 #include "../lock.h"
 #include "../store.h"
 #include "grow.h"
@@ -419,6 +421,8 @@ static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_b
 		default:
 			if ((e = lock_commit(st)))
 				snprintf(why, whylen, "%s", st->last_error);
+			else
+				keep_store(st); /* before the commit returns */
 			break;
 		}
 		if (!e)
@@ -467,6 +471,9 @@ int rpc_serve(struct fs *fs, const struct rpc_req *r)
 		e = do_create(fs, r, &body, &s, why, sizeof why);
 		manifest = true;
 		break;
+	case GMSFS_OP_HANDOVER: /* the rest of the exchange is handover.c's; on success it ends the daemon */
+		handover_give(fs, r->sock, r->uid, export_socket(fs));
+		return 0;
 	default:
 		e = do_change(fs, r, &body, why, sizeof why);
 		break;

@@ -1,0 +1,132 @@
+"""What systemd does for gmsfs@.service's restarts, for tests without systemd as pid 1: a
+Type=notify service with FileDescriptorStoreMax= (sd_notify(3), systemd.io's "File
+Descriptor Store").  It listens on $NOTIFY_SOCKET, keeps the descriptors the daemon hands
+it (FDSTORE=1, FDNAME=), closes those it is told to (FDSTOREREMOVE=1), and passes the kept
+ones to the next start of the daemon from descriptor 3 on, with LISTEN_FDS,
+LISTEN_FDNAMES and LISTEN_PID, as systemd's restart does."""
+import array
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+from conftest import BUILD
+
+
+class Manager:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="gmsfs-manager.")
+        self.path = os.path.join(self.dir, "notify")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.fds = {}        # name -> descriptor, as the manager keeps them
+        self.ready = threading.Event()
+        self.lock = threading.Lock()
+        self.messages = []
+        self.daemon = None
+        self.thread = threading.Thread(target=self._listen, daemon=True)
+        self.thread.start()
+
+    def _listen(self):
+        while True:
+            try:
+                data, anc, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(253 * 4))
+            except OSError:
+                return
+            fds = array.array("i")
+            for level, kind, payload in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+            fields = dict(line.split("=", 1) for line in data.decode().splitlines() if "=" in line)
+            with self.lock:
+                self.messages.append(fields)
+                if fields.get("FDSTORE") == "1":
+                    for fd in fds:  # systemd keeps a dup; this copy is the one kept
+                        old = self.fds.pop(fields.get("FDNAME", "stored"), None)
+                        if old is not None:
+                            os.close(old)
+                        self.fds[fields.get("FDNAME", "stored")] = fd
+                    fds = []
+                elif fields.get("FDSTOREREMOVE") == "1":
+                    fd = self.fds.pop(fields.get("FDNAME"), None)
+                    if fd is not None:
+                        os.close(fd)
+                if fields.get("READY") == "1":
+                    self.ready.set()
+            for fd in fds:
+                os.close(fd)
+
+    def names(self):
+        with self.lock:
+            return sorted(self.fds)
+
+    def start(self, mnt, *options, env=None, timeout=20):
+        """gmsfs -f -o OPTIONS MNT under this manager; returns once READY=1 came."""
+        with self.lock:
+            names = list(self.fds)
+            passed = [self.fds[n] for n in names]
+        self.ready.clear()
+        e = dict(os.environ if env is None else env, NOTIFY_SOCKET=self.path)
+        e.pop("LISTEN_FDS", None)
+        e.pop("LISTEN_FDNAMES", None)
+        if passed:
+            e["LISTEN_FDS"] = str(len(passed))
+            e["LISTEN_FDNAMES"] = ":".join(names)
+
+        def place():  # descriptors 3, 4, ... in the child, as systemd passes them
+            high = [os.dup(fd) for fd in passed]
+            moved = [fcntl_dupfd(fd, 10000) for fd in high]
+            for i, fd in enumerate(moved):
+                os.dup2(fd, 3 + i)
+        self.log = open(mnt + ".log", "a")
+        argv = [os.path.join(BUILD, "gmsfs"), "-f", "-o", ",".join(options), mnt] if options else \
+            [os.path.join(BUILD, "gmsfs"), "-f", mnt]
+        # LISTEN_PID is the daemon's own pid: sh's $$, which exec keeps.
+        self.daemon = subprocess.Popen(["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh"] + argv, env=e,
+                                       stderr=self.log, preexec_fn=place if passed else None,
+                                       pass_fds=tuple(range(3, 3 + len(passed))))
+        if not self.ready.wait(timeout):
+            raise RuntimeError("gmsfs sent no READY=1: " + open(mnt + ".log").read()[-3000:])
+        return self.daemon
+
+    def kill(self, sig=signal.SIGKILL):
+        """The daemon killed (as a crash), or stopped with SIGTERM (as systemctl restart's
+        stop): the mount it leaves is lifted, as the next start does."""
+        self.daemon.send_signal(sig)
+        self.daemon.wait(20)
+
+    def stop_service(self):
+        """systemctl stop: the manager flushes its store (the memory is freed)."""
+        with self.lock:
+            for fd in self.fds.values():
+                os.close(fd)
+            self.fds.clear()
+
+    def close(self):
+        if self.daemon and self.daemon.poll() is None:
+            self.daemon.kill()
+            self.daemon.wait()
+        self.stop_service()
+        self.sock.close()
+        os.unlink(self.path)
+        os.rmdir(self.dir)
+
+
+def fcntl_dupfd(fd, low):
+    import fcntl
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD, low)
+    os.close(fd)
+    return new
+
+
+def wait_mounted(mnt, timeout=10):
+    end = time.time() + timeout
+    while time.time() < end:
+        with open("/proc/mounts") as f:
+            if " %s fuse.gmsfs " % mnt in f.read():
+                return True
+        time.sleep(0.02)
+    return False

@@ -1,0 +1,343 @@
+/* handover: both sides of gmsfs -o takeover (handover.h). */
+#include "handover.h"
+#include "image.h"
+#include "mnt.h"
+#include "store.h"
+#include "wait.h"
+#include "fdpass.h"
+#include "why.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HO_MAGIC 0x564f4847u /* "GHOV" */
+#define HO_TIMEOUT_S 120     /* the new daemon restores and mounts meanwhile */
+
+enum ho_kind { HO_IMAGES = 1, HO_FDS, HO_MOUNTED, HO_BYE, HO_FAIL };
+
+/* Every message between the two daemons; descriptors ride along with IMAGES (the
+ * images' memfd) and FDS (count of the memory's, in order). */
+struct ho_msg {
+	uint32_t magic, kind;
+	uint64_t count, bytes;  /* IMAGES: stores, the memfd's bytes; FDS: descriptors here */
+	uint64_t nfds;          /* IMAGES: descriptors that follow in FDS messages */
+	char why[256];          /* FAIL */
+};
+
+static int send_msg(int sock, uint32_t kind, uint64_t count, uint64_t bytes, uint64_t nfds, const int *fds,
+		    size_t n, const char *why)
+{
+	struct ho_msg m = { .magic = HO_MAGIC, .kind = kind, .count = count, .bytes = bytes, .nfds = nfds };
+	if (why)
+		snprintf(m.why, sizeof m.why, "%s", why);
+	return fdpass_send(sock, &m, sizeof m, fds, n);
+}
+
+/* One message of kind want (FAIL says why instead); its descriptors into fds. */
+static int recv_msg(int sock, uint32_t want, struct ho_msg *m, int *fds, size_t max, size_t *nfds, char *err,
+		    size_t errlen)
+{
+	struct fdpass_info info;
+	ssize_t n = fdpass_recv(sock, m, sizeof *m, fds, max, &info);
+	if (nfds)
+		*nfds = info.nfds;
+	else
+		for (size_t i = 0; i < info.nfds; i++)
+			close(fds[i]);
+	if (n <= 0)
+		return why_fmt(err, errlen, n ? (int)n : -ECONNRESET, "the other daemon %s",
+			       n ? strerror((int)-n) : "hung up");
+	m->why[sizeof m->why - 1] = '\0';
+	if ((size_t)n != sizeof *m || m->magic != HO_MAGIC || info.truncated)
+		return why_fmt(err, errlen, -EPROTO, "a malformed handover message");
+	if (m->kind == HO_FAIL)
+		return why_fmt(err, errlen, -EIO, "the other daemon: %s", m->why);
+	if (m->kind != want)
+		return why_fmt(err, errlen, -EPROTO, "handover message %u where %u was due", m->kind, want);
+	return 0;
+}
+
+static void set_timeout(int fd, int seconds)
+{
+	struct timeval tv = { seconds, 0 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+/* ---- the old daemon ---- */
+
+/* fs->mu held: every store's image into sb and its memory's descriptors into fds; -EBUSY
+ * while a store moves (tried again), else 0 or -errno with why. */
+static int pack_all(struct fs *fs, msgpack_sbuffer *sb, struct image_fds *fds, char *why, size_t whylen)
+{
+	msgpack_sbuffer_clear(sb);
+	fds->n = 0;
+	for (size_t i = 0; i < fs->stores->n; i++) {
+		struct store *st = fs->stores->v[i];
+		int e = image_pack(st, sb, fds, NULL, NULL);
+		if (e)
+			return why_fmt(why, whylen, e, "store %s: %s", st->name, e == -EBUSY ? "moving" : strerror(-e));
+	}
+	return 0;
+}
+
+static void unfreeze(struct fs *fs)
+{
+	pthread_mutex_lock(&fs->mu);
+	fs->handing_over = false;
+	pthread_cond_broadcast(&fs->tier_wake); /* moves asked for meanwhile */
+	pthread_mutex_unlock(&fs->mu);
+}
+
+/* The images in a memfd of their own: the receiver maps it whole. */
+static int images_fd(const msgpack_sbuffer *sb)
+{
+	int fd = memfd_create("gmsfs-handover", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	for (size_t off = 0; off < sb->size;) {
+		ssize_t n = write(fd, sb->data + off, sb->size - off);
+		if (n <= 0) {
+			int e = n ? -errno : -EIO;
+			close(fd);
+			return e;
+		}
+		off += (size_t)n;
+	}
+	return fd;
+}
+
+void handover_give(struct fs *fs, int sock, uid_t uid, const char *socket_path)
+{
+	char why[256] = "";
+	if (uid != 0 && uid != geteuid()) {
+		send_msg(sock, HO_FAIL, 0, 0, 0, NULL, 0, "a handover is for the daemon's own user or root");
+		return;
+	}
+	set_timeout(sock, HO_TIMEOUT_S);
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	struct image_fds fds = {0};
+	int e = 0;
+	pthread_mutex_lock(&fs->mu);
+	if (fs->handing_over) {
+		pthread_mutex_unlock(&fs->mu);
+		send_msg(sock, HO_FAIL, 0, 0, 0, NULL, 0, "another handover is under way");
+		return;
+	}
+	fs->handing_over = true; /* from here on nothing is committed, made, removed or moved */
+	size_t nstores = fs->stores->n;
+	for (int tries = 0; (e = pack_all(fs, &sb, &fds, why, sizeof why)) == -EBUSY && tries < 6000; tries++) {
+		pthread_mutex_unlock(&fs->mu); /* a move under way ends (moves take seconds at most) */
+		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
+		pthread_mutex_lock(&fs->mu);
+		nstores = fs->stores->n;
+	}
+	pthread_mutex_unlock(&fs->mu);
+	int memfd = e ? -1 : images_fd(&sb);
+	if (!e && memfd < 0)
+		e = why_fmt(why, sizeof why, memfd, "a memfd for the images: %s", strerror(-memfd));
+	if (!e)
+		e = send_msg(sock, HO_IMAGES, nstores, sb.size, fds.n, &memfd, 1, NULL);
+	if (memfd >= 0)
+		close(memfd);
+	for (size_t i = 0; !e && i < fds.n; i += FDPASS_MAX) {
+		size_t k = fds.n - i < FDPASS_MAX ? fds.n - i : FDPASS_MAX;
+		e = send_msg(sock, HO_FDS, k, 0, 0, fds.v + i, k, NULL);
+	}
+	msgpack_sbuffer_destroy(&sb);
+	image_fds_free(&fds);
+	struct ho_msg m;
+	if (!e)
+		e = recv_msg(sock, HO_MOUNTED, &m, NULL, 0, NULL, why, sizeof why);
+	else if (why[0])
+		send_msg(sock, HO_FAIL, 0, 0, 0, NULL, 0, why);
+	if (e) {
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: handover failed (%s): serving on\n", why[0] ? why : strerror(-e));
+		unfreeze(fs);
+		return;
+	}
+	/* The successor serves the mount point now: what still waits here opens again there. */
+	wait_answer_all(fs, -ESTALE);
+	fuse_log(FUSE_LOG_INFO, "gmsfs: handed %zu stores over to the next daemon; ending\n", nstores);
+	unlink(socket_path);
+	send_msg(sock, HO_BYE, 0, 0, 0, NULL, 0, NULL);
+	/* Its mount is lifted already; the kernel ends the connection as this process goes.
+	 * No cleanup: the memory is the successor's, and nothing else here outlives us. */
+	_exit(0);
+}
+
+/* ---- the new daemon ---- */
+
+int handover_peer(const char *mountpoint, struct handover_peer *p, char *err, size_t errlen)
+{
+	memset(p, 0, sizeof *p);
+	p->conn = -1;
+	char path[4200];
+	snprintf(path, sizeof path, "%s/device", mountpoint);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return why_fmt(err, errlen, -errno, "takeover: %s: %s (is a gmsfs daemon serving %s?)", path,
+			       strerror(errno), mountpoint);
+	char line[512];
+	while (fgets(line, sizeof line, f)) {
+		line[strcspn(line, "\n")] = '\0';
+		char *v = strstr(line, ": ");
+		if (!v)
+			continue;
+		*v = '\0';
+		v += 2;
+		struct { const char *key; char *to; size_t size; } fields[] = {
+			{ "backend", p->backend, sizeof p->backend }, { "uuid", p->uuid, sizeof p->uuid },
+			{ "socket", p->socket, sizeof p->socket },
+		};
+		for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+			if (!strcmp(line, fields[i].key) && strlen(v) < fields[i].size)
+				memcpy(fields[i].to, v, strlen(v) + 1);
+		if (!strcmp(line, "pid"))
+			p->pid = (pid_t)atoi(v);
+	}
+	fclose(f);
+	if (!p->backend[0] || !p->uuid[0] || !p->socket[0] || p->pid <= 0)
+		return why_fmt(err, errlen, -EPROTO, "takeover: %s names no socket or pid: a gmsfs too old to hand over",
+			       path);
+	return 0;
+}
+
+static int connect_old(struct handover_peer *p, char *err, size_t errlen)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof a.sun_path, "%s", p->socket);
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a)) {
+		int e = -errno;
+		if (s >= 0)
+			close(s);
+		return why_fmt(err, errlen, e, "takeover: the old daemon's socket %s: %s", p->socket, strerror(-e));
+	}
+	set_timeout(s, HO_TIMEOUT_S);
+	struct gmsfs_sock_req r;
+	wire_req_init(&r, GMSFS_OP_HANDOVER, NULL, 0, 0);
+	if (send(s, &r, sizeof r, MSG_NOSIGNAL) != sizeof r) {
+		int e = -errno;
+		close(s);
+		return why_fmt(err, errlen, e, "takeover: asking %s: %s", p->socket, strerror(-e));
+	}
+	p->conn = s;
+	return 0;
+}
+
+/* The images' memfd mapped whole (read-only). */
+static int map_images(int fd, uint64_t bytes, const uint8_t **out)
+{
+	struct stat st;
+	if (fstat(fd, &st) || (uint64_t)st.st_size != bytes)
+		return -EPROTO;
+	if (!bytes) {
+		*out = NULL;
+		return 0;
+	}
+	void *p = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	*out = p;
+	return 0;
+}
+
+int handover_take(struct fs *fs, const char *mountpoint, struct handover_peer *p, char *err, size_t errlen)
+{
+	int e = connect_old(p, err, errlen);
+	if (e)
+		return e;
+	struct ho_msg m;
+	int memfd = -1;
+	size_t got = 0;
+	if ((e = recv_msg(p->conn, HO_IMAGES, &m, &memfd, 1, &got, err, errlen)))
+		return e;
+	if (got != 1 || m.nfds > (1u << 24))
+		return why_fmt(err, errlen, -EPROTO, "takeover: a malformed list of stores");
+	int *fds = malloc((m.nfds ? m.nfds : 1) * sizeof *fds);
+	size_t nfds = 0;
+	const uint8_t *buf = NULL;
+	uint64_t bytes = m.bytes, nstores = m.count;
+	e = fds ? map_images(memfd, bytes, &buf) : -ENOMEM;
+	close(memfd);
+	while (!e && nfds < m.nfds) {
+		struct ho_msg f;
+		size_t k = 0;
+		if ((e = recv_msg(p->conn, HO_FDS, &f, fds + nfds, m.nfds - nfds, &k, err, errlen)))
+			break;
+		nfds += k;
+		if (!k || k != f.count)
+			e = why_fmt(err, errlen, -EPROTO, "takeover: descriptors went missing");
+	}
+	size_t off = 0, base = 0, done = 0;
+	pthread_mutex_lock(&fs->mu);
+	for (; !e && done < nstores; done++) {
+		struct wire_image h;
+		char why[400] = "";
+		if ((e = image_head(buf, bytes, off, &h, why, sizeof why)))
+			break;
+		uint64_t need = h.nfds;
+		wire_image_free(&h);
+		if (need > nfds - base) {
+			e = -EPROTO;
+			snprintf(why, sizeof why, "more descriptors than came");
+			break;
+		}
+		struct store *st;
+		if ((e = image_restore(fs, buf, bytes, &off, fds + base, need, NULL, NULL, &st, why, sizeof why))) {
+			why_fmt(err, errlen, e, "takeover: %s", why);
+			break;
+		}
+		base += need;
+	}
+	pthread_mutex_unlock(&fs->mu);
+	if (!e && (done != nstores || off != bytes))
+		e = why_fmt(err, errlen, -EPROTO, "takeover: %zu of %llu stores, %zu of %llu bytes", done,
+			    (unsigned long long)nstores, off, (unsigned long long)bytes);
+	for (size_t i = 0; i < nfds; i++)
+		close(fds[i]); /* the backends keep their own dups */
+	free(fds);
+	if (buf)
+		munmap((void *)buf, bytes);
+	if (e && p->conn >= 0)
+		send_msg(p->conn, HO_FAIL, 0, 0, 0, NULL, 0, err);
+	if (!e)
+		fuse_log(FUSE_LOG_INFO, "gmsfs: took %llu stores over from pid %d\n", (unsigned long long)nstores,
+			 (int)p->pid);
+	return e;
+}
+
+int handover_finish(struct handover_peer *p, const char *mountpoint, bool ok, char *err, size_t errlen)
+{
+	int e = 0;
+	if (!ok) {
+		send_msg(p->conn, HO_FAIL, 0, 0, 0, NULL, 0, "the new daemon could not mount");
+	} else {
+		/* The old mount is the top one: lifted, it uncovers this daemon's. */
+		if ((e = mnt_lift(mountpoint)))
+			fuse_log(FUSE_LOG_WARNING, "gmsfs: takeover: lifting the old mount: %s\n", strerror(-e));
+		struct ho_msg m;
+		if (!(e = send_msg(p->conn, HO_MOUNTED, 0, 0, 0, NULL, 0, NULL)))
+			e = recv_msg(p->conn, HO_BYE, &m, NULL, 0, NULL, err, errlen);
+		/* BYE comes just before it ends: its socket closing says it has. */
+		char c;
+		while (!e && recv(p->conn, &c, 1, 0) > 0)
+			;
+	}
+	close(p->conn);
+	p->conn = -1;
+	return e;
+}

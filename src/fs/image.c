@@ -1,0 +1,313 @@
+/* image: a committed store as records and descriptors, and back (image.h). */
+#include "image.h"
+#include "lock.h"
+#include "store.h"
+#include "tier.h"
+#include "grow.h"
+#include "why.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- packing ---- */
+
+struct walk {
+	msgpack_sbuffer dirs, allocs, entries;
+	uint64_t ndirs, nallocs, nentries;
+	struct image_fds *fds;
+	size_t base;                /* this image's first descriptor in fds */
+	uint32_t *slot;             /* by descriptor number: its index + 1 in this image, 0: none yet */
+	size_t nslot;
+};
+
+static int fd_index(struct walk *w, int fd, uint32_t *out)
+{
+	if ((size_t)fd >= w->nslot) {
+		size_t n = (size_t)fd + 1 > 2 * w->nslot ? (size_t)fd + 1 : 2 * w->nslot;
+		uint32_t *s = realloc(w->slot, n * sizeof *s);
+		if (!s)
+			return -ENOMEM;
+		memset(s + w->nslot, 0, (n - w->nslot) * sizeof *s);
+		w->slot = s, w->nslot = n;
+	}
+	if (!w->slot[fd]) {
+		if (GROW(w->fds->v, w->fds->n, w->fds->cap, 16))
+			return -ENOMEM;
+		w->fds->v[w->fds->n++] = fd;
+		w->slot[fd] = (uint32_t)(w->fds->n - w->base);
+	}
+	*out = w->slot[fd] - 1;
+	return 0;
+}
+
+/* The committed nodes below dir, pre-order: directories, allocations, entries. */
+static int walk_committed(struct walk *w, struct meta_node *dir, int area)
+{
+	struct meta_node **kids;
+	size_t n;
+	int e = meta_committed_children(dir, &kids, &n);
+	for (size_t i = 0; i < n && !e; i++) {
+		struct meta_node *k = kids[i];
+		char path[GMSFS_PATH_MAX + 1];
+		struct meta_fields f;
+		if ((e = meta_path(k, path, sizeof path)))
+			break;
+		meta_committed_fields(k, &f);
+		if (k->kind == META_DIR) {
+			w->ndirs++;
+			if (!(e = wire_pack_image_dir(&w->dirs, area, path)))
+				e = walk_committed(w, k, area);
+		} else if (k->kind == META_ALLOC) {
+			struct vmm_buf *b = k->buf;
+			uint32_t fd = 0;
+			if (!b || (e = fd_index(w, b->fd, &fd)))
+				e = e ? e : -EIO; /* committed allocations are sized */
+			struct wire_alloc a = { .path = path, .tag = (char *)(f.str ? f.str : "default"), .size = f.size,
+						.aligned = f.aligned, .fd = fd, .fd_offset = b ? b->offset : 0 };
+			w->nallocs++;
+			if (!e)
+				e = wire_pack_image_alloc(&w->allocs, &a);
+		} else {
+			struct entry_rec x = { .key = path, .alloc = (char *)(f.str ? f.str : ""), .offset = f.offset,
+					       .size = f.extent, .flags = f.flags, .value = (void *)f.value,
+					       .value_len = f.value_len };
+			w->nentries++;
+			e = wire_pack_image_entry(&w->entries, &x);
+		}
+	}
+	free(kids);
+	return e;
+}
+
+static int append(msgpack_sbuffer *sb, const msgpack_sbuffer *part)
+{
+	return part->size && msgpack_sbuffer_write(sb, part->data, part->size) ? -ENOMEM : 0;
+}
+
+int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds,
+	       const char *(*fdname)(void *arg, int fd), void *arg)
+{
+	if (st->tier.at == TIER_TO_HOST || st->tier.at == TIER_TO_DEVICE)
+		return -EBUSY;
+	if (!st->meta)
+		return -ENOENT;
+	struct walk w = { .fds = fds, .base = fds->n };
+	msgpack_sbuffer_init(&w.dirs);
+	msgpack_sbuffer_init(&w.allocs);
+	msgpack_sbuffer_init(&w.entries);
+	/* A store with nothing committed is its name, quota and priority (generation 0). */
+	bool committed = st->lock.fsm.committed;
+	int e = committed ? walk_committed(&w, meta_root(st->meta, META_AREA_ALLOCS), 0) : 0;
+	if (!e && committed)
+		e = walk_committed(&w, meta_root(st->meta, META_AREA_META), 1);
+	struct vmm *v = st->fs->vmm;
+	struct wire_image h = { .store = st->name, .device = v->dev.uuid, .backend = (char *)v->dev.backend,
+				.generation = committed ? st->lock.fsm.generation : 0, .commits = st->lock.commits,
+				.quota = atomic_load(&st->pool->quota), .priority = st->tier.priority,
+				.host = st->tier.at == TIER_HOST, .ndirs = w.ndirs, .nallocs = w.nallocs,
+				.nentries = w.nentries, .nfds = fds->n - w.base };
+	meta_hash(st->meta, h.hash);
+	const char **names = NULL;
+	if (!e && fdname) {
+		if (!(names = calloc(h.nfds ? h.nfds : 1, sizeof *names)))
+			e = -ENOMEM;
+		for (uint64_t i = 0; !e && i < h.nfds; i++)
+			if (!(names[i] = fdname(arg, fds->v[w.base + i])))
+				e = -ENOSPC; /* the service manager's store is full */
+		h.fdnames = (char **)names;
+	}
+	if (!e)
+		e = wire_pack_image(sb, &h);
+	if (!e && !(e = append(sb, &w.dirs)) && !(e = append(sb, &w.allocs)))
+		e = append(sb, &w.entries);
+	free(names);
+	free(w.slot);
+	msgpack_sbuffer_destroy(&w.dirs);
+	msgpack_sbuffer_destroy(&w.allocs);
+	msgpack_sbuffer_destroy(&w.entries);
+	if (e)
+		fds->n = w.base;
+	return e;
+}
+
+void image_fds_free(struct image_fds *f)
+{
+	free(f->v);
+	memset(f, 0, sizeof *f);
+}
+
+/* ---- restoring ---- */
+
+int image_head(const uint8_t *buf, size_t len, size_t off, struct wire_image *h, char *why, size_t whylen)
+{
+	const void *rec;
+	size_t n;
+	if (wire_image_next(buf, len, &off, &rec, &n)) {
+		snprintf(why, whylen, "no image here: the data ends");
+		return -EINVAL;
+	}
+	return wire_parse_image(rec, n, h, why, whylen);
+}
+
+/* A directory of area at path, and its parents. */
+static int make_dirs(struct meta_store *ms, int area, const char *path)
+{
+	struct meta_node *dir = meta_root(ms, area ? META_AREA_META : META_AREA_ALLOCS);
+	char name[GMSFS_PATH_MAX + 1];
+	for (const char *p = path; *p;) {
+		size_t n = strcspn(p, "/");
+		memcpy(name, p, n);
+		name[n] = '\0';
+		struct meta_node *k = meta_lookup(dir, name);
+		int e = 0;
+		if (!k)
+			e = meta_create(dir, name, META_DIR, &k);
+		else if (k->kind != META_DIR)
+			e = -ENOTDIR;
+		if (e)
+			return e;
+		dir = k;
+		p += n + (p[n] == '/');
+	}
+	return 0;
+}
+
+struct restore {
+	struct wire_image h;
+	struct meta_new_alloc *v;
+	struct wire_alloc *a;
+	struct entry_rec *x;
+	size_t na, nx;
+};
+
+static void restore_free(struct restore *r)
+{
+	for (size_t i = 0; i < r->na; i++) {
+		if (r->v[i].buf && !r->v[i].node)
+			vmm_buf_put(r->v[i].buf);
+		free(r->a[i].path);
+		free(r->a[i].tag);
+	}
+	for (size_t i = 0; i < r->nx; i++) {
+		free(r->x[i].key);
+		free(r->x[i].alloc);
+		free(r->x[i].value);
+	}
+	free(r->v);
+	free(r->a);
+	free(r->x);
+	wire_image_free(&r->h);
+}
+
+/* The records after the head into st; why says which one failed. */
+static int restore_records(struct fs *fs, struct store *st, struct restore *r, const uint8_t *buf, size_t len,
+			   size_t *off, const int *fds, image_adopted_fn *adopted, void *arg, char *why, size_t whylen)
+{
+	const void *rec;
+	size_t n;
+	int e = 0;
+	for (uint64_t i = 0; i < r->h.ndirs; i++) {
+		int area;
+		char *path = NULL;
+		if (wire_image_next(buf, len, off, &rec, &n) || wire_parse_image_dir(rec, n, &area, &path))
+			return why_fmt(why, whylen, -EINVAL, "directory %llu of %llu: a bad record", (unsigned long long)i,
+				       (unsigned long long)r->h.ndirs);
+		e = make_dirs(st->meta, area, path);
+		free(path);
+		if (e)
+			return why_fmt(why, whylen, e, "directory %llu: %s", (unsigned long long)i, strerror(-e));
+	}
+	/* Counts come from the file: the arrays grow as records are read, never ahead of them. */
+	size_t cap = 0;
+	for (uint64_t i = 0; i < r->h.nallocs; i++) {
+		if (GROW(r->a, r->na, cap, 64) || !(r->v = realloc(r->v, cap * sizeof *r->v)))
+			return -ENOMEM;
+		struct wire_alloc *a = &r->a[r->na];
+		r->v[r->na] = (struct meta_new_alloc){0};
+		if (wire_image_next(buf, len, off, &rec, &n) || wire_parse_image_alloc(rec, n, a, r->h.nfds))
+			return why_fmt(why, whylen, -EINVAL, "allocation %llu of %llu: a bad record", (unsigned long long)i,
+				       (unsigned long long)r->h.nallocs);
+		r->na++;
+		struct vmm_buf *b;
+		if ((e = vmm_adopt(st->pool, fds[a->fd], a->fd_offset, a->aligned, r->h.host, &b)))
+			return why_fmt(why, whylen, e, "allocs/%s: its memory (descriptor %u, %llu bytes at %llu): %s",
+				       a->path, a->fd, (unsigned long long)a->aligned, (unsigned long long)a->fd_offset,
+				       strerror(-e));
+		if (adopted)
+			adopted(arg, st, a->fd, b->fd);
+		r->v[r->na - 1] = (struct meta_new_alloc){ .path = a->path, .tag = a->tag, .size = a->size,
+							   .aligned = a->aligned, .buf = b };
+	}
+	if ((e = meta_create_allocs(st->meta, r->v, r->na, why, whylen)))
+		return e;
+	cap = 0;
+	for (uint64_t i = 0; i < r->h.nentries; i++) {
+		if (GROW(r->x, r->nx, cap, 64))
+			return -ENOMEM;
+		if (wire_image_next(buf, len, off, &rec, &n) || wire_parse_image_entry(rec, n, &r->x[r->nx]))
+			return why_fmt(why, whylen, -EINVAL, "entry %llu of %llu: a bad record", (unsigned long long)i,
+				       (unsigned long long)r->h.nentries);
+		r->nx++;
+	}
+	if ((e = meta_put_entries(st->meta, r->x, r->nx, why, whylen)))
+		return e;
+	char err[400];
+	if ((e = meta_commit(st->meta, err, sizeof err)))
+		return why_fmt(why, whylen, e, "its commit: %s", err);
+	uint8_t hash[GMSFS_HASH_LEN];
+	if (!meta_hash(st->meta, hash) || memcmp(hash, r->h.hash, sizeof hash))
+		return why_fmt(why, whylen, -EBADMSG, "its layout hash is %s, the image says another: refused",
+			       meta_hash_hex(st->meta));
+	(void)fs;
+	return 0;
+}
+
+int image_restore(struct fs *fs, const uint8_t *buf, size_t len, size_t *off, const int *fds, size_t nfds,
+		  image_adopted_fn *adopted, void *arg, struct store **out, char *why, size_t whylen)
+{
+	struct restore r = {0};
+	const void *rec;
+	size_t n;
+	if (wire_image_next(buf, len, off, &rec, &n))
+		return why_fmt(why, whylen, -EINVAL, "no image here: the data ends");
+	int e = wire_parse_image(rec, n, &r.h, why, whylen);
+	if (e)
+		return e;
+	struct vmm *v = fs->vmm;
+	char name[300];
+	snprintf(name, sizeof name, "%s", r.h.store);
+	if (strcmp(r.h.device, v->dev.uuid) || strcmp(r.h.backend, v->dev.backend))
+		e = why_fmt(why, whylen, -EXDEV, "store %s: made on %s (%s), this daemon serves %s (%s)", name,
+			    r.h.device, r.h.backend, v->dev.uuid, v->dev.backend);
+	else if (r.h.nfds > nfds)
+		e = why_fmt(why, whylen, -EBADF, "store %s: its memory is in %llu descriptors, %zu came", name,
+			    (unsigned long long)r.h.nfds, nfds);
+	else if (r.h.priority < TIER_PRIORITY_MIN || r.h.priority > TIER_PRIORITY_MAX)
+		e = why_fmt(why, whylen, -EINVAL, "store %s: priority %lld out of range", name, (long long)r.h.priority);
+	else if (!r.h.generation && (r.h.ndirs || r.h.nallocs || r.h.nentries || r.h.nfds || r.h.host))
+		e = why_fmt(why, whylen, -EINVAL, "store %s: records for a store with nothing committed", name);
+	struct store *st = NULL;
+	if (!e && (e = store_create(fs, r.h.store, &st)))
+		why_fmt(why, whylen, e, "store %s: %s", name, e == -EEXIST ? "one of that name is here already" : strerror(-e));
+	if (!e && r.h.generation) {
+		char what[400] = "";
+		if ((e = restore_records(fs, st, &r, buf, len, off, fds, adopted, arg, what, sizeof what)))
+			why_fmt(why, whylen, e, "store %s: %s", name, what[0] ? what : strerror(-e));
+	}
+	if (!e) {
+		st->lock.fsm.committed = r.h.generation != 0;
+		st->lock.fsm.generation = r.h.generation;
+		st->lock.commits = r.h.commits;
+		atomic_store(&st->pool->quota, r.h.quota);
+		st->tier.priority = (int)r.h.priority;
+		st->tier.at = r.h.host ? TIER_HOST : TIER_DEVICE;
+		*out = st;
+	}
+	restore_free(&r);
+	if (e && st)
+		store_remove(fs, name); /* nobody knows it yet: freed at once, its memory with it */
+	return e;
+}

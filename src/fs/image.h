@@ -1,0 +1,43 @@
+/* image: a committed store as records (common/wire.h, wire_image) and the descriptors
+ * that hold its memory: what a handover gives the next daemon and what a state file
+ * keeps for a restart (gmsfs(5), RESTART).  Everything under fs->mu. */
+#ifndef GMSFS_FS_IMAGE_H
+#define GMSFS_FS_IMAGE_H
+
+#include "fs.h"
+
+#include <msgpack.h>
+
+struct store;
+
+/* The distinct descriptors of an image, in the order its records index them: the
+ * buffers' own (not the caller's to close). */
+struct image_fds {
+	int *v;
+	size_t n, cap;
+};
+
+/* Append st's committed layout (what a reader outside any session sees) to sb, its
+ * descriptors to fds (an image's indices start at 0 whatever fds held before).
+ * fdname(arg, fd): the name each descriptor has in the service manager's store, for a
+ * state file; NULL for a handover.  0 or -errno (-EBUSY: the store is moving). */
+int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds,
+	       const char *(*fdname)(void *arg, int fd), void *arg);
+void image_fds_free(struct image_fds *f);
+
+/* Called for each descriptor an image's memory now lies in, in this daemon: its index in
+ * the image, and the daemon's own descriptor (the backend's dup). */
+typedef void image_adopted_fn(void *arg, const struct store *st, uint64_t index, int fd);
+
+/* The image whose head is at *off of buf (len bytes), as a new committed store: its
+ * records, its memory at fds[index] (each dup'd by the backend: fds stay the caller's),
+ * its layout hash checked against the image's.  *off moves past it (on failure: somewhere
+ * inside).  -errno and why (the store named): nothing is left behind. */
+int image_restore(struct fs *fs, const uint8_t *buf, size_t len, size_t *off, const int *fds, size_t nfds,
+		  image_adopted_fn *adopted, void *arg, struct store **out, char *why, size_t whylen);
+
+/* The head at *off without moving it: 0 and h (wire_image_free it), or -errno and why. */
+struct wire_image;
+int image_head(const uint8_t *buf, size_t len, size_t off, struct wire_image *h, char *why, size_t whylen);
+
+#endif
