@@ -111,7 +111,8 @@ struct wire_image {
 	bool host;                       /* on the host tier */
 	uint8_t hash[GMSFS_HASH_LEN];    /* the committed layout's */
 	uint64_t ndirs, nallocs, nentries, nfds;
-	char **fdnames;                  /* a state file's: each descriptor's name in the service manager's store */
+	char **fdnames;                  /* a state file's: each descriptor's name in the service manager's
+	                                  * store, nfds of them and a NULL */
 };
 /* The next record at *off of buf: 0, or -1 when none is whole there. */
 int wire_image_next(const void *buf, size_t len, size_t *off, const void **rec, size_t *reclen);

@@ -100,7 +100,7 @@ void wire_image_free(struct wire_image *h)
 	free(h->store);
 	free(h->device);
 	free(h->backend);
-	for (uint64_t i = 0; h->fdnames && i < h->nfds; i++)
+	for (size_t i = 0; h->fdnames && h->fdnames[i]; i++) /* NULL-terminated: the file's count may lie */
 		free(h->fdnames[i]);
 	free(h->fdnames);
 	memset(h, 0, sizeof *h);
@@ -134,7 +134,7 @@ static int parse_fdnames(const msgpack_object *v, struct wire_image *h)
 	if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > IMAGE_FDS_MAX)
 		return -1;
 	uint32_t n = v->via.array.size;
-	if (!(h->fdnames = calloc(n ? n : 1, sizeof *h->fdnames)))
+	if (!(h->fdnames = calloc((size_t)n + 1, sizeof *h->fdnames)))
 		return -1;
 	for (uint32_t i = 0; i < n; i++)
 		if (!(h->fdnames[i] = get_fdname(&v->via.array.ptr[i])))

@@ -63,7 +63,7 @@ class Manager:
         with self.lock:
             return sorted(self.fds)
 
-    def start(self, mnt, *options, env=None, timeout=20):
+    def start(self, mnt, *options, env=None, timeout=60):
         """gmsfs -f -o OPTIONS MNT under this manager; returns once READY=1 came."""
         with self.lock:
             names = list(self.fds)
@@ -82,8 +82,9 @@ class Manager:
             for i, fd in enumerate(moved):
                 os.dup2(fd, 3 + i)
         self.log = open(mnt + ".log", "a")
-        argv = [os.path.join(BUILD, "gmsfs"), "-f", "-o", ",".join(options), mnt] if options else \
-            [os.path.join(BUILD, "gmsfs"), "-f", mnt]
+        # GMSFS_WRAP: a checker to run the daemon under (tests/variant.sh: valgrind).
+        argv = os.environ.get("GMSFS_WRAP", "").split() + [os.path.join(BUILD, "gmsfs"), "-f"] + \
+            (["-o", ",".join(options)] if options else []) + [mnt]
         # LISTEN_PID is the daemon's own pid: sh's $$, which exec keeps.
         self.daemon = subprocess.Popen(["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh"] + argv, env=e,
                                        stderr=self.log, preexec_fn=place if passed else None,

@@ -96,6 +96,7 @@ static void unfreeze(struct fs *fs)
 {
 	pthread_mutex_lock(&fs->mu);
 	fs->handing_over = false;
+	atomic_store(&fs->vmm->frozen, false);
 	pthread_cond_broadcast(&fs->tier_wake); /* moves asked for meanwhile */
 	pthread_mutex_unlock(&fs->mu);
 }
@@ -137,6 +138,7 @@ void handover_give(struct fs *fs, int sock, uid_t uid, const char *socket_path)
 		return;
 	}
 	fs->handing_over = true; /* from here on nothing is committed, made, removed or moved */
+	atomic_store(&fs->vmm->frozen, true); /* nor any memory made: the successor's come after the files' ends */
 	size_t nstores = fs->stores->n;
 	for (int tries = 0; (e = pack_all(fs, &sb, &fds, why, sizeof why)) == -EBUSY && tries < 6000; tries++) {
 		pthread_mutex_unlock(&fs->mu); /* a move under way ends (moves take seconds at most) */
@@ -320,14 +322,14 @@ int handover_take(struct fs *fs, const char *mountpoint, struct handover_peer *p
 	return e;
 }
 
-int handover_finish(struct handover_peer *p, const char *mountpoint, bool ok, char *err, size_t errlen)
+int handover_finish(struct fs *fs, struct handover_peer *p, const char *mountpoint, bool ok, char *err, size_t errlen)
 {
 	int e = 0;
 	if (!ok) {
 		send_msg(p->conn, HO_FAIL, 0, 0, 0, NULL, 0, "the new daemon could not mount");
 	} else {
 		/* The old mount is the top one: lifted, it uncovers this daemon's. */
-		if ((e = mnt_lift(mountpoint)))
+		if (!p->mounted_by_libfuse && (e = mnt_lift(mountpoint)))
 			fuse_log(FUSE_LOG_WARNING, "gmsfs: takeover: lifting the old mount: %s\n", strerror(-e));
 		struct ho_msg m;
 		if (!(e = send_msg(p->conn, HO_MOUNTED, 0, 0, 0, NULL, 0, NULL)))
@@ -336,6 +338,13 @@ int handover_finish(struct handover_peer *p, const char *mountpoint, bool ok, ch
 		char c;
 		while (!e && recv(p->conn, &c, 1, 0) > 0)
 			;
+		/* Its writers' uncommitted allocations: their memory goes now. */
+		pthread_mutex_lock(&fs->mu);
+		for (size_t i = 0; !e && i < fs->stores->n; i++) {
+			vmm_pool_trim(fs->stores->v[i]->pool, false);
+			vmm_pool_trim(fs->stores->v[i]->pool, true);
+		}
+		pthread_mutex_unlock(&fs->mu);
 	}
 	close(p->conn);
 	p->conn = -1;

@@ -32,6 +32,7 @@ struct handover_peer {
 	char backend[16], uuid[64], socket[108];
 	int conn;        /* the socket connection, once handover_take has run */
 	pid_t pid;
+	bool mounted_by_libfuse; /* the old mount was lifted first (no mount beneath here) */
 };
 int handover_peer(const char *mountpoint, struct handover_peer *p, char *err, size_t errlen);
 /* Every store of the old daemon, restored into fs (nothing is mounted yet). */
@@ -39,6 +40,7 @@ int handover_take(struct fs *fs, const char *mountpoint, struct handover_peer *p
 /* This daemon is mounted beneath the old one on mountpoint: lift the old mount, let the
  * old daemon go and wait until it has (or ok false: the new mount failed, the old daemon
  * serves on). */
-int handover_finish(struct handover_peer *p, const char *mountpoint, bool ok, char *err, size_t errlen);
+int handover_finish(struct fs *fs, struct handover_peer *p, const char *mountpoint, bool ok, char *err,
+		    size_t errlen);
 
 #endif

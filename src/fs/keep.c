@@ -366,6 +366,8 @@ static void restore_one(struct fs *fs, struct keep *k, int dirfd, const char *fi
 		for (uint64_t i = 0; i < h.nfds; i++)
 			p->used[fds[i] - LISTEN_FDS_START] = true;
 		k->restored++;
+		vmm_pool_trim(st->pool, false); /* what a dead writer made and never committed */
+		vmm_pool_trim(st->pool, true);
 		fuse_log(FUSE_LOG_INFO, "gmsfs: keep: store %s restored (generation %llu)\n", st->name,
 			 (unsigned long long)st->lock.fsm.generation);
 	} else {
@@ -419,6 +421,21 @@ static int restore_all(struct fs *fs, struct keep *k)
 	return e;
 }
 
+/* dir and its parents (mkdir -p), mode 0700: the images are the daemon's. */
+static int make_dir(char *dir)
+{
+	for (char *s = dir + 1;; s++) {
+		if (*s && *s != '/')
+			continue;
+		char c = *s;
+		*s = '\0';
+		int e = mkdir(dir, 0700) && errno != EEXIST ? -1 : 0;
+		*s = c;
+		if (e || !c)
+			return e;
+	}
+}
+
 int keep_start(struct fs *fs, const char *dir, unsigned max_fds, char *err, size_t errlen)
 {
 	const char *ns = getenv("NOTIFY_SOCKET");
@@ -443,8 +460,7 @@ int keep_start(struct fs *fs, const char *dir, unsigned max_fds, char *err, size
 	clock_gettime(CLOCK_REALTIME, &t);
 	snprintf(k->prefix, sizeof k->prefix, "gmsfs-%llx", (unsigned long long)t.tv_sec * 1000000ull + t.tv_nsec / 1000);
 	pthread_mutex_init(&k->mu, NULL);
-	if ((k->sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0 ||
-	    (mkdir(dir, 0700) && errno != EEXIST)) {
+	if ((k->sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0 || make_dir(k->dir)) {
 		int e = -errno;
 		snprintf(err, errlen, "state=%s: %s", dir, strerror(-e));
 		if (k->sock >= 0)
@@ -470,6 +486,7 @@ void keep_stop(struct fs *fs)
 	if (!k)
 		return;
 	fs->vmm->closing = NULL; /* what is closed now stays in the manager's store */
+	fs->vmm->keep_memory = true; /* and its memory with it (writers' sessions: trimmed at the restore) */
 	for (size_t i = 0; i < k->nfailed; i++) {
 		free(k->failed[i].store);
 		free(k->failed[i].why);

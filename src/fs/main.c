@@ -233,19 +233,27 @@ static int mount_here(struct fs *fs, const struct fuse_cmdline_opts *cmd, const 
 	if (!peer)
 		return fuse_session_mount(fs->se, cmd->mountpoint);
 	char err[300], devpath[32];
-	int devfd;
-	if (mnt_beneath(cmd->mountpoint, opts->fsname ? opts->fsname : "gmsfs", opts->allow_other, &devfd, err,
-			sizeof err)) {
-		fprintf(stderr, "gmsfs: takeover: %s\n", err);
-		handover_finish(peer, cmd->mountpoint, false, NULL, 0);
+	int devfd, e = mnt_beneath(cmd->mountpoint, opts->fsname ? opts->fsname : "gmsfs", opts->allow_other, &devfd,
+				   err, sizeof err);
+	bool lifted = false;
+	if (e == -ENOSYS || e == -EINVAL) {
+		/* No mount beneath here (Linux before 6.5, or a checker that does not know
+		 * fsopen): the old mount goes first, and the mount point is empty for as long
+		 * as the mount takes. */
+		fprintf(stderr, "gmsfs: takeover: %s: the old mount is lifted first\n", err);
+		lifted = !mnt_lift(cmd->mountpoint);
+		e = lifted ? 0 : -EBUSY;
+		peer->mounted_by_libfuse = true;
+	} else if (!e) {
+		snprintf(devpath, sizeof devpath, "/dev/fd/%d", devfd);
+	}
+	if (e || fuse_session_mount(fs->se, lifted ? cmd->mountpoint : devpath)) {
+		if (e)
+			fprintf(stderr, "gmsfs: takeover: %s\n", err);
+		handover_finish(fs, peer, cmd->mountpoint, false, NULL, 0);
 		return -1;
 	}
-	snprintf(devpath, sizeof devpath, "/dev/fd/%d", devfd);
-	if (fuse_session_mount(fs->se, devpath)) {
-		handover_finish(peer, cmd->mountpoint, false, NULL, 0);
-		return -1;
-	}
-	if (handover_finish(peer, cmd->mountpoint, true, err, sizeof err))
+	if (handover_finish(fs, peer, cmd->mountpoint, true, err, sizeof err))
 		fprintf(stderr, "gmsfs: takeover: %s (serving anyway)\n", err);
 	return 0;
 }
@@ -309,10 +317,16 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 	else
 		fprintf(stderr, "gmsfs: %s: %s\n", cmd->mountpoint, r ? strerror(-r) : "unmounted, ending");
 	ret = r < 0 ? 1 : 0;
+	/* A successor that lifted this mount ends the loop: the handover ends the process
+	 * (and this thread must not unmount, which would lift the successor's mount). */
+	pthread_mutex_lock(&fs->mu);
+	while (fs->handing_over)
+		pthread_cond_wait(&fs->tier_wake, &fs->mu);
+	pthread_mutex_unlock(&fs->mu);
 	notify_systemd("STOPPING=1");
 	fuse_loop_cfg_destroy(cfg);
 	fuse_session_unmount(fs->se);
-	if (peer && r > 0) /* mounted by mnt_beneath: libfuse knows no mount point to lift */
+	if (peer && !peer->mounted_by_libfuse && r > 0) /* mnt_beneath's: libfuse knows no mount point */
 		mnt_lift(cmd->mountpoint);
 out_signals:
 	fuse_remove_signal_handlers(fs->se);

@@ -112,6 +112,8 @@ int vmm_alloc(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 	uint64_t aligned = vmm_align(v, size);
 	if (!size || !aligned)
 		return size ? -ENOSPC : -EINVAL;
+	if (atomic_load(&v->frozen))
+		return -EAGAIN;
 	if (!reserve(&pool->used, atomic_load(&pool->quota), aligned))
 		return -EDQUOT;
 	if (!reserve(&v->used_bytes, v->max_bytes, aligned)) {
@@ -151,6 +153,12 @@ int vmm_adopt(struct vmm_pool *pool, int fd, uint64_t offset, uint64_t aligned, 
 	atomic_init(&(*out)->ro_fd, -1);
 	atomic_init(&(*out)->refs, 1);
 	return 0;
+}
+
+void vmm_pool_trim(struct vmm_pool *p, bool host)
+{
+	if (p->vmm->ops->trim)
+		p->vmm->ops->trim(p, host);
 }
 
 void vmm_close_fd(struct vmm *v, int fd)

@@ -68,6 +68,9 @@ struct vmm_ops {
 	/* A buffer over memory another daemon made (a handover, a restart): aligned bytes at
 	 * offset in fd (host: on the host tier), which the backend dups for itself. */
 	int (*adopt)(struct vmm_pool *p, int fd, uint64_t offset, uint64_t aligned, bool host, struct vmm_buf **out);
+	/* After adopting: memory of the pool's file (host: of the host tier's) that no
+	 * buffer uses goes back, a dead daemon's uncommitted allocations (optional). */
+	void (*trim)(struct vmm_pool *p, bool host);
 	void (*close)(struct vmm *v); /* optional */
 };
 
@@ -84,6 +87,11 @@ struct vmm {
 	 * so that a copy kept elsewhere (the service manager's store) can go too; NULL: none. */
 	void (*closing)(void *arg, int fd);
 	void *closing_arg;
+	/* At the end under a service manager that keeps the memory (keep.c): buffers go
+	 * without their memory being freed. */
+	bool keep_memory;
+	/* A successor takes the memory over (handover.c): no new buffers meanwhile. */
+	atomic_bool frozen;
 	void *priv;
 };
 
@@ -112,6 +120,9 @@ int vmm_alloc(struct vmm_pool *p, uint64_t size, struct vmm_buf **out);
  * over (fd stays the caller's: the backend keeps a dup).  Counted as vmm_alloc counts
  * (host: in host_used), but never refused: the memory exists already. */
 int vmm_adopt(struct vmm_pool *p, int fd, uint64_t offset, uint64_t aligned, bool host, struct vmm_buf **out);
+/* Once a pool's buffers are adopted and the daemon that made them is gone: what the
+ * memory file held besides them (a dead session's allocations) is freed. */
+void vmm_pool_trim(struct vmm_pool *p, bool host);
 void vmm_buf_get(struct vmm_buf *b);
 void vmm_buf_put(struct vmm_buf *b);
 int vmm_export(struct vmm_buf *b, bool read_only);

@@ -17,8 +17,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+struct range {
+	uint64_t off, len;
+	bool host;            /* in the host tier's file */
+};
+
 struct host_pool {
 	pthread_mutex_t mu;   /* the end of the file; creates run in parallel */
+	struct range *adopted; /* what adopted buffers use of each file, until trim (host: tier) */
+	size_t nadopted, adopted_cap;
+	uint64_t adopted_size[2]; /* each file's size when adopted: what trim looks at */
 	int fd;               /* the memfd, mode 0600: other users cannot reopen it writable */
 	atomic_int ro_fd;     /* the readers' read-only reopen, made at the first export */
 	uint64_t end;         /* bytes handed out so far: the next buffer's offset */
@@ -83,6 +91,7 @@ static void host_pool_close(struct vmm_pool *p)
 	vmm_close_fd(p->vmm, h->fd);
 	vmm_close_fd(p->vmm, h->tier_fd);
 	pthread_mutex_destroy(&h->mu);
+	free(h->adopted);
 	free(h);
 }
 
@@ -170,11 +179,22 @@ static int host_adopt(struct vmm_pool *p, int fd, uint64_t offset, uint64_t alig
 			}
 		}
 	}
-	if (!e && offset + aligned > *end)
-		*end = offset + aligned;
+	/* New buffers go past whatever the file held: the old daemon's too. */
+	if (!e && (uint64_t)st.st_size > *end)
+		*end = h->adopted_size[host] = (uint64_t)st.st_size;
 	if (!e) {
 		b->fd = *mine;
 		b->offset = offset;
+		if (h->nadopted == h->adopted_cap) {
+			size_t cap = h->adopted_cap ? 2 * h->adopted_cap : 16;
+			struct range *r = realloc(h->adopted, cap * sizeof *r);
+			if (r)
+				h->adopted = r, h->adopted_cap = cap;
+		}
+		if (h->nadopted < h->adopted_cap) /* else trim keeps everything: nothing is lost */
+			h->adopted[h->nadopted++] = (struct range){ offset, aligned, host };
+		else
+			h->adopted_cap = SIZE_MAX;
 	}
 	pthread_mutex_unlock(&h->mu);
 	if (e) {
@@ -185,10 +205,47 @@ static int host_adopt(struct vmm_pool *p, int fd, uint64_t offset, uint64_t alig
 	return 0;
 }
 
+static int by_offset(const void *a, const void *b)
+{
+	const struct range *x = a, *y = b;
+	return (x->off > y->off) - (x->off < y->off);
+}
+
+/* What the adopted file held besides the adopted ranges, up to its size when adopted: a
+ * dead daemon's uncommitted allocations.  The file's ranges are forgotten after. */
+static void host_trim(struct vmm_pool *p, bool host)
+{
+	struct host_pool *h = p->priv;
+	pthread_mutex_lock(&h->mu);
+	int fd = host ? h->tier_fd : h->fd;
+	uint64_t end = h->adopted_size[host], at = 0;
+	size_t kept = 0;
+	if (h->nadopted && h->adopted_cap != SIZE_MAX)
+		qsort(h->adopted, h->nadopted, sizeof *h->adopted, by_offset);
+	for (size_t i = 0; i < h->nadopted; i++) {
+		struct range r = h->adopted[i];
+		if (r.host != host) {
+			h->adopted[kept++] = r;
+			continue;
+		}
+		if (fd >= 0 && end && h->adopted_cap != SIZE_MAX && r.off > at)
+			fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)at, (off_t)(r.off - at));
+		if (r.off + r.len > at)
+			at = r.off + r.len;
+	}
+	if (fd >= 0 && end > at && h->adopted_cap != SIZE_MAX)
+		fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)at, (off_t)(end - at));
+	h->nadopted = kept;
+	h->adopted_size[host] = 0;
+	pthread_mutex_unlock(&h->mu);
+}
+
 static void host_release(struct vmm_buf *b)
 {
-	/* The pages go back now; a mapping someone still holds sees zeros from here on. */
-	fallocate(b->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)b->offset, (off_t)b->size);
+	/* The pages go back now; a mapping someone still holds sees zeros from here on.  At
+	 * the end under a service manager, they stay: the next daemon adopts them. */
+	if (!b->vmm->keep_memory)
+		fallocate(b->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)b->offset, (off_t)b->size);
 	free(b);
 }
 
@@ -285,4 +342,5 @@ const struct vmm_ops vmm_host_ops = {
 	.copy = host_copy,
 	.swap = host_swap,
 	.adopt = host_adopt,
+	.trim = host_trim,
 };

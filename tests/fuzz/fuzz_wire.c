@@ -1,9 +1,11 @@
 /* libFuzzer target for the wire codec (common/wire.c), linked alone: request headers
- * and bodies as the daemon parses them, replies as the library parses them.  What
+ * and bodies as the daemon parses them, replies as the library parses them, and store
+ * images (a state file, a handover) record by record as the daemon reads them.  What
  * it accepts must be consistent: counts within bounds, paths valid, sizes sane. */
 #include "wire.h"
 
 #include <assert.h>
+#include <stdlib.h>
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -40,6 +42,38 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				assert(r.chunks[i].key && r.chunks[i].voff + r.chunks[i].nbytes <= GMSFS_VALUE_MAX);
 		}
 		wire_reply_free(&r);
+	}
+	/* An image: the head, then records of every kind, as many as parse. */
+	size_t off = 0;
+	const void *rec;
+	size_t n;
+	struct wire_image h;
+	if (!wire_image_next(data, size, &off, &rec, &n) && !wire_parse_image(rec, n, &h, why, sizeof why)) {
+		assert(h.store && h.device && h.backend && h.nfds <= (1u << 20));
+		for (uint64_t i = 0; h.fdnames && i < h.nfds; i++)
+			assert(h.fdnames[i][0] && !strchr(h.fdnames[i], ':'));
+		while (!wire_image_next(data, size, &off, &rec, &n)) {
+			int area;
+			char *path;
+			struct wire_alloc a;
+			struct entry_rec x;
+			if (!wire_parse_image_dir(rec, n, &area, &path)) {
+				assert((area == 0 || area == 1) && gmsfs_path_valid(path, strlen(path)));
+				free(path);
+			}
+			if (!wire_parse_image_alloc(rec, n, &a, h.nfds)) {
+				assert(a.size && a.aligned >= a.size && a.fd < h.nfds);
+				free(a.path);
+				free(a.tag);
+			}
+			if (!wire_parse_image_entry(rec, n, &x)) {
+				assert(x.value_len <= GMSFS_VALUE_MAX);
+				free(x.key);
+				free(x.alloc);
+				free(x.value);
+			}
+		}
+		wire_image_free(&h);
 	}
 	return 0;
 }

@@ -1,0 +1,430 @@
+"""A daemon restart loses nothing (gmsfs(5), RESTART), host backend.
+
+  - gmsfs -o takeover: a new daemon takes every store over from the running one, with no
+    copy, while a reader keeps its mapping and a writer is mid-session; 100 times.
+  - -o state=DIR under a service manager's descriptor store (manager.py stands in for
+    systemd): committed stores come back after SIGKILL or a restart, checked by their
+    layout hash; a storm of SIGKILLs under writers and readers loses no commit and shows
+    nothing uncommitted; bad and foreign images are refused and named."""
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from conftest import BUILD, ROOT
+from manager import Manager, wait_mounted
+import gmsfs
+
+KiB = 1 << 10
+
+
+def status(mnt):
+    with open(os.path.join(mnt, "status.json")) as f:
+        return json.load(f)
+
+
+def publish(store, seed, sizes=(64 * KiB, 8 * KiB)):
+    """A committed store: allocation a<i> of bytes from seed, entry w<i> naming it."""
+    if not os.path.isdir(store):
+        os.mkdir(store)
+    rng = random.Random(seed)
+    data = {}
+    with gmsfs.connect(store, "rw", timeout=10) as c:
+        for i, n in enumerate(sizes):
+            m = c.create("a%d" % i, n)
+            data["a%d" % i] = rng.randbytes(n)
+            c.buffer(m.ptr, n, writable=True)[:] = data["a%d" % i]
+            c.meta_put("w%d" % i, "a%d" % i, 0, b"value %d" % seed)
+        c.commit()
+        return data, c.layout_hash
+
+
+def read_all(store):
+    with gmsfs.connect(store, "ro", timeout=10) as c:
+        c.import_all()
+        return ({m.name: bytes(c.buffer(m.ptr, m.size)) for m in c.mappings}, c.layout_hash,
+                {k: c.meta_get(k).value for k in c.meta_list()})
+
+
+def start(mnt, *options):
+    """A daemon of its own (not the fixture's): its process, once the mount is live."""
+    log = open(mnt + ".log", "a")
+    p = subprocess.Popen([os.path.join(BUILD, "gmsfs"), "-f", "-o", ",".join(("backend=host",) + options), mnt],
+                         stderr=log)
+    return p
+
+
+def pid_of(mnt):
+    with open(os.path.join(mnt, "device")) as f:
+        return int(dict(line.rstrip("\n").split(": ", 1) for line in f)["pid"])
+
+
+@pytest.fixture
+def mnt():
+    d = tempfile.mkdtemp(prefix="gmsfs-restart.")
+    yield d
+    for _ in range(5):  # every mount this test stacked or left
+        if subprocess.run(["umount", d], capture_output=True).returncode:
+            if subprocess.run(["umount", "-l", d], capture_output=True).returncode:
+                break
+    os.rmdir(d)
+    if os.path.exists(d + ".log"):
+        os.unlink(d + ".log")
+
+
+# ---- handover ----
+
+READER = r"""
+import gmsfs, sys, time
+store, want_hash = sys.argv[1], sys.argv[2]
+c = gmsfs.connect(store, "ro", timeout=10)
+c.import_all()
+want = {m.name: bytes(c.buffer(m.ptr, m.size)) for m in c.mappings}
+ptrs = {m.name: m.ptr for m in c.mappings}
+print("mapped", flush=True)
+checks = 0
+for line in sys.stdin:
+    if line.strip() == "remap":  # after a handover: asleep, then awake at the same addresses
+        c.unmap_all()
+        c.remap_all(10)
+        assert c.layout_hash == want_hash, c.layout_hash
+        assert {m.name: m.ptr for m in c.mappings} == ptrs
+    for m in c.mappings:  # the mapping reads the same bytes throughout
+        assert bytes(c.buffer(m.ptr, m.size)) == want[m.name], m.name
+    checks += 1
+    print("ok %d" % checks, flush=True)
+"""
+
+
+def test_takeover_100_times_with_a_reader_mapped_and_a_writer_mid_session(mnt):
+    daemon = start(mnt)
+    assert wait_mounted(mnt)
+    store = os.path.join(mnt, "model")
+    data, h = publish(store, 1)
+    os.setxattr(store, "user.gms.priority", b"7")
+    other = os.path.join(mnt, "other")  # a writer is mid-session here while the reader holds model
+    odata, oh = publish(other, 2)
+    os.mkdir(os.path.join(mnt, "empty"))
+    os.setxattr(os.path.join(mnt, "empty"), "user.gms.quota", b"1M")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    reader = subprocess.Popen([sys.executable, "-c", READER, store, h], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=env)
+    assert reader.stdout.readline().strip() == "mapped"
+    for i in range(100):
+        # A writer in the middle of a session: an allocation made, not committed.
+        writer = subprocess.Popen(["sh", "-c", 'exec 9>"$1/lock"; truncate -s 4096 "$1/allocs/tmp"; echo held; '
+                                   'read x; echo > "$1/commit" 2>/dev/null && echo committed || echo refused', "sh",
+                                   other], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert writer.stdout.readline().strip() == "held"
+        new = start(mnt, "takeover")
+        daemon.wait(20)  # the old one ends once the new one serves
+        assert daemon.returncode == 0
+        daemon = new
+        assert pid_of(mnt) == new.pid
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+        # Its session stayed with the old daemon: the new one never saw it.
+        assert writer.stdout.readline().strip() == "refused"
+        writer.wait()
+        assert not os.path.exists(os.path.join(other, "allocs", "tmp"))
+        reader.stdin.write("remap\n" if i % 10 == 9 else "check\n")
+        reader.stdin.flush()
+        assert reader.stdout.readline().strip() == "ok %d" % (i + 1)
+    got, h2, meta = read_all(store)
+    assert got == data and h2 == h and meta == {"w0": b"value 1", "w1": b"value 1"}
+    assert read_all(other)[:2] == (odata, oh)
+    assert os.getxattr(store, "user.gms.priority") == b"7"
+    assert os.getxattr(os.path.join(mnt, "empty"), "user.gms.quota") == str(1 << 20).encode()
+    with open(os.path.join(store, "state")) as f:
+        st = dict(line.rstrip("\n").split(": ", 1) for line in f)
+    assert st["generation"] == "1" and st["state"] == "RO" and st["readers"] == "1"  # the reader, remapped
+    reader.stdin.close()
+    assert reader.wait(10) == 0
+    with open("/proc/mounts") as f:
+        assert sum((" %s fuse.gmsfs " % mnt) in line for line in f) == 1  # one mount: the old ones are lifted
+    subprocess.run(["umount", mnt])
+    daemon.wait(10)
+
+
+def test_a_waiting_open_goes_on_with_the_new_daemon(mnt):
+    daemon = start(mnt)
+    assert wait_mounted(mnt)
+    store = os.path.join(mnt, "s")
+    publish(store, 2)
+    holder = subprocess.Popen(["sh", "-c", 'exec 9>"$1/lock"; echo held; sleep 30', "sh", store],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    t = time.monotonic()
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    waiter = subprocess.Popen([sys.executable, "-c", "import gmsfs, sys; c = gmsfs.connect(sys.argv[1], 'ro', timeout=20);"
+                               "print(c.lock_mode)", store], stdout=subprocess.PIPE, text=True, env=env)
+    time.sleep(0.5)  # it waits for the writer
+    new = start(mnt, "takeover")
+    daemon.wait(20)
+    # The writer's session stayed behind: the waiter's lock comes from the new daemon.
+    assert waiter.communicate(timeout=20)[0].strip() == "ro"
+    assert time.monotonic() - t < 10
+    holder.kill()
+    holder.wait()
+    subprocess.run(["umount", mnt])
+    new.wait(10)
+
+
+def test_takeover_refusals(mnt):
+    r = subprocess.run([os.path.join(BUILD, "gmsfs"), "-f", "-o", "takeover", mnt], capture_output=True, text=True,
+                       timeout=10)
+    assert r.returncode == 1 and "is a gmsfs daemon serving" in r.stderr, r.stderr
+    daemon = start(mnt)
+    assert wait_mounted(mnt)
+    r = subprocess.run([os.path.join(BUILD, "gmsfs"), "-f", "-o", "takeover,state=/tmp/x", mnt], capture_output=True,
+                       text=True, timeout=10)
+    assert r.returncode == 1 and "do not go together" in r.stderr, r.stderr
+    publish(os.path.join(mnt, "s"), 11)
+    r = subprocess.run([os.path.join(BUILD, "gmsfs"), "-f", "-o", "takeover,backend=host,device=host-other", mnt],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 1 and "made on host-" in r.stderr, r.stderr
+    assert pid_of(mnt) == daemon.pid and daemon.poll() is None  # refused: the old one serves on
+    publish(os.path.join(mnt, "t"), 12)  # and takes commits again
+    subprocess.run(["umount", mnt])
+    daemon.wait(10)
+
+
+# ---- restart under a service manager ----
+
+@pytest.fixture
+def manager():
+    m = Manager()
+    yield m
+    m.close()
+
+
+def restart(manager, mnt, state, sig=signal.SIGKILL, *options):
+    manager.kill(sig)
+    subprocess.run(["umount", "-l", mnt], capture_output=True)  # a crash leaves a dead mount
+    manager.start(mnt, "backend=host", "state=" + state, *options)
+
+
+def test_committed_stores_come_back_after_sigkill_and_after_a_restart(mnt, manager, tmp_path):
+    state = str(tmp_path / "state")
+    manager.start(mnt, "backend=host", "state=" + state)
+    a, ha = publish(os.path.join(mnt, "a"), 3)
+    b, hb = publish(os.path.join(mnt, "b"), 4, sizes=(4 * KiB,))
+    os.setxattr(os.path.join(mnt, "a"), "user.gms.priority", b"-3")
+    os.mkdir(os.path.join(mnt, "empty"))
+    # A writer mid-session on b when the daemon dies: rolled back, as a writer's crash.
+    w = subprocess.Popen(["sh", "-c", 'exec 9>"$1/lock"; truncate -s 4096 "$1/allocs/tmp"; echo held; sleep 30', "sh",
+                          os.path.join(mnt, "b")], stdout=subprocess.PIPE, text=True)
+    assert w.stdout.readline().strip() == "held"
+    for sig in (signal.SIGKILL, signal.SIGTERM):  # a crash, then systemctl restart's stop
+        restart(manager, mnt, state, sig)
+        assert read_all(os.path.join(mnt, "a"))[:2] == (a, ha)
+        assert read_all(os.path.join(mnt, "b"))[:2] == (b, hb)
+        assert os.getxattr(os.path.join(mnt, "a"), "user.gms.priority") == b"-3"
+        s = status(mnt)
+        assert sorted(x["name"] for x in s["stores"]) == ["a", "b", "empty"]
+        assert s["keep"]["restored"] == 3 and s["keep"]["failed"] == []
+        assert not os.path.exists(os.path.join(mnt, "b", "allocs", "tmp"))
+    w.kill()
+    w.wait()
+    # The descriptors the manager holds are those the stores need: one memory file each here.
+    assert len(manager.names()) == status(mnt)["keep"]["descriptors"] == 2
+    # rmdir: the image goes, and with its memory freed its descriptor leaves the manager.
+    os.rmdir(os.path.join(mnt, "b"))
+    assert sorted(os.listdir(state)) == ["a.image", "empty.image"]
+    with open("/proc/sys/vm/drop_caches", "w") as f:  # the kernel's forgets: the last hold on b
+        f.write("2\n")
+    for _ in range(200):
+        if len(manager.names()) == 1:
+            break
+        time.sleep(0.01)
+    assert len(manager.names()) == 1
+    # A commit that replaces allocations: the old memory leaves the manager too.
+    a2, ha2 = publish(os.path.join(mnt, "c"), 5)
+    with gmsfs.connect(os.path.join(mnt, "c"), "rw", timeout=10) as c:
+        c.import_all()
+        c.free("a0")  # and w0, which names it
+        c.create("z", 12 * KiB)
+        c.commit()
+        hc = c.layout_hash
+    restart(manager, mnt, state)
+    assert read_all(os.path.join(mnt, "c"))[1] == hc
+    assert len(manager.names()) == status(mnt)["keep"]["descriptors"] == 2
+    manager.kill(signal.SIGTERM)
+
+
+def test_a_store_on_the_host_tier_comes_back_there(mnt, manager, tmp_path):
+    state = str(tmp_path / "state")
+    manager.start(mnt, "backend=host", "state=" + state)
+    store = os.path.join(mnt, "t")
+    data, h = publish(store, 6)
+    with open(os.path.join(store, "tier"), "w") as f:
+        f.write("host\n")
+    for _ in range(500):
+        if open(os.path.join(store, "tier")).read().strip() == "host":
+            break
+        time.sleep(0.01)
+    restart(manager, mnt, state)
+    assert open(os.path.join(store, "tier")).read().strip() == "host"
+    assert read_all(store)[:2] == (data, h)  # an open brings it back to the device
+    assert open(os.path.join(store, "tier")).read().strip() == "device"
+    manager.kill(signal.SIGTERM)
+
+
+def test_bad_and_foreign_images_are_refused_and_named(mnt, manager, tmp_path):
+    state = str(tmp_path / "state")
+    manager.start(mnt, "backend=host", "state=" + state)
+    good, hg = publish(os.path.join(mnt, "good"), 7)
+    publish(os.path.join(mnt, "changed"), 8)
+    publish(os.path.join(mnt, "cut"), 9)
+    manager.kill()
+    subprocess.run(["umount", "-l", mnt], capture_output=True)
+    # A metadata value changed on disk: the rebuilt layout's hash is not the image's.
+    p = os.path.join(state, "changed.image")
+    blob = open(p, "rb").read()
+    assert blob.count(b"value 8") == 2
+    open(p, "wb").write(blob.replace(b"value 8", b"value X", 1))
+    p = os.path.join(state, "cut.image")
+    blob = open(p, "rb").read()
+    open(p, "wb").write(blob[:-20])
+    open(os.path.join(state, "junk.image"), "wb").write(b"\x05\x00\x00\x00hello")
+    manager.start(mnt, "backend=host", "state=" + state)
+    s = status(mnt)
+    assert [x["name"] for x in s["stores"]] == ["good"]
+    failed = {f["store"]: f["error"] for f in s["keep"]["failed"]}
+    assert "layout hash" in failed["changed"] and "refused" in failed["changed"], failed
+    assert "a bad record" in failed["cut"], failed
+    assert "image head" in failed["junk"], failed
+    assert read_all(os.path.join(mnt, "good"))[:2] == (good, hg)
+    assert sorted(os.listdir(state)) == ["changed.image.failed", "cut.image.failed", "good.image", "junk.image.failed"]
+    # Their memory is not kept for them: only good's descriptor stays with the manager.
+    assert len(manager.names()) == 1
+    # Another device's images: every one refused, with where it was made.
+    manager.kill()
+    subprocess.run(["umount", "-l", mnt], capture_output=True)
+    manager.start(mnt, "backend=host", "device=host-elsewhere", "state=" + state)
+    s = status(mnt)
+    assert s["stores"] == [] and "made on host-" in s["keep"]["failed"][0]["error"], s["keep"]
+    manager.kill(signal.SIGTERM)
+
+
+def test_after_the_service_is_stopped_its_images_go(mnt, manager, tmp_path):
+    state = str(tmp_path / "state")
+    manager.start(mnt, "backend=host", "state=" + state)
+    publish(os.path.join(mnt, "s"), 10)
+    manager.kill(signal.SIGTERM)
+    manager.stop_service()  # systemctl stop: the manager lets the descriptors go
+    manager.start(mnt, "backend=host", "state=" + state)
+    assert status(mnt)["stores"] == [] and os.listdir(state) == []
+    manager.kill(signal.SIGTERM)
+
+
+def test_state_needs_a_service_manager(tmp_path):
+    d = str(tmp_path / "m")
+    os.mkdir(d)
+    env = dict(os.environ)
+    env.pop("NOTIFY_SOCKET", None)
+    r = subprocess.run([os.path.join(BUILD, "gmsfs"), "-f", "-o", "backend=host,state=%s" % (tmp_path / "s"), d],
+                       capture_output=True, text=True, timeout=10, env=env)
+    assert r.returncode == 1 and "no service manager" in r.stderr, r.stderr
+
+
+WRITER = r"""
+import gmsfs, sys, time
+store, log = sys.argv[1], sys.argv[2]
+while True:
+    try:
+        with gmsfs.connect(store, "rw", timeout=5) as c:
+            c.import_all()  # the last commit, whichever survived: the next version follows it
+            try:
+                k = int(c.meta_get("gen").value) + 1
+            except KeyError:
+                k = 1
+            m = c.create("v%d" % k, 16384)
+            c.buffer(m.ptr, 16384, writable=True)[:] = bytes([k % 251]) * 16384
+            c.meta_put("gen", "v%d" % k, 0, str(k).encode())
+            c.commit()
+        with open(log, "a") as f:  # acknowledged: this commit returned
+            f.write("%d\n" % k)
+    except (gmsfs.GmsfsError, OSError):
+        time.sleep(0.02)
+"""
+
+READER_STORM = r"""
+import gmsfs, sys, time
+store = sys.argv[1]
+bad = 0
+while True:
+    try:
+        with gmsfs.connect(store, "ro", timeout=5) as c:
+            c.import_all()
+            g = int(c.meta_get("gen").value)
+            m = c.find("v%d" % g)
+            if bytes(c.buffer(m.ptr, m.size)) != bytes([g % 251]) * 16384:
+                print("bad bytes for", g, flush=True)
+    except (gmsfs.GmsfsError, OSError, KeyError):
+        time.sleep(0.02)
+"""
+
+
+def check_versions(store, acked):
+    """Every committed version is there and whole; none past the store's own generation."""
+    with gmsfs.connect(store, "ro", timeout=10) as c:
+        c.import_all()
+        g = int(c.meta_get("gen").value)
+        names = sorted(int(m.name[1:]) for m in c.mappings)
+        for m in c.mappings:
+            k = int(m.name[1:])
+            assert bytes(c.buffer(m.ptr, m.size)) == bytes([k % 251]) * 16384, k
+    assert g >= acked, "commit %d returned, the store holds %d" % (acked, g)
+    assert names == list(range(1, g + 1)), "uncommitted or missing versions: %s (gen %d)" % (names, g)
+    return g
+
+
+def test_sigkill_storm_under_writers_and_readers_loses_no_commit(mnt, manager, tmp_path):
+    state = str(tmp_path / "state")
+    manager.start(mnt, "backend=host", "state=" + state)
+    store = os.path.join(mnt, "storm")
+    os.mkdir(store)
+    log = str(tmp_path / "acked")
+    open(log, "w").close()
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, store, log], env=env)
+    readers = [subprocess.Popen([sys.executable, "-c", READER_STORM, store], env=env, stdout=subprocess.PIPE,
+                                text=True) for _ in range(2)]
+    rng = random.Random(os.getpid())
+    kills = 0
+    for _ in range(1000):  # the writer is under way (a loaded machine starts Python slowly)
+        if os.path.getsize(log):
+            break
+        time.sleep(0.01)
+    try:
+        deadline = time.monotonic() + 40
+        while kills < 30 and time.monotonic() < deadline:
+            time.sleep(rng.uniform(0.05, 0.4))
+            manager.kill()
+            kills += 1
+            subprocess.run(["umount", "-l", mnt], capture_output=True)
+            acked = [int(x) for x in open(log).read().split()]
+            manager.start(mnt, "backend=host", "state=" + state)
+            if acked:
+                check_versions(store, acked[-1])
+    finally:
+        writer.kill()
+        writer.wait()
+        for r in readers:
+            r.kill()
+    outs = [r.communicate()[0] for r in readers]
+    acked = [int(x) for x in open(log).read().split()]
+    g = check_versions(store, acked[-1])
+    assert kills >= 10 and len(acked) >= 10, (kills, len(acked))
+    assert not any("bad" in o for o in outs), outs
+    assert status(mnt)["keep"]["failed"] == []
+    print("%d kills, %d commits acknowledged, generation %d" % (kills, len(acked), g))
+    manager.kill(signal.SIGTERM)

@@ -1,0 +1,150 @@
+#!/usr/bin/env bats
+# A daemon replaced or restarted loses no store (gmsfs(5), RESTART): gmsfs -o takeover as
+# an operator runs it, and -o state= under a service manager (python/tests/manager.py
+# stands in for systemd).  The variants run these with the daemons under ASan and valgrind.
+
+load helpers
+
+setup_file() { mount_gmsfs; }
+# The daemon serving now: a test's takeover replaced the first one.
+teardown_file() {
+	GMSFS_PID=$(sed -n 's/^pid: //p' "$MNT/device" 2>/dev/null || echo "$GMSFS_PID")
+	unmount_gmsfs
+}
+
+# takeover: a new daemon that takes the mount over, detached from the test (bats waits
+# for a test's children); waits until the device file names another daemon.  Sets NEW_PID.
+takeover() {
+	local old
+	old=$(sed -n 's/^pid: //p' "$MNT/device")
+	( ${GMSFS_WRAP:-} "$GMSFS" -f -o takeover "$@" "$MNT" >>"$MNT.log" 2>&1 3>&- & )
+	for _ in $(seq 600); do
+		NEW_PID=$(sed -n 's/^pid: //p' "$MNT/device" 2>/dev/null)
+		[ -n "$NEW_PID" ] && [ "$NEW_PID" != "$old" ] && return 0
+		sleep 0.05
+	done
+	cat "$MNT.log" >&2
+	return 1
+}
+
+commit_store() { # commit_store STORE BYTES: one allocation of BYTES of 'x', an entry naming it
+	(
+		exec 9>"$1/lock"
+		truncate -s "$2" "$1/allocs/w"
+		head -c "$2" /dev/zero | tr '\0' x >"$1/allocs/w"
+		echo "f32 [$2]" >"$1/meta/w"
+		setfattr -n user.gms.alloc -v w "$1/meta/w"
+		echo >"$1/commit"
+	)
+}
+
+@test "takeover: every store comes across with its bytes, metadata, hash and xattrs; a session does not" {
+	mkdir "$MNT/a" "$MNT/b" "$MNT/empty"
+	commit_store "$MNT/a" 10000
+	setfattr -n user.gms.priority -v 4 "$MNT/a"
+	setfattr -n user.gms.quota -v 1M "$MNT/empty"
+	hash=$(cat "$MNT/a/layout_hash")
+	hold w w "$MNT/b/lock" "truncate -s 4096 $MNT/b/allocs/tmp" # a session mid-way
+	wait_held w
+	run cat "$BATS_TEST_TMPDIR/w.rc"
+	assert_output 0 # tmp was made, in the session
+	[ "$(state_of "$MNT/b" writer)" != 0 ]
+	old=$GMSFS_PID
+	takeover
+	wait_until bash -c "! kill -0 $old"
+	GMSFS_PID=$NEW_PID
+	run cat "$MNT/a/layout_hash"
+	assert_output "$hash"
+	run head -c 5 "$MNT/a/allocs/w"
+	assert_output xxxxx
+	run cat "$MNT/a/meta/w"
+	assert_output "f32 [10000]"
+	run getfattr --absolute-names --only-values -n user.gms.priority "$MNT/a"
+	assert_output 4
+	run getfattr --absolute-names --only-values -n user.gms.quota "$MNT/empty"
+	assert_output 1048576
+	run ls "$MNT/b/allocs"
+	assert_output ""
+	state_is "$MNT/b" EMPTY
+	run grep -c " $MNT fuse.gmsfs " /proc/mounts
+	assert_output 1
+	touch "$BATS_TEST_TMPDIR/w.go"
+}
+
+@test "takeover: an open that waited on the old daemon is granted by the new one" {
+	mkdir "$MNT/c"
+	commit_store "$MNT/c" 4096
+	hold w w "$MNT/c/lock"
+	wait_held w
+	$PYTHON - "$MNT/c" "$ROOT" >"$BATS_TEST_TMPDIR/waiter.out" 2>&1 3>&- <<'PY' &
+import sys
+sys.path.insert(0, sys.argv[2] + "/python")
+import gmsfs
+with gmsfs.connect(sys.argv[1], "ro", timeout=30) as c:
+    print("granted", c.lock_mode)
+PY
+	waiter=$!
+	wait_until bash -c "grep -q 'waiting_readers: 1' $MNT/c/state"
+	old=$GMSFS_PID
+	takeover
+	GMSFS_PID=$NEW_PID
+	wait "$waiter"
+	run cat "$BATS_TEST_TMPDIR/waiter.out"
+	assert_output "granted ro"
+	touch "$BATS_TEST_TMPDIR/w.go"
+	wait_until bash -c "! kill -0 $old"
+}
+
+@test "takeover refusals: nobody serving, another device; the daemon serving keeps serving" {
+	d=$(mktemp -d)
+	run "$GMSFS" -f -o takeover "$d"
+	assert_failure
+	assert_output --partial "is a gmsfs daemon serving $d?"
+	rmdir "$d"
+	serving=$(sed -n 's/^pid: //p' "$MNT/device")
+	run timeout 30 "$GMSFS" -f -o takeover,device=host-other "$MNT"
+	assert_failure
+	assert_output --partial "made on host-"
+	run sed -n 's/^pid: //p' "$MNT/device"
+	assert_output "$serving"
+	mkdir "$MNT/after"
+	commit_store "$MNT/after" 4096 # it commits again
+}
+
+@test "state=: after SIGKILL and after a stop, the stores come back from the service manager" {
+	# The daemon is the build under test (GMSFS_BUILD); Python loads the plain library.
+	run env PYTHONPATH="$ROOT/python/tests:$ROOT/python" GMSFS_LIBRARY="$ROOT/build/libgmsfs.so.0" $PYTHON - "$BATS_TEST_TMPDIR" 3>&- <<'PY'
+import os, signal, subprocess, sys
+from manager import Manager
+import gmsfs
+tmp = sys.argv[1]
+mnt, state = os.path.join(tmp, "m"), os.path.join(tmp, "state")
+os.mkdir(mnt)
+m = Manager()
+try:
+    m.start(mnt, "backend=host", "state=" + state)
+    s = os.path.join(mnt, "s")
+    os.mkdir(s)
+    with gmsfs.connect(s, "rw") as c:
+        a = c.create("a", 8192)
+        c.buffer(a.ptr, 8192, writable=True)[:] = b"k" * 8192
+        c.meta_put("w", "a", 0, b"v")
+        c.commit()
+        h = c.layout_hash
+    for sig in (signal.SIGKILL, signal.SIGTERM):
+        m.kill(sig)
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+        m.start(mnt, "backend=host", "state=" + state)
+        with gmsfs.connect(s, "ro", timeout=10) as c:
+            c.import_all()
+            assert c.layout_hash == h and bytes(c.buffer(c.mappings[0].ptr, 8192)) == b"k" * 8192
+            assert c.meta_get("w").value == b"v"
+    print("restored twice", sorted(os.listdir(state)), len(m.names()))
+    m.kill(signal.SIGTERM)
+finally:
+    m.close()
+    subprocess.run(["umount", "-l", mnt], capture_output=True)
+PY
+	assert_success
+	assert_output "restored twice ['s.image'] 1"
+}
