@@ -4,6 +4,8 @@
 #   bench-control   control files against bench-minfs, a minimal low-level FUSE file system
 #   bench/scale.py  100,000 allocations and 1,000,000 entries: rates, ls, commit, import,
 #                   the write-open, the daemon's memory
+#   bench/restart.py a restart (takeover, under a service manager, after SIGKILL) against
+#                   loading the model again, until a reader imports
 # Usage: sh scripts/bench.sh [COUNT [BYTES [RUNS]]]   (bench-import's arguments)
 set -eu
 cd "$(dirname "$0")/.."
@@ -29,3 +31,4 @@ mkdir "$mnt/control"
 (exec 9>"$mnt/control/lock" && truncate -s 4096 "$mnt/control/allocs/a" && echo >"$mnt/control/commit")
 build/bench-control "$mnt/control" "$minfs"
 GMSFS_LIBRARY=build/libgmsfs.so.0 ${PYTHON:-/usr/bin/python3} bench/scale.py "$mnt" $pid
+${PYTHON:-/usr/bin/python3} bench/restart.py build 2

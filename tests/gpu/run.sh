@@ -5,9 +5,10 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [tests|bench|torch|load|engines|tier|adapters|switch|sharing|multi|all] [RUNS]
+#   bash tests/gpu/run.sh [tests|bench|torch|load|engines|restart|tier|adapters|switch|sharing|multi|all] [RUNS]
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
-#   engines: 8 engines at once on an 8B-shaped transformers model, and its warm start
+#   engines: 8 engines at once on an 8B-shaped transformers model, and its warm start;
+#   restart: takeover and a restart under a service manager, tested, then timed (16 GiB)
 #   multi: on a machine with two GPUs or more (the nvidia-h200-x2 kind)
 # With $OUT set (the device machine), everything printed is also kept in $OUT/gpu-WHAT.log.
 set -u
@@ -262,6 +263,12 @@ if [ "$what" = engines ] || [ "$what" = all ]; then # many engines on one store,
 	mount_gmsfs
 	timeout 590 python3 tests/gpu/engines_gpu.py "$mnt" || failed=$((failed + 1))
 	unmount_gmsfs
+fi
+if [ "$what" = restart ] || [ "$what" = all ]; then # a daemon replaced or restarted: tests, then the bench
+	mount_gmsfs
+	timeout 400 python3 tests/gpu/restart_gpu.py "$mnt" "$top/build" || failed=$((failed + 1))
+	unmount_gmsfs
+	timeout 500 python3 bench/restart.py build "${RESTART_GIB:-16}" cuda || failed=$((failed + 1))
 fi
 if [ "$what" = torch ]; then # the PyTorch warm-start benchmark alone
 	mount_gmsfs

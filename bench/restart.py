@@ -1,0 +1,226 @@
+#!/usr/bin/python3
+"""bench/restart.py BUILD [GIB [BACKEND]]: how long a daemon restart keeps a new reader
+waiting, against loading the same model again.  Not a test.
+
+Two models, each alone on a fresh mount: one of GIB GiB (default 2) in 16 tensors, loaded
+by gmsfs-load (slabs), and one of 1000 allocations of 2 MiB made by create_many.  For each,
+the time from the restart command until a fresh reader's connect + import_all succeeds (its
+Python start included, its check of the bytes not):
+  - takeover:   gmsfs -o takeover MOUNT (the old daemon hands its stores over);
+  - restart:    SIGTERM, then a new daemon under a service manager (state=: systemctl
+                restart), the memory's descriptors from the manager's store;
+  - crash:      SIGKILL, then the same;
+against the baseline measured in the same run: gmsfs-load of the same bytes (a checkpoint of
+16 or 1000 tensors) from the page cache into an empty store, until the same reader can
+import (the model loaded again).
+Every import checks that the bytes are the model's.  BACKEND: host (default) or cuda."""
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "python", "tests"))
+build = os.path.abspath(sys.argv[1])
+os.environ["GMSFS_BUILD"] = os.path.relpath(build, os.path.join(HERE, ".."))
+os.environ.setdefault("GMSFS_LIBRARY", os.path.join(build, "libgmsfs.so.0"))
+gib = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
+backend = sys.argv[3] if len(sys.argv) > 3 else "host"
+from manager import Manager  # noqa: E402
+import gmsfs  # noqa: E402
+
+T = time.perf_counter
+MiB = 1 << 20
+
+# An engine, started (imports, a CUDA context on cuda): on "go" it imports the store as
+# soon as it can and says when; then the first MiB of every allocation, checksummed.
+READER = r"""
+import gmsfs, sys, time, zlib
+store, cuda = sys.argv[1], sys.argv[2] == "cuda"
+if cuda:
+    import torch, gmsfs.torch as gt
+    torch.zeros(1, device="cuda")
+print("ready", flush=True)
+sys.stdin.readline()
+while True:
+    try:
+        c = gmsfs.connect(store, "ro", timeout=60)
+        c.import_all()
+        break
+    except (gmsfs.GmsfsError, OSError):
+        time.sleep(0.0005)  # the mount or the store is not back yet
+done = time.time()
+sums = 0
+for m in sorted(c.mappings, key=lambda m: m.name):
+    n = min(m.size, 1 << 20)
+    b = gt._bytes_at(m.ptr, n, torch.device("cuda")).cpu().numpy().tobytes() if cuda else bytes(c.buffer(m.ptr, n))
+    sums = zlib.crc32(b, sums)
+print(done, len(c.mappings), sums, flush=True)
+"""
+
+
+def checkpoint(path, n, each):
+    """A safetensors file of n uint8 tensors of each bytes (a pattern per tensor)."""
+    header, off = {}, 0
+    for i in range(n):
+        header["t%04d" % i] = {"dtype": "U8", "shape": [each], "data_offsets": [off, off + each]}
+        off += each
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for i in range(n):
+            f.write(bytes([i % 251]) * each)
+    with open(path, "rb") as f:  # into the page cache
+        while f.read(64 * MiB):
+            pass
+
+
+def start(mnt, *opts):
+    p = subprocess.Popen([os.path.join(build, "gmsfs"), "-f", "-o", ",".join(("backend=" + backend,) + opts), mnt],
+                         stderr=open(mnt + ".log", "a"))
+    for _ in range(600):
+        with open("/proc/mounts") as f:
+            if " %s fuse.gmsfs " % mnt in f.read():
+                return p
+        time.sleep(0.01)
+    raise RuntimeError(open(mnt + ".log").read())
+
+
+class Reader:
+    """An engine waiting for the store (a process of its own, started ahead)."""
+
+    def __init__(self, store):
+        self.p = subprocess.Popen([sys.executable, "-c", READER, store, backend], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "python")))
+        assert self.p.stdout.readline().strip() == "ready"
+
+    def go(self):
+        self.p.stdin.write("go\n")
+        self.p.stdin.flush()
+
+    def result(self, since):
+        """From since (time.time()) until it had imported; what it read."""
+        out = self.p.stdout.readline().split()
+        self.p.wait()
+        return float(out[0]) - since, int(out[1]), int(out[2])
+
+
+def reader(store, since):
+    r = Reader(store)
+    r.go()
+    return r.result(since)
+
+
+def make(store, kind, path):
+    """The model into store: gmsfs-load of path (big), or 1000 allocations by create_many."""
+    if kind == "big":
+        subprocess.run([os.path.join(build, "gmsfs-load"), "-q", store, path], check=True)
+        return
+    with gmsfs.connect(store, "rw") as c:
+        maps = c.create_many([("a%04d" % i, 2 * MiB) for i in range(1000)])
+        if c.backend == "host":
+            for i, m in enumerate(maps):
+                c.buffer(m.ptr, 2 * MiB, writable=True)[:] = bytes([i % 251]) * (2 * MiB)
+        c.commit()
+
+
+def unmount(mnt):
+    subprocess.run(["umount", mnt], capture_output=True)
+    subprocess.run(["umount", "-l", mnt], capture_output=True)
+
+
+def scenario(kind, path, nbytes):
+    mnt = tempfile.mkdtemp(prefix="gmsfs-bench-restart.")
+    store = os.path.join(mnt, "model")
+    rows = {}
+    # Baseline: the same bytes loaded again (gmsfs-load, page cache), until a reader imports.
+    d = start(mnt)
+    os.mkdir(store)
+    r = Reader(store)
+    t = time.time()
+    load = subprocess.Popen([os.path.join(build, "gmsfs-load"), "-q", store, path])
+    r.go()  # it waits for the commit
+    rows["loaded again (gmsfs-load from the page cache)"] = r.result(t)[0]
+    assert load.wait() == 0
+    if kind == "many":
+        subprocess.run(["rmdir", store], check=True)
+        os.mkdir(store)
+        make(store, kind, path)
+    want = reader(store, 0)[1:]
+    # takeover
+    r = Reader(store)
+    t = time.time()
+    new = subprocess.Popen([os.path.join(build, "gmsfs"), "-f", "-o", "takeover", mnt], stderr=open(mnt + ".log", "a"))
+    took, n, sums = reader_after(r, store, d.pid, t)
+    rows["gmsfs -o takeover"] = took
+    assert (n, sums) == want, ((n, sums), want)
+    d.wait(30)
+    unmount(mnt)
+    new.wait(30)
+    # restart and crash under a service manager
+    m = Manager()
+    state = mnt + ".state"
+    m.start(mnt, "backend=" + backend, "state=" + state)
+    os.mkdir(store)
+    make(store, kind, path)
+    for label, sig in (("restart (SIGTERM, start under the manager)", signal.SIGTERM),
+                       ("crash (SIGKILL, start under the manager)", signal.SIGKILL)):
+        r = Reader(store)
+        t = time.time()
+        m.kill(sig)
+        r.go()  # from now on it tries
+        unmount(mnt)
+        m.start(mnt, "backend=" + backend, "state=" + state)
+        took, n, sums = r.result(t)
+        rows[label] = took
+        assert (n, sums) == want, ((n, sums), want)
+    m.kill(signal.SIGTERM)
+    unmount(mnt)
+    m.close()
+    subprocess.run(["rm", "-rf", state])
+    os.rmdir(mnt)
+    os.unlink(mnt + ".log")
+    base = next(v for k, v in rows.items() if k.startswith("loaded again"))
+    print("# %s: %.2f GB in %d allocations (%s backend)" % (kind, nbytes / 1e9, want[0], backend))
+    for k, v in rows.items():
+        print("#   %-48s %8.3f s  %s" % (k, v, "baseline" if v is base else "%.1fx faster than loading again" % (base / v)))
+
+
+def reader_after(r, store, old_pid, since):
+    """The reader, once the new daemon serves (the device file names another pid): the old
+    one serves until then, and would answer it at once."""
+    dev = os.path.join(os.path.dirname(store), "device")
+    while True:
+        try:
+            with open(dev) as f:
+                if "pid: %d\n" % old_pid not in f.read():
+                    break
+        except OSError:
+            pass
+        time.sleep(0.0005)
+    r.go()
+    return r.result(since)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="gmsfs-bench-ckpt.", dir="/var/tmp")
+    big, many = os.path.join(tmp, "big.safetensors"), os.path.join(tmp, "many.safetensors")
+    each = int(gib * 1024 * MiB) // 16
+    checkpoint(big, 16, each)
+    scenario("big", big, 16 * each)
+    os.unlink(big)
+    checkpoint(many, 1000, 2 * MiB)
+    scenario("many", many, 1000 * 2 * MiB)
+    os.unlink(many)
+    os.rmdir(tmp)
+
+
+if __name__ == "__main__":
+    main()

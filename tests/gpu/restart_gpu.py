@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""A daemon restart on the GPU loses nothing (TAP).
+
+    restart_gpu.py MOUNT BUILD    on the cuda mount run.sh made: a store loaded by
+        gmsfs-load, a reader (torch) that keeps its mapping; then gmsfs -o takeover (the
+        new daemon holds the memory by its descriptors alone: no context, no import), a
+        move to the host tier and back through the mover with those descriptors, and a
+        SIGKILL and a restart under a service manager (python/tests/manager.py); every
+        step checked by the bytes on the device, the layout hash, the reader's addresses,
+        and device memory that comes back when the store goes."""
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests"))
+from tap import check, done  # noqa: E402
+
+mount, build = sys.argv[1], os.path.abspath(sys.argv[2])
+os.environ.setdefault("GMSFS_LIBRARY", os.path.join(build, "libgmsfs.so.0"))
+os.environ["GMSFS_BUILD"] = os.path.relpath(build, os.path.join(HERE, "..", ".."))
+import torch  # noqa: E402
+import gmsfs  # noqa: E402
+import gmsfs.torch as gt  # noqa: E402
+from manager import Manager  # noqa: E402
+
+MiB = 1 << 20
+
+
+def checkpoint(path, n, each):
+    header, off = {}, 0
+    for i in range(n):
+        header["t%02d" % i] = {"dtype": "U8", "shape": [each], "data_offsets": [off, off + each]}
+        off += each
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for i in range(n):
+            f.write(bytes([(7 * i + 3) % 251]) * each)
+
+
+def sums(c):
+    """Per allocation: the sum of its bytes, on the device."""
+    return {m.name: int(gt._bytes_at(m.ptr, m.size, torch.device("cuda")).sum(dtype=torch.int64))
+            for m in c.mappings}
+
+
+def device_used():
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                         capture_output=True, text=True).stdout
+    return int(out.split()[0]) * MiB
+
+
+def pid_of(mnt):
+    with open(os.path.join(mnt, "device")) as f:
+        return int(dict(line.rstrip("\n").split(": ", 1) for line in f)["pid"])
+
+
+def tier_round_trip(store):
+    for where in ("host", "device"):
+        with open(os.path.join(store, "tier"), "w") as f:
+            f.write(where + "\n")
+        for _ in range(3000):
+            if open(os.path.join(store, "tier")).read().strip() == where:
+                break
+            time.sleep(0.01)
+    return open(os.path.join(store, "tier")).read().strip() == "device"
+
+
+def main():
+    torch.zeros(1, device="cuda")
+    tmp = tempfile.mkdtemp(prefix="gmsfs-restart-gpu.", dir="/var/tmp")
+    path = os.path.join(tmp, "m.safetensors")
+    checkpoint(path, 8, 256 * MiB)
+    base = device_used()
+    store = os.path.join(mount, "model")
+    os.mkdir(store)
+    r = subprocess.run([os.path.join(build, "gmsfs-load"), "-q", store, path], capture_output=True, text=True)
+    check(r.returncode == 0, "gmsfs-load of 2 GiB", r.stderr)
+    c = gmsfs.connect(store, "ro", timeout=30)
+    c.import_all()
+    want, h, ptrs = sums(c), c.layout_hash, [m.ptr for m in c.mappings]
+    old = pid_of(mount)
+    new = subprocess.Popen([os.path.join(build, "gmsfs"), "-f", "-o", "takeover", mount],
+                           stderr=open(mount + ".takeover.log", "w"))
+    for _ in range(600):
+        try:
+            if pid_of(mount) == new.pid:
+                break
+        except OSError:
+            pass
+        time.sleep(0.05)
+    check(pid_of(mount) == new.pid, "gmsfs -o takeover on cuda: the new daemon serves",
+          open(mount + ".takeover.log").read()[-2000:])
+    check(sums(c) == want, "the reader's mapping reads the same bytes throughout")
+    c.unmap_all()
+    c.remap_all(30)
+    check([m.ptr for m in c.mappings] == ptrs and sums(c) == want and c.layout_hash == h,
+          "after the handover: remap_all at the same addresses, the same bytes and hash")
+    apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
+                          text=True).stdout.split()
+    check(str(new.pid) not in apps and str(old) not in apps, "neither daemon holds a CUDA context", apps)
+    c.close()
+    check(tier_round_trip(store), "a move to the host tier and back, by the mover, of memory the new daemon "
+                                  "holds by its descriptors alone")
+    with gmsfs.connect(store, "ro", timeout=30) as c2:
+        c2.import_all()
+        check(sums(c2) == want and c2.layout_hash == h, "the same bytes and hash after the round trip")
+    os.rmdir(store)
+    time.sleep(1)
+    check(device_used() < base + 512 * MiB, "rmdir gives the device memory back (%d MiB over the start)"
+          % ((device_used() - base) // MiB))
+    subprocess.run(["umount", mount])
+    new.wait(30)
+
+    # Under a service manager: SIGKILL, then a restart, with the descriptors it kept.
+    m = Manager()
+    state = mount + ".state"
+    m.start(mount, "state=" + state)
+    os.mkdir(store)
+    subprocess.run([os.path.join(build, "gmsfs-load"), "-q", store, path], check=True)
+    for sig in (signal.SIGKILL, signal.SIGTERM):
+        m.kill(sig)
+        subprocess.run(["umount", "-l", mount], capture_output=True)
+        m.start(mount, "state=" + state)
+        with gmsfs.connect(store, "ro", timeout=30) as c3:
+            c3.import_all()
+            check(sums(c3) == want and c3.layout_hash == h,
+                  "after %s and a start under the manager: the same bytes and hash" % signal.Signals(sig).name)
+    check(tier_round_trip(store), "and a move to the host tier and back")
+    m.kill(signal.SIGTERM)
+    subprocess.run(["umount", "-l", mount], capture_output=True)
+    m.close()  # the manager lets the descriptors go: the memory is freed
+    time.sleep(1)
+    check(device_used() < base + 512 * MiB, "the service stopped, the device memory comes back (%d MiB over the "
+          "start)" % ((device_used() - base) // MiB))
+    subprocess.run(["rm", "-rf", state, tmp])
+    return done()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
