@@ -33,6 +33,7 @@
 	X(cuMemUnmap, "cuMemUnmap")                                     \
 	X(cuMemSetAccess, "cuMemSetAccess")                             \
 	X(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle")   \
+	X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode") \
 	X(cuCtxGetCurrent, "cuCtxGetCurrent")                           \
 	X(cuCtxGetDevice, "cuCtxGetDevice")                             \
 	X(cuMemAlloc, "cuMemAlloc_v2")                                  \

@@ -1,8 +1,10 @@
 /* space: virtual spaces (sp_), the handle's allocations at other addresses.  Each
  * mapping of a space has a reservation of its own; the backend maps the memory of the
- * handle's mapping of the same name there again (alias).  The handle keeps every space
- * it made in a list, freed ones too (a freed one is a small record with nothing in it),
- * so that a second free is an error, not a crash. */
+ * handle's mapping of the same name there again (alias).  A range space (new_range) has
+ * one reservation instead, its mappings side by side in the order they come, so that a
+ * run of allocations is one run of addresses (a graph pool's chunks, graph.c).  The
+ * handle keeps every space it made in a list, freed ones too (a freed one is a small
+ * record with nothing in it), so that a second free is an error, not a crash. */
 #include "internal.h"
 
 #include <errno.h>
@@ -19,6 +21,8 @@ struct sp_map {
 struct gmsfs_space {
 	gmsfs *g;
 	bool freed;
+	void *base;             /* a range space's reservation of span bytes; NULL: none */
+	uint64_t span, used;    /* and how much of it its mappings take */
 	struct sp_map *v;
 	size_t n, cap;
 	struct gmsfs_space *next;
@@ -38,6 +42,23 @@ int gmsfs_space_new(gmsfs *g, gmsfs_space **out)
 	s->next = g->spaces;
 	g->spaces = s;
 	*out = s;
+	return 0;
+}
+
+int gmsfs_space_new_range(gmsfs *g, uint64_t span, gmsfs_space **out)
+{
+	if (!g || !out || !span)
+		return -EINVAL;
+	int e = gmsfs_space_new(g, out);
+	if (e)
+		return e;
+	if ((e = g->be->reserve(g, span, &(*out)->base))) {
+		(*out)->base = NULL;
+		(*out)->freed = true; /* its record stays, as a freed space's */
+		*out = NULL;
+		return gm_error(g, e, "space: reserving %llu bytes: %s", (unsigned long long)span, strerror(-e));
+	}
+	(*out)->span = span;
 	return 0;
 }
 
@@ -104,15 +125,24 @@ int gmsfs_space_map(gmsfs_space *s, const char *name, void **ptr)
 	*x = (struct sp_map){ .name = strdup(name), .aligned = m->aligned };
 	if (!x->name)
 		return gm_error(g, -ENOMEM, "out of memory");
-	if ((e = g->be->reserve(g, x->aligned, &x->ptr))) {
+	if (s->base && m->aligned > s->span - s->used) {
+		free(x->name);
+		return gm_error(g, -ENOSPC, "space: %s (%llu bytes) does not fit in the %llu left of the range", name,
+				(unsigned long long)m->aligned, (unsigned long long)(s->span - s->used));
+	}
+	if (s->base)
+		x->ptr = (char *)s->base + s->used;
+	else if ((e = g->be->reserve(g, x->aligned, &x->ptr))) {
 		free(x->name);
 		return gm_error(g, e, "space: reserving %llu bytes: %s", (unsigned long long)x->aligned, strerror(-e));
 	}
 	if ((e = alias(g, m, x, m->writable))) {
-		g->be->unreserve(g, x->ptr, x->aligned);
+		if (!s->base)
+			g->be->unreserve(g, x->ptr, x->aligned);
 		free(x->name);
 		return e;
 	}
+	s->used += s->base ? x->aligned : 0;
 	s->n++;
 	*ptr = x->ptr;
 	return 0;
@@ -124,9 +154,13 @@ static void empty(gmsfs_space *s)
 		struct sp_map *x = &s->v[i];
 		if (x->mapped)
 			s->g->be->unmap(s->g, x->ptr, x->aligned);
-		s->g->be->unreserve(s->g, x->ptr, x->aligned);
+		if (!s->base)
+			s->g->be->unreserve(s->g, x->ptr, x->aligned);
 		free(x->name);
 	}
+	if (s->base)
+		s->g->be->unreserve(s->g, s->base, s->span);
+	s->base = NULL;
 	free(s->v);
 	s->v = NULL;
 	s->n = s->cap = 0;

@@ -183,12 +183,36 @@ GMSFS_API int gmsfs_space_new(gmsfs *g, gmsfs_space **out);
  * once per space (again: the same address).  -ENOENT: the handle has not imported it;
  * -EINVAL: a freed space, or the handle holds no lock.  Words in gmsfs_errmsg. */
 GMSFS_API int gmsfs_space_map(gmsfs_space *s, const char *name, void **ptr);
+/* A space of one range of span bytes: its mappings lie side by side in it, in the order
+ * they are mapped (-ENOSPC past span), so that allocations mapped one after another are
+ * one run of addresses (a CUDA graph's memory made of chunks: gmsfs_graph_*). */
+GMSFS_API int gmsfs_space_new_range(gmsfs *g, uint64_t span, gmsfs_space **out);
 /* Unmap the space's mappings and give its address ranges back (the memory stays the
  * handle's).  A freed space's small record is kept until its handle is disconnected,
  * so that a second free, or a map after it, is -EINVAL and not a crash. */
 GMSFS_API int gmsfs_space_free(gmsfs_space *s);
 /* The handle of a space (NULL: s is NULL). */
 GMSFS_API gmsfs *gmsfs_space_handle(const gmsfs_space *s);
+
+/* ---- a memory pool for CUDA graphs: N captured shapes in the memory of the largest ---- */
+/* Graphs captured for different shapes never run at the same time (an engine replays one
+ * per step), so they may share memory: each capture gets a range space over the same
+ * chunks, allocations graph/chunkNNNNN of the store g writes to, and keeps its addresses
+ * for the graph's life.  A capture's tensors (its outputs too) hold their values until
+ * another graph of the pool runs.  One pool per process (global state, as the PyTorch
+ * allocator's).  g holds the write lock; chunk_bytes: 0 is 64 MiB; span_bytes, the most
+ * one capture may use: 0 is 256 GiB (addresses only).  g NULL: the pool forgets its chunks
+ * (their allocations stay g's). */
+GMSFS_API int gmsfs_graph_use(gmsfs *g, uint64_t chunk_bytes, uint64_t span_bytes);
+/* The next allocations are a new capture's, in a space of their own. */
+GMSFS_API int gmsfs_graph_begin(void);
+/* For CUDAPluggableAllocator(path, "gmsfs_graph_alloc", "gmsfs_graph_free") in a
+ * torch.cuda.MemPool per capture (gmsfs.torch.GraphPool does this).  NULL: past the
+ * span, or no memory. */
+GMSFS_API void *gmsfs_graph_alloc(ssize_t size, int device, void *stream);
+GMSFS_API void gmsfs_graph_free(void *ptr, ssize_t size, int device, void *stream);
+/* The memory the pool holds: its chunks, the largest capture's need rounded up. */
+GMSFS_API uint64_t gmsfs_graph_bytes(void);
 
 /* ---- PyTorch: torch.cuda.memory.CUDAPluggableAllocator(path of libgmsfs.so.0,
  * "gmsfs_torch_alloc", "gmsfs_torch_free") ---- */

@@ -349,10 +349,12 @@ class Connection:
         self._check(_waiting(_ms(timeout), lambda ms: _c.gmsfs_reallocate_all(g, ms), "reallocate_all"),
                     "reallocate_all")
 
-    def space(self):
+    def space(self, span=None):
         """A new virtual space: this connection's allocations at addresses of their own
-        (Space.map), the same memory.  Freed by Space.free, or with the connection."""
-        return Space(self)
+        (Space.map), the same memory.  span: one range of span bytes, where mappings lie
+        side by side in the order they are mapped.  Freed by Space.free, or with the
+        connection."""
+        return Space(self, span)
 
     # ---- views on the host backend ----
     def buffer(self, ptr, nbytes, writable=False):
@@ -387,9 +389,12 @@ class Space:
     through either address are seen at the other.  unmap_all and remap_all keep the
     addresses.  A context manager: leaving it frees the space."""
 
-    def __init__(self, conn):
+    def __init__(self, conn, span=None):
         self._conn, self._s, self.freed = conn, ctypes.c_void_p(), False
-        conn._check(_c.gmsfs_space_new(conn._handle(), ctypes.byref(self._s)), "space")
+        if span:
+            conn._check(_c.gmsfs_space_new_range(conn._handle(), span, ctypes.byref(self._s)), "space")
+        else:
+            conn._check(_c.gmsfs_space_new(conn._handle(), ctypes.byref(self._s)), "space")
 
     def _space(self):
         self._conn._handle()  # EBADF once the connection is closed: its spaces went with it

@@ -3,6 +3,7 @@ access follows the connection's (read-only after commit and for readers, as
 /proc/self/maps shows); unmap_all and remap_all keep the addresses; refusals; nothing
 left mapped after a free."""
 import errno
+import os
 
 import pytest
 
@@ -95,3 +96,42 @@ def test_a_thousand_spaces_leave_nothing_mapped(store):
             with c.space() as s:
                 s.map("a")
         assert sum(1 for _ in open("/proc/self/maps")) <= before + 2
+
+
+def test_a_range_space_puts_its_mappings_side_by_side(store):
+    with gmsfs.connect(store, "rw") as c:
+        for n in ("c0", "c1", "c2"):
+            m = c.create(n, MiB)
+            c.buffer(m.ptr, 1, writable=True)[:] = n[-1].encode()
+        with c.space(span=2 * MiB) as s:
+            a, b = s.map("c0"), s.map("c1")
+            assert b == a + MiB  # one run of addresses: a tensor may cross from one to the next
+            assert bytes(c.buffer(a, 1)) == b"0" and bytes(c.buffer(a + MiB, 1)) == b"1"
+            with pytest.raises(gmsfs.GmsfsError) as e:  # past its range
+                s.map("c2")
+            assert e.value.errno == errno.ENOSPC and "does not fit" in str(e.value)
+        assert perms(a) is None  # the range goes back whole
+
+
+def test_the_graph_pool_gives_each_capture_new_addresses_over_the_largest_ones_memory(store):
+    # The allocator's logic, with no GPU: what gmsfs.torch.GraphPool drives on the device.
+    from gmsfs._lib import lib
+    with gmsfs.connect(store, "rw") as c:
+        assert lib.gmsfs_graph_use(c._handle(), MiB, 16 * MiB) == 0
+        try:
+            sizes = {"small": 1 * MiB + 5, "large": 5 * MiB, "middle": 3 * MiB}
+            seen = {}
+            for name, n in sizes.items():  # captured in any order
+                assert lib.gmsfs_graph_begin() == 0
+                p = lib.gmsfs_graph_alloc(n, 0, None)
+                seen[name] = p
+                assert p and p not in [v for k, v in seen.items() if k != name]
+                c.buffer(p, 8, writable=True)[:] = name[:8].ljust(8).encode()
+            assert lib.gmsfs_graph_bytes() == 5 * MiB  # the largest capture, not the sum (9 MiB)
+            # One memory: the last write, through any capture's address.
+            assert all(bytes(c.buffer(p, 8)) == b"middle  " for p in seen.values())
+            assert sorted(os.path.basename(n) for n in os.listdir(os.path.join(store, "allocs", "graph"))) == \
+                ["chunk%05d" % i for i in range(5)]
+            assert lib.gmsfs_graph_alloc(16 * MiB, 0, None) is None  # past a capture's span
+        finally:
+            lib.gmsfs_graph_use(None, 0, 0)

@@ -5,10 +5,11 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [tests|bench|torch|load|engines|restart|tier|adapters|switch|sharing|multi|all] [RUNS]
+#   bash tests/gpu/run.sh [tests|bench|torch|load|engines|restart|graphs|tier|adapters|switch|sharing|multi|all] [RUNS]
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
 #   engines: 8 engines at once on an 8B-shaped transformers model, and its warm start;
-#   restart: takeover and a restart under a service manager, tested, then timed (16 GiB)
+#   restart: takeover and a restart under a service manager, tested, then timed (16 GiB);
+#   graphs: CUDA graphs of 8 shapes in gmsfs.torch.GraphPool against PyTorch's pools
 #   multi: on a machine with two GPUs or more (the nvidia-h200-x2 kind)
 # With $OUT set (the device machine), everything printed is also kept in $OUT/gpu-WHAT.log.
 set -u
@@ -113,7 +114,7 @@ t "mount.gmsfs GPU-uuid: the daemon in the background (forked before CUDA) serve
 t "64 allocations, three bulk readers verify every byte on the device, a reader's write is refused" scenario readers64
 for s in commit_publishes abort_on_disconnect rw_or_ro writer_blocks_readers rw_or_ro_timeout \
 	reader_after_writer_timeout several_readers reader_rw_calls_fail bad_offset free_removes \
-	remap_same remap_changed remap_rebuilt reallocate spaces requests bulk_meta shared_range create_many one_rw_per_session bad_args; do
+	remap_same remap_changed remap_rebuilt reallocate spaces graph_pool requests bulk_meta shared_range create_many one_rw_per_session bad_args; do
 	t "GMS scenario on cuda: $s" scenario "$s"
 done
 t "a writer killed after creating 4 GiB: device memory comes back, the last commit stands" scenario dead_holder_memory
@@ -269,6 +270,11 @@ if [ "$what" = restart ] || [ "$what" = all ]; then # a daemon replaced or resta
 	timeout 400 python3 tests/gpu/restart_gpu.py "$mnt" "$top/build" || failed=$((failed + 1))
 	unmount_gmsfs
 	timeout 500 python3 bench/restart.py build "${RESTART_GIB:-16}" cuda || failed=$((failed + 1))
+fi
+if [ "$what" = graphs ] || [ "$what" = all ]; then # CUDA graphs of 8 shapes in the memory of the largest
+	mount_gmsfs
+	timeout 400 python3 tests/gpu/graph_gpu.py "$mnt" || failed=$((failed + 1))
+	unmount_gmsfs
 fi
 if [ "$what" = torch ]; then # the PyTorch warm-start benchmark alone
 	mount_gmsfs

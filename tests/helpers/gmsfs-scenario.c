@@ -990,6 +990,47 @@ static int sc_spaces(void)
 	return 0;
 }
 
+/* The graph pool: captures in spaces of their own over the same chunks; the memory of
+ * the largest; a span that refuses; the spaces asleep and awake with the handle. */
+static int sc_graph_pool(void)
+{
+	const uint64_t chunk = 2u << 20, mib = 1u << 20;
+	int dev = getenv("GMSFS_SCENARIO_DEVICE") ? atoi(getenv("GMSFS_SCENARIO_DEVICE")) : 0;
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 1000));
+	CALL(g, gmsfs_graph_use(g, chunk, 64 * mib));
+	CHECK(!gmsfs_graph_alloc(4096, dev, NULL), "before a capture begins: NULL");
+	CALL(g, gmsfs_graph_begin());
+	char *a = gmsfs_graph_alloc(3 * mib, dev, NULL), *a2 = gmsfs_graph_alloc(1000, dev, NULL);
+	CHECK(a && a2 == a + 3 * mib && gmsfs_graph_bytes() == 2 * chunk, "a capture of 3 MiB: two chunks, one run "
+	      "of addresses (%p %p, %llu bytes)", (void *)a, (void *)a2, (unsigned long long)gmsfs_graph_bytes());
+	if (fill(a, 0, 3 * mib, 7))
+		return 1;
+	CALL(g, gmsfs_graph_begin());
+	char *b = gmsfs_graph_alloc(mib, dev, NULL);
+	CHECK(b && b != a && gmsfs_graph_bytes() == 2 * chunk, "a smaller capture: new addresses, no new memory");
+	if (bytes_are(b, 0, mib, 7, "the second capture over the first one's memory"))
+		return 1;
+	CALL(g, gmsfs_graph_begin());
+	char *c = gmsfs_graph_alloc(5 * mib, dev, NULL);
+	CHECK(c && gmsfs_graph_bytes() == 3 * chunk, "a larger one: the pool grows to it (%llu bytes)",
+	      (unsigned long long)gmsfs_graph_bytes());
+	CHECK(!gmsfs_graph_alloc(64 * mib, dev, NULL), "past the capture's span: NULL");
+	if (bytes_are(c, 0, 3 * mib, 7, "the third capture"))
+		return 1;
+	/* Asleep and awake: every capture's addresses stay, over the same bytes. */
+	CALL(g, gmsfs_commit(g));
+	CALL(g, gmsfs_unmap_all(g));
+	CALL(g, gmsfs_remap_all(g, 1000));
+	if (bytes_are(a, 0, 3 * mib, 7, "the first capture after remap_all") ||
+	    bytes_are(b, 0, mib, 7, "the second after remap_all"))
+		return 1;
+	CHECK(gmsfs_graph_use(g, chunk, 0) == -EPERM, "a read lock makes no pool");
+	CALL(g, gmsfs_graph_use(NULL, 0, 0));
+	gmsfs_disconnect(g);
+	return 0;
+}
+
 /* __hog STORE OUT BYTES: a writer that creates BYTES (in allocations of at most
  * 1 GiB), fills them, reports on OUT and waits to be killed. */
 static int role_hog(char **argv)
@@ -1447,6 +1488,7 @@ static const struct {
 	{ "shared_range", sc_shared_range },
 	{ "create_many", sc_create_many },
 	{ "spaces", sc_spaces },
+	{ "graph_pool", sc_graph_pool },
 };
 
 int main(int argc, char **argv)
