@@ -271,6 +271,15 @@ if [ "$what" = restart ] || [ "$what" = all ]; then # a daemon replaced or resta
 	unmount_gmsfs
 	timeout 500 python3 bench/restart.py build "${RESTART_GIB:-16}" cuda || failed=$((failed + 1))
 fi
+if [ "$what" = scenarios ]; then # SCENARIOS="a b ...": GMS scenarios on cuda, alone
+	mount_gmsfs
+	for s in ${SCENARIOS:-spaces graph_pool}; do
+		t "GMS scenario on cuda: $s" scenario "$s"
+	done
+	unmount_gmsfs
+	echo "1..$n"
+	echo "$((n - failed)) passed, $failed failed"
+fi
 if [ "$what" = graphs ] || [ "$what" = all ]; then # CUDA graphs of 8 shapes in the memory of the largest
 	mount_gmsfs
 	timeout 400 python3 tests/gpu/graph_gpu.py "$mnt" || failed=$((failed + 1))
