@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""bench/restart.py BUILD [GIB [BACKEND]]: how long a daemon restart keeps a new reader
+"""bench/restart.py BUILD [GIB [BACKEND [big,many]]]: how long a daemon restart keeps a new reader
 waiting, against loading the same model again.  Not a test.
 
 Two models, each alone on a fresh mount: one of GIB GiB (default 2) in 16 tensors, loaded
@@ -31,6 +31,7 @@ os.environ["GMSFS_BUILD"] = os.path.relpath(build, os.path.join(HERE, ".."))
 os.environ.setdefault("GMSFS_LIBRARY", os.path.join(build, "libgmsfs.so.0"))
 gib = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
 backend = sys.argv[3] if len(sys.argv) > 3 else "host"
+kinds = sys.argv[4].split(",") if len(sys.argv) > 4 else ["big", "many"]
 from manager import Manager  # noqa: E402
 import gmsfs  # noqa: E402
 
@@ -81,9 +82,14 @@ def checkpoint(path, n, each):
             pass
 
 
+DAEMONS = []  # every daemon this run started, ended at its end whatever happens
+
+
 def start(mnt, *opts):
+    log = open(mnt + ".log", "a")
     p = subprocess.Popen([os.path.join(build, "gmsfs"), "-f", "-o", ",".join(("backend=" + backend,) + opts), mnt],
-                         stderr=open(mnt + ".log", "a"))
+                         stdout=log, stderr=log)
+    DAEMONS.append(p)
     for _ in range(600):
         with open("/proc/mounts") as f:
             if " %s fuse.gmsfs " % mnt in f.read():
@@ -123,6 +129,9 @@ def make(store, kind, path):
     if kind == "big":
         subprocess.run([os.path.join(build, "gmsfs-load"), "-q", store, path], check=True)
         return
+    if backend == "cuda":  # libgmsfs maps in the thread's current context
+        import torch
+        torch.zeros(1, device="cuda")
     with gmsfs.connect(store, "rw") as c:
         maps = c.create_many([("a%04d" % i, 2 * MiB) for i in range(1000)])
         if c.backend == "host":
@@ -157,7 +166,9 @@ def scenario(kind, path, nbytes):
     # takeover
     r = Reader(store)
     t = time.time()
-    new = subprocess.Popen([os.path.join(build, "gmsfs"), "-f", "-o", "takeover", mnt], stderr=open(mnt + ".log", "a"))
+    log = open(mnt + ".log", "a")
+    new = subprocess.Popen([os.path.join(build, "gmsfs"), "-f", "-o", "takeover", mnt], stdout=log, stderr=log)
+    DAEMONS.append(new)
     took, n, sums = reader_after(r, store, d.pid, t)
     rows["gmsfs -o takeover"] = took
     assert (n, sums) == want, ((n, sums), want)
@@ -166,6 +177,7 @@ def scenario(kind, path, nbytes):
     new.wait(30)
     # restart and crash under a service manager
     m = Manager()
+    MANAGERS.append(m)
     state = mnt + ".state"
     m.start(mnt, "backend=" + backend, "state=" + state)
     os.mkdir(store)
@@ -209,17 +221,31 @@ def reader_after(r, store, old_pid, since):
     return r.result(since)
 
 
+MANAGERS = []
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="gmsfs-bench-ckpt.", dir="/var/tmp")
-    big, many = os.path.join(tmp, "big.safetensors"), os.path.join(tmp, "many.safetensors")
-    each = int(gib * 1024 * MiB) // 16
-    checkpoint(big, 16, each)
-    scenario("big", big, 16 * each)
-    os.unlink(big)
-    checkpoint(many, 1000, 2 * MiB)
-    scenario("many", many, 1000 * 2 * MiB)
-    os.unlink(many)
-    os.rmdir(tmp)
+    try:
+        if "big" in kinds:
+            big = os.path.join(tmp, "big.safetensors")
+            each = int(gib * 1024 * MiB) // 16
+            checkpoint(big, 16, each)
+            scenario("big", big, 16 * each)
+            os.unlink(big)
+        if "many" in kinds:
+            many = os.path.join(tmp, "many.safetensors")
+            checkpoint(many, 1000, 2 * MiB)
+            scenario("many", many, 1000 * 2 * MiB)
+            os.unlink(many)
+    finally:  # nothing of this run lives on (a daemon would hold the caller's pipes)
+        for m in MANAGERS:
+            if m.daemon and m.daemon.poll() is None:
+                m.daemon.kill()
+        for p in DAEMONS:
+            if p.poll() is None:
+                p.kill()
+        subprocess.run(["rm", "-rf", tmp])
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ class Manager:
             (["-o", ",".join(options)] if options else []) + [mnt]
         # LISTEN_PID is the daemon's own pid: sh's $$, which exec keeps.
         self.daemon = subprocess.Popen(["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh"] + argv, env=e,
-                                       stderr=self.log, preexec_fn=place if passed else None,
+                                       stdout=self.log, stderr=self.log, preexec_fn=place if passed else None,
                                        pass_fds=tuple(range(3, 3 + len(passed))))
         if not self.ready.wait(timeout):
             raise RuntimeError("gmsfs sent no READY=1: " + open(mnt + ".log").read()[-3000:])

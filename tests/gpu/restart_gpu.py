@@ -54,6 +54,8 @@ def sums(c):
 
 
 def device_used():
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # this process's own cached blocks (the sums' temporaries) are not the store's
     out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
                          capture_output=True, text=True).stdout
     return int(out.split()[0]) * MiB
@@ -89,8 +91,8 @@ def main():
     c.import_all()
     want, h, ptrs = sums(c), c.layout_hash, [m.ptr for m in c.mappings]
     old = pid_of(mount)
-    new = subprocess.Popen([os.path.join(build, "gmsfs"), "-f", "-o", "takeover", mount],
-                           stderr=open(mount + ".takeover.log", "w"))
+    log = open(mount + ".takeover.log", "w")
+    new = subprocess.Popen([os.path.join(build, "gmsfs"), "-f", "-o", "takeover", mount], stdout=log, stderr=log)
     for _ in range(600):
         try:
             if pid_of(mount) == new.pid:
