@@ -157,6 +157,8 @@ def scenario(kind, path, nbytes):
     load = subprocess.Popen([os.path.join(build, "gmsfs-load"), "-q", store, path])
     r.go()  # it waits for the commit
     rows["loaded again (gmsfs-load from the page cache)"] = r.result(t)[0]
+    print("#   (%s: loaded again in %.3f s; now the restarts)" % (kind, rows["loaded again (gmsfs-load from the page "
+                                                                   "cache)"]), flush=True)
     assert load.wait() == 0
     if kind == "many":
         subprocess.run(["rmdir", store], check=True)
@@ -203,6 +205,7 @@ def scenario(kind, path, nbytes):
     print("# %s: %.2f GB in %d allocations (%s backend)" % (kind, nbytes / 1e9, want[0], backend))
     for k, v in rows.items():
         print("#   %-48s %8.3f s  %s" % (k, v, "baseline" if v is base else "%.1fx faster than loading again" % (base / v)))
+    sys.stdout.flush()
 
 
 def reader_after(r, store, old_pid, since):

@@ -88,7 +88,7 @@ class Manager:
         # LISTEN_PID is the daemon's own pid: sh's $$, which exec keeps.
         self.daemon = subprocess.Popen(["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh"] + argv, env=e,
                                        stdout=self.log, stderr=self.log, preexec_fn=place if passed else None,
-                                       pass_fds=tuple(range(3, 3 + len(passed))))
+                                       close_fds=not passed)  # placed by place(): no pass_fds (3.12 checks them first)
         if not self.ready.wait(timeout):
             raise RuntimeError("gmsfs sent no READY=1: " + open(mnt + ".log").read()[-3000:])
         return self.daemon
