@@ -210,6 +210,8 @@ install: $(BIN) $(LIB) $(LOADER)
 	for f in systemd/*; do sed -e 's|/usr/bin/|$(PREFIX)/bin/|; s|/usr/sbin/|$(PREFIX)/sbin/|' $$f | \
 		install -D -m 0644 /dev/stdin $(DESTDIR)$(SYSTEMDUNITDIR)/$${f##*/}; done
 	for f in python/gmsfs/*.py; do install -D -m 0644 $$f $(DESTDIR)$(PYTHONDIR)/gmsfs/$${f##*/}; done
+	install -D -m 0644 python/gmsfs/gms_alias/gpu_memory_service/__init__.py \
+		$(DESTDIR)$(PYTHONDIR)/gmsfs/gms_alias/gpu_memory_service/__init__.py
 
 # Debian packages (gmsfs, libgmsfs0, libgmsfs-dev, python3-gmsfs) into $(B)/deb/, built
 # by debhelper in a copy of the tree (git's files, committed or not), then lintian.

@@ -1,0 +1,710 @@
+"""gmsfs.gms: the client API of NVIDIA Dynamo's GPU Memory Service (gpu_memory_service.client)
+on gmsfs, for engines that integrate GMS today (vLLM's --load-format gms, SGLang's memory
+saver, TensorRT-LLM's loader, Dynamo's failover) and should not have to change.
+
+    import gmsfs.gms
+    gmsfs.gms.install()            # import gpu_memory_service ... now gives this module
+    # or, without touching the engine: PYTHONPATH=$(python3 -m gmsfs.gms --path)
+
+Where GMS runs a server per GPU and tag, gmsfs has a mount per GPU and a store per tag: a
+"socket path" names a store.  A path that is a store directory is used as it is;
+get_socket_path(device, tag) gives the store TAG of the device's mount ($GMSFS_GMS_MOUNT,
+else the mount whose device index or uuid is the device's; the store is made if missing);
+a GMS socket path (.../gms_GPU-<uuid>_<tag>.sock) maps to that store too.
+
+GMS's semantics where they differ from gmsfs's own, as GMS's client gives them:
+  - a writer's connect starts from nothing (GMS clears the layout), where gmsfs starts
+    from the committed layout; a writer that disconnects without committing leaves the
+    last commit in place (GMS: nothing), so a crash never loses the published model;
+  - commit() publishes, then unmaps the writer and disconnects it (VAs kept);
+  - RW_OR_RO, timeouts as TimeoutError("Timeout waiting for lock"), RO sessions refuse
+    writes with RuntimeError("... not allowed for RO session");
+  - remap_all_vas() raises StaleMemoryLayoutError when the committed structure changed.
+What remains different, and why:
+  - allocation ids are the layout slots' names (slot000000, ...): gmsfs's layout hash
+    covers allocation names, so a rewrite of the same structure (RL weight refresh)
+    keeps the hash that remap_all_vas() accepts only if it keeps the names; GMS gives each
+    allocation a fresh uuid and hashes slots;
+  - mapping is libgmsfs's (one bulk import per reader, one reservation per batch), so the
+    Tier-1 calls that hand out raw descriptors or map at chosen addresses (export_handle,
+    reserve_va, map_va, free_va) raise NotImplementedError; handle in LocalMapping is 1
+    while mapped, 0 when not (no CUDA handle is kept per mapping);
+  - unmap_all_vas() gives the lock back at once (gmsfs's unmap_all), where GMS holds it
+    until abort(); the next connect() takes it again when remap_all_vas() or
+    reallocate_all_handles() maps (at the same addresses);
+  - reallocate_all_handles() keeps the allocations' ids (the names of their slots).
+On the host backend (no GPU) the same calls work on host memory: CI runs them."""
+import enum
+import errno
+import logging
+import os
+import sys
+import uuid as _uuid
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import gmsfs
+from gmsfs import GmsfsError, StaleLayoutError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RequestedLockType", "GrantedLockType", "StaleMemoryLayoutError", "LocalMapping", "GMSClientMemoryManager",
+           "get_socket_path", "install", "GetAllocationResponse", "AllocateResponse", "GetLockStateResponse",
+           "GetAllocationStateResponse"]
+
+
+class RequestedLockType(str, enum.Enum):
+    RW = "rw"
+    RO = "ro"
+    RW_OR_RO = "rw_or_ro"
+
+
+class GrantedLockType(str, enum.Enum):
+    RW = "rw"
+    RO = "ro"
+
+
+class StaleMemoryLayoutError(Exception):
+    """The committed layout changed while this process was unmapped: a LAYOUT check (sizes,
+    tags, names, metadata), not a content one."""
+
+
+@dataclass(frozen=True)
+class GetAllocationResponse:
+    allocation_id: str
+    size: int
+    aligned_size: int
+    tag: str
+    layout_slot: int
+
+
+@dataclass(frozen=True)
+class AllocateResponse:
+    allocation_id: str
+    size: int
+    aligned_size: int
+    layout_slot: int
+
+
+@dataclass(frozen=True)
+class GetLockStateResponse:
+    state: str
+    has_rw_session: bool
+    ro_session_count: int
+    waiting_writers: int
+    committed: bool
+    is_ready: bool
+
+
+@dataclass(frozen=True)
+class GetAllocationStateResponse:
+    allocation_count: int
+
+
+@dataclass(frozen=True)
+class LocalMapping:
+    allocation_id: str
+    va: int
+    size: int
+    aligned_size: int
+    handle: int  # 1 while mapped, 0 when unmapped (VA reserved)
+    tag: str
+    layout_slot: int
+
+    def with_handle(self, handle: int) -> "LocalMapping":
+        return LocalMapping(self.allocation_id, self.va, self.size, self.aligned_size, handle, self.tag,
+                            self.layout_slot)
+
+    def with_server_identity(self, allocation_id: str, layout_slot: int) -> "LocalMapping":
+        return LocalMapping(allocation_id, self.va, self.size, self.aligned_size, self.handle, self.tag, layout_slot)
+
+
+# ---- stores: where GMS says socket ----
+
+SLOT_PREFIX = "slot"
+
+
+def _slot_of(name: str) -> int:
+    try:
+        return int(name[len(SLOT_PREFIX):]) if name.startswith(SLOT_PREFIX) else -1
+    except ValueError:
+        return -1
+
+
+def _mount_of_device(device: int) -> str:
+    env = os.environ.get("GMSFS_GMS_MOUNT")
+    if env:
+        return env
+    from gmsfs import ctl
+    for m in ctl.mounts():
+        try:
+            d = ctl.status(m)["device"]
+        except (OSError, ValueError):
+            continue
+        if d.get("index") == device:
+            return m
+    raise FileNotFoundError("no gmsfs mount for device %d (set GMSFS_GMS_MOUNT)" % device)
+
+
+def get_socket_path(device: int, tag: str = "weights") -> str:
+    """The store of the device's mount for tag (made when missing): what GMS's
+    get_socket_path names a server socket for."""
+    store = os.path.join(_mount_of_device(device), tag)
+    try:
+        os.mkdir(store)
+    except FileExistsError:
+        pass
+    return store
+
+
+def _store_of(socket_path: str) -> str:
+    if os.path.isfile(os.path.join(socket_path, "lock")):
+        return socket_path
+    base = os.path.basename(socket_path)
+    if base.startswith("gms_") and base.endswith(".sock"):  # gms_GPU-<uuid>_<tag>.sock
+        uuid, _, tag = base[4:-5].partition("_")
+        from gmsfs import ctl
+        for m in ctl.mounts():
+            try:
+                if ctl.status(m)["device"].get("uuid") == uuid:
+                    return get_socket_path_in(m, tag)
+            except (OSError, ValueError):
+                continue
+    raise FileNotFoundError("%s: neither a gmsfs store nor a GMS socket of a gmsfs mount's device" % socket_path)
+
+
+def get_socket_path_in(mount: str, tag: str) -> str:
+    store = os.path.join(mount, tag)
+    try:
+        os.mkdir(store)
+    except FileExistsError:
+        pass
+    return store
+
+
+# Metadata keys: GMS's are any string; a gmsfs key is a path.  A key that is not one (or
+# that starts with %) is kept hex-escaped behind a %.
+def _key_path(key: str) -> str:
+    parts = key.split("/")
+    if key and not key.startswith("%") and all(p and p not in (".", "..") for p in parts) and "\0" not in key \
+            and len(key.encode()) <= 1024:
+        return key
+    return "%" + key.encode().hex()
+
+
+def _key_of(path: str) -> str:
+    return bytes.fromhex(path[1:]).decode() if path.startswith("%") else path
+
+
+def _state(store: str) -> dict:
+    with open(os.path.join(store, "state")) as f:
+        return dict(line.rstrip("\n").split(": ", 1) for line in f if ": " in line)
+
+
+# ---- a session: one lock on one store ----
+
+class _Link:
+    """What GMS's transport socket is to a test that drops it: closing it ends the session
+    (its lock, and a writer's uncommitted work)."""
+
+    def __init__(self, session):
+        self._session = session
+
+    def shutdown(self, how=None):
+        self._session._end()
+
+    def close(self):
+        self._session._end()
+
+
+class _Transport:
+    def __init__(self, session):
+        self._socket = _Link(session)
+
+    @property
+    def is_connected(self):
+        return self._socket is not None and self._socket._session._c is not None
+
+
+class _GMSClientSession:
+    """A connected session with its granted lock (gpu_memory_service.client.session)."""
+
+    def __init__(self, socket_path: str, lock_type: RequestedLockType, timeout_ms: Optional[int]):
+        self._store = _store_of(socket_path)
+        self._requested_lock_type = RequestedLockType(lock_type)
+        mode = {RequestedLockType.RO: "ro", RequestedLockType.RW: "rw", RequestedLockType.RW_OR_RO: "auto"}
+        try:
+            self._c = gmsfs.connect(self._store, mode[self._requested_lock_type],
+                                    None if timeout_ms is None else max(timeout_ms, 0) / 1000.0)
+        except GmsfsError as e:
+            if e.errno in (errno.ETIMEDOUT, errno.EAGAIN):
+                raise TimeoutError("Timeout waiting for lock") from e
+            raise
+        self._committed = bool(self._c.layout_hash)
+        self._granted_lock_type = GrantedLockType.RW if self._c.lock_mode == "rw" else GrantedLockType.RO
+        self._transport = _Transport(self)
+        if self._granted_lock_type == GrantedLockType.RW:
+            self._clear()  # GMS: a writer starts from nothing
+        else:
+            self._c.import_all()
+        logger.info("Connected with %s lock (granted=%s), committed=%s", self._requested_lock_type.value,
+                    self._granted_lock_type.value, self._committed)
+
+    def _clear(self):
+        """The committed layout, gone from this session (the writer's own: a member of its
+        session, it unlinks through the mount; a rollback would bring it back)."""
+        for area in ("meta", "allocs"):
+            root = os.path.join(self._store, area)
+            for d, dirs, files in os.walk(root, topdown=False):
+                for f in files:
+                    os.unlink(os.path.join(d, f))
+                for x in dirs:
+                    os.rmdir(os.path.join(d, x))
+
+    def _end(self):
+        if self._c is not None:
+            self._c.close()
+            self._c = None
+
+    def _conn(self):
+        if self._c is None:
+            raise ConnectionError("GMS session is closed")
+        return self._c
+
+    def _need_rw(self, what):
+        if self._granted_lock_type != GrantedLockType.RW:
+            raise RuntimeError("%s not allowed for RO session" % what)
+
+    @property
+    def committed(self) -> bool:
+        return self._committed
+
+    @property
+    def lock_type(self) -> GrantedLockType:
+        return self._granted_lock_type
+
+    @property
+    def is_connected(self) -> bool:
+        return self._c is not None
+
+    def is_ready(self) -> bool:
+        return self.committed
+
+    def get_lock_state(self) -> GetLockStateResponse:
+        s = _state(self._store)
+        committed = int(s.get("generation", "0")) > 0
+        return GetLockStateResponse(state=s["state"], has_rw_session=s.get("writer", "0") != "0",
+                                    ro_session_count=int(s.get("readers", 0)),
+                                    waiting_writers=int(s.get("waiting_writers", 0)), committed=committed,
+                                    is_ready=committed)
+
+    def get_allocation_state(self) -> GetAllocationStateResponse:
+        return GetAllocationStateResponse(allocation_count=len(self.list_allocations()))
+
+    def _info(self, m) -> GetAllocationResponse:
+        return GetAllocationResponse(allocation_id=m.name, size=m.size, aligned_size=m.aligned, tag=m.tag,
+                                     layout_slot=_slot_of(m.name))
+
+    def allocate_info(self, size: int, tag: str = "default") -> AllocateResponse:
+        self._need_rw("allocate")
+        c = self._conn()
+        slot = max([_slot_of(m.name) for m in c.mappings] + [-1]) + 1
+        m = c.create("%s%06d" % (SLOT_PREFIX, slot), int(size), tag)
+        return AllocateResponse(allocation_id=m.name, size=m.size, aligned_size=m.aligned, layout_slot=slot)
+
+    def allocate(self, size: int, tag: str = "default"):
+        r = self.allocate_info(size, tag)
+        return r.allocation_id, r.aligned_size
+
+    def export(self, allocation_id: str) -> int:
+        raise NotImplementedError("gmsfs.gms: descriptors stay inside libgmsfs; map with create_mapping")
+
+    def get_allocation(self, allocation_id: str) -> GetAllocationResponse:
+        try:
+            return self._info(self._conn().find(allocation_id))
+        except KeyError:
+            raise RuntimeError("unknown allocation_id %s" % allocation_id) from None
+
+    def list_allocations(self, tag: Optional[str] = None) -> List[GetAllocationResponse]:
+        infos = [self._info(m) for m in self._conn().mappings if tag is None or m.tag == tag]
+        return sorted(infos, key=lambda i: i.layout_slot)
+
+    def free(self, allocation_id: str) -> bool:
+        self._need_rw("free")
+        try:
+            self._conn().free(allocation_id)  # and the entries naming it
+        except KeyError:
+            return False
+        return True
+
+    def metadata_put(self, key: str, allocation_id: str, offset_bytes: int, value: bytes) -> bool:
+        self._need_rw("metadata_put")
+        c = self._conn()
+        try:
+            m = c.find(allocation_id)
+        except KeyError:
+            raise RuntimeError("metadata_put %s: unknown allocation_id %s" % (key, allocation_id)) from None
+        if not 0 <= offset_bytes < m.aligned:
+            raise RuntimeError("metadata_put %s: offset %d out of range for %s (%d bytes)"
+                               % (key, offset_bytes, allocation_id, m.aligned))
+        c.meta_put(_key_path(key), allocation_id, int(offset_bytes), bytes(value))
+        return True
+
+    def metadata_get(self, key: str):
+        try:
+            e = self._conn().meta_get(_key_path(key))
+        except KeyError:
+            return None
+        return e.alloc, e.offset, e.value
+
+    def metadata_delete(self, key: str) -> bool:
+        self._need_rw("metadata_delete")
+        try:
+            self._conn().meta_delete(_key_path(key))
+        except GmsfsError as e:
+            if e.errno == errno.ENOENT:
+                return False
+            raise
+        return True
+
+    def metadata_list(self, prefix: str = "") -> List[str]:
+        return sorted(k for k in (_key_of(p) for p in self._conn().meta_list()) if k.startswith(prefix))
+
+    def get_memory_layout_hash(self) -> str:
+        return self._conn().layout_hash
+
+    def commit(self) -> bool:
+        self._need_rw("commit")
+        self._conn().commit()
+        self._committed = True
+        self._end()
+        logger.info("Committed weights and released RW connection")
+        return True
+
+    def close(self) -> None:
+        self._end()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# ---- the memory manager (gpu_memory_service.client.memory_manager) ----
+
+class GMSClientMemoryManager:
+    """GMS's memory manager on a gmsfs store.  The constructor does not connect: call
+    connect().  Addresses are libgmsfs's: kept across unmap_all_vas and remap_all_vas."""
+
+    def __init__(self, socket_path: str, *, device: int = 0, tag: Optional[str] = None) -> None:
+        self.socket_path = socket_path
+        self.device = device
+        self.tag = tag
+        self._client: Optional[_GMSClientSession] = None
+        self._asleep: Optional[gmsfs.Connection] = None  # unmapped, addresses kept, no lock
+        self._mappings: Dict[int, LocalMapping] = {}
+        self._inverse_mapping: Dict[str, int] = {}
+        self._unmapped = False
+        self._va_preserved = False
+        self._granted_lock_type: Optional[GrantedLockType] = None
+        self._requested: Optional[RequestedLockType] = None
+        self._timeout_ms: Optional[int] = None
+        self.granularity = 2 << 20  # the device's; the host backend's pages are smaller
+
+    # ---- properties ----
+    @property
+    def granted_lock_type(self) -> Optional[GrantedLockType]:
+        return self._granted_lock_type
+
+    @property
+    def is_connected(self) -> bool:
+        return self._client is not None and self._client.is_connected
+
+    @property
+    def is_unmapped(self) -> bool:
+        return self._unmapped
+
+    @property
+    def mappings(self) -> Dict[int, LocalMapping]:
+        return self._mappings
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(m.aligned_size for m in self._mappings.values())
+
+    # ---- connection ----
+    def connect(self, lock_type: RequestedLockType, timeout_ms: Optional[int] = None) -> None:
+        if self._client is not None:
+            raise RuntimeError("Memory manager is already connected")
+        lock_type = RequestedLockType(lock_type)
+        if self._asleep is not None:
+            # The addresses are kept by the sleeping connection: remap_all_vas or
+            # reallocate_all_handles takes the lock again as it maps.
+            self._requested, self._timeout_ms = lock_type, timeout_ms
+            self._granted_lock_type = GrantedLockType.RO if lock_type == RequestedLockType.RO else GrantedLockType.RW
+            return
+        self._client = _GMSClientSession(self.socket_path, lock_type, timeout_ms)
+        self._granted_lock_type = self._client.lock_type
+        self._granularity()
+
+    def _granularity(self):
+        with open(os.path.join(self._client._store, "..", "device")) as f:
+            d = dict(line.rstrip("\n").split(": ", 1) for line in f if ": " in line)
+        self.granularity = int(d.get("granularity", self.granularity))
+
+    def abort(self) -> None:
+        """Drop the session; mappings still held are unmapped with their addresses kept."""
+        if self._client is not None:
+            c, self._client = self._client._c, None
+            if c is not None and self._mappings:
+                self._sleep(c)
+            elif c is not None:
+                c.close()
+        self._granted_lock_type = None
+
+    def _sleep(self, c):
+        c.unmap_all()
+        self._asleep = c
+        for va, m in list(self._mappings.items()):
+            self._mappings[va] = m.with_handle(0)
+        self._va_preserved = self._unmapped = True
+
+    # ---- Tier 1 ----
+    def allocate_handle(self, size: int, tag: str = "default"):
+        self._require_rw()
+        r = self._client_rpc.allocate_info(size, tag)
+        m = self._client_rpc._conn().find(r.allocation_id)
+        self._track(LocalMapping(r.allocation_id, m.ptr, m.size, m.aligned, 1, tag, r.layout_slot))
+        return r.allocation_id, r.layout_slot
+
+    def export_handle(self, allocation_id: str) -> int:
+        raise NotImplementedError("gmsfs.gms: descriptors stay inside libgmsfs; use create_mapping")
+
+    def reserve_va(self, size: int) -> int:
+        raise NotImplementedError("gmsfs.gms: libgmsfs reserves and maps; use create_mapping")
+
+    def map_va(self, *args, **kwargs) -> int:
+        raise NotImplementedError("gmsfs.gms: libgmsfs reserves and maps; use create_mapping")
+
+    def free_va(self, va: int) -> None:
+        raise NotImplementedError("gmsfs.gms: addresses go with destroy_mapping or close")
+
+    def get_handle_info(self, allocation_id: str) -> GetAllocationResponse:
+        return self._client_rpc.get_allocation(allocation_id)
+
+    def free_handle(self, allocation_id: str) -> bool:
+        if not self._client_rpc.free(allocation_id):
+            raise RuntimeError("GMS free_handle failed for allocation_id=%s" % allocation_id)
+        return True
+
+    def list_handles(self, tag: Optional[str] = None) -> List[GetAllocationResponse]:
+        return self._client_rpc.list_allocations(tag)
+
+    def get_memory_layout_hash(self) -> str:
+        return self._client_rpc.get_memory_layout_hash()
+
+    def metadata_put(self, key: str, allocation_id: str, offset_bytes: int, value: bytes) -> bool:
+        return self._client_rpc.metadata_put(key, allocation_id, offset_bytes, value)
+
+    def metadata_get(self, key: str):
+        return self._client_rpc.metadata_get(key)
+
+    def metadata_list(self, prefix: str = "") -> List[str]:
+        return self._client_rpc.metadata_list(prefix)
+
+    def metadata_delete(self, key: str) -> bool:
+        return self._client_rpc.metadata_delete(key)
+
+    def commit(self) -> bool:
+        """Publish, then unmap this writer (addresses kept) and disconnect, as GMS does."""
+        self._require_rw()
+        c = self._client_rpc._conn()
+        c.commit()
+        self._client._c = None
+        self._client = None
+        self._granted_lock_type = None
+        self._sleep(c)
+        return True
+
+    # ---- Tier 2 ----
+    def create_mapping(self, allocation_id: Optional[str] = None, size: int = 0, tag: str = "default") -> int:
+        if allocation_id is not None:
+            va = self._inverse_mapping.get(allocation_id)
+            if va is not None:
+                if self._mappings[va].handle == 0:
+                    raise RuntimeError("Allocation %s is cached but unmapped (VA 0x%x). Use remap_all_vas() to "
+                                       "restore." % (allocation_id, va))
+                return va
+            try:
+                m = self._client_rpc._conn().find(allocation_id)
+            except KeyError:
+                raise RuntimeError("unknown allocation_id %s" % allocation_id) from None
+            self._track(LocalMapping(m.name, m.ptr, m.size, m.aligned, 1, m.tag, _slot_of(m.name)))
+            return m.ptr
+        if size <= 0:
+            raise ValueError("size must be > 0 when allocation_id is None")
+        alloc_id, _ = self.allocate_handle(size, tag)
+        return self._inverse_mapping[alloc_id]
+
+    def destroy_mapping(self, va: int) -> None:
+        m = self._mappings.get(va)
+        if m is None:
+            return
+        if self._granted_lock_type == GrantedLockType.RW and self._client is not None:
+            self.free_handle(m.allocation_id)
+        self._mappings.pop(va, None)
+        self._inverse_mapping.pop(m.allocation_id, None)
+
+    def unmap_all_vas(self) -> None:
+        """Unmap everything, addresses kept; the lock goes back (gmsfs's unmap_all)."""
+        if self._client is not None and self._client._c is not None:
+            c, self._client._c = self._client._c, None
+            self._client = None
+            self._sleep(c)
+
+    def remap_all_vas(self) -> None:
+        """The same allocations at the same addresses; StaleMemoryLayoutError when the
+        committed layout's structure changed."""
+        c = self._asleep
+        if c is None:
+            if self._client is None:
+                raise RuntimeError("Memory manager is not connected")
+            return  # nothing is unmapped
+        if self._realloc_pending:  # reallocate_all_handles mapped the fresh memory already
+            self._realloc_pending = False
+        else:
+            try:
+                c.remap_all(None if self._timeout_ms is None else self._timeout_ms / 1000.0)
+            except StaleLayoutError as e:
+                raise StaleMemoryLayoutError("Layout changed: %s" % e) from None
+        self._wake(c)
+
+    _realloc_pending = False
+
+    def _wake(self, c):
+        self._asleep = None
+        self._client = _GMSClientSession.__new__(_GMSClientSession)
+        self._client._store = _store_of(self.socket_path)
+        self._client._requested_lock_type = self._requested or RequestedLockType.RO
+        self._client._c = c
+        self._client._committed = bool(c.layout_hash)
+        self._client._granted_lock_type = GrantedLockType.RW if c.lock_mode == "rw" else GrantedLockType.RO
+        self._client._transport = _Transport(self._client)
+        self._granted_lock_type = self._client._granted_lock_type
+        for va, m in list(self._mappings.items()):
+            self._mappings[va] = m.with_handle(1)
+        self._va_preserved = self._unmapped = False
+        self._requested = None
+
+    def reallocate_all_handles(self, tag: str = "default") -> None:
+        """Fresh memory behind every kept address, for a writer (a failover's shadow).  The
+        handles stay 0 until remap_all_vas(), as GMS's."""
+        if self._asleep is None or not self._va_preserved:
+            raise RuntimeError("reallocate_all_handles requires preserved VAs (call unmap_all_vas first)")
+        if self._requested == RequestedLockType.RO:
+            raise RuntimeError("Operation requires RW mode")
+        self._asleep.reallocate_all(None if self._timeout_ms is None else self._timeout_ms / 1000.0)
+        self._realloc_pending = True  # mapped already: remap_all_vas marks them
+
+    def close(self, *, best_effort: bool = False) -> None:
+        for c in (self._client._c if self._client else None, self._asleep):
+            if c is not None:
+                c.close()
+        self._client = self._asleep = None
+        self._mappings.clear()
+        self._inverse_mapping.clear()
+        self._granted_lock_type = None
+        self._unmapped = self._va_preserved = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- internals ----
+    @property
+    def _client_rpc(self) -> _GMSClientSession:
+        if self._client is None:
+            if self._unmapped:
+                raise RuntimeError("Memory manager is unmapped")
+            raise RuntimeError("Memory manager is not connected")
+        return self._client
+
+    def _require_rw(self) -> None:
+        if self._granted_lock_type != GrantedLockType.RW:
+            raise RuntimeError("Operation requires RW mode")
+
+    def _track(self, m: LocalMapping) -> None:
+        self._mappings[m.va] = m
+        self._inverse_mapping[m.allocation_id] = m.va
+
+
+# ---- import gpu_memory_service: these modules ----
+
+_PACKAGES = ("gpu_memory_service", "gpu_memory_service.client", "gpu_memory_service.common",
+             "gpu_memory_service.common.protocol", "gpu_memory_service.client.torch")
+_MODULES = {
+    "gpu_memory_service.client.memory_manager": "gmsfs.gms",
+    "gpu_memory_service.client.session": "gmsfs.gms",
+    "gpu_memory_service.common.locks": "gmsfs.gms",
+    "gpu_memory_service.common.utils": "gmsfs.gms",
+    "gpu_memory_service.common.protocol.messages": "gmsfs.gms",
+    "gpu_memory_service.client.torch.allocator": "gmsfs.gms_torch",
+    "gpu_memory_service.client.torch.module": "gmsfs.gms_torch",
+    "gpu_memory_service.client.torch.tensor": "gmsfs.gms_torch",
+}
+
+
+class _Finder:
+    """A meta path finder: GMS's client modules are these (torch's loaded on first use)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        import importlib.machinery
+        if fullname in _PACKAGES or fullname in _MODULES:
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=fullname in _PACKAGES)
+        return None
+
+    def create_module(self, spec):
+        import importlib
+        import types
+        if spec.name in _MODULES:
+            return importlib.import_module(_MODULES[spec.name])
+        m = types.ModuleType(spec.name, "gmsfs.gms: GMS's %s on gmsfs" % spec.name)
+        m.__path__ = []
+        if spec.name == "gpu_memory_service.client":
+            m.GMSClientMemoryManager = GMSClientMemoryManager
+        return m
+
+    def exec_module(self, module):
+        pass
+
+
+def install():
+    """From now on `import gpu_memory_service...` (the client side: memory_manager,
+    session, common.locks, common.utils, the torch helpers) gives gmsfs.gms.  Idempotent."""
+    if any(isinstance(f, _Finder) for f in sys.meta_path):
+        return
+    alias = alias_path()
+    for name in list(sys.modules):  # the real GMS's client, if it was imported, is replaced
+        if name in _PACKAGES or name in _MODULES:
+            if not (getattr(sys.modules[name], "__file__", None) or "").startswith(alias):
+                del sys.modules[name]
+    sys.meta_path.insert(0, _Finder())
+
+
+def invalidate_uuid_cache() -> None:
+    """GMS's: the device's mount is looked up at each get_socket_path."""
+
+
+def alias_path() -> str:
+    """A directory to put on PYTHONPATH: its gpu_memory_service package installs this."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "gms_alias")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--path"]:
+        print(alias_path())
+    else:
+        print("usage: python3 -m gmsfs.gms --path   (a PYTHONPATH entry where gpu_memory_service is gmsfs.gms)")

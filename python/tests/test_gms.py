@@ -1,0 +1,270 @@
+"""gmsfs.gms, GMS's client API on gmsfs (host backend): the flows of GMS's own
+test_runtime_flows.py that need no CUDA (lock types, metadata, commit, hash, stale
+detection, timeouts), through the same classes, and the import alias."""
+import errno
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import ROOT
+import gmsfs
+import gmsfs.gms as gms
+from gmsfs.gms import GMSClientMemoryManager, GrantedLockType, RequestedLockType, StaleMemoryLayoutError
+from gmsfs.gms import _GMSClientSession as Session
+
+
+def waiting_writers(store):
+    with open(os.path.join(store, "state")) as f:
+        return int(dict(line.rstrip("\n").split(": ", 1) for line in f)["waiting_writers"])
+
+
+def wait_writers(store, n, timeout=5):
+    end = time.time() + timeout
+    while waiting_writers(store) != n:
+        assert time.time() < end, "waiting writers: %d, not %d" % (waiting_writers(store), n)
+        time.sleep(0.01)
+
+
+def test_commit_publishes_allocations_metadata_and_hash_and_ends_the_writer(store):
+    w = GMSClientMemoryManager(store)
+    w.connect(RequestedLockType.RW)
+    va = w.create_mapping(size=4096, tag="weights")
+    aid = w.mappings[va].allocation_id
+    assert w.granted_lock_type == GrantedLockType.RW and w.mappings[va].layout_slot == 0
+    w.metadata_put("tensor.0", aid, 0, b"weights")
+    assert w.commit()
+    assert w.is_unmapped and not w.is_connected and w.mappings[va].handle == 0  # as GMS: unmapped, VAs kept
+    with Session(store, RequestedLockType.RO, None) as r:
+        assert r.lock_type == GrantedLockType.RO and r.committed
+        assert [a.allocation_id for a in r.list_allocations()] == [aid]
+        assert r.metadata_get("tensor.0") == (aid, 0, b"weights")
+        assert len(r.get_memory_layout_hash()) == 32
+    w.close()
+
+
+def test_a_dropped_writer_leaves_nothing_and_the_next_starts_clean(store):
+    w = Session(store, RequestedLockType.RW, None)
+    aid, _ = w.allocate(4096, "weights")
+    w.metadata_put("stale", aid, 0, b"value")
+    w._transport._socket.shutdown()  # the connection lost mid-session
+    w._transport._socket.close()
+    with Session(store, RequestedLockType.RW, None) as n:
+        assert n.list_allocations() == [] and n.metadata_list() == []
+
+
+def test_rw_or_ro_is_a_writer_on_an_empty_store_and_a_reader_on_a_committed_one(store):
+    s = Session(store, RequestedLockType.RW_OR_RO, 100)
+    assert s.lock_type == GrantedLockType.RW
+    s.commit()
+    with Session(store, RequestedLockType.RW_OR_RO, 100) as s:
+        assert s.lock_type == GrantedLockType.RO and s.committed
+
+
+def test_a_writer_starts_from_nothing_but_its_crash_keeps_the_last_commit(store):
+    w = GMSClientMemoryManager(store)
+    w.connect(RequestedLockType.RW)
+    va = w.create_mapping(size=4096, tag="weights")
+    w.metadata_put("tensor.0", w.mappings[va].allocation_id, 0, b"v1")
+    w.commit()
+    second = Session(store, RequestedLockType.RW, None)
+    assert second.list_allocations() == [] and second.metadata_list() == []  # GMS's semantics
+    second.close()  # without commit: gmsfs keeps the published model (GMS would have lost it)
+    with Session(store, RequestedLockType.RO, None) as r:
+        assert r.metadata_get("tensor.0")[2] == b"v1"
+    w.close()
+
+
+HOLD_READ = """
+import sys
+import gmsfs.gms as g
+s = g._GMSClientSession(sys.argv[1], g.RequestedLockType.RO, None)
+print("held", flush=True)
+sys.stdin.readline()
+s.close()
+"""
+
+
+def test_a_waiting_writer_holds_new_readers_back_until_the_last_reader_goes(store):
+    # gmsfs's locks are a process's (the kernel names processes): the reader is another
+    # process here, where GMS's own test uses a thread of the same one.
+    Session(store, RequestedLockType.RW, None).commit()
+    reader = subprocess.Popen([sys.executable, "-c", HOLD_READ, store], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+    assert reader.stdout.readline().strip() == "held"
+    got = {}
+
+    def open_writer():
+        try:
+            got["session"] = Session(store, RequestedLockType.RW, 5000)
+        except Exception as e:
+            got["error"] = e
+    t = threading.Thread(target=open_writer)
+    t.start()
+    wait_writers(store, 1)
+    with pytest.raises(TimeoutError, match="Timeout waiting for lock"):
+        Session(store, RequestedLockType.RO, 100)
+    with pytest.raises(TimeoutError, match="Timeout waiting for lock"):
+        Session(store, RequestedLockType.RW_OR_RO, 100)
+    reader.communicate("go\n")
+    t.join(5)
+    assert got["session"].lock_type == GrantedLockType.RW
+    got["session"].close()
+
+
+def test_a_reader_refuses_writes_and_states_follow_the_store(store):
+    w = Session(store, RequestedLockType.RW, None)
+    aid, aligned = w.allocate(4096, "weights")
+    ls = w.get_lock_state()
+    assert ls.state == "RW" and ls.has_rw_session and ls.ro_session_count == 0
+    assert w.get_allocation_state().allocation_count == 1
+    with pytest.raises(RuntimeError, match="out of range"):  # refused, nothing changed
+        w.metadata_put("tensor.bad", aid, aligned, b"x")
+    assert w.metadata_list() == []
+    w.metadata_put("tensor.0", aid, 0, b"x")
+    w.commit()
+    with Session(store, RequestedLockType.RO, None) as r:
+        for call in (lambda: r.allocate(4096, "weights"), r.commit, lambda: r.metadata_delete("tensor.0")):
+            with pytest.raises(RuntimeError, match="not allowed for RO session"):
+                call()
+        ls = r.get_lock_state()
+        assert ls.state == "RO" and not ls.has_rw_session and ls.ro_session_count == 1 and ls.is_ready
+        assert r.get_allocation_state().allocation_count == 1
+
+
+def test_destroy_mapping_frees_the_allocation_and_its_metadata(store):
+    w = GMSClientMemoryManager(store)
+    w.connect(RequestedLockType.RW)
+    va = w.create_mapping(size=4096, tag="weights")
+    w.metadata_put("tensor.0", w.mappings[va].allocation_id, 0, b"payload")
+    w.destroy_mapping(va)
+    assert w.list_handles() == [] and w.metadata_list() == []
+    w.close()
+
+
+def test_remap_after_the_same_structure_and_after_another(store):
+    def publish(size, value):
+        w = GMSClientMemoryManager(store)
+        w.connect(RequestedLockType.RW)
+        va = w.create_mapping(size=size, tag="weights")
+        gmsfs_buf = w._client._conn().buffer(va, 4, writable=True)
+        gmsfs_buf[:] = value
+        w.metadata_put("tensor.0", w.mappings[va].allocation_id, 0, b"shape")
+        w.commit()
+        w.close()
+    publish(4096, b"one!")
+    r = GMSClientMemoryManager(store)
+    r.connect(RequestedLockType.RO)
+    aid = r.list_handles()[0].allocation_id
+    va = r.create_mapping(allocation_id=aid)
+    r.unmap_all_vas()
+    r.abort()
+    publish(4096, b"two!")  # the same structure, new bytes: accepted, at the same address
+    r.connect(RequestedLockType.RO)
+    r.remap_all_vas()
+    assert r.mappings[va].handle and r.mappings[va].va == va
+    assert bytes(r._client._conn().buffer(va, 4)) == b"two!"
+    assert r.metadata_get("tensor.0") == (aid, 0, b"shape")
+    r.unmap_all_vas()
+    r.abort()
+    publish(8192, b"big!")  # another structure
+    r.connect(RequestedLockType.RO)
+    with pytest.raises(StaleMemoryLayoutError, match="Layout changed"):
+        r.remap_all_vas()
+    r.close()
+
+
+def test_reallocate_all_handles_puts_fresh_memory_behind_the_kept_addresses(store):
+    m = GMSClientMemoryManager(store)
+    m.connect(RequestedLockType.RW)
+    va = m.create_mapping(size=4096, tag="weights")
+    m._client._conn().buffer(va, 4, writable=True)[:] = b"old!"
+    assert m.commit()
+    m.connect(RequestedLockType.RW)
+    m.reallocate_all_handles(tag="weights")
+    assert m.mappings[va].handle == 0  # as GMS: mapped at remap_all_vas
+    m.remap_all_vas()
+    assert m.mappings[va].va == va and m.mappings[va].handle and m.granted_lock_type == GrantedLockType.RW
+    assert bytes(m._client._conn().buffer(va, 4)) == b"\0\0\0\0"  # fresh memory
+    m.close()
+
+
+def test_metadata_keys_that_are_no_paths_round_trip(store):
+    w = Session(store, RequestedLockType.RW, None)
+    aid, _ = w.allocate(4096)
+    keys = ["model.layers.0.weight", "a/b", "with space", "/abs", "a//b", "%x", "..", "ünïcode"]
+    for k in keys:
+        w.metadata_put(k, aid, 0, k.encode())
+    assert w.metadata_list() == sorted(keys) and w.metadata_list("a") == ["a//b", "a/b"]
+    assert all(w.metadata_get(k) == (aid, 0, k.encode()) for k in keys)
+    assert w.metadata_delete("a//b") and not w.metadata_delete("a//b")
+    w.close()
+
+
+def test_unknown_stores_and_raw_descriptors_are_refused_clearly(store, tmp_path):
+    with pytest.raises(FileNotFoundError, match="neither a gmsfs store"):
+        Session(str(tmp_path / "gms.sock"), RequestedLockType.RO, 0)
+    w = GMSClientMemoryManager(store)
+    w.connect(RequestedLockType.RW)
+    with pytest.raises(NotImplementedError, match="libgmsfs"):
+        w.export_handle("slot000000")
+    w.close()
+
+
+def test_get_socket_path_is_the_store_of_the_tag(mount, monkeypatch):
+    monkeypatch.setenv("GMSFS_GMS_MOUNT", mount)
+    p = gms.get_socket_path(0, "kv_cache")
+    assert p == os.path.join(mount, "kv_cache") and os.path.isfile(os.path.join(p, "lock"))
+    os.rmdir(p)
+
+
+IMPORTS = """
+import gpu_memory_service.client.memory_manager as mm
+from gpu_memory_service.client.session import _GMSClientSession
+from gpu_memory_service.common.locks import RequestedLockType
+from gpu_memory_service.common.protocol.messages import GetAllocationResponse
+import gmsfs.gms
+assert mm.GMSClientMemoryManager is gmsfs.gms.GMSClientMemoryManager and mm.StaleMemoryLayoutError
+assert RequestedLockType.RW_OR_RO.value == "rw_or_ro"
+print("ok")
+"""
+
+
+def test_import_gpu_memory_service_gives_the_shim():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), gms.alias_path()]))
+    r = subprocess.run([sys.executable, "-c", IMPORTS], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    r = subprocess.run([sys.executable, "-m", "gmsfs.gms", "--path"], env=env, capture_output=True, text=True)
+    assert r.stdout.strip() == gms.alias_path()
+
+
+def test_torch_helpers_publish_and_materialize_a_module(store):
+    torch = pytest.importorskip("torch")
+    import gmsfs.gms_torch as gtm
+    w = GMSClientMemoryManager(store)
+    w.connect(RequestedLockType.RW)
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2))
+    va = w.create_mapping(size=4096, tag="weights")
+    off = 0
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2))
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):  # into the store
+        t = gtm._tensor_from_pointer(va + off, list(p.shape), list(p.stride()), p.dtype, 0, torch.device("cpu"))
+        t.copy_(q.detach())
+        mod, attr = gtm._resolve_module_attr(model, name)
+        mod._parameters[attr] = torch.nn.Parameter(t, requires_grad=False)
+        off += (p.numel() * p.element_size() + 511) // 512 * 512
+    gtm.register_module_tensors(w, model)
+    w.commit()
+    r = GMSClientMemoryManager(store)
+    r.connect(RequestedLockType.RO)
+    fresh = torch.nn.Sequential(torch.nn.Linear(8, 4, device="meta"), torch.nn.Linear(4, 2, device="meta"))
+    gtm.materialize_module_from_gms(r, fresh, device_index=0)
+    x = torch.randn(3, 8)
+    assert torch.equal(fresh(x), ref(x))
+    assert sorted(r.metadata_list()) == sorted(n for n, _ in ref.named_parameters())
+    r.close()
+    w.close()
