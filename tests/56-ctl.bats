@@ -2,6 +2,7 @@
 # gmsfsctl: list (table and JSON), wait for a commit, show a layout; no lock taken.
 
 load helpers
+bats_require_minimum_version 1.5.0
 
 setup_file() { mount_gmsfs; }
 teardown_file() { unmount_gmsfs; }
@@ -36,6 +37,22 @@ assert a == b, (a, b)' "$output" "$MNT"
 	run ctl list "$MNT" /nonexistent
 	assert_failure
 	assert_output --partial '/nonexistent: not a gmsfs mount'
+}
+
+@test "list of every mount: one whose daemon died is named on stderr, the others are listed" {
+	mkdir -p "$MNT/alive"
+	local d=$BATS_TEST_TMPDIR/dead
+	mkdir "$d"
+	"$GMSFS" -f -o "socket=$d.sock" "$d" 2>/dev/null 3>&- &
+	local pid=$!
+	EXTRA+=("$d")
+	wait_until grep -q " $d fuse.gmsfs " /proc/mounts
+	kill -9 "$pid"
+	wait "$pid" 2>/dev/null || true
+	run --separate-stderr ctl list
+	assert_failure # something is wrong, and said
+	assert_output --partial "alive"
+	[[ "$stderr" == *"$d: not answering (Transport endpoint is not connected)"* ]]
 }
 
 @test "wait: returns the hash once a writer commits, and times out clearly when none does" {

@@ -56,16 +56,20 @@ def _size(n):
 
 def cmd_list(args):
     where = args.mounts or mounts()
-    out = []
+    out, bad = [], 0
     for m in where:
         try:
             out.append({"mount": os.path.abspath(m), **status(m)})
         except (OSError, ValueError) as e:
-            return _fail("%s: not a gmsfs mount (%s)" % (m, getattr(e, "strerror", None) or e))
+            why = getattr(e, "strerror", None) or e
+            if args.mounts:  # named: each must be one
+                return _fail("%s: not a gmsfs mount (%s)" % (m, why))
+            # Found in /proc/mounts: a daemon gone (ENOTCONN) hides none of the others.
+            bad = _fail("%s: not answering (%s): listed without it" % (m, why))
     if args.json:
         json.dump(out, sys.stdout, indent=1)
         print()
-        return 0
+        return bad
     rows = [("MOUNT", "DEVICE", "STORE", "STATE", "TIER", "READERS", "WRITER", "WAITING", "ALLOCS", "ENTRIES",
              "BYTES", "HASH")]
     for m in out:
@@ -80,7 +84,7 @@ def cmd_list(args):
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    return 0
+    return bad
 
 
 def _state(store):
