@@ -149,12 +149,7 @@ def _mount_of_device(device: int) -> str:
 def get_socket_path(device: int, tag: str = "weights") -> str:
     """The store of the device's mount for tag (made when missing): what GMS's
     get_socket_path names a server socket for."""
-    store = os.path.join(_mount_of_device(device), tag)
-    try:
-        os.mkdir(store)
-    except FileExistsError:
-        pass
-    return store
+    return get_socket_path_in(_mount_of_device(device), tag)
 
 
 def _store_of(socket_path: str) -> str:

@@ -299,6 +299,7 @@ static int listen_fds(struct passed *p)
 struct adopt_ctx {
 	struct keep *k;
 	const struct wire_image *h;
+	const struct store *st;     /* the store being made: its names go if it fails */
 };
 
 /* image_restore's: the daemon's dup of descriptor index has the name the image gave it. */
@@ -310,6 +311,7 @@ static void adopted(void *arg, const struct store *st, uint64_t index, int fd)
 		return; /* a pool's descriptor, named already */
 	snprintf(s->name, sizeof s->name, "%s", a->h->fdnames[index]);
 	s->owner = st;
+	a->st = st;
 	a->k->nkept++;
 }
 
@@ -361,7 +363,7 @@ static void restore_one(struct fs *fs, struct keep *k, int dirfd, const char *fi
 			e = -EBADF, snprintf(why, sizeof why, "its memory is gone: descriptor %s was not passed back",
 					     h.fdnames[i]);
 	struct store *st;
-	struct adopt_ctx a = { k, &h };
+	struct adopt_ctx a = { k, &h, NULL };
 	if (!e && !(e = image_restore(fs, buf, len, &off, fds, h.nfds, adopted, &a, &st, why, sizeof why))) {
 		for (uint64_t i = 0; i < h.nfds; i++)
 			p->used[fds[i] - LISTEN_FDS_START] = true;
@@ -371,6 +373,12 @@ static void restore_one(struct fs *fs, struct keep *k, int dirfd, const char *fi
 		fuse_log(FUSE_LOG_INFO, "gmsfs: keep: store %s restored (generation %llu)\n", st->name,
 			 (unsigned long long)st->lock.fsm.generation);
 	} else {
+		/* Its descriptors are closed already (the store went): their names are not ours. */
+		for (size_t i = 0; a.st && i < k->nfds; i++)
+			if (k->fds[i].owner == a.st) {
+				memset(&k->fds[i], 0, sizeof k->fds[i]);
+				k->nkept--;
+			}
 		char name[256];
 		snprintf(name, sizeof name, "%.*s", (int)(strlen(file) - 6), file);
 		failed(k, h.store ? h.store : name, why);
