@@ -611,6 +611,9 @@ class GMSClientMemoryManager:
         self._inverse_mapping.clear()
         self._granted_lock_type = None
         self._unmapped = self._va_preserved = False
+        registry = sys.modules.get("gmsfs.gms_torch")  # as GMS's: a closed manager is no tag's
+        if registry is not None:
+            registry.evict_gms_client_memory_manager(self)
 
     def __enter__(self):
         return self
