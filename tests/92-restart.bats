@@ -148,3 +148,22 @@ PY
 	assert_success
 	assert_output "restored twice ['s.image'] 1"
 }
+
+@test "a stop (SIGTERM) while a reader holds its lock: the daemon ends cleanly and frees what it held" {
+	# Under the checkers (tests/variant.sh) a handle whose release never came was a leak.
+	local d=$BATS_TEST_TMPDIR/m
+	mkdir "$d"
+	${GMSFS_WRAP:-} "$GMSFS" -f -o "socket=$d.sock" "$d" 2>"$d.log" 3>&- &
+	local pid=$!
+	wait_until grep -q " $d fuse.gmsfs " /proc/mounts
+	mkdir "$d/s"
+	commit_store "$d/s" 4096
+	exec 8<"$d/s/lock" # a reader's lock, held across the stop
+	kill -TERM "$pid"
+	local rc=0
+	wait "$pid" || rc=$?
+	exec 8<&-
+	[ "$rc" = 0 ] || { cat "$d.log"; echo "exit status $rc"; false; }
+	! grep -q " $d fuse.gmsfs " /proc/mounts
+	[ -z "${GMSFS_DAEMON_LOGS:-}" ] || cp "$d.log" "$GMSFS_DAEMON_LOGS/daemon.stop-$$.log"
+}

@@ -24,6 +24,24 @@ int store_table_new(struct fs *fs)
 	return (fs->stores = calloc(1, sizeof *fs->stores)) ? 0 : -ENOMEM;
 }
 
+/* At the end: handles whose release never came (a client closed just before the unmount,
+ * or still held them) go with their store; nothing is given back to anyone.  The
+ * export's record of a handle is its own (the export's list went with the export). */
+static void forget_handles(struct store *st)
+{
+	while (st->handles.next != &st->handles) {
+		struct fs_handle *h = st->handles.next;
+		store_untrack(h);
+		if (h->ph)
+			fuse_pollhandle_destroy(h->ph);
+		if (h->node)
+			meta_drop(h->node);
+		free(h->x);
+		free(h->text);
+		free(h);
+	}
+}
+
 static void store_free(struct store *st)
 {
 	meta_store_free(st->meta);
@@ -43,10 +61,13 @@ void store_table_free(struct fs *fs)
 		/* The session is gone: no kernel reference or handle is left to honour. */
 		meta_root(st->meta, META_AREA_ALLOCS)->lookups = 0;
 		meta_root(st->meta, META_AREA_META)->lookups = 0;
+		forget_handles(st);
 		store_free(st);
 	}
-	while (t->nremoved) /* no forget comes after the unmount */
+	while (t->nremoved) { /* no forget comes after the unmount */
+		forget_handles(t->removed[t->nremoved - 1]);
 		store_free(t->removed[--t->nremoved]);
+	}
 	free(t->v);
 	free(t->removed);
 	free(t);
