@@ -14,6 +14,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,6 +183,17 @@ static void notify_systemd(const char *state)
 	close(s);
 }
 
+/* SIG_BLOCK or SIG_UNBLOCK the signals that stop the daemon (libfuse handles them). */
+static void stop_signals(int how)
+{
+	sigset_t stops;
+	sigemptyset(&stops);
+	sigaddset(&stops, SIGTERM);
+	sigaddset(&stops, SIGINT);
+	sigaddset(&stops, SIGHUP);
+	pthread_sigmask(how, &stops, NULL);
+}
+
 /* Without -f: fork before anything else, since neither threads (the socket's, the
  * waiters') nor a CUDA driver survive a fork.  The parent waits until the child's mount
  * is live (exit 0) or the child gives up (its errors on the same stderr; exit 1). */
@@ -310,7 +323,10 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 	fuse_loop_cfg_set_clone_fd(cfg, 1);
 	fuse_loop_cfg_set_max_threads(cfg, (unsigned)opts->max_threads);
 	fuse_loop_cfg_set_idle_threads(cfg, 16);
-	/* A signal (SIGTERM, SIGINT, SIGHUP) or an unmount ends the loop: a clean exit. */
+	/* A signal (SIGTERM, SIGINT, SIGHUP) or an unmount ends the loop: a clean exit.
+	 * Those signals were blocked in main() for the helper threads' sake: this thread
+	 * alone takes them. */
+	stop_signals(SIG_UNBLOCK);
 	int r = fuse_session_loop_mt(fs->se, cfg);
 	if (r > 0)
 		fprintf(stderr, "gmsfs: %s: %s, unmounting\n", cmd->mountpoint, strsignal(r));
@@ -361,6 +377,12 @@ int main(int argc, char *argv[])
 		perror("gmsfs: fork");
 		ret = 1;
 	}
+	/* The signals that stop the daemon reach the main thread alone: libfuse's loop waits
+	 * there for them (its workers block every signal), and one taken by a helper thread
+	 * (the waiters', the socket's, the tier's) would end nothing.  Every thread started
+	 * from here on keeps them blocked; serve() lets them in just before the loop, and a
+	 * stop asked for meanwhile is taken then. */
+	stop_signals(SIG_BLOCK);
 	if (!ret) {
 		/* One malloc arena: every request serialises on fs.mu anyway, and with one arena
 		 * per worker thread the memory of a removed store stays spread over eight heaps

@@ -192,6 +192,9 @@ static int mover_start(struct vmm *v, struct cuda_priv *p, char *err, size_t err
 		/* Only descriptor 3 passes: the helper sees none of the daemon's memory. */
 		if (dup2(sv[1], MOVER_FD) == MOVER_FD) {
 			signal(SIGPIPE, SIG_DFL);
+			sigset_t none; /* the daemon's threads block its stop signals: not the helper */
+			sigemptyset(&none);
+			sigprocmask(SIG_SETMASK, &none, NULL);
 			execl(v->helper, "gmsfs-mover", v->dev.uuid, (char *)NULL);
 		}
 		_exit(127);
