@@ -31,7 +31,7 @@ unmount_gmsfs() {
 	# Under a checker (tests/variant.sh), the daemon's stderr is kept: UBSan reports go there.
 	[ -z "${GMSFS_DAEMON_LOGS:-}" ] || cp "$MNT.log" "$GMSFS_DAEMON_LOGS/daemon.$(basename "$MNT").log" 2>/dev/null || true
 	umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
-	for _ in $(seq 100); do
+	for _ in $(seq "$WAIT_TRIES"); do
 		kill -0 "$GMSFS_PID" 2>/dev/null || break
 		sleep 0.05
 	done
@@ -39,9 +39,11 @@ unmount_gmsfs() {
 	rmdir "$MNT" 2>/dev/null || true
 }
 
-# wait_until CMD...: retry for up to 5 s (releases reach the daemon after close returns).
+# wait_until CMD...: retry for up to 5 s (releases reach the daemon after close returns),
+# 20 s with the daemon under a checker (valgrind runs it some twenty times slower).
+WAIT_TRIES=$([ -n "${GMSFS_WRAP:-}" ] && echo 400 || echo 100)
 wait_until() {
-	for _ in $(seq 100); do
+	for _ in $(seq "$WAIT_TRIES"); do
 		"$@" >/dev/null 2>&1 && return 0
 		sleep 0.05
 	done

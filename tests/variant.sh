@@ -57,5 +57,8 @@ else
 fi
 # Kept when something failed; a clean run's logs go (valgrind's are one per daemon).
 [ "$failed" -eq 0 ] && rm -rf "$logs"
+# prove shows a script's stderr where it stands, next to its summary: the failures in
+# short, for a CI log that keeps only its last lines.
+[ "$failed" -eq 0 ] || printf '%s\n' "$out" | grep -A3 '^not ok ' | grep -v '^--$' | cut -c1-160 | head -8 | sed "s/^/$kind: /" >&2
 echo "1..$n"
 [ "$failed" -eq 0 ]
