@@ -32,7 +32,13 @@ What remains different, and why:
   - unmap_all_vas() gives the lock back at once (gmsfs's unmap_all), where GMS holds it
     until abort(); the next connect() takes it again when remap_all_vas() or
     reallocate_all_handles() maps (at the same addresses);
-  - reallocate_all_handles() keeps the allocations' ids (the names of their slots).
+  - reallocate_all_handles() keeps the allocations' ids (the names of their slots);
+  - locks are a process's, as gmsfs's (gmsfs(5)): a session that asks for RW while
+    another session of the same process reads the store fails at once (EDEADLK: it
+    would wait for itself) where GMS queues it, and the readers that the store's state
+    and get_lock_state() count are processes, not sessions.  An engine holds one
+    session per store; the threads of one test process that play reader and writer
+    are what meets it (tests/upstream/run.sh lists GMS's tests that do).
 On the host backend (no GPU) the same calls work on host memory: CI runs them."""
 import enum
 import errno
