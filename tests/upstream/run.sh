@@ -29,7 +29,9 @@
 #     (test_multiple_readers_hold_committed_state_until_last_disconnect);
 #   allocation ids are layout slots, the same in the next layout of the same shape
 #     (test_remap_all_vas_accepts_new_layout_with_same_structural_layout,
-#     test_reallocate_all_handles_reuses_preserved_vas_in_new_layout: "id != old id").
+#     test_reallocate_all_handles_reuses_preserved_vas_in_new_layout: "id != old id";
+#     the latter also expects EMPTY after a writer that closes without committing, where
+#     gmsfs keeps the last commit: a crashed writer never loses the published model).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 root=$(pwd)
