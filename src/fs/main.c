@@ -271,6 +271,23 @@ static int mount_here(struct fs *fs, const struct fuse_cmdline_opts *cmd, const 
 	return 0;
 }
 
+/* libfuse's loop until a signal (SIGTERM, SIGINT, SIGHUP: its number) or an unmount (0)
+ * ends it, or -errno.  Those signals were blocked in main() for the helper threads'
+ * sake: this thread alone takes them. */
+static int serve_loop(struct fs *fs, const struct options *opts)
+{
+	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+	if (!cfg)
+		return -ENOMEM;
+	fuse_loop_cfg_set_clone_fd(cfg, 1);
+	fuse_loop_cfg_set_max_threads(cfg, (unsigned)opts->max_threads);
+	fuse_loop_cfg_set_idle_threads(cfg, 16);
+	stop_signals(SIG_UNBLOCK);
+	int r = fuse_session_loop_mt(fs->se, cfg);
+	fuse_loop_cfg_destroy(cfg);
+	return r;
+}
+
 /* Mount, say so, serve until unmounted or signalled.  The exit status. */
 static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdline_opts *cmd, const struct options *opts,
 		 struct handover_peer *peer)
@@ -319,15 +336,7 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 	detach(opts->detach_fd); /* from here on, detached, what is said goes to syslog */
 	fprintf(stderr, "gmsfs: %s on %s (backend %s, %llu bytes, socket %s)\n", fs->vmm->dev.name,
 		cmd->mountpoint, fs->vmm->dev.backend, (unsigned long long)fs->vmm->max_bytes, export_socket(fs));
-	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
-	fuse_loop_cfg_set_clone_fd(cfg, 1);
-	fuse_loop_cfg_set_max_threads(cfg, (unsigned)opts->max_threads);
-	fuse_loop_cfg_set_idle_threads(cfg, 16);
-	/* A signal (SIGTERM, SIGINT, SIGHUP) or an unmount ends the loop: a clean exit.
-	 * Those signals were blocked in main() for the helper threads' sake: this thread
-	 * alone takes them. */
-	stop_signals(SIG_UNBLOCK);
-	int r = fuse_session_loop_mt(fs->se, cfg);
+	int r = serve_loop(fs, opts);
 	if (r > 0)
 		fprintf(stderr, "gmsfs: %s: %s, unmounting\n", cmd->mountpoint, strsignal(r));
 	else
@@ -340,7 +349,6 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 		pthread_cond_wait(&fs->tier_wake, &fs->mu);
 	pthread_mutex_unlock(&fs->mu);
 	notify_systemd("STOPPING=1");
-	fuse_loop_cfg_destroy(cfg);
 	fuse_session_unmount(fs->se);
 	if (peer && !peer->mounted_by_libfuse && r > 0) /* mnt_beneath's: libfuse knows no mount point */
 		mnt_lift(cmd->mountpoint);
