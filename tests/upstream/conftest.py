@@ -9,9 +9,7 @@ readers, waiting writers, allocations; what GMS's server keeps in memory, gmsfs 
 in that file."""
 import enum
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import types
 import uuid
@@ -108,31 +106,21 @@ class StoreView:
         return self.state in (ServerState.COMMITTED, ServerState.RO)
 
 
+def _package_tests():
+    """python/tests/conftest.py, the package's own fixtures (loaded under another name:
+    this file is the conftest here)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gmsfs_package_tests",
+                                                  os.path.join(ROOT, "python", "tests", "conftest.py"))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
 @pytest.fixture(scope="session")
 def gmsfs_mount():
     """One daemon for the run: the host backend, or GMSFS_BACKEND (cuda on the GPU machine)."""
-    mnt = tempfile.mkdtemp(prefix="gmsfs-upstream.")
-    opts = "socket=%s.sock,backend=%s" % (mnt, os.environ.get("GMSFS_BACKEND", "host"))
-    log = open(mnt + ".log", "w")
-    daemon = subprocess.Popen([os.path.join(BUILD, "gmsfs"), "-f", "-o", opts, mnt], stderr=log)
-    for _ in range(200):
-        with open("/proc/mounts") as f:
-            if " %s fuse.gmsfs " % mnt in f.read():
-                break
-        if daemon.poll() is not None:
-            raise RuntimeError("gmsfs did not start: " + open(mnt + ".log").read())
-        time.sleep(0.05)
-    yield mnt
-    if subprocess.run(["umount", mnt]).returncode:
-        subprocess.run(["umount", "-l", mnt])
-    try:
-        daemon.wait(10)
-    except subprocess.TimeoutExpired:
-        daemon.kill()
-        daemon.wait()
-    log.close()
-    os.rmdir(mnt)
-    os.unlink(mnt + ".log")
+    yield from _package_tests().mounted("backend=" + os.environ.get("GMSFS_BACKEND", "host"))
 
 
 @pytest.fixture

@@ -49,7 +49,7 @@ for f in test_runtime_flows.py test_torch_integration.py; do
 	grep -q '^def _upstream_running_gms(' "$work/$f" || { echo "run.sh: no running_gms fixture in $f" >&2; exit 2; }
 done
 cd "$work" || exit 1
-GMSFS_ROOT=$root exec /usr/bin/python3 -m pytest -p no:cacheprovider -q -rs \
+GMSFS_ROOT=$root exec "${PYTHON:-/usr/bin/python3}" -m pytest -p no:cacheprovider -q -rs \
 	--deselect test_runtime_flows.py::test_runtime_state_and_event_history_are_side_effect_free \
 	--deselect test_runtime_flows.py::test_allocation_manager_caches_exported_fd \
 	--deselect test_runtime_flows.py::test_large_allocation_unblocks_after_export_fd_holder_dies \
