@@ -14,10 +14,8 @@ against the baseline measured in the same run: gmsfs-load of the same bytes (a c
 16 or 1000 tensors) from the page cache into an empty store, until the same reader can
 import (the model loaded again).
 Every import checks that the bytes are the model's.  BACKEND: host (default) or cuda."""
-import json
 import os
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -33,6 +31,7 @@ gib = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
 backend = sys.argv[3] if len(sys.argv) > 3 else "host"
 kinds = sys.argv[4].split(",") if len(sys.argv) > 4 else ["big", "many"]
 from manager import Manager  # noqa: E402
+import synth  # noqa: E402
 import gmsfs  # noqa: E402
 
 T = time.perf_counter
@@ -66,18 +65,9 @@ print(done, len(c.mappings), sums, flush=True)
 
 
 def checkpoint(path, n, each):
-    """A safetensors file of n uint8 tensors of each bytes (a pattern per tensor)."""
-    header, off = {}, 0
-    for i in range(n):
-        header["t%04d" % i] = {"dtype": "U8", "shape": [each], "data_offsets": [off, off + each]}
-        off += each
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h)
-        for i in range(n):
-            f.write(bytes([i % 251]) * each)
-    with open(path, "rb") as f:  # into the page cache
+    """synth.checkpoint, then read once: loads start from the page cache."""
+    synth.checkpoint(path, n, each)
+    with open(path, "rb") as f:
         while f.read(64 * MiB):
             pass
 

@@ -8,10 +8,8 @@
         SIGKILL and a restart under a service manager (python/tests/manager.py); every
         step checked by the bytes on the device, the layout hash, the reader's addresses,
         and device memory that comes back when the store goes."""
-import json
 import os
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -30,21 +28,9 @@ import torch  # noqa: E402
 import gmsfs  # noqa: E402
 import gmsfs.torch as gt  # noqa: E402
 from manager import Manager  # noqa: E402
+from synth import checkpoint  # noqa: E402
 
 MiB = 1 << 20
-
-
-def checkpoint(path, n, each):
-    header, off = {}, 0
-    for i in range(n):
-        header["t%02d" % i] = {"dtype": "U8", "shape": [each], "data_offsets": [off, off + each]}
-        off += each
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h)
-        for i in range(n):
-            f.write(bytes([(7 * i + 3) % 251]) * each)
 
 
 def sums(c):
