@@ -66,23 +66,8 @@ elif kind == "parts":  # the same as gmsfs, step by step, with PyTorch's own vie
     t3 = time.perf_counter()
     m.eval()
     out.update(build_meta_s=t1 - t0, connect_import_s=t2 - t1, materialize_s=t3 - t2)
-    # PyTorch's floor for the same tensors: a view of a ready base each, one Parameter
-    # and one assignment, the walk of the module done beforehand.
-    items = [(owner, attr, t) for _, owner, attr, t, _ in gt._tensors(m)]
-    bases = {}
-    for _, _, t in items:
-        s = t.untyped_storage()
-        bases.setdefault(s.data_ptr(), torch.empty(0, dtype=t.dtype, device=t.device).set_(s))
-    torch.cuda.synchronize()
-    t4 = time.perf_counter()
-    for owner, attr, t in items:
-        v = bases[t.untyped_storage().data_ptr()].as_strided(t.shape, t.stride(), t.storage_offset())
-        if isinstance(owner._parameters.get(attr), torch.nn.Parameter):
-            owner._parameters[attr] = torch.nn.Parameter(v, requires_grad=False)
-        else:
-            owner._buffers[attr] = v
-    torch.cuda.synchronize()
-    out["views_floor_s"] = time.perf_counter() - t4
+    from floor import views_floor  # tests/gpu, after the timed imports
+    out["views_floor_s"] = views_floor(m)
     out["zero_copy"] = all(c.find_ptr(p.data_ptr()) for p in m.parameters())
 torch.cuda.synchronize()
 out["ready_s"] = time.perf_counter() - t0
@@ -122,7 +107,7 @@ print(json.dumps({"published": m._gmsfs_published, "tensor_bytes": tensors,
 
 
 def env():
-    return dict(os.environ, PYTHONPATH=PY, PYTHONUNBUFFERED="1")
+    return dict(os.environ, PYTHONPATH=PY + os.pathsep + HERE, PYTHONUNBUFFERED="1")
 
 
 def start(kind, store, folder):

@@ -227,20 +227,8 @@ def role_reader8b(store):
     torch.cuda.synchronize()
     t2 = time.perf_counter()
     ok = all(c.find_ptr(p.data_ptr()) for p in m.parameters()) and str(m.embed.device).startswith("cuda")
-    # PyTorch's own floor for the same tensors: one view of a ready base, one Parameter and
-    # one assignment each, with the walk of the module, all prepared but the view-making.
-    items = [(owner, attr, t) for _, owner, attr, t, _ in gt._tensors(m)]
-    bases = {}
-    for _, _, t in items:
-        s = t.untyped_storage()
-        bases.setdefault(s.data_ptr(), torch.empty(0, dtype=t.dtype, device=t.device).set_(s))
-    torch.cuda.synchronize()
-    t3 = time.perf_counter()
-    for owner, attr, t in items:
-        v = bases[t.untyped_storage().data_ptr()].as_strided(t.shape, t.stride(), t.storage_offset())
-        owner._parameters[attr] = torch.nn.Parameter(v, requires_grad=False)
-    torch.cuda.synchronize()
-    floor = time.perf_counter() - t3
+    from floor import views_floor  # after the timed imports
+    floor = views_floor(m)
     answer({"import_torch_s": t_import, "context_ms": ctx * 1e3, "build_meta_ms": build * 1e3,
             "connect_import_ms": (t1 - t0) * 1e3, "materialize_ms": (t2 - t1) * 1e3,
             "views_floor_ms": floor * 1e3,
