@@ -87,9 +87,14 @@ def cmd_list(args):
     return bad
 
 
-def _state(store):
-    with open(os.path.join(store, "state")) as f:
+def read_fields(path):
+    """The key: value lines of a gmsfs text file (a store's state, a mount's device)."""
+    with open(path) as f:
         return dict(line.rstrip("\n").split(": ", 1) for line in f if ": " in line)
+
+
+def _state(store):
+    return read_fields(os.path.join(store, "state"))
 
 
 def cmd_wait(args):

@@ -45,12 +45,12 @@ import errno
 import logging
 import os
 import sys
-import uuid as _uuid
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import gmsfs
 from gmsfs import GmsfsError, StaleLayoutError
+from gmsfs.ctl import read_fields
 
 logger = logging.getLogger(__name__)
 
@@ -198,8 +198,7 @@ def _key_of(path: str) -> str:
 
 
 def _state(store: str) -> dict:
-    with open(os.path.join(store, "state")) as f:
-        return dict(line.rstrip("\n").split(": ", 1) for line in f if ": " in line)
+    return read_fields(os.path.join(store, "state"))
 
 
 # ---- a session: one lock on one store ----
@@ -450,8 +449,7 @@ class GMSClientMemoryManager:
         self._granularity()
 
     def _granularity(self):
-        with open(os.path.join(self._client._store, "..", "device")) as f:
-            d = dict(line.rstrip("\n").split(": ", 1) for line in f if ": " in line)
+        d = read_fields(os.path.join(self._client._store, "..", "device"))
         self.granularity = int(d.get("granularity", self.granularity))
 
     def abort(self) -> None:

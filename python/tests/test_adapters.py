@@ -16,6 +16,7 @@ from test_loader import write_st
 
 import gmsfs
 from gmsfs.adapters import AdapterPool, slot_name
+from gmsfs.ctl import read_fields
 
 MiB = 1 << 20
 
@@ -65,8 +66,7 @@ def wait_tier(store, where, timeout=10):
 
 
 def readers(store):
-    with open(os.path.join(store, "state")) as f:
-        return int(dict(line.rstrip("\n").split(": ", 1) for line in f)["readers"])
+    return int(read_fields(os.path.join(store, "state"))["readers"])
 
 
 @pytest.fixture(scope="module")

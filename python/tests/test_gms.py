@@ -1,7 +1,6 @@
 """gmsfs.gms, GMS's client API on gmsfs (host backend): the flows of GMS's own
 test_runtime_flows.py that need no CUDA (lock types, metadata, commit, hash, stale
 detection, timeouts), through the same classes, and the import alias."""
-import errno
 import os
 import subprocess
 import sys
@@ -11,15 +10,14 @@ import time
 import pytest
 
 from conftest import ROOT
-import gmsfs
 import gmsfs.gms as gms
+from gmsfs.ctl import read_fields
 from gmsfs.gms import GMSClientMemoryManager, GrantedLockType, RequestedLockType, StaleMemoryLayoutError
 from gmsfs.gms import _GMSClientSession as Session
 
 
 def waiting_writers(store):
-    with open(os.path.join(store, "state")) as f:
-        return int(dict(line.rstrip("\n").split(": ", 1) for line in f)["waiting_writers"])
+    return int(read_fields(os.path.join(store, "state"))["waiting_writers"])
 
 
 def wait_writers(store, n, timeout=5):

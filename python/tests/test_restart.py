@@ -9,7 +9,6 @@
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import pytest
 from conftest import BUILD, ROOT
 from manager import Manager, wait_mounted
 import gmsfs
+from gmsfs.ctl import read_fields
 
 KiB = 1 << 10
 
@@ -62,8 +62,7 @@ def start(mnt, *options):
 
 
 def pid_of(mnt):
-    with open(os.path.join(mnt, "device")) as f:
-        return int(dict(line.rstrip("\n").split(": ", 1) for line in f)["pid"])
+    return int(read_fields(os.path.join(mnt, "device"))["pid"])
 
 
 @pytest.fixture
@@ -142,8 +141,7 @@ def test_takeover_100_times_with_a_reader_mapped_and_a_writer_mid_session(mnt):
     assert read_all(other)[:2] == (odata, oh)
     assert os.getxattr(store, "user.gms.priority") == b"7"
     assert os.getxattr(os.path.join(mnt, "empty"), "user.gms.quota") == str(1 << 20).encode()
-    with open(os.path.join(store, "state")) as f:
-        st = dict(line.rstrip("\n").split(": ", 1) for line in f)
+    st = read_fields(os.path.join(store, "state"))
     assert st["generation"] == "1" and st["state"] == "RO" and st["readers"] == "1"  # the reader, remapped
     reader.stdin.close()
     assert reader.wait(10) == 0

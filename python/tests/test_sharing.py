@@ -13,6 +13,7 @@ import pytest
 
 from conftest import mounted, remove_stores
 import gmsfs
+from gmsfs.ctl import read_fields
 
 MiB = 1 << 20
 
@@ -30,13 +31,11 @@ def clean(small):
 
 
 def state(store):
-    with open(os.path.join(store, "state")) as f:
-        return dict(line.rstrip("\n").split(": ", 1) for line in f)
+    return read_fields(os.path.join(store, "state"))
 
 
 def device(mnt):
-    with open(os.path.join(mnt, "device")) as f:
-        return {k: v for k, v in (line.rstrip("\n").split(": ", 1) for line in f)}
+    return read_fields(os.path.join(mnt, "device"))
 
 
 def tier(store):

@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 os.environ.setdefault("GMSFS_LIBRARY", os.path.join(BUILD, "libgmsfs.so.0"))
 
 import gmsfs.gms  # noqa: E402
+from gmsfs.ctl import read_fields  # noqa: E402
 
 gmsfs.gms.install()
 
@@ -73,8 +74,7 @@ except ImportError:
 
 
 def _state(store):
-    with open(os.path.join(store, "state")) as f:
-        return dict(line.rstrip("\n").split(": ", 1) for line in f if ": " in line)
+    return read_fields(os.path.join(store, "state"))
 
 
 class StoreView:
