@@ -72,7 +72,7 @@ def checkpoint(path, n, each):
             pass
 
 
-DAEMONS = []  # every daemon this run started, ended at its end whatever happens
+DAEMONS = []  # every daemon and reader this run started, ended at its end whatever happens
 
 
 def start(mnt, *opts):
@@ -95,6 +95,7 @@ class Reader:
         self.p = subprocess.Popen([sys.executable, "-c", READER, store, backend], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True,
                                   env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "python")))
+        DAEMONS.append(self.p)  # a failed run must not leave it retrying forever
         assert self.p.stdout.readline().strip() == "ready"
 
     def go(self):

@@ -6,6 +6,7 @@ ones to the next start of the daemon from descriptor 3 on, with LISTEN_FDS,
 LISTEN_FDNAMES and LISTEN_PID, as systemd's restart does."""
 import array
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -18,6 +19,11 @@ from conftest import BUILD
 
 class Manager:
     def __init__(self):
+        # systemd keeps thousands of descriptors (FileDescriptorStoreMax=16384) and passes
+        # them from 3 on: a soft limit of 1024 (the GPU machine's) makes dup2 past it EBADF.
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         self.dir = tempfile.mkdtemp(prefix="gmsfs-manager.")
         self.path = os.path.join(self.dir, "notify")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -78,7 +84,7 @@ class Manager:
 
         def place():  # descriptors 3, 4, ... in the child, as systemd passes them
             high = [os.dup(fd) for fd in passed]
-            moved = [fcntl_dupfd(fd, 10000) for fd in high]
+            moved = [fcntl_dupfd(fd, 3 + len(passed)) for fd in high]  # above every target
             for i, fd in enumerate(moved):
                 os.dup2(fd, 3 + i)
         self.log = open(mnt + ".log", "a")
