@@ -20,7 +20,7 @@ static int cuda_attach(gmsfs *g, char *err, size_t errlen)
 	CUcontext ctx = NULL;
 	if (g->cu.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) {
 		snprintf(err, errlen, "the store is in GPU memory and this thread has no current CUDA context "
-				      "(make one current first: cuCtxSetCurrent, cudaSetDevice, torch.cuda.init())");
+				      "(make one current first: cuCtxSetCurrent, or cudaSetDevice of CUDA 12 and later)");
 		return -ENXIO;
 	}
 	CUresult r = g->cu.cuCtxGetDevice(&g->cudev);

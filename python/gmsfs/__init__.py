@@ -20,7 +20,7 @@ import os as _os
 import time as _time
 from collections import namedtuple
 
-from . import _lib
+from . import _cuda, _lib
 from ._lib import lib as _c
 
 __all__ = ["connect", "Connection", "Mapping", "Entry", "Space", "GmsfsError", "StaleLayoutError", "load", "version",
@@ -126,6 +126,7 @@ class Connection:
         self.store = str(store)
         self._g = ctypes.c_void_p()
         path = self.store.encode()
+        _cuda.make_current(self.store)  # libgmsfs maps in the thread's context: the GPU's, if none
 
         def attempt(ms):
             if self._g:
