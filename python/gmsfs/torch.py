@@ -286,20 +286,32 @@ def _lacking_buffers(module, items, rows, device, init, store):
 
 
 def _make_buffers(owners, init, device):
-    """Allocate the lacking buffers on the store's device (NaN where they can hold it, so
-    that what init leaves unset shows), then let the module's code fill them."""
+    """Allocate the lacking buffers (NaN where they can hold it, so that what init leaves
+    unset shows), let the module's code fill them, and put them on the store's device.
+    They are made on the CPU where the module's code allows it: a few small tensors, and
+    no GPU kernel (a fresh process's first kernels cost it tens of ms to load)."""
+    cpu = torch.device("cpu")
     for owner, v in owners.items():
+        try:
+            _fill(owner, v, init, cpu)
+        except RuntimeError:  # the module's code wants its device (its other tensors are there)
+            _fill(owner, v, init, device)
         for _, attr in v:
-            b = owner._buffers[attr]
-            owner._buffers[attr] = torch.full(b.shape, float("nan"), dtype=b.dtype, device=device) \
-                if b.dtype.is_floating_point else torch.zeros(b.shape, dtype=b.dtype, device=device)
-        with torch.no_grad():
-            init(owner)
-        left = [n for n, attr in v if owner._buffers[attr].device.type == "meta" or
-                (owner._buffers[attr].is_floating_point() and bool(torch.isnan(owner._buffers[attr]).any()))]
-        if left:
-            raise RuntimeError("materialize: %s were left unset by %s: compute them after materialize(strict=False)"
-                               % (left, getattr(init, "__qualname__", init)))
+            owner._buffers[attr] = owner._buffers[attr].to(device)
+
+
+def _fill(owner, v, init, device):
+    for _, attr in v:
+        b = owner._buffers[attr]
+        owner._buffers[attr] = torch.full(b.shape, float("nan"), dtype=b.dtype, device=device) \
+            if b.dtype.is_floating_point else torch.zeros(b.shape, dtype=b.dtype, device=device)
+    with torch.no_grad():
+        init(owner)
+    left = [n for n, attr in v if owner._buffers[attr].device.type == "meta" or
+            (owner._buffers[attr].is_floating_point() and bool(torch.isnan(owner._buffers[attr]).any()))]
+    if left:
+        raise RuntimeError("materialize: %s were left unset by %s: compute them after materialize(strict=False)"
+                           % (left, getattr(init, "__qualname__", init)))
 
 
 def _views(conn, items, rows, device):

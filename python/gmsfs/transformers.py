@@ -7,7 +7,7 @@ The first process on the store (nothing committed yet) loads the checkpoint fold
 safetensors at gmsfs-load's speed, in this process (gmsfs.load), and publishes it; every
 later process builds the model on the meta device and materializes it: each weight a
 zero-copy view of the store, ready in milliseconds.  Engines started together wait for
-the one that loads (RW_OR_RO), never on each other.  The config and the generation config
+the one that loads (RW_OR_RO), never on each other, and build their model while they wait.  The config and the generation config
 come from the folder, as transformers' own from_pretrained takes them; the model's
 non-persistent buffers (rotary inv_freq: never in a checkpoint) are computed by its own
 _init_weights on the store's device.  The model comes back in eval mode, on the store's
@@ -63,6 +63,7 @@ def from_pretrained(store, path, *, model_class=None, dtype=None, timeout=None, 
     path = os.fspath(path)
     if config is None:
         config = transformers.AutoConfig.from_pretrained(path, **config_kwargs)
+    model = build_meta(config, model_class, dtype)  # before the wait: an engine builds while one loads
     conn = gmsfs.connect(store, "ro" if read_only else "auto", 0 if read_only else timeout)
     published = conn.lock_mode == "rw"
     if published:
@@ -72,7 +73,6 @@ def from_pretrained(store, path, *, model_class=None, dtype=None, timeout=None, 
         except BaseException:
             conn.close()  # nothing half loaded stays: the next engine loads
             raise
-    model = build_meta(config, model_class, dtype)
     gt.materialize(model, conn)
     gen = os.path.join(path, "generation_config.json")
     if os.path.exists(gen) and getattr(model, "generation_config", None) is not None:

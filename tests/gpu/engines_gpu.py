@@ -35,14 +35,17 @@ ENGINES = 8
 # on stdin (all at once), and answers one JSON line.
 ENGINE = r"""
 import hashlib, json, os, sys, time
+kind, store, folder = sys.argv[1], sys.argv[2], sys.argv[3]
 t0 = time.perf_counter()
 import torch, transformers
 import gmsfs, gmsfs.torch as gt, gmsfs.transformers as gtf
+# The model's class too (transformers imports its module lazily, ~6 s), as an engine
+# resolves its architectures at start: from_pretrained pays it as well.
+getattr(transformers, transformers.AutoConfig.from_pretrained(folder).architectures[0])
 imports = time.perf_counter() - t0
 t0 = time.perf_counter()
 torch.zeros(1, device="cuda")
 ctx = time.perf_counter() - t0
-kind, store, folder = sys.argv[1], sys.argv[2], sys.argv[3]
 ids = torch.randint(0, 128256, (1, 32), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
 out = {"imports_s": imports, "context_s": ctx}
 print("ready", flush=True)
@@ -61,7 +64,13 @@ elif kind == "parts":  # the same as gmsfs, step by step, with PyTorch's own vie
     c = gmsfs.connect(store, "ro", timeout=60)
     c.import_all()
     t2 = time.perf_counter()
-    gt.materialize(m, c)
+    if os.environ.get("GMSFS_PROFILE"):  # where materialize's time goes, on stderr
+        import cProfile, pstats
+        prof = cProfile.Profile()
+        prof.runcall(gt.materialize, m, c)
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("cumtime").print_stats(30)
+    else:
+        gt.materialize(m, c)
     torch.cuda.synchronize()
     t3 = time.perf_counter()
     m.eval()
@@ -110,9 +119,9 @@ def env():
     return dict(os.environ, PYTHONPATH=PY + os.pathsep + HERE, PYTHONUNBUFFERED="1")
 
 
-def start(kind, store, folder):
+def start(kind, store, folder, **extra_env):
     p = subprocess.Popen([sys.executable, "-c", ENGINE, kind, store, folder], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(env(), **extra_env))
     line = p.stdout.readline().strip()
     if line != "ready":
         raise RuntimeError("engine did not start: %s" % p.stderr.read()[-3000:])
@@ -195,6 +204,11 @@ def main():
     runs = [one("parts", store, folder) for _ in range(5)]
     check(all(r["zero_copy"] for r in runs) and all(r["logits"] == hf["logits"] for r in runs),
           "a fresh engine on the committed store: every parameter a view of it, from_pretrained's logits")
+    if os.environ.get("GMSFS_PROFILE"):  # one more, under cProfile: its profile as comments
+        p = start("parts", store, folder, GMSFS_PROFILE="1")
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        print("".join("# " + line for line in p.communicate(timeout=500)[1].splitlines(True)[:60]), end="")
     warm = [one("gmsfs", store, folder) for _ in range(5)]
     check(all(r["logits"] == hf["logits"] and not r["published"] for r in warm),
           "gmsfs.transformers.from_pretrained on the committed store: from_pretrained's logits")
