@@ -229,6 +229,8 @@ class _Transport:
 class _GMSClientSession:
     """A connected session with its granted lock (gpu_memory_service.client.session)."""
 
+    _next_slot = None  # the slot after the highest held, once counted
+
     def __init__(self, socket_path: str, lock_type: RequestedLockType, timeout_ms: Optional[int]):
         self._store = _store_of(socket_path)
         self._requested_lock_type = RequestedLockType(lock_type)
@@ -244,7 +246,8 @@ class _GMSClientSession:
         self._granted_lock_type = GrantedLockType.RW if self._c.lock_mode == "rw" else GrantedLockType.RO
         self._transport = _Transport(self)
         if self._granted_lock_type == GrantedLockType.RW:
-            self._clear()  # GMS: a writer starts from nothing
+            if self._committed:
+                self._clear()  # GMS: a writer starts from nothing (the store is empty when nothing is committed)
         else:
             self._c.import_all()
         logger.info("Connected with %s lock (granted=%s), committed=%s", self._requested_lock_type.value,
@@ -306,11 +309,18 @@ class _GMSClientSession:
                                      layout_slot=_slot_of(m.name))
 
     def allocate_info(self, size: int, tag: str = "default") -> AllocateResponse:
+        return self._allocate(size, tag)[0]
+
+    def _allocate(self, size, tag):
+        """(AllocateResponse, its gmsfs Mapping)."""
         self._need_rw("allocate")
         c = self._conn()
-        slot = max([_slot_of(m.name) for m in c.mappings] + [-1]) + 1
+        if self._next_slot is None:  # counted once, not per allocation (a model has hundreds)
+            self._next_slot = max([_slot_of(m.name) for m in c.mappings] + [-1]) + 1
+        slot = self._next_slot
         m = c.create("%s%06d" % (SLOT_PREFIX, slot), int(size), tag)
-        return AllocateResponse(allocation_id=m.name, size=m.size, aligned_size=m.aligned, layout_slot=slot)
+        self._next_slot = slot + 1
+        return AllocateResponse(allocation_id=m.name, size=m.size, aligned_size=m.aligned, layout_slot=slot), m
 
     def allocate(self, size: int, tag: str = "default"):
         r = self.allocate_info(size, tag)
@@ -335,6 +345,7 @@ class _GMSClientSession:
             self._conn().free(allocation_id)  # and the entries naming it
         except KeyError:
             return False
+        self._next_slot = None  # the highest may have gone: its slot is the next again
         return True
 
     def metadata_put(self, key: str, allocation_id: str, offset_bytes: int, value: bytes) -> bool:
@@ -393,6 +404,8 @@ class _GMSClientSession:
 
 # ---- the memory manager (gpu_memory_service.client.memory_manager) ----
 
+_GRANULARITY = {}  # mount -> its device's allocation granularity
+
 class GMSClientMemoryManager:
     """GMS's memory manager on a gmsfs store.  The constructor does not connect: call
     connect().  Addresses are libgmsfs's: kept across unmap_all_vas and remap_all_vas."""
@@ -449,8 +462,11 @@ class GMSClientMemoryManager:
         self._granularity()
 
     def _granularity(self):
-        d = read_fields(os.path.join(self._client._store, "..", "device"))
-        self.granularity = int(d.get("granularity", self.granularity))
+        mount = os.path.dirname(os.path.abspath(self._client._store))
+        if mount not in _GRANULARITY:  # read once per mount, not at every connect (a FUSE read)
+            d = read_fields(os.path.join(mount, "device"))
+            _GRANULARITY[mount] = int(d.get("granularity", self.granularity))
+        self.granularity = _GRANULARITY[mount]
 
     def abort(self) -> None:
         """Drop the session; mappings still held are unmapped with their addresses kept."""
@@ -472,8 +488,7 @@ class GMSClientMemoryManager:
     # ---- Tier 1 ----
     def allocate_handle(self, size: int, tag: str = "default"):
         self._require_rw()
-        r = self._client_rpc.allocate_info(size, tag)
-        m = self._client_rpc._conn().find(r.allocation_id)
+        r, m = self._client_rpc._allocate(size, tag)
         self._track(LocalMapping(r.allocation_id, m.ptr, m.size, m.aligned, 1, tag, r.layout_slot))
         return r.allocation_id, r.layout_slot
 
