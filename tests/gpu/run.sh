@@ -5,11 +5,13 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [tests|bench|torch|load|engines|restart|graphs|tier|adapters|switch|sharing|multi|all] [RUNS]
+#   bash tests/gpu/run.sh [tests|bench|torch|load|engines|restart|graphs|gms|tier|adapters|switch|sharing|multi|all] [RUNS]
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
 #   engines: 8 engines at once on an 8B-shaped transformers model, and its warm start;
 #   restart: takeover and a restart under a service manager, tested, then timed (16 GiB);
 #   graphs: CUDA graphs of 8 shapes in gmsfs.torch.GraphPool against PyTorch's pools
+#   gms: GMS's client flows on GMS itself, through gmsfs.gms and on gmsfs (bench/gms_flows.py),
+#     then GMS's own tests through gmsfs.gms (tests/upstream/run.sh), where .upstream has them
 #   multi: on a machine with two GPUs or more (the nvidia-h200-x2 kind)
 # With $OUT set (the device machine), everything printed is also kept in $OUT/gpu-WHAT.log.
 set -u
@@ -284,6 +286,16 @@ if [ "$what" = graphs ] || [ "$what" = all ]; then # CUDA graphs of 8 shapes in 
 	mount_gmsfs
 	timeout 400 python3 tests/gpu/graph_gpu.py "$mnt" || failed=$((failed + 1))
 	unmount_gmsfs
+fi
+if [ "$what" = gms ] || [ "$what" = all ]; then # GMS's client flows: GMS itself, gmsfs.gms, gmsfs (issue 28)
+	# GMS's source in .upstream/lib (git-ignored; see bench/gms_flows.py), else GMS is left out.
+	mount_gmsfs
+	timeout 500 python3 bench/gms_flows.py "$mnt" "$([ -d .upstream/lib/gpu_memory_service ] && echo .upstream/lib || echo -)" "$runs" ||
+		failed=$((failed + 1))
+	unmount_gmsfs
+	if [ -f .upstream/gms/test_runtime_flows.py ]; then # GMS's own tests through gmsfs.gms, on the GPU
+		GMSFS_BACKEND=cuda PYTHON=python3 timeout 300 bash tests/upstream/run.sh || failed=$((failed + 1))
+	fi
 fi
 if [ "$what" = torch ]; then # the PyTorch warm-start benchmark alone
 	mount_gmsfs
