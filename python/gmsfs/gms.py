@@ -44,6 +44,7 @@ import enum
 import errno
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional
@@ -118,11 +119,19 @@ class LocalMapping:
     layout_slot: int
 
     def with_handle(self, handle: int) -> "LocalMapping":
-        return LocalMapping(self.allocation_id, self.va, self.size, self.aligned_size, handle, self.tag,
-                            self.layout_slot)
+        return _local(self.allocation_id, self.va, self.size, self.aligned_size, handle, self.tag, self.layout_slot)
 
     def with_server_identity(self, allocation_id: str, layout_slot: int) -> "LocalMapping":
-        return LocalMapping(allocation_id, self.va, self.size, self.aligned_size, self.handle, self.tag, layout_slot)
+        return _local(allocation_id, self.va, self.size, self.aligned_size, self.handle, self.tag, layout_slot)
+
+
+def _local(allocation_id, va, size, aligned_size, handle, tag, layout_slot):
+    """LocalMapping(...) without the frozen dataclass's per-field setattr: a model has
+    hundreds of mappings, and unmap_all_vas and remap_all_vas remake every one."""
+    m = object.__new__(LocalMapping)
+    m.__dict__.update(allocation_id=allocation_id, va=va, size=size, aligned_size=aligned_size, handle=handle,
+                      tag=tag, layout_slot=layout_slot)
+    return m
 
 
 # ---- stores: where GMS says socket ----
@@ -185,10 +194,11 @@ def get_socket_path_in(mount: str, tag: str) -> str:
 
 # Metadata keys: GMS's are any string; a gmsfs key is a path.  A key that is not one (or
 # that starts with %) is kept hex-escaped behind a %.
+_PLAIN_KEY = re.compile(r"(?!%)(?!(?:.*/)?\.\.?(?:/|\Z))[^/\0]+(?:/[^/\0]+)*\Z", re.S)
+
+
 def _key_path(key: str) -> str:
-    parts = key.split("/")
-    if key and not key.startswith("%") and all(p and p not in (".", "..") for p in parts) and "\0" not in key \
-            and len(key.encode()) <= 1024:
+    if _PLAIN_KEY.match(key) and len(key) <= 1024 and (key.isascii() or len(key.encode()) <= 1024):
         return key
     return "%" + key.encode().hex()
 
@@ -230,6 +240,7 @@ class _GMSClientSession:
     """A connected session with its granted lock (gpu_memory_service.client.session)."""
 
     _next_slot = None  # the slot after the highest held, once counted
+    _by_name = None  # a reader's mappings by name, once asked for
 
     def __init__(self, socket_path: str, lock_type: RequestedLockType, timeout_ms: Optional[int]):
         self._store = _store_of(socket_path)
@@ -273,6 +284,19 @@ class _GMSClientSession:
         if self._c is None:
             raise ConnectionError("GMS session is closed")
         return self._c
+
+    def _mapping(self, name):
+        """The gmsfs Mapping of allocation name: a reader's from one table of its imported
+        layout (it cannot change under the read lock), a writer's asked for each time."""
+        c = self._conn()
+        try:
+            if self._granted_lock_type == GrantedLockType.RW:
+                return c.find(name)
+            if self._by_name is None:
+                self._by_name = {m.name: m for m in c.mappings}
+            return self._by_name[name]
+        except KeyError:
+            raise RuntimeError("unknown allocation_id %s" % name) from None
 
     def _need_rw(self, what):
         if self._granted_lock_type != GrantedLockType.RW:
@@ -489,7 +513,7 @@ class GMSClientMemoryManager:
     def allocate_handle(self, size: int, tag: str = "default"):
         self._require_rw()
         r, m = self._client_rpc._allocate(size, tag)
-        self._track(LocalMapping(r.allocation_id, m.ptr, m.size, m.aligned, 1, tag, r.layout_slot))
+        self._track(_local(r.allocation_id, m.ptr, m.size, m.aligned, 1, tag, r.layout_slot))
         return r.allocation_id, r.layout_slot
 
     def export_handle(self, allocation_id: str) -> int:
@@ -550,11 +574,8 @@ class GMSClientMemoryManager:
                     raise RuntimeError("Allocation %s is cached but unmapped (VA 0x%x). Use remap_all_vas() to "
                                        "restore." % (allocation_id, va))
                 return va
-            try:
-                m = self._client_rpc._conn().find(allocation_id)
-            except KeyError:
-                raise RuntimeError("unknown allocation_id %s" % allocation_id) from None
-            self._track(LocalMapping(m.name, m.ptr, m.size, m.aligned, 1, m.tag, _slot_of(m.name)))
+            m = self._client_rpc._mapping(allocation_id)
+            self._track(_local(m.name, m.ptr, m.size, m.aligned, 1, m.tag, _slot_of(m.name)))
             return m.ptr
         if size <= 0:
             raise ValueError("size must be > 0 when allocation_id is None")
