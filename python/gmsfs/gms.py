@@ -240,7 +240,7 @@ class _GMSClientSession:
     """A connected session with its granted lock (gpu_memory_service.client.session)."""
 
     _next_slot = None  # the slot after the highest held, once counted
-    _by_name = None  # a reader's mappings by name, once asked for
+    _by_name = None  # the session's mappings by name, once asked for
 
     def __init__(self, socket_path: str, lock_type: RequestedLockType, timeout_ms: Optional[int]):
         self._store = _store_of(socket_path)
@@ -285,18 +285,16 @@ class _GMSClientSession:
             raise ConnectionError("GMS session is closed")
         return self._c
 
-    def _mapping(self, name):
-        """The gmsfs Mapping of allocation name: a reader's from one table of its imported
-        layout (it cannot change under the read lock), a writer's asked for each time."""
+    def _mapping(self, name, what=""):
+        """The gmsfs Mapping of allocation name, from one table of the session's mappings
+        (made at the first lookup; a writer's allocate and free keep it)."""
         c = self._conn()
+        if self._by_name is None:
+            self._by_name = {m.name: m for m in c.mappings}
         try:
-            if self._granted_lock_type == GrantedLockType.RW:
-                return c.find(name)
-            if self._by_name is None:
-                self._by_name = {m.name: m for m in c.mappings}
             return self._by_name[name]
         except KeyError:
-            raise RuntimeError("unknown allocation_id %s" % name) from None
+            raise RuntimeError("%sunknown allocation_id %s" % (what, name)) from None
 
     def _need_rw(self, what):
         if self._granted_lock_type != GrantedLockType.RW:
@@ -344,6 +342,8 @@ class _GMSClientSession:
         slot = self._next_slot
         m = c.create("%s%06d" % (SLOT_PREFIX, slot), int(size), tag)
         self._next_slot = slot + 1
+        if self._by_name is not None:
+            self._by_name[m.name] = m
         return AllocateResponse(allocation_id=m.name, size=m.size, aligned_size=m.aligned, layout_slot=slot), m
 
     def allocate(self, size: int, tag: str = "default"):
@@ -354,10 +354,7 @@ class _GMSClientSession:
         raise NotImplementedError("gmsfs.gms: descriptors stay inside libgmsfs; map with create_mapping")
 
     def get_allocation(self, allocation_id: str) -> GetAllocationResponse:
-        try:
-            return self._info(self._conn().find(allocation_id))
-        except KeyError:
-            raise RuntimeError("unknown allocation_id %s" % allocation_id) from None
+        return self._info(self._mapping(allocation_id))
 
     def list_allocations(self, tag: Optional[str] = None) -> List[GetAllocationResponse]:
         infos = [self._info(m) for m in self._conn().mappings if tag is None or m.tag == tag]
@@ -370,15 +367,14 @@ class _GMSClientSession:
         except KeyError:
             return False
         self._next_slot = None  # the highest may have gone: its slot is the next again
+        if self._by_name is not None:
+            self._by_name.pop(allocation_id, None)
         return True
 
     def metadata_put(self, key: str, allocation_id: str, offset_bytes: int, value: bytes) -> bool:
         self._need_rw("metadata_put")
         c = self._conn()
-        try:
-            m = c.find(allocation_id)
-        except KeyError:
-            raise RuntimeError("metadata_put %s: unknown allocation_id %s" % (key, allocation_id)) from None
+        m = self._mapping(allocation_id, "metadata_put %s: " % key)
         if not 0 <= offset_bytes < m.aligned:
             raise RuntimeError("metadata_put %s: offset %d out of range for %s (%d bytes)"
                                % (key, offset_bytes, allocation_id, m.aligned))
@@ -429,6 +425,7 @@ class _GMSClientSession:
 # ---- the memory manager (gpu_memory_service.client.memory_manager) ----
 
 _GRANULARITY = {}  # mount -> its device's allocation granularity
+
 
 class GMSClientMemoryManager:
     """GMS's memory manager on a gmsfs store.  The constructor does not connect: call
