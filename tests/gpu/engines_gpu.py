@@ -39,6 +39,7 @@ kind, store, folder = sys.argv[1], sys.argv[2], sys.argv[3]
 t0 = time.perf_counter()
 import torch, transformers
 import gmsfs, gmsfs.torch as gt, gmsfs.transformers as gtf
+import floor  # tests/gpu
 # The model's class too (transformers imports its module lazily, ~6 s), as an engine
 # resolves its architectures at start: from_pretrained pays it as well.
 getattr(transformers, transformers.AutoConfig.from_pretrained(folder).architectures[0])
@@ -64,19 +65,12 @@ elif kind == "parts":  # the same as gmsfs, step by step, with PyTorch's own vie
     c = gmsfs.connect(store, "ro", timeout=60)
     c.import_all()
     t2 = time.perf_counter()
-    if os.environ.get("GMSFS_PROFILE"):  # where materialize's time goes, on stderr
-        import cProfile, pstats
-        prof = cProfile.Profile()
-        prof.runcall(gt.materialize, m, c)
-        pstats.Stats(prof, stream=sys.stderr).sort_stats("cumtime").print_stats(30)
-    else:
-        gt.materialize(m, c)
+    floor.materialize(m, c)  # gt.materialize, profiled with GMSFS_PROFILE
     torch.cuda.synchronize()
     t3 = time.perf_counter()
     m.eval()
     out.update(build_meta_s=t1 - t0, connect_import_s=t2 - t1, materialize_s=t3 - t2)
-    from floor import views_floor  # tests/gpu, after the timed imports
-    out["views_floor_s"] = views_floor(m)
+    out["views_floor_s"] = floor.views_floor(m)
     out["zero_copy"] = all(c.find_ptr(p.data_ptr()) for p in m.parameters())
 torch.cuda.synchronize()
 out["ready_s"] = time.perf_counter() - t0

@@ -1,4 +1,7 @@
-"""PyTorch's own floor for gmsfs.torch.materialize, for the GPU benchmarks."""
+"""PyTorch's own floor for gmsfs.torch.materialize, for the GPU benchmarks, and
+materialize itself, profiled on demand."""
+import os
+import sys
 import time
 
 import torch
@@ -24,3 +27,16 @@ def views_floor(m):
             owner._buffers[attr] = v
     torch.cuda.synchronize()
     return time.perf_counter() - t0
+
+
+def materialize(m, c):
+    """gt.materialize(m, c); with GMSFS_PROFILE set, under cProfile, where its time goes
+    printed on stderr."""
+    if not os.environ.get("GMSFS_PROFILE"):
+        return gt.materialize(m, c)
+    import cProfile
+    import pstats
+    prof = cProfile.Profile()
+    out = prof.runcall(gt.materialize, m, c)
+    pstats.Stats(prof, stream=sys.stderr).sort_stats("cumtime").print_stats(30)
+    return out
