@@ -11,6 +11,8 @@ cannot see is left to connect, which says so."""
 import ctypes
 import os
 
+from .ctl import read_fields
+
 _cu = None  # libcuda once loaded and initialized; False where it cannot be
 
 
@@ -27,15 +29,10 @@ def _driver():
 
 def _mount_device(store):
     """backend and uuid from the store's mount's device file (gmsfs(5))."""
-    fields = {}
     try:
-        with open(os.path.join(os.path.dirname(os.path.abspath(store)), "device")) as f:
-            for line in f:
-                key, sep, value = line.partition(": ")
-                if sep:
-                    fields[key] = value.strip()
+        fields = read_fields(os.path.join(os.path.dirname(os.path.abspath(store)), "device"))
     except OSError:
-        pass
+        return None, None
     return fields.get("backend"), fields.get("uuid")
 
 
