@@ -293,25 +293,26 @@ def _make_buffers(owners, init, device):
     cpu = torch.device("cpu")
     for owner, v in owners.items():
         try:
-            _fill(owner, v, init, cpu)
+            left = _fill(owner, v, init, cpu)
         except RuntimeError:  # the module's code wants its device (its other tensors are there)
-            _fill(owner, v, init, device)
+            left = _fill(owner, v, init, device)
+        if left:
+            raise RuntimeError("materialize: %s were left unset by %s: compute them after materialize(strict=False)"
+                               % (left, getattr(init, "__qualname__", init)))
         for _, attr in v:
             owner._buffers[attr] = owner._buffers[attr].to(device)
 
 
 def _fill(owner, v, init, device):
+    """The buffers v of owner on device, filled by init: the names it left unset."""
     for _, attr in v:
         b = owner._buffers[attr]
         owner._buffers[attr] = torch.full(b.shape, float("nan"), dtype=b.dtype, device=device) \
             if b.dtype.is_floating_point else torch.zeros(b.shape, dtype=b.dtype, device=device)
     with torch.no_grad():
         init(owner)
-    left = [n for n, attr in v if owner._buffers[attr].device.type == "meta" or
+    return [n for n, attr in v if owner._buffers[attr].device.type == "meta" or
             (owner._buffers[attr].is_floating_point() and bool(torch.isnan(owner._buffers[attr]).any()))]
-    if left:
-        raise RuntimeError("materialize: %s were left unset by %s: compute them after materialize(strict=False)"
-                           % (left, getattr(init, "__qualname__", init)))
 
 
 def _views(conn, items, rows, device):

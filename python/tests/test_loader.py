@@ -264,6 +264,30 @@ def test_a_module_that_cannot_make_its_buffers_is_told_what_to_call_and_left_alo
     m._gmsfs.close()
 
 
+def test_buffers_the_module_code_leaves_unset_are_refused(store, tmp_path):
+    assert run(LOAD, "-q", store, str(llamaish_checkpoint(tmp_path))).returncode == 0
+    calls = []
+    with pytest.raises(RuntimeError, match=r"\['rotary.inv_freq'\] were left unset"):
+        gt.materialize(Llamaish(device="meta"), store, init=calls.append)
+    assert len(calls) == 1, "an init that raises nothing runs once"
+
+
+def test_an_init_that_fails_off_the_device_runs_again_on_it(store, tmp_path):
+    """Buffers are made on the CPU first (no GPU kernel); module code that needs the
+    store's device (its other tensors are there) fails there and runs again on it."""
+    assert run(LOAD, "-q", store, str(llamaish_checkpoint(tmp_path))).returncode == 0
+    tries = []
+
+    def init(owner):
+        tries.append(owner.inv_freq.device)
+        if len(tries) == 1:
+            raise RuntimeError("Expected all tensors to be on the same device")
+        owner.inv_freq.copy_(Rotary().inv_freq)
+    m = gt.materialize(Llamaish(device="meta"), store, init=init)
+    assert len(tries) == 2 and torch.equal(m.rotary.inv_freq, Rotary().inv_freq)
+    m._gmsfs.close()
+
+
 def test_shapes_and_dtypes_are_checked_before_the_module_is_touched(store, tmp_path):
     f = llamaish_checkpoint(tmp_path, hidden=4)
     assert run(LOAD, "-q", store, str(f)).returncode == 0
