@@ -14,7 +14,11 @@ against the baseline measured in the same run: gmsfs-load of the same bytes (a c
 16 or 1000 tensors) from the page cache into an empty store, until the same reader can
 import (the model loaded again).
 Every import checks that the bytes are the model's.  BACKEND: host (default) or cuda."""
+import ctypes
+import faulthandler
+import glob
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -36,12 +40,22 @@ import gmsfs  # noqa: E402
 
 T = time.perf_counter
 MiB = 1 << 20
+START = T()
+
+
+def step(what):
+    """Where the run is, and since when: a run that outlasts its limit shows its last step."""
+    print("#     %6.1f s  %s" % (T() - START, what), flush=True)
+
+
+if os.environ.get("GMSFS_BENCH_DUMP"):  # seconds: then every thread's stack, and again
+    faulthandler.dump_traceback_later(int(os.environ["GMSFS_BENCH_DUMP"]), repeat=True)
 
 # An engine, started (imports, a CUDA context on cuda): on "go" it imports the store as
 # soon as it can and says when; then the first MiB of every allocation, checksummed
 # (copied out by the driver: no PyTorch to import, ~10 s a process on the GPU machine).
 READER = r"""
-import ctypes, gmsfs, gmsfs._cuda, sys, time, zlib
+import ctypes, gmsfs, gmsfs._cuda, os, sys, time, zlib
 store, cuda = sys.argv[1], sys.argv[2] == "cuda"
 if cuda:
     gmsfs._cuda.make_current(store)  # the context before the clock, as an engine has one
@@ -52,15 +66,22 @@ def head(m, n):
     b = ctypes.create_string_buffer(n)
     assert cu.cuMemcpyDtoH_v2(b, ctypes.c_uint64(m.ptr), ctypes.c_size_t(n)) == 0
     return b.raw
+if os.environ.get("GMSFS_BENCH_DUMP"):
+    import faulthandler
+    faulthandler.dump_traceback_later(int(os.environ["GMSFS_BENCH_DUMP"]), repeat=True)
 print("ready", flush=True)
 sys.stdin.readline()
+said, since = None, time.time()
 while True:
     try:
         c = gmsfs.connect(store, "ro", timeout=60)
         c.import_all()
         break
-    except (gmsfs.GmsfsError, OSError):
-        time.sleep(0.0005)  # the mount or the store is not back yet
+    except (gmsfs.GmsfsError, OSError) as e:  # the mount or the store is not back yet
+        if time.time() - since > 10 and str(e) != said:  # or it will not be: say why
+            said = str(e)
+            print("reader: still failing after %.0f s: %s" % (time.time() - since, e), file=sys.stderr, flush=True)
+        time.sleep(0.0005)
 done = time.time()
 sums = 0
 for m in sorted(c.mappings, key=lambda m: m.name):
@@ -107,8 +128,13 @@ class Reader:
         self.p.stdin.write("go\n")
         self.p.stdin.flush()
 
-    def result(self, since):
-        """From since (time.time()) until it had imported; what it read."""
+    def result(self, since, limit=120):
+        """From since (time.time()) until it had imported; what it read.  A reader not done
+        within limit seconds fails the run, with the daemon's log."""
+        if not select.select([self.p.stdout], [], [], limit)[0]:
+            log = glob.glob("/tmp/gmsfs-bench-restart.*.log")
+            raise RuntimeError("the reader did not import within %d s; the daemon's log:\n%s" % (
+                limit, "".join(open(f).read()[-4000:] for f in log)))
         out = self.p.stdout.readline().split()
         self.p.wait()
         return float(out[0]) - since, int(out[1]), int(out[2])
@@ -128,8 +154,8 @@ def make(store, kind, path):
     with gmsfs.connect(store, "rw") as c:  # on cuda it makes the GPU's context current
         maps = c.create_many([("a%04d" % i, 2 * MiB) for i in range(1000)])
         if c.backend == "host":
-            for i, m in enumerate(maps):
-                c.buffer(m.ptr, 2 * MiB, writable=True)[:] = bytes([i % 251]) * (2 * MiB)
+            for i, m in enumerate(maps):  # memmove: a ctypes array's slice assignment is per byte
+                ctypes.memmove(m.ptr, bytes([i % 251]) * (2 * MiB), 2 * MiB)
         c.commit()
 
 
@@ -143,6 +169,7 @@ def scenario(kind, path, nbytes):
     store = os.path.join(mnt, "model")
     rows = {}
     # Baseline: the same bytes loaded again (gmsfs-load, page cache), until a reader imports.
+    step("%s: the baseline's daemon" % kind)
     d = start(mnt)
     os.mkdir(store)
     r = Reader(store)
@@ -156,8 +183,11 @@ def scenario(kind, path, nbytes):
     if kind == "many":
         subprocess.run(["rmdir", store], check=True)
         os.mkdir(store)
+        step("many: create_many of 1000 allocations, commit")
         make(store, kind, path)
+    step("%s: a reader imports the model once (what every later reader must see)" % kind)
     want = reader(store, 0)[1:]
+    step("%s: takeover" % kind)
     # takeover
     r = Reader(store)
     t = time.time()
@@ -171,6 +201,7 @@ def scenario(kind, path, nbytes):
     unmount(mnt)
     new.wait(30)
     # restart and crash under a service manager
+    step("%s: under a service manager: the model made again" % kind)
     m = Manager()
     MANAGERS.append(m)
     state = mnt + ".state"
@@ -179,6 +210,7 @@ def scenario(kind, path, nbytes):
     make(store, kind, path)
     for label, sig in (("restart (SIGTERM, start under the manager)", signal.SIGTERM),
                        ("crash (SIGKILL, start under the manager)", signal.SIGKILL)):
+        step("%s: %s" % (kind, label))
         r = Reader(store)
         t = time.time()
         m.kill(sig)

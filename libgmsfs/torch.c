@@ -191,6 +191,34 @@ static void json_string(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+/* FNV-1a of a value's bytes: the manifest names each distinct value once. */
+static uint64_t value_hash(const char *v, size_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)v[i]) * 1099511628211ull;
+	return h;
+}
+
+/* The index of x's value among the distinct values so far (table: open addressing over
+ * entry indices + 1, cap a power of two > 2 * entries), written out when it is new. */
+static size_t value_index(const gmsfs *g, size_t i, size_t *table, size_t cap, size_t *vidx, size_t *nvals,
+			  FILE *vals)
+{
+	const struct entry_rec *x = &g->meta.v[i];
+	for (size_t k = value_hash(x->value, x->value_len) & (cap - 1);; k = (k + 1) & (cap - 1)) {
+		if (!table[k]) {
+			table[k] = i + 1;
+			fputs(*nvals ? ",\n" : "\n", vals);
+			fwrite(x->value, 1, x->value_len, vals);
+			return vidx[i] = (*nvals)++;
+		}
+		const struct entry_rec *y = &g->meta.v[table[k] - 1];
+		if (y->value_len == x->value_len && !memcmp(y->value, x->value, x->value_len))
+			return vidx[table[k] - 1];
+	}
+}
+
 int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
 {
 	if (!g || !json || !len)
@@ -201,12 +229,15 @@ int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
 	if (e || (e = mt_ensure(g)))
 		return e;
 	const size_t plen = strlen(GMSFS_TORCH_PREFIX);
-	char *out = NULL;
-	size_t n = 0;
-	FILE *f = open_memstream(&out, &n);
-	if (!f)
-		return gm_error(g, -ENOMEM, "out of memory");
-	fputc('[', f);
+	size_t cap = 16;
+	while (cap <= 2 * g->meta.n)
+		cap *= 2;
+	char *rows_text = NULL, *vals_text = NULL;
+	size_t rows_len = 0, vals_len = 0, nvals = 0;
+	size_t *table = calloc(cap, sizeof *table), *vidx = calloc(g->meta.n + 1, sizeof *vidx);
+	FILE *rows = open_memstream(&rows_text, &rows_len), *vals = open_memstream(&vals_text, &vals_len);
+	if (!table || !vidx || !rows || !vals)
+		e = gm_error(g, -ENOMEM, "out of memory");
 	bool first = true;
 	for (size_t i = 0; i < g->meta.n && !e; i++) {
 		const struct entry_rec *x = &g->meta.v[i];
@@ -220,24 +251,35 @@ int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
 			e = gm_error(g, -EINVAL, "meta/%s: its value is not a JSON object (gmsfs(5), \"Tensors\")", x->key);
 			break;
 		}
-		fputs(first ? "\n[" : ",\n[", f);
+		fputs(first ? "\n[" : ",\n[", rows);
 		first = false;
-		json_string(f, x->key + plen);
-		fputc(',', f);
-		json_string(f, x->alloc ? x->alloc : "");
+		json_string(rows, x->key + plen);
+		fputc(',', rows);
+		json_string(rows, x->alloc ? x->alloc : "");
 		void *p = mt_extent_ptr(g, x);
-		fprintf(f, ",%llu,%llu,%d,", (unsigned long long)x->offset, (unsigned long long)x->size,
+		fprintf(rows, ",%llu,%llu,%d,", (unsigned long long)x->offset, (unsigned long long)x->size,
 			(x->flags & GMSFS_ENTRY_PRIVATE) != 0);
 		if (p)
-			fprintf(f, "%llu,", (unsigned long long)(uintptr_t)p);
+			fprintf(rows, "%llu,", (unsigned long long)(uintptr_t)p);
 		else
-			fputs("null,", f);
-		fwrite(v, 1, x->value_len, f);
-		fputc(']', f);
+			fputs("null,", rows);
+		fprintf(rows, "%zu]", value_index(g, i, table, cap, vidx, &nvals, vals));
 	}
-	fputs("]\n", f);
-	if (fclose(f) && !e)
-		e = gm_error(g, -ENOMEM, "out of memory");
+	if ((rows && fclose(rows)) | (vals && fclose(vals)))
+		e = e ? e : gm_error(g, -ENOMEM, "out of memory");
+	free(table);
+	free(vidx);
+	char *out = NULL;
+	size_t n = 0;
+	if (!e) {
+		/* Shapes repeat layer after layer: each distinct value once, rows name it by index. */
+		FILE *f = open_memstream(&out, &n);
+		bool bad = !f || fprintf(f, "{\"values\": [%s],\n\"rows\": [%s]}\n", vals_text, rows_text) < 0;
+		if ((f && fclose(f)) || bad)
+			e = gm_error(g, -ENOMEM, "out of memory");
+	}
+	free(rows_text);
+	free(vals_text);
 	if (e) {
 		free(out);
 		return e;

@@ -226,12 +226,14 @@ GMSFS_API int gmsfs_torch_use(gmsfs *g, uint64_t slab_bytes);
  * to its slab (a pointer of no slab is ignored). */
 GMSFS_API void *gmsfs_torch_alloc(ssize_t size, int device, void *stream);
 GMSFS_API void gmsfs_torch_free(void *ptr, ssize_t size, int device, void *stream);
-/* Every tensor entry of the handle's layout (gmsfs(5), "Tensors") as one JSON array, in
- * one call, for a binding that would pay a call per field: each element is
- * [NAME, ALLOC, OFFSET, SIZE, PRIVATE (0 or 1), PTR (where the extent is in this process,
- * or null while its allocation is not mapped), VALUE (the entry's JSON object)], NAME
- * without the "torch/" prefix.  *json (NUL-terminated, *len bytes) is the caller's, freed
- * with gmsfs_text_free.  -EINVAL naming the entry whose value is not a JSON object. */
+/* Every tensor entry of the handle's layout (gmsfs(5), "Tensors") in one JSON object, in
+ * one call, for a binding that would pay a call per field:
+ * {"values": [VALUE...], "rows": [[NAME, ALLOC, OFFSET, SIZE, PRIVATE (0 or 1), PTR (where
+ * the extent is in this process, or null while its allocation is not mapped), V]...]}:
+ * each distinct value (an entry's JSON object, as stored) once, and V the index of the
+ * row's in "values" (a model's layers repeat their shapes); NAME without the "torch/"
+ * prefix.  *json (NUL-terminated, *len bytes) is the caller's, freed with
+ * gmsfs_text_free.  -EINVAL naming the entry whose value is not a JSON object. */
 GMSFS_API int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len);
 GMSFS_API void gmsfs_text_free(char *text);
 /* Slabs the allocator holds now. */

@@ -233,13 +233,22 @@ _DTYPE_NAMES = {d: n for n, d in _DTYPES.items()}
 
 def _manifest(conn):
     """{name: [name, alloc, offset, size, private, ptr, value]} of the store's tensor entries,
-    from one library call (gmsfs_torch_manifest) and one JSON parse."""
+    from one library call (gmsfs_torch_manifest) and one JSON parse; value is the entry's
+    (dtype, shape, stride, storage_offset, dtype name, item size), one object per distinct value (a
+    model's layers repeat their shapes), so that the work per tensor is a lookup."""
     p, n = ctypes.c_void_p(), ctypes.c_size_t()
     conn._check(_c.gmsfs_torch_manifest(conn._handle(), ctypes.byref(p), ctypes.byref(n)), "materialize")
     try:
-        return {r[0]: r for r in json.loads(ctypes.string_at(p, n.value))}
+        doc = json.loads(ctypes.string_at(p, n.value))
     finally:
         _c.gmsfs_text_free(p)
+    values = [(_DTYPES[d["dtype"]], tuple(d["shape"]), tuple(d["stride"]), d["storage_offset"], d["dtype"],
+               _ITEMSIZE[_DTYPES[d["dtype"]]]) for d in doc["values"]]
+    rows = {}
+    for r in doc["rows"]:
+        r[6] = values[r[6]]
+        rows[r[0]] = r
+    return rows
 
 
 def _persistent(owner, attr, is_param):
@@ -315,6 +324,41 @@ def _fill(owner, v, init, device):
             (owner._buffers[attr].is_floating_point() and bool(torch.isnan(owner._buffers[attr]).any()))]
 
 
+def _mismatch(name, v, t):
+    """What differs between the store's value v and the module's tensor t, as load_state_dict says it."""
+    if v[1] != t.shape:
+        return "size mismatch for %s: the store has shape %s, the module has shape %s" % (name, list(v[1]),
+                                                                                          list(t.shape))
+    return "dtype mismatch for %s: the store has %s, the module has %s" % (name, v[4],
+                                                                          _DTYPE_NAMES.get(t.dtype, t.dtype))
+
+
+_new_param = torch.Tensor._make_subclass  # what Parameter(plain tensor) calls, without its Python frame
+_Param = torch.nn.Parameter
+
+
+def _view(r, slabs, typed, device, is_param):
+    """The tensor (a Parameter if is_param) of manifest row r: a view of one typed base per
+    allocation and dtype (typed: the bases made so far), so that the work per tensor is
+    one as_strided.  Shared entries view their allocation's mapping; a private one (its
+    own copy) or an odd offset views its own bytes."""
+    _, alloc, offset, size, private, ptr, (dtype, shape, stride, soff, _, _) = r
+    if 0 in shape:
+        view = torch.empty(shape, dtype=dtype, device=device)
+    elif ptr is None:
+        raise GmsfsError(errno.ENOENT, "materialize: %s's allocation %s is not mapped" % (r[0], alloc))
+    else:
+        m, isz = slabs.get(alloc), _ITEMSIZE[dtype]
+        shared = m is not None and not private and m.ptr + offset == ptr and offset % isz == 0
+        where = (alloc, dtype) if shared else (ptr, dtype)
+        base = typed.get(where)
+        if base is None:  # (tensor, its address)
+            base = typed[where] = ((_bytes_at(m.ptr, m.size - m.size % isz, device) if shared else
+                                    _bytes_at(ptr, size, device)).view(dtype), m.ptr if shared else ptr)
+        view = base[0].as_strided(shape, stride, (offset // isz if shared else 0) + soff)
+    return _new_param(torch.nn.Parameter, view, False) if is_param else view
+
+
 def _views(conn, items, rows, device):
     """[(owner, attr, is_param, view)] for every tensor the store has (a tied one, the same
     tensor under another name, once), and the mismatches of shape or dtype, in one pass:
@@ -329,30 +373,11 @@ def _views(conn, items, rows, device):
             continue
         obj = made.get(id(t))
         if obj is None:
-            _, alloc, offset, size, private, ptr, d = r
-            dtype, shape = _DTYPES[d["dtype"]], tuple(d["shape"])
-            if shape != t.shape or dtype is not t.dtype:
-                bad.append("%s mismatch for %s: the store has %s, the module has %s" % (
-                    ("size", name, "shape %s" % list(shape), "shape %s" % list(t.shape)) if shape != t.shape else
-                    ("dtype", name, d["dtype"], _DTYPE_NAMES.get(t.dtype, t.dtype))))
+            v = r[6]
+            if v[1] != t.shape or v[0] is not t.dtype:
+                bad.append(_mismatch(name, v, t))
                 continue
-            if 0 in shape:
-                view = torch.empty(shape, dtype=dtype, device=device)
-            elif ptr is None:
-                raise GmsfsError(errno.ENOENT, "materialize: %s's allocation %s is not mapped" % (name, alloc))
-            else:
-                # Shared entries view their allocation's mapping; a private one (its own
-                # copy) or an odd offset views its own bytes.
-                m, isz = slabs.get(alloc), _ITEMSIZE[dtype]
-                shared = m is not None and not private and m.ptr + offset == ptr and offset % isz == 0
-                where = (alloc, dtype) if shared else (ptr, dtype)
-                base = typed.get(where)
-                if base is None:
-                    raw = _bytes_at(m.ptr, m.size - m.size % isz, device) if shared else _bytes_at(ptr, size, device)
-                    base = typed[where] = raw.view(dtype)
-                view = base.as_strided(shape, tuple(d["stride"]), (offset // isz if shared else 0) +
-                                       d["storage_offset"])
-            obj = made[id(t)] = torch.nn.Parameter(view, requires_grad=False) if is_param else view
+            obj = made[id(t)] = _view(r, slabs, typed, device, is_param)
         views.append((owner, attr, is_param, obj))
     for owner, attr, t, is_param in later:  # a tied name the store has under another one
         if id(t) in made:
@@ -376,19 +401,62 @@ def materialize(module, store, strict=True, init=None):
     conn = store if isinstance(store, Connection) else connect(store, "ro")
     conn.import_all()  # maps what is not mapped yet, loads the entries
     rows = _manifest(conn)
-    items = _tensors(module)
-    _check_names(items, rows, strict, conn.store)
     device = _device(conn)
-    owners, init = _lacking_buffers(module, items, rows, device, init, conn.store)
-    views, bad = _views(conn, items, rows, device)
+    assign, later, bad, made = _walk_views(module, conn, rows, device)
+    # Tied names (the same tensor as one the store has) need no entry of their own.
+    tied = [(d, attr, made[id(t)]) for name, owner, attr, t, is_param in later if id(t) in made
+            for d in (owner._parameters if is_param else owner._buffers,)]
+    if strict and (len(rows) > len(assign) or any(_persistent(o, a, p) and id(t) not in made
+                                                  for _, o, a, t, p in later)):
+        _check_names(_tensors(module), rows, strict, conn.store)  # says what differs
+    owners, init = _lacking_buffers(module, [i for i in later if id(i[3]) not in made], rows, device, init,
+                                    conn.store)
     if bad:  # every tensor checked before the module is touched, as load_state_dict names them
         raise RuntimeError("materialize %s: %d tensor(s) do not match, the module is unchanged:\n  %s"
                            % (conn.store, len(bad), "\n  ".join(bad)))
-    for owner, attr, is_param, obj in views:
-        (owner._parameters if is_param else owner._buffers)[attr] = obj
+    for d, attr, obj in assign:
+        d[attr] = obj
+    for d, attr, obj in tied:
+        d[attr] = obj
     _make_buffers(owners, init, device)
     module._gmsfs = conn
     return module
+
+
+def _walk_views(module, conn, rows, device):
+    """materialize's one pass over the module (a model has hundreds of tensors: the work
+    per tensor is a lookup, a check and a view): ([(dict, attr, view)] for every tensor the
+    store names, [(name, owner, attr, tensor, is_param)] for those it does not, the
+    mismatches, {id(tensor): view}).  The module is not touched."""
+    slabs = {m.name: m for m in conn.mappings}
+    typed, made, assign, later, bad = {}, {}, [], [], []
+    stack = [("", module)]
+    while stack:
+        pre, m = stack.pop()
+        for d, is_param in ((m._parameters, True), (m._buffers, False)):
+            for attr, t in d.items():
+                if t is None:
+                    continue
+                r = rows.get(pre + attr)
+                if r is None:
+                    later.append((pre + attr, m, attr, t, is_param))
+                    continue
+                obj = made.get(id(t))
+                if obj is None:
+                    v = r[6]
+                    if v[1] != t.shape or v[0] is not t.dtype:
+                        bad.append(_mismatch(pre + attr, v, t))
+                        continue
+                    # The common case inline: a shared entry at a whole element of a base made already.
+                    base = typed.get((r[1], v[0]))
+                    if base is not None and not r[4] and r[5] == base[1] + r[2] and not r[2] % v[5] and 0 not in v[1]:
+                        obj = base[0].as_strided(v[1], v[2], r[2] // v[5] + v[3])
+                        obj = made[id(t)] = _new_param(_Param, obj, False) if is_param else obj
+                    else:
+                        obj = made[id(t)] = _view(r, slabs, typed, device, is_param)
+                assign.append((d, attr, obj))
+        stack.extend((pre + n + ".", c) for n, c in reversed(m._modules.items()) if c is not None)
+    return assign, later, bad, made
 
 
 # ---- GMS's flows ----
