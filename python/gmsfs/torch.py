@@ -490,6 +490,44 @@ def _drop_unused_slabs(module, conn, made):
         conn.free(name)
 
 
+def _repack_sparse_slabs(module, conn, made, slab_bytes):
+    """The fragments the build left in its slabs (each slab's tail past what fit, PyTorch's
+    segments' rounding) add up: the emptiest slabs of made, until what the others leave
+    empty is under half a slab, have their tensors copied into one allocation of their
+    exact size (a device-to-device copy of at most those slabs), the module's tensors
+    rebound there (the same Parameter objects), and are freed.  Returns the slabs freed."""
+    device = _device(conn)
+    by_slab = {n: {} for n in made}  # slab -> {storage ptr: (bytes, device)}
+    size = {m.name: m.size for m in conn.mappings if m.name in made}
+    items = _tensors(module)
+    for _, _, _, t, _ in items:
+        ptr, n = _storage(t)
+        f = conn.find_ptr(ptr) if t.numel() else None
+        if f is not None and f[0].name in by_slab:
+            by_slab[f[0].name][ptr] = (n, t.device)
+    waste = {name: size[name] - sum(n for n, _ in st.values()) for name, st in by_slab.items() if name in size}
+    left, picked = sum(waste.values()), []
+    for name in sorted(waste, key=waste.get, reverse=True):
+        if left < slab_bytes // 2:
+            break
+        picked.append(name)
+        left -= waste[name]
+    moving = {ptr: v for name in picked for ptr, v in by_slab[name].items()}
+    if moving:
+        where = _pack(conn, moving, device)
+        maps = {m.name: m for m in conn.mappings}
+        with torch.no_grad():
+            for _, _, _, t, _ in items:
+                ptr, n = _storage(t)
+                if ptr in where and t.numel():
+                    alloc, off = where[ptr]
+                    base = _bytes_at(maps[alloc].ptr + off, n, device).view(t.dtype)
+                    t.data = base.as_strided(t.shape, t.stride(), t.storage_offset())
+    for name in picked:
+        conn.free(name)
+    return picked
+
+
 def load_or_publish(store, build, load_weights, read_only=False, timeout=None, private=(), slab_bytes=0):
     """GMS's RW_OR_RO flow.  The first process on the store (nothing committed) builds the
     module, loads its weights and publishes them; every later one builds it on the meta
@@ -501,8 +539,9 @@ def load_or_publish(store, build, load_weights, read_only=False, timeout=None, p
     in the store's slabs, and publishing copies nothing.  load_weights(module) runs outside
     it: whatever it reads or makes on the way (a checkpoint loaded to the GPU, then copied
     into the parameters) comes from PyTorch's own memory, not the store's; slabs the build
-    left empty are given back before the commit.  The store holds the model, not its
-    loader's temporaries."""
+    left empty are given back before the commit, and the emptiest ones are repacked
+    (_repack_sparse_slabs).  The store holds the model and less than one slab more, not
+    its loader's temporaries."""
     try:
         conn = connect(store, "ro" if read_only else "auto", 0 if read_only else timeout)
     except GmsfsError as e:
@@ -517,7 +556,9 @@ def load_or_publish(store, build, load_weights, read_only=False, timeout=None, p
         load_weights(module)
         if conn.backend == "cuda":
             torch.cuda.synchronize()
-            _drop_unused_slabs(module, conn, _slabs(conn) - before)
+            made = _slabs(conn) - before
+            _drop_unused_slabs(module, conn, made)
+            _repack_sparse_slabs(module, conn, made & _slabs(conn), slab_bytes or SLAB_BYTES)
         publish(module, conn, private=private)
         module._gmsfs_published = True
         return module

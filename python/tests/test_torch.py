@@ -138,3 +138,50 @@ def test_read_only_fails_at_once_when_nothing_is_committed(store):
     with pytest.raises(gmsfs.GmsfsError) as e:
         gt.load_or_publish(store, lambda: None, lambda m: None, read_only=True)
     assert e.value.errno == errno.ENOENT and "nothing is committed" in e.value.strerror
+
+
+def test_sparse_slabs_are_repacked_and_the_module_follows(store):
+    """A build that left one slab nearly empty (its tensors a fragment past the others'):
+    _repack_sparse_slabs copies that slab's tensors into one allocation of their size,
+    rebinds the module (the same Parameter objects, the same values), frees the slab and
+    leaves the full one alone; what is published from there reads back the same."""
+    w = run_py(MODEL + """
+MiB = 1 << 20
+c = gmsfs.connect(sys.argv[1], "rw")
+full = c.create("torch/slab00000", 4 * MiB, tag="torch")
+sparse = c.create("torch/slab00001", 4 * MiB, tag="torch")
+def at(m, off, shape):  # a float32 tensor in the store at m.ptr + off, as the C allocator carves them
+    n = 4 * int(torch.tensor(shape).prod())
+    return torch.frombuffer(c.buffer(m.ptr + off, n, writable=True), dtype=torch.float32).view(shape)
+net = torch.nn.Module()
+net.a = torch.nn.Parameter(at(full, 0, (896, 1024)), requires_grad=False)    # 3.5 MiB: nearly full
+net.b = torch.nn.Parameter(at(sparse, 0, (64, 1024)), requires_grad=False)   # 0.25 MiB of 4
+with torch.no_grad():
+    net.a.copy_(torch.arange(896 * 1024, dtype=torch.float32).view(896, 1024))
+    net.b.copy_(torch.arange(64 * 1024, dtype=torch.float32).view(64, 1024) * -1)
+b_obj, a_ptr = net.b, net.a.data_ptr()
+freed = gt._repack_sparse_slabs(net, c, {"torch/slab00000", "torch/slab00001"}, 4 * MiB)
+names = sorted(m.name for m in c.mappings)
+b_at = c.find_ptr(net.b.data_ptr())[0].name
+same = bool(net.b.eq(torch.arange(64 * 1024, dtype=torch.float32).view(64, 1024) * -1).all())
+b_same_obj, a_kept = net.b is b_obj, net.a.data_ptr() == a_ptr
+gt.publish(net, c)
+print(json.dumps({"freed": freed, "names": names, "b_at": b_at, "same": same, "b_same_obj": b_same_obj,
+                  "a_kept": a_kept}))
+""", store)
+    assert w.returncode == 0, w.stderr
+    out = json.loads(w.stdout)
+    assert out["freed"] == ["torch/slab00001"], out
+    assert out["names"] == ["torch/packed00000", "torch/slab00000"] and out["b_at"] == "torch/packed00000", out
+    assert out["same"] and out["b_same_obj"] and out["a_kept"], out
+    r = run_py(MODEL + """
+net = torch.nn.Module()
+net.a = torch.nn.Parameter(torch.zeros(896, 1024), requires_grad=False)
+net.b = torch.nn.Parameter(torch.zeros(64, 1024), requires_grad=False)
+gt.materialize(net, sys.argv[1])
+print(json.dumps({"a": net.a.sum().item(), "b": net.b.sum().item()}))
+""", store)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    n_a, n_b = 896 * 1024, 64 * 1024
+    assert got == {"a": float(sum(range(n_a))), "b": -float(sum(range(n_b)))}, got
