@@ -195,6 +195,7 @@ int wire_parse_image(const void *buf, size_t len, struct wire_image *h, char *wh
 	msgpack_unpacked u;
 	msgpack_unpacked_init(&u);
 	const char *bad = "not one msgpack map";
+	char field[80];
 	int e = -EINVAL, names = -1;
 	uint64_t version = 0;
 	unsigned seen = 0;
@@ -202,8 +203,18 @@ int wire_parse_image(const void *buf, size_t len, struct wire_image *h, char *wh
 		goto out;
 	bad = "an unknown, repeated or malformed field";
 	for (uint32_t i = 0; i < u.data.via.map.size; i++)
-		if (image_field(h, &u.data.via.map.ptr[i].key, &u.data.via.map.ptr[i].val, &seen, &version, &names))
+		if (image_field(h, &u.data.via.map.ptr[i].key, &u.data.via.map.ptr[i].val, &seen, &version, &names)) {
+			const msgpack_object *k = &u.data.via.map.ptr[i].key; /* named: which one says what to look at */
+			bool printable = k->type == MSGPACK_OBJECT_STR && k->via.str.size < 32;
+			for (uint32_t c = 0; printable && c < k->via.str.size; c++)
+				printable = k->via.str.ptr[c] > ' ' && k->via.str.ptr[c] <= '~';
+			if (printable) {
+				snprintf(field, sizeof field, "an unknown, repeated or malformed field (%.*s)",
+					 (int)k->via.str.size, k->via.str.ptr);
+				bad = field;
+			}
 			goto out;
+		}
 	bad = "not a store image, or one of another version";
 	if (!(seen & 1) || version != IMAGE_V)
 		goto out;
