@@ -131,7 +131,9 @@ class Reader:
     def result(self, since, limit=120):
         """From since (time.time()) until it had imported; what it read.  A reader not done
         within limit seconds fails the run, with the daemon's log."""
-        if not select.select([self.p.stdout], [], [], limit)[0]:
+        poll = select.poll()  # not select(): the manager holds a thousand descriptors in this process
+        poll.register(self.p.stdout, select.POLLIN)
+        if not poll.poll(limit * 1000):
             log = glob.glob("/tmp/gmsfs-bench-restart.*.log")
             raise RuntimeError("the reader did not import within %d s; the daemon's log:\n%s" % (
                 limit, "".join(open(f).read()[-4000:] for f in log)))
