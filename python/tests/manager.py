@@ -10,6 +10,7 @@ import resource
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -40,30 +41,41 @@ class Manager:
         while True:
             try:
                 data, anc, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(253 * 4))
-            except OSError:
-                return
-            fds = array.array("i")
-            for level, kind, payload in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
-            fields = dict(line.split("=", 1) for line in data.decode().splitlines() if "=" in line)
-            with self.lock:
-                self.messages.append(fields)
-                if fields.get("FDSTORE") == "1":
-                    for fd in fds:  # systemd keeps a dup; this copy is the one kept
-                        old = self.fds.pop(fields.get("FDNAME", "stored"), None)
-                        if old is not None:
-                            os.close(old)
-                        self.fds[fields.get("FDNAME", "stored")] = fd
-                    fds = []
-                elif fields.get("FDSTOREREMOVE") == "1":
-                    fd = self.fds.pop(fields.get("FDNAME"), None)
-                    if fd is not None:
-                        os.close(fd)
-                if fields.get("READY") == "1":
-                    self.ready.set()
-            for fd in fds:
-                os.close(fd)
+            except OSError as e:
+                if self.sock.fileno() < 0:
+                    return  # closed: the manager is done
+                # Said, not swallowed: a listener that ended here would miss READY=1.
+                print("manager: recvmsg: %s" % e, file=sys.stderr, flush=True)
+                continue
+            try:
+                self._take(data, anc)
+            except Exception as e:  # noqa: BLE001 (a test's manager: say it, keep listening)
+                print("manager: message %r: %r" % (data[:200], e), file=sys.stderr, flush=True)
+
+    def _take(self, data, anc):
+        """One datagram: descriptors kept or closed, READY noted, as systemd does."""
+        fds = array.array("i")
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+        fields = dict(line.split("=", 1) for line in data.decode().splitlines() if "=" in line)
+        with self.lock:
+            self.messages.append(fields)
+            if fields.get("FDSTORE") == "1":
+                for fd in fds:  # systemd keeps a dup; this copy is the one kept
+                    old = self.fds.pop(fields.get("FDNAME", "stored"), None)
+                    if old is not None:
+                        os.close(old)
+                    self.fds[fields.get("FDNAME", "stored")] = fd
+                fds = []
+            elif fields.get("FDSTOREREMOVE") == "1":
+                fd = self.fds.pop(fields.get("FDNAME"), None)
+                if fd is not None:
+                    os.close(fd)
+            if fields.get("READY") == "1":
+                self.ready.set()
+        for fd in fds:
+            os.close(fd)
 
     def names(self):
         with self.lock:
