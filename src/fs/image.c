@@ -114,15 +114,23 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds,
 	if (!e && fdname) {
 		if (!(names = calloc(h.nfds ? h.nfds : 1, sizeof *names)))
 			e = -ENOMEM;
-		for (uint64_t i = 0; !e && i < h.nfds; i++)
-			if (!(names[i] = fdname(arg, fds->v[w.base + i])))
+		/* Copies: a later fdname may move the table the earlier names live in (a store of
+		 * a thousand CUDA allocations wrote an empty name, and no restart could read it). */
+		for (uint64_t i = 0; !e && i < h.nfds; i++) {
+			const char *name = fdname(arg, fds->v[w.base + i]);
+			if (!name)
 				e = -ENOSPC; /* the service manager's store is full */
+			else if (!(names[i] = strdup(name)))
+				e = -ENOMEM;
+		}
 		h.fdnames = (char **)names;
 	}
 	if (!e)
 		e = wire_pack_image(sb, &h);
 	if (!e && !(e = append(sb, &w.dirs)) && !(e = append(sb, &w.allocs)))
 		e = append(sb, &w.entries);
+	for (uint64_t i = 0; names && i < h.nfds; i++)
+		free((char *)names[i]);
 	free(names);
 	free(w.slot);
 	msgpack_sbuffer_destroy(&w.dirs);
