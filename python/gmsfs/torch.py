@@ -356,7 +356,7 @@ def _view(r, slabs, typed, device, is_param):
             base = typed[where] = ((_bytes_at(m.ptr, m.size - m.size % isz, device) if shared else
                                     _bytes_at(ptr, size, device)).view(dtype), m.ptr if shared else ptr)
         view = base[0].as_strided(shape, stride, (offset // isz if shared else 0) + soff)
-    return _new_param(torch.nn.Parameter, view, False) if is_param else view
+    return _new_param(_Param, view, False) if is_param else view
 
 
 def _views(conn, items, rows, device):
