@@ -34,6 +34,8 @@ class Manager:
         self.lock = threading.Lock()
         self.messages = []
         self.daemon = None
+        self.synced = threading.Condition(self.lock)
+        self.marks = 0       # the last of the manager's own marks that the listener took
         self.thread = threading.Thread(target=self._listen, daemon=True)
         self.thread.start()
 
@@ -60,6 +62,10 @@ class Manager:
                 fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
         fields = dict(line.split("=", 1) for line in data.decode().splitlines() if "=" in line)
         with self.lock:
+            if "X_MANAGER_MARK" in fields:  # sync(): every message before it is taken
+                self.marks = int(fields["X_MANAGER_MARK"])
+                self.synced.notify_all()
+                return
             self.messages.append(fields)
             if fields.get("FDSTORE") == "1":
                 for fd in fds:  # systemd keeps a dup; this copy is the one kept
@@ -77,12 +83,28 @@ class Manager:
         for fd in fds:
             os.close(fd)
 
+    def sync(self, timeout=20):
+        """Until the listener has taken every message sent so far.  systemd reads what a
+        service sent before it handles the service's end; so must this manager, or a
+        restart could pass the descriptors kept before a crashed daemon's last FDSTORE,
+        the one its last acknowledged commit waited for.  Datagrams keep their order:
+        a mark sent now is taken after all of them."""
+        with self.lock:
+            mark = self.marks + 1
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.sendto(b"X_MANAGER_MARK=%d" % mark, self.path)
+        with self.lock:
+            if not self.synced.wait_for(lambda: self.marks >= mark, timeout):
+                raise RuntimeError("the manager's listener took no message in %ds" % timeout)
+
     def names(self):
+        self.sync()
         with self.lock:
             return sorted(self.fds)
 
     def start(self, mnt, *options, env=None, timeout=60):
         """gmsfs -f -o OPTIONS MNT under this manager; returns once READY=1 came."""
+        self.sync()  # what the last daemon sent, taken before its descriptors are passed on
         with self.lock:
             names = list(self.fds)
             passed = [self.fds[n] for n in names]
@@ -94,21 +116,32 @@ class Manager:
             e["LISTEN_FDS"] = str(len(passed))
             e["LISTEN_FDNAMES"] = ":".join(names)
 
-        def place():  # descriptors 3, 4, ... in the child, as systemd passes them
-            high = [os.dup(fd) for fd in passed]
-            moved = [fcntl_dupfd(fd, 3 + len(passed)) for fd in high]  # above every target
-            for i, fd in enumerate(moved):
-                os.dup2(fd, 3 + i)
+        # The kept descriptors go to 3, 4, ... in the daemon, as systemd passes them: here
+        # above every target first (pass_fds keeps their numbers), then bash's redirections
+        # put each in its place before the exec.  No preexec_fn: a fork of this threaded
+        # process may not run Python before its exec (the listener could hold a lock).
+        high = [fcntl_dupfd(os.dup(fd), 3 + len(passed) + 16) for fd in passed]
+        moves = " ".join("%d<&%d %d<&-" % (3 + i, fd, fd) for i, fd in enumerate(high))
         self.log = open(mnt + ".log", "a")
+        since = self.log.tell()  # this start's lines, for the error below
         # GMSFS_WRAP: a checker to run the daemon under (tests/variant.sh: valgrind).
         argv = os.environ.get("GMSFS_WRAP", "").split() + [os.path.join(BUILD, "gmsfs"), "-f"] + \
             (["-o", ",".join(options)] if options else []) + [mnt]
-        # LISTEN_PID is the daemon's own pid: sh's $$, which exec keeps.
-        self.daemon = subprocess.Popen(["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh"] + argv, env=e,
-                                       stdout=self.log, stderr=self.log, preexec_fn=place if passed else None,
-                                       close_fds=not passed)  # placed by place(): no pass_fds (3.12 checks them first)
+        # LISTEN_PID is the daemon's own pid: bash's $$, which exec keeps.
+        try:
+            self.daemon = subprocess.Popen(["bash", "-c", ("exec %s; " % moves if moves else "") +
+                                            'LISTEN_PID=$$ exec "$@"', "bash"] + argv, env=e,
+                                           stdout=self.log, stderr=self.log, pass_fds=high)
+        finally:
+            for fd in high:
+                os.close(fd)
         if not self.ready.wait(timeout):
-            raise RuntimeError("gmsfs sent no READY=1: " + open(mnt + ".log").read()[-3000:])
+            with open(mnt + ".log") as f:
+                f.seek(since)
+                said = f.read()[-3000:]
+            rc = self.daemon.poll()
+            raise RuntimeError("gmsfs sent no READY=1 in %ds (%s); its log: %s" % (
+                timeout, "still running" if rc is None else "it ended with %d" % rc, said))
         return self.daemon
 
     def kill(self, sig=signal.SIGKILL):
