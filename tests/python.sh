@@ -3,7 +3,7 @@
 cd "$(dirname "$0")/.." || exit 1
 xml=$(mktemp /tmp/gmsfs-pytest.XXXXXX)
 trap 'rm -f "$xml"' EXIT
-${PYTHON:-/usr/bin/python3} -m pytest -q -p no:cacheprovider -o faulthandler_timeout=120 \
+${PYTHON:-/usr/bin/python3} -m pytest -q -p no:cacheprovider -o faulthandler_timeout=120 -o junit_logging=all \
 	--junitxml="$xml" python/tests >/tmp/gmsfs-pytest.out 2>&1
 ${PYTHON:-/usr/bin/python3} - "$xml" <<'PY'
 import sys, xml.etree.ElementTree as ET
@@ -17,8 +17,14 @@ for c in cases:
     if bad is not None:
         failed += 1
         print("not ok %d - %s" % (n, name))
+        # On stderr too: prove shows stderr, so CI's log keeps why it failed.
         for line in (bad.text or bad.get("message", "")).splitlines()[-30:]:
             print("#   " + line)
+            print("# %s: %s" % (name, line), file=sys.stderr)
+        for what in ("system-out", "system-err"):  # what the test printed (daemon logs, the manager)
+            for part in c.findall(what):
+                for line in (part.text or "").splitlines()[-20:]:
+                    print("# %s %s: %s" % (name, what, line), file=sys.stderr)
     elif skip is not None:
         print("ok %d - %s # SKIP %s" % (n, name, skip.get("message", "")))
     else:

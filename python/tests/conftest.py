@@ -15,6 +15,20 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 os.environ.setdefault("GMSFS_LIBRARY", os.path.join(BUILD, "libgmsfs.so.0"))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report kept on the test (item.rep_call): a fixture's teardown can see
+    whether the test failed, and show the daemon's log."""
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+def failed(request):
+    rep = getattr(request.node, "rep_call", None)
+    return rep is not None and rep.failed
+
+
 def mounted(*options):
     """A daemon on a fresh directory (options: more -o options), as a generator a fixture
     yields from: the mount point, then the unmount and the daemon's end."""

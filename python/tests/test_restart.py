@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, ROOT
+from conftest import BUILD, ROOT, failed
 from manager import Manager, wait_mounted
 import gmsfs
 from gmsfs.ctl import read_fields
@@ -66,9 +66,11 @@ def pid_of(mnt):
 
 
 @pytest.fixture
-def mnt():
+def mnt(request):
     d = tempfile.mkdtemp(prefix="gmsfs-restart.")
     yield d
+    if failed(request) and os.path.exists(d + ".log"):  # the daemons' side of a failure
+        print("daemon log, last lines:\n" + "".join(open(d + ".log").readlines()[-40:]))
     for _ in range(5):  # every mount this test stacked or left
         if subprocess.run(["umount", d], capture_output=True).returncode:
             if subprocess.run(["umount", "-l", d], capture_output=True).returncode:
