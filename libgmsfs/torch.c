@@ -176,19 +176,51 @@ void gmsfs_torch_free(void *ptr, ssize_t size, int device, void *stream)
 	pthread_mutex_unlock(&ta.mu);
 }
 
-/* One JSON string: quotes, backslashes and control characters escaped (names are paths). */
-static void json_string(FILE *f, const char *s)
+/* The manifest's text, made without stdio (a model has hundreds of rows, and a FILE's
+ * locked putc per character cost more than the rest of materialize's parse). */
+struct text {
+	char *p;
+	size_t n, cap;
+	bool oom;
+};
+
+static void tx_put(struct text *t, const char *s, size_t len)
 {
-	fputc('"', f);
-	for (; *s; s++) {
-		if (*s == '"' || *s == '\\')
-			fprintf(f, "\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			fprintf(f, "\\u%04x", (unsigned char)*s);
-		else
-			fputc(*s, f);
+	if (t->oom || ROOM(t->p, t->n + len + 1, t->cap, 4096)) {
+		t->oom = true;
+		return;
 	}
-	fputc('"', f);
+	memcpy(t->p + t->n, s, len);
+	t->n += len;
+	t->p[t->n] = '\0';
+}
+
+static void tx_u64(struct text *t, unsigned long long v)
+{
+	char d[24], *e = d + sizeof d, *q = e;
+	do
+		*--q = (char)('0' + v % 10);
+	while (v /= 10);
+	tx_put(t, q, (size_t)(e - q));
+}
+
+/* One JSON string: quotes, backslashes and control characters escaped (names are paths). */
+static void tx_json_string(struct text *t, const char *s)
+{
+	tx_put(t, "\"", 1);
+	for (const char *run = s;; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c && c != '"' && c != '\\' && c >= 0x20)
+			continue;
+		tx_put(t, run, (size_t)(s - run));
+		if (!c)
+			break;
+		char esc[8];
+		int k = c == '"' || c == '\\' ? snprintf(esc, sizeof esc, "\\%c", c) : snprintf(esc, sizeof esc, "\\u%04x", c);
+		tx_put(t, esc, (size_t)k);
+		run = s + 1;
+	}
+	tx_put(t, "\"", 1);
 }
 
 /* FNV-1a of a value's bytes: the manifest names each distinct value once. */
@@ -203,14 +235,14 @@ static uint64_t value_hash(const char *v, size_t n)
 /* The index of x's value among the distinct values so far (table: open addressing over
  * entry indices + 1, cap a power of two > 2 * entries), written out when it is new. */
 static size_t value_index(const gmsfs *g, size_t i, size_t *table, size_t cap, size_t *vidx, size_t *nvals,
-			  FILE *vals)
+			  struct text *vals)
 {
 	const struct entry_rec *x = &g->meta.v[i];
 	for (size_t k = value_hash(x->value, x->value_len) & (cap - 1);; k = (k + 1) & (cap - 1)) {
 		if (!table[k]) {
 			table[k] = i + 1;
-			fputs(*nvals ? ",\n" : "\n", vals);
-			fwrite(x->value, 1, x->value_len, vals);
+			tx_put(vals, *nvals ? ",\n" : "\n", *nvals ? 2 : 1);
+			tx_put(vals, x->value, x->value_len);
 			return vidx[i] = (*nvals)++;
 		}
 		const struct entry_rec *y = &g->meta.v[table[k] - 1];
@@ -232,12 +264,13 @@ int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
 	size_t cap = 16;
 	while (cap <= 2 * g->meta.n)
 		cap *= 2;
-	char *rows_text = NULL, *vals_text = NULL;
-	size_t rows_len = 0, vals_len = 0, nvals = 0;
+	/* Shapes repeat layer after layer: each distinct value once, rows name it by index. */
+	struct text out = {0}, vals = {0};
+	size_t nvals = 0;
 	size_t *table = calloc(cap, sizeof *table), *vidx = calloc(g->meta.n + 1, sizeof *vidx);
-	FILE *rows = open_memstream(&rows_text, &rows_len), *vals = open_memstream(&vals_text, &vals_len);
-	if (!table || !vidx || !rows || !vals)
+	if (!table || !vidx)
 		e = gm_error(g, -ENOMEM, "out of memory");
+	tx_put(&out, "{\"rows\": [", 10);
 	bool first = true;
 	for (size_t i = 0; i < g->meta.n && !e; i++) {
 		const struct entry_rec *x = &g->meta.v[i];
@@ -251,41 +284,39 @@ int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
 			e = gm_error(g, -EINVAL, "meta/%s: its value is not a JSON object (gmsfs(5), \"Tensors\")", x->key);
 			break;
 		}
-		fputs(first ? "\n[" : ",\n[", rows);
+		tx_put(&out, first ? "\n[" : ",\n[", first ? 2 : 3);
 		first = false;
-		json_string(rows, x->key + plen);
-		fputc(',', rows);
-		json_string(rows, x->alloc ? x->alloc : "");
+		tx_json_string(&out, x->key + plen);
+		tx_put(&out, ",", 1);
+		tx_json_string(&out, x->alloc ? x->alloc : "");
+		tx_put(&out, ",", 1);
+		tx_u64(&out, x->offset);
+		tx_put(&out, ",", 1);
+		tx_u64(&out, x->size);
+		tx_put(&out, (x->flags & GMSFS_ENTRY_PRIVATE) ? ",1," : ",0,", 3);
 		void *p = mt_extent_ptr(g, x);
-		fprintf(rows, ",%llu,%llu,%d,", (unsigned long long)x->offset, (unsigned long long)x->size,
-			(x->flags & GMSFS_ENTRY_PRIVATE) != 0);
 		if (p)
-			fprintf(rows, "%llu,", (unsigned long long)(uintptr_t)p);
+			tx_u64(&out, (uintptr_t)p);
 		else
-			fputs("null,", rows);
-		fprintf(rows, "%zu]", value_index(g, i, table, cap, vidx, &nvals, vals));
+			tx_put(&out, "null", 4);
+		tx_put(&out, ",", 1);
+		tx_u64(&out, value_index(g, i, table, cap, vidx, &nvals, &vals));
+		tx_put(&out, "]", 1);
 	}
-	if ((rows && fclose(rows)) | (vals && fclose(vals)))
-		e = e ? e : gm_error(g, -ENOMEM, "out of memory");
 	free(table);
 	free(vidx);
-	char *out = NULL;
-	size_t n = 0;
-	if (!e) {
-		/* Shapes repeat layer after layer: each distinct value once, rows name it by index. */
-		FILE *f = open_memstream(&out, &n);
-		bool bad = !f || fprintf(f, "{\"values\": [%s],\n\"rows\": [%s]}\n", vals_text, rows_text) < 0;
-		if ((f && fclose(f)) || bad)
-			e = gm_error(g, -ENOMEM, "out of memory");
-	}
-	free(rows_text);
-	free(vals_text);
+	tx_put(&out, "],\n\"values\": [", 14);
+	tx_put(&out, vals.p ? vals.p : "", vals.n);
+	tx_put(&out, "]}\n", 3);
+	free(vals.p);
+	if (!e && out.oom)
+		e = gm_error(g, -ENOMEM, "out of memory");
 	if (e) {
-		free(out);
+		free(out.p);
 		return e;
 	}
-	*json = out;
-	*len = n;
+	*json = out.p;
+	*len = out.n;
 	return 0;
 }
 

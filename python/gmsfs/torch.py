@@ -232,10 +232,13 @@ _DTYPE_NAMES = {d: n for n, d in _DTYPES.items()}
 
 
 def _manifest(conn):
-    """{name: [name, alloc, offset, size, private, ptr, value]} of the store's tensor entries,
-    from one library call (gmsfs_torch_manifest) and one JSON parse; value is the entry's
-    (dtype, shape, stride, storage_offset, dtype name, item size), one object per distinct value (a
-    model's layers repeat their shapes), so that the work per tensor is a lookup."""
+    """{name: [name, alloc, offset, size, private, ptr, value, key, element]} of the
+    store's tensor entries, from one library call (gmsfs_torch_manifest) and one JSON
+    parse; value is the entry's (dtype, shape, stride, storage_offset, dtype name, item
+    size), one object per distinct value (a model's layers repeat their shapes), so that
+    the work per tensor is a lookup.  key: (alloc, dtype), the typed base of the
+    allocation's mapping that the tensor views at element (its offset in items), or None
+    where it needs a view of its own bytes (private, not at a whole item, empty)."""
     p, n = ctypes.c_void_p(), ctypes.c_size_t()
     conn._check(_c.gmsfs_torch_manifest(conn._handle(), ctypes.byref(p), ctypes.byref(n)), "materialize")
     try:
@@ -246,7 +249,12 @@ def _manifest(conn):
                _ITEMSIZE[_DTYPES[d["dtype"]]]) for d in doc["values"]]
     rows = {}
     for r in doc["rows"]:
-        r[6] = values[r[6]]
+        v = r[6] = values[r[6]]
+        isz = v[5]
+        if r[4] or r[5] is None or r[2] % isz or 0 in v[1]:
+            r += (None, 0)
+        else:
+            r += ((r[1], v[0]), r[2] // isz + v[3])
         rows[r[0]] = r
     return rows
 
@@ -339,23 +347,23 @@ _Param = torch.nn.Parameter
 
 def _view(r, slabs, typed, device, is_param):
     """The tensor (a Parameter if is_param) of manifest row r: a view of one typed base per
-    allocation and dtype (typed: the bases made so far), so that the work per tensor is
-    one as_strided.  Shared entries view their allocation's mapping; a private one (its
-    own copy) or an odd offset views its own bytes."""
-    _, alloc, offset, size, private, ptr, (dtype, shape, stride, soff, _, _) = r
+    allocation and dtype (typed: the bases made so far, by the row's key), so that the
+    work per tensor is one as_strided.  Shared entries view their allocation's mapping; a
+    private one (its own copy) or an odd offset views its own bytes."""
+    _, alloc, offset, size, private, ptr, (dtype, shape, stride, soff, _, isz), key, element = r
     if 0 in shape:
         view = torch.empty(shape, dtype=dtype, device=device)
     elif ptr is None:
         raise GmsfsError(errno.ENOENT, "materialize: %s's allocation %s is not mapped" % (r[0], alloc))
     else:
-        m, isz = slabs.get(alloc), _ITEMSIZE[dtype]
-        shared = m is not None and not private and m.ptr + offset == ptr and offset % isz == 0
-        where = (alloc, dtype) if shared else (ptr, dtype)
-        base = typed.get(where)
-        if base is None:  # (tensor, its address)
-            base = typed[where] = ((_bytes_at(m.ptr, m.size - m.size % isz, device) if shared else
-                                    _bytes_at(ptr, size, device)).view(dtype), m.ptr if shared else ptr)
-        view = base[0].as_strided(shape, stride, (offset // isz if shared else 0) + soff)
+        base = typed.get(key) if key is not None else None
+        m = slabs.get(alloc) if base is None and key is not None else None
+        if m is not None and m.ptr + offset == ptr:  # the first of its base
+            base = typed[key] = _bytes_at(m.ptr, m.size - m.size % isz, device).view(dtype)
+        if base is not None:
+            view = base.as_strided(shape, stride, element)
+        else:  # its own bytes
+            view = _bytes_at(ptr, size, device).view(dtype).as_strided(shape, stride, soff)
     return _new_param(_Param, view, False) if is_param else view
 
 
@@ -431,31 +439,35 @@ def _walk_views(module, conn, rows, device):
     slabs = {m.name: m for m in conn.mappings}
     typed, made, assign, later, bad = {}, {}, [], [], []
     stack = [("", module)]
+    push, pop, row_of, made_of, typed_of = stack.append, stack.pop, rows.get, made.get, typed.get
     while stack:
-        pre, m = stack.pop()
+        pre, m = pop()
         for d, is_param in ((m._parameters, True), (m._buffers, False)):
+            if not d:
+                continue
             for attr, t in d.items():
                 if t is None:
                     continue
-                r = rows.get(pre + attr)
+                r = row_of(pre + attr)
                 if r is None:
                     later.append((pre + attr, m, attr, t, is_param))
                     continue
-                obj = made.get(id(t))
+                obj = made_of(id(t))
                 if obj is None:
                     v = r[6]
                     if v[1] != t.shape or v[0] is not t.dtype:
                         bad.append(_mismatch(pre + attr, v, t))
                         continue
-                    # The common case inline: a shared entry at a whole element of a base made already.
-                    base = typed.get((r[1], v[0]))
-                    if base is not None and not r[4] and r[5] == base[1] + r[2] and not r[2] % v[5] and 0 not in v[1]:
-                        obj = base[0].as_strided(v[1], v[2], r[2] // v[5] + v[3])
+                    base = typed_of(r[7]) if r[7] is not None else None
+                    if base is not None:  # the common case inline: a view of a base made already
+                        obj = base.as_strided(v[1], v[2], r[8])
                         obj = made[id(t)] = _new_param(_Param, obj, False) if is_param else obj
                     else:
                         obj = made[id(t)] = _view(r, slabs, typed, device, is_param)
                 assign.append((d, attr, obj))
-        stack.extend((pre + n + ".", c) for n, c in reversed(m._modules.items()) if c is not None)
+        for n, c in m._modules.items():
+            if c is not None:
+                push((pre + n + ".", c))
     return assign, later, bad, made
 
 

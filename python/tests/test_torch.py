@@ -185,3 +185,25 @@ print(json.dumps({"a": net.a.sum().item(), "b": net.b.sum().item()}))
     got = json.loads(r.stdout)
     n_a, n_b = 896 * 1024, 64 * 1024
     assert got == {"a": float(sum(range(n_a))), "b": -float(sum(range(n_b)))}, got
+
+
+def test_names_that_json_escapes_come_back(store):
+    # The manifest is JSON made by libgmsfs: quotes, backslashes and control characters in
+    # a name are escaped, and materialize finds each tensor under its own name.
+    code = """
+import torch, gmsfs.torch as gt, sys
+m = torch.nn.Module()
+for i, name in enumerate(['q"uote', 'back\\\\slash', 'tab\\tand\\x01', 'plain']):
+    m.register_parameter(name, torch.nn.Parameter(torch.full((3,), float(i + 1))))
+m.register_buffer("b", torch.arange(5, dtype=torch.float32))
+if sys.argv[2] == "publish":
+    gt.publish(m, sys.argv[1])
+else:
+    gt.materialize(m.to("meta"), sys.argv[1])
+    print(sorted((n, t.tolist()) for n, t in list(m.named_parameters()) + list(m.named_buffers())))
+"""
+    assert run_py(code, store, "publish").returncode == 0
+    r = run_py(code, store, "read")
+    assert r.returncode == 0, r.stderr
+    assert eval(r.stdout) == sorted([('q"uote', [1.0] * 3), ("back\\slash", [2.0] * 3), ("tab\tand\x01", [3.0] * 3),
+                                    ("plain", [4.0] * 3), ("b", [0.0, 1.0, 2.0, 3.0, 4.0])])
