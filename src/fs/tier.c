@@ -130,10 +130,11 @@ static int move(struct fs *fs, struct store *st, bool to_host)
 	store_notify(st);
 	uint64_t t0 = now_ns();
 	struct vmm_buf **old = NULL;
+	uint64_t ns[2] = {0, 0};
 	if (!e) {
 		pthread_mutex_unlock(&fs->mu);
 		vmm_release_all(given_up.v, given_up.n);
-		e = vmm_move(c.v, c.n, to_host, &old, why, sizeof why);
+		e = vmm_move(c.v, c.n, to_host, &old, ns, why, sizeof why);
 		if (to_host) /* device memory: freed at once, and counted free before the move is done */
 			vmm_release_all(old, c.n);
 		else if (!e) /* host memory: kept for the next move out (host_room gives it up) */
@@ -156,8 +157,10 @@ static int move(struct fs *fs, struct store *st, bool to_host)
 		*(to_host ? &st->tier.moves_out : &st->tier.moves_in) += 1;
 		*(to_host ? &k->moves_out : &k->moves_in) += 1;
 		*(to_host ? &k->bytes_out : &k->bytes_in) += bytes;
-		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: %" PRIu64 " bytes in %zu allocations moved to the %s tier in %.3f s\n",
-			 st->name, bytes, c.n, to_host ? "host" : "device", s);
+		fuse_log(FUSE_LOG_INFO,
+			 "gmsfs: %s: %" PRIu64 " bytes in %zu allocations moved to the %s tier in %.3f ms "
+			 "(new memory %.3f ms, copy %.3f ms)\n",
+			 st->name, bytes, c.n, to_host ? "host" : "device", s * 1e3, (double)ns[0] / 1e6, (double)ns[1] / 1e6);
 		keep_store(st); /* its memory is in other descriptors now */
 	}
 	lock_changed(st); /* the waiters for a move in are granted now (or go on waiting) */

@@ -15,7 +15,10 @@
 #include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct mapped {
 	CUdeviceptr va;
@@ -25,6 +28,7 @@ struct mapped {
 };
 
 struct mover {
+	bool trace;                 /* GMSFS_MOVER_TRACE: each batch's times on stderr (the daemon's log) */
 	struct cu_api cu;
 	CUdevice dev;
 	CUstream stream;
@@ -116,10 +120,19 @@ static int open_device(struct mover *mv, const char *uuid, char *why, size_t why
 	return -1;
 }
 
+static double now_us(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
 /* One batch: copies until the one marked last; then the answer. */
 static int batch(struct mover *mv, int sock)
 {
 	struct mover_reply rep = {0};
+	double t_wait = now_us(), t_recv = 0, t_map = 0, t0;
+	size_t copies = 0, bytes = 0;
 	for (;;) {
 		struct mover_copy c;
 		int fds[2] = { -1, -1 };
@@ -131,10 +144,15 @@ static int batch(struct mover *mv, int sock)
 			rep.error = EPROTO;
 			snprintf(rep.why, sizeof rep.why, "a bad copy request");
 		}
+		if (!copies++)
+			t_recv = now_us();
+		bytes += c.size;
 		CUdeviceptr src, dst;
+		t0 = now_us();
 		if (!rep.error && (map_fd(mv, fds[0], c.size, true, &src, rep.why, sizeof rep.why) ||
 				   map_fd(mv, fds[1], c.size, false, &dst, rep.why, sizeof rep.why)))
 			rep.error = EIO;
+		t_map += now_us() - t0;
 		CUresult r;
 		if (!rep.error && (r = mv->cu.cuMemcpyDtoDAsync(dst, src, c.size, mv->stream))) {
 			rep.error = EIO;
@@ -145,7 +163,9 @@ static int batch(struct mover *mv, int sock)
 		if (c.last == 1)
 			break;
 	}
+	double t_sync = now_us();
 	CUresult r = mv->cu.cuStreamSynchronize(mv->stream);
+	double t_copied = now_us();
 	if (r && !rep.error) {
 		rep.error = EIO;
 		snprintf(rep.why, sizeof rep.why, "cuStreamSynchronize: %s", cu_name(&mv->cu, r));
@@ -154,8 +174,14 @@ static int batch(struct mover *mv, int sock)
 	 * their memory.  The destinations live on (the store's new memory): unmapped after
 	 * the answer, off the mover's time. */
 	unmap_all(mv, true);
+	double t_answer = now_us();
 	int e = send(sock, &rep, sizeof rep, MSG_NOSIGNAL) == sizeof rep ? 0 : -1;
 	unmap_all(mv, false);
+	if (mv->trace)
+		fprintf(stderr, "gmsfs-mover: %zu copies, %zu bytes: first request after %.0f us; import and map %.0f us, "
+			"copies queued %.0f us, copy wait %.0f us, sources unmapped %.0f us, destinations unmapped %.0f us\n",
+			copies, bytes, t_recv - t_wait, t_map, t_sync - t_recv - t_map, t_copied - t_sync,
+			t_answer - t_copied, now_us() - t_answer);
 	return e;
 }
 
@@ -168,6 +194,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	int sock = MOVER_FD;
+	mv.trace = getenv("GMSFS_MOVER_TRACE") != NULL;
 	if (open_device(&mv, argv[1], rep.why, sizeof rep.why)) {
 		/* Said once, to the first batch's request: the daemon names it in last_error. */
 		rep.error = ENODEV;

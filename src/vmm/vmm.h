@@ -138,9 +138,10 @@ void vmm_pool_why(const struct vmm_pool *p, int e, uint64_t size, char *buf, siz
  * takes time nobody should wait for).  All or nothing: on failure every buffer is where
  * it was.  -ENOSPC: the other tier's limit (why in err).  Nobody may map or write the
  * buffers meanwhile (the caller sees to that); may run without the caller's locks: it
- * takes the time of the copy. */
-int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf ***old, char *err,
-	     size_t errlen);
+ * takes the time of the copy.  ns (may be NULL): where the time went, [0] making the
+ * new memory, [1] the copy. */
+int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf ***old, uint64_t ns[2],
+	     char *err, size_t errlen);
 void vmm_release_all(struct vmm_buf **bufs, size_t n);
 /* After a move in: bufs[i] keeps old[i] (vmm_move's *old) for its next move out, which
  * then copies without making host memory.  Frees the array. */
