@@ -198,6 +198,12 @@ _PLAIN_KEY = re.compile(r"(?!%)(?!(?:.*/)?\.\.?(?:/|\Z))[^/\0]+(?:/[^/\0]+)*\Z",
 
 
 def _key_path(key: str) -> str:
+    # The common key at the cost of a few string scans (a model has a key per tensor): no
+    # "%", "/" or "." first, no empty or dot component, no NUL, ASCII, short.  The rest
+    # through the pattern.
+    if key and key[0] not in "%/." and key[-1] != "/" and "/." not in key and "//" not in key and \
+            "\0" not in key and len(key) <= 1024 and key.isascii():
+        return key
     if _PLAIN_KEY.match(key) and len(key) <= 1024 and (key.isascii() or len(key.encode()) <= 1024):
         return key
     return "%" + key.encode().hex()
@@ -259,8 +265,8 @@ class _GMSClientSession:
         if self._granted_lock_type == GrantedLockType.RW:
             if self._committed:
                 self._clear()  # GMS: a writer starts from nothing (the store is empty when nothing is committed)
-        else:
-            self._c.import_all()
+        else:  # the table of mappings by name from import_all's list (a model has hundreds)
+            self._by_name = {m.name: m for m in self._c.import_all()}
         logger.info("Connected with %s lock (granted=%s), committed=%s", self._requested_lock_type.value,
                     self._granted_lock_type.value, self._committed)
 
@@ -374,7 +380,9 @@ class _GMSClientSession:
     def metadata_put(self, key: str, allocation_id: str, offset_bytes: int, value: bytes) -> bool:
         self._need_rw("metadata_put")
         c = self._conn()
-        m = self._mapping(allocation_id, "metadata_put %s: " % key)
+        m = self._by_name.get(allocation_id) if self._by_name is not None else None
+        if m is None:  # the table made, or the error said
+            m = self._mapping(allocation_id, "metadata_put %s: " % key)
         if not 0 <= offset_bytes < m.aligned:
             raise RuntimeError("metadata_put %s: offset %d out of range for %s (%d bytes)"
                                % (key, offset_bytes, allocation_id, m.aligned))
@@ -444,7 +452,7 @@ class GMSClientMemoryManager:
         self._granted_lock_type: Optional[GrantedLockType] = None
         self._requested: Optional[RequestedLockType] = None
         self._timeout_ms: Optional[int] = None
-        self.granularity = 2 << 20  # the device's; the host backend's pages are smaller
+        self._granularity_set = None  # what the caller set, if anything
 
     # ---- properties ----
     @property
@@ -480,14 +488,27 @@ class GMSClientMemoryManager:
             return
         self._client = _GMSClientSession(self.socket_path, lock_type, timeout_ms)
         self._granted_lock_type = self._client.lock_type
-        self._granularity()
 
-    def _granularity(self):
-        mount = os.path.dirname(os.path.abspath(self._client._store))
-        if mount not in _GRANULARITY:  # read once per mount, not at every connect (a FUSE read)
-            d = read_fields(os.path.join(mount, "device"))
-            _GRANULARITY[mount] = int(d.get("granularity", self.granularity))
-        self.granularity = _GRANULARITY[mount]
+    @property
+    def granularity(self) -> int:
+        """The device's allocation granularity (the host backend's pages are smaller): the
+        mount's device file, read at the first ask (a FUSE read), once per mount."""
+        if self._granularity_set is not None:
+            return self._granularity_set
+        try:
+            store = self._client._store if self._client is not None else _store_of(self.socket_path)
+            mount = os.path.dirname(os.path.abspath(store))
+            if mount not in _GRANULARITY:
+                d = read_fields(os.path.join(mount, "device"))
+        except OSError:
+            return 2 << 20  # no store (yet): a CUDA device's
+        if mount not in _GRANULARITY:
+            _GRANULARITY[mount] = int(d.get("granularity", 2 << 20))
+        return _GRANULARITY[mount]
+
+    @granularity.setter
+    def granularity(self, value: int) -> None:
+        self._granularity_set = value
 
     def abort(self) -> None:
         """Drop the session; mappings still held are unmapped with their addresses kept."""
@@ -540,10 +561,10 @@ class GMSClientMemoryManager:
         return self._client_rpc.get_memory_layout_hash()
 
     def metadata_put(self, key: str, allocation_id: str, offset_bytes: int, value: bytes) -> bool:
-        return self._client_rpc.metadata_put(key, allocation_id, offset_bytes, value)
+        return (self._client or self._client_rpc).metadata_put(key, allocation_id, offset_bytes, value)
 
     def metadata_get(self, key: str):
-        return self._client_rpc.metadata_get(key)
+        return (self._client or self._client_rpc).metadata_get(key)
 
     def metadata_list(self, prefix: str = "") -> List[str]:
         return self._client_rpc.metadata_list(prefix)
@@ -571,9 +592,11 @@ class GMSClientMemoryManager:
                     raise RuntimeError("Allocation %s is cached but unmapped (VA 0x%x). Use remap_all_vas() to "
                                        "restore." % (allocation_id, va))
                 return va
-            m = self._client_rpc._mapping(allocation_id)
-            self._track(_local(m.name, m.ptr, m.size, m.aligned, 1, m.tag, _slot_of(m.name)))
-            return m.ptr
+            m = (self._client or self._client_rpc)._mapping(allocation_id)
+            va = m.ptr
+            self._mappings[va] = _local(allocation_id, va, m.size, m.aligned, 1, m.tag, _slot_of(allocation_id))
+            self._inverse_mapping[allocation_id] = va
+            return va
         if size <= 0:
             raise ValueError("size must be > 0 when allocation_id is None")
         alloc_id, _ = self.allocate_handle(size, tag)

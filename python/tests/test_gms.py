@@ -266,3 +266,31 @@ def test_torch_helpers_publish_and_materialize_a_module(store):
     assert sorted(r.metadata_list()) == sorted(n for n, _ in ref.named_parameters())
     r.close()
     w.close()
+
+
+def test_key_paths_fast_and_pattern_agree():
+    # _key_path takes common keys by a few string scans and the rest by the pattern: both
+    # must give the same path for any key (random keys over the characters that matter).
+    import random
+    from gmsfs.gms import _PLAIN_KEY, _key_path
+
+    def by_pattern(key):
+        if _PLAIN_KEY.match(key) and len(key) <= 1024 and (key.isascii() or len(key.encode()) <= 1024):
+            return key
+        return "%" + key.encode().hex()
+    rng = random.Random(7)
+    keys = ["".join(rng.choice("ab/.%\0\u00e9x") for _ in range(rng.randint(0, 8))) for _ in range(20000)]
+    for key in keys + ["", "a" * 1024, "a" * 1025, "\u00e9" * 600, "layers/0/w", "x/..", "./a"]:
+        assert _key_path(key) == by_pattern(key), repr(key)
+
+
+def test_granularity_is_the_mounts_device_and_may_be_set(store):
+    mm = GMSClientMemoryManager(store)
+    dev = read_fields(os.path.join(os.path.dirname(store), "device"))
+    assert mm.granularity == int(dev["granularity"])  # before connect too: read at the first ask
+    mm.connect(RequestedLockType.RW)
+    assert mm.granularity == int(dev["granularity"])
+    mm.granularity = 1 << 21
+    assert mm.granularity == 1 << 21
+    mm.close()
+    assert GMSClientMemoryManager("/nonexistent/store").granularity == 2 << 20  # no store: a CUDA device's
