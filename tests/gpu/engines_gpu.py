@@ -72,6 +72,13 @@ elif kind == "parts":  # the same as gmsfs, step by step, with PyTorch's own vie
     out.update(build_meta_s=t1 - t0, connect_import_s=t2 - t1, materialize_s=t3 - t2)
     out["views_floor_s"] = floor.views_floor(m)
     out["zero_copy"] = all(c.find_ptr(p.data_ptr()) for p in m.parameters())
+elif kind == "floor":  # PyTorch's own view-making for the same tensors, in a fresh process as materialize
+    m = gtf.build_meta(transformers.AutoConfig.from_pretrained(folder))
+    c = gmsfs.connect(store, "ro", timeout=60)
+    c.import_all()
+    out["fresh_floor_s"], out["tensors"] = floor.views_floor_fresh(m, c)
+    print(json.dumps(out), flush=True)
+    sys.exit(0)
 torch.cuda.synchronize()
 out["ready_s"] = time.perf_counter() - t0
 with torch.no_grad():
@@ -207,14 +214,17 @@ def main():
     check(all(r["logits"] == hf["logits"] and not r["published"] for r in warm),
           "gmsfs.transformers.from_pretrained on the committed store: from_pretrained's logits")
     ready = median(r["ready_s"] for r in warm)
-    mat, floor = median(r["materialize_s"] for r in runs), median(r["views_floor_s"] for r in runs)
+    floors = [one("floor", store, folder) for _ in range(5)]
+    mat, floor = median(r["materialize_s"] for r in runs), median(r["fresh_floor_s"] for r in floors)
+    warm_floor = median(r["views_floor_s"] for r in runs)
     print("# bench: fresh engine, committed store, median of 5: gmsfs.transformers.from_pretrained ready in "
           "%.1f ms = %.0fx faster than from_pretrained (%.3f s; goal >= 30x)" % (ready * 1e3, hf["ready_s"] / ready,
                                                                               hf["ready_s"]))
     print("# bench:   its parts: build on meta %.1f ms, connect + import %.1f ms, materialize %.2f ms against "
-          "PyTorch's own view-making for the same tensors %.2f ms: %.2fx (goal <= 1.5x)"
+          "PyTorch's own view-making for the same tensors in a fresh process %.2f ms: %.2fx (goal <= 1.5x); "
+          "against the same made again in a warm process (%.2f ms): %.2fx"
           % (median(r["build_meta_s"] for r in runs) * 1e3, median(r["connect_import_s"] for r in runs) * 1e3,
-             mat * 1e3, floor * 1e3, mat / floor))
+             mat * 1e3, floor * 1e3, mat / floor, warm_floor * 1e3, mat / warm_floor))
     os.rmdir(store)
 
     store = os.path.join(mount, "garbage")
