@@ -307,3 +307,35 @@ def test_gmsfsctl_tier_and_prefetch(clean):
         assert r.returncode == 1 and "in use" in r.stderr, r.stderr
     got, h2, _ = read_all(store)
     assert got == data and h2 == h
+
+
+def wait_kept(mnt, n, timeout=10):
+    t = time.time()
+    while int(device(mnt)["host_kept_bytes"]) != n:
+        assert time.time() - t < timeout, "host_kept_bytes %s, not %d" % (device(mnt)["host_kept_bytes"], n)
+        time.sleep(0.02)
+
+
+def test_host_ahead_makes_host_memory_before_the_first_move_out_within_host_bytes():
+    # -o host_ahead: committed stores get their host memory made while nothing else is
+    # asked of the tier, lowest priority first, never past host_bytes (24 MiB here).
+    for mnt in mounted("backend=host", "max_bytes=64M", "host_bytes=24M", "host_ahead"):
+        a, data_a, ha = publish(mnt, "ahead_a", [8 * MiB, 4 * MiB], 5)
+        wait_kept(mnt, 12 * MiB)  # a reader holding it or not: made in a second or so
+        os.setxattr(a, "user.gms.priority", b"5")
+        b, data_b, hb = publish(mnt, "ahead_b", [16 * MiB], 6)
+        time.sleep(2.5)  # b's 16 MiB does not fit beside a's 12: nothing given up for it
+        assert int(device(mnt)["host_kept_bytes"]) == 12 * MiB
+        set_tier(a, "host")  # the first move out copies into what was made
+        wait_tier(a, "host")
+        d = device(mnt)
+        assert int(d["host_kept_bytes"]) == 0 and int(d["host_used_bytes"]) == 12 * MiB
+        set_tier(a, "device")
+        wait_tier(a, "device")
+        assert read_all(a) == (data_a, ha, b"value") and read_all(b) == (data_b, hb, b"value")
+        wait_kept(mnt, 12 * MiB)  # a's memory, kept from its move in; b's still does not fit
+        with open(mnt + ".log") as f:
+            log = f.read()
+        assert "ahead_a: 12582912 bytes of host memory made ahead of its first move out" in log, log
+        assert "ahead_b: 16777216 bytes of host memory made ahead" not in log
+        remove_stores(mnt)

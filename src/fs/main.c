@@ -35,6 +35,7 @@ struct options {
 	char *socket;
 	char *max_bytes;
 	char *host_bytes;
+	int host_ahead;        /* make idle stores' host memory ahead of their first move out */
 	char *mover;           /* the cuda backend's copy helper for the host tier */
 	char *fsname;          /* the mount's source, as mount(8) and fstab name it */
 	int ready_fd;
@@ -54,6 +55,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("socket=%s", socket),
 	OPT("max_bytes=%s", max_bytes),
 	OPT("host_bytes=%s", host_bytes),
+	OPT("host_ahead", host_ahead),
 	OPT("mover=%s", mover),
 	OPT("fsname=%s", fsname),
 	OPT("ready_fd=%d", ready_fd),
@@ -72,6 +74,7 @@ static void usage(const char *prog)
 	       "    -o device=INDEX|UUID   which device (default 0)\n"
 	       "    -o max_bytes=N[KMGT]   most memory the stores may hold (default: all of the device)\n"
 	       "    -o host_bytes=N[KMGT]  most host memory the host tier may hold (default: half of the machine's)\n"
+	       "    -o host_ahead          make idle stores' host memory ahead of their first move out\n"
 	       "    -o mover=PATH          the cuda backend's copy helper (default: gmsfs-mover beside gmsfs,\n"
 	       "                           or ../lib/gmsfs/gmsfs-mover)\n"
 	       "    -o socket=PATH         export socket (default: /run/gmsfs/gmsfs-PID.sock as root)\n"
@@ -315,7 +318,7 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 	if (opts->host_bytes)
 		size_parse(opts->host_bytes, &host_bytes); /* checked by parse_options */
 	fs->vmm->helper = mover_path(opts->mover);
-	if (tier_start(fs, host_bytes)) {
+	if (tier_start(fs, host_bytes, opts->host_ahead)) {
 		fprintf(stderr, "gmsfs: no thread for the host tier\n");
 		goto out_session;
 	}

@@ -15,6 +15,7 @@
 struct tier {
 	pthread_t thread;
 	bool stop;                     /* under fs->mu, with fs->tier_wake */
+	bool ahead;                    /* -o host_ahead */
 	struct tier_stats stats;       /* under fs->mu */
 };
 
@@ -146,6 +147,7 @@ static int move(struct fs *fs, struct store *st, bool to_host)
 	}
 	double s = (double)(now_ns() - t0) / 1e9;
 	st->tier.kept = !to_host && !e; /* a move out used what was kept, or gave it back */
+	st->tier.ahead_tried = 0;
 	struct tier_stats *k = &fs->tier->stats;
 	if (e) {
 		st->tier.at = to_host ? TIER_DEVICE : TIER_HOST;
@@ -315,6 +317,78 @@ static struct store *next_job(struct fs *fs, bool *to_host)
 	return NULL;
 }
 
+/* host_ahead's next store: committed, on the device, not tried since it last moved or
+ * committed (make_ahead skips what keeps host memory already); the one that would give
+ * way first.  In use or not: making its host memory touches nothing of it, and an
+ * engine that sleeps is moved out at once when another wakes.  NULL: none. */
+static struct store *ahead_next(struct fs *fs)
+{
+	struct store *best = NULL;
+	for (size_t i = 0; i < fs->stores->n && !fs->handing_over; i++) {
+		struct store *st = fs->stores->v[i];
+		if (st->tier.at == TIER_DEVICE && st->tier.ahead_tried != st->lock.fsm.generation + 1 &&
+		    st->meta && !st->removed &&
+		    st->lock.fsm.committed &&
+		    (!best || gives_way_before(st, best)))
+			best = st;
+	}
+	return best;
+}
+
+/* Make one store's host memory ahead of its first move out (pinning gigabytes takes
+ * seconds: a first move out would otherwise wait for it), within the room host_bytes
+ * leaves; nothing kept by others is given up for it.  Under fs->mu, released while the
+ * memory is made.  False: nothing to do. */
+static bool make_ahead(struct fs *fs)
+{
+	struct store *st = ahead_next(fs);
+	if (!st)
+		return false;
+	st->tier.ahead_tried = st->lock.fsm.generation + 1;
+	struct buf_list c = {0};
+	uint64_t bytes = 0, generation = st->lock.fsm.generation;
+	int e = meta_walk(meta_root(st->meta, META_AREA_ALLOCS), collect, &c);
+	bool *need = e ? NULL : calloc(c.n + 1, sizeof *need); /* decided here, under fs->mu */
+	for (size_t i = 0; need && i < c.n; i++)
+		bytes += (need[i] = !c.v[i]->kept) ? c.v[i]->size : 0;
+	struct vmm *v = fs->vmm;
+	uint64_t used = atomic_load(&v->host_used);
+	if (!need || !bytes || used > v->host_bytes || bytes > v->host_bytes - used) {
+		free(need);
+		pthread_mutex_unlock(&fs->mu);
+		vmm_release_all(c.v, c.n);
+		pthread_mutex_lock(&fs->mu);
+		return true;
+	}
+	store_get(st);
+	pthread_mutex_unlock(&fs->mu);
+	uint64_t t0 = now_ns();
+	struct vmm_buf **made = calloc(c.n, sizeof *made);
+	for (size_t i = 0; made && !e && i < c.n; i++)
+		if (need[i])
+			e = vmm_make_host(c.v[i], &made[i]);
+	free(need);
+	pthread_mutex_lock(&fs->mu);
+	/* Kept only if the store is as it was: on the device, the same layout (a move or a
+	 * commit meanwhile made what was made here another store's business). */
+	bool same = st->tier.at == TIER_DEVICE && !st->removed && st->lock.fsm.generation == generation;
+	if (made && !e && same) {
+		vmm_keep(c.v, made, c.n);
+		made = NULL;
+		st->tier.kept = true;
+		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: %" PRIu64 " bytes of host memory made ahead of its first move out in %.3f s\n",
+			 st->name, bytes, (double)(now_ns() - t0) / 1e9);
+	} else if (e && e != -ENOSPC) {
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: host memory ahead: %s\n", st->name, strerror(-e));
+	}
+	store_put(st, 1);
+	pthread_mutex_unlock(&fs->mu);
+	vmm_release_all(made, c.n); /* what was not kept (a failure, or the store changed) */
+	vmm_release_all(c.v, c.n);
+	pthread_mutex_lock(&fs->mu);
+	return true;
+}
+
 static void *mover_thread(void *arg)
 {
 	struct fs *fs = arg;
@@ -323,6 +397,16 @@ static void *mover_thread(void *arg)
 	while (!tr->stop) {
 		bool to_host;
 		struct store *st = next_job(fs, &to_host);
+		if (!st && tr->ahead && make_ahead(fs))
+			continue; /* asked-for moves first: one store's memory at a time */
+		if (!st && tr->ahead) {
+			/* A store becomes idle without a word to this thread: look again in a while. */
+			struct timespec t;
+			clock_gettime(CLOCK_REALTIME, &t);
+			t.tv_sec += 1;
+			pthread_cond_timedwait(&fs->tier_wake, &fs->mu, &t);
+			continue;
+		}
 		if (!st) {
 			pthread_cond_wait(&fs->tier_wake, &fs->mu);
 			continue;
@@ -355,11 +439,12 @@ static void *mover_thread(void *arg)
 	return NULL;
 }
 
-int tier_start(struct fs *fs, uint64_t host_bytes)
+int tier_start(struct fs *fs, uint64_t host_bytes, bool ahead)
 {
 	struct tier *tr = calloc(1, sizeof *tr);
 	if (!tr)
 		return -ENOMEM;
+	tr->ahead = ahead;
 	if (!host_bytes) {
 		long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
 		host_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : 0;

@@ -24,7 +24,8 @@ struct store_tier {
 	bool want_device;              /* bring it back (an open waits, tier, prefetch) */
 	bool want_host;                /* move it out once idle (tier) */
 	bool failed;                   /* the last move in failed: only a new request retries */
-	bool kept;                     /* host memory kept from the last move in (vmm_keep) */
+	bool kept;                     /* host memory kept from the last move in (vmm_keep), or made ahead */
+	uint64_t ahead_tried;          /* host_ahead tried this generation + 1 (0: not since it moved) */
 	int priority;                  /* user.gms.priority: higher stays on the device longer */
 	uint64_t last_used;            /* CLOCK_MONOTONIC ns of the last grant or release */
 	uint64_t moves_out, moves_in;
@@ -33,8 +34,10 @@ struct store_tier {
 #define TIER_PRIORITY_MIN (-1000)
 #define TIER_PRIORITY_MAX 1000
 
-/* host_bytes: the host tier's limit (0: half of the machine's memory). */
-int tier_start(struct fs *fs, uint64_t host_bytes);
+/* host_bytes: the host tier's limit (0: half of the machine's memory).  ahead: the mover
+ * thread makes the host memory of idle committed stores while nothing else is asked of
+ * it, within host_bytes, so that a first move out copies at once (-o host_ahead). */
+int tier_start(struct fs *fs, uint64_t host_bytes, bool ahead);
 void tier_stop(struct fs *fs);
 
 /* "device", "host", "moving to host", "moving to device". */

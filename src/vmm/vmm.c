@@ -285,10 +285,22 @@ void vmm_release_all(struct vmm_buf **bufs, size_t n)
 	free(bufs);
 }
 
+int vmm_make_host(struct vmm_buf *b, struct vmm_buf **out)
+{
+	*out = NULL;
+	if (b->host)
+		return -EINVAL;
+	if (!b->vmm->ops->create_host)
+		return -EOPNOTSUPP;
+	return alloc_twin(b, true, out);
+}
+
 void vmm_keep(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n)
 {
 	for (size_t i = 0; old && i < n; i++) {
 		struct vmm_buf *k = old[i];
+		if (!k)
+			continue; /* vmm_make_host's caller: this one kept some already */
 		vmm_buf_put(vmm_take_kept(bufs[i])); /* none expected: a move out takes it */
 		k->spare = true;
 		atomic_fetch_sub(&k->pool->used, k->size);

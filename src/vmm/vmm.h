@@ -143,8 +143,13 @@ void vmm_pool_why(const struct vmm_pool *p, int e, uint64_t size, char *buf, siz
 int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf ***old, uint64_t ns[2],
 	     char *err, size_t errlen);
 void vmm_release_all(struct vmm_buf **bufs, size_t n);
-/* After a move in: bufs[i] keeps old[i] (vmm_move's *old) for its next move out, which
- * then copies without making host memory.  Frees the array. */
+/* Host memory for b's first move out, made ahead (counted against host_bytes: -ENOSPC
+ * past it), for vmm_keep; may run without the caller's locks: it takes the time of
+ * pinning. */
+int vmm_make_host(struct vmm_buf *b, struct vmm_buf **out);
+/* After a move in: bufs[i] keeps old[i] (vmm_move's *old, or vmm_make_host's; NULL:
+ * none) for its next move out, which then copies without making host memory.  Frees
+ * the array. */
 void vmm_keep(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n);
 /* What b keeps, taken off it (NULL: nothing), for vmm_buf_put where nobody waits. */
 struct vmm_buf *vmm_take_kept(struct vmm_buf *b);

@@ -248,6 +248,9 @@ fi
 if [ "$what" = tier ] || [ "$what" = sharing ] || [ "$what" = all ]; then # the host tier: its GPU test and benchmark
 	mount_gmsfs
 	timeout 540 python3 tests/gpu/tier_gpu.py "$mnt" || failed=$((failed + 1))
+	unmount_gmsfs
+	mount_gmsfs -o host_ahead # the host memory made before the first move out
+	timeout 540 python3 tests/gpu/tier_gpu.py "$mnt" ahead || failed=$((failed + 1))
 	sed -n 's/^gmsfs: /# daemon: /p' "$mnt.log" | tail -12
 	unmount_gmsfs
 fi

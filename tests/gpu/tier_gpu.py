@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """The host tier on the GPU (TAP, then benchmark lines).
 
-    tier_gpu.py MOUNT     a store of min(16 GiB, a sixth of the device) in 1 GiB
+    tier_gpu.py MOUNT [ahead]
+                          a store of min(16 GiB, a sixth of the device) in 1 GiB
                           allocations of random bytes: moved to the host tier and back
                           through STORE/tier, checked by a fresh reader (checksums, layout
                           hash) and by a sleeping reader's remap_all (same addresses);
                           the daemon listed by nvidia-smi never; the move times against
                           pinned device-to-host and host-to-device copies of the same
-                          bytes, measured in the same run."""
+                          bytes, measured in the same run.  ahead: MOUNT has -o host_ahead,
+                          so the store's host memory is made before its first move out,
+                          which must then copy as fast as the later ones."""
 import json
 import os
 import subprocess
@@ -26,6 +29,7 @@ from tier_gpu_reader import sums  # noqa: E402
 
 GiB = 1 << 30
 mount = sys.argv[1]
+ahead = sys.argv[2:] == ["ahead"]
 dev = dict(line.rstrip("\n").split(": ", 1) for line in open(os.path.join(mount, "device")))
 size = max(1, min(16, int(dev["total_bytes"]) // 6 // GiB)) * GiB
 store = os.path.join(mount, "tier")
@@ -90,6 +94,16 @@ def main():
         c.commit()
         h = c.layout_hash
     used = int(dict(line.rstrip("\n").split(": ", 1) for line in open(os.path.join(mount, "device")))["used_bytes"])
+    if ahead:  # the daemon makes the store's host memory while nobody asks anything of the tier
+        t = time.perf_counter()
+        while int(dict(line.rstrip("\n").split(": ", 1) for line in open(os.path.join(mount, "device")))
+                  ["host_kept_bytes"]) != size:
+            if time.perf_counter() - t > 120:
+                break
+            time.sleep(0.05)
+        made = time.perf_counter() - t
+        check(made <= 120, "-o host_ahead: the store's host memory made ahead of its first move out (%.1f s after "
+              "its commit)" % made)
 
     # The floor, in this run: pinned copies of the same bytes, in this process's context.
     src = torch.empty(size, dtype=torch.uint8, device=cuda)
@@ -141,6 +155,8 @@ def main():
     print("bench: move to device best %.3f s (%.1f GB/s): %.2fx pinned H2D; a sleeping reader's remap_all "
           "from the host tier %.3f s" % (best_in, gb / best_in, floor["h2d"] / best_in, wake))
     check(floor["d2h"] / best_out >= 0.8, "move out (into kept host memory) >= 0.8x pinned D2H")
+    if ahead:
+        check(floor["d2h"] / times["out"][0] >= 0.8, "-o host_ahead: the first move out >= 0.8x pinned D2H")
     check(floor["h2d"] / best_in >= 0.8, "move in >= 0.8x pinned H2D")
     os.rmdir(store)
     return done()
