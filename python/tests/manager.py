@@ -17,6 +17,8 @@ import time
 
 from conftest import BUILD
 
+STALL_S = 5  # a listener that takes nothing this long is said, and helped
+
 
 class Manager:
     def __init__(self):
@@ -80,6 +82,7 @@ class Manager:
                     os.close(fd)
             if fields.get("READY") == "1":
                 self.ready.set()
+                self.synced.notify_all()
         for fd in fds:
             os.close(fd)
 
@@ -93,9 +96,52 @@ class Manager:
             mark = self.marks + 1
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
             s.sendto(b"X_MANAGER_MARK=%d" % mark, self.path)
-        with self.lock:
-            if not self.synced.wait_for(lambda: self.marks >= mark, timeout):
-                raise RuntimeError("the manager's listener took no message in %ds" % timeout)
+        self._wait(lambda: self.marks >= mark, self.synced, timeout, "the mark %d" % mark)
+
+    def _wait(self, done, cond, timeout, what):
+        """Until done() (under self.lock, cond signalled by the listener).  A listener
+        that takes nothing for STALL_S is said, with where it is, on stderr and in
+        build/reports/manager-stalls.log, and from then on this thread takes the
+        messages too: two readers of one datagram socket each get whole datagrams."""
+        start = time.monotonic()
+        said = False
+        while True:
+            with self.lock:
+                if cond.wait_for(done, 0.5):
+                    return
+            waited = time.monotonic() - start
+            if waited > timeout:
+                raise RuntimeError("the manager's listener took no message in %ds (waiting for %s); it is %s:\n%s"
+                                   % (timeout, what, "alive" if self.thread.is_alive() else "dead", self._where()))
+            if waited > STALL_S:
+                if not said:
+                    said = True
+                    self._said_stall(what, waited)
+                self._drain()
+
+    def _said_stall(self, what, waited):
+        text = "manager: the listener took nothing for %.1f s (waiting for %s); it is %s, at:\n%s" % (
+            waited, what, "alive" if self.thread.is_alive() else "dead", self._where())
+        print(text, file=sys.stderr, flush=True)
+        reports = os.path.join(BUILD, "reports")
+        os.makedirs(reports, exist_ok=True)
+        with open(os.path.join(reports, "manager-stalls.log"), "a") as f:
+            f.write(time.strftime("%Y-%m-%d %H:%M:%S ") + text + "\n")
+
+    def _drain(self):
+        """Take what waits on the socket now, in this thread."""
+        while True:
+            try:
+                data, anc, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(253 * 4), socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            self._take(data, anc)
+
+    def _where(self):
+        """Where the listener thread is now (its stack), for an error."""
+        import traceback
+        frame = sys._current_frames().get(self.thread.ident)
+        return "".join(traceback.format_stack(frame)) if frame is not None else "(no frame)"
 
     def names(self):
         self.sync()
@@ -135,13 +181,15 @@ class Manager:
         finally:
             for fd in high:
                 os.close(fd)
-        if not self.ready.wait(timeout):
+        try:
+            self._wait(self.ready.is_set, self.synced, timeout, "READY=1")
+        except RuntimeError as e:
             with open(mnt + ".log") as f:
                 f.seek(since)
                 said = f.read()[-3000:]
             rc = self.daemon.poll()
-            raise RuntimeError("gmsfs sent no READY=1 in %ds (%s); its log: %s" % (
-                timeout, "still running" if rc is None else "it ended with %d" % rc, said))
+            raise RuntimeError("gmsfs sent no READY=1 in %ds (%s); its log: %s\n%s" % (
+                timeout, "still running" if rc is None else "it ended with %d" % rc, said, e))
         return self.daemon
 
     def kill(self, sig=signal.SIGKILL):
