@@ -24,7 +24,8 @@ struct mapped {
 	CUdeviceptr va;
 	size_t size;
 	CUmemGenericAllocationHandle h;
-	bool source;
+	bool early; /* unmapped before the answer: a source the daemon frees once answered */
+	bool prev;  /* an earlier batch's, left mapped for the next request: unmapped once its copies are queued */
 };
 
 struct mover {
@@ -36,7 +37,7 @@ struct mover {
 	size_t n, cap;
 };
 
-static int map_fd(struct mover *mv, int fd, size_t size, bool source, CUdeviceptr *va, char *why, size_t whylen)
+static int map_fd(struct mover *mv, int fd, size_t size, bool early, CUdeviceptr *va, char *why, size_t whylen)
 {
 	struct cu_api *cu = &mv->cu;
 	if (mv->n == mv->cap) {
@@ -59,7 +60,8 @@ static int map_fd(struct mover *mv, int fd, size_t size, bool source, CUdevicept
 		CUmemAccessDesc a = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, mv->dev },
 				      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
 		m->size = size;
-		m->source = source;
+		m->early = early;
+		m->prev = false;
 		mv->n++; /* unmapped at the batch's end, whatever happens next */
 		what = "cuMemSetAccess";
 		r = cu->cuMemSetAccess(m->va, size, &a, 1);
@@ -77,12 +79,15 @@ static void unmap(struct mover *mv, struct mapped *m)
 	mv->cu.cuMemRelease(m->h);
 }
 
-/* The sources (sources: true) or the rest. */
-static void unmap_all(struct mover *mv, bool sources)
+/* Unmap those that match: early ones (before the answer) or an earlier batch's (prev). */
+enum which { EARLY, PREV };
+
+static void unmap_all(struct mover *mv, enum which w)
 {
 	size_t kept = 0;
 	for (size_t i = 0; i < mv->n; i++) {
-		if (mv->m[i].source == sources)
+		const struct mapped *m = &mv->m[i];
+		if ((w == EARLY && m->early) || (w == PREV && m->prev))
 			unmap(mv, &mv->m[i]);
 		else
 			mv->m[kept++] = mv->m[i];
@@ -140,7 +145,8 @@ static int batch(struct mover *mv, int sock)
 		ssize_t n = fdpass_recv(sock, &c, sizeof c, fds, 2, &info);
 		if (n <= 0)
 			return -1; /* the daemon went: so do we */
-		if (!rep.error && (n != sizeof c || info.nfds != 2 || c.magic != MOVER_MAGIC || !c.size)) {
+		if (!rep.error && (n != sizeof c || info.nfds != 2 || c.magic != MOVER_MAGIC || !c.size ||
+				   (c.flags & ~MOVER_SOURCE_STAYS) || c.reserved)) {
 			rep.error = EPROTO;
 			snprintf(rep.why, sizeof rep.why, "a bad copy request");
 		}
@@ -149,7 +155,7 @@ static int batch(struct mover *mv, int sock)
 		bytes += c.size;
 		CUdeviceptr src, dst;
 		t0 = now_us();
-		if (!rep.error && (map_fd(mv, fds[0], c.size, true, &src, rep.why, sizeof rep.why) ||
+		if (!rep.error && (map_fd(mv, fds[0], c.size, !(c.flags & MOVER_SOURCE_STAYS), &src, rep.why, sizeof rep.why) ||
 				   map_fd(mv, fds[1], c.size, false, &dst, rep.why, sizeof rep.why)))
 			rep.error = EIO;
 		t_map += now_us() - t0;
@@ -163,6 +169,10 @@ static int batch(struct mover *mv, int sock)
 		if (c.last == 1)
 			break;
 	}
+	/* What the last batch left mapped (a request was waiting then): now, while the copies
+	 * run, and before the answer (a destination of the last batch may be a source freed
+	 * once this one is answered). */
+	unmap_all(mv, PREV);
 	double t_sync = now_us();
 	CUresult r = mv->cu.cuStreamSynchronize(mv->stream);
 	double t_copied = now_us();
@@ -170,16 +180,26 @@ static int batch(struct mover *mv, int sock)
 		rep.error = EIO;
 		snprintf(rep.why, sizeof rep.why, "cuStreamSynchronize: %s", cu_name(&mv->cu, r));
 	}
-	/* The sources first: the daemon frees them once answered, and a mapping would keep
-	 * their memory.  The destinations live on (the store's new memory): unmapped after
-	 * the answer, off the mover's time. */
-	unmap_all(mv, true);
+	/* The sources the daemon frees once answered first (device memory: a mapping would
+	 * keep it).  The rest live on (the destinations, the store's new memory; host memory
+	 * kept for the next move out): unmapped after the answer, off the move's time. */
+	unmap_all(mv, EARLY);
 	double t_answer = now_us();
 	int e = send(sock, &rep, sizeof rep, MSG_NOSIGNAL) == sizeof rep ? 0 : -1;
-	unmap_all(mv, false);
+	/* The rest one by one; a request that comes meanwhile (a move out, then a move in: a
+	 * model switch) goes first, and what is left is unmapped while its copies run. */
+	while (mv->n) {
+		struct pollfd next = { sock, POLLIN, 0 };
+		if (!e && poll(&next, 1, 0) == 1) {
+			for (size_t i = 0; i < mv->n; i++)
+				mv->m[i].prev = true;
+			break;
+		}
+		unmap(mv, &mv->m[--mv->n]);
+	}
 	if (mv->trace)
 		fprintf(stderr, "gmsfs-mover: %zu copies, %zu bytes: first request after %.0f us; import and map %.0f us, "
-			"copies queued %.0f us, copy wait %.0f us, sources unmapped %.0f us, destinations unmapped %.0f us\n",
+			"copies queued %.0f us, copy wait %.0f us, unmapped before the answer %.0f us, after it %.0f us\n",
 			copies, bytes, t_recv - t_wait, t_map, t_sync - t_recv - t_map, t_copied - t_sync,
 			t_answer - t_copied, now_us() - t_answer);
 	return e;

@@ -9,11 +9,19 @@
 #define MOVER_FD 3              /* the helper's end of the socket */
 #define MOVER_IDLE_S 10         /* the helper ends after this long without work */
 
+/* The source stays after the answer (host memory the daemon keeps for the next move
+ * out): its mapping may go after the answer, off the move's time.  Without it the
+ * source is unmapped first (device memory is freed as soon as the answer comes, and a
+ * mapping would hold it). */
+#define MOVER_SOURCE_STAYS 1u
+
 /* One copy: with two descriptors, source then destination. */
 struct mover_copy {
 	uint32_t magic;
 	uint32_t last;  /* 1: the batch's last copy, answer after it */
 	uint64_t size;  /* of each allocation, bytes */
+	uint32_t flags; /* MOVER_SOURCE_STAYS; no other bit may be set */
+	uint32_t reserved; /* 0 */
 };
 
 /* The answer to a batch. */

@@ -215,7 +215,9 @@ static int mover_batch(struct cuda_priv *p, struct vmm_buf *const *src, struct v
 		       struct mover_reply *rep)
 {
 	for (size_t i = 0; i < n; i++) {
-		struct mover_copy c = { MOVER_MAGIC, i + 1 == n, src[i]->size };
+		/* A host source stays (kept for the next move out, or the store's own if the
+		 * move fails): the mover may unmap it after answering. */
+		struct mover_copy c = { MOVER_MAGIC, i + 1 == n, src[i]->size, src[i]->host ? MOVER_SOURCE_STAYS : 0, 0 };
 		int fds[2] = { src[i]->fd, dst[i]->fd };
 		int e = fdpass_send(p->mover_sock, &c, sizeof c, fds, 2);
 		if (e)
