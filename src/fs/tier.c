@@ -400,7 +400,7 @@ static void *mover_thread(void *arg)
 		if (!st && tr->ahead && make_ahead(fs))
 			continue; /* asked-for moves first: one store's memory at a time */
 		if (!st && tr->ahead) {
-			/* A store becomes idle without a word to this thread: look again in a while. */
+			/* A store is committed without a word to this thread: look again in a second. */
 			struct timespec t;
 			clock_gettime(CLOCK_REALTIME, &t);
 			t.tv_sec += 1;
