@@ -7,6 +7,7 @@ LISTEN_FDNAMES and LISTEN_PID, as systemd's restart does."""
 import array
 import os
 import resource
+import select
 import signal
 import socket
 import subprocess
@@ -17,7 +18,7 @@ import time
 
 from conftest import BUILD
 
-STALL_S = 5  # a listener that takes nothing this long is said, and helped
+STALL_S = 5  # a message left this long on the socket by the listener is said, and taken
 
 
 class Manager:
@@ -100,27 +101,31 @@ class Manager:
 
     def _wait(self, done, cond, timeout, what):
         """Until done() (under self.lock, cond signalled by the listener).  A listener
-        that takes nothing for STALL_S is said, with where it is, on stderr and in
-        build/reports/manager-stalls.log, and from then on this thread takes the
-        messages too: two readers of one datagram socket each get whole datagrams."""
+        that leaves a message waiting on the socket for STALL_S is said, with where it
+        is, on stderr and in build/reports/manager-stalls.log, and from then on this
+        thread takes the messages too: two readers of one datagram socket each get whole
+        datagrams.  (A daemon that is slow to send is only waited for.)"""
         start = time.monotonic()
-        said = False
+        said, pending_since = False, None
         while True:
             with self.lock:
                 if cond.wait_for(done, 0.5):
                     return
-            waited = time.monotonic() - start
-            if waited > timeout:
-                raise RuntimeError("the manager's listener took no message in %ds (waiting for %s); it is %s:\n%s"
-                                   % (timeout, what, "alive" if self.thread.is_alive() else "dead", self._where()))
-            if waited > STALL_S:
-                if not said:
+            now = time.monotonic()
+            if now - start > timeout:
+                raise RuntimeError("no %s in %ds; the manager's listener is %s, at:\n%s"
+                                   % (what, timeout, "alive" if self.thread.is_alive() else "dead", self._where()))
+            if not said:
+                waiting = select.select([self.sock], [], [], 0)[0]
+                pending_since = (pending_since or now) if waiting else None
+                if pending_since is not None and now - pending_since > STALL_S:
                     said = True
-                    self._said_stall(what, waited)
+                    self._said_stall(what, now - pending_since)
+            if said:
                 self._drain()
 
     def _said_stall(self, what, waited):
-        text = "manager: the listener took nothing for %.1f s (waiting for %s); it is %s, at:\n%s" % (
+        text = "manager: a message waited %.1f s on the socket untaken (waiting for %s); the listener is %s, at:\n%s" % (
             waited, what, "alive" if self.thread.is_alive() else "dead", self._where())
         print(text, file=sys.stderr, flush=True)
         reports = os.path.join(BUILD, "reports")
@@ -183,13 +188,13 @@ class Manager:
                 os.close(fd)
         try:
             self._wait(self.ready.is_set, self.synced, timeout, "READY=1")
-        except RuntimeError as e:
+        except RuntimeError as err:
             with open(mnt + ".log") as f:
                 f.seek(since)
                 said = f.read()[-3000:]
             rc = self.daemon.poll()
             raise RuntimeError("gmsfs sent no READY=1 in %ds (%s); its log: %s\n%s" % (
-                timeout, "still running" if rc is None else "it ended with %d" % rc, said, e))
+                timeout, "still running" if rc is None else "it ended with %d" % rc, said, err)) from None
         return self.daemon
 
     def kill(self, sig=signal.SIGKILL):
