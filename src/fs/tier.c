@@ -372,7 +372,8 @@ static bool make_ahead(struct fs *fs)
 	/* Kept only if the store is as it was: on the device, the same layout (a move or a
 	 * commit meanwhile made what was made here another store's business). */
 	bool same = st->tier.at == TIER_DEVICE && !st->removed && st->lock.fsm.generation == generation;
-	if (made && !e && same) {
+	bool kept = made && !e && same;
+	if (kept) {
 		vmm_keep(c.v, made, c.n);
 		made = NULL;
 		st->tier.kept = true;
@@ -383,6 +384,8 @@ static bool make_ahead(struct fs *fs)
 	}
 	store_put(st, 1);
 	pthread_mutex_unlock(&fs->mu);
+	if (kept)
+		vmm_copies_ready(fs->vmm); /* and the copier: the first move out waits for nothing */
 	vmm_release_all(made, c.n); /* what was not kept (a failure, or the store changed) */
 	vmm_release_all(c.v, c.n);
 	pthread_mutex_lock(&fs->mu);

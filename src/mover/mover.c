@@ -1,13 +1,15 @@
-/* gmsfs-mover DEVICE-UUID: the daemon's copy helper for the host tier (cuda backend).
+/* gmsfs-mover DEVICE-UUID [stay]: the daemon's copy helper for the host tier (cuda backend).
  *
  * The daemon makes no CUDA context, so it cannot copy device memory; this process, which
  * the daemon starts on its first move, has one.  On its socket (descriptor 3, SEQPACKET)
  * each message is one copy, struct mover_copy with two descriptors (source, destination:
  * exported CUDA VMM handles, device or host-located, of the same size); a message with
  * last set ends a batch, which is answered with struct mover_reply once every copy of it
- * is done.  It maps nothing else and keeps no mapping past a batch (a destination's is
- * undone just after the answer); it ends when the socket closes, or after MOVER_IDLE_S
- * seconds without a batch (its context holds device memory: it is not kept for nothing). */
+ * is done.  It maps nothing else and keeps no mapping past a batch (what is not undone
+ * before the answer is undone after it, or, when the next request is already there,
+ * while that one's copies run); it ends when the socket closes, or after MOVER_IDLE_S
+ * seconds without a batch (its context holds device memory: it is not kept for
+ * nothing), unless started with "stay" (the daemon's -o host_ahead). */
 #include "mover.h"
 #include "cuda_api.h"
 #include "fdpass.h"
@@ -209,8 +211,9 @@ int main(int argc, char **argv)
 {
 	struct mover mv = {0};
 	struct mover_reply rep = {0};
-	if (argc != 2) {
-		fprintf(stderr, "usage: gmsfs-mover DEVICE-UUID (started by gmsfs, socket on descriptor 3)\n");
+	bool stay = argc == 3 && !strcmp(argv[2], "stay"); /* host_ahead: no end when idle */
+	if (argc != 2 && !stay) {
+		fprintf(stderr, "usage: gmsfs-mover DEVICE-UUID [stay] (started by gmsfs, socket on descriptor 3)\n");
 		return 2;
 	}
 	int sock = MOVER_FD;
@@ -232,7 +235,7 @@ int main(int argc, char **argv)
 	}
 	for (;;) {
 		struct pollfd p = { sock, POLLIN, 0 };
-		if (poll(&p, 1, MOVER_IDLE_S * 1000) <= 0)
+		if (poll(&p, 1, stay ? -1 : MOVER_IDLE_S * 1000) <= 0)
 			return 0; /* idle: the context's memory goes back */
 		if (batch(&mv, sock))
 			return 0;

@@ -285,6 +285,12 @@ void vmm_release_all(struct vmm_buf **bufs, size_t n)
 	free(bufs);
 }
 
+void vmm_copies_ready(struct vmm *v)
+{
+	if (v->ops->copies_ready)
+		v->ops->copies_ready(v);
+}
+
 int vmm_make_host(struct vmm_buf *b, struct vmm_buf **out)
 {
 	*out = NULL;

@@ -65,6 +65,9 @@ struct vmm_ops {
 	int (*copy)(struct vmm *v, struct vmm_buf *const *src, struct vmm_buf *const *dst, size_t n, char *err,
 		    size_t errlen);
 	void (*swap)(struct vmm_buf *a, struct vmm_buf *b);
+	/* Be ready to copy now, and stay so (optional; cuda: gmsfs-mover started, and kept
+	 * running: a first move would otherwise wait for its CUDA context). */
+	void (*copies_ready)(struct vmm *v);
 	/* A buffer over memory another daemon made (a handover, a restart): aligned bytes at
 	 * offset in fd (host: on the host tier), which the backend dups for itself. */
 	int (*adopt)(struct vmm_pool *p, int fd, uint64_t offset, uint64_t aligned, bool host, struct vmm_buf **out);
@@ -151,6 +154,8 @@ int vmm_make_host(struct vmm_buf *b, struct vmm_buf **out);
  * none) for its next move out, which then copies without making host memory.  Frees
  * the array. */
 void vmm_keep(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n);
+/* The backend ready to copy at once from now on (host_ahead); nothing where it always is. */
+void vmm_copies_ready(struct vmm *v);
 /* What b keeps, taken off it (NULL: nothing), for vmm_buf_put where nobody waits. */
 struct vmm_buf *vmm_take_kept(struct vmm_buf *b);
 ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off);

@@ -27,6 +27,7 @@ struct cuda_priv {
 	CUmemAllocationProp prop;
 	CUmemAllocationProp host_prop; /* the host tier: pinned host memory, exportable */
 	pthread_mutex_t mover_mu;      /* one batch at a time on the helper's socket */
+	bool mover_stays;              /* copies_ready: the helper runs on when idle */
 	int mover_sock;                /* -1: no helper running */
 	pid_t mover_pid;
 };
@@ -195,7 +196,10 @@ static int mover_start(struct vmm *v, struct cuda_priv *p, char *err, size_t err
 			sigset_t none; /* the daemon's threads block its stop signals: not the helper */
 			sigemptyset(&none);
 			sigprocmask(SIG_SETMASK, &none, NULL);
-			execl(v->helper, "gmsfs-mover", v->dev.uuid, (char *)NULL);
+			if (((struct cuda_priv *)v->priv)->mover_stays)
+				execl(v->helper, "gmsfs-mover", v->dev.uuid, "stay", (char *)NULL);
+			else
+				execl(v->helper, "gmsfs-mover", v->dev.uuid, (char *)NULL);
 		}
 		_exit(127);
 	}
@@ -249,6 +253,21 @@ static int cuda_copy(struct vmm *v, struct vmm_buf *const *src, struct vmm_buf *
 		e = -rep.error;
 	}
 	return e;
+}
+
+/* host_ahead: the helper started now and kept running (its context costs device memory,
+ * and nvidia-smi lists it), so that a first move copies at once. */
+static void cuda_copies_ready(struct vmm *v)
+{
+	struct cuda_priv *p = v->priv;
+	char err[256];
+	pthread_mutex_lock(&p->mover_mu);
+	if (!p->mover_stays)
+		mover_stop(p); /* one started before runs without "stay": replaced */
+	p->mover_stays = true;
+	if (p->mover_sock < 0 && mover_start(v, p, err, sizeof err))
+		fprintf(stderr, "gmsfs: %s\n", err);
+	pthread_mutex_unlock(&p->mover_mu);
 }
 
 static void cuda_release(struct vmm_buf *b)
@@ -319,6 +338,7 @@ const struct vmm_ops vmm_cuda_ops = {
 	.pread = cuda_no_io,
 	.pwrite = cuda_no_write,
 	.create_host = cuda_create_host,
+	.copies_ready = cuda_copies_ready,
 	.copy = cuda_copy,
 	.swap = cuda_swap,
 	.adopt = cuda_adopt,
