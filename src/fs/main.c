@@ -35,7 +35,7 @@ struct options {
 	char *socket;
 	char *max_bytes;
 	char *host_bytes;
-	int host_ahead;        /* make idle stores' host memory ahead of their first move out */
+	int host_ahead;        /* make committed stores' host memory ahead of their first move out */
 	char *mover;           /* the cuda backend's copy helper for the host tier */
 	char *fsname;          /* the mount's source, as mount(8) and fstab name it */
 	int ready_fd;
@@ -74,7 +74,7 @@ static void usage(const char *prog)
 	       "    -o device=INDEX|UUID   which device (default 0)\n"
 	       "    -o max_bytes=N[KMGT]   most memory the stores may hold (default: all of the device)\n"
 	       "    -o host_bytes=N[KMGT]  most host memory the host tier may hold (default: half of the machine's)\n"
-	       "    -o host_ahead          make idle stores' host memory ahead of their first move out\n"
+	       "    -o host_ahead          make committed stores' host memory ahead of their first move out\n"
 	       "    -o mover=PATH          the cuda backend's copy helper (default: gmsfs-mover beside gmsfs,\n"
 	       "                           or ../lib/gmsfs/gmsfs-mover)\n"
 	       "    -o socket=PATH         export socket (default: /run/gmsfs/gmsfs-PID.sock as root)\n"

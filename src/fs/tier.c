@@ -4,6 +4,7 @@
 #include "lock.h"
 #include "store.h"
 #include "size.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -19,12 +20,6 @@ struct tier {
 	struct tier_stats stats;       /* under fs->mu */
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 /* Nobody holds it, waits for it, or writes it, and something is committed: it may move. */
 static bool idle(const struct store *st)
 {
@@ -129,7 +124,7 @@ static int move(struct fs *fs, struct store *st, bool to_host)
 	char why[300] = "";
 	st->tier.at = to_host ? TIER_TO_HOST : TIER_TO_DEVICE;
 	store_notify(st);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = clock_mono_ns();
 	struct vmm_buf **old = NULL;
 	uint64_t ns[2] = {0, 0};
 	if (!e) {
@@ -145,7 +140,7 @@ static int move(struct fs *fs, struct store *st, bool to_host)
 	} else {
 		vmm_release_all(given_up.v, given_up.n);
 	}
-	double s = (double)(now_ns() - t0) / 1e9;
+	double s = (double)(clock_mono_ns() - t0) / 1e9;
 	st->tier.kept = !to_host && !e; /* a move out used what was kept, or gave it back */
 	st->tier.ahead_tried = 0;
 	struct tier_stats *k = &fs->tier->stats;
@@ -362,7 +357,7 @@ static bool make_ahead(struct fs *fs)
 	}
 	store_get(st);
 	pthread_mutex_unlock(&fs->mu);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = clock_mono_ns();
 	struct vmm_buf **made = calloc(c.n, sizeof *made);
 	for (size_t i = 0; made && !e && i < c.n; i++)
 		if (need[i])
@@ -378,7 +373,7 @@ static bool make_ahead(struct fs *fs)
 		made = NULL;
 		st->tier.kept = true;
 		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: %" PRIu64 " bytes of host memory made ahead of its first move out in %.3f s\n",
-			 st->name, bytes, (double)(now_ns() - t0) / 1e9);
+			 st->name, bytes, (double)(clock_mono_ns() - t0) / 1e9);
 	} else if (e && e != -ENOSPC) {
 		fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: host memory ahead: %s\n", st->name, strerror(-e));
 	}

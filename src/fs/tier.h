@@ -11,8 +11,8 @@
 #define GMSFS_FS_TIER_H
 
 #include "fs.h"
+#include "clock.h"
 
-#include <time.h>
 
 struct store;
 
@@ -35,8 +35,8 @@ struct store_tier {
 #define TIER_PRIORITY_MAX 1000
 
 /* host_bytes: the host tier's limit (0: half of the machine's memory).  ahead: the mover
- * thread makes the host memory of idle committed stores while nothing else is asked of
- * it, within host_bytes, so that a first move out copies at once (-o host_ahead). */
+ * thread makes the host memory of committed stores (in use or not) while nothing else is
+ * asked of it, within host_bytes, so that a first move out copies at once (-o host_ahead). */
 int tier_start(struct fs *fs, uint64_t host_bytes, bool ahead);
 void tier_stop(struct fs *fs);
 
@@ -72,9 +72,7 @@ static inline bool tier_ready(struct fs *fs, struct store_tier *t)
 /* A lock was granted or given back: the store was used now. */
 static inline void tier_used(struct store_tier *t)
 {
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	t->last_used = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+	t->last_used = clock_mono_ns();
 }
 /* A create of bytes for self failed for room on the device: move idle stores out
  * until bytes more fit.  Releases fs->mu while it copies.  0: try again; -ENOSPC with

@@ -11,6 +11,7 @@
  * seconds without a batch (its context holds device memory: it is not kept for
  * nothing), unless started with "stay" (the daemon's -o host_ahead). */
 #include "mover.h"
+#include "clock.h"
 #include "cuda_api.h"
 #include "fdpass.h"
 
@@ -20,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 struct mapped {
 	CUdeviceptr va;
@@ -129,16 +129,14 @@ static int open_device(struct mover *mv, const char *uuid, char *why, size_t why
 
 static double now_us(void)
 {
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+	return (double)clock_mono_ns() / 1e3;
 }
 
 /* One batch: copies until the one marked last; then the answer. */
 static int batch(struct mover *mv, int sock)
 {
 	struct mover_reply rep = {0};
-	double t_wait = now_us(), t_recv = 0, t_map = 0, t0;
+	double t_recv = 0, t_map = 0, t0;
 	size_t copies = 0, bytes = 0;
 	for (;;) {
 		struct mover_copy c;
@@ -200,9 +198,9 @@ static int batch(struct mover *mv, int sock)
 		unmap(mv, &mv->m[--mv->n]);
 	}
 	if (mv->trace)
-		fprintf(stderr, "gmsfs-mover: %zu copies, %zu bytes: first request after %.0f us; import and map %.0f us, "
+		fprintf(stderr, "gmsfs-mover: %zu copies, %zu bytes: import and map %.0f us, "
 			"copies queued %.0f us, copy wait %.0f us, unmapped before the answer %.0f us, after it %.0f us\n",
-			copies, bytes, t_recv - t_wait, t_map, t_sync - t_recv - t_map, t_copied - t_sync,
+			copies, bytes, t_map, t_sync - t_recv - t_map, t_copied - t_sync,
 			t_answer - t_copied, now_us() - t_answer);
 	return e;
 }

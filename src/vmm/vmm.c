@@ -1,12 +1,12 @@
 /* vmm: backend choice and the daemon's own accounting of device memory. */
 #include "vmm.h"
+#include "clock.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -213,18 +213,11 @@ static int alloc_twin(struct vmm_buf *b, bool to_host, struct vmm_buf **out)
 	return 0;
 }
 
-static uint64_t clock_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf ***old, uint64_t ns[2], char *err,
 	     size_t errlen)
 {
 	*old = NULL;
-	uint64_t t0 = clock_ns(), t1;
+	uint64_t t0 = clock_mono_ns(), t1;
 	if (!n)
 		return 0;
 	struct vmm *v = bufs[0]->vmm;
@@ -259,11 +252,11 @@ int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf
 			 (unsigned long long)atomic_load(to_host ? &v->host_used : &v->used_bytes));
 	else if (e)
 		snprintf(err, errlen, "%s memory: %s", to_host ? "host" : "device", strerror(-e));
-	t1 = clock_ns();
+	t1 = clock_mono_ns();
 	if (!e)
 		e = v->ops->copy(v, bufs, twins, n, err, errlen);
 	if (ns)
-		ns[0] = t1 - t0, ns[1] = clock_ns() - t1;
+		ns[0] = t1 - t0, ns[1] = clock_mono_ns() - t1;
 	/* Each buffer takes its twin's memory; the twin, holding the old, goes to the caller. */
 	for (size_t i = 0; i < n && !e; i++) {
 		v->ops->swap(bufs[i], twins[i]);
