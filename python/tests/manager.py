@@ -45,7 +45,7 @@ class Manager:
     def _listen(self):
         while True:
             try:
-                data, anc, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(253 * 4))
+                data, anc, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(253 * 4), socket.MSG_CMSG_CLOEXEC)
             except OSError as e:
                 if self.sock.fileno() < 0:
                     return  # closed: the manager is done
@@ -137,7 +137,8 @@ class Manager:
         """Take what waits on the socket now, in this thread."""
         while True:
             try:
-                data, anc, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(253 * 4), socket.MSG_DONTWAIT)
+                data, anc, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(253 * 4),
+                                                    socket.MSG_DONTWAIT | socket.MSG_CMSG_CLOEXEC)
             except (BlockingIOError, InterruptedError):
                 return
             self._take(data, anc)
@@ -167,25 +168,27 @@ class Manager:
             e["LISTEN_FDS"] = str(len(passed))
             e["LISTEN_FDNAMES"] = ":".join(names)
 
-        # The kept descriptors go to 3, 4, ... in the daemon, as systemd passes them: here
-        # above every target first (pass_fds keeps their numbers), then bash's redirections
-        # put each in its place before the exec.  No preexec_fn: a fork of this threaded
-        # process may not run Python before its exec (the listener could hold a lock).
-        high = [fcntl_dupfd(os.dup(fd), 3 + len(passed) + 16) for fd in passed]
-        moves = " ".join("%d<&%d %d<&-" % (3 + i, fd, fd) for i, fd in enumerate(high))
+        # The kept descriptors go to 3, 4, ... in the daemon, as systemd passes them:
+        # posix_spawn's dup2 actions put each in its place (no Python runs in the child, which
+        # a fork of this threaded process must not: the listener could hold a lock).  Not
+        # bash's exec N<&M: it makes 10 and up close-on-exec.  The sources are dup'ed above
+        # every target first, close-on-exec, so that none is overwritten before it is read.
+        high = [fcntl_dupfd(fd, 3 + len(passed) + 16) for fd in passed]
         self.log = open(mnt + ".log", "a")
         since = self.log.tell()  # this start's lines, for the error below
+        actions = [(os.POSIX_SPAWN_DUP2, self.log.fileno(), 1), (os.POSIX_SPAWN_DUP2, self.log.fileno(), 2)]
+        actions += [(os.POSIX_SPAWN_DUP2, fd, 3 + i) for i, fd in enumerate(high)]
         # GMSFS_WRAP: a checker to run the daemon under (tests/variant.sh: valgrind).
         argv = os.environ.get("GMSFS_WRAP", "").split() + [os.path.join(BUILD, "gmsfs"), "-f"] + \
             (["-o", ",".join(options)] if options else []) + [mnt]
-        # LISTEN_PID is the daemon's own pid: bash's $$, which exec keeps.
+        # LISTEN_PID is the daemon's own pid: sh's $$, which exec keeps.
         try:
-            self.daemon = subprocess.Popen(["bash", "-c", ("exec %s; " % moves if moves else "") +
-                                            'LISTEN_PID=$$ exec "$@"', "bash"] + argv, env=e,
-                                           stdout=self.log, stderr=self.log, pass_fds=high)
+            pid = os.posix_spawn("/bin/sh", ["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh"] + argv, e,
+                                 file_actions=actions)
         finally:
             for fd in high:
                 os.close(fd)
+        self.daemon = Spawned(pid)
         try:
             self._wait(self.ready.is_set, self.synced, timeout, "READY=1")
         except RuntimeError as err:
@@ -221,10 +224,39 @@ class Manager:
 
 
 def fcntl_dupfd(fd, low):
+    """A close-on-exec copy of fd numbered low or above."""
     import fcntl
-    new = fcntl.fcntl(fd, fcntl.F_DUPFD, low)
-    os.close(fd)
-    return new
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, low)
+
+
+class Spawned:
+    """The daemon's process, as much of subprocess.Popen as the tests use."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired("gmsfs", timeout)
+            time.sleep(0.005)
+        return self.returncode
+
+    def send_signal(self, sig):
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
 
 
 def wait_mounted(mnt, timeout=10):

@@ -259,6 +259,23 @@ def test_committed_stores_come_back_after_sigkill_and_after_a_restart(mnt, manag
     manager.kill(signal.SIGTERM)
 
 
+def test_many_descriptors_come_back_from_3_on(mnt, manager, tmp_path):
+    """More kept descriptors than 3-9 (a store each here; an allocation each on cuda): each
+    reaches the new daemon at its place.  bash's exec, which placed them, makes 10 and up
+    close-on-exec: a 1000-allocation store on the GPU came back without its memory."""
+    state = str(tmp_path / "state")
+    manager.start(mnt, "backend=host", "state=" + state)
+    want = {}
+    for i in range(24):
+        want["s%02d" % i] = publish(os.path.join(mnt, "s%02d" % i), 100 + i, sizes=(4 * KiB,))
+    restart(manager, mnt, state)
+    s = status(mnt)
+    assert s["keep"]["failed"] == [] and s["keep"]["restored"] == 24, s["keep"]
+    for name, (data, h) in want.items():
+        assert read_all(os.path.join(mnt, name))[:2] == (data, h), name
+    manager.kill(signal.SIGTERM)
+
+
 def test_a_store_on_the_host_tier_comes_back_there(mnt, manager, tmp_path):
     state = str(tmp_path / "state")
     manager.start(mnt, "backend=host", "state=" + state)
