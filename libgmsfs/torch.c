@@ -223,8 +223,8 @@ static void tx_json_string(struct text *t, const char *s)
 	tx_put(t, "\"", 1);
 }
 
-/* FNV-1a of a value's bytes: the manifest names each distinct value once. */
-static uint64_t value_hash(const char *v, size_t n)
+/* FNV-1a of n bytes: the manifest names each distinct value and allocation once. */
+static uint64_t fnv(const char *v, size_t n)
 {
 	uint64_t h = 1469598103934665603ull;
 	for (size_t i = 0; i < n; i++)
@@ -232,23 +232,63 @@ static uint64_t value_hash(const char *v, size_t n)
 	return h;
 }
 
-/* The index of x's value among the distinct values so far (table: open addressing over
- * entry indices + 1, cap a power of two > 2 * entries), written out when it is new. */
-static size_t value_index(const gmsfs *g, size_t i, size_t *table, size_t cap, size_t *vidx, size_t *nvals,
-			  struct text *vals)
+/* Distinct strings by index, in the order first seen, each written to out once as JSON
+ * (open addressing over row indices + 1; cap a power of two > 2 * rows). */
+struct distinct {
+	size_t *table, cap, n;
+	size_t *index; /* of each row, once seen */
+	struct text out;
+};
+
+static int distinct_init(struct distinct *d, size_t rows)
 {
-	const struct entry_rec *x = &g->meta.v[i];
-	for (size_t k = value_hash(x->value, x->value_len) & (cap - 1);; k = (k + 1) & (cap - 1)) {
-		if (!table[k]) {
-			table[k] = i + 1;
-			tx_put(vals, *nvals ? ",\n" : "\n", *nvals ? 2 : 1);
-			tx_put(vals, x->value, x->value_len);
-			return vidx[i] = (*nvals)++;
+	*d = (struct distinct){ .cap = 16 };
+	while (d->cap <= 2 * rows)
+		d->cap *= 2;
+	d->table = calloc(d->cap, sizeof *d->table);
+	d->index = calloc(rows + 1, sizeof *d->index);
+	return d->table && d->index ? 0 : -ENOMEM;
+}
+
+static void distinct_free(struct distinct *d)
+{
+	free(d->table);
+	free(d->index);
+	free(d->out.p);
+}
+
+/* The index of row i's string s (n bytes) among those so far; new ones are written out,
+ * raw (a value, a JSON object already) or as a JSON string. */
+static size_t distinct_index(struct distinct *d, size_t i, const char *s, size_t n, bool raw,
+			     const char *(*of)(const gmsfs *, size_t, size_t *), const gmsfs *g)
+{
+	for (size_t k = fnv(s, n) & (d->cap - 1);; k = (k + 1) & (d->cap - 1)) {
+		if (!d->table[k]) {
+			d->table[k] = i + 1;
+			tx_put(&d->out, d->n ? ",\n" : "\n", d->n ? 2 : 1);
+			if (raw)
+				tx_put(&d->out, s, n);
+			else
+				tx_json_string(&d->out, s);
+			return d->index[i] = d->n++;
 		}
-		const struct entry_rec *y = &g->meta.v[table[k] - 1];
-		if (y->value_len == x->value_len && !memcmp(y->value, x->value, x->value_len))
-			return vidx[table[k] - 1];
+		size_t m;
+		const char *t = of(g, d->table[k] - 1, &m);
+		if (m == n && !memcmp(t, s, n))
+			return d->index[d->table[k] - 1];
 	}
+}
+
+static const char *value_of(const gmsfs *g, size_t i, size_t *n)
+{
+	*n = g->meta.v[i].value_len;
+	return g->meta.v[i].value;
+}
+
+static const char *alloc_of(const gmsfs *g, size_t i, size_t *n)
+{
+	*n = strlen(g->meta.v[i].alloc);
+	return g->meta.v[i].alloc;
 }
 
 int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
@@ -261,16 +301,14 @@ int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
 	if (e || (e = mt_ensure(g)))
 		return e;
 	const size_t plen = strlen(GMSFS_TORCH_PREFIX);
-	size_t cap = 16;
-	while (cap <= 2 * g->meta.n)
-		cap *= 2;
-	/* Shapes repeat layer after layer: each distinct value once, rows name it by index. */
-	struct text out = {0}, vals = {0};
-	size_t nvals = 0;
-	size_t *table = calloc(cap, sizeof *table), *vidx = calloc(g->meta.n + 1, sizeof *vidx);
-	if (!table || !vidx)
+	/* Shapes repeat layer after layer, and rows share a few allocations: each distinct
+	 * value and allocation once, rows name them by index.  Rows are an object by name:
+	 * the binding's lookup table comes out of its JSON parser. */
+	struct text out = {0};
+	struct distinct vals, allocs;
+	if (distinct_init(&vals, g->meta.n) | distinct_init(&allocs, g->meta.n))
 		e = gm_error(g, -ENOMEM, "out of memory");
-	tx_put(&out, "{\"rows\": [", 10);
+	tx_put(&out, "{\"rows\": {", 10);
 	bool first = true;
 	for (size_t i = 0; i < g->meta.n && !e; i++) {
 		const struct entry_rec *x = &g->meta.v[i];
@@ -284,11 +322,14 @@ int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
 			e = gm_error(g, -EINVAL, "meta/%s: its value is not a JSON object (gmsfs(5), \"Tensors\")", x->key);
 			break;
 		}
-		tx_put(&out, first ? "\n[" : ",\n[", first ? 2 : 3);
+		tx_put(&out, first ? "\n" : ",\n", first ? 1 : 2);
 		first = false;
 		tx_json_string(&out, x->key + plen);
-		tx_put(&out, ",", 1);
-		tx_json_string(&out, x->alloc ? x->alloc : "");
+		tx_put(&out, ": [", 3);
+		if (x->alloc)
+			tx_u64(&out, distinct_index(&allocs, i, x->alloc, strlen(x->alloc), false, alloc_of, g));
+		else
+			tx_put(&out, "-1", 2);
 		tx_put(&out, ",", 1);
 		tx_u64(&out, x->offset);
 		tx_put(&out, ",", 1);
@@ -300,17 +341,18 @@ int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
 		else
 			tx_put(&out, "null", 4);
 		tx_put(&out, ",", 1);
-		tx_u64(&out, value_index(g, i, table, cap, vidx, &nvals, &vals));
+		tx_u64(&out, distinct_index(&vals, i, x->value, x->value_len, true, value_of, g));
 		tx_put(&out, "]", 1);
 	}
-	free(table);
-	free(vidx);
+	tx_put(&out, "},\n\"allocs\": [", 14);
+	tx_put(&out, allocs.out.p ? allocs.out.p : "", allocs.out.n);
 	tx_put(&out, "],\n\"values\": [", 14);
-	tx_put(&out, vals.p ? vals.p : "", vals.n);
+	tx_put(&out, vals.out.p ? vals.out.p : "", vals.out.n);
 	tx_put(&out, "]}\n", 3);
-	free(vals.p);
-	if (!e && out.oom)
+	if (!e && (out.oom || vals.out.oom || allocs.out.oom))
 		e = gm_error(g, -ENOMEM, "out of memory");
+	distinct_free(&vals);
+	distinct_free(&allocs);
 	if (e) {
 		free(out.p);
 		return e;

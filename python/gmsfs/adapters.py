@@ -79,9 +79,9 @@ class AdapterPool:
         conn = connect(self.store(name), "ro", self.timeout)
         try:
             conn.import_all()
-            rows = _gt._manifest(conn)
-            _gt._check_names(self._items, rows, True, conn.store, "adapter (slot %r)" % self.slot)
-            views, bad = _gt._views(conn, self._items, rows, _gt._device(conn))
+            man = _gt._manifest(conn)
+            _gt._check_names(self._items, man.rows, True, conn.store, "adapter (slot %r)" % self.slot)
+            views, bad = _gt._views(conn, self._items, man, _gt._device(conn))
             if bad:
                 raise RuntimeError("adapter %s: %d tensor(s) do not match the slot %r, which is unchanged:\n  %s"
                                    % (name, len(bad), self.slot, "\n  ".join(bad)))

@@ -37,6 +37,7 @@ for _name in ("float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64"):
     if hasattr(torch, _name):
         _DTYPES[_name] = getattr(torch, _name)
 _ITEMSIZE = {d: torch.empty(0, dtype=d).element_size() for d in _DTYPES.values()}
+_DTYPE_NUMBER = {d: i for i, d in enumerate(_DTYPES.values())}  # in a typed base's key
 
 
 def _tensors(module, prefix=""):
@@ -231,32 +232,43 @@ def publish(module, store, private=(), commit=True):
 _DTYPE_NAMES = {d: n for n, d in _DTYPES.items()}
 
 
+class _Manifest:
+    """The store's tensor entries, from one library call (gmsfs_torch_manifest) and one
+    JSON parse, which makes the lookup table itself:
+      rows:   {name: [alloc, offset, size, private, ptr, value]}, alloc an index in allocs
+              (-1: none), value one in values;
+      values: [(dtype, shape, stride, storage_offset, dtype name, item size, dtype number,
+              empty)], one per distinct value (a model's layers repeat their shapes);
+      allocs: [allocation name].
+    The work per tensor is then a lookup."""
+    __slots__ = ("rows", "values", "allocs")
+
+    def __init__(self, doc):
+        self.rows, self.allocs = doc["rows"], doc["allocs"]
+        self.values = [(_DTYPES[d["dtype"]], tuple(d["shape"]), tuple(d["stride"]), d["storage_offset"], d["dtype"],
+                        _ITEMSIZE[_DTYPES[d["dtype"]]], _DTYPE_NUMBER[_DTYPES[d["dtype"]]], 0 in d["shape"])
+                       for d in doc["values"]]
+
+    def base(self, r):
+        """(key, element): the typed base (one per allocation and dtype) that row r views at
+        element (its offset in items), or (None, 0) where r needs a view of its own bytes
+        (private, no allocation, not at a whole item, empty)."""
+        v = self.values[r[5]]
+        if r[3] or r[0] < 0 or v[7] or r[1] % v[5]:
+            return None, 0
+        return r[0] * _KEYS + v[6], r[1] // v[5] + v[3]
+
+
+_KEYS = 64  # > dtype numbers: a base's key is allocation * _KEYS + dtype number
+
+
 def _manifest(conn):
-    """{name: [name, alloc, offset, size, private, ptr, value, key, element]} of the
-    store's tensor entries, from one library call (gmsfs_torch_manifest) and one JSON
-    parse; value is the entry's (dtype, shape, stride, storage_offset, dtype name, item
-    size), one object per distinct value (a model's layers repeat their shapes), so that
-    the work per tensor is a lookup.  key: (alloc, dtype), the typed base of the
-    allocation's mapping that the tensor views at element (its offset in items), or None
-    where it needs a view of its own bytes (private, not at a whole item, empty)."""
     p, n = ctypes.c_void_p(), ctypes.c_size_t()
     conn._check(_c.gmsfs_torch_manifest(conn._handle(), ctypes.byref(p), ctypes.byref(n)), "materialize")
     try:
-        doc = json.loads(ctypes.string_at(p, n.value))
+        return _Manifest(json.loads(ctypes.string_at(p, n.value)))
     finally:
         _c.gmsfs_text_free(p)
-    values = [(_DTYPES[d["dtype"]], tuple(d["shape"]), tuple(d["stride"]), d["storage_offset"], d["dtype"],
-               _ITEMSIZE[_DTYPES[d["dtype"]]]) for d in doc["values"]]
-    rows = {}
-    for r in doc["rows"]:
-        v = r[6] = values[r[6]]
-        isz = v[5]
-        if r[4] or r[5] is None or r[2] % isz or 0 in v[1]:
-            r += (None, 0)
-        else:
-            r += ((r[1], v[0]), r[2] // isz + v[3])
-        rows[r[0]] = r
-    return rows
 
 
 def _persistent(owner, attr, is_param):
@@ -345,19 +357,22 @@ _new_param = torch.Tensor._make_subclass  # what Parameter(plain tensor) calls, 
 _Param = torch.nn.Parameter
 
 
-def _view(r, slabs, typed, device, is_param):
+def _view(name, r, man, slabs, typed, device, is_param):
     """The tensor (a Parameter if is_param) of manifest row r: a view of one typed base per
-    allocation and dtype (typed: the bases made so far, by the row's key), so that the
-    work per tensor is one as_strided.  Shared entries view their allocation's mapping; a
-    private one (its own copy) or an odd offset views its own bytes."""
-    _, alloc, offset, size, private, ptr, (dtype, shape, stride, soff, _, isz), key, element = r
-    if 0 in shape:
+    allocation and dtype (typed: the bases made so far, by key), so that the work per
+    tensor is one as_strided.  Shared entries view their allocation's mapping; a private
+    one (its own copy) or an odd offset views its own bytes."""
+    alloc, offset, size, _, ptr, vi = r
+    dtype, shape, stride, soff, _, isz, _, empty = man.values[vi]
+    if empty:
         view = torch.empty(shape, dtype=dtype, device=device)
     elif ptr is None:
-        raise GmsfsError(errno.ENOENT, "materialize: %s's allocation %s is not mapped" % (r[0], alloc))
+        raise GmsfsError(errno.ENOENT, "materialize: %s's allocation %s is not mapped"
+                         % (name, man.allocs[alloc] if alloc >= 0 else "(none)"))
     else:
+        key, element = man.base(r)
         base = typed.get(key) if key is not None else None
-        m = slabs.get(alloc) if base is None and key is not None else None
+        m = slabs.get(man.allocs[alloc]) if base is None and key is not None else None
         if m is not None and m.ptr + offset == ptr:  # the first of its base
             base = typed[key] = _bytes_at(m.ptr, m.size - m.size % isz, device).view(dtype)
         if base is not None:
@@ -367,12 +382,12 @@ def _view(r, slabs, typed, device, is_param):
     return _new_param(_Param, view, False) if is_param else view
 
 
-def _views(conn, items, rows, device):
+def _views(conn, items, man, device):
     """[(owner, attr, is_param, view)] for every tensor the store has (a tied one, the same
     tensor under another name, once), and the mismatches of shape or dtype, in one pass:
     one view per tensor of one typed base per allocation and dtype, so that the work per
     tensor is one as_strided (a model has hundreds of tensors)."""
-    slabs = {m.name: m for m in conn.mappings}
+    slabs, rows = {m.name: m for m in conn.mappings}, man.rows
     typed, made, views, bad, later = {}, {}, [], [], []
     for name, owner, attr, t, is_param in items:
         r = rows.get(name)
@@ -381,11 +396,11 @@ def _views(conn, items, rows, device):
             continue
         obj = made.get(id(t))
         if obj is None:
-            v = r[6]
+            v = man.values[r[5]]
             if v[1] != t.shape or v[0] is not t.dtype:
                 bad.append(_mismatch(name, v, t))
                 continue
-            obj = made[id(t)] = _view(r, slabs, typed, device, is_param)
+            obj = made[id(t)] = _view(name, r, man, slabs, typed, device, is_param)
         views.append((owner, attr, is_param, obj))
     for owner, attr, t, is_param in later:  # a tied name the store has under another one
         if id(t) in made:
@@ -408,9 +423,9 @@ def materialize(module, store, strict=True, init=None):
     a module with neither is refused with what to call, before it is touched."""
     conn = store if isinstance(store, Connection) else connect(store, "ro")
     conn.import_all()  # maps what is not mapped yet, loads the entries
-    rows = _manifest(conn)
-    device = _device(conn)
-    assign, later, bad, made = _walk_views(module, conn, rows, device)
+    man = _manifest(conn)
+    rows, device = man.rows, _device(conn)
+    assign, later, bad, made = _walk_views(module, conn, man, device)
     # Tied names (the same tensor as one the store has) need no entry of their own.
     tied = [(d, attr, made[id(t)]) for name, owner, attr, t, is_param in later if id(t) in made
             for d in (owner._parameters if is_param else owner._buffers,)]
@@ -431,15 +446,17 @@ def materialize(module, store, strict=True, init=None):
     return module
 
 
-def _walk_views(module, conn, rows, device):
+def _walk_views(module, conn, man, device):
     """materialize's one pass over the module (a model has hundreds of tensors: the work
     per tensor is a lookup, a check and a view): ([(dict, attr, view)] for every tensor the
     store names, [(name, owner, attr, tensor, is_param)] for those it does not, the
-    mismatches, {id(tensor): view}).  The module is not touched."""
-    slabs = {m.name: m for m in conn.mappings}
+    mismatches, {id(tensor): view}).  The module is not touched.  The common case (a view
+    of a base made already) is written out here; _view makes the rest."""
+    slabs, values = {m.name: m for m in conn.mappings}, man.values
     typed, made, assign, later, bad = {}, {}, [], [], []
     stack = [("", module)]
-    push, pop, row_of, made_of, typed_of = stack.append, stack.pop, rows.get, made.get, typed.get
+    push, pop, row_of, made_of, typed_of, put = stack.append, stack.pop, man.rows.get, made.get, typed.get, \
+        assign.append
     while stack:
         pre, m = pop()
         for d, is_param in ((m._parameters, True), (m._buffers, False)):
@@ -454,17 +471,17 @@ def _walk_views(module, conn, rows, device):
                     continue
                 obj = made_of(id(t))
                 if obj is None:
-                    v = r[6]
+                    v = values[r[5]]
                     if v[1] != t.shape or v[0] is not t.dtype:
                         bad.append(_mismatch(pre + attr, v, t))
                         continue
-                    base = typed_of(r[7]) if r[7] is not None else None
-                    if base is not None:  # the common case inline: a view of a base made already
-                        obj = base.as_strided(v[1], v[2], r[8])
+                    base = None if r[3] or r[1] % v[5] else typed_of(r[0] * _KEYS + v[6])
+                    if base is not None:
+                        obj = base.as_strided(v[1], v[2], r[1] // v[5] + v[3])
                         obj = made[id(t)] = _new_param(_Param, obj, False) if is_param else obj
                     else:
-                        obj = made[id(t)] = _view(r, slabs, typed, device, is_param)
-                assign.append((d, attr, obj))
+                        obj = made[id(t)] = _view(pre + attr, r, man, slabs, typed, device, is_param)
+                put((d, attr, obj))
         for n, c in m._modules.items():
             if c is not None:
                 push((pre + n + ".", c))

@@ -34,18 +34,21 @@ def views_floor_fresh(m, conn):
     first views it makes (an engine materializes once, at its start).  The bases are
     prepared beforehand from the store's manifest (where each tensor lies) and are not
     timed.  (seconds, tensors); m (on the meta device) gets the views."""
-    rows, dev = gt._manifest(conn), gt._device(conn)
+    man, dev = gt._manifest(conn), gt._device(conn)
     slabs = {x.name: x for x in conn.mappings}
     bases, items = {}, []
     for name, owner, attr, t, is_param in gt._tensors(m):
-        r = rows.get(name)
-        if r is None or r[7] is None:
+        r = man.rows.get(name)
+        key, element = man.base(r) if r is not None else (None, 0)
+        if key is None:
             continue
-        if r[7] not in bases:
-            s, isz = slabs[r[1]], r[6][5]
-            bases[r[7]] = gt._bytes_at(s.ptr, s.size - s.size % isz, dev).view(r[6][0])
-        items.append((owner, attr, bases[r[7]], r[6][1], r[6][2], r[8]))
-    torch.cuda.synchronize()
+        v = man.values[r[5]]
+        if key not in bases:
+            s, isz = slabs[man.allocs[r[0]]], v[5]
+            bases[key] = gt._bytes_at(s.ptr, s.size - s.size % isz, dev).view(v[0])
+        items.append((owner, attr, bases[key], v[1], v[2], element))
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    sync()
     t0 = time.perf_counter()
     for owner, attr, base, shape, stride, offset in items:
         v = base.as_strided(shape, stride, offset)
@@ -53,7 +56,7 @@ def views_floor_fresh(m, conn):
             owner._parameters[attr] = torch.nn.Parameter(v, requires_grad=False)
         else:
             owner._buffers[attr] = v
-    torch.cuda.synchronize()
+    sync()
     return time.perf_counter() - t0, len(items)
 
 
