@@ -284,6 +284,20 @@ void vmm_copies_ready(struct vmm *v)
 		v->ops->copies_ready(v);
 }
 
+int vmm_touch_host(struct vmm_buf *const *bufs, size_t n, char *err, size_t errlen)
+{
+	size_t k = 0;
+	struct vmm_buf **some = calloc(n + 1, sizeof *some);
+	if (!some)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		if (bufs[i])
+			some[k++] = bufs[i];
+	int e = k && some[0]->vmm->ops->touch ? some[0]->vmm->ops->touch(some[0]->vmm, some, k, err, errlen) : 0;
+	free(some);
+	return e;
+}
+
 int vmm_make_host(struct vmm_buf *b, struct vmm_buf **out)
 {
 	*out = NULL;

@@ -68,6 +68,9 @@ struct vmm_ops {
 	/* Be ready to copy now, and stay so (optional; cuda: gmsfs-mover started, and kept
 	 * running: a first move would otherwise wait for its CUDA context). */
 	void (*copies_ready)(struct vmm *v);
+	/* Host memory made ahead, used once by the copier (optional; cuda: its first copy
+	 * was ~10% slower than later ones, the first move out's whole margin). */
+	int (*touch)(struct vmm *v, struct vmm_buf *const *bufs, size_t n, char *err, size_t errlen);
 	/* A buffer over memory another daemon made (a handover, a restart): aligned bytes at
 	 * offset in fd (host: on the host tier), which the backend dups for itself. */
 	int (*adopt)(struct vmm_pool *p, int fd, uint64_t offset, uint64_t aligned, bool host, struct vmm_buf **out);
@@ -156,6 +159,10 @@ int vmm_make_host(struct vmm_buf *b, struct vmm_buf **out);
 void vmm_keep(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n);
 /* The backend ready to copy at once from now on (host_ahead); nothing where it always is. */
 void vmm_copies_ready(struct vmm *v);
+/* vmm_make_host's memory (bufs[i] NULL: skipped) used once by the backend's copier, so
+ * that a first move out into it is as fast as later ones; 0 where the backend needs
+ * nothing.  Takes the time of a copy of their bytes. */
+int vmm_touch_host(struct vmm_buf *const *bufs, size_t n, char *err, size_t errlen);
 /* What b keeps, taken off it (NULL: nothing), for vmm_buf_put where nobody waits. */
 struct vmm_buf *vmm_take_kept(struct vmm_buf *b);
 ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off);
