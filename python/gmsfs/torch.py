@@ -315,10 +315,10 @@ def _lacking_buffers(module, items, rows, device, init, store):
 
 
 def _make_buffers(owners, init, device):
-    """Allocate the lacking buffers (NaN where they can hold it, so that what init leaves
-    unset shows), let the module's code fill them, and put them on the store's device.
-    They are made on the CPU where the module's code allows it: a few small tensors, and
-    no GPU kernel (a fresh process's first kernels cost it tens of ms to load)."""
+    """Allocate the lacking buffers, let the module's code fill them, and put them on the
+    store's device.  They are made on the CPU where the module's code allows it: a few
+    small tensors, and no GPU kernel (a fresh process's first kernels cost it tens of ms
+    to load)."""
     cpu = torch.device("cpu")
     for owner, v in owners.items():
         try:
@@ -333,15 +333,19 @@ def _make_buffers(owners, init, device):
 
 
 def _fill(owner, v, init, device):
-    """The buffers v of owner on device, filled by init: the names it left unset."""
+    """The buffers v of owner on device, filled by init: the names it left unset, that is
+    neither wrote to (the tensor's version counter is as made) nor replaced.  (Not a
+    fill and a NaN check: each is one of a fresh process's first operations, which cost
+    more than all of materialize's views.)"""
+    made = {}
     for _, attr in v:
         b = owner._buffers[attr]
-        owner._buffers[attr] = torch.full(b.shape, float("nan"), dtype=b.dtype, device=device) \
-            if b.dtype.is_floating_point else torch.zeros(b.shape, dtype=b.dtype, device=device)
+        t = owner._buffers[attr] = torch.empty(b.shape, dtype=b.dtype, device=device)
+        made[attr] = (t, t._version)
     with torch.no_grad():
         init(owner)
     return [n for n, attr in v if owner._buffers[attr].device.type == "meta" or
-            (owner._buffers[attr].is_floating_point() and bool(torch.isnan(owner._buffers[attr]).any()))]
+            (owner._buffers[attr] is made[attr][0] and made[attr][0]._version == made[attr][1])]
 
 
 def _mismatch(name, v, t):

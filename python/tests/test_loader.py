@@ -272,6 +272,20 @@ def test_buffers_the_module_code_leaves_unset_are_refused(store, tmp_path):
     assert len(calls) == 1, "an init that raises nothing runs once"
 
 
+def test_an_init_that_replaces_its_buffers_is_taken(store, tmp_path):
+    """A buffer counts as set when init writes to it (in place, even partly) or replaces it."""
+    assert run(LOAD, "-q", store, str(llamaish_checkpoint(tmp_path))).returncode == 0
+
+    def replace(owner):
+        owner.inv_freq = Rotary().inv_freq * 2
+    m = gt.materialize(Llamaish(device="meta"), store, init=replace)
+    assert torch.equal(m.rotary.inv_freq, Rotary().inv_freq * 2)
+    m._gmsfs.close()
+    m = gt.materialize(Llamaish(device="meta"), store, init=lambda owner: owner.inv_freq[1:].fill_(3))
+    assert torch.equal(m.rotary.inv_freq[1:], torch.full((3,), 3.0))
+    m._gmsfs.close()
+
+
 def test_an_init_that_fails_off_the_device_runs_again_on_it(store, tmp_path):
     """Buffers are made on the CPU first (no GPU kernel); module code that needs the
     store's device (its other tensors are there) fails there and runs again on it."""
