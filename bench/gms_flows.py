@@ -196,13 +196,18 @@ def median(xs):
 
 
 def one_layout(systems, mount, n, size, device, cuda, runs, standin_s):
-    """{system: {phase: median seconds}} for this layout."""
-    res = {}
-    for system, env in systems.items():
-        rows = []
-        server = GMSServer(env, device) if system == "gms" else None
-        try:
-            for r in range(runs):
+    """{system: {phase: median seconds}} for this layout.  The systems take turns, run by
+    run (not each its runs in a block): what drifts on the machine meanwhile falls on all
+    of them alike."""
+    rows = {system: [] for system in systems}
+    servers = {}
+    try:
+        for system, env in systems.items():
+            if system == "gms":
+                servers[system] = GMSServer(env, device)
+        for r in range(runs):
+            for system, env in systems.items():
+                server = servers.get(system)
                 if server:
                     where = server.sock
                 else:
@@ -213,16 +218,20 @@ def one_layout(systems, mount, n, size, device, cuda, runs, standin_s):
                 assert w["count"] == n and rd["count"] == n, (system, w, rd)
                 if system == "gms.shim":
                     assert w["client"].startswith(PY), w["client"]  # gmsfs.gms answered, not GMS
-                rows.append(dict(w, **rd))
-                rows[-1]["rpcs"] = dict(w.get("rpcs", {}), **rd.get("rpcs", {}))
+                rows[system].append(dict(w, **rd))
+                rows[system][-1]["rpcs"] = dict(w.get("rpcs", {}), **rd.get("rpcs", {}))
                 if not server:
                     os.rmdir(where)
-        finally:
-            if server:
-                server.close()
-        res[system] = {k: median(r[k] for r in rows) for k in ("connect", "alloc", "meta", "commit", "imp", "remap")}
+    finally:
+        for server in servers.values():
+            server.close()
+    res = {}
+    for system in systems:
+        res[system] = {k: median(r[k] for r in rows[system]) for k in ("connect", "alloc", "meta", "commit", "imp",
+                                                                      "remap")}
         if system == "gms" and standin_s:  # what msgspec itself would have spared: the stand-in's cost per request
-            res["gms-"] = {k: v - median(r["rpcs"][k] for r in rows) * standin_s for k, v in res[system].items()}
+            res["gms-"] = {k: v - median(r["rpcs"][k] for r in rows[system]) * standin_s
+                           for k, v in res[system].items()}
     return res
 
 

@@ -71,6 +71,9 @@ class GrantedLockType(str, enum.Enum):
     RO = "ro"
 
 
+_RW = GrantedLockType.RW  # for the hot paths' checks (an enum's class attribute is a descriptor call)
+
+
 class StaleMemoryLayoutError(Exception):
     """The committed layout changed while this process was unmapped: a LAYOUT check (sizes,
     tags, names, metadata), not a content one."""
@@ -341,16 +344,25 @@ class _GMSClientSession:
 
     def _allocate(self, size, tag):
         """(AllocateResponse, its gmsfs Mapping)."""
-        self._need_rw("allocate")
-        c = self._conn()
-        if self._next_slot is None:  # counted once, not per allocation (a model has hundreds)
-            self._next_slot = max([_slot_of(m.name) for m in c.mappings] + [-1]) + 1
+        m, slot = self._create(size, tag)
+        return AllocateResponse(allocation_id=m.name, size=m.size, aligned_size=m.aligned, layout_slot=slot), m
+
+    def _create(self, size, tag):
+        """(gmsfs Mapping, layout slot) of a new allocation: what allocate and
+        create_mapping make, without the response (a model has hundreds)."""
+        if self._granted_lock_type is not _RW:
+            raise RuntimeError("allocate not allowed for RO session")
+        c = self._c
+        if c is None:
+            raise ConnectionError("GMS session is closed")
         slot = self._next_slot
+        if slot is None:  # counted once, not per allocation
+            slot = max([_slot_of(m.name) for m in c.mappings] + [-1]) + 1
         m = c.create("%s%06d" % (SLOT_PREFIX, slot), int(size), tag)
         self._next_slot = slot + 1
         if self._by_name is not None:
             self._by_name[m.name] = m
-        return AllocateResponse(allocation_id=m.name, size=m.size, aligned_size=m.aligned, layout_slot=slot), m
+        return m, slot
 
     def allocate(self, size: int, tag: str = "default"):
         r = self.allocate_info(size, tag)
@@ -599,8 +611,13 @@ class GMSClientMemoryManager:
             return va
         if size <= 0:
             raise ValueError("size must be > 0 when allocation_id is None")
-        alloc_id, _ = self.allocate_handle(size, tag)
-        return self._inverse_mapping[alloc_id]
+        if self._granted_lock_type is not _RW:
+            self._require_rw()  # says so
+        m, slot = self._client_rpc._create(size, tag)  # allocate_handle's work, without its response
+        va = m.ptr
+        self._mappings[va] = _local(m.name, va, m.size, m.aligned, 1, tag, slot)
+        self._inverse_mapping[m.name] = va
+        return va
 
     def destroy_mapping(self, va: int) -> None:
         m = self._mappings.get(va)
