@@ -60,6 +60,30 @@ def views_floor_fresh(m, conn):
     return time.perf_counter() - t0, len(items)
 
 
+def load_state_dict_fresh(m, conn):
+    """PyTorch's own binding of a module to given tensors, with its own name matching and
+    shape checks: load_state_dict(views, assign=True), timed in a fresh
+    process, the views made beforehand (as views_floor_fresh's bases).  Seconds."""
+    man, dev = gt._manifest(conn), gt._device(conn)
+    slabs = {x.name: x for x in conn.mappings}
+    bases, views = {}, {}
+    for name, r in man.rows.items():
+        key, element = man.base(r)
+        v = man.values[r[5]]
+        if key is None:
+            continue
+        if key not in bases:
+            s, isz = slabs[man.allocs[r[0]]], v[5]
+            bases[key] = gt._bytes_at(s.ptr, s.size - s.size % isz, dev).view(v[0])
+        views[name] = bases[key].as_strided(v[1], v[2], element)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    m.load_state_dict(views, strict=False, assign=True)  # it matches both ways all the same; a tied name is no error
+    sync()
+    return time.perf_counter() - t0
+
+
 def materialize(m, c):
     """gt.materialize(m, c); with GMSFS_PROFILE set, under cProfile, where its time goes
     printed on stderr."""
