@@ -390,15 +390,19 @@ class _GMSClientSession:
         return True
 
     def metadata_put(self, key: str, allocation_id: str, offset_bytes: int, value: bytes) -> bool:
-        self._need_rw("metadata_put")
-        c = self._conn()
-        m = self._by_name.get(allocation_id) if self._by_name is not None else None
+        # A model has a key per tensor: the checks written out, one call into gmsfs.
+        c = self._c
+        if self._granted_lock_type is not _RW or c is None:
+            self._need_rw("metadata_put")
+            c = self._conn()
+        by_name = self._by_name
+        m = by_name.get(allocation_id) if by_name is not None else None
         if m is None:  # the table made, or the error said
             m = self._mapping(allocation_id, "metadata_put %s: " % key)
         if not 0 <= offset_bytes < m.aligned:
             raise RuntimeError("metadata_put %s: offset %d out of range for %s (%d bytes)"
                                % (key, offset_bytes, allocation_id, m.aligned))
-        c.meta_put(_key_path(key), allocation_id, int(offset_bytes), bytes(value))
+        c.meta_put_many(((_key_path(key), allocation_id, int(offset_bytes), value),))
         return True
 
     def metadata_get(self, key: str):
@@ -419,7 +423,8 @@ class _GMSClientSession:
         return True
 
     def metadata_list(self, prefix: str = "") -> List[str]:
-        return sorted(k for k in (_key_of(p) for p in self._conn().meta_list()) if k.startswith(prefix))
+        keys = [_key_of(p) if p[:1] == "%" else p for p in self._conn().meta_list()]
+        return sorted(k for k in keys if k.startswith(prefix)) if prefix else sorted(keys)
 
     def get_memory_layout_hash(self) -> str:
         return self._conn().layout_hash
@@ -604,7 +609,11 @@ class GMSClientMemoryManager:
                     raise RuntimeError("Allocation %s is cached but unmapped (VA 0x%x). Use remap_all_vas() to "
                                        "restore." % (allocation_id, va))
                 return va
-            m = (self._client or self._client_rpc)._mapping(allocation_id)
+            s = self._client or self._client_rpc
+            by_name = s._by_name
+            m = by_name.get(allocation_id) if by_name is not None else None
+            if m is None:  # the table made, or the error said
+                m = s._mapping(allocation_id)
             va = m.ptr
             self._mappings[va] = _local(allocation_id, va, m.size, m.aligned, 1, m.tag, _slot_of(allocation_id))
             self._inverse_mapping[allocation_id] = va
@@ -613,7 +622,7 @@ class GMSClientMemoryManager:
             raise ValueError("size must be > 0 when allocation_id is None")
         if self._granted_lock_type is not _RW:
             self._require_rw()  # says so
-        m, slot = self._client_rpc._create(size, tag)  # allocate_handle's work, without its response
+        m, slot = (self._client or self._client_rpc)._create(size, tag)  # allocate_handle's, without its response
         va = m.ptr
         self._mappings[va] = _local(m.name, va, m.size, m.aligned, 1, tag, slot)
         self._inverse_mapping[m.name] = va
