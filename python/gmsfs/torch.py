@@ -333,10 +333,10 @@ def _make_buffers(owners, init, device):
 
 
 def _fill(owner, v, init, device):
-    """The buffers v of owner on device, filled by init: the names it left unset, that is
-    neither wrote to (the tensor's version counter is as made) nor replaced.  (Not a
-    fill and a NaN check: each is one of a fresh process's first operations, which cost
-    more than all of materialize's views.)"""
+    """The buffers v of owner on device, filled by init: the names of those it left unset,
+    neither writing to them (a tensor's version counter counts its writes) nor replacing
+    them.  (Not a fill and a NaN check: each is one of a fresh process's first
+    operations, which cost more than all of materialize's views.)"""
     made = {}
     for _, attr in v:
         b = owner._buffers[attr]
@@ -479,7 +479,7 @@ def _walk_views(module, conn, man, device):
                     if v[1] != t.shape or v[0] is not t.dtype:
                         bad.append(_mismatch(pre + attr, v, t))
                         continue
-                    base = None if r[3] or r[1] % v[5] else typed_of(r[0] * _KEYS + v[6])
+                    base = None if r[3] or v[7] or r[1] % v[5] else typed_of(r[0] * _KEYS + v[6])
                     if base is not None:
                         obj = base.as_strided(v[1], v[2], r[1] // v[5] + v[3])
                         obj = made[id(t)] = _new_param(_Param, obj, False) if is_param else obj
