@@ -291,6 +291,131 @@ static const char *alloc_of(const gmsfs *g, size_t i, size_t *n)
 	return g->meta.v[i].alloc;
 }
 
+/* A tensor row of the manifest: its value's and allocation's indices, and where it is
+ * in this process (region: the index of the mapped range it lies in, SIZE_MAX where it
+ * has memory of its own, a private copy, or none mapped). */
+struct mrow {
+	const struct entry_rec *x;
+	size_t alloc; /* SIZE_MAX: none */
+	size_t value;
+	size_t region;
+	uintptr_t ptr; /* 0: not mapped */
+};
+
+/* A range of this process's address space that mappings fill side by side (an import
+ * maps a message's allocations so): one base tensor views all of it. */
+struct region {
+	uintptr_t start, end;
+};
+
+static int region_cmp(const void *pa, const void *pb)
+{
+	const struct region *a = pa, *b = pb;
+	return a->start < b->start ? -1 : a->start > b->start;
+}
+
+/* The handle's mapped ranges, adjacent mappings merged, by address. */
+static size_t regions_of(const gmsfs *g, struct region *r)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < g->nmaps; i++)
+		if (g->slots[i].mapped && g->maps[i].aligned)
+			r[n++] = (struct region){ (uintptr_t)g->maps[i].ptr,
+						  (uintptr_t)g->maps[i].ptr + g->maps[i].aligned };
+	qsort(r, n, sizeof *r, region_cmp);
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (k && r[k - 1].end == r[i].start)
+			r[k - 1].end = r[i].end;
+		else
+			r[k++] = r[i];
+	}
+	return k;
+}
+
+static size_t region_find(const struct region *r, size_t n, uintptr_t p, uint64_t len)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (r[mid].end <= p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < n && r[lo].start <= p && len <= r[lo].end - p ? lo : SIZE_MAX;
+}
+
+/* Rows that can share one strided view side by side: in one region, with the same value
+ * and extent, by address. */
+static int mrow_cmp(const void *pa, const void *pb)
+{
+	const struct mrow *a = pa, *b = pb;
+#define CMP(u, v) if ((u) != (v)) return (u) < (v) ? -1 : 1
+	CMP(a->region, b->region);
+	CMP(a->value, b->value);
+	CMP(a->x->size, b->x->size);
+	CMP(a->ptr, b->ptr);
+#undef CMP
+	return 0;
+}
+
+static bool same_kind(const struct mrow *a, const struct mrow *b)
+{
+	return a->region != SIZE_MAX && a->region == b->region && a->value == b->value && a->x->size == b->x->size;
+}
+
+/* The row of r[from, to) (sorted by address) at address p, or SIZE_MAX. */
+static size_t row_at(const struct mrow *r, size_t from, size_t to, uintptr_t p)
+{
+	size_t lo = from, hi = to;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (r[mid].ptr < p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < to && r[lo].ptr == p ? lo : SIZE_MAX;
+}
+
+/* How many rows of r[i, end) not yet taken lie at i, i + gap, i + 2 gap, ... */
+static size_t steps(const struct mrow *r, const bool *taken, size_t i, size_t end, uint64_t gap)
+{
+	size_t n = 1;
+	for (size_t k = i; (k = row_at(r, k + 1, end, r[k].ptr + gap)) != SIZE_MAX && !taken[k];)
+		n++;
+	return n;
+}
+
+/* Rows of one kind lie interleaved with others (a layer's q, k, v and o projections,
+ * then the next layer's): the longest progression from each row not yet taken, its step
+ * the distance to one of the next CANDIDATES rows, makes a group (one per projection). */
+#define CANDIDATES 16
+
+static size_t best_gap(const struct mrow *r, const bool *taken, size_t i, size_t end, uint64_t *gap)
+{
+	size_t best = 1, tried = 0;
+	*gap = 0;
+	for (size_t j = i + 1; j < end && tried < CANDIDATES; j++) {
+		if (taken[j] || r[j].ptr == r[i].ptr)
+			continue;
+		tried++;
+		size_t n = steps(r, taken, i, end, r[j].ptr - r[i].ptr);
+		if (n > best)
+			best = n, *gap = r[j].ptr - r[i].ptr;
+	}
+	return best;
+}
+
+static void tx_index(struct text *t, size_t i)
+{
+	if (i == SIZE_MAX)
+		tx_put(t, "-1", 2);
+	else
+		tx_u64(t, i);
+}
+
 int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
 {
 	if (!g || !json || !len)
@@ -302,14 +427,18 @@ int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
 		return e;
 	const size_t plen = strlen(GMSFS_TORCH_PREFIX);
 	/* Shapes repeat layer after layer, and rows share a few allocations: each distinct
-	 * value and allocation once, rows name them by index.  Rows are an object by name:
-	 * the binding's lookup table comes out of its JSON parser. */
+	 * value and allocation once, and rows in groups of those that lie side by side at
+	 * one step (a layer's tensors, layer after layer), so that a binding makes a group's
+	 * views with one call. */
 	struct text out = {0};
 	struct distinct vals, allocs;
-	if (distinct_init(&vals, g->meta.n) | distinct_init(&allocs, g->meta.n))
+	struct mrow *rows = calloc(g->meta.n + 1, sizeof *rows);
+	struct region *reg = calloc(g->nmaps + 1, sizeof *reg);
+	size_t n = 0, nreg = 0;
+	if ((distinct_init(&vals, g->meta.n) | distinct_init(&allocs, g->meta.n)) || !rows || !reg)
 		e = gm_error(g, -ENOMEM, "out of memory");
-	tx_put(&out, "{\"rows\": {", 10);
-	bool first = true;
+	else
+		nreg = regions_of(g, reg);
 	for (size_t i = 0; i < g->meta.n && !e; i++) {
 		const struct entry_rec *x = &g->meta.v[i];
 		if (strncmp(x->key, GMSFS_TORCH_PREFIX, plen))
@@ -322,29 +451,71 @@ int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
 			e = gm_error(g, -EINVAL, "meta/%s: its value is not a JSON object (gmsfs(5), \"Tensors\")", x->key);
 			break;
 		}
-		tx_put(&out, first ? "\n" : ",\n", first ? 1 : 2);
+		struct mrow *r = &rows[n++];
+		*r = (struct mrow){
+			.x = x,
+			.alloc = x->alloc ? distinct_index(&allocs, i, x->alloc, strlen(x->alloc), false, alloc_of, g)
+					  : SIZE_MAX,
+			.value = distinct_index(&vals, i, x->value, x->value_len, true, value_of, g),
+			.ptr = (uintptr_t)mt_extent_ptr(g, x),
+			.region = SIZE_MAX,
+		};
+		if (r->ptr && x->size && !(x->flags & GMSFS_ENTRY_PRIVATE))
+			r->region = region_find(reg, nreg, r->ptr, x->size);
+	}
+	if (!e)
+		qsort(rows, n, sizeof *rows, mrow_cmp);
+	bool *taken = e ? NULL : calloc(n + 1, sizeof *taken);
+	if (!e && !taken)
+		e = gm_error(g, -ENOMEM, "out of memory");
+	tx_put(&out, "{\"groups\": [", 12);
+	bool first = true;
+	for (size_t i = 0, end = 0; i < n && !e; i++) {
+		if (i == end) /* a new kind: rows [i, end) */
+			for (end = i + 1; end < n && same_kind(&rows[i], &rows[end]);)
+				end++;
+		if (taken[i])
+			continue;
+		uint64_t gap = 0;
+		size_t m = same_kind(&rows[i], &rows[i]) ? best_gap(rows, taken, i, end, &gap) : 1;
+		const struct mrow *r = &rows[i];
+		tx_put(&out, first ? "\n[" : ",\n[", first ? 2 : 3);
 		first = false;
-		tx_json_string(&out, x->key + plen);
-		tx_put(&out, ": [", 3);
-		if (x->alloc)
-			tx_u64(&out, distinct_index(&allocs, i, x->alloc, strlen(x->alloc), false, alloc_of, g));
-		else
-			tx_put(&out, "-1", 2);
+		tx_index(&out, r->region);
 		tx_put(&out, ",", 1);
-		tx_u64(&out, x->offset);
+		tx_u64(&out, r->value);
 		tx_put(&out, ",", 1);
-		tx_u64(&out, x->size);
-		tx_put(&out, (x->flags & GMSFS_ENTRY_PRIVATE) ? ",1," : ",0,", 3);
-		void *p = mt_extent_ptr(g, x);
-		if (p)
-			tx_u64(&out, (uintptr_t)p);
+		tx_u64(&out, r->region == SIZE_MAX ? r->x->offset : r->ptr - reg[r->region].start);
+		tx_put(&out, ",", 1);
+		tx_u64(&out, gap);
+		tx_put(&out, (r->x->flags & GMSFS_ENTRY_PRIVATE) ? ",1," : ",0,", 3);
+		tx_u64(&out, r->x->size);
+		tx_put(&out, ",", 1);
+		if (r->ptr)
+			tx_u64(&out, r->ptr);
 		else
 			tx_put(&out, "null", 4);
 		tx_put(&out, ",", 1);
-		tx_u64(&out, distinct_index(&vals, i, x->value, x->value_len, true, value_of, g));
+		tx_index(&out, r->alloc);
+		tx_put(&out, ",[", 2);
+		for (size_t j = 0, k = i; j < m; j++, k = j < m ? row_at(rows, k + 1, end, rows[k].ptr + gap) : k) {
+			taken[k] = true;
+			if (j)
+				tx_put(&out, ",", 1);
+			tx_json_string(&out, rows[k].x->key + plen);
+		}
+		tx_put(&out, "]]", 2);
+	}
+	free(taken);
+	tx_put(&out, "],\n\"regions\": [", 15);
+	for (size_t i = 0; i < nreg; i++) {
+		tx_put(&out, i ? ",[" : "[", i ? 2 : 1);
+		tx_u64(&out, reg[i].start);
+		tx_put(&out, ",", 1);
+		tx_u64(&out, reg[i].end - reg[i].start);
 		tx_put(&out, "]", 1);
 	}
-	tx_put(&out, "},\n\"allocs\": [", 14);
+	tx_put(&out, "],\n\"allocs\": [", 14);
 	tx_put(&out, allocs.out.p ? allocs.out.p : "", allocs.out.n);
 	tx_put(&out, "],\n\"values\": [", 14);
 	tx_put(&out, vals.out.p ? vals.out.p : "", vals.out.n);
@@ -353,6 +524,8 @@ int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
 		e = gm_error(g, -ENOMEM, "out of memory");
 	distinct_free(&vals);
 	distinct_free(&allocs);
+	free(rows);
+	free(reg);
 	if (e) {
 		free(out.p);
 		return e;

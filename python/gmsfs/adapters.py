@@ -80,7 +80,8 @@ class AdapterPool:
         try:
             conn.import_all()
             man = _gt._manifest(conn)
-            _gt._check_names(self._items, man.rows, True, conn.store, "adapter (slot %r)" % self.slot)
+            _gt._check_names(self._items, {p[0] for p in man.places()}, True, conn.store,
+                             "adapter (slot %r)" % self.slot)
             views, bad = _gt._views(conn, self._items, man, _gt._device(conn))
             if bad:
                 raise RuntimeError("adapter %s: %d tensor(s) do not match the slot %r, which is unchanged:\n  %s"

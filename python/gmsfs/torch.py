@@ -18,6 +18,7 @@ import ctypes
 import errno
 import json
 import os
+from itertools import repeat as _repeat
 
 import torch
 
@@ -184,19 +185,11 @@ def _pack(conn, storages, device):
     return where
 
 
-def publish(module, store, private=(), commit=True):
-    """Record every parameter and buffer of module as an entry of the store (a path, or a
-    writer's Connection), commit, and rebind the module onto the store's memory.
-
-    Tensors already in the store (allocated under allocator()) are recorded where they
-    are; others are copied into one new allocation first.  private: names (or a test
-    name -> bool) of tensors every process gets a copy of.  Returns the connection,
-    which the module keeps (module._gmsfs): it holds the read lock after the commit."""
-    conn = store if isinstance(store, Connection) else connect(store, "rw")
-    if conn.lock_mode != "rw":
-        raise GmsfsError(errno.EPERM, "publish: %s is not held for writing (%s)" % (conn.store, conn.lock_mode))
-    device, is_private = _device(conn), _private(private)
-    items = list(_tensors(module))
+def _entries(conn, items, is_private):
+    """The entries that record items (name, owner, attr, tensor, is_param) where their
+    memory is in the store; tensors that are not in it are copied into one new
+    allocation first."""
+    device = _device(conn)
     foreign = {}
     for _, _, _, t, _ in items:
         ptr, n = _storage(t)
@@ -220,7 +213,21 @@ def publish(module, store, private=(), commit=True):
                  "storage_offset": t.storage_offset(), "param": is_param}
         entries.append({"key": PREFIX + name, "alloc": alloc, "offset": off, "size": n,
                         "value": json.dumps(value, separators=(",", ":")), "private": bool(is_private(name))})
-    conn.meta_put_many(entries)
+    return entries
+
+
+def publish(module, store, private=(), commit=True):
+    """Record every parameter and buffer of module as an entry of the store (a path, or a
+    writer's Connection), commit, and rebind the module onto the store's memory.
+
+    Tensors already in the store (allocated under allocator()) are recorded where they
+    are; others are copied into one new allocation first.  private: names (or a test
+    name -> bool) of tensors every process gets a copy of.  Returns the connection,
+    which the module keeps (module._gmsfs): it holds the read lock after the commit."""
+    conn = store if isinstance(store, Connection) else connect(store, "rw")
+    if conn.lock_mode != "rw":
+        raise GmsfsError(errno.EPERM, "publish: %s is not held for writing (%s)" % (conn.store, conn.lock_mode))
+    conn.meta_put_many(_entries(conn, list(_tensors(module)), _private(private)))
     if commit:
         conn.commit()
         materialize(module, conn)
@@ -234,32 +241,36 @@ _DTYPE_NAMES = {d: n for n, d in _DTYPES.items()}
 
 class _Manifest:
     """The store's tensor entries, from one library call (gmsfs_torch_manifest) and one
-    JSON parse, which makes the lookup table itself:
-      rows:   {name: [alloc, offset, size, private, ptr, value]}, alloc an index in allocs
-              (-1: none), value one in values;
-      values: [(dtype, shape, stride, storage_offset, dtype name, item size, dtype number,
-              empty)], one per distinct value (a model's layers repeat their shapes);
-      allocs: [allocation name].
-    The work per tensor is then a lookup."""
-    __slots__ = ("rows", "values", "allocs")
+    JSON parse:
+      groups:  [[region, value, offset, gap, private, size, ptr, alloc, [name...]]]: rows
+               that lie side by side, gap bytes apart, in one region (a range of this
+               process's address space that mappings fill side by side: an index in
+               regions), offset bytes into it, with the same value (an index in values)
+               and extent; a model's layers, layer after layer.  region -1: a row with
+               memory of its own (a private copy, at ptr), or none mapped (ptr null);
+               alloc (an index in allocs, -1: none) and ptr are the first row's;
+      regions: [[ptr, bytes]];
+      values:  [(dtype, shape, stride, storage_offset, dtype name, item size, dtype
+               number, empty, parameter)], one per distinct value (a model's layers
+               repeat their shapes);
+      allocs:  [allocation name].
+    A group's views are made by one call (_group_views)."""
+    __slots__ = ("groups", "regions", "values", "allocs")
 
     def __init__(self, doc):
-        self.rows, self.allocs = doc["rows"], doc["allocs"]
+        self.groups, self.regions, self.allocs = doc["groups"], doc["regions"], doc["allocs"]
         self.values = [(_DTYPES[d["dtype"]], tuple(d["shape"]), tuple(d["stride"]), d["storage_offset"], d["dtype"],
-                        _ITEMSIZE[_DTYPES[d["dtype"]]], _DTYPE_NUMBER[_DTYPES[d["dtype"]]], 0 in d["shape"])
-                       for d in doc["values"]]
+                        _ITEMSIZE[_DTYPES[d["dtype"]]], _DTYPE_NUMBER[_DTYPES[d["dtype"]]], 0 in d["shape"],
+                        bool(d.get("param", True))) for d in doc["values"]]
 
-    def base(self, r):
-        """(key, element): the typed base (one per allocation and dtype) that row r views at
-        element (its offset in items), or (None, 0) where r needs a view of its own bytes
-        (private, no allocation, not at a whole item, empty)."""
-        v = self.values[r[5]]
-        if r[3] or r[0] < 0 or v[7] or r[1] % v[5]:
-            return None, 0
-        return r[0] * _KEYS + v[6], r[1] // v[5] + v[3]
+    def places(self):
+        """(name, region, value, byte offset in the region, ptr, alloc) of every row."""
+        for region, vi, off, gap, _, _, ptr, alloc, names in self.groups:
+            for i, name in enumerate(names):
+                yield name, region, vi, off + i * gap, None if ptr is None else ptr + i * gap, alloc
 
 
-_KEYS = 64  # > dtype numbers: a base's key is allocation * _KEYS + dtype number
+_KEYS = 64  # > dtype numbers: a typed base's key is region * _KEYS + dtype number
 
 
 def _manifest(conn):
@@ -282,10 +293,13 @@ def _check_names(items, rows, strict, store, what="materialize"):
     have = {id(t) for name, _, _, t, _ in items if name in rows}
     persistent = {name for name, owner, attr, t, p in items if _persistent(owner, attr, p) and id(t) not in have}
     names = {i[0] for i in items}
-    missing, extra = sorted(persistent - rows.keys()), sorted(rows.keys() - names)
+    missing, extra = sorted(persistent - set(rows)), sorted(set(rows) - names)
     if strict and (missing or extra):
-        raise KeyError("%s %s: the store lacks %s; the module lacks %s"
-                       % (what, store, missing or "nothing", extra or "nothing"))
+        raise KeyError(_names_differ(what, store, missing, extra))
+
+
+def _names_differ(what, store, missing, extra):
+    return "%s %s: the store lacks %s; the module lacks %s" % (what, store, missing or "nothing", extra or "nothing")
 
 
 def _lacking_buffers(module, items, rows, device, init, store):
@@ -348,71 +362,90 @@ def _fill(owner, v, init, device):
             (owner._buffers[attr] is made[attr][0] and made[attr][0]._version == made[attr][1])]
 
 
-def _mismatch(name, v, t):
-    """What differs between the store's value v and the module's tensor t, as load_state_dict says it."""
-    if v[1] != t.shape:
-        return "size mismatch for %s: the store has shape %s, the module has shape %s" % (name, list(v[1]),
+def _mismatch(name, obj, t):
+    """What differs between the store's tensor obj and the module's t, as load_state_dict says it."""
+    if obj.shape != t.shape:
+        return "size mismatch for %s: the store has shape %s, the module has shape %s" % (name, list(obj.shape),
                                                                                           list(t.shape))
-    return "dtype mismatch for %s: the store has %s, the module has %s" % (name, v[4],
-                                                                          _DTYPE_NAMES.get(t.dtype, t.dtype))
+    return "dtype mismatch for %s: the store has %s, the module has %s" % (
+        name, _DTYPE_NAMES.get(obj.dtype, obj.dtype), _DTYPE_NAMES.get(t.dtype, t.dtype))
 
 
 _new_param = torch.Tensor._make_subclass  # what Parameter(plain tensor) calls, without its Python frame
 _Param = torch.nn.Parameter
 
 
-def _view(name, r, man, slabs, typed, device, is_param):
-    """The tensor (a Parameter if is_param) of manifest row r: a view of one typed base per
-    allocation and dtype (typed: the bases made so far, by key), so that the work per
-    tensor is one as_strided.  Shared entries view their allocation's mapping; a private
-    one (its own copy) or an odd offset views its own bytes."""
-    alloc, offset, size, _, ptr, vi = r
-    dtype, shape, stride, soff, _, isz, _, empty = man.values[vi]
-    if empty:
-        view = torch.empty(shape, dtype=dtype, device=device)
-    elif ptr is None:
+def _own_view(name, man, vi, ptr, size, alloc, device):
+    """The tensor of a row that shares no base: empty, a private copy, or not at a whole
+    item of its region: a view of its own bytes."""
+    dtype, shape, stride, soff = man.values[vi][:4]
+    if 0 in shape:
+        return torch.empty(shape, dtype=dtype, device=device)
+    if ptr is None:
         raise GmsfsError(errno.ENOENT, "materialize: %s's allocation %s is not mapped"
                          % (name, man.allocs[alloc] if alloc >= 0 else "(none)"))
-    else:
-        key, element = man.base(r)
-        base = typed.get(key) if key is not None else None
-        m = slabs.get(man.allocs[alloc]) if base is None and key is not None else None
-        if m is not None and m.ptr + offset == ptr:  # the first of its base
-            base = typed[key] = _bytes_at(m.ptr, m.size - m.size % isz, device).view(dtype)
-        if base is not None:
-            view = base.as_strided(shape, stride, element)
-        else:  # its own bytes
-            view = _bytes_at(ptr, size, device).view(dtype).as_strided(shape, stride, soff)
-    return _new_param(_Param, view, False) if is_param else view
+    return _bytes_at(ptr, size, device).view(dtype).as_strided(shape, stride, soff)
+
+
+def _group_views(man, device):
+    """{name: tensor} of every row of the store, a Parameter where its value says so: a
+    group's views by one call (a strided view of its region's typed base, unbound along
+    the group) or in map's loop, so that the work per tensor is in C, not in Python's
+    bytecode.  (An 8B model in 1 GiB slabs has groups of 2 or 3: each slab holds two or
+    three layers; a model in one allocation, a group per shape.)"""
+    typed, out, values, regions = {}, {}, man.values, man.regions
+    for region, vi, off, gap, _, size, ptr, alloc, names in man.groups:
+        dtype, shape, stride, soff, _, isz, number, empty, is_param = values[vi]
+        if region < 0 or empty or off % isz or gap % isz:
+            views = [_own_view(name, man, vi, None if ptr is None else ptr + i * gap, size, alloc, device)
+                     for i, name in enumerate(names)]
+        else:
+            base = typed.get(region * _KEYS + number)
+            if base is None:
+                p, n = regions[region]
+                base = typed[region * _KEYS + number] = _bytes_at(p, n - n % isz, device).view(dtype)
+            k, first, step = len(names), off // isz + soff, gap // isz
+            if k == 1:
+                views = (base.as_strided(shape, stride, first),)
+            elif k >= 4:  # one view of the group, unbound: cheaper per tensor than as_strided each
+                views = base.as_strided((k,) + shape, (step,) + stride, first).unbind(0)
+            else:  # a few: as_strided each, in map's loop
+                views = map(base.as_strided, _repeat(shape, k), _repeat(stride, k), range(first, first + k * step, step))
+        out.update(zip(names, map(_new_param, _repeat(_Param), views, _repeat(False)) if is_param else views))
+    return out
+
+
+def _kind(obj, is_param):
+    """obj as a Parameter or a plain tensor, as the module's slot has it."""
+    if (type(obj) is _Param) is is_param:
+        return obj
+    return _new_param(_Param, obj, False) if is_param else obj.detach()
 
 
 def _views(conn, items, man, device):
-    """[(owner, attr, is_param, view)] for every tensor the store has (a tied one, the same
-    tensor under another name, once), and the mismatches of shape or dtype, in one pass:
-    one view per tensor of one typed base per allocation and dtype, so that the work per
-    tensor is one as_strided (a model has hundreds of tensors)."""
-    slabs, rows = {m.name: m for m in conn.mappings}, man.rows
-    typed, made, views, bad, later = {}, {}, [], [], []
+    """[(owner, attr, is_param, view)] for every tensor of items the store has (a tied one,
+    the same tensor under another name, once), and the mismatches of shape or dtype."""
+    views, made, out, bad, later = _group_views(man, device), {}, [], [], []
     for name, owner, attr, t, is_param in items:
-        r = rows.get(name)
-        if r is None:
+        obj = views.get(name)
+        if obj is None:
             later.append((owner, attr, t, is_param))
             continue
-        obj = made.get(id(t))
-        if obj is None:
-            v = man.values[r[5]]
-            if v[1] != t.shape or v[0] is not t.dtype:
-                bad.append(_mismatch(name, v, t))
-                continue
-            obj = made[id(t)] = _view(name, r, man, slabs, typed, device, is_param)
-        views.append((owner, attr, is_param, obj))
+        if id(t) in made:
+            obj = made[id(t)]
+        elif obj.shape != t.shape or obj.dtype is not t.dtype:
+            bad.append(_mismatch(name, obj, t))
+            continue
+        else:
+            obj = made[id(t)] = _kind(obj, is_param)
+        out.append((owner, attr, is_param, obj))
     for owner, attr, t, is_param in later:  # a tied name the store has under another one
         if id(t) in made:
-            views.append((owner, attr, is_param, made[id(t)]))
-    return views, bad
+            out.append((owner, attr, is_param, made[id(t)]))
+    return out, bad
 
 
-def materialize(module, store, strict=True, init=None):
+def materialize(module, store, strict=True, init=None, own_buffers=False):
     """Make every parameter and buffer of module a view of the store's memory (a path, or a
     Connection): no copy, no extra memory; private entries point at this process's copy.
     The module may be on the meta device.
@@ -420,29 +453,36 @@ def materialize(module, store, strict=True, init=None):
     strict: the module's persistent state (its state_dict) and the store's tensors must
     name the same tensors, both ways (a tied name, the same tensor as one the store has,
     needs no entry); a KeyError lists what differs.  Shapes and dtypes are checked for
-    every tensor before the module is touched (a RuntimeError names each mismatch with
-    both sides).  Non-persistent buffers the store lacks (never in a checkpoint: a
-    transformers model's rotary inv_freq) are allocated on the store's device and made by
-    the module's own code: init(owner), by default the model's _init_weights (transformers);
-    a module with neither is refused with what to call, before it is touched."""
+    every tensor (a RuntimeError names each mismatch with both sides).  Non-persistent
+    buffers the store lacks (never in a checkpoint: a transformers model's rotary
+    inv_freq) are allocated on the store's device and made by the module's own code:
+    init(owner), by default the model's _init_weights (transformers); a module with
+    neither is refused with what to call.  own_buffers: those are made so even where the
+    store has them (the store's were made for another config).  On any of these errors
+    the module is left as it was."""
     conn = store if isinstance(store, Connection) else connect(store, "ro")
     conn.import_all()  # maps what is not mapped yet, loads the entries
-    man = _manifest(conn)
-    rows, device = man.rows, _device(conn)
-    assign, later, bad, made = _walk_views(module, conn, man, device)
-    # Tied names (the same tensor as one the store has) need no entry of their own.
-    tied = [(d, attr, made[id(t)]) for name, owner, attr, t, is_param in later if id(t) in made
-            for d in (owner._parameters if is_param else owner._buffers,)]
-    if strict and (len(rows) > len(assign) or any(_persistent(o, a, p) and id(t) not in made
-                                                  for _, o, a, t, p in later)):
-        _check_names(_tensors(module), rows, strict, conn.store)  # says what differs
-    owners, init = _lacking_buffers(module, [i for i in later if id(i[3]) not in made], rows, device, init,
-                                    conn.store)
-    if bad:  # every tensor checked before the module is touched, as load_state_dict names them
-        raise RuntimeError("materialize %s: %d tensor(s) do not match, the module is unchanged:\n  %s"
-                           % (conn.store, len(bad), "\n  ".join(bad)))
-    for d, attr, obj in assign:
-        d[attr] = obj
+    device = _device(conn)
+    views = _group_views(_manifest(conn), device)
+    undo, later, bad, made, found = _walk_views(module, views, own_buffers)
+    try:
+        # Tied names (the same tensor as one the store has) need no entry of their own.
+        tied = [(d, attr, made[id(t)]) for name, owner, attr, t, is_param in later if id(t) in made
+                for d in (owner._parameters if is_param else owner._buffers,)]
+        if strict:  # what the store lacks, from the module as it was; what the module lacks
+            missing = sorted(n for n, o, a, t, p in later if _persistent(o, a, p) and id(t) not in made)
+            extra = sorted(set(views) - {i[0] for i in _tensors(module)}) if len(views) > found else []
+            if missing or extra:
+                raise KeyError(_names_differ("materialize", conn.store, missing, extra))
+        owners, init = _lacking_buffers(module, [i for i in later if id(i[3]) not in made],
+                                        {} if own_buffers else views, device, init, conn.store)
+        if bad:  # every tensor checked before the module is left changed, as load_state_dict names them
+            raise RuntimeError("materialize %s: %d tensor(s) do not match, the module is unchanged:\n  %s"
+                               % (conn.store, len(bad), "\n  ".join(bad)))
+    except BaseException:
+        for d, saved in reversed(undo):  # a module reached twice: its first copy last
+            d.update(saved)
+        raise
     for d, attr, obj in tied:
         d[attr] = obj
     _make_buffers(owners, init, device)
@@ -450,46 +490,46 @@ def materialize(module, store, strict=True, init=None):
     return module
 
 
-def _walk_views(module, conn, man, device):
-    """materialize's one pass over the module (a model has hundreds of tensors: the work
-    per tensor is a lookup, a check and a view): ([(dict, attr, view)] for every tensor the
-    store names, [(name, owner, attr, tensor, is_param)] for those it does not, the
-    mismatches, {id(tensor): view}).  The module is not touched.  The common case (a view
-    of a base made already) is written out here; _view makes the rest."""
-    slabs, values = {m.name: m for m in conn.mappings}, man.values
-    typed, made, assign, later, bad = {}, {}, [], [], []
+def _walk_views(module, views, own_buffers=False):
+    """materialize's one pass over the module (a model has hundreds of tensors, and this
+    is the Python that runs for each): every tensor the store names becomes its view, if
+    shape and dtype agree.  Returns ([(dict, its items before)] to undo it, [(name, owner,
+    attr, tensor, is_param)] of those the store does not name (or own_buffers keeps), the
+    mismatches, {id(tensor): view}, how many the store named)."""
+    made, undo, later, bad = {}, [], [], []
+    found = 0
     stack = [("", module)]
-    push, pop, row_of, made_of, typed_of, put = stack.append, stack.pop, man.rows.get, made.get, typed.get, \
-        assign.append
+    push, pop, view_of, made_of, save = stack.append, stack.pop, views.get, made.get, undo.append
     while stack:
         pre, m = pop()
         for d, is_param in ((m._parameters, True), (m._buffers, False)):
             if not d:
                 continue
+            save((d, d.copy()))
             for attr, t in d.items():
                 if t is None:
                     continue
-                r = row_of(pre + attr)
-                if r is None:
+                obj = view_of(pre + attr)
+                if obj is None or own_buffers and not is_param and attr in m._non_persistent_buffers_set:
                     later.append((pre + attr, m, attr, t, is_param))
                     continue
-                obj = made_of(id(t))
-                if obj is None:
-                    v = values[r[5]]
-                    if v[1] != t.shape or v[0] is not t.dtype:
-                        bad.append(_mismatch(pre + attr, v, t))
-                        continue
-                    base = None if r[3] or v[7] or r[1] % v[5] else typed_of(r[0] * _KEYS + v[6])
-                    if base is not None:
-                        obj = base.as_strided(v[1], v[2], r[1] // v[5] + v[3])
-                        obj = made[id(t)] = _new_param(_Param, obj, False) if is_param else obj
-                    else:
-                        obj = made[id(t)] = _view(pre + attr, r, man, slabs, typed, device, is_param)
-                put((d, attr, obj))
+                found += 1
+                o = made_of(id(t))
+                if o is not None:  # the same tensor under another name: one view
+                    obj = o
+                elif obj.shape != t.shape or obj.dtype is not t.dtype:
+                    bad.append(_mismatch(pre + attr, obj, t))
+                    made[id(t)] = None  # in the store all the same (its tied names are not missing)
+                    continue
+                else:
+                    if (type(obj) is _Param) is not is_param:
+                        obj = _kind(obj, is_param)
+                    made[id(t)] = obj
+                d[attr] = obj
         for n, c in m._modules.items():
             if c is not None:
                 push((pre + n + ".", c))
-    return assign, later, bad, made
+    return undo, later, bad, made, found
 
 
 # ---- GMS's flows ----

@@ -81,6 +81,94 @@ except KeyError as e:
     assert "the store lacks ['extra.bias', 'extra.weight']; the module lacks nothing" in r.stdout, r.stderr
 
 
+class Layers(torch.nn.Module):
+    """Six layers of three projections of one shape, a norm and a bias: in the store a
+    projection's tensors lie one layer apart, interleaved with the others'."""
+
+    def __init__(self, device=None):
+        super().__init__()
+        self.layers = torch.nn.ModuleList()
+        for _ in range(6):
+            layer = torch.nn.Module()
+            for n in "qkv":
+                setattr(layer, n, torch.nn.Linear(16, 16, bias=False, device=device))
+            layer.norm = torch.nn.LayerNorm(16, device=device)
+            self.layers.append(layer)
+
+
+def test_tensors_that_lie_a_layer_apart_are_viewed_by_groups(store):
+    """The manifest groups rows of one shape that lie one step apart, however they
+    interleave with others (a group's views are made by one call); every tensor comes
+    back with its own values."""
+    torch.manual_seed(3)
+    src = Layers()
+    c = gt.publish(src, store)
+    man = gt._manifest(c)
+    sizes = sorted(len(g[8]) for g in man.groups)
+    # q and v lie 2 KiB apart, layer after layer: one group; k, norm weight, norm bias one each
+    assert sizes == [6, 6, 6, 12], sizes
+    m = gt.materialize(Layers(device="meta"), store)
+    for (n, a), (_, b) in zip(src.named_parameters(), m.named_parameters()):
+        assert torch.equal(a, b) and type(b) is torch.nn.Parameter and m._gmsfs.find_ptr(b.data_ptr()), n
+    m._gmsfs.close()
+    c.close()
+
+
+def test_random_layouts_come_back_tensor_by_tensor(store):
+    """Groups are found in any layout: modules of random tensors (a few shapes and dtypes,
+    parameters and buffers, private ones, empty ones, one tied), published and
+    materialized, give every tensor its own values."""
+    import random
+    shapes = [(4,), (4, 4), (2, 8), (0, 3), (3,)]
+    for seed in range(12):
+        rnd = random.Random(seed)
+        src = torch.nn.Module()
+        names = []
+        for i in range(rnd.randrange(1, 40)):
+            shape, dtype = rnd.choice(shapes), rnd.choice([torch.float32, torch.float32, torch.bfloat16])
+            t = torch.randn(shape).to(dtype)
+            if rnd.random() < 0.7:
+                names.append("p%d" % i)
+                src.register_parameter(names[-1], torch.nn.Parameter(t, requires_grad=False))
+            else:
+                names.append("b%d" % i)
+                src.register_buffer(names[-1], t)
+        if "p0" in src._parameters:
+            src.tied = src.p0
+        private = [n for n in names if rnd.random() < 0.2]
+        want = {n: t.clone() for n, _, _, t, _ in gt._tensors(src)}  # publish rebinds src onto the store
+        s = "%s-%d" % (store, seed)
+        os.mkdir(s)
+        gt.publish(src, s, private=private).close()
+        dst = torch.nn.Module()
+        for n, t in src._parameters.items():
+            dst.register_parameter(n, None if t is None else torch.nn.Parameter(torch.empty_like(t, device="meta"),
+                                                                               requires_grad=False))
+        for n, t in src._buffers.items():
+            dst.register_buffer(n, torch.empty_like(t, device="meta"))
+        if dst._parameters.get("p0") is not None:
+            dst.tied = dst.p0
+        gt.materialize(dst, s)
+        got = {n: t for n, _, _, t, _ in gt._tensors(dst)}
+        assert got.keys() == want.keys()
+        for n, t in want.items():
+            assert got[n].dtype == t.dtype and torch.equal(got[n], t), (seed, n)
+        assert "p0" not in src._parameters or dst.tied is dst.p0, "a tied tensor stays one"
+        dst._gmsfs.close()
+
+
+def test_a_refused_materialize_leaves_every_tensor_as_it_was(store):
+    """materialize changes the module as it goes and puts it back on an error."""
+    gt.publish(Layers(), store).close()
+    m = Layers(device="meta")
+    m.extra = torch.nn.Linear(2, 2, device="meta")
+    before = {n: t for n, t in list(m.named_parameters()) + list(m.named_buffers())}
+    with pytest.raises(KeyError, match=r"the store lacks \['extra.bias', 'extra.weight'\]"):
+        gt.materialize(m, store)
+    after = dict(list(m.named_parameters()) + list(m.named_buffers()))
+    assert after.keys() == before.keys() and all(after[n] is t for n, t in before.items())
+
+
 def test_sleep_and_wake_keep_every_data_ptr_and_a_changed_layout_is_stale(store):
     assert run_py(MODEL + "gt.publish(build(3), sys.argv[1])", store).returncode == 0
     ns = {}

@@ -13,14 +13,14 @@ def views_floor(m):
     ready base each, one Parameter (or buffer) and one assignment: what materialize does,
     with the walk of the module and the bases prepared beforehand."""
     items = [(owner, attr, t) for _, owner, attr, t, _ in gt._tensors(m)]
-    bases = {}
+    bases = {}  # by storage and dtype (one region's storage holds tensors of several dtypes)
     for _, _, t in items:
         s = t.untyped_storage()
-        bases.setdefault(s.data_ptr(), torch.empty(0, dtype=t.dtype, device=t.device).set_(s))
+        bases.setdefault((s.data_ptr(), t.dtype), torch.empty(0, dtype=t.dtype, device=t.device).set_(s))
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for owner, attr, t in items:
-        v = bases[t.untyped_storage().data_ptr()].as_strided(t.shape, t.stride(), t.storage_offset())
+        v = bases[t.untyped_storage().data_ptr(), t.dtype].as_strided(t.shape, t.stride(), t.storage_offset())
         if isinstance(owner._parameters.get(attr), torch.nn.Parameter):
             owner._parameters[attr] = torch.nn.Parameter(v, requires_grad=False)
         else:
@@ -29,24 +29,31 @@ def views_floor(m):
     return time.perf_counter() - t0
 
 
+def _bases(conn):
+    """{name: (typed base, value, element)} of every row that views a region, the bases
+    made as materialize makes them (one per region and dtype)."""
+    man, dev = gt._manifest(conn), gt._device(conn)
+    bases, out = {}, {}
+    for name, region, vi, off, _, _ in man.places():
+        v = man.values[vi]
+        if region < 0 or v[7] or off % v[5]:
+            continue
+        key = (region, v[0])
+        if key not in bases:
+            p, n = man.regions[region]
+            bases[key] = gt._bytes_at(p, n - n % v[5], dev).view(v[0])
+        out[name] = (bases[key], v, off // v[5] + v[3])
+    return out, dev
+
+
 def views_floor_fresh(m, conn):
     """The same work as views_floor, timed where materialize is: in a fresh process, the
     first views it makes (an engine materializes once, at its start).  The bases are
     prepared beforehand from the store's manifest (where each tensor lies) and are not
     timed.  (seconds, tensors); m (on the meta device) gets the views."""
-    man, dev = gt._manifest(conn), gt._device(conn)
-    slabs = {x.name: x for x in conn.mappings}
-    bases, items = {}, []
-    for name, owner, attr, t, is_param in gt._tensors(m):
-        r = man.rows.get(name)
-        key, element = man.base(r) if r is not None else (None, 0)
-        if key is None:
-            continue
-        v = man.values[r[5]]
-        if key not in bases:
-            s, isz = slabs[man.allocs[r[0]]], v[5]
-            bases[key] = gt._bytes_at(s.ptr, s.size - s.size % isz, dev).view(v[0])
-        items.append((owner, attr, bases[key], v[1], v[2], element))
+    rows, dev = _bases(conn)
+    items = [(owner, attr) + (rows[name][0], rows[name][1][1], rows[name][1][2], rows[name][2])
+             for name, owner, attr, t, is_param in gt._tensors(m) if name in rows]
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     sync()
     t0 = time.perf_counter()
@@ -64,18 +71,8 @@ def load_state_dict_fresh(m, conn):
     """PyTorch's own binding of a module to given tensors, with its own name matching and
     shape checks: load_state_dict(views, assign=True), timed in a fresh
     process, the views made beforehand (as views_floor_fresh's bases).  Seconds."""
-    man, dev = gt._manifest(conn), gt._device(conn)
-    slabs = {x.name: x for x in conn.mappings}
-    bases, views = {}, {}
-    for name, r in man.rows.items():
-        key, element = man.base(r)
-        v = man.values[r[5]]
-        if key is None:
-            continue
-        if key not in bases:
-            s, isz = slabs[man.allocs[r[0]]], v[5]
-            bases[key] = gt._bytes_at(s.ptr, s.size - s.size % isz, dev).view(v[0])
-        views[name] = bases[key].as_strided(v[1], v[2], element)
+    rows, dev = _bases(conn)
+    views = {name: base.as_strided(v[1], v[2], element) for name, (base, v, element) in rows.items()}
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     sync()
     t0 = time.perf_counter()
@@ -84,14 +81,19 @@ def load_state_dict_fresh(m, conn):
     return time.perf_counter() - t0
 
 
-def materialize(m, c):
-    """gt.materialize(m, c); with GMSFS_PROFILE set, under cProfile, where its time goes
-    printed on stderr."""
+def materialize(m, c, folder):
+    """What gmsfs.transformers.from_pretrained's reader does to a model built on meta
+    (its buffers' recipe, then materialize); with GMSFS_PROFILE set, under cProfile,
+    where its time goes printed on stderr."""
+    import gmsfs.transformers as gtf
+
+    def run():
+        return gtf.materialize(m, c, gtf.recipe(folder, m))
     if not os.environ.get("GMSFS_PROFILE"):
-        return gt.materialize(m, c)
+        return run()
     import cProfile
     import pstats
     prof = cProfile.Profile()
-    out = prof.runcall(gt.materialize, m, c)
+    out = prof.runcall(run)
     pstats.Stats(prof, stream=sys.stderr).sort_stats("cumtime").print_stats(30)
     return out
