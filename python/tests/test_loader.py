@@ -302,6 +302,75 @@ def test_an_init_that_fails_off_the_device_runs_again_on_it(store, tmp_path):
     m._gmsfs.close()
 
 
+def test_stored_buffers_are_viewed_unless_the_module_makes_its_own(store):
+    """A store that holds the non-persistent buffers (publish stores every buffer) gives
+    them as views; own_buffers=True has the module's code make them all the same (what
+    gmsfs.transformers does for a reader whose config differs from the publisher's)."""
+    src = Llamaish()
+    src.rotary.inv_freq *= 5
+    gt.publish(src, store).close()
+    m = gt.materialize(Llamaish(device="meta"), store)
+    assert torch.equal(m.rotary.inv_freq, Rotary().inv_freq * 5) and m._gmsfs.find_ptr(m.rotary.inv_freq.data_ptr())
+    m._gmsfs.close()
+    m = gt.materialize(Llamaish(device="meta"), store, own_buffers=True)
+    assert torch.equal(m.rotary.inv_freq, Rotary().inv_freq) and not m._gmsfs.find_ptr(m.rotary.inv_freq.data_ptr())
+    assert m._gmsfs.find_ptr(m.proj.weight.data_ptr()), "the rest are views all the same"
+    m._gmsfs.close()
+
+
+class RopeLlamaish(Llamaish):
+    """Llamaish whose rotary buffer follows its config's theta (transformers' rope_theta)."""
+
+    def __init__(self, theta, device=None):
+        super().__init__(device)
+        self.theta = theta
+
+    def _init_weights(self, module):
+        if isinstance(module, Rotary):
+            module.inv_freq.copy_(1.0 / (self.theta ** (torch.arange(0, 8, 2).float() / 8)))
+
+
+def test_transformers_readers_view_the_loaders_buffers_when_their_recipe_is_the_same(store, tmp_path, monkeypatch):
+    """gmsfs.transformers.from_pretrained: the process that loads stores the model's
+    non-persistent buffers and their recipe; a reader with the same recipe views them, one
+    with other config overrides makes its own.  (transformers itself is stood in for: the
+    host has none; the GPU bench runs the real one.)"""
+    import sys
+    import types
+    import gmsfs.transformers as gtf
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    llamaish_checkpoint(folder)
+    (folder / "config.json").write_text(json.dumps({"theta": 10000.0}))
+    fake = types.ModuleType("transformers")
+    fake.__version__ = "5.0.0"
+
+    class AutoConfig:
+        @staticmethod
+        def from_pretrained(path, **kw):
+            c = types.SimpleNamespace(**json.loads((folder / "config.json").read_text()))
+            c.__dict__.update(kw)
+            return c
+    fake.AutoConfig = AutoConfig
+    monkeypatch.setitem(sys.modules, "transformers", fake)
+    monkeypatch.setattr(gtf, "build_meta", lambda config, model_class=None, dtype=None:
+                        RopeLlamaish(config.theta, device="meta"))
+    loader = gtf.from_pretrained(store, str(folder))
+    assert loader._gmsfs_published and torch.equal(loader.rotary.inv_freq, Rotary().inv_freq)
+    with gmsfs.connect(store, "ro") as c:
+        assert c.meta_get(gtf.RECIPE).value == gtf.recipe(str(folder), loader).encode()
+        assert c.meta_get("torch/rotary.inv_freq").size == 16, "the loader stored its buffer"
+    same = gtf.from_pretrained(store, str(folder))
+    assert not same._gmsfs_published and torch.equal(same.rotary.inv_freq, Rotary().inv_freq)
+    assert same._gmsfs.find_ptr(same.rotary.inv_freq.data_ptr()), "viewed, not made again"
+    other = gtf.from_pretrained(store, str(folder), theta=500.0)
+    assert not other._gmsfs.find_ptr(other.rotary.inv_freq.data_ptr()), "another recipe: its own"
+    assert torch.allclose(other.rotary.inv_freq, 1.0 / (500.0 ** (torch.arange(0, 8, 2).float() / 8)))
+    assert other._gmsfs.find_ptr(other.proj.weight.data_ptr())
+    for m in (loader, same, other):
+        m._gmsfs.close()
+
+
 def test_shapes_and_dtypes_are_checked_before_the_module_is_touched(store, tmp_path):
     f = llamaish_checkpoint(tmp_path, hidden=4)
     assert run(LOAD, "-q", store, str(f)).returncode == 0

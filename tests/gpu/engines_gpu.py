@@ -65,13 +65,31 @@ elif kind == "parts":  # the same as gmsfs, step by step, with PyTorch's own vie
     c = gmsfs.connect(store, "ro", timeout=60)
     c.import_all()
     t2 = time.perf_counter()
-    floor.materialize(m, c)  # gt.materialize, profiled with GMSFS_PROFILE
+    floor.materialize(m, c, folder)  # as from_pretrained's readers do, profiled with GMSFS_PROFILE
     torch.cuda.synchronize()
     t3 = time.perf_counter()
     m.eval()
     out.update(build_meta_s=t1 - t0, connect_import_s=t2 - t1, materialize_s=t3 - t2)
-    out["views_floor_s"] = floor.views_floor(m)
     out["zero_copy"] = all(c.find_ptr(p.data_ptr()) for p in m.parameters())
+    out["stored_buffers"] = all(c.find_ptr(b.data_ptr()) for b in m.buffers())
+    out["groups"], out["tensors"] = len(gt._manifest(c).groups), len(list(m.parameters())) + len(list(m.buffers()))
+    out["views_floor_s"] = floor.views_floor(m)
+elif kind == "override":  # another rope theta than the loader's: this engine makes its own inv_freq
+    cfg = transformers.AutoConfig.from_pretrained(folder)
+    if isinstance(getattr(cfg, "rope_parameters", None), dict):  # transformers 5
+        kw = {"rope_parameters": dict(cfg.rope_parameters, rope_theta=250000.0)}
+    else:
+        kw = {"rope_theta": 250000.0}
+    m = gtf.from_pretrained(store, folder, **kw)
+    rotary = m.model.rotary_emb
+    inv = rotary.inv_freq
+    stored = m._gmsfs.meta_get("torch/model.rotary_emb.inv_freq")
+    own = type(rotary)(config=m.config, device="cpu").inv_freq  # transformers' own, for this config
+    out["own_buffers"] = m._gmsfs.find_ptr(inv.data_ptr()) is None
+    out["inv_freq_ok"] = torch.equal(inv.cpu(), own) and not torch.equal(inv.cpu(), gt._bytes_at(
+        stored.ptr, stored.size, inv.device).view(torch.float32).cpu())
+    print(json.dumps(out), flush=True)
+    sys.exit(0)
 elif kind == "floor":  # PyTorch's own view-making for the same tensors, in a fresh process as materialize
     m = gtf.build_meta(transformers.AutoConfig.from_pretrained(folder))
     c = gmsfs.connect(store, "ro", timeout=60)
@@ -210,8 +228,13 @@ def main():
                  hf["ready_s"]))
 
     runs = [one("parts", store, folder) for _ in range(5)]
-    check(all(r["zero_copy"] for r in runs) and all(r["logits"] == hf["logits"] for r in runs),
-          "a fresh engine on the committed store: every parameter a view of it, from_pretrained's logits")
+    check(all(r["zero_copy"] and r["stored_buffers"] for r in runs) and all(r["logits"] == hf["logits"] for r in runs),
+          "a fresh engine on the committed store: every parameter and buffer (its rotary inv_freq, stored by the "
+          "loader with its recipe) a view of it, from_pretrained's logits",
+          json.dumps([{k: r[k] for k in ("zero_copy", "stored_buffers")} for r in runs]))
+    o = one("override", store, folder)
+    check(o["own_buffers"] and o["inv_freq_ok"], "an engine with another rope theta makes its own inv_freq, "
+          "transformers' for its config, not the store's", json.dumps(o))
     if os.environ.get("GMSFS_PROFILE"):  # one more, under cProfile: its profile as comments
         p = start("parts", store, folder, GMSFS_PROFILE="1")
         p.stdin.write("go\n")
@@ -230,9 +253,13 @@ def main():
                                                                               hf["ready_s"]))
     print("# bench:   its parts: build on meta %.1f ms, connect + import %.1f ms, materialize %.2f ms against "
           "PyTorch's own view-making for the same tensors in a fresh process %.2f ms: %.2fx (goal <= 1.5x); "
-          "against the same made again in a warm process (%.2f ms): %.2fx"
+          "against the same made again in a warm process (%.2f ms): %.2fx; %d tensors in %d groups"
           % (median(r["build_meta_s"] for r in runs) * 1e3, median(r["connect_import_s"] for r in runs) * 1e3,
-             mat * 1e3, floor * 1e3, mat / floor, warm_floor * 1e3, mat / warm_floor))
+             mat * 1e3, floor * 1e3, mat / floor, warm_floor * 1e3, mat / warm_floor, runs[0]["tensors"],
+             runs[0]["groups"]))
+    print("# bench:   materialize each run: %s ms; the floor each run: %s ms"
+          % (", ".join("%.2f" % (r["materialize_s"] * 1e3) for r in runs),
+             ", ".join("%.2f" % (r["fresh_floor_s"] * 1e3) for r in floors)))
     print("# bench:   and against PyTorch's load_state_dict(views, assign=True) of the same views, "
           "which matches names and checks shapes as materialize does (views made beforehand, fresh process): "
           "%.2f ms: %.2fx" % (lsd * 1e3, mat / lsd))
