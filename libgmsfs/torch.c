@@ -416,6 +416,86 @@ static void tx_index(struct text *t, size_t i)
 		tx_u64(t, i);
 }
 
+/* The tensor rows of g's entries, each value checked to be a JSON object: *n of them. */
+static int manifest_rows(gmsfs *g, struct mrow *rows, size_t *n, struct distinct *vals, struct distinct *allocs,
+			 const struct region *reg, size_t nreg)
+{
+	const size_t plen = strlen(GMSFS_TORCH_PREFIX);
+	*n = 0;
+	for (size_t i = 0; i < g->meta.n; i++) {
+		const struct entry_rec *x = &g->meta.v[i];
+		if (strncmp(x->key, GMSFS_TORCH_PREFIX, plen))
+			continue;
+		const char *v = x->value;
+		size_t k = 0;
+		while (k < x->value_len && (v[k] == ' ' || v[k] == '\n' || v[k] == '\t' || v[k] == '\r'))
+			k++;
+		if (k == x->value_len || v[k] != '{' || memchr(v, '\0', x->value_len))
+			return gm_error(g, -EINVAL, "meta/%s: its value is not a JSON object (gmsfs(5), \"Tensors\")",
+					x->key);
+		struct mrow *r = &rows[(*n)++];
+		*r = (struct mrow){
+			.x = x,
+			.alloc = x->alloc ? distinct_index(allocs, i, x->alloc, strlen(x->alloc), false, alloc_of, g)
+					  : SIZE_MAX,
+			.value = distinct_index(vals, i, x->value, x->value_len, true, value_of, g),
+			.ptr = (uintptr_t)mt_extent_ptr(g, x),
+			.region = SIZE_MAX,
+		};
+		if (r->ptr && x->size && !(x->flags & GMSFS_ENTRY_PRIVATE))
+			r->region = region_find(reg, nreg, r->ptr, x->size);
+	}
+	return 0;
+}
+
+/* One group: rows[i] and the m - 1 rows of its kind (rows[i, end)) gap bytes apart. */
+static void put_group(struct text *out, const struct mrow *rows, bool *taken, size_t i, size_t end, size_t m,
+		      uint64_t gap, const struct region *reg)
+{
+	const struct mrow *r = &rows[i];
+	tx_put(out, "[", 1);
+	tx_index(out, r->region);
+	tx_put(out, ",", 1);
+	tx_u64(out, r->value);
+	tx_put(out, ",", 1);
+	tx_u64(out, r->region == SIZE_MAX ? r->x->offset : r->ptr - reg[r->region].start);
+	tx_put(out, ",", 1);
+	tx_u64(out, gap);
+	tx_put(out, (r->x->flags & GMSFS_ENTRY_PRIVATE) ? ",1," : ",0,", 3);
+	tx_u64(out, r->x->size);
+	tx_put(out, ",", 1);
+	if (r->ptr)
+		tx_u64(out, r->ptr);
+	else
+		tx_put(out, "null", 4);
+	tx_put(out, ",", 1);
+	tx_index(out, r->alloc);
+	tx_put(out, ",[", 2);
+	for (size_t j = 0, k = i; j < m; j++, k = j < m ? row_at(rows, k + 1, end, rows[k].ptr + gap) : k) {
+		taken[k] = true;
+		if (j)
+			tx_put(out, ",", 1);
+		tx_json_string(out, rows[k].x->key + strlen(GMSFS_TORCH_PREFIX));
+	}
+	tx_put(out, "]]", 2);
+}
+
+/* Every row in a group: rows sorted by kind, then address (mrow_cmp). */
+static void put_groups(struct text *out, const struct mrow *rows, size_t n, bool *taken, const struct region *reg)
+{
+	for (size_t i = 0, end = 0; i < n; i++) {
+		if (i == end) /* a new kind: rows [i, end) */
+			for (end = i + 1; end < n && same_kind(&rows[i], &rows[end]);)
+				end++;
+		if (taken[i])
+			continue;
+		uint64_t gap = 0;
+		size_t m = same_kind(&rows[i], &rows[i]) ? best_gap(rows, taken, i, end, &gap) : 1;
+		tx_put(out, i ? ",\n" : "\n", i ? 2 : 1);
+		put_group(out, rows, taken, i, end, m, gap, reg);
+	}
+}
+
 int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
 {
 	if (!g || !json || !len)
@@ -425,7 +505,6 @@ int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
 	int e = gm_need_lock(g, GMSFS_RO);
 	if (e || (e = mt_ensure(g)))
 		return e;
-	const size_t plen = strlen(GMSFS_TORCH_PREFIX);
 	/* Shapes repeat layer after layer, and rows share a few allocations: each distinct
 	 * value and allocation once, and rows in groups of those that lie side by side at
 	 * one step (a layer's tensors, layer after layer), so that a binding makes a group's
@@ -434,98 +513,35 @@ int gmsfs_torch_manifest(gmsfs *g, char **json, size_t *len)
 	struct distinct vals, allocs;
 	struct mrow *rows = calloc(g->meta.n + 1, sizeof *rows);
 	struct region *reg = calloc(g->nmaps + 1, sizeof *reg);
+	bool *taken = calloc(g->meta.n + 1, sizeof *taken);
 	size_t n = 0, nreg = 0;
-	if ((distinct_init(&vals, g->meta.n) | distinct_init(&allocs, g->meta.n)) || !rows || !reg)
+	if ((distinct_init(&vals, g->meta.n) | distinct_init(&allocs, g->meta.n)) || !rows || !reg || !taken)
 		e = gm_error(g, -ENOMEM, "out of memory");
-	else
-		nreg = regions_of(g, reg);
-	for (size_t i = 0; i < g->meta.n && !e; i++) {
-		const struct entry_rec *x = &g->meta.v[i];
-		if (strncmp(x->key, GMSFS_TORCH_PREFIX, plen))
-			continue;
-		const char *v = x->value;
-		size_t k = 0;
-		while (k < x->value_len && (v[k] == ' ' || v[k] == '\n' || v[k] == '\t' || v[k] == '\r'))
-			k++;
-		if (k == x->value_len || v[k] != '{' || memchr(v, '\0', x->value_len)) {
-			e = gm_error(g, -EINVAL, "meta/%s: its value is not a JSON object (gmsfs(5), \"Tensors\")", x->key);
-			break;
-		}
-		struct mrow *r = &rows[n++];
-		*r = (struct mrow){
-			.x = x,
-			.alloc = x->alloc ? distinct_index(&allocs, i, x->alloc, strlen(x->alloc), false, alloc_of, g)
-					  : SIZE_MAX,
-			.value = distinct_index(&vals, i, x->value, x->value_len, true, value_of, g),
-			.ptr = (uintptr_t)mt_extent_ptr(g, x),
-			.region = SIZE_MAX,
-		};
-		if (r->ptr && x->size && !(x->flags & GMSFS_ENTRY_PRIVATE))
-			r->region = region_find(reg, nreg, r->ptr, x->size);
-	}
-	if (!e)
+	else if (!(e = manifest_rows(g, rows, &n, &vals, &allocs, reg, nreg = regions_of(g, reg)))) {
 		qsort(rows, n, sizeof *rows, mrow_cmp);
-	bool *taken = e ? NULL : calloc(n + 1, sizeof *taken);
-	if (!e && !taken)
-		e = gm_error(g, -ENOMEM, "out of memory");
-	tx_put(&out, "{\"groups\": [", 12);
-	bool first = true;
-	for (size_t i = 0, end = 0; i < n && !e; i++) {
-		if (i == end) /* a new kind: rows [i, end) */
-			for (end = i + 1; end < n && same_kind(&rows[i], &rows[end]);)
-				end++;
-		if (taken[i])
-			continue;
-		uint64_t gap = 0;
-		size_t m = same_kind(&rows[i], &rows[i]) ? best_gap(rows, taken, i, end, &gap) : 1;
-		const struct mrow *r = &rows[i];
-		tx_put(&out, first ? "\n[" : ",\n[", first ? 2 : 3);
-		first = false;
-		tx_index(&out, r->region);
-		tx_put(&out, ",", 1);
-		tx_u64(&out, r->value);
-		tx_put(&out, ",", 1);
-		tx_u64(&out, r->region == SIZE_MAX ? r->x->offset : r->ptr - reg[r->region].start);
-		tx_put(&out, ",", 1);
-		tx_u64(&out, gap);
-		tx_put(&out, (r->x->flags & GMSFS_ENTRY_PRIVATE) ? ",1," : ",0,", 3);
-		tx_u64(&out, r->x->size);
-		tx_put(&out, ",", 1);
-		if (r->ptr)
-			tx_u64(&out, r->ptr);
-		else
-			tx_put(&out, "null", 4);
-		tx_put(&out, ",", 1);
-		tx_index(&out, r->alloc);
-		tx_put(&out, ",[", 2);
-		for (size_t j = 0, k = i; j < m; j++, k = j < m ? row_at(rows, k + 1, end, rows[k].ptr + gap) : k) {
-			taken[k] = true;
-			if (j)
-				tx_put(&out, ",", 1);
-			tx_json_string(&out, rows[k].x->key + plen);
+		tx_put(&out, "{\"groups\": [", 12);
+		put_groups(&out, rows, n, taken, reg);
+		tx_put(&out, "],\n\"regions\": [", 15);
+		for (size_t i = 0; i < nreg; i++) {
+			tx_put(&out, i ? ",[" : "[", i ? 2 : 1);
+			tx_u64(&out, reg[i].start);
+			tx_put(&out, ",", 1);
+			tx_u64(&out, reg[i].end - reg[i].start);
+			tx_put(&out, "]", 1);
 		}
-		tx_put(&out, "]]", 2);
+		tx_put(&out, "],\n\"allocs\": [", 14);
+		tx_put(&out, allocs.out.p ? allocs.out.p : "", allocs.out.n);
+		tx_put(&out, "],\n\"values\": [", 14);
+		tx_put(&out, vals.out.p ? vals.out.p : "", vals.out.n);
+		tx_put(&out, "]}\n", 3);
+		if (out.oom || vals.out.oom || allocs.out.oom)
+			e = gm_error(g, -ENOMEM, "out of memory");
 	}
-	free(taken);
-	tx_put(&out, "],\n\"regions\": [", 15);
-	for (size_t i = 0; i < nreg; i++) {
-		tx_put(&out, i ? ",[" : "[", i ? 2 : 1);
-		tx_u64(&out, reg[i].start);
-		tx_put(&out, ",", 1);
-		tx_u64(&out, reg[i].end - reg[i].start);
-		tx_put(&out, "]", 1);
-	}
-	tx_put(&out, "],\n\"allocs\": [", 14);
-	tx_put(&out, allocs.out.p ? allocs.out.p : "", allocs.out.n);
-	tx_put(&out, "],\n\"values\": [", 14);
-	tx_put(&out, vals.out.p ? vals.out.p : "", vals.out.n);
-	tx_put(&out, "]}\n", 3);
-	if (!e && (out.oom || vals.out.oom || allocs.out.oom))
-		e = gm_error(g, -ENOMEM, "out of memory");
 	distinct_free(&vals);
 	distinct_free(&allocs);
 	free(rows);
 	free(reg);
+	free(taken);
 	if (e) {
 		free(out.p);
 		return e;
