@@ -476,16 +476,16 @@ def materialize(module, store, strict=True, init=None, own_buffers=False):
                 raise KeyError(_names_differ("materialize", conn.store, missing, extra))
         owners, init = _lacking_buffers(module, [i for i in later if id(i[3]) not in made],
                                         {} if own_buffers else views, device, init, conn.store)
-        if bad:  # every tensor checked before the module is left changed, as load_state_dict names them
+        if bad:  # every tensor checked, as load_state_dict names them
             raise RuntimeError("materialize %s: %d tensor(s) do not match, the module is unchanged:\n  %s"
                                % (conn.store, len(bad), "\n  ".join(bad)))
+        for d, attr, obj in tied:
+            d[attr] = obj
+        _make_buffers(owners, init, device)
     except BaseException:
         for d, saved in reversed(undo):  # a module reached twice: its first copy last
             d.update(saved)
         raise
-    for d, attr, obj in tied:
-        d[attr] = obj
-    _make_buffers(owners, init, device)
     module._gmsfs = conn
     return module
 

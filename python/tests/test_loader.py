@@ -267,9 +267,11 @@ def test_a_module_that_cannot_make_its_buffers_is_told_what_to_call_and_left_alo
 def test_buffers_the_module_code_leaves_unset_are_refused(store, tmp_path):
     assert run(LOAD, "-q", store, str(llamaish_checkpoint(tmp_path))).returncode == 0
     calls = []
+    m = Llamaish(device="meta")
     with pytest.raises(RuntimeError, match=r"\['rotary.inv_freq'\] were left unset"):
-        gt.materialize(Llamaish(device="meta"), store, init=calls.append)
+        gt.materialize(m, store, init=calls.append)
     assert len(calls) == 1, "an init that raises nothing runs once"
+    assert all(t.device.type == "meta" for t in list(m.parameters()) + list(m.buffers())), "the module is as it was"
 
 
 def test_an_init_that_replaces_its_buffers_is_taken(store, tmp_path):
