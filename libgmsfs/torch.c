@@ -471,10 +471,12 @@ static void put_group(struct text *out, const struct mrow *rows, bool *taken, si
 	tx_put(out, ",", 1);
 	tx_index(out, r->alloc);
 	tx_put(out, ",[", 2);
-	for (size_t j = 0, k = i; j < m; j++, k = j < m ? row_at(rows, k + 1, end, rows[k].ptr + gap) : k) {
-		taken[k] = true;
-		if (j)
+	for (size_t j = 0, k = i; j < m; j++) {
+		if (j) { /* the next in the progression: steps() counted it */
+			k = row_at(rows, k + 1, end, rows[k].ptr + gap);
 			tx_put(out, ",", 1);
+		}
+		taken[k] = true;
 		tx_json_string(out, rows[k].x->key + strlen(GMSFS_TORCH_PREFIX));
 	}
 	tx_put(out, "]]", 2);
