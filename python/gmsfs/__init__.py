@@ -259,7 +259,13 @@ class Connection:
 
     # ---- metadata ----
     def meta_put(self, key, alloc, offset=0, value=b"", size=0, private=False):
-        self.meta_put_many([(key, alloc, offset, value, size, private)])
+        """One entry, meta_put_many's fields: a GMS-style writer puts one per tensor, so
+        this is meta_put_many's work without its lists."""
+        if type(value) is not bytes:
+            value = value.encode() if isinstance(value, str) else bytes(value)
+        e = _lib.Entry(key.encode(), alloc.encode(), offset, size, _lib.ENTRY_PRIVATE if private else 0, value,
+                       len(value))
+        self._check(_c.gmsfs_meta_put_many(self._handle(), e, 1), "meta_put")
 
     def meta_put_many(self, entries):
         """Put entries in one round trip, all or nothing.  Each is a dict (key, alloc, offset=0,
@@ -279,8 +285,7 @@ class Connection:
             rows.append((k, a, offset, size, _lib.ENTRY_PRIVATE if private else 0, value))
         arr = (_lib.Entry * len(rows))()
         for i, (k, a, offset, size, flags, value) in enumerate(rows):
-            arr[i] = _lib.Entry(k, a, offset, size, flags, ctypes.cast(ctypes.c_char_p(value), ctypes.c_void_p),
-                                len(value))
+            arr[i] = _lib.Entry(k, a, offset, size, flags, value, len(value))
         self._check(_c.gmsfs_meta_put_many(self._handle(), arr, len(rows)), "meta_put")
 
     def meta_get(self, key):

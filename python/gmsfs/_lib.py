@@ -23,8 +23,8 @@ class Mapping(ctypes.Structure):
 
 class Entry(ctypes.Structure):
     _fields_ = [("key", ctypes.c_char_p), ("alloc", ctypes.c_char_p), ("offset", ctypes.c_uint64),
-                ("size", ctypes.c_uint64), ("flags", ctypes.c_uint32), ("value", ctypes.c_void_p),
-                ("value_len", ctypes.c_size_t)]
+                ("size", ctypes.c_uint64), ("flags", ctypes.c_uint32), ("value", ctypes.c_char_p),
+                ("value_len", ctypes.c_size_t)]  # value: bytes that may hold NULs (value_len says)
 
 
 class New(ctypes.Structure):

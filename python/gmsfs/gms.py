@@ -406,7 +406,7 @@ class _GMSClientSession:
         if not 0 <= offset_bytes < m.aligned:
             raise RuntimeError("metadata_put %s: offset %d out of range for %s (%d bytes)"
                                % (key, offset_bytes, allocation_id, m.aligned))
-        c.meta_put_many(((_key_path(key), allocation_id, int(offset_bytes), value),))
+        c.meta_put(_key_path(key), allocation_id, int(offset_bytes), value)
         return True
 
     def metadata_get(self, key: str):
