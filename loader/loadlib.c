@@ -98,31 +98,60 @@ static int by_name(const void *a, const void *b)
 	return strcmp(((const struct placed *)a)->t->name, ((const struct placed *)b)->t->name);
 }
 
-/* Slabs and offsets, in the files' order (reads stay sequential); names once. */
+/* A file's tensors kind by kind (dtype, then shape), each kind in the file's order: a
+ * model's layers of one kind lie side by side, one step apart, so that a reader makes
+ * each run of them as one strided view (gmsfs_torch_manifest's groups), where the file's
+ * order (layer by layer) would break the runs at every slab's end. */
+static int by_kind(const void *a, const void *b)
+{
+	const struct st_tensor *x = *(const struct st_tensor *const *)a, *y = *(const struct st_tensor *const *)b;
+	int c = strcmp(x->dtype, y->dtype);
+	if (c || x->ndim != y->ndim)
+		return c ? c : x->ndim < y->ndim ? -1 : 1;
+	for (unsigned d = 0; d < x->ndim; d++)
+		if (x->shape[d] != y->shape[d])
+			return x->shape[d] < y->shape[d] ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+/* Slabs and offsets, kind by kind in each file; j->p stays in the files' order (the
+ * copies read each file from its start to its end).  Names once. */
 static int place(struct job *j, uint64_t slab_bytes)
 {
-	size_t total = 0;
-	for (size_t i = 0; i < j->nfiles; i++)
+	size_t total = 0, most = 0;
+	for (size_t i = 0; i < j->nfiles; i++) {
 		total += j->files[i].n;
+		most = j->files[i].n > most ? j->files[i].n : most;
+	}
 	j->p = calloc(total ? total : 1, sizeof *j->p);
 	j->slab_size = calloc(total + 1, sizeof *j->slab_size);
-	if (!j->p || !j->slab_size)
+	const struct st_tensor **order = calloc(most ? most : 1, sizeof *order);
+	if (!j->p || !j->slab_size || !order) {
+		free(order);
 		return -ENOMEM;
+	}
 	uint64_t used = 0;
-	for (size_t i = 0; i < j->nfiles; i++)
-		for (size_t k = 0; k < j->files[i].n; k++) {
-			const struct st_tensor *t = &j->files[i].t[k];
+	for (size_t i = 0; i < j->nfiles; i++) {
+		const struct st_file *f = &j->files[i];
+		for (size_t k = 0; k < f->n; k++)
+			order[k] = &f->t[k];
+		qsort(order, f->n, sizeof *order, by_kind);
+		for (size_t k = 0; k < f->n; k++) {
+			const struct st_tensor *t = order[k];
 			uint64_t len = t->end - t->begin, at = (used + ALIGN - 1) / ALIGN * ALIGN;
 			if (!j->nslabs || (at + len > slab_bytes && used)) {
 				j->nslabs++;
 				at = 0;
 			}
-			j->p[j->n++] = (struct placed){ &j->files[i], t, j->nslabs - 1, at };
+			j->p[j->n + (size_t)(t - f->t)] = (struct placed){ f, t, j->nslabs - 1, at };
 			used = at + len;
 			if (j->slab_size[j->nslabs - 1] < used)
 				j->slab_size[j->nslabs - 1] = used;
 			j->bytes += len;
 		}
+		j->n += f->n;
+	}
+	free(order);
 	struct placed *v = malloc((j->n ? j->n : 1) * sizeof *v);
 	if (!v)
 		return -ENOMEM;

@@ -106,6 +106,38 @@ def test_load_materialize_save_round_trip(store, tmp_path):
     assert r.returncode != 0 and "No such file or directory" in r.stderr, r.stderr
 
 
+def test_layers_of_one_kind_lie_side_by_side(store, tmp_path):
+    """gmsfs-load places a file's tensors kind by kind: the file's layer-by-layer order,
+    cut by the slabs' ends, would leave a reader runs of two or three layers to view."""
+    r = np.random.default_rng(3)
+    t = {}
+    for i in range(8):
+        t["layers.%d.q" % i] = ("F16", r.standard_normal((16, 8)).astype(np.float16))  # 256 bytes: 512 apart
+        t["layers.%d.k" % i] = ("F16", r.standard_normal((4, 8)).astype(np.float16))
+        t["layers.%d.norm" % i] = ("F32", r.standard_normal(8).astype(np.float32))
+    write_st(tmp_path / "model.safetensors", t)
+    r = run(LOAD, "--slab", "5000", store, str(tmp_path / "model.safetensors"))  # 9 of 512 bytes, slack at its end
+    assert r.returncode == 0, r.stderr
+    with gmsfs.connect(store, "ro") as c:
+        c.import_all()
+        groups = [g[-1] for g in gt._manifest(c).groups]
+        assert len(c.mappings) == 3  # 24 tensors of 512 bytes, 9 a slab
+        assert len(groups) == 3 + 2, groups  # a run per kind, each slab's end cutting one
+        m = torch.nn.Module()
+        m.layers = torch.nn.ModuleList([torch.nn.Module() for _ in range(8)])
+        for L in m.layers:
+            L.register_buffer("q", torch.zeros(16, 8, dtype=torch.float16))
+            L.register_buffer("k", torch.zeros(4, 8, dtype=torch.float16))
+            L.register_buffer("norm", torch.zeros(8))
+        gt.materialize(m, c)
+        for i, L in enumerate(m.layers):
+            for kind in ("q", "k", "norm"):
+                assert np.array_equal(getattr(L, kind).numpy(), t["layers.%d.%s" % (i, kind)][1])
+    out = tmp_path / "out"
+    assert run(SAVE, store, str(out)).returncode == 0
+    assert read_st(out / "model.safetensors") == read_st(tmp_path / "model.safetensors")
+
+
 def test_sharded_index(store, tmp_path):
     t = model_tensors(1)
     names = list(t)
