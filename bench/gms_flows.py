@@ -198,16 +198,19 @@ def median(xs):
 
 def one_layout(systems, mount, n, size, device, cuda, runs, standin_s):
     """{system: {phase: median seconds}} for this layout.  The systems take turns, run by
-    run (not each its runs in a block): what drifts on the machine meanwhile falls on all
-    of them alike."""
+    run (not each its runs in a block), their order rotated each run: what drifts on the
+    machine meanwhile, and what a process leaves behind for the next (a CUDA context's
+    teardown, memory another one holds), falls on all of them alike."""
     rows = {system: [] for system in systems}
     servers = {}
     try:
         for system, env in systems.items():
             if system == "gms":
                 servers[system] = GMSServer(env, device)
+        names = list(systems)
         for r in range(runs):
-            for system, env in systems.items():
+            for system in names[r % len(names):] + names[:r % len(names)]:  # each follows each in turn
+                env = systems[system]
                 server = servers.get(system)
                 if server:
                     where = server.sock

@@ -250,6 +250,7 @@ class _GMSClientSession:
 
     _next_slot = None  # the slot after the highest held, once counted
     _by_name = None  # the session's mappings by name, once asked for
+    _committed = None  # asked for at the first need: the layout hash is an ioctl (a round trip)
 
     def __init__(self, socket_path: str, lock_type: RequestedLockType, timeout_ms: Optional[int]):
         self._store = _store_of(socket_path)
@@ -262,11 +263,10 @@ class _GMSClientSession:
             if e.errno in (errno.ETIMEDOUT, errno.EAGAIN):
                 raise TimeoutError("Timeout waiting for lock") from e
             raise
-        self._committed = bool(self._c.layout_hash)
         self._granted_lock_type = GrantedLockType.RW if self._c.lock_mode == "rw" else GrantedLockType.RO
         self._transport = _Transport(self)
         if self._granted_lock_type == GrantedLockType.RW:
-            if self._committed:
+            if self.committed:
                 self._clear()  # GMS: a writer starts from nothing (the store is empty when nothing is committed)
             # The table of mappings by name, kept by allocate and free from now on: made
             # at the first metadata_put instead, it would cost a writer of 1000
@@ -274,8 +274,9 @@ class _GMSClientSession:
             self._by_name = {m.name: m for m in self._c.mappings}
         else:  # the table of mappings by name from import_all's list (a model has hundreds)
             self._by_name = {m.name: m for m in self._c.import_all()}
-        logger.info("Connected with %s lock (granted=%s), committed=%s", self._requested_lock_type.value,
-                    self._granted_lock_type.value, self._committed)
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("Connected with %s lock (granted=%s), committed=%s", self._requested_lock_type.value,
+                        self._granted_lock_type.value, self.committed)
 
     def _clear(self):
         """The committed layout, gone from this session (the writer's own: a member of its
@@ -315,7 +316,11 @@ class _GMSClientSession:
 
     @property
     def committed(self) -> bool:
-        return self._committed
+        """Whether the store had a committed layout when the lock was granted (or this
+        session committed); the lock keeps it so for a reader."""
+        if self._committed is None and self._c is not None:
+            self._committed = bool(self._c.layout_hash)
+        return bool(self._committed)
 
     @property
     def lock_type(self) -> GrantedLockType:
@@ -508,6 +513,7 @@ class GMSClientMemoryManager:
             self._granted_lock_type = GrantedLockType.RO if lock_type == RequestedLockType.RO else GrantedLockType.RW
             return
         self._client = _GMSClientSession(self.socket_path, lock_type, timeout_ms)
+        self._store = self._client._store
         self._granted_lock_type = self._client.lock_type
 
     @property
@@ -670,10 +676,9 @@ class GMSClientMemoryManager:
     def _wake(self, c):
         self._asleep = None
         self._client = _GMSClientSession.__new__(_GMSClientSession)
-        self._client._store = _store_of(self.socket_path)
+        self._client._store = self._store  # the store this manager's sleeping connection is of
         self._client._requested_lock_type = self._requested or RequestedLockType.RO
         self._client._c = c
-        self._client._committed = bool(c.layout_hash)
         self._client._granted_lock_type = GrantedLockType.RW if c.lock_mode == "rw" else GrantedLockType.RO
         self._client._transport = _Transport(self._client)
         self._granted_lock_type = self._client._granted_lock_type
