@@ -245,6 +245,10 @@ class _Transport:
         return self._socket is not None and self._socket._session._c is not None
 
 
+_MODES = {RequestedLockType.RO: "ro", RequestedLockType.RW: "rw", RequestedLockType.RW_OR_RO: "auto"}
+_NOT_A_STORE = (errno.ENOENT, errno.ENOTDIR, errno.ENOTTY)  # gmsfs.connect's errors for a path that is no store
+
+
 class _GMSClientSession:
     """A connected session with its granted lock (gpu_memory_service.client.session)."""
 
@@ -253,12 +257,18 @@ class _GMSClientSession:
     _committed = None  # asked for at the first need: the layout hash is an ioctl (a round trip)
 
     def __init__(self, socket_path: str, lock_type: RequestedLockType, timeout_ms: Optional[int]):
-        self._store = _store_of(socket_path)
         self._requested_lock_type = RequestedLockType(lock_type)
-        mode = {RequestedLockType.RO: "ro", RequestedLockType.RW: "rw", RequestedLockType.RW_OR_RO: "auto"}
+        mode = _MODES[self._requested_lock_type]
+        timeout = None if timeout_ms is None else max(timeout_ms, 0) / 1000.0
+        self._store = socket_path
         try:
-            self._c = gmsfs.connect(self._store, mode[self._requested_lock_type],
-                                    None if timeout_ms is None else max(timeout_ms, 0) / 1000.0)
+            try:  # a store's path, most often: no stat to tell first
+                self._c = gmsfs.connect(socket_path, mode, timeout)
+            except GmsfsError as e:
+                if e.errno not in _NOT_A_STORE:
+                    raise
+                self._store = _store_of(socket_path)  # a GMS socket's path, or the error that says it is neither
+                self._c = gmsfs.connect(self._store, mode, timeout)
         except GmsfsError as e:
             if e.errno in (errno.ETIMEDOUT, errno.EAGAIN):
                 raise TimeoutError("Timeout waiting for lock") from e

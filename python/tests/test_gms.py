@@ -10,6 +10,7 @@ import time
 import pytest
 
 from conftest import ROOT
+import gmsfs.ctl
 import gmsfs.gms as gms
 from gmsfs.ctl import read_fields
 from gmsfs.gms import GMSClientMemoryManager, GrantedLockType, RequestedLockType, StaleMemoryLayoutError
@@ -218,6 +219,21 @@ def test_get_socket_path_is_the_store_of_the_tag(mount, monkeypatch):
     assert p == os.path.join(mount, "kv_cache") and os.path.isfile(os.path.join(p, "lock"))
     os.rmdir(p)
 
+
+
+def test_a_gms_socket_path_of_the_mounts_device_is_its_store_of_the_tag(mount, tmp_path, monkeypatch):
+    monkeypatch.setattr(gmsfs.ctl, "mounts", lambda: [mount])  # host mounts of one machine share a uuid
+    uuid = gmsfs.ctl.status(mount)["device"]["uuid"]
+    sock = str(tmp_path / ("gms_%s_weights.sock" % uuid))  # where GMS's server would listen
+    w = GMSClientMemoryManager(sock)
+    w.connect(RequestedLockType.RW)
+    w.create_mapping(size=4096, tag="weights")
+    assert w.commit() and os.path.isfile(os.path.join(mount, "weights", "allocs", "slot000000"))
+    r = Session(os.path.join(mount, "weights"), RequestedLockType.RO, None)  # the store's own path: the same store
+    assert [a.allocation_id for a in r.list_allocations()] == ["slot000000"]
+    r.close()
+    w.close()
+    os.rmdir(os.path.join(mount, "weights"))
 
 IMPORTS = """
 import gpu_memory_service.client.memory_manager as mm
