@@ -393,7 +393,7 @@ def _group_views(man, device):
     the group) or in map's loop, so that the work per tensor is in C, not in Python's
     bytecode.  (An 8B model in 1 GiB slabs has groups of 2 or 3: each slab holds two or
     three layers; a model in one allocation, a group per shape.)"""
-    typed, out, values, regions = {}, {}, man.values, man.regions
+    typed, raw, out, values, regions = {}, {}, {}, man.values, man.regions
     for region, vi, off, gap, _, size, ptr, alloc, names in man.groups:
         dtype, shape, stride, soff, _, isz, number, empty, is_param = values[vi]
         if region < 0 or empty or off % isz or gap % isz:
@@ -401,9 +401,12 @@ def _group_views(man, device):
                      for i, name in enumerate(names)]
         else:
             base = typed.get(region * _KEYS + number)
-            if base is None:
-                p, n = regions[region]
-                base = typed[region * _KEYS + number] = _bytes_at(p, n - n % isz, device).view(dtype)
+            if base is None:  # one tensor over the region's bytes (made from a pointer: the dearer), a view per dtype
+                b = raw.get(region)
+                if b is None:
+                    b = raw[region] = _bytes_at(*regions[region], device)
+                n = b.shape[0]
+                base = typed[region * _KEYS + number] = (b[:n - n % isz] if n % isz else b).view(dtype)
             k, first, step = len(names), off // isz + soff, gap // isz
             if k == 1:
                 views = (base.as_strided(shape, stride, first),)
