@@ -481,6 +481,7 @@ class GMSClientMemoryManager:
         self.tag = tag
         self._client: Optional[_GMSClientSession] = None
         self._asleep: Optional[gmsfs.Connection] = None  # unmapped, addresses kept, no lock
+        self._store: Optional[str] = None  # the store's path, once a session found it
         self._mappings: Dict[int, LocalMapping] = {}
         self._inverse_mapping: Dict[str, int] = {}
         self._unmapped = False
@@ -686,7 +687,7 @@ class GMSClientMemoryManager:
     def _wake(self, c):
         self._asleep = None
         self._client = _GMSClientSession.__new__(_GMSClientSession)
-        self._client._store = self._store  # the store this manager's sleeping connection is of
+        self._client._store = self._store or _store_of(self.socket_path)  # its sleeping connection's
         self._client._requested_lock_type = self._requested or RequestedLockType.RO
         self._client._c = c
         self._client._granted_lock_type = GrantedLockType.RW if c.lock_mode == "rw" else GrantedLockType.RO
