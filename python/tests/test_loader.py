@@ -116,12 +116,12 @@ def test_layers_of_one_kind_lie_side_by_side(store, tmp_path):
         t["layers.%d.k" % i] = ("F16", r.standard_normal((4, 8)).astype(np.float16))
         t["layers.%d.norm" % i] = ("F32", r.standard_normal(8).astype(np.float32))
     write_st(tmp_path / "model.safetensors", t)
-    r = run(LOAD, "--slab", "5000", store, str(tmp_path / "model.safetensors"))  # 9 of 512 bytes, slack at its end
+    r = run(LOAD, "--slab", "5000", store, str(tmp_path / "model.safetensors"))  # slack at its end
     assert r.returncode == 0, r.stderr
     with gmsfs.connect(store, "ro") as c:
         c.import_all()
         groups = [g[-1] for g in gt._manifest(c).groups]
-        assert len(c.mappings) == 3  # 24 tensors of 512 bytes, 9 a slab
+        assert len(c.mappings) == 3  # 24 tensors 512 bytes apart, 10 a slab
         assert len(groups) == 3 + 2, groups  # a run per kind, each slab's end cutting one
         m = torch.nn.Module()
         m.layers = torch.nn.ModuleList([torch.nn.Module() for _ in range(8)])
