@@ -146,8 +146,16 @@ print("%.1f %s" % ((time.perf_counter() - t) / 5000 * 1e6, msgspec.__file__))
 
 
 def run(env, *args):
-    r = subprocess.run([sys.executable, "-c", FLOW] + [str(a) for a in args], capture_output=True, text=True,
-                       env=env, timeout=600)
+    """One flow process; one that does not end in 120 s (a phase takes seconds) is named
+    with what it printed, and ended."""
+    try:
+        r = subprocess.run([sys.executable, "-c", FLOW] + [str(a) for a in args], capture_output=True, text=True,
+                           env=env, timeout=120)
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr or b""
+        err = err.decode(errors="replace") if isinstance(err, bytes) else err
+        raise RuntimeError("%s %s (%s x %s bytes) did not end in 120 s:\n%s"
+                           % (args[0], args[1], args[3], args[4], err[-4000:])) from None
     if r.returncode:
         raise RuntimeError("%s %s failed:\n%s" % (args[0], args[1], r.stderr[-4000:]))
     return json.loads(r.stdout.strip().splitlines()[-1])
