@@ -164,6 +164,18 @@ class Connection:
     def __del__(self):
         self.close()
 
+    # One lock held by this process: a copy of what holds the connection (a model that
+    # materialize bound, copy.deepcopy(model)) shares it; it does not travel to another.
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        raise TypeError("a gmsfs connection is a lock this process holds on %s and cannot be pickled: "
+                        "connect in the other process" % self.store)
+
     def _handle(self):
         if not self._g:
             raise GmsfsError(_errno.EBADF, "the connection is closed")

@@ -18,7 +18,9 @@ import ctypes
 import errno
 import json
 import os
+from collections import deque
 from itertools import repeat as _repeat
+from operator import attrgetter, is_ as _is, setitem
 
 import torch
 
@@ -41,20 +43,36 @@ _ITEMSIZE = {d: torch.empty(0, dtype=d).element_size() for d in _DTYPES.values()
 _DTYPE_NUMBER = {d: i for i, d in enumerate(_DTYPES.values())}  # in a typed base's key
 
 
-def _tensors(module, prefix=""):
-    """(name, owner, attribute, tensor, is_parameter) of every parameter and buffer; a
-    module or tensor reached by two paths is listed under both names (tied weights)."""
-    out, stack = [], [(prefix, module)]
-    while stack:
-        pre, m = stack.pop()
-        for attr, t in m._parameters.items():
-            if t is not None:
-                out.append((pre + attr, m, attr, t, True))
-        for attr, t in m._buffers.items():
-            if t is not None:
-                out.append((pre + attr, m, attr, t, False))
-        stack.extend((pre + n + ".", c) for n, c in reversed(m._modules.items()) if c is not None)
+def _where(module, prefix=""):
+    """{name: (dict, attribute, tensor, is_parameter, owner)} of every parameter and buffer
+    of module, each module's parameters then its buffers, module by module in order; a
+    module or tensor reached by two paths is there under both names (tied weights).
+    materialize's one pass over a module of hundreds: the least Python per module (its
+    __dict__ read once, a call per module rather than a stack) and per tensor."""
+    out = {}
+
+    def visit(pre, m):
+        md = m.__dict__
+        d = md["_parameters"]
+        if d:
+            for attr, t in d.items():
+                if t is not None:
+                    out[pre + attr] = (d, attr, t, True, m)
+        d = md["_buffers"]
+        if d:
+            for attr, t in d.items():
+                if t is not None:
+                    out[pre + attr] = (d, attr, t, False, m)
+        for n, c in md["_modules"].items():
+            if c is not None:
+                visit(pre + n + ".", c)
+    visit(prefix, module)
     return out
+
+
+def _tensors(module, prefix=""):
+    """[(name, owner, attribute, tensor, is_parameter)] of _where."""
+    return [(name, m, attr, t, p) for name, (_, attr, t, p, m) in _where(module, prefix).items()]
 
 
 def _storage(t):
@@ -302,14 +320,14 @@ def _names_differ(what, store, missing, extra):
     return "%s %s: the store lacks %s; the module lacks %s" % (what, store, missing or "nothing", extra or "nothing")
 
 
-def _lacking_buffers(module, items, rows, device, init, store):
+def _lacking_buffers(module, items, device, init, store):
     """Non-persistent buffers the store lacks (a checkpoint never holds them): {owner:
     [attr]} of those still on the meta device, which the module's own code must make.
     Checked before the module is touched: who makes them, or an error that says what to
     call."""
     owners = {}
     for name, owner, attr, t, is_param in items:
-        if name not in rows and not _persistent(owner, attr, is_param) and t.device.type == "meta":
+        if not _persistent(owner, attr, is_param) and t.device.type == "meta":
             owners.setdefault(owner, []).append((name, attr))
     if not owners:
         return owners, None
@@ -373,6 +391,7 @@ def _mismatch(name, obj, t):
 
 _new_param = torch.Tensor._make_subclass  # what Parameter(plain tensor) calls, without its Python frame
 _Param = torch.nn.Parameter
+_SHAPE, _DTYPE = attrgetter("shape"), attrgetter("dtype")
 
 
 def _own_view(name, man, vi, ptr, size, alloc, device):
@@ -387,35 +406,50 @@ def _own_view(name, man, vi, ptr, size, alloc, device):
     return _bytes_at(ptr, size, device).view(dtype).as_strided(shape, stride, soff)
 
 
+def _group_tensors(man, group, bases, device):
+    """A new plain tensor for each row of group, so that the work per tensor is in C, not
+    in Python's bytecode: views of its region's typed base (one strided view of the group,
+    unbound, or as_strided each in map's loop), or each of its own bytes (_own_view).
+    bases keeps the typed bases (key region * _KEYS + dtype number) and the regions' bytes
+    (key -1 - region): a tensor made from a pointer costs the most, so one per region.
+    (gmsfs-load places a file's tensors kind by kind: an 8B model's 293 make 24 groups.)"""
+    region, vi, off, gap, _, size, ptr, alloc, names = group
+    dtype, shape, stride, soff, _, isz, number, empty, _ = man.values[vi]
+    if region < 0 or empty or off % isz or gap % isz:
+        return [_own_view(name, man, vi, None if ptr is None else ptr + i * gap, size, alloc, device)
+                for i, name in enumerate(names)]
+    base = bases.get(region * _KEYS + number)
+    if base is None:
+        b = bases.get(-1 - region)
+        if b is None:
+            b = bases[-1 - region] = _bytes_at(*man.regions[region], device)
+        n = b.shape[0]
+        base = bases[region * _KEYS + number] = (b[:n - n % isz] if n % isz else b).view(dtype)
+    k, first, step = len(names), off // isz + soff, gap // isz
+    if k == 1:
+        return (base.as_strided(shape, stride, first),)
+    if k >= 4:  # one view of the group, unbound: cheaper per tensor than as_strided each
+        return base.as_strided((k,) + shape, (step,) + stride, first).unbind(0)
+    return tuple(map(base.as_strided, _repeat(shape, k), _repeat(stride, k), range(first, first + k * step, step)))
+
+
+def _as_params(views):
+    """The new plain tensors views made Parameters (not requiring grad), in place.  A
+    Parameter of a plain tensor is that tensor under Parameter's class, with nothing of
+    its own; Parameter(t) makes it a second tensor (a detached alias of t), which costs
+    as much as the view itself.  So a view made for the purpose takes Parameter's class
+    instead: the same Parameter, but still a view of its region (_base is the region's)."""
+    for v in views:
+        v.__class__ = _Param
+    return views
+
+
 def _group_views(man, device):
-    """{name: tensor} of every row of the store, a Parameter where its value says so: a
-    group's views by one call (a strided view of its region's typed base, unbound along
-    the group) or in map's loop, so that the work per tensor is in C, not in Python's
-    bytecode.  (gmsfs-load places a file's tensors kind by kind: an 8B model's 293 make
-    24 groups; in the allocator's layer-by-layer order, 1 GiB slabs cut them into groups
-    of 2 or 3; a model in one allocation, a group per shape.)"""
-    typed, raw, out, values, regions = {}, {}, {}, man.values, man.regions
-    for region, vi, off, gap, _, size, ptr, alloc, names in man.groups:
-        dtype, shape, stride, soff, _, isz, number, empty, is_param = values[vi]
-        if region < 0 or empty or off % isz or gap % isz:
-            views = [_own_view(name, man, vi, None if ptr is None else ptr + i * gap, size, alloc, device)
-                     for i, name in enumerate(names)]
-        else:
-            base = typed.get(region * _KEYS + number)
-            if base is None:  # one tensor over the region's bytes (made from a pointer: the dearer), a view per dtype
-                b = raw.get(region)
-                if b is None:
-                    b = raw[region] = _bytes_at(*regions[region], device)
-                n = b.shape[0]
-                base = typed[region * _KEYS + number] = (b[:n - n % isz] if n % isz else b).view(dtype)
-            k, first, step = len(names), off // isz + soff, gap // isz
-            if k == 1:
-                views = (base.as_strided(shape, stride, first),)
-            elif k >= 4:  # one view of the group, unbound: cheaper per tensor than as_strided each
-                views = base.as_strided((k,) + shape, (step,) + stride, first).unbind(0)
-            else:  # a few: as_strided each, in map's loop
-                views = map(base.as_strided, _repeat(shape, k), _repeat(stride, k), range(first, first + k * step, step))
-        out.update(zip(names, map(_new_param, _repeat(_Param), views, _repeat(False)) if is_param else views))
+    """{name: tensor} of every row of the store, a Parameter where its value says so."""
+    out, bases, values = {}, {}, man.values
+    for g in man.groups:
+        views = _group_tensors(man, g, bases, device)
+        out.update(zip(g[8], _as_params(views) if values[g[1]][8] else views))
     return out
 
 
@@ -467,73 +501,89 @@ def materialize(module, store, strict=True, init=None, own_buffers=False):
     conn = store if isinstance(store, Connection) else connect(store, "ro")
     conn.import_all()  # maps what is not mapped yet, loads the entries
     device = _device(conn)
-    views = _group_views(_manifest(conn), device)
-    undo, later, bad, made, found = _walk_views(module, views, own_buffers)
+    where = _where(module)
+    kept = {n: s for n, s in where.items() if not s[3] and s[1] in s[4]._non_persistent_buffers_set} \
+        if own_buffers else {}
+    for name in kept:
+        del where[name]
+    binds, made, bad, extra = _bind(_manifest(conn), where, device, kept)
+    where.update(kept)  # now the module's tensors that the store does not bind
+    later = [(name, owner, attr, t, is_param) for name, (_, attr, t, is_param, owner) in where.items()]
+    if strict:  # what the store lacks (a tied name, the same tensor as one it binds, is not lacking)
+        missing = sorted(n for n, o, a, t, p in later if _persistent(o, a, p) and id(t) not in made)
+        if missing or extra:
+            raise KeyError(_names_differ("materialize", conn.store, missing, sorted(extra)))
+    lacking = [i for i in later if id(i[3]) not in made]
+    owners, init = _lacking_buffers(module, lacking, device, init, conn.store)
+    if bad:  # every tensor checked, as load_state_dict names them
+        raise RuntimeError("materialize %s: %d tensor(s) do not match, the module is unchanged:\n  %s"
+                           % (conn.store, len(bad), "\n  ".join(bad)))
+    binds += [((d,), (attr,), (made[id(t)],), (t,)) for d, attr, t, _, _ in where.values() if id(t) in made]
+    _assign(binds, 2)
     try:
-        # Tied names (the same tensor as one the store has) need no entry of their own.
-        tied = [(d, attr, made[id(t)]) for name, owner, attr, t, is_param in later if id(t) in made
-                for d in (owner._parameters if is_param else owner._buffers,)]
-        if strict:  # what the store lacks, from the module as it was; what the module lacks
-            missing = sorted(n for n, o, a, t, p in later if _persistent(o, a, p) and id(t) not in made)
-            extra = sorted(set(views) - {i[0] for i in _tensors(module)}) if len(views) > found else []
-            if missing or extra:
-                raise KeyError(_names_differ("materialize", conn.store, missing, extra))
-        owners, init = _lacking_buffers(module, [i for i in later if id(i[3]) not in made],
-                                        {} if own_buffers else views, device, init, conn.store)
-        if bad:  # every tensor checked, as load_state_dict names them
-            raise RuntimeError("materialize %s: %d tensor(s) do not match, the module is unchanged:\n  %s"
-                               % (conn.store, len(bad), "\n  ".join(bad)))
-        for d, attr, obj in tied:
-            d[attr] = obj
         _make_buffers(owners, init, device)
-    except BaseException:
-        for d, saved in reversed(undo):  # a module reached twice: its first copy last
-            d.update(saved)
+    except BaseException:  # every tensor as it was, the buffers it was making too
+        binds += [((o._buffers,), (a,), None, (t,)) for _, o, a, t, p in lacking if not p]
+        _assign(binds, 3)
         raise
     module._gmsfs = conn
     return module
 
 
-def _walk_views(module, views, own_buffers=False):
-    """materialize's one pass over the module (a model has hundreds of tensors, and this
-    is the Python that runs for each): every tensor the store names becomes its view, if
-    shape and dtype agree.  Returns ([(dict, its items before)] to undo it, [(name, owner,
-    attr, tensor, is_param)] of those the store does not name (or own_buffers keeps), the
-    mismatches, {id(tensor): view}, how many the store named)."""
-    made, undo, later, bad = {}, [], [], []
-    found = 0
-    stack = [("", module)]
-    push, pop, view_of, made_of, save = stack.append, stack.pop, views.get, made.get, undo.append
-    while stack:
-        pre, m = pop()
-        for d, is_param in ((m._parameters, True), (m._buffers, False)):
-            if not d:
+def _assign(binds, which):
+    """Set each bind's tensors: which=2 its views, 3 the tensors it had before."""
+    for b in binds:
+        deque(map(setitem, b[0], b[1], b[which]), 0)
+
+
+def _bind(man, where, device, keep):
+    """Pair the store's rows with the module's slots of the same names (popped from where;
+    keep: names the module keeps, bound to nothing), each row's tensor made anew and
+    checked against the slot's.  Returns ([(dicts, attributes, views, tensors before)] to
+    assign, {id(tensor before): its view}, the mismatches, the names the module lacks).
+    Nothing is assigned yet.  A group whose rows all agree with their slots is paired by
+    C's loops (map, zip), any other one row by row (_bind_rows)."""
+    bases, acc, values, pop = {}, ([], {}, [], []), man.values, where.pop
+    binds, made = acc[0], acc[1]
+    for g in man.groups:
+        names, value = g[8], values[g[1]]
+        views = _group_tensors(man, g, bases, device)
+        slots = list(map(pop, names, _repeat(None)))
+        if None not in slots:
+            ds, attrs, ts, kinds, _ = zip(*slots)
+            ids = tuple(map(id, ts))
+            if (all(map(value[1].__eq__, map(_SHAPE, ts))) and all(map(_is, _repeat(value[0]), map(_DTYPE, ts)))
+                    and (all(kinds) or not any(kinds)) and len(set(ids)) == len(ids)
+                    and not any(map(made.__contains__, ids))):
+                if kinds[0]:
+                    views = _as_params(views)
+                made.update(zip(ids, views))
+                binds.append((ds, attrs, views, ts))
                 continue
-            save((d, d.copy()))
-            for attr, t in d.items():
-                if t is None:
-                    continue
-                obj = view_of(pre + attr)
-                if obj is None or own_buffers and not is_param and attr in m._non_persistent_buffers_set:
-                    later.append((pre + attr, m, attr, t, is_param))
-                    continue
-                found += 1
-                o = made_of(id(t))
-                if o is not None:  # the same tensor under another name: one view
-                    obj = o
-                elif obj.shape != t.shape or obj.dtype is not t.dtype:
-                    bad.append(_mismatch(pre + attr, obj, t))
-                    made[id(t)] = None  # in the store all the same (its tied names are not missing)
-                    continue
-                else:
-                    if (type(obj) is _Param) is not is_param:
-                        obj = _kind(obj, is_param)
-                    made[id(t)] = obj
-                d[attr] = obj
-        for n, c in m._modules.items():
-            if c is not None:
-                push((pre + n + ".", c))
-    return undo, later, bad, made, found
+        _bind_rows(names, slots, views, keep, acc)
+    return acc
+
+
+def _bind_rows(names, slots, views, keep, acc):
+    """_bind's rows one by one, into acc (its four results): a name the module lacks, a
+    tensor bound already (tied: one view), a mismatch."""
+    binds, made, bad, extra = acc
+    for name, slot, obj in zip(names, slots, views):
+        if slot is None:
+            if name not in keep:
+                extra.append(name)
+            continue
+        d, attr, t, is_param, _ = slot
+        o = made.get(id(t))
+        if o is not None:  # the same tensor under another name: one view
+            obj = o
+        elif obj.shape != t.shape or obj.dtype is not t.dtype:
+            bad.append(_mismatch(name, obj, t))
+            made[id(t)] = None  # in the store all the same (its tied names are not missing)
+            continue
+        else:
+            obj = made[id(t)] = _as_params((obj,))[0] if is_param else obj
+        binds.append(((d,), (attr,), (obj,), (t,)))
 
 
 # ---- GMS's flows ----

@@ -114,6 +114,37 @@ def test_tensors_that_lie_a_layer_apart_are_viewed_by_groups(store):
     c.close()
 
 
+def test_materialized_parameters_behave_as_parameters(store):
+    """A materialized Parameter is a view of the store under Parameter's class: it is
+    listed, copied, converted, saved and trained as any Parameter."""
+    import copy
+    import io
+    torch.manual_seed(5)
+    src = Layers()
+    gt.publish(src, store).close()
+    m = gt.materialize(Layers(device="meta"), store)
+    ps = dict(m.named_parameters())
+    assert len(ps) == len(dict(src.named_parameters())) and all(type(p) is torch.nn.Parameter for p in ps.values())
+    assert all(not p.requires_grad and m._gmsfs.find_ptr(p.data_ptr()) for p in ps.values())
+    twin = copy.deepcopy(m)  # a copy of its own, sharing the store's connection (one lock)
+    assert twin._gmsfs is m._gmsfs
+    with pytest.raises(TypeError, match="cannot be pickled: connect in the other process"):
+        import pickle
+        pickle.dumps(m._gmsfs)
+    assert all(type(p) is torch.nn.Parameter and p.data_ptr() != ps[n].data_ptr() and torch.equal(p, ps[n])
+               for n, p in twin.named_parameters())
+    f = io.BytesIO()
+    torch.save(m.state_dict(), f)
+    f.seek(0)
+    assert all(torch.equal(t, ps[n]) for n, t in torch.load(f).items() if n in ps)
+    twin.double()
+    assert all(type(p) is torch.nn.Parameter and p.dtype is torch.float64 for p in twin.parameters())
+    w = twin.layers[0].q.weight.requires_grad_()
+    twin.layers[0].q(torch.ones(2, w.shape[1], dtype=torch.float64)).sum().backward()
+    assert w.grad is not None and w.grad.shape == w.shape
+    m._gmsfs.close()
+
+
 def test_random_layouts_come_back_tensor_by_tensor(store):
     """Groups are found in any layout: modules of random tensors (a few shapes and dtypes,
     parameters and buffers, private ones, empty ones, one tied), published and
@@ -154,6 +185,8 @@ def test_random_layouts_come_back_tensor_by_tensor(store):
         for n, t in want.items():
             assert got[n].dtype == t.dtype and torch.equal(got[n], t), (seed, n)
         assert "p0" not in src._parameters or dst.tied is dst.p0, "a tied tensor stays one"
+        for n in want:  # each slot keeps its kind, however its group was bound
+            assert type(got[n]) is (torch.nn.Parameter if n in dst._parameters else torch.Tensor), (seed, n)
         dst._gmsfs.close()
 
 
