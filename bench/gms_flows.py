@@ -11,8 +11,11 @@
     python3 bench/gms_flows.py MOUNT [UPSTREAM] [RUNS]
 
 Per layout (1000 x 2 MiB, 128 x 64 MiB, 16 x 1 GiB; a layout larger than a third of the
-device is skipped), RUNS times (default 3; three times as many for 16 allocations, whose
-phases take milliseconds and move with the machine; the median is printed): a writer process
+device is skipped), RUNS times for GMS (default 3; three times as many for 16 allocations,
+whose phases take milliseconds and move with the machine; the median is printed) and three
+times as many for gmsfs.gms and gmsfs, the two taking turns, so that the shim's overhead
+is the median of its ratios run by run (a pair of runs side by side sees the same
+machine; fresh processes move by about 10% from run to run, as much as the goal): a writer process
 (connect RW; allocate + map each allocation; a metadata entry per allocation; commit,
 which unmaps the writer in GMS's semantics: gmsfs's own path unmaps after its commit),
 then a reader process (connect RO, every entry read and its allocation mapped: an
@@ -204,67 +207,78 @@ def median(xs):
     return xs[len(xs) // 2]
 
 
-def one_layout(systems, mount, n, size, device, cuda, runs, standin_s):
-    """{system: {phase: median seconds}} for this layout.  The systems take turns, run by
-    run (not each its runs in a block), their order rotated each run: what drifts on the
-    machine meanwhile, and what a process leaves behind for the next (a CUDA context's
-    teardown, memory another one holds), falls on all of them alike."""
+def one_layout(systems, mount, n, size, device, cuda, runs, pairs, standin_s):
+    """{system: {phase: median seconds}} for this layout, and under "pairs" {phase: [the
+    shim's time over gmsfs's own, run by run]}.  The systems take turns, run by run (not
+    each its runs in a block), their order rotated each run: what drifts on the machine
+    meanwhile, and what a process leaves behind for the next (a CUDA context's teardown,
+    memory another one holds), falls on all of them alike.  GMS runs runs times, the
+    others pairs times."""
     rows = {system: [] for system in systems}
     servers = {}
     try:
         for system, env in systems.items():
             if system == "gms":
                 servers[system] = GMSServer(env, device)
-        names = list(systems)
-        for r in range(runs):
+        for r in range(pairs):
+            names = [s for s in systems if r < runs or s != "gms"]
             for system in names[r % len(names):] + names[:r % len(names)]:  # each follows each in turn
-                env = systems[system]
-                server = servers.get(system)
-                if server:
-                    where = server.sock
-                else:
-                    where = os.path.join(mount, "bench-%s-%d" % (system.replace(".", "-"), r))
-                    os.mkdir(where)
-                w = run(env, system, "writer", where, n, size, device, int(cuda))
-                rd = run(env, system, "reader", where, n, size, device, int(cuda))
-                assert w["count"] == n and rd["count"] == n, (system, w, rd)
-                if system == "gms.shim":
-                    assert w["client"].startswith(PY), w["client"]  # gmsfs.gms answered, not GMS
-                rows[system].append(dict(w, **rd))
-                rows[system][-1]["rpcs"] = dict(w.get("rpcs", {}), **rd.get("rpcs", {}))
-                if not server:
-                    os.rmdir(where)
+                rows[system].append(one_run(system, systems[system], servers.get(system), mount, r, n, size,
+                                            device, cuda))
     finally:
         for server in servers.values():
             server.close()
     res = {}
     for system in systems:
-        res[system] = {k: median(r[k] for r in rows[system]) for k in ("connect", "alloc", "meta", "commit", "imp",
-                                                                      "remap")}
+        res[system] = {k: median(r[k] for r in rows[system]) for k in KEYS}
         if system == "gms" and standin_s:  # what msgspec itself would have spared: the stand-in's cost per request
             res["gms-"] = {k: v - median(r["rpcs"][k] for r in rows[system]) * standin_s
                            for k, v in res[system].items()}
+    res["pairs"] = {k: [a[k] / b[k] for a, b in zip(rows["gms.shim"], rows["gmsfs"])] for k in KEYS}
     return res
+
+
+KEYS = ("connect", "alloc", "meta", "commit", "imp", "remap")
+
+
+def one_run(system, env, server, mount, r, n, size, device, cuda):
+    """A writer process then a reader process of system: their phases' seconds."""
+    if server:
+        where = server.sock
+    else:
+        where = os.path.join(mount, "bench-%s-%d" % (system.replace(".", "-"), r))
+        os.mkdir(where)
+    w = run(env, system, "writer", where, n, size, device, int(cuda))
+    rd = run(env, system, "reader", where, n, size, device, int(cuda))
+    assert w["count"] == n and rd["count"] == n, (system, w, rd)
+    if system == "gms.shim":
+        assert w["client"].startswith(PY), w["client"]  # gmsfs.gms answered, not GMS
+    if not server:
+        os.rmdir(where)
+    out = dict(w, **rd)
+    out["rpcs"] = dict(w.get("rpcs", {}), **rd.get("rpcs", {}))
+    return out
 
 
 PHASES = [("writer: allocate + map", "alloc", True), ("metadata put", "meta", True), ("commit, writer unmapped", "commit", False),
           ("reader: connect + import", "imp", True), ("remap cycle", "remap", True), ("writer connect", "connect", False)]
 
 
-def report(res, n, size, runs):
+def report(res, n, size, runs, pairs):
     names = [s for s in ("gms", "gms-", "gms.shim", "gmsfs") if s in res]
     label = {"gms": "GMS 0.9.0", "gms-": "less stand-in", "gms.shim": "gmsfs.gms", "gmsfs": "gmsfs (own)"}
     gms = "gms-" if "gms-" in res else "gms"  # the ratio against GMS as msgspec would run it
-    print("# %d x %d MiB, median of %d fresh writer and reader processes; us per allocation (ms where "
-          "marked)" % (n, size // MiB, runs))
-    print("#   %-26s" % "" + "".join("%14s" % label[s] for s in names) + "%16s%16s" % ("GMS / gmsfs.gms",
+    print("# %d x %d MiB, medians of fresh writer and reader processes (%s gmsfs.gms and gmsfs %d each, by "
+          "turns); us per allocation (ms where marked); gmsfs.gms / own: the median of its ratios run by run "
+          "[the middle half of them]" % (n, size // MiB, "GMS %d," % runs if "gms" in res else "", pairs))
+    print("#   %-26s" % "" + "".join("%14s" % label[s] for s in names) + "%16s%24s" % ("GMS / gmsfs.gms",
                                                                                     "gmsfs.gms / own"))
     for title, key, per in PHASES:
         cells = [res[s][key] * (1e6 / n if per else 1e3) for s in names]
         line = "#   %-26s" % (title + ("" if per else " (ms)")) + "".join("%14.1f" % c for c in cells)
-        shim, own = res["gms.shim"][key], res["gmsfs"][key]
-        line += "%16s" % ("%.2fx" % (res[gms][key] / shim) if gms in res else "-")
-        line += "%16s" % ("%.2fx" % (shim / own))
+        line += "%16s" % ("%.2fx" % (res[gms][key] / res["gms.shim"][key]) if gms in res else "-")
+        q = sorted(res["pairs"][key])
+        line += "%24s" % ("%.2fx [%.2f-%.2f]" % (median(q), q[len(q) // 4], q[(3 * len(q)) // 4]))
         print(line)
     sys.stdout.flush()
 
@@ -299,7 +313,7 @@ def main():
             print("# %d x %d MiB: skipped (more than a third of the device's %d bytes)" % (n, size // MiB, total))
             continue
         k = runs * 3 if n < 100 else runs  # a few allocations: a phase of milliseconds, noisy; more runs
-        report(one_layout(systems, mount, n, size, device, cuda, k, standin_s), n, size, k)
+        report(one_layout(systems, mount, n, size, device, cuda, k, 3 * k, standin_s), n, size, k, 3 * k)
 
 
 if __name__ == "__main__":

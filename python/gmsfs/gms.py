@@ -122,19 +122,38 @@ class LocalMapping:
     layout_slot: int
 
     def with_handle(self, handle: int) -> "LocalMapping":
-        return _local(self.allocation_id, self.va, self.size, self.aligned_size, handle, self.tag, self.layout_slot)
+        m = _new(LocalMapping)
+        d = m.__dict__
+        d.update(self.__dict__)
+        d["handle"] = handle
+        return m
 
     def with_server_identity(self, allocation_id: str, layout_slot: int) -> "LocalMapping":
         return _local(allocation_id, self.va, self.size, self.aligned_size, self.handle, self.tag, layout_slot)
 
 
+_new = object.__new__
+
+
 def _local(allocation_id, va, size, aligned_size, handle, tag, layout_slot):
     """LocalMapping(...) without the frozen dataclass's per-field setattr: a model has
     hundreds of mappings, and unmap_all_vas and remap_all_vas remake every one."""
-    m = object.__new__(LocalMapping)
-    m.__dict__.update(allocation_id=allocation_id, va=va, size=size, aligned_size=aligned_size, handle=handle,
-                      tag=tag, layout_slot=layout_slot)
+    m = _new(LocalMapping)
+    d = m.__dict__
+    d["allocation_id"], d["va"], d["size"], d["aligned_size"] = allocation_id, va, size, aligned_size
+    d["handle"], d["tag"], d["layout_slot"] = handle, tag, layout_slot
     return m
+
+
+def _rehandle(mappings, handle):
+    """Every LocalMapping of mappings remade with handle (GMS's with_handle, written out:
+    unmap_all_vas and remap_all_vas remake every one of a model's hundreds)."""
+    for va, m in mappings.items():
+        x = _new(LocalMapping)
+        d = x.__dict__
+        d.update(m.__dict__)
+        d["handle"] = handle
+        mappings[va] = x
 
 
 # ---- stores: where GMS says socket ----
@@ -561,8 +580,7 @@ class GMSClientMemoryManager:
     def _sleep(self, c):
         c.unmap_all()
         self._asleep = c
-        for va, m in list(self._mappings.items()):
-            self._mappings[va] = m.with_handle(0)
+        _rehandle(self._mappings, 0)
         self._va_preserved = self._unmapped = True
 
     # ---- Tier 1 ----
@@ -602,7 +620,16 @@ class GMSClientMemoryManager:
         return (self._client or self._client_rpc).metadata_put(key, allocation_id, offset_bytes, value)
 
     def metadata_get(self, key: str):
-        return (self._client or self._client_rpc).metadata_get(key)
+        # A reader asks once per tensor: the session's lookup written out, one call into gmsfs.
+        s = self._client
+        c = s._c if s is not None else None
+        if c is None:
+            return self._client_rpc.metadata_get(key)  # says why not
+        try:
+            e = c.meta_get(_key_path(key))
+        except KeyError:
+            return None
+        return e.alloc, e.offset, e.value
 
     def metadata_list(self, prefix: str = "") -> List[str]:
         return self._client_rpc.metadata_list(prefix)
@@ -693,8 +720,7 @@ class GMSClientMemoryManager:
         self._client._granted_lock_type = GrantedLockType.RW if c.lock_mode == "rw" else GrantedLockType.RO
         self._client._transport = _Transport(self._client)
         self._granted_lock_type = self._client._granted_lock_type
-        for va, m in list(self._mappings.items()):
-            self._mappings[va] = m.with_handle(1)
+        _rehandle(self._mappings, 1)
         self._va_preserved = self._unmapped = False
         self._requested = None
 
