@@ -268,9 +268,9 @@ def report(res, n, size, runs, pairs):
     names = [s for s in ("gms", "gms-", "gms.shim", "gmsfs") if s in res]
     label = {"gms": "GMS 0.9.0", "gms-": "less stand-in", "gms.shim": "gmsfs.gms", "gmsfs": "gmsfs (own)"}
     gms = "gms-" if "gms-" in res else "gms"  # the ratio against GMS as msgspec would run it
-    print("# %d x %d MiB, medians of fresh writer and reader processes (%s gmsfs.gms and gmsfs %d each, by "
+    print("# %d x %d MiB, medians of fresh writer and reader processes (%sgmsfs.gms and gmsfs %d each, by "
           "turns); us per allocation (ms where marked); gmsfs.gms / own: the median of its ratios run by run "
-          "[the middle half of them]" % (n, size // MiB, "GMS %d," % runs if "gms" in res else "", pairs))
+          "[the middle half of them]" % (n, size // MiB, "GMS %d, " % runs if "gms" in res else "", pairs))
     print("#   %-26s" % "" + "".join("%14s" % label[s] for s in names) + "%16s%24s" % ("GMS / gmsfs.gms",
                                                                                     "gmsfs.gms / own"))
     for title, key, per in PHASES:
