@@ -486,7 +486,10 @@ def _views(conn, items, man, device):
 def materialize(module, store, strict=True, init=None, own_buffers=False):
     """Make every parameter and buffer of module a view of the store's memory (a path, or a
     Connection): no copy, no extra memory; private entries point at this process's copy.
-    The module may be on the meta device.
+    The module may be on the meta device.  A parameter stays a Parameter (not requiring
+    grad) and a buffer a plain tensor; each is a view of its region (its _base).
+    module._gmsfs is the connection: it holds the read lock; copy.deepcopy(module) shares
+    it.
 
     strict: the module's persistent state (its state_dict) and the store's tensors must
     name the same tensors, both ways (a tied name, the same tensor as one the store has,
