@@ -146,14 +146,10 @@ def _local(allocation_id, va, size, aligned_size, handle, tag, layout_slot):
 
 
 def _rehandle(mappings, handle):
-    """Every LocalMapping of mappings remade with handle (GMS's with_handle, written out:
-    unmap_all_vas and remap_all_vas remake every one of a model's hundreds)."""
+    """Every LocalMapping of mappings remade with handle, as GMS's unmap_all_vas and
+    remap_all_vas do (with_handle copies the fields: a model has hundreds)."""
     for va, m in mappings.items():
-        x = _new(LocalMapping)
-        d = x.__dict__
-        d.update(m.__dict__)
-        d["handle"] = handle
-        mappings[va] = x
+        mappings[va] = m.with_handle(handle)
 
 
 # ---- stores: where GMS says socket ----

@@ -119,6 +119,7 @@ def test_materialized_parameters_behave_as_parameters(store):
     listed, copied, converted, saved and trained as any Parameter."""
     import copy
     import io
+    import pickle
     torch.manual_seed(5)
     src = Layers()
     gt.publish(src, store).close()
@@ -129,7 +130,6 @@ def test_materialized_parameters_behave_as_parameters(store):
     twin = copy.deepcopy(m)  # a copy of its own, sharing the store's connection (one lock)
     assert twin._gmsfs is m._gmsfs
     with pytest.raises(TypeError, match="cannot be pickled: connect in the other process"):
-        import pickle
         pickle.dumps(m._gmsfs)
     assert all(type(p) is torch.nn.Parameter and p.data_ptr() != ps[n].data_ptr() and torch.equal(p, ps[n])
                for n, p in twin.named_parameters())
