@@ -50,7 +50,7 @@ class AdapterPool:
                        for key in (slot_name(name, slot),) if key is not None]
         if not self._items:
             raise ValueError("the model has no tensors in a slot named %r (lora_*.%s.*)" % (slot, slot))
-        self._known = {}  # name: [connection, views], mapped or asleep
+        self._known = {}  # name: [connection, its binds (gmsfs.torch._bind)], mapped or asleep
         self._awake = collections.OrderedDict()  # the mapped ones, least recently used first
         self.active = None
 
@@ -79,17 +79,21 @@ class AdapterPool:
         conn = connect(self.store(name), "ro", self.timeout)
         try:
             conn.import_all()
-            man = _gt._manifest(conn)
-            _gt._check_names(self._items, {p[0] for p in man.places()}, True, conn.store,
-                             "adapter (slot %r)" % self.slot)
-            views, bad = _gt._views(conn, self._items, man, _gt._device(conn))
+            # materialize's binding, the slot's names for the module's
+            where = {key: (owner._parameters if p else owner._buffers, attr, t, p, owner)
+                     for key, owner, attr, t, p in self._items}
+            binds, made, bad, extra = _gt._bind(_gt._manifest(conn), where, _gt._device(conn), ())
+            lacking, tied = _gt._leftover(where, made)
+            missing = _gt._missing(lacking)
+            if missing or extra:
+                raise KeyError(_gt._names_differ("adapter (slot %r)" % self.slot, conn.store, missing, sorted(extra)))
             if bad:
                 raise RuntimeError("adapter %s: %d tensor(s) do not match the slot %r, which is unchanged:\n  %s"
                                    % (name, len(bad), self.slot, "\n  ".join(bad)))
         except BaseException:
             conn.close()
             raise
-        return [conn, views]
+        return [conn, binds + tied]
 
     def _wake(self, name, entry):
         try:
@@ -109,8 +113,7 @@ class AdapterPool:
             entry = self._wake(name, entry)
         self._awake[name] = True
         self._awake.move_to_end(name)
-        for owner, attr, is_param, obj in entry[1]:
-            (owner._parameters if is_param else owner._buffers)[attr] = obj
+        _gt._assign(entry[1], 2)
         self.active = name
         while len(self._awake) > self.keep:
             self.release(next(iter(self._awake)))

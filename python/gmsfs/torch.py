@@ -272,7 +272,7 @@ class _Manifest:
                number, empty, parameter)], one per distinct value (a model's layers
                repeat their shapes);
       allocs:  [allocation name].
-    A group's views are made by one call (_group_views)."""
+    A group's views are made by one call (_group_tensors)."""
     __slots__ = ("groups", "regions", "values", "allocs")
 
     def __init__(self, doc):
@@ -303,17 +303,6 @@ def _manifest(conn):
 def _persistent(owner, attr, is_param):
     """In state_dict: parameters and persistent buffers (what a checkpoint holds)."""
     return is_param or attr not in owner._non_persistent_buffers_set
-
-
-def _check_names(items, rows, strict, store, what="materialize"):
-    """The module's persistent state and the store, both ways; a name the store lacks is
-    fine when it is tied to one the store has (the same tensor under two names)."""
-    have = {id(t) for name, _, _, t, _ in items if name in rows}
-    persistent = {name for name, owner, attr, t, p in items if _persistent(owner, attr, p) and id(t) not in have}
-    names = {i[0] for i in items}
-    missing, extra = sorted(persistent - set(rows)), sorted(set(rows) - names)
-    if strict and (missing or extra):
-        raise KeyError(_names_differ(what, store, missing, extra))
 
 
 def _names_differ(what, store, missing, extra):
@@ -389,7 +378,6 @@ def _mismatch(name, obj, t):
         name, _DTYPE_NAMES.get(obj.dtype, obj.dtype), _DTYPE_NAMES.get(t.dtype, t.dtype))
 
 
-_new_param = torch.Tensor._make_subclass  # what Parameter(plain tensor) calls, without its Python frame
 _Param = torch.nn.Parameter
 _SHAPE, _DTYPE = attrgetter("shape"), attrgetter("dtype")
 
@@ -444,45 +432,6 @@ def _as_params(views):
     return views
 
 
-def _group_views(man, device):
-    """{name: tensor} of every row of the store, a Parameter where its value says so."""
-    out, bases, values = {}, {}, man.values
-    for g in man.groups:
-        views = _group_tensors(man, g, bases, device)
-        out.update(zip(g[8], _as_params(views) if values[g[1]][8] else views))
-    return out
-
-
-def _kind(obj, is_param):
-    """obj as a Parameter or a plain tensor, as the module's slot has it."""
-    if (type(obj) is _Param) is is_param:
-        return obj
-    return _new_param(_Param, obj, False) if is_param else obj.detach()
-
-
-def _views(conn, items, man, device):
-    """[(owner, attr, is_param, view)] for every tensor of items the store has (a tied one,
-    the same tensor under another name, once), and the mismatches of shape or dtype."""
-    views, made, out, bad, later = _group_views(man, device), {}, [], [], []
-    for name, owner, attr, t, is_param in items:
-        obj = views.get(name)
-        if obj is None:
-            later.append((owner, attr, t, is_param))
-            continue
-        if id(t) in made:
-            obj = made[id(t)]
-        elif obj.shape != t.shape or obj.dtype is not t.dtype:
-            bad.append(_mismatch(name, obj, t))
-            continue
-        else:
-            obj = made[id(t)] = _kind(obj, is_param)
-        out.append((owner, attr, is_param, obj))
-    for owner, attr, t, is_param in later:  # a tied name the store has under another one
-        if id(t) in made:
-            out.append((owner, attr, is_param, made[id(t)]))
-    return out, bad
-
-
 def materialize(module, store, strict=True, init=None, own_buffers=False):
     """Make every parameter and buffer of module a view of the store's memory (a path, or a
     Connection): no copy, no extra memory; private entries point at this process's copy.
@@ -511,17 +460,16 @@ def materialize(module, store, strict=True, init=None, own_buffers=False):
         del where[name]
     binds, made, bad, extra = _bind(_manifest(conn), where, device, kept)
     where.update(kept)  # now the module's tensors that the store does not bind
-    later = [(name, owner, attr, t, is_param) for name, (_, attr, t, is_param, owner) in where.items()]
-    if strict:  # what the store lacks (a tied name, the same tensor as one it binds, is not lacking)
-        missing = sorted(n for n, o, a, t, p in later if _persistent(o, a, p) and id(t) not in made)
+    lacking, tied = _leftover(where, made)
+    if strict:
+        missing = _missing(lacking)
         if missing or extra:
             raise KeyError(_names_differ("materialize", conn.store, missing, sorted(extra)))
-    lacking = [i for i in later if id(i[3]) not in made]
     owners, init = _lacking_buffers(module, lacking, device, init, conn.store)
     if bad:  # every tensor checked, as load_state_dict names them
         raise RuntimeError("materialize %s: %d tensor(s) do not match, the module is unchanged:\n  %s"
                            % (conn.store, len(bad), "\n  ".join(bad)))
-    binds += [((d,), (attr,), (made[id(t)],), (t,)) for d, attr, t, _, _ in where.values() if id(t) in made]
+    binds += tied
     _assign(binds, 2)
     try:
         _make_buffers(owners, init, device)
@@ -531,6 +479,25 @@ def materialize(module, store, strict=True, init=None, own_buffers=False):
         raise
     module._gmsfs = conn
     return module
+
+
+def _leftover(where, made):
+    """The module's tensors left in where after _bind: [(name, owner, attribute, tensor,
+    is_param)] of those the store lacks, and the binds of the tied ones (the same tensor
+    as one the store binds, under another name: its view)."""
+    lacking, tied = [], []
+    for name, (d, attr, t, is_param, owner) in where.items():
+        if id(t) in made:
+            tied.append(((d,), (attr,), (made[id(t)],), (t,)))
+        else:
+            lacking.append((name, owner, attr, t, is_param))
+    return lacking, tied
+
+
+def _missing(lacking):
+    """The names of lacking (_leftover's) that the store should have: the module's
+    persistent state (what a checkpoint holds)."""
+    return sorted(n for n, o, a, t, p in lacking if _persistent(o, a, p))
 
 
 def _assign(binds, which):
