@@ -118,6 +118,14 @@ def load(conn, path, slab_bytes=0, progress=False, verbose=False):
         raise GmsfsError(-e, "load %s into %s: %s" % (path, conn.store, err.value.decode(errors="replace")))
 
 
+def _entry(key, alloc, offset, value, size, private):
+    """An entry for gmsfs_meta_put_many; a str value is UTF-8."""
+    if type(value) is not bytes:
+        value = value.encode() if isinstance(value, str) else bytes(value)
+    return _lib.Entry(key.encode(), alloc.encode(), offset, size, _lib.ENTRY_PRIVATE if private else 0, value,
+                      len(value))
+
+
 class Connection:
     """One lock on one store.  A context manager: leaving it disconnects (a writer that
     did not commit is rolled back).  Use it from one thread at a time."""
@@ -273,31 +281,21 @@ class Connection:
     def meta_put(self, key, alloc, offset=0, value=b"", size=0, private=False):
         """One entry, meta_put_many's fields: a GMS-style writer puts one per tensor, so
         this is meta_put_many's work without its lists."""
-        if type(value) is not bytes:
-            value = value.encode() if isinstance(value, str) else bytes(value)
-        e = _lib.Entry(key.encode(), alloc.encode(), offset, size, _lib.ENTRY_PRIVATE if private else 0, value,
-                       len(value))
-        self._check(_c.gmsfs_meta_put_many(self._handle(), e, 1), "meta_put")
+        self._check(_c.gmsfs_meta_put_many(self._handle(), _entry(key, alloc, offset, value, size, private), 1),
+                    "meta_put")
 
     def meta_put_many(self, entries):
         """Put entries in one round trip, all or nothing.  Each is a dict (key, alloc, offset=0,
         value=b"", size=0, private=False) or a tuple in that order; a str value is UTF-8."""
-        rows, keep = [], []
+        rows = []  # each Entry keeps its bytes alive (ctypes' c_char_p fields hold them)
         defaults = (None, None, 0, b"", 0, False)
         for x in entries:
             if isinstance(x, dict):
                 x = (x["key"], x["alloc"], x.get("offset", 0), x.get("value", b""), x.get("size", 0),
                      x.get("private", False))
             key, alloc, offset, value, size, private = tuple(x) + defaults[len(x):]
-            if isinstance(value, str):
-                value = value.encode()
-            value = bytes(value)
-            k, a = key.encode(), alloc.encode()
-            keep += [k, a, value]
-            rows.append((k, a, offset, size, _lib.ENTRY_PRIVATE if private else 0, value))
-        arr = (_lib.Entry * len(rows))()
-        for i, (k, a, offset, size, flags, value) in enumerate(rows):
-            arr[i] = _lib.Entry(k, a, offset, size, flags, value, len(value))
+            rows.append(_entry(key, alloc, offset, value, size, private))
+        arr = (_lib.Entry * len(rows))(*rows)
         self._check(_c.gmsfs_meta_put_many(self._handle(), arr, len(rows)), "meta_put")
 
     def meta_get(self, key):

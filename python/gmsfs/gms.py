@@ -231,6 +231,15 @@ def _key_of(path: str) -> str:
     return bytes.fromhex(path[1:]).decode() if path.startswith("%") else path
 
 
+def _metadata_get(c, key):
+    """GMS's metadata_get on the connection c: (allocation id, offset, value), None if absent."""
+    try:
+        e = c.meta_get(_key_path(key))
+    except KeyError:
+        return None
+    return e.alloc, e.offset, e.value
+
+
 def _state(store: str) -> dict:
     return read_fields(os.path.join(store, "state"))
 
@@ -440,11 +449,7 @@ class _GMSClientSession:
         return True
 
     def metadata_get(self, key: str):
-        try:
-            e = self._conn().meta_get(_key_path(key))
-        except KeyError:
-            return None
-        return e.alloc, e.offset, e.value
+        return _metadata_get(self._conn(), key)
 
     def metadata_delete(self, key: str) -> bool:
         self._need_rw("metadata_delete")
@@ -616,16 +621,12 @@ class GMSClientMemoryManager:
         return (self._client or self._client_rpc).metadata_put(key, allocation_id, offset_bytes, value)
 
     def metadata_get(self, key: str):
-        # A reader asks once per tensor: the session's lookup written out, one call into gmsfs.
+        # A reader asks once per tensor: straight to the session's connection.
         s = self._client
         c = s._c if s is not None else None
         if c is None:
             return self._client_rpc.metadata_get(key)  # says why not
-        try:
-            e = c.meta_get(_key_path(key))
-        except KeyError:
-            return None
-        return e.alloc, e.offset, e.value
+        return _metadata_get(c, key)
 
     def metadata_list(self, prefix: str = "") -> List[str]:
         return self._client_rpc.metadata_list(prefix)

@@ -220,7 +220,6 @@ def test_get_socket_path_is_the_store_of_the_tag(mount, monkeypatch):
     os.rmdir(p)
 
 
-
 def test_a_gms_socket_path_of_the_mounts_device_is_its_store_of_the_tag(mount, tmp_path, monkeypatch):
     monkeypatch.setattr(gmsfs.ctl, "mounts", lambda: [mount])  # host mounts of one machine share a uuid
     uuid = gmsfs.ctl.status(mount)["device"]["uuid"]
@@ -234,6 +233,7 @@ def test_a_gms_socket_path_of_the_mounts_device_is_its_store_of_the_tag(mount, t
     r.close()
     w.close()
     os.rmdir(os.path.join(mount, "weights"))
+
 
 IMPORTS = """
 import gpu_memory_service.client.memory_manager as mm
