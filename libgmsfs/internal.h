@@ -188,6 +188,8 @@ int mt_ensure(gmsfs *g);
 int mt_privatize(gmsfs *g);
 /* Where x's extent is in this process: its private copy, or in its mapped allocation; NULL. */
 void *mt_extent_ptr(const gmsfs *g, const struct entry_rec *x);
+/* Where allocation alloc is mapped in this process; NULL where it is not. */
+void *mt_alloc_ptr(const gmsfs *g, const char *alloc);
 /* Drop the entries that name allocation alloc. */
 void mt_forget_alloc(gmsfs *g, const char *alloc);
 void mt_free(gmsfs *g);

@@ -281,12 +281,18 @@ int gmsfs_meta_delete(gmsfs *g, const char *key)
 	return e;
 }
 
+void *mt_alloc_ptr(const gmsfs *g, const char *alloc)
+{
+	struct gmsfs_mapping *m = alloc ? mp_find(g, alloc) : NULL;
+	return m && g->slots[m - g->maps].mapped ? m->ptr : NULL;
+}
+
 void *mt_extent_ptr(const gmsfs *g, const struct entry_rec *x)
 {
 	if (x->copy)
 		return x->copy;
-	struct gmsfs_mapping *m = x->alloc ? mp_find(g, x->alloc) : NULL;
-	return m && g->slots[m - g->maps].mapped ? (char *)m->ptr + x->offset : NULL;
+	char *base = mt_alloc_ptr(g, x->alloc);
+	return base ? base + x->offset : NULL;
 }
 
 int gmsfs_meta_get(gmsfs *g, const char *key, struct gmsfs_meta *out)
