@@ -269,8 +269,12 @@ class Connection:
 
     def import_all(self):
         """Map every allocation of the layout and load its metadata (one round trip)."""
-        self._check(_c.gmsfs_import_all(self._handle()), "import_all")
+        self._import_all()
         return self.mappings
+
+    def _import_all(self):
+        """import_all without the list of mappings (a Mapping each: tens of us for a model)."""
+        self._check(_c.gmsfs_import_all(self._handle()), "import_all")
 
     def import_one(self, name):
         p = ctypes.c_void_p()

@@ -451,7 +451,7 @@ def materialize(module, store, strict=True, init=None, own_buffers=False):
     store has them (the store's were made for another config).  On any of these errors
     the module is left as it was."""
     conn = store if isinstance(store, Connection) else connect(store, "ro")
-    conn.import_all()  # maps what is not mapped yet, loads the entries
+    conn._import_all()  # maps what is not mapped yet, loads the entries
     device = _device(conn)
     where = _where(module)
     kept = {n: s for n, s in where.items() if not s[3] and s[1] in s[4]._non_persistent_buffers_set} \
@@ -521,13 +521,12 @@ def _bind(man, where, device, keep):
         slots = list(map(pop, names, _repeat(None)))
         if None not in slots:
             ds, attrs, ts, kinds, _ = zip(*slots)
-            ids = tuple(map(id, ts))
+            by_id = dict(zip(map(id, ts), views))  # as many as ts: no tensor twice in the group
             if (all(map(value[1].__eq__, map(_SHAPE, ts))) and all(map(_is, _repeat(value[0]), map(_DTYPE, ts)))
-                    and (all(kinds) or not any(kinds)) and len(set(ids)) == len(ids)
-                    and not any(map(made.__contains__, ids))):
+                    and (all(kinds) or not any(kinds)) and len(by_id) == len(ts) and made.keys().isdisjoint(by_id)):
                 if kinds[0]:
-                    views = _as_params(views)
-                made.update(zip(ids, views))
+                    _as_params(views)
+                made.update(by_id)
                 binds.append((ds, attrs, views, ts))
                 continue
         _bind_rows(names, slots, views, keep, acc)
