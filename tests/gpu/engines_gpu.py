@@ -61,11 +61,12 @@ elif kind == "gmsfs":
 elif kind == "parts":  # the same as gmsfs, step by step, with PyTorch's own views beside
     cfg = transformers.AutoConfig.from_pretrained(folder)
     m = gtf.build_meta(cfg)
+    made_from = gtf.recipe(folder, m)  # as from_pretrained: with the build, before it connects
     t1 = time.perf_counter()
     c = gmsfs.connect(store, "ro", timeout=60)
     c.import_all()
     t2 = time.perf_counter()
-    floor.materialize(m, c, folder)  # as from_pretrained's readers do, profiled with GMSFS_PROFILE
+    floor.profiled(gtf.materialize, m, c, made_from)  # from_pretrained's reader; GMSFS_PROFILE profiles it
     torch.cuda.synchronize()
     t3 = time.perf_counter()
     m.eval()

@@ -81,19 +81,14 @@ def load_state_dict_fresh(m, conn):
     return time.perf_counter() - t0
 
 
-def materialize(m, c, folder):
-    """What gmsfs.transformers.from_pretrained's reader does to a model built on meta
-    (its buffers' recipe, then materialize); with GMSFS_PROFILE set, under cProfile,
-    where its time goes printed on stderr."""
-    import gmsfs.transformers as gtf
-
-    def run():
-        return gtf.materialize(m, c, gtf.recipe(folder, m))
+def profiled(fn, *args):
+    """fn(*args) (a materialize); with GMSFS_PROFILE set, under cProfile, where its time
+    goes printed on stderr."""
     if not os.environ.get("GMSFS_PROFILE"):
-        return run()
+        return fn(*args)
     import cProfile
     import pstats
     prof = cProfile.Profile()
-    out = prof.runcall(run)
+    out = prof.runcall(fn, *args)
     pstats.Stats(prof, stream=sys.stderr).sort_stats("cumtime").print_stats(30)
     return out

@@ -202,7 +202,8 @@ def role_reader8b(store):
     t0 = time.perf_counter()
     import torch
     import gmsfs
-    import floor  # tests/gpu (gmsfs.torch)
+    import gmsfs.torch as gt
+    import floor  # tests/gpu
     t_import = time.perf_counter() - t0
     t0 = time.perf_counter()
     torch.cuda.init()
@@ -216,7 +217,7 @@ def role_reader8b(store):
     c = gmsfs.connect(store, "ro", timeout=30)
     c.import_all()
     t1 = time.perf_counter()
-    floor.materialize(m, c)  # gt.materialize, profiled with GMSFS_PROFILE
+    floor.profiled(gt.materialize, m, c)  # profiled with GMSFS_PROFILE
     torch.cuda.synchronize()
     t2 = time.perf_counter()
     ok = all(c.find_ptr(p.data_ptr()) for p in m.parameters()) and str(m.embed.device).startswith("cuda")
