@@ -12,10 +12,11 @@
 
 Per layout (1000 x 2 MiB, 128 x 64 MiB, 16 x 1 GiB; a layout larger than a third of the
 device is skipped), RUNS times for GMS (default 3; three times as many for 16 allocations,
-whose phases take milliseconds and move with the machine; the median is printed) and three
-times as many for gmsfs.gms and gmsfs, the two taking turns, so that the shim's overhead
+whose phases take milliseconds and move with the machine; the median is printed) and PAIRS
+(5) times as many for gmsfs.gms and gmsfs, the two taking turns, so that the shim's overhead
 is the median of its ratios run by run (a pair of runs side by side sees the same
-machine; fresh processes move by about 10% from run to run, as much as the goal): a writer process
+machine; fresh processes move by 10-30% from run to run, more than the goal, so the
+median needs many pairs to be closer than that): a writer process
 (connect RW; allocate + map each allocation; a metadata entry per allocation; commit,
 which unmaps the writer in GMS's semantics: gmsfs's own path unmaps after its commit),
 then a reader process (connect RO, every entry read and its allocation mapped: an
@@ -44,6 +45,7 @@ from gmsfs.ctl import read_fields  # noqa: E402
 
 MiB = 1 << 20
 LAYOUTS = [(1000, 2 * MiB), (128, 64 * MiB), (16, 1024 * MiB)]
+PAIRS = 5  # runs of gmsfs.gms and of gmsfs for each of GMS's
 
 # One process, one role.  argv: system role where n size device cuda
 FLOW = r"""
@@ -313,7 +315,7 @@ def main():
             print("# %d x %d MiB: skipped (more than a third of the device's %d bytes)" % (n, size // MiB, total))
             continue
         k = runs * 3 if n < 100 else runs  # a few allocations: a phase of milliseconds, noisy; more runs
-        report(one_layout(systems, mount, n, size, device, cuda, k, 3 * k, standin_s), n, size, k, 3 * k)
+        report(one_layout(systems, mount, n, size, device, cuda, k, PAIRS * k, standin_s), n, size, k, PAIRS * k)
 
 
 if __name__ == "__main__":

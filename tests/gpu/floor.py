@@ -31,27 +31,36 @@ def views_floor(m):
 
 def _bases(conn):
     """{name: (typed base, value, element)} of every row that views a region, the bases
-    made as materialize makes them (one per region and dtype)."""
+    made as materialize makes them (one per region and dtype); and the seconds that
+    making the bases took (a tensor over each region from its pointer, then one of each
+    dtype: PyTorch's own work too, for views of memory it did not allocate)."""
     man, dev = gt._manifest(conn), gt._device(conn)
-    bases, out = {}, {}
+    rows, keys = {}, {}
     for name, region, vi, off, _, _ in man.places():
         v = man.values[vi]
         if region < 0 or v[7] or off % v[5]:
             continue
-        key = (region, v[0])
-        if key not in bases:
-            p, n = man.regions[region]
-            bases[key] = gt._bytes_at(p, n - n % v[5], dev).view(v[0])
-        out[name] = (bases[key], v, off // v[5] + v[3])
-    return out, dev
+        keys.setdefault((region, v[0]), v[5])
+        rows[name] = ((region, v[0]), v, off // v[5] + v[3])
+    t0 = time.perf_counter()
+    bytes_of, bases = {}, {}
+    for (region, dtype), isz in keys.items():
+        if region not in bytes_of:
+            bytes_of[region] = gt._bytes_at(*man.regions[region], dev)
+        b = bytes_of[region]
+        n = b.shape[0]
+        bases[region, dtype] = (b[:n - n % isz] if n % isz else b).view(dtype)  # as materialize
+    made_s = time.perf_counter() - t0
+    return {name: (bases[k], v, e) for name, (k, v, e) in rows.items()}, dev, made_s
 
 
 def views_floor_fresh(m, conn):
     """The same work as views_floor, timed where materialize is: in a fresh process, the
     first views it makes (an engine materializes once, at its start).  The bases are
     prepared beforehand from the store's manifest (where each tensor lies) and are not
-    timed.  (seconds, tensors); m (on the meta device) gets the views."""
-    rows, dev = _bases(conn)
+    timed.  (seconds, tensors, seconds making the bases took); m (on the meta device)
+    gets the views."""
+    rows, dev, bases_s = _bases(conn)
     items = [(owner, attr) + (rows[name][0], rows[name][1][1], rows[name][1][2], rows[name][2])
              for name, owner, attr, t, is_param in gt._tensors(m) if name in rows]
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -64,14 +73,14 @@ def views_floor_fresh(m, conn):
         else:
             owner._buffers[attr] = v
     sync()
-    return time.perf_counter() - t0, len(items)
+    return time.perf_counter() - t0, len(items), bases_s
 
 
 def load_state_dict_fresh(m, conn):
     """PyTorch's own binding of a module to given tensors, with its own name matching and
     shape checks: load_state_dict(views, assign=True), timed in a fresh
     process, the views made beforehand (as views_floor_fresh's bases).  Seconds."""
-    rows, dev = _bases(conn)
+    rows, dev, _ = _bases(conn)
     views = {name: base.as_strided(v[1], v[2], element) for name, (base, v, element) in rows.items()}
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     sync()
