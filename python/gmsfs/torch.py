@@ -268,18 +268,18 @@ class _Manifest:
                memory of its own (a private copy, at ptr), or none mapped (ptr null);
                alloc (an index in allocs, -1: none) and ptr are the first row's;
       regions: [[ptr, bytes]];
-      values:  [(dtype, shape, stride, storage_offset, dtype name, item size, dtype
-               number, empty, parameter)], one per distinct value (a model's layers
-               repeat their shapes);
+      values:  [(dtype, shape, stride, storage_offset, item size, dtype number,
+               empty)], one per distinct value (a model's layers repeat their shapes;
+               whether a tensor is a Parameter is the module's slot's to say);
       allocs:  [allocation name].
     A group's views are made by one call (_group_tensors)."""
     __slots__ = ("groups", "regions", "values", "allocs")
 
     def __init__(self, doc):
         self.groups, self.regions, self.allocs = doc["groups"], doc["regions"], doc["allocs"]
-        self.values = [(_DTYPES[d["dtype"]], tuple(d["shape"]), tuple(d["stride"]), d["storage_offset"], d["dtype"],
-                        _ITEMSIZE[_DTYPES[d["dtype"]]], _DTYPE_NUMBER[_DTYPES[d["dtype"]]], 0 in d["shape"],
-                        bool(d.get("param", True))) for d in doc["values"]]
+        self.values = [(_DTYPES[d["dtype"]], tuple(d["shape"]), tuple(d["stride"]), d["storage_offset"],
+                        _ITEMSIZE[_DTYPES[d["dtype"]]], _DTYPE_NUMBER[_DTYPES[d["dtype"]]], 0 in d["shape"])
+                       for d in doc["values"]]
 
     def places(self):
         """(name, region, value, byte offset in the region, ptr, alloc) of every row."""
@@ -402,7 +402,7 @@ def _group_tensors(man, group, bases, device):
     (key -1 - region): a tensor made from a pointer costs the most, so one per region.
     (gmsfs-load places a file's tensors kind by kind: an 8B model's 293 make 24 groups.)"""
     region, vi, off, gap, _, size, ptr, alloc, names = group
-    dtype, shape, stride, soff, _, isz, number, empty, _ = man.values[vi]
+    dtype, shape, stride, soff, isz, number, empty = man.values[vi]
     if region < 0 or empty or off % isz or gap % isz:
         return [_own_view(name, man, vi, None if ptr is None else ptr + i * gap, size, alloc, device)
                 for i, name in enumerate(names)]

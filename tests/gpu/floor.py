@@ -38,10 +38,10 @@ def _bases(conn):
     rows, keys = {}, {}
     for name, region, vi, off, _, _ in man.places():
         v = man.values[vi]
-        if region < 0 or v[7] or off % v[5]:
+        if region < 0 or v[6] or off % v[4]:
             continue
-        keys.setdefault((region, v[0]), v[5])
-        rows[name] = ((region, v[0]), v, off // v[5] + v[3])
+        keys.setdefault((region, v[0]), v[4])
+        rows[name] = ((region, v[0]), v, off // v[4] + v[3])
     t0 = time.perf_counter()
     bytes_of, bases = {}, {}
     for (region, dtype), isz in keys.items():
