@@ -540,10 +540,12 @@ static int sc_signal_wait(void)
 		clock_gettime(CLOCK_MONOTONIC, &t1);
 		setitimer(ITIMER_REAL, &off, NULL);
 		long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
-		/* Pending signals coalesce while the process sits in the kernel: fewer than 2000 run,
-		 * and under valgrind on a loaded 2-core machine as few as a dozen.  Each one ended
-		 * the daemon's wait and libgmsfs waited again: five are enough to show it. */
-		CHECK(ticks >= 5, "the handler ran (%d times)", (int)ticks);
+		/* Pending signals coalesce while the process sits in the kernel: fewer than 2000 run.
+		 * Each one ended the daemon's wait and libgmsfs waited again: five show it.  A daemon
+		 * under valgrind (GMSFS_WRAP) answers an interrupt in up to 130 ms on a 2-core machine
+		 * (15 in 2 s seen): there, two (one wait ended mid-way, and the last). */
+		int min_ticks = getenv("GMSFS_WRAP") ? 2 : 5;
+		CHECK(ticks >= min_ticks, "the handler ran (%d times)", (int)ticks);
 		if (round == 0)
 			CHECK(e == -ETIMEDOUT && ms >= 1950 && ms < 3000, "a 2 s wait under signals: %s after %ld ms (%s)",
 			      gmsfs_strerror(e), ms, gmsfs_errmsg(g));
