@@ -433,8 +433,17 @@ class _GMSClientSession:
         return True
 
     def metadata_put(self, key: str, allocation_id: str, offset_bytes: int, value: bytes) -> bool:
-        # A model has a key per tensor: the checks written out, one call into gmsfs.
+        # A model has a key per tensor: straight to gmsfs, whose daemon checks the lock, the
+        # allocation and the offset.  A refusal is put again through the checks below, which
+        # raise GMS's errors.  (Looking the allocation up first cost each put more than its
+        # Python: cache misses on the table's objects between the round trips.)
         c = self._c
+        if c is not None and type(offset_bytes) is int:
+            try:
+                c.meta_put(_key_path(key), allocation_id, offset_bytes, value)
+                return True
+            except GmsfsError:
+                pass
         if self._granted_lock_type is not _RW or c is None:
             self._need_rw("metadata_put")
             c = self._conn()

@@ -120,18 +120,23 @@ def test_a_reader_refuses_writes_and_states_follow_the_store(store):
     ls = w.get_lock_state()
     assert ls.state == "RW" and ls.has_rw_session and ls.ro_session_count == 0
     assert w.get_allocation_state().allocation_count == 1
-    with pytest.raises(RuntimeError, match="out of range"):  # refused, nothing changed
-        w.metadata_put("tensor.bad", aid, aligned, b"x")
-    assert w.metadata_list() == []
+    for offset in (aligned, -1):  # refused by the daemon, then by GMS's checks with GMS's error
+        with pytest.raises(RuntimeError, match="out of range"):
+            w.metadata_put("tensor.bad", aid, offset, b"x")
+    with pytest.raises(RuntimeError, match="unknown allocation_id nope"):
+        w.metadata_put("tensor.bad", "nope", 0, b"x")
+    assert w.metadata_list() == []  # nothing changed
     w.metadata_put("tensor.0", aid, 0, b"x")
     w.commit()
     with Session(store, RequestedLockType.RO, None) as r:
-        for call in (lambda: r.allocate(4096, "weights"), r.commit, lambda: r.metadata_delete("tensor.0")):
+        for call in (lambda: r.allocate(4096, "weights"), r.commit, lambda: r.metadata_delete("tensor.0"),
+                     lambda: r.metadata_put("tensor.0", aid, 0, b"y")):
             with pytest.raises(RuntimeError, match="not allowed for RO session"):
                 call()
         ls = r.get_lock_state()
         assert ls.state == "RO" and not ls.has_rw_session and ls.ro_session_count == 1 and ls.is_ready
         assert r.get_allocation_state().allocation_count == 1
+        assert r.metadata_get("tensor.0")[2] == b"x"
 
 
 def test_destroy_mapping_frees_the_allocation_and_its_metadata(store):
