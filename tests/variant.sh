@@ -60,7 +60,8 @@ fi
 [ "$failed" -eq 0 ] && rm -rf "$logs"
 # prove shows a script's stderr where it stands, next to its summary: the failures in
 # short, for a CI log that keeps only its last lines.
-# A scenario's own "FAIL line N: ..." says which check failed: it is kept too.
-[ "$failed" -eq 0 ] || printf '%s\n' "$out" | grep -e '^not ok ' -e 'FAIL line' -e '^# *timed out' | cut -c1-200 | head -8 | sed "s/^/$kind: /" >&2
+# Each with where it failed, and a scenario's own "FAIL line N: ..." (which check).
+[ "$failed" -eq 0 ] || printf '%s\n' "$out" | grep -e '^not ok ' -e '^# (' -e '^#  in test file' -e 'FAIL line' \
+	-e '^# *timed out' | cut -c1-200 | head -12 | sed "s/^/$kind: /" >&2
 echo "1..$n"
 [ "$failed" -eq 0 ]
