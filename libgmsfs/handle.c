@@ -294,6 +294,11 @@ bool gm_device_ok(const gmsfs *g, int device)
 	return true;
 }
 
+uint64_t gmsfs_generation(const gmsfs *g)
+{
+	return g ? g->info.generation : 0;
+}
+
 int gmsfs_layout_hash(gmsfs *g, char hex[33])
 {
 	if (!g || !hex)

@@ -62,6 +62,9 @@ GMSFS_API int gmsfs_backend(const gmsfs *g);       /* GMSFS_BACKEND_HOST or GMSF
 GMSFS_API uint64_t gmsfs_total_bytes(const gmsfs *g); /* aligned bytes of this handle's mappings */
 /* The committed layout hash as 32 hex digits; "" when nothing is committed. */
 GMSFS_API int gmsfs_layout_hash(gmsfs *g, char hex[33]);
+/* The store's commits so far as the handle last learned them (at each grant of its lock,
+ * its commit, gmsfs_layout_hash), 0 when nothing was committed: no round trip. */
+GMSFS_API uint64_t gmsfs_generation(const gmsfs *g);
 GMSFS_API const char *gmsfs_errmsg(const gmsfs *g);
 GMSFS_API const char *gmsfs_strerror(int err);
 

@@ -211,6 +211,13 @@ class Connection:
         return buf.value.decode()
 
     @property
+    def generation(self):
+        """The store's commits so far as this connection last learned them (when its lock
+        was granted, at its commit, at layout_hash): 0 when nothing was committed then.
+        No round trip."""
+        return _c.gmsfs_generation(self._handle())
+
+    @property
     def total_bytes(self):
         return _c.gmsfs_total_bytes(self._handle())
 

@@ -84,6 +84,7 @@ _protos = {
     "gmsfs_backend": (ctypes.c_int, [_P]),
     "gmsfs_total_bytes": (ctypes.c_uint64, [_P]),
     "gmsfs_layout_hash": (ctypes.c_int, [_P, ctypes.c_char_p]),
+    "gmsfs_generation": (ctypes.c_uint64, [_P]),
     "gmsfs_errmsg": (ctypes.c_char_p, [_P]),
     "gmsfs_strerror": (ctypes.c_char_p, [ctypes.c_int]),
     "gmsfs_mappings": (ctypes.c_size_t, [_P, ctypes.POINTER(ctypes.POINTER(Mapping))]),

@@ -278,7 +278,6 @@ class _GMSClientSession:
 
     _next_slot = None  # the slot after the highest held, once counted
     _by_name = None  # the session's mappings by name, once asked for
-    _committed = None  # asked for at the first need: the layout hash is an ioctl (a round trip)
 
     def __init__(self, socket_path: str, lock_type: RequestedLockType, timeout_ms: Optional[int]):
         self._requested_lock_type = RequestedLockType(lock_type)
@@ -299,13 +298,18 @@ class _GMSClientSession:
             raise
         self._granted_lock_type = GrantedLockType.RW if self._c.lock_mode == "rw" else GrantedLockType.RO
         self._transport = _Transport(self)
+        # Whether the store had a committed layout, as the grant said (no round trip:
+        # asking for the layout hash here cost a writer's connect 0.13 ms of its 0.7).
+        self._committed = self._c.generation > 0
         if self._granted_lock_type == GrantedLockType.RW:
-            if self.committed:
+            if self._committed:
                 self._clear()  # GMS: a writer starts from nothing (the store is empty when nothing is committed)
-            # The table of mappings by name, kept by allocate and free from now on: made
+            # The table of mappings by name, kept by allocate and free from now on (made
             # at the first metadata_put instead, it would cost a writer of 1000
-            # allocations a Mapping object each again (4 us a put).
-            self._by_name = {m.name: m for m in self._c.mappings}
+            # allocations a Mapping object each again, 4 us a put).  A new connection
+            # maps nothing until it creates or imports: its first slot is 0.
+            self._by_name = {}
+            self._next_slot = 0
         else:  # the table of mappings by name from import_all's list (a model has hundreds)
             self._by_name = {m.name: m for m in self._c.import_all()}
         if logger.isEnabledFor(logging.INFO):
@@ -352,9 +356,7 @@ class _GMSClientSession:
     def committed(self) -> bool:
         """Whether the store had a committed layout when the lock was granted (or this
         session committed); the lock keeps it so for a reader."""
-        if self._committed is None and self._c is not None:
-            self._committed = bool(self._c.layout_hash)
-        return bool(self._committed)
+        return self._committed
 
     @property
     def lock_type(self) -> GrantedLockType:

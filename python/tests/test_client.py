@@ -40,12 +40,12 @@ def test_modes_and_timeouts(store):
         gmsfs.connect(store, "ro", timeout=0)
     assert e.value.errno == errno.EAGAIN
     with gmsfs.connect(store, "auto") as c:  # nothing committed: RW
-        assert c.lock_mode == "rw" and c.backend == "host" and c.layout_hash == ""
+        assert c.lock_mode == "rw" and c.backend == "host" and c.layout_hash == "" and c.generation == 0
         c.create("a", 4096)
         c.commit()
-        assert c.lock_mode == "ro"  # commit downgrades
+        assert c.lock_mode == "ro" and c.generation == 1  # commit downgrades
     with gmsfs.connect(store, "auto") as c:  # committed: RO
-        assert c.lock_mode == "ro"
+        assert c.lock_mode == "ro" and c.generation == 1
         # A writer elsewhere waits for this reader; a writer's try fails at once.
         r = run_py("import gmsfs, sys\ntry:\n gmsfs.connect(sys.argv[1], 'rw', timeout=0)\n"
                    "except gmsfs.GmsfsError as e:\n print(e.errno)", store)

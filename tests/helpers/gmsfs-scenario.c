@@ -449,13 +449,16 @@ static int sc_rw_or_ro(void)
 	gmsfs *g;
 	CALL(g, gmsfs_connect(&g, store, GMSFS_RW_OR_RO, 1000));
 	CHECK(gmsfs_lock_mode(g) == GMSFS_RW, "empty store: lock %d", gmsfs_lock_mode(g));
+	CHECK(gmsfs_generation(g) == 0, "empty store: generation %llu", (unsigned long long)gmsfs_generation(g));
 	if (build(g, 1, 4096, 0))
 		return 1;
 	CALL(g, gmsfs_commit(g));
 	CHECK(gmsfs_lock_mode(g) == GMSFS_RO, "after commit: lock %d", gmsfs_lock_mode(g));
+	CHECK(gmsfs_generation(g) == 1, "after commit: generation %llu", (unsigned long long)gmsfs_generation(g));
 	gmsfs_disconnect(g);
 	CALL(g, gmsfs_connect(&g, store, GMSFS_RW_OR_RO, 1000));
 	CHECK(gmsfs_lock_mode(g) == GMSFS_RO, "committed store: lock %d", gmsfs_lock_mode(g));
+	CHECK(gmsfs_generation(g) == 1, "committed store: generation %llu", (unsigned long long)gmsfs_generation(g));
 	gmsfs_disconnect(g);
 	return 0;
 }
