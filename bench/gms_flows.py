@@ -18,7 +18,7 @@ is the median of its ratios run by run (a pair of runs side by side sees the sam
 machine; fresh processes move by 10-30% from run to run, more than the goal, so the
 median needs many pairs to be closer than that): a writer process
 (connect RW; allocate + map each allocation; a metadata entry per allocation; commit,
-which unmaps the writer in GMS's semantics: gmsfs's own path unmaps after its commit),
+which unmaps the writer in GMS's semantics: gmsfs's own path commits with unmap=True),
 then a reader process (connect RO, every entry read and its allocation mapped: an
 import; then a remap cycle: unmap everything, give the lock back, take it, remap at the
 same addresses).  Each process makes its CUDA context before the clock starts, as an
@@ -72,8 +72,7 @@ if system == "gmsfs":
         for name in names:
             c.meta_put("k/" + name, name, 0, value)
         t3 = time.perf_counter()
-        c.commit()
-        c.unmap_all()  # as GMS's commit, which unmaps its writer
+        c.commit(unmap=True)  # as GMS's commit, which unmaps its writer
         t4 = time.perf_counter()
         out.update(connect=t1 - t0, alloc=t2 - t1, meta=t3 - t2, commit=t4 - t3, count=len(c.mappings))
     else:

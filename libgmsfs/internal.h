@@ -150,6 +150,8 @@ int gm_need_lock(gmsfs *g, int want);
 int gm_take_lock(gmsfs *g, int mode, int timeout_ms);
 void gm_release_lock(gmsfs *g);
 int gm_refresh(gmsfs *g);
+/* gmsfs_commit; unmapping: the mappings go next, left as they are meanwhile. */
+int gm_commit(gmsfs *g, bool unmapping);
 /* Is device (an ordinal as the caller's CUDA sees it) the store's?  Always, on the host. */
 bool gm_device_ok(const gmsfs *g, int device);
 

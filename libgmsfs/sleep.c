@@ -33,6 +33,14 @@ int gmsfs_unmap_all(gmsfs *g)
 	return 0;
 }
 
+int gmsfs_commit_unmap_all(gmsfs *g)
+{
+	if (!g)
+		return -EINVAL;
+	int e = gm_commit(g, true);
+	return e ? e : gmsfs_unmap_all(g);
+}
+
 /* The whole layout's descriptors, each message's handed to consume. */
 static int export_all(gmsfs *g, struct ch_manifest *m)
 {

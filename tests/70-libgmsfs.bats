@@ -31,6 +31,7 @@ scenario() {
 @test "an invalid metadata offset is refused and changes nothing" { scenario bad_offset; }
 @test "freeing a mapping removes its allocation and the entries that point at it" { scenario free_removes; }
 @test "remap after an unchanged layout keeps every address" { scenario remap_same; }
+@test "commit_unmap_all publishes and unmaps the writer, addresses kept; remap_all maps the layout there read-only" { scenario commit_unmap_all; }
 @test "remap after a different committed structure fails with ESTALE" { scenario remap_changed; }
 @test "remap after the same structure rebuilt is accepted, with the new bytes" { scenario remap_rebuilt; }
 @test "reallocate_all puts fresh allocations behind the preserved addresses" { scenario reallocate; }

@@ -162,6 +162,9 @@ GMSFS_API void gmsfs_meta_free_all(char **keys, struct gmsfs_meta *entries, size
 /* ---- sleep and wake ---- */
 /* Unmap everything but keep every address range reserved, and release the lock. */
 GMSFS_API int gmsfs_unmap_all(gmsfs *g);
+/* gmsfs_commit, then gmsfs_unmap_all, without making the mappings read-only in between
+ * (as GMS's commit, which unmaps its writer): half the CUDA calls of the two. */
+GMSFS_API int gmsfs_commit_unmap_all(gmsfs *g);
 /* Take the lock again (the mode held at unmap_all) and map the same allocations at the
  * same addresses.  -ESTALE, lock released and nothing mapped, if the committed layout's
  * structure changed meanwhile. */

@@ -357,9 +357,14 @@ class Connection:
         return _json.loads(self.meta_get(key).value)
 
     # ---- publishing, sleeping ----
-    def commit(self):
-        """Validate and publish; the mappings become read-only, the lock a read lock."""
-        self._check(_c.gmsfs_commit(self._handle()), "commit")
+    def commit(self, unmap=False):
+        """Validate and publish; the mappings become read-only, the lock a read lock.
+        unmap=True: then unmap_all at once, the mappings not made read-only in between
+        (GMS's commit, which unmaps its writer; half the CUDA calls of the two)."""
+        if unmap:
+            self._check(_c.gmsfs_commit_unmap_all(self._handle()), "commit")
+        else:
+            self._check(_c.gmsfs_commit(self._handle()), "commit")
 
     def unmap_all(self):
         """Unmap everything, keep every address reserved, give the lock back."""

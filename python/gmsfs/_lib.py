@@ -107,6 +107,7 @@ _protos = {
                                           ctypes.POINTER(ctypes.POINTER(Meta)), ctypes.POINTER(ctypes.c_size_t)]),
     "gmsfs_meta_free_all": (None, [ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(Meta), ctypes.c_size_t]),
     "gmsfs_unmap_all": (ctypes.c_int, [_P]),
+    "gmsfs_commit_unmap_all": (ctypes.c_int, [_P]),
     "gmsfs_remap_all": (ctypes.c_int, [_P, ctypes.c_int]),
     "gmsfs_reallocate_all": (ctypes.c_int, [_P, ctypes.c_int]),
     "gmsfs_space_new": (ctypes.c_int, [_P, ctypes.POINTER(_P)]),

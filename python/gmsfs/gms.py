@@ -590,8 +590,9 @@ class GMSClientMemoryManager:
                 c.close()
         self._granted_lock_type = None
 
-    def _sleep(self, c):
-        c.unmap_all()
+    def _sleep(self, c, unmapped=False):
+        if not unmapped:
+            c.unmap_all()
         self._asleep = c
         _rehandle(self._mappings, 0)
         self._va_preserved = self._unmapped = True
@@ -650,11 +651,11 @@ class GMSClientMemoryManager:
         """Publish, then unmap this writer (addresses kept) and disconnect, as GMS does."""
         self._require_rw()
         c = self._client_rpc._conn()
-        c.commit()
+        c.commit(unmap=True)
         self._client._c = None
         self._client = None
         self._granted_lock_type = None
-        self._sleep(c)
+        self._sleep(c, unmapped=True)
         return True
 
     # ---- Tier 2 ----

@@ -156,6 +156,24 @@ def test_sleep_and_wake_keep_addresses_and_a_changed_layout_is_stale(store):
     c.close()
 
 
+def test_commit_with_unmap_publishes_and_leaves_the_writer_asleep(store):
+    c = gmsfs.connect(store, "rw")
+    m = c.create("w/0", 65536)
+    c.array(m, "uint32")[:] = 7
+    c.commit(unmap=True)
+    assert c.lock_mode is None and c.generation == 1  # unmapped, the lock given back
+    r = run_py("import gmsfs, sys\nwith gmsfs.connect(sys.argv[1], 'ro', timeout=5) as c:\n"
+               " print(int(c.array(c.import_all()[0], 'uint32').sum()), c.layout_hash)", store)
+    total, h = r.stdout.split()
+    assert int(total) == 7 * 16384, r.stderr
+    c.remap_all(timeout=5)  # the committed layout, at the same address, read-only
+    assert c.lock_mode == "ro" and c.layout_hash == h and [(x.ptr, x.writable) for x in c.mappings] == [(m.ptr, False)]
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        c.commit(unmap=True)  # a reader's
+    assert e.value.errno == errno.EPERM and c.lock_mode == "ro"
+    c.close()
+
+
 def test_private_entries_are_copies(store):
     with gmsfs.connect(store, "rw") as c:
         m = c.create("buf", 4096)

@@ -837,6 +837,44 @@ static int sc_remap_same(void)
 	return 0;
 }
 
+/* commit_unmap_all: published as by commit, the writer unmapped with its addresses kept
+ * and no lock; remap_all maps the committed layout there, read-only.  A reader's call
+ * is refused and leaves its mappings. */
+static int sc_commit_unmap_all(void)
+{
+	gmsfs *g;
+	void *addr[3];
+	char h[33], rh[33];
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 1000));
+	if (build(g, 3, 8192, 9) || remember(g, addr, 3))
+		return 1;
+	CALL(g, gmsfs_commit_unmap_all(g));
+	CHECK(gmsfs_lock_mode(g) == 0 && gmsfs_generation(g) == 1, "lock %d, generation %llu", gmsfs_lock_mode(g),
+	      (unsigned long long)gmsfs_generation(g));
+	CHECK(wait_for(state_val, "writer", 0, 2000) && state_val("generation") == 1, "committed, lock given back");
+	gmsfs *r;
+	CALL(r, gmsfs_connect(&r, store, GMSFS_RO, 1000));
+	CALL(r, gmsfs_import_all(r));
+	if (verify(r, 3, 9))
+		return 1;
+	CALL(r, gmsfs_layout_hash(r, rh));
+	CHECK(gmsfs_commit_unmap_all(r) == -EPERM && gmsfs_lock_mode(r) == GMSFS_RO, "a reader's call");
+	if (verify(r, 3, 9))
+		return 1;
+	gmsfs_disconnect(r);
+	CALL(g, gmsfs_remap_all(g, 1000));
+	CALL(g, gmsfs_layout_hash(g, h));
+	CHECK(gmsfs_lock_mode(g) == GMSFS_RO && !strcmp(h, rh), "lock %d, hash %s (a reader's %s)", gmsfs_lock_mode(g),
+	      h, rh);
+	if (same_addresses(g, addr, 3) || verify(g, 3, 9))
+		return 1;
+	const struct gmsfs_mapping *m;
+	gmsfs_mappings(g, &m);
+	CHECK(!m[0].writable && mem_poke(m[0].ptr, m[0].aligned) != 0, "remapped read-only");
+	gmsfs_disconnect(g);
+	return 0;
+}
+
 static int sc_remap_changed(void)
 {
 	if (publish(2, 4096, 0, NULL))
@@ -1482,6 +1520,7 @@ static const struct {
 	{ "bad_offset", sc_bad_offset },
 	{ "free_removes", sc_free_removes },
 	{ "remap_same", sc_remap_same },
+	{ "commit_unmap_all", sc_commit_unmap_all },
 	{ "remap_changed", sc_remap_changed },
 	{ "remap_rebuilt", sc_remap_rebuilt },
 	{ "reallocate", sc_reallocate },
