@@ -327,7 +327,9 @@ int gm_commit(gmsfs *g, bool unmapping)
 	}
 	for (size_t i = 0; i < g->nmaps; i++)
 		g->maps[i].writable = 0;
-	if (!unmapping && (e = gm_refresh(g))) /* gmsfs_unmap_all's first step, else */
+	if (unmapping)
+		return 0; /* gmsfs_commit_unmap_all copies the private entries and unmaps */
+	if ((e = gm_refresh(g)))
 		return e;
 	return g->meta.loaded ? mt_privatize(g) : 0;
 }

@@ -150,7 +150,8 @@ int gm_need_lock(gmsfs *g, int want);
 int gm_take_lock(gmsfs *g, int mode, int timeout_ms);
 void gm_release_lock(gmsfs *g);
 int gm_refresh(gmsfs *g);
-/* gmsfs_commit; unmapping: the mappings go next, left as they are meanwhile. */
+/* gmsfs_commit; unmapping: the daemon's commit only, the mappings left as they are for
+ * the caller to unmap next (an error: nothing was committed). */
 int gm_commit(gmsfs *g, bool unmapping);
 /* Is device (an ordinal as the caller's CUDA sees it) the store's?  Always, on the host. */
 bool gm_device_ok(const gmsfs *g, int device);

@@ -38,7 +38,12 @@ int gmsfs_commit_unmap_all(gmsfs *g)
 	if (!g)
 		return -EINVAL;
 	int e = gm_commit(g, true);
-	return e ? e : gmsfs_unmap_all(g);
+	if (e)
+		return e; /* nothing committed, nothing unmapped */
+	/* Committed: the mappings go whatever else fails (they are still writable). */
+	e = g->meta.loaded ? mt_privatize(g) : 0; /* from the mappings, before they go */
+	int u = gmsfs_unmap_all(g);
+	return e ? e : u;
 }
 
 /* The whole layout's descriptors, each message's handed to consume. */

@@ -160,6 +160,8 @@ def test_commit_with_unmap_publishes_and_leaves_the_writer_asleep(store):
     c = gmsfs.connect(store, "rw")
     m = c.create("w/0", 65536)
     c.array(m, "uint32")[:] = 7
+    c.meta_put("own", "w/0", 0, b"u32[4]", size=16, private=True)
+    c.meta_get("own")  # the writer's copy of the metadata, loaded: its private extents are copied before the unmap
     c.commit(unmap=True)
     assert c.lock_mode is None and c.generation == 1  # unmapped, the lock given back
     r = run_py("import gmsfs, sys\nwith gmsfs.connect(sys.argv[1], 'ro', timeout=5) as c:\n"
@@ -168,6 +170,8 @@ def test_commit_with_unmap_publishes_and_leaves_the_writer_asleep(store):
     assert int(total) == 7 * 16384, r.stderr
     c.remap_all(timeout=5)  # the committed layout, at the same address, read-only
     assert c.lock_mode == "ro" and c.layout_hash == h and [(x.ptr, x.writable) for x in c.mappings] == [(m.ptr, False)]
+    own = c.meta_get("own")
+    assert own.private and own.ptr != m.ptr and list(c.array(own, "uint32")) == [7] * 4
     with pytest.raises(gmsfs.GmsfsError) as e:
         c.commit(unmap=True)  # a reader's
     assert e.value.errno == errno.EPERM and c.lock_mode == "ro"
