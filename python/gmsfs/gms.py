@@ -296,7 +296,8 @@ class _GMSClientSession:
             if e.errno in (errno.ETIMEDOUT, errno.EAGAIN):
                 raise TimeoutError("Timeout waiting for lock") from e
             raise
-        self._granted_lock_type = GrantedLockType.RW if self._c.lock_mode == "rw" else GrantedLockType.RO
+        granted = self._c.lock_mode if mode == "auto" else mode  # RO and RW are granted as asked
+        self._granted_lock_type = GrantedLockType.RW if granted == "rw" else GrantedLockType.RO
         self._transport = _Transport(self)
         # Whether the store had a committed layout, as the grant said (no round trip:
         # asking for the layout hash here cost a writer's connect 0.13 ms of its 0.7).
