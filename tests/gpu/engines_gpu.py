@@ -14,8 +14,8 @@
       - gmsfs.torch.load_or_publish with a load_weights that reads the checkpoint to the
         GPU (safetensors load_file(device="cuda"), load_state_dict): the store holds the
         model and at most one slab more, not the loader's temporaries.
-    Every time is taken after the process's imports and its CUDA context, which come
-    first in every engine alike and are printed apart."""
+    Every time is taken after the process's imports, its CUDA context and a first
+    synchronize, which come first in every engine alike (imports and context printed apart)."""
 import json
 import os
 import subprocess
@@ -48,6 +48,9 @@ t0 = time.perf_counter()
 torch.zeros(1, device="cuda")
 ctx = time.perf_counter() - t0
 ids = torch.randint(0, 128256, (1, 32), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+# Nothing left running on the GPU and the process's first synchronize made (it costs
+# ~0.1 ms more than later ones): as the floor's process has it before it times.
+torch.cuda.synchronize()
 out = {"imports_s": imports, "context_s": ctx}
 print("ready", flush=True)
 sys.stdin.readline()
@@ -194,6 +197,7 @@ def checkpoint():
     nbytes = sum(p.numel() * p.element_size() for p in m.parameters())
     del m
     torch.cuda.empty_cache()
+    os.sync()  # written out before anything is timed: no writeback of 16 GB beside the fresh processes
     for f in os.listdir(folder):  # into the page cache, as a served model's files are
         with open(os.path.join(folder, f), "rb") as fh:
             while fh.read(1 << 26):
