@@ -113,6 +113,14 @@ struct wire_image {
 	uint64_t ndirs, nallocs, nentries, nfds;
 	char **fdnames;                  /* a state file's: each descriptor's name in the service manager's
 	                                  * store, nfds of them and a NULL */
+	struct wire_reader *readers;     /* a handover's: the processes that hold read locks */
+	uint64_t nreaders;
+};
+/* A process that reads a store, in an image: its pid, start time (/proc/PID/stat, field
+ * 22) and how many read locks it holds. */
+struct wire_reader {
+	uint32_t pid, count;
+	uint64_t start;
 };
 /* The next record at *off of buf: 0, or -1 when none is whole there. */
 int wire_image_next(const void *buf, size_t len, size_t *off, const void **rec, size_t *reclen);

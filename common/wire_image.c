@@ -10,6 +10,7 @@
 
 #define IMAGE_V 1
 #define IMAGE_FDS_MAX (1u << 20)
+#define IMAGE_READERS_MAX (1u << 16)
 
 /* The head's keys; allocations and entries use the manifest's (abi.h). */
 #define K_IMAGE "gmsfs_image"
@@ -27,6 +28,7 @@
 #define K_NENTRIES "entries"
 #define K_NFDS "fds"
 #define K_FDNAMES "fdnames"
+#define K_READERS "readers"
 #define K_AREA "area"
 
 /* A record's length goes first: room for it now, its value once the map is packed. */
@@ -71,7 +73,7 @@ int wire_pack_image(msgpack_sbuffer *sb, const struct wire_image *h)
 	size_t at = record_begin(sb, &err);
 	struct wire_packer p;
 	wire_packer_init(&p, sb);
-	msgpack_pack_map(&p.pk, 14 + (h->fdnames != NULL));
+	msgpack_pack_map(&p.pk, 14 + (h->fdnames != NULL) + (h->nreaders != 0));
 	wire_pack_str(&p.pk, K_IMAGE), msgpack_pack_int(&p.pk, IMAGE_V);
 	wire_pack_str(&p.pk, K_STORE), wire_pack_str(&p.pk, h->store);
 	wire_pack_str(&p.pk, K_DEVICE), wire_pack_str(&p.pk, h->device);
@@ -92,6 +94,16 @@ int wire_pack_image(msgpack_sbuffer *sb, const struct wire_image *h)
 		for (uint64_t i = 0; i < h->nfds; i++)
 			wire_pack_str(&p.pk, h->fdnames[i]);
 	}
+	if (h->nreaders) {
+		wire_pack_str(&p.pk, K_READERS);
+		msgpack_pack_array(&p.pk, h->nreaders);
+		for (uint64_t i = 0; i < h->nreaders; i++) {
+			msgpack_pack_array(&p.pk, 3);
+			msgpack_pack_uint32(&p.pk, h->readers[i].pid);
+			msgpack_pack_uint64(&p.pk, h->readers[i].start);
+			msgpack_pack_uint32(&p.pk, h->readers[i].count);
+		}
+	}
 	return record_end(sb, at, err ? err : p.err);
 }
 
@@ -103,6 +115,7 @@ void wire_image_free(struct wire_image *h)
 	for (size_t i = 0; h->fdnames && h->fdnames[i]; i++) /* NULL-terminated: the file's count may lie */
 		free(h->fdnames[i]);
 	free(h->fdnames);
+	free(h->readers);
 	memset(h, 0, sizeof *h);
 }
 
@@ -140,6 +153,27 @@ static int parse_fdnames(const msgpack_object *v, struct wire_image *h)
 		if (!(h->fdnames[i] = get_fdname(&v->via.array.ptr[i])))
 			return -1;
 	return (int)n;
+}
+
+/* [[pid, start, count], ...]: pids of 1..INT32_MAX, counts of at least 1. */
+static int parse_readers(const msgpack_object *v, struct wire_image *h)
+{
+	if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > IMAGE_READERS_MAX)
+		return -1;
+	uint32_t n = v->via.array.size;
+	if (!(h->readers = calloc(n ? n : 1, sizeof *h->readers)))
+		return -1;
+	for (uint32_t i = 0; i < n; i++) {
+		const msgpack_object *r = &v->via.array.ptr[i];
+		uint64_t pid, start, count;
+		if (r->type != MSGPACK_OBJECT_ARRAY || r->via.array.size != 3 || wire_get_u64(&r->via.array.ptr[0], &pid) ||
+		    wire_get_u64(&r->via.array.ptr[1], &start) || wire_get_u64(&r->via.array.ptr[2], &count) ||
+		    !pid || pid > INT32_MAX || !count || count > UINT32_MAX)
+			return -1;
+		h->readers[i] = (struct wire_reader){ .pid = (uint32_t)pid, .start = start, .count = (uint32_t)count };
+	}
+	h->nreaders = n;
+	return 0;
 }
 
 static int image_field(struct wire_image *h, const msgpack_object *k, const msgpack_object *v, unsigned *seenp,
@@ -185,6 +219,8 @@ static int image_field(struct wire_image *h, const msgpack_object *k, const msgp
 		e = SEEN(13) || wire_get_u64(v, &h->nfds) || h->nfds > IMAGE_FDS_MAX;
 	else if (wire_key_is(k, K_FDNAMES))
 		e = SEEN(14) || (*names = parse_fdnames(v, h)) < 0;
+	else if (wire_key_is(k, K_READERS))
+		e = SEEN(15) || parse_readers(v, h);
 	*seenp = seen;
 	return e ? -1 : 0;
 }

@@ -114,6 +114,24 @@ static int lock_dir(gmsfs *g, int mode, int timeout_ms, struct gmsfs_ioc *io)
 	}
 }
 
+/* The store's last_error (its state file), for a refusal the daemon explains there. */
+static void last_error_of(const char *dir, char *out, size_t size)
+{
+	char path[4200], buf[4096];
+	out[0] = '\0';
+	snprintf(path, sizeof path, "%s/state", dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return;
+	buf[n] = '\0';
+	char *p = strstr(buf, "\nlast_error: ");
+	if (p)
+		snprintf(out, size, "%.*s", (int)strcspn(p + 13, "\n"), p + 13);
+}
+
 int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 {
 	struct gmsfs_ioc io;
@@ -130,6 +148,12 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 						  "(one RW connection per session)", g->dir);
 		case EDEADLK: return gm_error(g, -e, "%s: this process holds a read lock on it", g->dir);
 		case EINTR: return gm_error(g, -e, "%s: a signal came while waiting for the lock", g->dir);
+		case ENOSPC: {
+			char why[400];
+			last_error_of(g->dir, why, sizeof why);
+			return gm_error(g, -e, "%s: it cannot come back to the device: %s", g->dir,
+					why[0] ? why : "no room (see its state)");
+		}
 		default: return gm_error(g, -e, "%s: lock: %s", g->dir, strerror(e));
 		}
 	}
@@ -168,6 +192,29 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 	return 0;
 }
 
+/* The daemon that granted this process's read lock is gone (killed, or replaced by gmsfs
+ * -o takeover): the one serving the store now kept the lock for it (gmsfs(5), RESTART)
+ * until it lets go, which it does now that its mappings are gone.  A store removed since
+ * has no directory: the mount's root names it by its layout hash. */
+static void let_go(gmsfs *g)
+{
+	struct gmsfs_ioc io = { .size = sizeof io };
+	int fd = open(g->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT && g->info.has_hash) {
+		char root[4096];
+		snprintf(root, sizeof root, "%s", g->dir);
+		char *slash = strrchr(root, '/');
+		if (slash && slash != root)
+			*slash = '\0';
+		fd = slash && slash != root ? open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+		memcpy(io.layout_hash, g->info.layout_hash, sizeof io.layout_hash);
+	}
+	if (fd < 0)
+		return;
+	ioctl(fd, GMSFS_IOC_LET_GO, &io); /* ENOLCK: nothing was kept (a daemon that ended cleanly) */
+	close(fd);
+}
+
 void gm_release_lock(gmsfs *g)
 {
 	ch_close(&g->ch);
@@ -177,7 +224,9 @@ void gm_release_lock(gmsfs *g)
 		/* Now, not when the release of close() reaches the daemon: a connect that follows
 		 * at once must not find this process still holding the old lock. */
 		struct gmsfs_ioc io = { .size = sizeof io };
-		ioctl(g->dirfd, GMSFS_IOC_UNLOCK, &io); /* a writer that did not commit rolls back */
+		/* A writer that did not commit rolls back. */
+		if (ioctl(g->dirfd, GMSFS_IOC_UNLOCK, &io) && errno == ENOTCONN && g->lock == GMSFS_RO)
+			let_go(g);
 		close(g->dirfd);
 	}
 	g->dirfd = g->lockfd = -1;
@@ -215,6 +264,29 @@ static int bind_channel(gmsfs *g)
 	return ch_bind(&g->ch, g->info.socket, g->ticket, g->err, sizeof g->err);
 }
 
+/* The daemon that granted the lock is gone (killed, or replaced by gmsfs -o takeover)?
+ * Its mount answers ENOTCONN from then on. */
+static bool daemon_gone(gmsfs *g)
+{
+	struct gmsfs_ioc io = { .size = sizeof io };
+	return ioctl(g->dirfd, GMSFS_IOC_INFO, &io) < 0 && errno == ENOTCONN;
+}
+
+/* A writer whose daemon is gone: its session was rolled back (gmsfs(8), takeover), and
+ * the memory it maps is no longer the store's.  Its mappings become read-only, so that
+ * nothing it writes later looks like work that could still be committed. */
+static int session_lost(gmsfs *g)
+{
+	for (size_t i = 0; i < g->nmaps; i++)
+		if (g->slots[i].mapped && g->maps[i].writable) {
+			g->be->allow(g, g->maps[i].ptr, g->maps[i].aligned, false);
+			g->maps[i].writable = 0;
+		}
+	g->lock = GMSFS_RO;
+	return gm_error(g, -EPERM, "%s: the daemon that granted this writer session is gone (killed, or replaced "
+		       "by gmsfs -o takeover): the session was rolled back; connect again to write", g->dir);
+}
+
 int gm_call(gmsfs *g, enum gmsfs_op op, const void *body, size_t len, struct ch_manifest *m)
 {
 	if (g->dirfd < 0)
@@ -223,11 +295,13 @@ int gm_call(gmsfs *g, enum gmsfs_op op, const void *body, size_t len, struct ch_
 	/* The daemon closes idle connections before reading anything: then bind again and send again. */
 	for (int tries = 0; tries < 2; tries++) {
 		if (g->ch.sock < 0 && (e = bind_channel(g)))
-			return e;
+			break;
 		e = ch_call(&g->ch, op, body, len, m, g->err, sizeof g->err);
 		if (e != -ENOTCONN)
 			break;
 	}
+	if (e == -ENOTCONN && g->lock == GMSFS_RW && daemon_gone(g))
+		return session_lost(g);
 	return e;
 }
 

@@ -14,10 +14,11 @@ int gmsfs_unmap_all(gmsfs *g)
 	if (!g)
 		return -EINVAL;
 	/* The hash to compare at remap_all: the daemon's word now, or, if the daemon that
-	 * granted the lock is gone (ENOTCONN: killed, or replaced by gmsfs -o takeover), the
-	 * last one it gave; the mappings are this process's to undo either way. */
+	 * granted the lock is gone (ENOTCONN: killed, or replaced by gmsfs -o takeover) or the
+	 * store was removed (ENOENT: its memory goes with its last reader), the last one it
+	 * gave; the mappings are this process's to undo either way. */
 	int e = gm_refresh(g);
-	if (e && e != -ENOTCONN)
+	if (e && e != -ENOTCONN && e != -ENOENT)
 		return e;
 	for (size_t i = 0; i < g->nmaps; i++) {
 		struct gmsfs_mapping *m = &g->maps[i];

@@ -47,8 +47,10 @@ int gmsfs_space_new(gmsfs *g, gmsfs_space **out)
 
 int gmsfs_space_new_range(gmsfs *g, uint64_t span, gmsfs_space **out)
 {
-	if (!g || !out || !span)
+	if (!g || !out)
 		return -EINVAL;
+	if (!span)
+		return gm_error(g, -EINVAL, "space: a span of 0 bytes: give the bytes the space reserves (more than 0)");
 	int e = gmsfs_space_new(g, out);
 	if (e)
 		return e;

@@ -17,6 +17,12 @@
  *                          would too, but the release reaches the daemon after close()
  *                          returned: a process that locks again at once must not find
  *                          itself still holding the old lock.
+ *    GMSFS_IOC_LET_GO      a store directory: the caller's read locks that this daemon kept
+ *                          from the daemon before it (a restart or takeover while the caller
+ *                          mapped the store: gmsfs(5), RESTART) are given back, one per call;
+ *                          ENOLCK when it holds none.  On the mount's root, for a store
+ *                          removed since (its name is gone): the one whose layout_hash the
+ *                          caller sets.
  *    Inputs are checked: size must be sizeof(struct gmsfs_ioc), flags 0 and reserved
  *    zero, else EINVAL.  An unknown command is ENOTTY.
  * 2. The daemon's socket (path in gmsfs_ioc.socket), AF_UNIX SOCK_SEQPACKET.  Every
@@ -129,6 +135,7 @@ struct gmsfs_ioc {
 #define GMSFS_IOC_EXPORT_ALL _IOWR(GMSFS_IOC_MAGIC, 4, struct gmsfs_ioc)
 #define GMSFS_IOC_CHANNEL    _IOWR(GMSFS_IOC_MAGIC, 5, struct gmsfs_ioc)
 #define GMSFS_IOC_UNLOCK     _IOWR(GMSFS_IOC_MAGIC, 6, struct gmsfs_ioc)
+#define GMSFS_IOC_LET_GO     _IOWR(GMSFS_IOC_MAGIC, 7, struct gmsfs_ioc)
 
 /* ---- the socket ---- */
 #define GMSFS_SOCK_MAGIC 0x58534d47u /* "GMSX" little-endian */

@@ -80,6 +80,23 @@ struct inval;       /* inval.h */
 struct export;      /* export/export.h */
 struct tier;        /* tier.h */
 struct keep;        /* keep.h */
+struct vmm_buf;
+
+/* What a restart keeps, as the stores see it (gmsfs(5), RESTART): keep.c fills it in
+ * under -o state= (NULL without), so that nothing below keep calls keep.  Every hook
+ * runs under fs->mu. */
+struct fs_persist {
+	/* st's image written again: 0 once it is on disk, else -errno (last_error says why). */
+	int (*save)(struct store *st);
+	/* st's image removed (rmdir): 0 once it is gone from the disk. */
+	int (*drop)(struct store *st);
+	/* Does the image on disk name b's memory, so that it may not be given back yet? */
+	bool (*names)(const struct store *st, const struct vmm_buf *b);
+	/* The processes that hold read locks on st changed. */
+	void (*readers)(struct store *st);
+	/* st is being freed: what keep holds for it goes. */
+	void (*forget)(struct store *st);
+};
 
 struct fs {
 	pthread_mutex_t mu;
@@ -89,6 +106,7 @@ struct fs {
 	struct fuse_session *se;
 	struct timespec started;       /* the times of the daemon's own files */
 	bool allow_other;              /* the mount admits other users (and so does the socket) */
+	char *options;                 /* its -o options in effect, as the device file shows them */
 	/* Each module's own state (its header says what guards each field): */
 	struct store_table *stores;
 	struct waitq *wq;
@@ -96,6 +114,10 @@ struct fs {
 	struct export *ex;
 	struct tier *tier;
 	struct keep *keep;             /* NULL: no state= (keep.h) */
+	const struct fs_persist *persist; /* keep's hooks, NULL: none */
+	/* Bumped when memory may have come free on either tier (a release, a commit, a move,
+	 * a removal): a move that failed for room is tried again (tier.c). */
+	uint64_t room_gen;
 	pthread_cond_t tier_wake;      /* with mu: the mover thread's, signalled when a move is asked */
 	/* Under fs->mu: layout nodes the kernel still knows after they went (node.c). */
 	struct meta_graveyard grave;

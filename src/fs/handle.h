@@ -17,6 +17,7 @@ struct fs_handle {
 	enum lock_hold hold;
 	pid_t tgid;                    /* who opened it (or locked it by ioctl) */
 	bool writable;                 /* opened for writing, or locked RW by ioctl */
+	bool created;                  /* its open made the node (O_CREAT) */
 	/* poll on state (ops_file.c). */
 	uint64_t seen_events;
 	struct fuse_pollhandle *ph;    /* a poller waiting for the next change */

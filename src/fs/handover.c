@@ -16,12 +16,17 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #define HO_MAGIC 0x564f4847u /* "GHOV" */
+#ifndef FUSE_SUPER_MAGIC
+#define FUSE_SUPER_MAGIC 0x65735546
+#endif
 #define HO_TIMEOUT_S 120     /* the new daemon restores and mounts meanwhile */
 
 enum ho_kind { HO_IMAGES = 1, HO_FDS, HO_MOUNTED, HO_BYE, HO_FAIL };
@@ -82,14 +87,85 @@ static void set_timeout(int fd, int seconds)
 static int pack_all(struct fs *fs, msgpack_sbuffer *sb, struct image_fds *fds, char *why, size_t whylen)
 {
 	msgpack_sbuffer_clear(sb);
-	fds->n = 0;
+	fds->n = fds->nrefs = 0;
 	for (size_t i = 0; i < fs->stores->n; i++) {
 		struct store *st = fs->stores->v[i];
-		int e = image_pack(st, sb, fds, NULL, NULL);
+		/* Its readers go along: their descriptors of this mount die with this daemon, but
+		 * they still map the store, which the next daemon must keep for them. */
+		int e = image_pack(st, sb, fds, &(struct image_pack_opts){ .readers = true });
 		if (e)
 			return why_fmt(why, whylen, e, "store %s: %s", st->name, e == -EBUSY ? "moving" : strerror(-e));
 	}
 	return 0;
+}
+
+/* A store whose writer session the handover rolls back, and the memory its committed
+ * allocations had (the writer's mappings), swapped out for a copy. */
+struct renewal {
+	struct store *st;
+	struct vmm_bufs bufs;
+	struct vmm_buf **old;
+};
+
+static bool moving(struct fs *fs)
+{
+	for (size_t i = 0; i < fs->stores->n; i++)
+		if (fs->stores->v[i]->tier.at == TIER_TO_HOST || fs->stores->v[i]->tier.at == TIER_TO_DEVICE)
+			return true;
+	return false;
+}
+
+/* fs->mu held (let go while bytes are copied).  Every store with a writer session: its
+ * writer may have mapped the committed allocations writable (in-place updates), and
+ * would go on writing into what the successor serves after its session is rolled back.
+ * Their bytes are copied into memory of their own, which the store takes; the writer's
+ * mappings keep the old.  -ENOSPC (why) when there is no room for a copy. */
+static int renew_sessions(struct fs *fs, struct renewal **out, size_t *nout, char *why, size_t whylen)
+{
+	struct store_table *t = fs->stores;
+	struct renewal *r = calloc(t->n + 1, sizeof *r);
+	size_t n = 0;
+	int e = r ? 0 : -ENOMEM;
+	for (size_t i = 0; !e && i < t->n; i++) {
+		struct store *st = t->v[i];
+		if (!st->lock.fsm.leader || !st->lock.fsm.committed)
+			continue;
+		struct renewal *x = &r[n];
+		if ((e = image_committed_bufs(st, &x->bufs)) || !x->bufs.n)
+			continue;
+		store_get(st);
+		x->st = st;
+		n++;
+		char err[200] = "";
+		pthread_mutex_unlock(&fs->mu);
+		e = vmm_renew(x->bufs.v, x->bufs.n, &x->old, err, sizeof err);
+		pthread_mutex_lock(&fs->mu);
+		if (e)
+			why_fmt(why, whylen, e, "store %s has a writer session, and its committed allocations could not be "
+				"copied away from its writer's mappings (%s): commit or abort it, then take over",
+				st->name, err[0] ? err : strerror(-e));
+		else
+			fuse_log(FUSE_LOG_INFO, "gmsfs: %s: its writer's session ends here: its %zu committed allocations "
+						"are copied away from its mappings\n", st->name, x->bufs.n);
+	}
+	*out = r;
+	*nout = n;
+	return e;
+}
+
+/* fs->mu held: the handover is done (keep: the writers' old memory goes with this
+ * process) or failed (undo: the stores take their memory back). */
+static void renewals_end(struct renewal *r, size_t n, bool undo)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (undo && r[i].old)
+			vmm_unrenew(r[i].bufs.v, r[i].old, r[i].bufs.n);
+		else
+			vmm_release_all(r[i].old, r[i].old ? r[i].bufs.n : 0);
+		vmm_bufs_release(&r[i].bufs);
+		store_put(r[i].st, 1);
+	}
+	free(r);
 }
 
 static void unfreeze(struct fs *fs)
@@ -138,9 +214,17 @@ void handover_give(struct fs *fs, int sock, uid_t uid, const char *socket_path)
 		return;
 	}
 	fs->handing_over = true; /* from here on nothing is committed, made, removed or moved */
+	for (int tries = 0; moving(fs) && tries < 6000; tries++) {
+		pthread_mutex_unlock(&fs->mu); /* a move under way ends (moves take seconds at most) */
+		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
+		pthread_mutex_lock(&fs->mu);
+	}
+	struct renewal *renewed = NULL;
+	size_t nrenewed = 0;
+	e = renew_sessions(fs, &renewed, &nrenewed, why, sizeof why);
 	atomic_store(&fs->vmm->frozen, true); /* nor any memory made: the successor's come after the files' ends */
 	size_t nstores = fs->stores->n;
-	for (int tries = 0; (e = pack_all(fs, &sb, &fds, why, sizeof why)) == -EBUSY && tries < 6000; tries++) {
+	for (int tries = 0; !e && (e = pack_all(fs, &sb, &fds, why, sizeof why)) == -EBUSY && tries < 6000; tries++) {
 		pthread_mutex_unlock(&fs->mu); /* a move under way ends (moves take seconds at most) */
 		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
 		pthread_mutex_lock(&fs->mu);
@@ -167,6 +251,9 @@ void handover_give(struct fs *fs, int sock, uid_t uid, const char *socket_path)
 		send_msg(sock, HO_FAIL, 0, 0, 0, NULL, 0, why);
 	if (e) {
 		fuse_log(FUSE_LOG_WARNING, "gmsfs: handover failed (%s): serving on\n", why[0] ? why : strerror(-e));
+		pthread_mutex_lock(&fs->mu);
+		renewals_end(renewed, nrenewed, true); /* the writers' sessions go on with their memory */
+		pthread_mutex_unlock(&fs->mu);
 		unfreeze(fs);
 		return;
 	}
@@ -182,18 +269,56 @@ void handover_give(struct fs *fs, int sock, uid_t uid, const char *socket_path)
 
 /* ---- the new daemon ---- */
 
+/* The daemon serving mountpoint is the one whose socket p names: what answers on the
+ * socket is that daemon's process (SO_PEERCRED), not merely someone who wrote its pid
+ * in a file. */
+static int same_daemon(const struct handover_peer *p, char *err, size_t errlen)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof a.sun_path, "%s", p->socket);
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct ucred cred = {0};
+	socklen_t len = sizeof cred;
+	int e = s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) ||
+			getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) ? -errno : 0;
+	if (s >= 0)
+		close(s);
+	if (e)
+		return why_fmt(err, errlen, e, "takeover: the old daemon's socket %s: %s", p->socket, strerror(-e));
+	if (cred.pid != p->pid)
+		return why_fmt(err, errlen, -ESRCH, "takeover: the socket %s is pid %d's, not the mount's daemon (pid %d)",
+			       p->socket, (int)cred.pid, (int)p->pid);
+	return 0;
+}
+
 int handover_peer(const char *mountpoint, struct handover_peer *p, char *err, size_t errlen)
 {
 	memset(p, 0, sizeof *p);
 	p->conn = -1;
-	char path[4200];
-	snprintf(path, sizeof path, "%s/device", mountpoint);
+	char dir[PATH_MAX], path[PATH_MAX + 16];
+	if (!realpath(mountpoint, dir))
+		return why_fmt(err, errlen, -errno, "takeover: %s: %s", mountpoint, strerror(errno));
+	/* What is mounted there, by the kernel's word: a copy of a mount's files (a backup,
+	 * cp -r, a tmpfs) is not a daemon to take over. */
+	if (!mnt_is_gmsfs(dir, p->fsname, sizeof p->fsname))
+		return why_fmt(err, errlen, -ENOTCONN, "takeover: %s is not a gmsfs mount: nothing to take over (is a "
+				"gmsfs daemon serving %s?)", dir, mountpoint);
+	snprintf(path, sizeof path, "%s/device", dir);
 	FILE *f = fopen(path, "re");
 	if (!f)
 		return why_fmt(err, errlen, -errno, "takeover: %s: %s (is a gmsfs daemon serving %s?)", path,
 			       strerror(errno), mountpoint);
-	char line[512];
-	while (fgets(line, sizeof line, f)) {
+	struct statfs fsb;
+	struct stat at, top;
+	if (fstatfs(fileno(f), &fsb) || fsb.f_type != FUSE_SUPER_MAGIC || fstat(fileno(f), &at) || stat(dir, &top) ||
+	    at.st_dev != top.st_dev) {
+		fclose(f);
+		return why_fmt(err, errlen, -ENOTCONN, "takeover: %s is not the device file of the gmsfs mount on %s", path,
+			       dir);
+	}
+	char *line = NULL;
+	size_t cap = 0;
+	while (getline(&line, &cap, f) > 0) {
 		line[strcspn(line, "\n")] = '\0';
 		char *v = strstr(line, ": ");
 		if (!v)
@@ -202,7 +327,7 @@ int handover_peer(const char *mountpoint, struct handover_peer *p, char *err, si
 		v += 2;
 		struct { const char *key; char *to; size_t size; } fields[] = {
 			{ "backend", p->backend, sizeof p->backend }, { "uuid", p->uuid, sizeof p->uuid },
-			{ "socket", p->socket, sizeof p->socket },
+			{ "socket", p->socket, sizeof p->socket }, { "options", p->options, sizeof p->options },
 		};
 		for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
 			if (!strcmp(line, fields[i].key) && strlen(v) < fields[i].size)
@@ -210,11 +335,12 @@ int handover_peer(const char *mountpoint, struct handover_peer *p, char *err, si
 		if (!strcmp(line, "pid"))
 			p->pid = (pid_t)atoi(v);
 	}
+	free(line);
 	fclose(f);
 	if (!p->backend[0] || !p->uuid[0] || !p->socket[0] || p->pid <= 0)
 		return why_fmt(err, errlen, -EPROTO, "takeover: %s names no socket or pid: a gmsfs too old to hand over",
 			       path);
-	return 0;
+	return same_daemon(p, err, errlen);
 }
 
 static int connect_old(struct handover_peer *p, char *err, size_t errlen)

@@ -30,6 +30,9 @@ void handover_give(struct fs *fs, int sock, uid_t uid, const char *socket_path);
  * (its device file): backend, device uuid, socket. */
 struct handover_peer {
 	char backend[16], uuid[64], socket[108];
+	char options[2048];      /* its -o options in effect (the device file's options line) */
+	char fsname[256];        /* its mount's source */
+	char socket_final[108];  /* this daemon takes the old one's socket name once it ends */
 	int conn;        /* the socket connection, once handover_take has run */
 	pid_t pid;
 	bool mounted_by_libfuse; /* the old mount was lifted first (no mount beneath here) */

@@ -65,6 +65,8 @@ static int walk_committed(struct walk *w, struct meta_node *dir, int area)
 			uint32_t fd = 0;
 			if (!b || (e = fd_index(w, b->fd, &fd)))
 				e = e ? e : -EIO; /* committed allocations are sized */
+			if (!e && !(e = GROW(w->fds->refs, w->fds->nrefs, w->fds->refs_cap, 64)))
+				w->fds->refs[w->fds->nrefs++] = (struct image_ref){ b->fd, b->offset };
 			struct wire_alloc a = { .path = path, .tag = (char *)(f.str ? f.str : "default"), .size = f.size,
 						.aligned = f.aligned, .fd = fd, .fd_offset = b ? b->offset : 0 };
 			w->nallocs++;
@@ -82,13 +84,37 @@ static int walk_committed(struct walk *w, struct meta_node *dir, int area)
 	return e;
 }
 
+static int committed_bufs(struct meta_node *dir, struct vmm_bufs *out)
+{
+	struct meta_node **kids;
+	size_t n;
+	int e = meta_committed_children(dir, &kids, &n);
+	for (size_t i = 0; i < n && !e; i++) {
+		if (kids[i]->kind == META_DIR)
+			e = committed_bufs(kids[i], out);
+		else if (kids[i]->kind == META_ALLOC && kids[i]->buf && !(e = vmm_bufs_push(out, kids[i]->buf)))
+			vmm_buf_get(kids[i]->buf);
+	}
+	free(kids);
+	return e;
+}
+
+int image_committed_bufs(struct store *st, struct vmm_bufs *out)
+{
+	if (!st->meta || !st->lock.fsm.committed)
+		return 0;
+	int e = committed_bufs(meta_root(st->meta, META_AREA_ALLOCS), out);
+	if (e)
+		vmm_bufs_release(out);
+	return e;
+}
+
 static int append(msgpack_sbuffer *sb, const msgpack_sbuffer *part)
 {
 	return part->size && msgpack_sbuffer_write(sb, part->data, part->size) ? -ENOMEM : 0;
 }
 
-int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds,
-	       const char *(*fdname)(void *arg, int fd), void *arg)
+int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, const struct image_pack_opts *o)
 {
 	if (st->tier.at == TIER_TO_HOST || st->tier.at == TIER_TO_DEVICE)
 		return -EBUSY;
@@ -110,7 +136,18 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds,
 				.host = st->tier.at == TIER_HOST, .ndirs = w.ndirs, .nallocs = w.nallocs,
 				.nentries = w.nentries, .nfds = fds->n - w.base };
 	meta_hash(st->meta, h.hash);
+	struct lock_reader *readers = NULL;
+	size_t nreaders = 0;
+	if (!e && o->readers && !(e = lock_readers(st, &readers, &nreaders)) && nreaders &&
+	    !(h.readers = calloc(nreaders, sizeof *h.readers)))
+		e = -ENOMEM;
+	for (size_t i = 0; !e && i < nreaders; i++)
+		h.readers[h.nreaders++] = (struct wire_reader){ .pid = (uint32_t)readers[i].pid, .start = readers[i].start,
+								.count = readers[i].handles + readers[i].inherited };
+	free(readers);
 	const char **names = NULL;
+	const char *(*fdname)(void *arg, int fd) = o->fdname;
+	void *arg = o->arg;
 	if (!e && fdname) {
 		if (!(names = calloc(h.nfds ? h.nfds : 1, sizeof *names)))
 			e = -ENOMEM;
@@ -132,6 +169,7 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds,
 	for (uint64_t i = 0; names && i < h.nfds; i++)
 		free((char *)names[i]);
 	free(names);
+	free(h.readers);
 	free(w.slot);
 	msgpack_sbuffer_destroy(&w.dirs);
 	msgpack_sbuffer_destroy(&w.allocs);
@@ -144,6 +182,7 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds,
 void image_fds_free(struct image_fds *f)
 {
 	free(f->v);
+	free(f->refs);
 	memset(f, 0, sizeof *f);
 }
 
@@ -312,6 +351,11 @@ int image_restore(struct fs *fs, const uint8_t *buf, size_t len, size_t *off, co
 		atomic_store(&st->pool->quota, r.h.quota);
 		st->tier.priority = (int)r.h.priority;
 		st->tier.at = r.h.host ? TIER_HOST : TIER_DEVICE;
+		for (uint64_t i = 0; i < r.h.nreaders; i++) {
+			struct lock_reader rd = { .pid = (pid_t)r.h.readers[i].pid, .start = r.h.readers[i].start,
+						  .handles = r.h.readers[i].count };
+			lock_inherit(st, &rd, 1);
+		}
 		*out = st;
 	}
 	restore_free(&r);

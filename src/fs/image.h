@@ -10,20 +10,38 @@
 
 struct store;
 
+/* Memory an image names: an allocation's descriptor and where it starts in it. */
+struct image_ref {
+	int fd;
+	uint64_t offset;
+};
+
 /* The distinct descriptors of an image, in the order its records index them: the
- * buffers' own (not the caller's to close). */
+ * buffers' own (not the caller's to close); and the memory of each allocation. */
 struct image_fds {
 	int *v;
 	size_t n, cap;
+	struct image_ref *refs;
+	size_t nrefs, refs_cap;
+};
+
+struct image_pack_opts {
+	/* A state file's: the name each descriptor has in the service manager's store. */
+	const char *(*fdname)(void *arg, int fd);
+	void *arg;
+	/* A handover's: the processes that hold read locks, so that the next daemon keeps
+	 * their holds (a state file keeps them apart: they change more often). */
+	bool readers;
 };
 
 /* Append st's committed layout (what a reader outside any session sees) to sb, its
- * descriptors to fds (an image's indices start at 0 whatever fds held before).
- * fdname(arg, fd): the name each descriptor has in the service manager's store, for a
- * state file; NULL for a handover.  0 or -errno (-EBUSY: the store is moving). */
-int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds,
-	       const char *(*fdname)(void *arg, int fd), void *arg);
+ * descriptors to fds (an image's indices start at 0 whatever fds held before).  0 or
+ * -errno (-EBUSY: the store is moving). */
+int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, const struct image_pack_opts *o);
 void image_fds_free(struct image_fds *f);
+/* The memory of st's committed allocations (what an image of it names), one reference
+ * each, appended to out.  0 or -ENOMEM (out emptied). */
+int image_committed_bufs(struct store *st, struct vmm_bufs *out);
 
 /* Called for each descriptor an image's memory now lies in, in this daemon: its index in
  * the image, and the daemon's own descriptor (the backend's dup). */

@@ -2,12 +2,14 @@
  * FileDescriptorStoreMax=; gmsfs(5), RESTART).  With -o state=DIR, every descriptor that
  * holds a store's memory is handed to the manager (FDSTORE=1, a name each) and the store's
  * image (image.h) is written to DIR/NAME.image before a commit, move, mkdir, quota or
- * priority change returns.  A daemon killed (SIGKILL too) or restarted gets the
- * descriptors back (LISTEN_FDS, LISTEN_FDNAMES) and rebuilds each store from its image,
- * checked by its layout hash; a store that fails is named in the log and in status.json
- * and never served half.  A descriptor leaves the manager's store (FDSTOREREMOVE=1) once
- * it is closed and no image on disk names it.  Everything under fs->mu but keep_start and
- * keep_stop. */
+ * priority change returns, and the processes that read it to DIR/NAME.readers when they
+ * change.  A daemon killed (SIGKILL too) or restarted gets the descriptors back
+ * (LISTEN_FDS, LISTEN_FDNAMES), rebuilds each store from its image, checked by its
+ * layout hash, and keeps the read locks of its readers that still run; a store that
+ * fails is named in the log and in status.json and never served half.  A descriptor
+ * leaves the manager's store (FDSTOREREMOVE=1) once it is closed and no image on disk
+ * names it; no memory an image on disk names is given back (keep answers the stores'
+ * question, fs->persist).  Everything under fs->mu but keep_start and keep_stop. */
 #ifndef GMSFS_FS_KEEP_H
 #define GMSFS_FS_KEEP_H
 
@@ -18,18 +20,13 @@
 struct store;
 
 /* Before the mount: dir for the images, max_fds the manager keeps (its
- * FileDescriptorStoreMax=).  The stores a manager passed back are restored now.  0, or
- * -errno and err (no manager to keep descriptors: -ENOTSUP). */
+ * FileDescriptorStoreMax=).  The stores a manager passed back are restored now; from
+ * then on the stores write their images through fs->persist.  0, or -errno and err (no
+ * manager to keep descriptors: -ENOTSUP). */
 int keep_start(struct fs *fs, const char *dir, unsigned max_fds, char *err, size_t errlen);
 /* At the end, before the stores go: nothing is taken out of the manager's store (a
  * restart gives it back; a stop of the service frees it). */
 void keep_stop(struct fs *fs);
-
-/* st changed what its image holds (a commit, a move, mkdir, quota, priority): written
- * again.  On failure st's last_error says why and the log too; the store serves on. */
-void keep_store(struct store *st);
-/* rmdir: st's image goes (its memory leaves the manager as it is freed). */
-void keep_drop(struct store *st);
 
 /* status.json: "keep": {...} of the mount (nothing when keep is off). */
 void keep_status(struct fs *fs, FILE *f);

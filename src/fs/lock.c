@@ -4,6 +4,8 @@
  * FSM or waits (wait.c).  Everything runs under fs->mu and never sleeps. */
 #include "lock.h"
 #include "caller.h"
+#include "fault.h"
+#include "grow.h"
 #include "handle.h"
 #include "node.h"
 #include "store.h"
@@ -13,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- the forms of a lock mode ---- */
@@ -162,6 +165,45 @@ bool lock_outside(fuse_req_t req, struct store *st)
 	return !r;
 }
 
+/* ---- who reads: each process once, with its handles and inherited holds ---- */
+
+static struct lock_reader *reader_find(struct lock *l, pid_t pid)
+{
+	for (size_t i = 0; i < l->nreaders; i++)
+		if (l->readers[i].pid == pid)
+			return &l->readers[i];
+	return NULL;
+}
+
+/* One more read handle of pid.  True when pid is new among the readers.  Out of memory
+ * the FSM still counts the handle: only a restart would not learn of this reader. */
+static bool reader_add(struct lock *l, pid_t pid)
+{
+	struct lock_reader *r = reader_find(l, pid);
+	if (r) {
+		r->handles++;
+		return false;
+	}
+	if (GROW(l->readers, l->nreaders, l->readers_cap, 8))
+		return false;
+	l->readers[l->nreaders++] = (struct lock_reader){ .pid = pid, .handles = 1 };
+	return true;
+}
+
+/* One read handle (inherited: one inherited hold) of pid less.  True when pid left. */
+static bool reader_drop(struct lock *l, pid_t pid, bool inherited)
+{
+	struct lock_reader *r = reader_find(l, pid);
+	unsigned *n = r ? (inherited ? &r->inherited : &r->handles) : NULL;
+	if (!n || !*n)
+		return false;
+	--*n;
+	if (r->handles || r->inherited)
+		return false;
+	*r = l->readers[--l->nreaders];
+	return true;
+}
+
 /* ---- taking ---- */
 
 int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold *out)
@@ -169,6 +211,8 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 	struct fsm *f = &st->lock.fsm;
 	if (st->removed)
 		return -ENOENT;
+	if (st->fs->handing_over)
+		return -EAGAIN; /* a successor takes over: it would not know of this lock (ESTALE at the end) */
 	if (!tier_ready(st->fs, &st->tier))
 		return -EAGAIN; /* moving, or on the host tier: its move in is asked for */
 	bool write = lock_wants_write(st, want);
@@ -179,6 +223,8 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 		st->last_error[0] = '\0';
 	}
 	*out = write ? HOLD_SESSION : HOLD_READ;
+	if (!write && reader_add(&st->lock, tgid))
+		store_readers_changed(st);
 	tier_used(&st->tier);
 	st->lock.gen++;
 	store_notify(st); /* taking a lock never lets a waiter in: no grant walk */
@@ -200,9 +246,24 @@ static int try_lock(struct store *st, enum lock_want want, pid_t tgid, enum lock
 		*out = HOLD_SESSION;
 		return 0;
 	}
+	/* A reader from before a restart connects again: its inherited hold becomes this
+	 * handle's, past waiting writers (they wait for this very process). */
+	struct fsm *f = &st->lock.fsm;
+	struct lock_reader *was = st->lock.inherited ? reader_find(&st->lock, tgid) : NULL;
+	if (was && was->inherited) {
+		if (lock_wants_write(st, want))
+			return -EDEADLK;
+		was->handles++;
+		st->lock.inherited--;
+		if (!--was->inherited)
+			store_put(st, 1); /* lock_inherit's: the caller's handle holds the store now */
+		st->lock.gen++;
+		*out = HOLD_READ;
+		store_notify(st);
+		return 0;
+	}
 	/* Only a read that would wait (a writer waits) or a write asks whether the caller
 	 * holds a read handle: a granted read needs no look at its descriptors. */
-	struct fsm *f = &st->lock.fsm;
 	bool ask = f->readers && (lock_wants_write(st, want) || fsm_can_read(f));
 	if (ask && (r = holds_read(st, tgid)) < 0)
 		return r;
@@ -210,6 +271,7 @@ static int try_lock(struct store *st, enum lock_want want, pid_t tgid, enum lock
 		if (want == WANT_WRITE)
 			return -EDEADLK; /* it would wait for its own read handles */
 		fsm_reopen_read(f);
+		reader_add(&st->lock, tgid); /* not new: it held one */
 		*out = HOLD_READ;
 		store_notify(st);
 		return 0;
@@ -285,11 +347,18 @@ static void rollback(struct store *st)
 void lock_release(struct fs_handle *h)
 {
 	struct store *st = h->store;
+	bool room = false;
 	if (h->hold == HOLD_READ) {
 		fsm_release_read(&st->lock.fsm);
+		if (reader_drop(&st->lock, h->tgid, false))
+			store_readers_changed(st);
+		room = !st->lock.fsm.readers; /* idle now: it may give way */
 	} else if (h->hold == HOLD_SESSION && fsm_release_session(&st->lock.fsm) == 1 && st->meta) {
-		/* The session's last handle went without commit (a crash included): abort. */
+		/* The session's last handle went without commit (a crash included): abort.  Its
+		 * allocations were never in an image: their memory goes at once. */
+		fault_point("rollback", "give");
 		rollback(st);
+		room = true;
 		st->lock.aborts++;
 		snprintf(st->last_error, sizeof st->last_error, "%s",
 			 "writer left without commit: rolled back to the last committed layout");
@@ -299,6 +368,8 @@ void lock_release(struct fs_handle *h)
 	tier_used(&st->tier);
 	if (st->removed && st->meta && !st->lock.fsm.readers)
 		store_free_layout(st); /* removed while held (deferred): its last holder left */
+	if (room)
+		store_room_changed(st->fs);
 	lock_changed(st);
 }
 
@@ -322,10 +393,19 @@ int lock_commit(struct store *st)
 	if (ms.allocations + ms.entries >= FS_TRIM_ITEMS)
 		store_want_trim(st->fs); /* the hash's sorted copies of a big layout */
 	/* The downgrade: every handle of the session becomes a read handle at once. */
+	bool new_readers = false;
 	for (struct fs_handle *h = st->handles.next; h != &st->handles; h = h->next)
-		if (h->hold == HOLD_SESSION)
+		if (h->hold == HOLD_SESSION) {
 			h->hold = HOLD_READ;
+			new_readers |= reader_add(&st->lock, h->tgid);
+		}
 	st->last_error[0] = '\0';
+	/* Write-ahead: the image that no longer names what the session freed is written
+	 * before that memory goes (a failure leaves it held and says why). */
+	store_changed(st, "commit", NULL);
+	if (new_readers)
+		store_readers_changed(st);
+	store_room_changed(st->fs);
 	lock_changed(st);
 	return 0;
 }
@@ -335,7 +415,9 @@ int lock_abort(struct store *st)
 	int e = fsm_abort(&st->lock.fsm);
 	if (e)
 		return e;
+	fault_point("rollback", "give");
 	rollback(st);
+	store_room_changed(st->fs);
 	snprintf(st->last_error, sizeof st->last_error, "%s", "aborted: rolled back to the last committed layout");
 	lock_changed(st);
 	return 0;
@@ -355,4 +437,124 @@ int lock_control_write(fuse_req_t req, struct fs_handle *h)
 	if ((e = lock_is_member(st, tgid)) <= 0)
 		return e < 0 ? e : -EPERM;
 	return h->fnode->kind == FS_COMMIT ? lock_commit(st) : lock_abort(st);
+}
+
+void lock_block(struct store *st, int e)
+{
+	st->lock.blocked = e;
+}
+
+void lock_unblock(struct store *st)
+{
+	st->lock.blocked = 0;
+}
+
+/* ---- readers across a restart ---- */
+
+int lock_readers(struct store *st, struct lock_reader **out, size_t *n)
+{
+	struct lock *l = &st->lock;
+	*out = NULL;
+	*n = 0;
+	if (!l->nreaders)
+		return 0;
+	struct lock_reader *v = malloc(l->nreaders * sizeof *v);
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < l->nreaders; i++) {
+		struct lock_reader *r = &l->readers[i];
+		if (!r->start && caller_start_time(r->pid, &r->start))
+			continue; /* gone: its release is on its way */
+		v[(*n)++] = *r;
+	}
+	*out = v;
+	return 0;
+}
+
+void lock_inherit(struct store *st, const struct lock_reader *v, size_t n)
+{
+	struct lock *l = &st->lock;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t start;
+		unsigned holds = v[i].handles + v[i].inherited;
+		if (!holds || caller_start_time(v[i].pid, &start) || start != v[i].start)
+			continue; /* ended meanwhile (or its pid is another process's now) */
+		if (reader_find(l, v[i].pid) || GROW(l->readers, l->nreaders, l->readers_cap, 8))
+			continue;
+		l->readers[l->nreaders++] = (struct lock_reader){ .pid = v[i].pid, .start = start, .inherited = holds };
+		l->fsm.readers += holds;
+		l->inherited += holds;
+		store_get(st); /* as a handle would: a removed store lives while it is read */
+		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: pid %d read it before the restart: it keeps %u read lock%s\n",
+			 st->name, (int)v[i].pid, holds, holds == 1 ? "" : "s");
+	}
+}
+
+/* k of pid's inherited holds given back (fs->mu held).  The last one of a process lets
+ * the store go (store_put): the caller holds its own reference. */
+static void inherited_go(struct store *st, struct lock_reader *r, unsigned k)
+{
+	struct lock *l = &st->lock;
+	pid_t pid = r->pid;
+	bool last = k >= r->inherited, gone = false;
+	for (unsigned i = 0; i < k; i++) {
+		fsm_release_read(&l->fsm);
+		l->inherited--;
+		gone |= reader_drop(l, pid, true);
+	}
+	if (gone)
+		store_readers_changed(st);
+	if (st->removed && st->meta && !l->fsm.readers)
+		store_free_layout(st);
+	store_room_changed(st->fs);
+	lock_changed(st);
+	if (last)
+		store_put(st, 1); /* lock_inherit's */
+}
+
+int lock_let_go(struct store *st, pid_t tgid)
+{
+	struct lock_reader *r = st->lock.inherited ? reader_find(&st->lock, tgid) : NULL;
+	if (!r || !r->inherited)
+		return -ENOLCK;
+	inherited_go(st, r, 1);
+	return 0;
+}
+
+int lock_let_go_removed(struct fs *fs, pid_t tgid, const uint8_t hash[GMSFS_HASH_LEN])
+{
+	struct store_table *t = fs->stores;
+	for (size_t i = 0; i < t->nremoved; i++) {
+		struct store *st = t->removed[i];
+		uint8_t h[GMSFS_HASH_LEN];
+		struct lock_reader *r = st->lock.inherited ? reader_find(&st->lock, tgid) : NULL;
+		if (!r || !r->inherited || !st->meta || !meta_hash(st->meta, h) || memcmp(h, hash, sizeof h))
+			continue;
+		store_get(st);
+		inherited_go(st, r, 1);
+		store_put(st, 1); /* its memory goes with this, if it was the last */
+		return 0;
+	}
+	return -ENOLCK;
+}
+
+void lock_reap(struct store *st)
+{
+	struct lock *l = &st->lock;
+	store_get(st); /* the last inherited hold of a removed store may be its last reference */
+	for (size_t i = 0; l->inherited && i < l->nreaders;) {
+		struct lock_reader *r = &l->readers[i];
+		uint64_t start;
+		if (!r->inherited || (!caller_start_time(r->pid, &start) && start == r->start)) {
+			i++;
+			continue;
+		}
+		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: pid %d, a reader from before the restart, ended\n", st->name,
+			 (int)r->pid);
+		size_t had = l->nreaders;
+		inherited_go(st, r, r->inherited);
+		if (l->nreaders == had)
+			i++; /* it holds handles too: it stays */
+	}
+	store_put(st, 1);
 }

@@ -17,6 +17,15 @@ enum lock_hold { HOLD_NONE, HOLD_READ, HOLD_SESSION };
 /* What a request asks for: RW_OR_RO is a write while nothing is committed, else a read. */
 enum lock_want { WANT_READ, WANT_WRITE, WANT_RW_OR_RO };
 
+/* A process that holds read locks on a store: by its handles, or, after a restart, by
+ * the holds the daemon before it granted (inherited: its descriptors of the old mount
+ * cannot reach this daemon, but it still maps the store). */
+struct lock_reader {
+	pid_t pid;
+	uint64_t start;                /* its start time (/proc/PID/stat): 0 until asked for */
+	unsigned handles, inherited;
+};
+
 /* A store's lock state (in struct store), under fs->mu. */
 struct lock {
 	struct fsm fsm;                /* counts of holders and waiters; the state derives from them */
@@ -29,6 +38,11 @@ struct lock {
 	bool seen_outside;
 	uint64_t seen_gen;
 	uint64_t commits, aborts;      /* sessions that committed; that ended without (rolled back) */
+	struct lock_reader *readers;   /* who holds the fsm's read handles, a process once */
+	size_t nreaders, readers_cap;
+	unsigned inherited;            /* of fsm.readers: holds inherited from a daemon before */
+	int blocked;                   /* -errno: why it cannot be granted now (its move in failed for
+	                                * room): a timed wait ends with it, not -ETIMEDOUT */
 };
 
 /* ---- the forms of a lock mode, converted only here ---- */
@@ -83,5 +97,26 @@ int lock_control_write(fuse_req_t req, struct fs_handle *h);
 int lock_commit(struct store *st);
 /* Back to the last commit; the session stays. */
 int lock_abort(struct store *st);
+
+/* The store cannot be granted for a while (e: -ENOSPC, its move in failed; last_error
+ * says why): a wait that times out meanwhile ends with e.  Unblocked once it moved in. */
+void lock_block(struct store *st, int e);
+void lock_unblock(struct store *st);
+
+/* ---- readers across a restart (gmsfs(5), RESTART) ---- */
+/* The processes that read st now, each with its start time (those whose process is
+ * gone are left out); *out is the caller's to free.  0 or -ENOMEM. */
+int lock_readers(struct store *st, struct lock_reader **out, size_t *n);
+/* A restored store: the holds the daemon before this one granted, kept for the processes
+ * that still live (the same start time): st stays in use for them (no move, eviction or
+ * freeing; writers wait) until they let go or end. */
+void lock_inherit(struct store *st, const struct lock_reader *v, size_t n);
+/* GMSFS_IOC_LET_GO: tgid's holds on st inherited from the daemon before are given back
+ * (its library unmapped what it mapped through them).  0, or -ENOLCK: it had none. */
+int lock_let_go(struct store *st, pid_t tgid);
+/* The same for a removed store (its name is gone) whose committed layout hashes to hash. */
+int lock_let_go_removed(struct fs *fs, pid_t tgid, const uint8_t hash[GMSFS_HASH_LEN]);
+/* Inherited holds of processes that ended are given back (the waiter thread, each second). */
+void lock_reap(struct store *st);
 
 #endif

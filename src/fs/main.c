@@ -9,6 +9,7 @@
 #include "tier.h"
 #include "wait.h"
 #include "export/export.h"
+#include "fault.h"
 #include "size.h"
 
 #include <errno.h>
@@ -138,8 +139,9 @@ static int parse_options(struct fuse_args *args, struct options *opts, struct fu
 		fprintf(stderr, "gmsfs: no mountpoint (see %s --help)\n", prog);
 		return 2;
 	}
-	if (opts->max_bytes && size_parse(opts->max_bytes, max_bytes)) {
-		fprintf(stderr, "gmsfs: max_bytes=%s: not a size (digits, then K, M, G or T)\n", opts->max_bytes);
+	if (opts->max_bytes && (size_parse(opts->max_bytes, max_bytes) || !*max_bytes)) {
+		fprintf(stderr, "gmsfs: max_bytes=%s: not a size (digits, then K, M, G or T; more than 0)\n",
+			opts->max_bytes);
 		return 2;
 	}
 	uint64_t host_bytes;
@@ -148,11 +150,91 @@ static int parse_options(struct fuse_args *args, struct options *opts, struct fu
 			opts->host_bytes);
 		return 2;
 	}
-	if (opts->max_threads < 2 || opts->max_threads > 100000) {
+	if (opts->max_threads && (opts->max_threads < 2 || opts->max_threads > 100000)) {
 		fprintf(stderr, "gmsfs: max_threads=%d: between 2 and 100000\n", opts->max_threads);
 		return 2;
 	}
 	return 0;
+}
+
+/* Takeover: what the command line leaves unset comes from the daemon replaced (its
+ * device file's options line), so that a replacement changes the binary, not the
+ * mount's budgets, name or socket.  0, or 2 (the old options do not parse). */
+static int inherit_options(struct options *o, struct fuse_args *args, const struct handover_peer *peer,
+			   uint64_t *max_bytes)
+{
+	struct options old = { .ready_fd = -1, .detach_fd = -1 };
+	char *argv[] = { "gmsfs", "-o", (char *)peer->options, NULL };
+	struct fuse_args a = FUSE_ARGS_INIT(peer->options[0] ? 3 : 1, argv);
+	if (fuse_opt_parse(&a, &old, option_spec, option_seen)) {
+		fprintf(stderr, "gmsfs: takeover: the old daemon's options (%s) do not parse\n", peer->options);
+		return 2;
+	}
+	fuse_opt_free_args(&a);
+#define TAKE(f) do { if (!o->f && old.f) { o->f = old.f; old.f = NULL; } } while (0)
+	TAKE(max_bytes);
+	TAKE(host_bytes);
+	TAKE(mover);
+	TAKE(socket);
+	TAKE(fsname);
+#undef TAKE
+	if (!o->fsname && peer->fsname[0] && !(o->fsname = strdup(peer->fsname))) /* an older daemon's: its source */
+		return 2;
+	if (!o->max_threads)
+		o->max_threads = old.max_threads;
+	o->host_ahead |= old.host_ahead;
+	if (old.allow_other && !o->allow_other) {
+		o->allow_other = 1;
+		if (fuse_opt_add_arg(args, "-oallow_other"))
+			return 2;
+	}
+	free(old.max_bytes);
+	free(old.host_bytes);
+	free(old.mover);
+	free(old.socket);
+	free(old.fsname);
+	free(old.backend);
+	free(old.device);
+	free(old.state);
+	if (o->max_bytes && (size_parse(o->max_bytes, max_bytes) || !*max_bytes))
+		return 2;
+	if (peer->options[0])
+		fprintf(stderr, "gmsfs: takeover: keeping the old daemon's options where none are given: %s\n",
+			peer->options);
+	return 0;
+}
+
+/* The daemon's options as gmsfs -o takes them (the device file's "options:" line): the
+ * budgets in effect and what was given, for a successor to keep.  NULL: out of memory. */
+static char *options_text(const struct fs *fs, const struct options *o)
+{
+	char *t = NULL, kv[4200];
+	int e = 0;
+	snprintf(kv, sizeof kv, "max_bytes=%llu", (unsigned long long)fs->vmm->max_bytes);
+	e |= fuse_opt_add_opt_escaped(&t, kv);
+	snprintf(kv, sizeof kv, "host_bytes=%llu", (unsigned long long)fs->vmm->host_bytes);
+	e |= fuse_opt_add_opt_escaped(&t, kv);
+	if (o->host_ahead)
+		e |= fuse_opt_add_opt(&t, "host_ahead");
+	if (o->allow_other)
+		e |= fuse_opt_add_opt(&t, "allow_other");
+	if (o->max_threads != 256) {
+		snprintf(kv, sizeof kv, "max_threads=%d", o->max_threads);
+		e |= fuse_opt_add_opt(&t, kv);
+	}
+	const struct { const char *key, *value; } given[] = {
+		{ "fsname", o->fsname }, { "socket", o->socket }, { "mover", o->mover },
+	};
+	for (size_t i = 0; i < sizeof given / sizeof given[0]; i++)
+		if (given[i].value) {
+			snprintf(kv, sizeof kv, "%s=%s", given[i].key, given[i].value);
+			e |= fuse_opt_add_opt_escaped(&t, kv);
+		}
+	if (e) {
+		free(t);
+		return NULL;
+	}
+	return t;
 }
 
 /* Allocations may hold descriptors: allow as many as the hard limit. */
@@ -322,6 +404,8 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 		fprintf(stderr, "gmsfs: no thread for the host tier\n");
 		goto out_session;
 	}
+	if (!(fs->options = options_text(fs, opts)))
+		goto out_tier;
 	if (inval_start(fs)) {
 		fprintf(stderr, "gmsfs: no thread for the kernel's notices\n");
 		goto out_tier;
@@ -330,6 +414,8 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 		goto out_inval;
 	if (mount_here(fs, cmd, opts, peer))
 		goto out_signals;
+	if (peer && peer->socket_final[0]) /* the old daemon is gone: its socket's name is this one's */
+		export_rename(fs, peer->socket_final);
 	if (opts->ready_fd >= 0) {
 		if (write(opts->ready_fd, "\n", 1) != 1)
 			perror("gmsfs: ready_fd");
@@ -369,11 +455,52 @@ out_session_only:
 	return ret;
 }
 
+/* Everything before the mount: the mount point (or the daemon to replace), the device,
+ * the socket, the stores (handed over, or restored from state=).  0 or -errno and err. */
+static int prepare(struct fs *fs, struct options *opts, struct fuse_args *args, const struct fuse_cmdline_opts *cmd,
+		   struct handover_peer *peer, uint64_t max_bytes, char *err, size_t errlen)
+{
+	/* Before the device and the socket are touched: a second daemon changes nothing
+	 * (but the one asked to take the first one's place). */
+	int e = opts->takeover ? handover_peer(cmd->mountpoint, peer, err, errlen)
+			       : mnt_prepare(cmd->mountpoint, err, errlen);
+	if (!e && opts->takeover && inherit_options(opts, args, peer, &max_bytes))
+		e = -EINVAL, snprintf(err, errlen, "takeover: the old daemon's options are not usable");
+	if (!opts->max_threads)
+		opts->max_threads = 256;
+	fs->allow_other = opts->allow_other;
+	if (!e)
+		e = store_table_new(fs);
+	const char *backend = opts->backend ? opts->backend : opts->takeover ? peer->backend : NULL;
+	const char *device = opts->device ? opts->device : opts->takeover ? peer->uuid : NULL;
+	/* The old daemon's socket path is its until it ends: this one listens beside it, and
+	 * takes the name once the old one is gone (serve). */
+	bool same_socket = opts->takeover && opts->socket && !strcmp(opts->socket, peer->socket);
+	char socket_path[108];
+	snprintf(socket_path, sizeof socket_path, "%s", opts->socket ? opts->socket : "");
+	if (same_socket && snprintf(socket_path, sizeof socket_path, "%s.%d", opts->socket, (int)getpid()) >=
+				   (int)sizeof socket_path)
+		e = -ENAMETOOLONG, snprintf(err, errlen, "socket=%s: too long to stand beside itself during a takeover",
+					     opts->socket);
+	if (same_socket)
+		snprintf(peer->socket_final, sizeof peer->socket_final, "%s", opts->socket);
+	if (!e && !(e = vmm_open(&fs->vmm, backend, device, max_bytes, err, errlen)))
+		e = export_start(fs, opts->socket ? socket_path : NULL, err, errlen);
+	if (!e && opts->takeover && opts->state)
+		e = -EINVAL, snprintf(err, errlen, "takeover and state= do not go together: under systemd, a restart "
+						    "keeps the stores (state=)");
+	if (!e && opts->takeover)
+		e = handover_take(fs, cmd->mountpoint, peer, err, errlen);
+	if (!e && opts->state)
+		e = keep_start(fs, opts->state, opts->fdstore, err, errlen);
+	return e;
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts cmd = {0};
-	struct options opts = { .ready_fd = -1, .detach_fd = -1, .max_threads = 256, .fdstore = 16384 };
+	struct options opts = { .ready_fd = -1, .detach_fd = -1, .fdstore = 16384 }; /* max_threads 0: 256 */
 	struct fs fs = {
 		.mu = PTHREAD_MUTEX_INITIALIZER,
 		.root = { FS_NODE_MAGIC, FS_ROOT, NULL },
@@ -399,27 +526,11 @@ int main(int argc, char *argv[])
 		 * per worker thread the memory of a removed store stays spread over eight heaps
 		 * that malloc_trim cannot give back (bench/scale.py: cycles). */
 		mallopt(M_ARENA_MAX, 1);
+		fault_init(); /* GMSFS_FAULT: a test's point to die at */
 		raise_nofile();
 		clock_gettime(CLOCK_REALTIME, &fs.started);
-		fs.allow_other = opts.allow_other;
-		/* Before the device and the socket are touched: a second daemon changes nothing
-		 * (but the one asked to take the first one's place). */
 		struct handover_peer peer;
-		int e = opts.takeover ? handover_peer(cmd.mountpoint, &peer, err, sizeof err)
-				      : mnt_prepare(cmd.mountpoint, err, sizeof err);
-		if (!e)
-			e = store_table_new(&fs);
-		const char *backend = opts.backend ? opts.backend : opts.takeover ? peer.backend : NULL;
-		const char *device = opts.device ? opts.device : opts.takeover ? peer.uuid : NULL;
-		if (!e && !(e = vmm_open(&fs.vmm, backend, device, max_bytes, err, sizeof err)))
-			e = export_start(&fs, opts.socket, err, sizeof err);
-		if (!e && opts.takeover && opts.state)
-			e = -EINVAL, snprintf(err, sizeof err, "takeover and state= do not go together: under systemd, "
-							       "a restart keeps the stores (state=)");
-		if (!e && opts.takeover)
-			e = handover_take(&fs, cmd.mountpoint, &peer, err, sizeof err);
-		if (!e && opts.state)
-			e = keep_start(&fs, opts.state, opts.fdstore, err, sizeof err);
+		int e = prepare(&fs, &opts, &args, &cmd, &peer, max_bytes, err, sizeof err);
 		if (e) {
 			fprintf(stderr, "gmsfs: %s\n", err[0] ? err : strerror(-e));
 			ret = 1;
@@ -427,6 +538,7 @@ int main(int argc, char *argv[])
 			ret = serve(&fs, &args, &cmd, &opts, opts.takeover ? &peer : NULL);
 		}
 		export_stop(&fs);
+		free(fs.options);
 		keep_stop(&fs); /* before the stores go: the service manager keeps their memory */
 		store_table_free(&fs);
 		inval_free(&fs);

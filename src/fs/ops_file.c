@@ -1,7 +1,6 @@
 /* ops_file: open files (open, create, read, write, release, poll).  Opening a file of a
  * store takes its lock (store.c); the handle holds it until released.  No flush: the
  * kernel then stops sending one, and every close costs one round trip less. */
-#include "keep.h"
 #include "ops.h"
 #include "inval.h"
 #include "lock.h"
@@ -72,6 +71,7 @@ static int created(struct fs *fs, struct fs_handle *h, struct meta_node *dir, co
 		return e;
 	h->node = m;
 	h->writable = true;
+	h->created = true;
 	meta_hold(m);
 	store_track(h->store, h);
 	store_notify(h->store);
@@ -399,17 +399,13 @@ static int do_write(fuse_req_t req, struct fs_handle *h, const char *data, size_
 		return h->store->removed ? -ENOENT : tier_request(h->store, data, size);
 	if (h->fnode && h->fnode->kind == FS_PREFETCH) /* what echo device > tier does */
 		return h->store->removed ? -ENOENT : tier_request(h->store, "device", 6);
-	if (h->fnode) {
-		int e = lock_control_write(req, h);
-		if (!e && h->fnode->kind == FS_COMMIT)
-			keep_store(h->store); /* before the commit returns */
-		return e;
-	}
+	if (h->fnode)
+		return lock_control_write(req, h); /* a commit's image is written before it returns */
 	struct meta_node *m = h->node;
 	if (h->hold != HOLD_SESSION)
 		return -EROFS; /* committed: the handle is a read handle now */
-	if (!m->linked)
-		return -ESTALE;
+	if (!m->linked || h->store->fs->handing_over)
+		return -ESTALE; /* removed; or the session ends with this daemon (a takeover) */
 	if (m->kind == META_ENTRY) {
 		int e = meta_entry_write(m, (uint64_t)off, data, size);
 		if (!e)

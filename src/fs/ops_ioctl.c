@@ -23,13 +23,15 @@ static void ioc_fill(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io)
 	io->device = v->dev.index;
 	io->generation = st->lock.fsm.generation;
 	io->granularity = v->dev.granularity;
+	snprintf(io->socket, sizeof io->socket, "%s", export_socket(fs));
+	if (!st->meta)
+		return; /* removed, and its last reader gone: its layout went with it */
 	io->has_hash = meta_hash(st->meta, io->layout_hash);
 	struct meta_stats ms;
 	meta_stats(st->meta, &ms);
 	io->count = ms.allocations;
 	io->size_bytes = ms.bytes;
 	io->aligned_bytes = ms.aligned_bytes;
-	snprintf(io->socket, sizeof io->socket, "%s", export_socket(fs));
 }
 
 static int ioc_check(unsigned cmd, const struct gmsfs_ioc *io)
@@ -105,7 +107,9 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 	uid_t uid = fuse_req_ctx(req)->uid;
 	struct store *st = h->store;
 	bool lock_holder = h->fnode && (h->fnode->kind == FS_LOCK || h->fnode->kind == FS_STORE);
-	if (st->removed)
+	/* A removed store's readers may still give their locks back (its memory goes with
+	 * the last of them). */
+	if (st->removed && cmd != GMSFS_IOC_UNLOCK && cmd != GMSFS_IOC_LET_GO)
 		return -ENOENT;
 	switch (cmd) {
 	case GMSFS_IOC_INFO:
@@ -130,6 +134,12 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 		io->aligned_bytes = m->aligned;
 		return 0;
 	}
+	case GMSFS_IOC_LET_GO:
+		if (!h->fnode || h->fnode->kind != FS_STORE)
+			return -ENOTTY;
+		if ((e = lock_let_go(st, tgid)))
+			return e;
+		break;
 	case GMSFS_IOC_UNLOCK:
 		if (!h->fnode || h->fnode->kind != FS_STORE)
 			return -ENOTTY;
@@ -154,19 +164,36 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 	return 0;
 }
 
+/* LET_GO on the root: for a store removed since, named by its layout hash. */
+static int let_go_removed(fuse_req_t req, struct fs *fs, struct gmsfs_ioc *io)
+{
+	pid_t tgid;
+	int e = ioc_check(GMSFS_IOC_LET_GO, io) ?: caller_tgid(req, &tgid);
+	if (e)
+		return e;
+	pthread_mutex_lock(&fs->mu);
+	e = lock_let_go_removed(fs, tgid, io->layout_hash);
+	pthread_mutex_unlock(&fs->mu);
+	return e;
+}
+
 void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg, struct fuse_file_info *fi,
 	      unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz)
 {
 	struct fs *fs = fs_of(req);
 	struct gmsfs_ioc io;
 	if (cmd != GMSFS_IOC_INFO && cmd != GMSFS_IOC_LOCK && cmd != GMSFS_IOC_EXPORT && cmd != GMSFS_IOC_EXPORT_ALL &&
-	    cmd != GMSFS_IOC_CHANNEL && cmd != GMSFS_IOC_UNLOCK)
+	    cmd != GMSFS_IOC_CHANNEL && cmd != GMSFS_IOC_UNLOCK && cmd != GMSFS_IOC_LET_GO)
 		return (void)fuse_reply_err(req, ENOTTY);
 	if (in_bufsz != sizeof io || out_bufsz != sizeof io)
 		return (void)fuse_reply_err(req, EINVAL);
 	memcpy(&io, in_buf, sizeof io);
 	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
 	enum lock_want want = WANT_READ;
+	if (cmd == GMSFS_IOC_LET_GO && ino == FUSE_ROOT_ID) {
+		int e = let_go_removed(req, fs, &io);
+		return (void)(e ? fuse_reply_err(req, -e) : fuse_reply_ioctl(req, 0, &io, sizeof io));
+	}
 	pthread_mutex_lock(&fs->mu);
 	int e = do_ioctl(req, fs, cmd, h, &io, &want);
 	if (e == LOCK_PARK) {

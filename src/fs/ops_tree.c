@@ -1,7 +1,6 @@
 /* ops_tree: names and attributes (lookup, getattr, setattr, mkdir, rmdir, unlink,
  * readdir, statfs).  Each do_x() runs with fs->mu held and returns -errno; the
  * fs_x() around it replies. */
-#include "keep.h"
 #include "ops.h"
 #include "inval.h"
 #include "lock.h"
@@ -131,7 +130,12 @@ static int do_truncate(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t si
 			e = o->m->linked ? store_size_alloc(o->st, o->m, size) : -ESTALE;
 		store_put(o->st, 1);
 	}
-	if (!e)
+	/* truncate -s N of a file it just made (open O_CREAT, then ftruncate): a size
+	 * refused leaves no unsized allocation behind for the commit to trip over. */
+	struct fs_handle *h = fi ? (struct fs_handle *)(uintptr_t)fi->fh : NULL;
+	if (e && h && h->created && h->node == o->m && o->m->linked && !o->m->size)
+		meta_remove(o->m);
+	if (!e || (h && h->created))
 		store_notify(o->st);
 	return e == -EDQUOT ? -ENOSPC : e;
 }
@@ -174,7 +178,7 @@ static int do_mkdir(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char
 			return -EINVAL; /* device, status.json, metrics */
 		if ((e = store_create(fs, name, &st)))
 			return e;
-		keep_store(st);
+		store_changed(st, "mkdir", NULL);
 		*o = (struct obj){ .f = &st->dir, .st = st };
 		return 0;
 	}
@@ -218,10 +222,8 @@ static int do_remove(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const cha
 		if (!st)
 			return -ENOENT;
 		store_get(st);
-		if (!(e = store_remove(fs, name))) {
-			keep_drop(st);
+		if (!(e = store_remove(fs, name))) /* its image goes first */
 			lock_changed(st); /* waiting opens learn it is gone: ENOENT */
-		}
 		store_put(st, 1);
 		return e;
 	}
@@ -441,23 +443,27 @@ void fs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	reply_readdir(req, ino, size, off, true);
 }
 
-/* df: the device's budget; in a store with a quota, the quota and the store's use. */
+/* df: the device's budget; in a store with a quota, the quota (no more than the budget)
+ * and the store's use, with no more free than the device has. */
 void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct fs *fs = fs_of(req);
 	const struct vmm *v = fs->vmm;
 	uint64_t g = v->dev.granularity, used = atomic_load(&v->used_bytes), total = v->max_bytes;
+	uint64_t free_bytes = total - (used < total ? used : total);
 	struct obj o = {0};
 	pthread_mutex_lock(&fs->mu);
 	if (!node_resolve(fs, ino, &o) && o.st && atomic_load(&o.st->pool->quota)) {
-		total = atomic_load(&o.st->pool->quota);
-		used = atomic_load(&o.st->pool->used);
+		uint64_t quota = atomic_load(&o.st->pool->quota), mine = atomic_load(&o.st->pool->used);
+		total = quota < total ? quota : total;
+		uint64_t left = total - (mine < total ? mine : total);
+		free_bytes = left < free_bytes ? left : free_bytes;
 	}
 	pthread_mutex_unlock(&fs->mu);
 	struct statvfs s = {
 		.f_bsize = g, .f_frsize = g,
 		.f_blocks = total / g,
-		.f_bfree = (total - (used < total ? used : total)) / g,
+		.f_bfree = free_bytes / g,
 		.f_namemax = GMSFS_NAME_MAX,
 	};
 	s.f_bavail = s.f_bfree;

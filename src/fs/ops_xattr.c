@@ -3,7 +3,6 @@
  * asking.  Names of the namespaces gmsfs keeps nothing in (security., system., trusted.)
  * answer ENOTSUP, as a kernel filesystem without their handlers does: ls -l then asks once
  * per mount for a file's SELinux label and ACL, not twice per file. */
-#include "keep.h"
 #include "ops.h"
 #include "lock.h"
 #include "caller.h"
@@ -187,7 +186,7 @@ static int do_setxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 		if ((flags & XATTR_REPLACE) && !exists)
 			return -ENODATA;
 		if (!(e = may_set_store(req, o.st) ?: tier_xattr_set(o.st, name, value, size)))
-			keep_store(o.st);
+			store_changed(o.st, "xattr", NULL);
 		return e;
 	}
 	enum xattr x = o.m ? xattr_of(o.m, name) : X_NONE;
@@ -226,7 +225,7 @@ static int do_removexattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const c
 		return e;
 	if (store_dir(&o) && tier_xattr_known(name)) {
 		if (!(e = may_set_store(req, o.st) ?: tier_xattr_remove(o.st, name)))
-			keep_store(o.st);
+			store_changed(o.st, "xattr", NULL);
 		return e;
 	}
 	char tmp[2];

@@ -1,6 +1,7 @@
 /* store: the table of stores, and a store's life (store.h).  Its lock is lock.c's.
  * Everything here runs with fs->mu held and never sleeps. */
 #include "store.h"
+#include "fault.h"
 #include "inval.h"
 #include "grow.h"
 #include "why.h"
@@ -14,9 +15,10 @@
 #include <string.h>
 #include <time.h>
 
+/* meta's hook: an allocation's memory is no longer in the layout or its undo log. */
 static void release_buf(void *buf, void *ctx)
 {
-	vmm_buf_put(buf);
+	store_give_back(ctx, buf, NULL);
 }
 
 int store_table_new(struct fs *fs)
@@ -45,6 +47,11 @@ static void forget_handles(struct store *st)
 static void store_free(struct store *st)
 {
 	meta_store_free(st->meta);
+	/* Its image went at rmdir, or the daemon ends (keep hands nothing back then). */
+	vmm_bufs_release(&st->limbo);
+	if (st->fs->persist)
+		st->fs->persist->forget(st);
+	free(st->lock.readers); /* who read it: nobody, or the daemon ends (lock.c keeps the table) */
 	vmm_pool_put(st->pool);
 	free(st->name);
 	free(st);
@@ -142,6 +149,12 @@ int store_remove(struct fs *fs, const char *name)
 			return e ? e : -EBUSY;
 		if (GROW(t->removed, t->nremoved, t->removed_cap, 8))
 			return -ENOMEM;
+		/* Its image goes first: a crash from here on must not bring it back half freed. */
+		const struct fs_persist *p = fs->persist;
+		fault_point("rmdir", "image");
+		if (p && (e = p->drop(st)))
+			return e;
+		fault_point("rmdir", "give");
 		t->v[i] = t->v[--t->n];
 		st->removed = true;
 		t->removed[t->nremoved++] = st; /* until the kernel forgets it, or the daemon exits */
@@ -150,6 +163,7 @@ int store_remove(struct fs *fs, const char *name)
 				 store_readers(st));
 		else
 			store_free_layout(st);
+		store_room_changed(fs);
 		store_put(st, 1); /* the caller holds one: its waiters learn it is gone (lock_changed) */
 		return 0;
 	}
@@ -160,6 +174,8 @@ void store_free_layout(struct store *st)
 {
 	meta_store_free(st->meta); /* frees the memory now; lookups may outlive it */
 	st->meta = NULL;
+	vmm_bufs_release(&st->limbo); /* its image is gone already (store_remove) */
+	store_room_changed(st->fs);
 	store_want_trim(st->fs); /* a big store's metadata goes back to the system, not to malloc's arenas */
 	store_notify(st);
 }
@@ -251,27 +267,11 @@ int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size)
 	return e;
 }
 
-static int by_pid(const void *a, const void *b)
-{
-	pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
-	return (x > y) - (x < y);
-}
-
 unsigned store_readers(const struct store *st)
 {
-	size_t n = 0, cap = 0;
-	pid_t *v = NULL;
-	for (const struct fs_handle *h = st->handles.next; h != &st->handles; h = h->next)
-		if (h->hold == HOLD_READ && !GROW(v, n, cap, 16))
-			v[n++] = h->tgid;
-	if (!v) /* none, or out of memory: then at least the lock's count says whether any */
-		return st->lock.fsm.readers ? 1 : 0;
-	qsort(v, n, sizeof *v, by_pid);
-	unsigned k = 0;
-	for (size_t i = 0; i < n; i++)
-		k += !i || v[i] != v[i - 1];
-	free(v);
-	return k;
+	/* Out of memory the table may lack one: then at least the FSM says whether any. */
+	size_t n = st->lock.nreaders;
+	return n ? (unsigned)n : st->lock.fsm.readers ? 1 : 0;
 }
 
 void store_track(struct store *st, struct fs_handle *h)
@@ -289,4 +289,50 @@ void store_untrack(struct fs_handle *h)
 	h->prev->next = h->next;
 	h->next->prev = h->prev;
 	h->next = h->prev = NULL;
+}
+
+/* ---- write-ahead, then give back ---- */
+
+void store_give_back(struct store *st, struct vmm_buf *b, struct vmm_bufs *later)
+{
+	const struct fs_persist *p = st->fs->persist;
+	if (!b)
+		return;
+	if (p && p->names(st, b)) {
+		if (vmm_bufs_push(&st->limbo, b))
+			fuse_log(FUSE_LOG_ERR, "gmsfs: %s: out of memory: %llu bytes an image names are kept until the "
+					       "daemon ends\n", st->name, (unsigned long long)b->size);
+		return;
+	}
+	if (!later || vmm_bufs_push(later, b))
+		vmm_buf_put(b);
+}
+
+int store_changed(struct store *st, const char *what, struct vmm_bufs *later)
+{
+	const struct fs_persist *p = st->fs->persist;
+	fault_point(what, "image");
+	int e = p ? p->save(st) : 0;
+	if (e)
+		return e;
+	fault_point(what, "give");
+	struct vmm_bufs waited = st->limbo;
+	st->limbo = (struct vmm_bufs){0};
+	for (size_t i = 0; i < waited.n; i++)
+		store_give_back(st, waited.v[i], later);
+	free(waited.v);
+	return 0;
+}
+
+void store_readers_changed(struct store *st)
+{
+	const struct fs_persist *p = st->fs->persist;
+	if (p && !st->removed)
+		p->readers(st);
+}
+
+void store_room_changed(struct fs *fs)
+{
+	fs->room_gen++;
+	pthread_cond_signal(&fs->tier_wake);
 }

@@ -28,6 +28,10 @@ struct store {
 	uint64_t socket_requests;      /* socket requests for its handles */
 	uint64_t exports;              /* export requests served (import_all, import) */
 	char last_error[512];
+	/* Write-ahead (store_give_back): memory the store no longer uses that the image on
+	 * disk still names, given back once an image that does not is written. */
+	struct vmm_bufs limbo;
+	void *kept;                    /* keep.c's record of it (fs->persist), opaque here */
 };
 
 /* The mount's stores, under fs->mu. */
@@ -76,5 +80,21 @@ void store_error(struct store *st, const char *fmt, ...) __attribute__((format(p
 unsigned store_readers(const struct store *st);
 /* Size an allocation once: memory from the backend, or ENOSPC with last_error. */
 int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size);
+
+/* ---- write-ahead, then give back (gmsfs(5), RESTART): no memory goes back to the
+ * system while an image on disk names it, so a crash at any point restores a store
+ * whose memory is all there ---- */
+/* b's memory is no longer st's: given back now, or by the caller once fs->mu is let go
+ * (later, not NULL), or, while the image on disk names it, after the next image. */
+void store_give_back(struct store *st, struct vmm_buf *b, struct vmm_bufs *later);
+/* st changed what its image holds (what: commit, move, evict, mkdir, xattr): the image
+ * is written again, then the memory that waited for it is given back (into later, as
+ * above).  0, or -errno when the image could not be written: the memory waits for the
+ * next one, the store serves on, last_error and the log say why. */
+int store_changed(struct store *st, const char *what, struct vmm_bufs *later);
+/* The processes that read st changed (grants, releases, commit's downgrade). */
+void store_readers_changed(struct store *st);
+/* Memory may have come free: a move that failed for room is tried again. */
+void store_room_changed(struct fs *fs);
 
 #endif

@@ -17,12 +17,12 @@ int text_device(struct fs *fs, char **out, size_t *len)
 	int n = asprintf(out,
 			 "index: %d\nuuid: %s\nname: %s\nbackend: %s\ntotal_bytes: %llu\nused_bytes: %llu\n"
 			 "granularity: %llu\nversion: %s\nhost_bytes: %llu\nhost_used_bytes: %llu\n"
-			 "host_kept_bytes: %llu\nsocket: %s\npid: %d\n",
+			 "host_kept_bytes: %llu\nsocket: %s\npid: %d\noptions: %s\n",
 			 v->dev.index, v->dev.uuid, v->dev.name, v->dev.backend,
 			 (unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->used_bytes),
 			 (unsigned long long)v->dev.granularity, GMSFS_VERSION, (unsigned long long)v->host_bytes,
 			 (unsigned long long)atomic_load(&v->host_used), (unsigned long long)atomic_load(&v->host_kept),
-			 export_socket(fs), (int)getpid());
+			 export_socket(fs), (int)getpid(), fs->options ? fs->options : "");
 	if (n < 0)
 		return -ENOMEM;
 	*len = (size_t)n;

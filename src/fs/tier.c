@@ -1,6 +1,5 @@
 /* tier: the host tier, eviction, quotas and priorities (tier.h). */
 #include "tier.h"
-#include "keep.h"
 #include "lock.h"
 #include "store.h"
 #include "size.h"
@@ -28,30 +27,12 @@ static bool idle(const struct store *st)
 	       !f->waiting_readers;
 }
 
-struct buf_list {
-	struct vmm_buf **v;
-	size_t n, cap;
-};
-
-static int push(struct buf_list *c, struct vmm_buf *b)
-{
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? 2 * c->cap : 64;
-		struct vmm_buf **v = realloc(c->v, cap * sizeof *v);
-		if (!v)
-			return -ENOMEM;
-		c->v = v, c->cap = cap;
-	}
-	c->v[c->n++] = b;
-	return 0;
-}
-
 /* Every allocation's buffer, one reference each. */
 static int collect(struct meta_node *n, void *arg)
 {
 	if (n->kind != META_ALLOC || !n->buf)
 		return 0;
-	int e = push(arg, n->buf);
+	int e = vmm_bufs_push(arg, n->buf);
 	if (!e)
 		vmm_buf_get(n->buf);
 	return e;
@@ -63,7 +44,7 @@ static int collect_kept(struct meta_node *n, void *arg)
 	struct vmm_buf *b = n->kind == META_ALLOC ? n->buf : NULL;
 	if (!b || !b->kept)
 		return 0;
-	int e = push(arg, b->kept);
+	int e = vmm_bufs_push(arg, b->kept);
 	if (!e)
 		vmm_take_kept(b);
 	return e;
@@ -79,7 +60,7 @@ static bool gives_way_before(const struct store *a, const struct store *b)
 /* Room on the host tier for bytes more: the host memory other stores keep for their next
  * move out is given up, the store that would give way first first.  Under fs->mu; what is
  * taken goes to *out, for vmm_release_all once fs->mu is let go (unpinning takes time). */
-static void host_room(struct fs *fs, const struct store *self, uint64_t bytes, struct buf_list *out)
+static void host_room(struct fs *fs, const struct store *self, uint64_t bytes, struct vmm_bufs *out)
 {
 	struct vmm *v = fs->vmm;
 	uint64_t taken = 0;
@@ -105,14 +86,15 @@ static void host_room(struct fs *fs, const struct store *self, uint64_t bytes, s
 	}
 }
 
-/* Move st to the other tier.  Under fs->mu, which is released while the bytes are
- * copied: the caller holds a reference to st (store_get) across the call.  0, or
- * -errno with why in the store's last_error. */
-static int move(struct fs *fs, struct store *st, bool to_host)
+/* Move st to the other tier (what: "move" as asked, "evict" to make room).  Under
+ * fs->mu, which is released while the bytes are copied: the caller holds a reference to
+ * st (store_get) across the call.  0, or -errno with why in the store's last_error.
+ * The memory it leaves goes once the image that names the new memory is written. */
+static int move(struct fs *fs, struct store *st, bool to_host, const char *what)
 {
 	if (fs->handing_over)
 		return -EAGAIN; /* the successor has the store as it is */
-	struct buf_list c = {0}, given_up = {0};
+	struct vmm_bufs c = {0}, given_up = {0}, later = {0};
 	int e = meta_walk(meta_root(st->meta, META_AREA_ALLOCS), collect, &c);
 	uint64_t bytes = 0, new_host = 0;
 	for (size_t i = 0; i < c.n; i++) {
@@ -129,16 +111,15 @@ static int move(struct fs *fs, struct store *st, bool to_host)
 	uint64_t ns[2] = {0, 0};
 	if (!e) {
 		pthread_mutex_unlock(&fs->mu);
-		vmm_release_all(given_up.v, given_up.n);
+		vmm_bufs_release(&given_up); /* what others kept for their next move out: no image names it */
 		e = vmm_move(c.v, c.n, to_host, &old, ns, why, sizeof why);
-		if (to_host) /* device memory: freed at once, and counted free before the move is done */
-			vmm_release_all(old, c.n);
-		else if (!e) /* host memory: kept for the next move out (host_room gives it up) */
+		if (!e && !to_host) { /* host memory: kept for the next move out (host_room gives it up) */
 			vmm_keep(c.v, old, c.n);
-		old = NULL;
+			old = NULL;
+		}
 		pthread_mutex_lock(&fs->mu);
 	} else {
-		vmm_release_all(given_up.v, given_up.n);
+		vmm_bufs_release(&given_up);
 	}
 	double s = (double)(clock_mono_ns() - t0) / 1e9;
 	st->tier.kept = !to_host && !e; /* a move out used what was kept, or gave it back */
@@ -158,11 +139,20 @@ static int move(struct fs *fs, struct store *st, bool to_host)
 			 "gmsfs: %s: %" PRIu64 " bytes in %zu allocations moved to the %s tier in %.3f ms "
 			 "(new memory %.3f ms, copy %.3f ms)\n",
 			 st->name, bytes, c.n, to_host ? "host" : "device", s * 1e3, (double)ns[0] / 1e6, (double)ns[1] / 1e6);
-		keep_store(st); /* its memory is in other descriptors now */
+		/* The device memory it left goes once the image names the host memory (a crash
+		 * before brings the store back from its old image, whose memory is all there). */
+		for (size_t i = 0; old && i < c.n; i++)
+			store_give_back(st, old[i], &later);
+		free(old);
+		old = NULL;
+		store_changed(st, what, &later);
+		lock_unblock(st);
+		store_room_changed(fs);
 	}
 	lock_changed(st); /* the waiters for a move in are granted now (or go on waiting) */
 	pthread_mutex_unlock(&fs->mu);
-	vmm_release_all(c.v, c.n);
+	vmm_bufs_release(&later); /* device memory is counted free before the move returns */
+	vmm_bufs_release(&c);
 	pthread_mutex_lock(&fs->mu);
 	return e;
 }
@@ -238,7 +228,7 @@ int tier_make_room(struct fs *fs, struct store *self, uint64_t bytes, char *why,
 			break;
 		uint64_t bytes = may_give(st, self);
 		store_get(st);
-		int e = move(fs, st, true);
+		int e = move(fs, st, true, "evict");
 		if (!e) {
 			fs->tier->stats.evictions++;
 			fuse_log(FUSE_LOG_INFO, "gmsfs: %s (priority %d) gave way for %s\n", st->name, st->tier.priority,
@@ -294,7 +284,10 @@ static struct store *next_job(struct fs *fs, bool *to_host)
 		return NULL; /* asked again when the handover fails */
 	for (size_t i = 0; i < t->n; i++) {
 		struct store *st = t->v[i];
-		if (st->tier.want_device && st->tier.at == TIER_HOST && !st->tier.failed) {
+		/* A move in that failed for room is tried again once room may have come free,
+		 * while an open waits for it (a request alone is not asked again). */
+		bool again = st->tier.failed && st->tier.failed_room != fs->room_gen && st->lock.waiters;
+		if (st->tier.want_device && st->tier.at == TIER_HOST && (!st->tier.failed || again)) {
 			*to_host = false;
 			return st;
 		}
@@ -340,7 +333,7 @@ static bool make_ahead(struct fs *fs)
 	if (!st)
 		return false;
 	st->tier.ahead_tried = st->lock.fsm.generation + 1;
-	struct buf_list c = {0};
+	struct vmm_bufs c = {0};
 	uint64_t bytes = 0, generation = st->lock.fsm.generation;
 	int e = meta_walk(meta_root(st->meta, META_AREA_ALLOCS), collect, &c);
 	bool *need = e ? NULL : calloc(c.n + 1, sizeof *need); /* decided here, under fs->mu */
@@ -351,7 +344,7 @@ static bool make_ahead(struct fs *fs)
 	if (!need || !bytes || used > v->host_bytes || bytes > v->host_bytes - used) {
 		free(need);
 		pthread_mutex_unlock(&fs->mu);
-		vmm_release_all(c.v, c.n);
+		vmm_bufs_release(&c);
 		pthread_mutex_lock(&fs->mu);
 		return true;
 	}
@@ -387,7 +380,7 @@ static bool make_ahead(struct fs *fs)
 	if (kept)
 		vmm_copies_ready(fs->vmm); /* and the copier: the first move out waits for nothing */
 	vmm_release_all(made, c.n); /* what was not kept (a failure, or the store changed) */
-	vmm_release_all(c.v, c.n);
+	vmm_bufs_release(&c);
 	pthread_mutex_lock(&fs->mu);
 	return true;
 }
@@ -414,27 +407,34 @@ static void *mover_thread(void *arg)
 			pthread_cond_wait(&fs->tier_wake, &fs->mu);
 			continue;
 		}
+		uint64_t room = fs->room_gen; /* a change after this tries a failed move in again */
+		int e = 0;
+		char why[400] = "";
+		store_get(st); /* fs->mu is let go while stores move */
 		if (!to_host) {
-			/* Room first: idle stores of lower standing go out.  If that is not
-			 * enough the move itself fails and says why in last_error. */
+			/* Room first: idle stores of lower standing go out. */
 			struct meta_stats ms;
 			meta_stats(st->meta, &ms);
-			char why[400];
 			struct vmm *v = fs->vmm;
 			uint64_t used = atomic_load(&v->used_bytes);
-			store_get(st); /* fs->mu is let go while others move */
 			if (used > v->max_bytes || ms.aligned_bytes > v->max_bytes - used)
-				(void)tier_make_room(fs, st, ms.aligned_bytes, why, sizeof why);
-			bool gone = st->removed || st->tier.at != TIER_HOST;
-			store_put(st, 1);
-			if (gone)
-				continue;
+				e = tier_make_room(fs, st, ms.aligned_bytes, why, sizeof why);
+			if (e && !st->removed && st->tier.at == TIER_HOST) {
+				tr->stats.failures++;
+				store_error(st, "moving to the device tier: %s", why);
+				fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: %s\n", st->name, st->last_error);
+			}
 		}
-		store_get(st);
-		int e = move(fs, st, to_host);
-		if (!to_host) {
-			st->tier.want_device = false;
-			st->tier.failed = e != 0; /* the waiters wait on; a new request tries again */
+		if (!e && !st->removed && (to_host || st->tier.at == TIER_HOST))
+			e = move(fs, st, to_host, "move");
+		if (!to_host && !st->removed) {
+			/* Failed: its waiters wait on, told why at their deadline (lock_block); it is
+			 * tried again when room may have come free (store_room_changed). */
+			st->tier.failed = e != 0;
+			st->tier.failed_room = room;
+			st->tier.want_device = e != 0 && st->tier.at == TIER_HOST;
+			if (e)
+				lock_block(st, -ENOSPC);
 		}
 		store_put(st, 1);
 	}
@@ -517,7 +517,9 @@ int tier_xattr_set(struct store *st, const char *name, const char *value, size_t
 	if (!strcmp(name, GMSFS_XATTR_PRIORITY)) {
 		char *end;
 		errno = 0;
-		long p = strtol(text, &end, 10);
+		/* Digits with an optional '-', as user.gms.quota takes digits: no spaces, no '+'. */
+		const char *digits = text + (text[0] == '-');
+		long p = *digits >= '0' && *digits <= '9' ? strtol(text, &end, 10) : (end = text, 0);
 		if (errno || end == text || *end || p < TIER_PRIORITY_MIN || p > TIER_PRIORITY_MAX) {
 			store_error(st, "%s: an integer from %d to %d", name, TIER_PRIORITY_MIN, TIER_PRIORITY_MAX);
 			return -EINVAL;

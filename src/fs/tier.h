@@ -23,7 +23,10 @@ struct store_tier {
 	enum tier_at at;
 	bool want_device;              /* bring it back (an open waits, tier, prefetch) */
 	bool want_host;                /* move it out once idle (tier) */
-	bool failed;                   /* the last move in failed: only a new request retries */
+	bool failed;                   /* the last move in failed: tried again for a waiting open once
+	                                * room may have come free (fs->room_gen moved past failed_room),
+	                                * else only at a new request */
+	uint64_t failed_room;
 	bool kept;                     /* host memory kept from the last move in (vmm_keep), or made ahead */
 	uint64_t ahead_tried;          /* host_ahead tried this generation + 1 (0: not since it moved) */
 	int priority;                  /* user.gms.priority: higher stays on the device longer */

@@ -174,7 +174,8 @@ static bool expire(struct fs *fs, struct timespec *next)
 		for (size_t i = 0; i < fs->stores->n && !any; i++)
 			for (struct fs_waiter *w = fs->stores->v[i]->lock.waiters; w && !any; w = w->next)
 				if (w->has_deadline && due(&now, &w->deadline)) {
-					finish(w, -ETIMEDOUT);
+					/* A store whose move in failed says so (last_error: why). */
+					finish(w, w->st->lock.blocked ? w->st->lock.blocked : -ETIMEDOUT);
 					hand_over(fs, w);
 					any = true;
 				}
@@ -207,6 +208,23 @@ static void reap_killed(struct fs *fs)
 		}
 }
 
+/* Readers from before a restart hold their stores until they let go or end: those that
+ * ended give them back (removed stores too, whose memory goes with them). */
+static void reap_inherited(struct fs *fs)
+{
+	struct store_table *t = fs->stores;
+	for (size_t i = 0; i < t->n; i++)
+		if (t->v[i]->lock.inherited)
+			lock_reap(t->v[i]);
+	for (size_t i = 0; i < t->nremoved;) {
+		struct store *st = t->removed[i];
+		size_t had = t->nremoved;
+		if (st->lock.inherited)
+			lock_reap(st); /* may free st and take it off the list */
+		i += t->nremoved == had;
+	}
+}
+
 static void *wait_main(void *arg)
 {
 	struct fs *fs = arg;
@@ -228,6 +246,7 @@ static void *wait_main(void *arg)
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if (due(&now, &q->next_reap)) {
 			reap_killed(fs);
+			reap_inherited(fs);
 			q->next_reap = (struct timespec){ now.tv_sec + 1, now.tv_nsec };
 		}
 		if (q->replies)

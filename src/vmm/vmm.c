@@ -213,8 +213,10 @@ static int alloc_twin(struct vmm_buf *b, bool to_host, struct vmm_buf **out)
 	return 0;
 }
 
-int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf ***old, uint64_t ns[2], char *err,
-	     size_t errlen)
+/* vmm_move, or (renew) vmm_renew: each buffer's bytes copied into new memory on the
+ * other tier, or on its own, which it takes; the old comes back in *old. */
+static int copy_away(struct vmm_buf *const *bufs, size_t n, bool renew, bool to_host, struct vmm_buf ***old,
+		     uint64_t ns[2], char *err, size_t errlen)
 {
 	*old = NULL;
 	uint64_t t0 = clock_mono_ns(), t1;
@@ -222,10 +224,10 @@ int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf
 		return 0;
 	struct vmm *v = bufs[0]->vmm;
 	if (!v->ops->create_host || !v->ops->copy || !v->ops->swap) {
-		snprintf(err, errlen, "the %s backend has no host tier", v->dev.backend);
+		snprintf(err, errlen, "the %s backend %s", v->dev.backend, renew ? "cannot copy" : "has no host tier");
 		return -EOPNOTSUPP;
 	}
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n && !renew; i++)
 		if (bufs[i]->host == to_host)
 			return -EINVAL;
 	struct vmm_buf **twins = calloc(n, sizeof *twins);
@@ -234,8 +236,10 @@ int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf
 	size_t bad = 0; /* the one that could not be made, if any */
 	int e = 0;
 	while (bad < n) {
+		if (renew)
+			to_host = bufs[bad]->host;
 		/* The host memory kept from the last move in, if any: no new pinned memory. */
-		struct vmm_buf *k = to_host ? vmm_take_kept(bufs[bad]) : NULL;
+		struct vmm_buf *k = to_host && !renew ? vmm_take_kept(bufs[bad]) : NULL;
 		if (k) {
 			k->spare = false; /* in the pool's use again, as a twin is */
 			atomic_fetch_add(&k->pool->used, k->size);
@@ -259,9 +263,10 @@ int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf
 		ns[0] = t1 - t0, ns[1] = clock_mono_ns() - t1;
 	/* Each buffer takes its twin's memory; the twin, holding the old, goes to the caller. */
 	for (size_t i = 0; i < n && !e; i++) {
+		bool was = bufs[i]->host;
 		v->ops->swap(bufs[i], twins[i]);
-		bufs[i]->host = to_host;
-		twins[i]->host = !to_host;
+		bufs[i]->host = twins[i]->host;
+		twins[i]->host = was;
 	}
 	if (e) {
 		vmm_release_all(twins, n);
@@ -271,11 +276,48 @@ int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf
 	return 0;
 }
 
+int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf ***old, uint64_t ns[2], char *err,
+	     size_t errlen)
+{
+	return copy_away(bufs, n, false, to_host, old, ns, err, errlen);
+}
+
+int vmm_renew(struct vmm_buf *const *bufs, size_t n, struct vmm_buf ***old, char *err, size_t errlen)
+{
+	return copy_away(bufs, n, true, false, old, NULL, err, errlen);
+}
+
+void vmm_unrenew(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n)
+{
+	for (size_t i = 0; old && i < n; i++)
+		bufs[i]->vmm->ops->swap(bufs[i], old[i]);
+	vmm_release_all(old, n);
+}
+
 void vmm_release_all(struct vmm_buf **bufs, size_t n)
 {
 	for (size_t i = 0; bufs && i < n; i++)
 		vmm_buf_put(bufs[i]);
 	free(bufs);
+}
+
+int vmm_bufs_push(struct vmm_bufs *l, struct vmm_buf *b)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 16;
+		struct vmm_buf **v = realloc(l->v, cap * sizeof *v);
+		if (!v)
+			return -ENOMEM;
+		l->v = v, l->cap = cap;
+	}
+	l->v[l->n++] = b;
+	return 0;
+}
+
+void vmm_bufs_release(struct vmm_bufs *l)
+{
+	vmm_release_all(l->v, l->n);
+	*l = (struct vmm_bufs){0};
 }
 
 void vmm_copies_ready(struct vmm *v)

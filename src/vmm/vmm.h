@@ -149,6 +149,20 @@ void vmm_pool_why(const struct vmm_pool *p, int e, uint64_t size, char *buf, siz
 int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf ***old, uint64_t ns[2],
 	     char *err, size_t errlen);
 void vmm_release_all(struct vmm_buf **bufs, size_t n);
+/* Each buffer's bytes copied into new memory of its own tier, which it takes; the old
+ * comes back in *old (n buffers), to release, or to take back with vmm_unrenew (the
+ * memory is swapped back and the new released).  A takeover gives a rolled-back writer's
+ * mappings memory of their own this way.  All or nothing; the time of a copy. */
+int vmm_renew(struct vmm_buf *const *bufs, size_t n, struct vmm_buf ***old, char *err, size_t errlen);
+void vmm_unrenew(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n);
+/* A list of buffers, one reference each, given back together (vmm_bufs_release) where
+ * nobody waits for it: releasing pinned or device memory takes time. */
+struct vmm_bufs {
+	struct vmm_buf **v;
+	size_t n, cap;
+};
+int vmm_bufs_push(struct vmm_bufs *l, struct vmm_buf *b);
+void vmm_bufs_release(struct vmm_bufs *l);
 /* Host memory for b's first move out, made ahead (counted against host_bytes: -ENOSPC
  * past it), for vmm_keep; may run without the caller's locks: it takes the time of
  * pinning. */

@@ -15,8 +15,10 @@ enum ticket_kind { TICKET_NONE, TICKET_EXPORT, TICKET_EXPORT_ALL, TICKET_CHANNEL
 int export_start(struct fs *fs, const char *path, char *err, size_t errlen);
 /* Close the socket and end every connection (fs->mu not held). */
 void export_stop(struct fs *fs);
-/* The socket's path (fixed once started). */
+/* The socket's path (fixed once started, but for export_rename; read it under fs->mu). */
 const char *export_socket(const struct fs *fs);
+/* A takeover's: the socket takes the name path (its old daemon's, gone now). */
+void export_rename(struct fs *fs, const char *path);
 /* fs->mu held: a ticket for h of this kind, bound to tgid and uid, replacing any other. */
 int export_ticket(struct fs *fs, struct fs_handle *h, enum ticket_kind kind, pid_t tgid, uid_t uid,
 		  uint8_t out[GMSFS_TICKET_LEN]);

@@ -7,7 +7,6 @@
 #include "export_internal.h"
 #include "../handover.h"
 #include "../inval.h"
-#include "../keep.h"
 #include "../lock.h"
 #include "../store.h"
 #include "grow.h"
@@ -419,10 +418,8 @@ static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_b
 			e = meta_delete_entries(st->meta, names, b->nnames, why, whylen);
 			break;
 		default:
-			if ((e = lock_commit(st)))
+			if ((e = lock_commit(st))) /* its image is written before it returns */
 				snprintf(why, whylen, "%s", st->last_error);
-			else
-				keep_store(st); /* before the commit returns */
 			break;
 		}
 		if (!e)

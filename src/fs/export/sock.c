@@ -426,6 +426,19 @@ const char *export_socket(const struct fs *fs)
 	return fs->ex->socket_path;
 }
 
+void export_rename(struct fs *fs, const char *path)
+{
+	struct export *ex = fs->ex;
+	if (rename(ex->socket_path, path)) {
+		fprintf(stderr, "gmsfs: socket %s: renaming it %s: %s (it keeps its name)\n", ex->socket_path, path,
+			strerror(errno));
+		return;
+	}
+	pthread_mutex_lock(&fs->mu);
+	snprintf(ex->socket_path, sizeof ex->socket_path, "%s", path);
+	pthread_mutex_unlock(&fs->mu);
+}
+
 int export_start(struct fs *fs, const char *path, char *err, size_t errlen)
 {
 	struct export *ex = calloc(1, sizeof *ex);

@@ -1,0 +1,77 @@
+/* keep's own, shared by keep.c (the service manager's store, the images on disk, the
+ * stores' hooks) and keep_start.c (the start: the stores the manager passed back).
+ * Not part of keep's interface (keep.h). */
+#ifndef GMSFS_FS_KEEP_INTERNAL_H
+#define GMSFS_FS_KEEP_INTERNAL_H
+
+#include "keep.h"
+#include "image.h"
+#include "store.h"
+#include "wire.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#define KEEP_NAME 40
+#define LISTEN_FDS_START 3
+
+struct kept_fd {                /* by descriptor number */
+	char name[KEEP_NAME];       /* "": not in the manager's store */
+	const void *owner;          /* the store whose image on disk names it, or NULL */
+	uint64_t stamp;             /* the last image write that named it */
+};
+
+struct pending {                /* closed, but an image on disk still names it */
+	char name[KEEP_NAME];
+	const void *owner;
+};
+
+struct failed {
+	char *store, *why;
+};
+
+struct keep {
+	pthread_mutex_t mu;         /* everything below */
+	char dir[3584];
+	unsigned max_fds, nkept;
+	struct kept_fd *fds;
+	size_t nfds;
+	struct pending *pending;
+	size_t npending, pending_cap;
+	struct failed *failed;
+	size_t nfailed, failed_cap;
+	size_t restored;
+	uint64_t serial, stamp;
+	char prefix[24];            /* this daemon's names: unique across restarts */
+	int sock;                   /* a datagram socket for NOTIFY_SOCKET */
+	struct sockaddr_un addr;
+	socklen_t alen;
+};
+
+/* keep's record of a store (st->kept). */
+struct kept_store {
+	struct image_ref *named;    /* the memory its image on disk names, sorted */
+	size_t nnamed;
+	struct wire_reader *readers; /* as its readers file says, by pid */
+	size_t nreaders;
+};
+
+/* k->mu held: the manager's store forgets name (FDSTOREREMOVE=1). */
+void keep_remove_name(struct keep *k, const char *name);
+/* k->mu held: the table's slot of descriptor fd, grown to it; NULL: out of memory. */
+struct kept_fd *keep_slot(struct keep *k, int fd);
+/* DIR/STORE.image and a suffix (".new" while written). */
+void keep_path(const struct keep *k, const char *store, const char *suffix, char *out, size_t size);
+/* keep's record of st, made at the first use; NULL: out of memory. */
+struct kept_store *keep_record(struct store *st);
+/* The image on disk names refs now (taken over, sorted). */
+void keep_set_named(struct kept_store *r, struct image_ref *refs, size_t n);
+/* The stores' hook: DIR/NAME.readers written again if who reads st changed. */
+void keep_readers(struct store *st);
+/* The backends' closing hook (vmm->closing): a descriptor that held memory is closed,
+ * from any thread; it leaves the manager's store once no image on disk names it. */
+void keep_on_close(void *arg, int fd);
+/* What the stores call (fs->persist), set once the stores are restored. */
+extern const struct fs_persist keep_hooks;
+
+#endif
