@@ -47,11 +47,11 @@ class Manager:
             try:
                 data, anc, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(253 * 4), socket.MSG_CMSG_CLOEXEC)
             except OSError as e:
-                if self.sock.fileno() < 0:
-                    return  # closed: the manager is done
                 # Said, not swallowed: a listener that ended here would miss READY=1.
                 print("manager: recvmsg: %s" % e, file=sys.stderr, flush=True)
                 continue
+            if data == b"X_MANAGER_STOP=1" and not anc:
+                return  # close(): the socket is closed only once this thread is gone
             try:
                 self._take(data, anc)
             except Exception as e:  # noqa: BLE001 (a test's manager: say it, keep listening)
@@ -218,6 +218,14 @@ class Manager:
             self.daemon.kill()
             self.daemon.wait()
         self.stop_service()
+        # The listener ends first, then its socket closes: closed under a thread blocked in
+        # recvmsg, the descriptor number would go to the next manager's socket, and this
+        # thread would take that manager's messages (its READY=1).
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.sendto(b"X_MANAGER_STOP=1", self.path)
+        self.thread.join(20)
+        if self.thread.is_alive():
+            raise RuntimeError("manager: the listener did not end")
         self.sock.close()
         os.unlink(self.path)
         os.rmdir(self.dir)

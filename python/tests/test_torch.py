@@ -227,6 +227,25 @@ gt.publish(build(3, extra=True), c)
     m._gmsfs.close()
 
 
+def test_a_model_of_a_removed_store_sleeps_and_its_memory_goes(store):
+    assert run_py(MODEL + "gt.publish(build(3), sys.argv[1])", store).returncode == 0
+    ns = {}
+    exec(MODEL, ns)
+    m = gt.materialize(ns["build"](5), store)
+    out = m(ns["x"])
+    os.rmdir(store)  # the name goes; the model still computes from the store's memory
+    assert torch.equal(m(ns["x"]), out)
+    gt.sleep(m)  # and sleeps, giving the memory back
+    assert m._gmsfs.lock_mode is None
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gt.wake(m, timeout=1)
+    assert e.value.errno == errno.ENOENT
+    m._gmsfs.close()
+    mnt = os.path.dirname(store)
+    with open(os.path.join(mnt, "status.json")) as f:
+        assert all(s["name"] != os.path.basename(store) for s in json.load(f)["stores"])
+
+
 def test_private_buffers_are_copies_of_each_process(store):
     assert run_py(MODEL + "gt.publish(build(), sys.argv[1], private=['scale'])", store).returncode == 0
     ns = {}
