@@ -274,7 +274,8 @@ void keep_readers(struct store *st)
 	for (size_t i = 0; i < n; i++)
 		now[i] = (struct wire_reader){ (uint32_t)v[i].pid, v[i].handles + v[i].inherited, v[i].start };
 	free(v);
-	qsort(now, n, sizeof *now, by_pid);
+	if (n)
+		qsort(now, n, sizeof *now, by_pid); /* now is NULL for none */
 	if (n == r->nreaders && (!n || !memcmp(now, r->readers, n * sizeof *now))) {
 		free(now);
 		return;
