@@ -36,7 +36,7 @@ override CFLAGS += -DGMSFS_HAVE_CUDA -I$(CUDA_INC)
 HAVE_CUDA := 1
 endif
 FS_SRC := $(addprefix src/fs/,main.c node.c handle.c ops.c ops_tree.c ops_file.c ops_xattr.c ops_ioctl.c fault.c \
-	store.c lock.c wait.c inval.c caller.c text.c mnt.c log.c tier.c image.c handover.c keep.c keep_start.c export/ticket.c export/sock.c export/rpc.c)
+	store.c lock.c lock_member.c wait.c inval.c caller.c text.c mnt.c log.c tier.c image.c handover.c keep.c keep_start.c export/ticket.c export/sock.c export/rpc.c)
 DAEMON_SRC := $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(WIRE_SRC)
 DAEMON_HDR := $(COMMON_HDR) $(wildcard src/*/*.h src/*/*/*.h)
 
@@ -47,7 +47,7 @@ LIB_SONAME := libgmsfs.so.0
 BIN := $(B)/gmsfs
 LIB := $(B)/libgmsfs.so $(B)/gmsfs.pc $(B)/libgmsfs-load.so
 UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire
-HELPERS := $(B)/gmsfs-open $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
+HELPERS := $(B)/gmsfs-open $(B)/gmsfs-session $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
 LOADER_SRC := loader/json.c loader/safetensors.c loader/copy.c loader/store_files.c
@@ -135,6 +135,9 @@ $(B)/test_meta: tests/unit/test_meta.c $(META_SRC) src/meta/*.h $(COMMON_HDR) te
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPS_CFLAGS) -o $@ tests/unit/test_meta.c $(META_SRC) $(XXH_LIBS)
 
 $(B)/gmsfs-open: tests/helpers/gmsfs-open.c | $(B)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $<
+
+$(B)/gmsfs-session: tests/helpers/gmsfs-session.c | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $<
 
 deps:

@@ -147,3 +147,105 @@ k"
 	run view
 	assert_output "$COMMITTED"
 }
+
+# ---- How a session begins (gmsfs(5), LOCKS: any open for writing, any create) ----
+
+@test "a session begins by any open for writing or create (C): the member's fstat, stat, ftruncate, write, read, mkdir, commit" {
+	local way T
+	for way in lock-wronly lock-rdwr creat-alloc-rdwr creat-alloc-wronly creat-meta-rdwr creat-meta-wronly; do
+		T=$MNT/s$BATS_TEST_NUMBER-$way
+		mkdir "$T"
+		run "$BUILD/gmsfs-session" "$way" "$T"
+		assert_success
+		assert_line committed
+		assert_equal "$(state_of "$T" state)/$(state_of "$T" generation)" COMMITTED/1
+		assert_equal "$(stat -c %s "$T/allocs/d/y")" 8192
+	done
+	# O_WRONLY of a committed allocation begins the next one.
+	T=$MNT/s$BATS_TEST_NUMBER-creat-alloc-rdwr
+	run "$BUILD/gmsfs-session" alloc-wronly "$T"
+	assert_success
+	assert_line committed
+	assert_equal "$(state_of "$T" generation)" 2
+	assert_equal "$(head -c 5 "$T/allocs/x")" hello
+	assert_equal "$(ls "$T/allocs" | tr '\n' ' ')" "d d2 x "
+}
+
+@test "a session begins by a shell's open for writing: exec 9>, 9<>, 9>> and > of lock, allocs/ and meta/ files" {
+	local how T f
+	for how in "9>lock" "9<>lock" "9>allocs/x" "9<>allocs/x" "9>meta/e" "9>>meta/e"; do
+		T=$MNT/s$BATS_TEST_NUMBER-$(echo "$how" | tr -c 'a-z0-9\n' -)
+		mkdir "$T"
+		f=${how##*>}
+		run bash -ec "
+			cd $T
+			exec $how
+			stat -c %s $f >/dev/null                # the member's getattr of what it opened
+			truncate -s 8192 allocs/x               # made, or sized, in the session
+			printf hello | dd of=allocs/x conv=notrunc status=none
+			test \"\$(head -c 5 allocs/x)\" = hello
+			mkdir allocs/d meta/d
+			echo '{\"v\": 1}' > meta/d/w
+			test \"\$(cat meta/d/w)\" = '{\"v\": 1}'
+			echo v >> meta/e
+			setfattr -n user.gms.alloc -v x meta/e
+			setfattr -n user.gms.alloc -v x meta/d/w
+			echo > commit
+			echo committed"
+		assert_success
+		assert_output committed
+		assert_equal "$(state_of "$T" state)" COMMITTED
+		assert_equal "$(cat "$T/meta/d/w")" '{"v": 1}'
+	done
+}
+
+@test "a lone command's session (truncate, echo >) begins and ends with it: rolled back, and the next command may begin one" {
+	local T=$MNT/s$BATS_TEST_NUMBER.t
+	mkdir "$T"
+	run truncate -s 4096 "$T/allocs/y" # its own session: the open creates, the ftruncate sizes
+	assert_success
+	wait_until state_is "$T" EMPTY # the session ended with truncate, without commit
+	assert_equal "$(ls "$T/allocs")" ""
+	run bash -c "echo v > $T/meta/e"
+	assert_success
+	wait_until state_is "$T" EMPTY
+	# In a committed store (setup's S), a new allocation without lock first: the same.
+	run truncate -s 4096 "$S/allocs/new"
+	assert_success
+	wait_until state_is "$S" COMMITTED
+	run ls "$S/allocs"
+	assert_output a
+	# Writing an existing allocation begins one too (its bytes are written in place: a
+	# rollback does not undo them).
+	printf XY | dd of="$S/allocs/a" conv=notrunc status=none
+	wait_until state_is "$S" COMMITTED
+	assert_equal "$(head -c 2 "$S/allocs/a")" XY
+	# A change of the namespace is no open: outside a session it fails (EROFS) and begins none.
+	run mkdir "$S/allocs/d"
+	assert_failure
+	assert_output --partial "Read-only file system"
+	assert_equal "$(state_of "$S" state)" COMMITTED
+}
+
+@test "an outside reader that waited while a session removed and wrote an entry again reads the commit's value" {
+	echo '{"v":1}' >"$BATS_TEST_TMPDIR/want"
+	local i
+	for i in 1 2 3 4 5; do
+		hold w w "$S/lock" "rm -f $S/meta/gone; sleep 0.4; echo '{\"v\":$i}' > $S/meta/gone; setfattr -n user.gms.alloc -v a $S/meta/gone; echo > $S/commit"
+		sleep 0.1
+		run timeout 10 cat "$S/meta/gone" # waits for the session: the name is committed again
+		assert_success
+		assert_output "{\"v\":$i}"
+		release w
+	done
+	# and a name the commit removed is gone (ENOENT), as a fresh lookup says
+	hold w w "$S/lock" "rm -f $S/meta/gone; sleep 0.4; echo > $S/commit"
+	sleep 0.1
+	run timeout 10 cat "$S/meta/gone"
+	assert_failure
+	assert_output --partial "No such file or directory"
+	release w
+	# A writer right after: the reader's retry held no lock past its read.
+	run timeout 10 bash -c "exec 9>$S/lock; echo > $S/abort"
+	assert_success
+}

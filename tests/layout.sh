@@ -64,7 +64,7 @@ mods=""
 for f in src/fs/*.c src/fs/export/*.c; do
 	m=$(basename "$f" .c)
 	case $f in */export/*) m=export ;; esac
-	case $m in ops*) m=ops ;; esac
+	case $m in ops*) m=ops ;; lock_*) m=lock ;; esac
 	o=$objs/$(basename "$f" .c).o
 	cc -std=gnu11 -D_GNU_SOURCE -DGMSFS_VERSION='"layout"' -Iinclude -Icommon -I/usr/local/cuda/include \
 		$(pkg-config --cflags fuse3 msgpack libxxhash) -c "$f" -o "$o" 2>>"$objs/cc.log" && mods="$mods $m=$o"

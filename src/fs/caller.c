@@ -110,7 +110,7 @@ int caller_descends(pid_t tgid, pid_t ancestor, uint64_t ancestor_start)
 	return 0;
 }
 
-int caller_holds(pid_t tgid, const uint64_t *inos, size_t n)
+int caller_holds(pid_t tgid, const uint64_t *inos, size_t n, bool *which)
 {
 	char path[64];
 	snprintf(path, sizeof path, "/proc/%d/fdinfo", tgid);
@@ -118,7 +118,7 @@ int caller_holds(pid_t tgid, const uint64_t *inos, size_t n)
 	if (!d)
 		return out_of_fds(-errno) ? -errno : 0;
 	int found = 0, e;
-	for (struct dirent *de; !found && (de = readdir(d));) {
+	for (struct dirent *de; (which || !found) && (de = readdir(d));) {
 		char p[300], buf[512];
 		if (de->d_name[0] == '.')
 			continue;
@@ -134,8 +134,13 @@ int caller_holds(pid_t tgid, const uint64_t *inos, size_t n)
 		if (!ino)
 			continue;
 		uint64_t v = strtoull(ino + 5, NULL, 10);
-		for (size_t i = 0; i < n && !found; i++)
-			found = inos[i] == v;
+		for (size_t i = 0; i < n; i++)
+			if (inos[i] == v) {
+				found = 1;
+				if (!which)
+					break;
+				which[i] = true;
+			}
 	}
 	closedir(d);
 	return found;

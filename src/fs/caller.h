@@ -14,8 +14,8 @@ bool caller_killed(fuse_req_t req);
 /* 1 yes, 0 no, or -errno when the daemon cannot tell (out of descriptors). */
 int caller_descends(pid_t tgid, pid_t ancestor, uint64_t ancestor_start);
 /* Has process tgid a descriptor open on one of these inodes?  (/proc/PID/fdinfo: no
- * request to this mount.) */
-int caller_holds(pid_t tgid, const uint64_t *inos, size_t n);
+ * request to this mount.)  found (NULL, or n flags): which ones, all of its table read. */
+int caller_holds(pid_t tgid, const uint64_t *inos, size_t n, bool *found);
 /* Would the kernel let the request's caller open a file of mode (owner: the daemon's
  * uid and gid) for reading (want 4) or writing (want 2)?  0 or -EACCES. */
 int caller_may(fuse_req_t req, mode_t mode, int want);

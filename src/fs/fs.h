@@ -4,8 +4,8 @@
  *   node.h     what an inode number stands for, attributes, children
  *   handle.h   open files and what they hold
  *   store.h    the table of stores, a store's counters and last_error
- *   lock.h     who holds a store: the only place a lock is decided (lock.c), with its
- *              queue of parked requests (wait.c)
+ *   lock.h     who holds a store: the only place a lock is decided (lock.c; who is in a
+ *              session, lock_member.c), with its queue of parked requests (wait.c)
  *   inval.h    what the kernel must drop, sent by a thread of its own
  *   tier.h     the host tier, eviction, quotas, priorities (a mover thread)
  *   caller.h   who is asking (/proc)

@@ -18,6 +18,7 @@ struct fs_handle {
 	pid_t tgid;                    /* who opened it (or locked it by ioctl) */
 	bool writable;                 /* opened for writing, or locked RW by ioctl */
 	bool created;                  /* its open made the node (O_CREAT) */
+	bool opening;                  /* a session handle whose descriptor was not seen yet (lock.c) */
 	/* poll on state (ops_file.c). */
 	uint64_t seen_events;
 	struct fuse_pollhandle *ph;    /* a poller waiting for the next change */

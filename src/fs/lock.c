@@ -4,6 +4,7 @@
  * FSM or waits (wait.c).  Everything runs under fs->mu and never sleeps. */
 #include "lock.h"
 #include "caller.h"
+#include "clock.h"
 #include "fault.h"
 #include "grow.h"
 #include "handle.h"
@@ -55,114 +56,11 @@ bool lock_wants_write(const struct store *st, enum lock_want want)
 	return want == WANT_WRITE || (want == WANT_RW_OR_RO && !st->lock.fsm.committed);
 }
 
-/* ---- who holds what: the kernel reports closes late, so descriptors are asked ---- */
-
-/* The inodes of the store's handles with this hold (and opened by tgid, if not 0), for
- * caller_holds.  During a session every handle of lock or of a layout file is the
- * session's (readers cannot be there), so whoever has one open holds the session.  A
- * store directory counts only for the process that locked it (ls has it open too). */
-static size_t held_inodes(struct store *st, enum lock_hold hold, pid_t tgid, pid_t dir_owner, uint64_t *inos,
-			  size_t max)
-{
-	size_t n = 0;
-	for (struct fs_handle *h = st->handles.next; h != &st->handles && n < max; h = h->next) {
-		if (h->hold != hold || (tgid && h->tgid != tgid))
-			continue;
-		const void *obj = h->node ? (const void *)h->node : (const void *)h->fnode;
-		if (!h->node && h->fnode->kind == FS_STORE && h->tgid != dir_owner)
-			continue;
-		uint64_t ino = node_ino(st->fs, obj);
-		size_t i = 0;
-		while (i < n && inos[i] != ino)
-			i++;
-		if (i == n)
-			inos[n++] = ino;
-	}
-	return n;
-}
-
-/* Does process p still hold a descriptor of the session?  A handle it closed does not
- * count: its release reaches us after close() returned. */
-static int holds_session(struct store *st, pid_t p)
-{
-	uint64_t inos[64];
-	size_t n = held_inodes(st, HOLD_SESSION, 0, p, inos, 64);
-	return n ? caller_holds(p, inos, n) : 0;
-}
-
-/* Does tgid hold a read handle here?  Then its next read must not queue behind a
- * writer that waits for this very process.  A handle it has closed does not count: the
- * release reaches us after close() returned, so its descriptors are asked too. */
-static int holds_read(struct store *st, pid_t tgid)
-{
-	uint64_t inos[64];
-	size_t n = held_inodes(st, HOLD_READ, tgid, tgid, inos, 64);
-	return n ? caller_holds(tgid, inos, n) : 0;
-}
-
-/* A member of the session holds one of its descriptors (the leader, a child it left
- * behind), or descends from a leader that still holds one (a program its shell runs). */
-int lock_is_member(struct store *st, pid_t tgid)
-{
-	pid_t leader = st->lock.fsm.leader;
-	if (!leader)
-		return 0;
-	int r = holds_session(st, tgid);
-	if (r || tgid == leader)
-		return r;
-	if ((r = caller_descends(tgid, leader, st->lock.leader_start)) <= 0)
-		return r;
-	return holds_session(st, leader);
-}
-
-int lock_may_change(struct store *st, pid_t tgid)
-{
-	int r = lock_is_member(st, tgid);
-	if (r)
-		return r < 0 ? r : 0;
-	return st->lock.fsm.leader || st->lock.fsm.readers ? -EBUSY : -EROFS;
-}
-
-int lock_check_change(fuse_req_t req, struct store *st, const struct fs_handle *h)
-{
-	if (h && h->hold == HOLD_SESSION)
-		return 0;
-	if (h && h->hold == HOLD_READ)
-		return -EROFS;
-	pid_t tgid;
-	int e = caller_tgid(req, &tgid);
-	if (e) {
-		if (e == -EPERM)
-			fuse_log(FUSE_LOG_WARNING, "gmsfs: refused a change from outside the daemon's pid namespace\n");
-		return store_cannot_tell(st, e);
-	}
-	return store_cannot_tell(st, lock_may_change(st, tgid));
-}
-
 void lock_changed(struct store *st)
 {
 	st->lock.gen++;
 	store_notify(st);
 	wait_grant(st);
-}
-
-bool lock_outside(fuse_req_t req, struct store *st)
-{
-	struct lock *l = &st->lock;
-	if (!store_in_session(st))
-		return false;
-	pid_t tgid;
-	if (caller_tgid(req, &tgid))
-		return true;
-	if (l->seen_tgid == tgid && l->seen_gen == l->gen)
-		return l->seen_outside;
-	int r = lock_is_member(st, tgid);
-	if (r < 0)
-		return true; /* out of descriptors: not cached, asked again next time */
-	l->seen_tgid = tgid;
-	l->seen_gen = l->gen;
-	l->seen_outside = !r;
-	return !r;
 }
 
 /* ---- who reads: each process once, with its handles and inherited holds ---- */
@@ -255,6 +153,8 @@ static int try_lock(struct store *st, enum lock_want want, pid_t tgid, enum lock
 			return -EDEADLK;
 		was->handles++;
 		st->lock.inherited--;
+		if (was->bridged)
+			was->bridged--;
 		if (!--was->inherited)
 			store_put(st, 1); /* lock_inherit's: the caller's handle holds the store now */
 		st->lock.gen++;
@@ -265,7 +165,7 @@ static int try_lock(struct store *st, enum lock_want want, pid_t tgid, enum lock
 	/* Only a read that would wait (a writer waits) or a write asks whether the caller
 	 * holds a read handle: a granted read needs no look at its descriptors. */
 	bool ask = f->readers && (lock_wants_write(st, want) || fsm_can_read(f));
-	if (ask && (r = holds_read(st, tgid)) < 0)
+	if (ask && (r = lock_holds_read(st, tgid)) < 0)
 		return r;
 	if (ask && r) {
 		if (want == WANT_WRITE)
@@ -538,21 +438,47 @@ int lock_let_go_removed(struct fs *fs, pid_t tgid, const uint8_t hash[GMSFS_HASH
 	return -ENOLCK;
 }
 
+void lock_bridge(struct store *st, pid_t tgid)
+{
+	struct lock *l = &st->lock;
+	struct lock_reader *r = reader_find(l, tgid);
+	if (!r && !GROW(l->readers, l->nreaders, l->readers_cap, 8)) {
+		r = &l->readers[l->nreaders++];
+		*r = (struct lock_reader){ .pid = tgid };
+	}
+	if (!r || (!r->start && caller_start_time(tgid, &r->start)))
+		return; /* no bridge: the open made again waits as any */
+	if (!r->inherited)
+		store_get(st); /* as lock_inherit's */
+	r->inherited++;
+	r->bridged++;
+	r->bridge_until = clock_mono_ns() + 5000000000ull;
+	l->inherited++;
+	l->fsm.readers++;
+}
+
 void lock_reap(struct store *st)
 {
 	struct lock *l = &st->lock;
+	uint64_t now = clock_mono_ns();
 	store_get(st); /* the last inherited hold of a removed store may be its last reference */
 	for (size_t i = 0; l->inherited && i < l->nreaders;) {
 		struct lock_reader *r = &l->readers[i];
 		uint64_t start;
-		if (!r->inherited || (!caller_start_time(r->pid, &start) && start == r->start)) {
+		unsigned k = 0;
+		if (r->inherited && (caller_start_time(r->pid, &start) || start != r->start)) {
+			k = r->inherited;
+			fuse_log(FUSE_LOG_INFO, "gmsfs: %s: pid %d, which kept a read lock, ended\n", st->name, (int)r->pid);
+		} else if (r->bridged && now > r->bridge_until) {
+			k = r->bridged; /* its open was not made again */
+		}
+		if (!k) {
 			i++;
 			continue;
 		}
-		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: pid %d, a reader from before the restart, ended\n", st->name,
-			 (int)r->pid);
+		r->bridged = 0;
 		size_t had = l->nreaders;
-		inherited_go(st, r, r->inherited);
+		inherited_go(st, r, k);
 		if (l->nreaders == had)
 			i++; /* it holds handles too: it stays */
 	}

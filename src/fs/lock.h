@@ -24,6 +24,8 @@ struct lock_reader {
 	pid_t pid;
 	uint64_t start;                /* its start time (/proc/PID/stat): 0 until asked for */
 	unsigned handles, inherited;
+	unsigned bridged;              /* of inherited: kept across an open the kernel makes again */
+	uint64_t bridge_until;         /* CLOCK_MONOTONIC ns: then they go, if not taken over */
 };
 
 /* A store's lock state (in struct store), under fs->mu. */
@@ -86,6 +88,16 @@ bool lock_outside(fuse_req_t req, struct store *st);
 
 /* 1 yes, 0 no, -errno (-EMFILE: the daemon is out of descriptors and cannot tell). */
 int lock_is_member(struct store *st, pid_t tgid);
+/* Does tgid hold a read handle here?  Then its next read must not queue behind a
+ * writer that waits for this very process.  A handle it has closed does not count: the
+ * release reaches us after close() returned, so its descriptors are asked too.  1, 0,
+ * -errno (lock_member.c). */
+int lock_holds_read(struct store *st, pid_t tgid);
+/* h, a handle of the session, was granted by an open or create the kernel has not
+ * finished: its process is a member for every call that follows, its own getattr
+ * during that open included, until the descriptor shows in its table (then closing it
+ * ends that) or the handle is released (gmsfs(5), LOCKS). */
+void lock_opened(struct fs_handle *h);
 /* May tgid change the namespace now?  0, -EBUSY (another holds it), -EROFS (nobody). */
 int lock_may_change(struct store *st, pid_t tgid);
 /* The same for a request: through a session handle h, or as a member; -EROFS through a
@@ -116,7 +128,12 @@ void lock_inherit(struct store *st, const struct lock_reader *v, size_t n);
 int lock_let_go(struct store *st, pid_t tgid);
 /* The same for a removed store (its name is gone) whose committed layout hashes to hash. */
 int lock_let_go_removed(struct fs *fs, pid_t tgid, const uint8_t hash[GMSFS_HASH_LEN]);
-/* Inherited holds of processes that ended are given back (the waiter thread, each second). */
+/* An open of tgid's that waited ends with ESTALE (its file was replaced): tgid keeps a
+ * read lock until the open the kernel makes again takes it over (as a reader from before
+ * a restart does), or for a few seconds at most. */
+void lock_bridge(struct store *st, pid_t tgid);
+/* Inherited holds of processes that ended, and bridges past their time, are given back
+ * (the waiter thread, each second). */
 void lock_reap(struct store *st);
 
 #endif

@@ -47,6 +47,8 @@ struct open_wait {
 	struct meta_node *dir;    /* create: where, held while waiting */
 	char *name;
 	struct fuse_entry_param entry;
+	char *path;               /* an outsider's open of a layout file: its path, and area */
+	enum meta_area area;
 };
 
 /* What an open does once its lock is granted (fs->mu held). */
@@ -56,8 +58,10 @@ static int opened(struct fs_handle *h, enum lock_want want, int flags)
 	if (!e && h->writable && (flags & O_TRUNC) && h->node && h->node->kind == META_ENTRY)
 		e = meta_entry_truncate(h->node, 0);
 	/* O_TRUNC of an allocation leaves it alone: its size is fixed (dd without conv=notrunc). */
-	if (!e)
+	if (!e) {
 		store_track(h->store, h);
+		lock_opened(h);
+	}
 	return e;
 }
 
@@ -74,9 +78,25 @@ static int created(struct fs *fs, struct fs_handle *h, struct meta_node *dir, co
 	h->created = true;
 	meta_hold(m);
 	store_track(h->store, h);
+	lock_opened(h);
 	store_notify(h->store);
 	node_entry(fs, &(struct obj){ .m = m, .st = h->store }, entry);
 	return 0;
+}
+
+/* An outsider waited for a session that removed its file and made another of the same
+ * name, now committed: the open ends with ESTALE, and the kernel walks the path again at
+ * once (LOOKUP_REVAL) and opens the new file, as a lookup of the name would now (gmsfs(5),
+ * "What a session shows").  Its process keeps a read lock meanwhile (lock_bridge), so
+ * that no writer can replace the name again before that second open.  -ENOENT: the name
+ * is gone. */
+static int replaced(struct fs_handle *h, enum meta_area area, const char *path)
+{
+	struct meta_node *now = h->store->meta ? meta_resolve(h->store->meta, area, path) : NULL;
+	if (!now || !now->linked || now->kind != h->node->kind)
+		return -ENOENT;
+	lock_bridge(h->store, h->tgid);
+	return -ESTALE;
 }
 
 static int ow_grant(struct fs_waiter *w, int e)
@@ -84,6 +104,8 @@ static int ow_grant(struct fs_waiter *w, int e)
 	struct open_wait *o = (struct open_wait *)w;
 	if (!e)
 		e = o->dir ? created(w->st->fs, w->h, o->dir, o->name, &o->entry) : opened(w->h, w->want, o->flags);
+	if (e == -ENOENT && o->path && w->h->node && !w->h->node->linked && w->h->hold == HOLD_READ)
+		e = replaced(w->h, o->area, o->path);
 	if (o->dir)
 		meta_drop(o->dir);
 	o->dir = NULL;
@@ -110,6 +132,7 @@ static void ow_free(struct fs_waiter *w)
 	store_put(w->st, 1);
 	pthread_mutex_unlock(&fs->mu);
 	free(o->name);
+	free(o->path);
 	free(o);
 }
 
@@ -206,6 +229,14 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int e = do_open(req, fs, ino, fi->flags, &h, &want);
 	if (e == LOCK_PARK) {
 		struct open_wait *o = open_waiter(req, h, want, fi);
+		char path[GMSFS_PATH_MAX + 1];
+		/* Its name, should the session it waits for replace the file. */
+		if (o && h->node && !meta_path(h->node, path, sizeof path) && !(o->path = strdup(path))) {
+			free(o);
+			o = NULL;
+		}
+		if (o && h->node)
+			o->area = h->node->area;
 		if (!o) {
 			handle_free(h);
 			pthread_mutex_unlock(&fs->mu);
