@@ -147,7 +147,7 @@ check-unit: $(UNIT)
 	prove $(UNIT)
 
 ASAN_CFLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-QUICK_TESTS := $(UNIT) tests/layout.sh tests/*.bats tests/python.sh tests/memory.sh
+QUICK_TESTS := $(UNIT) tests/layout.sh tests/*.bats tests/python.sh tests/memory.sh tests/docs.sh
 # The whole suite, one prove run: C unit tests are TAP programs, mount tests are bats
 # files; then the mount tests again on an ASan+UBSan build and with the daemon under
 # valgrind, every fuzzer for 30 s, and the Debian packages (built, installed, used,

@@ -1,0 +1,106 @@
+#!/bin/bash
+# The shell blocks of the README and of the guides (docs/*.md), run as written on the host
+# backend, as TAP: one test per file.  Each file runs in a mount namespace of its own, with
+# tmpfs on /mnt and /tmp (its /mnt/gpu0 and its files are its own), the build's programs
+# on PATH, its blocks in order in one shell (set -e), as a reader of that page would type
+# them.  A guide starts where the README's tour ends: a mount on /mnt/gpu0 with the store
+# llama committed, and a small model.safetensors beside it.  A block marked
+# <!-- not run by tests/docs.sh: WHY --> (the fresh machine's own commands, systemd, a
+# GPU) is listed with its reason; any other reason fails.  Every daemon a file started is
+# unmounted and waited for by its pid.
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$(pwd)
+BUILD=$ROOT/${GMSFS_BUILD:-build}
+PYTHON=${PYTHON:-/usr/bin/python3}
+files=(README.md docs/*.md)
+echo "1..${#files[@]}"
+n=0
+failed=0
+
+# FILE -> the script of its blocks; the blocks it does not run, on stderr, with why.
+blocks() {
+	"$PYTHON" - "$1" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+allowed = ("the commands that run this test", "needs systemd", "needs a GPU")
+out = []
+for m in re.finditer(r"(<!-- not run by tests/docs.sh: ([^>]*?) -->\n)?```sh\n(.*?)```", text, re.S):
+    why, body = m.group(2), m.group(3)
+    line = text[:m.start(3)].count("\n") + 1
+    if why:
+        if not why.startswith(allowed):
+            print("FAIL %s:%d: a block is not run for no known reason: %s" % (sys.argv[1], line, why))
+            sys.exit(0)
+        print("# %s:%d not run: %s" % (sys.argv[1], line, why), file=sys.stderr)
+        continue
+    out.append("echo '# %s:%d' >&2\n%s" % (sys.argv[1], line, body))
+print("\n".join(out))
+PY
+}
+
+# The state a guide starts from: the README's tour, done.
+PRELUDE='
+mkdir -p /mnt/gpu0
+gmsfs -o max_bytes=1G,host_bytes=1G /mnt/gpu0
+mkdir /mnt/gpu0/llama
+(exec 9>/mnt/gpu0/llama/lock
+ truncate -s 1M /mnt/gpu0/llama/allocs/w
+ echo "{}" > /mnt/gpu0/llama/meta/w
+ setfattr -n user.gms.alloc -v w /mnt/gpu0/llama/meta/w
+ echo > /mnt/gpu0/llama/commit)
+"$PYTHON" - <<EOF
+import json, struct
+header = json.dumps({"w": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}).encode()
+with open("model.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(header)) + header + bytes(range(64)))
+EOF
+'
+
+# Run inside the namespace: the blocks, then every gmsfs mount of it unmounted and its
+# daemon waited for.
+RUNNER='
+# The mounts of gmsfs this namespace copied from outside are not its own: gone here.
+for m in $(awk "\$3 == \"fuse.gmsfs\" {print \$2}" /proc/self/mounts | sort -r); do umount -l "$m"; done
+mount -t tmpfs tmpfs /mnt && mount -t tmpfs tmpfs /tmp || exit 1
+mkdir /mnt/work && cd /mnt/work || exit 1
+export PATH=$BUILD:$ROOT/tools:$PATH PYTHONPATH=$ROOT/python GMSFS_LIBRARY=$BUILD/libgmsfs.so.0
+cleanup() {
+	exec 9>&-
+	for m in $(awk "\$3 == \"fuse.gmsfs\" {print \$2}" /proc/self/mounts | sort -r); do
+		pid=$(sed -n "s/^pid: //p" "$m/device" 2>/dev/null)
+		umount "$m" 2>/dev/null || umount -l "$m"
+		for _ in $(seq 100); do [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+		[ -z "$pid" ] || kill -9 "$pid" 2>/dev/null || true
+	done
+}
+trap "rc=\$?; cleanup; exit \$rc" EXIT
+set -xeo pipefail
+[ -z "$PRELUDE_ON" ] || eval "$PRELUDE" || { echo "the guides'"'"' starting point failed" >&2; exit 1; }
+eval "$SCRIPT"
+'
+
+for f in "${files[@]}"; do
+	n=$((n + 1))
+	skipped=$(mktemp)
+	script=$(blocks "$f" 2>"$skipped")
+	if [ "${script#FAIL }" != "$script" ]; then
+		echo "not ok $n - $f: ${script#FAIL }"
+		failed=$((failed + 1))
+		continue
+	fi
+	prelude_on=1
+	[ "$f" = README.md ] && prelude_on=
+	out=$(SCRIPT="$script" PRELUDE="$PRELUDE" PRELUDE_ON=$prelude_on BUILD=$BUILD ROOT=$ROOT PYTHON=$PYTHON \
+		unshare -m --propagation private bash -c "$RUNNER" 2>&1 3>&-)
+	rc=$?
+	if [ $rc = 0 ]; then
+		echo "ok $n - $f: its shell blocks run as written"
+		cat "$skipped"
+	else
+		echo "not ok $n - $f: its shell blocks failed (status $rc)"
+		printf '%s\n' "$out" | tail -40 | sed 's/^/#   /'
+		failed=$((failed + 1))
+	fi
+	rm -f "$skipped"
+done
+[ "$failed" = 0 ]
