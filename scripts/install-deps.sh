@@ -5,13 +5,14 @@
 #   tests:  fuse3, bats and its libraries, attr and xxhash (shell tools), util-linux
 #           (setpriv, prlimit), valgrind, clang with its sanitizer and libFuzzer runtimes,
 #           python3 with numpy, pytest, torch (CPU) and prometheus-client, systemd
-#           (systemd-analyze verifies the units)
+#           (systemd-analyze verifies the units), universal-ctags (tests/layout.sh reads
+#           which names each file uses)
 #   packages: debhelper, dpkg-dev, lintian, git (make deb builds from the files git knows)
 set -eu
 pkgs="build-essential pkg-config libfuse3-dev fuse3 libmsgpack-dev libxxhash-dev xxhash attr
 bats bats-assert bats-support bats-file util-linux passwd valgrind clang libclang-rt-14-dev
 python3 python3-numpy python3-pytest python3-torch python3-prometheus-client systemd
-debhelper dpkg-dev lintian git dpkg-repack python3-yaml dash"
+debhelper dpkg-dev lintian git dpkg-repack python3-yaml dash universal-ctags"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
