@@ -10,7 +10,6 @@
 # unmounted and waited for by its pid.
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
-BUILD=$ROOT/${GMSFS_BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 files=(README.md docs/*.md)
 echo "1..${#files[@]}"
@@ -61,8 +60,10 @@ EOF
 RUNNER='
 # The mounts of gmsfs this namespace copied from outside are not its own: gone here.
 for m in $(awk "\$3 == \"fuse.gmsfs\" {print \$2}" /proc/self/mounts | sort -r); do umount -l "$m"; done
-mount -t tmpfs tmpfs /mnt && mount -t tmpfs tmpfs /tmp || exit 1
-mkdir /mnt/work && cd /mnt/work || exit 1
+# The tree is seen at /mnt/src (a clone under /tmp would be hidden by the tmpfs).
+mount -t tmpfs tmpfs /mnt && mkdir /mnt/src /mnt/work && mount --bind "$ROOT" /mnt/src || exit 1
+ROOT=/mnt/src BUILD=/mnt/src/$BUILD_REL
+mount -t tmpfs tmpfs /tmp && cd /mnt/work || exit 1
 export PATH=$BUILD:$ROOT/tools:$PATH PYTHONPATH=$ROOT/python GMSFS_LIBRARY=$BUILD/libgmsfs.so.0
 cleanup() {
 	exec 9>&-
@@ -90,7 +91,7 @@ for f in "${files[@]}"; do
 	fi
 	prelude_on=1
 	[ "$f" = README.md ] && prelude_on=
-	out=$(SCRIPT="$script" PRELUDE="$PRELUDE" PRELUDE_ON=$prelude_on BUILD=$BUILD ROOT=$ROOT PYTHON=$PYTHON \
+	out=$(SCRIPT="$script" PRELUDE="$PRELUDE" PRELUDE_ON=$prelude_on BUILD_REL=${GMSFS_BUILD:-build} ROOT=$ROOT PYTHON=$PYTHON \
 		unshare -m --propagation private bash -c "$RUNNER" 2>&1 3>&-)
 	rc=$?
 	if [ $rc = 0 ]; then
