@@ -104,6 +104,38 @@ def test_a_lone_create_rolls_back_when_its_process_ends(store):
     assert os.listdir(os.path.join(store, "allocs")) == []
 
 
+def test_a_leader_that_closed_its_descriptor_is_no_member_before_the_release(store):
+    """This process begins the session by an open of lock, passes the descriptor to
+    another process and closes its own: the kernel's release does not come (the other
+    holds the file), yet this process is no longer a member at once (gmsfs(5), LOCKS):
+    its change is refused with EBUSY, as any outsider's while another holds the store."""
+    import socket
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    holder = subprocess.Popen([sys.executable, "-c", "import socket, sys\n"
+                               "s = socket.socket(fileno=int(sys.argv[1]))\n"
+                               "msg, fds, _, _ = socket.recv_fds(s, 16, 1)\n"
+                               "s.send(b'held')\n"
+                               "s.recv(16)\n", str(b.fileno())], pass_fds=(b.fileno(),))
+    b.close()
+    fd = os.open(os.path.join(store, "lock"), os.O_WRONLY)
+    try:
+        # (no call of this process between: nothing has looked at its descriptors yet)
+        socket.send_fds(a, [b"x"], [fd])
+        assert a.recv(16) == b"held"
+        os.close(fd)
+        fd = -1
+        with pytest.raises(OSError) as e:
+            os.mkdir(os.path.join(store, "allocs", "d"))
+        assert e.value.errno == errno.EBUSY
+        assert fields(store)["state"] == "RW"  # the session goes on: the other holds it
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        a.close()
+        holder.wait(10)
+    wait_state(store, "EMPTY")  # its last descriptor closed without commit: rolled back
+
+
 # ---- the property test: writers and outside readers side by side ----
 
 POOL = ["e%d" % i for i in range(6)]

@@ -19,6 +19,7 @@ struct fs_handle {
 	bool writable;                 /* opened for writing, or locked RW by ioctl */
 	bool created;                  /* its open made the node (O_CREAT) */
 	bool opening;                  /* a session handle whose descriptor was not seen yet (lock.c) */
+	bool flushes;                  /* the kernel tells its closes (FLUSH): set once, before the reply */
 	/* poll on state (ops_file.c). */
 	uint64_t seen_events;
 	struct fuse_pollhandle *ph;    /* a poller waiting for the next change */

@@ -95,9 +95,11 @@ int lock_is_member(struct store *st, pid_t tgid);
 int lock_holds_read(struct store *st, pid_t tgid);
 /* h, a handle of the session, was granted by an open or create the kernel has not
  * finished: its process is a member for every call that follows, its own getattr
- * during that open included, until the descriptor shows in its table (then closing it
- * ends that) or the handle is released (gmsfs(5), LOCKS). */
+ * during that open included, until the descriptor shows in its table, a close of it
+ * is told (FLUSH: lock_closed) or the handle is released (gmsfs(5), LOCKS).  Such a
+ * handle asks the kernel for its closes (h->flushes). */
 void lock_opened(struct fs_handle *h);
+void lock_closed(struct fs_handle *h);
 /* May tgid change the namespace now?  0, -EBUSY (another holds it), -EROFS (nobody). */
 int lock_may_change(struct store *st, pid_t tgid);
 /* The same for a request: through a session handle h, or as a member; -EROFS through a

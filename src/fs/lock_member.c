@@ -108,7 +108,12 @@ int lock_is_member(struct store *st, pid_t tgid)
 
 void lock_opened(struct fs_handle *h)
 {
-	h->opening = h->hold == HOLD_SESSION;
+	h->opening = h->flushes = h->hold == HOLD_SESSION;
+}
+
+void lock_closed(struct fs_handle *h)
+{
+	h->opening = false;
 }
 
 int lock_may_change(struct store *st, pid_t tgid)

@@ -39,6 +39,7 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.create = fs_create,
 	.read = fs_read,
 	.write = fs_write,
+	.flush = fs_flush,
 	.release = fs_release,
 	.poll = fs_poll,
 	.opendir = fs_opendir,

@@ -30,6 +30,7 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi);
 void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off, struct fuse_file_info *fi);
+void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void fs_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct fuse_pollhandle *ph);
 

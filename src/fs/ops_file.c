@@ -1,6 +1,8 @@
-/* ops_file: open files (open, create, read, write, release, poll).  Opening a file of a
- * store takes its lock (store.c); the handle holds it until released.  No flush: the
- * kernel then stops sending one, and every close costs one round trip less. */
+/* ops_file: open files (open, create, read, write, flush, release, poll).  Opening a
+ * file of a store takes its lock (store.c); the handle holds it until released.  Only a
+ * handle that began or joined a writer session by its open is flushed (the close ends
+ * its process's membership at once, lock_closed); every other close costs no round
+ * trip (noflush). */
 #include "ops.h"
 #include "inval.h"
 #include "lock.h"
@@ -23,6 +25,7 @@ static void reply_open(fuse_req_t req, struct fs *fs, struct fs_handle *h, struc
 	fi->fh = (uintptr_t)h;
 	fi->direct_io = 1;
 	fi->keep_cache = 0;
+	fi->noflush = !h->flushes;
 	int r = entry ? fuse_reply_create(req, entry, fi) : fuse_reply_open(req, fi);
 	if (r == -ENOENT) {
 		pthread_mutex_lock(&fs->mu);
@@ -305,6 +308,16 @@ void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	if (e)
 		return (void)fuse_reply_err(req, -e);
 	reply_open(req, fs, h, fi, &entry);
+}
+
+/* A close of a session handle's descriptor (only those are flushed: reply_open). */
+void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	pthread_mutex_lock(&fs->mu);
+	lock_closed((struct fs_handle *)(uintptr_t)fi->fh);
+	pthread_mutex_unlock(&fs->mu);
+	fuse_reply_err(req, 0);
 }
 
 /* Used for files and directories alike. */
