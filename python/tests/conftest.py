@@ -56,6 +56,20 @@ def mounted(*options):
     os.unlink(mnt + ".log")
 
 
+def let_go_of_mount(d, request, lines=40):
+    """A test's mount point at its end: the daemon's log shown if the test failed, every
+    mount it stacked or left on d unmounted, d and its log removed."""
+    if failed(request) and os.path.exists(d + ".log"):
+        print("daemon log, last lines:\n" + "".join(open(d + ".log").readlines()[-lines:]))
+    for _ in range(5):
+        if subprocess.run(["umount", d], capture_output=True).returncode:
+            if subprocess.run(["umount", "-l", d], capture_output=True).returncode:
+                break
+    os.rmdir(d)
+    if os.path.exists(d + ".log"):
+        os.unlink(d + ".log")
+
+
 def remove_stores(mnt, tries=100):
     """rmdir every store of mnt, waiting for each to be let go (a test's connections close
     as it ends; a store on a tier would skew the next test)."""

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, ROOT, failed
+from conftest import BUILD, ROOT, let_go_of_mount
 from manager import Manager, wait_mounted
 import gmsfs
 from gmsfs.ctl import read_fields
@@ -105,15 +105,7 @@ def mnt(request):
         if p.poll() is None:
             p.kill()
             p.wait()
-    if failed(request) and os.path.exists(d + ".log"):
-        print("daemon log, last lines:\n" + "".join(open(d + ".log").readlines()[-60:]))
-    for _ in range(5):
-        if subprocess.run(["umount", d], capture_output=True).returncode:
-            if subprocess.run(["umount", "-l", d], capture_output=True).returncode:
-                break
-    os.rmdir(d)
-    if os.path.exists(d + ".log"):
-        os.unlink(d + ".log")
+    let_go_of_mount(d, request, 60)
 
 
 @pytest.fixture
@@ -261,6 +253,15 @@ class Reader:
         self.p.wait(20)
 
 
+def serve(mnt, options):
+    """A daemon of the build on mnt (gmsfs -f -o OPTIONS), its log beside it; once mounted."""
+    with open(mnt + ".log", "a") as log:
+        daemon = subprocess.Popen([os.path.join(BUILD, "gmsfs"), "-f", "-o", options, mnt], stderr=log)
+    LIVE.append(daemon)
+    assert wait_mounted(mnt), open(mnt + ".log").read()[-2000:]
+    return daemon
+
+
 def takeover(mnt, *options):
     old = int(read_fields(os.path.join(mnt, "device"))["pid"])
     log = open(mnt + ".log", "a")
@@ -288,9 +289,7 @@ def test_a_reader_mapped_across_a_restart_keeps_its_bytes(mnt, manager, tmp_path
     if how == "sigkill":
         start(manager, mnt, sd, "max_bytes=256K")
     else:
-        daemon = subprocess.Popen([os.path.join(BUILD, "gmsfs"), "-f", "-o", "backend=host,max_bytes=256K", mnt],
-                                  stderr=open(mnt + ".log", "a"))
-        assert wait_mounted(mnt)
+        daemon = serve(mnt, "backend=host,max_bytes=256K")
     m = os.path.join(mnt, "m")
     v1, _ = publish(m, 1)
     r = Reader(m)
@@ -370,9 +369,7 @@ def test_readers_files_follow_the_readers(mnt, manager, tmp_path):
 # ---- a waiting open is tried again ----
 
 def test_a_waiting_open_is_granted_once_room_comes(mnt):
-    daemon = subprocess.Popen([os.path.join(BUILD, "gmsfs"), "-f", "-o", "backend=host,max_bytes=256K", mnt],
-                              stderr=open(mnt + ".log", "a"))
-    assert wait_mounted(mnt)
+    daemon = serve(mnt, "backend=host,max_bytes=256K")
     a = os.path.join(mnt, "a")
     va, _ = publish(a, 1, sizes=(128 * KiB,))
     with open(os.path.join(a, "tier"), "w") as f:
@@ -400,9 +397,7 @@ def test_a_waiting_open_is_granted_once_room_comes(mnt):
 
 
 def test_a_timed_wait_for_a_store_that_cannot_come_back_says_why(mnt):
-    daemon = subprocess.Popen([os.path.join(BUILD, "gmsfs"), "-f", "-o", "backend=host,max_bytes=256K", mnt],
-                              stderr=open(mnt + ".log", "a"))
-    assert wait_mounted(mnt)
+    daemon = serve(mnt, "backend=host,max_bytes=256K")
     a = os.path.join(mnt, "a")
     publish(a, 1, sizes=(128 * KiB,))
     with open(os.path.join(a, "tier"), "w") as f:
@@ -425,9 +420,7 @@ def test_a_timed_wait_for_a_store_that_cannot_come_back_says_why(mnt):
 # ---- takeover: a live gmsfs mount only, with its options ----
 
 def test_takeover_of_a_copy_of_a_mount_is_refused(mnt, tmp_path):
-    daemon = subprocess.Popen([os.path.join(BUILD, "gmsfs"), "-f", "-o", "backend=host", mnt],
-                              stderr=open(mnt + ".log", "a"))
-    assert wait_mounted(mnt)
+    daemon = serve(mnt, "backend=host")
     v, h = publish(os.path.join(mnt, "s"), 1)
     fake = tmp_path / "fake"
     fake.mkdir()
@@ -448,10 +441,7 @@ def test_takeover_of_a_copy_of_a_mount_is_refused(mnt, tmp_path):
 
 def test_takeover_keeps_the_old_daemons_options(mnt, tmp_path):
     sock = str(tmp_path / "g.sock")
-    daemon = subprocess.Popen([os.path.join(BUILD, "gmsfs"), "-f", "-o",
-                               "backend=host,max_bytes=64M,host_bytes=32M,fsname=gpu-test-0,socket=" + sock, mnt],
-                              stderr=open(mnt + ".log", "a"))
-    assert wait_mounted(mnt)
+    daemon = serve(mnt, "backend=host,max_bytes=64M,host_bytes=32M,fsname=gpu-test-0,socket=" + sock)
     v, h = publish(os.path.join(mnt, "s"), 1)
     new, old = takeover(mnt)  # no options: the old daemon's are kept, its socket name too
     assert until(lambda: ended(old))
@@ -471,9 +461,7 @@ def test_takeover_keeps_the_old_daemons_options(mnt, tmp_path):
 
 
 def test_the_rolled_back_writer_cannot_change_what_readers_map(mnt):
-    daemon = subprocess.Popen([os.path.join(BUILD, "gmsfs"), "-f", "-o", "backend=host", mnt],
-                              stderr=open(mnt + ".log", "a"))
-    assert wait_mounted(mnt)
+    daemon = serve(mnt, "backend=host")
     s = os.path.join(mnt, "s")
     v, h = publish(s, 1)
     writer = subprocess.Popen([sys.executable, "-c", r"""
@@ -509,9 +497,7 @@ except gmsfs.GmsfsError as e:
 # ---- a removed store's reader, and the small ones ----
 
 def test_a_reader_of_a_removed_store_can_sleep(mnt):
-    daemon = subprocess.Popen([os.path.join(BUILD, "gmsfs"), "-f", "-o", "backend=host", mnt],
-                              stderr=open(mnt + ".log", "a"))
-    assert wait_mounted(mnt)
+    daemon = serve(mnt, "backend=host")
     s = os.path.join(mnt, "s")
     publish(s, 1)
     r = Reader(s)
@@ -530,9 +516,7 @@ def test_small_inputs_are_refused_with_reasons(mnt):
     r = subprocess.run([os.path.join(BUILD, "gmsfs"), "-f", "-o", "backend=host,max_bytes=0", mnt],
                        capture_output=True, text=True, timeout=10)
     assert r.returncode == 2 and "more than 0" in r.stderr, r.stderr
-    daemon = subprocess.Popen([os.path.join(BUILD, "gmsfs"), "-f", "-o", "backend=host,max_bytes=64M", mnt],
-                              stderr=open(mnt + ".log", "a"))
-    assert wait_mounted(mnt)
+    daemon = serve(mnt, "backend=host,max_bytes=64M")
     s = os.path.join(mnt, "s")
     os.mkdir(s)
     for bad in (b" 5", b"+5", b"5 ", b"", b"-", b"1001"):

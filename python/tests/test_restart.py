@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, ROOT, failed
+from conftest import BUILD, ROOT, let_go_of_mount
 from manager import Manager, wait_mounted
 import gmsfs
 from gmsfs.ctl import read_fields
@@ -69,15 +69,7 @@ def pid_of(mnt):
 def mnt(request):
     d = tempfile.mkdtemp(prefix="gmsfs-restart.")
     yield d
-    if failed(request) and os.path.exists(d + ".log"):  # the daemons' side of a failure
-        print("daemon log, last lines:\n" + "".join(open(d + ".log").readlines()[-40:]))
-    for _ in range(5):  # every mount this test stacked or left
-        if subprocess.run(["umount", d], capture_output=True).returncode:
-            if subprocess.run(["umount", "-l", d], capture_output=True).returncode:
-                break
-    os.rmdir(d)
-    if os.path.exists(d + ".log"):
-        os.unlink(d + ".log")
+    let_go_of_mount(d, request)
 
 
 # ---- handover ----

@@ -68,9 +68,10 @@ def graph(folder):
     return sorted(set(mod.values())), edges
 
 
-def circles(nodes, edges):
-    """Tarjan's strongly connected groups of more than one module, each as a cycle."""
-    index, low, stack, on, groups = {}, {}, [], set(), []
+def groups(nodes, edges):
+    """Tarjan's strongly connected groups of more than one module (edges: {a: {b: ...}}),
+    each sorted (tests/helpers/callgraph.py uses it too)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
 
     def visit(v):
         index[v] = low[v] = len(index)
@@ -91,14 +92,19 @@ def circles(nodes, edges):
                 if w == v:
                     break
             if len(g) > 1:
-                groups.append(sorted(g))
+                found.append(sorted(g))
 
     sys.setrecursionlimit(10000)
-    for v in nodes:
+    for v in sorted(nodes):
         if v not in index:
             visit(v)
+    return sorted(found)
+
+
+def circles(nodes, edges):
+    """Each group as one path around it, with the names that make each step."""
     out = []
-    for g in groups:  # one path around the group, from its first module, by shortest steps
+    for g in groups(nodes, edges):  # one path around the group, from its first module, by shortest steps
         start, path, seen = g[0], [g[0]], {g[0]}
         prev = {start: None}
         queue = [start]
