@@ -110,6 +110,22 @@ def test_quota_refuses_past_it_and_says_so(clean):
         os.getxattr(store, "user.gms.quota")
 
 
+def test_a_store_seen_on_the_host_tier_has_given_its_device_memory_back(clean):
+    """Whoever reads tier "host" reads the device memory free too: the move gives it back
+    before it shows (a reader of state and device never sees both tiers hold it)."""
+    store, data, h = publish(clean, "r", [2 * MiB] * 12, 1)
+    dev = int(device(clean)["used_bytes"])
+    seen = []
+    for _ in range(30):
+        set_tier(store, "host")
+        wait_tier(store, "host")
+        seen.append(int(device(clean)["used_bytes"]))
+        with open(os.path.join(store, "prefetch"), "w") as f:
+            f.write("1\n")
+        wait_tier(store, "device")
+    assert seen == [dev - 24 * MiB] * 30, seen
+
+
 def test_a_store_moves_to_the_host_tier_and_back_unchanged(clean):
     store, data, h = publish(clean, "t", [4 * MiB, 8 * MiB], 1)
     dev = int(device(clean)["used_bytes"])

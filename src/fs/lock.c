@@ -302,7 +302,7 @@ int lock_commit(struct store *st)
 	st->last_error[0] = '\0';
 	/* Write-ahead: the image that no longer names what the session freed is written
 	 * before that memory goes (a failure leaves it held and says why). */
-	store_changed(st, "commit", NULL);
+	store_changed(st, "commit");
 	if (new_readers)
 		store_readers_changed(st);
 	store_room_changed(st->fs);

@@ -178,7 +178,7 @@ static int do_mkdir(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const char
 			return -EINVAL; /* device, status.json, metrics */
 		if ((e = store_create(fs, name, &st)))
 			return e;
-		store_changed(st, "mkdir", NULL);
+		store_changed(st, "mkdir");
 		*o = (struct obj){ .f = &st->dir, .st = st };
 		return 0;
 	}

@@ -186,7 +186,7 @@ static int do_setxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 		if ((flags & XATTR_REPLACE) && !exists)
 			return -ENODATA;
 		if (!(e = may_set_store(req, o.st) ?: tier_xattr_set(o.st, name, value, size)))
-			store_changed(o.st, "xattr", NULL);
+			store_changed(o.st, "xattr");
 		return e;
 	}
 	enum xattr x = o.m ? xattr_of(o.m, name) : X_NONE;
@@ -225,7 +225,7 @@ static int do_removexattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const c
 		return e;
 	if (store_dir(&o) && tier_xattr_known(name)) {
 		if (!(e = may_set_store(req, o.st) ?: tier_xattr_remove(o.st, name)))
-			store_changed(o.st, "xattr", NULL);
+			store_changed(o.st, "xattr");
 		return e;
 	}
 	char tmp[2];

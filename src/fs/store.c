@@ -18,7 +18,7 @@
 /* meta's hook: an allocation's memory is no longer in the layout or its undo log. */
 static void release_buf(void *buf, void *ctx)
 {
-	store_give_back(ctx, buf, NULL);
+	store_give_back(ctx, buf);
 }
 
 int store_table_new(struct fs *fs)
@@ -293,7 +293,7 @@ void store_untrack(struct fs_handle *h)
 
 /* ---- write-ahead, then give back ---- */
 
-void store_give_back(struct store *st, struct vmm_buf *b, struct vmm_bufs *later)
+void store_give_back(struct store *st, struct vmm_buf *b)
 {
 	const struct fs_persist *p = st->fs->persist;
 	if (!b)
@@ -304,11 +304,10 @@ void store_give_back(struct store *st, struct vmm_buf *b, struct vmm_bufs *later
 					       "daemon ends\n", st->name, (unsigned long long)b->size);
 		return;
 	}
-	if (!later || vmm_bufs_push(later, b))
-		vmm_buf_put(b);
+	vmm_buf_put(b);
 }
 
-int store_changed(struct store *st, const char *what, struct vmm_bufs *later)
+int store_changed(struct store *st, const char *what)
 {
 	const struct fs_persist *p = st->fs->persist;
 	fault_point(what, "image");
@@ -319,7 +318,7 @@ int store_changed(struct store *st, const char *what, struct vmm_bufs *later)
 	struct vmm_bufs waited = st->limbo;
 	st->limbo = (struct vmm_bufs){0};
 	for (size_t i = 0; i < waited.n; i++)
-		store_give_back(st, waited.v[i], later);
+		store_give_back(st, waited.v[i]);
 	free(waited.v);
 	return 0;
 }

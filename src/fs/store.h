@@ -84,14 +84,14 @@ int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size);
 /* ---- write-ahead, then give back (gmsfs(5), RESTART): no memory goes back to the
  * system while an image on disk names it, so a crash at any point restores a store
  * whose memory is all there ---- */
-/* b's memory is no longer st's: given back now, or by the caller once fs->mu is let go
- * (later, not NULL), or, while the image on disk names it, after the next image. */
-void store_give_back(struct store *st, struct vmm_buf *b, struct vmm_bufs *later);
+/* b's memory is no longer st's: given back now, or, while the image on disk names it,
+ * after the next image. */
+void store_give_back(struct store *st, struct vmm_buf *b);
 /* st changed what its image holds (what: commit, move, evict, mkdir, xattr): the image
- * is written again, then the memory that waited for it is given back (into later, as
- * above).  0, or -errno when the image could not be written: the memory waits for the
- * next one, the store serves on, last_error and the log say why. */
-int store_changed(struct store *st, const char *what, struct vmm_bufs *later);
+ * is written again, then the memory that waited for it is given back.  0, or -errno when
+ * the image could not be written: the memory waits for the next one, the store serves
+ * on, last_error and the log say why. */
+int store_changed(struct store *st, const char *what);
 /* The processes that read st changed (grants, releases, commit's downgrade). */
 void store_readers_changed(struct store *st);
 /* Memory may have come free: a move that failed for room is tried again. */

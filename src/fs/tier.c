@@ -94,7 +94,7 @@ static int move(struct fs *fs, struct store *st, bool to_host, const char *what)
 {
 	if (fs->handing_over)
 		return -EAGAIN; /* the successor has the store as it is */
-	struct vmm_bufs c = {0}, given_up = {0}, later = {0};
+	struct vmm_bufs c = {0}, given_up = {0};
 	int e = meta_walk(meta_root(st->meta, META_AREA_ALLOCS), collect, &c);
 	uint64_t bytes = 0, new_host = 0;
 	for (size_t i = 0; i < c.n; i++) {
@@ -140,18 +140,19 @@ static int move(struct fs *fs, struct store *st, bool to_host, const char *what)
 			 "(new memory %.3f ms, copy %.3f ms)\n",
 			 st->name, bytes, c.n, to_host ? "host" : "device", s * 1e3, (double)ns[0] / 1e6, (double)ns[1] / 1e6);
 		/* The device memory it left goes once the image names the host memory (a crash
-		 * before brings the store back from its old image, whose memory is all there). */
+		 * before brings the store back from its old image, whose memory is all there),
+		 * and before fs->mu goes: whoever sees the store on the host tier sees that
+		 * memory free (device: used_bytes). */
 		for (size_t i = 0; old && i < c.n; i++)
-			store_give_back(st, old[i], &later);
+			store_give_back(st, old[i]);
 		free(old);
 		old = NULL;
-		store_changed(st, what, &later);
+		store_changed(st, what);
 		lock_unblock(st);
 		store_room_changed(fs);
 	}
 	lock_changed(st); /* the waiters for a move in are granted now (or go on waiting) */
 	pthread_mutex_unlock(&fs->mu);
-	vmm_bufs_release(&later); /* device memory is counted free before the move returns */
 	vmm_bufs_release(&c);
 	pthread_mutex_lock(&fs->mu);
 	return e;
