@@ -224,12 +224,8 @@ void handover_give(struct fs *fs, int sock, uid_t uid, const char *socket_path)
 	e = renew_sessions(fs, &renewed, &nrenewed, why, sizeof why);
 	atomic_store(&fs->vmm->frozen, true); /* nor any memory made: the successor's come after the files' ends */
 	size_t nstores = fs->stores->n;
-	for (int tries = 0; !e && (e = pack_all(fs, &sb, &fds, why, sizeof why)) == -EBUSY && tries < 6000; tries++) {
-		pthread_mutex_unlock(&fs->mu); /* a move under way ends (moves take seconds at most) */
-		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
-		pthread_mutex_lock(&fs->mu);
-		nstores = fs->stores->n;
-	}
+	if (!e) /* -EBUSY: a move outlasted the wait above (none starts while handing over) */
+		e = pack_all(fs, &sb, &fds, why, sizeof why);
 	pthread_mutex_unlock(&fs->mu);
 	int memfd = e ? -1 : images_fd(&sb);
 	if (!e && memfd < 0)
