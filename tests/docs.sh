@@ -66,15 +66,25 @@ ROOT=/mnt/src BUILD=/mnt/src/$BUILD_REL
 mount -t tmpfs tmpfs /tmp && cd /mnt/work || exit 1
 export PATH=$BUILD:$ROOT/tools:$PATH PYTHONPATH=$ROOT/python GMSFS_LIBRARY=$BUILD/libgmsfs.so.0
 cleanup() {
+	set +e
 	exec 9>&-
 	for m in $(awk "\$3 == \"fuse.gmsfs\" {print \$2}" /proc/self/mounts | sort -r); do
-		pid=$(sed -n "s/^pid: //p" "$m/device" 2>/dev/null)
 		umount "$m" 2>/dev/null || umount -l "$m"
-		for _ in $(seq 100); do [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-		[ -z "$pid" ] || kill -9 "$pid" 2>/dev/null || true
 	done
+	# The daemons started here (each would keep this namespace, and so its mount, alive):
+	# the gmsfs processes of this mount namespace, by pid; unmounted, they end.
+	local ns pids="" p
+	ns=$(readlink /proc/self/ns/mnt)
+	for p in $(pgrep -x gmsfs); do [ "$(readlink /proc/$p/ns/mnt)" = "$ns" ] && pids="$pids $p"; done
+	for _ in $(seq 100); do
+		[ -n "$(for p in $pids; do kill -0 "$p" 2>/dev/null && echo "$p"; done)" ] || return 0
+		sleep 0.05
+	done
+	echo "daemons that did not end on their unmount:$pids" >&2
+	for p in $pids; do kill -9 "$p" 2>/dev/null; done
+	return 1
 }
-trap "rc=\$?; cleanup; exit \$rc" EXIT
+trap "rc=\$?; cleanup || rc=1; exit \$rc" EXIT
 set -xeo pipefail
 [ -z "$PRELUDE_ON" ] || eval "$PRELUDE" || { echo "the guides'"'"' starting point failed" >&2; exit 1; }
 eval "$SCRIPT"
