@@ -4,7 +4,8 @@
 #include "meta.h"
 #include "grow.h"
 #include "hash.h"
-#include "meta_internal.h"
+#include "node.h"
+#include "undo.h"
 #include "why.h"
 
 #include <errno.h>
@@ -267,7 +268,7 @@ int meta_put_entries(struct meta_store *s, const struct entry_rec *v, size_t n, 
 	}
 	int e = 0;
 	for (size_t i = 0; i < n && !e; i++) {
-		ps[i].alloc = meta_intern(s, v[i].alloc, strlen(v[i].alloc));
+		ps[i].alloc = meta_intern(meta_strs(s), v[i].alloc, strlen(v[i].alloc));
 		ps[i].value = malloc(v[i].value_len ? v[i].value_len : 1);
 		if (!ps[i].alloc || !ps[i].value) {
 			e = -ENOMEM;

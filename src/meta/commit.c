@@ -1,6 +1,7 @@
 /* commit: validate, hash, and forget what a rollback would have undone (undo.c). */
 #include "meta.h"
-#include "meta_internal.h"
+#include "node.h"
+#include "undo.h"
 #include "hash.h"
 #include "why.h"
 

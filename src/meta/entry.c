@@ -1,7 +1,8 @@
 /* entry: a metadata entry's attributes (the xattrs alloc, offset, size, private) and
  * its value (the file's bytes).  Every change is saved for rollback first (meta_save). */
 #include "meta.h"
-#include "meta_internal.h"
+#include "node.h"
+#include "undo.h"
 
 #include <errno.h>
 #include <stdlib.h>

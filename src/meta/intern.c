@@ -2,10 +2,9 @@
  * allocation's tag), kept once per store and counted: a million entries that name
  * one allocation hold one copy of its path.  A node's field points at the bytes,
  * so readers see a plain string; only meta_ref and meta_unref know the header. */
-#include "meta.h"
+#include "intern.h"
 #include "hash.h"
 #include "probe.h"
-#include "meta_internal.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -41,13 +40,12 @@ static struct meta_str *str_new(struct meta_strtab *t, const char *p, size_t len
 	return x;
 }
 
-char *meta_intern(struct meta_store *s, const char *p, size_t len)
+char *meta_intern(struct meta_strtab *t, const char *p, size_t len)
 {
-	if (!s) { /* a node out of every store: a string of its own */
+	if (!t) { /* a node out of every store: a string of its own */
 		struct meta_str *x = str_new(NULL, p, len);
 		return x ? x->s : NULL;
 	}
-	struct meta_strtab *t = &s->strs;
 	if ((t->n + 1) * 4 > t->cap * 3 && probe_grow(&t->v, &t->cap, 16, str_home, NULL)) /* at most 3/4 full */
 		return NULL;
 	size_t mask = t->cap - 1, i = name_hash_len(p, len) & mask;

@@ -12,7 +12,7 @@
  * requested size, so every backend gives the same hash. */
 #include "meta.h"
 #include "grow.h"
-#include "meta_internal.h"
+#include "node.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * rollback applies it.  Both cost what changed, not the store's size. */
 #include "meta.h"
 #include "grow.h"
-#include "meta_internal.h"
+#include "undo.h"
 
 #include <errno.h>
 #include <stdlib.h>

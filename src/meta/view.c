@@ -4,7 +4,7 @@
  * log holds them), and a committed node's fields are what its FIELDS record saved.  It
  * costs what the session changed, not the store's size. */
 #include "meta.h"
-#include "meta_internal.h"
+#include "node.h"
 
 #include <errno.h>
 #include <stdlib.h>

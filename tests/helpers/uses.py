@@ -9,7 +9,8 @@ union and enum tags, enumerators and static inline functions its files hold; not
 static functions (no other file can use them), and a prototype or an extern declaration
 is neither a definition nor a use.  A file uses every identifier in its text (comments and strings
 removed), so a call through a static inline helper or a macro of a header counts, and so
-does a type named only in a declaration.  Prints each circle as "a -> b -> ... -> a"
+does a type named only in a declaration, except in a header that declares it opaque
+("struct x;": an interface may name a type whose insides live above it).  Prints each circle as "a -> b -> ... -> a"
 (one per strongly connected group), or with --edges every "a -> b"."""
 import json
 import os
@@ -61,6 +62,8 @@ def graph(folder):
         text = strip(open(f).read())
         ids = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)) - declared[f]
         ids |= {"%s %s" % m for m in re.findall(r"\b(struct|union|enum)\s+([A-Za-z_][A-Za-z0-9_]*)", text)}
+        if f.endswith(".h"):
+            ids -= {"%s %s" % m for m in re.findall(r"^(struct|union)\s+([A-Za-z_][A-Za-z0-9_]*)\s*;", text, re.M)}
         for name in ids:
             for m in owner.get(name, ()):
                 if m != mod[f] and len(owner[name]) == 1:

@@ -1,7 +1,17 @@
-/* Shared by the files of src/meta; not part of the module's interface. */
-#ifndef GMSFS_META_INTERNAL_H
-#define GMSFS_META_INTERNAL_H
+/* node: the store's and the nodes' insides, shared by the files of src/meta (not part of
+ * the module's interface, meta.h).  The files stand in layers, each using only those
+ * below it:
+ *   meta.h            the interface: types, names, limits (no code)
+ *   intern            counted strings, one copy per store
+ *   node              the tree, its index, holds and lookups; reads (path, walk, stats)
+ *   undo              the log a rollback replays; view (the committed view) reads it
+ *   store             a store's life, and the changes the log records (create, remove, tag)
+ *   entry, batch      an entry's fields; many entries and allocations at once
+ *   layout_hash, commit   the hash of a commit, and the commit itself */
+#ifndef GMSFS_META_NODE_H
+#define GMSFS_META_NODE_H
 #include "meta.h"
+#include "intern.h"
 
 #include <time.h>
 
@@ -19,9 +29,6 @@ struct meta_undo {
 	uint64_t offset, extent;
 	int64_t mtime_ns;
 };
-struct meta_str;  /* intern.c */
-struct meta_strtab { void **v; size_t n, cap; }; /* struct meta_str *, by content (common/probe.h) */
-
 struct meta_store {
 	struct meta_node *root[2];
 	void (*release_buf)(void *buf, void *ctx);
@@ -70,28 +77,24 @@ static inline void meta_changed(struct meta_node *n)
 }
 struct meta_check { struct meta_store *store; char *err; size_t errlen; };
 
-/* meta.c */
+/* The store's table of strings; NULL for a node out of every store. */
+static inline struct meta_strtab *meta_strs(struct meta_store *s)
+{
+	return s ? &s->strs : NULL;
+}
+
+struct meta_node *meta_node_new(struct meta_store *s, enum meta_kind kind, enum meta_area area, const char *name);
+void meta_node_free(struct meta_node *n);
 char **meta_str_of(struct meta_node *n); /* the interned field (tag, allocation path); NULL for a directory */
 void meta_put_value(struct meta_node *n, char *p); /* the old value is freed unless the undo log shares it */
 void meta_put_ref(char **field, char *p);   /* an interned field takes p's reference, drops its own */
 int meta_set_str(struct meta_node *n, const char *src, size_t len); /* interned into meta_str_of(n) */
 int meta_link(struct meta_node *dir, struct meta_node *n);  /* into the live layout */
+void meta_unlink(struct meta_node *n);                       /* out of it; the tree's hold stays */
 void meta_unhold(struct meta_node *n);                       /* the last hold frees */
 int meta_collect(struct meta_node *n, void *arg);            /* meta_walk into a meta_nodes */
 /* Unlink the whole live layout; the nodes (still holding their tree hold) go to v. */
 int meta_unlink_all(struct meta_store *s, struct meta_nodes *v);
 void meta_unlink_free(struct meta_node *n);                  /* out of the live layout, its hold dropped */
-/* intern.c: counted strings, one copy per store of each (NULL: out of memory). */
-char *meta_intern(struct meta_store *s, const char *p, size_t len);
-char *meta_ref(char *p);                   /* one more reference; p may be NULL */
-void meta_unref(char *p);                  /* the last frees; p may be NULL */
-void meta_strtab_free(struct meta_strtab *t); /* strings still held outlive it */
-/* undo.c: each call before the change it prepares for; -ENOMEM changes nothing. */
-int meta_undo_reserve(struct meta_store *s, size_t k);      /* room for k records: those calls cannot fail */
-int meta_save(struct meta_node *n);        /* before a field of n changes (the first change is logged) */
-int meta_undo_grew(struct meta_node *dir); /* before a new child is linked into dir */
-int meta_undo_removed(struct meta_node *n); /* before n is unlinked: the record keeps its tree hold */
-/* Commit (the new nodes become committed) or the store's end: the log lets go of what it holds. */
-void meta_undo_forget(struct meta_store *s, bool commit);
 
 #endif

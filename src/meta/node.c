@@ -1,16 +1,17 @@
-/* meta: the tree of a store.  Commit is in commit.c, rollback in undo.c, the hash in layout_hash.c. */
-#include "meta.h"
+/* node: the tree of a store and what reads it: nodes, the directory index, links with
+ * the store's counts, holds and the kernel's lookups.  Nothing here is logged for a
+ * rollback: the changes a rollback undoes are made in store.c, batch.c and entry.c. */
+#include "node.h"
 #include "grow.h"
 #include "hash.h"
 #include "probe.h"
-#include "meta_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static struct meta_node *node_new(struct meta_store *s, enum meta_kind kind, enum meta_area area, const char *name)
+struct meta_node *meta_node_new(struct meta_store *s, enum meta_kind kind, enum meta_area area, const char *name)
 {
 	size_t len = strlen(name) + 1;
 	struct meta_node *n = calloc(1, sizeof *n + len);
@@ -45,7 +46,7 @@ void meta_put_ref(char **field, char *p)
 	*field = p;
 }
 
-static void node_free(struct meta_node *n)
+void meta_node_free(struct meta_node *n)
 {
 	n->magic = 0;
 	if (n->kind == META_DIR) {
@@ -104,6 +105,15 @@ static void account(struct meta_store *s, const struct meta_node *n, int sign)
 	}
 }
 
+int meta_set_str(struct meta_node *n, const char *src, size_t len)
+{
+	char *p = meta_intern(meta_strs(n->store), src, len);
+	if (!p)
+		return -ENOMEM;
+	meta_put_ref(meta_str_of(n), p);
+	return 0;
+}
+
 int meta_link(struct meta_node *dir, struct meta_node *n)
 {
 	if (GROW(dir->kids, dir->nkids, dir->kids_cap, 8))
@@ -136,7 +146,7 @@ void meta_unhold(struct meta_node *n)
 	}
 	n->store = NULL;
 	if (!n->lookups) {
-		node_free(n);
+		meta_node_free(n);
 		return;
 	}
 	struct meta_graveyard *g = s ? s->grave : NULL;
@@ -155,12 +165,12 @@ void meta_set_graveyard(struct meta_store *s, struct meta_graveyard *g)
 void meta_graveyard_free(struct meta_graveyard *g)
 {
 	for (size_t i = 0; i < g->n; i++)
-		node_free(g->v[i]);
+		meta_node_free(g->v[i]);
 	free(g->v);
 	*g = (struct meta_graveyard){0};
 }
 
-static void unlink_node(struct meta_node *n)
+void meta_unlink(struct meta_node *n)
 {
 	struct meta_node *dir = n->parent;
 	meta_watch(n, true);
@@ -178,30 +188,8 @@ static void unlink_node(struct meta_node *n)
 
 void meta_unlink_free(struct meta_node *n)
 {
-	unlink_node(n);
+	meta_unlink(n);
 	meta_unhold(n);
-}
-
-/* ---- the store ---- */
-
-struct meta_store *meta_store_new(void (*release_buf)(void *buf, void *ctx), void *ctx)
-{
-	struct meta_store *s = calloc(1, sizeof *s);
-	if (!s)
-		return NULL;
-	s->release_buf = release_buf;
-	s->release_ctx = ctx;
-	s->root[META_AREA_ALLOCS] = node_new(s, META_DIR, META_AREA_ALLOCS, "allocs");
-	s->root[META_AREA_META] = node_new(s, META_DIR, META_AREA_META, "meta");
-	if (!s->root[0] || !s->root[1]) {
-		meta_store_free(s);
-		return NULL;
-	}
-	for (int a = 0; a < 2; a++) {
-		s->root[a]->linked = true;
-		s->root[a]->holds = 1;
-	}
-	return s;
 }
 
 int meta_collect(struct meta_node *n, void *arg)
@@ -241,25 +229,6 @@ int meta_unlink_all(struct meta_store *s, struct meta_nodes *v)
 	return 0;
 }
 
-void meta_store_free(struct meta_store *s)
-{
-	if (!s)
-		return;
-	meta_undo_forget(s, false); /* first: its records name nodes the tree may free */
-	struct meta_nodes v = {0};
-	if (s->root[0] && s->root[1] && meta_unlink_all(s, &v) == 0)
-		for (size_t i = 0; i < v.n; i++)
-			meta_unhold(v.v[i]);
-	free(v.v);
-	for (int a = 0; a < 2; a++)
-		if (s->root[a]) {
-			s->root[a]->linked = false;
-			meta_unhold(s->root[a]);
-		}
-	meta_strtab_free(&s->strs);
-	free(s);
-}
-
 void *meta_context(const struct meta_node *n)
 {
 	return n->store ? n->store->release_ctx : NULL;
@@ -289,92 +258,6 @@ bool meta_name_valid(const char *name)
 	if (!len || len > 255 || !strcmp(name, ".") || !strcmp(name, ".."))
 		return false;
 	return !strchr(name, '/');
-}
-
-int meta_create(struct meta_node *dir, const char *name, enum meta_kind kind, struct meta_node **out)
-{
-	if (dir->kind != META_DIR)
-		return -ENOTDIR;
-	if (!dir->linked || !dir->store)
-		return -ENOENT;
-	if (strlen(name) > 255)
-		return -ENAMETOOLONG;
-	if (!meta_name_valid(name))
-		return -EINVAL;
-	if (kind == META_ALLOC && dir->area != META_AREA_ALLOCS)
-		return -EPERM;
-	if (kind == META_ENTRY && dir->area != META_AREA_META)
-		return -EPERM;
-	if (meta_lookup(dir, name))
-		return -EEXIST;
-	struct meta_node *n = node_new(dir->store, kind, dir->area, name);
-	if (!n)
-		return -ENOMEM;
-	n->marks = META_NEW;
-	int e = kind == META_ALLOC && !(n->tag = meta_intern(dir->store, "default", 7)) ? -ENOMEM : meta_undo_grew(dir);
-	if (e || (e = meta_link(dir, n))) {
-		node_free(n);
-		return e;
-	}
-	dir->mtime_ns = n->mtime_ns;
-	if (out)
-		*out = n;
-	return 0;
-}
-
-int meta_remove(struct meta_node *n)
-{
-	if (!n->parent)
-		return -EBUSY; /* an area's root */
-	if (!n->linked)
-		return -ENOENT;
-	if (n->kind == META_DIR && n->nkids)
-		return -ENOTEMPTY;
-	struct meta_node *dir = n->parent;
-	int e = meta_undo_removed(n);
-	if (e)
-		return e;
-	unlink_node(n);
-	meta_touch(dir);
-	if (n->marks & META_NEW)
-		meta_unhold(n); /* else the undo record keeps the tree's hold */
-	return 0;
-}
-
-int meta_alloc_size(struct meta_node *n, uint64_t size, uint64_t aligned, void *buf)
-{
-	if (n->kind != META_ALLOC)
-		return -EINVAL;
-	if (n->size)
-		return -EPERM; /* sized once */
-	if (!size || aligned < size)
-		return -EINVAL;
-	n->size = size;
-	n->aligned = aligned;
-	n->buf = buf;
-	if (n->linked && n->store) {
-		n->store->stats.bytes += size;
-		n->store->stats.aligned_bytes += aligned;
-	}
-	meta_changed(n);
-	return 0;
-}
-
-int meta_set_str(struct meta_node *n, const char *src, size_t len)
-{
-	char *p = meta_intern(n->store, src, len);
-	if (!p)
-		return -ENOMEM;
-	meta_put_ref(meta_str_of(n), p);
-	return 0;
-}
-
-int meta_set_tag(struct meta_node *n, const char *tag, size_t len)
-{
-	if (n->kind != META_ALLOC || !gmsfs_tag_valid(tag, len))
-		return -EINVAL;
-	int e = meta_save(n);
-	return e ? e : meta_set_str(n, tag, len);
 }
 
 int meta_path(const struct meta_node *n, char *buf, size_t size)
@@ -445,7 +328,7 @@ void meta_forget(struct meta_node *n, uint64_t nlookup)
 		g->v[n->slot] = g->v[--g->n];
 		g->v[n->slot]->slot = n->slot;
 	}
-	node_free(n);
+	meta_node_free(n);
 }
 
 int meta_walk(struct meta_node *dir, int (*fn)(struct meta_node *n, void *arg), void *arg)
