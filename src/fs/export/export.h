@@ -1,7 +1,10 @@
 /* export: from an open file to a descriptor in the client's hands (gmsfs(5), "Export").
  * FUSE cannot return a descriptor, so an ioctl hands out a one-time ticket (ticket.c)
  * that the client presents on the daemon's socket (sock.c); what a socket request does
- * is rpc.c.  This is what the rest of the daemon sees of it. */
+ * is rpc.c.  Each stands on the ones before it: sock (connections), ticket (which
+ * handle a ticket buys; revoking one unbinds its connections), rpc (the requests; it
+ * starts the socket with itself as the handler).  This is what the rest of the daemon
+ * sees of it. */
 #ifndef GMSFS_FS_EXPORT_H
 #define GMSFS_FS_EXPORT_H
 

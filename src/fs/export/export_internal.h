@@ -8,6 +8,10 @@
 #include <sys/types.h>
 
 struct sock_conn;
+struct rpc_req;
+/* One request of a connection; the reply is sent.  >0: keep the connection, 0: close it
+ * (the peer broke the protocol). */
+typedef int sock_serve_fn(struct fs *fs, const struct rpc_req *r);
 
 /* A handle's ticket and the connections bound to it, under fs->mu. */
 struct export_handle {
@@ -23,6 +27,7 @@ struct export_handle {
 /* The module's state, under fs->mu unless marked. */
 struct export {
 	char socket_path[108];         /* fixed once started */
+	sock_serve_fn *serve;          /* what a request does (rpc.c); fixed once started */
 	int sock_fd;                   /* fixed once started; the stop shuts it down */
 	pthread_t sock_thread;
 	pthread_cond_t cv;             /* a connection left, or a spare went */
@@ -47,6 +52,8 @@ struct fs_handle *ticket_redeem(struct fs *fs, const uint8_t t[GMSFS_TICKET_LEN]
 				enum ticket_kind *kind, int *err, char *why, size_t whylen);
 void ticket_revoke(struct fs *fs, struct export_handle *x);
 
+/* sock.c: the socket at path (export_start's), each request served by serve. */
+int sock_start(struct fs *fs, const char *path, sock_serve_fn *serve, char *err, size_t errlen);
 /* sock.c, fs->mu held: bind c to h for pid and uid; the handle c is bound to, for the
  * sender pid/uid (NULL with -ENOLCK: none, or it was released; -EPERM: bound by another). */
 int sock_bind(struct fs *fs, struct sock_conn *c, struct fs_handle *h, pid_t pid, uid_t uid);
@@ -55,8 +62,7 @@ void sock_unbind_all(struct export_handle *x);
 /* Send one reply message with descriptors; 0 or -errno. */
 int sock_send(int sock, const void *data, size_t len, const int *fds, size_t nfds);
 
-/* rpc.c: one request of a connection; the reply is sent.  >0: keep the connection,
- * 0: close it (the peer broke the protocol). */
+/* A request as the socket received it, for rpc.c. */
 struct rpc_req {
 	struct sock_conn *conn;
 	int sock;
@@ -67,6 +73,5 @@ struct rpc_req {
 	const uint8_t *body;
 	size_t body_len;
 };
-int rpc_serve(struct fs *fs, const struct rpc_req *r);
 
 #endif

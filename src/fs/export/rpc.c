@@ -429,7 +429,7 @@ static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_b
 	return e;
 }
 
-int rpc_serve(struct fs *fs, const struct rpc_req *r)
+static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 {
 	char why[512] = "";
 	struct wire_body body = {0};
@@ -497,4 +497,9 @@ int rpc_serve(struct fs *fs, const struct rpc_req *r)
 		store_want_trim(fs);
 	store_trim(fs); /* this call's, or a commit's or removal's under it */
 	return se ? 0 : 1;
+}
+
+int export_start(struct fs *fs, const char *path, char *err, size_t errlen)
+{
+	return sock_start(fs, path, rpc_serve, err, errlen);
 }

@@ -241,7 +241,7 @@ static int serve_one(struct sock_conn *c, uint8_t *buf, size_t size)
 		.ticket = hd.ticket, .body = whole ? c->body : buf + sizeof hd,
 		.body_len = whole ? c->body_len : hd.body_len,
 	};
-	int keep = rpc_serve(c->fs, &r);
+	int keep = c->fs->ex->serve(c->fs, &r);
 	explicit_bzero(&hd, sizeof hd);
 	c->body_len = 0;
 	if (c->body_cap > (1u << 20)) { /* do not keep a large buffer for an idle connection */
@@ -439,7 +439,7 @@ void export_rename(struct fs *fs, const char *path)
 	pthread_mutex_unlock(&fs->mu);
 }
 
-int export_start(struct fs *fs, const char *path, char *err, size_t errlen)
+int sock_start(struct fs *fs, const char *path, sock_serve_fn *serve, char *err, size_t errlen)
 {
 	struct export *ex = calloc(1, sizeof *ex);
 	if (!ex) {
@@ -447,6 +447,7 @@ int export_start(struct fs *fs, const char *path, char *err, size_t errlen)
 		return -ENOMEM;
 	}
 	ex->sock_fd = -1;
+	ex->serve = serve;
 	pthread_cond_init(&ex->cv, NULL);
 	pthread_cond_init(&ex->spare_cv, NULL);
 	fs->ex = ex;
