@@ -1,4 +1,5 @@
-/* handle: connecting to a store, its lock, requests on its channel, commit. */
+/* handle: connecting to a store, its lock, requests on its channel, errors.  Below the
+ * mappings, entries and spaces: what acts on them together is layout.c. */
 #include "internal.h"
 #include "hash.h"
 #include "why.h"
@@ -329,21 +330,6 @@ int gmsfs_connect(gmsfs **out, const char *store_dir, int mode, int timeout_ms)
 	return gm_take_lock(g, mode, timeout_ms);
 }
 
-void gmsfs_disconnect(gmsfs *g)
-{
-	if (!g)
-		return;
-	sp_release_all(g);
-	mp_release_all(g);
-	mt_free(g);
-	gm_release_lock(g);
-#ifdef GMSFS_HAVE_CUDA
-	cu_unload(&g->cu);
-#endif
-	free(g->dir);
-	free(g);
-}
-
 const char *gmsfs_store_path(const gmsfs *g)
 {
 	return g ? g->dir : NULL;
@@ -384,31 +370,4 @@ int gmsfs_layout_hash(gmsfs *g, char hex[33])
 	if (g->info.has_hash)
 		hex_of(g->info.layout_hash, GMSFS_HASH_LEN, hex);
 	return 0;
-}
-
-int gm_commit(gmsfs *g, bool unmapping)
-{
-	int e = gm_need_lock(g, GMSFS_RW);
-	if (e || (e = gm_call(g, GMSFS_OP_COMMIT, NULL, 0, NULL)))
-		return e;
-	/* The daemon downgraded the lock; the mappings follow (best effort: the daemon
-	 * hands readers read-only memory whatever this process keeps), unless they are
-	 * about to go: a cuMemSetAccess each costs about what its unmap does (H100, 1000
-	 * x 2 MiB: 38 ms against 32). */
-	if (!unmapping) {
-		mp_allow_all(g, true, false);
-		sp_allow_all(g, false);
-	}
-	for (size_t i = 0; i < g->nmaps; i++)
-		g->maps[i].writable = 0;
-	if (unmapping)
-		return 0; /* gmsfs_commit_unmap_all copies the private entries and unmaps */
-	if ((e = gm_refresh(g)))
-		return e;
-	return g->meta.loaded ? mt_privatize(g) : 0;
-}
-
-int gmsfs_commit(gmsfs *g)
-{
-	return g ? gm_commit(g, false) : -EINVAL;
 }

@@ -1,8 +1,10 @@
-/* libgmsfs internals.  Modules: handle.c (connect, lock, commit, errors), channel.c
- * (ch_: the daemon's socket), maps.c (mp_: the table of mappings, create, import,
- * free), meta.c (mt_: the handle's copy of the metadata), sleep.c (unmap, remap,
- * reallocate), space.c (sp_: virtual spaces), map_host.c and map_cuda.c (how each
- * backend maps a descriptor, or a mapping at another address). */
+/* libgmsfs internals.  Modules, each using only those before it: channel.c (ch_: the
+ * daemon's socket), map_host.c and map_cuda.c (how each backend maps a descriptor, or
+ * a mapping at another address), handle.c (connect, lock, requests, errors), maps.c
+ * (mp_: the table of mappings, create, import), meta.c (mt_: the handle's copy of the
+ * metadata), space.c (sp_: virtual spaces), layout.c (free, import_all, commit,
+ * disconnect: the three together), sleep.c (unmap, remap, reallocate), manifest.c,
+ * graph.c, torch.c. */
 #ifndef GMSFS_INTERNAL_H
 #define GMSFS_INTERNAL_H
 
@@ -150,9 +152,6 @@ int gm_need_lock(gmsfs *g, int want);
 int gm_take_lock(gmsfs *g, int mode, int timeout_ms);
 void gm_release_lock(gmsfs *g);
 int gm_refresh(gmsfs *g);
-/* gmsfs_commit; unmapping: the daemon's commit only, the mappings left as they are for
- * the caller to unmap next (an error: nothing was committed). */
-int gm_commit(gmsfs *g, bool unmapping);
 /* Is device (an ordinal as the caller's CUDA sees it) the store's?  Always, on the host. */
 bool gm_device_ok(const gmsfs *g, int device);
 
@@ -168,6 +167,7 @@ int mp_import(void *ctx, struct ch_manifest *m, size_t from, size_t to);
  * neighbours in one reservation with one call. */
 int mp_allow_all(gmsfs *g, bool only_writable, bool writable);
 void mp_unmap_mapped(gmsfs *g);
+void mp_drop(gmsfs *g, size_t i);  /* maps[i] unmapped and out of the table */
 void mp_release_all(gmsfs *g);
 
 /* space.c */
@@ -196,5 +196,10 @@ void *mt_alloc_ptr(const gmsfs *g, const char *alloc);
 /* Drop the entries that name allocation alloc. */
 void mt_forget_alloc(gmsfs *g, const char *alloc);
 void mt_free(gmsfs *g);
+
+/* layout.c */
+/* gmsfs_commit; unmapping: the daemon's commit only, the mappings left as they are for
+ * the caller to unmap next (an error: nothing was committed). */
+int gm_commit(gmsfs *g, bool unmapping);
 
 #endif

@@ -1,5 +1,6 @@
 /* maps: the handle's table of mappings (by name, and in order), and what fills it:
- * create, import, free. */
+ * create, import.  Below the entries and spaces (meta.c, space.c); a free, which
+ * must ask them, is layout.c. */
 #include "internal.h"
 #include "grow.h"
 #include "hash.h"
@@ -80,7 +81,7 @@ static void release_map(gmsfs *g, size_t i)
 	free((char *)m->tag);
 }
 
-static void drop_map(gmsfs *g, size_t i)
+void mp_drop(gmsfs *g, size_t i)
 {
 	release_map(g, i);
 	g->nmaps--;
@@ -324,7 +325,7 @@ static void unmake(gmsfs *g, const struct gmsfs_new *v, size_t n)
 		names[i] = v[i].name;
 		struct gmsfs_mapping *m = mp_find(g, v[i].name);
 		if (m)
-			drop_map(g, (size_t)(m - g->maps));
+			mp_drop(g, (size_t)(m - g->maps));
 	}
 	if (names && !wire_pack_names(&sb, GMSFS_K_PATHS, names, n))
 		gm_call(g, GMSFS_OP_FREE, sb.data, sb.size, NULL);
@@ -377,60 +378,6 @@ int gmsfs_create(gmsfs *g, const char *name, uint64_t size, const char *tag, voi
 	int e = gmsfs_create_many(g, &v, 1);
 	if (!e && ptr)
 		*ptr = v.ptr;
-	return e;
-}
-
-int gmsfs_free(gmsfs *g, void *ptr)
-{
-	if (!g)
-		return -EINVAL;
-	int e = gm_need_lock(g, GMSFS_RW);
-	if (e)
-		return e;
-	size_t i = 0;
-	while (i < g->nmaps && g->maps[i].ptr != ptr)
-		i++;
-	if (i == g->nmaps)
-		return gm_error(g, -ENOENT, "%p: not a mapping of this handle", ptr);
-	if (sp_uses(g, g->maps[i].name))
-		return gm_error(g, -EBUSY, "%s is mapped in a space: free the space first", g->maps[i].name);
-	const char *names[1] = { g->maps[i].name };
-	msgpack_sbuffer sb;
-	msgpack_sbuffer_init(&sb);
-	if ((e = wire_pack_names(&sb, GMSFS_K_PATHS, names, 1)))
-		e = gm_error(g, e, "out of memory");
-	else
-		e = gm_call(g, GMSFS_OP_FREE, sb.data, sb.size, NULL);
-	msgpack_sbuffer_destroy(&sb);
-	if (e)
-		return e;
-	mt_forget_alloc(g, g->maps[i].name);
-	drop_map(g, i);
-	return 0;
-}
-
-int gmsfs_import_all(gmsfs *g)
-{
-	if (!g)
-		return -EINVAL;
-	int e = gm_need_lock(g, GMSFS_RO);
-	if (e)
-		return e;
-	if (g->lock == GMSFS_RO && g->imported_all)
-		return 0; /* everything is here, and nothing can have changed: no round trip */
-	msgpack_sbuffer sb;
-	msgpack_sbuffer_init(&sb);
-	struct ch_manifest m = { .consume = mp_import, .ctx = g }; /* mapped as each message comes */
-	if ((e = wire_pack_export(&sb, NULL, 0, true, true)))
-		e = gm_error(g, e, "out of memory");
-	else if (!(e = gm_call(g, GMSFS_OP_EXPORT, sb.data, sb.size, &m))) {
-		mt_load(g, &m);
-		if (g->lock != GMSFS_RW)
-			e = mt_privatize(g);
-		g->imported_all = !e && g->lock == GMSFS_RO;
-		ch_manifest_free(&m);
-	}
-	msgpack_sbuffer_destroy(&sb);
 	return e;
 }
 

@@ -1,0 +1,109 @@
+/* layout: what acts on a handle's mappings, entries and spaces together, above all
+ * three: a free (refused while a space maps it; its entries go), import_all (the
+ * mappings and the entries in one reply), commit (the access of mappings and spaces
+ * follows the lock down) and disconnect (all of it given back). */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int gmsfs_free(gmsfs *g, void *ptr)
+{
+	if (!g)
+		return -EINVAL;
+	int e = gm_need_lock(g, GMSFS_RW);
+	if (e)
+		return e;
+	size_t i = 0;
+	while (i < g->nmaps && g->maps[i].ptr != ptr)
+		i++;
+	if (i == g->nmaps)
+		return gm_error(g, -ENOENT, "%p: not a mapping of this handle", ptr);
+	if (sp_uses(g, g->maps[i].name))
+		return gm_error(g, -EBUSY, "%s is mapped in a space: free the space first", g->maps[i].name);
+	const char *names[1] = { g->maps[i].name };
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	if ((e = wire_pack_names(&sb, GMSFS_K_PATHS, names, 1)))
+		e = gm_error(g, e, "out of memory");
+	else
+		e = gm_call(g, GMSFS_OP_FREE, sb.data, sb.size, NULL);
+	msgpack_sbuffer_destroy(&sb);
+	if (e)
+		return e;
+	mt_forget_alloc(g, g->maps[i].name);
+	mp_drop(g, i);
+	return 0;
+}
+
+
+int gmsfs_import_all(gmsfs *g)
+{
+	if (!g)
+		return -EINVAL;
+	int e = gm_need_lock(g, GMSFS_RO);
+	if (e)
+		return e;
+	if (g->lock == GMSFS_RO && g->imported_all)
+		return 0; /* everything is here, and nothing can have changed: no round trip */
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	struct ch_manifest m = { .consume = mp_import, .ctx = g }; /* mapped as each message comes */
+	if ((e = wire_pack_export(&sb, NULL, 0, true, true)))
+		e = gm_error(g, e, "out of memory");
+	else if (!(e = gm_call(g, GMSFS_OP_EXPORT, sb.data, sb.size, &m))) {
+		mt_load(g, &m);
+		if (g->lock != GMSFS_RW)
+			e = mt_privatize(g);
+		g->imported_all = !e && g->lock == GMSFS_RO;
+		ch_manifest_free(&m);
+	}
+	msgpack_sbuffer_destroy(&sb);
+	return e;
+}
+
+
+int gm_commit(gmsfs *g, bool unmapping)
+{
+	int e = gm_need_lock(g, GMSFS_RW);
+	if (e || (e = gm_call(g, GMSFS_OP_COMMIT, NULL, 0, NULL)))
+		return e;
+	/* The daemon downgraded the lock; the mappings follow (best effort: the daemon
+	 * hands readers read-only memory whatever this process keeps), unless they are
+	 * about to go: a cuMemSetAccess each costs about what its unmap does (H100, 1000
+	 * x 2 MiB: 38 ms against 32). */
+	if (!unmapping) {
+		mp_allow_all(g, true, false);
+		sp_allow_all(g, false);
+	}
+	for (size_t i = 0; i < g->nmaps; i++)
+		g->maps[i].writable = 0;
+	if (unmapping)
+		return 0; /* gmsfs_commit_unmap_all copies the private entries and unmaps */
+	if ((e = gm_refresh(g)))
+		return e;
+	return g->meta.loaded ? mt_privatize(g) : 0;
+}
+
+
+int gmsfs_commit(gmsfs *g)
+{
+	return g ? gm_commit(g, false) : -EINVAL;
+}
+
+
+void gmsfs_disconnect(gmsfs *g)
+{
+	if (!g)
+		return;
+	sp_release_all(g);
+	mp_release_all(g);
+	mt_free(g);
+	gm_release_lock(g);
+#ifdef GMSFS_HAVE_CUDA
+	cu_unload(&g->cu);
+#endif
+	free(g->dir);
+	free(g);
+}
