@@ -1,18 +1,27 @@
 /* fs: the FUSE daemon of one mount.  Each module owns its state, declared in its own
- * header with what protects each field:
+ * header with what protects each field, and uses only the modules above it in this
+ * list (tests/layout.sh checks it):
  *
- *   node.h     what an inode number stands for, attributes, children
- *   handle.h   open files and what they hold
- *   store.h    the table of stores, a store's counters and last_error
- *   lock.h     who holds a store: the only place a lock is decided (lock.c; who is in a
- *              session, lock_member.c), with its queue of parked requests (wait.c)
- *   inval.h    what the kernel must drop, sent by a thread of its own
- *   tier.h     the host tier, eviction, quotas, priorities (a mover thread)
- *   caller.h   who is asking (/proc)
- *   text.h     what cat reads: device, state, status.json, metrics
+ *   fs.h       the mount (struct fs), the daemon's own nodes, the hooks through which a
+ *              lower module reaches an upper one: fs->persist (keep's), fs->grant_waiters
+ *              (wait's)
+ *   caller, fault, log, mnt    who is asking (/proc); test faults; the log; the mount point
+ *   handle.h   open files and what they hold (data: the ops make and free them)
+ *   inval      what the kernel must drop, sent by a thread of its own
+ *   store      the table of stores and what a store is, its lock's and its place's data
+ *              included (struct lock, struct store_tier), its counters, last_error, and
+ *              the write-ahead of its memory
+ *   node       what an inode number stands for, attributes, children
+ *   lock       who holds a store: the only place a lock is decided (lock.c; who is in a
+ *              session, lock_member.c)
+ *   wait       the lock's queue of parked requests, and their thread
+ *   tier       the host tier, eviction, quotas, priorities (a mover thread)
+ *   image      a store as records and descriptors
+ *   keep, handover   systemd's descriptor store (-o state=); -o takeover
+ *   text       what cat reads: device, state, status.json, metrics
  *   export/    tickets, the socket, what a socket request does (export.h)
  *   ops_*.c    the FUSE boundary: a do_x() returns -errno, the op around it replies
- *   main.c     options, mount, the threads' start and stop
+ *   main       options, mount, the threads' start and stop
  *
  * Threads and the lock.  One mutex, fs->mu, guards every structure of every module
  * above but the ones a header marks otherwise (atomics, fields fixed at creation).
@@ -74,6 +83,7 @@ struct fs_node {
  * to be worth giving back (store_want_trim). */
 #define FS_TRIM_ITEMS 10000
 
+struct store;       /* store.h */
 struct store_table; /* store.h */
 struct waitq;       /* wait.h */
 struct inval;       /* inval.h */
@@ -115,6 +125,9 @@ struct fs {
 	struct tier *tier;
 	struct keep *keep;             /* NULL: no state= (keep.h) */
 	const struct fs_persist *persist; /* keep's hooks, NULL: none */
+	/* wait.c's, set at its start: grant st's parked requests that can go now.  A lock
+	 * change calls it (lock_changed): the lock stays below its queue. */
+	void (*grant_waiters)(struct store *st);
 	/* Bumped when memory may have come free on either tier (a release, a commit, a move,
 	 * a removal): a move that failed for room is tried again (tier.c). */
 	uint64_t room_gen;

@@ -1,12 +1,16 @@
-/* handle: an open file of the mount (a FUSE file handle), and what it holds.  Every
+/* handle: an open file of the mount (a FUSE file handle), and what it holds: data
+ * only (the ops make and free handles, ops.c; lock.c decides what they hold).  Every
  * field under fs->mu. */
 #ifndef GMSFS_FS_HANDLE_H
 #define GMSFS_FS_HANDLE_H
 
 #include "fs.h"
-#include "lock.h"
 
+struct store;         /* store.h */
 struct export_handle; /* export/export.h */
+
+/* What a handle holds (lock.c). */
+enum lock_hold { HOLD_NONE, HOLD_READ, HOLD_SESSION };
 
 struct fs_handle {
 	struct fs_handle *next, *prev; /* in the store's list: commit turns its session handles into readers */
@@ -28,10 +32,5 @@ struct fs_handle {
 	size_t text_len;
 	struct export_handle *x;       /* its ticket and socket connections (export/); NULL if none */
 };
-
-/* A handle of st (NULL: the root's), holding st. */
-struct fs_handle *handle_new(struct store *st);
-/* Give back its lock, ticket, connections and poller; the last handle of a removed store frees it. */
-void handle_free(struct fs_handle *h);
 
 #endif

@@ -6,7 +6,6 @@
  * inval_flush waits until what was queued has been sent: a socket call returns only once
  * the kernel has dropped what it made stale. */
 #include "inval.h"
-#include "store.h"
 #include "grow.h"
 
 #include <errno.h>
@@ -31,8 +30,7 @@ struct inval {
 /* meta's watcher, fs->mu held: n changed; gone: its name no longer leads to it. */
 static void changed(struct meta_node *n, bool gone, void *ctx)
 {
-	struct store *st = ctx;
-	struct fs *fs = st->fs;
+	struct fs *fs = ctx;
 	struct inval *v = fs->inval;
 	if (!v || v->stop)
 		return; /* the daemon is ending: stores are freed after the mount is gone */
@@ -52,9 +50,9 @@ static void changed(struct meta_node *n, bool gone, void *ctx)
 	pthread_cond_signal(&v->cv);
 }
 
-void inval_watch(struct store *st)
+void inval_watch(struct fs *fs, struct meta_store *m)
 {
-	meta_set_watch(st->meta, changed);
+	meta_set_watch(m, changed, fs);
 }
 
 static void *inval_main(void *arg)

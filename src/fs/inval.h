@@ -7,9 +7,8 @@
 
 #define LAYOUT_TIMEOUT 10.0
 
-struct store;
-/* Report the changes to st's layout nodes (fs->mu held). */
-void inval_watch(struct store *st);
+/* Report the changes to the layout nodes of m, a store's (fs->mu held). */
+void inval_watch(struct fs *fs, struct meta_store *m);
 int inval_start(struct fs *fs);
 /* fs->mu not held, never in a FUSE handler whose kernel locks the notices may need (a
  * write to a layout file); returns once what was queued before it has been sent. */

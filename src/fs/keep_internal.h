@@ -6,6 +6,7 @@
 
 #include "keep.h"
 #include "image.h"
+#include "lock.h"
 #include "store.h"
 #include "wire.h"
 

@@ -11,7 +11,6 @@
 #include "node.h"
 #include "store.h"
 #include "tier.h"
-#include "wait.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -60,7 +59,8 @@ void lock_changed(struct store *st)
 {
 	st->lock.gen++;
 	store_notify(st);
-	wait_grant(st);
+	if (st->fs->grant_waiters)
+		st->fs->grant_waiters(st);
 }
 
 /* ---- who reads: each process once, with its handles and inherited holds ---- */
@@ -111,7 +111,7 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 		return -ENOENT;
 	if (st->fs->handing_over)
 		return -EAGAIN; /* a successor takes over: it would not know of this lock (ESTALE at the end) */
-	if (!tier_ready(st->fs, &st->tier))
+	if (!store_tier_ready(st->fs, &st->tier))
 		return -EAGAIN; /* moving, or on the host tier: its move in is asked for */
 	bool write = lock_wants_write(st, want);
 	if (write ? fsm_open_write(f, tgid) : fsm_open_read(f))
@@ -123,7 +123,7 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 	*out = write ? HOLD_SESSION : HOLD_READ;
 	if (!write && reader_add(&st->lock, tgid))
 		store_readers_changed(st);
-	tier_used(&st->tier);
+	store_tier_used(&st->tier);
 	st->lock.gen++;
 	store_notify(st); /* taking a lock never lets a waiter in: no grant walk */
 	return 0;
@@ -195,7 +195,7 @@ int lock_open(fuse_req_t req, struct fs_handle *h, enum lock_want want, int time
 		return LOCK_PARK;
 	if (e == -EAGAIN && h->store->tier.at != TIER_DEVICE)
 		store_error(h->store, "the store is %s: it is on the device again once moved (an open that waits, "
-			    "or prefetch)", tier_name(&h->store->tier));
+			    "or prefetch)", store_tier_name(&h->store->tier));
 	if (e)
 		return e;
 	return lock_granted(h, want);
@@ -265,7 +265,7 @@ void lock_release(struct fs_handle *h)
 	}
 	h->hold = HOLD_NONE;
 	h->writable = false;
-	tier_used(&st->tier);
+	store_tier_used(&st->tier);
 	if (st->removed && st->meta && !st->lock.fsm.readers)
 		store_free_layout(st); /* removed while held (deferred): its last holder left */
 	if (room)

@@ -7,45 +7,14 @@
 #define GMSFS_FS_LOCK_H
 
 #include "fs.h"
-#include "../fsm/fsm.h"
+#include "handle.h"
+#include "store.h"
 
 struct fs_handle;
 struct fs_waiter;
 
-/* What a handle holds. */
-enum lock_hold { HOLD_NONE, HOLD_READ, HOLD_SESSION };
 /* What a request asks for: RW_OR_RO is a write while nothing is committed, else a read. */
 enum lock_want { WANT_READ, WANT_WRITE, WANT_RW_OR_RO };
-
-/* A process that holds read locks on a store: by its handles, or, after a restart, by
- * the holds the daemon before it granted (inherited: its descriptors of the old mount
- * cannot reach this daemon, but it still maps the store). */
-struct lock_reader {
-	pid_t pid;
-	uint64_t start;                /* its start time (/proc/PID/stat): 0 until asked for */
-	unsigned handles, inherited;
-	unsigned bridged;              /* of inherited: kept across an open the kernel makes again */
-	uint64_t bridge_until;         /* CLOCK_MONOTONIC ns: then they go, if not taken over */
-};
-
-/* A store's lock state (in struct store), under fs->mu. */
-struct lock {
-	struct fsm fsm;                /* counts of holders and waiters; the state derives from them */
-	uint64_t leader_start;         /* start time of the session's leader: pids are reused */
-	struct fs_waiter *waiters;     /* parked requests, first come first (wait.c) */
-	bool granting, regrant;        /* wait_grant is running; run it again */
-	uint64_t waits;                /* opens and lock ioctls that had to wait */
-	uint64_t gen;                  /* bumped when who holds what changes */
-	pid_t seen_tgid;               /* lock_outside's last answer, good while gen is seen_gen */
-	bool seen_outside;
-	uint64_t seen_gen;
-	uint64_t commits, aborts;      /* sessions that committed; that ended without (rolled back) */
-	struct lock_reader *readers;   /* who holds the fsm's read handles, a process once */
-	size_t nreaders, readers_cap;
-	unsigned inherited;            /* of fsm.readers: holds inherited from a daemon before */
-	int blocked;                   /* -errno: why it cannot be granted now (its move in failed for
-	                                * room): a timed wait ends with it, not -ETIMEDOUT */
-};
 
 /* ---- the forms of a lock mode, converted only here ---- */
 /* An open's flags: O_RDONLY reads; O_RDWR of STORE/lock is RW_OR_RO; other writes write. */

@@ -10,6 +10,10 @@
  * caller is outside the store's writer session (gmsfs(5), "What a session shows"), and
  * -ENOENT for a node made in that session, which it cannot see.  fs->mu held. */
 int ops_resolve(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct obj *o);
+/* A handle of st (NULL: the root's), holding st. */
+struct fs_handle *ops_handle_new(struct store *st);
+/* Give back its lock, ticket, connections and poller; the last handle of a removed store frees it. */
+void ops_handle_free(struct fs_handle *h);
 
 void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
 void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);

@@ -31,7 +31,7 @@ static void reply_open(fuse_req_t req, struct fs *fs, struct fs_handle *h, struc
 		pthread_mutex_lock(&fs->mu);
 		if (entry && h->node)
 			meta_forget(h->node, 1);
-		handle_free(h);
+		ops_handle_free(h);
 		pthread_mutex_unlock(&fs->mu);
 	}
 }
@@ -113,7 +113,7 @@ static int ow_grant(struct fs_waiter *w, int e)
 		meta_drop(o->dir);
 	o->dir = NULL;
 	if (e) {
-		handle_free(w->h); /* gives back a lock it may have got */
+		ops_handle_free(w->h); /* gives back a lock it may have got */
 		w->h = NULL;
 	}
 	return e;
@@ -205,7 +205,7 @@ static int do_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, int flags, str
 	int e = ops_resolve(req, fs, ino, &o);
 	if (e)
 		return e;
-	struct fs_handle *h = handle_new(o.st);
+	struct fs_handle *h = ops_handle_new(o.st);
 	if (!h)
 		return -ENOMEM;
 	*want = WANT_READ;
@@ -216,7 +216,7 @@ static int do_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, int flags, str
 	else if (!e && o.st)
 		store_track(o.st, h);
 	if (e < 0) {
-		handle_free(h);
+		ops_handle_free(h);
 		return e;
 	}
 	*out = h;
@@ -241,7 +241,7 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		if (o && h->node)
 			o->area = h->node->area;
 		if (!o) {
-			handle_free(h);
+			ops_handle_free(h);
 			pthread_mutex_unlock(&fs->mu);
 			return (void)fuse_reply_err(req, ENOMEM);
 		}
@@ -265,14 +265,14 @@ static int do_create(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const cha
 		return e;
 	if (!d.m || !S_ISREG(mode))
 		return -EPERM;
-	struct fs_handle *h = handle_new(d.st);
+	struct fs_handle *h = ops_handle_new(d.st);
 	if (!h)
 		return -ENOMEM;
 	e = lock_open(req, h, WANT_WRITE, timeout_of(flags));
 	if (!e)
 		e = created(fs, h, d.m, name, entry);
 	if (e < 0) {
-		handle_free(h);
+		ops_handle_free(h);
 		return e;
 	}
 	*out = h;
@@ -295,7 +295,7 @@ void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 			o = NULL;
 		}
 		if (!o) {
-			handle_free(h);
+			ops_handle_free(h);
 			pthread_mutex_unlock(&fs->mu);
 			return (void)fuse_reply_err(req, ENOMEM);
 		}
@@ -328,7 +328,7 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pthread_mutex_lock(&fs->mu);
 	if (h)
 		node_count(h->store, h->fnode);
-	handle_free(h);
+	ops_handle_free(h);
 	pthread_mutex_unlock(&fs->mu);
 	fuse_reply_err(req, 0);
 	store_trim(fs); /* the last handle of a removed store frees it */

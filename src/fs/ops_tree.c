@@ -280,7 +280,7 @@ static int do_opendir(struct fs *fs, fuse_ino_t ino, struct fs_handle **out)
 	*out = NULL;
 	if (o.f && o.f->kind == FS_STORE) {
 		/* A store directory's handle can hold the store's lock (GMSFS_IOC_LOCK). */
-		struct fs_handle *h = handle_new(o.st);
+		struct fs_handle *h = ops_handle_new(o.st);
 		if (!h)
 			return -ENOMEM;
 		h->fnode = o.f;
@@ -302,7 +302,7 @@ void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->fh = (uintptr_t)h;
 	if (fuse_reply_open(req, fi) == -ENOENT && h) { /* interrupted: no release will come */
 		pthread_mutex_lock(&fs->mu);
-		handle_free(h);
+		ops_handle_free(h);
 		pthread_mutex_unlock(&fs->mu);
 	}
 }

@@ -112,9 +112,9 @@ int store_create(struct fs *fs, const char *name, struct store **out)
 	}
 	st->fs = fs;
 	st->refs = 1;
-	tier_used(&st->tier);
+	store_tier_used(&st->tier);
 	meta_set_graveyard(st->meta, &fs->grave);
-	inval_watch(st);
+	inval_watch(fs, st->meta);
 	st->dir = (struct fs_node){ FS_NODE_MAGIC, FS_STORE, st };
 	for (int i = 0; i < FS_STORE_FILES; i++)
 		st->files[i] = (struct fs_node){ FS_NODE_MAGIC, FS_LOCK + i, st };

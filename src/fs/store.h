@@ -1,12 +1,104 @@
-/* store: the table of stores, and what a store is.  Everything under fs->mu, but the
- * fields fixed at creation. */
+/* store: the table of stores, and what a store is, the data of its lock (lock.c
+ * decides it) and of its place (tier.c moves it) included: those modules stand above
+ * this one.  Everything under fs->mu, but the fields fixed at creation. */
 #ifndef GMSFS_FS_STORE_H
 #define GMSFS_FS_STORE_H
 
 #include "fs.h"
 #include "handle.h"
-#include "lock.h"
-#include "tier.h"
+#include "clock.h"
+#include "../fsm/fsm.h"
+
+struct fs_waiter; /* wait.h */
+
+/* ---- a store's lock: decided only by lock.c (and lock_member.c), its queue is wait.c's ---- */
+
+/* A process that holds read locks on a store: by its handles, or, after a restart, by
+ * the holds the daemon before it granted (inherited: its descriptors of the old mount
+ * cannot reach this daemon, but it still maps the store). */
+struct lock_reader {
+	pid_t pid;
+	uint64_t start;                /* its start time (/proc/PID/stat): 0 until asked for */
+	unsigned handles, inherited;
+	unsigned bridged;              /* of inherited: kept across an open the kernel makes again */
+	uint64_t bridge_until;         /* CLOCK_MONOTONIC ns: then they go, if not taken over */
+};
+
+/* A store's lock state (in struct store), under fs->mu. */
+struct lock {
+	struct fsm fsm;                /* counts of holders and waiters; the state derives from them */
+	uint64_t leader_start;         /* start time of the session's leader: pids are reused */
+	struct fs_waiter *waiters;     /* parked requests, first come first (wait.c) */
+	bool granting, regrant;        /* wait_grant is running; run it again */
+	uint64_t waits;                /* opens and lock ioctls that had to wait */
+	uint64_t gen;                  /* bumped when who holds what changes */
+	pid_t seen_tgid;               /* lock_outside's last answer, good while gen is seen_gen */
+	bool seen_outside;
+	uint64_t seen_gen;
+	uint64_t commits, aborts;      /* sessions that committed; that ended without (rolled back) */
+	struct lock_reader *readers;   /* who holds the fsm's read handles, a process once */
+	size_t nreaders, readers_cap;
+	unsigned inherited;            /* of fsm.readers: holds inherited from a daemon before */
+	int blocked;                   /* -errno: why it cannot be granted now (its move in failed for
+	                                * room): a timed wait ends with it, not -ETIMEDOUT */
+};
+
+/* ---- a store's place: moved only by tier.c, whose mover thread a lock wakes ---- */
+
+enum tier_at { TIER_DEVICE, TIER_HOST, TIER_TO_HOST, TIER_TO_DEVICE };
+
+/* A store's place (in struct store), under fs->mu. */
+struct store_tier {
+	enum tier_at at;
+	bool want_device;              /* bring it back (an open waits, tier, prefetch) */
+	bool want_host;                /* move it out once idle (tier) */
+	bool failed;                   /* the last move in failed: tried again for a waiting open once
+	                                * room may have come free (fs->room_gen moved past failed_room),
+	                                * else only at a new request */
+	uint64_t failed_room;
+	bool kept;                     /* host memory kept from the last move in (vmm_keep), or made ahead */
+	uint64_t ahead_tried;          /* host_ahead tried this generation + 1 (0: not since it moved) */
+	int priority;                  /* user.gms.priority: higher stays on the device longer */
+	uint64_t last_used;            /* CLOCK_MONOTONIC ns of the last grant or release */
+	uint64_t moves_out, moves_in;
+};
+
+#define TIER_PRIORITY_MIN (-1000)
+#define TIER_PRIORITY_MAX 1000
+
+/* "device", "host", "moving to host", "moving to device". */
+static inline const char *store_tier_at_name(enum tier_at at)
+{
+	static const char *const names[] = { "device", "host", "moving to host", "moving to device" };
+	return names[at];
+}
+
+static inline const char *store_tier_name(const struct store_tier *t)
+{
+	return store_tier_at_name(t->at);
+}
+
+/* May the lock be granted now?  False while the store moves or is on the host tier
+ * (then the move in is asked of the mover thread). */
+static inline bool store_tier_ready(struct fs *fs, struct store_tier *t)
+{
+	if (t->at == TIER_DEVICE)
+		return true;
+	if (t->at == TIER_HOST && !t->want_device) {
+		t->want_device = true;
+		t->failed = false;
+		pthread_cond_signal(&fs->tier_wake);
+	}
+	return false;
+}
+
+/* A lock was granted or given back: the store was used now. */
+static inline void store_tier_used(struct store_tier *t)
+{
+	t->last_used = clock_mono_ns();
+}
+
+/* ---- a store ---- */
 
 struct store {
 	/* Fixed from creation to the end: */

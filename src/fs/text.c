@@ -4,6 +4,7 @@
 #include "export/export.h"
 #include "keep.h"
 #include "store.h"
+#include "tier.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -45,7 +46,7 @@ int text_state(struct store *st, char **out, size_t *len)
 			 (unsigned long long)s.allocations, (unsigned long long)s.entries,
 			 (unsigned long long)s.bytes, (unsigned long long)s.aligned_bytes,
 			 st->meta ? meta_hash_hex(st->meta) : "", (unsigned long long)st->requests,
-			 (unsigned long long)st->socket_requests, tier_name(&st->tier),
+			 (unsigned long long)st->socket_requests, store_tier_name(&st->tier),
 			 (unsigned long long)atomic_load(&st->pool->quota), st->tier.priority, st->last_error);
 	if (n < 0)
 		return -ENOMEM;
@@ -55,7 +56,7 @@ int text_state(struct store *st, char **out, size_t *len)
 
 int text_tier(struct store *st, char **out, size_t *len)
 {
-	int n = asprintf(out, "%s\n", tier_name(&st->tier));
+	int n = asprintf(out, "%s\n", store_tier_name(&st->tier));
 	if (n < 0)
 		return -ENOMEM;
 	*len = (size_t)n;
@@ -179,7 +180,7 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 		fputs(", \"state\": ", f);
 		json_str(f, s->removed ? "REMOVED" : fsm_state_name(fsm_state(q)));
 		fprintf(f, ", \"removing\": %s, \"tier\": ", s->removed ? "true" : "false");
-		json_str(f, tier_name(&s->tier));
+		json_str(f, store_tier_name(&s->tier));
 		fprintf(f, ", \"quota\": %llu, \"priority\": %d", (unsigned long long)atomic_load(&s->pool->quota),
 			s->tier.priority);
 		fprintf(f,
@@ -275,7 +276,7 @@ static void tier_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 	header(f, "gmsfs_store_tier", GAUGE, "1 for where the store's memory is, 0 for the others.");
 	for (size_t i = 0; i < n; i++) {
 		for (enum tier_at k = TIER_DEVICE; k <= TIER_TO_DEVICE; k++)
-			sample(f, "gmsfs_store_tier", st[i], "tier", tier_at_name(k), st[i]->tier.at == k);
+			sample(f, "gmsfs_store_tier", st[i], "tier", store_tier_at_name(k), st[i]->tier.at == k);
 	}
 	header(f, "gmsfs_store_moves_total", COUNTER, "Moves of the store between the device and the host tier.");
 	for (size_t i = 0; i < n; i++) {

@@ -125,7 +125,7 @@ void wait_park(struct fs_waiter *w)
  * back as a writer).  A grant, or a waiter counted anew, can let others in: walk again
  * until a walk changes nothing.  A grant can also release a lock (an open whose file went
  * meanwhile), which asks for another walk: that one runs after this one, not inside it. */
-void wait_grant(struct store *st)
+static void wait_grant(struct store *st)
 {
 	struct fs *fs = st->fs;
 	struct lock *l = &st->lock;
@@ -270,6 +270,7 @@ int wait_start(struct fs *fs)
 	pthread_cond_init(&q->cv, &a);
 	pthread_condattr_destroy(&a);
 	fs->wq = q;
+	fs->grant_waiters = wait_grant;
 	if (pthread_create(&q->thread, NULL, wait_main, fs)) {
 		pthread_cond_destroy(&q->cv);
 		free(q);
@@ -292,6 +293,7 @@ void wait_stop(struct fs *fs)
 			hand_over(fs, w);
 		}
 	q->stop = true;
+	fs->grant_waiters = NULL; /* nobody waits any more */
 	pthread_cond_broadcast(&q->cv);
 	pthread_mutex_unlock(&fs->mu);
 	pthread_join(q->thread, NULL);

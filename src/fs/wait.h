@@ -30,8 +30,6 @@ struct fs_waiter {
 
 /* fs->mu not held: try once more, then park or reply. */
 void wait_park(struct fs_waiter *w);
-/* fs->mu held, after a lock change: grant whoever can go now. */
-void wait_grant(struct store *st);
 void wait_deadline(struct fs_waiter *w, int timeout_ms);
 int wait_start(struct fs *fs);
 /* Answer every parked request (EINTR) and stop the thread: at unmount. */

@@ -76,8 +76,8 @@ static inline struct timespec meta_mtime(const struct meta_node *n)
 /* ctx is given back to release_buf and by meta_context(). */
 struct meta_store *meta_store_new(void (*release_buf)(void *buf, void *ctx), void *ctx);
 /* changed(n, gone, ctx) for each change to a node the kernel knows (lookups): its
- * attributes, or (gone) its name no longer leads to it.  ctx is meta_store_new's. */
-void meta_set_watch(struct meta_store *s, void (*changed)(struct meta_node *n, bool gone, void *ctx));
+ * attributes, or (gone) its name no longer leads to it. */
+void meta_set_watch(struct meta_store *s, void (*changed)(struct meta_node *n, bool gone, void *ctx), void *ctx);
 
 /* Nodes that left every store while the kernel still knew them wait here for their last
  * forget (the kernel sends none at unmount: meta_graveyard_free frees what is left).  The

@@ -234,9 +234,10 @@ void *meta_context(const struct meta_node *n)
 	return n->store ? n->store->release_ctx : NULL;
 }
 
-void meta_set_watch(struct meta_store *s, void (*changed)(struct meta_node *n, bool gone, void *ctx))
+void meta_set_watch(struct meta_store *s, void (*changed)(struct meta_node *n, bool gone, void *ctx), void *ctx)
 {
 	s->changed = changed;
+	s->watch_ctx = ctx;
 }
 
 struct meta_node *meta_root(struct meta_store *s, enum meta_area area)

@@ -34,6 +34,7 @@ struct meta_store {
 	void (*release_buf)(void *buf, void *ctx);
 	void *release_ctx;
 	void (*changed)(struct meta_node *n, bool gone, void *ctx); /* meta_set_watch */
+	void *watch_ctx;
 	struct meta_graveyard *grave;
 	struct meta_stats stats;
 	struct meta_strtab strs;   /* interned strings */
@@ -59,7 +60,7 @@ static inline void meta_watch(struct meta_node *n, bool gone)
 {
 	struct meta_store *s = n->store;
 	if (n->lookups && s && s->changed)
-		s->changed(n, gone, s->release_ctx);
+		s->changed(n, gone, s->watch_ctx);
 }
 /* n was changed now. */
 static inline void meta_touch(struct meta_node *n)

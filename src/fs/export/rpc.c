@@ -9,6 +9,7 @@
 #include "../inval.h"
 #include "../lock.h"
 #include "../store.h"
+#include "../tier.h"
 #include "grow.h"
 #include "why.h"
 #include "wire.h"
