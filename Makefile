@@ -60,7 +60,7 @@ endif
 # Programs linked against the library in $(B)/, found there at run time.
 LINK_LIB := -L$(B) -lgmsfs -Wl,-rpath,'$$ORIGIN'
 
-.PHONY: all check check-quick check-asan check-unit demo bench install deb clean deps fuzz fuzzers
+.PHONY: all check check-quick check-asan check-unit demo bench install deb wheel clean deps fuzz fuzzers
 all: $(BIN) $(MOVER) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH) $(LOADER)
 
 $(B):
@@ -147,7 +147,7 @@ check-unit: $(UNIT)
 	prove $(UNIT)
 
 ASAN_CFLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-QUICK_TESTS := $(UNIT) tests/layout.sh tests/*.bats tests/python.sh tests/memory.sh tests/docs.sh
+QUICK_TESTS := $(UNIT) tests/layout.sh tests/*.bats tests/python.sh tests/memory.sh tests/docs.sh tests/wheel.sh
 # The whole suite, one prove run: C unit tests are TAP programs, mount tests are bats
 # files; then the mount tests again on an ASan+UBSan build and with the daemon under
 # valgrind, every fuzzer for 30 s, and the Debian packages (built, installed, used,
@@ -225,8 +225,14 @@ deb:
 	lintian --no-tag-display-limit $(B)/deb/*.changes || true
 	ls $(B)/deb/*.deb
 
+# The Python package with its client library, for venvs and engine images (pip install
+# dist/gmsfs-*.whl): python/wheel_backend.py, also pyproject.toml's backend.
+wheel:
+	rm -f dist/gmsfs-*.whl
+	python3 python/wheel_backend.py dist
+
 clean:
-	rm -rf build
+	rm -rf build dist
 
 # Fuzz what parses input (needs clang): make fuzz FUZZ_SECONDS=60
 FUZZ_SECONDS ?= 30

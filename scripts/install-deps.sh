@@ -7,12 +7,14 @@
 #           python3 with numpy, pytest, torch (CPU) and prometheus-client, systemd
 #           (systemd-analyze verifies the units), universal-ctags (tests/layout.sh reads
 #           which names each file uses)
-#   packages: debhelper, dpkg-dev, lintian, git (make deb builds from the files git knows)
+#   packages: debhelper, dpkg-dev, lintian, git (make deb builds from the files git knows);
+#           python3-venv, python3-pip and unzip (tests/wheel.sh installs the wheel in venvs)
 set -eu
 pkgs="build-essential pkg-config libfuse3-dev fuse3 libmsgpack-dev libxxhash-dev xxhash attr
 bats bats-assert bats-support bats-file util-linux passwd valgrind clang libclang-rt-14-dev
 python3 python3-numpy python3-pytest python3-torch python3-prometheus-client systemd
-debhelper dpkg-dev lintian git dpkg-repack python3-yaml dash universal-ctags"
+debhelper dpkg-dev lintian git dpkg-repack python3-yaml dash universal-ctags
+python3-venv python3-pip unzip"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

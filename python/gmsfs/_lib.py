@@ -1,7 +1,8 @@
 """libgmsfs through ctypes: where it is, its prototypes, its version.
 
-The library is looked for in this order: $GMSFS_LIBRARY (a path), the source tree's
-build/ (python/gmsfs lives beside it), then the system's libgmsfs.so.0.
+The library is looked for in this order: $GMSFS_LIBRARY (a path), the wheel's own
+(gmsfs/_native/, with the libmsgpackc it needs: python/wheel_backend.py), the source
+tree's build/ (python/gmsfs lives beside it), then the system's libgmsfs.so.0.
 """
 import ctypes
 import ctypes.util
@@ -38,10 +39,19 @@ class Meta(ctypes.Structure):
                 ("ptr", ctypes.c_void_p)]
 
 
+_NATIVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native")
+
+
 def _candidates():
     env = os.environ.get("GMSFS_LIBRARY")
     if env:
         yield env
+    if os.path.isdir(_NATIVE):
+        # What libgmsfs needs, loaded first from beside it: the dynamic linker then takes
+        # this copy for its DT_NEEDED by soname, and no LD_LIBRARY_PATH is asked for.
+        for need in sorted(f for f in os.listdir(_NATIVE) if f.startswith("libmsgpack") and ".so" in f):
+            ctypes.CDLL(os.path.join(_NATIVE, need))
+        yield os.path.join(_NATIVE, "libgmsfs.so.0")
     here = os.path.dirname(os.path.abspath(__file__))
     yield os.path.join(here, "..", "..", "build", "libgmsfs.so.0")
     yield ctypes.util.find_library("gmsfs") or "libgmsfs.so.0"

@@ -411,8 +411,23 @@ def alias_path() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "gms_alias")
 
 
+def pth_path() -> str:
+    """Where --pth puts gpu_memory_service: a .pth file of this environment's site-packages."""
+    import sysconfig
+    return os.path.join(sysconfig.get_paths()["purelib"], "gmsfs-gms.pth")
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["--path"]:
         print(alias_path())
+    elif sys.argv[1:] == ["--pth"]:  # opt-in, for this environment (a venv, an image)
+        with open(pth_path(), "w") as f:
+            f.write(alias_path() + "\n")
+        print("%s: import gpu_memory_service is gmsfs.gms in this environment" % pth_path())
+    elif sys.argv[1:] == ["--no-pth"]:
+        if os.path.exists(pth_path()):
+            os.unlink(pth_path())
     else:
-        print("usage: python3 -m gmsfs.gms --path   (a PYTHONPATH entry where gpu_memory_service is gmsfs.gms)")
+        print("usage: python3 -m gmsfs.gms --path   a PYTHONPATH entry where gpu_memory_service is gmsfs.gms\n"
+              "       python3 -m gmsfs.gms --pth    the same for this environment, by a .pth file (--no-pth: undo)")
+        sys.exit(2)

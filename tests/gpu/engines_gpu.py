@@ -15,7 +15,9 @@
         GPU (safetensors load_file(device="cuda"), load_state_dict): the store holds the
         model and at most one slab more, not the loader's temporaries.
     Every time is taken after the process's imports, its CUDA context and a first
-    synchronize, which come first in every engine alike (imports and context printed apart)."""
+    synchronize, which come first in every engine alike (imports and context printed apart).
+    GMSFS_FROM_INSTALL=1: the gmsfs package is the one installed (a pip-installed wheel),
+    never the tree's python/, in this process and in every engine (tests/gpu/run.sh wheel)."""
 import json
 import os
 import subprocess
@@ -25,8 +27,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+INSTALLED = os.environ.get("GMSFS_FROM_INSTALL") == "1"
 PY = os.path.join(HERE, "..", "..", "python")
-sys.path.insert(0, PY)
+if not INSTALLED:
+    sys.path.insert(0, PY)
 from tap import check, done  # noqa: E402
 
 ENGINES = 8
@@ -51,7 +55,7 @@ ids = torch.randint(0, 128256, (1, 32), device="cuda", generator=torch.Generator
 # Nothing left running on the GPU and the process's first synchronize made (it costs
 # ~0.1 ms more than later ones): as the floor's process has it before it times.
 torch.cuda.synchronize()
-out = {"imports_s": imports, "context_s": ctx}
+out = {"imports_s": imports, "context_s": ctx, "package": gmsfs.__file__, "library": gmsfs._lib.path}
 print("ready", flush=True)
 sys.stdin.readline()
 t0 = time.perf_counter()
@@ -146,7 +150,7 @@ print(json.dumps({"published": m._gmsfs_published, "tensor_bytes": tensors,
 
 
 def env():
-    return dict(os.environ, PYTHONPATH=PY + os.pathsep + HERE, PYTHONUNBUFFERED="1")
+    return dict(os.environ, PYTHONPATH=HERE if INSTALLED else PY + os.pathsep + HERE, PYTHONUNBUFFERED="1")
 
 
 def start(kind, store, folder, **extra_env):
@@ -218,6 +222,13 @@ def main():
     procs = [start("gmsfs", store, folder) for _ in range(ENGINES)]
     outs = go(procs)
     loaders = [o for o in outs if o.get("published")]
+    if INSTALLED:
+        tree = os.path.realpath(os.path.join(HERE, "..", ".."))
+        where = sorted({(o["package"], o["library"]) for o in outs})
+        check(all(not os.path.realpath(p).startswith(tree + os.sep) and "/_native/" in lib for p, lib in where),
+              "every engine runs the installed wheel, its own libgmsfs (no PYTHONPATH, GMSFS_LIBRARY, "
+              "LD_LIBRARY_PATH)", "from: %s" % where)
+        print("# the package and library: %s" % where[0][1] if where else "# none")
     check(len(loaders) == 1, "%d engines started together on an empty store: exactly one loads" % ENGINES,
           "loaders: %d" % len(loaders))
     check(all(o["logits"] == hf["logits"] for o in outs),

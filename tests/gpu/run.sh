@@ -5,9 +5,11 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [tests|bench|torch|load|engines|restart|graphs|gms|tier|adapters|switch|sharing|multi|all] [RUNS]
+#   bash tests/gpu/run.sh [tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|all] [RUNS]
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
 #   engines: 8 engines at once on an 8B-shaped transformers model, and its warm start;
+#   wheel: the same on the wheel (make wheel here, carried in dist/) pip-installed into
+#     python3's venv, run from / without PYTHONPATH, GMSFS_LIBRARY or LD_LIBRARY_PATH;
 #   restart: takeover and a restart under a service manager, tested, then timed (16 GiB);
 #   graphs: CUDA graphs of 8 shapes in gmsfs.torch.GraphPool against PyTorch's pools
 #   gms: GMS's client flows on GMS itself, through gmsfs.gms and on gmsfs (bench/gms_flows.py),
@@ -269,6 +271,19 @@ if [ "$what" = engines ] || [ "$what" = all ]; then # many engines on one store,
 	mount_gmsfs
 	timeout 590 python3 tests/gpu/engines_gpu.py "$mnt" || failed=$((failed + 1))
 	unmount_gmsfs
+fi
+if [ "$what" = wheel ]; then # the engines test on the wheel pip-installed into python3's venv, from outside the tree
+	whl=$(ls dist/gmsfs-*.whl 2>/dev/null | tail -1)
+	if [ -z "$whl" ] || ! python3 -m pip install -q --no-index --force-reinstall "$whl"; then
+		echo "not ok - the wheel (make wheel, carried in dist/) installs into $(python3 -c 'import sys; print(sys.prefix)')"
+		failed=$((failed + 1))
+	else
+		echo "# installed $whl into $(python3 -c 'import sys; print(sys.prefix)')"
+		mount_gmsfs
+		(cd / && env -u PYTHONPATH -u GMSFS_LIBRARY -u GMSFS_LOAD_LIBRARY -u LD_LIBRARY_PATH GMSFS_FROM_INSTALL=1 \
+			timeout 590 python3 "$top/tests/gpu/engines_gpu.py" "$mnt") || failed=$((failed + 1))
+		unmount_gmsfs
+	fi
 fi
 if [ "$what" = restart ] || [ "$what" = all ]; then # a daemon replaced or restarted: tests, then the bench
 	mount_gmsfs
