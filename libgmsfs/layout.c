@@ -37,7 +37,6 @@ int gmsfs_free(gmsfs *g, void *ptr)
 	return 0;
 }
 
-
 int gmsfs_import_all(gmsfs *g)
 {
 	if (!g)
@@ -63,7 +62,6 @@ int gmsfs_import_all(gmsfs *g)
 	return e;
 }
 
-
 int gm_commit(gmsfs *g, bool unmapping)
 {
 	int e = gm_need_lock(g, GMSFS_RW);
@@ -86,12 +84,10 @@ int gm_commit(gmsfs *g, bool unmapping)
 	return g->meta.loaded ? mt_privatize(g) : 0;
 }
 
-
 int gmsfs_commit(gmsfs *g)
 {
 	return g ? gm_commit(g, false) : -EINVAL;
 }
-
 
 void gmsfs_disconnect(gmsfs *g)
 {

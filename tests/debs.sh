@@ -5,23 +5,7 @@
 # the example built with pkg-config, python3's import gmsfs), then they are purged.
 cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
-n=0
-failed=0
-t() { # t NAME CMD...: one TAP line; the command's output as comments when it fails
-	local name=$1 out rc
-	shift
-	n=$((n + 1))
-	out=$("$@" 2>&1)
-	rc=$?
-	if [ $rc -eq 0 ]; then
-		echo "ok $n - $name"
-	else
-		echo "not ok $n - $name (exit $rc)"
-		# On stderr too: prove shows a script's stderr, not its comments, so CI's log says why.
-		printf '%s\n' "$out" | tail -30 | sed 's/^/#   /' | tee /dev/stderr
-		failed=$((failed + 1))
-	fi
-}
+. tests/helpers/tap.sh
 pkgs="gmsfs libgmsfs0 libgmsfs-dev python3-gmsfs"
 tmp=$(mktemp -d /tmp/gmsfs-debs.XXXXXX)
 # Where gmsfs is installed already, what is there is saved (dpkg-repack) and put back at

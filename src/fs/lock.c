@@ -10,7 +10,6 @@
 #include "handle.h"
 #include "node.h"
 #include "store.h"
-#include "tier.h"
 
 #include <errno.h>
 #include <fcntl.h>
