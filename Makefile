@@ -60,7 +60,7 @@ endif
 # Programs linked against the library in $(B)/, found there at run time.
 LINK_LIB := -L$(B) -lgmsfs -Wl,-rpath,'$$ORIGIN'
 
-.PHONY: all check check-quick check-asan check-unit demo bench install deb wheel clean deps fuzz fuzzers
+.PHONY: all check check-quick check-asan check-unit demo bench install install-node deb wheel clean deps fuzz fuzzers
 all: $(BIN) $(MOVER) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH) $(LOADER)
 
 $(B):
@@ -150,13 +150,14 @@ ASAN_CFLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fn
 QUICK_TESTS := $(UNIT) tests/layout.sh tests/*.bats tests/python.sh tests/memory.sh tests/docs.sh tests/wheel.sh
 # The whole suite, one prove run: C unit tests are TAP programs, mount tests are bats
 # files; then the mount tests again on an ASan+UBSan build and with the daemon under
-# valgrind, every fuzzer for 30 s, and the Debian packages (built, installed, used,
-# purged: tests/debs.sh).  Installs what is missing first, then builds in a
-# sub-make (pkg-config must see the packages).  make check-quick: the first part only.
+# valgrind, every fuzzer for 30 s, the Debian packages (built, installed, used,
+# purged: tests/debs.sh) and the container images (built and run: tests/container.sh).
+# Installs what is missing first, then builds in a sub-make (pkg-config must see the
+# packages).  make check-quick: the first part only.
 check: deps
 	$(MAKE) all fuzzers
 	$(MAKE) all B=build-asan CFLAGS="$(ASAN_CFLAGS)"
-	prove --exec tests/tap-exec $(QUICK_TESTS) tests/sanitizers.sh tests/valgrind.sh tests/fuzz.sh tests/debs.sh
+	prove --exec tests/tap-exec $(QUICK_TESTS) tests/sanitizers.sh tests/valgrind.sh tests/fuzz.sh tests/debs.sh tests/container.sh
 
 check-quick: all
 	prove --exec tests/tap-exec $(QUICK_TESTS)
@@ -179,9 +180,20 @@ bench: all
 PYVER := $(shell /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYVER)/dist-packages)
 
-install: $(BIN) $(LIB) $(LOADER)
+# What a node runs, and all the daemon image has (deploy/container/Containerfile): the
+# daemon and its mover, the node script, gmsfsctl with the Python package and the library
+# that package loads.
+install-node: $(BIN) $(B)/libgmsfs.so $(MOVER)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/gmsfs
+	$(if $(MOVER),install -D -m 0755 $(MOVER) $(DESTDIR)$(PREFIX)/lib/gmsfs/gmsfs-mover)
+	install -D -m 0755 tools/gmsfs-node $(DESTDIR)$(PREFIX)/sbin/gmsfs-node
+	install -D -m 0755 tools/gmsfsctl $(DESTDIR)$(PREFIX)/bin/gmsfsctl
 	install -D -m 0644 $(B)/$(LIB_SONAME) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
+	for f in python/gmsfs/*.py; do install -D -m 0644 $$f $(DESTDIR)$(PYTHONDIR)/gmsfs/$${f##*/}; done
+	install -D -m 0644 python/gmsfs/gms_alias/gpu_memory_service/__init__.py \
+		$(DESTDIR)$(PYTHONDIR)/gmsfs/gms_alias/gpu_memory_service/__init__.py
+
+install: install-node $(LIB) $(LOADER)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libgmsfs.so
 	install -D -m 0644 $(B)/$(LOAD_SONAME) $(DESTDIR)$(LIBDIR)/$(LOAD_SONAME)
 	ln -sf $(LOAD_SONAME) $(DESTDIR)$(LIBDIR)/libgmsfs-load.so
@@ -198,23 +210,17 @@ install: $(BIN) $(LIB) $(LOADER)
 	install -D -m 0644 man/gmsfsctl.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfsctl.8
 	install -D -m 0644 man/mount.gmsfs.8 $(DESTDIR)$(PREFIX)/share/man/man8/mount.gmsfs.8
 	for n in mount.fuse.gmsfs gmsfs-mount-all gmsfs-node; do echo '.so man8/mount.gmsfs.8' > $(DESTDIR)$(PREFIX)/share/man/man8/$$n.8; done
-	install -D -m 0755 tools/gmsfsctl $(DESTDIR)$(PREFIX)/bin/gmsfsctl
 	install -D -m 0755 $(B)/gmsfs-load $(DESTDIR)$(PREFIX)/bin/gmsfs-load
-	$(if $(MOVER),install -D -m 0755 $(MOVER) $(DESTDIR)$(PREFIX)/lib/gmsfs/gmsfs-mover)
 	install -D -m 0755 $(B)/gmsfs-save $(DESTDIR)$(PREFIX)/bin/gmsfs-save
 	install -D -m 0644 man/gmsfs-load.1 $(DESTDIR)$(PREFIX)/share/man/man1/gmsfs-load.1
 	install -D -m 0755 $(B)/gmsfs-snapshot $(DESTDIR)$(PREFIX)/bin/gmsfs-snapshot
 	for n in gmsfs-save gmsfs-snapshot; do echo '.so man1/gmsfs-load.1' > $(DESTDIR)$(PREFIX)/share/man/man1/$$n.1; done
 	install -D -m 0755 tools/gmsfs-mount-all $(DESTDIR)$(PREFIX)/sbin/gmsfs-mount-all
-	install -D -m 0755 tools/gmsfs-node $(DESTDIR)$(PREFIX)/sbin/gmsfs-node
 	# mount -t fuse.gmsfs runs /sbin/mount.fuse.gmsfs (/usr/sbin on a merged /usr)
 	install -D -m 0755 tools/mount.gmsfs $(DESTDIR)$(PREFIX)/sbin/mount.fuse.gmsfs
 	ln -sf mount.fuse.gmsfs $(DESTDIR)$(PREFIX)/sbin/mount.gmsfs
 	for f in systemd/*; do sed -e 's|/usr/bin/|$(PREFIX)/bin/|; s|/usr/sbin/|$(PREFIX)/sbin/|' $$f | \
 		install -D -m 0644 /dev/stdin $(DESTDIR)$(SYSTEMDUNITDIR)/$${f##*/}; done
-	for f in python/gmsfs/*.py; do install -D -m 0644 $$f $(DESTDIR)$(PYTHONDIR)/gmsfs/$${f##*/}; done
-	install -D -m 0644 python/gmsfs/gms_alias/gpu_memory_service/__init__.py \
-		$(DESTDIR)$(PYTHONDIR)/gmsfs/gms_alias/gpu_memory_service/__init__.py
 
 # Debian packages (gmsfs, libgmsfs0, libgmsfs-dev, python3-gmsfs) into $(B)/deb/, built
 # by debhelper in a copy of the tree (git's files, committed or not), then lintian.

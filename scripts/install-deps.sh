@@ -8,13 +8,14 @@
 #           (systemd-analyze verifies the units), universal-ctags (tests/layout.sh reads
 #           which names each file uses)
 #   packages: debhelper, dpkg-dev, lintian, git (make deb builds from the files git knows);
-#           python3-venv, python3-pip and unzip (tests/wheel.sh installs the wheel in venvs)
+#           python3-venv, python3-pip and unzip (tests/wheel.sh installs the wheel in venvs);
+#           podman, runc and debootstrap (tests/container.sh builds and runs the images)
 set -eu
 pkgs="build-essential pkg-config libfuse3-dev fuse3 libmsgpack-dev libxxhash-dev xxhash attr
 bats bats-assert bats-support bats-file util-linux passwd valgrind clang libclang-rt-14-dev
 python3 python3-numpy python3-pytest python3-torch python3-prometheus-client systemd
 debhelper dpkg-dev lintian git dpkg-repack python3-yaml dash universal-ctags
-python3-venv python3-pip unzip"
+python3-venv python3-pip unzip podman runc debootstrap"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,0 +1,99 @@
+#!/bin/bash
+# The images as a cluster runs them (issue 45), with podman and no registry: the daemon
+# image (deploy/container/Containerfile) and the example engine image (Containerfile.engine,
+# the wheel on a Python base) built from bases made here (scripts/container-base.sh); the
+# daemon container privileged with /dev/fuse and the node's folder shared
+# (mountPropagation Bidirectional), its mounts seen on the host; engine containers that are
+# not privileged, have no capability and no /dev/fuse, and see only that folder
+# (HostToContainer), write, commit and import a store through the wheel's package; SIGTERM
+# to the daemon container ends every daemon, lifts every mount, and the container ends 0.
+# The host backend stands in for GPUs (a stub nvidia-smi lists two).  TAP.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+b=${GMSFS_BUILD:-build}
+. tests/helpers/tap.sh
+. scripts/podman-env.sh
+tmp=$(mktemp -d /tmp/gmsfs-container.XXXXXX)
+run=$tmp/run # the node's /run/gmsfs
+node=gmsfs-test-node-$$
+podman_env "$tmp/containers.conf"
+version=$("$b/gmsfs" --version | awk '$1 == "gmsfs" { print $2 }')
+image=localhost/gmsfs:$version
+engine_image=localhost/gmsfs-engine:$version
+cleanup() {
+	if podman container exists "$node" 2>/dev/null; then
+		podman stop -t 30 "$node" >/dev/null 2>&1
+		podman rm -f "$node" >/dev/null 2>&1
+	fi
+	for m in $(awk -v r="$run/" 'index($2, r) == 1 { print $2 }' /proc/mounts); do umount -l "$m"; done
+	grep -q " $run " /proc/mounts && umount -l "$run"
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+t "podman answers (podman info)" podman info
+t "scripts/container-base.sh: Debian 12 from the archive, the CUDA header, a Python base" \
+	sh -c "sh scripts/container-base.sh daemon >'$tmp/daemon.args' && sh scripts/container-base.sh engine >'$tmp/engine.args'"
+t "the daemon image: one podman build of deploy/container/Containerfile" sh -c "
+	podman build --network host \$(cat '$tmp/daemon.args') -f deploy/container/Containerfile -t '$image' . >'$tmp/build.log' 2>&1 ||
+	{ tail -30 '$tmp/build.log'; exit 1; }"
+t "the daemon image holds the node script, the daemon, the mover, gmsfsctl, and no engine's part" \
+	podman run --rm --network none "$image" sh -c '
+	test -x /usr/sbin/gmsfs-node && test -x /usr/bin/gmsfs && test -x /usr/lib/gmsfs/gmsfs-mover &&
+	gmsfsctl --help >/dev/null && ! test -e /usr/bin/gmsfs-load && ! test -e /usr/include/gmsfs'
+t "make wheel, then the engine image: one podman build of deploy/container/Containerfile.engine" sh -c "
+	make -s wheel >/dev/null && podman build --network host \$(cat '$tmp/engine.args') \
+	-f deploy/container/Containerfile.engine -t '$engine_image' . >'$tmp/build-engine.log' 2>&1 ||
+	{ tail -30 '$tmp/build-engine.log'; exit 1; }"
+
+# ---- the node: its /run/gmsfs shared, so mounts made in the container appear on it ----
+mkdir -p "$run"
+mount --bind "$run" "$run" && mount --make-shared "$run"
+printf '#!/bin/sh\necho host-gpu-a\necho host-gpu-b\n' >"$tmp/nvidia-smi"
+chmod +x "$tmp/nvidia-smi"
+mounted() { [ "$(grep -c " $run/host-gpu-[ab] fuse.gmsfs " /proc/mounts)" = 2 ]; }
+t "the daemon container (privileged, /dev/fuse, host pids): both mounts appear on the host" sh -c "
+	podman run -d --name '$node' --privileged --pid host --network none --device /dev/fuse \
+		-v '$run:/run/gmsfs:rshared' -v '$tmp/nvidia-smi:/usr/local/bin/nvidia-smi:ro' '$image' >/dev/null &&
+	for _ in \$(seq 100); do [ \"\$(grep -c ' $run/host-gpu-[ab] fuse.gmsfs ' /proc/mounts)\" = 2 ] && exit 0; sleep 0.1; done
+	podman logs '$node'; exit 1"
+t "its probe: podman exec gmsfs-node --check" podman exec "$node" gmsfs-node --check
+
+# An engine's container: not privileged, no capability, no /dev/fuse, only the node's folder.
+engine() {
+	podman run --rm -i --network none --cap-drop all --security-opt no-new-privileges \
+		-v "$run:/run/gmsfs:rslave" "$engine_image" "$@"
+}
+t "an engine container writes and commits a store with the wheel's gmsfs (its own libgmsfs)" engine sh -c '
+	set -e
+	test ! -e /dev/fuse
+	grep -q "^CapEff:[[:space:]]*0*$" /proc/self/status
+	mkdir /run/gmsfs/host-gpu-b/llama
+	python3 -c "
+import ctypes, gmsfs, gmsfs._lib as l
+assert \"/site-packages/gmsfs/_native/\" in l.path, l.path
+with gmsfs.connect(\"/run/gmsfs/host-gpu-b/llama\", \"rw\") as c:
+    a = c.create(\"w0\", 1 << 20)
+    ctypes.memmove(a.ptr, b\"written in a container\", 22)
+    c.meta_put(\"layer0\", \"w0\", 0, b\"v1\")
+    c.commit()
+"
+	gmsfsctl list /run/gmsfs/host-gpu-b | grep -q " llama  *COMMITTED "'
+t "the node sees the store the engine committed" sh -c "
+	grep -q '^state: COMMITTED$' '$run/host-gpu-b/llama/state' && test -n \"\$(cat '$run/host-gpu-b/llama/layout_hash')\""
+t "another engine container imports it: the bytes and the entry" engine python3 -c '
+import ctypes, gmsfs
+with gmsfs.connect("/run/gmsfs/host-gpu-b/llama", "ro") as c:
+    c.import_all()
+    assert ctypes.string_at(c.find("w0").ptr, 22) == b"written in a container"
+    assert c.meta_get("layer0").value == b"v1"'
+t "SIGTERM to the daemon container: it ends 0, every mount and socket gone, no daemon left" sh -c "
+	podman stop -t 30 '$node' >/dev/null &&
+	test \"\$(podman inspect '$node' --format '{{.State.ExitCode}}')\" = 0 &&
+	! grep -q ' $run/' /proc/mounts &&
+	test ! -e '$run/host-gpu-a.sock' && test ! -e '$run/host-gpu-b.sock' &&
+	! pgrep -f 'socket=/run/gmsfs/host-gpu-[ab].sock' >/dev/null &&
+	podman logs '$node' 2>&1 | grep -q 'a daemon for each of 2 GPUs'"
+
+echo "1..$n"
+[ "$failed" -eq 0 ]
