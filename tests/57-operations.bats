@@ -263,8 +263,10 @@ teardown() {
 	umount -l "$T/run/host-gpu-a" 2>/dev/null || true # the killed one's (ENOTCONN); its next start lifts it
 }
 
-@test "the Kubernetes manifests: gmsfs-node, the GPU taint tolerated, requests, probes, OnDelete; the engine finds its store by GPU" {
-	"$PYTHON" - "$ROOT/deploy/kubernetes" <<'PY'
+@test "the Kubernetes manifests: gmsfs-node, the GPU taint tolerated, requests, probes, OnDelete; the engine finds its store by GPU; the images are the Containerfiles'" {
+	local version
+	version=$("$GMSFS" --version | awk '$1 == "gmsfs" { print $2 }')
+	"$PYTHON" - "$ROOT/deploy/kubernetes" "$ROOT/deploy/container" "$version" <<'PY'
 import sys, yaml
 d = yaml.safe_load(open(sys.argv[1] + "/gmsfs-daemonset.yaml"))
 spec = d["spec"]["template"]["spec"]
@@ -281,5 +283,14 @@ e = yaml.safe_load(open(sys.argv[1] + "/engine-pod.yaml"))
 ec = e["spec"]["containers"][0]
 assert "gmsfsctl path llama" in " ".join(ec["args"]) and "GPU-" not in " ".join(ec["args"])
 assert ec["volumeMounts"][0]["mountPropagation"] == "HostToContainer"
+# The images are what deploy/container builds (tests/container.sh runs them), this version's.
+version = sys.argv[3]
+assert c["image"].endswith("/gmsfs:" + version), c["image"]
+assert ec["image"].endswith("/gmsfs-engine:" + version), ec["image"]
+daemon = open(sys.argv[2] + "/Containerfile").read()
+assert 'CMD ["/usr/sbin/gmsfs-node"]' in daemon and "install-node" in daemon
+assert "pip install" in open(sys.argv[2] + "/Containerfile.engine").read()
+for f in ("/gmsfs-daemonset.yaml", "/engine-pod.yaml"):
+    assert "deploy/container/Containerfile" in open(sys.argv[1] + f).read(), f
 PY
 }
