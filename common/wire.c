@@ -192,7 +192,9 @@ void wire_packer_init(struct wire_packer *p, msgpack_sbuffer *sb)
 
 void wire_pack_alloc(msgpack_packer *pk, const struct wire_alloc *a)
 {
-	msgpack_pack_map(pk, 6);
+	msgpack_pack_map(pk, a->tier == WIRE_TIER_STORE ? 6 : 7);
+	if (a->tier != WIRE_TIER_STORE)
+		wire_pack_str(pk, WIRE_K_TIER), wire_pack_str(pk, a->tier == WIRE_TIER_HOST ? "host" : "device");
 	wire_pack_str(pk, GMSFS_K_PATH), wire_pack_str(pk, a->path);
 	wire_pack_str(pk, GMSFS_K_SIZE), msgpack_pack_uint64(pk, a->size);
 	wire_pack_str(pk, GMSFS_K_ALIGNED), msgpack_pack_uint64(pk, a->aligned);
@@ -201,7 +203,7 @@ void wire_pack_alloc(msgpack_packer *pk, const struct wire_alloc *a)
 	wire_pack_str(pk, GMSFS_K_FD_OFFSET), msgpack_pack_uint64(pk, a->fd_offset);
 }
 
-int wire_parse_alloc(const msgpack_object *o, struct wire_alloc *a, uint64_t nfds)
+int wire_parse_alloc(const msgpack_object *o, struct wire_alloc *a, uint64_t nfds, bool image)
 {
 	if (o->type != MSGPACK_OBJECT_MAP)
 		return -1;
@@ -228,11 +230,18 @@ int wire_parse_alloc(const msgpack_object *o, struct wire_alloc *a, uint64_t nfd
 		} else if (wire_key_is(k, GMSFS_K_FD_OFFSET)) {
 			if (SEEN(5) || wire_get_u64(v, &a->fd_offset))
 				return -1;
+		} else if (image && wire_key_is(k, WIRE_K_TIER)) {
+			char *t = SEEN(6) ? NULL : wire_get_str(v, 8);
+			bool host = t && !strcmp(t, "host"), device = t && !strcmp(t, "device");
+			free(t);
+			if (!host && !device)
+				return -1;
+			a->tier = host ? WIRE_TIER_HOST : WIRE_TIER_DEVICE;
 		} else {
 			return -1;
 		}
 	}
-	return seen == 0x3f && a->size && a->aligned >= a->size && a->fd_offset <= UINT64_MAX - a->aligned ? 0 : -1;
+	return (seen & 0x3f) == 0x3f && a->size && a->aligned >= a->size && a->fd_offset <= UINT64_MAX - a->aligned ? 0 : -1;
 }
 
 void wire_pack_entry(msgpack_packer *pk, const struct entry_rec *e)

@@ -23,6 +23,9 @@ struct wire_alloc {
 	uint64_t size, aligned;
 	uint64_t fd_offset;     /* where it starts in its descriptor */
 	uint32_t fd;            /* index into the message's descriptors */
+	/* Images only: the allocation's own tier, where a store's allocations are not all on
+	 * one (a switch's store going out, mid-way); WIRE_TIER_STORE: the head's. */
+	enum wire_tier { WIRE_TIER_STORE, WIRE_TIER_DEVICE, WIRE_TIER_HOST } tier;
 };
 
 /* A META_PUT request's entries: struct entry_rec (entry.h). */
@@ -130,6 +133,7 @@ void wire_image_free(struct wire_image *h);
 /* area: 0 allocs/, 1 meta/ */
 int wire_pack_image_dir(msgpack_sbuffer *sb, int area, const char *path);
 int wire_parse_image_dir(const void *buf, size_t len, int *area, char **path);
+/* An allocation record: its tier ("tier") only where it is not WIRE_TIER_STORE. */
 int wire_pack_image_alloc(msgpack_sbuffer *sb, const struct wire_alloc *a);
 int wire_parse_image_alloc(const void *buf, size_t len, struct wire_alloc *a, uint64_t nfds);
 int wire_pack_image_entry(msgpack_sbuffer *sb, const struct entry_rec *e);

@@ -22,7 +22,7 @@
 #define K_HASH "hash"
 #define K_QUOTA "quota"
 #define K_PRIORITY "priority"
-#define K_TIER "tier"
+#define K_TIER WIRE_K_TIER
 #define K_NDIRS "dirs"
 #define K_NALLOCS "allocs"
 #define K_NENTRIES "entries"
@@ -324,7 +324,7 @@ int wire_parse_image_alloc(const void *buf, size_t len, struct wire_alloc *a, ui
 	msgpack_unpacked u;
 	msgpack_unpacked_init(&u);
 	memset(a, 0, sizeof *a);
-	int e = wire_unpack_map(buf, len, &u) || wire_parse_alloc(&u.data, a, nfds) ? -EINVAL : 0;
+	int e = wire_unpack_map(buf, len, &u) || wire_parse_alloc(&u.data, a, nfds, true) ? -EINVAL : 0;
 	msgpack_unpacked_destroy(&u);
 	if (e) {
 		free(a->path);

@@ -50,7 +50,9 @@ void wire_pack_bin(msgpack_packer *pk, const void *p, size_t n);
 /* One allocation's map (path, size, aligned, tag, fd, fdoff; fd below nfds) and one
  * entry's (key, alloc; offset, size, flags, value default to 0 and ""): 0 or -1. */
 void wire_pack_alloc(msgpack_packer *pk, const struct wire_alloc *a);
-int wire_parse_alloc(const msgpack_object *o, struct wire_alloc *a, uint64_t nfds);
+/* image: an image's record, which may say its tier (a reply's may not). */
+#define WIRE_K_TIER "tier"
+int wire_parse_alloc(const msgpack_object *o, struct wire_alloc *a, uint64_t nfds, bool image);
 void wire_pack_entry(msgpack_packer *pk, const struct entry_rec *e);
 int wire_parse_entry(const msgpack_object *o, struct entry_rec *e);
 

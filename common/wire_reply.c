@@ -142,7 +142,7 @@ static int parse_arrays(struct wire_reply *r, const msgpack_object *allocs, cons
 		return -ENOMEM;
 	*bad = "bad allocation (path, tag, size, aligned >= size, fd, fdoff)";
 	for (uint32_t i = 0; i < na; i++)
-		if (r->nallocs++, wire_parse_alloc(&allocs->via.array.ptr[i], &r->allocs[i], GMSFS_FDS_PER_MSG))
+		if (r->nallocs++, wire_parse_alloc(&allocs->via.array.ptr[i], &r->allocs[i], GMSFS_FDS_PER_MSG, false))
 			return -EPROTO;
 	*bad = "bad metadata chunk (key, voff, value; alloc, offset, size, flags, vlen first)";
 	for (uint32_t i = 0; i < nc; i++)

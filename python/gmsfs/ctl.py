@@ -125,7 +125,7 @@ def cmd_wait(args):
         os.close(fd)
 
 
-def cmd_tier(args):
+def cmd_tier(args, quiet=False):
     """Where a store's memory is; with WHERE, move it there and wait until it is.  A move
     that failed leaves the store where it was: said with the store's last_error."""
     path = os.path.join(args.store, "tier")
@@ -138,7 +138,8 @@ def cmd_tier(args):
             with open(path) as f:
                 now = f.read().strip()
             if not args.where or now == args.where:
-                print(now)
+                if not quiet:
+                    print(now)
                 return 0
             waited = time.monotonic() - start
             if waited > args.timeout or (not now.startswith("moving") and waited > 1):
@@ -148,6 +149,29 @@ def cmd_tier(args):
     except OSError as e:
         why = _state(args.store).get("last_error", "") if os.path.exists(os.path.join(args.store, "state")) else ""
         return _fail("%s: %s%s" % (args.store, e.strerror, " (%s)" % why if why else ""))
+
+
+def cmd_switch(args):
+    """STORE onto the device, the stores that give way going out at once (a switch); wait,
+    then say how long it took and which stores went to the host tier."""
+    store = os.path.abspath(args.store)
+    if not os.path.isfile(os.path.join(store, "tier")):
+        return _fail("%s: not a gmsfs store" % args.store)
+    mount = os.path.dirname(store)
+    others = [os.path.join(mount, n) for n in sorted(os.listdir(mount))
+              if os.path.join(mount, n) != store and os.path.isfile(os.path.join(mount, n, "tier"))]
+
+    def tier(s):
+        with open(os.path.join(s, "tier")) as f:
+            return f.read().strip()
+    before = {s: tier(s) for s in others}
+    start = time.monotonic()
+    if cmd_tier(argparse.Namespace(store=store, where="device", timeout=args.timeout), quiet=True):
+        return 1
+    gone = [os.path.basename(s) for s in others if before[s] == "device" and tier(s) == "host"]
+    print("%s: device in %.3f s%s" % (args.store, time.monotonic() - start,
+                                      "; to the host tier: " + " ".join(gone) if gone else ""))
+    return 0
 
 
 def _xattr(path, name, default=""):
@@ -279,6 +303,10 @@ def main(argv=None):
     p.add_argument("where", nargs="?", choices=("device", "host"))
     p.add_argument("--timeout", type=float, default=600, metavar="SECONDS")
     p.set_defaults(fn=cmd_tier)
+    p = sub.add_parser("switch", help="a store onto the device, those that give way out at once")
+    p.add_argument("store", metavar="STORE")
+    p.add_argument("--timeout", type=float, default=600, metavar="SECONDS")
+    p.set_defaults(fn=cmd_switch)
     p = sub.add_parser("metrics", help="every mount's metrics, merged, or into a textfile directory")
     p.add_argument("mounts", nargs="*", metavar="MOUNT")
     p.add_argument("--textfile", metavar="DIR")

@@ -221,3 +221,12 @@ def wake(module, timeout=None):
     """Lock and map again at the same addresses: every data_ptr is what it was.
     StaleLayoutError if the committed structure changed meanwhile."""
     module._gmsfs.remap_all(timeout)
+
+
+def switch(module, to, timeout=None):
+    """One model for another on the GPU: sleep module, wake to (a model slept before).
+    Where the budget holds one of them, the daemon moves to's store in while module's
+    goes out, both at once (a switch).  Returns to."""
+    sleep(module)
+    wake(to, timeout)
+    return to

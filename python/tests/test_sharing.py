@@ -333,9 +333,10 @@ def wait_kept(mnt, n, timeout=10):
 
 
 def test_host_ahead_makes_host_memory_before_the_first_move_out_within_host_bytes():
-    # -o host_ahead: committed stores get their host memory made while nothing else is
-    # asked of the tier, lowest priority first, never past host_bytes (24 MiB here).
-    for mnt in mounted("backend=host", "max_bytes=64M", "host_bytes=24M", "host_ahead"):
+    # By default (host_ahead): committed stores get their host memory made while nothing
+    # else is asked of the tier, lowest priority first, never past host_bytes (24 MiB here).
+    for mnt in mounted("backend=host", "max_bytes=64M", "host_bytes=24M"):
+        assert ",host_ahead," in "," + device(mnt)["options"] + ","
         a, data_a, ha = publish(mnt, "ahead_a", [8 * MiB, 4 * MiB], 5)
         wait_kept(mnt, 12 * MiB)  # a reader holding it or not: made in a second or so
         os.setxattr(a, "user.gms.priority", b"5")
@@ -354,4 +355,10 @@ def test_host_ahead_makes_host_memory_before_the_first_move_out_within_host_byte
             log = f.read()
         assert "ahead_a: 12582912 bytes of host memory made ahead of its first move out" in log, log
         assert "ahead_b: 16777216 bytes of host memory made ahead" not in log
+        remove_stores(mnt)
+    for mnt in mounted("backend=host", "max_bytes=64M", "host_bytes=24M", "no_host_ahead"):
+        assert ",no_host_ahead," in "," + device(mnt)["options"] + ","
+        publish(mnt, "not_ahead", [4 * MiB], 7)
+        time.sleep(1.5)  # the mover thread looks every second when it makes memory ahead
+        assert int(device(mnt)["host_kept_bytes"]) == 0
         remove_stores(mnt)

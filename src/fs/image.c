@@ -21,6 +21,7 @@ struct walk {
 	size_t base;                /* this image's first descriptor in fds */
 	uint32_t *slot;             /* by descriptor number: its index + 1 in this image, 0: none yet */
 	size_t nslot;
+	bool host;                  /* the head's tier: host when any allocation is there */
 };
 
 static int fd_index(struct walk *w, int fd, uint32_t *out)
@@ -67,8 +68,10 @@ static int walk_committed(struct walk *w, struct meta_node *dir, int area)
 				e = e ? e : -EIO; /* committed allocations are sized */
 			if (!e && !(e = GROW(w->fds->refs, w->fds->nrefs, w->fds->refs_cap, 64)))
 				w->fds->refs[w->fds->nrefs++] = (struct image_ref){ b->fd, b->offset };
+			/* A store mid-switch has some on each tier: those not where the head says, say. */
+			enum wire_tier t = !b || b->host == w->host ? WIRE_TIER_STORE : b->host ? WIRE_TIER_HOST : WIRE_TIER_DEVICE;
 			struct wire_alloc a = { .path = path, .tag = (char *)(f.str ? f.str : "default"), .size = f.size,
-						.aligned = f.aligned, .fd = fd, .fd_offset = b ? b->offset : 0 };
+						.aligned = f.aligned, .fd = fd, .fd_offset = b ? b->offset : 0, .tier = t };
 			w->nallocs++;
 			if (!e)
 				e = wire_pack_image_alloc(&w->allocs, &a);
@@ -82,6 +85,22 @@ static int walk_committed(struct walk *w, struct meta_node *dir, int area)
 	}
 	free(kids);
 	return e;
+}
+
+/* Whether any committed allocation below dir is on the host tier. */
+static bool any_host(struct meta_node *dir)
+{
+	struct meta_node **kids;
+	size_t n;
+	bool host = false;
+	if (meta_committed_children(dir, &kids, &n))
+		return false;
+	for (size_t i = 0; i < n && !host; i++) {
+		const struct vmm_buf *b = kids[i]->kind == META_ALLOC ? kids[i]->buf : NULL;
+		host = kids[i]->kind == META_DIR ? any_host(kids[i]) : b && b->host;
+	}
+	free(kids);
+	return host;
 }
 
 static int committed_bufs(struct meta_node *dir, struct vmm_bufs *out)
@@ -116,16 +135,16 @@ static int append(msgpack_sbuffer *sb, const msgpack_sbuffer *part)
 
 int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, const struct image_pack_opts *o)
 {
-	if (st->tier.at == TIER_TO_HOST || st->tier.at == TIER_TO_DEVICE)
-		return -EBUSY;
 	if (!st->meta)
 		return -ENOENT;
-	struct walk w = { .fds = fds, .base = fds->n };
+	/* Each allocation's memory as it is now (fs->mu held): a store that moves is named
+	 * where it was until it has moved, and a switch's, piece by piece. */
+	bool committed = st->lock.fsm.committed;
+	struct walk w = { .fds = fds, .base = fds->n, .host = committed && any_host(meta_root(st->meta, META_AREA_ALLOCS)) };
 	msgpack_sbuffer_init(&w.dirs);
 	msgpack_sbuffer_init(&w.allocs);
 	msgpack_sbuffer_init(&w.entries);
 	/* A store with nothing committed is its name, quota and priority (generation 0). */
-	bool committed = st->lock.fsm.committed;
 	int e = committed ? walk_committed(&w, meta_root(st->meta, META_AREA_ALLOCS), 0) : 0;
 	if (!e && committed)
 		e = walk_committed(&w, meta_root(st->meta, META_AREA_META), 1);
@@ -133,7 +152,7 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, con
 	struct wire_image h = { .store = st->name, .device = v->dev.uuid, .backend = (char *)v->dev.backend,
 				.generation = committed ? st->lock.fsm.generation : 0, .commits = st->lock.commits,
 				.quota = atomic_load(&st->pool->quota), .priority = st->tier.priority,
-				.host = st->tier.at == TIER_HOST, .ndirs = w.ndirs, .nallocs = w.nallocs,
+				.host = w.host, .ndirs = w.ndirs, .nallocs = w.nallocs,
 				.nentries = w.nentries, .nfds = fds->n - w.base };
 	meta_hash(st->meta, h.hash);
 	struct lock_reader *readers = NULL;
@@ -279,7 +298,8 @@ static int restore_records(struct fs *fs, struct store *st, struct restore *r, c
 				       (unsigned long long)r->h.nallocs);
 		r->na++;
 		struct vmm_buf *b;
-		if ((e = vmm_adopt(st->pool, fds[a->fd], a->fd_offset, a->aligned, r->h.host, &b)))
+		bool host = a->tier == WIRE_TIER_STORE ? r->h.host : a->tier == WIRE_TIER_HOST;
+		if ((e = vmm_adopt(st->pool, fds[a->fd], a->fd_offset, a->aligned, host, &b)))
 			return why_fmt(why, whylen, e, "allocs/%s: its memory (descriptor %u, %llu bytes at %llu): %s",
 				       a->path, a->fd, (unsigned long long)a->aligned, (unsigned long long)a->fd_offset,
 				       strerror(-e));

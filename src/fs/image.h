@@ -35,8 +35,9 @@ struct image_pack_opts {
 };
 
 /* Append st's committed layout (what a reader outside any session sees) to sb, its
- * descriptors to fds (an image's indices start at 0 whatever fds held before).  0 or
- * -errno (-EBUSY: the store is moving). */
+ * descriptors to fds (an image's indices start at 0 whatever fds held before), each
+ * allocation's memory where it is now (a switch moves a store piece by piece: its
+ * allocations then say their tiers).  0 or -errno. */
 int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, const struct image_pack_opts *o);
 void image_fds_free(struct image_fds *f);
 /* The memory of st's committed allocations (what an image of it names), one reference

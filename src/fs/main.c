@@ -36,7 +36,8 @@ struct options {
 	char *socket;
 	char *max_bytes;
 	char *host_bytes;
-	int host_ahead;        /* make committed stores' host memory ahead of their first move out */
+	int host_ahead;        /* make committed stores' host memory ahead of their first move out
+	                        * (1, the default; 0: no_host_ahead; -1: not said) */
 	char *mover;           /* the cuda backend's copy helper for the host tier */
 	char *fsname;          /* the mount's source, as mount(8) and fstab name it */
 	int ready_fd;
@@ -57,6 +58,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("max_bytes=%s", max_bytes),
 	OPT("host_bytes=%s", host_bytes),
 	OPT("host_ahead", host_ahead),
+	{ "no_host_ahead", offsetof(struct options, host_ahead), 0 },
 	OPT("mover=%s", mover),
 	OPT("fsname=%s", fsname),
 	OPT("ready_fd=%d", ready_fd),
@@ -75,7 +77,7 @@ static void usage(const char *prog)
 	       "    -o device=INDEX|UUID   which device (default 0)\n"
 	       "    -o max_bytes=N[KMGT]   most memory the stores may hold (default: all of the device)\n"
 	       "    -o host_bytes=N[KMGT]  most host memory the host tier may hold (default: half of the machine's)\n"
-	       "    -o host_ahead          make committed stores' host memory ahead of their first move out\n"
+	       "    -o no_host_ahead       no host memory made ahead of a store's first move out (made by default)\n"
 	       "    -o mover=PATH          the cuda backend's copy helper (default: gmsfs-mover beside gmsfs,\n"
 	       "                           or ../lib/gmsfs/gmsfs-mover)\n"
 	       "    -o socket=PATH         export socket (default: /run/gmsfs/gmsfs-PID.sock as root)\n"
@@ -163,7 +165,7 @@ static int parse_options(struct fuse_args *args, struct options *opts, struct fu
 static int inherit_options(struct options *o, struct fuse_args *args, const struct handover_peer *peer,
 			   uint64_t *max_bytes)
 {
-	struct options old = { .ready_fd = -1, .detach_fd = -1 };
+	struct options old = { .ready_fd = -1, .detach_fd = -1, .host_ahead = -1 };
 	char *argv[] = { "gmsfs", "-o", (char *)peer->options, NULL };
 	struct fuse_args a = FUSE_ARGS_INIT(peer->options[0] ? 3 : 1, argv);
 	if (fuse_opt_parse(&a, &old, option_spec, option_seen)) {
@@ -182,7 +184,8 @@ static int inherit_options(struct options *o, struct fuse_args *args, const stru
 		return 2;
 	if (!o->max_threads)
 		o->max_threads = old.max_threads;
-	o->host_ahead |= old.host_ahead;
+	if (o->host_ahead < 0)
+		o->host_ahead = old.host_ahead;
 	if (old.allow_other && !o->allow_other) {
 		o->allow_other = 1;
 		if (fuse_opt_add_arg(args, "-oallow_other"))
@@ -214,8 +217,7 @@ static char *options_text(const struct fs *fs, const struct options *o)
 	e |= fuse_opt_add_opt_escaped(&t, kv);
 	snprintf(kv, sizeof kv, "host_bytes=%llu", (unsigned long long)fs->vmm->host_bytes);
 	e |= fuse_opt_add_opt_escaped(&t, kv);
-	if (o->host_ahead)
-		e |= fuse_opt_add_opt(&t, "host_ahead");
+	e |= fuse_opt_add_opt(&t, o->host_ahead ? "host_ahead" : "no_host_ahead");
 	if (o->allow_other)
 		e |= fuse_opt_add_opt(&t, "allow_other");
 	if (o->max_threads != 256) {
@@ -468,6 +470,8 @@ static int prepare(struct fs *fs, struct options *opts, struct fuse_args *args, 
 		e = -EINVAL, snprintf(err, errlen, "takeover: the old daemon's options are not usable");
 	if (!opts->max_threads)
 		opts->max_threads = 256;
+	if (opts->host_ahead < 0)
+		opts->host_ahead = 1;
 	fs->allow_other = opts->allow_other;
 	if (!e)
 		e = store_table_new(fs);
@@ -500,7 +504,7 @@ int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts cmd = {0};
-	struct options opts = { .ready_fd = -1, .detach_fd = -1, .fdstore = 16384 }; /* max_threads 0: 256 */
+	struct options opts = { .ready_fd = -1, .detach_fd = -1, .fdstore = 16384, .host_ahead = -1 }; /* max_threads 0: 256 */
 	struct fs fs = {
 		.mu = PTHREAD_MUTEX_INITIALIZER,
 		.root = { FS_NODE_MAGIC, FS_ROOT, NULL },

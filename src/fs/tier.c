@@ -1,5 +1,6 @@
 /* tier: the host tier, eviction, quotas and priorities (tier.h). */
 #include "tier.h"
+#include "tier_move.h"
 #include "lock.h"
 #include "store.h"
 #include "size.h"
@@ -12,23 +13,15 @@
 #include <string.h>
 #include <unistd.h>
 
-struct tier {
-	pthread_t thread;
-	bool stop;                     /* under fs->mu, with fs->tier_wake */
-	bool ahead;                    /* -o host_ahead */
-	struct tier_stats stats;       /* under fs->mu */
-};
-
 /* Nobody holds it, waits for it, or writes it, and something is committed: it may move. */
-static bool idle(const struct store *st)
+bool tier_idle(const struct store *st)
 {
 	const struct fsm *f = &st->lock.fsm;
 	return !st->removed && st->meta && f->committed && !f->leader && !f->readers && !f->waiting_writers &&
 	       !f->waiting_readers;
 }
 
-/* Every allocation's buffer, one reference each. */
-static int collect(struct meta_node *n, void *arg)
+int tier_collect(struct meta_node *n, void *arg)
 {
 	if (n->kind != META_ALLOC || !n->buf)
 		return 0;
@@ -50,17 +43,13 @@ static int collect_kept(struct meta_node *n, void *arg)
 	return e;
 }
 
-/* Which of two stores gives way first: the lower priority, then the less recently used. */
-static bool gives_way_before(const struct store *a, const struct store *b)
+bool tier_gives_way_before(const struct store *a, const struct store *b)
 {
 	return a->tier.priority < b->tier.priority ||
 	       (a->tier.priority == b->tier.priority && a->tier.last_used < b->tier.last_used);
 }
 
-/* Room on the host tier for bytes more: the host memory other stores keep for their next
- * move out is given up, the store that would give way first first.  Under fs->mu; what is
- * taken goes to *out, for vmm_release_all once fs->mu is let go (unpinning takes time). */
-static void host_room(struct fs *fs, const struct store *self, uint64_t bytes, struct vmm_bufs *out)
+void tier_host_room(struct fs *fs, const struct store *self, uint64_t bytes, struct vmm_bufs *out)
 {
 	struct vmm *v = fs->vmm;
 	uint64_t taken = 0;
@@ -72,7 +61,7 @@ static void host_room(struct fs *fs, const struct store *self, uint64_t bytes, s
 		for (size_t i = 0; i < fs->stores->n; i++) {
 			struct store *st = fs->stores->v[i];
 			bool keeps = st != self && st->tier.kept && st->tier.at == TIER_DEVICE;
-			if (keeps && (!best || gives_way_before(st, best)))
+			if (keeps && (!best || tier_gives_way_before(st, best)))
 				best = st;
 		}
 		if (!best)
@@ -86,23 +75,21 @@ static void host_room(struct fs *fs, const struct store *self, uint64_t bytes, s
 	}
 }
 
-/* Move st to the other tier (what: "move" as asked, "evict" to make room).  Under
- * fs->mu, which is released while the bytes are copied: the caller holds a reference to
- * st (store_get) across the call.  0, or -errno with why in the store's last_error.
- * The memory it leaves goes once the image that names the new memory is written. */
-static int move(struct fs *fs, struct store *st, bool to_host, const char *what)
+int tier_move(struct fs *fs, struct store *st, bool to_host, const char *what)
 {
 	if (fs->handing_over)
 		return -EAGAIN; /* the successor has the store as it is */
 	struct vmm_bufs c = {0}, given_up = {0};
-	int e = meta_walk(meta_root(st->meta, META_AREA_ALLOCS), collect, &c);
+	int e = meta_walk(meta_root(st->meta, META_AREA_ALLOCS), tier_collect, &c);
 	uint64_t bytes = 0, new_host = 0;
 	for (size_t i = 0; i < c.n; i++) {
+		if (c.v[i]->host == to_host)
+			continue; /* there already: a switch that stopped mid-way */
 		bytes += c.v[i]->size;
 		new_host += c.v[i]->kept ? 0 : c.v[i]->size;
 	}
 	if (!e && to_host)
-		host_room(fs, st, new_host, &given_up);
+		tier_host_room(fs, st, new_host, &given_up);
 	char why[300] = "";
 	st->tier.at = to_host ? TIER_TO_HOST : TIER_TO_DEVICE;
 	store_notify(st);
@@ -126,7 +113,12 @@ static int move(struct fs *fs, struct store *st, bool to_host, const char *what)
 	st->tier.ahead_tried = 0;
 	struct tier_stats *k = &fs->tier->stats;
 	if (e) {
-		st->tier.at = to_host ? TIER_DEVICE : TIER_HOST;
+		/* Where it is: on the device only if nothing of it is on the host (a move in that
+		 * failed, or a switch stopped mid-way, is tried again from here). */
+		bool some_host = false;
+		for (size_t i = 0; i < c.n; i++)
+			some_host |= c.v[i]->host;
+		st->tier.at = some_host ? TIER_HOST : TIER_DEVICE;
 		k->failures++;
 		store_error(st, "moving to the %s tier: %s", to_host ? "host" : "device", why[0] ? why : strerror(-e));
 		fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: %s\n", st->name, st->last_error);
@@ -158,94 +150,6 @@ static int move(struct fs *fs, struct store *st, bool to_host, const char *what)
 	return e;
 }
 
-/* The device bytes st would give back by moving out for self: 0 when it may not (in
- * use, self, not on the device). */
-static uint64_t may_give(struct store *st, const struct store *self)
-{
-	if (st == self || st->tier.at != TIER_DEVICE || !idle(st))
-		return 0;
-	struct meta_stats ms;
-	meta_stats(st->meta, &ms);
-	return ms.aligned_bytes;
-}
-
-/* The store to give way next: lowest priority, then least recently used. */
-static struct store *victim(struct fs *fs, struct store *self)
-{
-	struct store_table *t = fs->stores;
-	struct store *best = NULL;
-	for (size_t i = 0; i < t->n; i++) {
-		struct store *st = t->v[i];
-		if (!may_give(st, self))
-			continue;
-		if (!best || gives_way_before(st, best))
-			best = st;
-	}
-	return best;
-}
-
-/* Why nothing more can move: the stores that hold device memory and why they stay. */
-static void holders(struct fs *fs, char *why, size_t whylen, uint64_t bytes)
-{
-	struct vmm *v = fs->vmm;
-	size_t n = (size_t)snprintf(why, whylen, "%llu bytes more do not fit (used %llu of %llu; host tier %llu of %llu)",
-				    (unsigned long long)bytes, (unsigned long long)atomic_load(&v->used_bytes),
-				    (unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->host_used),
-				    (unsigned long long)v->host_bytes);
-	struct store_table *t = fs->stores;
-	for (size_t i = 0; i < t->n && n < whylen; i++) {
-		struct store *st = t->v[i];
-		struct meta_stats ms;
-		meta_stats(st->meta, &ms);
-		if (st->tier.at == TIER_HOST || !ms.aligned_bytes)
-			continue;
-		const struct fsm *f = &st->lock.fsm;
-		n += (size_t)snprintf(why + n, whylen - n, "; %s holds %llu (%s)", st->name,
-				      (unsigned long long)ms.aligned_bytes,
-				      f->leader ? "writer" : f->readers ? "in use" : !f->committed ? "not committed" :
-				      st->tier.at != TIER_DEVICE ? "moving" : "idle");
-	}
-}
-
-int tier_make_room(struct fs *fs, struct store *self, uint64_t bytes, char *why, size_t whylen)
-{
-	struct vmm *v = fs->vmm;
-	uint64_t used = atomic_load(&v->used_bytes);
-	uint64_t free_now = used < v->max_bytes ? v->max_bytes - used : 0;
-	/* Called after a create failed: past the budget, what it lacks; within it (the
-	 * device itself is full), as much as asked. */
-	uint64_t need = bytes > free_now ? bytes - free_now : bytes, freed = 0;
-	/* Nothing moves unless enough can: idle stores enough, and room for them on the host
-	 * (what stores keep for their next move out is room: host_room gives it up). */
-	uint64_t movable = 0, host_used = atomic_load(&v->host_used) - atomic_load(&v->host_kept);
-	struct store_table *t = fs->stores;
-	for (size_t i = 0; i < t->n && !fs->handing_over; i++)
-		movable += may_give(t->v[i], self);
-	if (movable < need || host_used > v->host_bytes || need > v->host_bytes - host_used)
-		need = UINT64_MAX; /* then the loop below moves nothing */
-	while (freed < need && need != UINT64_MAX) {
-		struct store *st = victim(fs, self);
-		if (!st)
-			break;
-		uint64_t bytes = may_give(st, self);
-		store_get(st);
-		int e = move(fs, st, true, "evict");
-		if (!e) {
-			fs->tier->stats.evictions++;
-			fuse_log(FUSE_LOG_INFO, "gmsfs: %s (priority %d) gave way for %s\n", st->name, st->tier.priority,
-				 self ? self->name : "another store");
-			freed += bytes;
-		}
-		store_put(st, 1);
-		if (e)
-			break;
-	}
-	if (freed >= need)
-		return 0;
-	holders(fs, why, whylen, bytes);
-	return -ENOSPC;
-}
-
 int tier_request(struct store *st, const char *text, size_t len)
 {
 	while (len && (text[len - 1] == '\n' || text[len - 1] == ' '))
@@ -263,7 +167,7 @@ int tier_request(struct store *st, const char *text, size_t len)
 			store_error(st, "tier: nothing committed to move");
 			return -EINVAL;
 		}
-		if (!idle(st)) {
+		if (!tier_idle(st)) {
 			store_error(st, "tier: in use (%s): a store moves only when nobody holds or waits for it",
 				    f->leader ? "a writer session" : f->readers ? "readers" : "waiting opens");
 			return -EBUSY;
@@ -297,7 +201,7 @@ static struct store *next_job(struct fs *fs, bool *to_host)
 		struct store *st = t->v[i];
 		if (st->tier.want_host) {
 			st->tier.want_host = false;
-			if (st->tier.at == TIER_DEVICE && idle(st) && !st->tier.want_device) {
+			if (st->tier.at == TIER_DEVICE && tier_idle(st) && !st->tier.want_device) {
 				*to_host = true;
 				return st;
 			}
@@ -318,7 +222,7 @@ static struct store *ahead_next(struct fs *fs)
 		if (st->tier.at == TIER_DEVICE && st->tier.ahead_tried != st->lock.fsm.generation + 1 &&
 		    st->meta && !st->removed &&
 		    st->lock.fsm.committed &&
-		    (!best || gives_way_before(st, best)))
+		    (!best || tier_gives_way_before(st, best)))
 			best = st;
 	}
 	return best;
@@ -336,7 +240,7 @@ static bool make_ahead(struct fs *fs)
 	st->tier.ahead_tried = st->lock.fsm.generation + 1;
 	struct vmm_bufs c = {0};
 	uint64_t bytes = 0, generation = st->lock.fsm.generation;
-	int e = meta_walk(meta_root(st->meta, META_AREA_ALLOCS), collect, &c);
+	int e = meta_walk(meta_root(st->meta, META_AREA_ALLOCS), tier_collect, &c);
 	bool *need = e ? NULL : calloc(c.n + 1, sizeof *need); /* decided here, under fs->mu */
 	for (size_t i = 0; need && i < c.n; i++)
 		bytes += (need[i] = !c.v[i]->kept) ? c.v[i]->size : 0;
@@ -386,6 +290,21 @@ static bool make_ahead(struct fs *fs)
 	return true;
 }
 
+static int add_host(struct meta_node *n, void *arg)
+{
+	const struct vmm_buf *b = n->kind == META_ALLOC ? n->buf : NULL;
+	*(uint64_t *)arg += b && b->host ? b->size : 0;
+	return 0;
+}
+
+/* The bytes of st on the host tier: all of it, or what a switch that stopped left there. */
+static uint64_t host_bytes_of(struct store *st)
+{
+	uint64_t bytes = 0;
+	meta_walk(meta_root(st->meta, META_AREA_ALLOCS), add_host, &bytes);
+	return bytes;
+}
+
 static void *mover_thread(void *arg)
 {
 	struct fs *fs = arg;
@@ -413,13 +332,10 @@ static void *mover_thread(void *arg)
 		char why[400] = "";
 		store_get(st); /* fs->mu is let go while stores move */
 		if (!to_host) {
-			/* Room first: idle stores of lower standing go out. */
-			struct meta_stats ms;
-			meta_stats(st->meta, &ms);
-			struct vmm *v = fs->vmm;
-			uint64_t used = atomic_load(&v->used_bytes);
-			if (used > v->max_bytes || ms.aligned_bytes > v->max_bytes - used)
-				e = tier_make_room(fs, st, ms.aligned_bytes, why, sizeof why);
+			/* Room first: idle stores of lower standing go out as it comes in. */
+			uint64_t bytes = host_bytes_of(st), used = atomic_load(&fs->vmm->used_bytes);
+			if (used > fs->vmm->max_bytes || bytes > fs->vmm->max_bytes - used)
+				e = tier_switch_in(fs, st, bytes, why, sizeof why);
 			if (e && !st->removed && st->tier.at == TIER_HOST) {
 				tr->stats.failures++;
 				store_error(st, "moving to the device tier: %s", why);
@@ -427,7 +343,7 @@ static void *mover_thread(void *arg)
 			}
 		}
 		if (!e && !st->removed && (to_host || st->tier.at == TIER_HOST))
-			e = move(fs, st, to_host, "move");
+			e = tier_move(fs, st, to_host, "move");
 		if (!to_host && !st->removed) {
 			/* Failed: its waiters wait on, told why at their deadline (lock_block); it is
 			 * tried again when room may have come free (store_room_changed). */

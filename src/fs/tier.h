@@ -4,8 +4,9 @@
  * are kept here too.  Moves copy without fs->mu (vmm_move); while a store moves, its
  * lock is granted to nobody (lock_take asks tier_ready), so nobody maps or writes it.
  * The mover thread does the moves asked for (STORE/tier, prefetch, an open of a store
- * on the host tier); a create that does not fit moves what it needs itself (ops_tree's
- * truncate, the socket's create).  tier sits above lock and store: it calls them; its
+ * on the host tier); a move in that needs room is a switch (tier_room.c): the stores
+ * that give way go out while it comes in, both ways at once.  A create that does not
+ * fit moves what it needs itself (ops_tree's truncate, the socket's create).  tier sits above lock and store: it calls them; its
  * data in a store (struct store_tier) is store.h's, as is the one thing lock asks of
  * it, store_tier_ready (a wake-up of the mover thread). */
 #ifndef GMSFS_FS_TIER_H

@@ -5,7 +5,8 @@
  * each message is one copy, struct mover_copy with two descriptors (source, destination:
  * exported CUDA VMM handles, device or host-located, of the same size); a message with
  * last set ends a batch, which is answered with struct mover_reply once every copy of it
- * is done.  It maps nothing else and keeps no mapping past a batch (what is not undone
+ * is done (copies from host memory on a stream of their own: a batch with both
+ * directions, a switch's, copies both ways at once).  It maps nothing else and keeps no mapping past a batch (what is not undone
  * before the answer is undone after it, or, when the next request is already there,
  * while that one's copies run); it ends when the socket closes, or after MOVER_IDLE_S
  * seconds without a batch (its context holds device memory: it is not kept for
@@ -34,7 +35,9 @@ struct mover {
 	bool trace;                 /* GMSFS_MOVER_TRACE: each batch's times on stderr (the daemon's log) */
 	struct cu_api cu;
 	CUdevice dev;
-	CUstream stream;
+	/* Out (a device source) and in (a host source: MOVER_SOURCE_STAYS): a switch's batch
+	 * has both, and each direction has its own copy engine. */
+	CUstream stream[2];
 	struct mapped *m;
 	size_t n, cap;
 };
@@ -119,7 +122,8 @@ static int open_device(struct mover *mv, const char *uuid, char *why, size_t why
 			continue;
 		CUcontext ctx;
 		if ((r = cu->cuDevicePrimaryCtxRetain(&ctx, mv->dev)) || (r = cu->cuCtxSetCurrent(ctx)) ||
-		    (r = cu->cuStreamCreate(&mv->stream, CU_STREAM_NON_BLOCKING)))
+		    (r = cu->cuStreamCreate(&mv->stream[0], CU_STREAM_NON_BLOCKING)) ||
+		    (r = cu->cuStreamCreate(&mv->stream[1], CU_STREAM_NON_BLOCKING)))
 			break;
 		return 0;
 	}
@@ -160,7 +164,8 @@ static int batch(struct mover *mv, int sock)
 			rep.error = EIO;
 		t_map += now_us() - t0;
 		CUresult r;
-		if (!rep.error && (r = mv->cu.cuMemcpyDtoDAsync(dst, src, c.size, mv->stream))) {
+		CUstream s = mv->stream[(c.flags & MOVER_SOURCE_STAYS) != 0];
+		if (!rep.error && (r = mv->cu.cuMemcpyDtoDAsync(dst, src, c.size, s))) {
 			rep.error = EIO;
 			snprintf(rep.why, sizeof rep.why, "cuMemcpyDtoDAsync: %s", cu_name(&mv->cu, r));
 		}
@@ -174,7 +179,9 @@ static int batch(struct mover *mv, int sock)
 	 * once this one is answered). */
 	unmap_all(mv, PREV);
 	double t_sync = now_us();
-	CUresult r = mv->cu.cuStreamSynchronize(mv->stream);
+	CUresult r = mv->cu.cuStreamSynchronize(mv->stream[0]);
+	CUresult r1 = mv->cu.cuStreamSynchronize(mv->stream[1]);
+	r = r ? r : r1;
 	double t_copied = now_us();
 	if (r && !rep.error) {
 		rep.error = EIO;

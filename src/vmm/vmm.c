@@ -213,6 +213,40 @@ static int alloc_twin(struct vmm_buf *b, bool to_host, struct vmm_buf **out)
 	return 0;
 }
 
+int vmm_twin(struct vmm_buf *b, bool to_host, struct vmm_buf **out)
+{
+	/* The host memory kept from the last move in, if any: no new pinned memory. */
+	struct vmm_buf *k = to_host && !b->host ? vmm_take_kept(b) : NULL;
+	if (!k)
+		return alloc_twin(b, to_host, out);
+	k->spare = false; /* in the pool's use again, as a twin is */
+	atomic_fetch_add(&k->pool->used, k->size);
+	*out = k;
+	return 0;
+}
+
+void vmm_take(struct vmm_buf *const *bufs, struct vmm_buf **twins, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		bool was = bufs[i]->host;
+		bufs[i]->vmm->ops->swap(bufs[i], twins[i]);
+		bufs[i]->host = twins[i]->host;
+		twins[i]->host = was;
+	}
+}
+
+void vmm_twin_why(const struct vmm_buf *b, bool to_host, int e, char *err, size_t errlen)
+{
+	const struct vmm *v = b->vmm;
+	if (e == -ENOSPC)
+		snprintf(err, errlen, "%s: %llu bytes more would pass %s=%llu (used %llu)",
+			 to_host ? "the host tier" : "the device", (unsigned long long)b->size,
+			 to_host ? "host_bytes" : "max_bytes", (unsigned long long)(to_host ? v->host_bytes : v->max_bytes),
+			 (unsigned long long)atomic_load(to_host ? &v->host_used : &v->used_bytes));
+	else
+		snprintf(err, errlen, "%s memory: %s", to_host ? "host" : "device", strerror(-e));
+}
+
 /* vmm_move, or (renew) vmm_renew: each buffer's bytes copied into new memory on the
  * other tier, or on its own, which it takes; the old comes back in *old. */
 static int copy_away(struct vmm_buf *const *bufs, size_t n, bool renew, bool to_host, struct vmm_buf ***old,
@@ -227,51 +261,29 @@ static int copy_away(struct vmm_buf *const *bufs, size_t n, bool renew, bool to_
 		snprintf(err, errlen, "the %s backend %s", v->dev.backend, renew ? "cannot copy" : "has no host tier");
 		return -EOPNOTSUPP;
 	}
-	for (size_t i = 0; i < n && !renew; i++)
-		if (bufs[i]->host == to_host)
-			return -EINVAL;
 	struct vmm_buf **twins = calloc(n, sizeof *twins);
 	if (!twins)
 		return -ENOMEM;
-	size_t bad = 0; /* the one that could not be made, if any */
+	size_t made = 0;
 	int e = 0;
-	while (bad < n) {
-		if (renew)
-			to_host = bufs[bad]->host;
-		/* The host memory kept from the last move in, if any: no new pinned memory. */
-		struct vmm_buf *k = to_host && !renew ? vmm_take_kept(bufs[bad]) : NULL;
-		if (k) {
-			k->spare = false; /* in the pool's use again, as a twin is */
-			atomic_fetch_add(&k->pool->used, k->size);
-			twins[bad] = k;
-		} else if ((e = alloc_twin(bufs[bad], to_host, &twins[bad]))) {
-			break;
-		}
-		bad++;
+	while (made < n && !e) {
+		struct vmm_buf *b = bufs[made];
+		e = renew ? alloc_twin(b, b->host, &twins[made]) : vmm_twin(b, to_host, &twins[made]);
+		made += !e;
 	}
-	if (e == -ENOSPC)
-		snprintf(err, errlen, "%s: %llu bytes more would pass %s=%llu (used %llu)",
-			 to_host ? "the host tier" : "the device", (unsigned long long)(bufs[bad]->size),
-			 to_host ? "host_bytes" : "max_bytes", (unsigned long long)(to_host ? v->host_bytes : v->max_bytes),
-			 (unsigned long long)atomic_load(to_host ? &v->host_used : &v->used_bytes));
-	else if (e)
-		snprintf(err, errlen, "%s memory: %s", to_host ? "host" : "device", strerror(-e));
+	if (e)
+		vmm_twin_why(bufs[made], renew ? bufs[made]->host : to_host, e, err, errlen);
 	t1 = clock_mono_ns();
 	if (!e)
 		e = v->ops->copy(v, bufs, twins, n, err, errlen);
 	if (ns)
 		ns[0] = t1 - t0, ns[1] = clock_mono_ns() - t1;
-	/* Each buffer takes its twin's memory; the twin, holding the old, goes to the caller. */
-	for (size_t i = 0; i < n && !e; i++) {
-		bool was = bufs[i]->host;
-		v->ops->swap(bufs[i], twins[i]);
-		bufs[i]->host = twins[i]->host;
-		twins[i]->host = was;
-	}
 	if (e) {
 		vmm_release_all(twins, n);
 		return e;
 	}
+	/* Each buffer takes its twin's memory; the twin, holding the old, goes to the caller. */
+	vmm_take(bufs, twins, n);
 	*old = twins;
 	return 0;
 }
@@ -279,7 +291,28 @@ static int copy_away(struct vmm_buf *const *bufs, size_t n, bool renew, bool to_
 int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf ***old, uint64_t ns[2], char *err,
 	     size_t errlen)
 {
-	return copy_away(bufs, n, false, to_host, old, ns, err, errlen);
+	/* Those already there stay (a switch that stopped mid-way left some): old[i] NULL. */
+	struct vmm_buf **some = calloc(n + 1, sizeof *some), **moved = NULL;
+	size_t *at = calloc(n + 1, sizeof *at), k = 0;
+	*old = calloc(n + 1, sizeof **old);
+	int e = some && at && *old ? 0 : -ENOMEM;
+	for (size_t i = 0; !e && i < n; i++)
+		if (bufs[i]->host != to_host)
+			at[k] = i, some[k++] = bufs[i];
+	if (!e && ns)
+		ns[0] = ns[1] = 0;
+	if (!e && k)
+		e = copy_away(some, k, false, to_host, &moved, ns, err, errlen);
+	for (size_t i = 0; !e && i < k; i++)
+		(*old)[at[i]] = moved[i];
+	free(moved);
+	free(some);
+	free(at);
+	if (e) {
+		free(*old);
+		*old = NULL;
+	}
+	return e;
 }
 
 int vmm_renew(struct vmm_buf *const *bufs, size_t n, struct vmm_buf ***old, char *err, size_t errlen)

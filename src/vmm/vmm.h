@@ -140,8 +140,8 @@ void vmm_pool_why(const struct vmm_pool *p, int e, uint64_t size, char *buf, siz
 /* ---- the host tier ---- */
 /* Move n buffers' bytes to the other tier (to_host: from the device): each gets new
  * memory there and the bytes are copied; the old memory comes back in *old (n
- * buffers), for vmm_release_all once the move is seen done (freeing pinned memory
- * takes time nobody should wait for).  All or nothing: on failure every buffer is where
+ * entries; NULL for a buffer that was there already), for vmm_release_all once the
+ * move is seen done (freeing pinned memory takes time nobody should wait for).  All or nothing: on failure every buffer is where
  * it was.  -ENOSPC: the other tier's limit (why in err).  Nobody may map or write the
  * buffers meanwhile (the caller sees to that); may run without the caller's locks: it
  * takes the time of the copy.  ns (may be NULL): where the time went, [0] making the
@@ -149,6 +149,30 @@ void vmm_pool_why(const struct vmm_pool *p, int e, uint64_t size, char *buf, siz
 int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf ***old, uint64_t ns[2],
 	     char *err, size_t errlen);
 void vmm_release_all(struct vmm_buf **bufs, size_t n);
+/* b's memory on the other tier (to_host, or to the device), of its size, counted against
+ * that tier's limit (-ENOSPC past it): to the host, what b kept from its last move in if
+ * anything, else new.  vmm_twin_why says why one could not be made. */
+int vmm_twin(struct vmm_buf *b, bool to_host, struct vmm_buf **out);
+void vmm_twin_why(const struct vmm_buf *b, bool to_host, int e, char *err, size_t errlen);
+/* Each buffer takes its twin's memory (and tier); the twins then hold the old. */
+void vmm_take(struct vmm_buf *const *bufs, struct vmm_buf **twins, size_t n);
+/* A switch (vmm_switch.c): outs' bytes to the host tier and ins' to the device, both ways
+ * at once and piece by piece, in the room the outs give back.  Every out's host memory
+ * is made first (within host_bytes); then, round after round, a piece of the outs and
+ * what fits of the ins are copied together (the backend copies both ways at once), and
+ * the piece that went out is given to out_done (under no lock of vmm's): the caller's
+ * buffers take their twins' memory there (vmm_take), where the caller sees to it that
+ * nobody looks meanwhile, names it (its image), and gives back the old, the next ins'
+ * room.  At the end *in_twins holds the ins' new device memory (nin), for the caller to
+ * take (vmm_take) and keep the old as the next move out's (vmm_keep).  On failure the
+ * ins are untouched (their new memory released), the outs given to out_done are on the
+ * host tier and the rest on the device: -errno, why in err. */
+struct vmm_switch_ops {
+	void (*out_done)(void *arg, struct vmm_buf *const *outs, struct vmm_buf **twins, size_t n);
+	void *arg;
+};
+int vmm_switch(struct vmm_buf *const *outs, size_t nout, struct vmm_buf *const *ins, size_t nin,
+	       const struct vmm_switch_ops *o, struct vmm_buf ***in_twins, char *err, size_t errlen);
 /* Each buffer's bytes copied into new memory of its own tier, which it takes; the old
  * comes back in *old (n buffers), to release, or to take back with vmm_unrenew (the
  * memory is swapped back and the new released).  A takeover gives a rolled-back writer's
