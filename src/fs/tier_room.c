@@ -106,9 +106,12 @@ int tier_make_room(struct fs *fs, struct store *self, uint64_t bytes, char *why,
 
 struct switch_run {
 	struct fs *fs;
+	struct store *in;              /* the store coming in */
+	struct store **gone;           /* those that give way, ngone of them, a reference each */
+	size_t ngone;
+	struct vmm_bufs outs, ins;     /* their buffers, and its on the host tier */
 	struct store **owner;          /* of each buffer going out */
-	struct vmm_buf *const *outs;   /* the first buffer going out: owner's index base */
-	uint64_t rounds;
+	uint64_t out_bytes, in_bytes, new_host, rounds;
 };
 
 /* vmm_switch's: a piece has gone out.  Its stores take the host memory and name it in their
@@ -118,7 +121,7 @@ static void switch_out_done(void *arg, struct vmm_buf *const *outs, struct vmm_b
 {
 	struct switch_run *r = arg;
 	struct fs *fs = r->fs;
-	size_t first = (size_t)(outs - r->outs);
+	size_t first = (size_t)(outs - r->outs.v);
 	pthread_mutex_lock(&fs->mu);
 	vmm_take(outs, twins, n);
 	for (size_t i = 0; i < n; i++)
@@ -157,101 +160,112 @@ static struct store **pick(struct fs *fs, struct store *self, uint64_t bytes, si
 	return out;
 }
 
-int tier_switch_in(struct fs *fs, struct store *st, uint64_t bytes, char *why, size_t whylen)
+/* The buffers of the switch: the store's on the host tier (all of it, or what a switch
+ * that stopped mid-way left there), and those of the stores that give way. */
+static int gather(struct switch_run *r)
 {
-	size_t nv = 0;
-	struct store **gone = fs->handing_over ? NULL : pick(fs, st, bytes, &nv);
-	if (!nv) {
-		free(gone);
-		holders(fs, why, whylen, bytes);
-		return -ENOSPC;
-	}
-	struct vmm_bufs outs = {0}, ins = {0}, given_up = {0};
-	struct switch_run r = { .fs = fs };
-	uint64_t out_bytes = 0, in_bytes = 0, new_host = 0;
-	int e = meta_walk(meta_root(st->meta, META_AREA_ALLOCS), tier_collect, &ins);
-	size_t n_in = 0; /* those on the host tier: a switch that stopped mid-way left the rest in */
-	for (size_t i = 0; i < ins.n; i++) {
-		if (ins.v[i]->host)
-			ins.v[n_in++] = ins.v[i];
+	int e = meta_walk(meta_root(r->in->meta, META_AREA_ALLOCS), tier_collect, &r->ins);
+	size_t n = 0;
+	for (size_t i = 0; i < r->ins.n; i++) {
+		if (r->ins.v[i]->host)
+			r->ins.v[n++] = r->ins.v[i], r->in_bytes += r->ins.v[i]->size;
 		else
-			vmm_buf_put(ins.v[i]);
+			vmm_buf_put(r->ins.v[i]);
 	}
-	ins.n = n_in;
-	for (size_t k = 0; !e && k < nv; k++) {
-		size_t had = outs.n;
-		e = meta_walk(meta_root(gone[k]->meta, META_AREA_ALLOCS), tier_collect, &outs);
-		struct store **o = e ? NULL : realloc(r.owner, (outs.n + 1) * sizeof *o);
+	r->ins.n = n;
+	for (size_t k = 0; !e && k < r->ngone; k++) {
+		size_t had = r->outs.n;
+		e = meta_walk(meta_root(r->gone[k]->meta, META_AREA_ALLOCS), tier_collect, &r->outs);
+		struct store **o = e ? NULL : realloc(r->owner, (r->outs.n + 1) * sizeof *o);
 		e = e ? e : o ? 0 : -ENOMEM;
-		for (size_t i = had; o && i < outs.n; i++) {
-			o[i] = gone[k];
-			out_bytes += outs.v[i]->size;
-			new_host += outs.v[i]->kept ? 0 : outs.v[i]->size;
+		for (size_t i = had; o && i < r->outs.n; i++) {
+			o[i] = r->gone[k];
+			r->out_bytes += r->outs.v[i]->size;
+			r->new_host += r->outs.v[i]->kept ? 0 : r->outs.v[i]->size;
 		}
-		r.owner = o ? o : r.owner;
+		r->owner = o ? o : r->owner;
 	}
-	for (size_t i = 0; i < ins.n; i++)
-		in_bytes += ins.v[i]->size;
-	if (!e)
-		tier_host_room(fs, NULL, new_host, &given_up);
-	st->tier.at = TIER_TO_DEVICE;
-	for (size_t k = 0; k < nv; k++)
-		store_notify(gone[k]);
-	store_notify(st);
-	uint64_t t0 = clock_mono_ns();
-	struct vmm_buf **in_twins = NULL;
-	r.outs = outs.v;
-	pthread_mutex_unlock(&fs->mu);
-	vmm_bufs_release(&given_up);
-	if (!e)
-		e = vmm_switch(outs.v, outs.n, ins.v, ins.n, &(struct vmm_switch_ops){ switch_out_done, &r }, &in_twins,
-			       why, whylen);
-	pthread_mutex_lock(&fs->mu);
-	struct tier_stats *k = &fs->tier->stats;
-	if (!e) { /* st takes its device memory; the host memory it had is kept for its next move out */
-		vmm_take(ins.v, in_twins, ins.n);
-		vmm_keep(ins.v, in_twins, ins.n);
-		st->tier.at = TIER_DEVICE;
-		st->tier.kept = true;
-		st->tier.ahead_tried = 0;
-		st->tier.moves_in++;
-		k->moves_in++, k->bytes_in += in_bytes;
-		store_changed(st, "switch");
-		lock_unblock(st);
-		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: switched in, %" PRIu64 " bytes in and %" PRIu64 " out (%s%s) at once "
-					"in %.3f ms (%" PRIu64 " pieces out)\n", st->name, in_bytes, out_bytes, gone[0]->name,
-			 nv > 1 ? " and others" : "", (double)(clock_mono_ns() - t0) / 1e6, r.rounds);
-	} else {
-		st->tier.at = TIER_HOST; /* its new memory went back: the caller says why */
-	}
-	for (size_t i = 0; i < nv; i++) { /* each ends on one tier: what a failure left is moved on */
-		struct store *g = gone[i];
-		uint64_t moved = 0, kept = 0;
-		for (size_t j = 0; j < outs.n; j++)
-			if (r.owner[j] == g)
-				*(outs.v[j]->host ? &moved : &kept) += outs.v[j]->size;
+	return e;
+}
+
+/* After the switch, each store that gave way ends on one tier: wholly on the host; or,
+ * where a failure stopped it mid-way, moved on (else back); or on the device, untouched. */
+static void settle(struct switch_run *r)
+{
+	struct tier_stats *k = &r->fs->tier->stats;
+	for (size_t i = 0; i < r->ngone; i++) {
+		struct store *g = r->gone[i];
+		uint64_t moved = 0, stayed = 0;
+		for (size_t j = 0; j < r->outs.n; j++)
+			if (r->owner[j] == g)
+				*(r->outs.v[j]->host ? &moved : &stayed) += r->outs.v[j]->size;
 		g->tier.at = moved ? TIER_HOST : TIER_DEVICE;
 		g->tier.kept = false;
 		g->tier.ahead_tried = 0;
-		if (moved && kept && tier_move(fs, g, true, "evict") && tier_move(fs, g, false, "evict"))
+		if (moved && stayed && tier_move(r->fs, g, true, "evict") && tier_move(r->fs, g, false, "evict"))
 			fuse_log(FUSE_LOG_ERR, "gmsfs: %s: left on both tiers: a move in moves the rest\n", g->name);
-		if (moved && !kept) {
+		if (moved && !stayed) {
 			g->tier.moves_out++;
 			k->moves_out++, k->bytes_out += moved, k->evictions++;
-			fuse_log(FUSE_LOG_INFO, "gmsfs: %s (priority %d) gave way for %s\n", g->name, g->tier.priority, st->name);
+			fuse_log(FUSE_LOG_INFO, "gmsfs: %s (priority %d) gave way for %s\n", g->name, g->tier.priority,
+				 r->in->name);
 		}
 		store_changed(g, "evict");
 		lock_unblock(g);
 		lock_changed(g);
 		store_put(g, 1);
 	}
+}
+
+int tier_switch_in(struct fs *fs, struct store *st, uint64_t bytes, char *why, size_t whylen)
+{
+	struct switch_run r = { .fs = fs, .in = st };
+	r.gone = fs->handing_over ? NULL : pick(fs, st, bytes, &r.ngone);
+	if (!r.ngone) {
+		free(r.gone);
+		holders(fs, why, whylen, bytes);
+		return -ENOSPC;
+	}
+	struct vmm_bufs given_up = {0};
+	int e = gather(&r);
+	if (!e)
+		tier_host_room(fs, NULL, r.new_host, &given_up);
+	st->tier.at = TIER_TO_DEVICE;
+	for (size_t k = 0; k < r.ngone; k++)
+		store_notify(r.gone[k]);
+	store_notify(st);
+	uint64_t t0 = clock_mono_ns();
+	struct vmm_buf **in_twins = NULL;
+	pthread_mutex_unlock(&fs->mu);
+	vmm_bufs_release(&given_up);
+	if (!e)
+		e = vmm_switch(r.outs.v, r.outs.n, r.ins.v, r.ins.n, &(struct vmm_switch_ops){ switch_out_done, &r },
+			       &in_twins, why, whylen);
+	pthread_mutex_lock(&fs->mu);
+	if (!e) { /* st takes its device memory; the host memory it had is kept for its next move out */
+		vmm_take(r.ins.v, in_twins, r.ins.n);
+		vmm_keep(r.ins.v, in_twins, r.ins.n);
+		st->tier.at = TIER_DEVICE;
+		st->tier.kept = true;
+		st->tier.ahead_tried = 0;
+		st->tier.moves_in++;
+		fs->tier->stats.moves_in++, fs->tier->stats.bytes_in += r.in_bytes;
+		store_changed(st, "switch");
+		lock_unblock(st);
+		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: switched in, %" PRIu64 " bytes in and %" PRIu64 " out (%s%s) at once "
+					"in %.3f ms (%" PRIu64 " pieces out)\n", st->name, r.in_bytes, r.out_bytes,
+			 r.gone[0]->name, r.ngone > 1 ? " and others" : "", (double)(clock_mono_ns() - t0) / 1e6, r.rounds);
+	} else {
+		st->tier.at = TIER_HOST; /* its new memory went back: the caller says why */
+	}
+	settle(&r);
 	store_room_changed(fs);
 	lock_changed(st);
-	free(gone);
+	free(r.gone);
 	free(r.owner);
 	pthread_mutex_unlock(&fs->mu);
-	vmm_bufs_release(&outs);
-	vmm_bufs_release(&ins);
+	vmm_bufs_release(&r.outs);
+	vmm_bufs_release(&r.ins);
 	pthread_mutex_lock(&fs->mu);
 	return e;
 }
