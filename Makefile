@@ -54,7 +54,7 @@ LOADER_SRC := loader/json.c loader/safetensors.c loader/copy.c loader/store_file
 LOAD_SONAME := libgmsfs-load.so.0
 BENCH := $(B)/bench-import $(B)/bench-minfs $(B)/bench-control
 ifdef HAVE_CUDA
-BENCH += $(B)/bench-gpu $(B)/bench-load-floor
+BENCH += $(B)/bench-gpu $(B)/bench-load-floor $(B)/bench-duplex
 MOVER := $(B)/gmsfs-mover
 endif
 # Programs linked against the library in $(B)/, found there at run time.
@@ -122,6 +122,9 @@ $(B)/bench-gpu: bench/bench_gpu.c bench/bench.h bench/fetch.h common/cuda_api.h 
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ $< $(WIRE_SRC) $(LINK_LIB) $(MSGPACK_LIBS) -ldl
 
 $(B)/bench-load-floor: bench/bench_load_floor.c common/cuda_api.h | $(B)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -ldl
+
+$(B)/bench-duplex: bench/bench_duplex.c common/cuda_api.h | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -ldl
 
 # The codec alone: no daemon or library internals linked in.

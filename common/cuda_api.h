@@ -40,6 +40,12 @@
 	X(cuMemFree, "cuMemFree_v2")                                    \
 	X(cuMemcpyDtoD, "cuMemcpyDtoD_v2")                              \
 	X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2")                    \
+	/* for gmsfs-mover: a batch's end on each stream, two batches in flight */ \
+	X(cuEventCreate, "cuEventCreate")                               \
+	X(cuEventRecord, "cuEventRecord")                               \
+	X(cuEventQuery, "cuEventQuery")                                 \
+	X(cuEventSynchronize, "cuEventSynchronize")                     \
+	X(cuEventDestroy, "cuEventDestroy_v2")                          \
 	/* for the tests and benchmarks, which make their own context */ \
 	X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")         \
 	X(cuCtxSetCurrent, "cuCtxSetCurrent")                           \

@@ -111,7 +111,7 @@ struct switch_run {
 	size_t ngone;
 	struct vmm_bufs outs, ins;     /* their buffers, and its on the host tier */
 	struct store **owner;          /* of each buffer going out */
-	uint64_t out_bytes, in_bytes, new_host, rounds;
+	uint64_t out_bytes, in_bytes, new_host;
 };
 
 /* vmm_switch's: a piece has gone out.  Its stores take the host memory and name it in their
@@ -129,7 +129,6 @@ static void switch_out_done(void *arg, struct vmm_buf *const *outs, struct vmm_b
 			store_changed(r->owner[first + i], "switch");
 	for (size_t i = 0; i < n; i++)
 		store_give_back(r->owner[first + i], twins[i]);
-	r->rounds++;
 	pthread_mutex_unlock(&fs->mu);
 }
 
@@ -238,9 +237,9 @@ int tier_switch_in(struct fs *fs, struct store *st, uint64_t bytes, char *why, s
 	struct vmm_buf **in_twins = NULL;
 	pthread_mutex_unlock(&fs->mu);
 	vmm_bufs_release(&given_up);
+	struct vmm_switch_ops ops = { .out_done = switch_out_done, .arg = &r };
 	if (!e)
-		e = vmm_switch(r.outs.v, r.outs.n, r.ins.v, r.ins.n, &(struct vmm_switch_ops){ switch_out_done, &r },
-			       &in_twins, why, whylen);
+		e = vmm_switch(r.outs.v, r.outs.n, r.ins.v, r.ins.n, &ops, &in_twins, why, whylen);
 	pthread_mutex_lock(&fs->mu);
 	if (!e) { /* st takes its device memory; the host memory it had is kept for its next move out */
 		vmm_take(r.ins.v, in_twins, r.ins.n);
@@ -253,8 +252,10 @@ int tier_switch_in(struct fs *fs, struct store *st, uint64_t bytes, char *why, s
 		store_changed(st, "switch");
 		lock_unblock(st);
 		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: switched in, %" PRIu64 " bytes in and %" PRIu64 " out (%s%s) at once "
-					"in %.3f ms (%" PRIu64 " pieces out)\n", st->name, r.in_bytes, r.out_bytes,
-			 r.gone[0]->name, r.ngone > 1 ? " and others" : "", (double)(clock_mono_ns() - t0) / 1e6, r.rounds);
+					"in %.3f ms: %" PRIu64 " rounds, copies %.3f ms, new memory %.3f ms, given back "
+					"%.3f ms\n", st->name, r.in_bytes, r.out_bytes, r.gone[0]->name,
+			 r.ngone > 1 ? " and others" : "", (double)(clock_mono_ns() - t0) / 1e6, ops.rounds,
+			 (double)ops.ns_copy / 1e6, (double)ops.ns_memory / 1e6, (double)ops.ns_done / 1e6);
 	} else {
 		st->tier.at = TIER_HOST; /* its new memory went back: the caller says why */
 	}

@@ -6,9 +6,11 @@
  * exported CUDA VMM handles, device or host-located, of the same size); a message with
  * last set ends a batch, which is answered with struct mover_reply once every copy of it
  * is done (copies from host memory on a stream of their own: a batch with both
- * directions, a switch's, copies both ways at once).  It maps nothing else and keeps no mapping past a batch (what is not undone
- * before the answer is undone after it, or, when the next request is already there,
- * while that one's copies run); it ends when the socket closes, or after MOVER_IDLE_S
+ * directions, a switch's, copies both ways at once).  Two batches may be in flight: the
+ * next is mapped and queued while the copies of the one before run, and each is answered
+ * once its own copies are done.  It maps nothing else; a batch's mappings go before its
+ * answer (sources the daemon frees then) or after it, while it waits for copies or
+ * requests; it ends when the socket closes, or after MOVER_IDLE_S
  * seconds without a batch (its context holds device memory: it is not kept for
  * nothing), unless started with "stay" (the daemon's -o host_ahead). */
 #include "mover.h"
@@ -16,6 +18,7 @@
 #include "cuda_api.h"
 #include "fdpass.h"
 
+#include <limits.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,7 +31,18 @@ struct mapped {
 	size_t size;
 	CUmemGenericAllocationHandle h;
 	bool early; /* unmapped before the answer: a source the daemon frees once answered */
-	bool prev;  /* an earlier batch's, left mapped for the next request: unmapped once its copies are queued */
+	unsigned batch; /* whose it is; ANSWERED: that batch's answer is sent, unmapped when idle */
+};
+
+#define ANSWERED UINT_MAX
+
+/* A batch in flight: its copies queued, the events that mark their end on each stream. */
+struct batch {
+	unsigned id;
+	CUevent done[2];
+	struct mover_reply rep;
+	size_t copies, bytes;
+	double t_recv, t_map, t_queued;
 };
 
 struct mover {
@@ -40,9 +54,11 @@ struct mover {
 	CUstream stream[2];
 	struct mapped *m;
 	size_t n, cap;
+	unsigned next_id;
 };
 
-static int map_fd(struct mover *mv, int fd, size_t size, bool early, CUdeviceptr *va, char *why, size_t whylen)
+static int map_fd(struct mover *mv, unsigned batch, int fd, size_t size, bool early, CUdeviceptr *va, char *why,
+		  size_t whylen)
 {
 	struct cu_api *cu = &mv->cu;
 	if (mv->n == mv->cap) {
@@ -66,7 +82,7 @@ static int map_fd(struct mover *mv, int fd, size_t size, bool early, CUdeviceptr
 				      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
 		m->size = size;
 		m->early = early;
-		m->prev = false;
+		m->batch = batch;
 		mv->n++; /* unmapped at the batch's end, whatever happens next */
 		what = "cuMemSetAccess";
 		r = cu->cuMemSetAccess(m->va, size, &a, 1);
@@ -84,15 +100,13 @@ static void unmap(struct mover *mv, struct mapped *m)
 	mv->cu.cuMemRelease(m->h);
 }
 
-/* Unmap those that match: early ones (before the answer) or an earlier batch's (prev). */
-enum which { EARLY, PREV };
-
-static void unmap_all(struct mover *mv, enum which w)
+/* Unmap a batch's mappings: its early ones (before its answer), or all that are left. */
+static void unmap_batch(struct mover *mv, unsigned batch, bool early_only)
 {
 	size_t kept = 0;
 	for (size_t i = 0; i < mv->n; i++) {
 		const struct mapped *m = &mv->m[i];
-		if ((w == EARLY && m->early) || (w == PREV && m->prev))
+		if (m->batch == batch && (m->early || !early_only))
 			unmap(mv, &mv->m[i]);
 		else
 			mv->m[kept++] = mv->m[i];
@@ -136,12 +150,12 @@ static double now_us(void)
 	return (double)clock_mono_ns() / 1e3;
 }
 
-/* One batch: copies until the one marked last; then the answer. */
-static int batch(struct mover *mv, int sock)
+/* A batch begun: its copies received, mapped and queued (out on one stream, in on the
+ * other), an event after them on each.  -1: the daemon went. */
+static int batch_begin(struct mover *mv, int sock, struct batch *b)
 {
-	struct mover_reply rep = {0};
-	double t_recv = 0, t_map = 0, t0;
-	size_t copies = 0, bytes = 0;
+	*b = (struct batch){ .id = mv->next_id++ };
+	struct mover_reply *rep = &b->rep;
 	for (;;) {
 		struct mover_copy c;
 		int fds[2] = { -1, -1 };
@@ -149,66 +163,92 @@ static int batch(struct mover *mv, int sock)
 		ssize_t n = fdpass_recv(sock, &c, sizeof c, fds, 2, &info);
 		if (n <= 0)
 			return -1; /* the daemon went: so do we */
-		if (!rep.error && (n != sizeof c || info.nfds != 2 || c.magic != MOVER_MAGIC || !c.size ||
-				   (c.flags & ~MOVER_SOURCE_STAYS) || c.reserved)) {
-			rep.error = EPROTO;
-			snprintf(rep.why, sizeof rep.why, "a bad copy request");
+		if (!rep->error && (n != sizeof c || info.nfds != 2 || c.magic != MOVER_MAGIC || !c.size ||
+				    (c.flags & ~MOVER_SOURCE_STAYS) || c.reserved)) {
+			rep->error = EPROTO;
+			snprintf(rep->why, sizeof rep->why, "a bad copy request");
 		}
-		if (!copies++)
-			t_recv = now_us();
-		bytes += c.size;
+		if (!b->copies++)
+			b->t_recv = now_us();
+		b->bytes += c.size;
 		CUdeviceptr src, dst;
-		t0 = now_us();
-		if (!rep.error && (map_fd(mv, fds[0], c.size, !(c.flags & MOVER_SOURCE_STAYS), &src, rep.why, sizeof rep.why) ||
-				   map_fd(mv, fds[1], c.size, false, &dst, rep.why, sizeof rep.why)))
-			rep.error = EIO;
-		t_map += now_us() - t0;
+		double t0 = now_us();
+		if (!rep->error &&
+		    (map_fd(mv, b->id, fds[0], c.size, !(c.flags & MOVER_SOURCE_STAYS), &src, rep->why, sizeof rep->why) ||
+		     map_fd(mv, b->id, fds[1], c.size, false, &dst, rep->why, sizeof rep->why)))
+			rep->error = EIO;
+		b->t_map += now_us() - t0;
 		CUresult r;
 		CUstream s = mv->stream[(c.flags & MOVER_SOURCE_STAYS) != 0];
-		if (!rep.error && (r = mv->cu.cuMemcpyDtoDAsync(dst, src, c.size, s))) {
-			rep.error = EIO;
-			snprintf(rep.why, sizeof rep.why, "cuMemcpyDtoDAsync: %s", cu_name(&mv->cu, r));
+		if (!rep->error && (r = mv->cu.cuMemcpyDtoDAsync(dst, src, c.size, s))) {
+			rep->error = EIO;
+			snprintf(rep->why, sizeof rep->why, "cuMemcpyDtoDAsync: %s", cu_name(&mv->cu, r));
 		}
 		for (size_t i = 0; i < info.nfds; i++)
 			close(fds[i]);
 		if (c.last == 1)
 			break;
 	}
-	/* What the last batch left mapped (a request was waiting then): now, while the copies
-	 * run, and before the answer (a destination of the last batch may be a source freed
-	 * once this one is answered). */
-	unmap_all(mv, PREV);
-	double t_sync = now_us();
-	CUresult r = mv->cu.cuStreamSynchronize(mv->stream[0]);
-	CUresult r1 = mv->cu.cuStreamSynchronize(mv->stream[1]);
-	r = r ? r : r1;
-	double t_copied = now_us();
-	if (r && !rep.error) {
-		rep.error = EIO;
-		snprintf(rep.why, sizeof rep.why, "cuStreamSynchronize: %s", cu_name(&mv->cu, r));
-	}
-	/* The sources the daemon frees once answered first (device memory: a mapping would
-	 * keep it).  The rest live on (the destinations, the store's new memory; host memory
-	 * kept for the next move out): unmapped after the answer, off the move's time. */
-	unmap_all(mv, EARLY);
-	double t_answer = now_us();
-	int e = send(sock, &rep, sizeof rep, MSG_NOSIGNAL) == sizeof rep ? 0 : -1;
-	/* The rest one by one; a request that comes meanwhile (a move out, then a move in: a
-	 * model switch) goes first, and what is left is unmapped while its copies run. */
-	while (mv->n) {
-		struct pollfd next = { sock, POLLIN, 0 };
-		if (!e && poll(&next, 1, 0) == 1) {
-			for (size_t i = 0; i < mv->n; i++)
-				mv->m[i].prev = true;
-			break;
+	for (int i = 0; i < 2; i++) {
+		CUresult r = mv->cu.cuEventCreate(&b->done[i], CU_EVENT_DISABLE_TIMING);
+		if (!r)
+			r = mv->cu.cuEventRecord(b->done[i], mv->stream[i]);
+		if (r && !rep->error) {
+			rep->error = EIO;
+			snprintf(rep->why, sizeof rep->why, "cuEventRecord: %s", cu_name(&mv->cu, r));
 		}
-		unmap(mv, &mv->m[--mv->n]);
 	}
+	b->t_queued = now_us();
+	return 0;
+}
+
+/* One mapping of an answered batch undone: false when none is left. */
+static bool idle_unmap(struct mover *mv)
+{
+	for (size_t i = mv->n; i-- > 0;)
+		if (mv->m[i].batch == ANSWERED) {
+			unmap(mv, &mv->m[i]);
+			mv->m[i] = mv->m[--mv->n];
+			return true;
+		}
+	return false;
+}
+
+/* Whether a batch's copies are done, without waiting. */
+static bool batch_copied(struct mover *mv, const struct batch *b)
+{
+	for (int i = 0; i < 2; i++)
+		if (b->done[i] && mv->cu.cuEventQuery(b->done[i]) == CUDA_ERROR_NOT_READY)
+			return false;
+	return true;
+}
+
+/* A batch ended: its copies waited for, its early sources unmapped (the daemon frees them
+ * once answered), the answer, then the rest of its mappings.  -1: the daemon went. */
+static int batch_end(struct mover *mv, int sock, struct batch *b)
+{
+	struct mover_reply *rep = &b->rep;
+	double t_sync = now_us();
+	for (int i = 0; i < 2; i++) {
+		CUresult r = b->done[i] ? mv->cu.cuEventSynchronize(b->done[i]) : CUDA_SUCCESS;
+		if (r && !rep->error) {
+			rep->error = EIO;
+			snprintf(rep->why, sizeof rep->why, "cuEventSynchronize: %s", cu_name(&mv->cu, r));
+		}
+		if (b->done[i])
+			mv->cu.cuEventDestroy(b->done[i]);
+	}
+	double t_copied = now_us();
+	unmap_batch(mv, b->id, true);
+	double t_answer = now_us();
+	int e = send(sock, rep, sizeof *rep, MSG_NOSIGNAL) == sizeof *rep ? 0 : -1;
+	for (size_t i = 0; i < mv->n; i++) /* the rest goes when nothing else waits (idle_unmap) */
+		mv->m[i].batch = mv->m[i].batch == b->id ? ANSWERED : mv->m[i].batch;
 	if (mv->trace)
 		fprintf(stderr, "gmsfs-mover: %zu copies, %zu bytes: import and map %.0f us, "
-			"copies queued %.0f us, copy wait %.0f us, unmapped before the answer %.0f us, after it %.0f us\n",
-			copies, bytes, t_map, t_sync - t_recv - t_map, t_copied - t_sync,
-			t_answer - t_copied, now_us() - t_answer);
+			"copies queued %.0f us, then copied after %.0f us (waited %.0f us), unmapped before the answer "
+			"%.0f us, after it %.0f us\n", b->copies, b->bytes, b->t_map, b->t_queued - b->t_recv - b->t_map,
+			t_copied - b->t_queued, t_copied - t_sync, t_answer - t_copied, now_us() - t_answer);
 	return e;
 }
 
@@ -238,11 +278,31 @@ int main(int argc, char **argv)
 		send(sock, &rep, sizeof rep, MSG_NOSIGNAL);
 		return 1;
 	}
+	/* Up to two batches in flight (a switch sends its next round before the last is
+	 * answered): the next one is mapped and queued while the copies of the one before run. */
+	struct batch q[2];
+	size_t nq = 0;
 	for (;;) {
 		struct pollfd p = { sock, POLLIN, 0 };
-		if (poll(&p, 1, stay ? -1 : MOVER_IDLE_S * 1000) <= 0)
+		while (!nq && poll(&p, 1, 0) != 1 && idle_unmap(&mv))
+			; /* what answered batches left, one at a time while no request waits */
+		if (!nq && poll(&p, 1, stay ? -1 : MOVER_IDLE_S * 1000) <= 0)
 			return 0; /* idle: the context's memory goes back */
-		if (batch(&mv, sock))
+		if (nq < 2 && (!nq || poll(&p, 1, 0) == 1)) {
+			if (batch_begin(&mv, sock, &q[nq]))
+				return 0;
+			nq++;
+			continue;
+		}
+		/* One in flight: end it once copied, or begin the next one first if it comes. */
+		while (nq == 1 && !batch_copied(&mv, &q[0]) && poll(&p, 1, 0) != 1)
+			if (!idle_unmap(&mv))
+				poll(&p, 1, 1);
+		if (nq == 1 && poll(&p, 1, 0) == 1 && !batch_copied(&mv, &q[0]))
+			continue;
+		if (batch_end(&mv, sock, &q[0]))
 			return 0;
+		q[0] = q[1];
+		nq--;
 	}
 }

@@ -65,6 +65,13 @@ struct vmm_ops {
 	int (*copy)(struct vmm *v, struct vmm_buf *const *src, struct vmm_buf *const *dst, size_t n, char *err,
 		    size_t errlen);
 	void (*swap)(struct vmm_buf *a, struct vmm_buf *b);
+	/* copy in two halves, for a switch (optional): copy_send starts one, copy_recv waits
+	 * for the oldest started; at most two in flight, so that the next is made ready while
+	 * the copies of the one before run.  After a failure, every one in flight is waited
+	 * for (failing too, maybe) before anything else is asked of the backend. */
+	int (*copy_send)(struct vmm *v, struct vmm_buf *const *src, struct vmm_buf *const *dst, size_t n, char *err,
+			 size_t errlen);
+	int (*copy_recv)(struct vmm *v, char *err, size_t errlen);
 	/* Be ready to copy now, and stay so (optional; cuda: gmsfs-mover started, and kept
 	 * running: a first move would otherwise wait for its CUDA context). */
 	void (*copies_ready)(struct vmm *v);
@@ -170,9 +177,11 @@ void vmm_take(struct vmm_buf *const *bufs, struct vmm_buf **twins, size_t n);
 struct vmm_switch_ops {
 	void (*out_done)(void *arg, struct vmm_buf *const *outs, struct vmm_buf **twins, size_t n);
 	void *arg;
+	/* Where the time went (nanoseconds): new memory, copies, out_done; and the rounds. */
+	uint64_t ns_memory, ns_copy, ns_done, rounds;
 };
 int vmm_switch(struct vmm_buf *const *outs, size_t nout, struct vmm_buf *const *ins, size_t nin,
-	       const struct vmm_switch_ops *o, struct vmm_buf ***in_twins, char *err, size_t errlen);
+	       struct vmm_switch_ops *o, struct vmm_buf ***in_twins, char *err, size_t errlen);
 /* Each buffer's bytes copied into new memory of its own tier, which it takes; the old
  * comes back in *old (n buffers), to release, or to take back with vmm_unrenew (the
  * memory is swapped back and the new released).  A takeover gives a rolled-back writer's

@@ -26,7 +26,8 @@ struct cuda_priv {
 	CUdevice dev;
 	CUmemAllocationProp prop;
 	CUmemAllocationProp host_prop; /* the host tier: pinned host memory, exportable */
-	pthread_mutex_t mover_mu;      /* one batch at a time on the helper's socket */
+	pthread_mutex_t mover_mu;      /* one user of the helper's socket at a time */
+	unsigned in_flight;            /* a switch's batches sent and not yet answered (mover_mu held) */
 	bool mover_stays;              /* copies_ready: the helper runs on when idle */
 	int mover_sock;                /* -1: no helper running */
 	pid_t mover_pid;
@@ -213,10 +214,8 @@ static int mover_start(struct vmm *v, struct cuda_priv *p, char *err, size_t err
 	return 0;
 }
 
-/* One batch through the helper: -EPIPE when it was gone (it ends when idle), and
- * cuda_copy starts it again and sends the batch again (a copy can be done twice). */
-static int mover_batch(struct cuda_priv *p, struct vmm_buf *const *src, struct vmm_buf *const *dst, size_t n,
-		       struct mover_reply *rep)
+/* A batch sent to the helper: 0, or -errno when it was gone. */
+static int mover_send(struct cuda_priv *p, struct vmm_buf *const *src, struct vmm_buf *const *dst, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		/* A host source stays (kept for the next move out, or the store's own if the
@@ -227,8 +226,29 @@ static int mover_batch(struct cuda_priv *p, struct vmm_buf *const *src, struct v
 		if (e)
 			return e;
 	}
+	return 0;
+}
+
+/* One batch through the helper: -EPIPE when it was gone (it ends when idle), and
+ * cuda_copy starts it again and sends the batch again (a copy can be done twice). */
+static int mover_batch(struct cuda_priv *p, struct vmm_buf *const *src, struct vmm_buf *const *dst, size_t n,
+		       struct mover_reply *rep)
+{
+	int e = mover_send(p, src, dst, n);
+	if (e)
+		return e;
 	ssize_t k = recv(p->mover_sock, rep, sizeof *rep, 0);
 	return k == sizeof *rep ? 0 : -EPIPE;
+}
+
+/* The answer's error, with why. */
+static int reply_error(const struct cuda_priv *p, struct mover_reply *rep, char *err, size_t errlen)
+{
+	if (!rep->error)
+		return 0;
+	rep->why[sizeof rep->why - 1] = '\0';
+	snprintf(err, errlen, "gmsfs-mover: %s", rep->why);
+	return -rep->error;
 }
 
 static int cuda_copy(struct vmm *v, struct vmm_buf *const *src, struct vmm_buf *const *dst, size_t n, char *err,
@@ -247,12 +267,39 @@ static int cuda_copy(struct vmm *v, struct vmm_buf *const *src, struct vmm_buf *
 		snprintf(err, errlen, "the copy helper %s ended without an answer (see the daemon's log)", v->helper);
 	}
 	pthread_mutex_unlock(&p->mover_mu);
-	if (!e && rep.error) {
-		rep.why[sizeof rep.why - 1] = '\0';
-		snprintf(err, errlen, "gmsfs-mover: %s", rep.why);
-		e = -rep.error;
+	return e ? e : reply_error(p, &rep, err, errlen);
+}
+
+/* A switch's batches, two in flight (vmm.h): the helper is the switch's from the first
+ * send until every batch sent is answered.  A failure is said; the switch then drains
+ * what is in flight and copies again through cuda_copy, which starts a new helper. */
+static int cuda_copy_send(struct vmm *v, struct vmm_buf *const *src, struct vmm_buf *const *dst, size_t n, char *err,
+			  size_t errlen)
+{
+	struct cuda_priv *p = v->priv;
+	int e = 0;
+	if (!p->in_flight++) {
+		pthread_mutex_lock(&p->mover_mu);
+		if (p->mover_sock < 0)
+			e = mover_start(v, p, err, errlen);
 	}
+	if (!e && (e = mover_send(p, src, dst, n)))
+		snprintf(err, errlen, "the copy helper %s ended without an answer (see the daemon's log)", v->helper);
 	return e;
+}
+
+static int cuda_copy_recv(struct vmm *v, char *err, size_t errlen)
+{
+	struct cuda_priv *p = v->priv;
+	struct mover_reply rep = {0};
+	int e = p->mover_sock >= 0 && recv(p->mover_sock, &rep, sizeof rep, 0) == sizeof rep ? 0 : -EPIPE;
+	if (e) {
+		mover_stop(p); /* gone, or out of step: the next copy starts a new one */
+		snprintf(err, errlen, "the copy helper %s ended without an answer (see the daemon's log)", v->helper);
+	}
+	if (!--p->in_flight)
+		pthread_mutex_unlock(&p->mover_mu);
+	return e ? e : reply_error(p, &rep, err, errlen);
 }
 
 /* host_ahead: the helper started now and kept running (its context costs device memory,
@@ -348,6 +395,8 @@ const struct vmm_ops vmm_cuda_ops = {
 	.copies_ready = cuda_copies_ready,
 	.touch = cuda_touch,
 	.copy = cuda_copy,
+	.copy_send = cuda_copy_send,
+	.copy_recv = cuda_copy_recv,
 	.swap = cuda_swap,
 	.adopt = cuda_adopt,
 	.close = cuda_close,

@@ -2,20 +2,76 @@
  * full duplex and the GPU copies each direction on its own engine: a switch that copies
  * the two halves together takes the time of the slower one, not of their sum. */
 #include "vmm.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 /* Bytes going out per round (at least one buffer, at most a sixteenth of the outs): the
- * room the next round's ins come into.  Small against a model (the first round has only
- * outs to copy, and a round waits for its slower direction), large against the cost of a
- * copy (a descriptor passed, a mapping made). */
+ * room the ins of the round after next come into.  Small against a model (the first
+ * rounds have only outs to copy, the last only ins), large against the cost of a copy (a
+ * descriptor passed, a mapping made: the helper makes the next round's while this
+ * round's copies run). */
 #define SWITCH_PIECE (512ull << 20)
 #define SWITCH_ROUNDS 16
 
+/* A round: outs [out, out_end) and ins [in, in_end), copied together. */
+struct round {
+	size_t out, out_end, in, in_end;
+	int e; /* a copy done at once (no copy_send): its result */
+};
+
+struct run {
+	struct vmm *v;
+	struct vmm_buf *const *outs, *const *ins;
+	size_t nout, nin;
+	struct vmm_buf **ot, **it;   /* their twins */
+	struct vmm_buf **src, **dst; /* a round's copies */
+	struct vmm_switch_ops *o;
+	char *err;
+	size_t errlen;
+};
+
+static size_t copies(struct run *r, const struct round *q)
+{
+	size_t n = 0;
+	for (size_t k = q->out; k < q->out_end; k++)
+		r->src[n] = r->outs[k], r->dst[n++] = r->ot[k];
+	for (size_t k = q->in; k < q->in_end; k++)
+		r->src[n] = r->ins[k], r->dst[n++] = r->it[k];
+	return n;
+}
+
+/* The next round from *out and *in: a piece of the outs, and the ins that fit now (the
+ * room rounds answered gave back).  0 when there is one; -ENOSPC when nothing can go. */
+static int plan(struct run *r, size_t out, size_t in, uint64_t piece, struct round *q)
+{
+	*q = (struct round){ out, out, in, in, 0 };
+	for (uint64_t bytes = 0; q->out_end < r->nout && (q->out_end == out || bytes < piece); q->out_end++)
+		bytes += r->outs[q->out_end]->size;
+	int e = 0;
+	while (q->in_end < r->nin && !(e = vmm_twin(r->ins[q->in_end], false, &r->it[q->in_end])))
+		q->in_end++;
+	if (e && (e != -ENOSPC || (q->out_end == out && q->in_end == in))) {
+		vmm_twin_why(r->ins[q->in_end], false, e, r->err, r->errlen);
+		return e;
+	}
+	return 0;
+}
+
+/* A round started: sent to the backend, or copied at once (sync, or no copy_send). */
+static void start(struct run *r, struct round *q, bool sync)
+{
+	size_t n = copies(r, q);
+	const struct vmm_ops *ops = r->v->ops;
+	q->e = sync ? ops->copy(r->v, r->src, r->dst, n, r->err, r->errlen)
+		    : ops->copy_send(r->v, r->src, r->dst, n, r->err, r->errlen);
+	r->o->rounds++;
+}
+
 int vmm_switch(struct vmm_buf *const *outs, size_t nout, struct vmm_buf *const *ins, size_t nin,
-	       const struct vmm_switch_ops *o, struct vmm_buf ***in_twins, char *err, size_t errlen)
+	       struct vmm_switch_ops *o, struct vmm_buf ***in_twins, char *err, size_t errlen)
 {
 	*in_twins = NULL;
 	struct vmm *v = nout ? outs[0]->vmm : nin ? ins[0]->vmm : NULL;
@@ -25,50 +81,79 @@ int vmm_switch(struct vmm_buf *const *outs, size_t nout, struct vmm_buf *const *
 		snprintf(err, errlen, "the %s backend has no host tier", v->dev.backend);
 		return -EOPNOTSUPP;
 	}
-	struct vmm_buf **ot = calloc(nout + 1, sizeof *ot), **it = calloc(nin + 1, sizeof *it);
-	struct vmm_buf **src = calloc(nout + nin + 1, sizeof *src), **dst = calloc(nout + nin + 1, sizeof *dst);
-	int e = ot && it && src && dst ? 0 : -ENOMEM;
+	uint64_t t = clock_mono_ns(), total = 0;
+	struct run r = { v, outs, ins, nout, nin, calloc(nout + 1, sizeof *r.ot), calloc(nin + 1, sizeof *r.it),
+			 calloc(nout + nin + 1, sizeof *r.src), calloc(nout + nin + 1, sizeof *r.dst), o, err, errlen };
+	int e = r.ot && r.it && r.src && r.dst ? 0 : -ENOMEM;
 	if (e)
 		snprintf(err, errlen, "out of memory");
-	size_t out = 0, in = 0; /* the next of each to copy */
-	uint64_t total = 0;
 	for (size_t k = 0; !e && k < nout; k++) { /* host memory for every out first: all or none */
-		if ((e = vmm_twin(outs[k], true, &ot[k])))
+		if ((e = vmm_twin(outs[k], true, &r.ot[k])))
 			vmm_twin_why(outs[k], true, e, err, errlen);
 		total += outs[k]->size;
 	}
+	o->ns_memory += clock_mono_ns() - t;
 	uint64_t piece = total / SWITCH_ROUNDS < SWITCH_PIECE ? total / SWITCH_ROUNDS : SWITCH_PIECE;
-	while (!e && (out < nout || in < nin)) {
-		size_t out_end = out, in_end = in, n = 0;
-		for (uint64_t bytes = 0; out_end < nout && (out_end == out || bytes < piece); out_end++)
-			bytes += outs[out_end]->size;
-		/* What fits now of the ins: the room the last round's outs gave back. */
-		while (in_end < nin && !(e = vmm_twin(ins[in_end], false, &it[in_end])))
-			in_end++;
-		if (e && (e != -ENOSPC || (out_end == out && in_end == in))) {
-			vmm_twin_why(ins[in_end], false, e, err, errlen);
-			break;
+	bool sync = !v->ops->copy_send || !v->ops->copy_recv;
+	struct round q[2];
+	size_t nq = 0, sent = 0; /* rounds planned, and of them sent and not yet waited for */
+	size_t out = 0, in = 0, done = 0; /* done: the outs given to out_done */
+	while (!e) {
+		/* Two rounds in flight: the backend makes one ready while the other copies. */
+		while (!e && nq < (sync ? 1u : 2u) && (out < nout || in < nin)) {
+			uint64_t t1 = clock_mono_ns();
+			struct round next;
+			e = plan(&r, out, in, piece, &next);
+			o->ns_memory += clock_mono_ns() - t1;
+			if (e == -ENOSPC && nq)
+				e = 0; /* room comes when the round in flight is answered */
+			if (e || (next.out_end == out && next.in_end == in))
+				break;
+			start(&r, &next, sync);
+			sent += !sync;
+			q[nq++] = next;
+			out = next.out_end, in = next.in_end;
 		}
-		e = 0;
-		for (size_t k = out; k < out_end; k++)
-			src[n] = outs[k], dst[n++] = ot[k];
-		for (size_t k = in; k < in_end; k++)
-			src[n] = ins[k], dst[n++] = it[k];
-		if ((e = v->ops->copy(v, src, dst, n, err, errlen)))
+		if (e || !nq)
 			break;
-		if (out_end > out)
-			o->out_done(o->arg, outs + out, ot + out, out_end - out);
-		out = out_end, in = in_end;
+		uint64_t t2 = clock_mono_ns();
+		int re = q[0].e;
+		if (!sync) {
+			int got = v->ops->copy_recv(v, err, errlen);
+			sent--;
+			re = re ? re : got;
+		}
+		if (re && !sync) { /* the other in flight waited for, then every round again, at once */
+			for (; sent; sent--)
+				v->ops->copy_recv(v, err, errlen);
+			sync = true;
+			for (size_t i = 0; i < nq; i++)
+				start(&r, &q[i], true);
+			re = q[0].e;
+		}
+		o->ns_copy += clock_mono_ns() - t2;
+		if ((e = re))
+			break;
+		if (q[0].out_end > q[0].out) {
+			uint64_t t3 = clock_mono_ns();
+			o->out_done(o->arg, outs + q[0].out, r.ot + q[0].out, q[0].out_end - q[0].out);
+			done = q[0].out_end;
+			o->ns_done += clock_mono_ns() - t3;
+		}
+		q[0] = q[1];
+		nq--;
 	}
+	for (char ignored[256]; sent; sent--) /* in flight still: waited for before anything is released */
+		v->ops->copy_recv(v, ignored, sizeof ignored);
 	if (e) {
-		vmm_release_all(it, nin); /* the ins stay as they were */
-		it = NULL;
+		vmm_release_all(r.it, nin); /* the ins stay as they were */
+		r.it = NULL;
 	}
-	for (size_t k = out; ot && k < nout; k++) /* host memory no out took (a failure) */
-		vmm_buf_put(ot[k]);
-	free(ot);
-	free(src);
-	free(dst);
-	*in_twins = it;
+	for (size_t k = done; r.ot && k < nout; k++) /* host memory no out took (a failure) */
+		vmm_buf_put(r.ot[k]);
+	free(r.ot);
+	free(r.src);
+	free(r.dst);
+	*in_twins = r.it;
 	return e;
 }

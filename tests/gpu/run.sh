@@ -248,10 +248,10 @@ if [ "$what" = multi ]; then
 	gpu_multi
 fi
 if [ "$what" = tier ] || [ "$what" = sharing ] || [ "$what" = all ]; then # the host tier: its GPU test and benchmark
-	mount_gmsfs
+	mount_gmsfs -o no_host_ahead # the first move out makes its host memory
 	timeout 540 python3 tests/gpu/tier_gpu.py "$mnt" || failed=$((failed + 1))
 	unmount_gmsfs
-	mount_gmsfs -o host_ahead # the host memory made before the first move out
+	mount_gmsfs # the default: the host memory made before the first move out
 	timeout 540 python3 tests/gpu/tier_gpu.py "$mnt" ahead || failed=$((failed + 1))
 	sed -n 's/^gmsfs: /# daemon: /p' "$mnt.log" | tail -12
 	unmount_gmsfs
@@ -264,7 +264,11 @@ fi
 if [ "$what" = switch ] || [ "$what" = sharing ] || [ "$what" = all ]; then # two 8B models, room for one
 	mount_gmsfs -o max_bytes=24G
 	timeout 540 python3 tests/gpu/switch_gpu.py "$mnt" || failed=$((failed + 1))
-	sed -n 's/^gmsfs: /# daemon: /p' "$mnt.log" | tail -12
+	sed -n 's/^gmsfs: /# daemon: /p' "$mnt.log" | grep -E 'switched in|moved to' | tail -8
+	unmount_gmsfs
+	mount_gmsfs -o max_bytes=24G # four models of 10 GB, room for two
+	timeout 300 python3 tests/gpu/switch_gpu.py "$mnt" rotation || failed=$((failed + 1))
+	sed -n 's/^gmsfs: /# daemon: /p' "$mnt.log" | grep -E 'switched in|gave way' | tail -6
 	unmount_gmsfs
 fi
 if [ "$what" = engines ] || [ "$what" = all ]; then # many engines on one store, an 8B transformers model
