@@ -70,6 +70,27 @@ static void start(struct run *r, struct round *q, bool sync)
 	r->o->rounds++;
 }
 
+/* The oldest round in flight waited for: its result.  A failure while two were in flight
+ * (the helper gone, say): the other one waited for too, then both copied again at once,
+ * which starts a new helper (*sync from then on). */
+static int wait_oldest(struct run *r, struct round *q, size_t nq, size_t *sent, bool *sync)
+{
+	const struct vmm_ops *ops = r->v->ops;
+	int e = q[0].e;
+	if (*sync)
+		return e;
+	int got = ops->copy_recv(r->v, r->err, r->errlen);
+	--*sent;
+	if (!(e = e ? e : got))
+		return 0;
+	for (; *sent; --*sent)
+		ops->copy_recv(r->v, r->err, r->errlen);
+	*sync = true;
+	for (size_t i = 0; i < nq; i++)
+		start(r, &q[i], true);
+	return q[0].e;
+}
+
 int vmm_switch(struct vmm_buf *const *outs, size_t nout, struct vmm_buf *const *ins, size_t nin,
 	       struct vmm_switch_ops *o, struct vmm_buf ***in_twins, char *err, size_t errlen)
 {
@@ -117,22 +138,9 @@ int vmm_switch(struct vmm_buf *const *outs, size_t nout, struct vmm_buf *const *
 		if (e || !nq)
 			break;
 		uint64_t t2 = clock_mono_ns();
-		int re = q[0].e;
-		if (!sync) {
-			int got = v->ops->copy_recv(v, err, errlen);
-			sent--;
-			re = re ? re : got;
-		}
-		if (re && !sync) { /* the other in flight waited for, then every round again, at once */
-			for (; sent; sent--)
-				v->ops->copy_recv(v, err, errlen);
-			sync = true;
-			for (size_t i = 0; i < nq; i++)
-				start(&r, &q[i], true);
-			re = q[0].e;
-		}
+		e = wait_oldest(&r, q, nq, &sent, &sync);
 		o->ns_copy += clock_mono_ns() - t2;
-		if ((e = re))
+		if (e)
 			break;
 		if (q[0].out_end > q[0].out) {
 			uint64_t t3 = clock_mono_ns();
