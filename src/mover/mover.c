@@ -10,7 +10,8 @@
  * next is mapped and queued while the copies of the one before run, and each is answered
  * once its own copies are done.  It maps nothing else; a batch's mappings go before its
  * answer (sources the daemon frees then) or after it, while it waits for copies or
- * requests; it ends when the socket closes, or after MOVER_IDLE_S
+ * requests, but host memory the daemon keeps across moves stays mapped under its key
+ * until a MOVER_FORGET (mover.h); it ends when the socket closes, or after MOVER_IDLE_S
  * seconds without a batch (its context holds device memory: it is not kept for
  * nothing), unless started with "stay" (the daemon's -o host_ahead). */
 #include "mover.h"
@@ -31,10 +32,13 @@ struct mapped {
 	size_t size;
 	CUmemGenericAllocationHandle h;
 	bool early; /* unmapped before the answer: a source the daemon frees once answered */
-	unsigned batch; /* whose it is; ANSWERED: that batch's answer is sent, unmapped when idle */
+	unsigned batch; /* whose it is; ANSWERED: that batch's answer is sent, unmapped when idle;
+	                 * KEPT: host memory kept under key until a MOVER_FORGET */
+	uint64_t key;
 };
 
 #define ANSWERED UINT_MAX
+#define KEPT (UINT_MAX - 1)
 
 /* A batch in flight: its copies queued, the events that mark their end on each stream. */
 struct batch {
@@ -57,10 +61,15 @@ struct mover {
 	unsigned next_id;
 };
 
-static int map_fd(struct mover *mv, unsigned batch, int fd, size_t size, bool early, CUdeviceptr *va, char *why,
-		  size_t whylen)
+static int map_fd(struct mover *mv, unsigned batch, int fd, size_t size, bool early, uint64_t key, CUdeviceptr *va,
+		  char *why, size_t whylen)
 {
 	struct cu_api *cu = &mv->cu;
+	for (size_t i = 0; key && i < mv->n; i++)
+		if (mv->m[i].key == key && mv->m[i].size == size) {
+			*va = mv->m[i].va; /* mapped before: kept */
+			return 0;
+		}
 	if (mv->n == mv->cap) {
 		size_t cap = mv->cap ? 2 * mv->cap : 64;
 		struct mapped *m = realloc(mv->m, cap * sizeof *m);
@@ -81,8 +90,9 @@ static int map_fd(struct mover *mv, unsigned batch, int fd, size_t size, bool ea
 		CUmemAccessDesc a = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, mv->dev },
 				      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
 		m->size = size;
-		m->early = early;
-		m->batch = batch;
+		m->early = early && !key;
+		m->batch = key ? KEPT : batch;
+		m->key = key;
 		mv->n++; /* unmapped at the batch's end, whatever happens next */
 		what = "cuMemSetAccess";
 		r = cu->cuMemSetAccess(m->va, size, &a, 1);
@@ -112,6 +122,17 @@ static void unmap_batch(struct mover *mv, unsigned batch, bool early_only)
 			mv->m[kept++] = mv->m[i];
 	}
 	mv->n = kept;
+}
+
+/* A MOVER_FORGET: the mapping kept under key goes. */
+static void forget(struct mover *mv, uint64_t key)
+{
+	for (size_t i = 0; i < mv->n; i++)
+		if (mv->m[i].key == key) {
+			unmap(mv, &mv->m[i]);
+			mv->m[i] = mv->m[--mv->n];
+			return;
+		}
 }
 
 static int open_device(struct mover *mv, const char *uuid, char *why, size_t whylen)
@@ -151,7 +172,8 @@ static double now_us(void)
 }
 
 /* A batch begun: its copies received, mapped and queued (out on one stream, in on the
- * other), an event after them on each.  -1: the daemon went. */
+ * other), an event after them on each.  0; 1: a MOVER_FORGET came instead, done; -1: the
+ * daemon went. */
 static int batch_begin(struct mover *mv, int sock, struct batch *b)
 {
 	*b = (struct batch){ .id = mv->next_id++ };
@@ -163,6 +185,13 @@ static int batch_begin(struct mover *mv, int sock, struct batch *b)
 		ssize_t n = fdpass_recv(sock, &c, sizeof c, fds, 2, &info);
 		if (n <= 0)
 			return -1; /* the daemon went: so do we */
+		if (n == sizeof c && c.magic == MOVER_MAGIC && c.flags == MOVER_FORGET && !info.nfds && c.src_key &&
+		    !c.last) {
+			forget(mv, c.src_key);
+			if (!b->copies)
+				return 1;
+			continue;
+		}
 		if (!rep->error && (n != sizeof c || info.nfds != 2 || c.magic != MOVER_MAGIC || !c.size ||
 				    (c.flags & ~MOVER_SOURCE_STAYS) || c.reserved)) {
 			rep->error = EPROTO;
@@ -174,8 +203,9 @@ static int batch_begin(struct mover *mv, int sock, struct batch *b)
 		CUdeviceptr src, dst;
 		double t0 = now_us();
 		if (!rep->error &&
-		    (map_fd(mv, b->id, fds[0], c.size, !(c.flags & MOVER_SOURCE_STAYS), &src, rep->why, sizeof rep->why) ||
-		     map_fd(mv, b->id, fds[1], c.size, false, &dst, rep->why, sizeof rep->why)))
+		    (map_fd(mv, b->id, fds[0], c.size, !(c.flags & MOVER_SOURCE_STAYS), c.src_key, &src, rep->why,
+			    sizeof rep->why) ||
+		     map_fd(mv, b->id, fds[1], c.size, false, c.dst_key, &dst, rep->why, sizeof rep->why)))
 			rep->error = EIO;
 		b->t_map += now_us() - t0;
 		CUresult r;
@@ -289,9 +319,10 @@ int main(int argc, char **argv)
 		if (!nq && poll(&p, 1, stay ? -1 : MOVER_IDLE_S * 1000) <= 0)
 			return 0; /* idle: the context's memory goes back */
 		if (nq < 2 && (!nq || poll(&p, 1, 0) == 1)) {
-			if (batch_begin(&mv, sock, &q[nq]))
+			int r = batch_begin(&mv, sock, &q[nq]);
+			if (r < 0)
 				return 0;
-			nq++;
+			nq += r == 0;
 			continue;
 		}
 		/* One in flight: end it once copied, or begin the next one first if it comes. */

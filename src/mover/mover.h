@@ -14,14 +14,22 @@
  * source is unmapped first (device memory is freed as soon as the answer comes, and a
  * mapping would hold it). */
 #define MOVER_SOURCE_STAYS 1u
+/* Not a copy: no descriptors, and no answer.  The mapping kept under src_key goes (the
+ * daemon freed that host memory).  Sent between batches only. */
+#define MOVER_FORGET 2u
 
-/* One copy: with two descriptors, source then destination. */
+/* One copy: with two descriptors, source then destination.  A key (nonzero) names host
+ * memory the daemon keeps across moves (a store's host tier, what it keeps for its next
+ * move out): the helper keeps that mapping under the key and uses it again, until a
+ * MOVER_FORGET names it.  Mapping 1 GiB of host memory costs the helper milliseconds:
+ * a switch would spend more of its time mapping than copying. */
 struct mover_copy {
 	uint32_t magic;
 	uint32_t last;  /* 1: the batch's last copy, answer after it */
 	uint64_t size;  /* of each allocation, bytes */
-	uint32_t flags; /* MOVER_SOURCE_STAYS; no other bit may be set */
+	uint32_t flags; /* MOVER_SOURCE_STAYS or MOVER_FORGET; no other bit may be set */
 	uint32_t reserved; /* 0 */
+	uint64_t src_key, dst_key; /* 0: not kept */
 };
 
 /* The answer to a batch. */

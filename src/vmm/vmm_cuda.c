@@ -31,11 +31,18 @@ struct cuda_priv {
 	bool mover_stays;              /* copies_ready: the helper runs on when idle */
 	int mover_sock;                /* -1: no helper running */
 	pid_t mover_pid;
+	/* Host memory the helper may keep mapped (mover.h): each allocation's key, and the
+	 * keys of those freed since, told to the helper at the next chance (MOVER_FORGET). */
+	atomic_uint_fast64_t next_key;
+	pthread_mutex_t forget_mu;
+	uint64_t *forget;
+	size_t nforget, forget_cap;
 };
 
 struct cuda_buf {
 	struct vmm_buf b; /* first: the daemon sees a vmm_buf */
 	CUmemGenericAllocationHandle h;
+	uint64_t key; /* host memory: its key for the helper (mover.h); 0: device memory */
 };
 
 static void uuid_text(const CUuuid *u, char *out, size_t size)
@@ -110,6 +117,7 @@ static int cuda_open(struct vmm *v, const char *device, char *err, size_t errlen
 	p->host_prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
 	p->host_prop.location.id = numa > 0 ? numa : 0;
 	pthread_mutex_init(&p->mover_mu, NULL);
+	pthread_mutex_init(&p->forget_mu, NULL);
 	p->mover_sock = -1;
 	v->dev.index = index;
 	v->dev.backend = "cuda";
@@ -161,7 +169,11 @@ static int cuda_create(struct vmm_pool *pool, uint64_t aligned, struct vmm_buf *
 
 static int cuda_create_host(struct vmm_pool *pool, uint64_t aligned, struct vmm_buf **out)
 {
-	return create_with(pool, aligned, &((struct cuda_priv *)pool->vmm->priv)->host_prop, out);
+	struct cuda_priv *p = pool->vmm->priv;
+	int e = create_with(pool, aligned, &p->host_prop, out);
+	if (!e)
+		((struct cuda_buf *)*out)->key = atomic_fetch_add(&p->next_key, 1) + 1;
+	return e;
 }
 
 static void cuda_swap(struct vmm_buf *a, struct vmm_buf *b)
@@ -169,8 +181,9 @@ static void cuda_swap(struct vmm_buf *a, struct vmm_buf *b)
 	struct cuda_buf *x = (struct cuda_buf *)a, *y = (struct cuda_buf *)b;
 	CUmemGenericAllocationHandle h = x->h;
 	int fd = a->fd;
-	x->h = y->h, a->fd = b->fd;
-	y->h = h, b->fd = fd;
+	uint64_t key = x->key;
+	x->h = y->h, a->fd = b->fd, x->key = y->key;
+	y->h = h, b->fd = fd, y->key = key;
 }
 
 /* ---- the copy helper (src/mover): the daemon has no context to copy with ---- */
@@ -182,6 +195,9 @@ static void mover_stop(struct cuda_priv *p)
 	close(p->mover_sock); /* it ends at once when its socket closes */
 	waitpid(p->mover_pid, NULL, 0);
 	p->mover_sock = -1;
+	pthread_mutex_lock(&p->forget_mu);
+	p->nforget = 0; /* what it kept mapped went with it */
+	pthread_mutex_unlock(&p->forget_mu);
 }
 
 static int mover_start(struct vmm *v, struct cuda_priv *p, char *err, size_t errlen)
@@ -214,13 +230,37 @@ static int mover_start(struct vmm *v, struct cuda_priv *p, char *err, size_t err
 	return 0;
 }
 
+/* mover_mu held: the keys of host memory freed since, told to the helper, which unmaps
+ * what it kept of them (until then that memory stays pinned for its mapping). */
+static int send_forgets(struct cuda_priv *p)
+{
+	int e = 0;
+	pthread_mutex_lock(&p->forget_mu);
+	for (size_t i = 0; i < p->nforget && !e && p->mover_sock >= 0; i++) {
+		struct mover_copy c = { .magic = MOVER_MAGIC, .flags = MOVER_FORGET, .src_key = p->forget[i] };
+		e = send(p->mover_sock, &c, sizeof c, MSG_NOSIGNAL) == sizeof c ? 0 : -EPIPE;
+	}
+	p->nforget = 0;
+	pthread_mutex_unlock(&p->forget_mu);
+	return e;
+}
+
+static uint64_t key_of(const struct vmm_buf *b)
+{
+	return ((const struct cuda_buf *)b)->key;
+}
+
 /* A batch sent to the helper: 0, or -errno when it was gone. */
 static int mover_send(struct cuda_priv *p, struct vmm_buf *const *src, struct vmm_buf *const *dst, size_t n)
 {
+	int e = send_forgets(p);
+	if (e)
+		return e;
 	for (size_t i = 0; i < n; i++) {
 		/* A host source stays (kept for the next move out, or the store's own if the
 		 * move fails): the mover may unmap it after answering. */
-		struct mover_copy c = { MOVER_MAGIC, i + 1 == n, src[i]->size, src[i]->host ? MOVER_SOURCE_STAYS : 0, 0 };
+		struct mover_copy c = { MOVER_MAGIC, i + 1 == n, src[i]->size, src[i]->host ? MOVER_SOURCE_STAYS : 0, 0,
+					key_of(src[i]), key_of(dst[i]) };
 		int fds[2] = { src[i]->fd, dst[i]->fd };
 		int e = fdpass_send(p->mover_sock, &c, sizeof c, fds, 2);
 		if (e)
@@ -324,10 +364,33 @@ static int cuda_touch(struct vmm *v, struct vmm_buf *const *bufs, size_t n, char
 	return cuda_copy(v, bufs, bufs, n, err, errlen);
 }
 
+/* Host memory freed: the helper may keep it mapped, so it is told (now, if nobody is
+ * using the helper, else before its next batch). */
+static void forget_key(struct cuda_priv *p, uint64_t key)
+{
+	pthread_mutex_lock(&p->forget_mu);
+	if (p->nforget == p->forget_cap) {
+		size_t cap = p->forget_cap ? 2 * p->forget_cap : 64;
+		uint64_t *v = realloc(p->forget, cap * sizeof *v);
+		if (v)
+			p->forget = v, p->forget_cap = cap;
+	}
+	if (p->nforget < p->forget_cap)
+		p->forget[p->nforget++] = key;
+	pthread_mutex_unlock(&p->forget_mu);
+	if (!pthread_mutex_trylock(&p->mover_mu)) {
+		if (send_forgets(p))
+			mover_stop(p);
+		pthread_mutex_unlock(&p->mover_mu);
+	}
+}
+
 static void cuda_release(struct vmm_buf *b)
 {
 	struct cuda_buf *cb = (struct cuda_buf *)b;
 	struct cuda_priv *p = b->vmm->priv;
+	if (cb->key && p->mover_sock >= 0)
+		forget_key(p, cb->key);
 	/* Memory a client still maps lives on (its imported handle); the rest is freed. */
 	vmm_close_fd(b->vmm, b->fd);
 	if (cb->h)
@@ -351,6 +414,8 @@ static int cuda_adopt(struct vmm_pool *pool, int fd, uint64_t offset, uint64_t a
 		free(cb);
 		return e;
 	}
+	if (host)
+		cb->key = atomic_fetch_add(&((struct cuda_priv *)pool->vmm->priv)->next_key, 1) + 1;
 	*out = &cb->b;
 	return 0;
 }
@@ -379,6 +444,7 @@ static void cuda_close(struct vmm *v)
 	if (p) {
 		mover_stop(p);
 		cu_unload(&p->cu);
+		free(p->forget);
 		free(p);
 	}
 }
