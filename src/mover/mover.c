@@ -13,7 +13,7 @@
  * requests, but host memory the daemon keeps across moves stays mapped under its key
  * until a MOVER_FORGET (mover.h); it ends when the socket closes, or after MOVER_IDLE_S
  * seconds without a batch (its context holds device memory: it is not kept for
- * nothing), unless started with "stay" (the daemon's -o host_ahead). */
+ * nothing), unless started with "stay" or told MOVER_STAY (host memory made ahead). */
 #include "mover.h"
 #include "clock.h"
 #include "cuda_api.h"
@@ -51,6 +51,7 @@ struct batch {
 
 struct mover {
 	bool trace;                 /* GMSFS_MOVER_TRACE: each batch's times on stderr (the daemon's log) */
+	bool stay;                  /* no end when idle: "stay", or MOVER_STAY since */
 	struct cu_api cu;
 	CUdevice dev;
 	/* Out (a device source) and in (a host source: MOVER_SOURCE_STAYS): a switch's batch
@@ -185,9 +186,12 @@ static int batch_begin(struct mover *mv, int sock, struct batch *b)
 		ssize_t n = fdpass_recv(sock, &c, sizeof c, fds, 2, &info);
 		if (n <= 0)
 			return -1; /* the daemon went: so do we */
-		if (n == sizeof c && c.magic == MOVER_MAGIC && c.flags == MOVER_FORGET && !info.nfds && c.src_key &&
-		    !c.last) {
-			forget(mv, c.src_key);
+		if (n == sizeof c && c.magic == MOVER_MAGIC && !info.nfds && !c.last &&
+		    ((c.flags == MOVER_FORGET && c.src_key) || c.flags == MOVER_STAY)) {
+			if (c.flags == MOVER_FORGET)
+				forget(mv, c.src_key);
+			else
+				mv->stay = true;
 			if (!b->copies)
 				return 1;
 			continue;
@@ -286,8 +290,8 @@ int main(int argc, char **argv)
 {
 	struct mover mv = {0};
 	struct mover_reply rep = {0};
-	bool stay = argc == 3 && !strcmp(argv[2], "stay"); /* host_ahead: no end when idle */
-	if (argc != 2 && !stay) {
+	mv.stay = argc == 3 && !strcmp(argv[2], "stay"); /* host_ahead: no end when idle */
+	if (argc != 2 && !mv.stay) {
 		fprintf(stderr, "usage: gmsfs-mover DEVICE-UUID [stay] (started by gmsfs, socket on descriptor 3)\n");
 		return 2;
 	}
@@ -316,7 +320,7 @@ int main(int argc, char **argv)
 		struct pollfd p = { sock, POLLIN, 0 };
 		while (!nq && poll(&p, 1, 0) != 1 && idle_unmap(&mv))
 			; /* what answered batches left, one at a time while no request waits */
-		if (!nq && poll(&p, 1, stay ? -1 : MOVER_IDLE_S * 1000) <= 0)
+		if (!nq && poll(&p, 1, mv.stay ? -1 : MOVER_IDLE_S * 1000) <= 0)
 			return 0; /* idle: the context's memory goes back */
 		if (nq < 2 && (!nq || poll(&p, 1, 0) == 1)) {
 			int r = batch_begin(&mv, sock, &q[nq]);

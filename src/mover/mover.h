@@ -17,6 +17,9 @@
 /* Not a copy: no descriptors, and no answer.  The mapping kept under src_key goes (the
  * daemon freed that host memory).  Sent between batches only. */
 #define MOVER_FORGET 2u
+/* Not a copy either: from now on the helper runs on when idle, as if started with
+ * "stay" (the host memory it keeps mapped stays with it). */
+#define MOVER_STAY 4u
 
 /* One copy: with two descriptors, source then destination.  A key (nonzero) names host
  * memory the daemon keeps across moves (a store's host tier, what it keeps for its next

@@ -349,8 +349,10 @@ static void cuda_copies_ready(struct vmm *v)
 	struct cuda_priv *p = v->priv;
 	char err[256];
 	pthread_mutex_lock(&p->mover_mu);
-	if (!p->mover_stays)
-		mover_stop(p); /* one started before runs without "stay": replaced */
+	/* One started before runs without "stay": told to stay (what it keeps mapped, too). */
+	struct mover_copy c = { .magic = MOVER_MAGIC, .flags = MOVER_STAY };
+	if (!p->mover_stays && p->mover_sock >= 0 && send(p->mover_sock, &c, sizeof c, MSG_NOSIGNAL) != sizeof c)
+		mover_stop(p);
 	p->mover_stays = true;
 	if (p->mover_sock < 0 && mover_start(v, p, err, sizeof err))
 		fprintf(stderr, "gmsfs: %s\n", err);
