@@ -138,6 +138,31 @@ PY
 	end_daemon "$T/m" "$T/s.sock"
 }
 
+@test "a dead daemon's mount is lifted by the next one, though stat answers from the cache; a stopped one's is not, and nobody hangs" {
+	mkdir "$T/m"
+	"$GMSFS" -f -o "backend=host,socket=$T/s.sock" "$T/m" 2>"$T/d1.log" 3>&- &
+	local first=$!
+	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
+	mkdir "$T/m/a"
+	stat "$T/m" >/dev/null # the root's attributes, cached for an hour
+	kill -STOP $first # stopped, not dead: its mount stays, and the next start does not wait for it
+	local t0=$SECONDS
+	run timeout 20 "$GMSFS" -f -o "backend=host,socket=$T/s2.sock" "$T/m"
+	assert_failure
+	assert_output --partial "served by a live daemon already"
+	[ $((SECONDS - t0)) -le 5 ]
+	kill -CONT $first
+	kill -9 $first
+	wait $first 2>/dev/null || true
+	"$GMSFS" -f -o "backend=host,socket=$T/s.sock" "$T/m" 2>"$T/d2.log" 3>&- &
+	local second=$!
+	wait_until grep -q "lifting a stale mount" "$T/d2.log"
+	wait_until test -e "$T/m/device"
+	assert_equal "$(grep -c " $T/m fuse.gmsfs " /proc/mounts)" 1
+	umount "$T/m"
+	wait $second
+}
+
 @test "SIGTERM, SIGINT and SIGHUP: the daemon unmounts and exits 0, as gmsfs(8) says; its helper threads never take them" {
 	"$PYTHON" - "$T" "$GMSFS" <<'PY'
 import os, signal, subprocess, sys, time

@@ -5,12 +5,15 @@
 #include "mnt.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef MOVE_MOUNT_BENEATH
@@ -63,10 +66,36 @@ bool mnt_is_gmsfs(const char *dir, char *src, size_t srclen)
 	return found;
 }
 
-int mnt_prepare(const char *dir, char *why, size_t whylen)
+/* Whether the mount on dir has lost its daemon.  stat alone can be answered from the
+ * kernel's cache of the root's attributes (an hour) long after the daemon died; statfs
+ * always asks the daemon, so it is asked in a child, given 2 s: a daemon that is stopped
+ * or stuck counts as live (nothing is lifted under it), and this one does not hang. */
+static bool daemon_gone(const char *dir)
 {
 	struct stat s;
-	if (stat(dir, &s) < 0 && errno == ENOTCONN) {
+	if (stat(dir, &s) < 0 && errno == ENOTCONN)
+		return true;
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct statfs sf;
+		_exit(statfs(dir, &sf) < 0 && errno == ENOTCONN ? 1 : 0);
+	}
+	if (pid < 0)
+		return false;
+	int status = 0;
+	for (int i = 0; i < 200; i++) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return WIFEXITED(status) && WEXITSTATUS(status) == 1;
+		usleep(10000);
+	}
+	kill(pid, SIGKILL); /* a request to a stuck daemon ends at a fatal signal */
+	waitpid(pid, &status, 0);
+	return false;
+}
+
+int mnt_prepare(const char *dir, char *why, size_t whylen)
+{
+	if (daemon_gone(dir)) {
 		fprintf(stderr, "gmsfs: %s: lifting a stale mount (its daemon is gone)\n", dir);
 		umount2(dir, MNT_DETACH);
 		return 0;
