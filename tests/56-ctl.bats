@@ -122,6 +122,39 @@ assert len(list(text_string_to_metric_families(open(sys.argv[1]).read()))) > 5' 
 	done
 }
 
+@test "metrics with a dead mount: gmsfs_up 0 for it and nothing stale, the live one written, exit 1; --version; --textfile must exist" {
+	local m2 p2
+	m2=$(mktemp -d "$BATS_TEST_TMPDIR/m2.XXXXXX")
+	"$GMSFS" -f -o "device=host-dying,socket=$m2.sock" "$m2" 2>/dev/null 3>&- &
+	p2=$!
+	EXTRA+=("$m2")
+	wait_until grep -q " $m2 fuse.gmsfs " /proc/mounts
+	mkdir "$m2/s" "$BATS_TEST_TMPDIR/tf"
+	run ctl metrics --textfile "$BATS_TEST_TMPDIR/tf" "$MNT" "$m2"
+	assert_success
+	grep -q "^gmsfs_store_state{device=\"host-dying\"" "$BATS_TEST_TMPDIR/tf/gmsfs-host-dying.prom"
+	grep -q "^gmsfs_up{device=\"host-dying\",mount=\"$m2\"} 1$" "$BATS_TEST_TMPDIR/tf/gmsfs-host-dying.prom"
+	kill -9 $p2
+	wait $p2 2>/dev/null || true
+	run ctl metrics --textfile "$BATS_TEST_TMPDIR/tf" "$MNT" "$m2"
+	assert_failure
+	assert_output --partial "$m2: its daemon does not answer (gmsfs_up 0)"
+	run cat "$BATS_TEST_TMPDIR/tf/gmsfs-host-dying.prom" # the dead GPU's stores no longer reported
+	refute_output --partial gmsfs_store_state
+	assert_output --partial "gmsfs_up{device=\"host-dying\",mount=\"$m2\"} 0"
+	grep -q "^gmsfs_up{.*mount=\"$MNT\"} 1$" "$BATS_TEST_TMPDIR/tf/gmsfs-$(sed -n 's/^uuid: //p' "$MNT/device").prom"
+	run ctl metrics "$MNT" "$m2"
+	assert_failure
+	assert_output --partial "mount=\"$m2\"} 0"
+	assert_output --partial "mount=\"$MNT\"} 1"
+	run ctl metrics --textfile "$BATS_TEST_TMPDIR/missing" "$MNT"
+	assert_failure
+	assert_output "gmsfsctl: --textfile $BATS_TEST_TMPDIR/missing: not a directory"
+	run ctl --version
+	assert_success
+	assert_output "gmsfsctl $("$GMSFS" --version | awk '$1 == "gmsfs" { print $2 }')"
+}
+
 @test "path: the store on this process's GPU (nvidia-smi's), as an engine pod finds it; a missing mount is an error" {
 	mkdir -p "$BATS_TEST_TMPDIR/bin" "$BATS_TEST_TMPDIR/run"
 	printf '#!/bin/sh\necho host-gpu-x\necho host-gpu-y\n' >"$BATS_TEST_TMPDIR/bin/nvidia-smi"

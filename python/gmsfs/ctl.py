@@ -37,6 +37,19 @@ def mounts():
         return [_unescape(line.split()[1]) for line in f if line.split()[2:3] == [FSTYPE]]
 
 
+def _version():
+    """gmsfs has one version (the library's, the package's, the daemon's): the library's,
+    loaded for this alone (gmsfsctl needs it for nothing else)."""
+    try:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("gmsfs_lib", os.path.join(os.path.dirname(__file__), "_lib.py"))
+        lib = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(lib)
+        return lib.version_string
+    except Exception as e:  # noqa: BLE001  said even where the library does not load
+        return "unknown (libgmsfs: %s)" % e
+
+
 def status(mount):
     with open(os.path.join(mount, "status.json")) as f:
         return json.load(f)
@@ -251,35 +264,79 @@ def _families(text):
     return fams
 
 
+_UP_HEAD = ["# HELP gmsfs_up Whether the mount's daemon answers (1) or its mount is dead (0).",
+            "# TYPE gmsfs_up gauge"]
+
+
+def _up(device, mount, value):
+    esc = lambda v: v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return 'gmsfs_up{device="%s",mount="%s"} %d' % (esc(device), esc(mount), value)
+
+
+def _dead_device(textfile, mount):
+    """A dead mount's device: named in the .prom file written while it lived (its up series),
+    else its mount source (gmsfs-node's is the GPU's uuid)."""
+    want = 'mount="%s"' % mount
+    for name in sorted(os.listdir(textfile)) if textfile else ():
+        if name.startswith("gmsfs-") and name.endswith(".prom"):
+            with open(os.path.join(textfile, name)) as f:
+                if want in f.read():
+                    return name[len("gmsfs-"):-len(".prom")]
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            part = line.split()
+            if part[2:3] == [FSTYPE] and _unescape(part[1]) == mount:
+                return _unescape(part[0])
+    return "unknown"
+
+
 def cmd_metrics(args):
-    where = args.mounts or mounts()
-    texts = {}
+    """Every mount's metrics, and gmsfs_up for each: a mount whose daemon died is up 0 (and
+    its textfile has nothing else: no stale series), the others are still written; then
+    exit status 1, saying which."""
+    live = mounts()
+    where = [os.path.abspath(m) for m in args.mounts] or live
+    if args.textfile and not os.path.isdir(args.textfile):
+        return _fail("--textfile %s: not a directory" % args.textfile)
+    texts, dead = {}, []
     for m in where:
         try:
             with open(os.path.join(m, "metrics")) as f:
-                texts[m] = f.read()
-            texts[m] = (status(m)["device"]["uuid"], texts[m])
+                text = f.read()
+            texts[m] = (status(m)["device"]["uuid"], text)
         except (OSError, ValueError) as e:
-            return _fail("%s: not a gmsfs mount (%s)" % (m, getattr(e, "strerror", None) or e))
+            if m not in live:
+                return _fail("%s: not a gmsfs mount (%s)" % (m, getattr(e, "strerror", None) or e))
+            dead.append(m)
+    ups = {m: _up(uuid, m, 1) for m, (uuid, _) in texts.items()}
+    ups.update({m: _up(_dead_device(args.textfile, m), m, 0) for m in dead})
     if args.textfile:
-        for m, (uuid, text) in texts.items():
+        files = {m: (uuid, text + "\n".join(_UP_HEAD + [ups[m]]) + "\n") for m, (uuid, text) in texts.items()}
+        for m in dead:
+            device = _dead_device(args.textfile, m)
+            files[m] = (device, "\n".join(_UP_HEAD + [ups[m]]) + "\n")
+        for m, (uuid, text) in files.items():
             path = os.path.join(args.textfile, "gmsfs-%s.prom" % uuid)
             tmp = "%s.%d.tmp" % (path, os.getpid())  # node_exporter reads *.prom only
             with open(tmp, "w") as f:
                 f.write(text)
             os.rename(tmp, path)  # never a half-written file for the collector
-        return 0
-    merged = {}
-    for uuid, text in texts.values():  # one HELP and TYPE per family; the device label keeps series apart
-        for name, head, samples in _families(text):
-            merged.setdefault(name, (head, []))[1].extend(samples)
-    for name, (head, samples) in merged.items():
-        sys.stdout.write("\n".join(head + samples) + "\n")
-    return 0
+    else:
+        merged = {}
+        for uuid, text in texts.values():  # one HELP and TYPE per family; the device label keeps series apart
+            for name, head, samples in _families(text):
+                merged.setdefault(name, (head, []))[1].extend(samples)
+        merged["gmsfs_up"] = (_UP_HEAD, [ups[m] for m in where])
+        for name, (head, samples) in merged.items():
+            sys.stdout.write("\n".join(head + samples) + "\n")
+    for m in dead:
+        print("gmsfsctl: %s: its daemon does not answer (gmsfs_up 0)" % m, file=sys.stderr)
+    return 1 if dead else 0
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="gmsfsctl", description="Look at gmsfs mounts without taking a lock.")
+    ap.add_argument("--version", action="version", version="gmsfsctl " + _version())
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("list", help="every store of every gmsfs mount")
     p.add_argument("--json", action="store_true")
