@@ -261,6 +261,23 @@ teardown() {
 	grep -q "^host-gpu-a $T/run/host-gpu-a fuse.gmsfs " /proc/mounts
 	run env PATH="$T/bin:$PATH" GMSFS_ROOT="$T/run" dash "$ROOT/tools/gmsfs-node" --check
 	assert_success
+	# One daemon stopped (stuck): readiness names its GPU within its time; liveness, which
+	# must not restart the node's other GPUs for it, stays 0.  Neither asks nvidia-smi.
+	local stuck t0
+	stuck=$(pgrep -f -- "socket=$T/run/host-gpu-a.sock")
+	kill -STOP "$stuck"
+	rm "$T/bin/nvidia-smi"
+	t0=$(date +%s%N)
+	run env GMSFS_ROOT="$T/run" dash "$ROOT/tools/gmsfs-node" --check
+	assert_failure
+	assert_output "gmsfs-node: not check: host-gpu-a"
+	[ $((($(date +%s%N) - t0) / 1000000)) -lt 1500 ]
+	run env GMSFS_ROOT="$T/run" dash "$ROOT/tools/gmsfs-node" --live
+	assert_success
+	kill -CONT "$stuck"
+	stub_gpus
+	run env GMSFS_ROOT="$T/run" dash "$ROOT/tools/gmsfs-node" --check
+	assert_success
 	mkdir "$T/run/host-gpu-b/w"
 	"$BUILD/gmsfs-example" write "$T/run/host-gpu-b/w" >/dev/null
 	run "$BUILD/gmsfs-example" read "$T/run/host-gpu-b/w"
@@ -271,6 +288,9 @@ teardown() {
 	[ ! -e "$T/run/host-gpu-a.sock" ] && [ ! -e "$T/run/host-gpu-b.sock" ]
 	run env PATH="$T/bin:$PATH" GMSFS_ROOT="$T/run" dash "$ROOT/tools/gmsfs-node" --check
 	assert_failure
+	run env GMSFS_ROOT="$T/run" dash "$ROOT/tools/gmsfs-node" --live
+	assert_failure
+	assert_output --partial "not started"
 }
 
 @test "gmsfs-node: a daemon that dies takes the others down, and the container's process ends 1" {
@@ -300,8 +320,9 @@ assert c["command"] == ["/usr/sbin/gmsfs-node"], c["command"]  # no inline shell
 assert d["spec"]["updateStrategy"]["type"] == "OnDelete"
 assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
 assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
-assert c["livenessProbe"]["exec"]["command"] == ["/usr/sbin/gmsfs-node", "--check"]
+assert c["livenessProbe"]["exec"]["command"] == ["/usr/sbin/gmsfs-node", "--live"]
 assert c["readinessProbe"]["exec"]["command"] == ["/usr/sbin/gmsfs-node", "--check"]
+assert c["livenessProbe"]["timeoutSeconds"] >= 2 and c["readinessProbe"]["timeoutSeconds"] >= 2
 assert spec["runtimeClassName"] and spec["hostPID"] and c["securityContext"]["privileged"]
 assert any(m["mountPropagation"] == "Bidirectional" for m in c["volumeMounts"])
 e = yaml.safe_load(open(sys.argv[1] + "/engine-pod.yaml"))
