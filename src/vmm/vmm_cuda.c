@@ -282,7 +282,7 @@ static int mover_batch(struct cuda_priv *p, struct vmm_buf *const *src, struct v
 }
 
 /* The answer's error, with why. */
-static int reply_error(const struct cuda_priv *p, struct mover_reply *rep, char *err, size_t errlen)
+static int reply_error(struct mover_reply *rep, char *err, size_t errlen)
 {
 	if (!rep->error)
 		return 0;
@@ -307,7 +307,7 @@ static int cuda_copy(struct vmm *v, struct vmm_buf *const *src, struct vmm_buf *
 		snprintf(err, errlen, "the copy helper %s ended without an answer (see the daemon's log)", v->helper);
 	}
 	pthread_mutex_unlock(&p->mover_mu);
-	return e ? e : reply_error(p, &rep, err, errlen);
+	return e ? e : reply_error(&rep, err, errlen);
 }
 
 /* A switch's batches, two in flight (vmm.h): the helper is the switch's from the first
@@ -339,7 +339,7 @@ static int cuda_copy_recv(struct vmm *v, char *err, size_t errlen)
 	}
 	if (!--p->in_flight)
 		pthread_mutex_unlock(&p->mover_mu);
-	return e ? e : reply_error(p, &rep, err, errlen);
+	return e ? e : reply_error(&rep, err, errlen);
 }
 
 /* host_ahead: the helper started now and kept running (its context costs device memory,
