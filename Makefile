@@ -45,6 +45,7 @@ LIB_HDR := $(COMMON_HDR) libgmsfs/internal.h
 LIB_SONAME := libgmsfs.so.0
 
 BIN := $(B)/gmsfs
+KEEPER := $(B)/gmsfs-keeper
 LIB := $(B)/libgmsfs.so $(B)/gmsfs.pc $(B)/libgmsfs-load.so
 UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-session $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
@@ -61,7 +62,7 @@ endif
 LINK_LIB := -L$(B) -lgmsfs -Wl,-rpath,'$$ORIGIN'
 
 .PHONY: all check check-quick check-asan check-unit demo bench install install-node deb wheel clean deps fuzz fuzzers
-all: $(BIN) $(MOVER) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH) $(LOADER)
+all: $(BIN) $(KEEPER) $(MOVER) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH) $(LOADER)
 
 $(B):
 	mkdir -p $(B)
@@ -69,6 +70,10 @@ $(B):
 # The host tier's copy helper of the cuda backend (a CUDA context, which the daemon never makes).
 $(B)/gmsfs-mover: src/mover/mover.c src/mover/mover.h common/cuda_api.h common/fdpass.h | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< -ldl
+
+# The descriptor store of daemons without systemd (a container's): stores outlive their daemon.
+$(KEEPER): src/keeper/keeper.c common/fdpass.h | $(B)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $<
 
 $(BIN): $(DAEMON_SRC) $(DAEMON_HDR) | $(B)
 	@$(PKG_CONFIG) --exists fuse3 libxxhash msgpack || { echo 'missing fuse3/libxxhash/msgpack: run make deps'; exit 1; }
@@ -186,8 +191,9 @@ PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$
 # What a node runs, and all the daemon image has (deploy/container/Containerfile): the
 # daemon and its mover, the node script, gmsfsctl with the Python package and the library
 # that package loads.
-install-node: $(BIN) $(B)/libgmsfs.so $(MOVER)
+install-node: $(BIN) $(KEEPER) $(B)/libgmsfs.so $(MOVER)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/gmsfs
+	install -D -m 0755 $(KEEPER) $(DESTDIR)$(PREFIX)/sbin/gmsfs-keeper
 	$(if $(MOVER),install -D -m 0755 $(MOVER) $(DESTDIR)$(PREFIX)/lib/gmsfs/gmsfs-mover)
 	install -D -m 0755 tools/gmsfs-node $(DESTDIR)$(PREFIX)/sbin/gmsfs-node
 	install -D -m 0755 tools/gmsfsctl $(DESTDIR)$(PREFIX)/bin/gmsfsctl
@@ -211,6 +217,7 @@ install: install-node $(LIB) $(LOADER)
 	install -D -m 0644 man/gmsfs.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfs.8
 	install -D -m 0644 man/gmsfs.5 $(DESTDIR)$(PREFIX)/share/man/man5/gmsfs.5
 	install -D -m 0644 man/gmsfsctl.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfsctl.8
+	install -D -m 0644 man/gmsfs-keeper.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfs-keeper.8
 	install -D -m 0644 man/mount.gmsfs.8 $(DESTDIR)$(PREFIX)/share/man/man8/mount.gmsfs.8
 	for n in mount.fuse.gmsfs gmsfs-mount-all gmsfs-node; do echo '.so man8/mount.gmsfs.8' > $(DESTDIR)$(PREFIX)/share/man/man8/$$n.8; done
 	install -D -m 0755 $(B)/gmsfs-load $(DESTDIR)$(PREFIX)/bin/gmsfs-load

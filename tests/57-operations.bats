@@ -270,7 +270,7 @@ teardown() {
 	t0=$(date +%s%N)
 	run env GMSFS_ROOT="$T/run" dash "$ROOT/tools/gmsfs-node" --check
 	assert_failure
-	assert_output "gmsfs-node: not check: host-gpu-a"
+	assert_output "gmsfs-node: not ready: host-gpu-a"
 	[ $((($(date +%s%N) - t0) / 1000000)) -lt 1500 ]
 	run env GMSFS_ROOT="$T/run" dash "$ROOT/tools/gmsfs-node" --live
 	assert_success
@@ -293,19 +293,24 @@ teardown() {
 	assert_output --partial "not started"
 }
 
-@test "gmsfs-node: a daemon that dies takes the others down, and the container's process ends 1" {
+@test "gmsfs-node without a keeper: a daemon that dies is started again alone (its stores lost); the other GPU untouched" {
 	stub_gpus
 	PATH=$T/bin:$PATH GMSFS=$GMSFS GMSFS_ROOT=$T/run dash "$ROOT/tools/gmsfs-node" 2>"$T/node.log" 3>&- &
 	local node=$!
 	NODE_PID=$node
 	wait_until two_node_mounts
-	kill -9 "$(pgrep -f -- "socket=$T/run/host-gpu-a.sock")"
-	local rc=0
-	wait $node || rc=$?
-	assert_equal "$rc" 1
-	grep -q 'ended: stopping the others' "$T/node.log"
-	! grep -q " $T/run/host-gpu-b " /proc/mounts
-	umount -l "$T/run/host-gpu-a" 2>/dev/null || true # the killed one's (ENOTCONN); its next start lifts it
+	mkdir "$T/run/host-gpu-a/gone" "$T/run/host-gpu-b/kept"
+	local a b
+	a=$(pgrep -f -- "socket=$T/run/host-gpu-a.sock") b=$(pgrep -f -- "socket=$T/run/host-gpu-b.sock")
+	kill -9 "$a"
+	wait_until bash -c "sed -n 's/^pid: //p' $T/run/host-gpu-a/device | grep -q . && ! grep -qx 'pid: $a' $T/run/host-gpu-a/device"
+	kill -0 $node
+	assert_equal "$(pgrep -f -- "socket=$T/run/host-gpu-b.sock")" "$b"
+	[ -d "$T/run/host-gpu-b/kept" ] && [ ! -e "$T/run/host-gpu-a/gone" ]
+	grep -q "the daemon of host-gpu-a (pid $a) ended (137): starting it again in 1s" "$T/node.log"
+	kill -TERM $node
+	wait $node
+	! grep -q " $T/run/" /proc/mounts
 }
 
 @test "the Kubernetes manifests: gmsfs-node, the GPU taint tolerated, requests, probes, OnDelete; the engine finds its store by GPU; the images are the Containerfiles'" {

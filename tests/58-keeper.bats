@@ -1,0 +1,199 @@
+#!/usr/bin/env bats
+# Stores that outlive their daemon where there is no systemd (issue 47): gmsfs-keeper
+# holds the descriptors of their memory in a process of its own (a container of its own in
+# the DaemonSet's pod); gmsfs-node starts each GPU's daemon through it and starts a daemon
+# that died again, alone.  A daemon's SIGKILL, the SIGKILL of every process of the node's
+# container, and a new daemon binary lose no store: the same bytes and layout hash, and a
+# reader that mapped before keeps its bytes and its read lock.  Host backend.
+
+load helpers
+
+setup() {
+	T=$(mktemp -d "$BATS_TEST_TMPDIR/keep.XXXXXX")
+	KEEPER=$BUILD/gmsfs-keeper
+	KEEPER_PID= NODE_PID=
+}
+
+teardown() {
+	if [ -n "$NODE_PID" ] && kill -0 "$NODE_PID" 2>/dev/null; then
+		kill -TERM "$NODE_PID"
+		wait "$NODE_PID" 2>/dev/null || true
+	fi
+	touch "$T/go"
+	for m in $(awk -v r="$T/" 'index($2, r) == 1 { print $2 }' /proc/mounts); do umount -l "$m"; done
+	if [ -n "$KEEPER_PID" ]; then kill -TERM "$KEEPER_PID" 2>/dev/null || true; fi
+	wait 2>/dev/null || true
+}
+
+start_keeper() {
+	"$KEEPER" "$T/keep" 2>"$T/keeper.log" 3>&- &
+	KEEPER_PID=$!
+	wait_until test -S "$T/keep/keeper.sock"
+}
+
+commit_store() { # commit_store STORE TEXT: one allocation of 64 KiB starting with TEXT
+	(
+		exec 9>"$1/lock"
+		truncate -s 65536 "$1/allocs/w"
+		printf '%s' "$2" | dd of="$1/allocs/w" conv=notrunc status=none
+		echo "u8 [65536]" >"$1/meta/w"
+		setfattr -n user.gms.alloc -v w "$1/meta/w"
+		echo >"$1/commit"
+	)
+}
+
+daemon_pid() { sed -n 's/^pid: //p' "$1/device" 2>/dev/null; }
+served_by_other() { local p; p=$(daemon_pid "$1"); [ -n "$p" ] && [ "$p" != "$2" ]; }
+
+# reader STORE: a process that imports STORE and holds it mapped (and read-locked) until
+# $T/go; then it prints the first bytes of w as it maps them.  Output in $T/reader.out.
+reader() {
+	$PYTHON - "$1" "$ROOT" "$T" >"$T/reader.out" 2>&1 3>&- <<'PY' &
+import ctypes, os, sys, time
+sys.path.insert(0, sys.argv[2] + "/python")
+import gmsfs
+with gmsfs.connect(sys.argv[1], "ro") as c:
+    c.import_all()
+    a = c.find("w")
+    open(sys.argv[3] + "/mapped", "w").close()
+    while not os.path.exists(sys.argv[3] + "/go"):
+        time.sleep(0.05)
+    print(ctypes.string_at(a.ptr, 8).decode(), flush=True)
+PY
+	READER_PID=$!
+	wait_until test -e "$T/mapped"
+}
+
+@test "gmsfs-keeper: bad use is refused with a reason; one keeper per directory" {
+	run "$KEEPER"
+	assert_failure 2
+	assert_output --partial "usage: gmsfs-keeper DIR"
+	run "$KEEPER" --exec "$T/none" gpu-a true
+	assert_failure 1
+	assert_output --partial "keeper.sock: No such file or directory"
+	start_keeper
+	run "$KEEPER" "$T/keep"
+	assert_failure 1
+	assert_output --partial "a keeper serves it already"
+	run "$KEEPER" --exec "$T/keep" "../x" true
+	assert_failure 1
+	assert_output --partial "../x: Invalid argument"
+	[ "$(stat -c %a "$T/keep")" = 700 ] && [ "$(stat -c %a "$T/keep/keeper.sock")" = 600 ]
+	# What --exec hands a daemon: no descriptor yet, its notify socket.
+	run "$KEEPER" --exec "$T/keep" gpu-a sh -c 'echo "${LISTEN_FDS:-none} $NOTIFY_SOCKET"'
+	assert_success
+	assert_output --partial "none $T/keep/gpu-a.notify"
+	"$KEEPER" --version | grep -q '^gmsfs-keeper '
+}
+
+@test "gmsfs-keeper: a daemon SIGKILLed, then SIGTERMed, comes back with every store; the keeper's end lets go" {
+	start_keeper
+	mkdir "$T/m"
+	run_daemon() {
+		"$KEEPER" --exec "$T/keep" gpu-a "$GMSFS" -f -o "backend=host,socket=$T/s,state=$T/keep/state/gpu-a" "$T/m" \
+			2>>"$T/daemon.log" 3>&- &
+	}
+	run_daemon
+	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
+	mkdir "$T/m/llama"
+	commit_store "$T/m/llama" "weights1"
+	hash=$(cat "$T/m/llama/layout_hash")
+	reader "$T/m/llama"
+	old=$(daemon_pid "$T/m")
+	kill -9 "$old"
+	run_daemon
+	wait_until served_by_other "$T/m" "$old"
+	assert_equal "$(cat "$T/m/llama/layout_hash")" "$hash"
+	assert_equal "$(head -c 8 "$T/m/llama/allocs/w")" weights1
+	assert_equal "$(state_of "$T/m/llama" readers)" 1 # the reader's lock came back with it
+	old=$(daemon_pid "$T/m")
+	kill -TERM "$old"
+	wait_until bash -c "! grep -q ' $T/m fuse.gmsfs ' /proc/mounts"
+	run_daemon
+	wait_until served_by_other "$T/m" "$old"
+	assert_equal "$(cat "$T/m/llama/layout_hash")" "$hash"
+	touch "$T/go"
+	wait "$READER_PID"
+	assert_equal "$(cat "$T/reader.out")" weights1
+	grep -q "gpu-a: 1 descriptors handed" "$T/keeper.log"
+	umount "$T/m"
+	kill -TERM "$KEEPER_PID"
+	wait "$KEEPER_PID"
+	KEEPER_PID=
+	grep -q "ending: 1 descriptors let go" "$T/keeper.log"
+}
+
+# A stub nvidia-smi that lists two "GPUs" the host backend serves (device=host-...).
+node() { # node: gmsfs-node in the background, with the keeper; sets NODE_PID
+	mkdir -p "$T/bin"
+	printf '#!/bin/sh\necho host-gpu-a\necho host-gpu-b\n' >"$T/bin/nvidia-smi"
+	chmod +x "$T/bin/nvidia-smi"
+	PATH=$T/bin:$PATH GMSFS=${NODE_GMSFS:-$GMSFS} GMSFS_KEEPER=$KEEPER GMSFS_KEEP=$T/keep GMSFS_ROOT=$T/run \
+		dash "$ROOT/tools/gmsfs-node" 2>>"$T/node.log" 3>&- &
+	NODE_PID=$!
+	wait_until two_mounts
+}
+two_mounts() { [ "$(grep -c " $T/run/host-gpu-[ab] fuse.gmsfs " /proc/mounts)" = 2 ]; }
+
+@test "gmsfs-node with a keeper: a daemon SIGKILLed is started again alone, its stores back; the other GPU untouched" {
+	start_keeper
+	node
+	mkdir "$T/run/host-gpu-a/llama" "$T/run/host-gpu-b/qwen"
+	commit_store "$T/run/host-gpu-a/llama" "llama-v1"
+	commit_store "$T/run/host-gpu-b/qwen" "qwen-v1"
+	hash=$(cat "$T/run/host-gpu-a/llama/layout_hash")
+	reader "$T/run/host-gpu-a/llama"
+	a=$(daemon_pid "$T/run/host-gpu-a") b=$(daemon_pid "$T/run/host-gpu-b")
+	kill -9 "$a"
+	run env GMSFS_ROOT="$T/run" dash "$ROOT/tools/gmsfs-node" --live # one GPU down: no restart of the node
+	assert_success
+	wait_until served_by_other "$T/run/host-gpu-a" "$a"
+	kill -0 "$NODE_PID"
+	assert_equal "$(daemon_pid "$T/run/host-gpu-b")" "$b"
+	assert_equal "$(cat "$T/run/host-gpu-a/llama/layout_hash")" "$hash"
+	assert_equal "$(head -c 8 "$T/run/host-gpu-a/llama/allocs/w")" llama-v1
+	assert_equal "$(state_of "$T/run/host-gpu-a/llama" readers)" 1
+	grep -q "the daemon of host-gpu-a (pid $a) ended (137): starting it again in 1s" "$T/node.log"
+	run env GMSFS_ROOT="$T/run" dash "$ROOT/tools/gmsfs-node" --check
+	assert_success
+	touch "$T/go"
+	wait "$READER_PID"
+	assert_equal "$(cat "$T/reader.out")" llama-v1
+}
+
+@test "gmsfs-node with a keeper: every process of the node SIGKILLed, then a new daemon binary: every store back" {
+	start_keeper
+	node
+	mkdir "$T/run/host-gpu-a/llama" "$T/run/host-gpu-b/qwen"
+	commit_store "$T/run/host-gpu-a/llama" "llama-v1"
+	commit_store "$T/run/host-gpu-b/qwen" "qwen-v1"
+	ha=$(cat "$T/run/host-gpu-a/llama/layout_hash") hb=$(cat "$T/run/host-gpu-b/qwen/layout_hash")
+	reader "$T/run/host-gpu-b/qwen"
+	# The container's processes, all at once: the script and both daemons.
+	a=$(daemon_pid "$T/run/host-gpu-a") b=$(daemon_pid "$T/run/host-gpu-b")
+	kill -9 "$NODE_PID" "$a" "$b"
+	wait "$NODE_PID" 2>/dev/null || true
+	node # the container started again: the stale mounts lifted, the stores restored
+	wait_until served_by_other "$T/run/host-gpu-a" "$a"
+	assert_equal "$(cat "$T/run/host-gpu-a/llama/layout_hash")" "$ha"
+	assert_equal "$(cat "$T/run/host-gpu-b/qwen/layout_hash")" "$hb"
+	assert_equal "$(head -c 7 "$T/run/host-gpu-b/qwen/allocs/w")" qwen-v1
+	# An upgrade: the container stopped (SIGTERM) and started with another binary.
+	cp "$GMSFS" "$T/gmsfs-next"
+	kill -TERM "$NODE_PID"
+	wait "$NODE_PID"
+	! grep -q " $T/run/" /proc/mounts
+	NODE_GMSFS=$T/gmsfs-next node
+	pgrep -f -- "^$T/gmsfs-next -f -o device=host-gpu-a" >/dev/null
+	assert_equal "$(cat "$T/run/host-gpu-a/llama/layout_hash")" "$ha"
+	assert_equal "$(cat "$T/run/host-gpu-b/qwen/layout_hash")" "$hb"
+	assert_equal "$(head -c 8 "$T/run/host-gpu-a/llama/allocs/w")" llama-v1
+	assert_equal "$(state_of "$T/run/host-gpu-b/qwen" readers)" 1
+	touch "$T/go"
+	wait "$READER_PID"
+	assert_equal "$(cat "$T/reader.out")" qwen-v1
+	kill -TERM "$NODE_PID"
+	wait "$NODE_PID"
+	NODE_PID=
+	! grep -q " $T/run/" /proc/mounts
+}
