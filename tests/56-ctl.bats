@@ -132,8 +132,8 @@ assert len(list(text_string_to_metric_families(open(sys.argv[1]).read()))) > 5' 
 	mkdir "$m2/s" "$BATS_TEST_TMPDIR/tf"
 	run ctl metrics --textfile "$BATS_TEST_TMPDIR/tf" "$MNT" "$m2"
 	assert_success
-	grep -q "^gmsfs_store_state{device=\"host-dying\"" "$BATS_TEST_TMPDIR/tf/gmsfs-host-dying.prom"
-	grep -q "^gmsfs_up{device=\"host-dying\",mount=\"$m2\"} 1$" "$BATS_TEST_TMPDIR/tf/gmsfs-host-dying.prom"
+	grep -q "^gmsfs_store_state{device=\"host-dying\",gpu=\"0\",UUID=\"host-dying\"" "$BATS_TEST_TMPDIR/tf/gmsfs-host-dying.prom"
+	grep -q "^gmsfs_up{device=\"host-dying\",gpu=\"0\",UUID=\"host-dying\",mount=\"$m2\"} 1$" "$BATS_TEST_TMPDIR/tf/gmsfs-host-dying.prom"
 	kill -9 $p2
 	wait $p2 2>/dev/null || true
 	run ctl metrics --textfile "$BATS_TEST_TMPDIR/tf" "$MNT" "$m2"
@@ -141,7 +141,7 @@ assert len(list(text_string_to_metric_families(open(sys.argv[1]).read()))) > 5' 
 	assert_output --partial "$m2: its daemon does not answer (gmsfs_up 0)"
 	run cat "$BATS_TEST_TMPDIR/tf/gmsfs-host-dying.prom" # the dead GPU's stores no longer reported
 	refute_output --partial gmsfs_store_state
-	assert_output --partial "gmsfs_up{device=\"host-dying\",mount=\"$m2\"} 0"
+	assert_output --partial "gmsfs_up{device=\"host-dying\",gpu=\"0\",UUID=\"host-dying\",mount=\"$m2\"} 0"
 	grep -q "^gmsfs_up{.*mount=\"$MNT\"} 1$" "$BATS_TEST_TMPDIR/tf/gmsfs-$(sed -n 's/^uuid: //p' "$MNT/device").prom"
 	run ctl metrics "$MNT" "$m2"
 	assert_failure
@@ -153,6 +153,61 @@ assert len(list(text_string_to_metric_families(open(sys.argv[1]).read()))) > 5' 
 	run ctl --version
 	assert_success
 	assert_output "gmsfsctl $("$GMSFS" --version | awk '$1 == "gmsfs" { print $2 }')"
+}
+
+# scrape PORT: the text /metrics serves (curl is not in Debian's minimal set: Python's urllib).
+scrape() {
+	"$PYTHON" -c 'import sys, urllib.request
+print(urllib.request.urlopen("http://127.0.0.1:%s%s" % (sys.argv[1], sys.argv[2]), timeout=10).read().decode(), end="")' "$1" "${2:-/metrics}"
+}
+
+@test "metrics --listen: every mount at each scrape over HTTP; a stuck daemon is up 0 within the scrape, a dead one up 0 with nothing stale; SIGTERM ends it" {
+	local m2 p2 srv port
+	m2=$(mktemp -d "$BATS_TEST_TMPDIR/m2.XXXXXX")
+	"$GMSFS" -f -o "device=host-served,socket=$m2.sock" "$m2" 2>/dev/null 3>&- &
+	p2=$!
+	EXTRA+=("$m2")
+	wait_until grep -q " $m2 fuse.gmsfs " /proc/mounts
+	mkdir "$m2/s"
+	run ctl metrics --listen 127.0.0.1:http "$MNT"
+	assert_failure
+	assert_output "gmsfsctl: --listen 127.0.0.1:http: not [HOST]:PORT"
+	run ctl metrics --listen :1 --textfile "$BATS_TEST_TMPDIR" "$MNT"
+	assert_failure 2 # one or the other
+	"$PYTHON" "$ROOT/tools/gmsfsctl" metrics --listen 127.0.0.1:0 "$MNT" "$m2" 2>"$BATS_TEST_TMPDIR/srv.log" 3>&- &
+	srv=$!
+	wait_until grep -q "metrics on http" "$BATS_TEST_TMPDIR/srv.log"
+	port=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\)/metrics|\1|p' "$BATS_TEST_TMPDIR/srv.log")
+	run scrape "$port"
+	assert_success
+	assert_output --partial "gmsfs_store_state{device=\"host-served\",gpu=\"0\",UUID=\"host-served\",store=\"s\",state=\"EMPTY\"} 1"
+	assert_output --partial "mount=\"$m2\"} 1"
+	"$PYTHON" -c '
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+names = [f.name for f in text_string_to_metric_families(sys.argv[1])]
+assert len(names) == len(set(names)) and "gmsfs_up" in names, names' "$output"
+	kill -STOP $p2 # stuck: the scrape still answers, in its time
+	local t0=$SECONDS
+	run scrape "$port"
+	kill -CONT $p2
+	assert_success
+	assert_output --partial "mount=\"$m2\"} 0"
+	assert_output --partial "mount=\"$MNT\"} 1"
+	[ $((SECONDS - t0)) -le 4 ]
+	wait_until bash -c "'$PYTHON' -c 'import sys, urllib.request
+print(urllib.request.urlopen(\"http://127.0.0.1:$port/metrics\").read().decode())' | grep -q 'mount=\"$m2\"} 1'"
+	kill -9 $p2
+	wait $p2 2>/dev/null || true
+	run scrape "$port"
+	assert_success
+	assert_output --partial "gmsfs_up{device=\"host-served\",gpu=\"0\",UUID=\"host-served\",mount=\"$m2\"} 0"
+	refute_output --partial 'store="s"' # the dead GPU's stores no longer reported
+	run scrape "$port" /other
+	assert_failure
+	assert_output --partial "404"
+	kill -TERM $srv
+	wait $srv
 }
 
 @test "path: the store on this process's GPU (nvidia-smi's), as an engine pod finds it; a missing mount is an error" {

@@ -313,14 +313,33 @@ teardown() {
 	! grep -q " $T/run/" /proc/mounts
 }
 
-@test "the Kubernetes manifests: gmsfs-node, the GPU taint tolerated, requests, probes, OnDelete; the engine finds its store by GPU; the images are the Containerfiles'" {
+@test "the Kubernetes manifests: gmsfs-node through the keeper, the GPU taint tolerated, requests, probes, OnDelete, metrics over HTTP with a Service and a ServiceMonitor; the engine finds its store by GPU; the images are the Containerfiles'" {
 	local version
 	version=$("$GMSFS" --version | awk '$1 == "gmsfs" { print $2 }')
 	"$PYTHON" - "$ROOT/deploy/kubernetes" "$ROOT/deploy/container" "$version" <<'PY'
 import sys, yaml
 d = yaml.safe_load(open(sys.argv[1] + "/gmsfs-daemonset.yaml"))
 spec = d["spec"]["template"]["spec"]
-c = spec["containers"][0]
+by = {c["name"]: c for c in spec["containers"]}
+c, keeper, metrics = by["gmsfs"], by["keeper"], by["metrics"]
+# The keeper outlives the gmsfs container: its own container, the same emptyDir as the
+# daemons' GMSFS_KEEP; not privileged.
+env = {e["name"]: e["value"] for e in c["env"]}
+assert keeper["command"] == ["/usr/sbin/gmsfs-keeper", env["GMSFS_KEEP"]], (keeper["command"], env)
+mounts = lambda x: {m["name"]: m["mountPath"] for m in x["volumeMounts"]}
+assert mounts(keeper)["keep"] == mounts(c)["keep"] == env["GMSFS_KEEP"]
+assert {"name": "keep", "emptyDir": {}} in spec["volumes"]
+assert "securityContext" not in keeper and "securityContext" not in metrics
+# Metrics over HTTP: the port the Service targets, and the ServiceMonitor selects that Service.
+assert metrics["command"][:3] == ["/usr/bin/gmsfsctl", "metrics", "--listen"], metrics["command"]
+port = int(metrics["command"][3].rsplit(":", 1)[1])
+assert metrics["ports"] == [{"name": "metrics", "containerPort": port}]
+svc, mon = yaml.safe_load_all(open(sys.argv[1] + "/gmsfs-metrics.yaml"))
+assert svc["kind"] == "Service" and svc["spec"]["selector"] == d["spec"]["template"]["metadata"]["labels"]
+assert svc["spec"]["ports"][0]["targetPort"] == "metrics" and svc["spec"]["ports"][0]["name"] == "metrics"
+assert mon["kind"] == "ServiceMonitor" and mon["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+assert mon["spec"]["endpoints"][0]["port"] == "metrics"
+assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "Hostname"} in mon["spec"]["endpoints"][0]["relabelings"]
 assert c["command"] == ["/usr/sbin/gmsfs-node"], c["command"]  # no inline shell
 assert d["spec"]["updateStrategy"]["type"] == "OnDelete"
 assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
@@ -336,7 +355,7 @@ assert "gmsfsctl path llama" in " ".join(ec["args"]) and "GPU-" not in " ".join(
 assert ec["volumeMounts"][0]["mountPropagation"] == "HostToContainer"
 # The images are what deploy/container builds (tests/container.sh runs them), this version's.
 version = sys.argv[3]
-assert c["image"].endswith("/gmsfs:" + version), c["image"]
+assert all(x["image"].endswith("/gmsfs:" + version) for x in (c, keeper, metrics)), c["image"]
 assert ec["image"].endswith("/gmsfs-engine:" + version), ec["image"]
 daemon = open(sys.argv[2] + "/Containerfile").read()
 assert 'CMD ["/usr/sbin/gmsfs-node"]' in daemon and "install-node" in daemon

@@ -7,7 +7,10 @@
 # not privileged, have no capability and no /dev/fuse, and see only that folder
 # (HostToContainer), write, commit and import a store through the wheel's package; SIGTERM
 # to the daemon container ends every daemon, lifts every mount, and the container ends 0.
-# The host backend stands in for GPUs (a stub nvidia-smi lists two).  TAP.
+# As the DaemonSet's pod runs them (issue 47): the keeper in a container of its own, the
+# metrics served over HTTP from another; a daemon SIGKILLed, every process of the daemon
+# container SIGKILLed, and the daemon container replaced by one of a new image tag lose no
+# store.  The host backend stands in for GPUs (a stub nvidia-smi lists two).  TAP.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 b=${GMSFS_BUILD:-build}
@@ -16,15 +19,20 @@ b=${GMSFS_BUILD:-build}
 tmp=$(mktemp -d /tmp/gmsfs-container.XXXXXX)
 run=$tmp/run # the node's /run/gmsfs
 node=gmsfs-test-node-$$
+keeper=gmsfs-test-keeper-$$
+metrics=gmsfs-test-metrics-$$
 podman_env "$tmp/containers.conf"
 version=$("$b/gmsfs" --version | awk '$1 == "gmsfs" { print $2 }')
 image=localhost/gmsfs:$version
 engine_image=localhost/gmsfs-engine:$version
 cleanup() {
-	if podman container exists "$node" 2>/dev/null; then
-		podman stop -t 30 "$node" >/dev/null 2>&1
-		podman rm -f "$node" >/dev/null 2>&1
-	fi
+	for c in "$node" "$metrics" "$keeper"; do # the daemons first: the keeper outlives them
+		if podman container exists "$c" 2>/dev/null; then
+			podman stop -t 30 "$c" >/dev/null 2>&1
+			podman rm -f "$c" >/dev/null 2>&1
+		fi
+	done
+	podman rmi "localhost/gmsfs:next-$$" >/dev/null 2>&1
 	for m in $(awk -v r="$run/" 'index($2, r) == 1 { print $2 }' /proc/mounts); do umount -l "$m"; done
 	grep -q " $run " /proc/mounts && umount -l "$run"
 	rm -rf "$tmp"
@@ -37,9 +45,9 @@ t "scripts/container-base.sh: Debian 12 from the archive, the CUDA header, a Pyt
 t "the daemon image: one podman build of deploy/container/Containerfile" sh -c "
 	podman build --network host \$(cat '$tmp/daemon.args') -f deploy/container/Containerfile -t '$image' . >'$tmp/build.log' 2>&1 ||
 	{ tail -30 '$tmp/build.log'; exit 1; }"
-t "the daemon image holds the node script, the daemon, the mover, gmsfsctl, and no engine's part" \
+t "the daemon image holds the node script, the keeper, the daemon, the mover, gmsfsctl, and no engine's part" \
 	podman run --rm --network none "$image" sh -c '
-	test -x /usr/sbin/gmsfs-node && test -x /usr/bin/gmsfs && test -x /usr/lib/gmsfs/gmsfs-mover &&
+	test -x /usr/sbin/gmsfs-node && test -x /usr/sbin/gmsfs-keeper && test -x /usr/bin/gmsfs && test -x /usr/lib/gmsfs/gmsfs-mover &&
 	gmsfsctl --help >/dev/null && ! test -e /usr/bin/gmsfs-load && ! test -e /usr/include/gmsfs'
 t "make wheel, then the engine image: one podman build of deploy/container/Containerfile.engine" sh -c "
 	make -s wheel >/dev/null && podman build --network host \$(cat '$tmp/engine.args') \
@@ -52,11 +60,35 @@ mount --bind "$run" "$run" && mount --make-shared "$run"
 printf '#!/bin/sh\necho host-gpu-a\necho host-gpu-b\n' >"$tmp/nvidia-smi"
 chmod +x "$tmp/nvidia-smi"
 mounted() { [ "$(grep -c " $run/host-gpu-[ab] fuse.gmsfs " /proc/mounts)" = 2 ]; }
-t "the daemon container (privileged, /dev/fuse, host pids): both mounts appear on the host" sh -c "
-	podman run -d --name '$node' --privileged --pid host --network none --device /dev/fuse \
-		-v '$run:/run/gmsfs:rshared' -v '$tmp/nvidia-smi:/usr/local/bin/nvidia-smi:ro' '$image' >/dev/null &&
-	for _ in \$(seq 100); do [ \"\$(grep -c ' $run/host-gpu-[ab] fuse.gmsfs ' /proc/mounts)\" = 2 ] && exit 0; sleep 0.1; done
-	podman logs '$node'; exit 1"
+t "the keeper's container (no privilege): it serves the pod's keep folder" sh -c "
+	mkdir -p '$tmp/keep' &&
+	podman run -d --name '$keeper' --network none -v '$tmp/keep:/run/gmsfs-keep' '$image' gmsfs-keeper /run/gmsfs-keep >/dev/null &&
+	for _ in \$(seq 100); do [ -S '$tmp/keep/keeper.sock' ] && exit 0; sleep 0.1; done
+	podman logs '$keeper'; exit 1"
+# node [IMAGE]: the daemon container, its daemons started through the keeper.
+node() {
+	podman run -d --name "$node" --privileged --pid host --network none --device /dev/fuse \
+		-v "$run:/run/gmsfs:rshared" -v "$tmp/keep:/run/gmsfs-keep" -e GMSFS_KEEP=/run/gmsfs-keep \
+		-v "$tmp/nvidia-smi:/usr/local/bin/nvidia-smi:ro" "${1:-$image}" >/dev/null || return 1
+	for _ in $(seq 100); do mounted && return 0; sleep 0.1; done
+	podman logs "$node"
+	return 1
+}
+daemon_pid() { sed -n 's/^pid: //p' "$run/$1/device" 2>/dev/null; }
+# back GPU OLDPID HASH: another daemon serves GPU, its store llama (if HASH) with that hash.
+back() {
+	for _ in $(seq 100); do
+		p=$(daemon_pid "$1")
+		if [ -n "$p" ] && [ "$p" != "$2" ]; then
+			[ -z "${3:-}" ] && return 0
+			[ "$(cat "$run/$1/llama/layout_hash" 2>/dev/null)" = "$3" ] && return 0
+		fi
+		sleep 0.1
+	done
+	podman logs "$node" 2>&1 | tail -20
+	return 1
+}
+t "the daemon container (privileged, /dev/fuse, host pids, GMSFS_KEEP): both mounts appear on the host" node
 t "its probe: podman exec gmsfs-node --check" podman exec "$node" gmsfs-node --check
 
 # An engine's container: not privileged, no capability, no /dev/fuse, only the node's folder.
@@ -87,6 +119,51 @@ with gmsfs.connect("/run/gmsfs/host-gpu-b/llama", "ro") as c:
     c.import_all()
     assert ctypes.string_at(c.find("w0").ptr, 22) == b"written in a container"
     assert c.meta_get("layer0").value == b"v1"'
+hash=$(cat "$run/host-gpu-b/llama/layout_hash")
+a=$(daemon_pid host-gpu-a) b=$(daemon_pid host-gpu-b)
+one_killed() {
+	kill -9 "$b" && podman exec "$node" gmsfs-node --live && back host-gpu-b "$b" "$hash" &&
+		[ "$(daemon_pid host-gpu-a)" = "$a" ]
+}
+t "a daemon SIGKILLed: gmsfs-node starts it again alone, its store back (hash); the other GPU's untouched" one_killed
+t "an engine container imports it again: the same bytes" engine python3 -c '
+import ctypes, gmsfs
+with gmsfs.connect("/run/gmsfs/host-gpu-b/llama", "ro") as c:
+    c.import_all()
+    assert ctypes.string_at(c.find("w0").ptr, 22) == b"written in a container"'
+all_killed() { # the container's processes, all at once: gmsfs-node and both daemons
+	b=$(daemon_pid host-gpu-b)
+	kill -9 "$(podman inspect "$node" --format '{{.State.Pid}}')" "$(daemon_pid host-gpu-a)" "$b" &&
+		podman wait "$node" >/dev/null && podman start "$node" >/dev/null && back host-gpu-b "$b" "$hash"
+}
+t "every process of the daemon container SIGKILLed, the container started again: the store back" all_killed
+new_image() { # what the kubelet does for kubectl set image on the pod's gmsfs container
+	b=$(daemon_pid host-gpu-b)
+	podman tag "$image" "localhost/gmsfs:next-$$" && podman stop -t 30 "$node" >/dev/null &&
+		podman rm "$node" >/dev/null && node "localhost/gmsfs:next-$$" && back host-gpu-b "$b" "$hash" &&
+		[ "$(podman inspect "$node" --format '{{.ImageName}}')" = "localhost/gmsfs:next-$$" ] &&
+		podman logs "$keeper" 2>&1 | grep -q 'host-gpu-b: 1 descriptors handed'
+}
+t "a new image for the daemons: the container replaced by one of the next tag; the store back, the keeper untouched" new_image
+served_metrics() {
+	local port=
+	podman run -d --name "$metrics" --network host -v "$run:/run/gmsfs:rslave" "$image" \
+		gmsfsctl metrics --listen 127.0.0.1:0 --root /run/gmsfs >/dev/null || return 1
+	for _ in $(seq 100); do
+		port=$(podman logs "$metrics" 2>&1 | sed -n 's|.*http://127.0.0.1:\([0-9]*\)/metrics|\1|p')
+		[ -n "$port" ] && break
+		sleep 0.1
+	done
+	python3 - "$port" <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=10).read().decode()
+for gpu in ("host-gpu-a", "host-gpu-b"):
+    want = 'gmsfs_up{device="%s",gpu="0",UUID="%s",mount="/run/gmsfs/%s"} 1' % (gpu, gpu, gpu)
+    assert want in text, text
+assert 'store="llama"' in text, text
+PY
+}
+t "the metrics container: gmsfsctl metrics --listen serves both GPUs over HTTP, up 1, with dcgm-exporter's labels" served_metrics
 t "SIGTERM to the daemon container: it ends 0, every mount and socket gone, no daemon left" sh -c "
 	podman stop -t 30 '$node' >/dev/null &&
 	test \"\$(podman inspect '$node' --format '{{.State.ExitCode}}')\" = 0 &&
@@ -94,6 +171,8 @@ t "SIGTERM to the daemon container: it ends 0, every mount and socket gone, no d
 	test ! -e '$run/host-gpu-a.sock' && test ! -e '$run/host-gpu-b.sock' &&
 	! pgrep -f 'socket=/run/gmsfs/host-gpu-[ab].sock' >/dev/null &&
 	podman logs '$node' 2>&1 | grep -q 'a daemon for each of 2 GPUs'"
+t "the keeper's end (the pod deleted) lets the stores' memory go" sh -c "
+	podman stop -t 30 '$keeper' >/dev/null && podman logs '$keeper' 2>&1 | grep -q 'ending: [1-9][0-9]* descriptors let go'"
 
 echo "1..$n"
 [ "$failed" -eq 0 ]

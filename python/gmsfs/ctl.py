@@ -6,10 +6,11 @@
     gmsfsctl path NAME [--gpu N] [--root DIR]
                                           the store NAME on this process's GPU (nvidia-smi's
                                           first, or the N-th): ROOT/GPU-<uuid>/NAME
-    gmsfsctl metrics [MOUNT...] [--textfile DIR]
+    gmsfsctl metrics [MOUNT...] [--textfile DIR | --listen [HOST]:PORT] [--root DIR]
                                           every mount's metrics as one text; --textfile: into
                                           DIR/gmsfs-<device>.prom each, atomically (rename),
-                                          for node_exporter's textfile collector
+                                          for node_exporter's textfile collector; --listen:
+                                          served over HTTP at /metrics, read at each scrape
 
 Everything comes from files that never lock or wait: status.json and the tree's names,
 sizes and extended attributes.  Exit status 0; 1 when waiting timed out or a path is
@@ -264,24 +265,37 @@ def _families(text):
     return fams
 
 
-_UP_HEAD = ["# HELP gmsfs_up Whether the mount's daemon answers (1) or its mount is dead (0).",
+_UP_HEAD = ["# HELP gmsfs_up Whether the mount's daemon answers (1) or its mount is dead or gone (0).",
             "# TYPE gmsfs_up gauge"]
 
 
+def _esc(v):
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _up(device, mount, value):
-    esc = lambda v: v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return 'gmsfs_up{device="%s",mount="%s"} %d' % (esc(device), esc(mount), value)
+    """device: (uuid, index or None): the labels the daemon's series have (device, and
+    dcgm-exporter's gpu and UUID)."""
+    uuid, index = device
+    gpu = ',gpu="%d"' % index if index is not None else ""
+    return 'gmsfs_up{device="%s"%s,UUID="%s",mount="%s"} %d' % (_esc(uuid), gpu, _esc(uuid), _esc(mount), value)
 
 
 def _dead_device(textfile, mount):
     """A dead mount's device: named in the .prom file written while it lived (its up series),
     else its mount source (gmsfs-node's is the GPU's uuid)."""
-    want = 'mount="%s"' % mount
+    want = 'mount="%s"' % _esc(mount)
     for name in sorted(os.listdir(textfile)) if textfile else ():
         if name.startswith("gmsfs-") and name.endswith(".prom"):
             with open(os.path.join(textfile, name)) as f:
-                if want in f.read():
-                    return name[len("gmsfs-"):-len(".prom")]
+                for line in f:
+                    if line.startswith("gmsfs_up{") and want in line:
+                        gpu = line.split('gpu="', 1)[1].split('"', 1)[0] if 'gpu="' in line else None
+                        return name[len("gmsfs-"):-len(".prom")], int(gpu) if gpu else None
+    return _mount_source(mount), None
+
+
+def _mount_source(mount):
     with open("/proc/self/mounts") as f:
         for line in f:
             part = line.split()
@@ -290,10 +304,31 @@ def _dead_device(textfile, mount):
     return "unknown"
 
 
+def _read_mount(m):
+    """(uuid, index, metrics text) of a mount; OSError or ValueError when it does not answer."""
+    with open(os.path.join(m, "metrics")) as f:
+        text = f.read()
+    dev = status(m)["device"]
+    return dev["uuid"], dev.get("index"), text
+
+
+def _merge(texts, ups):
+    """Several mounts' metrics as one text: one HELP and TYPE per family; the device labels
+    keep the series apart; gmsfs_up last."""
+    merged = {}
+    for text in texts:
+        for name, head, samples in _families(text):
+            merged.setdefault(name, (head, []))[1].extend(samples)
+    merged["gmsfs_up"] = (_UP_HEAD, ups)
+    return "".join("\n".join(head + samples) + "\n" for head, samples in merged.values())
+
+
 def cmd_metrics(args):
     """Every mount's metrics, and gmsfs_up for each: a mount whose daemon died is up 0 (and
     its textfile has nothing else: no stale series), the others are still written; then
     exit status 1, saying which."""
+    if args.listen:
+        return _serve_metrics(args)
     live = mounts()
     where = [os.path.abspath(m) for m in args.mounts] or live
     if args.textfile and not os.path.isdir(args.textfile):
@@ -301,20 +336,19 @@ def cmd_metrics(args):
     texts, dead = {}, []
     for m in where:
         try:
-            with open(os.path.join(m, "metrics")) as f:
-                text = f.read()
-            texts[m] = (status(m)["device"]["uuid"], text)
+            uuid, index, text = _read_mount(m)
+            texts[m] = ((uuid, index), text)
         except (OSError, ValueError) as e:
             if m not in live:
                 return _fail("%s: not a gmsfs mount (%s)" % (m, getattr(e, "strerror", None) or e))
             dead.append(m)
-    ups = {m: _up(uuid, m, 1) for m, (uuid, _) in texts.items()}
-    ups.update({m: _up(_dead_device(args.textfile, m), m, 0) for m in dead})
+    ups = {m: _up(dev, m, 1) for m, (dev, _) in texts.items()}
+    devs = {m: _dead_device(args.textfile, m) for m in dead}
+    ups.update({m: _up(devs[m], m, 0) for m in dead})
     if args.textfile:
-        files = {m: (uuid, text + "\n".join(_UP_HEAD + [ups[m]]) + "\n") for m, (uuid, text) in texts.items()}
+        files = {m: (dev[0], text + "\n".join(_UP_HEAD + [ups[m]]) + "\n") for m, (dev, text) in texts.items()}
         for m in dead:
-            device = _dead_device(args.textfile, m)
-            files[m] = (device, "\n".join(_UP_HEAD + [ups[m]]) + "\n")
+            files[m] = (devs[m][0], "\n".join(_UP_HEAD + [ups[m]]) + "\n")
         for m, (uuid, text) in files.items():
             path = os.path.join(args.textfile, "gmsfs-%s.prom" % uuid)
             tmp = "%s.%d.tmp" % (path, os.getpid())  # node_exporter reads *.prom only
@@ -322,16 +356,116 @@ def cmd_metrics(args):
                 f.write(text)
             os.rename(tmp, path)  # never a half-written file for the collector
     else:
-        merged = {}
-        for uuid, text in texts.values():  # one HELP and TYPE per family; the device label keeps series apart
-            for name, head, samples in _families(text):
-                merged.setdefault(name, (head, []))[1].extend(samples)
-        merged["gmsfs_up"] = (_UP_HEAD, [ups[m] for m in where])
-        for name, (head, samples) in merged.items():
-            sys.stdout.write("\n".join(head + samples) + "\n")
+        sys.stdout.write(_merge([text for _, text in texts.values()], [ups[m] for m in where]))
     for m in dead:
         print("gmsfsctl: %s: its daemon does not answer (gmsfs_up 0)" % m, file=sys.stderr)
     return 1 if dead else 0
+
+
+class _Scraper:
+    """What --listen serves: at each scrape, every mount asked at once, each given
+    READ_S; a mount that does not answer in time, is dead, or is gone is up 0 and has no
+    other series.  Which mounts: those named, else every gmsfs mount now, and the GPUs
+    gmsfs-node lists in ROOT/.gmsfs-node (a GPU whose mount is gone is still up 0).  A
+    mount whose last read still hangs is not asked again until it returns: one stuck
+    daemon holds one thread, not one per scrape."""
+    READ_S = 2.0
+
+    def __init__(self, named, root):
+        import threading
+        self.named, self.root = named, root
+        self.lock = threading.Lock()
+        self.busy = set()       # mounts whose read has not returned
+        self.known = {}         # mount -> (uuid, index) as last read: a dead one keeps its labels
+
+    def mounts(self):
+        if self.named:
+            return self.named
+        where = mounts()
+        try:
+            with open(os.path.join(self.root, ".gmsfs-node")) as f:
+                listed = [os.path.join(self.root, u) for u in f.read().split()]
+        except OSError:
+            listed = []
+        return where + [m for m in listed if m not in where]
+
+    def _ask(self, m, out):
+        try:
+            out[m] = _read_mount(m)
+        except (OSError, ValueError, KeyError):
+            pass
+        finally:
+            with self.lock:
+                self.busy.discard(m)
+
+    def scrape(self):
+        import threading
+        where, out, threads = self.mounts(), {}, []
+        for m in where:
+            with self.lock:
+                if m in self.busy:
+                    continue
+                self.busy.add(m)
+            t = threading.Thread(target=self._ask, args=(m, out), daemon=True)
+            t.start()
+            threads.append(t)
+        deadline = time.monotonic() + self.READ_S
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        got = dict(out)  # what came in time
+        texts, ups = [], []
+        for m in where:
+            if m in got:
+                uuid, index, text = got[m]
+                self.known[m] = (uuid, index)
+                texts.append(text)
+                ups.append(_up((uuid, index), m, 1))
+            else:
+                ups.append(_up(self.known.get(m) or (_mount_source(m) if m in mounts() else os.path.basename(m), None), m, 0))
+        return _merge(texts, ups)
+
+
+def _serve_metrics(args):
+    """gmsfsctl metrics --listen [HOST]:PORT: the node's metrics over HTTP, /metrics, for
+    Prometheus (the DaemonSet's Service and ServiceMonitor), until SIGTERM."""
+    import http.server
+    import signal
+    host, _, port = args.listen.rpartition(":")
+    if not port.isdigit() or int(port) > 65535:
+        return _fail("--listen %s: not [HOST]:PORT" % args.listen)
+    scraper = _Scraper([os.path.abspath(m) for m in args.mounts], args.root)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path.split("?")[0] not in ("/metrics", "/"):
+                self.send_error(404, "only /metrics")
+                return
+            body = scraper.scrape().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):  # a scrape every few seconds: not worth a line each
+            pass
+
+    http.server.ThreadingHTTPServer.daemon_threads = True
+    try:
+        server = http.server.ThreadingHTTPServer((host.strip("[]") or "", int(port)), Handler)
+    except OSError as e:
+        return _fail("--listen %s: %s" % (args.listen, e.strerror or e))
+    signal.signal(signal.SIGTERM, lambda *_: threading_stop(server))
+    print("gmsfsctl: metrics on http://%s:%d/metrics" % (host or "0.0.0.0", server.server_address[1]),
+          file=sys.stderr, flush=True)
+    server.serve_forever()
+    return 0
+
+
+def threading_stop(server):
+    """SIGTERM: serve_forever ends (shutdown waits for it, so from another thread)."""
+    import threading
+    threading.Thread(target=server.shutdown, daemon=True).start()
 
 
 def main(argv=None):
@@ -366,7 +500,10 @@ def main(argv=None):
     p.set_defaults(fn=cmd_switch)
     p = sub.add_parser("metrics", help="every mount's metrics, merged, or into a textfile directory")
     p.add_argument("mounts", nargs="*", metavar="MOUNT")
-    p.add_argument("--textfile", metavar="DIR")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--textfile", metavar="DIR")
+    g.add_argument("--listen", metavar="[HOST]:PORT")
+    p.add_argument("--root", default="/run/gmsfs", metavar="DIR")
     p.set_defaults(fn=cmd_metrics)
     args = ap.parse_args(argv)
     try:

@@ -103,8 +103,8 @@ def test_quota_refuses_past_it_and_says_so(clean):
     s = next(s for s in status["stores"] if s["name"] == "q")
     assert s["quota"] == 8 * MiB
     metrics = open(os.path.join(clean, "metrics")).read()
-    assert 'gmsfs_store_quota_bytes{device="%s",store="q"} %d' % (status["device"]["uuid"], 8 * MiB) in metrics
-    assert 'gmsfs_store_used_bytes{device="%s",store="q"} %d' % (status["device"]["uuid"], 8 * MiB) in metrics
+    assert 'gmsfs_store_quota_bytes{device="%s",gpu="0",UUID="%s",store="q"} %d' % (status["device"]["uuid"], status["device"]["uuid"], 8 * MiB) in metrics
+    assert 'gmsfs_store_used_bytes{device="%s",gpu="0",UUID="%s",store="q"} %d' % (status["device"]["uuid"], status["device"]["uuid"], 8 * MiB) in metrics
     os.removexattr(store, "user.gms.quota")
     with pytest.raises(OSError):
         os.getxattr(store, "user.gms.quota")

@@ -229,13 +229,22 @@ static void header(FILE *f, const char *name, enum metric_kind k, const char *he
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, k == GAUGE ? "gauge" : "counter");
 }
 
-/* Every store series names its device too: the metrics of several mounts (one per GPU)
- * in one node_exporter textfile directory stay distinct series. */
+/* The device's labels, on every series: device (the uuid, as before), and gpu and UUID as
+ * dcgm-exporter names them, so that dashboards join gmsfs's series with the GPU's.  The
+ * metrics of several mounts (one per GPU) in one scrape stay distinct series. */
+static void dev_labels(FILE *f, const struct vmm *v)
+{
+	fputs("device=", f);
+	label(f, v->dev.uuid);
+	fprintf(f, ",gpu=\"%d\",UUID=", v->dev.index);
+	label(f, v->dev.uuid);
+}
+
 static void sample(FILE *f, const char *name, const struct store *s, const char *extra, const char *val,
 		   unsigned long long n)
 {
-	fprintf(f, "%s{device=", name);
-	label(f, s->fs->vmm->dev.uuid);
+	fprintf(f, "%s{", name);
+	dev_labels(f, s->fs->vmm);
 	fputs(",store=", f);
 	label(f, s->name);
 	if (extra) {
@@ -248,8 +257,8 @@ static void sample(FILE *f, const char *name, const struct store *s, const char 
 /* A series of the mount: its device, and where the bytes went (to=) if to is set. */
 static void device_sample(FILE *f, const char *name, const struct vmm *v, const char *to, unsigned long long n)
 {
-	fprintf(f, "%s{device=", name);
-	label(f, v->dev.uuid);
+	fprintf(f, "%s{", name);
+	dev_labels(f, v);
 	if (to)
 		fprintf(f, ",to=\"%s\"", to);
 	fprintf(f, "} %llu\n", n);
@@ -267,8 +276,8 @@ static void tier_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 		sample(f, "gmsfs_store_used_bytes", st[i], NULL, NULL, atomic_load(&st[i]->pool->used));
 	header(f, "gmsfs_store_priority", GAUGE, "The store's priority (user.gms.priority).");
 	for (size_t i = 0; i < n; i++) {
-		fputs("gmsfs_store_priority{device=", f); /* signed: not through sample() */
-		label(f, v->dev.uuid);
+		fputs("gmsfs_store_priority{", f); /* signed: not through sample() */
+		dev_labels(f, v);
 		fputs(",store=", f);
 		label(f, st[i]->name);
 		fprintf(f, "} %d\n", st[i]->tier.priority);
@@ -361,17 +370,17 @@ int text_metrics(struct fs *fs, char **out, size_t *len)
 	for (size_t i = 0; m && i < n; i++)
 		sample(f, "gmsfs_store_exports_total", st[i], NULL, NULL, st[i]->exports);
 	header(f, "gmsfs_device_used_bytes", GAUGE, "Device memory the stores hold.");
-	fputs("gmsfs_device_used_bytes{device=", f);
-	label(f, v->dev.uuid);
+	fputs("gmsfs_device_used_bytes{", f);
+	dev_labels(f, v);
 	fprintf(f, "} %llu\n", (unsigned long long)atomic_load(&v->used_bytes));
 	header(f, "gmsfs_device_total_bytes", GAUGE, "Device memory the stores may hold (max_bytes).");
-	fputs("gmsfs_device_total_bytes{device=", f);
-	label(f, v->dev.uuid);
+	fputs("gmsfs_device_total_bytes{", f);
+	dev_labels(f, v);
 	fprintf(f, "} %llu\n", (unsigned long long)v->max_bytes);
 	header(f, "gmsfs_kernel_nodes", GAUGE,
 	       "Layout nodes the kernel holds (lookups, readdirplus); one out of every store is freed at its forget.");
-	fputs("gmsfs_kernel_nodes{device=", f);
-	label(f, v->dev.uuid);
+	fputs("gmsfs_kernel_nodes{", f);
+	dev_labels(f, v);
 	fprintf(f, "} %zu\n", fs->grave.known);
 	free(m);
 	free(st);
