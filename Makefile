@@ -196,6 +196,7 @@ install-node: $(BIN) $(KEEPER) $(B)/libgmsfs.so $(MOVER)
 	install -D -m 0755 $(KEEPER) $(DESTDIR)$(PREFIX)/sbin/gmsfs-keeper
 	$(if $(MOVER),install -D -m 0755 $(MOVER) $(DESTDIR)$(PREFIX)/lib/gmsfs/gmsfs-mover)
 	install -D -m 0755 tools/gmsfs-node $(DESTDIR)$(PREFIX)/sbin/gmsfs-node
+	install -D -m 0755 tools/gmsfs-csi $(DESTDIR)$(PREFIX)/sbin/gmsfs-csi
 	install -D -m 0755 tools/gmsfsctl $(DESTDIR)$(PREFIX)/bin/gmsfsctl
 	install -D -m 0644 $(B)/$(LIB_SONAME) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
 	for f in python/gmsfs/*.py; do install -D -m 0644 $$f $(DESTDIR)$(PYTHONDIR)/gmsfs/$${f##*/}; done
@@ -218,6 +219,7 @@ install: install-node $(LIB) $(LOADER)
 	install -D -m 0644 man/gmsfs.5 $(DESTDIR)$(PREFIX)/share/man/man5/gmsfs.5
 	install -D -m 0644 man/gmsfsctl.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfsctl.8
 	install -D -m 0644 man/gmsfs-keeper.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfs-keeper.8
+	install -D -m 0644 man/gmsfs-csi.8 $(DESTDIR)$(PREFIX)/share/man/man8/gmsfs-csi.8
 	install -D -m 0644 man/mount.gmsfs.8 $(DESTDIR)$(PREFIX)/share/man/man8/mount.gmsfs.8
 	for n in mount.fuse.gmsfs gmsfs-mount-all gmsfs-node; do echo '.so man8/mount.gmsfs.8' > $(DESTDIR)$(PREFIX)/share/man/man8/$$n.8; done
 	install -D -m 0755 $(B)/gmsfs-load $(DESTDIR)$(PREFIX)/bin/gmsfs-load

@@ -133,6 +133,8 @@ static void last_error_of(const char *dir, char *out, size_t size)
 		snprintf(out, size, "%.*s", (int)strcspn(p + 13, "\n"), p + 13);
 }
 
+static const char *socket_here(const gmsfs *g, char *buf, size_t size);
+
 int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 {
 	struct gmsfs_ioc io;
@@ -187,8 +189,8 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 	g->have_ticket = true;
 	/* The channel is bound now, its reply read by the first call: the daemon starts the
 	 * connection while the caller goes on, and that call costs one round trip. */
-	char ignored[160];
-	if (!ch_bind_start(&g->ch, g->info.socket, g->ticket, ignored, sizeof ignored))
+	char ignored[160], here[sizeof g->info.socket];
+	if (!ch_bind_start(&g->ch, socket_here(g, here, sizeof here), g->ticket, ignored, sizeof ignored))
 		g->have_ticket = false; /* spent; else the first call binds and says why not */
 	return 0;
 }
@@ -252,6 +254,20 @@ int gm_refresh(gmsfs *g)
 
 /* ---- the channel ---- */
 
+/* Where to reach the daemon's socket from here: the path it gives, as it sees it; or, where
+ * this process sees the mount at another path (a pod's volume mounted elsewhere, a CSI
+ * volume) and that path is not here, the socket of that name beside the mount as this
+ * process sees it: the store's directory's parent's parent, through the open directory.
+ * A wrong socket costs nothing: the daemon that answers must know the ticket. */
+static const char *socket_here(const gmsfs *g, char *buf, size_t size)
+{
+	if (g->dirfd < 0 || !access(g->info.socket, F_OK) || errno != ENOENT)
+		return g->info.socket;
+	const char *base = strrchr(g->info.socket, '/');
+	int n = snprintf(buf, size, "/proc/self/fd/%d/../../%s", g->dirfd, base ? base + 1 : g->info.socket);
+	return n > 0 && (size_t)n < size ? buf : g->info.socket;
+}
+
 static int bind_channel(gmsfs *g)
 {
 	if (!g->have_ticket) {
@@ -262,7 +278,8 @@ static int bind_channel(gmsfs *g)
 		memcpy(g->info.socket, io.socket, sizeof io.socket);
 	}
 	g->have_ticket = false; /* spent, whatever happens */
-	return ch_bind(&g->ch, g->info.socket, g->ticket, g->err, sizeof g->err);
+	char here[sizeof g->info.socket];
+	return ch_bind(&g->ch, socket_here(g, here, sizeof here), g->ticket, g->err, sizeof g->err);
 }
 
 /* The daemon that granted the lock is gone (killed, or replaced by gmsfs -o takeover)?

@@ -4,7 +4,7 @@
 #   build:  compiler, libfuse3, msgpack-c, xxHash
 #   tests:  fuse3, bats and its libraries, attr and xxhash (shell tools), util-linux
 #           (setpriv, prlimit), valgrind, clang with its sanitizer and libFuzzer runtimes,
-#           python3 with numpy, pytest, torch (CPU) and prometheus-client, systemd
+#           python3 with numpy, pytest, torch (CPU), prometheus-client and grpcio (gmsfs-csi), systemd
 #           (systemd-analyze verifies the units), universal-ctags (tests/layout.sh reads
 #           which names each file uses)
 #   packages: debhelper, dpkg-dev, lintian, git (make deb builds from the files git knows);
@@ -13,7 +13,7 @@
 set -eu
 pkgs="build-essential pkg-config libfuse3-dev fuse3 libmsgpack-dev libxxhash-dev xxhash attr
 bats bats-assert bats-support bats-file util-linux passwd valgrind clang libclang-rt-14-dev
-python3 python3-numpy python3-pytest python3-torch python3-prometheus-client systemd
+python3 python3-numpy python3-pytest python3-torch python3-prometheus-client python3-grpcio systemd
 debhelper dpkg-dev lintian git dpkg-repack python3-yaml dash universal-ctags
 python3-venv python3-pip unzip podman runc debootstrap"
 missing=""

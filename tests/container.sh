@@ -45,10 +45,10 @@ t "scripts/container-base.sh: Debian 12 from the archive, the CUDA header, a Pyt
 t "the daemon image: one podman build of deploy/container/Containerfile" sh -c "
 	podman build --network host \$(cat '$tmp/daemon.args') -f deploy/container/Containerfile -t '$image' . >'$tmp/build.log' 2>&1 ||
 	{ tail -30 '$tmp/build.log'; exit 1; }"
-t "the daemon image holds the node script, the keeper, the daemon, the mover, gmsfsctl, and no engine's part" \
+t "the daemon image holds the node script, the keeper, the daemon, the mover, gmsfsctl, the CSI plugin, and no engine's part" \
 	podman run --rm --network none "$image" sh -c '
 	test -x /usr/sbin/gmsfs-node && test -x /usr/sbin/gmsfs-keeper && test -x /usr/bin/gmsfs && test -x /usr/lib/gmsfs/gmsfs-mover &&
-	gmsfsctl --help >/dev/null && ! test -e /usr/bin/gmsfs-load && ! test -e /usr/include/gmsfs'
+	gmsfsctl --help >/dev/null && gmsfs-csi --version >/dev/null && python3 -c "import grpc" && ! test -e /usr/bin/gmsfs-load && ! test -e /usr/include/gmsfs'
 t "make wheel, then the engine image: one podman build of deploy/container/Containerfile.engine" sh -c "
 	make -s wheel >/dev/null && podman build --network host \$(cat '$tmp/engine.args') \
 	-f deploy/container/Containerfile.engine -t '$engine_image' . >'$tmp/build-engine.log' 2>&1 ||

@@ -21,7 +21,7 @@ blocks() {
 	"$PYTHON" - "$1" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
-allowed = ("the commands that run this test", "needs systemd", "needs a GPU",
+allowed = ("the commands that run this test", "needs systemd", "needs a GPU", "needs a Kubernetes cluster",
            "tests/debs.sh, tests/wheel.sh and tests/container.sh run these", "tests/container.sh builds and runs")
 out = []
 for m in re.finditer(r"(<!-- not run by tests/docs.sh: ([^>]*?) -->\n)?```sh\n(.*?)```", text, re.S):
