@@ -163,6 +163,27 @@ PY
 	wait $second
 }
 
+@test "default sockets of dead daemons do not pile up: the next daemon removes those nobody listens on, not a live one's" {
+	mkdir -p /run/gmsfs "$T/m"
+	local dead=/run/gmsfs/gmsfs-test-dead-$$.sock live=/run/gmsfs/gmsfs-test-live-$$.sock
+	"$PYTHON" -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(sys.argv[1])' "$dead" # bound, never served: dead
+	"$PYTHON" -c 'import os, socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(sys.argv[1]); s.listen(1)
+open(sys.argv[2], "w").close(); time.sleep(30)' "$live" "$T/listening" 3>&- &
+	local holder=$!
+	wait_until test -e "$T/listening"
+	"$GMSFS" -f "$T/m" 2>"$T/d.log" 3>&- &
+	local d=$!
+	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
+	[ ! -e "$dead" ] && [ -S "$live" ] && [ -S "/run/gmsfs/gmsfs-$d.sock" ]
+	umount "$T/m"
+	wait $d
+	kill $holder; wait $holder 2>/dev/null || true
+	rm -f "$live"
+	[ ! -e "/run/gmsfs/gmsfs-$d.sock" ]
+}
+
 @test "SIGTERM, SIGINT and SIGHUP: the daemon unmounts and exits 0, as gmsfs(8) says; its helper threads never take them" {
 	"$PYTHON" - "$T" "$GMSFS" <<'PY'
 import os, signal, subprocess, sys, time

@@ -45,6 +45,7 @@ installed() {
 	for p in $pkgs; do debs+=("$tmp"/b/deb/${p}_*.deb); done
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${debs[@]}" || return 1
 	for f in /usr/bin/gmsfs /usr/bin/gmsfsctl /usr/sbin/mount.fuse.gmsfs /usr/lib/systemd/system/gmsfs@.service \
+		/usr/sbin/gmsfs-node /usr/sbin/gmsfs-keeper /usr/sbin/gmsfs-csi /usr/share/man/man8/gmsfs-keeper.8.gz \
 		/usr/include/gmsfs/gmsfs.h /usr/share/man/man8/gmsfs.8.gz; do
 		[ -e "$f" ] || { echo "missing $f"; return 1; }
 	done
@@ -65,6 +66,9 @@ metadata() {
 	dpkg-deb -e "$tmp"/b/deb/gmsfs_*.deb "$tmp/ctl"
 	grep -q 'deb-systemd-helper.*enable.*gmsfs.target' "$tmp/ctl/postinst" || grep -q "gmsfs.target" "$tmp/ctl/postinst"
 	grep -q 'gmsfs-mount-all.service' "$tmp/ctl/postinst"
+	grep -q 'systemctl --system daemon-reload' "$tmp/ctl/postinst" # new units known at once
+	dpkg-deb -e "$tmp"/b/deb/python3-gmsfs_*.deb "$tmp/ctl-py"
+	grep -q '__pycache__' "$tmp/ctl-py/prerm"
 	grep -q 'deb-systemd-invoke stop gmsfs.target' "$tmp/ctl/prerm"
 	# Enabled at install (no systemd needed: the links are what enable means).
 	[ -L /etc/systemd/system/multi-user.target.wants/gmsfs.target ]
@@ -112,8 +116,9 @@ t "the demo from the installed files: mount -t fuse.gmsfs, the example built wit
 
 purged() {
 	DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq $pkgs >/dev/null 2>&1 || return 1
-	[ ! -e /etc/systemd/system/multi-user.target.wants/gmsfs.target ] && [ ! -e /usr/bin/gmsfs ]
+	[ ! -e /etc/systemd/system/multi-user.target.wants/gmsfs.target ] && [ ! -e /usr/bin/gmsfs ] &&
+		[ ! -e /usr/lib/python3/dist-packages/gmsfs ] # its __pycache__ too (root imported it above)
 }
-t "purge removes the files and the units' links" purged
+t "purge removes the files, the Python package's caches and the units' links" purged
 echo "1..$n"
 [ $failed -eq 0 ]

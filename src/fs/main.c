@@ -28,6 +28,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <limits.h>
+#include <xxhash.h>
 
 struct options {
 	int allow_other;
@@ -237,6 +239,17 @@ static char *options_text(const struct fs *fs, const struct options *o)
 		return NULL;
 	}
 	return t;
+}
+
+/* Host mounts given no device= stay apart (metrics, gmsfsctl, GMS's sockets): the machine's
+ * id, then a hash of the mount point, the same at each start on it (state=, takeover). */
+static void host_apart(struct vmm *v, const char *mountpoint)
+{
+	char real[PATH_MAX], machine[17];
+	const char *p = realpath(mountpoint, real) ? real : mountpoint;
+	snprintf(machine, sizeof machine, "%s", v->dev.uuid + strlen("host-"));
+	snprintf(v->dev.uuid, sizeof v->dev.uuid, "host-%s-%016llx", machine,
+		 (unsigned long long)XXH3_64bits(p, strlen(p)));
 }
 
 /* Allocations may hold descriptors: allow as many as the hard limit. */
@@ -488,8 +501,11 @@ static int prepare(struct fs *fs, struct options *opts, struct fuse_args *args, 
 					     opts->socket);
 	if (same_socket)
 		snprintf(peer->socket_final, sizeof peer->socket_final, "%s", opts->socket);
-	if (!e && !(e = vmm_open(&fs->vmm, backend, device, max_bytes, err, errlen)))
+	if (!e && !(e = vmm_open(&fs->vmm, backend, device, max_bytes, err, errlen))) {
+		if (!device && !strncmp(fs->vmm->dev.uuid, "host-", 5))
+			host_apart(fs->vmm, cmd->mountpoint);
 		e = export_start(fs, opts->socket ? socket_path : NULL, err, errlen);
+	}
 	if (!e && opts->takeover && opts->state)
 		e = -EINVAL, snprintf(err, errlen, "takeover and state= do not go together: under systemd, a restart "
 						    "keeps the stores (state=)");

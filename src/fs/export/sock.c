@@ -13,6 +13,7 @@
 #include "grow.h"
 #include "wire.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -439,6 +440,30 @@ void export_rename(struct fs *fs, const char *path)
 	pthread_mutex_unlock(&fs->mu);
 }
 
+/* The default sockets (DIR/gmsfs-PID.sock) of daemons that died without unlinking theirs:
+ * each is asked, and one nobody listens on (ECONNREFUSED) is removed, so they do not pile
+ * up in /run/gmsfs.  A live daemon's answers and stays. */
+static void sweep_dead_sockets(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	for (struct dirent *e; (e = readdir(d));) {
+		size_t n = strlen(e->d_name);
+		if (strncmp(e->d_name, "gmsfs-", 6) || n < 11 || strcmp(e->d_name + n - 5, ".sock"))
+			continue;
+		struct sockaddr_un a = { .sun_family = AF_UNIX };
+		if (snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", dir, e->d_name) >= (int)sizeof a.sun_path)
+			continue;
+		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) < 0 && errno == ECONNREFUSED)
+			unlink(a.sun_path);
+		if (s >= 0)
+			close(s);
+	}
+	closedir(d);
+}
+
 int sock_start(struct fs *fs, const char *path, sock_serve_fn *serve, char *err, size_t errlen)
 {
 	struct export *ex = calloc(1, sizeof *ex);
@@ -463,6 +488,7 @@ int sock_start(struct fs *fs, const char *path, sock_serve_fn *serve, char *err,
 		if (!dir || !*dir || strlen(dir) > 80)
 			dir = "/tmp";
 		mkdir(dir, 0755);
+		sweep_dead_sockets(dir);
 		snprintf(a.sun_path, sizeof a.sun_path, "%s/gmsfs-%d.sock", dir, (int)getpid());
 	}
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
