@@ -7,7 +7,14 @@
         move to the host tier and back through the mover with those descriptors, and a
         SIGKILL and a restart under a service manager (python/tests/manager.py); every
         step checked by the bytes on the device, the layout hash, the reader's addresses,
-        and device memory that comes back when the store goes."""
+        and device memory that comes back when the store goes.
+    restart_gpu.py keeper BUILD    stores outlive their daemon and its container's processes
+        through gmsfs-keeper, as in the DaemonSet: gmsfs-node with GMSFS_KEEP over every
+        GPU; a 2 GiB store on the first; a reader that keeps its mapping; the daemon
+        SIGKILLed (gmsfs-node starts it again alone), then every process of the node and
+        gmsfs-node started again; checked by the bytes on the device, the hash and the
+        reader's read lock; the keeper's end gives the memory back."""
+import json
 import os
 import signal
 import subprocess
@@ -138,5 +145,89 @@ def main():
     return done()
 
 
+def wait(cond, s=60):
+    for _ in range(int(s * 20)):
+        try:
+            if cond():
+                return True
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def keeper_main():
+    """restart_gpu.py keeper BUILD: through gmsfs-keeper, as in the DaemonSet."""
+    tmp = tempfile.mkdtemp(prefix="gmsfs-keeper-gpu.", dir="/var/tmp")
+    root, keep = os.path.join(tmp, "run"), os.path.join(tmp, "keep")
+    path = os.path.join(tmp, "m.safetensors")
+    checkpoint(path, 8, 256 * MiB)
+    base = device_used()
+    keeper = subprocess.Popen([os.path.join(build, "gmsfs-keeper"), keep], stderr=open(tmp + "/keeper.log", "w"))
+    env = dict(os.environ, GMSFS=os.path.join(build, "gmsfs"), GMSFS_KEEPER=os.path.join(build, "gmsfs-keeper"),
+               GMSFS_KEEP=keep, GMSFS_ROOT=root)
+    node_log = open(tmp + "/node.log", "a")
+
+    def node():
+        return subprocess.Popen(["sh", os.path.join(HERE, "..", "..", "tools", "gmsfs-node")], env=env, stderr=node_log)
+
+    n = node()
+    uuid = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "-i", "0"],
+                          capture_output=True, text=True).stdout.strip()
+    mount = os.path.join(root, uuid)
+    check(wait(lambda: "backend: cuda" in open(mount + "/device").read()), "gmsfs-node with a keeper: GPU 0 mounted")
+    store = os.path.join(mount, "model")
+    os.mkdir(store)
+    r = subprocess.run([os.path.join(build, "gmsfs-load"), "-q", store, path], capture_output=True, text=True)
+    check(r.returncode == 0, "gmsfs-load of 2 GiB", r.stderr)
+    c = gmsfs.connect(store, "ro", timeout=30)
+    c.import_all()
+    want, h = sums(c), c.layout_hash
+
+    def back(old, what):
+        ok = wait(lambda: pid_of(mount) != old and open(store + "/layout_hash").read().strip() == h)
+        readers = open(store + "/state").read()
+        # A fresh import, in another process: this one's open again would take over its kept
+        # lock (gmsfs(5), "Readers across a restart").
+        r = subprocess.run([sys.executable, __file__, "fresh", build, store], capture_output=True, text=True)
+        fresh = json.loads(r.stdout) if r.returncode == 0 else None
+        check(ok and fresh == {"sums": want, "hash": h} and sums(c) == want, what + ": the store back, the same "
+              "bytes and hash on the device in a fresh import; the reader's bytes kept", r.stderr[-2000:])
+        check("readers: 1\n" in readers, what + ": the reader's read lock kept", readers)
+
+    old = pid_of(mount)
+    os.kill(old, signal.SIGKILL)
+    back(old, "the daemon SIGKILLed, started again alone by gmsfs-node")
+    old = pid_of(mount)
+    os.kill(n.pid, signal.SIGKILL)
+    os.kill(old, signal.SIGKILL)
+    n.wait()
+    for u in os.listdir(root):  # the other GPUs' daemons: the container's processes, all
+        try:
+            os.kill(pid_of(os.path.join(root, u)), signal.SIGKILL)
+        except (OSError, KeyError, ValueError):
+            pass
+    n = node()
+    back(old, "every process of the node SIGKILLed, gmsfs-node started again")
+    c.close()
+    n.send_signal(signal.SIGTERM)
+    n.wait(60)
+    keeper.send_signal(signal.SIGTERM)
+    keeper.wait(30)
+    time.sleep(1)
+    check(device_used() < base + 512 * MiB, "the keeper's end gives the device memory back (%d MiB over the start)"
+          % ((device_used() - base) // MiB))
+    subprocess.run(["rm", "-rf", tmp])
+    return done()
+
+
+def fresh_main():
+    """restart_gpu.py fresh BUILD STORE: a store imported afresh; its sums and hash as JSON."""
+    with gmsfs.connect(sys.argv[3], "ro", timeout=30) as c:
+        c.import_all()
+        print(json.dumps({"sums": sums(c), "hash": c.layout_hash}))
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit({"keeper": keeper_main, "fresh": fresh_main}.get(sys.argv[1], main)())

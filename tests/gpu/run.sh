@@ -11,6 +11,7 @@
 #   wheel: the same on the wheel (make wheel here, carried in dist/) pip-installed into
 #     python3's venv, run from / without PYTHONPATH, GMSFS_LIBRARY or LD_LIBRARY_PATH;
 #   restart: takeover and a restart under a service manager, tested, then timed (16 GiB);
+#   keeper: stores through gmsfs-keeper and gmsfs-node, as the DaemonSet keeps them;
 #   graphs: CUDA graphs of 8 shapes in gmsfs.torch.GraphPool against PyTorch's pools
 #   gms: GMS's client flows on GMS itself, through gmsfs.gms and on gmsfs (bench/gms_flows.py),
 #     then GMS's own tests through gmsfs.gms (tests/upstream/run.sh), where .upstream has them
@@ -294,6 +295,9 @@ if [ "$what" = restart ] || [ "$what" = all ]; then # a daemon replaced or resta
 	timeout 400 python3 tests/gpu/restart_gpu.py "$mnt" "$top/build" || failed=$((failed + 1))
 	unmount_gmsfs
 	timeout 500 python3 bench/restart.py build "${RESTART_GIB:-16}" cuda || failed=$((failed + 1))
+fi
+if [ "$what" = keeper ]; then # stores through gmsfs-keeper, as the DaemonSet keeps them (issue 47)
+	timeout 300 python3 tests/gpu/restart_gpu.py keeper "$top/build" || failed=$((failed + 1))
 fi
 if [ "$what" = scenarios ]; then # SCENARIOS="a b ...": GMS scenarios on cuda, alone
 	mount_gmsfs
