@@ -140,6 +140,7 @@ struct gmsfs {
 	size_t index_cap;       /* a power of two, at least twice nmaps */
 	struct mt meta;
 	struct gmsfs_space *spaces; /* every space made, freed ones too (space.c) */
+	struct gmsfs_pages *pages;  /* every pages range made, freed ones too (pages.c) */
 	char err[512];
 };
 
@@ -181,6 +182,13 @@ void sp_allow_all(gmsfs *g, bool writable);
 bool sp_uses(const gmsfs *g, const char *name);
 /* Free every space and its record (disconnect). */
 void sp_release_all(gmsfs *g);
+
+/* pages.c */
+/* Unmap every range's pages and free the records (disconnect: the session's end gives
+ * their memory back). */
+void pg_release_all(gmsfs *g);
+/* Does a range still hold pages or address space?  Then the handle may not sleep. */
+bool pg_live(const gmsfs *g);
 
 /* meta.c */
 /* Make the manifest's entries the handle's (taking them over). */

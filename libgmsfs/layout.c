@@ -93,6 +93,7 @@ void gmsfs_disconnect(gmsfs *g)
 {
 	if (!g)
 		return;
+	pg_release_all(g);
 	sp_release_all(g);
 	mp_release_all(g);
 	mt_free(g);

@@ -13,6 +13,8 @@ int gmsfs_unmap_all(gmsfs *g)
 {
 	if (!g)
 		return -EINVAL;
+	if (pg_live(g)) /* pages are a writer's working memory, not a layout to sleep with */
+		return gm_error(g, -EBUSY, "unmap_all: free the handle's pages ranges first (gmsfs_pages_free)");
 	/* The hash to compare at remap_all: the daemon's word now, or, if the daemon that
 	 * granted the lock is gone (ENOTCONN: killed, or replaced by gmsfs -o takeover) or the
 	 * store was removed (ENOENT: its memory goes with its last reader), the last one it

@@ -64,6 +64,8 @@
 #define GMSFS_XATTR_PRIVATE "user.gms.private" /* entry: "1": each importer gets its own copy */
 #define GMSFS_XATTR_QUOTA "user.gms.quota"       /* store directory: most bytes its allocations hold */
 #define GMSFS_XATTR_PRIORITY "user.gms.priority" /* store directory: -1000..1000, who stays on the device */
+#define GMSFS_XATTR_MIN "user.gms.min"           /* store directory: bytes kept free for it while it holds less */
+#define GMSFS_XATTR_RESERVED "user.gms.reserved" /* store directory: address space its pages may fill (shown) */
 
 /* Entry flags (the hash covers them). */
 #define GMSFS_ENTRY_PRIVATE 1u

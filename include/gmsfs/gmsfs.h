@@ -200,6 +200,40 @@ GMSFS_API int gmsfs_space_free(gmsfs_space *s);
 /* The handle of a space (NULL: s is NULL). */
 GMSFS_API gmsfs *gmsfs_space_handle(const gmsfs_space *s);
 
+/* ---- pages: a KV cache that grows and shrinks with its load (libgmsfs(3), PAGES) ---- */
+/* An engine sets address space aside once and fills it with device memory page by page:
+ * each page is real memory from the GPU's one budget, an allocation of the writer's
+ * session (never shared, never committed), mapped read-write at its fixed place.  The
+ * store's quota (user.gms.quota) bounds its pages, its minimum (user.gms.min) keeps room
+ * for them, its priority says who gives pages back when the budget is short: the daemon
+ * never takes a mapped page; it asks (gmsfs_pages_reclaim), and the engine gives back.
+ * A writer that ends gives every page back.  Needs the writer session (GMSFS_RW). */
+typedef struct gmsfs_pages gmsfs_pages;
+/* Address space for span bytes (rounded up to whole pages) of pages of page_size bytes
+ * (a multiple of the device's granularity; 0: the granularity), no memory yet.  The
+ * store's user.gms.reserved says how much its ranges set aside.  The range belongs to
+ * its handle: gmsfs_disconnect frees what is left. */
+GMSFS_API int gmsfs_pages_reserve(gmsfs *g, uint64_t span, uint64_t page_size, gmsfs_pages **out);
+GMSFS_API void *gmsfs_pages_base(const gmsfs_pages *p);
+GMSFS_API uint64_t gmsfs_pages_size(const gmsfs_pages *p);   /* bytes of one page */
+GMSFS_API uint64_t gmsfs_pages_count(const gmsfs_pages *p);  /* pages the range holds */
+GMSFS_API uint64_t gmsfs_pages_mapped(const gmsfs_pages *p); /* pages mapped now */
+/* Map pages idx[0..n) (each below the count, none mapped, none twice) at base + idx *
+ * page size, in one request: all or nothing.  Where the budget is short, idle stores
+ * move to the host tier, then lower-priority elastic stores are asked to give pages
+ * back; this waits up to timeout_ms for them (0: not at all).  -ENOSPC when no room came
+ * (the words say who holds what), -EDQUOT past the store's quota, -EEXIST, -EINVAL. */
+GMSFS_API int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *idx, size_t n, int timeout_ms);
+/* Unmap pages idx[0..n) (each mapped) and give their memory back: one request. */
+GMSFS_API int gmsfs_pages_unmap(gmsfs_pages *p, const uint64_t *idx, size_t n);
+/* The bytes the daemon asks this store to give back now, for a higher-priority store's
+ * growth (0: none); they are asked for TIER_RECLAIM_MS (2 s).  The store's state file
+ * (reclaim:) says the same, and poll(2) on it wakes when it changes. */
+GMSFS_API int gmsfs_pages_reclaim(gmsfs_pages *p, uint64_t *bytes);
+/* Unmap every page, give the memory and the address space back.  The handle keeps a
+ * small record until disconnect, so that a second free is -EINVAL, not a crash. */
+GMSFS_API int gmsfs_pages_free(gmsfs_pages *p);
+
 /* ---- a memory pool for CUDA graphs: N captured shapes in the memory of the largest ---- */
 /* Graphs captured for different shapes never run at the same time (an engine replays one
  * per step), so they may share memory: each capture gets a range space over the same

@@ -450,3 +450,138 @@ class Space:
     def __exit__(self, *exc):
         if not self.freed and self._conn._g:
             self.free()
+
+
+class Pages:
+    """A KV cache's memory that grows and shrinks with its load (gmsfs_pages_*, libgmsfs(3)
+    PAGES): span bytes of address space set aside at once, filled page by page with device
+    memory from the GPU's budget (each page read-write at base + index * page_size) and
+    emptied again.  The connection must hold the writer session (mode "rw"); its store's
+    user.gms.quota, user.gms.min and user.gms.priority say how far it may grow, what is kept
+    for it, and who gives pages back when the budget is short.  A context manager: leaving
+    it frees the range."""
+
+    def __init__(self, conn, span, page_size=0):
+        self._conn, self._p, self.freed = conn, ctypes.c_void_p(), False
+        conn._check(_c.gmsfs_pages_reserve(conn._handle(), span, page_size, ctypes.byref(self._p)), "pages reserve")
+        self.base = _c.gmsfs_pages_base(self._p)
+        self.page_size = _c.gmsfs_pages_size(self._p)
+        self.count = _c.gmsfs_pages_count(self._p)
+
+    def _pages(self):
+        self._conn._handle()  # EBADF once the connection is closed: its ranges went with it
+        return self._p
+
+    @staticmethod
+    def _array(idx):
+        idx = list(idx)
+        return (ctypes.c_uint64 * max(len(idx), 1))(*idx), len(idx)
+
+    def map(self, idx, timeout_ms=0):
+        """Map the pages idx (an iterable of indices) in one request, all or nothing; where
+        the budget is short, wait up to timeout_ms for lower-priority stores to give back."""
+        arr, n = self._array(idx)
+        self._conn._check(_c.gmsfs_pages_map(self._pages(), arr, n, int(timeout_ms)), "pages map (%d)" % n)
+
+    def unmap(self, idx):
+        """Unmap the pages idx and give their memory back, in one request."""
+        arr, n = self._array(idx)
+        self._conn._check(_c.gmsfs_pages_unmap(self._pages(), arr, n), "pages unmap (%d)" % n)
+
+    @property
+    def mapped(self):
+        """Pages mapped now."""
+        return _c.gmsfs_pages_mapped(self._pages())
+
+    def reclaim(self):
+        """Bytes the daemon asks this store to give back now (0: none)."""
+        n = ctypes.c_uint64()
+        self._conn._check(_c.gmsfs_pages_reclaim(self._pages(), ctypes.byref(n)), "pages reclaim")
+        return n.value
+
+    def ptr(self, index):
+        """The address of page index."""
+        if not 0 <= index < self.count:
+            raise IndexError(index)
+        return self.base + index * self.page_size
+
+    def free(self):
+        """Unmap every page and give the memory and the address space back."""
+        self._conn._check(_c.gmsfs_pages_free(self._pages()), "pages free")
+        self.freed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if not self.freed and self._conn._g:
+            self.free()
+
+
+class PageAllocator:
+    """Blocks of a KV cache over Pages, for an engine's block manager: alloc(n) gives n free
+    block numbers, mapping the pages they fall in first; free(blocks) gives blocks back and
+    unmaps pages that hold no block any more (shrink=True) or keeps them for the next alloc.
+    give_back() unmaps free pages until the daemon's reclaim is met, for an engine to call
+    from its loop."""
+
+    def __init__(self, pages, block_bytes, timeout_ms=1000):
+        if block_bytes <= 0 or pages.page_size % block_bytes:
+            raise ValueError("block_bytes must divide the page size (%d)" % pages.page_size)
+        self.pages, self.timeout_ms = pages, timeout_ms
+        self.per_page = pages.page_size // block_bytes
+        self.used = [0] * pages.count          # blocks in use, per page
+        self.mapped = [False] * pages.count
+        self.free_blocks = []                  # free blocks of mapped pages
+        self.in_use = set()
+
+    def alloc(self, n):
+        """n block numbers; OSError(ENOSPC) when no page can be had (nothing changes then)."""
+        need = max(0, n - len(self.free_blocks))
+        pages = []
+        if need:
+            empty = [i for i, m in enumerate(self.mapped) if not m]
+            want = -(-need // self.per_page)
+            if want > len(empty):
+                raise GmsfsError(_errno.ENOSPC, "pages: the range is full (%d pages)" % self.pages.count)
+            pages = empty[:want]
+            self.pages.map(pages, self.timeout_ms)
+            for p in pages:
+                self.mapped[p] = True
+                self.free_blocks.extend(range(p * self.per_page, (p + 1) * self.per_page))
+        got = [self.free_blocks.pop() for _ in range(n)]
+        for b in got:
+            self.used[b // self.per_page] += 1
+            self.in_use.add(b)
+        return got
+
+    def free(self, blocks, shrink=True):
+        emptied = []
+        for b in blocks:
+            self.in_use.remove(b)
+            p = b // self.per_page
+            self.used[p] -= 1
+            self.free_blocks.append(b)
+            if not self.used[p]:
+                emptied.append(p)
+        if shrink and emptied:
+            self._unmap(emptied)
+
+    def _unmap(self, pages):
+        gone = set()
+        for p in pages:
+            gone.update(range(p * self.per_page, (p + 1) * self.per_page))
+            self.mapped[p] = False
+        self.free_blocks = [b for b in self.free_blocks if b not in gone]
+        self.pages.unmap(pages)
+
+    def give_back(self):
+        """Unmap pages that hold no block, as many as the daemon asks for; returns the bytes
+        given.  Pages in use stay: their blocks are the engine's to evict first."""
+        want = self.pages.reclaim()
+        idle = [p for p, m in enumerate(self.mapped) if m and not self.used[p]]
+        take = idle[:-(-want // self.pages.page_size)] if want else []
+        if take:
+            self._unmap(take)
+        return len(take) * self.pages.page_size
+

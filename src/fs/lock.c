@@ -259,6 +259,7 @@ void lock_release(struct fs_handle *h)
 		rollback(st);
 		room = true;
 		st->lock.aborts++;
+		st->tier.reserved = st->tier.reclaim_asked = 0; /* an elastic store's pages went with it */
 		snprintf(st->last_error, sizeof st->last_error, "%s",
 			 "writer left without commit: rolled back to the last committed layout");
 	}

@@ -115,8 +115,9 @@ static int do_listxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, char *lis
 	size_t n = 0;
 	char tmp[32];
 	if (!e && store_dir(&o)) {
-		static const char *const store_names[] = { GMSFS_XATTR_QUOTA, GMSFS_XATTR_PRIORITY };
-		for (size_t i = 0; i < 2; i++) {
+		static const char *const store_names[] = { GMSFS_XATTR_QUOTA, GMSFS_XATTR_PRIORITY, GMSFS_XATTR_MIN,
+							   GMSFS_XATTR_RESERVED };
+		for (size_t i = 0; i < sizeof store_names / sizeof *store_names; i++) {
 			size_t l = strlen(store_names[i]) + 1;
 			if (tier_xattr_get(o.st, store_names[i], tmp, sizeof tmp) < 0)
 				continue;

@@ -61,6 +61,11 @@ struct store_tier {
 	int priority;                  /* user.gms.priority: higher stays on the device longer */
 	uint64_t last_used;            /* CLOCK_MONOTONIC ns of the last grant or release */
 	uint64_t moves_out, moves_in;
+	/* Elastic stores (pages that come and go in a writer session): */
+	uint64_t reserved;             /* user.gms.reserved: the address space its engine set aside */
+	uint64_t reclaim_asked;        /* bytes another store's growth asked it to give back, */
+	uint64_t reclaim_from;         /* from what it held then, */
+	uint64_t reclaim_until;        /* until then (CLOCK_MONOTONIC ns); tier_reclaim_left */
 };
 
 #define TIER_PRIORITY_MIN (-1000)

@@ -40,14 +40,18 @@ int text_state(struct store *st, char **out, size_t *len)
 			 "state: %s\nreaders: %u\nwriter: %d\nwaiting_writers: %u\nwaiting_readers: %u\n"
 			 "generation: %llu\nallocations: %llu\nentries: %llu\nbytes: %llu\naligned_bytes: %llu\n"
 			 "layout_hash: %s\nrequests: %llu\nsocket_requests: %llu\ntier: %s\nquota: %llu\n"
-			 "priority: %d\nlast_error: %s\n",
+			 "priority: %d\nmin: %llu\nreserved: %llu\nused: %llu\npeak: %llu\nreclaim: %llu\n"
+			 "last_error: %s\n",
 			 st->removed ? "REMOVED" : fsm_state_name(fsm_state(f)), store_readers(st), (int)f->leader,
 			 f->waiting_writers, f->waiting_readers, (unsigned long long)f->generation,
 			 (unsigned long long)s.allocations, (unsigned long long)s.entries,
 			 (unsigned long long)s.bytes, (unsigned long long)s.aligned_bytes,
 			 st->meta ? meta_hash_hex(st->meta) : "", (unsigned long long)st->requests,
 			 (unsigned long long)st->socket_requests, store_tier_name(&st->tier),
-			 (unsigned long long)atomic_load(&st->pool->quota), st->tier.priority, st->last_error);
+			 (unsigned long long)atomic_load(&st->pool->quota), st->tier.priority,
+			 (unsigned long long)atomic_load(&st->pool->min), (unsigned long long)st->tier.reserved,
+			 (unsigned long long)atomic_load(&st->pool->used), (unsigned long long)atomic_load(&st->pool->peak),
+			 (unsigned long long)tier_reclaim_left(st), st->last_error);
 	if (n < 0)
 		return -ENOMEM;
 	*len = (size_t)n;
@@ -183,6 +187,10 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 		json_str(f, store_tier_name(&s->tier));
 		fprintf(f, ", \"quota\": %llu, \"priority\": %d", (unsigned long long)atomic_load(&s->pool->quota),
 			s->tier.priority);
+		fprintf(f, ", \"min\": %llu, \"reserved\": %llu, \"used\": %llu, \"peak\": %llu, \"reclaim\": %llu",
+			(unsigned long long)atomic_load(&s->pool->min), (unsigned long long)s->tier.reserved,
+			(unsigned long long)atomic_load(&s->pool->used), (unsigned long long)atomic_load(&s->pool->peak),
+			(unsigned long long)tier_reclaim_left(s));
 		fprintf(f,
 			", \"readers\": %u, \"writer\": %d, \"waiting_writers\": %u, \"waiting_readers\": %u, "
 			"\"generation\": %llu, \"allocations\": %llu, \"entries\": %llu, \"bytes\": %llu, "
@@ -274,6 +282,18 @@ static void tier_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 	header(f, "gmsfs_store_used_bytes", GAUGE, "Bytes the store's allocations hold, on either tier.");
 	for (size_t i = 0; i < n; i++)
 		sample(f, "gmsfs_store_used_bytes", st[i], NULL, NULL, atomic_load(&st[i]->pool->used));
+	header(f, "gmsfs_store_min_bytes", GAUGE, "Bytes kept free for the store while it holds less (user.gms.min).");
+	for (size_t i = 0; i < n; i++)
+		sample(f, "gmsfs_store_min_bytes", st[i], NULL, NULL, atomic_load(&st[i]->pool->min));
+	header(f, "gmsfs_store_reserved_bytes", GAUGE, "Address space the store's engine set aside for pages (user.gms.reserved).");
+	for (size_t i = 0; i < n; i++)
+		sample(f, "gmsfs_store_reserved_bytes", st[i], NULL, NULL, st[i]->tier.reserved);
+	header(f, "gmsfs_store_peak_bytes", GAUGE, "The most bytes the store's allocations have held.");
+	for (size_t i = 0; i < n; i++)
+		sample(f, "gmsfs_store_peak_bytes", st[i], NULL, NULL, atomic_load(&st[i]->pool->peak));
+	header(f, "gmsfs_store_reclaim_bytes", GAUGE, "Bytes the store is asked to give back for another's growth.");
+	for (size_t i = 0; i < n; i++)
+		sample(f, "gmsfs_store_reclaim_bytes", st[i], NULL, NULL, tier_reclaim_left(st[i]));
 	header(f, "gmsfs_store_priority", GAUGE, "The store's priority (user.gms.priority).");
 	for (size_t i = 0; i < n; i++) {
 		fputs("gmsfs_store_priority{", f); /* signed: not through sample() */

@@ -271,18 +271,44 @@ void tier_stats(struct fs *fs, struct tier_stats *out)
 
 bool tier_xattr_known(const char *name)
 {
-	return !strcmp(name, GMSFS_XATTR_QUOTA) || !strcmp(name, GMSFS_XATTR_PRIORITY);
+	return !strcmp(name, GMSFS_XATTR_QUOTA) || !strcmp(name, GMSFS_XATTR_PRIORITY) ||
+	       !strcmp(name, GMSFS_XATTR_MIN) || !strcmp(name, GMSFS_XATTR_RESERVED);
 }
 
 int tier_xattr_get(const struct store *st, const char *name, char *buf, size_t size)
 {
 	if (!strcmp(name, GMSFS_XATTR_PRIORITY))
 		return snprintf(buf, size, "%d", st->tier.priority);
-	if (!strcmp(name, GMSFS_XATTR_QUOTA)) {
-		uint64_t q = atomic_load(&st->pool->quota);
-		return q ? snprintf(buf, size, "%llu", (unsigned long long)q) : -ENODATA;
+	uint64_t q = !strcmp(name, GMSFS_XATTR_QUOTA) ? atomic_load(&st->pool->quota)
+		     : !strcmp(name, GMSFS_XATTR_MIN)	? atomic_load(&st->pool->min)
+		     : !strcmp(name, GMSFS_XATTR_RESERVED) ? st->tier.reserved
+							   : 0;
+	return q ? snprintf(buf, size, "%llu", (unsigned long long)q) : -ENODATA;
+}
+
+/* user.gms.min and user.gms.reserved, their text a size already (q). */
+static int set_elastic(struct store *st, const char *name, uint64_t q)
+{
+	if (!strcmp(name, GMSFS_XATTR_RESERVED)) {
+		st->tier.reserved = q;
+		store_notify(st);
+		return 0;
 	}
-	return -ENODATA;
+	uint64_t quota = atomic_load(&st->pool->quota);
+	if (quota && q > quota) {
+		store_error(st, "%s: %llu is above the store's quota, %llu", name, (unsigned long long)q,
+			    (unsigned long long)quota);
+		return -EINVAL;
+	}
+	if (vmm_pool_set_min(st->pool, q)) {
+		store_error(st, "%s: %llu with the other stores' minimums (%llu lacking now) would pass the mount's "
+				"%llu bytes", name, (unsigned long long)q,
+			    (unsigned long long)vmm_mins_short(st->fs->vmm, st->pool),
+			    (unsigned long long)st->fs->vmm->max_bytes);
+		return -EINVAL;
+	}
+	store_notify(st);
+	return 0;
 }
 
 int tier_xattr_set(struct store *st, const char *name, const char *value, size_t size)
@@ -315,6 +341,14 @@ int tier_xattr_set(struct store *st, const char *name, const char *value, size_t
 		store_error(st, "%s: a size in bytes (digits, then K, M, G or T), more than 0", name);
 		return -EINVAL;
 	}
+	if (strcmp(name, GMSFS_XATTR_QUOTA))
+		return set_elastic(st, name, q);
+	uint64_t min = atomic_load(&st->pool->min);
+	if (q < min) {
+		store_error(st, "%s: %llu is below the store's minimum, %llu", name, (unsigned long long)q,
+			    (unsigned long long)min);
+		return -EINVAL;
+	}
 	uint64_t used = atomic_load(&st->pool->used);
 	if (q < used) {
 		store_error(st, "%s: %llu is below the %llu bytes the store holds", name, (unsigned long long)q,
@@ -332,6 +366,14 @@ int tier_xattr_remove(struct store *st, const char *name)
 		return -EAGAIN;
 	if (!strcmp(name, GMSFS_XATTR_PRIORITY)) {
 		st->tier.priority = 0;
+	} else if (!strcmp(name, GMSFS_XATTR_MIN)) {
+		if (!atomic_load(&st->pool->min))
+			return -ENODATA;
+		vmm_pool_set_min(st->pool, 0);
+	} else if (!strcmp(name, GMSFS_XATTR_RESERVED)) {
+		if (!st->tier.reserved)
+			return -ENODATA;
+		st->tier.reserved = 0;
 	} else {
 		if (!atomic_load(&st->pool->quota))
 			return -ENODATA;
@@ -339,4 +381,66 @@ int tier_xattr_remove(struct store *st, const char *name)
 	}
 	store_notify(st);
 	return 0;
+}
+
+/* ---- elastic stores: pages asked back ---- */
+
+uint64_t tier_reclaim_left(const struct store *st)
+{
+	const struct store_tier *t = &st->tier;
+	if (!t->reclaim_asked || clock_mono_ns() > t->reclaim_until)
+		return 0;
+	uint64_t used = atomic_load(&st->pool->used);
+	uint64_t given = t->reclaim_from > used ? t->reclaim_from - used : 0;
+	return given < t->reclaim_asked ? t->reclaim_asked - given : 0;
+}
+
+/* What st may give for self: its pages above its minimum, if it is elastic (a writer
+ * session holds them) and may be asked. */
+static uint64_t may_give_back(const struct store *st, const struct store *self, bool within_min)
+{
+	if (st == self || st->removed || !st->lock.fsm.leader || st->tier.at != TIER_DEVICE)
+		return 0;
+	if (!within_min && st->tier.priority >= self->tier.priority)
+		return 0;
+	uint64_t used = atomic_load(&st->pool->used), min = atomic_load(&st->pool->min);
+	uint64_t left = tier_reclaim_left(st); /* asked already: not counted twice */
+	return used > min + left ? used - min - left : 0;
+}
+
+uint64_t tier_ask_back(struct fs *fs, struct store *self, uint64_t bytes)
+{
+	uint64_t used = atomic_load(&self->pool->used), min = atomic_load(&self->pool->min);
+	bool within_min = used + bytes <= min;
+	struct store_table *t = fs->stores;
+	uint64_t asked = 0, now = clock_mono_ns();
+	for (size_t i = 0; i < t->n; i++) /* a retry does not ask again for what is on its way */
+		if (t->v[i] != self)
+			asked += tier_reclaim_left(t->v[i]);
+	if (asked >= bytes)
+		return asked;
+	while (asked < bytes) {
+		struct store *pick = NULL;
+		for (size_t i = 0; i < t->n; i++) {
+			struct store *st = t->v[i];
+			if (may_give_back(st, self, within_min) &&
+			    (!pick || st->tier.priority < pick->tier.priority ||
+			     (st->tier.priority == pick->tier.priority && st->tier.last_used < pick->tier.last_used)))
+				pick = st;
+		}
+		if (!pick)
+			break;
+		uint64_t give = may_give_back(pick, self, within_min), left = tier_reclaim_left(pick);
+		if (give > bytes - asked)
+			give = bytes - asked;
+		struct store_tier *pt = &pick->tier;
+		pt->reclaim_asked = left + give;
+		pt->reclaim_from = atomic_load(&pick->pool->used);
+		pt->reclaim_until = now + (uint64_t)TIER_RECLAIM_MS * 1000000;
+		asked += give;
+		store_notify(pick);
+		fuse_log(FUSE_LOG_INFO, "gmsfs: %s (priority %d) asked to give back %llu bytes for %s (priority %d)\n",
+			 pick->name, pt->priority, (unsigned long long)pt->reclaim_asked, self->name, self->tier.priority);
+	}
+	return asked;
 }

@@ -38,6 +38,16 @@ int tier_xattr_set(struct store *st, const char *name, const char *value, size_t
 int tier_xattr_remove(struct store *st, const char *name);
 bool tier_xattr_known(const char *name);
 
+/* How long a store asked to give pages back has to do it. */
+#define TIER_RECLAIM_MS 2000
+/* What st was asked to give back and has not yet (0 once given or past its time). */
+uint64_t tier_reclaim_left(const struct store *st);
+/* Room for self's growth of bytes that only elastic stores' pages hold: ask those that may
+ * give (lower priority, above their minimum; any above its minimum while self grows
+ * within its own), lowest priority first; their engines see it in state and give pages
+ * back.  Returns the bytes asked (0: nobody may give).  fs->mu held. */
+uint64_t tier_ask_back(struct fs *fs, struct store *self, uint64_t bytes);
+
 /* What metrics and status.json show of the mount. */
 struct tier_stats {
 	uint64_t moves_out, moves_in, bytes_out, bytes_in, evictions, failures;

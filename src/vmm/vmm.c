@@ -3,12 +3,22 @@
 #include "clock.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+/* The pools with a minimum: few (elastic stores), looked at by every reservation while
+ * there is one. */
+struct mins {
+	pthread_mutex_t mu;
+	struct vmm_pool **v;
+	size_t n, cap;
+	atomic_size_t count; /* n, read without mu: 0 keeps reservations lock-free */
+};
 
 static int open_with(struct vmm **out, const struct vmm_ops *ops, const char *device, uint64_t max_bytes,
 		     char *err, size_t errlen)
@@ -23,6 +33,12 @@ static int open_with(struct vmm **out, const struct vmm_ops *ops, const char *de
 		return e;
 	}
 	v->max_bytes = max_bytes && max_bytes < v->dev.total_bytes ? max_bytes : v->dev.total_bytes;
+	if (!(v->mins = calloc(1, sizeof(struct mins)))) {
+		ops->close(v);
+		free(v);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&((struct mins *)v->mins)->mu, NULL);
 	*out = v;
 	return 0;
 }
@@ -55,6 +71,11 @@ void vmm_close(struct vmm *v)
 {
 	if (v && v->ops->close)
 		v->ops->close(v);
+	if (v && v->mins) {
+		free(((struct mins *)v->mins)->v);
+		pthread_mutex_destroy(&((struct mins *)v->mins)->mu);
+		free(v->mins);
+	}
 	free(v);
 }
 
@@ -91,6 +112,8 @@ void vmm_pool_put(struct vmm_pool *p)
 {
 	if (!p || atomic_fetch_sub(&p->refs, 1) != 1)
 		return;
+	if (atomic_load(&p->min))
+		vmm_pool_set_min(p, 0);
 	if (p->vmm->ops->pool_close)
 		p->vmm->ops->pool_close(p);
 	free(p);
@@ -107,6 +130,90 @@ static bool reserve(atomic_uint_fast64_t *used, uint64_t limit, uint64_t n)
 	return true;
 }
 
+static uint64_t short_of(struct mins *m, const struct vmm_pool *pool)
+{
+	uint64_t lack = 0;
+	for (size_t i = 0; i < m->n; i++) {
+		uint64_t min = atomic_load(&m->v[i]->min), used = atomic_load(&m->v[i]->used);
+		if (m->v[i] != pool && used < min)
+			lack += min - used;
+	}
+	return lack;
+}
+
+uint64_t vmm_mins_short(struct vmm *v, const struct vmm_pool *pool)
+{
+	struct mins *m = v->mins;
+	pthread_mutex_lock(&m->mu);
+	uint64_t lack = short_of(m, pool);
+	pthread_mutex_unlock(&m->mu);
+	return lack;
+}
+
+uint64_t vmm_room_for(struct vmm *v, const struct vmm_pool *pool)
+{
+	uint64_t used = atomic_load(&v->used_bytes), lack = vmm_mins_short(v, pool);
+	return used + lack < v->max_bytes ? v->max_bytes - used - lack : 0;
+}
+
+int vmm_pool_set_min(struct vmm_pool *pool, uint64_t min)
+{
+	struct vmm *v = pool->vmm;
+	struct mins *m = v->mins;
+	pthread_mutex_lock(&m->mu);
+	size_t at = m->n;
+	uint64_t others = 0;
+	for (size_t i = 0; i < m->n; i++)
+		if (m->v[i] == pool)
+			at = i;
+		else
+			others += atomic_load(&m->v[i]->min);
+	int e = 0;
+	if (min && (min > v->max_bytes || others > v->max_bytes - min)) {
+		e = -EINVAL;
+	} else if (min && at == m->n) {
+		if (m->n == m->cap) {
+			size_t cap = m->cap ? 2 * m->cap : 8;
+			struct vmm_pool **nv = realloc(m->v, cap * sizeof *nv);
+			if (!nv)
+				e = -ENOMEM;
+			else
+				m->v = nv, m->cap = cap;
+		}
+		if (!e)
+			m->v[m->n++] = pool;
+	} else if (!min && at < m->n) {
+		m->v[at] = m->v[--m->n];
+	}
+	if (!e)
+		atomic_store(&pool->min, min);
+	atomic_store(&m->count, m->n);
+	pthread_mutex_unlock(&m->mu);
+	return e;
+}
+
+/* n bytes of the device for pool: within max_bytes, less what the other pools' minimums
+ * still lack (under mins' lock while there are minimums, so that two reservations do not
+ * both count the same free bytes). */
+static bool device_reserve(struct vmm *v, struct vmm_pool *pool, uint64_t n)
+{
+	struct mins *m = v->mins;
+	if (!atomic_load(&m->count))
+		return reserve(&v->used_bytes, v->max_bytes, n);
+	pthread_mutex_lock(&m->mu);
+	uint64_t lack = short_of(m, pool);
+	bool ok = lack < v->max_bytes && reserve(&v->used_bytes, v->max_bytes - lack, n);
+	pthread_mutex_unlock(&m->mu);
+	return ok;
+}
+
+static void note_peak(struct vmm_pool *pool)
+{
+	uint64_t used = atomic_load(&pool->used), peak = atomic_load(&pool->peak);
+	while (used > peak && !atomic_compare_exchange_weak(&pool->peak, &peak, used))
+		;
+}
+
 int vmm_alloc(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 {
 	struct vmm *v = pool->vmm;
@@ -117,7 +224,7 @@ int vmm_alloc(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 		return -EAGAIN;
 	if (!reserve(&pool->used, atomic_load(&pool->quota), aligned))
 		return -EDQUOT;
-	if (!reserve(&v->used_bytes, v->max_bytes, aligned)) {
+	if (!device_reserve(v, pool, aligned)) {
 		atomic_fetch_sub(&pool->used, aligned);
 		return -ENOSPC;
 	}
@@ -128,6 +235,7 @@ int vmm_alloc(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 		return e;
 	}
 	vmm_pool_get(pool);
+	note_peak(pool);
 	(*out)->vmm = v;
 	(*out)->pool = pool;
 	(*out)->size = aligned;
@@ -195,7 +303,7 @@ void vmm_buf_put(struct vmm_buf *b)
 static int alloc_twin(struct vmm_buf *b, bool to_host, struct vmm_buf **out)
 {
 	struct vmm *v = b->vmm;
-	if (!reserve(to_host ? &v->host_used : &v->used_bytes, to_host ? v->host_bytes : v->max_bytes, b->size))
+	if (to_host ? !reserve(&v->host_used, v->host_bytes, b->size) : !device_reserve(v, b->pool, b->size))
 		return -ENOSPC;
 	int e = to_host ? v->ops->create_host(b->pool, b->size, out) : v->ops->create(b->pool, b->size, out);
 	if (e) {

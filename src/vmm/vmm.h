@@ -19,6 +19,8 @@ struct vmm_pool {
 	atomic_uint refs;     /* the store's and one per buffer */
 	_Atomic uint64_t quota; /* bytes its buffers may hold, on either tier (0: no limit) */
 	atomic_uint_fast64_t used; /* aligned bytes its buffers hold, on either tier */
+	_Atomic uint64_t min;  /* bytes of the device kept for it while it holds less (0: none) */
+	atomic_uint_fast64_t peak; /* the most it has held */
 	void *priv;
 };
 
@@ -105,6 +107,9 @@ struct vmm {
 	bool keep_memory;
 	/* A successor takes the memory over (handover.c): no new buffers meanwhile. */
 	atomic_bool frozen;
+	/* The pools with a minimum (vmm_pool_set_min), under mins_mu: what the device must
+	 * keep free for each while it holds less. */
+	void *mins;
 	void *priv;
 };
 
@@ -118,6 +123,16 @@ extern const struct vmm_ops vmm_cuda_ops;
 
 /* backend: "host", "cuda" or NULL (cuda where a VMM-capable GPU is found, else host). */
 int vmm_open(struct vmm **out, const char *backend, const char *device, uint64_t max_bytes, char *err, size_t errlen);
+
+/* Keep min bytes of the device for pool while it holds less: another pool's buffer is
+ * refused (-ENOSPC) where it would leave less free than every minimum still lacks.
+ * -EINVAL when the minimums together would pass max_bytes; 0 takes the minimum away. */
+int vmm_pool_set_min(struct vmm_pool *pool, uint64_t min);
+/* What the minimums of pools other than pool (NULL: all) still lack on the device. */
+uint64_t vmm_mins_short(struct vmm *v, const struct vmm_pool *pool);
+/* The device bytes pool may take now: max_bytes less what is used and what the other
+ * pools' minimums still lack. */
+uint64_t vmm_room_for(struct vmm *v, const struct vmm_pool *pool);
 void vmm_close(struct vmm *v);
 
 uint64_t vmm_align(const struct vmm *v, uint64_t size);

@@ -41,15 +41,20 @@ def metric(family, store, **labels):
     fam = families.get(family)
     for s in fam.samples if fam else ():
         if s.labels.get("store") == store and all(s.labels.get(k) == v for k, v in labels.items()):
-            same("%s %s's device label" % (family, store), s.labels.get("device"), device["uuid"])
+            same("%s %s's device labels" % (family, store),
+                 (s.labels.get("device"), s.labels.get("gpu"), s.labels.get("UUID")), DEVICE_LABELS)
             return s.value
     return None
 
 
+# device, and dcgm-exporter's gpu and UUID: every series has them.
+DEVICE_LABELS = (device["uuid"], device["index"], device["uuid"])
+
 for name, js in zip(stores, status["stores"]):
     st = kv(os.path.join(mount, name, "state"))
     for k in ("state", "readers", "writer", "waiting_writers", "waiting_readers", "generation", "allocations",
-              "entries", "bytes", "aligned_bytes", "layout_hash", "requests", "socket_requests", "last_error"):
+              "entries", "bytes", "aligned_bytes", "layout_hash", "requests", "socket_requests", "last_error",
+              "quota", "priority", "min", "reserved", "used", "peak", "reclaim"):
         if k not in ("requests",):  # reading state does not count, reading status.json does not either
             same("status.json %s.%s" % (name, k), js[k], st.get(k, ""))
     for s in ("EMPTY", "RW", "COMMITTED", "RO"):
@@ -64,13 +69,17 @@ for name, js in zip(stores, status["stores"]):
     for fam, k in (("gmsfs_store_allocations", "allocations"), ("gmsfs_store_entries", "entries"),
                    ("gmsfs_store_bytes", "aligned_bytes")):
         same("metrics %s %s" % (name, k), metric(fam, name), float(st[k]))
+    for fam, k in (("gmsfs_store_min_bytes", "min"), ("gmsfs_store_reserved_bytes", "reserved"),
+                   ("gmsfs_store_used_bytes", "used"), ("gmsfs_store_peak_bytes", "peak"),
+                   ("gmsfs_store_reclaim_bytes", "reclaim"), ("gmsfs_store_quota_bytes", "quota")):
+        same("metrics %s %s" % (name, k), metric(fam, name), float(st[k]))
     for c in ("commits", "aborts", "lock_waits", "exports"):
         same("metrics %s %s_total against status.json" % (name, c), metric("gmsfs_store_%s" % c, name),
              float(js[c]))
 for fam in ("gmsfs_device_used_bytes", "gmsfs_device_total_bytes"):
     smp = families[fam].samples
     same("metrics %s" % fam, [(s.labels, s.value) for s in smp],
-         [({"device": device["uuid"]}, float(device[fam[13:]]))])
+         [({"device": device["uuid"], "gpu": device["index"], "UUID": device["uuid"]}, float(device[fam[13:]]))])
 for want in sys.argv[2:]:
     where, value = want.split("=")
     store, counter = where.rsplit(":", 1)

@@ -318,6 +318,42 @@ static struct fs_handle *bound(struct fs *fs, const struct rpc_req *r, bool writ
 	return h;
 }
 
+/* No room even with idle stores moved out: what only elastic stores' pages hold is asked
+ * back of them (tier_ask_back), and the caller is told to try again (-EAGAIN) while
+ * their engines give pages back; -ENOSPC stands when nobody may give.  fs->mu held. */
+static int ask_back(struct fs *fs, struct store *self, uint64_t bytes, char *why, size_t whylen)
+{
+	struct vmm *v = fs->vmm;
+	uint64_t used = atomic_load(&v->used_bytes), hold = vmm_mins_short(v, self->pool);
+	uint64_t free_now = used + hold < v->max_bytes ? v->max_bytes - used - hold : 0;
+	uint64_t asked = tier_ask_back(fs, self, bytes > free_now ? bytes - free_now : bytes);
+	if (!asked)
+		return -ENOSPC;
+	snprintf(why, whylen, "%llu bytes asked back of elastic stores, which have %d ms to give them: try again",
+		 (unsigned long long)asked, TIER_RECLAIM_MS);
+	return -EAGAIN;
+}
+
+/* Room for bytes more of the store r's handle writes: idle stores move to the host tier,
+ * then elastic stores are asked to give pages back (-EAGAIN: try again). */
+static int room_for(struct fs *fs, const struct rpc_req *r, uint64_t bytes, char *reason, size_t len, char *why,
+		    size_t whylen)
+{
+	int e;
+	pthread_mutex_lock(&fs->mu);
+	struct fs_handle *h = bound(fs, r, true, false, &e, why, whylen);
+	struct store *self = h ? h->store : NULL;
+	if (self) {
+		store_get(self); /* fs->mu is let go while others move */
+		e = tier_make_room(fs, self, bytes, reason, len);
+		if (e == -ENOSPC && !self->removed)
+			e = ask_back(fs, self, bytes, reason, len);
+		store_put(self, 1);
+	}
+	pthread_mutex_unlock(&fs->mu);
+	return e;
+}
+
 /* CREATE: memory first (the backend's calls run without fs->mu), then the nodes. */
 static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_body *b, struct xset *s, char *why,
 		     size_t whylen)
@@ -342,38 +378,39 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 		free(v);
 		return e;
 	}
-	for (size_t i = 0; i < b->nallocs && !e; i++) {
+	/* Room first for the whole request where it lacks (a request that cannot fit does
+	 * not make and free most of itself); then each allocation, and one that still finds
+	 * none makes room for the rest and is tried once more. */
+	char reason[400] = "";
+	uint64_t total = 0;
+	for (size_t k = 0; k < b->nallocs; k++)
+		total += vmm_align(fs->vmm, b->allocs[k].size);
+	size_t i = 0;
+	uint64_t quota = atomic_load(&pool->quota); /* past it, no room is made: EDQUOT below */
+	if (b->nallocs && vmm_room_for(fs->vmm, pool) < total && (!quota || atomic_load(&pool->used) + total <= quota))
+		e = room_for(fs, r, total, reason, sizeof reason, why, whylen);
+	for (; i < b->nallocs && !e; i++) {
 		struct vmm_buf *buf;
-		char reason[400] = "";
 		if ((e = vmm_alloc(pool, b->allocs[i].size, &buf)) == -ENOSPC) {
-			/* Room made by moving idle stores to the host tier, then once more. */
 			uint64_t rest = 0;
 			for (size_t k = i; k < b->nallocs; k++)
 				rest += vmm_align(fs->vmm, b->allocs[k].size);
-			pthread_mutex_lock(&fs->mu);
-			h = bound(fs, r, true, false, &e, why, whylen);
-			struct store *self = h ? h->store : NULL;
-			if (self) {
-				store_get(self); /* fs->mu is let go while others move */
-				e = tier_make_room(fs, self, rest, reason, sizeof reason);
-				store_put(self, 1);
-			}
-			pthread_mutex_unlock(&fs->mu);
-			if (!e)
+			if (!(e = room_for(fs, r, rest, reason, sizeof reason, why, whylen)))
 				e = vmm_alloc(pool, b->allocs[i].size, &buf);
 		}
-		if (e) {
-			if (!reason[0])
-				vmm_pool_why(pool, e, b->allocs[i].size, reason, sizeof reason);
-			snprintf(why, whylen, "allocs/%s: %llu bytes: %s", b->allocs[i].path,
-				 (unsigned long long)b->allocs[i].size, reason);
-			if (e == -EDQUOT)
-				e = -ENOSPC;
+		if (e)
 			break;
-		}
 		v[i].size = b->allocs[i].size;
 		v[i].aligned = buf->size;
 		v[i].buf = buf;
+	}
+	if (e && i < b->nallocs) {
+		if (!reason[0])
+			vmm_pool_why(pool, e, b->allocs[i].size, reason, sizeof reason);
+		snprintf(why, whylen, "allocs/%s: %llu bytes: %s", b->allocs[i].path,
+			 (unsigned long long)b->allocs[i].size, reason);
+		if (e == -EDQUOT)
+			e = -ENOSPC;
 	}
 	pthread_mutex_lock(&fs->mu);
 	/* After a failure to make memory the handle is looked up only to say why in state. */

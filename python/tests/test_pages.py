@@ -1,0 +1,331 @@
+"""Elastic stores (issue 46, host backend): KV-cache pages that come and go in a writer's
+session, under the mount's budget, quotas, minimums and priorities.  A mount of its own: a
+64 MiB device (1 MiB pages), a 16 MiB host tier."""
+import ctypes
+import errno
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import mounted, remove_stores, ROOT
+import gmsfs
+from gmsfs.ctl import read_fields
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def small():
+    yield from mounted("backend=host", "max_bytes=64M", "host_bytes=16M")
+
+
+@pytest.fixture
+def clean(small):
+    yield small
+    remove_stores(small)
+
+
+def state(store):
+    return {k: (int(v) if v.isdigit() else v) for k, v in read_fields(os.path.join(store, "state")).items()}
+
+
+def used(mnt):
+    return int(read_fields(os.path.join(mnt, "device"))["used_bytes"])
+
+
+def kv(mnt, name, **xattrs):
+    path = os.path.join(mnt, name)
+    os.mkdir(path)
+    for k, v in xattrs.items():
+        os.setxattr(path, "user.gms." + k, str(v).encode())
+    return path
+
+
+def test_pages_at_their_place_and_back(clean):
+    store = kv(clean, "kv", quota=32 * MiB)
+    with gmsfs.connect(store, "rw") as c, gmsfs.Pages(c, 40 * MiB, MiB) as p:
+        assert (p.count, p.page_size, p.mapped) == (40, MiB, 0)
+        assert state(store)["reserved"] == 40 * MiB and state(store)["used"] == 0  # address space only
+        p.map([0, 7, 39])
+        for i in (0, 7, 39):  # each page is its own memory, at its place
+            ctypes.memset(p.ptr(i), i + 1, MiB)
+        assert [ctypes.string_at(p.ptr(i) + MiB - 1, 1) for i in (0, 7, 39)] == [b"\x01", b"\x08", b"\x28"]
+        s = state(store)
+        assert (s["used"], s["peak"], s["allocations"], s["state"]) == (3 * MiB, 3 * MiB, 3, "RW")
+        p.unmap([7])
+        assert p.mapped == 2 and state(store)["used"] == 2 * MiB and state(store)["peak"] == 3 * MiB
+        p.map([7])  # fresh memory again at the same place
+        assert ctypes.string_at(p.ptr(7), 1) in (b"\x00", b"\x08")
+    s = state(store)
+    assert (s["used"], s["reserved"], s["allocations"]) == (0, 0, 0)  # the session's end gave all back
+
+
+def test_bad_calls_change_nothing(clean):
+    store = kv(clean, "kv", quota=8 * MiB)
+    with gmsfs.connect(store, "rw") as c:
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            gmsfs.Pages(c, 4 * MiB, 4096 + 1)
+        assert e.value.errno == errno.EINVAL and "multiple of the granularity" in str(e.value)
+        p = gmsfs.Pages(c, 16 * MiB, MiB)
+        p.map([1, 2])
+        for idx, code, words in (([2], errno.EEXIST, "mapped already"), ([3, 3], errno.EINVAL, "twice"),
+                                 ([16], errno.EINVAL, "past the range"), ([0, 2], errno.EEXIST, "mapped already")):
+            with pytest.raises(gmsfs.GmsfsError) as e:
+                p.map(idx)
+            assert e.value.errno == code and words in str(e.value), e.value
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            p.unmap([5])
+        assert e.value.errno == errno.ENOENT
+        with pytest.raises(gmsfs.GmsfsError) as e:  # the quota: all or nothing
+            p.map(range(3, 10))
+        assert e.value.errno == errno.ENOSPC and "quota" in str(e.value), e.value
+        assert p.mapped == 2 and state(store)["used"] == 2 * MiB
+        with pytest.raises(gmsfs.GmsfsError) as e:  # pages are working memory: no sleeping with them
+            c.unmap_all()
+        assert e.value.errno == errno.EBUSY
+        p.free()
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            p.free()
+        assert e.value.errno == errno.EINVAL
+        with pytest.raises(gmsfs.GmsfsError):
+            p.map([1])
+        assert state(store)["used"] == 0
+    committed = kv(clean, "committed")
+    with gmsfs.connect(committed, "rw") as w:
+        w.commit()
+    with gmsfs.connect(committed, "ro") as r, pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs.Pages(r, MiB)  # a reader has no session to hold pages in
+    assert e.value.errno == errno.EPERM, e.value
+
+
+def test_minimums_and_their_limits(clean):
+    a = kv(clean, "a", min=40 * MiB)
+    b = kv(clean, "b")
+    with pytest.raises(OSError) as e:  # the minimums together may not pass the budget
+        os.setxattr(b, "user.gms.min", b"30M")
+    assert e.value.errno == errno.EINVAL
+    assert "would pass the mount's" in state(b)["last_error"]
+    with pytest.raises(OSError):
+        os.setxattr(a, "user.gms.quota", b"20M")  # a quota below the minimum
+    with gmsfs.connect(b, "rw") as cb, gmsfs.Pages(cb, 64 * MiB, MiB) as pb:
+        with pytest.raises(gmsfs.GmsfsError) as e:  # 24 MiB free: the other 40 are a's
+            pb.map(range(25))
+        assert e.value.errno == errno.ENOSPC
+        pb.map(range(24))
+        with gmsfs.connect(a, "rw") as ca, gmsfs.Pages(ca, 64 * MiB, MiB) as pa:
+            pa.map(range(40))  # a's minimum was kept for it
+            assert used(clean) == 64 * MiB
+    os.removexattr(a, "user.gms.min")
+    assert "user.gms.min" not in os.listxattr(a)
+
+
+def give_when_asked(pages, stop, log):
+    """An engine's loop: free pages whenever the daemon asks."""
+    while not stop.is_set():
+        want = pages.reclaim()
+        if want:
+            n = min(-(-want // pages.page_size), len(log["held"]))
+            idx = sorted(log["held"])[-n:]
+            pages.unmap(idx)
+            for i in idx:
+                log["held"].discard(i)
+            log["given"] += n
+        time.sleep(0.002)
+
+
+def test_growth_takes_pages_back_from_lower_priority_only(clean):
+    low = kv(clean, "low", priority=1)
+    high = kv(clean, "high", priority=5)
+    with gmsfs.connect(low, "rw") as cl, gmsfs.Pages(cl, 64 * MiB, MiB) as pl, \
+            gmsfs.connect(high, "rw") as ch, gmsfs.Pages(ch, 64 * MiB, MiB) as ph:
+        pl.map(range(50))
+        log = {"held": set(range(50)), "given": 0}
+        stop = threading.Event()
+        t = threading.Thread(target=give_when_asked, args=(pl, stop, log))
+        t.start()
+        try:
+            ph.map(range(30), timeout_ms=2000)  # 14 free: 16 asked of low, which gives them
+        finally:
+            stop.set()
+            t.join()
+        assert log["given"] == 16 and pl.mapped == 34, log["given"]  # asked what was lacking, not more
+        assert state(low)["reclaim"] == 0
+        # The other way: low may not take from high.
+        t0 = time.monotonic()
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            pl.map(range(50, 54), timeout_ms=1000)
+        assert e.value.errno == errno.ENOSPC and time.monotonic() - t0 < 0.5  # nobody to ask: at once
+        assert state(high)["reclaim"] == 0 and ph.mapped == 30
+
+
+def test_an_engine_that_does_not_give_back_keeps_its_pages(clean):
+    low = kv(clean, "low", priority=1)
+    high = kv(clean, "high", priority=5)
+    with gmsfs.connect(low, "rw") as cl, gmsfs.Pages(cl, 64 * MiB, MiB) as pl, \
+            gmsfs.connect(high, "rw") as ch, gmsfs.Pages(ch, 64 * MiB, MiB) as ph:
+        pl.map(range(60))
+        ptr = pl.ptr(59)
+        ctypes.memset(ptr, 0x5a, 64)
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            ph.map(range(10), timeout_ms=300)
+        assert e.value.errno == errno.ENOSPC and "waited 300 ms" in str(e.value)
+        assert state(low)["reclaim"] == 6 * MiB  # asked, never taken
+        assert pl.mapped == 60 and ctypes.string_at(ptr, 4) == b"\x5a" * 4
+
+
+def test_growth_within_a_minimum_asks_any_store_above_its_own(clean):
+    hi = kv(clean, "hi", priority=9)
+    guaranteed = kv(clean, "guaranteed", priority=0)
+    with gmsfs.connect(hi, "rw") as ch, gmsfs.Pages(ch, 64 * MiB, MiB) as ph:
+        ph.map(range(60))
+        os.setxattr(guaranteed, "user.gms.min", b"16M")  # set while hi holds 60 of 64
+        with gmsfs.connect(guaranteed, "rw") as cg, gmsfs.Pages(cg, 64 * MiB, MiB) as pg:
+            log = {"held": set(range(60)), "given": 0}
+            stop = threading.Event()
+            t = threading.Thread(target=give_when_asked, args=(ph, stop, log))
+            t.start()
+            try:
+                pg.map(range(16), timeout_ms=2000)  # lower priority, but within its minimum
+            finally:
+                stop.set()
+                t.join()
+            assert pg.mapped == 16 and log["given"] == 12
+            with pytest.raises(gmsfs.GmsfsError):  # past its minimum, the priorities rule again
+                pg.map([16], timeout_ms=200)
+
+
+def test_page_allocator_for_a_block_manager(clean):
+    store = kv(clean, "kv")
+    with gmsfs.connect(store, "rw") as c, gmsfs.Pages(c, 8 * MiB, MiB) as p:
+        a = gmsfs.PageAllocator(p, 256 << 10)  # 4 blocks a page
+        blocks = a.alloc(6)
+        assert len(set(blocks)) == 6 and p.mapped == 2
+        a.free(blocks[:3], shrink=False)
+        assert p.mapped == 2
+        more = a.alloc(7)  # the 5 free blocks reused, one page more
+        assert p.mapped == 3 and not set(more) & set(blocks[3:])
+        a.free(blocks[3:] + more)
+        assert p.mapped == 0 and state(store)["used"] == 0
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            a.alloc(33)
+        assert e.value.errno == errno.ENOSPC and p.mapped == 0
+
+
+ENGINE = r"""
+import os, random, sys, time, gmsfs
+store, seed, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+rnd = random.Random(seed)
+c = gmsfs.connect(store, "rw")
+p = gmsfs.Pages(c, 32 << 20, 1 << 20)
+held = set()
+while not os.path.exists(out + ".quiet"):
+    want = p.reclaim()
+    if want and held:
+        give = sorted(held)[: -(-want // p.page_size)]
+        p.unmap(give); held.difference_update(give)
+    elif rnd.random() < 0.55 and len(held) < p.count:
+        idx = rnd.sample(sorted(set(range(p.count)) - held), min(rnd.randint(1, 8), p.count - len(held)))
+        try:
+            p.map(idx, timeout_ms=50)
+            held.update(idx)
+        except gmsfs.GmsfsError:
+            pass
+    elif held:
+        give = rnd.sample(sorted(held), rnd.randint(1, len(held)))
+        p.unmap(give); held.difference_update(give)
+with open(out + ".tmp", "w") as f:  # a quiet moment: what it holds, then nothing more
+    f.write("%d\n" % len(held))
+os.rename(out + ".tmp", out)
+time.sleep(3600)
+"""
+
+
+def test_kill_storm_of_engines_growing_and_shrinking(clean, tmp_path):
+    """Engines grow and shrink (and give back when asked) while some are SIGKILLed: no page
+    of a killed engine stays, the daemon's accounting is the pages mapped, quotas and
+    minimums hold, and a store of weights beside them is untouched."""
+    weights = os.path.join(clean, "weights")
+    os.mkdir(weights)
+    with gmsfs.connect(weights, "rw") as w:
+        m = w.create("w", 4 * MiB)
+        ctypes.memset(m.ptr, 0x3c, 4 * MiB)
+        w.commit()
+        whash = w.layout_hash
+    stores = [kv(clean, "e%d" % i, priority=i % 3, quota=24 * MiB, **({"min": 8 * MiB} if i == 0 else {}))
+              for i in range(5)]
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    rnd = random.Random(46)
+    procs, deaths = {}, 0
+
+    def start(i, seed):
+        out = str(tmp_path / ("e%d-%d.held" % (i, seed)))
+        procs[i] = (subprocess.Popen([sys.executable, "-c", ENGINE, stores[i], str(seed), out], env=env,
+                                     stderr=subprocess.PIPE), out)
+
+    try:
+        for i in range(len(stores)):
+            start(i, i)
+        t_end = time.monotonic() + 8
+        while time.monotonic() < t_end:
+            time.sleep(rnd.uniform(0.05, 0.3))
+            i = rnd.randrange(1, len(stores))  # e0 lives: its minimum is probed below
+            os.kill(procs[i][0].pid, signal.SIGKILL)
+            procs[i][0].wait()
+            deaths += 1
+            for _ in range(200):  # its session rolls back: every page back
+                if state(stores[i])["used"] == 0:
+                    break
+                time.sleep(0.01)
+            assert state(stores[i])["used"] == 0 and state(stores[i])["writer"] == 0, state(stores[i])
+            start(i, 100 + deaths)
+        for _, out in procs.values():  # a quiet moment: each engine says what it holds, then stops
+            open(out + ".quiet", "w").close()
+        for _, out in procs.values():
+            for _ in range(500):
+                if os.path.exists(out):
+                    break
+                time.sleep(0.01)
+        total = 0
+        for i, s in enumerate(stores):
+            st = state(s)
+            held = int(open(procs[i][1]).read())
+            assert st["used"] == st["allocations"] * MiB == held * MiB, (i, st, held)
+            assert st["peak"] <= 24 * MiB  # the quota held throughout
+            total += st["used"]
+        on_device = 4 * MiB if open(os.path.join(weights, "tier")).read().strip() == "device" else 0
+        assert used(clean) == total + on_device  # the device's accounting: the pages (and the weights, idle:
+        # they may have given way to the host tier)
+        # e0's minimum: whatever the others hold, it may grow to 8 MiB.
+        for i in range(1, len(stores)):
+            os.kill(procs[i][0].pid, signal.SIGKILL)
+            procs[i][0].wait()
+        for i in range(1, len(stores)):  # the others take all they can, without giving back
+            c = gmsfs.connect(stores[i], "rw")
+            procs[i] = (c, gmsfs.Pages(c, 32 * MiB, MiB))
+            try:
+                procs[i][1].map(range(24), timeout_ms=0)
+            except gmsfs.GmsfsError:
+                pass
+        assert used(clean) <= 64 * MiB - max(0, 8 * MiB - state(stores[0])["used"])
+        os.kill(procs[0][0].pid, signal.SIGKILL)
+        procs[0][0].wait()
+        with gmsfs.connect(stores[0], "rw") as c0, gmsfs.Pages(c0, 32 * MiB, MiB) as p0:
+            p0.map(range(8))  # its minimum was kept
+        for i in range(1, len(stores)):
+            procs[i][1].free()
+            procs[i][0].close()
+        with gmsfs.connect(weights, "ro") as r:
+            r.import_all()
+            assert r.layout_hash == whash and ctypes.string_at(r.find("w").ptr, 4 * MiB) == b"\x3c" * (4 * MiB)
+        assert deaths >= 10
+    finally:
+        for p in procs.values():
+            if isinstance(p[0], subprocess.Popen) and p[0].poll() is None:
+                p[0].kill()
+                p[0].wait()
