@@ -53,7 +53,7 @@ EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
 LOADER_SRC := loader/json.c loader/safetensors.c loader/copy.c loader/store_files.c
 LOAD_SONAME := libgmsfs-load.so.0
-BENCH := $(B)/bench-import $(B)/bench-minfs $(B)/bench-control
+BENCH := $(B)/bench-import $(B)/bench-minfs $(B)/bench-control $(B)/bench-pages
 ifdef HAVE_CUDA
 BENCH += $(B)/bench-gpu $(B)/bench-load-floor $(B)/bench-duplex
 MOVER := $(B)/gmsfs-mover
@@ -125,6 +125,9 @@ $(B)/bench-control: bench/bench_control.c bench/bench.h | $(B)
 
 $(B)/bench-gpu: bench/bench_gpu.c bench/bench.h bench/fetch.h common/cuda_api.h $(WIRE_SRC) $(B)/libgmsfs.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ $< $(WIRE_SRC) $(LINK_LIB) $(MSGPACK_LIBS) -ldl
+
+$(B)/bench-pages: bench/bench_pages.c common/cuda_api.h $(B)/libgmsfs.so
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LINK_LIB) -ldl
 
 $(B)/bench-load-floor: bench/bench_load_floor.c common/cuda_api.h | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -ldl

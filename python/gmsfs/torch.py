@@ -230,3 +230,15 @@ def switch(module, to, timeout=None):
     sleep(module)
     wake(to, timeout)
     return to
+
+
+def pages_tensor(pages, dtype=torch.uint8, shape=None):
+    """A tensor over the whole address range of gmsfs.Pages (an engine's KV cache): its
+    pages come and go as the cache grows and shrinks, the tensor stays.  Only the bytes of
+    mapped pages may be touched (elsewhere a kernel faults, as with any cache of this kind).
+    shape: the cache's own view (e.g. blocks x block bytes), of dtype."""
+    dev = torch.device("cuda", torch.cuda.current_device()) if pages._conn.backend == "cuda" else torch.device("cpu")
+    t = _bytes_at(pages.base, pages.count * pages.page_size, dev)
+    if dtype != torch.uint8:
+        t = t.view(dtype)
+    return t.view(shape) if shape is not None else t

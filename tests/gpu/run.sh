@@ -12,6 +12,7 @@
 #     python3's venv, run from / without PYTHONPATH, GMSFS_LIBRARY or LD_LIBRARY_PATH;
 #   restart: takeover and a restart under a service manager, tested, then timed (16 GiB);
 #   keeper: stores through gmsfs-keeper and gmsfs-node, as the DaemonSet keeps them;
+#   pages: elastic KV caches: bench-pages against the raw driver loop, bench/kv_sharing.py;
 #   graphs: CUDA graphs of 8 shapes in gmsfs.torch.GraphPool against PyTorch's pools
 #   gms: GMS's client flows on GMS itself, through gmsfs.gms and on gmsfs (bench/gms_flows.py),
 #     then GMS's own tests through gmsfs.gms (tests/upstream/run.sh), where .upstream has them
@@ -295,6 +296,15 @@ if [ "$what" = restart ] || [ "$what" = all ]; then # a daemon replaced or resta
 	timeout 400 python3 tests/gpu/restart_gpu.py "$mnt" "$top/build" || failed=$((failed + 1))
 	unmount_gmsfs
 	timeout 500 python3 bench/restart.py build "${RESTART_GIB:-16}" cuda || failed=$((failed + 1))
+fi
+if [ "$what" = pages ]; then # elastic KV caches (issue 46): page maps against the raw driver loop, then three engines
+	mount_gmsfs
+	mkdir "$mnt/kv" && build/bench-pages "$mnt/kv" 256 || failed=$((failed + 1))
+	rmdir "$mnt/kv"
+	unmount_gmsfs
+	mount_gmsfs -o max_bytes=96M # the KV budget of the sharing run: 192 blocks of 512 KiB
+	timeout 200 python3 bench/kv_sharing.py "$mnt" --kv-mib 96 --page-mib 2 --seconds 12 || failed=$((failed + 1))
+	unmount_gmsfs
 fi
 if [ "$what" = keeper ]; then # stores through gmsfs-keeper, as the DaemonSet keeps them (issue 47)
 	timeout 300 python3 tests/gpu/restart_gpu.py keeper "$top/build" || failed=$((failed + 1))
