@@ -197,3 +197,63 @@ two_mounts() { [ "$(grep -c " $T/run/host-gpu-[ab] fuse.gmsfs " /proc/mounts)" =
 	NODE_PID=
 	! grep -q " $T/run/" /proc/mounts
 }
+
+@test "gmsfs-keeper: garbage on a daemon's socket and on its own changes nothing; another uid is refused" {
+	start_keeper
+	run "$KEEPER" --exec "$T/keep" gpu-f true # makes gpu-f's socket
+	assert_success
+	"$PYTHON" - "$T/keep" <<'PY'
+import array, os, random, re, socket, sys
+d = sys.argv[1]
+kept = {"kept"}  # the names the keeper must hold: valid ones, as it reads a datagram
+rnd = random.Random(47)
+fd = os.open("/dev/null", os.O_RDONLY)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+for i in range(3000):
+    kind = rnd.randrange(5)
+    if kind == 0:
+        msg = bytes(rnd.randrange(256) for _ in range(rnd.randrange(300)))
+    elif kind == 1:
+        name = bytes(rnd.choice(b"ab./-_\n=\0\xff") for _ in range(rnd.randrange(300)))
+        msg = b"FDSTORE=1\nFDNAME=" + name
+        value = name.split(b"\0")[0].split(b"\n")[0]
+        if re.fullmatch(rb"[A-Za-z0-9._-]{1,255}", value) and value not in (b".", b".."):
+            kept.add(value.decode())
+    elif kind == 2:
+        msg = b"FDSTOREREMOVE=1\nFDNAME=nope%d" % i
+    elif kind == 3:
+        msg = b"FDSTORE=1\nFDNAME=kept"  # one name: the newest replaces it
+    else:
+        msg = b"FDSTORE=1\nFDNAME=two"  # two descriptors for one name: refused
+    fds = [fd] if kind in (1, 3) else [fd, fd] if kind == 4 else []
+    anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+    s.sendmsg([msg], anc, 0, d + "/gpu-f.notify")
+for i in range(200):  # the request socket: garbage names, empty messages, hang-ups
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    c.connect(d + "/keeper.sock")
+    c.send(bytes(rnd.randrange(1, 256) for _ in range(rnd.randrange(1, 150))))
+    c.close()
+open(d + "/../want", "w").write("%d %s\n" % (len(kept), ":".join(sorted(kept))))
+PY
+	# The keeper serves on: gpu-f's store holds one descriptor for each valid name sent.
+	run "$KEEPER" --exec "$T/keep" gpu-f sh -c 'echo "$LISTEN_FDS $(echo $LISTEN_FDNAMES | tr : "\n" | sort | paste -sd:)"'
+	assert_success
+	assert_line "$(cat "$T/want")"
+	grep -q "an invalid FDNAME ignored" "$T/keeper.log"
+	grep -q "FDSTORE=1 with 2 descriptors ignored" "$T/keeper.log"
+	[ "$(ls /proc/$KEEPER_PID/fd | wc -l)" -lt $(($(cut -d' ' -f1 "$T/want") + 12)) ] # nothing refused stays open
+	# Another uid that can reach the socket (its modes opened up here) is refused by the keeper.
+	local open_dir
+	open_dir=$(mktemp -d /tmp/gmsfs-keep-uid.XXXXXX)
+	chmod 755 "$open_dir"
+	"$KEEPER" "$open_dir/keep" 2>"$open_dir/log" 3>&- &
+	local other=$!
+	wait_until test -S "$open_dir/keep/keeper.sock"
+	chmod 755 "$open_dir/keep" && chmod 666 "$open_dir/keep/keeper.sock"
+	run setpriv --reuid 65534 --regid 65534 --clear-groups "$KEEPER" --exec "$open_dir/keep" gpu-f true
+	kill -TERM $other
+	wait $other
+	assert_failure
+	grep -q "a request from uid 65534 refused" "$open_dir/log"
+	rm -rf "$open_dir"
+}

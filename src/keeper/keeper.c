@@ -13,7 +13,7 @@
  * (SOCK_SEQPACKET): it sends NAME; the keeper first takes every datagram NAME's socket
  * holds (what a dead daemon sent before it died, as systemd reads a service's messages
  * before it handles its end), then answers with batches of at most FDPASS_MAX descriptors,
- * each message their names, newline-separated, and ends with an empty message.  Only the
+ * each message their names, newline-separated, and ends with the message ".".  Only the
  * keeper's own uid may ask (SO_PEERCRED); DIR is 0700.  Descriptors stay until the daemon
  * removes them or the keeper ends: ending the keeper frees what they hold. */
 #include "fdpass.h"
@@ -195,7 +195,7 @@ static struct daemon_slot *slot(const char *name)
 	return d;
 }
 
-/* One --exec's question, answered: NAME's descriptors, then an empty message. */
+/* One --exec's question, answered: NAME's descriptors, then ".". */
 static void answer(int c)
 {
 	struct ucred cred = { .pid = 0, .uid = (uid_t)-1 };
@@ -227,7 +227,7 @@ static void answer(int c)
 		if (fdpass_send(c, buf, off, fds, k))
 			return;
 	}
-	send(c, "", 0, MSG_NOSIGNAL);
+	send(c, ".", 1, MSG_NOSIGNAL);
 	fprintf(stderr, "gmsfs-keeper: %s: %zu descriptors handed to pid %d\n", d->name, d->n, (int)cred.pid);
 }
 
@@ -319,9 +319,11 @@ static int exec_daemon(const char *name, char **argv)
 		ssize_t r = fdpass_recv(c, buf, sizeof buf - 1, got, FDPASS_MAX, &info);
 		if (r < 0)
 			return fail(a.sun_path, (int)-r);
-		if (r == 0 && !info.nfds)
-			break; /* the end (or the keeper went: nothing more to have) */
+		if (r == 0 && !info.nfds) /* hung up before the end: refused, or the keeper went */
+			return fail("the keeper did not answer (another uid?)", ECONNRESET);
 		buf[r] = '\0';
+		if (r == 1 && buf[0] == '.' && !info.nfds)
+			break; /* the end */
 		if (buf[0] == '!')
 			return fail(name, EINVAL);
 		if (n + info.nfds > cap) {
