@@ -37,6 +37,7 @@ scenario() {
 @test "reallocate_all puts fresh allocations behind the preserved addresses" { scenario reallocate; }
 @test "virtual spaces: one allocation at three addresses, kept across unmap_all, remap_all and reallocate_all; refusals" { scenario spaces; }
 @test "graph pool: captures in spaces of their own over the memory of the largest, in any order" { scenario graph_pool; }
+@test "pages: 64 placed in one request, each its own memory; a minimum holds room; pages asked back of the lower priority only" { scenario pages; }
 @test "a writer killed after creating 256 MiB: memory comes back, the last commit stands" { scenario dead_holder_memory; }
 @test "100 create-and-leave cycles leak nothing" { scenario abort_cycles; }
 

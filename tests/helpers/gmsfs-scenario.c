@@ -21,6 +21,8 @@
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1503,6 +1505,89 @@ static int sc_bulk_meta(void)
 	return 0;
 }
 
+/* A number from DIR/FILE's "key: value" lines, -1 if absent. */
+static long long file_val(const char *dir, const char *file, const char *key)
+{
+	char path[4200], buf[4096], pat[64];
+	snprintf(path, sizeof path, "%s/%s", dir, file);
+	int fd = open(path, O_RDONLY);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	snprintf(pat, sizeof pat, "\n%s: ", key);
+	char *p = strstr(buf, pat);
+	return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
+/* Pages (elastic stores): 64 placed in one request, each its own memory; unmapped and
+ * mapped again in batches; then, with a third store's minimum holding all but 8 pages'
+ * room, a lower-priority store's pages asked back for a higher one's growth (never the
+ * other way), and given back by its engine. */
+static int sc_pages(void)
+{
+	const uint64_t page = 2ull << 20;
+	char low[4200], high[4200], held[4200], mnt[4200], text[32];
+	snprintf(low, sizeof low, "%s-low", store);
+	snprintf(high, sizeof high, "%s-high", store);
+	snprintf(held, sizeof held, "%s-min", store);
+	snprintf(mnt, sizeof mnt, "%s", store);
+	*strrchr(mnt, '/') = '\0';
+	CHECK(!mkdir(low, 0755) && !mkdir(high, 0755) && !mkdir(held, 0755), "mkdir: %s", strerror(errno));
+	CHECK(!setxattr(high, "user.gms.priority", "5", 1, 0), "priority: %s", strerror(errno));
+	gmsfs *g, *gl, *gh;
+	gmsfs_pages *p, *pl, *ph;
+	uint64_t idx[64], want;
+	for (uint64_t i = 0; i < 64; i++)
+		idx[i] = i;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 2000));
+	CALL(g, gmsfs_pages_reserve(g, 64 * page, page, &p));
+	CALL(g, gmsfs_pages_map(p, idx, 64, 0));
+	char *base = gmsfs_pages_base(p);
+	for (uint64_t i = 0; i < 64; i++)
+		CHECK(!mem_write(base + i * page + page - 8, &i, 8), "write page %llu", (unsigned long long)i);
+	for (uint64_t i = 0, v; i < 64; i++)
+		CHECK(!mem_read(&v, base + i * page + page - 8, 8) && v == i, "page %llu holds %llu", (unsigned long long)i,
+		      (unsigned long long)v);
+	CALL(g, gmsfs_pages_unmap(p, idx + 16, 32));
+	CHECK(gmsfs_pages_mapped(p) == 32 && state_val("used") == (long)(32 * page) && state_val("peak") == (long)(64 * page),
+	      "used %ld, peak %ld", state_val("used"), state_val("peak"));
+	CHECK(gmsfs_pages_map(p, idx, 1, 0) == -EEXIST, "a mapped page again");
+	CALL(g, gmsfs_pages_map(p, idx + 16, 32, 0));
+	CALL(g, gmsfs_pages_free(p));
+	CHECK(state_val("used") == 0 && gmsfs_pages_free(p) == -EINVAL, "after free: used %ld", state_val("used"));
+	/* Room for 8 pages only: the rest is a third store's minimum. */
+	long long total = file_val(mnt, "device", "total_bytes"), used = file_val(mnt, "device", "used_bytes");
+	snprintf(text, sizeof text, "%lld", total - used - (long long)(8 * page));
+	CHECK(!setxattr(held, "user.gms.min", text, strlen(text), 0), "min %s: %s", text, strerror(errno));
+	CALL(gl, gmsfs_connect(&gl, low, GMSFS_RW, 2000));
+	CALL(gh, gmsfs_connect(&gh, high, GMSFS_RW, 2000));
+	CALL(gl, gmsfs_pages_reserve(gl, 16 * page, page, &pl));
+	CALL(gh, gmsfs_pages_reserve(gh, 16 * page, page, &ph));
+	CHECK(gmsfs_pages_map(pl, idx, 9, 0) == -ENOSPC, "9 pages past the room");
+	CALL(gl, gmsfs_pages_map(pl, idx, 8, 0));
+	CHECK(gmsfs_pages_map(ph, idx, 2, 0) == -ENOSPC, "no room, no wait");
+	CALL(gl, gmsfs_pages_reclaim(pl, &want));
+	CHECK(want == 2 * page && file_val(low, "state", "reclaim") == (long long)(2 * page), "low asked %llu",
+	      (unsigned long long)want);
+	CALL(gl, gmsfs_pages_unmap(pl, idx + 6, 2)); /* its engine gives them back */
+	CALL(gh, gmsfs_pages_map(ph, idx, 2, 0));
+	CALL(gl, gmsfs_pages_reclaim(pl, &want));
+	CHECK(want == 0, "low still asked %llu", (unsigned long long)want);
+	CHECK(gmsfs_pages_map(pl, idx + 6, 1, 200) == -ENOSPC, "low's growth asks nobody");
+	CALL(gh, gmsfs_pages_reclaim(ph, &want));
+	CHECK(want == 0 && gmsfs_pages_mapped(ph) == 2, "high asked %llu", (unsigned long long)want);
+	gmsfs_disconnect(gl);
+	gmsfs_disconnect(gh);
+	gmsfs_disconnect(g);
+	CHECK(file_val(low, "state", "used") == 0 && file_val(high, "state", "used") == 0, "pages left");
+	CHECK(!removexattr(held, "user.gms.min") && !rmdir(low) && !rmdir(high) && !rmdir(held), "cleanup: %s",
+	      strerror(errno));
+	return 0;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(void);
@@ -1535,6 +1620,7 @@ static const struct {
 	{ "create_many", sc_create_many },
 	{ "spaces", sc_spaces },
 	{ "graph_pool", sc_graph_pool },
+	{ "pages", sc_pages },
 };
 
 int main(int argc, char **argv)
