@@ -329,3 +329,20 @@ def test_kill_storm_of_engines_growing_and_shrinking(clean, tmp_path):
             if isinstance(p[0], subprocess.Popen) and p[0].poll() is None:
                 p[0].kill()
                 p[0].wait()
+
+
+def test_one_tensor_over_the_range(clean):
+    torch = pytest.importorskip("torch")
+    import gmsfs.torch as gt
+    store = kv(clean, "kv")
+    with gmsfs.connect(store, "rw") as c, gmsfs.Pages(c, 8 * MiB, MiB) as p:
+        cache = gt.pages_tensor(p, torch.float32, (8, MiB // 4))  # a page a row
+        assert cache.data_ptr() == p.base and cache.shape == (8, MiB // 4)
+        p.map([2, 5])
+        cache[2].fill_(1.5)
+        cache[5, :4] = torch.arange(4, dtype=torch.float32)
+        assert ctypes.string_at(p.ptr(5), 16) == torch.arange(4, dtype=torch.float32).numpy().tobytes()
+        assert float(cache[2].sum()) == 1.5 * (MiB // 4)
+        p.unmap([2])
+        p.map([2])  # the same tensor sees the new page
+        assert float(cache[2, 0]) == 0.0  # fresh memory (host: a new range of the store's memfd)
