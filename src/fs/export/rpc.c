@@ -354,6 +354,16 @@ static int room_for(struct fs *fs, const struct rpc_req *r, uint64_t bytes, char
 	return e;
 }
 
+/* The first allocation of b past the room the store has now. */
+static size_t first_past(struct vmm *v, const struct vmm_pool *pool, const struct wire_body *b)
+{
+	uint64_t room = vmm_room_for(v, pool), sum = 0;
+	size_t i = 0;
+	while (i + 1 < b->nallocs && (sum += vmm_align(v, b->allocs[i].size)) <= room)
+		i++;
+	return i;
+}
+
 /* CREATE: memory first (the backend's calls run without fs->mu), then the nodes. */
 static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_body *b, struct xset *s, char *why,
 		     size_t whylen)
@@ -387,8 +397,9 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 		total += vmm_align(fs->vmm, b->allocs[k].size);
 	size_t i = 0;
 	uint64_t quota = atomic_load(&pool->quota); /* past it, no room is made: EDQUOT below */
-	if (b->nallocs && vmm_room_for(fs->vmm, pool) < total && (!quota || atomic_load(&pool->used) + total <= quota))
-		e = room_for(fs, r, total, reason, sizeof reason, why, whylen);
+	if (b->nallocs && vmm_room_for(fs->vmm, pool) < total && (!quota || atomic_load(&pool->used) + total <= quota) &&
+	    (e = room_for(fs, r, total, reason, sizeof reason, why, whylen)))
+		i = first_past(fs->vmm, pool, b); /* the words name the allocation that does not fit */
 	for (; i < b->nallocs && !e; i++) {
 		struct vmm_buf *buf;
 		if ((e = vmm_alloc(pool, b->allocs[i].size, &buf)) == -ENOSPC) {
