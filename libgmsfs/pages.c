@@ -250,7 +250,9 @@ int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *idx, size_t n, int timeout_m
 		if (e != -EAGAIN)
 			break;
 		if (now_ms() >= until) {
-			e = gm_error(p->g, -ENOSPC, "%s (waited %d ms)", p->g->err, timeout_ms > 0 ? timeout_ms : 0);
+			char why[sizeof p->g->err];
+			memcpy(why, p->g->err, sizeof why); /* not formatted into itself */
+			e = gm_error(p->g, -ENOSPC, "%s (waited %d ms)", why, timeout_ms > 0 ? timeout_ms : 0);
 			break;
 		}
 		usleep(wait_us);
