@@ -455,14 +455,14 @@ def _serve_metrics(args):
         server = http.server.ThreadingHTTPServer((host.strip("[]") or "", int(port)), Handler)
     except OSError as e:
         return _fail("--listen %s: %s" % (args.listen, e.strerror or e))
-    signal.signal(signal.SIGTERM, lambda *_: threading_stop(server))
+    signal.signal(signal.SIGTERM, lambda *_: _stop_later(server))
     print("gmsfsctl: metrics on http://%s:%d/metrics" % (host or "0.0.0.0", server.server_address[1]),
           file=sys.stderr, flush=True)
     server.serve_forever()
     return 0
 
 
-def threading_stop(server):
+def _stop_later(server):
     """SIGTERM: serve_forever ends (shutdown waits for it, so from another thread)."""
     import threading
     threading.Thread(target=server.shutdown, daemon=True).start()

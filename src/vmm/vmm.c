@@ -144,6 +144,8 @@ static uint64_t short_of(struct mins *m, const struct vmm_pool *pool)
 uint64_t vmm_mins_short(struct vmm *v, const struct vmm_pool *pool)
 {
 	struct mins *m = v->mins;
+	if (!atomic_load(&m->count)) /* no minimum anywhere: every create asks, none waits on mu */
+		return 0;
 	pthread_mutex_lock(&m->mu);
 	uint64_t lack = short_of(m, pool);
 	pthread_mutex_unlock(&m->mu);
