@@ -323,9 +323,7 @@ static struct fs_handle *bound(struct fs *fs, const struct rpc_req *r, bool writ
  * their engines give pages back; -ENOSPC stands when nobody may give.  fs->mu held. */
 static int ask_back(struct fs *fs, struct store *self, uint64_t bytes, char *why, size_t whylen)
 {
-	struct vmm *v = fs->vmm;
-	uint64_t used = atomic_load(&v->used_bytes), hold = vmm_mins_short(v, self->pool);
-	uint64_t free_now = used + hold < v->max_bytes ? v->max_bytes - used - hold : 0;
+	uint64_t free_now = vmm_room_for(fs->vmm, self->pool);
 	uint64_t asked = tier_ask_back(fs, self, bytes > free_now ? bytes - free_now : bytes);
 	if (!asked)
 		return -ENOSPC;
