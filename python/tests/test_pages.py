@@ -344,5 +344,44 @@ def test_one_tensor_over_the_range(clean):
         assert ctypes.string_at(p.ptr(5), 16) == torch.arange(4, dtype=torch.float32).numpy().tobytes()
         assert float(cache[2].sum()) == 1.5 * (MiB // 4)
         p.unmap([2])
-        p.map([2])  # the same tensor sees the new page
-        assert float(cache[2, 0]) == 0.0  # fresh memory (host: a new range of the store's memfd)
+        p.map([2])  # the same tensor sees the page mapped again (one kept for its store)
+        cache[2].fill_(2.5)
+        assert ctypes.string_at(p.ptr(2), 4) == torch.tensor([2.5]).numpy().tobytes()
+
+
+def test_pages_given_back_are_kept_for_the_stores_own_growth(clean):
+    """A page given back stays made for its store's next growth (no memory made again),
+    out of its use and the device's; anyone else's room takes kept pages first, and the
+    session's end gives them all back."""
+    dev = lambda: read_fields(os.path.join(clean, "device"))
+    a, b = kv(clean, "kv-a", quota=24 * MiB), kv(clean, "kv-b")
+    with gmsfs.connect(a, "rw") as ca, gmsfs.Pages(ca, 24 * MiB, MiB) as pa:
+        pa.map(range(24))
+        for i in range(24):
+            ctypes.memset(pa.ptr(i), 0xA0, MiB)
+        pa.unmap(range(4, 24))
+        s = state(a)
+        assert (s["used"], s["pages_kept"], s["allocations"]) == (4 * MiB, 20 * MiB, 4)
+        assert (int(dev()["used_bytes"]), int(dev()["pages_kept_bytes"])) == (4 * MiB, 20 * MiB)
+        pa.map(range(4, 24))  # the kept ones again: within the quota, which counts them as used
+        s = state(a)
+        assert (s["used"], s["pages_kept"]) == (24 * MiB, 0)
+        with pytest.raises(gmsfs.GmsfsError) as e:  # still the quota's limit, kept or not
+            gmsfs.Pages(ca, MiB, MiB).map([0])
+        assert e.value.errno == errno.ENOSPC
+        pa.unmap(range(24))
+        assert (state(a)["used"], state(a)["pages_kept"]) == (0, 24 * MiB)
+        # Another store's 56 MiB: more than the 40 free; kept pages give up what it lacks.
+        with gmsfs.connect(b, "rw") as cb, gmsfs.Pages(cb, 56 * MiB, MiB) as pb:
+            pb.map(range(56))
+            for i in range(56):  # its own memory, whatever a's was
+                ctypes.memset(pb.ptr(i), 0x0B, MiB)
+            kept = state(a)["pages_kept"]
+            assert kept == 8 * MiB and int(dev()["used_bytes"]) == 56 * MiB  # what it lacked, no more
+            assert int(dev()["used_bytes"]) + int(dev()["pages_kept_bytes"]) <= 64 * MiB
+            with pytest.raises(gmsfs.GmsfsError):  # a's growth past what it kept: no room
+                pa.map(range(kept // MiB + 1))
+            assert state(a)["used"] == 0
+    s = state(a)
+    assert (s["used"], s["pages_kept"]) == (0, 0) and int(dev()["pages_kept_bytes"]) == 0
+    assert int(dev()["used_bytes"]) == 0

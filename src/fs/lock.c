@@ -257,6 +257,7 @@ void lock_release(struct fs_handle *h)
 		 * allocations were never in an image: their memory goes at once. */
 		fault_point("rollback", "give");
 		rollback(st);
+		vmm_pool_drop_kept(st->pool); /* its pages were kept for this session's growth */
 		room = true;
 		st->lock.aborts++;
 		st->tier.reserved = st->tier.reclaim_asked = 0; /* an elastic store's pages went with it */
@@ -317,6 +318,7 @@ int lock_abort(struct store *st)
 		return e;
 	fault_point("rollback", "give");
 	rollback(st);
+	vmm_pool_drop_kept(st->pool);
 	store_room_changed(st->fs);
 	snprintf(st->last_error, sizeof st->last_error, "%s", "aborted: rolled back to the last committed layout");
 	lock_changed(st);

@@ -18,12 +18,12 @@ int text_device(struct fs *fs, char **out, size_t *len)
 	int n = asprintf(out,
 			 "index: %d\nuuid: %s\nname: %s\nbackend: %s\ntotal_bytes: %llu\nused_bytes: %llu\n"
 			 "granularity: %llu\nversion: %s\nhost_bytes: %llu\nhost_used_bytes: %llu\n"
-			 "host_kept_bytes: %llu\nsocket: %s\npid: %d\noptions: %s\n",
+			 "host_kept_bytes: %llu\npages_kept_bytes: %llu\nsocket: %s\npid: %d\noptions: %s\n",
 			 v->dev.index, v->dev.uuid, v->dev.name, v->dev.backend,
 			 (unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->used_bytes),
 			 (unsigned long long)v->dev.granularity, GMSFS_VERSION, (unsigned long long)v->host_bytes,
 			 (unsigned long long)atomic_load(&v->host_used), (unsigned long long)atomic_load(&v->host_kept),
-			 export_socket(fs), (int)getpid(), fs->options ? fs->options : "");
+			 (unsigned long long)atomic_load(&v->pages_kept), export_socket(fs), (int)getpid(), fs->options ? fs->options : "");
 	if (n < 0)
 		return -ENOMEM;
 	*len = (size_t)n;
@@ -41,7 +41,7 @@ int text_state(struct store *st, char **out, size_t *len)
 			 "generation: %llu\nallocations: %llu\nentries: %llu\nbytes: %llu\naligned_bytes: %llu\n"
 			 "layout_hash: %s\nrequests: %llu\nsocket_requests: %llu\ntier: %s\nquota: %llu\n"
 			 "priority: %d\nmin: %llu\nreserved: %llu\nused: %llu\npeak: %llu\nreclaim: %llu\n"
-			 "last_error: %s\n",
+			 "pages_kept: %llu\nlast_error: %s\n",
 			 st->removed ? "REMOVED" : fsm_state_name(fsm_state(f)), store_readers(st), (int)f->leader,
 			 f->waiting_writers, f->waiting_readers, (unsigned long long)f->generation,
 			 (unsigned long long)s.allocations, (unsigned long long)s.entries,
@@ -51,7 +51,8 @@ int text_state(struct store *st, char **out, size_t *len)
 			 (unsigned long long)atomic_load(&st->pool->quota), st->tier.priority,
 			 (unsigned long long)atomic_load(&st->pool->min), (unsigned long long)st->tier.reserved,
 			 (unsigned long long)atomic_load(&st->pool->used), (unsigned long long)atomic_load(&st->pool->peak),
-			 (unsigned long long)tier_reclaim_left(st), st->last_error);
+			 (unsigned long long)tier_reclaim_left(st), (unsigned long long)atomic_load(&st->pool->pages_kept),
+			 st->last_error);
 	if (n < 0)
 		return -ENOMEM;
 	*len = (size_t)n;
@@ -167,11 +168,12 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 	struct tier_stats ts;
 	tier_stats(fs, &ts);
 	fprintf(f, ", \"total_bytes\": %llu, \"used_bytes\": %llu, \"granularity\": %llu, \"host_bytes\": %llu, "
-		   "\"host_used_bytes\": %llu, \"host_kept_bytes\": %llu, \"moves_to_host\": %llu, "
+		   "\"host_used_bytes\": %llu, \"host_kept_bytes\": %llu, \"pages_kept_bytes\": %llu, \"moves_to_host\": %llu, "
 		   "\"moves_to_device\": %llu, \"evictions\": %llu, \"move_failures\": %llu},\n \"stores\": [",
 		(unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->used_bytes),
 		(unsigned long long)v->dev.granularity, (unsigned long long)ts.host_bytes,
-		(unsigned long long)ts.host_used, (unsigned long long)ts.host_kept, (unsigned long long)ts.moves_out,
+		(unsigned long long)ts.host_used, (unsigned long long)ts.host_kept,
+		(unsigned long long)atomic_load(&v->pages_kept), (unsigned long long)ts.moves_out,
 		(unsigned long long)ts.moves_in, (unsigned long long)ts.evictions, (unsigned long long)ts.failures);
 	for (size_t i = 0; i < n; i++) {
 		struct store *s = st[i];
@@ -187,10 +189,11 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 		json_str(f, store_tier_name(&s->tier));
 		fprintf(f, ", \"quota\": %llu, \"priority\": %d", (unsigned long long)atomic_load(&s->pool->quota),
 			s->tier.priority);
-		fprintf(f, ", \"min\": %llu, \"reserved\": %llu, \"used\": %llu, \"peak\": %llu, \"reclaim\": %llu",
+		fprintf(f, ", \"min\": %llu, \"reserved\": %llu, \"used\": %llu, \"peak\": %llu, \"reclaim\": %llu, "
+			   "\"pages_kept\": %llu",
 			(unsigned long long)atomic_load(&s->pool->min), (unsigned long long)s->tier.reserved,
 			(unsigned long long)atomic_load(&s->pool->used), (unsigned long long)atomic_load(&s->pool->peak),
-			(unsigned long long)tier_reclaim_left(s));
+			(unsigned long long)tier_reclaim_left(s), (unsigned long long)atomic_load(&s->pool->pages_kept));
 		fprintf(f,
 			", \"readers\": %u, \"writer\": %d, \"waiting_writers\": %u, \"waiting_readers\": %u, "
 			"\"generation\": %llu, \"allocations\": %llu, \"entries\": %llu, \"bytes\": %llu, "

@@ -21,6 +21,10 @@ struct vmm_pool {
 	atomic_uint_fast64_t used; /* aligned bytes its buffers hold, on either tier */
 	_Atomic uint64_t min;  /* bytes of the device kept for it while it holds less (0: none) */
 	atomic_uint_fast64_t peak; /* the most it has held */
+	/* Pages it gave back, kept for its own next growth (vmm_alloc_page): in neither used
+	 * nor the device's used_bytes, in the device's pages_kept; under kept's lock. */
+	atomic_uint_fast64_t pages_kept;
+	void *kept;
 	void *priv;
 };
 
@@ -38,6 +42,7 @@ struct vmm_buf {
 	 * host_used and host_kept, not in its pool's use; under the caller's lock. */
 	struct vmm_buf *kept;
 	bool spare;
+	bool page;            /* an elastic store's page (vmm_alloc_page): kept when given back */
 };
 
 struct vmm_device {
@@ -110,6 +115,10 @@ struct vmm {
 	/* The pools with a minimum (vmm_pool_set_min), under mins_mu: what the device must
 	 * keep free for each while it holds less. */
 	void *mins;
+	/* Device memory of pages kept for their stores' next growth (vmm_alloc_page), not in
+	 * used_bytes: given up for anyone's reservation that needs the room. */
+	atomic_uint_fast64_t pages_kept;
+	void *kept; /* the pools that keep pages, under its lock */
 	void *priv;
 };
 
@@ -144,6 +153,13 @@ void vmm_pool_put(struct vmm_pool *p);
  * max_bytes or when the backend is out of memory; -EDQUOT past the pool's quota;
  * -EMFILE/-ENFILE out of descriptors. */
 int vmm_alloc(struct vmm_pool *p, uint64_t size, struct vmm_buf **out);
+/* vmm_alloc for an elastic store's page: one its pool gave back and kept is taken first
+ * (no memory made: making and exporting it is most of a page's cost), else a new one.
+ * A page's last put keeps it for the pool's next page of that size, out of the pool's
+ * use, until vmm_pool_drop_kept, the pool's end, or a reservation anywhere that needs
+ * the room.  Kept pages hold that store's bytes: only its own pages reuse them. */
+int vmm_alloc_page(struct vmm_pool *p, uint64_t size, struct vmm_buf **out);
+void vmm_pool_drop_kept(struct vmm_pool *p);
 /* A buffer over aligned bytes at offset in fd, memory another daemon made and handed
  * over (fd stays the caller's: the backend keeps a dup).  Counted as vmm_alloc counts
  * (host: in host_used), but never refused: the memory exists already. */

@@ -54,7 +54,7 @@ for name, js in zip(stores, status["stores"]):
     st = kv(os.path.join(mount, name, "state"))
     for k in ("state", "readers", "writer", "waiting_writers", "waiting_readers", "generation", "allocations",
               "entries", "bytes", "aligned_bytes", "layout_hash", "requests", "socket_requests", "last_error",
-              "quota", "priority", "min", "reserved", "used", "peak", "reclaim"):
+              "quota", "priority", "min", "reserved", "used", "peak", "reclaim", "pages_kept"):
         if k not in ("requests",):  # reading state does not count, reading status.json does not either
             same("status.json %s.%s" % (name, k), js[k], st.get(k, ""))
     for s in ("EMPTY", "RW", "COMMITTED", "RO"):

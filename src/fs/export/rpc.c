@@ -400,12 +400,15 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 		i = first_past(fs->vmm, pool, b); /* the words name the allocation that does not fit */
 	for (; i < b->nallocs && !e; i++) {
 		struct vmm_buf *buf;
-		if ((e = vmm_alloc(pool, b->allocs[i].size, &buf)) == -ENOSPC) {
+		/* An elastic store's pages (libgmsfs names them pages/...): kept ones first. */
+		int (*alloc)(struct vmm_pool *, uint64_t, struct vmm_buf **) =
+			strncmp(b->allocs[i].path, "pages/", 6) ? vmm_alloc : vmm_alloc_page;
+		if ((e = alloc(pool, b->allocs[i].size, &buf)) == -ENOSPC) {
 			uint64_t rest = 0;
 			for (size_t k = i; k < b->nallocs; k++)
 				rest += vmm_align(fs->vmm, b->allocs[k].size);
 			if (!(e = room_for(fs, r, rest, reason, sizeof reason, why, whylen)))
-				e = vmm_alloc(pool, b->allocs[i].size, &buf);
+				e = alloc(pool, b->allocs[i].size, &buf);
 		}
 		if (e)
 			break;
