@@ -302,8 +302,14 @@ if [ "$what" = pages ]; then # elastic KV caches (issue 46): page maps against t
 	mkdir "$mnt/kv" && build/bench-pages "$mnt/kv" 256 || failed=$((failed + 1))
 	rmdir "$mnt/kv"
 	unmount_gmsfs
+	mount_gmsfs -o max_bytes=512M # as 70-libgmsfs mounts it: the room the scenario sets up is its own
+	t "pages on cuda: 64 placed in one request, each its own memory; a minimum holds room; pages asked back" scenario pages
+	unmount_gmsfs
 	mount_gmsfs -o max_bytes=96M # the KV budget of the sharing run: 192 blocks of 512 KiB
-	timeout 200 python3 bench/kv_sharing.py "$mnt" --kv-mib 96 --page-mib 2 --seconds 12 || failed=$((failed + 1))
+	for trace in bursty overloaded; do
+		timeout 200 python3 bench/kv_sharing.py "$mnt" --kv-mib 96 --page-mib 2 --seconds 12 --trace $trace ||
+			failed=$((failed + 1))
+	done
 	unmount_gmsfs
 fi
 if [ "$what" = keeper ]; then # stores through gmsfs-keeper, as the DaemonSet keeps them (issue 47)
