@@ -23,7 +23,8 @@ int text_device(struct fs *fs, char **out, size_t *len)
 			 (unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->used_bytes),
 			 (unsigned long long)v->dev.granularity, GMSFS_VERSION, (unsigned long long)v->host_bytes,
 			 (unsigned long long)atomic_load(&v->host_used), (unsigned long long)atomic_load(&v->host_kept),
-			 (unsigned long long)atomic_load(&v->pages_kept), export_socket(fs), (int)getpid(), fs->options ? fs->options : "");
+			 (unsigned long long)atomic_load(&v->pages_kept), export_socket(fs), (int)getpid(),
+			 fs->options ? fs->options : "");
 	if (n < 0)
 		return -ENOMEM;
 	*len = (size_t)n;
@@ -168,8 +169,8 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 	struct tier_stats ts;
 	tier_stats(fs, &ts);
 	fprintf(f, ", \"total_bytes\": %llu, \"used_bytes\": %llu, \"granularity\": %llu, \"host_bytes\": %llu, "
-		   "\"host_used_bytes\": %llu, \"host_kept_bytes\": %llu, \"pages_kept_bytes\": %llu, \"moves_to_host\": %llu, "
-		   "\"moves_to_device\": %llu, \"evictions\": %llu, \"move_failures\": %llu},\n \"stores\": [",
+		   "\"host_used_bytes\": %llu, \"host_kept_bytes\": %llu, \"pages_kept_bytes\": %llu, "
+		   "\"moves_to_host\": %llu, \"moves_to_device\": %llu, \"evictions\": %llu, \"move_failures\": %llu},\n \"stores\": [",
 		(unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->used_bytes),
 		(unsigned long long)v->dev.granularity, (unsigned long long)ts.host_bytes,
 		(unsigned long long)ts.host_used, (unsigned long long)ts.host_kept,
