@@ -1,5 +1,6 @@
 /* vmm: backend choice and the daemon's own accounting of device memory. */
 #include "vmm.h"
+#include "vmm_internal.h"
 #include "clock.h"
 
 #include <dlfcn.h>
@@ -20,22 +21,6 @@ struct mins {
 	atomic_size_t count; /* n, read without mu: 0 keeps reservations lock-free */
 };
 
-/* The pools that keep pages (vmm_alloc_page).  Lock order: this, then a pool's. */
-struct kept_pools {
-	pthread_mutex_t mu;
-	struct vmm_pool **v;
-	size_t n, cap;
-};
-
-/* A pool's kept pages. */
-struct pool_kept {
-	pthread_mutex_t mu;
-	struct vmm_bufs l;
-	bool listed; /* in the device's kept_pools */
-};
-
-static void drop_kept(struct vmm_pool *p, bool unlist);
-
 static int open_with(struct vmm **out, const struct vmm_ops *ops, const char *device, uint64_t max_bytes,
 		     char *err, size_t errlen)
 {
@@ -49,14 +34,13 @@ static int open_with(struct vmm **out, const struct vmm_ops *ops, const char *de
 		return e;
 	}
 	v->max_bytes = max_bytes && max_bytes < v->dev.total_bytes ? max_bytes : v->dev.total_bytes;
-	if (!(v->mins = calloc(1, sizeof(struct mins))) || !(v->kept = calloc(1, sizeof(struct kept_pools)))) {
+	if (!(v->mins = calloc(1, sizeof(struct mins))) || vmm_kept_open(v)) {
 		free(v->mins);
 		ops->close(v);
 		free(v);
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&((struct mins *)v->mins)->mu, NULL);
-	pthread_mutex_init(&((struct kept_pools *)v->kept)->mu, NULL);
 	*out = v;
 	return 0;
 }
@@ -94,11 +78,8 @@ void vmm_close(struct vmm *v)
 		pthread_mutex_destroy(&((struct mins *)v->mins)->mu);
 		free(v->mins);
 	}
-	if (v && v->kept) {
-		free(((struct kept_pools *)v->kept)->v);
-		pthread_mutex_destroy(&((struct kept_pools *)v->kept)->mu);
-		free(v->kept);
-	}
+	if (v)
+		vmm_kept_close(v);
 	free(v);
 }
 
@@ -137,19 +118,14 @@ void vmm_pool_put(struct vmm_pool *p)
 		return;
 	if (atomic_load(&p->min))
 		vmm_pool_set_min(p, 0);
-	if (p->kept) { /* its kept pages are ranges of its memory (host): they go first */
-		drop_kept(p, true);
-		pthread_mutex_destroy(&((struct pool_kept *)p->kept)->mu);
-		free(((struct pool_kept *)p->kept)->l.v);
-		free(p->kept);
-	}
+	vmm_kept_pool_end(p); /* its kept pages are ranges of its memory (host): they go first */
 	if (p->vmm->ops->pool_close)
 		p->vmm->ops->pool_close(p);
 	free(p);
 }
 
 /* Reserve n bytes of a limit first, so that concurrent creates cannot overshoot together. */
-static bool reserve(atomic_uint_fast64_t *used, uint64_t limit, uint64_t n)
+bool vmm_reserve(atomic_uint_fast64_t *used, uint64_t limit, uint64_t n)
 {
 	uint64_t was = atomic_fetch_add(used, n);
 	if (limit && (n > limit || was > limit - n)) {
@@ -226,31 +202,29 @@ int vmm_pool_set_min(struct vmm_pool *pool, uint64_t min)
 /* n bytes of the device for pool: within max_bytes less held (bytes held outside
  * used_bytes), less what the other pools' minimums still lack (under mins' lock while
  * there are minimums, so that two reservations do not both count the same free bytes). */
-static bool device_take(struct vmm *v, struct vmm_pool *pool, uint64_t n, uint64_t held)
+bool vmm_device_take(struct vmm *v, struct vmm_pool *pool, uint64_t n, uint64_t held)
 {
 	struct mins *m = v->mins;
 	if (!atomic_load(&m->count))
-		return held < v->max_bytes && reserve(&v->used_bytes, v->max_bytes - held, n);
+		return held < v->max_bytes && vmm_reserve(&v->used_bytes, v->max_bytes - held, n);
 	pthread_mutex_lock(&m->mu);
 	uint64_t lack = short_of(m, pool);
 	bool ok = lack < v->max_bytes - held && held < v->max_bytes &&
-		  reserve(&v->used_bytes, v->max_bytes - held - lack, n);
+		  vmm_reserve(&v->used_bytes, v->max_bytes - held - lack, n);
 	pthread_mutex_unlock(&m->mu);
 	return ok;
 }
 
-static bool give_up_kept(struct vmm *v, uint64_t n);
-
 /* New memory for pool: pages kept for other growth are given up where the room is theirs. */
 static bool device_reserve(struct vmm *v, struct vmm_pool *pool, uint64_t n)
 {
-	while (!device_take(v, pool, n, atomic_load(&v->pages_kept)))
-		if (!give_up_kept(v, n))
+	while (!vmm_device_take(v, pool, n, atomic_load(&v->pages_kept)))
+		if (!vmm_give_up_kept(v, n))
 			return false;
 	return true;
 }
 
-static void note_peak(struct vmm_pool *pool)
+void vmm_note_peak(struct vmm_pool *pool)
 {
 	uint64_t used = atomic_load(&pool->used), peak = atomic_load(&pool->peak);
 	while (used > peak && !atomic_compare_exchange_weak(&pool->peak, &peak, used))
@@ -265,7 +239,7 @@ int vmm_alloc(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 		return size ? -ENOSPC : -EINVAL;
 	if (atomic_load(&v->frozen))
 		return -EAGAIN;
-	if (!reserve(&pool->used, atomic_load(&pool->quota), aligned))
+	if (!vmm_reserve(&pool->used, atomic_load(&pool->quota), aligned))
 		return -EDQUOT;
 	if (!device_reserve(v, pool, aligned)) {
 		atomic_fetch_sub(&pool->used, aligned);
@@ -278,173 +252,12 @@ int vmm_alloc(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 		return e;
 	}
 	vmm_pool_get(pool);
-	note_peak(pool);
+	vmm_note_peak(pool);
 	(*out)->vmm = v;
 	(*out)->pool = pool;
 	(*out)->size = aligned;
 	atomic_init(&(*out)->ro_fd, -1);
 	atomic_init(&(*out)->refs, 1);
-	return 0;
-}
-
-/* ---- pages kept for their store's next growth ---- */
-
-/* A kept page's memory goes (it is in neither its pool's use nor used_bytes). */
-static void release_kept(struct vmm_buf *b)
-{
-	struct vmm *v = b->vmm;
-	struct vmm_pool *pool = b->pool;
-	uint64_t size = b->size;
-	v->ops->release(b);
-	atomic_fetch_sub(&pool->pages_kept, size);
-	atomic_fetch_sub(&v->pages_kept, size);
-}
-
-/* Every page p keeps goes; unlist: p ends, it leaves the list too. */
-static void drop_kept(struct vmm_pool *p, bool unlist)
-{
-	struct kept_pools *reg = p->vmm->kept;
-	struct pool_kept *k = p->kept;
-	if (!k)
-		return;
-	pthread_mutex_lock(&reg->mu);
-	pthread_mutex_lock(&k->mu);
-	struct vmm_bufs l = k->l;
-	k->l = (struct vmm_bufs){ 0 };
-	if (unlist && k->listed) {
-		for (size_t i = 0; i < reg->n; i++)
-			if (reg->v[i] == p)
-				reg->v[i] = reg->v[--reg->n];
-		k->listed = false;
-	}
-	pthread_mutex_unlock(&k->mu);
-	pthread_mutex_unlock(&reg->mu);
-	for (size_t i = 0; i < l.n; i++)
-		release_kept(l.v[i]);
-	free(l.v);
-}
-
-void vmm_pool_drop_kept(struct vmm_pool *p)
-{
-	if (p && atomic_load(&p->pages_kept))
-		drop_kept(p, false);
-}
-
-/* Kept pages given up until n bytes have gone (a reservation lacks room); false when
- * none were kept.  Under the list's lock: no pool ends meanwhile. */
-static bool give_up_kept(struct vmm *v, uint64_t n)
-{
-	struct kept_pools *reg = v->kept;
-	if (!atomic_load(&v->pages_kept))
-		return false;
-	uint64_t gone = 0;
-	pthread_mutex_lock(&reg->mu);
-	for (size_t i = 0; i < reg->n && gone < n; i++) {
-		struct pool_kept *k = reg->v[i]->kept;
-		for (;;) {
-			pthread_mutex_lock(&k->mu);
-			struct vmm_buf *b = k->l.n ? k->l.v[--k->l.n] : NULL;
-			pthread_mutex_unlock(&k->mu);
-			if (!b)
-				break;
-			gone += b->size;
-			release_kept(b);
-			if (gone >= n)
-				break;
-		}
-	}
-	pthread_mutex_unlock(&reg->mu);
-	return gone > 0;
-}
-
-/* b's last reference went: kept for its pool, unless the pool is ending or the daemon
- * hands its memory on.  false: b is released as any buffer. */
-static bool keep_page(struct vmm_buf *b)
-{
-	struct vmm *v = b->vmm;
-	struct vmm_pool *pool = b->pool;
-	struct kept_pools *reg = v->kept;
-	if (b->host || b->kept || atomic_load(&v->frozen) || v->keep_memory || atomic_load(&pool->refs) < 2)
-		return false;
-	pthread_mutex_lock(&reg->mu);
-	struct pool_kept *k = pool->kept;
-	if (!k && (k = calloc(1, sizeof *k))) {
-		pthread_mutex_init(&k->mu, NULL);
-		pool->kept = k;
-	}
-	bool ok = k != NULL;
-	if (ok && !k->listed) {
-		if (reg->n == reg->cap) {
-			size_t cap = reg->cap ? 2 * reg->cap : 8;
-			struct vmm_pool **nv = realloc(reg->v, cap * sizeof *nv);
-			if (nv)
-				reg->v = nv, reg->cap = cap;
-		}
-		if ((ok = reg->n < reg->cap))
-			reg->v[reg->n++] = pool, k->listed = true;
-	}
-	if (ok) {
-		pthread_mutex_lock(&k->mu);
-		if ((ok = !vmm_bufs_push(&k->l, b))) {
-			atomic_fetch_add(&v->pages_kept, b->size);
-			atomic_fetch_add(&pool->pages_kept, b->size);
-			atomic_fetch_sub(&v->used_bytes, b->size);
-			atomic_fetch_sub(&pool->used, b->size);
-		}
-		pthread_mutex_unlock(&k->mu);
-	}
-	pthread_mutex_unlock(&reg->mu);
-	if (ok)
-		vmm_pool_put(pool); /* a kept page holds no reference: the pool's end drops it */
-	return ok;
-}
-
-int vmm_alloc_page(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
-{
-	struct vmm *v = pool->vmm;
-	struct pool_kept *k = atomic_load(&pool->pages_kept) ? pool->kept : NULL;
-	uint64_t aligned = vmm_align(v, size);
-	struct vmm_buf *b = NULL;
-	if (k && aligned && !atomic_load(&v->frozen)) {
-		pthread_mutex_lock(&k->mu);
-		for (size_t i = k->l.n; i-- > 0;)
-			if (k->l.v[i]->size == aligned) {
-				b = k->l.v[i];
-				k->l.v[i] = k->l.v[--k->l.n];
-				break;
-			}
-		pthread_mutex_unlock(&k->mu);
-	}
-	if (!b) {
-		int e = vmm_alloc(pool, size, out);
-		if (!e)
-			(*out)->page = true;
-		return e;
-	}
-	/* Its memory is held already (the kept pages' sum with used_bytes does not change):
-	 * within the quota and the others' minimums, as new memory after every kept page
-	 * was given up. */
-	int e = 0;
-	if (!reserve(&pool->used, atomic_load(&pool->quota), aligned))
-		e = -EDQUOT;
-	else if (!device_take(v, pool, aligned, 0))
-		atomic_fetch_sub(&pool->used, aligned), e = -ENOSPC;
-	if (e) {
-		pthread_mutex_lock(&k->mu);
-		if (vmm_bufs_push(&k->l, b)) {
-			pthread_mutex_unlock(&k->mu);
-			release_kept(b);
-		} else {
-			pthread_mutex_unlock(&k->mu);
-		}
-		return e;
-	}
-	atomic_fetch_sub(&v->pages_kept, aligned);
-	atomic_fetch_sub(&pool->pages_kept, aligned);
-	vmm_pool_get(pool);
-	note_peak(pool);
-	atomic_store(&b->refs, 1);
-	*out = b;
 	return 0;
 }
 
@@ -495,7 +308,7 @@ void vmm_buf_put(struct vmm_buf *b)
 	struct vmm_pool *pool = b->pool;
 	uint64_t size = b->size;
 	bool host = b->host, spare = b->spare;
-	if (b->page && keep_page(b))
+	if (b->page && vmm_keep_page(b))
 		return;
 	vmm_buf_put(vmm_take_kept(b));
 	v->ops->release(b);
@@ -509,7 +322,7 @@ void vmm_buf_put(struct vmm_buf *b)
 static int alloc_twin(struct vmm_buf *b, bool to_host, struct vmm_buf **out)
 {
 	struct vmm *v = b->vmm;
-	if (to_host ? !reserve(&v->host_used, v->host_bytes, b->size) : !device_reserve(v, b->pool, b->size))
+	if (to_host ? !vmm_reserve(&v->host_used, v->host_bytes, b->size) : !device_reserve(v, b->pool, b->size))
 		return -ENOSPC;
 	int e = to_host ? v->ops->create_host(b->pool, b->size, out) : v->ops->create(b->pool, b->size, out);
 	if (e) {

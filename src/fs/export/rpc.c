@@ -399,8 +399,7 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 	    (e = room_for(fs, r, total, reason, sizeof reason, why, whylen)))
 		i = first_past(fs->vmm, pool, b); /* the words name the allocation that does not fit */
 	for (; i < b->nallocs && !e; i++) {
-		struct vmm_buf *buf;
-		/* An elastic store's pages (libgmsfs names them pages/...): kept ones first. */
+		struct vmm_buf *buf; /* an elastic store's pages (libgmsfs's pages/...): kept ones first */
 		int (*alloc)(struct vmm_pool *, uint64_t, struct vmm_buf **) =
 			strncmp(b->allocs[i].path, "pages/", 6) ? vmm_alloc : vmm_alloc_page;
 		if ((e = alloc(pool, b->allocs[i].size, &buf)) == -ENOSPC) {

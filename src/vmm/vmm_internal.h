@@ -1,0 +1,23 @@
+/* vmm's own: what vmm.c and vmm_pages.c share (the accounting of device memory). */
+#ifndef GMSFS_VMM_INTERNAL_H
+#define GMSFS_VMM_INTERNAL_H
+
+#include "vmm.h"
+
+/* n bytes more of used, within limit (0: none); false changes nothing. */
+bool vmm_reserve(atomic_uint_fast64_t *used, uint64_t limit, uint64_t n);
+/* n bytes of the device for pool: within max_bytes less held (bytes held outside
+ * used_bytes), less what the other pools' minimums still lack. */
+bool vmm_device_take(struct vmm *v, struct vmm_pool *pool, uint64_t n, uint64_t held);
+void vmm_note_peak(struct vmm_pool *pool);
+
+/* vmm_pages.c: the device's list of pools that keep pages, and a pool's end. */
+int vmm_kept_open(struct vmm *v);
+void vmm_kept_close(struct vmm *v);
+void vmm_kept_pool_end(struct vmm_pool *p);
+/* Kept pages given up until n bytes have gone; false when none were kept. */
+bool vmm_give_up_kept(struct vmm *v, uint64_t n);
+/* b's last reference went: kept for its pool (true), or to be released as any buffer. */
+bool vmm_keep_page(struct vmm_buf *b);
+
+#endif
