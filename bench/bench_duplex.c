@@ -32,12 +32,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench-duplex: %s\n", err);
 		return 1;
 	}
-	CUdevice d;
-	CUcontext ctx;
-	CU(cu.cuInit(0));
-	CU(cu.cuDeviceGet(&d, 0));
-	CU(cu.cuDevicePrimaryCtxRetain(&ctx, d));
-	CU(cu.cuCtxSetCurrent(ctx));
+	CU(cu_primary_ctx(&cu, 0, NULL, NULL));
 	void *out_host, *in_host;
 	CUdeviceptr out_dev, in_dev;
 	CUstream st[2];

@@ -57,15 +57,11 @@ static double context(void)
 {
 	char err[256];
 	double t0 = now_ms();
-	CUcontext ctx;
 	if (cu_load(&cu, err, sizeof err)) {
 		fprintf(stderr, "bench-gpu: %s\n", err);
 		exit(1);
 	}
-	CU(cu.cuInit(0));
-	CU(cu.cuDeviceGet(&dev, 0));
-	CU(cu.cuDevicePrimaryCtxRetain(&ctx, dev));
-	CU(cu.cuCtxSetCurrent(ctx));
+	CU(cu_primary_ctx(&cu, 0, &dev, NULL));
 	return now_ms() - t0;
 }
 

@@ -79,11 +79,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench-load-floor: %s\n", err);
 		return 1;
 	}
-	CUdevice d;
-	CU(cu.cuInit(0));
-	CU(cu.cuDeviceGet(&d, 0));
-	CU(cu.cuDevicePrimaryCtxRetain(&ctx, d));
-	CU(cu.cuCtxSetCurrent(ctx));
+	CU(cu_primary_ctx(&cu, 0, NULL, &ctx));
 	CU(cu.cuMemHostAlloc((void **)&pinned, THREADS * 2 * CHUNK, 0));
 	double t_ctx = now_ms(); /* context and pinned buffers: what gmsfs-load -v calls "device opened" */
 	CU(cu.cuMemAlloc(&dev, size ? size : 1));

@@ -182,14 +182,8 @@ int main(int argc, char **argv)
 #ifdef GMSFS_HAVE_CUDA
 	char err[256];
 	bool gpu = !cu_load(&cu, err, sizeof err); /* a context first, as an engine has one */
-	if (gpu) {
-		CUdevice d;
-		CUcontext ctx;
-		CU(cu.cuInit(0));
-		CU(cu.cuDeviceGet(&d, 0));
-		CU(cu.cuDevicePrimaryCtxRetain(&ctx, d));
-		CU(cu.cuCtxSetCurrent(ctx));
-	}
+	if (gpu)
+		CU(cu_primary_ctx(&cu, 0, NULL, NULL));
 #endif
 	MUST(gmsfs_connect(&g, argv[1], GMSFS_RW, 30000));
 	bool cuda = gmsfs_backend(g) == GMSFS_BACKEND_CUDA;

@@ -105,6 +105,26 @@ static inline const char *cu_name(const struct cu_api *cu, CUresult r)
 	return s ? s : "CUDA_ERROR_?";
 }
 
+/* Device ordinal's primary context made current in this thread, as an engine's is: 0, or
+ * the failing call's result.  dev and ctx (either may be NULL) get the device and context. */
+static inline CUresult cu_primary_ctx(const struct cu_api *cu, int ordinal, CUdevice *dev, CUcontext *ctx)
+{
+	CUdevice d;
+	CUcontext c;
+	CUresult r = cu->cuInit(0);
+	if (!r)
+		r = cu->cuDeviceGet(&d, ordinal);
+	if (!r)
+		r = cu->cuDevicePrimaryCtxRetain(&c, d);
+	if (!r)
+		r = cu->cuCtxSetCurrent(c);
+	if (!r && dev)
+		*dev = d;
+	if (!r && ctx)
+		*ctx = c;
+	return r;
+}
+
 /* For the benchmarks: a driver call that must succeed, or the program ends naming it. */
 #define CU_MUST(cu, x)                                                                         \
 	do {                                                                                   \

@@ -44,12 +44,9 @@ static void mem_init(void)
 		return;
 #ifdef GMSFS_HAVE_CUDA
 	cuda = true;
-	CUdevice dev;
-	CUcontext ctx;
 	char err[256] = "";
 	const char *d = getenv("GMSFS_SCENARIO_DEVICE");
-	if (cu_load(&cu, err, sizeof err) || cu.cuInit(0) || cu.cuDeviceGet(&dev, d ? atoi(d) : 0) ||
-	    cu.cuDevicePrimaryCtxRetain(&ctx, dev) || cu.cuCtxSetCurrent(ctx)) {
+	if (cu_load(&cu, err, sizeof err) || cu_primary_ctx(&cu, d ? atoi(d) : 0, NULL, NULL)) {
 		fprintf(stderr, "gmsfs-scenario: no CUDA context %s\n", err);
 		exit(3);
 	}
