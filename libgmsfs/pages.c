@@ -149,6 +149,20 @@ static void free_names(char **names, size_t n)
 	free(names);
 }
 
+/* A map's or unmap's checks (want: the pages mapped now), then the pages' names. */
+static int begin(gmsfs_pages *p, const uint64_t *idx, size_t n, bool want, const char *what, char ***names)
+{
+	*names = NULL;
+	int e = pg_check(p);
+	if (e || !n)
+		return e;
+	if (!idx)
+		return gm_error(p->g, -EINVAL, "%s: no indices", what);
+	if ((e = check_idx(p, idx, n, want)))
+		return e;
+	return (*names = page_names(p, idx, n)) ? 0 : gm_error(p->g, -ENOMEM, "out of memory");
+}
+
 /* The daemon frees pages' allocations (their memory goes once unmapped here too). */
 static int give_back(gmsfs_pages *p, char **names, size_t n)
 {
@@ -233,16 +247,10 @@ static uint64_t now_ms(void)
 
 int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *idx, size_t n, int timeout_ms)
 {
-	int e = pg_check(p);
-	if (e || !n)
+	char **names;
+	int e = begin(p, idx, n, false, "pages_map", &names);
+	if (e || !names)
 		return e;
-	if (!idx)
-		return gm_error(p->g, -EINVAL, "pages_map: no indices");
-	if ((e = check_idx(p, idx, n, false)))
-		return e;
-	char **names = page_names(p, idx, n);
-	if (!names)
-		return gm_error(p->g, -ENOMEM, "out of memory");
 	/* -EAGAIN: elastic stores were asked to give pages back; their engines have a while. */
 	uint64_t until = now_ms() + (timeout_ms > 0 ? (uint64_t)timeout_ms : 0);
 	for (unsigned wait_us = 500;; wait_us = wait_us < 16000 ? wait_us * 2 : wait_us) {
@@ -263,16 +271,10 @@ int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *idx, size_t n, int timeout_m
 
 int gmsfs_pages_unmap(gmsfs_pages *p, const uint64_t *idx, size_t n)
 {
-	int e = pg_check(p);
-	if (e || !n)
+	char **names;
+	int e = begin(p, idx, n, true, "pages_unmap", &names);
+	if (e || !names)
 		return e;
-	if (!idx)
-		return gm_error(p->g, -EINVAL, "pages_unmap: no indices");
-	if ((e = check_idx(p, idx, n, true)))
-		return e;
-	char **names = page_names(p, idx, n);
-	if (!names)
-		return gm_error(p->g, -ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++) { /* no access here first: the memory goes next */
 		p->g->be->unmap(p->g, (char *)p->base + idx[i] * p->page, p->page);
 		p->mapped[idx[i]] = 0;

@@ -417,8 +417,6 @@ uint64_t tier_ask_back(struct fs *fs, struct store *self, uint64_t bytes)
 	for (size_t i = 0; i < t->n; i++) /* a retry does not ask again for what is on its way */
 		if (t->v[i] != self)
 			asked += tier_reclaim_left(t->v[i]);
-	if (asked >= bytes)
-		return asked;
 	while (asked < bytes) {
 		struct store *pick = NULL;
 		for (size_t i = 0; i < t->n; i++) {
