@@ -415,33 +415,22 @@ class Connection:
         return a
 
 
-class Space:
-    """Address ranges of their own over a connection's allocations (gmsfs_space_*): map(name)
-    gives the allocation's memory at a new address, with the connection's access; writes
-    through either address are seen at the other.  unmap_all and remap_all keep the
-    addresses.  A context manager: leaving it frees the space."""
+class _Range:
+    """What Space and Pages share: address space of a connection, freed once (free(), or
+    leaving a with block; EINVAL a second time), gone with the connection."""
 
-    def __init__(self, conn, span=None):
-        self._conn, self._s, self.freed = conn, ctypes.c_void_p(), False
-        if span:
-            conn._check(_c.gmsfs_space_new_range(conn._handle(), span, ctypes.byref(self._s)), "space")
-        else:
-            conn._check(_c.gmsfs_space_new(conn._handle(), ctypes.byref(self._s)), "space")
+    _free_name = ""  # the libgmsfs call that frees it ("gmsfs_space_free": errors say "space free")
 
-    def _space(self):
-        self._conn._handle()  # EBADF once the connection is closed: its spaces went with it
-        return self._s
+    def __init__(self, conn):
+        self._conn, self._r, self.freed = conn, ctypes.c_void_p(), False
 
-    def map(self, name):
-        """The address of allocation name (imported by the connection) in this space; the
-        same address each time."""
-        ptr = ctypes.c_void_p()
-        self._conn._check(_c.gmsfs_space_map(self._space(), name.encode(), ctypes.byref(ptr)), "space map")
-        return ptr.value
+    def _range(self):
+        self._conn._handle()  # EBADF once the connection is closed: its ranges went with it
+        return self._r
 
     def free(self):
-        """Unmap everything the space maps and give its addresses back (EINVAL a second time)."""
-        self._conn._check(_c.gmsfs_space_free(self._space()), "space free")
+        """Unmap everything the range maps and give its memory and addresses back."""
+        self._conn._check(getattr(_c, self._free_name)(self._range()), self._free_name[6:].replace("_", " "))
         self.freed = True
 
     def __enter__(self):
@@ -452,7 +441,30 @@ class Space:
             self.free()
 
 
-class Pages:
+class Space(_Range):
+    """Address ranges of their own over a connection's allocations (gmsfs_space_*): map(name)
+    gives the allocation's memory at a new address, with the connection's access; writes
+    through either address are seen at the other.  unmap_all and remap_all keep the
+    addresses.  A context manager: leaving it frees the space."""
+
+    _free_name = "gmsfs_space_free"
+
+    def __init__(self, conn, span=None):
+        super().__init__(conn)
+        if span:
+            conn._check(_c.gmsfs_space_new_range(conn._handle(), span, ctypes.byref(self._r)), "space")
+        else:
+            conn._check(_c.gmsfs_space_new(conn._handle(), ctypes.byref(self._r)), "space")
+
+    def map(self, name):
+        """The address of allocation name (imported by the connection) in this space; the
+        same address each time."""
+        ptr = ctypes.c_void_p()
+        self._conn._check(_c.gmsfs_space_map(self._range(), name.encode(), ctypes.byref(ptr)), "space map")
+        return ptr.value
+
+
+class Pages(_Range):
     """A KV cache's memory that grows and shrinks with its load (gmsfs_pages_*, libgmsfs(3)
     PAGES): span bytes of address space set aside at once, filled page by page with device
     memory from the GPU's budget (each page read-write at base + index * page_size) and
@@ -461,16 +473,14 @@ class Pages:
     for it, and who gives pages back when the budget is short.  A context manager: leaving
     it frees the range."""
 
-    def __init__(self, conn, span, page_size=0):
-        self._conn, self._p, self.freed = conn, ctypes.c_void_p(), False
-        conn._check(_c.gmsfs_pages_reserve(conn._handle(), span, page_size, ctypes.byref(self._p)), "pages reserve")
-        self.base = _c.gmsfs_pages_base(self._p)
-        self.page_size = _c.gmsfs_pages_size(self._p)
-        self.count = _c.gmsfs_pages_count(self._p)
+    _free_name = "gmsfs_pages_free"
 
-    def _pages(self):
-        self._conn._handle()  # EBADF once the connection is closed: its ranges went with it
-        return self._p
+    def __init__(self, conn, span, page_size=0):
+        super().__init__(conn)
+        conn._check(_c.gmsfs_pages_reserve(conn._handle(), span, page_size, ctypes.byref(self._r)), "pages reserve")
+        self.base = _c.gmsfs_pages_base(self._r)
+        self.page_size = _c.gmsfs_pages_size(self._r)
+        self.count = _c.gmsfs_pages_count(self._r)
 
     @staticmethod
     def _array(idx):
@@ -481,22 +491,22 @@ class Pages:
         """Map the pages idx (an iterable of indices) in one request, all or nothing; where
         the budget is short, wait up to timeout_ms for lower-priority stores to give back."""
         arr, n = self._array(idx)
-        self._conn._check(_c.gmsfs_pages_map(self._pages(), arr, n, int(timeout_ms)), "pages map (%d)" % n)
+        self._conn._check(_c.gmsfs_pages_map(self._range(), arr, n, int(timeout_ms)), "pages map (%d)" % n)
 
     def unmap(self, idx):
         """Unmap the pages idx and give their memory back, in one request."""
         arr, n = self._array(idx)
-        self._conn._check(_c.gmsfs_pages_unmap(self._pages(), arr, n), "pages unmap (%d)" % n)
+        self._conn._check(_c.gmsfs_pages_unmap(self._range(), arr, n), "pages unmap (%d)" % n)
 
     @property
     def mapped(self):
         """Pages mapped now."""
-        return _c.gmsfs_pages_mapped(self._pages())
+        return _c.gmsfs_pages_mapped(self._range())
 
     def reclaim(self):
         """Bytes the daemon asks this store to give back now (0: none)."""
         n = ctypes.c_uint64()
-        self._conn._check(_c.gmsfs_pages_reclaim(self._pages(), ctypes.byref(n)), "pages reclaim")
+        self._conn._check(_c.gmsfs_pages_reclaim(self._range(), ctypes.byref(n)), "pages reclaim")
         return n.value
 
     def ptr(self, index):
@@ -505,17 +515,6 @@ class Pages:
             raise IndexError(index)
         return self.base + index * self.page_size
 
-    def free(self):
-        """Unmap every page and give the memory and the address space back."""
-        self._conn._check(_c.gmsfs_pages_free(self._pages()), "pages free")
-        self.freed = True
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if not self.freed and self._conn._g:
-            self.free()
 
 
 class PageAllocator:
