@@ -1,6 +1,7 @@
 """Elastic stores (issue 46, host backend): KV-cache pages that come and go in a writer's
 session, under the mount's budget, quotas, minimums and priorities.  A mount of its own: a
 64 MiB device (1 MiB pages), a 16 MiB host tier."""
+import contextlib
 import ctypes
 import errno
 import os
@@ -125,18 +126,30 @@ def test_minimums_and_their_limits(clean):
     assert "user.gms.min" not in os.listxattr(a)
 
 
-def give_when_asked(pages, stop, log):
-    """An engine's loop: free pages whenever the daemon asks."""
-    while not stop.is_set():
-        want = pages.reclaim()
-        if want:
-            n = min(-(-want // pages.page_size), len(log["held"]))
-            idx = sorted(log["held"])[-n:]
-            pages.unmap(idx)
-            for i in idx:
-                log["held"].discard(i)
-            log["given"] += n
-        time.sleep(0.002)
+@contextlib.contextmanager
+def giving_back(pages, held):
+    """An engine's loop beside the block: free pages (of held, the indices it maps) whenever
+    the daemon asks.  Yields the log: {"held", "given"}."""
+    log, stop = {"held": set(held), "given": 0}, threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            want = pages.reclaim()
+            if want:
+                n = min(-(-want // pages.page_size), len(log["held"]))
+                idx = sorted(log["held"])[-n:]
+                pages.unmap(idx)
+                log["held"].difference_update(idx)
+                log["given"] += n
+            time.sleep(0.002)
+
+    t = threading.Thread(target=loop)
+    t.start()
+    try:
+        yield log
+    finally:
+        stop.set()
+        t.join()
 
 
 def test_growth_takes_pages_back_from_lower_priority_only(clean):
@@ -145,15 +158,8 @@ def test_growth_takes_pages_back_from_lower_priority_only(clean):
     with gmsfs.connect(low, "rw") as cl, gmsfs.Pages(cl, 64 * MiB, MiB) as pl, \
             gmsfs.connect(high, "rw") as ch, gmsfs.Pages(ch, 64 * MiB, MiB) as ph:
         pl.map(range(50))
-        log = {"held": set(range(50)), "given": 0}
-        stop = threading.Event()
-        t = threading.Thread(target=give_when_asked, args=(pl, stop, log))
-        t.start()
-        try:
+        with giving_back(pl, range(50)) as log:
             ph.map(range(30), timeout_ms=2000)  # 14 free: 16 asked of low, which gives them
-        finally:
-            stop.set()
-            t.join()
         assert log["given"] == 16 and pl.mapped == 34, log["given"]  # asked what was lacking, not more
         assert state(low)["reclaim"] == 0
         # The other way: low may not take from high.
@@ -186,15 +192,8 @@ def test_growth_within_a_minimum_asks_any_store_above_its_own(clean):
         ph.map(range(60))
         os.setxattr(guaranteed, "user.gms.min", b"16M")  # set while hi holds 60 of 64
         with gmsfs.connect(guaranteed, "rw") as cg, gmsfs.Pages(cg, 64 * MiB, MiB) as pg:
-            log = {"held": set(range(60)), "given": 0}
-            stop = threading.Event()
-            t = threading.Thread(target=give_when_asked, args=(ph, stop, log))
-            t.start()
-            try:
+            with giving_back(ph, range(60)) as log:
                 pg.map(range(16), timeout_ms=2000)  # lower priority, but within its minimum
-            finally:
-                stop.set()
-                t.join()
             assert pg.mapped == 16 and log["given"] == 12
             with pytest.raises(gmsfs.GmsfsError):  # past its minimum, the priorities rule again
                 pg.map([16], timeout_ms=200)
