@@ -74,6 +74,9 @@ struct gm_backend {
 	int (*allow)(gmsfs *g, void *va, uint64_t len, bool writable);
 	/* Unmap, keeping the reservation. */
 	int (*unmap)(gmsfs *g, void *va, uint64_t aligned);
+	/* Work this thread's context queued is done (optional; cuda: a kernel still writing a
+	 * page that is unmapped would fault, and the context with it). */
+	int (*drain)(gmsfs *g);
 	/* The memory mapped at src (a whole mapping) mapped again at dst, in a reservation,
 	 * with the access given. */
 	int (*alias)(gmsfs *g, void *src, void *dst, uint64_t aligned, bool writable, char *err, size_t errlen);

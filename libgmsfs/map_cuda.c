@@ -126,6 +126,12 @@ static void cuda_private_free(gmsfs *g, void *p)
 	g->cu.cuMemFree((CUdeviceptr)(uintptr_t)p);
 }
 
+static int cuda_drain(gmsfs *g)
+{
+	CUresult r = g->cu.cuCtxSynchronize();
+	return r == CUDA_SUCCESS ? 0 : CU_ERR(r);
+}
+
 static int cuda_copy(gmsfs *g, void *dst, const void *src, uint64_t size)
 {
 	CUresult r = g->cu.cuMemcpyDtoD((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, size);
@@ -140,6 +146,7 @@ const struct gm_backend gm_cuda_backend = {
 	.map = cuda_map,
 	.allow = cuda_allow,
 	.unmap = cuda_unmap,
+	.drain = cuda_drain,
 	.alias = cuda_alias,
 	.private_alloc = cuda_private_alloc,
 	.private_free = cuda_private_free,

@@ -275,6 +275,10 @@ int gmsfs_pages_unmap(gmsfs_pages *p, const uint64_t *idx, size_t n)
 	int e = begin(p, idx, n, true, "pages_unmap", &names);
 	if (e || !names)
 		return e;
+	if (p->g->be->drain && (e = p->g->be->drain(p->g))) { /* kernels queued on the pages first */
+		free_names(names, n);
+		return gm_error(p->g, e, "pages_unmap: the context's queued work failed: %s", strerror(-e));
+	}
 	for (size_t i = 0; i < n; i++) { /* no access here first: the memory goes next */
 		p->g->be->unmap(p->g, (char *)p->base + idx[i] * p->page, p->page);
 		p->mapped[idx[i]] = 0;
@@ -320,6 +324,8 @@ static int release(gmsfs_pages *p, bool tell)
 			idx[n++] = i;
 	if (n && tell && p->g->lock == GMSFS_RW)
 		e = gmsfs_pages_unmap(p, idx, n);
+	if (p->nmapped && p->g->be->drain)
+		p->g->be->drain(p->g);
 	for (uint64_t i = 0; i < p->count; i++) /* what is left (no lock, no memory): unmapped here */
 		if (p->mapped[i]) {
 			p->g->be->unmap(p->g, (char *)p->base + i * p->page, p->page);
