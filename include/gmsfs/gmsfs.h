@@ -224,7 +224,9 @@ GMSFS_API uint64_t gmsfs_pages_mapped(const gmsfs_pages *p); /* pages mapped now
  * back; this waits up to timeout_ms for them (0: not at all).  -ENOSPC when no room came
  * (the words say who holds what), -EDQUOT past the store's quota, -EEXIST, -EINVAL. */
 GMSFS_API int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *idx, size_t n, int timeout_ms);
-/* Unmap pages idx[0..n) (each mapped) and give their memory back: one request. */
+/* Unmap pages idx[0..n) (each mapped) and give their memory back: one request.  Waits
+ * first for the work this thread's CUDA context has queued (a kernel writing a page
+ * that goes would fault).  The daemon keeps the pages made for this session's next map. */
 GMSFS_API int gmsfs_pages_unmap(gmsfs_pages *p, const uint64_t *idx, size_t n);
 /* The bytes the daemon asks this store to give back now, for a higher-priority store's
  * growth (0: none); they are asked for TIER_RECLAIM_MS (2 s).  The store's state file

@@ -494,7 +494,8 @@ class Pages(_Range):
         self._conn._check(_c.gmsfs_pages_map(self._range(), arr, n, int(timeout_ms)), "pages map (%d)" % n)
 
     def unmap(self, idx):
-        """Unmap the pages idx and give their memory back, in one request."""
+        """Unmap the pages idx and give their memory back, in one request (after the GPU work
+        this thread's context queued: a kernel still writing a page would fault)."""
         arr, n = self._array(idx)
         self._conn._check(_c.gmsfs_pages_unmap(self._range(), arr, n), "pages unmap (%d)" % n)
 
