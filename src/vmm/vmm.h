@@ -22,9 +22,9 @@ struct vmm_pool {
 	_Atomic uint64_t min;  /* bytes of the device kept for it while it holds less (0: none) */
 	atomic_uint_fast64_t peak; /* the most it has held */
 	/* Pages it gave back, kept for its own next growth (vmm_alloc_page): in neither used
-	 * nor the device's used_bytes, in the device's pages_kept; under kept's lock. */
+	 * nor the device's used_bytes, in the device's pages_kept; listed in kept_list. */
 	atomic_uint_fast64_t pages_kept;
-	void *kept;
+	void *kept_list;
 	void *priv;
 };
 
@@ -118,7 +118,7 @@ struct vmm {
 	/* Device memory of pages kept for their stores' next growth (vmm_alloc_page), not in
 	 * used_bytes: given up for anyone's reservation that needs the room. */
 	atomic_uint_fast64_t pages_kept;
-	void *kept; /* the pools that keep pages, under its lock */
+	void *kept_pools; /* the pools that keep pages, under its lock */
 	void *priv;
 };
 
@@ -140,7 +140,7 @@ int vmm_pool_set_min(struct vmm_pool *pool, uint64_t min);
 /* What the minimums of pools other than pool (NULL: all) still lack on the device. */
 uint64_t vmm_mins_short(struct vmm *v, const struct vmm_pool *pool);
 /* The device bytes pool may take now: max_bytes less what is used and what the other
- * pools' minimums still lack. */
+ * pools' minimums still lack (kept pages are room: they go for it). */
 uint64_t vmm_room_for(struct vmm *v, const struct vmm_pool *pool);
 void vmm_close(struct vmm *v);
 

@@ -31,13 +31,13 @@ int vmm_kept_open(struct vmm *v)
 	if (!reg)
 		return -ENOMEM;
 	pthread_mutex_init(&reg->mu, NULL);
-	v->kept = reg;
+	v->kept_pools = reg;
 	return 0;
 }
 
 void vmm_kept_close(struct vmm *v)
 {
-	struct kept_pools *reg = v->kept;
+	struct kept_pools *reg = v->kept_pools;
 	if (!reg)
 		return;
 	free(reg->v);
@@ -59,8 +59,8 @@ static void release_kept(struct vmm_buf *b)
 /* Every page p keeps goes; unlist: p ends, it leaves the list too. */
 static void drop_kept(struct vmm_pool *p, bool unlist)
 {
-	struct kept_pools *reg = p->vmm->kept;
-	struct pool_kept *k = p->kept;
+	struct kept_pools *reg = p->vmm->kept_pools;
+	struct pool_kept *k = p->kept_list;
 	if (!k)
 		return;
 	pthread_mutex_lock(&reg->mu);
@@ -90,13 +90,13 @@ void vmm_pool_drop_kept(struct vmm_pool *p)
  * none were kept.  Under the list's lock: no pool ends meanwhile. */
 bool vmm_give_up_kept(struct vmm *v, uint64_t n)
 {
-	struct kept_pools *reg = v->kept;
+	struct kept_pools *reg = v->kept_pools;
 	if (!atomic_load(&v->pages_kept))
 		return false;
 	uint64_t gone = 0;
 	pthread_mutex_lock(&reg->mu);
 	for (size_t i = 0; i < reg->n && gone < n; i++) {
-		struct pool_kept *k = reg->v[i]->kept;
+		struct pool_kept *k = reg->v[i]->kept_list;
 		for (;;) {
 			pthread_mutex_lock(&k->mu);
 			struct vmm_buf *b = k->l.n ? k->l.v[--k->l.n] : NULL;
@@ -119,14 +119,14 @@ bool vmm_keep_page(struct vmm_buf *b)
 {
 	struct vmm *v = b->vmm;
 	struct vmm_pool *pool = b->pool;
-	struct kept_pools *reg = v->kept;
+	struct kept_pools *reg = v->kept_pools;
 	if (b->host || b->kept || atomic_load(&v->frozen) || v->keep_memory || atomic_load(&pool->refs) < 2)
 		return false;
 	pthread_mutex_lock(&reg->mu);
-	struct pool_kept *k = pool->kept;
+	struct pool_kept *k = pool->kept_list;
 	if (!k && (k = calloc(1, sizeof *k))) {
 		pthread_mutex_init(&k->mu, NULL);
-		pool->kept = k;
+		pool->kept_list = k;
 	}
 	bool ok = k != NULL;
 	if (ok && !k->listed) {
@@ -158,7 +158,7 @@ bool vmm_keep_page(struct vmm_buf *b)
 int vmm_alloc_page(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 {
 	struct vmm *v = pool->vmm;
-	struct pool_kept *k = atomic_load(&pool->pages_kept) ? pool->kept : NULL;
+	struct pool_kept *k = atomic_load(&pool->pages_kept) ? pool->kept_list : NULL;
 	uint64_t aligned = vmm_align(v, size);
 	struct vmm_buf *b = NULL;
 	if (k && aligned && !atomic_load(&v->frozen)) {
@@ -206,12 +206,12 @@ int vmm_alloc_page(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 
 void vmm_kept_pool_end(struct vmm_pool *p)
 {
-	struct pool_kept *k = p->kept;
+	struct pool_kept *k = p->kept_list;
 	if (!k)
 		return;
 	drop_kept(p, true);
 	pthread_mutex_destroy(&k->mu);
 	free(k->l.v);
 	free(k);
-	p->kept = NULL;
+	p->kept_list = NULL;
 }
