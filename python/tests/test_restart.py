@@ -6,6 +6,7 @@
     systemd): committed stores come back after SIGKILL or a restart, checked by their
     layout hash; a storm of SIGKILLs under writers and readers loses no commit and shows
     nothing uncommitted; bad and foreign images are refused and named."""
+import errno
 import json
 import os
 import random
@@ -283,6 +284,37 @@ def test_a_store_on_the_host_tier_comes_back_there(mnt, manager, tmp_path):
     assert open(os.path.join(store, "tier")).read().strip() == "host"
     assert read_all(store)[:2] == (data, h)  # an open brings it back to the device
     assert open(os.path.join(store, "tier")).read().strip() == "device"
+    manager.kill(signal.SIGTERM)
+
+
+def test_a_stores_minimum_and_reserved_bytes_come_back_or_say_why(mnt, manager, tmp_path):
+    """user.gms.min and user.gms.reserved are kept with the store; a restart whose
+    max_bytes no longer holds every minimum brings the store back without its own and
+    says so in last_error (its bytes matter more than its minimum)."""
+    state = str(tmp_path / "state")
+    manager.start(mnt, "backend=host", "state=" + state, "max_bytes=64M")
+    kv, big = os.path.join(mnt, "kv"), os.path.join(mnt, "big")
+    data, h = publish(kv, 10)
+    os.mkdir(big)
+    os.setxattr(kv, "user.gms.min", b"8M")
+    os.setxattr(kv, "user.gms.reserved", b"32M")
+    os.setxattr(big, "user.gms.min", b"40M")
+    restart(manager, mnt, state)
+    assert os.getxattr(kv, "user.gms.min") == str(8 << 20).encode()
+    assert os.getxattr(kv, "user.gms.reserved") == str(32 << 20).encode()
+    assert os.getxattr(big, "user.gms.min") == str(40 << 20).encode()
+    assert read_all(kv)[:2] == (data, h)
+    # The mount's budget shrank below the two minimums: one comes back without its own.
+    restart(manager, mnt, state, signal.SIGKILL, "max_bytes=44M")
+    s = {x["name"]: x for x in status(mnt)["stores"]}
+    assert s["kv"]["min"] + s["big"]["min"] in (8 << 20, 40 << 20), s
+    lost = "kv" if s["kv"]["min"] == 0 else "big"
+    assert "user.gms.min" in s[lost]["last_error"] and "not held after the restart" in s[lost]["last_error"]
+    with pytest.raises(OSError) as e:
+        os.getxattr(os.path.join(mnt, lost), "user.gms.min")
+    assert e.value.errno == errno.ENODATA
+    assert read_all(kv)[:2] == (data, h)
+    assert status(mnt)["keep"]["failed"] == []
     manager.kill(signal.SIGTERM)
 
 

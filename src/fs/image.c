@@ -152,7 +152,7 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, con
 	struct wire_image h = { .store = st->name, .device = v->dev.uuid, .backend = (char *)v->dev.backend,
 				.generation = committed ? st->lock.fsm.generation : 0, .commits = st->lock.commits,
 				.quota = atomic_load(&st->pool->quota), .priority = st->tier.priority,
-				.host = w.host, .ndirs = w.ndirs, .nallocs = w.nallocs,
+				.min = atomic_load(&st->pool->min), .reserved = st->tier.reserved, .host = w.host, .ndirs = w.ndirs, .nallocs = w.nallocs,
 				.nentries = w.nentries, .nfds = fds->n - w.base };
 	meta_hash(st->meta, h.hash);
 	struct lock_reader *readers = NULL;
@@ -332,6 +332,23 @@ static int restore_records(struct fs *fs, struct store *st, struct restore *r, c
 	return 0;
 }
 
+/* A minimum as it was, where the mount still has room for it (a restart with a smaller
+ * max_bytes may not): else the store comes back without one, and says so. */
+static void restore_min(struct store *st, uint64_t min)
+{
+	uint64_t quota = atomic_load(&st->pool->quota);
+	if (!min || ((!quota || min <= quota) && !vmm_pool_set_min(st->pool, min)))
+		return;
+	if (quota && min > quota)
+		store_error(st, "user.gms.min: %llu is not held after the restart: it is above the quota, %llu",
+			    (unsigned long long)min, (unsigned long long)quota);
+	else
+		store_error(st, "user.gms.min: %llu is not held after the restart: with the other stores' minimums it "
+				"would pass the mount's %llu bytes",
+			    (unsigned long long)min, (unsigned long long)st->fs->vmm->max_bytes);
+	fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: %s\n", st->name, st->last_error);
+}
+
 int image_restore(struct fs *fs, const uint8_t *buf, size_t len, size_t *off, const int *fds, size_t nfds,
 		  image_adopted_fn *adopted, void *arg, struct store **out, char *why, size_t whylen)
 {
@@ -370,7 +387,9 @@ int image_restore(struct fs *fs, const uint8_t *buf, size_t len, size_t *off, co
 		st->lock.commits = r.h.commits;
 		atomic_store(&st->pool->quota, r.h.quota);
 		st->tier.priority = (int)r.h.priority;
+		st->tier.reserved = r.h.reserved;
 		st->tier.at = r.h.host ? TIER_HOST : TIER_DEVICE;
+		restore_min(st, r.h.min);
 		for (uint64_t i = 0; i < r.h.nreaders; i++) {
 			struct lock_reader rd = { .pid = (pid_t)r.h.readers[i].pid, .start = r.h.readers[i].start,
 						  .handles = r.h.readers[i].count };
