@@ -536,8 +536,9 @@ static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 		struct wire_head h = {0};
 		se = send_reply(r->sock, &h);
 	}
-	if (se)
-		fuse_log(FUSE_LOG_WARNING, "gmsfs: socket: pid %d: sending the reply: %s\n", (int)r->pid, strerror(-se));
+	if (se) /* a client gone before its reply (it exited) is no fault of the daemon's */
+		fuse_log(se == -EPIPE || se == -ECONNRESET ? FUSE_LOG_DEBUG : FUSE_LOG_WARNING,
+			 "gmsfs: socket: pid %d: sending the reply: %s\n", (int)r->pid, strerror(-se));
 	items += s.na + s.ne;
 	xset_free(&s);
 	/* A call of many items (a big export, a bulk put) leaves large free blocks in
