@@ -12,7 +12,8 @@
 #     python3's venv, run from / without PYTHONPATH, GMSFS_LIBRARY or LD_LIBRARY_PATH;
 #   restart: takeover and a restart under a service manager, tested, then timed (16 GiB);
 #   keeper: stores through gmsfs-keeper and gmsfs-node, as the DaemonSet keeps them;
-#   pages: elastic KV caches: bench-pages against the raw driver loop, bench/kv_sharing.py;
+#   pages: elastic KV caches: bench-pages against the raw driver loop, bench/kv_sharing.py
+#          (cache drivers, then engines running a decoder over their caches);
 #   graphs: CUDA graphs of 8 shapes in gmsfs.torch.GraphPool against PyTorch's pools
 #   gms: GMS's client flows on GMS itself, through gmsfs.gms and on gmsfs (bench/gms_flows.py),
 #     then GMS's own tests through gmsfs.gms (tests/upstream/run.sh), where .upstream has them
@@ -309,6 +310,15 @@ if [ "$what" = pages ]; then # elastic KV caches (issue 46): page maps against t
 	for trace in bursty overloaded; do
 		timeout 200 python3 bench/kv_sharing.py "$mnt" --kv-mib 96 --page-mib 2 --seconds 12 --trace $trace ||
 			failed=$((failed + 1))
+	done
+	unmount_gmsfs
+	# The same with engines that run a decoder (1024 wide, 8 layers: 32 KiB of K and V a
+	# token, 16 a block) over their caches, its weights one store all three map: the
+	# budget is the weights' and the same 96 MiB of cache.
+	mount_gmsfs -o max_bytes=$(($(python3 bench/kv_model.py) + 98))M
+	for trace in bursty overloaded; do
+		timeout 300 python3 bench/kv_sharing.py "$mnt" --model 1024,8,8,8192 --page-mib 2 --seconds 12 \
+			--trace $trace || failed=$((failed + 1))
 	done
 	unmount_gmsfs
 fi
