@@ -27,6 +27,7 @@ elastic's ratio to fixed.  An elastic refusal also records the room the daemon h
 one the free memory could have served counts as "avoidable"."""
 import argparse
 import ctypes
+import importlib.util
 import json
 import os
 import random
@@ -177,22 +178,40 @@ class ModelCache:
         self.seen.pop(seq[3], None)
 
 
-def model_cache(cfg, pages, block):
-    """The decoder over pages: weights from the mount's shared store, published by the
-    first engine there (load_or_publish), mapped by the others."""
+def load_model(cfg, check=False):
+    """The decoder, from the mount's shared store of weights: published by the first process
+    there (load_or_publish), mapped by the others.  check: first hold the paged step to the
+    model's own forward (float32, on the CPU), and say how close it came."""
     import torch
     import gmsfs.torch as gt
     import kv_model
+    hf = None
+    if cfg["hf"]:
+        import transformers as hf
     shape = kv_model.Shape(**cfg["model"])
     dtype = torch.float16 if torch.cuda.is_available() else torch.float32
     if not torch.cuda.is_available():
         torch.set_num_threads(1)  # three engines on a CPU's cores, not each on all of them
+    if check:
+        ref = kv_model.build(shape, torch.float32, hf)
+        kv_model.init_weights(ref)
+        worst = kv_model.check(ref, shape)
+        print("paged step against %s: logits within %.1e of their spread over a prefill and 8 decode steps" % (
+            "transformers' LlamaForCausalLM forward" if hf else "the whole sequence recomputed", worst), flush=True)
+        if worst > 1e-3:
+            raise SystemExit("kv_sharing: the paged step is not the model's forward (%.1e)" % worst)
+        del ref
+    model = gt.load_or_publish(cfg["weights"], lambda: kv_model.build(shape, dtype, hf), kv_model.init_weights,
+                               timeout=120)
+    return model, shape, dtype
 
-    def build():
-        return kv_model.Decoder(shape).to(dtype)
-    model = gt.load_or_publish(cfg["weights"], build, kv_model.init_weights, timeout=120)
+
+def model_cache(cfg, pages, block):
+    import gmsfs.torch as gt
+    import kv_model
+    model, shape, dtype = load_model(cfg)
     tpb = block // shape.token_bytes(dtype)
-    decoder = kv_model.PagedDecoder(model, gt.pages_tensor(pages), tpb)
+    decoder = kv_model.PagedDecoder(model, shape, gt.pages_tensor(pages), tpb)
     return ModelCache(decoder, shape.vocab, cfg["seed"] + 1000 * cfg["engine"]), tpb
 
 
@@ -254,7 +273,8 @@ def engine_main(args):
                 log["refused"] += 1
                 if mode == "elastic":  # could the room the daemon had have served it?
                     st = json.load(open(os.path.join(cfg["mount"], "status.json")))
-                    lack = sum(max(0, x["min"] - x["used"]) for x in st["stores"] if x["name"] != os.path.basename(store))
+                    lack = sum(max(0, x["min"] - x["used"]) for x in st["stores"]
+                               if x["name"] != os.path.basename(store))
                     room = st["device"]["total_bytes"] - st["device"]["used_bytes"] - lack
                     log["avoidable"] += room >= need * block + cfg["page"]
         done, decoding = [], []
@@ -316,7 +336,7 @@ def run_mode(mode, mount, a, kv_bytes, weights=None):
                "steps": int(a.seconds / STEP_S), "seed": a.seed, "trace": a.trace,
                "out": os.path.join(work, "%s-%d.json" % (mode, i))}
         if weights:
-            cfg.update(weights=weights, model=a.shape)
+            cfg.update(weights=weights, model=a.shape, hf=a.hf)
         cfgs.append(cfg)
         procs.append(subprocess.Popen([sys.executable, __file__, "--engine", json.dumps(cfg)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
@@ -343,15 +363,12 @@ def run_mode(mode, mount, a, kv_bytes, weights=None):
 
 
 def publish_weights(mount, a):
-    """The decoder's weights in a store of the mount, published by a process of its own
-    (the engines map them); returns the store and the bytes it holds."""
+    """The decoder's weights in a store of the mount, checked and published by a process of
+    its own (the engines map them); returns the store and the bytes it holds."""
     weights = os.path.join(mount, "kv-weights")
     os.mkdir(weights)
-    code = ("import sys, json, torch; sys.path[:0] = [%r, %r]; import kv_model, gmsfs.torch as gt; "
-            "dt = torch.float16 if torch.cuda.is_available() else torch.float32; "
-            "m = gt.load_or_publish(%r, lambda: kv_model.Decoder(kv_model.Shape(**%r)).to(dt), kv_model.init_weights); "
-            "m._gmsfs.close()") % (HERE, os.path.join(HERE, "..", "python"), weights, a.shape)
-    subprocess.run([sys.executable, "-c", code], check=True)
+    cfg = {"weights": weights, "model": a.shape, "hf": a.hf}
+    subprocess.run([sys.executable, __file__, "--publish", json.dumps(cfg)], check=True)
     st = json.load(open(os.path.join(mount, "status.json")))
     return weights, next(x["used"] for x in st["stores"] if x["name"] == "kv-weights"), st["device"]["total_bytes"]
 
@@ -369,10 +386,14 @@ def main():
                          "mount that all three map; the caches share the mount's budget less the weights "
                          "(--kv-mib is not used); e.g. 1024,8,8,8192")
     ap.add_argument("--engine", help=argparse.SUPPRESS)
+    ap.add_argument("--publish", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.engine:
         a.config = a.engine
         return engine_main(a)
+    if a.publish:
+        load_model(json.loads(a.publish), check=True)[0]._gmsfs.close()
+        return 0
     weights, tpb = None, TOKENS_PER_BLOCK
     kv_bytes = a.kv_mib * MiB
     if a.model:
@@ -380,6 +401,8 @@ def main():
         import kv_model
         hidden, heads, layers, vocab = (int(x) for x in a.model.split(","))
         a.shape = {"hidden": hidden, "heads": heads, "layers": layers, "vocab": vocab}
+        # transformers' Llama where it is installed, the same arithmetic without it
+        a.hf = importlib.util.find_spec("transformers") is not None
         dtype = torch.float16 if torch.cuda.is_available() else torch.float32
         token = kv_model.Shape(**a.shape).token_bytes(dtype)
         block = a.page_mib * MiB // 4
@@ -388,8 +411,9 @@ def main():
         tpb = block // token
         weights, used, total = publish_weights(a.mount, a)
         kv_bytes = (total - used) // (a.page_mib * MiB) * a.page_mib * MiB
-        print("model %s: weights %.1f MiB in one store, mapped by every engine; caches %d MiB; %d tokens a block"
-              % (a.model, used / MiB, kv_bytes // MiB, tpb))
+        print("model %s (%s): weights %.1f MiB in one store, mapped by every engine; caches %d MiB; %d tokens a "
+              "block" % (a.model, "transformers' Llama" if a.hf else "kv_model.Decoder", used / MiB, kv_bytes // MiB,
+                         tpb))
     blocks = kv_bytes // (a.page_mib * MiB // 4)
     load, best_fixed, best_shared = ceiling(int(a.seconds / STEP_S), a.seed, a.trace, blocks, tpb)
     print("trace %s: %d blocks of cache; the load would hold %.0f on average (%.0f%%); at best fixed thirds "

@@ -21,32 +21,11 @@ TPB = 4
 MiB = 1 << 20
 
 
-def whole(model, tokens):
-    """The next token's logits from the whole sequence, with no cache: causal attention
-    over every position, recomputed."""
-    s = model.shape
-    n = len(tokens)
-    pos = torch.arange(n)
-    x = model.embed.weight[torch.tensor(tokens)]
-    causal = torch.ones(n, n, dtype=torch.bool).tril()
-    for layer in model.layers:
-        h = kv_model._rms(x, layer.ln1)
-        q, k, v = (h @ layer.qkv.weight.t()).view(n, 3, s.heads, s.head_dim).unbind(1)
-        q, k = kv_model._rotate(q, pos, s), kv_model._rotate(k, pos, s)
-        score = torch.einsum("ihd,jhd->hij", q, k) / s.head_dim ** 0.5
-        score = score.masked_fill(~causal, float("-inf")).softmax(-1)
-        x = x + torch.einsum("hij,jhd->ihd", score, v).reshape(n, s.hidden) @ layer.o.weight.t()
-        h = kv_model._rms(x, layer.ln2)
-        gate, up = (h @ layer.gate_up.weight.t()).chunk(2, dim=-1)
-        x = x + (torch.nn.functional.silu(gate) * up) @ layer.down.weight.t()
-    return kv_model._rms(x[-1:], model.norm) @ model.embed.weight.t()
-
-
 def decoder(blocks):
     model = kv_model.Decoder(SHAPE)
     kv_model.init_weights(model)
     cache = torch.zeros(blocks * TPB * SHAPE.token_bytes(torch.float32), dtype=torch.uint8)
-    return model, kv_model.PagedDecoder(model, cache, TPB)
+    return model, kv_model.PagedDecoder(model, SHAPE, cache, TPB)
 
 
 def test_paged_attention_is_the_whole_sequence_recomputed():
@@ -56,7 +35,7 @@ def test_paged_attention_is_the_whole_sequence_recomputed():
     seqs = [([5, 9, 1, 33, 7, 2, 60, 11, 4, 4, 18], [9, 2, 14, 7]), ([3, 8, 21, 40, 6], [0, 12, 5])]
     got = d.step([(t, 0, b) for t, b in seqs])
     for (t, _), logits in zip(seqs, got):
-        assert torch.allclose(logits, whole(model, t)[0], atol=1e-4)
+        assert torch.allclose(logits, kv_model.whole_logits(model, SHAPE, t), atol=1e-4)
     for _ in range(5):
         nxt = got.argmax(-1).tolist()
         batch = [([n], len(t), b) for (t, b), n in zip(seqs, nxt)]
@@ -64,11 +43,28 @@ def test_paged_attention_is_the_whole_sequence_recomputed():
             t.append(n)
         got = d.step(batch)
         for (t, _), logits in zip(seqs, got):
-            assert torch.allclose(logits, whole(model, t)[0], atol=1e-4), len(t)
+            assert torch.allclose(logits, kv_model.whole_logits(model, SHAPE, t), atol=1e-4), len(t)
     # A block given to the wrong sequence changes what it computes: the test could fail.
     t, b = seqs[0]
     wrong = d.step([([t[-1]], len(t) - 1, [b[0], 0, b[2], b[3]])])
     assert not torch.allclose(wrong[0], d.step([([t[-1]], len(t) - 1, b)])[0], atol=1e-4)
+    # The run's own check (kv_sharing --model, before it starts) says the same.
+    assert kv_model.check(model, SHAPE, prompt=9, steps=6, tpb=TPB) < 1e-5
+
+
+def test_the_check_sees_a_paged_step_that_reads_the_wrong_slots(monkeypatch):
+    model, _ = decoder(1)
+    monkeypatch.setattr(kv_model.PagedDecoder, "slot", lambda self, blocks, pos: blocks[0] * self.tpb + pos % self.tpb)
+    assert kv_model.check(model, SHAPE, prompt=9, steps=6, tpb=TPB) > 0.1
+
+
+def test_the_decoder_has_llama_s_parameter_names():
+    names = dict(kv_model.Decoder(SHAPE).named_parameters())
+    assert len(names) == 3 + 9 * SHAPE.layers and sum(p.numel() for p in names.values()) == SHAPE.params()
+    for n in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+              "model.layers.1.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight",
+              "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight"):
+        assert n in names
 
 
 def test_a_token_the_cache_lost_is_counted():
@@ -98,11 +94,14 @@ def test_three_model_engines_share_one_store_of_weights_on_a_host_mount(mount):
                        capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
     assert r.returncode == 0, r.stdout + r.stderr
-    m = re.search(r"weights ([0-9.]+) MiB in one store, mapped by every engine; caches (\d+) MiB; (\d+) tokens a "
-                  r"block", r.stdout)
+    assert re.search(r"paged step against the whole sequence recomputed: logits within \S+ of their spread",
+                     r.stdout), r.stdout
+    m = re.search(r"\(kv_model.Decoder\): weights ([0-9.]+) MiB in one store, mapped by every engine; caches (\d+) "
+                  r"MiB; (\d+) tokens a block", r.stdout)
     weights = kv_model.Shape(128, 4, 8, 512).params() * 4  # float32 on a CPU
-    assert m and weights <= float(m.group(1)) * MiB < weights + 2 * MiB, r.stdout
-    assert int(m.group(2)) == (40 * MiB - float(m.group(1)) * MiB) // MiB and m.group(3) == "32", r.stdout
+    used = float(m.group(1)) * MiB if m else 0  # printed to a tenth of a MiB
+    assert m and weights - MiB / 10 <= used < weights + 2 * MiB, r.stdout
+    assert 0 <= (40 * MiB - used) / MiB - int(m.group(2)) < 1.2 and m.group(3) == "32", r.stdout
     assert "tokens read back: every one as written" in r.stdout
     for mode in ("fixed", "elastic"):
         line = next(ln for ln in r.stdout.splitlines() if ln.startswith(mode))
