@@ -152,8 +152,8 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, con
 	struct wire_image h = { .store = st->name, .device = v->dev.uuid, .backend = (char *)v->dev.backend,
 				.generation = committed ? st->lock.fsm.generation : 0, .commits = st->lock.commits,
 				.quota = atomic_load(&st->pool->quota), .priority = st->tier.priority,
-				.min = atomic_load(&st->pool->min), .reserved = st->tier.reserved, .host = w.host, .ndirs = w.ndirs, .nallocs = w.nallocs,
-				.nentries = w.nentries, .nfds = fds->n - w.base };
+				.min = atomic_load(&st->pool->min), .reserved = st->tier.reserved, .host = w.host,
+				.ndirs = w.ndirs, .nallocs = w.nallocs, .nentries = w.nentries, .nfds = fds->n - w.base };
 	meta_hash(st->meta, h.hash);
 	struct lock_reader *readers = NULL;
 	size_t nreaders = 0;
