@@ -64,8 +64,8 @@ fi
 [ "$failed" -eq 0 ] || printf '%s\n' "$out" | grep -e '^not ok ' -e '^# (' -e '^#  in test file' -e 'FAIL line' \
 	-e '^# *timed out' | cut -c1-200 | head -12 | sed "s/^/$kind: /" >&2
 # And the checker's report, in short: which error, and the frames that name our code.
-[ -z "$reports" ] || printf '%s\n' "$reports" | grep -e 'ERROR:' -e 'runtime error:' -e 'SUMMARY' -e 'definitely lost' \
-	-e 'Invalid ' -e '#[0-9]* .* in [a-z_]* .*/\(src\|common\|libgmsfs\)/' -e '[ab]y 0x.*: [a-z_]* (.*\.c:' |
+[ -z "$reports" ] || printf '%s\n' "$reports" | grep -e 'ERROR:' -e 'runtime error:' -e 'SUMMARY' -e 'definitely lost' -e 'build-asan/[a-z_-]*+0x' \
+	-e 'Invalid ' -e '#[0-9]* .* in [a-z_]* .*/\(src\|common\|libgmsfs\|tools\|tests/helpers\)/' -e '[ab]y 0x.*: [a-z_]* (.*\.c:' |
 	cut -c1-200 | head -24 | sed "s/^/$kind report: /" >&2
 echo "1..$n"
 [ "$failed" -eq 0 ]
