@@ -110,8 +110,8 @@ void wire_reply_free(struct wire_reply *r);
 struct wire_image {
 	char *store, *device, *backend;  /* the store's name; the device (uuid) and backend it lives on */
 	uint64_t generation, commits, quota;
-	uint64_t min, reserved;          /* user.gms.min and user.gms.reserved; 0: none (then not packed,
-	                                  * so that a daemon without them reads the image) */
+	uint64_t min;                    /* user.gms.min; 0: none (then not packed, so that a daemon
+	                                  * before it reads the image) */
 	int64_t priority;
 	bool host;                       /* on the host tier */
 	uint8_t hash[GMSFS_HASH_LEN];    /* the committed layout's */

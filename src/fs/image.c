@@ -152,7 +152,7 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, con
 	struct wire_image h = { .store = st->name, .device = v->dev.uuid, .backend = (char *)v->dev.backend,
 				.generation = committed ? st->lock.fsm.generation : 0, .commits = st->lock.commits,
 				.quota = atomic_load(&st->pool->quota), .priority = st->tier.priority,
-				.min = atomic_load(&st->pool->min), .reserved = st->tier.reserved, .host = w.host,
+				.min = atomic_load(&st->pool->min), .host = w.host,
 				.ndirs = w.ndirs, .nallocs = w.nallocs, .nentries = w.nentries, .nfds = fds->n - w.base };
 	meta_hash(st->meta, h.hash);
 	struct lock_reader *readers = NULL;
@@ -387,7 +387,6 @@ int image_restore(struct fs *fs, const uint8_t *buf, size_t len, size_t *off, co
 		st->lock.commits = r.h.commits;
 		atomic_store(&st->pool->quota, r.h.quota);
 		st->tier.priority = (int)r.h.priority;
-		st->tier.reserved = r.h.reserved;
 		st->tier.at = r.h.host ? TIER_HOST : TIER_DEVICE;
 		restore_min(st, r.h.min);
 		for (uint64_t i = 0; i < r.h.nreaders; i++) {
