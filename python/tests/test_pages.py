@@ -384,3 +384,12 @@ def test_pages_given_back_are_kept_for_the_stores_own_growth(clean):
     s = state(a)
     assert (s["used"], s["pages_kept"]) == (0, 0) and int(dev()["pages_kept_bytes"]) == 0
     assert int(dev()["used_bytes"]) == 0
+    # A session that commits ends too: what it kept goes, what it committed stays.
+    with gmsfs.connect(a, "rw") as ca, gmsfs.Pages(ca, 8 * MiB, MiB) as pa:
+        pa.map(range(4))
+        pa.unmap([2, 3])
+        assert state(a)["pages_kept"] == 2 * MiB
+        ca.commit()
+        s = state(a)
+        assert (s["state"], s["allocations"], s["used"], s["pages_kept"]) == ("RO", 2, 2 * MiB, 0)
+        assert int(dev()["pages_kept_bytes"]) == 0

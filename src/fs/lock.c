@@ -238,6 +238,8 @@ static void rollback(struct store *st)
 	struct meta_stats was, is;
 	meta_stats(st->meta, &was);
 	meta_rollback(st->meta);
+	vmm_pool_drop_kept(st->pool); /* the session's end: the pages kept for its growth go
+	                               * (after the rollback, whose freed pages were kept) */
 	meta_stats(st->meta, &is);
 	if (was.allocations + was.entries >= is.allocations + is.entries + FS_TRIM_ITEMS)
 		store_want_trim(st->fs);
@@ -257,7 +259,6 @@ void lock_release(struct fs_handle *h)
 		 * allocations were never in an image: their memory goes at once. */
 		fault_point("rollback", "give");
 		rollback(st);
-		vmm_pool_drop_kept(st->pool); /* its pages were kept for this session's growth */
 		room = true;
 		st->lock.aborts++;
 		st->tier.reserved = st->tier.reclaim_asked = 0; /* an elastic store's pages went with it */
@@ -304,6 +305,7 @@ int lock_commit(struct store *st)
 	/* Write-ahead: the image that no longer names what the session freed is written
 	 * before that memory goes (a failure leaves it held and says why). */
 	store_changed(st, "commit");
+	vmm_pool_drop_kept(st->pool); /* the session's end (after what it freed went, kept) */
 	if (new_readers)
 		store_readers_changed(st);
 	store_room_changed(st->fs);
@@ -318,7 +320,6 @@ int lock_abort(struct store *st)
 		return e;
 	fault_point("rollback", "give");
 	rollback(st);
-	vmm_pool_drop_kept(st->pool);
 	store_room_changed(st->fs);
 	snprintf(st->last_error, sizeof st->last_error, "%s", "aborted: rolled back to the last committed layout");
 	lock_changed(st);
