@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,26 +188,30 @@ static int libwriter(unsigned seed)
 			continue;
 		}
 		unsigned s = seed * 1000 + round;
-		/* Start from scratch: the committed layout is another writer's. */
+		/* Start from scratch: the committed layout is another writer's.  A step that
+		 * fails (an import cut short under load) ends the session uncommitted: a seed
+		 * put on another writer's w0 would be this helper's fault, not the daemon's. */
 		const struct gmsfs_mapping *m;
-		gmsfs_import_all(g);
-		while (gmsfs_mappings(g, &m))
-			gmsfs_free(g, m[0].ptr);
+		bool ok = !gmsfs_import_all(g);
+		while (ok && gmsfs_mappings(g, &m))
+			ok = !gmsfs_free(g, m[0].ptr);
 		int n = 1 + (int)(s % 4);
-		for (int k = 0; k < n; k++) {
+		for (int k = 0; ok && k < n; k++) {
 			char name[32];
 			uint8_t *p;
 			uint64_t size = 4096 * (1 + (s + (unsigned)k) % 8);
 			snprintf(name, sizeof name, "w%d", k);
-			if (gmsfs_create(g, name, size, NULL, (void **)&p))
+			if (gmsfs_create(g, name, size, NULL, (void **)&p)) {
+				ok = k > 0; /* what it made is whole: committed as it is */
 				break;
+			}
 			for (uint64_t i = 0; i < size; i++)
 				p[i] = pattern(s, k, i);
 		}
 		char v[16];
 		int len = snprintf(v, sizeof v, "%u", s);
-		gmsfs_meta_put(g, "seed", "w0", 0, v, (size_t)len);
-		gmsfs_commit(g);
+		if (ok && !gmsfs_meta_put(g, "seed", "w0", 0, v, (size_t)len))
+			gmsfs_commit(g);
 		gmsfs_disconnect(g);
 	}
 	return 0;
