@@ -1,5 +1,5 @@
 """Switches (issue 44), host backend: a store coming in while those that give way go out,
-both at once and piece by piece (gmsfs(8), SHARING A GPU).
+both at once and piece by piece (gmsfs(5), SHARING A GPU).
 
   - Each switch keeps every byte and hash; the daemon says it switched (not a move out,
     then a move in); the counters count one move each way.
@@ -83,6 +83,22 @@ def test_a_switch_moves_both_ways_at_once_and_keeps_every_byte(one):
     assert log.count("switched in") >= 5 and "gave way for" in log, log[-2000:]
     moves = d["moves_to_host"] - d0["moves_to_host"]
     assert moves == d["moves_to_device"] - d0["moves_to_device"] == 5, d
+    remove_stores(one)
+
+
+def test_a_switch_copies_a_piece_each_way_a_round_even_with_room_to_spare(one):
+    # a: one allocation of 2 MiB; b: eight of 256 KiB.  b coming in while a goes out has
+    # room for four of b's at once (1 MiB free), but a round copies a piece each way (a
+    # sixteenth, at least one allocation): ins of many pieces would keep the outs of the
+    # rounds after waiting behind them (gmsfs(5), SHARING A GPU).
+    a, b = os.path.join(one, "a"), os.path.join(one, "b")
+    want = {a: fill(a, 5, n=1, size=2 * MiB), b: fill(b, 6)}
+    whole(a, want[a])  # a in, b out: one out a round
+    whole(b, want[b])  # b in, a out
+    assert (tier(a), tier(b)) == ("host", "device")
+    lines = [l for l in open(one + ".log").read().splitlines() if "switched in" in l]
+    assert len(lines) == 2 and ": a: " in lines[0] and ": b: " in lines[1], lines
+    assert [int(l.split(" rounds")[0].rsplit(" ", 1)[1]) for l in lines] == [8, 8], lines
     remove_stores(one)
 
 

@@ -8,11 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Bytes going out per round (at least one buffer, at most a sixteenth of the outs): the
- * room the ins of the round after next come into.  Small against a model (the first
- * rounds have only outs to copy, the last only ins), large against the cost of a copy (a
- * descriptor passed, a mapping made: the helper makes the next round's while this
- * round's copies run). */
+/* Bytes each way per round (at least one buffer, at most a sixteenth of the larger
+ * side): what goes out makes the room the ins of the round after next come into.  Small
+ * against a model (the first rounds may have only outs to copy, the last only ins), large
+ * against the cost of a copy (a descriptor passed, a mapping made: the helper makes the
+ * next round's while this round's copies run). */
 #define SWITCH_PIECE (512ull << 20)
 #define SWITCH_ROUNDS 16
 
@@ -43,16 +43,22 @@ static size_t copies(struct run *r, const struct round *q)
 	return n;
 }
 
-/* The next round from *out and *in: a piece of the outs, and the ins that fit now (the
- * room rounds answered gave back).  0 when there is one; -ENOSPC when nothing can go. */
+/* The next round from *out and *in: a piece of the outs, and a piece of the ins that fit
+ * now (the room rounds answered gave back).  A piece each way, not all that fits: a
+ * round is answered when both its directions are copied, so ins of many pieces (a budget
+ * with room to spare) would leave the out engine idle behind them.  0 when there is one;
+ * -ENOSPC when nothing can go. */
 static int plan(struct run *r, size_t out, size_t in, uint64_t piece, struct round *q)
 {
 	*q = (struct round){ out, out, in, in, 0 };
 	for (uint64_t bytes = 0; q->out_end < r->nout && (q->out_end == out || bytes < piece); q->out_end++)
 		bytes += r->outs[q->out_end]->size;
 	int e = 0;
-	while (q->in_end < r->nin && !(e = vmm_twin(r->ins[q->in_end], false, &r->it[q->in_end])))
-		q->in_end++;
+	for (uint64_t bytes = 0; q->in_end < r->nin && (q->in_end == in || bytes < piece); q->in_end++) {
+		if ((e = vmm_twin(r->ins[q->in_end], false, &r->it[q->in_end])))
+			break;
+		bytes += r->ins[q->in_end]->size;
+	}
 	if (e && (e != -ENOSPC || (q->out_end == out && q->in_end == in))) {
 		vmm_twin_why(r->ins[q->in_end], false, e, r->err, r->errlen);
 		return e;
@@ -114,6 +120,10 @@ int vmm_switch(struct vmm_buf *const *outs, size_t nout, struct vmm_buf *const *
 		total += outs[k]->size;
 	}
 	o->ns_memory += clock_mono_ns() - t;
+	uint64_t total_in = 0; /* a piece: a sixteenth of the larger side, at most SWITCH_PIECE */
+	for (size_t k = 0; k < nin; k++)
+		total_in += ins[k]->size;
+	total = total > total_in ? total : total_in;
 	uint64_t piece = total / SWITCH_ROUNDS < SWITCH_PIECE ? total / SWITCH_ROUNDS : SWITCH_PIECE;
 	bool sync = !v->ops->copy_send || !v->ops->copy_recv;
 	struct round q[2];
