@@ -15,6 +15,7 @@
         transformers' from_pretrained, all in this run.  Then a rotation of four smaller
         models on the same budget, which holds two: the one with a priority never goes,
         the others go least recently used first.  Every woken model's logits checked."""
+import ctypes
 import os
 import shutil
 import signal
@@ -66,6 +67,32 @@ def wait_kept(mount, nbytes, timeout=120):
             break
         time.sleep(0.05)
     return time.perf_counter() - t
+
+
+def in_page_cache(folder):
+    """The share of folder's safetensors in the page cache (mincore), 0..1: a 'from the page
+    cache' figure is one only when it is near 1."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    pages = cached = 0
+    for name in os.listdir(folder):
+        if not name.endswith(".safetensors"):
+            continue
+        fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+        size = os.fstat(fd).st_size
+        p = libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+        os.close(fd)
+        if p is None or p == ctypes.c_void_p(-1).value:
+            continue
+        vec = ctypes.create_string_buffer((size + 4095) // 4096)
+        if libc.mincore(p, size, vec) == 0:
+            pages += len(vec.raw)
+            cached += sum(b & 1 for b in vec.raw)
+        libc.munmap(p, size)
+    return cached / pages if pages else 0.0
 
 
 def kill_mover_soon(mount, delay):
@@ -241,6 +268,7 @@ def main():
         os.mkdir(s)
     # Cold: A into an empty budget; then B while A sleeps (A's first move out: it makes
     # its pinned host memory).
+    cached_first = in_page_cache(dirs["A"])
     t = now()
     models = {"A": gtf.from_pretrained(stores["A"], dirs["A"])}
     cold_first = now() - t
@@ -294,6 +322,7 @@ def main():
         m._gmsfs.close()
         os.rmdir(store)
         return took
+    cached_kept = in_page_cache(dirs["A"])
     cold_kept = cold("A2", "B out into its kept host memory")
     cold_disk = None  # the page cache dropped, the budget empty (A2 removed)
     if subprocess.run(["sh", "-c", "sync && echo 3 > /proc/sys/vm/drop_caches"]).returncode == 0:
@@ -315,9 +344,11 @@ def main():
     print("bench:   the engine alone (vLLM sleep level 1: its copies to new pinned memory and back), "
           "median %.3f s, first %.3f s: gmsfs %.1fx faster" % (alone_med, alone[0], alone_med / later))
 
-    print("bench:   cold: gmsfs-load from the page cache + materialize %7.3f s  (the budget empty)" % cold_first)
+    print("bench:   cold: gmsfs.transformers.from_pretrained, the budget empty %7.3f s  (%.0f%% of the checkpoint "
+          "in the page cache)" % (cold_first, 100 * cached_first))
     print("bench:   cold, the sleeping model's first move out too       %7.3f s" % cold_evict)
-    print("bench:   cold, the sleeping model out into kept host memory  %7.3f s" % cold_kept)
+    print("bench:   cold, the sleeping model out into kept host memory  %7.3f s  (%.0f%% in the page cache)"
+          % (cold_kept, 100 * cached_kept))
     if cold_disk is not None:
         print("bench:   cold from the disk (page cache dropped), the budget empty %7.3f s" % cold_disk)
     print("bench:   transformers from_pretrained (%s)  %7.3f s, %7.3f s"
