@@ -362,3 +362,24 @@ def test_host_ahead_makes_host_memory_before_the_first_move_out_within_host_byte
         time.sleep(1.5)  # the mover thread looks every second when it makes memory ahead
         assert int(device(mnt)["host_kept_bytes"]) == 0
         remove_stores(mnt)
+
+
+def test_host_ahead_waits_for_a_quiet_mount_at_most_10_s():
+    # Pinning host memory holds the driver: an engine mapping or committing beside it
+    # waits.  So host memory is made ahead once no client has asked anything that maps,
+    # makes or commits for a second, or after 10 s of waiting for that (gmsfs(8)).
+    for mnt in mounted("backend=host", "max_bytes=64M", "host_bytes=24M"):
+        busy, _, _ = publish(mnt, "busy", [4 * MiB], 8)
+        t0, kept_at = time.time(), None
+        while time.time() - t0 < 14 and kept_at is None:  # a client connecting every 0.2 s
+            with gmsfs.connect(busy, "ro", timeout=5):
+                pass
+            if int(device(mnt)["host_kept_bytes"]) == 4 * MiB:
+                kept_at = time.time() - t0
+            time.sleep(0.2)
+        assert kept_at is not None and 9 <= kept_at <= 13, kept_at
+        publish(mnt, "quiet", [4 * MiB], 9)
+        t = time.time()
+        wait_kept(mnt, 8 * MiB, timeout=5)  # nobody asks: made a second or two after the commit
+        assert time.time() - t >= 0.8
+        remove_stores(mnt)

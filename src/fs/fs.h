@@ -57,6 +57,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "clock.h"
 #include "../meta/meta.h"
 #include "../vmm/vmm.h"
 
@@ -136,10 +137,20 @@ struct fs {
 	struct meta_graveyard grave;
 	size_t grave_freed;            /* nodes freed from it at forgets since the last trim */
 	atomic_bool trim_wanted;       /* much memory was freed: store_trim gives it back */
+	/* When a client last asked something that maps, makes or commits (clock_mono_ns): a
+	 * socket request, an ioctl, a commit.  Host memory made ahead waits for a quiet
+	 * mount (tier.c). */
+	_Atomic uint64_t busy_ns;
 	/* Under fs->mu: a successor takes the stores over (handover.c): nothing is committed,
 	 * made, removed or moved meanwhile. */
 	bool handing_over;
 };
+
+/* A client's request that may map, make or commit: the mount is busy now. */
+static inline void fs_busy(struct fs *fs)
+{
+	atomic_store_explicit(&fs->busy_ns, clock_mono_ns(), memory_order_relaxed);
+}
 
 static inline struct fs *fs_of(fuse_req_t req)
 {

@@ -290,6 +290,7 @@ int lock_commit(struct store *st)
 	}
 	fsm_commit(&st->lock.fsm);
 	st->lock.commits++;
+	fs_busy(st->fs); /* its engines map it now: host memory ahead waits (tier.c) */
 	struct meta_stats ms;
 	meta_stats(st->meta, &ms);
 	if (ms.allocations + ms.entries >= FS_TRIM_ITEMS)

@@ -184,7 +184,8 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg, struc
 	struct gmsfs_ioc io;
 	if (cmd != GMSFS_IOC_INFO && cmd != GMSFS_IOC_LOCK && cmd != GMSFS_IOC_EXPORT && cmd != GMSFS_IOC_EXPORT_ALL &&
 	    cmd != GMSFS_IOC_CHANNEL && cmd != GMSFS_IOC_UNLOCK && cmd != GMSFS_IOC_LET_GO)
-		return (void)fuse_reply_err(req, ENOTTY);
+		return (void)fuse_reply_err(req, ENOTTY); /* a tty's (Python's open asks isatty): not busy */
+	fs_busy(fs);
 	if (in_bufsz != sizeof io || out_bufsz != sizeof io)
 		return (void)fuse_reply_err(req, EINVAL);
 	memcpy(&io, in_buf, sizeof io);

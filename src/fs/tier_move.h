@@ -9,6 +9,7 @@ struct tier {
 	pthread_t thread;
 	bool stop;                     /* under fs->mu, with fs->tier_wake */
 	bool ahead;                    /* host memory made ahead (-o host_ahead, the default) */
+	uint64_t ahead_since;          /* under fs->mu: when it began to wait for a quiet mount (0: not) */
 	struct tier_stats stats;       /* under fs->mu */
 };
 

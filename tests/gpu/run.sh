@@ -12,6 +12,7 @@
 #     python3's venv, run from / without PYTHONPATH, GMSFS_LIBRARY or LD_LIBRARY_PATH;
 #   restart: takeover and a restart under a service manager, tested, then timed (16 GiB);
 #   keeper: stores through gmsfs-keeper and gmsfs-node, as the DaemonSet keeps them;
+#   cold: cold from_pretrained loads beside host memory made ahead and with no_host_ahead;
 #   pages: elastic KV caches: bench-pages against the raw driver loop, bench/kv_sharing.py
 #          (cache drivers, then engines running a decoder over their caches);
 #   graphs: CUDA graphs of 8 shapes in gmsfs.torch.GraphPool against PyTorch's pools
@@ -321,6 +322,14 @@ if [ "$what" = pages ]; then # elastic KV caches (issue 46): page maps against t
 			--trace $trace || failed=$((failed + 1))
 	done
 	unmount_gmsfs
+fi
+if [ "$what" = cold ]; then # cold loads beside host memory made ahead, and without it: the same times
+	for opt in "" "-o no_host_ahead"; do
+		mount_gmsfs $opt
+		timeout 200 python3 tests/gpu/cold_probe.py "$mnt" 2>&1 | grep '^cold:' || failed=$((failed + 1))
+		grep 'made ahead' "$mnt.log" | sed 's/^/# /' | tail -3
+		unmount_gmsfs
+	done
 fi
 if [ "$what" = keeper ]; then # stores through gmsfs-keeper, as the DaemonSet keeps them (issue 47)
 	timeout 300 python3 tests/gpu/restart_gpu.py keeper "$top/build" || failed=$((failed + 1))

@@ -149,6 +149,8 @@ def engine_alone(dirs, ids, ref, kw):
         cur = other
     del models, slept, b
     torch.cuda.empty_cache()
+    if hasattr(torch._C, "_host_emptyCache"):  # the pinned memory PyTorch keeps cached: not for what follows
+        torch._C._host_emptyCache()
     return times, ok
 
 

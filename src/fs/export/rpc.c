@@ -483,6 +483,7 @@ static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 	char why[512] = "";
 	struct wire_body body = {0};
 	struct xset s = {0};
+	fs_busy(fs);
 	int e = wire_parse_body(r->op, r->body, r->body_len, &body, why, sizeof why);
 	if (e) {
 		send_error(r->sock, e, "%s", why);
