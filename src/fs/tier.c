@@ -122,20 +122,26 @@ static bool move_asked(struct fs *fs)
 	return false;
 }
 
+/* The mover thread sleeps on tier_wake (fs->mu held) for ms at most. */
+static void tier_nap(struct fs *fs, long ms)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	t.tv_sec += ms / 1000;
+	t.tv_nsec += (ms % 1000) * 1000000;
+	t.tv_sec += t.tv_nsec / 1000000000;
+	t.tv_nsec %= 1000000000;
+	pthread_cond_timedwait(&fs->tier_wake, &fs->mu, &t);
+}
+
 /* Without fs->mu: between two pieces of host memory, wait while the mount is busy.
  * Returns the nanoseconds waited. */
 static uint64_t ahead_pause(struct fs *fs)
 {
 	uint64_t t0 = clock_mono_ns();
 	pthread_mutex_lock(&fs->mu);
-	while (!fs->tier->stop && !ahead_may(fs) && !move_asked(fs)) {
-		struct timespec t;
-		clock_gettime(CLOCK_REALTIME, &t);
-		t.tv_nsec += 100000000;
-		t.tv_sec += t.tv_nsec / 1000000000;
-		t.tv_nsec %= 1000000000;
-		pthread_cond_timedwait(&fs->tier_wake, &fs->mu, &t);
-	}
+	while (!fs->tier->stop && !ahead_may(fs) && !move_asked(fs))
+		tier_nap(fs, 100);
 	pthread_mutex_unlock(&fs->mu);
 	return clock_mono_ns() - t0;
 }
@@ -238,10 +244,7 @@ static void *mover_thread(void *arg)
 			continue; /* asked-for moves first: one store's memory at a time */
 		if (!st && tr->ahead) {
 			/* A store is committed without a word to this thread: look again in a second. */
-			struct timespec t;
-			clock_gettime(CLOCK_REALTIME, &t);
-			t.tv_sec += 1;
-			pthread_cond_timedwait(&fs->tier_wake, &fs->mu, &t);
+			tier_nap(fs, 1000);
 			continue;
 		}
 		if (!st) {
