@@ -227,7 +227,11 @@ static int libreader(void)
 			usleep(1000);
 			continue;
 		}
-		unsigned s = (unsigned)strtoul(md.value, NULL, 10);
+		/* The value is its bytes, not a C string: strtoul on it read the heap after it,
+		 * and a digit there made another seed (valgrind: "0 bytes after a block"). */
+		char digits[16] = "";
+		memcpy(digits, md.value, md.value_len < sizeof digits - 1 ? md.value_len : sizeof digits - 1);
+		unsigned s = (unsigned)strtoul(digits, NULL, 10);
 		const struct gmsfs_mapping *m;
 		size_t n = gmsfs_mappings(g, &m);
 		for (size_t j = 0; j < n; j++) {
@@ -237,8 +241,18 @@ static int libreader(void)
 			int k = atoi(m[j].name + 1);
 			for (uint64_t i = 0; i < m[j].size; i++)
 				if (p[i] != pattern(s, k, i)) {
-					fprintf(stderr, "libreader: %s byte %llu is not seed %u's\n", m[j].name,
-						(unsigned long long)i, s);
+					uint64_t zeros = 0;
+					for (uint64_t z = 0; z < m[j].size; z++)
+						zeros += !p[z];
+					uint64_t other = 0; /* bytes in the pattern of another seed (that of byte 0) */
+					for (uint64_t z = 0; z < m[j].size; z++)
+						other += p[z] == (uint8_t)(p[0] + z * 13);
+					fprintf(stderr,
+						"libreader: %s byte %llu is not seed %u's (0x%02x, want 0x%02x; size %llu, "
+						"%llu zero bytes, %llu another seed's; generation %llu; %zu mappings)\n",
+						m[j].name, (unsigned long long)i, s, p[i], pattern(s, k, i),
+						(unsigned long long)m[j].size, (unsigned long long)zeros,
+						(unsigned long long)other, (unsigned long long)gmsfs_generation(g), n);
 					return 1;
 				}
 		}
