@@ -1,15 +1,20 @@
 /* log: stdout and stderr of a detached daemon are a pipe whose lines a thread of its own
  * sends to syslog, so that every message (ours, libfuse's, the CUDA driver's) lands in the
- * journal or syslog instead of /dev/null.  No state but the thread's descriptor. */
+ * journal or syslog instead of /dev/null.  No state but the thread. */
 #include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
+
+static pthread_t forwarder;
+static bool forwarding;
 
 static void *forward(void *arg)
 {
@@ -31,12 +36,7 @@ int log_to_syslog(void)
 	if (pipe2(p, O_CLOEXEC))
 		return -errno;
 	openlog("gmsfs", LOG_PID | LOG_NDELAY, LOG_DAEMON);
-	pthread_t t;
-	pthread_attr_t a;
-	pthread_attr_init(&a);
-	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-	int e = pthread_create(&t, &a, forward, (void *)(long)p[0]);
-	pthread_attr_destroy(&a);
+	int e = pthread_create(&forwarder, NULL, forward, (void *)(long)p[0]);
 	if (e) {
 		close(p[0]);
 		close(p[1]);
@@ -47,5 +47,27 @@ int log_to_syslog(void)
 	close(p[1]);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	setvbuf(stderr, NULL, _IOLBF, 0);
+	forwarding = true;
 	return 0;
+}
+
+void log_end(void)
+{
+	if (!forwarding)
+		return;
+	forwarding = false;
+	int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	fflush(stdout);
+	fflush(stderr);
+	if (null >= 0) { /* the pipe's last writers here: the thread reads to its end */
+		dup2(null, 1);
+		dup2(null, 2);
+		close(null);
+	}
+	/* A child that inherited the pipe (gmsfs-mover) keeps it open: wait 2 s at most. */
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 2;
+	if (pthread_timedjoin_np(forwarder, NULL, &until))
+		pthread_detach(forwarder);
 }

@@ -6,5 +6,8 @@
 /* From now on stdout and stderr are lines to syslog (ident "gmsfs", facility daemon),
  * forwarded by a thread of their own; 0 or -errno (then they go to /dev/null). */
 int log_to_syslog(void);
+/* At the end: the lines written so far are sent before the process exits (the last ones,
+ * "unmounting", were lost when exit came first). */
+void log_end(void);
 
 #endif

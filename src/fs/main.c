@@ -574,5 +574,6 @@ int main(int argc, char *argv[])
 	free(opts.mover);
 	free(opts.fsname);
 	free(opts.state);
+	log_end();
 	return ret < 0 ? 0 : ret;
 }
