@@ -411,6 +411,10 @@ def main():
         tpb = block // token
         weights, used, total = publish_weights(a.mount, a)
         kv_bytes = (total - used) // (a.page_mib * MiB) * a.page_mib * MiB
+        if kv_bytes <= 0:
+            os.rmdir(weights)
+            raise SystemExit("kv_sharing: the weights hold %.1f MiB, the mount's budget %.1f: no room for caches"
+                             % (used / MiB, total / MiB))
         print("model %s (%s): weights %.1f MiB in one store, mapped by every engine; caches %d MiB; %d tokens a "
               "block" % (a.model, "transformers' Llama" if a.hf else "kv_model.Decoder", used / MiB, kv_bytes // MiB,
                          tpb))
