@@ -6,16 +6,20 @@
  * writer session holds the pages).  Prints microseconds per page and gmsfs's ratio to the
  * raw loop (on the host backend, gmsfs's figures alone).  Each figure is the best of 3
  * sessions: "fresh", a session's first pass, each page made for it; "again", its later
- * passes, the pages its store gave back and kept for it (a cache that grows again). */
+ * passes, the pages its store gave back and kept for it (a cache that grows again).
+ * Twice: beyond the store's minimum (none set), and within it (user.gms.min set to the
+ * range: its pages made at reserve and kept in the engine's process between maps). */
 #include "gmsfs/gmsfs.h"
 #ifdef GMSFS_HAVE_CUDA
 #include "cuda_api.h"
 #endif
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,8 +63,10 @@ static void best(double to[2], const double run[2])
 }
 
 /* gmsfs, n pages per call, the best of 3 sessions: fresh, a session's first pass (each page
- * made for it); again, its later passes (the pages its store gave back, kept for it). */
-static void via_gmsfs(const char *store, uint64_t pages, uint64_t page, size_t n, double fresh[2], double again[2])
+ * made for it); again, its later passes (the pages its store gave back, kept for it);
+ * reserve: the range's reserve, per page (within a minimum it makes them). */
+static void via_gmsfs(const char *store, uint64_t pages, uint64_t page, size_t n, double fresh[2], double again[2],
+		      double *reserve)
 {
 	uint64_t *idx = malloc(pages * sizeof *idx);
 	for (uint64_t i = 0; i < pages; i++)
@@ -70,7 +76,10 @@ static void via_gmsfs(const char *store, uint64_t pages, uint64_t page, size_t n
 		gmsfs_pages *p;
 		double t[2];
 		MUST(gmsfs_connect(&g, store, GMSFS_RW, 30000));
+		double r = now_us();
 		MUST(gmsfs_pages_reserve(g, pages * page, page, &p));
+		r = (now_us() - r) / (double)pages;
+		*reserve = run && *reserve < r ? *reserve : r;
 		pass(p, idx, pages, n, t);
 		best(fresh, t);
 		for (int k = 0; k < 2; k++) {
@@ -82,6 +91,17 @@ static void via_gmsfs(const char *store, uint64_t pages, uint64_t page, size_t n
 		g = NULL;
 	}
 	free(idx);
+}
+
+/* The store's minimum (user.gms.min): bytes, 0 for none. */
+static void set_min(const char *store, uint64_t bytes)
+{
+	char text[32];
+	int n = snprintf(text, sizeof text, "%llu", (unsigned long long)bytes);
+	if (bytes ? setxattr(store, "user.gms.min", text, (size_t)n, 0) : removexattr(store, "user.gms.min") && errno != ENODATA) {
+		fprintf(stderr, "bench-pages: %s: user.gms.min: %s\n", store, strerror(errno));
+		exit(1);
+	}
 }
 
 #ifdef GMSFS_HAVE_CUDA
@@ -190,29 +210,40 @@ int main(int argc, char **argv)
 	uint64_t page = 2ull << 20; /* kvcached's pages, a multiple of either backend's granularity */
 	gmsfs_disconnect(g);
 	g = NULL;
-	double fresh1[2], again1[2], fresh64[2], again64[2];
-	via_gmsfs(argv[1], BATCH, page, 1, fresh1, again1); /* first use of the path: not counted */
-	via_gmsfs(argv[1], pages, page, 1, fresh1, again1);
-	via_gmsfs(argv[1], pages, page, BATCH, fresh64, again64);
+	/* Beyond the store's minimum (none set), then within it (user.gms.min the whole
+	 * range): the pages made at reserve, and kept in this process between maps. */
+	double r[2][2][2][2], reserve[2][2]; /* [within][batch][again][map, unmap], [within][batch] */
+	for (int within = 0; within < 2; within++) {
+		if (within)
+			set_min(argv[1], pages * page);
+		via_gmsfs(argv[1], BATCH, page, 1, r[within][0][0], r[within][0][1], &reserve[within][0]); /* first use */
+		via_gmsfs(argv[1], pages, page, 1, r[within][0][0], r[within][0][1], &reserve[within][0]);
+		via_gmsfs(argv[1], pages, page, BATCH, r[within][1][0], r[within][1][1], &reserve[within][1]);
+	}
+	set_min(argv[1], 0);
 	printf("pages: %llu of %llu KiB, backend %s\n", (unsigned long long)pages, (unsigned long long)(page >> 10),
 	       cuda ? "cuda" : "host");
-	printf("gmsfs  one page a call, fresh: map %7.1f us/page  unmap %7.1f us/page\n", fresh1[0], fresh1[1]);
-	printf("gmsfs  one page a call, again: map %7.1f us/page  unmap %7.1f us/page\n", again1[0], again1[1]);
-	printf("gmsfs  %d pages a call, fresh: map %7.1f us/page  unmap %7.1f us/page\n", BATCH, fresh64[0], fresh64[1]);
-	printf("gmsfs  %d pages a call, again: map %7.1f us/page  unmap %7.1f us/page\n", BATCH, again64[0], again64[1]);
+	static const char *const where[2] = { "beyond the minimum", "within the minimum" }, *const how[2] = { "fresh", "again" };
+	for (int w = 0; w < 2; w++)
+		for (int b = 0; b < 2; b++)
+			for (int a = 0; a < 2; a++)
+				printf("gmsfs  %s, %2d page%s a call, %s: map %7.1f us/page  unmap %7.1f us/page\n", where[w],
+				       b ? BATCH : 1, b ? "s" : " ", how[a], r[w][b][a][0], r[w][b][a][1]);
+	printf("gmsfs  reserve, within the minimum (the pages made then): %.1f us/page\n", reserve[1][1]);
 #ifdef GMSFS_HAVE_CUDA
 	if (gpu && cuda) {
-		double r1[2], rb[2];
-		raw(BATCH, page, 1, r1); /* warm */
-		raw(pages, page, 1, r1);
-		raw(pages, page, BATCH, rb);
-		printf("raw    one page a call:        map %7.1f us/page  unmap %7.1f us/page\n", r1[0], r1[1]);
-		printf("raw    %d pages a call:        map %7.1f us/page  unmap %7.1f us/page\n", BATCH, rb[0], rb[1]);
+		double raws[2][2];
+		raw(BATCH, page, 1, raws[0]); /* warm */
+		raw(pages, page, 1, raws[0]);
+		raw(pages, page, BATCH, raws[1]);
+		printf("raw    one page a call:        map %7.1f us/page  unmap %7.1f us/page\n", raws[0][0], raws[0][1]);
+		printf("raw    %d pages a call:        map %7.1f us/page  unmap %7.1f us/page\n", BATCH, raws[1][0], raws[1][1]);
 		calls(pages, page);
-		printf("ratio gmsfs/raw, fresh: one page map %.2fx unmap %.2fx; %d pages map %.2fx unmap %.2fx\n",
-		       fresh1[0] / r1[0], fresh1[1] / r1[1], BATCH, fresh64[0] / rb[0], fresh64[1] / rb[1]);
-		printf("ratio gmsfs/raw, again: one page map %.2fx unmap %.2fx; %d pages map %.2fx unmap %.2fx\n",
-		       again1[0] / r1[0], again1[1] / r1[1], BATCH, again64[0] / rb[0], again64[1] / rb[1]);
+		for (int w = 0; w < 2; w++)
+			for (int a = 0; a < 2; a++)
+				printf("ratio gmsfs/raw, %s, %s: one page map %.2fx unmap %.2fx; %d pages map %.2fx unmap %.2fx\n",
+				       where[w], how[a], r[w][0][a][0] / raws[0][0], r[w][0][a][1] / raws[0][1], BATCH,
+				       r[w][1][a][0] / raws[1][0], r[w][1][a][1] / raws[1][1]);
 	}
 #endif
 	return 0;

@@ -80,6 +80,15 @@ struct gm_backend {
 	/* The memory mapped at src (a whole mapping) mapped again at dst, in a reservation,
 	 * with the access given. */
 	int (*alias)(gmsfs *g, void *src, void *dst, uint64_t aligned, bool writable, char *err, size_t errlen);
+	/* A page kept in this process between maps (pages.c): its memory held, mapped
+	 * nowhere, named by *held.  hold takes the mapping at va off its place (the
+	 * reservation stays); hold_fd holds [off, off + aligned) of fd (not consumed);
+	 * place maps a held page at va (it is then that mapping; allow() follows); drop
+	 * lets one go. */
+	int (*hold)(gmsfs *g, void *va, uint64_t aligned, uint64_t *held);
+	int (*hold_fd)(gmsfs *g, int fd, uint64_t off, uint64_t aligned, uint64_t *held);
+	int (*place)(gmsfs *g, uint64_t held, void *va, uint64_t aligned);
+	void (*drop)(gmsfs *g, uint64_t held, uint64_t aligned);
 	/* Process-private memory for private entries, and a copy into it. */
 	int (*private_alloc)(gmsfs *g, uint64_t size, void **p);
 	void (*private_free)(gmsfs *g, void *p);
@@ -144,6 +153,7 @@ struct gmsfs {
 	struct mt meta;
 	struct gmsfs_space *spaces; /* every space made, freed ones too (space.c) */
 	struct gmsfs_pages *pages;  /* every pages range made, freed ones too (pages.c) */
+	uint64_t pages_min;         /* the store's minimum (user.gms.min): pages within it stay here */
 	char err[512];
 };
 

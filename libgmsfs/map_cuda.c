@@ -111,6 +111,50 @@ static int cuda_alias(gmsfs *g, void *src, void *dst, uint64_t aligned, bool wri
 	return e;
 }
 
+/* A held page is its allocation handle (an import, or retained from its mapping). */
+static int cuda_hold(gmsfs *g, void *va, uint64_t aligned, uint64_t *held)
+{
+	CUmemGenericAllocationHandle h;
+	CUresult r = g->cu.cuMemRetainAllocationHandle(&h, va);
+	if (r != CUDA_SUCCESS)
+		return CU_ERR(r);
+	if ((r = g->cu.cuMemUnmap((CUdeviceptr)(uintptr_t)va, aligned)) != CUDA_SUCCESS) {
+		g->cu.cuMemRelease(h);
+		return CU_ERR(r);
+	}
+	*held = (uint64_t)h;
+	return 0;
+}
+
+static int cuda_hold_fd(gmsfs *g, int fd, uint64_t off, uint64_t aligned, uint64_t *held)
+{
+	(void)aligned;
+	if (off)
+		return -EPROTO; /* a CUDA descriptor holds one allocation */
+	CUmemGenericAllocationHandle h;
+	CUresult r = g->cu.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
+							   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	if (r != CUDA_SUCCESS)
+		return CU_ERR(r);
+	*held = (uint64_t)h;
+	return 0;
+}
+
+static int cuda_place(gmsfs *g, uint64_t held, void *va, uint64_t aligned)
+{
+	CUresult r = g->cu.cuMemMap((CUdeviceptr)(uintptr_t)va, aligned, 0, (CUmemGenericAllocationHandle)held, 0);
+	if (r != CUDA_SUCCESS)
+		return CU_ERR(r);
+	g->cu.cuMemRelease((CUmemGenericAllocationHandle)held); /* the mapping holds it now */
+	return 0;
+}
+
+static void cuda_drop(gmsfs *g, uint64_t held, uint64_t aligned)
+{
+	(void)aligned;
+	g->cu.cuMemRelease((CUmemGenericAllocationHandle)held);
+}
+
 static int cuda_private_alloc(gmsfs *g, uint64_t size, void **p)
 {
 	CUdeviceptr d = 0;
@@ -148,6 +192,10 @@ const struct gm_backend gm_cuda_backend = {
 	.unmap = cuda_unmap,
 	.drain = cuda_drain,
 	.alias = cuda_alias,
+	.hold = cuda_hold,
+	.hold_fd = cuda_hold_fd,
+	.place = cuda_place,
+	.drop = cuda_drop,
 	.private_alloc = cuda_private_alloc,
 	.private_free = cuda_private_free,
 	.copy = cuda_copy,

@@ -70,6 +70,42 @@ static int host_alias(gmsfs *g, void *src, void *dst, uint64_t aligned, bool wri
 	return 0;
 }
 
+/* A held page is a mapping of its own of the page's memory, outside any reservation:
+ * mremap moves it in and out of its place. */
+static int host_hold(gmsfs *g, void *va, uint64_t aligned, uint64_t *held)
+{
+	void *p = mremap(va, 0, aligned, MREMAP_MAYMOVE); /* the same pages, elsewhere */
+	if (p == MAP_FAILED)
+		return -errno;
+	int e = host_unmap(g, va, aligned);
+	if (e) {
+		munmap(p, aligned);
+		return e;
+	}
+	*held = (uint64_t)(uintptr_t)p;
+	return 0;
+}
+
+static int host_hold_fd(gmsfs *g, int fd, uint64_t off, uint64_t aligned, uint64_t *held)
+{
+	void *p = mmap(NULL, aligned, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
+	if (p == MAP_FAILED)
+		return -errno;
+	*held = (uint64_t)(uintptr_t)p;
+	return 0;
+}
+
+static int host_place(gmsfs *g, uint64_t held, void *va, uint64_t aligned)
+{
+	void *p = mremap((void *)(uintptr_t)held, aligned, aligned, MREMAP_MAYMOVE | MREMAP_FIXED, va);
+	return p == MAP_FAILED ? -errno : 0;
+}
+
+static void host_drop(gmsfs *g, uint64_t held, uint64_t aligned)
+{
+	munmap((void *)(uintptr_t)held, aligned);
+}
+
 /* map gave the protection already; this is for a writer's commit. */
 static int host_allow(gmsfs *g, void *va, uint64_t len, bool writable)
 {
@@ -102,6 +138,10 @@ const struct gm_backend gm_host_backend = {
 	.allow = host_allow,
 	.unmap = host_unmap,
 	.alias = host_alias,
+	.hold = host_hold,
+	.hold_fd = host_hold_fd,
+	.place = host_place,
+	.drop = host_drop,
 	.private_alloc = host_private_alloc,
 	.private_free = host_private_free,
 	.copy = host_copy,

@@ -1,8 +1,14 @@
 /* Pages: an address range set aside once, filled with device memory page by page as a KV
  * cache grows and emptied as it shrinks (libgmsfs(3), PAGES).  Each page is an allocation
- * of the writer's session, pages/<range>/<index>, made and freed by the daemon in batches;
- * this file maps each at its fixed place in the range.  The session never commits them:
- * a writer that dies gives them all back (its session rolls back). */
+ * of the writer's session, pages/<range>/<number>, made and freed by the daemon in
+ * batches; this file maps each at its place in the range.  The session never commits
+ * them: a writer that dies gives them all back (its session rolls back).
+ *
+ * Pages within the store's minimum (user.gms.min) stay in this process when unmapped,
+ * held (backend hold), and the range's first pages up to it are made at reserve: the
+ * device keeps that room for the store anyway, and a held page maps again with no
+ * request, no import (an H100: 20 of the 46 us a page costs beyond the raw driver loop's
+ * map and access).  Above the minimum, an unmap gives the memory back to the daemon. */
 #include "internal.h"
 
 #include <errno.h>
@@ -15,6 +21,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "grow.h"
+
+struct held_page {
+	uint64_t name; /* its allocation's number */
+	uint64_t mem;  /* the backend's hold */
+};
+
 struct gmsfs_pages {
 	gmsfs *g;
 	struct gmsfs_pages *next;  /* the handle's ranges, freed ones too (as spaces) */
@@ -23,6 +36,10 @@ struct gmsfs_pages {
 	uint64_t page, count;      /* page size, pages in the range */
 	uint64_t nmapped;
 	uint8_t *mapped;           /* one byte per page: mapped now */
+	uint64_t *name;            /* per page: the number of the allocation mapped there */
+	uint64_t next_name;        /* the next new allocation's number */
+	struct held_page *held;    /* unmapped, kept here (within the minimum) */
+	size_t nheld, held_cap;
 	bool freed;
 };
 
@@ -49,6 +66,184 @@ static void tell_reserved(gmsfs *g)
 			    : fremovexattr(g->dirfd, GMSFS_XATTR_RESERVED));
 }
 
+/* The memory of the handle's pages in this process: mapped, or held. */
+static uint64_t pages_bytes(const gmsfs *g)
+{
+	uint64_t b = 0;
+	for (const gmsfs_pages *p = g->pages; p; p = p->next)
+		if (!p->freed)
+			b += (p->nmapped + p->nheld) * p->page;
+	return b;
+}
+
+static char **names_of(gmsfs_pages *p, const uint64_t *num, size_t n)
+{
+	char **names = calloc(n ? n : 1, sizeof *names);
+	for (size_t i = 0; names && i < n; i++)
+		if (asprintf(&names[i], "%s/%" PRIu64, p->prefix, num[i]) < 0) {
+			while (i--)
+				free(names[i]);
+			free(names);
+			return NULL;
+		}
+	return names;
+}
+
+static void free_names(char **names, size_t n)
+{
+	for (size_t i = 0; names && i < n; i++)
+		free(names[i]);
+	free(names);
+}
+
+/* The daemon frees the allocations numbered num[0..n) (their memory goes once unmapped
+ * here too). */
+static int give_back(gmsfs_pages *p, const uint64_t *num, size_t n)
+{
+	char **names = names_of(p, num, n);
+	if (!names)
+		return gm_error(p->g, -ENOMEM, "out of memory");
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	int e = wire_pack_names(&sb, GMSFS_K_PATHS, (const char *const *)names, n);
+	e = e ? gm_error(p->g, e, "out of memory") : gm_call(p->g, GMSFS_OP_FREE, sb.data, sb.size, NULL);
+	msgpack_sbuffer_destroy(&sb);
+	free_names(names, n);
+	return e;
+}
+
+/* Held pages past the minimum (it was lowered) go back to the daemon. */
+static int give_back_held(gmsfs *g)
+{
+	int e = 0;
+	for (gmsfs_pages *p = g->pages; p; p = p->next) {
+		uint64_t bytes = pages_bytes(g);
+		if (p->freed || !p->nheld || bytes <= g->pages_min)
+			continue;
+		size_t n = 0;
+		uint64_t *num = malloc(p->nheld * sizeof *num);
+		while (num && p->nheld && bytes > g->pages_min) {
+			struct held_page *h = &p->held[--p->nheld];
+			g->be->drop(g, h->mem, p->page);
+			num[n++] = h->name;
+			bytes -= p->page;
+		}
+		int r = num ? give_back(p, num, n) : gm_error(g, -ENOMEM, "out of memory");
+		e = e ? e : r;
+		free(num);
+	}
+	return e;
+}
+
+struct making {
+	gmsfs_pages *p;
+	const uint64_t *idx; /* where each goes; NULL: held (made at reserve) */
+	uint64_t first;      /* the first one's number; the rest follow */
+	size_t n;
+	bool answered;       /* the daemon made them */
+};
+
+/* A create's manifest, message by message: each page at its place with its access set,
+ * or held. */
+static int made(void *ctx, struct ch_manifest *m, size_t from, size_t to)
+{
+	struct making *c = ctx;
+	gmsfs_pages *p = c->p;
+	gmsfs *g = p->g;
+	c->answered = true;
+	for (size_t k = from; k < to; k++) {
+		const char *slash = strrchr(m->allocs[k].path, '/');
+		char *end = NULL;
+		uint64_t num = slash ? strtoull(slash + 1, &end, 10) : 0, j = num - c->first;
+		if (!slash || *end || num < c->first || j >= c->n || m->allocs[k].aligned != p->page || m->fd[k] < 0)
+			return gm_error(g, -EPROTO, "%s: not a page of this range", m->allocs[k].path);
+		char why[200] = "";
+		int e;
+		if (!c->idx) {
+			if ((e = g->be->hold_fd(g, m->fd[k], m->allocs[k].fd_offset, p->page, &p->held[p->nheld].mem)))
+				return gm_error(g, e, "%s: %s", m->allocs[k].path, strerror(-e));
+			p->held[p->nheld++].name = num;
+			continue;
+		}
+		char *va = (char *)p->base + c->idx[j] * p->page;
+		e = g->be->map(g, va, p->page, m->fd[k], m->allocs[k].fd_offset, true, why, sizeof why);
+		if (!e && (e = g->be->allow(g, va, p->page, true)))
+			g->be->unmap(g, va, p->page);
+		if (e)
+			return gm_error(g, e, "%s: %s", m->allocs[k].path, why[0] ? why : strerror(-e));
+		p->mapped[c->idx[j]] = 1;
+		p->name[c->idx[j]] = num;
+		p->nmapped++;
+	}
+	return 0;
+}
+
+/* One CREATE of n new pages, mapped at idx[0..n) (or held, idx NULL): all or nothing. */
+static int make(gmsfs_pages *p, const uint64_t *idx, size_t n)
+{
+	uint64_t *num = malloc(n * sizeof *num);
+	char **names = NULL;
+	struct wire_alloc *a = calloc(n, sizeof *a);
+	for (size_t i = 0; num && i < n; i++)
+		num[i] = p->next_name + i;
+	if (!num || !a || !(names = names_of(p, num, n))) {
+		free(num);
+		free(a);
+		return gm_error(p->g, -ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++)
+		a[i] = (struct wire_alloc){ .path = names[i], .tag = "kv_cache", .size = p->page };
+	struct making c = { .p = p, .idx = idx, .first = p->next_name, .n = n };
+	p->next_name += n;
+	size_t held_before = p->nheld;
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	struct ch_manifest m = { .consume = made, .ctx = &c };
+	int e = wire_pack_create(&sb, a, n);
+	if (e)
+		e = gm_error(p->g, e, "out of memory");
+	else if (!(e = gm_call(p->g, GMSFS_OP_CREATE, sb.data, sb.size, &m)))
+		ch_manifest_free(&m);
+	msgpack_sbuffer_destroy(&sb);
+	free_names(names, n);
+	free(a);
+	if (e && c.answered) { /* what was placed is unmapped (or let go), what was made freed */
+		char keep[sizeof p->g->err];
+		memcpy(keep, p->g->err, sizeof keep);
+		for (size_t i = 0; idx && i < n; i++)
+			if (p->mapped[idx[i]]) {
+				p->g->be->unmap(p->g, (char *)p->base + idx[i] * p->page, p->page);
+				p->mapped[idx[i]] = 0;
+				p->nmapped--;
+			}
+		while (p->nheld > held_before)
+			p->g->be->drop(p->g, p->held[--p->nheld].mem, p->page);
+		give_back(p, num, n);
+		memcpy(p->g->err, keep, sizeof keep);
+	}
+	free(num);
+	return e;
+}
+
+/* The range's first pages up to the store's minimum, made and held now (best effort:
+ * the room is kept for the store, so a failure only leaves them to the first maps). */
+static void make_to_min(gmsfs_pages *p)
+{
+	gmsfs *g = p->g;
+	char text[32];
+	ssize_t len = fgetxattr(g->dirfd, GMSFS_XATTR_MIN, text, sizeof text - 1);
+	g->pages_min = len > 0 ? (text[len] = '\0', strtoull(text, NULL, 10)) : 0;
+	uint64_t bytes = pages_bytes(g), n = bytes < g->pages_min ? (g->pages_min - bytes) / p->page : 0;
+	if (n > p->count)
+		n = p->count;
+	if (!n || ROOM(p->held, n, p->held_cap, 16))
+		return;
+	char keep[sizeof g->err];
+	memcpy(keep, g->err, sizeof keep);
+	make(p, NULL, (size_t)n);
+	memcpy(g->err, keep, sizeof keep);
+}
+
 int gmsfs_pages_reserve(gmsfs *g, uint64_t span, uint64_t page_size, gmsfs_pages **out)
 {
 	if (!g || !out)
@@ -66,11 +261,14 @@ int gmsfs_pages_reserve(gmsfs *g, uint64_t span, uint64_t page_size, gmsfs_pages
 	uint64_t count = (span + page_size - 1) / page_size;
 	static unsigned serial;
 	gmsfs_pages *p = calloc(1, sizeof *p);
-	if (!p || !(p->mapped = calloc(count, 1))) {
+	if (!p || !(p->mapped = calloc(count, 1)) || !(p->name = calloc(count, sizeof *p->name))) {
+		if (p)
+			free(p->mapped);
 		free(p);
 		return gm_error(g, -ENOMEM, "out of memory");
 	}
 	if ((e = g->be->reserve(g, count * page_size, &p->base))) {
+		free(p->name);
 		free(p->mapped);
 		free(p);
 		return gm_error(g, e, "pages_reserve: %" PRIu64 " bytes of address space: %s", count * page_size,
@@ -83,6 +281,7 @@ int gmsfs_pages_reserve(gmsfs *g, uint64_t span, uint64_t page_size, gmsfs_pages
 	p->next = g->pages;
 	g->pages = p;
 	tell_reserved(g);
+	make_to_min(p);
 	*out = p;
 	return 0;
 }
@@ -129,113 +328,62 @@ static int check_idx(gmsfs_pages *p, const uint64_t *idx, size_t n, bool want)
 	return e;
 }
 
-static char **page_names(gmsfs_pages *p, const uint64_t *idx, size_t n)
+/* A map's or unmap's checks (want: the pages mapped now). */
+static int begin(gmsfs_pages *p, const uint64_t *idx, size_t n, bool want, const char *what)
 {
-	char **names = calloc(n ? n : 1, sizeof *names);
-	for (size_t i = 0; names && i < n; i++)
-		if (asprintf(&names[i], "%s/%" PRIu64, p->prefix, idx[i]) < 0) {
-			while (i--)
-				free(names[i]);
-			free(names);
-			return NULL;
-		}
-	return names;
-}
-
-static void free_names(char **names, size_t n)
-{
-	for (size_t i = 0; names && i < n; i++)
-		free(names[i]);
-	free(names);
-}
-
-/* A map's or unmap's checks (want: the pages mapped now), then the pages' names. */
-static int begin(gmsfs_pages *p, const uint64_t *idx, size_t n, bool want, const char *what, char ***names)
-{
-	*names = NULL;
 	int e = pg_check(p);
 	if (e || !n)
 		return e;
 	if (!idx)
 		return gm_error(p->g, -EINVAL, "%s: no indices", what);
-	if ((e = check_idx(p, idx, n, want)))
+	return check_idx(p, idx, n, want);
+}
+
+/* The page mapped at i, held here (unmapped). */
+static int hold(gmsfs_pages *p, uint64_t i)
+{
+	uint64_t mem;
+	int e = ROOM(p->held, p->nheld + 1, p->held_cap, 16) ? -ENOMEM
+							  : p->g->be->hold(p->g, (char *)p->base + i * p->page, p->page, &mem);
+	if (e)
 		return e;
-	return (*names = page_names(p, idx, n)) ? 0 : gm_error(p->g, -ENOMEM, "out of memory");
-}
-
-/* The daemon frees pages' allocations (their memory goes once unmapped here too). */
-static int give_back(gmsfs_pages *p, char **names, size_t n)
-{
-	msgpack_sbuffer sb;
-	msgpack_sbuffer_init(&sb);
-	int e = wire_pack_names(&sb, GMSFS_K_PATHS, (const char *const *)names, n);
-	e = e ? gm_error(p->g, e, "out of memory") : gm_call(p->g, GMSFS_OP_FREE, sb.data, sb.size, NULL);
-	msgpack_sbuffer_destroy(&sb);
-	return e;
-}
-
-struct placing {
-	gmsfs_pages *p;
-	bool made;
-};
-
-/* The create's manifest, message by message: each page at its place, its access set. */
-static int place(void *ctx, struct ch_manifest *m, size_t from, size_t to)
-{
-	struct placing *c = ctx;
-	gmsfs_pages *p = c->p;
-	gmsfs *g = p->g;
-	c->made = true;
-	for (size_t k = from; k < to; k++) {
-		const char *slash = strrchr(m->allocs[k].path, '/');
-		char *end;
-		uint64_t i = slash ? strtoull(slash + 1, &end, 10) : UINT64_MAX;
-		if (i >= p->count || *end || m->allocs[k].aligned != p->page || m->fd[k] < 0)
-			return gm_error(g, -EPROTO, "%s: not a page of this range", m->allocs[k].path);
-		char *va = (char *)p->base + i * p->page, why[200] = "";
-		int e = g->be->map(g, va, p->page, m->fd[k], m->allocs[k].fd_offset, true, why, sizeof why);
-		if (!e && (e = g->be->allow(g, va, p->page, true)))
-			g->be->unmap(g, va, p->page);
-		if (e)
-			return gm_error(g, e, "%s: %s", m->allocs[k].path, why[0] ? why : strerror(-e));
-		p->mapped[i] = 1;
-		p->nmapped++;
-	}
+	p->held[p->nheld++] = (struct held_page){ .name = p->name[i], .mem = mem };
+	p->mapped[i] = 0;
+	p->nmapped--;
 	return 0;
 }
 
-/* One try: one CREATE of n pages. */
-static int map_once(gmsfs_pages *p, const uint64_t *idx, size_t n, char **names)
+/* The page mapped at i unmapped and given back (a hold that failed). */
+static void let_go(gmsfs_pages *p, uint64_t i)
 {
-	struct wire_alloc *a = calloc(n, sizeof *a);
-	if (!a)
-		return gm_error(p->g, -ENOMEM, "out of memory");
-	for (size_t i = 0; i < n; i++)
-		a[i] = (struct wire_alloc){ .path = names[i], .tag = "kv_cache", .size = p->page };
-	msgpack_sbuffer sb;
-	msgpack_sbuffer_init(&sb);
-	struct placing c = { .p = p };
-	struct ch_manifest m = { .consume = place, .ctx = &c };
-	int e = wire_pack_create(&sb, a, n);
-	if (e)
-		e = gm_error(p->g, e, "out of memory");
-	else if (!(e = gm_call(p->g, GMSFS_OP_CREATE, sb.data, sb.size, &m)))
-		ch_manifest_free(&m);
-	msgpack_sbuffer_destroy(&sb);
-	free(a);
-	if (e && c.made) { /* all or nothing: what was placed is unmapped, what was made freed */
-		char keep[sizeof p->g->err];
-		memcpy(keep, p->g->err, sizeof keep);
-		for (size_t i = 0; i < n; i++)
-			if (p->mapped[idx[i]]) {
-				p->g->be->unmap(p->g, (char *)p->base + idx[i] * p->page, p->page);
-				p->mapped[idx[i]] = 0;
-				p->nmapped--;
-			}
-		give_back(p, names, n);
-		memcpy(p->g->err, keep, sizeof keep);
+	uint64_t num = p->name[i];
+	p->g->be->unmap(p->g, (char *)p->base + i * p->page, p->page);
+	p->mapped[i] = 0;
+	p->nmapped--;
+	give_back(p, &num, 1);
+}
+
+/* Held pages mapped at idx[0..): how many (as many as are held, or fewer on a failure). */
+static size_t place_held(gmsfs_pages *p, const uint64_t *idx, size_t n)
+{
+	gmsfs *g = p->g;
+	size_t k = 0;
+	for (; k < n && p->nheld; k++) {
+		struct held_page h = p->held[p->nheld - 1];
+		char *va = (char *)p->base + idx[k] * p->page;
+		if (g->be->place(g, h.mem, va, p->page))
+			break;
+		p->nheld--;
+		p->mapped[idx[k]] = 1;
+		p->name[idx[k]] = h.name;
+		p->nmapped++;
+		if (g->be->allow(g, va, p->page, true)) {
+			if (hold(p, idx[k]))
+				let_go(p, idx[k]);
+			break;
+		}
 	}
-	return e;
+	return k;
 }
 
 static uint64_t now_ms(void)
@@ -247,14 +395,14 @@ static uint64_t now_ms(void)
 
 int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *idx, size_t n, int timeout_ms)
 {
-	char **names;
-	int e = begin(p, idx, n, false, "pages_map", &names);
-	if (e || !names)
+	int e = begin(p, idx, n, false, "pages_map");
+	if (e || !n)
 		return e;
+	size_t k = place_held(p, idx, n);
 	/* -EAGAIN: elastic stores were asked to give pages back; their engines have a while. */
 	uint64_t until = now_ms() + (timeout_ms > 0 ? (uint64_t)timeout_ms : 0);
-	for (unsigned wait_us = 500;; wait_us = wait_us < 16000 ? wait_us * 2 : wait_us) {
-		e = map_once(p, idx, n, names);
+	for (unsigned wait_us = 500; k < n; wait_us = wait_us < 16000 ? wait_us * 2 : wait_us) {
+		e = make(p, idx + k, n - k);
 		if (e != -EAGAIN)
 			break;
 		if (now_ms() >= until) {
@@ -265,27 +413,37 @@ int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *idx, size_t n, int timeout_m
 		}
 		usleep(wait_us);
 	}
-	free_names(names, n);
+	for (size_t i = 0; e && i < k; i++) /* all or nothing: the held ones are held again */
+		if (hold(p, idx[i]))
+			let_go(p, idx[i]);
 	return e;
 }
 
 int gmsfs_pages_unmap(gmsfs_pages *p, const uint64_t *idx, size_t n)
 {
-	char **names;
-	int e = begin(p, idx, n, true, "pages_unmap", &names);
-	if (e || !names)
+	int e = begin(p, idx, n, true, "pages_unmap");
+	if (e || !n)
 		return e;
-	if (p->g->be->drain && (e = p->g->be->drain(p->g))) { /* kernels queued on the pages first */
-		free_names(names, n);
-		return gm_error(p->g, e, "pages_unmap: the context's queued work failed: %s", strerror(-e));
-	}
-	for (size_t i = 0; i < n; i++) { /* no access here first: the memory goes next */
-		p->g->be->unmap(p->g, (char *)p->base + idx[i] * p->page, p->page);
-		p->mapped[idx[i]] = 0;
+	gmsfs *g = p->g;
+	if (g->be->drain && (e = g->be->drain(g))) /* kernels queued on the pages first */
+		return gm_error(g, e, "pages_unmap: the context's queued work failed: %s", strerror(-e));
+	/* As many stay held as keep this process's pages within the minimum. */
+	uint64_t bytes = pages_bytes(g), over = bytes > g->pages_min ? bytes - g->pages_min : 0;
+	uint64_t give = (over + p->page - 1) / p->page;
+	size_t keep = give >= n ? 0 : n - (size_t)give, ngive = 0;
+	uint64_t *num = malloc(n * sizeof *num);
+	if (!num)
+		return gm_error(g, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		if (i < keep && !hold(p, idx[i]))
+			continue;
+		g->be->unmap(g, (char *)p->base + idx[i] * p->page, p->page); /* no access first: */
+		p->mapped[idx[i]] = 0;                                         /* the memory goes next */
 		p->nmapped--;
+		num[ngive++] = p->name[idx[i]];
 	}
-	e = give_back(p, names, n);
-	free_names(names, n);
+	e = ngive ? give_back(p, num, ngive) : 0;
+	free(num);
 	return e;
 }
 
@@ -306,36 +464,47 @@ int gmsfs_pages_reclaim(gmsfs_pages *p, uint64_t *bytes)
 	if (e)
 		return gm_error(p->g, e, "%s/state: %s", p->g->dir, strerror(-e));
 	buf[r] = '\0';
-	const char *at = strstr(buf, "\nreclaim: ");
+	const char *at = strstr(buf, "\nreclaim: "), *min = strstr(buf, "\nmin: ");
 	if (at)
 		*bytes = strtoull(at + 10, NULL, 10);
-	return 0;
+	if (min) /* a minimum lowered: what is held past it goes back now */
+		p->g->pages_min = strtoull(min + 6, NULL, 10);
+	return give_back_held(p->g);
 }
 
-/* Every mapped page unmapped and given back, the range too; the record stays (as a
- * space's) so that a second free is -EINVAL. */
+/* Every page unmapped or let go and given back, the range too; the record stays (as a
+ * space's) so that a second free is -EINVAL.  tell: the daemon frees them now (else the
+ * session's end does). */
 static int release(gmsfs_pages *p, bool tell)
 {
-	int e = 0;
-	uint64_t *idx = p->nmapped ? malloc(p->nmapped * sizeof *idx) : NULL;
+	gmsfs *g = p->g;
+	if (p->nmapped && g->be->drain)
+		g->be->drain(g); /* kernels queued on the pages first */
+	uint64_t *num = malloc((p->nmapped + p->nheld + 1) * sizeof *num);
 	size_t n = 0;
-	for (uint64_t i = 0; idx && i < p->count; i++)
-		if (p->mapped[i])
-			idx[n++] = i;
-	if (n && tell && p->g->lock == GMSFS_RW)
-		e = gmsfs_pages_unmap(p, idx, n);
-	if (p->nmapped && p->g->be->drain)
-		p->g->be->drain(p->g);
-	for (uint64_t i = 0; i < p->count; i++) /* what is left (no lock, no memory): unmapped here */
+	for (uint64_t i = 0; i < p->count; i++)
 		if (p->mapped[i]) {
-			p->g->be->unmap(p->g, (char *)p->base + i * p->page, p->page);
+			g->be->unmap(g, (char *)p->base + i * p->page, p->page);
 			p->mapped[i] = 0;
+			if (num)
+				num[n++] = p->name[i];
 		}
-	free(idx);
+	while (p->nheld) {
+		struct held_page *h = &p->held[--p->nheld];
+		g->be->drop(g, h->mem, p->page);
+		if (num)
+			num[n++] = h->name;
+	}
 	p->nmapped = 0;
-	p->g->be->unreserve(p->g, p->base, p->count * p->page);
+	int e = !tell || !n || g->lock != GMSFS_RW ? 0 : num ? give_back(p, num, n) : gm_error(g, -ENOMEM, "out of memory");
+	free(num);
+	g->be->unreserve(g, p->base, p->count * p->page);
 	free(p->mapped);
+	free(p->name);
+	free(p->held);
 	p->mapped = NULL;
+	p->name = NULL;
+	p->held = NULL;
 	p->freed = true;
 	return e;
 }

@@ -39,7 +39,7 @@ scenario() {
 @test "graph pool: captures in spaces of their own over the memory of the largest, in any order" { scenario graph_pool; }
 # On a mount of its own: on the shared one, idle committed stores of the other scenarios
 # would give way to the host tier and the room it sets up would not be what it counts on.
-@test "pages: 64 placed in one request, each its own memory; a minimum holds room; pages asked back of the lower priority only" {
+@test "pages: 64 placed in one request, each its own memory; within a minimum made at reserve and held; a minimum holds room; pages asked back of the lower priority only" {
 	local m d
 	m=$(mktemp -d "$BATS_TEST_TMPDIR/pages.XXXXXX")
 	${GMSFS_WRAP:-} "$GMSFS" -f -o "max_bytes=512M,socket=$m.sock" "$m" 2>"$m.log" 3>&- &

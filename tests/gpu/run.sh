@@ -305,7 +305,7 @@ if [ "$what" = pages ]; then # elastic KV caches (issue 46): page maps against t
 	rmdir "$mnt/kv"
 	unmount_gmsfs
 	mount_gmsfs -o max_bytes=512M # as 70-libgmsfs mounts it: the room the scenario sets up is its own
-	t "pages on cuda: 64 placed in one request, each its own memory; a minimum holds room; pages asked back" scenario pages
+	t "pages on cuda: 64 placed in one request, each its own memory; within a minimum made at reserve and held; a minimum holds room; pages asked back" scenario pages
 	unmount_gmsfs
 	mount_gmsfs -o max_bytes=96M # the KV budget of the sharing run: 192 blocks of 512 KiB
 	for trace in bursty overloaded; do
