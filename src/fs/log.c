@@ -27,6 +27,8 @@ static void *forward(void *arg)
 		if (*msg)
 			syslog(strstr(msg, "error") || strstr(msg, "fail") ? LOG_ERR : LOG_NOTICE, "%s", msg);
 	}
+	if (in)
+		fclose(in);
 	return NULL;
 }
 
