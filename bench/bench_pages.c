@@ -98,7 +98,8 @@ static void set_min(const char *store, uint64_t bytes)
 {
 	char text[32];
 	int n = snprintf(text, sizeof text, "%llu", (unsigned long long)bytes);
-	if (bytes ? setxattr(store, "user.gms.min", text, (size_t)n, 0) : removexattr(store, "user.gms.min") && errno != ENODATA) {
+	int e = bytes ? setxattr(store, "user.gms.min", text, (size_t)n, 0) : removexattr(store, "user.gms.min");
+	if (e && (bytes || errno != ENODATA)) {
 		fprintf(stderr, "bench-pages: %s: user.gms.min: %s\n", store, strerror(errno));
 		exit(1);
 	}
