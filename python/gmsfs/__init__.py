@@ -470,8 +470,9 @@ class Pages(_Range):
     memory from the GPU's budget (each page read-write at base + index * page_size) and
     emptied again.  The connection must hold the writer session (mode "rw"); its store's
     user.gms.quota, user.gms.min and user.gms.priority say how far it may grow, what is kept
-    for it, and who gives pages back when the budget is short.  A context manager: leaving
-    it frees the range."""
+    for it, and who gives pages back when the budget is short.  Pages within the minimum
+    are made at once and stay in this process when unmapped, to map again with no request.
+    A context manager: leaving it frees the range."""
 
     _free_name = "gmsfs_pages_free"
 
@@ -494,8 +495,9 @@ class Pages(_Range):
         self._conn._check(_c.gmsfs_pages_map(self._range(), arr, n, int(timeout_ms)), "pages map (%d)" % n)
 
     def unmap(self, idx):
-        """Unmap the pages idx and give their memory back, in one request (after the GPU work
-        this thread's context queued: a kernel still writing a page would fault)."""
+        """Unmap the pages idx (after the GPU work this thread's context queued: a kernel
+        still writing a page would fault); those within the store's minimum stay held here,
+        the rest go back to the daemon in one request."""
         arr, n = self._array(idx)
         self._conn._check(_c.gmsfs_pages_unmap(self._range(), arr, n), "pages unmap (%d)" % n)
 
