@@ -507,7 +507,8 @@ class Pages(_Range):
         return _c.gmsfs_pages_mapped(self._range())
 
     def reclaim(self):
-        """Bytes the daemon asks this store to give back now (0: none)."""
+        """Bytes the daemon asks this store to give back now (0: none); held pages past a
+        lowered minimum go back as it reads it."""
         n = ctypes.c_uint64()
         self._conn._check(_c.gmsfs_pages_reclaim(self._range(), ctypes.byref(n)), "pages reclaim")
         return n.value
