@@ -139,7 +139,7 @@ struct making {
 	gmsfs_pages *p;
 	const uint64_t *idx; /* where each goes; NULL: held (made at reserve) */
 	uint64_t first;      /* the first one's number; the rest follow */
-	size_t n;
+	size_t n, held;      /* pages asked for; of them held so far */
 	bool answered;       /* the daemon made them */
 };
 
@@ -155,7 +155,8 @@ static int made(void *ctx, struct ch_manifest *m, size_t from, size_t to)
 		const char *slash = strrchr(m->allocs[k].path, '/');
 		char *end = NULL;
 		uint64_t num = slash ? strtoull(slash + 1, &end, 10) : 0, j = num - c->first;
-		if (!slash || *end || num < c->first || j >= c->n || m->allocs[k].aligned != p->page || m->fd[k] < 0)
+		if (!slash || *end || num < c->first || j >= c->n || m->allocs[k].aligned != p->page || m->fd[k] < 0 ||
+		    (c->idx ? p->mapped[c->idx[j]] != 0 : c->held >= c->n)) /* one twice */
 			return gm_error(g, -EPROTO, "%s: not a page of this range", m->allocs[k].path);
 		char why[200] = "";
 		int e;
@@ -163,6 +164,7 @@ static int made(void *ctx, struct ch_manifest *m, size_t from, size_t to)
 			if ((e = g->be->hold_fd(g, m->fd[k], m->allocs[k].fd_offset, p->page, &p->held[p->nheld].mem)))
 				return gm_error(g, e, "%s: %s", m->allocs[k].path, strerror(-e));
 			p->held[p->nheld++].name = num;
+			c->held++;
 			continue;
 		}
 		char *va = (char *)p->base + c->idx[j] * p->page;
