@@ -2,6 +2,7 @@
  * sends to syslog, so that every message (ours, libfuse's, the CUDA driver's) lands in the
  * journal or syslog instead of /dev/null.  No state but the thread. */
 #include "log.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,7 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <syslog.h>
-#include <time.h>
 #include <unistd.h>
 
 static pthread_t forwarder;
@@ -67,9 +67,7 @@ void log_end(void)
 		close(null);
 	}
 	/* A child that inherited the pipe (gmsfs-mover) keeps it open: wait 2 s at most. */
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 2;
+	struct timespec until = clock_after_ms(CLOCK_REALTIME, 2000);
 	if (pthread_timedjoin_np(forwarder, NULL, &until))
 		pthread_detach(forwarder);
 }

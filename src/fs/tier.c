@@ -125,12 +125,7 @@ static bool move_asked(struct fs *fs)
 /* The mover thread sleeps on tier_wake (fs->mu held) for ms at most. */
 static void tier_nap(struct fs *fs, long ms)
 {
-	struct timespec t;
-	clock_gettime(CLOCK_REALTIME, &t);
-	t.tv_sec += ms / 1000;
-	t.tv_nsec += (ms % 1000) * 1000000;
-	t.tv_sec += t.tv_nsec / 1000000000;
-	t.tv_nsec %= 1000000000;
+	struct timespec t = clock_after_ms(CLOCK_REALTIME, ms);
 	pthread_cond_timedwait(&fs->tier_wake, &fs->mu, &t);
 }
 

@@ -9,6 +9,7 @@
  * after fuse_req_interrupt_func(req, NULL, NULL) has waited out any callback in
  * flight, so a request is never replied twice or touched after its reply. */
 #include "wait.h"
+#include "clock.h"
 #include "caller.h"
 #include "store.h"
 
@@ -325,11 +326,5 @@ void wait_deadline(struct fs_waiter *w, int timeout_ms)
 	w->has_deadline = timeout_ms > 0;
 	if (!w->has_deadline)
 		return;
-	clock_gettime(CLOCK_MONOTONIC, &w->deadline);
-	w->deadline.tv_sec += timeout_ms / 1000;
-	w->deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (w->deadline.tv_nsec >= 1000000000L) {
-		w->deadline.tv_sec++;
-		w->deadline.tv_nsec -= 1000000000L;
-	}
+	w->deadline = clock_after_ms(CLOCK_MONOTONIC, timeout_ms);
 }
