@@ -79,12 +79,6 @@ static const struct gm_backend *backend_of(uint32_t backend)
 	return NULL;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 /* The store directory's handle with the lock in mode, waiting up to timeout_ms.  A signal
  * ends the daemon's wait (FUSE answers EINTR): the wait goes on with what is left of the
@@ -93,10 +87,10 @@ static int64_t now_ms(void)
  * successor now, so the directory is opened again (a few times: never for good). */
 static int lock_dir(gmsfs *g, int mode, int timeout_ms, struct gmsfs_ioc *io)
 {
-	int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+	int64_t deadline = timeout_ms > 0 ? gm_now_ms() + timeout_ms : 0;
 	for (int replaced = 0;;) {
 		int left = timeout_ms;
-		if (timeout_ms > 0 && (left = (int)(deadline - now_ms())) <= 0)
+		if (timeout_ms > 0 && (left = (int)(deadline - gm_now_ms())) <= 0)
 			return -ETIMEDOUT;
 		int fd = open(g->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (fd < 0)

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "wire.h"
 
 #ifdef GMSFS_HAVE_CUDA
@@ -156,6 +157,12 @@ struct gmsfs {
 	uint64_t pages_min;         /* the store's minimum (user.gms.min): pages within it stay here */
 	char err[512];
 };
+
+/* Milliseconds of the monotonic clock, for timeouts. */
+static inline int64_t gm_now_ms(void)
+{
+	return (int64_t)(clock_mono_ns() / 1000000);
+}
 
 /* handle.c */
 int gm_error(gmsfs *g, int e, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -409,12 +409,6 @@ static void unmap_placed(gmsfs_pages *p, const uint64_t *idx, size_t n, size_t k
 	memcpy(p->g->err, keep, sizeof keep);
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
 
 int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *idx, size_t n, int timeout_ms)
 {
@@ -423,12 +417,12 @@ int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *idx, size_t n, int timeout_m
 		return e;
 	size_t k = place_held(p, idx, n);
 	/* -EAGAIN: elastic stores were asked to give pages back; their engines have a while. */
-	uint64_t until = now_ms() + (timeout_ms > 0 ? (uint64_t)timeout_ms : 0);
+	int64_t until = gm_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
 	for (unsigned wait_us = 500; k < n; wait_us = wait_us < 16000 ? wait_us * 2 : wait_us) {
 		e = make(p, idx + k, n - k);
 		if (e != -EAGAIN)
 			break;
-		if (now_ms() >= until) {
+		if (gm_now_ms() >= until) {
 			char why[sizeof p->g->err];
 			memcpy(why, p->g->err, sizeof why); /* not formatted into itself */
 			e = gm_error(p->g, -ENOSPC, "%s (waited %d ms)", why, timeout_ms > 0 ? timeout_ms : 0);
