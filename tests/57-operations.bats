@@ -246,6 +246,7 @@ try:
             break
     text = "\n".join(got)
     assert "gmsfs[" in text and "on %s/m (backend host" % t in text, text
+    assert "unmounted, ending" in text, text  # its last line too: sent before it exits
     print(text)
 finally:
     if made:
