@@ -318,8 +318,10 @@ void vmm_buf_put(struct vmm_buf *b)
 	vmm_pool_put(pool);
 }
 
-/* A buffer on the other tier for b: the same size, counted against that tier's limit. */
-static int alloc_twin(struct vmm_buf *b, bool to_host, struct vmm_buf **out)
+/* A buffer on the other tier for b: the same size, counted against that tier's limit;
+ * in b's pool's use too, but for a spare (host memory made ahead: not a copy the store
+ * holds, so never in its used, even while it is being made). */
+static int alloc_twin(struct vmm_buf *b, bool to_host, bool spare, struct vmm_buf **out)
 {
 	struct vmm *v = b->vmm;
 	if (to_host ? !vmm_reserve(&v->host_used, v->host_bytes, b->size) : !device_reserve(v, b->pool, b->size))
@@ -329,12 +331,14 @@ static int alloc_twin(struct vmm_buf *b, bool to_host, struct vmm_buf **out)
 		atomic_fetch_sub(to_host ? &v->host_used : &v->used_bytes, b->size);
 		return e;
 	}
-	atomic_fetch_add(&b->pool->used, b->size); /* the twin's put takes it off again */
+	if (!spare)
+		atomic_fetch_add(&b->pool->used, b->size); /* the twin's put takes it off again */
 	vmm_pool_get(b->pool);
 	(*out)->vmm = v;
 	(*out)->pool = b->pool;
 	(*out)->size = b->size;
 	(*out)->host = to_host;
+	(*out)->spare = spare;
 	atomic_init(&(*out)->ro_fd, -1);
 	atomic_init(&(*out)->refs, 1);
 	return 0;
@@ -345,7 +349,7 @@ int vmm_twin(struct vmm_buf *b, bool to_host, struct vmm_buf **out)
 	/* The host memory kept from the last move in, if any: no new pinned memory. */
 	struct vmm_buf *k = to_host && !b->host ? vmm_take_kept(b) : NULL;
 	if (!k)
-		return alloc_twin(b, to_host, out);
+		return alloc_twin(b, to_host, false, out);
 	k->spare = false; /* in the pool's use again, as a twin is */
 	atomic_fetch_add(&k->pool->used, k->size);
 	*out = k;
@@ -395,7 +399,7 @@ static int copy_away(struct vmm_buf *const *bufs, size_t n, bool renew, bool to_
 	int e = 0;
 	while (made < n && !e) {
 		struct vmm_buf *b = bufs[made];
-		e = renew ? alloc_twin(b, b->host, &twins[made]) : vmm_twin(b, to_host, &twins[made]);
+		e = renew ? alloc_twin(b, b->host, false, &twins[made]) : vmm_twin(b, to_host, &twins[made]);
 		made += !e;
 	}
 	if (e)
@@ -507,7 +511,7 @@ int vmm_make_host(struct vmm_buf *b, struct vmm_buf **out)
 		return -EINVAL;
 	if (!b->vmm->ops->create_host)
 		return -EOPNOTSUPP;
-	return alloc_twin(b, true, out);
+	return alloc_twin(b, true, true, out);
 }
 
 void vmm_keep(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n)
@@ -517,8 +521,9 @@ void vmm_keep(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n)
 		if (!k)
 			continue; /* vmm_make_host's caller: this one kept some already */
 		vmm_buf_put(vmm_take_kept(bufs[i])); /* none expected: a move out takes it */
+		if (!k->spare) /* a move's old buffer leaves its pool's use (vmm_make_host's never entered it) */
+			atomic_fetch_sub(&k->pool->used, k->size);
 		k->spare = true;
-		atomic_fetch_sub(&k->pool->used, k->size);
 		atomic_fetch_add(&k->vmm->host_kept, k->size);
 		bufs[i]->kept = k;
 	}

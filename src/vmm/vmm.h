@@ -228,8 +228,8 @@ struct vmm_bufs {
 int vmm_bufs_push(struct vmm_bufs *l, struct vmm_buf *b);
 void vmm_bufs_release(struct vmm_bufs *l);
 /* Host memory for b's first move out, made ahead (counted against host_bytes: -ENOSPC
- * past it), for vmm_keep; may run without the caller's locks: it takes the time of
- * pinning. */
+ * past it; a spare, never in its pool's use), for vmm_keep; may run without the caller's
+ * locks: it takes the time of pinning. */
 int vmm_make_host(struct vmm_buf *b, struct vmm_buf **out);
 /* After a move in: bufs[i] keeps old[i] (vmm_move's *old, or vmm_make_host's; NULL:
  * none) for its next move out, which then copies without making host memory.  Frees

@@ -95,15 +95,18 @@ def main():
         h = c.layout_hash
     used = int(dict(line.rstrip("\n").split(": ", 1) for line in open(os.path.join(mount, "device")))["used_bytes"])
     if ahead:  # the daemon makes the store's host memory while nobody asks anything of the tier
-        t = time.perf_counter()
+        t, most = time.perf_counter(), 0
         while int(dict(line.rstrip("\n").split(": ", 1) for line in open(os.path.join(mount, "device")))
                   ["host_kept_bytes"]) != size:
             if time.perf_counter() - t > 120:
                 break
+            most = max(most, int(dict(line.rstrip("\n").split(": ", 1) for line in open(os.path.join(store, "state")))
+                                 ["used"]))
             time.sleep(0.05)
         made = time.perf_counter() - t
         check(made <= 120, "-o host_ahead: the store's host memory made ahead of its first move out (%.1f s after "
               "its commit)" % made)
+        check(most <= size, "while it is made, the store's used stays its size (%d, at most %d)" % (size, most))
 
     # The floor, in this run: pinned copies of the same bytes, in this process's context.
     src = torch.empty(size, dtype=torch.uint8, device=cuda)
