@@ -81,15 +81,7 @@ def build(s, dtype, hf=None):
                          num_attention_heads=s.heads, num_key_value_heads=s.heads, vocab_size=s.vocab,
                          rms_norm_eps=EPS, tie_word_embeddings=False, max_position_embeddings=4096)
     # Its rotary base is THETA, LlamaConfig's default (named differently across versions).
-    # Made in dtype, not made in fp32 and converted: under a store's allocator
-    # (gmsfs.torch.load_or_publish) the fp32 copy took slabs too, and the store held
-    # twice the model (460 MiB for 228 with transformers on the H200 machine).
-    was = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        return hf.LlamaForCausalLM(cfg).to(dtype).eval()
-    finally:
-        torch.set_default_dtype(was)
+    return hf.LlamaForCausalLM(cfg).to(dtype).eval()
 
 
 def init_weights(model, seed=46):
