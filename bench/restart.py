@@ -34,6 +34,8 @@ os.environ.setdefault("GMSFS_LIBRARY", os.path.join(build, "libgmsfs.so.0"))
 gib = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
 backend = sys.argv[3] if len(sys.argv) > 3 else "host"
 kinds = sys.argv[4].split(",") if len(sys.argv) > 4 else ["big", "many"]
+# GMSFS_BENCH_OPTIONS: more -o options for every daemon the run starts (no_host_ahead, say).
+EXTRA = tuple(o for o in os.environ.get("GMSFS_BENCH_OPTIONS", "").split(",") if o)
 from manager import Manager  # noqa: E402
 import synth  # noqa: E402
 import gmsfs  # noqa: E402
@@ -41,6 +43,19 @@ import gmsfs  # noqa: E402
 T = time.perf_counter
 MiB = 1 << 20
 START = T()
+
+
+TRACE = os.environ.get("GMSFS_BENCH_TRACE")
+TRACE_T0 = [None]
+
+
+def trace(what, at=None):
+    """GMSFS_BENCH_TRACE=1: each restart's steps, in ms since its signal (or its command)."""
+    at = time.time() if at is None else at
+    if what.startswith("start: "):
+        TRACE_T0[0] = at
+    if TRACE and TRACE_T0[0] is not None:
+        print("#       trace %8.1f ms  %s" % ((at - TRACE_T0[0]) * 1e3, what), flush=True)
 
 
 def step(what):
@@ -75,6 +90,7 @@ said, since = None, time.time()
 while True:
     try:
         c = gmsfs.connect(store, "ro", timeout=60)
+        connected = time.time()
         c.import_all()
         break
     except (gmsfs.GmsfsError, OSError) as e:  # the mount or the store is not back yet
@@ -86,7 +102,7 @@ done = time.time()
 sums = 0
 for m in sorted(c.mappings, key=lambda m: m.name):
     sums = zlib.crc32(head(m, min(m.size, 1 << 20)), sums)
-print(done, len(c.mappings), sums, flush=True)
+print(done, len(c.mappings), sums, connected, flush=True)
 """
 
 
@@ -103,7 +119,7 @@ DAEMONS = []  # every daemon and reader this run started, ended at its end whate
 
 def start(mnt, *opts):
     log = open(mnt + ".log", "a")
-    p = subprocess.Popen([os.path.join(build, "gmsfs"), "-f", "-o", ",".join(("backend=" + backend,) + opts), mnt],
+    p = subprocess.Popen([os.path.join(build, "gmsfs"), "-f", "-o", ",".join(("backend=" + backend,) + EXTRA + opts), mnt],
                          stdout=log, stderr=log)
     DAEMONS.append(p)
     for _ in range(600):
@@ -139,6 +155,8 @@ class Reader:
                 limit, "".join(open(f).read()[-4000:] for f in log)))
         out = self.p.stdout.readline().split()
         self.p.wait()
+        trace("reader connected", float(out[3]))
+        trace("reader imported", float(out[0]))
         return float(out[0]) - since, int(out[1]), int(out[2])
 
 
@@ -189,13 +207,15 @@ def scenario(kind, path, nbytes):
         make(store, kind, path)
     step("%s: a reader imports the model once (what every later reader must see)" % kind)
     want = reader(store, 0)[1:]
-    step("%s: takeover" % kind)
+    step("%s: takeover (after %.1f s for a steady state)" % (kind, settle(mnt, nbytes)))
     # takeover
     r = Reader(store)
     t = time.time()
+    trace("start: gmsfs -o takeover", t)
     log = open(mnt + ".log", "a")
     new = subprocess.Popen([os.path.join(build, "gmsfs"), "-f", "-o", "takeover", mnt], stdout=log, stderr=log)
     DAEMONS.append(new)
+    ended(d, "the old daemon ended")
     took, n, sums = reader_after(r, store, d.pid, t)
     rows["gmsfs -o takeover"] = took
     assert (n, sums) == want, ((n, sums), want)
@@ -207,18 +227,22 @@ def scenario(kind, path, nbytes):
     m = Manager()
     MANAGERS.append(m)
     state = mnt + ".state"
-    m.start(mnt, "backend=" + backend, "state=" + state)
+    m.start(mnt, "backend=" + backend, "state=" + state, *EXTRA)
     os.mkdir(store)
     make(store, kind, path)
     for label, sig in (("restart (SIGTERM, start under the manager)", signal.SIGTERM),
                        ("crash (SIGKILL, start under the manager)", signal.SIGKILL)):
-        step("%s: %s" % (kind, label))
+        step("%s: %s (after %.1f s for a steady state)" % (kind, label, settle(mnt, nbytes)))
         r = Reader(store)
         t = time.time()
+        trace("start: " + label, t)
         m.kill(sig)
+        trace("the daemon ended")
         r.go()  # from now on it tries
         unmount(mnt)
-        m.start(mnt, "backend=" + backend, "state=" + state)
+        trace("unmounted")
+        m.start(mnt, "backend=" + backend, "state=" + state, *EXTRA)
+        trace("the new daemon said READY=1")
         took, n, sums = r.result(t)
         rows[label] = took
         assert (n, sums) == want, ((n, sums), want)
@@ -227,12 +251,43 @@ def scenario(kind, path, nbytes):
     m.close()
     subprocess.run(["rm", "-rf", state])
     os.rmdir(mnt)
+    if TRACE:  # the daemons' own account: their starts, host memory made ahead, the mover
+        with open(mnt + ".log") as f:
+            for line in f:
+                if line.startswith("gmsfs"):
+                    print("#       daemon: " + line.rstrip()[:300])
     os.unlink(mnt + ".log")
     base = next(v for k, v in rows.items() if k.startswith("loaded again"))
     print("# %s: %.2f GB in %d allocations (%s backend)" % (kind, nbytes / 1e9, want[0], backend))
     for k, v in rows.items():
         print("#   %-48s %8.3f s  %s" % (k, v, "baseline" if v is base else "%.1fx faster than loading again" % (base / v)))
     sys.stdout.flush()
+
+
+def settle(mnt, nbytes, limit=120):
+    """Until the daemon is in its steady state: where it makes host memory ahead (the
+    default), it has made the store's (pinning gigabytes takes seconds, and a stop
+    meanwhile would time that, not the restart).  The seconds waited."""
+    t0 = time.time()
+    while time.time() - t0 < limit:
+        try:
+            dev = dict(line.split(": ", 1) for line in open(os.path.join(mnt, "device")).read().splitlines()
+                       if ": " in line)
+        except OSError:
+            time.sleep(0.05)
+            continue
+        if "no_host_ahead" in dev.get("options", "") or int(dev.get("host_kept_bytes", 0)) >= nbytes:
+            break
+        time.sleep(0.05)
+    time.sleep(1.5)  # and quiet: the copier's first use of it done
+    return time.time() - t0
+
+
+def ended(p, what):
+    """GMSFS_BENCH_TRACE: when p ends, said (in a thread)."""
+    if TRACE:
+        import threading
+        threading.Thread(target=lambda: (p.wait(), trace(what)), daemon=True).start()
 
 
 def reader_after(r, store, old_pid, since):
@@ -243,6 +298,7 @@ def reader_after(r, store, old_pid, since):
         try:
             with open(dev) as f:
                 if "pid: %d\n" % old_pid not in f.read():
+                    trace("the new daemon serves")
                     break
         except OSError:
             pass

@@ -252,11 +252,25 @@ class Spawned:
         return self.returncode
 
     def wait(self, timeout=None):
+        """Until it ends, woken by its end (a pidfd), as systemd is by SIGCHLD: a restart's
+        time is not a polling interval's."""
         end = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if end is not None and time.monotonic() > end:
-                raise subprocess.TimeoutExpired("gmsfs", timeout)
-            time.sleep(0.005)
+        try:
+            fd = os.pidfd_open(self.pid)
+        except OSError:
+            fd = None  # reaped already, or no pidfd here: napping below
+        try:
+            while self.poll() is None:
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    raise subprocess.TimeoutExpired("gmsfs", timeout)
+                if fd is None:
+                    time.sleep(0.005)
+                else:
+                    select.select([fd], [], [], min(left, 1.0) if left is not None else 1.0)
+        finally:
+            if fd is not None:
+                os.close(fd)
         return self.returncode
 
     def send_signal(self, sig):

@@ -139,7 +139,8 @@ struct fs {
 	atomic_bool trim_wanted;       /* much memory was freed: store_trim gives it back */
 	/* When a client last asked something that maps, makes or commits (clock_mono_ns): a
 	 * socket request, an ioctl, a commit.  Host memory made ahead waits for a quiet
-	 * mount (tier.c). */
+	 * mount (tier.c).  A start counts: the engines of a restarted or replaced daemon come
+	 * back at once, and pinning host memory then would hold the driver under their maps. */
 	_Atomic uint64_t busy_ns;
 	/* Under fs->mu: a successor takes the stores over (handover.c): nothing is committed,
 	 * made, removed or moved meanwhile. */

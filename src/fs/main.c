@@ -11,6 +11,7 @@
 #include "export/export.h"
 #include "fault.h"
 #include "size.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -48,6 +49,9 @@ struct options {
 	int takeover;          /* take the stores of the daemon serving the mount point over */
 	char *state;           /* keep what a restart needs here (and in the service manager) */
 	unsigned fdstore;      /* descriptors the service manager keeps (FileDescriptorStoreMax=) */
+	/* Where a start's time went (the serving line says it): its beginning, the device
+	 * opened, the stores handed over or restored. */
+	uint64_t t_begin, t_device, t_stores;
 };
 
 #define OPT(t, p) { t, offsetof(struct options, p), 1 }
@@ -438,8 +442,12 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 	}
 	notify_systemd("READY=1\nSTATUS=serving");
 	detach(opts->detach_fd); /* from here on, detached, what is said goes to syslog */
-	fprintf(stderr, "gmsfs: %s on %s (backend %s, %llu bytes, socket %s)\n", fs->vmm->dev.name,
-		cmd->mountpoint, fs->vmm->dev.backend, (unsigned long long)fs->vmm->max_bytes, export_socket(fs));
+	uint64_t now = clock_mono_ns();
+	fprintf(stderr, "gmsfs: %s on %s (backend %s, %llu bytes, socket %s; serving %.1f ms after the start: "
+			"the device %.1f, the stores %.1f, the mount %.1f)\n",
+		fs->vmm->dev.name, cmd->mountpoint, fs->vmm->dev.backend, (unsigned long long)fs->vmm->max_bytes,
+		export_socket(fs), (double)(now - opts->t_begin) / 1e6, (double)(opts->t_device - opts->t_begin) / 1e6,
+		(double)(opts->t_stores - opts->t_device) / 1e6, (double)(now - opts->t_stores) / 1e6);
 	int r = serve_loop(fs, opts);
 	if (r > 0)
 		fprintf(stderr, "gmsfs: %s: %s, unmounting\n", cmd->mountpoint, strsignal(r));
@@ -502,6 +510,7 @@ static int prepare(struct fs *fs, struct options *opts, struct fuse_args *args, 
 	if (same_socket)
 		snprintf(peer->socket_final, sizeof peer->socket_final, "%s", opts->socket);
 	if (!e && !(e = vmm_open(&fs->vmm, backend, device, max_bytes, err, errlen))) {
+		opts->t_device = clock_mono_ns();
 		if (!device && !strncmp(fs->vmm->dev.uuid, "host-", 5))
 			host_apart(fs->vmm, cmd->mountpoint);
 		e = export_start(fs, opts->socket ? socket_path : NULL, err, errlen);
@@ -513,6 +522,7 @@ static int prepare(struct fs *fs, struct options *opts, struct fuse_args *args, 
 		e = handover_take(fs, cmd->mountpoint, peer, err, errlen);
 	if (!e && opts->state)
 		e = keep_start(fs, opts->state, opts->fdstore, err, errlen);
+	opts->t_stores = clock_mono_ns();
 	return e;
 }
 
@@ -549,6 +559,8 @@ int main(int argc, char *argv[])
 		fault_init(); /* GMSFS_FAULT: a test's point to die at */
 		raise_nofile();
 		clock_gettime(CLOCK_REALTIME, &fs.started);
+		opts.t_begin = clock_mono_ns();
+		fs_busy(&fs); /* a start is busy: its engines come back now (tier.c's quiet mount) */
 		struct handover_peer peer;
 		int e = prepare(&fs, &opts, &args, &cmd, &peer, max_bytes, err, sizeof err);
 		if (e) {

@@ -13,7 +13,8 @@
  * requests, but host memory the daemon keeps across moves stays mapped under its key
  * until a MOVER_FORGET (mover.h); it ends when the socket closes, or after MOVER_IDLE_S
  * seconds without a batch (its context holds device memory: it is not kept for
- * nothing), unless started with "stay" or told MOVER_STAY (host memory made ahead). */
+ * nothing), unless started with "stay" or told MOVER_STAY (host memory made ahead), until
+ * told MOVER_UNSTAY (no host memory left). */
 #include "mover.h"
 #include "clock.h"
 #include "cuda_api.h"
@@ -187,11 +188,11 @@ static int batch_begin(struct mover *mv, int sock, struct batch *b)
 		if (n <= 0)
 			return -1; /* the daemon went: so do we */
 		if (n == sizeof c && c.magic == MOVER_MAGIC && !info.nfds && !c.last &&
-		    ((c.flags == MOVER_FORGET && c.src_key) || c.flags == MOVER_STAY)) {
+		    ((c.flags == MOVER_FORGET && c.src_key) || c.flags == MOVER_STAY || c.flags == MOVER_UNSTAY)) {
 			if (c.flags == MOVER_FORGET)
 				forget(mv, c.src_key);
 			else
-				mv->stay = true;
+				mv->stay = c.flags == MOVER_STAY;
 			if (!b->copies)
 				return 1;
 			continue;

@@ -20,6 +20,10 @@
 /* Not a copy either: from now on the helper runs on when idle, as if started with
  * "stay" (the host memory it keeps mapped stays with it). */
 #define MOVER_STAY 4u
+/* Not a copy either: nothing the daemon holds needs the helper any more (no host memory
+ * left): it ends once idle MOVER_IDLE_S, as if started without "stay", and its context's
+ * device memory goes back. */
+#define MOVER_UNSTAY 8u
 
 /* One copy: with two descriptors, source then destination.  A key (nonzero) names host
  * memory the daemon keeps across moves (a store's host tier, what it keeps for its next

@@ -312,7 +312,9 @@ void vmm_buf_put(struct vmm_buf *b)
 		return;
 	vmm_buf_put(vmm_take_kept(b));
 	v->ops->release(b);
-	atomic_fetch_sub(host ? &v->host_used : &v->used_bytes, size);
+	uint64_t was = atomic_fetch_sub(host ? &v->host_used : &v->used_bytes, size);
+	if (host && was == size && v->ops->copies_unneeded)
+		v->ops->copies_unneeded(v);
 	if (!spare)
 		atomic_fetch_sub(&pool->used, size);
 	vmm_pool_put(pool);

@@ -82,6 +82,9 @@ struct vmm_ops {
 	/* Be ready to copy now, and stay so (optional; cuda: gmsfs-mover started, and kept
 	 * running: a first move would otherwise wait for its CUDA context). */
 	void (*copies_ready)(struct vmm *v);
+	/* The last host memory went: copies_ready's readiness is not needed now (optional;
+	 * cuda: the helper ends when idle, and its context's device memory goes back). */
+	void (*copies_unneeded)(struct vmm *v);
 	/* Host memory made ahead, used once by the copier (optional; cuda: its first copy
 	 * was ~10% slower than later ones, the first move out's whole margin). */
 	int (*touch)(struct vmm *v, struct vmm_buf *const *bufs, size_t n, char *err, size_t errlen);

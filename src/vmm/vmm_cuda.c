@@ -37,6 +37,7 @@ struct cuda_priv {
 	pthread_mutex_t forget_mu;
 	uint64_t *forget;
 	size_t nforget, forget_cap;
+	bool unstay;                   /* under forget_mu: the helper to be told MOVER_UNSTAY */
 };
 
 struct cuda_buf {
@@ -197,6 +198,7 @@ static void mover_stop(struct cuda_priv *p)
 	p->mover_sock = -1;
 	pthread_mutex_lock(&p->forget_mu);
 	p->nforget = 0; /* what it kept mapped went with it */
+	p->unstay = false;
 	pthread_mutex_unlock(&p->forget_mu);
 }
 
@@ -231,7 +233,8 @@ static int mover_start(struct vmm *v, struct cuda_priv *p, char *err, size_t err
 }
 
 /* mover_mu held: the keys of host memory freed since, told to the helper, which unmaps
- * what it kept of them (until then that memory stays pinned for its mapping). */
+ * what it kept of them (until then that memory stays pinned for its mapping); and, once
+ * no host memory is left, that it may end when idle (MOVER_UNSTAY). */
 static int send_forgets(struct cuda_priv *p)
 {
 	int e = 0;
@@ -241,8 +244,23 @@ static int send_forgets(struct cuda_priv *p)
 		e = send(p->mover_sock, &c, sizeof c, MSG_NOSIGNAL) == sizeof c ? 0 : -EPIPE;
 	}
 	p->nforget = 0;
+	if (p->unstay && !e && p->mover_sock >= 0) {
+		struct mover_copy c = { .magic = MOVER_MAGIC, .flags = MOVER_UNSTAY };
+		e = send(p->mover_sock, &c, sizeof c, MSG_NOSIGNAL) == sizeof c ? 0 : -EPIPE;
+		p->mover_stays = false;
+	}
+	p->unstay = false;
 	pthread_mutex_unlock(&p->forget_mu);
 	return e;
+}
+
+/* mover_mu let go, what was said meanwhile told first (a helper left idle would not hear
+ * of it until the next move). */
+static void mover_unlock(struct cuda_priv *p)
+{
+	if (send_forgets(p))
+		mover_stop(p);
+	pthread_mutex_unlock(&p->mover_mu);
 }
 
 static uint64_t key_of(const struct vmm_buf *b)
@@ -306,7 +324,7 @@ static int cuda_copy(struct vmm *v, struct vmm_buf *const *src, struct vmm_buf *
 		mover_stop(p); /* it ended (idle, or it failed to start): once more, afresh */
 		snprintf(err, errlen, "the copy helper %s ended without an answer (see the daemon's log)", v->helper);
 	}
-	pthread_mutex_unlock(&p->mover_mu);
+	mover_unlock(p);
 	return e ? e : reply_error(&rep, err, errlen);
 }
 
@@ -338,7 +356,7 @@ static int cuda_copy_recv(struct vmm *v, char *err, size_t errlen)
 		snprintf(err, errlen, "the copy helper %s ended without an answer (see the daemon's log)", v->helper);
 	}
 	if (!--p->in_flight)
-		pthread_mutex_unlock(&p->mover_mu);
+		mover_unlock(p);
 	return e ? e : reply_error(&rep, err, errlen);
 }
 
@@ -349,6 +367,9 @@ static void cuda_copies_ready(struct vmm *v)
 	struct cuda_priv *p = v->priv;
 	char err[256];
 	pthread_mutex_lock(&p->mover_mu);
+	pthread_mutex_lock(&p->forget_mu);
+	p->unstay = false; /* host memory again: a MOVER_UNSTAY not sent yet is moot */
+	pthread_mutex_unlock(&p->forget_mu);
 	/* One started before runs without "stay": told to stay (what it keeps mapped, too). */
 	struct mover_copy c = { .magic = MOVER_MAGIC, .flags = MOVER_STAY };
 	if (!p->mover_stays && p->mover_sock >= 0 && send(p->mover_sock, &c, sizeof c, MSG_NOSIGNAL) != sizeof c)
@@ -380,11 +401,20 @@ static void forget_key(struct cuda_priv *p, uint64_t key)
 	if (p->nforget < p->forget_cap)
 		p->forget[p->nforget++] = key;
 	pthread_mutex_unlock(&p->forget_mu);
-	if (!pthread_mutex_trylock(&p->mover_mu)) {
-		if (send_forgets(p))
-			mover_stop(p);
-		pthread_mutex_unlock(&p->mover_mu);
-	}
+	if (!pthread_mutex_trylock(&p->mover_mu))
+		mover_unlock(p);
+}
+
+/* No host memory is left: nothing needs a helper that stays (its context holds device
+ * memory), so it is told to end when idle (now, or when whoever uses it lets go). */
+static void cuda_copies_unneeded(struct vmm *v)
+{
+	struct cuda_priv *p = v->priv;
+	pthread_mutex_lock(&p->forget_mu);
+	p->unstay = true;
+	pthread_mutex_unlock(&p->forget_mu);
+	if (!pthread_mutex_trylock(&p->mover_mu))
+		mover_unlock(p);
 }
 
 static void cuda_release(struct vmm_buf *b)
@@ -461,6 +491,7 @@ const struct vmm_ops vmm_cuda_ops = {
 	.pwrite = cuda_no_write,
 	.create_host = cuda_create_host,
 	.copies_ready = cuda_copies_ready,
+	.copies_unneeded = cuda_copies_unneeded,
 	.touch = cuda_touch,
 	.copy = cuda_copy,
 	.copy_send = cuda_copy_send,
