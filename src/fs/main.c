@@ -572,6 +572,7 @@ int main(int argc, char *argv[])
 		export_stop(&fs);
 		free(fs.options);
 		keep_stop(&fs); /* before the stores go: the service manager keeps their memory */
+		vmm_leave(fs.vmm); /* the copier let go first: it frees nothing of theirs under a restart */
 		store_table_free(&fs);
 		inval_free(&fs);
 		vmm_close(fs.vmm);

@@ -287,6 +287,16 @@ static int batch_end(struct mover *mv, int sock, struct batch *b)
 	return e;
 }
 
+/* The daemon went (it ended, was replaced, or crashed): what this process maps and its
+ * context go MOVER_LINGER_S later, not now, while the engines that come back to the next
+ * daemon import and map (tearing down a context and gigabytes of mappings holds the
+ * driver).  The memory is the next daemon's, or goes with the last of its holders. */
+static int linger(void)
+{
+	sleep(MOVER_LINGER_S);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct mover mv = {0};
@@ -326,7 +336,7 @@ int main(int argc, char **argv)
 		if (nq < 2 && (!nq || poll(&p, 1, 0) == 1)) {
 			int r = batch_begin(&mv, sock, &q[nq]);
 			if (r < 0)
-				return 0;
+				return linger();
 			nq += r == 0;
 			continue;
 		}
@@ -337,7 +347,7 @@ int main(int argc, char **argv)
 		if (nq == 1 && poll(&p, 1, 0) == 1 && !batch_copied(&mv, &q[0]))
 			continue;
 		if (batch_end(&mv, sock, &q[0]))
-			return 0;
+			return linger();
 		q[0] = q[1];
 		nq--;
 	}

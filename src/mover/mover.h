@@ -8,6 +8,7 @@
 #define MOVER_MAGIC 0x6d6f7665u /* "move" */
 #define MOVER_FD 3              /* the helper's end of the socket */
 #define MOVER_IDLE_S 10         /* the helper ends after this long without work */
+#define MOVER_LINGER_S 3        /* and this long after its daemon went (mover.c, linger) */
 
 /* The source stays after the answer (host memory the daemon keeps for the next move
  * out): its mapping may go after the answer, off the move's time.  Without it the

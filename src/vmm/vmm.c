@@ -69,6 +69,12 @@ int vmm_open(struct vmm **out, const char *backend, const char *device, uint64_t
 	return open_with(out, &vmm_host_ops, device, max_bytes, err, errlen);
 }
 
+void vmm_leave(struct vmm *v)
+{
+	if (v && v->ops->leave)
+		v->ops->leave(v);
+}
+
 void vmm_close(struct vmm *v)
 {
 	if (v && v->ops->close)

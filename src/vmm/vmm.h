@@ -94,6 +94,9 @@ struct vmm_ops {
 	/* After adopting: memory of the pool's file (host: of the host tier's) that no
 	 * buffer uses goes back, a dead daemon's uncommitted allocations (optional). */
 	void (*trim)(struct vmm_pool *p, bool host);
+	/* The daemon ends, its buffers next (optional; cuda: the copy helper is let go first,
+	 * told nothing of them, and nobody waits for it). */
+	void (*leave)(struct vmm *v);
 	void (*close)(struct vmm *v); /* optional */
 };
 
@@ -145,6 +148,8 @@ uint64_t vmm_mins_short(struct vmm *v, const struct vmm_pool *pool);
 /* The device bytes pool may take now: max_bytes less what is used and what the other
  * pools' minimums still lack (kept pages are room: they go for it). */
 uint64_t vmm_room_for(struct vmm *v, const struct vmm_pool *pool);
+/* The daemon ends: called before its buffers go (then vmm_close). */
+void vmm_leave(struct vmm *v);
 void vmm_close(struct vmm *v);
 
 uint64_t vmm_align(const struct vmm *v, uint64_t size);

@@ -189,17 +189,27 @@ static void cuda_swap(struct vmm_buf *a, struct vmm_buf *b)
 
 /* ---- the copy helper (src/mover): the daemon has no context to copy with ---- */
 
-static void mover_stop(struct cuda_priv *p)
+/* The helper gone (killed if it still ran: it is out of step), or, leave, let go: its
+ * socket closed, it lingers a while and ends alone (mover.c), with nobody waiting. */
+static void mover_stop_or_leave(struct cuda_priv *p, bool leave)
 {
 	if (p->mover_sock < 0)
 		return;
-	close(p->mover_sock); /* it ends at once when its socket closes */
-	waitpid(p->mover_pid, NULL, 0);
+	close(p->mover_sock);
+	if (!leave) {
+		kill(p->mover_pid, SIGKILL);
+		waitpid(p->mover_pid, NULL, 0);
+	}
 	p->mover_sock = -1;
 	pthread_mutex_lock(&p->forget_mu);
 	p->nforget = 0; /* what it kept mapped went with it */
 	p->unstay = false;
 	pthread_mutex_unlock(&p->forget_mu);
+}
+
+static void mover_stop(struct cuda_priv *p)
+{
+	mover_stop_or_leave(p, false);
 }
 
 static int mover_start(struct vmm *v, struct cuda_priv *p, char *err, size_t errlen)
@@ -470,11 +480,21 @@ static ssize_t cuda_no_write(struct vmm_buf *b, const void *buf, size_t len, uin
 	return -EOPNOTSUPP;
 }
 
+/* The daemon ends: the helper is let go before the buffers are (it is told nothing of
+ * them: its mappings go when it ends, after the engines of the next daemon have mapped). */
+static void cuda_leave(struct vmm *v)
+{
+	struct cuda_priv *p = v->priv;
+	pthread_mutex_lock(&p->mover_mu);
+	mover_stop_or_leave(p, true);
+	pthread_mutex_unlock(&p->mover_mu);
+}
+
 static void cuda_close(struct vmm *v)
 {
 	struct cuda_priv *p = v->priv;
 	if (p) {
-		mover_stop(p);
+		mover_stop_or_leave(p, true);
 		cu_unload(&p->cu);
 		free(p->forget);
 		free(p);
@@ -492,6 +512,7 @@ const struct vmm_ops vmm_cuda_ops = {
 	.create_host = cuda_create_host,
 	.copies_ready = cuda_copies_ready,
 	.copies_unneeded = cuda_copies_unneeded,
+	.leave = cuda_leave,
 	.touch = cuda_touch,
 	.copy = cuda_copy,
 	.copy_send = cuda_copy_send,
