@@ -190,17 +190,89 @@ void wire_packer_init(struct wire_packer *p, msgpack_sbuffer *sb)
 
 /* ---- the maps of one allocation and one entry (manifests, requests, images) ---- */
 
+static const char *const tier_name[] = { "store", "device", "host" };
+
 void wire_pack_alloc(msgpack_packer *pk, const struct wire_alloc *a)
 {
-	msgpack_pack_map(pk, a->tier == WIRE_TIER_STORE ? 6 : 7);
+	msgpack_pack_map(pk, 6 + (a->tier != WIRE_TIER_STORE) + (a->npieces ? 2 : 0));
 	if (a->tier != WIRE_TIER_STORE)
-		wire_pack_str(pk, WIRE_K_TIER), wire_pack_str(pk, a->tier == WIRE_TIER_HOST ? "host" : "device");
+		wire_pack_str(pk, WIRE_K_TIER), wire_pack_str(pk, tier_name[a->tier]);
 	wire_pack_str(pk, GMSFS_K_PATH), wire_pack_str(pk, a->path);
 	wire_pack_str(pk, GMSFS_K_SIZE), msgpack_pack_uint64(pk, a->size);
 	wire_pack_str(pk, GMSFS_K_ALIGNED), msgpack_pack_uint64(pk, a->aligned);
 	wire_pack_str(pk, GMSFS_K_TAG), wire_pack_str(pk, a->tag);
 	wire_pack_str(pk, GMSFS_K_FD), msgpack_pack_uint32(pk, a->fd);
 	wire_pack_str(pk, GMSFS_K_FD_OFFSET), msgpack_pack_uint64(pk, a->fd_offset);
+	if (!a->npieces)
+		return;
+	wire_pack_str(pk, GMSFS_K_PIECE), msgpack_pack_uint64(pk, a->piece);
+	wire_pack_str(pk, GMSFS_K_PIECES), msgpack_pack_array(pk, a->npieces);
+	for (uint32_t i = 0; i < a->npieces; i++) {
+		/* [fd, fdoff], and in an image the piece's tier where it is not the head's */
+		bool tier = a->pieces[i].tier != WIRE_TIER_STORE;
+		msgpack_pack_array(pk, 2 + tier);
+		msgpack_pack_uint32(pk, a->pieces[i].fd);
+		msgpack_pack_uint64(pk, a->pieces[i].fd_offset);
+		if (tier)
+			wire_pack_str(pk, tier_name[a->pieces[i].tier]);
+	}
+}
+
+void wire_alloc_free(struct wire_alloc *a)
+{
+	free(a->path);
+	free(a->tag);
+	free(a->pieces);
+	a->path = a->tag = NULL;
+	a->pieces = NULL;
+	a->npieces = 0;
+}
+
+static int parse_tier(const msgpack_object *v, enum wire_tier *out)
+{
+	char *t = wire_get_str(v, 8);
+	bool host = t && !strcmp(t, "host"), device = t && !strcmp(t, "device");
+	free(t);
+	*out = host ? WIRE_TIER_HOST : WIRE_TIER_DEVICE;
+	return host || device ? 0 : -1;
+}
+
+/* "pieces": each [fd, fdoff] (an image's may add its tier), fd below nfds. */
+static int parse_pieces(const msgpack_object *v, struct wire_alloc *a, uint64_t nfds, bool image)
+{
+	if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size < 2 || v->via.array.size > GMSFS_PIECES_MAX ||
+	    !(a->pieces = calloc(v->via.array.size, sizeof *a->pieces)))
+		return -1;
+	a->npieces = v->via.array.size;
+	for (uint32_t i = 0; i < a->npieces; i++) {
+		const msgpack_object *p = &v->via.array.ptr[i];
+		uint64_t fd;
+		if (p->type != MSGPACK_OBJECT_ARRAY || p->via.array.size < 2 || p->via.array.size > 2u + image ||
+		    wire_get_u64(&p->via.array.ptr[0], &fd) || fd >= nfds ||
+		    wire_get_u64(&p->via.array.ptr[1], &a->pieces[i].fd_offset) ||
+		    (p->via.array.size == 3 && parse_tier(&p->via.array.ptr[2], &a->pieces[i].tier)))
+			return -1;
+		a->pieces[i].fd = (uint32_t)fd;
+	}
+	return 0;
+}
+
+/* An allocation's fields agree: aligned holds size; pieces, if any, are as many as piece
+ * bytes need, their first where fd and fdoff say, none past the end of numbers. */
+static bool alloc_whole(const struct wire_alloc *a)
+{
+	if (!a->size || a->aligned < a->size || a->fd_offset > UINT64_MAX - a->aligned)
+		return false;
+	if (!a->npieces)
+		return !a->piece;
+	if (!a->piece || a->piece >= a->aligned ||
+	    a->aligned / a->piece + (a->aligned % a->piece != 0) != a->npieces ||
+	    a->pieces[0].fd != a->fd || a->pieces[0].fd_offset != a->fd_offset)
+		return false;
+	for (uint32_t i = 0; i < a->npieces; i++)
+		if (a->pieces[i].fd_offset > UINT64_MAX - a->piece)
+			return false;
+	return true;
 }
 
 int wire_parse_alloc(const msgpack_object *o, struct wire_alloc *a, uint64_t nfds, bool image)
@@ -231,17 +303,19 @@ int wire_parse_alloc(const msgpack_object *o, struct wire_alloc *a, uint64_t nfd
 			if (SEEN(5) || wire_get_u64(v, &a->fd_offset))
 				return -1;
 		} else if (image && wire_key_is(k, WIRE_K_TIER)) {
-			char *t = SEEN(6) ? NULL : wire_get_str(v, 8);
-			bool host = t && !strcmp(t, "host"), device = t && !strcmp(t, "device");
-			free(t);
-			if (!host && !device)
+			if (SEEN(6) || parse_tier(v, &a->tier))
 				return -1;
-			a->tier = host ? WIRE_TIER_HOST : WIRE_TIER_DEVICE;
+		} else if (wire_key_is(k, GMSFS_K_PIECE)) {
+			if (SEEN(7) || wire_get_u64(v, &a->piece))
+				return -1;
+		} else if (wire_key_is(k, GMSFS_K_PIECES)) {
+			if (SEEN(8) || parse_pieces(v, a, nfds, image))
+				return -1;
 		} else {
 			return -1;
 		}
 	}
-	return (seen & 0x3f) == 0x3f && a->size && a->aligned >= a->size && a->fd_offset <= UINT64_MAX - a->aligned ? 0 : -1;
+	return (seen & 0x3f) == 0x3f && alloc_whole(a) ? 0 : -1;
 }
 
 void wire_pack_entry(msgpack_packer *pk, const struct entry_rec *e)

@@ -17,16 +17,32 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A store's tier, or an allocation's or piece's own in an image, where a store's memory
+ * is not all on one (a switch's store going out, mid-way); WIRE_TIER_STORE: the head's. */
+enum wire_tier { WIRE_TIER_STORE, WIRE_TIER_DEVICE, WIRE_TIER_HOST };
+
+/* One piece of an allocation in pieces (abi.h, GMSFS_PIECES_MAX). */
+struct wire_piece {
+	uint32_t fd;            /* index into the message's (or image's) descriptors */
+	uint64_t fd_offset;
+	enum wire_tier tier;    /* images only */
+};
+
 /* One allocation: of a CREATE request (path, size, tag) or of a manifest (all). */
 struct wire_alloc {
 	char *path, *tag;
 	uint64_t size, aligned;
 	uint64_t fd_offset;     /* where it starts in its descriptor */
 	uint32_t fd;            /* index into the message's descriptors */
-	/* Images only: the allocation's own tier, where a store's allocations are not all on
-	 * one (a switch's store going out, mid-way); WIRE_TIER_STORE: the head's. */
-	enum wire_tier { WIRE_TIER_STORE, WIRE_TIER_DEVICE, WIRE_TIER_HOST } tier;
+	enum wire_tier tier;    /* images only */
+	/* In pieces (npieces >= 2; 0: one piece, at fd and fd_offset, which then name the
+	 * first): piece bytes each but the last, side by side from the start. */
+	uint64_t piece;
+	struct wire_piece *pieces;
+	uint32_t npieces;
 };
+/* What a parsed allocation owns (path, tag, pieces). */
+void wire_alloc_free(struct wire_alloc *a);
 
 /* A META_PUT request's entries: struct entry_rec (entry.h). */
 

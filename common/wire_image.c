@@ -332,8 +332,7 @@ int wire_parse_image_alloc(const void *buf, size_t len, struct wire_alloc *a, ui
 	int e = wire_unpack_map(buf, len, &u) || wire_parse_alloc(&u.data, a, nfds, true) ? -EINVAL : 0;
 	msgpack_unpacked_destroy(&u);
 	if (e) {
-		free(a->path);
-		free(a->tag);
+		wire_alloc_free(a);
 		memset(a, 0, sizeof *a);
 	}
 	return e;

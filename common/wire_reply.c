@@ -63,10 +63,8 @@ int wire_pack_reply(msgpack_sbuffer *sb, const struct wire_head *h, const struct
 
 void wire_reply_free(struct wire_reply *r)
 {
-	for (size_t i = 0; i < r->nallocs; i++) {
-		free(r->allocs[i].path);
-		free(r->allocs[i].tag);
-	}
+	for (size_t i = 0; i < r->nallocs; i++)
+		wire_alloc_free(&r->allocs[i]);
 	free(r->allocs);
 	for (size_t i = 0; i < r->nchunks; i++) {
 		free(r->chunks[i].key);

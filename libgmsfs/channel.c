@@ -22,10 +22,8 @@ static void close_fds(const int *fds, size_t n)
 
 void ch_manifest_free(struct ch_manifest *m)
 {
-	for (size_t i = 0; i < m->nallocs; i++) {
-		free(m->allocs[i].path);
-		free(m->allocs[i].tag);
-	}
+	for (size_t i = 0; i < m->nallocs; i++)
+		wire_alloc_free(&m->allocs[i]);
 	for (size_t i = 0; i < m->nentries; i++) {
 		free(m->entries[i].key);
 		free(m->entries[i].alloc);
@@ -184,9 +182,18 @@ static int take(struct ch_manifest *m, struct progress *p, struct wire_reply *re
 		if (nfds && rep->allocs[i].fd >= nfds)
 			return why_fmt(err, errlen, -EPROTO, "socket: %s names descriptor %u of %zu", rep->allocs[i].path,
 				    (unsigned)rep->allocs[i].fd, nfds);
-		m->fd[m->nallocs] = nfds ? fds[rep->allocs[i].fd] : -1;
-		m->allocs[m->nallocs++] = rep->allocs[i];
-		rep->allocs[i].path = rep->allocs[i].tag = NULL;
+		struct wire_alloc *a = &rep->allocs[i];
+		for (uint32_t k = 0; k < a->npieces; k++) { /* in pieces: each piece's own descriptor */
+			if (nfds && a->pieces[k].fd >= nfds)
+				return why_fmt(err, errlen, -EPROTO, "socket: %s names descriptor %u of %zu", a->path,
+					    (unsigned)a->pieces[k].fd, nfds);
+			a->pieces[k].fd = nfds ? (uint32_t)fds[a->pieces[k].fd] : UINT32_MAX;
+		}
+		m->fd[m->nallocs] = nfds ? fds[a->fd] : -1;
+		m->allocs[m->nallocs++] = *a;
+		a->path = a->tag = NULL;
+		a->pieces = NULL; /* m's now */
+		a->npieces = 0;
 	}
 	if (m->consume && nfds) {
 		int e = m->consume(m->ctx, m, m->nallocs - rep->nallocs, m->nallocs);

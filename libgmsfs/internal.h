@@ -121,6 +121,7 @@ struct mp_res {
 struct mp_slot {
 	bool mapped;            /* mapped now (else only reserved) */
 	struct mp_res *res;
+	uint64_t piece;         /* an allocation in pieces: each one's size but the last's; 0: one */
 };
 
 struct gmsfs {
@@ -178,6 +179,16 @@ bool gm_device_ok(const gmsfs *g, int device);
 
 /* maps.c */
 struct gmsfs_mapping *mp_find(const gmsfs *g, const char *name);
+/* One allocation of a manifest at va (reserved): its descriptor fd, or, in pieces, each
+ * piece's at its place (a->pieces[k].fd, set by the channel).  All or nothing; usable
+ * once allow() covers it. */
+int mp_map_alloc(gmsfs *g, void *va, const struct wire_alloc *a, int fd, bool writable, char *why, size_t whylen);
+/* Unmap the allocation at va (aligned bytes, in pieces of piece bytes; 0: one): every
+ * piece, and the first failure. */
+int mp_unmap_alloc(gmsfs *g, void *va, uint64_t aligned, uint64_t piece);
+/* The allocation mapped at src mapped again at dst, piece by piece. */
+int mp_alias_alloc(gmsfs *g, void *src, void *dst, uint64_t aligned, uint64_t piece, bool writable, char *why,
+		   size_t whylen);
 /* Map allocations a[0..n) of a manifest (descriptors fd[0..n)) side by side in one
  * reservation; they join the table, taking a's names.  All or nothing.  ptr: the
  * first one's address, if not NULL. */

@@ -75,7 +75,7 @@ static void release_map(gmsfs *g, size_t i)
 {
 	struct gmsfs_mapping *m = &g->maps[i];
 	if (g->slots[i].mapped)
-		g->be->unmap(g, m->ptr, m->aligned);
+		mp_unmap_alloc(g, m->ptr, m->aligned, g->slots[i].piece);
 	res_put(g, g->slots[i].res);
 	free((char *)m->name);
 	free((char *)m->tag);
@@ -107,7 +107,7 @@ void mp_unmap_mapped(gmsfs *g)
 {
 	for (size_t i = 0; i < g->nmaps; i++)
 		if (g->slots[i].mapped) {
-			g->be->unmap(g, g->maps[i].ptr, g->maps[i].aligned);
+			mp_unmap_alloc(g, g->maps[i].ptr, g->maps[i].aligned, g->slots[i].piece);
 			g->slots[i].mapped = false;
 		}
 }
@@ -135,9 +135,58 @@ static int table_room(gmsfs *g, size_t n)
 static void unmap_first(gmsfs *g, struct wire_alloc *a, size_t n, void *base)
 {
 	for (size_t k = 0; k < n; k++) {
-		g->be->unmap(g, base, a[k].aligned);
+		mp_unmap_alloc(g, base, a[k].aligned, a[k].piece);
 		base = (char *)base + a[k].aligned;
 	}
+}
+
+/* Piece k of an allocation of aligned bytes in pieces of piece bytes: its size. */
+static uint64_t piece_len(uint64_t aligned, uint64_t piece, size_t k)
+{
+	return aligned - piece * k < piece ? aligned - piece * k : piece;
+}
+
+int mp_map_alloc(gmsfs *g, void *va, const struct wire_alloc *a, int fd, bool writable, char *why, size_t whylen)
+{
+	if (!a->npieces)
+		return g->be->map(g, va, a->aligned, fd, a->fd_offset, writable, why, whylen);
+	for (uint32_t k = 0; k < a->npieces; k++) {
+		int e = a->pieces[k].fd == UINT32_MAX ? -EPROTO : 0;
+		if (e)
+			snprintf(why, whylen, "no descriptor came for its piece %u", (unsigned)k);
+		else
+			e = g->be->map(g, (char *)va + a->piece * k, piece_len(a->aligned, a->piece, k),
+				       (int)a->pieces[k].fd, a->pieces[k].fd_offset, writable, why, whylen);
+		if (e) {
+			mp_unmap_alloc(g, va, a->piece * k, a->piece);
+			return e;
+		}
+	}
+	return 0;
+}
+
+int mp_unmap_alloc(gmsfs *g, void *va, uint64_t aligned, uint64_t piece)
+{
+	/* CUDA unmaps what one cuMemMap mapped, whole: a piece at a time. */
+	int first = 0;
+	for (uint64_t off = 0; off < aligned; off += piece ? piece : aligned) {
+		int e = g->be->unmap(g, (char *)va + off, piece ? piece_len(aligned - off, piece, 0) : aligned);
+		first = first ? first : e;
+	}
+	return first;
+}
+
+int mp_alias_alloc(gmsfs *g, void *src, void *dst, uint64_t aligned, uint64_t piece, bool writable, char *why,
+		   size_t whylen)
+{
+	uint64_t off = 0;
+	int e = 0;
+	for (; off < aligned && !e; off += piece ? piece : aligned)
+		e = g->be->alias(g, (char *)src + off, (char *)dst + off, piece ? piece_len(aligned - off, piece, 0) : aligned,
+				 writable, why, whylen);
+	if (e && off > (piece ? piece : aligned))
+		mp_unmap_alloc(g, dst, off - (piece ? piece : aligned), piece);
+	return e;
 }
 
 int mp_map(gmsfs *g, struct wire_alloc *a, const int *fd, size_t n, bool writable, void **ptr)
@@ -166,7 +215,7 @@ int mp_map(gmsfs *g, struct wire_alloc *a, const int *fd, size_t n, bool writabl
 	char why[256] = "", *va = r->base;
 	size_t done = 0;
 	for (; done < n; va += a[done++].aligned)
-		if ((e = g->be->map(g, va, a[done].aligned, fd[done], a[done].fd_offset, writable, why, sizeof why))) {
+		if ((e = mp_map_alloc(g, va, &a[done], fd[done], writable, why, sizeof why))) {
 			gm_error(g, e, "%s: %s", a[done].path, why[0] ? why : strerror(-e));
 			break;
 		}
@@ -181,7 +230,7 @@ int mp_map(gmsfs *g, struct wire_alloc *a, const int *fd, size_t n, bool writabl
 	}
 	va = r->base;
 	for (size_t k = 0; k < n; va += a[k++].aligned) {
-		g->slots[g->nmaps] = (struct mp_slot){ .mapped = true, .res = r };
+		g->slots[g->nmaps] = (struct mp_slot){ .mapped = true, .res = r, .piece = a[k].npieces ? a[k].piece : 0 };
 		g->maps[g->nmaps++] = (struct gmsfs_mapping){ .name = a[k].path, .tag = a[k].tag, .ptr = va,
 							      .size = a[k].size, .aligned = a[k].aligned,
 							      .writable = writable };

@@ -156,6 +156,7 @@ static int made(void *ctx, struct ch_manifest *m, size_t from, size_t to)
 		char *end = NULL;
 		uint64_t num = slash ? strtoull(slash + 1, &end, 10) : 0, j = num - c->first;
 		if (!slash || *end || num < c->first || j >= c->n || m->allocs[k].aligned != p->page || m->fd[k] < 0 ||
+		    m->allocs[k].npieces || /* a page is one piece of memory */
 		    (c->idx ? p->mapped[c->idx[j]] != 0 : c->held >= c->n)) /* one twice */
 			return gm_error(g, -EPROTO, "%s: not a page of this range", m->allocs[k].path);
 		char why[200] = "";

@@ -24,7 +24,7 @@ int gmsfs_unmap_all(gmsfs *g)
 		return e;
 	for (size_t i = 0; i < g->nmaps; i++) {
 		struct gmsfs_mapping *m = &g->maps[i];
-		if (g->slots[i].mapped && (e = g->be->unmap(g, m->ptr, m->aligned)))
+		if (g->slots[i].mapped && (e = mp_unmap_alloc(g, m->ptr, m->aligned, g->slots[i].piece)))
 			return gm_error(g, e, "%s: unmap: %s", m->name, strerror(-e));
 		g->slots[i].mapped = false;
 	}
@@ -75,11 +75,11 @@ static int map_again(gmsfs *g, struct ch_manifest *m, size_t from, size_t to, bo
 			e = gm_error(g, stale, "%s is not what was unmapped", m->allocs[i].path);
 		else if (m->fd[i] < 0)
 			e = gm_error(g, -EPROTO, "no descriptor came for %s", m->allocs[i].path);
-		else if ((e = g->be->map(g, p->ptr, p->aligned, m->fd[i], m->allocs[i].fd_offset, writable, why,
-					 sizeof why)))
+		else if ((e = mp_map_alloc(g, p->ptr, &m->allocs[i], m->fd[i], writable, why, sizeof why)))
 			gm_error(g, e, "%s: %s", m->allocs[i].path, why[0] ? why : strerror(-e));
 		else {
 			g->slots[p - g->maps].mapped = true;
+			g->slots[p - g->maps].piece = m->allocs[i].npieces ? m->allocs[i].piece : 0;
 			p->writable = writable;
 		}
 	}

@@ -15,6 +15,7 @@ struct sp_map {
 	char *name;             /* the handle's allocation */
 	void *ptr;              /* its address in the space: a reservation of aligned bytes */
 	uint64_t aligned;
+	uint64_t piece;         /* its pieces' size (mp_slot's); 0: one */
 	bool mapped;            /* else only reserved (the handle is asleep) */
 };
 
@@ -91,7 +92,8 @@ static struct gmsfs_mapping *source(gmsfs *g, const char *name, int *e)
 static int alias(gmsfs *g, struct gmsfs_mapping *m, struct sp_map *x, bool writable)
 {
 	char why[256] = "";
-	int e = g->be->alias(g, m->ptr, x->ptr, x->aligned, writable, why, sizeof why);
+	x->piece = g->slots[m - g->maps].piece;
+	int e = mp_alias_alloc(g, m->ptr, x->ptr, x->aligned, x->piece, writable, why, sizeof why);
 	if (e)
 		return gm_error(g, e, "space: %s at %p: %s", m->name, x->ptr, why[0] ? why : strerror(-e));
 	x->mapped = true;
@@ -155,7 +157,7 @@ static void empty(gmsfs_space *s)
 	for (size_t i = 0; i < s->n; i++) {
 		struct sp_map *x = &s->v[i];
 		if (x->mapped)
-			s->g->be->unmap(s->g, x->ptr, x->aligned);
+			mp_unmap_alloc(s->g, x->ptr, x->aligned, x->piece);
 		if (!s->base)
 			s->g->be->unreserve(s->g, x->ptr, x->aligned);
 		free(x->name);
@@ -183,7 +185,7 @@ void sp_unmap_all(gmsfs *g)
 {
 	for (gmsfs_space *s = g->spaces; s; s = s->next)
 		for (size_t i = 0; i < s->n; i++)
-			if (s->v[i].mapped && !g->be->unmap(g, s->v[i].ptr, s->v[i].aligned))
+			if (s->v[i].mapped && !mp_unmap_alloc(g, s->v[i].ptr, s->v[i].aligned, s->v[i].piece))
 				s->v[i].mapped = false;
 }
 

@@ -168,6 +168,10 @@ enum gmsfs_op {
 };
 
 #define GMSFS_FDS_PER_MSG 253        /* SCM_MAX_FD */
+/* An allocation larger than the mount's piece size (gmsfs -o piece_bytes=) is memory in
+ * pieces, each its own descriptor, mapped side by side: at most this many, all in one
+ * message of a manifest. */
+#define GMSFS_PIECES_MAX 64
 #define GMSFS_MSG_MAX 65536          /* bytes of msgpack in one message, at most */
 #define GMSFS_REQ_BODY_MAX (256u << 20) /* bytes of one request's body, all messages */
 
@@ -188,6 +192,8 @@ enum gmsfs_op {
 #define GMSFS_K_TAG "tag"
 #define GMSFS_K_FD "fd"             /* index into the message's descriptors */
 #define GMSFS_K_FD_OFFSET "fdoff"   /* where the allocation starts in that descriptor */
+#define GMSFS_K_PIECE "piece"       /* an allocation in pieces: the size of each but the last */
+#define GMSFS_K_PIECES "pieces"     /* and each piece's [fd, fdoff], in order (fd, fdoff: the first's) */
 #define GMSFS_K_KEY "key"
 #define GMSFS_K_KEYS "keys"
 #define GMSFS_K_ALLOC "alloc"

@@ -44,6 +44,32 @@ static int fd_index(struct walk *w, int fd, uint32_t *out)
 	return 0;
 }
 
+/* One committed allocation: its memory as it is now, piece by piece (a store mid-switch
+ * has some on each tier: those not where the head says, say). */
+static int walk_alloc(struct walk *w, struct meta_node *k, const char *path, const struct meta_fields *f)
+{
+	if (!k->buf)
+		return -EIO; /* committed allocations are sized */
+	size_t n = vmm_npieces(k->buf);
+	struct wire_piece p[GMSFS_PIECES_MAX];
+	for (size_t i = 0; i < n; i++) {
+		const struct vmm_buf *b = vmm_piece(k->buf, i);
+		uint32_t fd;
+		int e = fd_index(w, b->fd, &fd);
+		if (e || (e = GROW(w->fds->refs, w->fds->nrefs, w->fds->refs_cap, 64)))
+			return e;
+		w->fds->refs[w->fds->nrefs++] = (struct image_ref){ b->fd, b->offset };
+		p[i] = (struct wire_piece){ fd, b->offset, b->host == w->host ? WIRE_TIER_STORE
+							 : b->host ? WIRE_TIER_HOST : WIRE_TIER_DEVICE };
+	}
+	struct wire_alloc a = { .path = (char *)path, .tag = (char *)(f->str ? f->str : "default"), .size = f->size,
+				.aligned = f->aligned, .fd = p[0].fd, .fd_offset = p[0].fd_offset,
+				.tier = n == 1 ? p[0].tier : WIRE_TIER_STORE, .piece = n > 1 ? vmm_piece(k->buf, 0)->size : 0,
+				.pieces = n > 1 ? p : NULL, .npieces = n > 1 ? (uint32_t)n : 0 };
+	w->nallocs++;
+	return wire_pack_image_alloc(&w->allocs, &a);
+}
+
 /* The committed nodes below dir, pre-order: directories, allocations, entries. */
 static int walk_committed(struct walk *w, struct meta_node *dir, int area)
 {
@@ -62,19 +88,7 @@ static int walk_committed(struct walk *w, struct meta_node *dir, int area)
 			if (!(e = wire_pack_image_dir(&w->dirs, area, path)))
 				e = walk_committed(w, k, area);
 		} else if (k->kind == META_ALLOC) {
-			struct vmm_buf *b = k->buf;
-			uint32_t fd = 0;
-			if (!b || (e = fd_index(w, b->fd, &fd)))
-				e = e ? e : -EIO; /* committed allocations are sized */
-			if (!e && !(e = GROW(w->fds->refs, w->fds->nrefs, w->fds->refs_cap, 64)))
-				w->fds->refs[w->fds->nrefs++] = (struct image_ref){ b->fd, b->offset };
-			/* A store mid-switch has some on each tier: those not where the head says, say. */
-			enum wire_tier t = !b || b->host == w->host ? WIRE_TIER_STORE : b->host ? WIRE_TIER_HOST : WIRE_TIER_DEVICE;
-			struct wire_alloc a = { .path = path, .tag = (char *)(f.str ? f.str : "default"), .size = f.size,
-						.aligned = f.aligned, .fd = fd, .fd_offset = b ? b->offset : 0, .tier = t };
-			w->nallocs++;
-			if (!e)
-				e = wire_pack_image_alloc(&w->allocs, &a);
+			e = walk_alloc(w, k, path, &f);
 		} else {
 			struct entry_rec x = { .key = path, .alloc = (char *)(f.str ? f.str : ""), .offset = f.offset,
 					       .size = f.extent, .flags = f.flags, .value = (void *)f.value,
@@ -96,11 +110,23 @@ static bool any_host(struct meta_node *dir)
 	if (meta_committed_children(dir, &kids, &n))
 		return false;
 	for (size_t i = 0; i < n && !host; i++) {
-		const struct vmm_buf *b = kids[i]->kind == META_ALLOC ? kids[i]->buf : NULL;
-		host = kids[i]->kind == META_DIR ? any_host(kids[i]) : b && b->host;
+		struct vmm_buf *b = kids[i]->kind == META_ALLOC ? kids[i]->buf : NULL;
+		host = kids[i]->kind == META_DIR && any_host(kids[i]);
+		for (size_t j = 0; b && j < vmm_npieces(b) && !host; j++)
+			host = vmm_piece(b, j)->host;
 	}
 	free(kids);
 	return host;
+}
+
+/* b's memory, piece by piece, a reference each. */
+static int push_pieces(struct vmm_buf *b, struct vmm_bufs *out)
+{
+	int e = 0;
+	for (size_t i = 0; i < vmm_npieces(b) && !e; i++)
+		if (!(e = vmm_bufs_push(out, vmm_piece(b, i))))
+			vmm_buf_get(vmm_piece(b, i));
+	return e;
 }
 
 static int committed_bufs(struct meta_node *dir, struct vmm_bufs *out)
@@ -111,8 +137,8 @@ static int committed_bufs(struct meta_node *dir, struct vmm_bufs *out)
 	for (size_t i = 0; i < n && !e; i++) {
 		if (kids[i]->kind == META_DIR)
 			e = committed_bufs(kids[i], out);
-		else if (kids[i]->kind == META_ALLOC && kids[i]->buf && !(e = vmm_bufs_push(out, kids[i]->buf)))
-			vmm_buf_get(kids[i]->buf);
+		else if (kids[i]->kind == META_ALLOC && kids[i]->buf)
+			e = push_pieces(kids[i]->buf, out);
 	}
 	free(kids);
 	return e;
@@ -254,8 +280,7 @@ static void restore_free(struct restore *r)
 	for (size_t i = 0; i < r->na; i++) {
 		if (r->v[i].buf && !r->v[i].node)
 			vmm_buf_put(r->v[i].buf);
-		free(r->a[i].path);
-		free(r->a[i].tag);
+		wire_alloc_free(&r->a[i]);
 	}
 	for (size_t i = 0; i < r->nx; i++) {
 		free(r->x[i].key);
@@ -266,6 +291,34 @@ static void restore_free(struct restore *r)
 	free(r->a);
 	free(r->x);
 	wire_image_free(&r->h);
+}
+
+/* An image's allocation as a buffer of this daemon's: its memory at fds, piece by piece. */
+static int adopt_alloc(struct store *st, const struct wire_image *h, const struct wire_alloc *a, const int *fds,
+		       image_adopted_fn *adopted, void *arg, struct vmm_buf **out, char *why, size_t whylen)
+{
+	struct wire_piece one = { a->fd, a->fd_offset, a->tier };
+	size_t n = a->npieces ? a->npieces : 1, made = 0;
+	const struct wire_piece *p = a->npieces ? a->pieces : &one;
+	struct vmm_buf *v[GMSFS_PIECES_MAX];
+	int e = 0;
+	for (; made < n && !e; made += !e) {
+		const struct wire_piece *k = &p[made];
+		bool host = k->tier == WIRE_TIER_STORE ? h->host : k->tier == WIRE_TIER_HOST;
+		uint64_t size = n == 1 ? a->aligned : made + 1 < n ? a->piece : a->aligned - a->piece * (n - 1);
+		if ((e = vmm_adopt(st->pool, fds[k->fd], k->fd_offset, size, host, &v[made])))
+			why_fmt(why, whylen, e, "allocs/%s: its memory (descriptor %u, %llu bytes at %llu): %s", a->path,
+				k->fd, (unsigned long long)size, (unsigned long long)k->fd_offset, strerror(-e));
+		else if (adopted)
+			adopted(arg, st, k->fd, v[made]->fd);
+	}
+	if (!e && n > 1 && (e = vmm_compound(v, n, out)))
+		why_fmt(why, whylen, e, "allocs/%s: its %zu pieces do not make one allocation", a->path, n);
+	else if (!e && n == 1)
+		*out = v[0];
+	for (size_t i = 0; e && i < made; i++)
+		vmm_buf_put(v[i]);
+	return e;
 }
 
 /* The records after the head into st; why says which one failed. */
@@ -298,13 +351,8 @@ static int restore_records(struct fs *fs, struct store *st, struct restore *r, c
 				       (unsigned long long)r->h.nallocs);
 		r->na++;
 		struct vmm_buf *b;
-		bool host = a->tier == WIRE_TIER_STORE ? r->h.host : a->tier == WIRE_TIER_HOST;
-		if ((e = vmm_adopt(st->pool, fds[a->fd], a->fd_offset, a->aligned, host, &b)))
-			return why_fmt(why, whylen, e, "allocs/%s: its memory (descriptor %u, %llu bytes at %llu): %s",
-				       a->path, a->fd, (unsigned long long)a->aligned, (unsigned long long)a->fd_offset,
-				       strerror(-e));
-		if (adopted)
-			adopted(arg, st, a->fd, b->fd);
+		if ((e = adopt_alloc(st, &r->h, a, fds, adopted, arg, &b, why, whylen)))
+			return e;
 		r->v[r->na - 1] = (struct meta_new_alloc){ .path = a->path, .tag = a->tag, .size = a->size,
 							   .aligned = a->aligned, .buf = b };
 	}

@@ -107,10 +107,12 @@ static int add_ref(struct meta_node *n, void *arg)
 	struct image_fds *f = arg;
 	if (n->kind != META_ALLOC || !n->buf)
 		return 0;
-	struct vmm_buf *b = n->buf;
-	if (GROW(f->refs, f->nrefs, f->refs_cap, 64))
-		return -ENOMEM;
-	f->refs[f->nrefs++] = (struct image_ref){ b->fd, b->offset };
+	for (size_t i = 0; i < vmm_npieces(n->buf); i++) {
+		const struct vmm_buf *b = vmm_piece(n->buf, i);
+		if (GROW(f->refs, f->nrefs, f->refs_cap, 64))
+			return -ENOMEM;
+		f->refs[f->nrefs++] = (struct image_ref){ b->fd, b->offset };
+	}
 	return 0;
 }
 

@@ -5,6 +5,7 @@
 #include "keep.h"
 #include "log.h"
 #include "mnt.h"
+#include "options.h"
 #include "store.h"
 #include "tier.h"
 #include "wait.h"
@@ -32,218 +33,6 @@
 #include <limits.h>
 #include <xxhash.h>
 
-struct options {
-	int allow_other;
-	char *backend;
-	char *device;
-	char *socket;
-	char *max_bytes;
-	char *host_bytes;
-	int host_ahead;        /* make committed stores' host memory ahead of their first move out
-	                        * (1, the default; 0: no_host_ahead; -1: not said) */
-	char *mover;           /* the cuda backend's copy helper for the host tier */
-	char *fsname;          /* the mount's source, as mount(8) and fstab name it */
-	int ready_fd;
-	int detach_fd;         /* without -f: where the waiting parent learns that the mount is live */
-	int max_threads;
-	int takeover;          /* take the stores of the daemon serving the mount point over */
-	char *state;           /* keep what a restart needs here (and in the service manager) */
-	unsigned fdstore;      /* descriptors the service manager keeps (FileDescriptorStoreMax=) */
-	/* Where a start's time went (the serving line says it): its beginning, the device
-	 * opened, the stores handed over or restored. */
-	uint64_t t_begin, t_device, t_stores;
-};
-
-#define OPT(t, p) { t, offsetof(struct options, p), 1 }
-enum { KEY_ALLOW_OTHER };
-static const struct fuse_opt option_spec[] = {
-	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
-	OPT("backend=%s", backend),
-	OPT("device=%s", device),
-	OPT("socket=%s", socket),
-	OPT("max_bytes=%s", max_bytes),
-	OPT("host_bytes=%s", host_bytes),
-	OPT("host_ahead", host_ahead),
-	{ "no_host_ahead", offsetof(struct options, host_ahead), 0 },
-	OPT("mover=%s", mover),
-	OPT("fsname=%s", fsname),
-	OPT("ready_fd=%d", ready_fd),
-	OPT("max_threads=%d", max_threads),
-	OPT("takeover", takeover),
-	OPT("state=%s", state),
-	OPT("fdstore=%u", fdstore),
-	FUSE_OPT_END
-};
-
-static void usage(const char *prog)
-{
-	printf("usage: %s [-f] [-d] [-o OPTIONS] MOUNTPOINT\n\n"
-	       "gmsfs options:\n"
-	       "    -o backend=cuda|host   where memory comes from (default: cuda if a VMM GPU is found, else host)\n"
-	       "    -o device=INDEX|UUID   which device (default 0)\n"
-	       "    -o max_bytes=N[KMGT]   most memory the stores may hold (default: all of the device)\n"
-	       "    -o host_bytes=N[KMGT]  most host memory the host tier may hold (default: half of the machine's)\n"
-	       "    -o no_host_ahead       no host memory made ahead of a store's first move out (made by default)\n"
-	       "    -o mover=PATH          the cuda backend's copy helper (default: gmsfs-mover beside gmsfs,\n"
-	       "                           or ../lib/gmsfs/gmsfs-mover)\n"
-	       "    -o socket=PATH         export socket (default: /run/gmsfs/gmsfs-PID.sock as root)\n"
-	       "    -o ready_fd=N          write a newline to fd N once the mount is live\n"
-	       "    -o max_threads=N       worker threads (default 256); waiting opens hold none\n"
-	       "    -o takeover            replace the daemon serving MOUNTPOINT: its stores come over, with\n"
-	       "                           no copy (root; backend and device default to that daemon's)\n"
-	       "    -o state=DIR           under systemd (FileDescriptorStoreMax=): keep every store across a\n"
-	       "                           restart or a crash (images in DIR, memory in systemd's fd store)\n"
-	       "    -o fdstore=N           descriptors systemd keeps (its FileDescriptorStoreMax=; default 16384)\n"
-	       "    -o allow_other         let other users in (needs user_allow_other or root)\n\n",
-	       prog);
-	fuse_cmdline_help();
-	fuse_lowlevel_help();
-}
-
-/* allow_other is the kernel's, kept for it; the socket's mode follows it. */
-static int option_seen(void *data, const char *arg, int key, struct fuse_args *out)
-{
-	if (key == KEY_ALLOW_OTHER)
-		((struct options *)data)->allow_other = 1;
-	return 1;
-}
-
-/* The copy helper: as asked, else beside this binary (a build tree), else where the
- * package puts it (../lib/gmsfs from bin/). */
-static const char *mover_path(const char *asked)
-{
-	static char path[4096];
-	if (asked)
-		return asked;
-	char exe[4000];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	if (n <= 0)
-		return "/usr/lib/gmsfs/gmsfs-mover";
-	exe[n] = '\0';
-	char *slash = strrchr(exe, '/');
-	*slash = '\0';
-	snprintf(path, sizeof path, "%s/gmsfs-mover", exe);
-	if (access(path, X_OK))
-		snprintf(path, sizeof path, "%s/../lib/gmsfs/gmsfs-mover", exe);
-	return path;
-}
-
-/* 0: go on; otherwise the exit status (help and version: 0, bad options: 2). */
-static int parse_options(struct fuse_args *args, struct options *opts, struct fuse_cmdline_opts *cmd,
-			 uint64_t *max_bytes, const char *prog)
-{
-	if (fuse_opt_parse(args, opts, option_spec, option_seen) || fuse_parse_cmdline(args, cmd))
-		return 2;
-	if (cmd->show_help) {
-		usage(prog);
-		return -1;
-	}
-	if (cmd->show_version) {
-		printf("gmsfs %s\n", GMSFS_VERSION);
-		fuse_lowlevel_version();
-		return -1;
-	}
-	if (!cmd->mountpoint) {
-		fprintf(stderr, "gmsfs: no mountpoint (see %s --help)\n", prog);
-		return 2;
-	}
-	if (opts->max_bytes && (size_parse(opts->max_bytes, max_bytes) || !*max_bytes)) {
-		fprintf(stderr, "gmsfs: max_bytes=%s: not a size (digits, then K, M, G or T; more than 0)\n",
-			opts->max_bytes);
-		return 2;
-	}
-	uint64_t host_bytes;
-	if (opts->host_bytes && (size_parse(opts->host_bytes, &host_bytes) || !host_bytes)) {
-		fprintf(stderr, "gmsfs: host_bytes=%s: not a size (digits, then K, M, G or T; more than 0)\n",
-			opts->host_bytes);
-		return 2;
-	}
-	if (opts->max_threads && (opts->max_threads < 2 || opts->max_threads > 100000)) {
-		fprintf(stderr, "gmsfs: max_threads=%d: between 2 and 100000\n", opts->max_threads);
-		return 2;
-	}
-	return 0;
-}
-
-/* Takeover: what the command line leaves unset comes from the daemon replaced (its
- * device file's options line), so that a replacement changes the binary, not the
- * mount's budgets, name or socket.  0, or 2 (the old options do not parse). */
-static int inherit_options(struct options *o, struct fuse_args *args, const struct handover_peer *peer,
-			   uint64_t *max_bytes)
-{
-	struct options old = { .ready_fd = -1, .detach_fd = -1, .host_ahead = -1 };
-	char *argv[] = { "gmsfs", "-o", (char *)peer->options, NULL };
-	struct fuse_args a = FUSE_ARGS_INIT(peer->options[0] ? 3 : 1, argv);
-	if (fuse_opt_parse(&a, &old, option_spec, option_seen)) {
-		fprintf(stderr, "gmsfs: takeover: the old daemon's options (%s) do not parse\n", peer->options);
-		return 2;
-	}
-	fuse_opt_free_args(&a);
-#define TAKE(f) do { if (!o->f && old.f) { o->f = old.f; old.f = NULL; } } while (0)
-	TAKE(max_bytes);
-	TAKE(host_bytes);
-	TAKE(mover);
-	TAKE(socket);
-	TAKE(fsname);
-#undef TAKE
-	if (!o->fsname && peer->fsname[0] && !(o->fsname = strdup(peer->fsname))) /* an older daemon's: its source */
-		return 2;
-	if (!o->max_threads)
-		o->max_threads = old.max_threads;
-	if (o->host_ahead < 0)
-		o->host_ahead = old.host_ahead;
-	if (old.allow_other && !o->allow_other) {
-		o->allow_other = 1;
-		if (fuse_opt_add_arg(args, "-oallow_other"))
-			return 2;
-	}
-	free(old.max_bytes);
-	free(old.host_bytes);
-	free(old.mover);
-	free(old.socket);
-	free(old.fsname);
-	free(old.backend);
-	free(old.device);
-	free(old.state);
-	if (o->max_bytes && (size_parse(o->max_bytes, max_bytes) || !*max_bytes))
-		return 2;
-	if (peer->options[0])
-		fprintf(stderr, "gmsfs: takeover: keeping the old daemon's options where none are given: %s\n",
-			peer->options);
-	return 0;
-}
-
-/* The daemon's options as gmsfs -o takes them (the device file's "options:" line): the
- * budgets in effect and what was given, for a successor to keep.  NULL: out of memory. */
-static char *options_text(const struct fs *fs, const struct options *o)
-{
-	char *t = NULL, kv[4200];
-	int e = 0;
-	snprintf(kv, sizeof kv, "max_bytes=%llu", (unsigned long long)fs->vmm->max_bytes);
-	e |= fuse_opt_add_opt_escaped(&t, kv);
-	snprintf(kv, sizeof kv, "host_bytes=%llu", (unsigned long long)fs->vmm->host_bytes);
-	e |= fuse_opt_add_opt_escaped(&t, kv);
-	e |= fuse_opt_add_opt(&t, o->host_ahead ? "host_ahead" : "no_host_ahead");
-	if (o->allow_other)
-		e |= fuse_opt_add_opt(&t, "allow_other");
-	if (o->max_threads != 256) {
-		snprintf(kv, sizeof kv, "max_threads=%d", o->max_threads);
-		e |= fuse_opt_add_opt(&t, kv);
-	}
-	const struct { const char *key, *value; } given[] = {
-		{ "fsname", o->fsname }, { "socket", o->socket }, { "mover", o->mover },
-	};
-	for (size_t i = 0; i < sizeof given / sizeof given[0]; i++)
-		if (given[i].value) {
-			snprintf(kv, sizeof kv, "%s=%s", given[i].key, given[i].value);
-			e |= fuse_opt_add_opt_escaped(&t, kv);
-		}
-	if (e) {
-		free(t);
-		return NULL;
-	}
-	return t;
-}
 
 /* Host mounts given no device= stay apart (metrics, gmsfsctl, GMS's sockets): the machine's
  * id, then a hash of the mount point, the same at each start on it (state=, takeover). */
@@ -392,6 +181,17 @@ static int serve_loop(struct fs *fs, const struct options *opts)
 	return r;
 }
 
+/* The daemon serves: where, and where its start's time went. */
+static void say_serving(struct fs *fs, const struct fuse_cmdline_opts *cmd, const struct options *opts)
+{
+	uint64_t now = clock_mono_ns();
+	fprintf(stderr, "gmsfs: %s on %s (backend %s, %llu bytes, socket %s; serving %.1f ms after the start: "
+			"the device %.1f, the stores %.1f, the mount %.1f)\n",
+		fs->vmm->dev.name, cmd->mountpoint, fs->vmm->dev.backend, (unsigned long long)fs->vmm->max_bytes,
+		export_socket(fs), (double)(now - opts->t_begin) / 1e6, (double)(opts->t_device - opts->t_begin) / 1e6,
+		(double)(opts->t_stores - opts->t_device) / 1e6, (double)(now - opts->t_stores) / 1e6);
+}
+
 /* Mount, say so, serve until unmounted or signalled.  The exit status. */
 static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdline_opts *cmd, const struct options *opts,
 		 struct handover_peer *peer)
@@ -417,8 +217,8 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 	}
 	uint64_t host_bytes = 0;
 	if (opts->host_bytes)
-		size_parse(opts->host_bytes, &host_bytes); /* checked by parse_options */
-	fs->vmm->helper = mover_path(opts->mover);
+		size_parse(opts->host_bytes, &host_bytes); /* checked by options_parse */
+	fs->vmm->helper = options_mover(opts->mover);
 	if (tier_start(fs, host_bytes, opts->host_ahead)) {
 		fprintf(stderr, "gmsfs: no thread for the host tier\n");
 		goto out_session;
@@ -442,12 +242,7 @@ static int serve(struct fs *fs, struct fuse_args *args, const struct fuse_cmdlin
 	}
 	notify_systemd("READY=1\nSTATUS=serving");
 	detach(opts->detach_fd); /* from here on, detached, what is said goes to syslog */
-	uint64_t now = clock_mono_ns();
-	fprintf(stderr, "gmsfs: %s on %s (backend %s, %llu bytes, socket %s; serving %.1f ms after the start: "
-			"the device %.1f, the stores %.1f, the mount %.1f)\n",
-		fs->vmm->dev.name, cmd->mountpoint, fs->vmm->dev.backend, (unsigned long long)fs->vmm->max_bytes,
-		export_socket(fs), (double)(now - opts->t_begin) / 1e6, (double)(opts->t_device - opts->t_begin) / 1e6,
-		(double)(opts->t_stores - opts->t_device) / 1e6, (double)(now - opts->t_stores) / 1e6);
+	say_serving(fs, cmd, opts);
 	int r = serve_loop(fs, opts);
 	if (r > 0)
 		fprintf(stderr, "gmsfs: %s: %s, unmounting\n", cmd->mountpoint, strsignal(r));
@@ -487,7 +282,7 @@ static int prepare(struct fs *fs, struct options *opts, struct fuse_args *args, 
 	 * (but the one asked to take the first one's place). */
 	int e = opts->takeover ? handover_peer(cmd->mountpoint, peer, err, errlen)
 			       : mnt_prepare(cmd->mountpoint, err, errlen);
-	if (!e && opts->takeover && inherit_options(opts, args, peer, &max_bytes))
+	if (!e && opts->takeover && options_inherit(opts, args, peer, &max_bytes))
 		e = -EINVAL, snprintf(err, errlen, "takeover: the old daemon's options are not usable");
 	if (!opts->max_threads)
 		opts->max_threads = 256;
@@ -511,6 +306,10 @@ static int prepare(struct fs *fs, struct options *opts, struct fuse_args *args, 
 		snprintf(peer->socket_final, sizeof peer->socket_final, "%s", opts->socket);
 	if (!e && !(e = vmm_open(&fs->vmm, backend, device, max_bytes, err, errlen))) {
 		opts->t_device = clock_mono_ns();
+		uint64_t piece = VMM_PIECE_DEFAULT;
+		if (opts->piece_bytes)
+			size_parse(opts->piece_bytes, &piece); /* checked by options_parse; 0: never */
+		fs->vmm->piece_bytes = vmm_align(fs->vmm, piece);
 		if (!device && !strncmp(fs->vmm->dev.uuid, "host-", 5))
 			host_apart(fs->vmm, cmd->mountpoint);
 		e = export_start(fs, opts->socket ? socket_path : NULL, err, errlen);
@@ -540,7 +339,7 @@ int main(int argc, char *argv[])
 	};
 	uint64_t max_bytes = 0;
 	char err[256] = "";
-	int ret = parse_options(&args, &opts, &cmd, &max_bytes, argv[0]);
+	int ret = options_parse(&args, &opts, &cmd, &max_bytes, argv[0]);
 	if (!ret && !cmd.foreground && background(&opts.detach_fd)) {
 		perror("gmsfs: fork");
 		ret = 1;
@@ -579,14 +378,7 @@ int main(int argc, char *argv[])
 	}
 	free(cmd.mountpoint);
 	fuse_opt_free_args(&args);
-	free(opts.backend);
-	free(opts.device);
-	free(opts.socket);
-	free(opts.max_bytes);
-	free(opts.host_bytes);
-	free(opts.mover);
-	free(opts.fsname);
-	free(opts.state);
+	options_free(&opts);
 	log_end();
 	return ret < 0 ? 0 : ret;
 }

@@ -191,10 +191,11 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 		fprintf(f, ", \"quota\": %llu, \"priority\": %d", (unsigned long long)atomic_load(&s->pool->quota),
 			s->tier.priority);
 		fprintf(f, ", \"min\": %llu, \"reserved\": %llu, \"used\": %llu, \"peak\": %llu, \"reclaim\": %llu, "
-			   "\"pages_kept\": %llu",
+			   "\"pages_kept\": %llu, \"pieces\": %u",
 			(unsigned long long)atomic_load(&s->pool->min), (unsigned long long)s->tier.reserved,
 			(unsigned long long)atomic_load(&s->pool->used), (unsigned long long)atomic_load(&s->pool->peak),
-			(unsigned long long)tier_reclaim_left(s), (unsigned long long)atomic_load(&s->pool->pages_kept));
+			(unsigned long long)tier_reclaim_left(s), (unsigned long long)atomic_load(&s->pool->pages_kept),
+			atomic_load(&s->pool->pieces));
 		fprintf(f,
 			", \"readers\": %u, \"writer\": %d, \"waiting_writers\": %u, \"waiting_readers\": %u, "
 			"\"generation\": %llu, \"allocations\": %llu, \"entries\": %llu, \"bytes\": %llu, "

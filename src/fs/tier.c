@@ -214,8 +214,10 @@ static bool make_ahead(struct fs *fs)
 
 static int add_host(struct meta_node *n, void *arg)
 {
-	const struct vmm_buf *b = n->kind == META_ALLOC ? n->buf : NULL;
-	*(uint64_t *)arg += b && b->host ? b->size : 0;
+	for (size_t i = 0; n->kind == META_ALLOC && n->buf && i < vmm_npieces(n->buf); i++) {
+		const struct vmm_buf *b = vmm_piece(n->buf, i);
+		*(uint64_t *)arg += b->host ? b->size : 0;
+	}
 	return 0;
 }
 

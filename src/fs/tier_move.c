@@ -23,21 +23,26 @@ int tier_collect(struct meta_node *n, void *arg)
 {
 	if (n->kind != META_ALLOC || !n->buf)
 		return 0;
-	int e = vmm_bufs_push(arg, n->buf);
-	if (!e)
-		vmm_buf_get(n->buf);
+	int e = 0;
+	for (size_t i = 0; i < vmm_npieces(n->buf) && !e; i++) { /* memory moves piece by piece */
+		struct vmm_buf *b = vmm_piece(n->buf, i);
+		if (!(e = vmm_bufs_push(arg, b)))
+			vmm_buf_get(b);
+	}
 	return e;
 }
 
 /* The host memory each allocation keeps, taken off it (the list owns it). */
 static int collect_kept(struct meta_node *n, void *arg)
 {
-	struct vmm_buf *b = n->kind == META_ALLOC ? n->buf : NULL;
-	if (!b || !b->kept)
+	if (n->kind != META_ALLOC || !n->buf)
 		return 0;
-	int e = vmm_bufs_push(arg, b->kept);
-	if (!e)
-		vmm_take_kept(b);
+	int e = 0;
+	for (size_t i = 0; i < vmm_npieces(n->buf) && !e; i++) {
+		struct vmm_buf *b = vmm_piece(n->buf, i);
+		if (b->kept && !(e = vmm_bufs_push(arg, b->kept)))
+			vmm_take_kept(b);
+	}
 	return e;
 }
 

@@ -1,4 +1,5 @@
-/* vmm: backend choice and the daemon's own accounting of device memory. */
+/* vmm: backend choice, buffers and their moves between the tiers (the accounting of
+ * device memory: vmm_account.c). */
 #include "vmm.h"
 #include "vmm_internal.h"
 #include "clock.h"
@@ -11,15 +12,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
-/* The pools with a minimum: few (elastic stores), looked at by every reservation while
- * there is one. */
-struct mins {
-	pthread_mutex_t mu;
-	struct vmm_pool **v;
-	size_t n, cap;
-	atomic_size_t count; /* n, read without mu: 0 keeps reservations lock-free */
-};
 
 static int open_with(struct vmm **out, const struct vmm_ops *ops, const char *device, uint64_t max_bytes,
 		     char *err, size_t errlen)
@@ -34,13 +26,12 @@ static int open_with(struct vmm **out, const struct vmm_ops *ops, const char *de
 		return e;
 	}
 	v->max_bytes = max_bytes && max_bytes < v->dev.total_bytes ? max_bytes : v->dev.total_bytes;
-	if (!(v->mins = calloc(1, sizeof(struct mins))) || vmm_kept_open(v)) {
-		free(v->mins);
+	if (vmm_mins_open(v) || vmm_kept_open(v)) {
+		vmm_mins_close(v);
 		ops->close(v);
 		free(v);
 		return -ENOMEM;
 	}
-	pthread_mutex_init(&((struct mins *)v->mins)->mu, NULL);
 	*out = v;
 	return 0;
 }
@@ -79,11 +70,8 @@ void vmm_close(struct vmm *v)
 {
 	if (v && v->ops->close)
 		v->ops->close(v);
-	if (v && v->mins) {
-		free(((struct mins *)v->mins)->v);
-		pthread_mutex_destroy(&((struct mins *)v->mins)->mu);
-		free(v->mins);
-	}
+	if (v)
+		vmm_mins_close(v);
 	if (v)
 		vmm_kept_close(v);
 	free(v);
@@ -130,97 +118,6 @@ void vmm_pool_put(struct vmm_pool *p)
 	free(p);
 }
 
-/* Reserve n bytes of a limit first, so that concurrent creates cannot overshoot together. */
-bool vmm_reserve(atomic_uint_fast64_t *used, uint64_t limit, uint64_t n)
-{
-	uint64_t was = atomic_fetch_add(used, n);
-	if (limit && (n > limit || was > limit - n)) {
-		atomic_fetch_sub(used, n);
-		return false;
-	}
-	return true;
-}
-
-static uint64_t short_of(struct mins *m, const struct vmm_pool *pool)
-{
-	uint64_t lack = 0;
-	for (size_t i = 0; i < m->n; i++) {
-		uint64_t min = atomic_load(&m->v[i]->min), used = atomic_load(&m->v[i]->used);
-		if (m->v[i] != pool && used < min)
-			lack += min - used;
-	}
-	return lack;
-}
-
-uint64_t vmm_mins_short(struct vmm *v, const struct vmm_pool *pool)
-{
-	struct mins *m = v->mins;
-	if (!atomic_load(&m->count)) /* no minimum anywhere: every create asks, none waits on mu */
-		return 0;
-	pthread_mutex_lock(&m->mu);
-	uint64_t lack = short_of(m, pool);
-	pthread_mutex_unlock(&m->mu);
-	return lack;
-}
-
-uint64_t vmm_room_for(struct vmm *v, const struct vmm_pool *pool)
-{
-	uint64_t used = atomic_load(&v->used_bytes), lack = vmm_mins_short(v, pool);
-	return used + lack < v->max_bytes ? v->max_bytes - used - lack : 0;
-}
-
-int vmm_pool_set_min(struct vmm_pool *pool, uint64_t min)
-{
-	struct vmm *v = pool->vmm;
-	struct mins *m = v->mins;
-	pthread_mutex_lock(&m->mu);
-	size_t at = m->n;
-	uint64_t others = 0;
-	for (size_t i = 0; i < m->n; i++)
-		if (m->v[i] == pool)
-			at = i;
-		else
-			others += atomic_load(&m->v[i]->min);
-	int e = 0;
-	if (min && (min > v->max_bytes || others > v->max_bytes - min)) {
-		e = -EINVAL;
-	} else if (min && at == m->n) {
-		if (m->n == m->cap) {
-			size_t cap = m->cap ? 2 * m->cap : 8;
-			struct vmm_pool **nv = realloc(m->v, cap * sizeof *nv);
-			if (!nv)
-				e = -ENOMEM;
-			else
-				m->v = nv, m->cap = cap;
-		}
-		if (!e)
-			m->v[m->n++] = pool;
-	} else if (!min && at < m->n) {
-		m->v[at] = m->v[--m->n];
-	}
-	if (!e)
-		atomic_store(&pool->min, min);
-	atomic_store(&m->count, m->n);
-	pthread_mutex_unlock(&m->mu);
-	return e;
-}
-
-/* n bytes of the device for pool: within max_bytes less held (bytes held outside
- * used_bytes), less what the other pools' minimums still lack (under mins' lock while
- * there are minimums, so that two reservations do not both count the same free bytes). */
-bool vmm_device_take(struct vmm *v, struct vmm_pool *pool, uint64_t n, uint64_t held)
-{
-	struct mins *m = v->mins;
-	if (!atomic_load(&m->count))
-		return held < v->max_bytes && vmm_reserve(&v->used_bytes, v->max_bytes - held, n);
-	pthread_mutex_lock(&m->mu);
-	uint64_t lack = short_of(m, pool);
-	bool ok = lack < v->max_bytes - held && held < v->max_bytes &&
-		  vmm_reserve(&v->used_bytes, v->max_bytes - held - lack, n);
-	pthread_mutex_unlock(&m->mu);
-	return ok;
-}
-
 /* New memory for pool: pages kept for other growth are given up where the room is theirs. */
 static bool device_reserve(struct vmm *v, struct vmm_pool *pool, uint64_t n)
 {
@@ -230,14 +127,7 @@ static bool device_reserve(struct vmm *v, struct vmm_pool *pool, uint64_t n)
 	return true;
 }
 
-void vmm_note_peak(struct vmm_pool *pool)
-{
-	uint64_t used = atomic_load(&pool->used), peak = atomic_load(&pool->peak);
-	while (used > peak && !atomic_compare_exchange_weak(&pool->peak, &peak, used))
-		;
-}
-
-int vmm_alloc(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
+int vmm_alloc_one(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 {
 	struct vmm *v = pool->vmm;
 	uint64_t aligned = vmm_align(v, size);
@@ -310,6 +200,14 @@ void vmm_buf_put(struct vmm_buf *b)
 {
 	if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
 		return;
+	if (b->npieces) { /* an allocation of pieces: its memory is theirs */
+		atomic_fetch_sub(&b->pool->pieces, b->npieces);
+		for (uint32_t i = 0; i < b->npieces; i++)
+			vmm_buf_put(b->pieces[i]);
+		free(b->pieces);
+		free(b);
+		return;
+	}
 	struct vmm *v = b->vmm;
 	struct vmm_pool *pool = b->pool;
 	uint64_t size = b->size;
@@ -550,16 +448,41 @@ struct vmm_buf *vmm_take_kept(struct vmm_buf *b)
 
 int vmm_export(struct vmm_buf *b, bool read_only)
 {
+	if (b->npieces)
+		return -EINVAL; /* each piece is exported */
 	return b->vmm->ops->export_fd(b, read_only);
+}
+
+/* An allocation of pieces: [off, off + len) of its bytes, piece after piece. */
+static ssize_t piece_io(struct vmm_buf *b, char *p, size_t len, uint64_t off, bool write)
+{
+	uint64_t piece = b->pieces[0]->size;
+	size_t done = 0;
+	while (done < len && (off + done) / piece < b->npieces) {
+		struct vmm_buf *k = b->pieces[(off + done) / piece];
+		uint64_t in = (off + done) % piece;
+		size_t n = len - done < k->size - in ? len - done : (size_t)(k->size - in);
+		ssize_t r = write ? vmm_pwrite(k, p + done, n, in) : vmm_pread(k, p + done, n, in);
+		if (r < 0)
+			return done ? (ssize_t)done : r;
+		done += (size_t)r;
+		if ((size_t)r < n)
+			break;
+	}
+	return (ssize_t)done;
 }
 
 ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off)
 {
+	if (b->npieces)
+		return piece_io(b, dst, len, off, false);
 	return b->vmm->ops->pread ? b->vmm->ops->pread(b, dst, len, off) : -EOPNOTSUPP;
 }
 
 ssize_t vmm_pwrite(struct vmm_buf *b, const void *src, size_t len, uint64_t off)
 {
+	if (b->npieces)
+		return piece_io(b, (char *)src, len, off, true);
 	return b->vmm->ops->pwrite ? b->vmm->ops->pwrite(b, src, len, off) : -EOPNOTSUPP;
 }
 

@@ -25,6 +25,7 @@ struct vmm_pool {
 	 * nor the device's used_bytes, in the device's pages_kept; listed in kept_list. */
 	atomic_uint_fast64_t pages_kept;
 	void *kept_list;
+	atomic_uint pieces;   /* buffers that are pieces of its allocations in pieces (vmm_pieces.c) */
 	void *priv;
 };
 
@@ -43,7 +44,24 @@ struct vmm_buf {
 	struct vmm_buf *kept;
 	bool spare;
 	bool page;            /* an elastic store's page (vmm_alloc_page): kept when given back */
+	/* An allocation past the mount's piece size (vmm_pieces.c) is buffers of its own,
+	 * pieces[0..npieces), a reference each, all of one size but the last, that clients
+	 * map side by side: it moves, and a switch empties and fills it, piece by piece.
+	 * Such a buffer holds no memory itself (fd -1; its host and kept mean nothing);
+	 * npieces 0: the buffer is its memory. */
+	struct vmm_buf **pieces;
+	uint32_t npieces;
 };
+
+/* The memory of b: vmm_npieces(b) buffers, its pieces or b itself. */
+static inline size_t vmm_npieces(const struct vmm_buf *b)
+{
+	return b->npieces ? b->npieces : 1;
+}
+static inline struct vmm_buf *vmm_piece(struct vmm_buf *b, size_t i)
+{
+	return b->npieces ? b->pieces[i] : b;
+}
 
 struct vmm_device {
 	int index;
@@ -104,6 +122,7 @@ struct vmm {
 	const struct vmm_ops *ops;
 	struct vmm_device dev;
 	uint64_t max_bytes;   /* the daemon's limit: min(max_bytes=, device total) */
+	uint64_t piece_bytes; /* allocations past this are made of pieces (vmm_pieces.c; 0: never) */
 	atomic_uint_fast64_t used_bytes;
 	uint64_t host_bytes;  /* the host tier's limit */
 	atomic_uint_fast64_t host_used;
@@ -157,10 +176,22 @@ uint64_t vmm_align(const struct vmm *v, uint64_t size);
 int vmm_pool_new(struct vmm *v, struct vmm_pool **out);
 void vmm_pool_get(struct vmm_pool *p);
 void vmm_pool_put(struct vmm_pool *p);
-/* A new buffer of at least size bytes from the pool, one reference.  -ENOSPC past
- * max_bytes or when the backend is out of memory; -EDQUOT past the pool's quota;
- * -EMFILE/-ENFILE out of descriptors. */
+/* A new buffer of at least size bytes from the pool, one reference: one piece of memory,
+ * or past the mount's piece size a buffer of pieces (vmm_pieces.c), all made or none.
+ * -ENOSPC past max_bytes or when the backend is out of memory; -EDQUOT past the pool's
+ * quota; -EMFILE/-ENFILE out of descriptors. */
 int vmm_alloc(struct vmm_pool *p, uint64_t size, struct vmm_buf **out);
+/* vmm_alloc of one piece of memory, whatever its size. */
+int vmm_alloc_one(struct vmm_pool *p, uint64_t size, struct vmm_buf **out);
+/* The default piece size (gmsfs -o piece_bytes=), and the most pieces an allocation has
+ * (GMSFS_PIECES_MAX): a bigger allocation has bigger pieces. */
+#define VMM_PIECE_DEFAULT (1ull << 30)
+/* The size of the pieces of an allocation of aligned bytes; 0: it is one piece. */
+uint64_t vmm_piece_of(const struct vmm *v, uint64_t aligned);
+/* A buffer of n pieces (their references taken over on success): an allocation that
+ * came in pieces (a restart's, a handover's).  -EINVAL where they do not make one (one
+ * piece, more than GMSFS_PIECES_MAX, sizes that differ, another pool's). */
+int vmm_compound(struct vmm_buf *const *pieces, size_t n, struct vmm_buf **out);
 /* vmm_alloc for an elastic store's page: one its pool gave back and kept is taken first
  * (no memory made: making and exporting it is most of a page's cost), else a new one.
  * A page's last put keeps it for the pool's next page of that size, out of the pool's

@@ -1,9 +1,18 @@
-/* vmm's own: what vmm.c and vmm_pages.c share (the accounting of device memory). */
+/* vmm's own: what its files share.
+ *   vmm_account   the accounting of device memory: limits, minimums, peaks (below all)
+ *   vmm, vmm_pages   backends, buffers, the host tier's moves; an elastic store's pages
+ *                 kept for its next growth (the two call each other: vmm_keep_page at a
+ *                 buffer's last put, vmm_alloc_one for a page)
+ *   vmm_pieces    allocations made of several buffers (vmm_alloc)
+ *   vmm_switch    a switch, both ways at once */
 #ifndef GMSFS_VMM_INTERNAL_H
 #define GMSFS_VMM_INTERNAL_H
 
 #include "vmm.h"
 
+/* vmm_account.c */
+int vmm_mins_open(struct vmm *v);
+void vmm_mins_close(struct vmm *v);
 /* n bytes more of used, within limit (0: none); false changes nothing. */
 bool vmm_reserve(atomic_uint_fast64_t *used, uint64_t limit, uint64_t n);
 /* n bytes of the device for pool: within max_bytes less held (bytes held outside

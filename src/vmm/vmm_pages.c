@@ -172,7 +172,7 @@ int vmm_alloc_page(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 		pthread_mutex_unlock(&k->mu);
 	}
 	if (!b) {
-		int e = vmm_alloc(pool, size, out);
+		int e = vmm_alloc_one(pool, size, out); /* a page is never in pieces */
 		if (!e)
 			(*out)->page = true;
 		return e;

@@ -182,6 +182,43 @@ static void round_trip(void)
 	msgpack_sbuffer_destroy(&sb);
 }
 
+/* One allocation in pieces in a manifest: packs, parses back; a count that does not
+ * match the sizes, a first piece not where fd and fdoff say, a descriptor past the
+ * message's are refused. */
+static int pieces_parse(const struct wire_alloc *a, struct wire_reply *r)
+{
+	struct wire_head h = { .manifest = true, .total = 1, .first = 0, .last = true };
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	int e = wire_pack_reply(&sb, &h, a, 1, NULL, 0);
+	if (!e)
+		e = wire_parse_reply(sb.data, sb.size, r, why, sizeof why);
+	msgpack_sbuffer_destroy(&sb);
+	return e;
+}
+
+static void pieces(void)
+{
+	struct wire_piece p[3] = { { .fd = 0 }, { .fd = 1 }, { .fd = 2, .fd_offset = 4096 } };
+	struct wire_alloc a = { .path = "w", .tag = "default", .size = 5 << 20, .aligned = 5 << 20, .fd = 0,
+				.fd_offset = 0, .piece = 2 << 20, .pieces = p, .npieces = 3 };
+	struct wire_reply r;
+	is_int(pieces_parse(&a, &r), 0, "an allocation in three pieces round trips");
+	ok(r.nallocs == 1 && r.allocs[0].npieces == 3 && r.allocs[0].piece == 2 << 20 && r.allocs[0].pieces[1].fd == 1 &&
+	   r.allocs[0].pieces[2].fd_offset == 4096, "each piece's descriptor and offset");
+	wire_reply_free(&r);
+	a.npieces = 2;
+	is_int(pieces_parse(&a, &r), -EPROTO, "two pieces of 2 MiB for 5 MiB");
+	a.npieces = 3, a.piece = 1 << 20;
+	is_int(pieces_parse(&a, &r), -EPROTO, "three pieces of 1 MiB for 5 MiB");
+	a.piece = 2 << 20, p[0].fd = 1;
+	is_int(pieces_parse(&a, &r), -EPROTO, "a first piece that is not fd's");
+	p[0].fd = 0, p[2].fd = GMSFS_FDS_PER_MSG;
+	is_int(pieces_parse(&a, &r), -EPROTO, "a piece's descriptor past a message's");
+	p[2].fd = 2, a.piece = 0;
+	is_int(pieces_parse(&a, &r), -EPROTO, "pieces of size 0");
+}
+
 /* Requests: packed by the library, parsed by the daemon. */
 static void requests(void)
 {
@@ -267,6 +304,7 @@ int main(void)
 {
 	replies();
 	round_trip();
+	pieces();
 	requests();
 	return tap_done();
 }

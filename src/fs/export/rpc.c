@@ -133,39 +133,65 @@ static int send_error(int sock, int err, const char *fmt, ...)
 }
 
 /* One message's worth: allocations from *ai (distinct descriptors at most
- * RPC_FDS_PER_MSG), then entry chunks from (*ei, *voff), within GMSFS_MSG_MAX. */
+ * RPC_FDS_PER_MSG, or the pieces of one allocation), then entry chunks from (*ei, *voff),
+ * within GMSFS_MSG_MAX. */
+#define RPC_PIECES_PER_MSG 512
 struct batch {
 	struct wire_alloc a[GMSFS_FDS_PER_MSG];
 	size_t na;
 	struct wire_chunk c[512];
 	size_t nc;
-	int fds[RPC_FDS_PER_MSG];
+	int fds[GMSFS_PIECES_MAX > RPC_FDS_PER_MSG ? GMSFS_PIECES_MAX : RPC_FDS_PER_MSG];
 	size_t nfds;
+	struct wire_piece p[RPC_PIECES_PER_MSG]; /* the allocations' pieces, theirs in order */
+	size_t np;
 	size_t bytes;
 };
+
+/* The slot of each piece of x's memory among the message's descriptors, added where new:
+ * false when they do not fit (the message is full; nothing of x was added). */
+static int batch_fds(struct batch *b, const struct xset *s, const struct xalloc *x, uint32_t *slot, bool *fit)
+{
+	size_t had = b->nfds, room = b->na ? RPC_FDS_PER_MSG : sizeof b->fds / sizeof b->fds[0];
+	*fit = false;
+	for (size_t k = 0; k < vmm_npieces(x->buf); k++) {
+		int fd = vmm_export(vmm_piece(x->buf, k), s->read_only);
+		if (fd < 0)
+			return fd;
+		for (slot[k] = 0; slot[k] < b->nfds && b->fds[slot[k]] != fd; slot[k]++)
+			;
+		if (slot[k] == b->nfds) {
+			if (b->nfds == room) {
+				b->nfds = had;
+				return 0;
+			}
+			b->fds[b->nfds++] = fd;
+		}
+	}
+	*fit = true;
+	return 0;
+}
 
 static int batch_allocs(struct batch *b, const struct xset *s, size_t *ai)
 {
 	for (; *ai < s->na && b->na < GMSFS_FDS_PER_MSG; ++*ai) {
 		const struct xalloc *x = &s->a[*ai];
-		size_t cost = wire_alloc_cost(x->path, x->tag);
-		if (b->na && b->bytes + cost > GMSFS_MSG_MAX)
+		size_t n = x->buf->npieces, cost = wire_alloc_cost(x->path, x->tag) + n * 24;
+		if (b->na && (b->bytes + cost > GMSFS_MSG_MAX || b->np + n > RPC_PIECES_PER_MSG))
 			break;
-		int fd = -1;
-		uint32_t slot = 0;
-		if (s->fds) {
-			if ((fd = vmm_export(x->buf, s->read_only)) < 0)
-				return fd;
-			while (slot < b->nfds && b->fds[slot] != fd)
-				slot++;
-			if (slot == b->nfds) {
-				if (b->nfds == RPC_FDS_PER_MSG)
-					break;
-				b->fds[b->nfds++] = fd;
-			}
-		}
+		uint32_t slot[GMSFS_PIECES_MAX] = {0};
+		bool fit = true;
+		int e = s->fds ? batch_fds(b, s, x, slot, &fit) : 0;
+		if (e || !fit)
+			return e ? e : b->na ? 0 : -E2BIG; /* the next message; none holds more pieces */
+		for (size_t k = 0; k < n; k++) /* in pieces: each its descriptor and offset */
+			b->p[b->np + k] = (struct wire_piece){ .fd = slot[k], .fd_offset = x->buf->pieces[k]->offset };
+		struct vmm_buf *first = vmm_piece(x->buf, 0);
 		b->a[b->na++] = (struct wire_alloc){ .path = x->path, .tag = x->tag, .size = x->size, .aligned = x->aligned,
-						     .fd = slot, .fd_offset = x->buf->offset };
+						     .fd = slot[0], .fd_offset = first->offset,
+						     .piece = n ? first->size : 0, .pieces = n ? &b->p[b->np] : NULL,
+						     .npieces = (uint32_t)n };
+		b->np += n;
 		b->bytes += cost;
 	}
 	return 0;
@@ -199,7 +225,7 @@ static int send_set(int sock, const struct xset *s)
 	int e = b && sb.data ? 0 : -ENOMEM;
 	size_t ai = 0, ei = 0, voff = 0;
 	while (!e) {
-		b->na = b->nc = b->nfds = 0;
+		b->na = b->nc = b->nfds = b->np = 0;
 		b->bytes = WIRE_HEAD_COST;
 		size_t first = ai;
 		if ((e = batch_allocs(b, s, &ai)))
