@@ -118,7 +118,19 @@ static int child_floor(int sock)
 		CU(cu.cuMemRelease(h));
 		CU(cu.cuMemSetAccess(va[i], aligned[i], &d, 1));
 	}
-	printf("ctx=%.3f a=%.3f b=0\n", ctx, now_ms() - t0);
+	double t1 = now_ms();
+	/* The remap cycle's floor: unmap everything (the reservations stay), then import,
+	 * map and set the access again from the same descriptors. */
+	for (size_t i = 0; i < n; i++)
+		CU(cu.cuMemUnmap(va[i], aligned[i]));
+	for (size_t i = 0; i < n; i++) {
+		CUmemGenericAllocationHandle h;
+		CU(cu.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fds[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+		CU(cu.cuMemMap(va[i], aligned[i], 0, h, 0));
+		CU(cu.cuMemRelease(h));
+		CU(cu.cuMemSetAccess(va[i], aligned[i], &d, 1));
+	}
+	printf("ctx=%.3f a=%.3f b=0 c=%.3f\n", ctx, t1 - t0, now_ms() - t1);
 	return 0;
 }
 
@@ -162,7 +174,9 @@ static int child_import(const char *store)
 	double t1 = now_ms();
 	TRY(g, gmsfs_import_all(g));
 	double t2 = now_ms();
-	printf("ctx=%.3f a=%.3f b=%.3f\n", ctx, t2 - t1, t2 - t0);
+	TRY(g, gmsfs_unmap_all(g)); /* the remap cycle: the lock given back, taken, the same addresses */
+	TRY(g, gmsfs_remap_all(g, 10000));
+	printf("ctx=%.3f a=%.3f b=%.3f c=%.3f\n", ctx, t2 - t1, t2 - t0, now_ms() - t2);
 	gmsfs_disconnect(g);
 	return 0;
 }
@@ -179,7 +193,7 @@ static int child_perfile(const char *store, int count)
 		snprintf(name, sizeof name, "t%05d", i);
 		TRY(g, gmsfs_import(g, name, &p));
 	}
-	printf("ctx=%.3f a=%.3f b=0\n", ctx, now_ms() - t0);
+	printf("ctx=%.3f a=%.3f b=0 c=0\n", ctx, now_ms() - t0);
 	gmsfs_disconnect(g);
 	return 0;
 }
@@ -187,7 +201,7 @@ static int child_perfile(const char *store, int count)
 /* ---- the parent ---- */
 
 struct result {
-	double ctx, a, b;
+	double ctx, a, b, c;
 };
 
 /* Run this program again as a child; with fetched, hand it the store's descriptors. */
@@ -222,8 +236,9 @@ static struct result run_child(char *const argv[], const struct fetched *fetched
 	close(out[0]);
 	int st;
 	waitpid(pid, &st, 0);
-	struct result r = { -1, -1, -1 };
-	if (n <= 0 || !WIFEXITED(st) || WEXITSTATUS(st) || sscanf(buf, "ctx=%lf a=%lf b=%lf", &r.ctx, &r.a, &r.b) != 3) {
+	struct result r = { -1, -1, -1, -1 };
+	if (n <= 0 || !WIFEXITED(st) || WEXITSTATUS(st) ||
+	    sscanf(buf, "ctx=%lf a=%lf b=%lf c=%lf", &r.ctx, &r.a, &r.b, &r.c) != 4) {
 		fprintf(stderr, "bench-gpu: child %s failed\n", argv[1]);
 		exit(1);
 	}
@@ -404,6 +419,7 @@ static void layout(const char *mnt, const char *label, const uint64_t *sizes, in
 	double *tf = calloc((size_t)runs, sizeof(double)), *ti = calloc((size_t)runs, sizeof(double));
 	double *tc = calloc((size_t)runs, sizeof(double)), *tp = calloc((size_t)runs, sizeof(double));
 	double *cx = calloc((size_t)runs, sizeof(double));
+	double *rf = calloc((size_t)runs, sizeof(double)), *rm = calloc((size_t)runs, sizeof(double));
 	char countarg[16];
 	snprintf(countarg, sizeof countarg, "%d", count);
 	for (int r = 0; r < runs; r++) {
@@ -420,6 +436,7 @@ static void layout(const char *mnt, const char *label, const uint64_t *sizes, in
 		char *per[] = { (char *)self, "__perfile", store, countarg, NULL };
 		struct result pr = run_child(per, NULL);
 		tf[r] = fr.a, ti[r] = ir.a, tc[r] = ir.b, tp[r] = pr.a, cx[r] = ir.ctx;
+		rf[r] = fr.c, rm[r] = ir.c;
 	}
 	double f = median(tf, runs);
 	printf("bench-gpu: %s (%d allocations), median of %d fresh processes (their CUDA context apart: %.1f ms)\n",
@@ -428,6 +445,9 @@ static void layout(const char *mnt, const char *label, const uint64_t *sizes, in
 	line("first import_all in a fresh process", median(ti, runs), f, count);
 	line("connect + import_all in a fresh process", median(tc, runs), f, count);
 	line("per-file gmsfs_import in a fresh process", median(tp, runs), f, count);
+	double remap_floor = median(rf, runs), remap = median(rm, runs);
+	line("remap floor: unmap, import, map again", remap_floor, remap_floor, count);
+	line("remap cycle: unmap_all + remap_all", remap, remap_floor, count);
 	line("writer floor: one process, create to access", t_wfloor, t_wfloor, count);
 	line("the same calls split over two processes", t_two, t_wfloor, count);
 	printf("  %-44s %9.2f ms  %5.2fx  %7.1f us/alloc (%.2fx the split)\n",
@@ -436,8 +456,12 @@ static void layout(const char *mnt, const char *label, const uint64_t *sizes, in
 	printf("  %-44s %9.2f ms  %5.2fx  %7.1f us/alloc\n", "writer: gmsfs_create_many (one request)", t_many,
 	       t_many / t_wfloor, t_many * 1e3 / count);
 	printf("  %-44s %9.2f ms         %7.2f us/entry\n", "metadata: one bulk put", t_meta, t_meta * 1e3 / count);
+	/* For tests/gpu/gate.py: value, floor, the most value / floor may be. */
+	printf("gate: import-%s %.4f %.4f 1.1 a reader's import_all in a fresh process (ms)\n", label, median(ti, runs), f);
+	printf("gate: remap-%s %.4f %.4f 1.2 a reader's remap cycle, unmap_all + remap_all (ms)\n", label, remap,
+	       remap_floor);
 	fflush(stdout);
-	free(tf), free(ti), free(tc), free(tp), free(cx);
+	free(tf), free(ti), free(tc), free(tp), free(cx), free(rf), free(rm);
 	/* Free the store for the next layout: a writer empties it, then rmdir. */
 	TRY(NULL, gmsfs_connect(&w, store, GMSFS_RW, 10000));
 	TRY(w, gmsfs_import_all(w));

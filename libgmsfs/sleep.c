@@ -15,11 +15,12 @@ int gmsfs_unmap_all(gmsfs *g)
 		return -EINVAL;
 	if (pg_live(g)) /* pages are a writer's working memory, not a layout to sleep with */
 		return gm_error(g, -EBUSY, "unmap_all: free the handle's pages ranges first (gmsfs_pages_free)");
-	/* The hash to compare at remap_all: the daemon's word now, or, if the daemon that
-	 * granted the lock is gone (ENOTCONN: killed, or replaced by gmsfs -o takeover) or the
-	 * store was removed (ENOENT: its memory goes with its last reader), the last one it
-	 * gave; the mappings are this process's to undo either way. */
-	int e = gm_refresh(g);
+	/* The hash to compare at remap_all: a read lock's, granted with it (its layout cannot
+	 * change while it is held: no round trip); a writer's, the daemon's word now, or, if
+	 * the daemon that granted the lock is gone (ENOTCONN: killed, or replaced by gmsfs -o
+	 * takeover) or the store was removed (ENOENT: its memory goes with its last reader),
+	 * the last one it gave; the mappings are this process's to undo either way. */
+	int e = g->lock == GMSFS_RO && g->info.has_hash ? 0 : gm_refresh(g);
 	if (e && e != -ENOTCONN && e != -ENOENT)
 		return e;
 	for (size_t i = 0; i < g->nmaps; i++) {

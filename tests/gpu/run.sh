@@ -5,7 +5,9 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|all] [RUNS]
+#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|all] [RUNS]
+#   gate: every headline figure beside its floor in one run, exit 1 on a miss (tests/gpu/gate.py;
+#     at most 8 minutes; its results in $OUT/gate.json or build/gate.json, for tests/gpu/gate_tables.py)
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
 #   engines: 8 engines at once on an 8B-shaped transformers model, and its warm start;
 #   wheel: the same on the wheel (make wheel here, carried in dist/) pip-installed into
@@ -360,6 +362,9 @@ if [ "$what" = gms ] || [ "$what" = all ]; then # GMS's client flows: GMS itself
 	if [ -f .upstream/gms/test_runtime_flows.py ]; then # GMS's own tests through gmsfs.gms, on the GPU
 		GMSFS_BACKEND=cuda PYTHON=python3 timeout 300 bash tests/upstream/run.sh || failed=$((failed + 1))
 	fi
+fi
+if [ "$what" = gate ]; then # every headline figure beside its floor; a miss fails (gate.py; gate.json in $OUT or build/)
+	timeout 590 python3 tests/gpu/gate.py "$top/build" "${OUT:-$top/build}" || failed=$((failed + 1))
 fi
 if [ "$what" = torch ]; then # the PyTorch warm-start benchmark alone
 	mount_gmsfs

@@ -159,6 +159,12 @@ def main():
              "the mover starts and the pinned host memory is made", best_out, gb / best_out, floor["d2h"] / best_out))
     print("bench: move to device best %.3f s (%.1f GB/s): %.2fx pinned H2D; a sleeping reader's remap_all "
           "from the host tier %.3f s" % (best_in, gb / best_in, floor["h2d"] / best_in, wake))
+    # For tests/gpu/gate.py: at 0.9x pinned each way (a move at most 1/0.9 the copy's time).
+    print("gate: tier-out%s %.4f %.4f 1.111 a move to the host tier%s, against pinned D2H (s)" % (
+        "-first" if ahead else "", times["out"][0] if ahead else best_out, floor["d2h"],
+        ", the first (host memory made ahead)" if ahead else " into kept host memory"))
+    print("gate: tier-in%s %.4f %.4f 1.111 a move back to the device, against pinned H2D (s)" % (
+        "-ahead" if ahead else "", best_in, floor["h2d"]))
     check(floor["d2h"] / best_out >= 0.8, "move out (into kept host memory) >= 0.8x pinned D2H")
     if ahead:
         check(floor["d2h"] / times["out"][0] >= 0.8, "-o host_ahead: the first move out >= 0.8x pinned D2H")

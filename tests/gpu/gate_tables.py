@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""tests/gpu/gate_tables.py GATE.json [BENCHMARKS.md]: the GPU gate's results (tests/gpu/gate.py)
+as docs/benchmarks.md's table, written between its markers
+
+    <!-- gate: begin -->  ...  <!-- gate: end -->
+
+with the machine, the date and the command; nothing is copied by hand.  Without
+BENCHMARKS.md the table goes to stdout."""
+import json
+import os
+import sys
+
+BEGIN, END = "<!-- gate: begin -->", "<!-- gate: end -->"
+UNITS = {"(s)": "s", "(ms)": "ms", "(us/page)": "us/page", "(bytes)": "bytes"}
+
+
+def figure(v, unit):
+    if unit == "bytes":
+        return "%.2f GiB" % (v / (1 << 30))
+    if unit == "s":
+        return "%.3f s" % v
+    return "%.4g %s" % (v, unit)
+
+
+def table(g):
+    rows = ["`bash tests/gpu/run.sh gate` (`tests/gpu/gate.py`), %s, %s: models of %g GiB, %d s in all. "
+            "Each figure beside its floor, measured in the same run; a figure passes when its ratio is at most "
+            "the limit, and a miss fails the gate (exit 1)." % (g["machine"], g["date"], g["model_gib"], g["seconds"]),
+            "", "| figure | gmsfs | floor, same run | ratio | limit | |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in g["results"]:
+        what, unit = r["what"], ""
+        for k, u in UNITS.items():
+            if what.endswith(" " + k):
+                what, unit = what[:-len(k) - 1], u
+        ratio = "%.2fx" % r["ratio"]
+        limit = "%gx" % r["limit"]
+        if r["limit"] < 0.5:  # "at least N x faster than": said that way round
+            ratio, limit = "%.1fx faster" % (1 / r["ratio"]), "%gx faster" % round(1 / r["limit"])
+        rows.append("| %s | %s | %s | %s | %s | %s |" % (what, figure(r["value"], unit), figure(r["floor"], unit), ratio,
+                                                      limit, "pass" if r["pass"] else "**miss**"))
+    for b in g.get("broken", []):
+        rows.append("| %s | | | | | **failed** |" % b)
+    return "\n".join(rows) + "\n"
+
+
+def main():
+    g = json.load(open(sys.argv[1]))
+    text = table(g)
+    if len(sys.argv) < 3:
+        sys.stdout.write(text)
+        return 0
+    doc = open(sys.argv[2]).read()
+    if BEGIN not in doc or END not in doc:
+        print("%s: no %s ... %s markers" % (sys.argv[2], BEGIN, END), file=sys.stderr)
+        return 1
+    head, rest = doc.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    with open(sys.argv[2] + ".new", "w") as f:
+        f.write(head + BEGIN + "\n" + text + END + tail)
+    os.replace(sys.argv[2] + ".new", sys.argv[2])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
