@@ -31,10 +31,10 @@ static int cuda_attach(gmsfs *g, char *err, size_t errlen)
 	return 0;
 }
 
-static int cuda_reserve(gmsfs *g, uint64_t len, void **va)
+static int cuda_reserve(gmsfs *g, uint64_t len, uint64_t align, void **va)
 {
 	CUdeviceptr p = 0;
-	CUresult r = g->cu.cuMemAddressReserve(&p, len, 0, 0, 0);
+	CUresult r = g->cu.cuMemAddressReserve(&p, len, align, 0, 0);
 	if (r != CUDA_SUCCESS)
 		return CU_ERR(r);
 	*va = (void *)(uintptr_t)p;

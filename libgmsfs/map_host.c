@@ -18,8 +18,9 @@ static int host_attach(gmsfs *g, char *err, size_t errlen)
 	return 0;
 }
 
-static int host_reserve(gmsfs *g, uint64_t len, void **va)
+static int host_reserve(gmsfs *g, uint64_t len, uint64_t align, void **va)
 {
+	(void)align; /* pages are pages */
 	void *p = mmap(NULL, len, PROT_NONE, RESERVE_FLAGS, -1, 0);
 	if (p == MAP_FAILED)
 		return -errno;

@@ -140,6 +140,14 @@ static void unmap_first(gmsfs *g, struct wire_alloc *a, size_t n, void *base)
 	}
 }
 
+uint64_t mp_align(uint64_t size)
+{
+	uint64_t a = 1;
+	while (a < (1ull << 30) && 2 * a <= size)
+		a *= 2;
+	return a < (2ull << 20) ? 0 : a;
+}
+
 /* Piece k of an allocation of aligned bytes in pieces of piece bytes: its size. */
 static uint64_t piece_len(uint64_t aligned, uint64_t piece, size_t k)
 {
@@ -205,7 +213,10 @@ int mp_map(gmsfs *g, struct wire_alloc *a, const int *fd, size_t n, bool writabl
 		free(r);
 		return gm_error(g, -ENOMEM, "out of memory");
 	}
-	int e = g->be->reserve(g, total, &r->base);
+	uint64_t most = 0; /* the largest allocation (or piece): the range is aligned as for it alone */
+	for (size_t k = 0; k < n; k++)
+		most = a[k].npieces && a[k].piece > most ? a[k].piece : !a[k].npieces && a[k].aligned > most ? a[k].aligned : most;
+	int e = g->be->reserve(g, total, mp_align(most), &r->base);
 	if (e) {
 		free(r);
 		return gm_error(g, e, "%s: reserving %llu bytes: %s", a[0].path, (unsigned long long)total, strerror(-e));

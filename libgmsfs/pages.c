@@ -268,7 +268,7 @@ int gmsfs_pages_reserve(gmsfs *g, uint64_t span, uint64_t page_size, gmsfs_pages
 		free(p);
 		return gm_error(g, -ENOMEM, "out of memory");
 	}
-	if ((e = g->be->reserve(g, count * page_size, &p->base))) {
+	if ((e = g->be->reserve(g, count * page_size, 0, &p->base))) {
 		free(p->name);
 		free(p->mapped);
 		free(p);

@@ -55,7 +55,7 @@ int gmsfs_space_new_range(gmsfs *g, uint64_t span, gmsfs_space **out)
 	int e = gmsfs_space_new(g, out);
 	if (e)
 		return e;
-	if ((e = g->be->reserve(g, span, &(*out)->base))) {
+	if ((e = g->be->reserve(g, span, 0, &(*out)->base))) {
 		(*out)->base = NULL;
 		(*out)->freed = true; /* its record stays, as a freed space's */
 		*out = NULL;
@@ -136,7 +136,7 @@ int gmsfs_space_map(gmsfs_space *s, const char *name, void **ptr)
 	}
 	if (s->base)
 		x->ptr = (char *)s->base + s->used;
-	else if ((e = g->be->reserve(g, x->aligned, &x->ptr))) {
+	else if ((e = g->be->reserve(g, x->aligned, mp_align(x->aligned), &x->ptr))) {
 		free(x->name);
 		return gm_error(g, e, "space: reserving %llu bytes: %s", (unsigned long long)x->aligned, strerror(-e));
 	}

@@ -142,7 +142,7 @@ def main():
     gib = float(os.environ.get("GMSFS_GATE_GIB", 0)) or min(16, max(1, device_gib() // 5))
     b = lambda p: os.path.join(BUILD, p)  # noqa: E731
     parts = [
-        ("imports", [b("bench-gpu"), "MOUNT", "5"], 240, True, None),
+        ("imports", [b("bench-gpu"), "MOUNT", "7"], 240, True, None),
         ("switch-one", [PY, "bench/switch.py", BUILD, "%g" % gib, "one"], 150, False, None),
         ("switch-many", [PY, "bench/switch.py", BUILD, "%g" % gib, "many"], 150, False, None),
         ("tier", [PY, "tests/gpu/tier_gpu.py", "MOUNT", "ahead"], 150, True, None),
