@@ -257,3 +257,46 @@ PY
 	grep -q "a request from uid 65534 refused" "$open_dir/log"
 	rm -rf "$open_dir"
 }
+
+@test "gmsfs-keeper killed and started again under a running daemon: persistence off is said, then every store handed again; the daemon's SIGKILL then loses nothing" {
+	start_keeper
+	mkdir "$T/m"
+	run_daemon() {
+		"$KEEPER" --exec "$T/keep" gpu-a "$GMSFS" -f -o "backend=host,socket=$T/s,state=$T/keep/state/gpu-a" "$T/m" \
+			2>>"$T/daemon.log" 3>&- &
+	}
+	run_daemon
+	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
+	mkdir "$T/m/llama" "$T/m/qwen"
+	commit_store "$T/m/llama" "weights1"
+	commit_store "$T/m/qwen" "weights2"
+	hash=$(cat "$T/m/llama/layout_hash")
+	run "$KEEPER" --check "$T/keep"
+	assert_success
+	assert_output --partial "daemons, descriptors: 1 2"
+	grep -q '"keep": {"armed": true' "$T/m/status.json"
+	grep -qx 'gmsfs_keep_armed{.*} 1' "$T/m/metrics"
+	kill -9 "$KEEPER_PID"
+	wait "$KEEPER_PID" || true
+	KEEPER_PID=
+	run "$KEEPER" --check "$T/keep"
+	assert_failure 1
+	# Within a couple of seconds, without a commit: said in status.json, the metric, the log.
+	wait_until grep -q '"keep": {"armed": false, "error": "the service manager.s socket .*gpu-a.notify does not answer' "$T/m/status.json"
+	grep -qx 'gmsfs_keep_armed{.*} 0' "$T/m/metrics"
+	grep -q "stores are not kept across a restart" "$T/daemon.log"
+	start_keeper # the kubelet's restart: it binds gpu-a.notify again, and the daemon hands everything anew
+	wait_until grep -q '"keep": {"armed": true' "$T/m/status.json"
+	grep -q "every store handed to the service manager again (2 stores, 2 descriptors)" "$T/daemon.log"
+	run "$KEEPER" --check "$T/keep"
+	assert_output --partial "daemons, descriptors: 1 2"
+	old=$(daemon_pid "$T/m")
+	kill -9 "$old"
+	run_daemon
+	wait_until served_by_other "$T/m" "$old"
+	assert_equal "$(cat "$T/m/llama/layout_hash")" "$hash"
+	assert_equal "$(head -c 8 "$T/m/llama/allocs/w")" weights1
+	assert_equal "$(head -c 8 "$T/m/qwen/allocs/w")" weights2
+	grep -q '"keep": {"armed": true' "$T/m/status.json"
+	umount "$T/m"
+}

@@ -74,13 +74,19 @@ static const char *fdname(void *arg, int fd)
 	if (!s)
 		return NULL;
 	if (!s->name[0]) {
-		if (k->nkept >= k->max_fds)
+		if (k->nkept >= k->max_fds) {
+			keep_broken(k, "the service manager's descriptor store is full (fdstore=%u)", k->max_fds);
 			return NULL;
+		}
 		char name[KEEP_NAME], msg[96];
 		snprintf(name, sizeof name, "%s.%llu", k->prefix, (unsigned long long)++k->serial);
 		snprintf(msg, sizeof msg, "FDSTORE=1\nFDNAME=%s", name);
-		if (notify(k, msg, &fd))
+		int e = notify(k, msg, &fd);
+		if (e) {
+			keep_broken(k, "the service manager (%s%s) did not take a descriptor: %s", k->addr.sun_path[0] ? "" : "@",
+				    k->addr.sun_path + !k->addr.sun_path[0], strerror(-e));
 			return NULL;
+		}
 		memcpy(s->name, name, sizeof name);
 		k->nkept++;
 	}
@@ -222,8 +228,9 @@ static int save(struct store *st)
 	if (e) {
 		/* The image on disk is the last one written: a restart brings that back, and the
 		 * memory it names stays until one that does not is written. */
-		store_error(st, "keep: %s: %s", path,
-			    e == -ENOSPC ? "the service manager's descriptor store is full (fdstore=)" : strerror(-e));
+		pthread_mutex_lock(&k->mu);
+		store_error(st, "keep: %s: %s", path, e == -ENOSPC && k->why[0] ? k->why : strerror(-e));
+		pthread_mutex_unlock(&k->mu);
 		fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: %s\n", st->name, st->last_error);
 	}
 	image_fds_free(&fds);
@@ -320,8 +327,11 @@ void keep_status(struct fs *fs, FILE *f)
 	if (!k)
 		return;
 	pthread_mutex_lock(&k->mu);
-	fprintf(f, ",\n \"keep\": {\"descriptors\": %u, \"max_descriptors\": %u, \"restored\": %zu, \"failed\": [",
-		k->nkept, k->max_fds, k->restored);
+	fprintf(f, ",\n \"keep\": {\"armed\": %s, \"error\": \"", k->armed ? "true" : "false");
+	for (const char *c = k->why; *c; c++)
+		fprintf(f, *c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 0x20 ? "\\u%04x" : "%c", *c);
+	fprintf(f, "\", \"descriptors\": %u, \"max_descriptors\": %u, \"restored\": %zu, \"failed\": [", k->nkept,
+		k->max_fds, k->restored);
 	for (size_t i = 0; i < k->nfailed; i++) {
 		fputs(i ? ", {\"store\": \"" : "{\"store\": \"", f);
 		for (const char *c = k->failed[i].store; *c; c++)
@@ -335,11 +345,23 @@ void keep_status(struct fs *fs, FILE *f)
 	pthread_mutex_unlock(&k->mu);
 }
 
+int keep_armed(struct fs *fs)
+{
+	struct keep *k = fs->keep;
+	if (!k)
+		return -1;
+	pthread_mutex_lock(&k->mu);
+	int armed = k->armed;
+	pthread_mutex_unlock(&k->mu);
+	return armed;
+}
+
 void keep_stop(struct fs *fs)
 {
 	struct keep *k = fs->keep;
 	if (!k)
 		return;
+	keep_watch_stop(fs);
 	pthread_mutex_lock(&fs->mu);
 	fs->persist = NULL; /* what goes now goes with the daemon, not with a store */
 	for (size_t i = 0; fs->stores && i < fs->stores->n; i++)

@@ -30,5 +30,9 @@ void keep_stop(struct fs *fs);
 
 /* status.json: "keep": {...} of the mount (nothing when keep is off). */
 void keep_status(struct fs *fs, FILE *f);
+/* Whether the stores are kept across a restart now: 1, 0 (the manager's store went or
+ * refused a descriptor: keep_watch.c hands everything again when it can), -1 without
+ * state=. */
+int keep_armed(struct fs *fs);
 
 #endif

@@ -10,7 +10,10 @@
 #include "store.h"
 #include "wire.h"
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/un.h>
 
 #define KEEP_NAME 40
@@ -47,6 +50,17 @@ struct keep {
 	int sock;                   /* a datagram socket for NOTIFY_SOCKET */
 	struct sockaddr_un addr;
 	socklen_t alen;
+	/* Whether the manager's store holds what the images on disk name (keep_watch.c): off
+	 * when it went (a keeper killed) or a message to it failed, and why; the socket's
+	 * file as last seen (another inode there: a new manager, which holds nothing yet). */
+	bool armed;
+	char why[256];
+	dev_t sock_dev;
+	ino_t sock_ino;
+	unsigned retry_s, retry_in_s; /* a failed hand-over is tried again after these seconds */
+	pthread_t watch;
+	pthread_cond_t wake;
+	bool watching, stopping;
 };
 
 /* keep's record of a store (st->kept). */
@@ -74,5 +88,13 @@ void keep_readers(struct store *st);
 void keep_on_close(void *arg, int fd);
 /* What the stores call (fs->persist), set once the stores are restored. */
 extern const struct fs_persist keep_hooks;
+/* k->mu held: the manager's store did not take a message (why: its errno's words):
+ * persistence is off until keep_watch hands everything again. */
+void keep_broken(struct keep *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* keep_watch.c: a thread that looks at the manager's socket every second and hands every
+ * store's descriptors again to a new one, or after a failure. */
+int keep_watch_start(struct fs *fs);
+void keep_watch_stop(struct fs *fs);
 
 #endif

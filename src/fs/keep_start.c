@@ -292,6 +292,9 @@ int keep_start(struct fs *fs, const char *dir, unsigned max_fds, char *err, size
 		free(k);
 		return e;
 	}
+	struct timeval send_max = { 2, 0 }; /* a manager that stopped reading holds no commit up for good */
+	setsockopt(k->sock, SOL_SOCKET, SO_SNDTIMEO, &send_max, sizeof send_max);
+	k->armed = true;
 	fs->keep = k;
 	int e = restore_all(fs, k);
 	if (e)
@@ -307,6 +310,8 @@ int keep_start(struct fs *fs, const char *dir, unsigned max_fds, char *err, size
 	pthread_mutex_unlock(&fs->mu);
 	fuse_log(FUSE_LOG_INFO, "gmsfs: keep: %zu stores restored, %zu failed; images in %s\n", k->restored,
 		 k->nfailed, dir);
+	if (!e && (e = keep_watch_start(fs)))
+		snprintf(err, errlen, "state=%s: no thread to watch the service manager: %s", dir, strerror(-e));
 	return e;
 }
 

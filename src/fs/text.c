@@ -336,6 +336,12 @@ static void tier_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 	device_sample(f, "gmsfs_evictions_total", v, NULL, ts.evictions);
 	header(f, "gmsfs_tier_move_failures_total", COUNTER, "Moves that failed (last_error says why).");
 	device_sample(f, "gmsfs_tier_move_failures_total", v, NULL, ts.failures);
+	int armed = keep_armed(fs);
+	if (armed >= 0) {
+		header(f, "gmsfs_keep_armed", GAUGE, "1 while every store is kept across a restart (state=), 0 when the "
+						     "service manager's descriptor store went or refused one (status.json says why).");
+		device_sample(f, "gmsfs_keep_armed", v, NULL, (unsigned long long)armed);
+	}
 }
 
 int text_metrics(struct fs *fs, char **out, size_t *len)

@@ -6,6 +6,7 @@
  *   gmsfs-keeper --exec DIR NAME CMD...     start a daemon: NAME's kept descriptors from 3
  *                                           on, LISTEN_FDS, LISTEN_FDNAMES, LISTEN_PID,
  *                                           NOTIFY_SOCKET=DIR/NAME.notify; then exec CMD
+ *   gmsfs-keeper --check DIR               a probe: 0 when DIR's keeper answers within 2 s
  *
  * The keeper speaks systemd's side of sd_notify(3) on DIR/NAME.notify (FDSTORE=1 with
  * FDNAME=, FDSTOREREMOVE=1; the rest is ignored), one datagram socket per daemon name, so a
@@ -15,10 +16,17 @@
  * before it handles its end), then answers with batches of at most FDPASS_MAX descriptors,
  * each message their names, newline-separated, and ends with the message ".".  Only the
  * keeper's own uid may ask (SO_PEERCRED); DIR is 0700.  Descriptors stay until the daemon
- * removes them or the keeper ends: ending the keeper frees what they hold. */
+ * removes them or the keeper ends: ending the keeper frees what they hold.
+ *
+ * A keeper that starts where one served before (killed, restarted by the kubelet) binds
+ * every NAME.notify it finds again at once: the daemons still running see a new socket
+ * there (another inode) and hand it every descriptor again (gmsfs(8), keep.c's watch),
+ * since the old keeper's went with it.  A probe (--check) sends "?" and is answered
+ * "ok DAEMONS DESCRIPTORS". */
 #include "fdpass.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -195,7 +203,25 @@ static struct daemon_slot *slot(const char *name)
 	return d;
 }
 
-/* One --exec's question, answered: NAME's descriptors, then ".". */
+/* The NAME.notify sockets a keeper before this one bound in DIR, bound again (their
+ * daemons hand everything again when they see it: another inode at that path). */
+static void rebind_all(void)
+{
+	DIR *d = opendir(dir);
+	for (struct dirent *e; d && (e = readdir(d));) {
+		size_t n = strlen(e->d_name);
+		char name[KEEPER_NAME_MAX + 1];
+		if (n <= 7 || n - 7 > KEEPER_NAME_MAX || strcmp(e->d_name + n - 7, ".notify"))
+			continue;
+		snprintf(name, sizeof name, "%.*s", (int)(n - 7), e->d_name);
+		if (valid_name(name, KEEPER_NAME_MAX))
+			slot(name);
+	}
+	if (d)
+		closedir(d);
+}
+
+/* One --exec's question, answered: NAME's descriptors, then "."; or a probe's "?". */
 static void answer(int c)
 {
 	struct ucred cred = { .pid = 0, .uid = (uid_t)-1 };
@@ -209,6 +235,15 @@ static void answer(int c)
 	if (n <= 0)
 		return;
 	name[n] = '\0';
+	if (!strcmp(name, "?")) {
+		size_t kept = 0;
+		for (size_t i = 0; i < nslots; i++)
+			kept += slots[i].n;
+		char ok[64];
+		snprintf(ok, sizeof ok, "ok %zu %zu", nslots, kept);
+		send(c, ok, strlen(ok), MSG_NOSIGNAL);
+		return;
+	}
 	struct daemon_slot *d = valid_name(name, KEEPER_NAME_MAX) ? slot(name) : NULL;
 	if (!d) {
 		const char *e = "!no such name";
@@ -260,6 +295,7 @@ static int serve(void)
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	fprintf(stderr, "gmsfs-keeper: serving %s\n", a.sun_path);
+	rebind_all();
 	while (!stopping) {
 		struct pollfd p[1 + KEEPER_MAX_NAMES];
 		p[0] = (struct pollfd){ .fd = l, .events = POLLIN };
@@ -378,9 +414,33 @@ static int exec_daemon(const char *name, char **argv)
 	return fail(argv[0], errno);
 }
 
+/* --check: the keeper of DIR answers a probe within 2 s (the kubelet's liveness probe). */
+static int check(void)
+{
+	struct sockaddr_un a;
+	char buf[64];
+	if (sock_path(&a, "keeper", ".sock"))
+		return fail(dir, ENAMETOOLONG);
+	int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct timeval t = { 2, 0 };
+	if (c < 0 || setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t) || connect(c, (struct sockaddr *)&a, sizeof a) ||
+	    send(c, "?", 1, MSG_NOSIGNAL) != 1)
+		return fail(a.sun_path, errno);
+	ssize_t n = recv(c, buf, sizeof buf - 1, 0);
+	close(c);
+	if (n < 3 || strncmp(buf, "ok ", 3)) {
+		fprintf(stderr, "gmsfs-keeper --check: %s: no answer within 2 s\n", a.sun_path);
+		return 1;
+	}
+	buf[n] = '\0';
+	printf("gmsfs-keeper: %s: daemons, descriptors: %s\n", a.sun_path, buf + 3);
+	return 0;
+}
+
 static int usage(void)
 {
 	fputs("usage: gmsfs-keeper DIR\n"
+	      "       gmsfs-keeper --check DIR\n"
 	      "       gmsfs-keeper --exec DIR NAME COMMAND [ARG]...\n"
 	      "       gmsfs-keeper --version\n",
 	      stderr);
@@ -397,6 +457,10 @@ int main(int argc, char **argv)
 	if (argc == 2 && argv[1][0] != '-') {
 		dir = argv[1];
 		return serve();
+	}
+	if (argc == 3 && !strcmp(argv[1], "--check")) {
+		dir = argv[2];
+		return check();
 	}
 	if (argc >= 5 && !strcmp(argv[1], "--exec")) {
 		dir = argv[2];

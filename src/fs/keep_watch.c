@@ -1,0 +1,149 @@
+/* keep_watch: persistence that cannot be off without saying so.  The service manager that
+ * keeps the stores' descriptors (systemd, or gmsfs-keeper in a container) can go: a keeper
+ * is killed and restarted by the kubelet, and what it held went with it, while this daemon
+ * serves on.  Every KEEP_WATCH_MS this thread looks at the manager's socket: nobody bound
+ * to it (a connect, no message), the stores are not kept (said in the log, status.json
+ * and gmsfs_keep_armed); another file there (a new keeper binds it again at its start),
+ * or a manager back after a message that failed, and every store's image is written again
+ * with every descriptor handed to it anew.  An abstract socket ("@name") has no file: a
+ * manager back there is taken as a new one. */
+#include "keep_internal.h"
+#include "clock.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KEEP_WATCH_MS 1000
+#define KEEP_RETRY_MAX_S 30
+
+void keep_broken(struct keep *k, const char *fmt, ...)
+{
+	char why[sizeof k->why];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	if (k->armed || strcmp(why, k->why))
+		fuse_log(FUSE_LOG_ERR, "gmsfs: keep: stores are not kept across a restart: %s\n", why);
+	memcpy(k->why, why, sizeof why);
+	k->armed = false;
+}
+
+/* fs->mu held: every store's image written again, each descriptor handed to the manager
+ * anew (the old names forgotten first, where the old manager still listens).  0, or the
+ * number of stores that failed. */
+static size_t hand_all(struct fs *fs, struct keep *k)
+{
+	pthread_mutex_lock(&k->mu);
+	for (size_t i = 0; i < k->nfds; i++) {
+		if (k->fds[i].name[0])
+			keep_remove_name(k, k->fds[i].name);
+		k->fds[i] = (struct kept_fd){0};
+	}
+	for (size_t i = 0; i < k->npending; i++)
+		keep_remove_name(k, k->pending[i].name);
+	k->nkept = 0;
+	k->npending = 0;
+	k->armed = true; /* until a message fails below */
+	k->why[0] = '\0';
+	pthread_mutex_unlock(&k->mu);
+	size_t failed = 0;
+	for (size_t i = 0; i < fs->stores->n; i++) {
+		struct store *st = fs->stores->v[i];
+		if (st->kept)
+			keep_set_named(st->kept, NULL, 0);
+		failed += keep_hooks.save(st) != 0;
+	}
+	return failed;
+}
+
+/* k->mu held: the manager's socket file now; false where it is gone (or abstract). */
+static bool sock_file(struct keep *k, struct stat *s)
+{
+	return k->addr.sun_path[0] && !stat(k->addr.sun_path, s) && S_ISSOCK(s->st_mode);
+}
+
+/* Whether somebody is bound to the manager's socket: a connect, no message (a keeper
+ * killed leaves its file: ECONNREFUSED).  0 or -errno. */
+static int sock_alive(const struct keep *k)
+{
+	int c = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int e = c < 0 || connect(c, (const struct sockaddr *)&k->addr, k->alen) ? -errno : 0;
+	if (c >= 0)
+		close(c);
+	return e;
+}
+
+static void *watch(void *arg)
+{
+	struct fs *fs = arg;
+	struct keep *k = fs->keep;
+	pthread_mutex_lock(&k->mu);
+	while (!k->stopping) {
+		struct timespec t = clock_after_ms(CLOCK_REALTIME, KEEP_WATCH_MS);
+		pthread_cond_timedwait(&k->wake, &k->mu, &t);
+		struct stat s;
+		bool there = sock_file(k, &s), other = there && (s.st_ino != k->sock_ino || s.st_dev != k->sock_dev);
+		int dead = sock_alive(k);
+		if (k->stopping)
+			break;
+		if (dead) {
+			if (k->armed)
+				keep_broken(k, "the service manager's socket %s%s does not answer: %s", k->addr.sun_path[0] ? "" : "@",
+					    k->addr.sun_path + !k->addr.sun_path[0], strerror(-dead));
+			continue;
+		}
+		if (!other && (k->armed || (k->retry_in_s && --k->retry_in_s)))
+			continue;
+		pthread_mutex_unlock(&k->mu); /* keep never takes fs->mu under its own */
+		pthread_mutex_lock(&fs->mu);
+		size_t failed = hand_all(fs, k);
+		size_t n = fs->stores->n;
+		pthread_mutex_unlock(&fs->mu);
+		pthread_mutex_lock(&k->mu);
+		if (other)
+			k->sock_dev = s.st_dev, k->sock_ino = s.st_ino, k->retry_s = 0;
+		if (failed || !k->armed) {
+			k->retry_s = k->retry_s ? (2 * k->retry_s > KEEP_RETRY_MAX_S ? KEEP_RETRY_MAX_S : 2 * k->retry_s) : 1;
+			k->retry_in_s = k->retry_s;
+			if (k->armed)
+				keep_broken(k, "%zu of %zu stores could not be handed to the service manager", failed, n);
+		} else {
+			k->retry_s = k->retry_in_s = 0;
+			fuse_log(FUSE_LOG_WARNING, "gmsfs: keep: %s: every store handed to the service manager again (%zu "
+						   "stores, %u descriptors): stores are kept across a restart again\n",
+				 other ? "a new service manager" : "after a failure", n, k->nkept);
+		}
+	}
+	pthread_mutex_unlock(&k->mu);
+	return NULL;
+}
+
+int keep_watch_start(struct fs *fs)
+{
+	struct keep *k = fs->keep;
+	struct stat s;
+	pthread_cond_init(&k->wake, NULL);
+	if (sock_file(k, &s))
+		k->sock_dev = s.st_dev, k->sock_ino = s.st_ino;
+	int e = pthread_create(&k->watch, NULL, watch, fs);
+	k->watching = !e;
+	return -e;
+}
+
+void keep_watch_stop(struct fs *fs)
+{
+	struct keep *k = fs->keep;
+	if (!k || !k->watching)
+		return;
+	pthread_mutex_lock(&k->mu);
+	k->stopping = true;
+	pthread_cond_signal(&k->wake);
+	pthread_mutex_unlock(&k->mu);
+	pthread_join(k->watch, NULL);
+	k->watching = false;
+}
