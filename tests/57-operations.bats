@@ -351,7 +351,24 @@ assert keeper["command"] == ["/usr/sbin/gmsfs-keeper", env["GMSFS_KEEP"]], (keep
 mounts = lambda x: {m["name"]: m["mountPath"] for m in x["volumeMounts"]}
 assert mounts(keeper)["keep"] == mounts(c)["keep"] == env["GMSFS_KEEP"]
 assert {"name": "keep", "emptyDir": {}} in spec["volumes"]
-assert "securityContext" not in keeper and "securityContext" not in metrics
+# Neither the keeper nor the metrics server needs a capability or the API server's token;
+# the keeper has a probe (a keeper that stops answering is restarted, and the daemons hand
+# it every store again).
+assert spec["automountServiceAccountToken"] is False
+for x in (keeper, metrics):
+    sc = x["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False and \
+        sc["readOnlyRootFilesystem"] is True and "privileged" not in sc, (x["name"], sc)
+assert keeper["livenessProbe"]["exec"]["command"] == ["/usr/sbin/gmsfs-keeper", "--check", env["GMSFS_KEEP"]]
+# The engine pods: no token; the CSI one as restricted as its comment says.
+for f in ("/engine-pod.yaml", "/engine-pod-csi.yaml"):
+    assert yaml.safe_load(open(sys.argv[1] + f))["spec"]["automountServiceAccountToken"] is False, f
+csi_pod = yaml.safe_load(open(sys.argv[1] + "/engine-pod-csi.yaml"))["spec"]
+assert csi_pod["securityContext"]["runAsNonRoot"] is True and csi_pod["securityContext"]["seccompProfile"] == \
+    {"type": "RuntimeDefault"}, csi_pod["securityContext"]
+csi_c = csi_pod["containers"][0]["securityContext"]
+assert csi_c["allowPrivilegeEscalation"] is False and csi_c["capabilities"] == {"drop": ["ALL"]}
+assert "hostPath" not in str(csi_pod["volumes"])
 # Metrics over HTTP: the port the Service targets, and the ServiceMonitor selects that Service.
 assert metrics["command"][:3] == ["/usr/bin/gmsfsctl", "metrics", "--listen"], metrics["command"]
 port = int(metrics["command"][3].rsplit(":", 1)[1])

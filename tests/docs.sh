@@ -1,10 +1,12 @@
 #!/bin/bash
-# The shell blocks of the README and of the guides (docs/*.md), run as written on the host
+# The shell and Python blocks of the README and of the guides (docs/*.md), run as written on the host
 # backend, as TAP: one test per file.  Each file runs in a mount namespace of its own, with
 # tmpfs on /mnt and /tmp (its /mnt/gpu0 and its files are its own), the build's programs
 # on PATH, its blocks in order in one shell (set -e), as a reader of that page would type
 # them.  A guide starts where the README's tour ends: a mount on /mnt/gpu0 with the store
-# llama committed, and a small model.safetensors beside it.  A block marked
+# llama committed, and a small model.safetensors beside it; the README's tour sets its own
+# PATH and PYTHONPATH, as a reader does (its folders build, tools and python are the
+# tree's), and its Python blocks run in python3 fed on stdin.  A block marked
 # <!-- not run by tests/docs.sh: WHY --> (the fresh machine's own commands, systemd, a
 # GPU) is listed with its reason; any other reason fails.  Every daemon a file started is
 # unmounted and waited for by its pid.
@@ -22,11 +24,16 @@ blocks() {
 import re, sys
 text = open(sys.argv[1]).read()
 allowed = ("the commands that run this test", "needs systemd", "needs a GPU", "needs a Kubernetes cluster",
-           "tests/debs.sh, tests/wheel.sh and tests/container.sh run these", "tests/container.sh builds and runs")
+           "tests/debs.sh, tests/wheel.sh and tests/container.sh run these", "tests/container.sh builds and runs",
+           "an outline", "needs the model's files")
 out = []
-for m in re.finditer(r"(<!-- not run by tests/docs.sh: ([^>]*?) -->\n)?```sh\n(.*?)```", text, re.S):
-    why, body = m.group(2), m.group(3)
-    line = text[:m.start(3)].count("\n") + 1
+# The README's Python blocks too (the guides' are fragments of an engine's code).
+langs = "sh|python" if sys.argv[1] == "README.md" else "sh"
+for m in re.finditer(r"(<!-- not run by tests/docs.sh: ([^>]*?) -->\n)?```(%s)\n(.*?)```" % langs, text, re.S):
+    why, lang, body = m.group(2), m.group(3), m.group(4)
+    if lang == "python":  # run as a reader pastes it into python3, in the shell of the blocks before
+        body = '"$PYTHON" - <<\'PYTHON_BLOCK\'\n%sPYTHON_BLOCK\n' % body
+    line = text[:m.start(4)].count("\n") + 1
     if why:
         if not why.startswith(allowed):
             print("FAIL %s:%d: a block is not run for no known reason: %s" % (sys.argv[1], line, why))
@@ -65,7 +72,12 @@ for m in $(awk "\$3 == \"fuse.gmsfs\" {print \$2}" /proc/self/mounts | sort -r);
 mount -t tmpfs tmpfs /mnt && mkdir /mnt/src /mnt/work && mount --bind "$ROOT" /mnt/src || exit 1
 ROOT=/mnt/src BUILD=/mnt/src/$BUILD_REL
 mount -t tmpfs tmpfs /tmp && cd /mnt/work || exit 1
-export PATH=$BUILD:$ROOT/tools:$PATH PYTHONPATH=$ROOT/python GMSFS_LIBRARY=$BUILD/libgmsfs.so.0
+if [ -n "$PRELUDE_ON" ]; then
+	export PATH=$BUILD:$ROOT/tools:$PATH PYTHONPATH=$ROOT/python GMSFS_LIBRARY=$BUILD/libgmsfs.so.0
+else # the README, pasted in the tree as it says: its own exports, through the tree'"'"'s folders
+	for d in python tools; do ln -s "$ROOT/$d" "$d"; done
+	ln -s "$BUILD" build
+fi
 cleanup() {
 	set +e
 	exec 9>&-
@@ -106,10 +118,10 @@ for f in "${files[@]}"; do
 		unshare -m --propagation private bash -c "$RUNNER" 2>&1 3>&-)
 	rc=$?
 	if [ $rc = 0 ]; then
-		echo "ok $n - $f: its shell blocks run as written"
+		echo "ok $n - $f: its shell and Python blocks run as written"
 		cat "$skipped"
 	else
-		echo "not ok $n - $f: its shell blocks failed (status $rc)"
+		echo "not ok $n - $f: its shell and Python blocks failed (status $rc)"
 		printf '%s\n' "$out" | tail -40 | sed 's/^/#   /'
 		failed=$((failed + 1))
 	fi

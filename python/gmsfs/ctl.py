@@ -13,14 +13,21 @@
                                           served over HTTP at /metrics, read at each scrape
 
 Everything comes from files that never lock or wait: status.json and the tree's names,
-sizes and extended attributes.  Exit status 0; 1 when waiting timed out or a path is
-not a gmsfs mount or store; 2 for bad usage."""
+sizes and extended attributes.  None waits without bound on a daemon that does not
+answer (stopped, stuck): each read of a mount is given READ_S seconds, in a thread of its
+own, and a mount that does not answer in time is said down (list and metrics go on with
+the others).  Exit status 0; 1 when waiting timed out, a mount does not answer or a path
+is not a gmsfs mount or store; 2 for bad usage."""
 import argparse
+import errno
 import json
 import os
 import select
 import sys
+import threading
 import time
+
+READ_S = 5.0  # what one read of a mount may take before it is said down (gmsfsctl(8))
 
 FSTYPE = "fuse.gmsfs"
 
@@ -51,9 +58,60 @@ def _version():
         return "unknown (libgmsfs: %s)" % e
 
 
-def status(mount):
+class NotAnswering(OSError):
+    """A mount's daemon did not answer within READ_S (stopped or stuck)."""
+
+
+def bounded(fn, *args, seconds=None):
+    """fn(*args), given seconds (READ_S): a daemon that is stopped or stuck holds the
+    thread that asked in the kernel, not gmsfsctl (a daemon thread: the process's end
+    ends its request).  NotAnswering when it does not return in time."""
+    seconds = READ_S if seconds is None else seconds
+    box = {}
+
+    def run():
+        try:
+            box["v"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 (raised again in the caller's thread)
+            box["e"] = e
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        raise NotAnswering(errno.ETIMEDOUT, "does not answer within %g s (its daemon stopped or stuck?)" % seconds)
+    if "e" in box:
+        raise box["e"]
+    return box["v"]
+
+
+def ask_all(fn, items, seconds=None):
+    """fn(item) for every item at once, all given seconds (READ_S): {item: result or the
+    exception}; one that does not answer is NotAnswering."""
+    seconds = READ_S if seconds is None else seconds
+    out = {}
+
+    def run(x):
+        try:
+            out[x] = fn(x)
+        except BaseException as e:  # noqa: BLE001
+            out[x] = e
+    threads = [threading.Thread(target=run, args=(x,), daemon=True) for x in items]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + seconds
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return {x: out.get(x, NotAnswering(errno.ETIMEDOUT, "does not answer within %g s (its daemon stopped or "
+                                                       "stuck?)" % seconds)) for x in items}
+
+
+def _read_status(mount):
     with open(os.path.join(mount, "status.json")) as f:
         return json.load(f)
+
+
+def status(mount):
+    return bounded(_read_status, mount)
 
 
 def _fail(msg):
@@ -68,18 +126,30 @@ def _size(n):
         n /= 1024.0
 
 
+def _not_a_mount(m, why):
+    """Why m is not a mount to list: a store of one says so, and what to run instead."""
+    if os.path.isfile(os.path.join(m, "state")) and not os.path.isfile(os.path.join(m, "status.json")):
+        return _fail("%s: a store, not a mount (gmsfsctl show %s: its layout)" % (m, m))
+    return _fail("%s: not a gmsfs mount (%s)" % (m, why))
+
+
 def cmd_list(args):
     where = args.mounts or mounts()
     out, bad = [], 0
+    got = ask_all(_read_status, where)  # every mount at once: one stuck daemon costs READ_S once
+    live = mounts()
     for m in where:
-        try:
-            out.append({"mount": os.path.abspath(m), **status(m)})
-        except (OSError, ValueError) as e:
-            why = getattr(e, "strerror", None) or e
-            if args.mounts:  # named: each must be one
-                return _fail("%s: not a gmsfs mount (%s)" % (m, why))
-            # Found in /proc/mounts: a daemon gone (ENOTCONN) hides none of the others.
-            bad = _fail("%s: not answering (%s): listed without it" % (m, why))
+        e = got[m]
+        if not isinstance(e, BaseException):
+            out.append({"mount": os.path.abspath(m), **e})
+            continue
+        if not isinstance(e, (OSError, ValueError)):
+            raise e
+        why = getattr(e, "strerror", None) or e
+        if args.mounts and os.path.abspath(m) not in live:  # named: each must be one
+            return _not_a_mount(m, why)
+        # A mount: a daemon gone (ENOTCONN) or not answering hides none of the others.
+        bad = _fail("%s: not answering (%s): listed without it" % (m, why))
     if args.json:
         json.dump(out, sys.stdout, indent=1)
         print()
@@ -108,7 +178,7 @@ def read_fields(path):
 
 
 def _state(store):
-    return read_fields(os.path.join(store, "state"))
+    return bounded(read_fields, os.path.join(store, "state"))
 
 
 def cmd_wait(args):
@@ -116,14 +186,16 @@ def cmd_wait(args):
     read from offset 0: no busy loop, and no lock."""
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     try:
-        fd = os.open(os.path.join(args.store, "state"), os.O_RDONLY)
+        fd = bounded(os.open, os.path.join(args.store, "state"), os.O_RDONLY)
+    except NotAnswering as e:
+        return _fail("%s: %s" % (args.store, e.strerror))
     except OSError as e:
         return _fail("%s: not a gmsfs store (%s)" % (args.store, e.strerror))
     try:
         p = select.poll()
         p.register(fd, select.POLLIN)
         while True:
-            text = os.pread(fd, 65536, 0).decode()
+            text = bounded(os.pread, fd, 65536, 0).decode()
             st = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
             if st.get("layout_hash"):
                 print(st["layout_hash"])
@@ -134,14 +206,24 @@ def cmd_wait(args):
             if left is not None and left <= 0:
                 return _fail("%s: nothing committed after %g s (state %s)" % (args.store, args.timeout,
                                                                                st.get("state", "?")))
-            p.poll(1000 if left is None else max(1, min(1000, int(left * 1000))))
+            bounded(p.poll, 1000 if left is None else max(1, min(1000, int(left * 1000))), seconds=1 + READ_S)
+    except NotAnswering as e:
+        return _fail("%s: %s" % (args.store, e.strerror))
     finally:
         os.close(fd)
 
 
 def cmd_tier(args, quiet=False):
     """Where a store's memory is; with WHERE, move it there and wait until it is.  A move
-    that failed leaves the store where it was: said with the store's last_error."""
+    that failed leaves the store where it was: said with the store's last_error.  The whole
+    of it within --timeout (and READ_S), whatever the daemon does."""
+    try:
+        return bounded(_tier, args, quiet, seconds=args.timeout + READ_S)
+    except NotAnswering as e:
+        return _fail("%s: %s" % (args.store, e.strerror))
+
+
+def _tier(args, quiet):
     path = os.path.join(args.store, "tier")
     try:
         if args.where:
@@ -167,7 +249,15 @@ def cmd_tier(args, quiet=False):
 
 def cmd_switch(args):
     """STORE onto the device, the stores that give way going out at once (a switch); wait,
-    then say how long it took and which stores went to the host tier."""
+    then say how long it took and which stores went to the host tier.  Within --timeout
+    (and READ_S), whatever the daemon does."""
+    try:
+        return bounded(_switch, args, seconds=args.timeout + 2 * READ_S)
+    except NotAnswering as e:
+        return _fail("%s: %s" % (args.store, e.strerror))
+
+
+def _switch(args):
     store = os.path.abspath(args.store)
     if not os.path.isfile(os.path.join(store, "tier")):
         return _fail("%s: not a gmsfs store" % args.store)
@@ -180,7 +270,7 @@ def cmd_switch(args):
             return f.read().strip()
     before = {s: tier(s) for s in others}
     start = time.monotonic()
-    if cmd_tier(argparse.Namespace(store=store, where="device", timeout=args.timeout), quiet=True):
+    if _tier(argparse.Namespace(store=store, where="device", timeout=args.timeout), True):
         return 1
     gone = [os.path.basename(s) for s in others if before[s] == "device" and tier(s) == "host"]
     print("%s: device in %.3f s%s" % (args.store, time.monotonic() - start,
@@ -214,11 +304,17 @@ def layout(store):
     return allocs, entries
 
 
+SHOW_S = 60.0  # show walks the whole layout: a store of 100,000 allocations takes a second
+
+
 def cmd_show(args):
-    if not os.path.isfile(os.path.join(args.store, "state")):
-        return _fail("%s: not a gmsfs store" % args.store)
-    st = _state(args.store)
-    allocs, entries = layout(args.store)
+    try:
+        if not bounded(os.path.isfile, os.path.join(args.store, "state")):
+            return _fail("%s: not a gmsfs store" % args.store)
+        st = _state(args.store)
+        allocs, entries = bounded(layout, args.store, seconds=SHOW_S)
+    except NotAnswering as e:
+        return _fail("%s: %s" % (args.store, e.strerror))
     if args.json:
         json.dump({"store": os.path.abspath(args.store), "state": st.get("state"), "layout_hash": st.get("layout_hash"),
                    "allocations": allocs, "entries": entries}, sys.stdout, indent=1)
@@ -239,8 +335,8 @@ def cmd_path(args):
     import subprocess
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True,
-                             text=True, check=True).stdout.split()
-    except (OSError, subprocess.CalledProcessError) as e:
+                             text=True, check=True, timeout=10).stdout.split()
+    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
         return _fail("nvidia-smi: %s" % (getattr(e, "stderr", None) or e))
     if args.gpu >= len(out):
         return _fail("GPU %d: this process sees %d GPU(s)" % (args.gpu, len(out)))
@@ -273,12 +369,20 @@ def _esc(v):
     return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _up(device, mount, value):
+_REPLACED_HEAD = ["# HELP gmsfs_daemon_replaced_total Daemons gmsfs-node replaced for not answering (stopped or "
+                  "stuck; GMSFS_HUNG_S).", "# TYPE gmsfs_daemon_replaced_total counter"]
+
+
+def _labelled(name, device, mount, value):
     """device: (uuid, index or None): the labels the daemon's series have (device, and
     dcgm-exporter's gpu and UUID)."""
     uuid, index = device
     gpu = ',gpu="%d"' % index if index is not None else ""
-    return 'gmsfs_up{device="%s"%s,UUID="%s",mount="%s"} %d' % (_esc(uuid), gpu, _esc(uuid), _esc(mount), value)
+    return '%s{device="%s"%s,UUID="%s",mount="%s"} %d' % (name, _esc(uuid), gpu, _esc(uuid), _esc(mount), value)
+
+
+def _up(device, mount, value):
+    return _labelled("gmsfs_up", device, mount, value)
 
 
 def _dead_device(textfile, mount):
@@ -305,10 +409,11 @@ def _mount_source(mount):
 
 
 def _read_mount(m):
-    """(uuid, index, metrics text) of a mount; OSError or ValueError when it does not answer."""
+    """(uuid, index, metrics text) of a mount; OSError or ValueError when it does not answer
+    (unbounded: called in a thread of ask_all's or the scraper's)."""
     with open(os.path.join(m, "metrics")) as f:
         text = f.read()
-    dev = status(m)["device"]
+    dev = _read_status(m)["device"]
     return dev["uuid"], dev.get("index"), text
 
 
@@ -334,14 +439,18 @@ def cmd_metrics(args):
     if args.textfile and not os.path.isdir(args.textfile):
         return _fail("--textfile %s: not a directory" % args.textfile)
     texts, dead = {}, []
+    got = ask_all(_read_mount, where)  # every mount at once, each given READ_S
     for m in where:
-        try:
-            uuid, index, text = _read_mount(m)
+        r = got[m]
+        if not isinstance(r, BaseException):
+            uuid, index, text = r
             texts[m] = ((uuid, index), text)
-        except (OSError, ValueError) as e:
+        elif isinstance(r, (OSError, ValueError, KeyError)):
             if m not in live:
-                return _fail("%s: not a gmsfs mount (%s)" % (m, getattr(e, "strerror", None) or e))
+                return _fail("%s: not a gmsfs mount (%s)" % (m, getattr(r, "strerror", None) or r))
             dead.append(m)
+        else:
+            raise r
     ups = {m: _up(dev, m, 1) for m, (dev, _) in texts.items()}
     devs = {m: _dead_device(args.textfile, m) for m in dead}
     ups.update({m: _up(devs[m], m, 0) for m in dead})
@@ -372,22 +481,35 @@ class _Scraper:
     READ_S = 2.0
 
     def __init__(self, named, root):
-        import threading
         self.named, self.root = named, root
         self.lock = threading.Lock()
         self.busy = set()       # mounts whose read has not returned
         self.known = {}         # mount -> (uuid, index) as last read: a dead one keeps its labels
 
+    def listed(self):
+        """gmsfs-node's GPUs, in nvidia-smi's order: {mount: (uuid, index)}, the labels of a
+        GPU whose mount is dead or gone, first seen or not (one series per GPU)."""
+        try:
+            with open(os.path.join(self.root, ".gmsfs-node")) as f:
+                return {os.path.join(self.root, u): (u, i) for i, u in enumerate(f.read().split())}
+        except OSError:
+            return {}
+
     def mounts(self):
         if self.named:
             return self.named
         where = mounts()
+        return where + [m for m in self.listed() if m not in where]
+
+    def replaced(self, listed):
+        """gmsfs_daemon_replaced_total of each GPU gmsfs-node lists (ROOT/.gmsfs-node-replaced)."""
+        counts = {}
         try:
-            with open(os.path.join(self.root, ".gmsfs-node")) as f:
-                listed = [os.path.join(self.root, u) for u in f.read().split()]
-        except OSError:
-            listed = []
-        return where + [m for m in listed if m not in where]
+            with open(os.path.join(self.root, ".gmsfs-node-replaced")) as f:
+                counts = {l.split()[0]: int(l.split()[1]) for l in f if len(l.split()) == 2}
+        except (OSError, ValueError):
+            pass
+        return [_labelled("gmsfs_daemon_replaced_total", dev, m, counts.get(dev[0], 0)) for m, dev in listed.items()]
 
     def _ask(self, m, out):
         try:
@@ -399,7 +521,6 @@ class _Scraper:
                 self.busy.discard(m)
 
     def scrape(self):
-        import threading
         where, out, threads = self.mounts(), {}, []
         for m in where:
             with self.lock:
@@ -414,6 +535,7 @@ class _Scraper:
             t.join(max(0.0, deadline - time.monotonic()))
         got = dict(out)  # what came in time
         texts, ups = [], []
+        listed = {} if self.named else self.listed()
         for m in where:
             if m in got:
                 uuid, index, text = got[m]
@@ -421,8 +543,13 @@ class _Scraper:
                 texts.append(text)
                 ups.append(_up((uuid, index), m, 1))
             else:
-                ups.append(_up(self.known.get(m) or (_mount_source(m) if m in mounts() else os.path.basename(m), None), m, 0))
-        return _merge(texts, ups)
+                dev = listed.get(m) or self.known.get(m) or (_mount_source(m) if m in mounts() else os.path.basename(m),
+                                                             None)
+                ups.append(_up(dev, m, 0))
+        text = _merge(texts, ups)
+        if listed:
+            text += "\n".join(_REPLACED_HEAD + self.replaced(listed)) + "\n"
+        return text
 
 
 def _serve_metrics(args):

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
@@ -20,6 +22,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +31,7 @@
 #define FUSE_SUPER_MAGIC 0x65735546
 #endif
 #define HO_TIMEOUT_S 120     /* the new daemon restores and mounts meanwhile */
+#define HO_READ_S 5          /* the old daemon's device file, read before anything else */
 
 enum ho_kind { HO_IMAGES = 1, HO_FDS, HO_MOUNTED, HO_BYE, HO_FAIL };
 
@@ -289,6 +293,61 @@ static int same_daemon(const struct handover_peer *p, char *err, size_t errlen)
 	return 0;
 }
 
+/* The device file of the gmsfs mount on dir, read by a child given HO_READ_S: a daemon
+ * stopped or stuck would hold a reader in the kernel for good (a child killed ends its
+ * request).  0 and its text; -ETIMEDOUT, -EXDEV (not that mount's file), or -errno. */
+static int read_device(const char *dir, const char *path, char *text, size_t size)
+{
+	int fds[2];
+	if (pipe2(fds, O_CLOEXEC))
+		return -errno;
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC), n;
+		struct statfs fsb;
+		struct stat at, top;
+		char buf[4096], status = fd < 0 ? (char)errno : 0;
+		if (!status && (fstatfs(fd, &fsb) || fsb.f_type != FUSE_SUPER_MAGIC || fstat(fd, &at) || stat(dir, &top) ||
+				at.st_dev != top.st_dev))
+			status = EXDEV;
+		if (write(fds[1], &status, 1) != 1)
+			_exit(1);
+		while (!status && (n = (int)read(fd, buf, sizeof buf)) > 0)
+			if (write(fds[1], buf, (size_t)n) != n)
+				_exit(1);
+		_exit(0);
+	}
+	close(fds[1]);
+	if (pid < 0) {
+		close(fds[0]);
+		return -EAGAIN;
+	}
+	size_t got = 0;
+	int e = 0;
+	for (time_t end = time(NULL) + HO_READ_S;;) {
+		struct pollfd p = { fds[0], POLLIN, 0 };
+		int left = (int)(end - time(NULL));
+		if (left <= 0 || poll(&p, 1, left * 1000) <= 0) {
+			e = -ETIMEDOUT;
+			break;
+		}
+		ssize_t n = read(fds[0], text + got, size - 1 - got);
+		if (n <= 0 || (got += (size_t)n) == size - 1)
+			break;
+	}
+	close(fds[0]);
+	if (e)
+		kill(pid, SIGKILL); /* its request ends with it */
+	waitpid(pid, NULL, 0);
+	if (!e && !got)
+		e = -EIO;
+	if (!e && text[0])
+		e = -(int)(unsigned char)text[0];
+	if (!e)
+		memmove(text, text + 1, got), text[got - 1] = '\0';
+	return e;
+}
+
 int handover_peer(const char *mountpoint, struct handover_peer *p, char *err, size_t errlen)
 {
 	memset(p, 0, sizeof *p);
@@ -302,22 +361,19 @@ int handover_peer(const char *mountpoint, struct handover_peer *p, char *err, si
 		return why_fmt(err, errlen, -ENOTCONN, "takeover: %s is not a gmsfs mount: nothing to take over (is a "
 				"gmsfs daemon serving %s?)", dir, mountpoint);
 	snprintf(path, sizeof path, "%s/device", dir);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return why_fmt(err, errlen, -errno, "takeover: %s: %s (is a gmsfs daemon serving %s?)", path,
-			       strerror(errno), mountpoint);
-	struct statfs fsb;
-	struct stat at, top;
-	if (fstatfs(fileno(f), &fsb) || fsb.f_type != FUSE_SUPER_MAGIC || fstat(fileno(f), &at) || stat(dir, &top) ||
-	    at.st_dev != top.st_dev) {
-		fclose(f);
+	char text[8192];
+	int e = read_device(dir, path, text, sizeof text);
+	if (e == -ETIMEDOUT)
+		return why_fmt(err, errlen, e, "takeover: the daemon serving %s does not answer within %d s (stopped, or "
+				"stuck): nothing was taken over; end it (kill -9) and start gmsfs on %s again (its stores "
+				"come back where a service manager keeps them: state=)", dir, HO_READ_S, dir);
+	if (e == -EXDEV)
 		return why_fmt(err, errlen, -ENOTCONN, "takeover: %s is not the device file of the gmsfs mount on %s", path,
 			       dir);
-	}
-	char *line = NULL;
-	size_t cap = 0;
-	while (getline(&line, &cap, f) > 0) {
-		line[strcspn(line, "\n")] = '\0';
+	if (e)
+		return why_fmt(err, errlen, e, "takeover: %s: %s (is a gmsfs daemon serving %s?)", path, strerror(-e),
+			       mountpoint);
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
 		char *v = strstr(line, ": ");
 		if (!v)
 			continue;
@@ -333,8 +389,6 @@ int handover_peer(const char *mountpoint, struct handover_peer *p, char *err, si
 		if (!strcmp(line, "pid"))
 			p->pid = (pid_t)atoi(v);
 	}
-	free(line);
-	fclose(f);
 	if (!p->backend[0] || !p->uuid[0] || !p->socket[0] || p->pid <= 0)
 		return why_fmt(err, errlen, -EPROTO, "takeover: %s names no socket or pid: a gmsfs too old to hand over",
 			       path);

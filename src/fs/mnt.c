@@ -98,8 +98,16 @@ static bool daemon_gone(const char *dir)
 int mnt_prepare(const char *dir, char *why, size_t whylen)
 {
 	char src[256] = "";
-	if (!mnt_is_gmsfs(dir, src, sizeof src))
-		return 0; /* nothing of ours there: no daemon to ask (a restart's common case) */
+	struct stat s;
+	if (!mnt_is_gmsfs(dir, src, sizeof src)) {
+		/* Nothing of ours there: no daemon to ask (a restart's common case).  A file is no
+		 * mount point (FUSE would mount over it, and answer EIO for its directories). */
+		if (!stat(dir, &s) && !S_ISDIR(s.st_mode)) {
+			snprintf(why, whylen, "%s is not a directory: a mount point of gmsfs is one (mkdir it)", dir);
+			return -ENOTDIR;
+		}
+		return 0;
+	}
 	if (daemon_gone(dir)) {
 		fprintf(stderr, "gmsfs: %s: lifting a stale mount (its daemon is gone)\n", dir);
 		umount2(dir, MNT_DETACH);

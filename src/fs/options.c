@@ -86,6 +86,22 @@ const char *options_mover(const char *asked)
 }
 
 /* 0: go on; otherwise the exit status (help and version: 0, bad options: 2). */
+/* What is left for libfuse (its -o options), tried on a session made and dropped: an
+ * unknown option is bad usage (exit 2) before anything is done, not a failure later. */
+static bool fuse_knows(const struct fuse_args *args)
+{
+	static const struct fuse_lowlevel_ops none;
+	struct fuse_args copy = FUSE_ARGS_INIT(0, NULL);
+	bool ok = true;
+	for (int i = 0; ok && i < args->argc; i++)
+		ok = !fuse_opt_add_arg(&copy, args->argv[i]);
+	struct fuse_session *se = ok ? fuse_session_new(&copy, &none, sizeof none, NULL) : NULL;
+	if (se)
+		fuse_session_destroy(se);
+	fuse_opt_free_args(&copy);
+	return se != NULL; /* libfuse said which option it did not know */
+}
+
 int options_parse(struct fuse_args *args, struct options *opts, struct fuse_cmdline_opts *cmd, uint64_t *max_bytes,
 		  const char *prog)
 {
@@ -97,6 +113,7 @@ int options_parse(struct fuse_args *args, struct options *opts, struct fuse_cmdl
 	}
 	if (cmd->show_version) {
 		printf("gmsfs %s\n", GMSFS_VERSION);
+		fflush(stdout); /* first: libfuse's own lines come from fusermount3 too */
 		fuse_lowlevel_version();
 		return -1;
 	}
@@ -125,7 +142,7 @@ int options_parse(struct fuse_args *args, struct options *opts, struct fuse_cmdl
 		fprintf(stderr, "gmsfs: max_threads=%d: between 2 and 100000\n", opts->max_threads);
 		return 2;
 	}
-	return 0;
+	return fuse_knows(args) ? 0 : 2;
 }
 
 /* Takeover: what the command line leaves unset comes from the daemon replaced (its
@@ -149,6 +166,10 @@ int options_inherit(struct options *o, struct fuse_args *args, const struct hand
 	TAKE(socket);
 	TAKE(fsname);
 #undef TAKE
+	/* A default socket (gmsfs-PID.sock) keeps its name too: the new daemon listens beside
+	 * it and takes the name once the old one has ended, as for a socket= given. */
+	if (!o->socket && peer->socket[0] && !(o->socket = strdup(peer->socket)))
+		return 2;
 	if (!o->fsname && peer->fsname[0] && !(o->fsname = strdup(peer->fsname))) /* an older daemon's: its source */
 		return 2;
 	if (!o->max_threads)

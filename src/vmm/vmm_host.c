@@ -37,7 +37,8 @@ struct host_pool {
 static int host_open(struct vmm *v, const char *device, char *err, size_t errlen)
 {
 	if (device && strcmp(device, "0") != 0 && strncmp(device, "host-", 5) != 0) {
-		snprintf(err, errlen, "device=%s: the host backend has one device, 0", device);
+		snprintf(err, errlen, "device=%s: the host backend has one device, 0 (or host-NAME: host mounts that stay "
+				      "apart by that name)", device);
 		return -ENODEV;
 	}
 	long page = sysconf(_SC_PAGESIZE), pages = sysconf(_SC_PHYS_PAGES);
