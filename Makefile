@@ -177,7 +177,9 @@ check-asan:
 	$(MAKE) all B=build-asan CFLAGS="$(ASAN_CFLAGS)"
 	prove --exec tests/tap-exec tests/sanitizers.sh
 
-demo: deps
+# Only what the demo shows is installed (no podman, lintian, valgrind...).
+demo:
+	sh scripts/install-deps.sh demo
 	$(MAKE) all
 	sh scripts/demo.sh
 

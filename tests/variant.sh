@@ -26,7 +26,12 @@ valgrind)
 	;;
 esac
 export GMSFS_DAEMON_LOGS=$logs
-out=$(bats --tap tests/*.bats 2>&1)
+files=$(ls tests/*.bats)
+# Under valgrind, 58-faults.bats's daemons run unwrapped (it times the bounds of commands
+# on a stopped daemon): a second plain run of it would check nothing more.
+[ "$kind" = valgrind ] && files=$(printf '%s\n' "$files" | grep -v '/58-faults\.bats$')
+# shellcheck disable=SC2086
+out=$(bats --tap $files 2>&1)
 printf '%s\n' "$out" >"$logs/tap.out"
 printf '%s\n' "$out" | grep -v '^1\.\.[0-9]*$'
 n=$(printf '%s\n' "$out" | grep -c '^\(not \)\?ok ')

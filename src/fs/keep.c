@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -126,6 +127,19 @@ static void settle(struct keep *k, const void *owner, bool gone)
 		} else {
 			i++;
 		}
+}
+
+void keep_broken(struct keep *k, const char *fmt, ...)
+{
+	char why[sizeof k->why];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	if (k->armed || strcmp(why, k->why))
+		fuse_log(FUSE_LOG_ERR, "gmsfs: keep: stores are not kept across a restart: %s\n", why);
+	memcpy(k->why, why, sizeof why);
+	k->armed = false;
 }
 
 /* ---- images on disk ---- */
@@ -356,12 +370,11 @@ int keep_armed(struct fs *fs)
 	return armed;
 }
 
-void keep_stop(struct fs *fs)
+void keep_free(struct fs *fs)
 {
 	struct keep *k = fs->keep;
 	if (!k)
 		return;
-	keep_watch_stop(fs);
 	pthread_mutex_lock(&fs->mu);
 	fs->persist = NULL; /* what goes now goes with the daemon, not with a store */
 	for (size_t i = 0; fs->stores && i < fs->stores->n; i++)

@@ -92,6 +92,10 @@ extern const struct fs_persist keep_hooks;
  * persistence is off until keep_watch hands everything again. */
 void keep_broken(struct keep *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* At the end, once the watch has ended: what keep holds freed, nothing taken out of the
+ * manager's store (keep_stop). */
+void keep_free(struct fs *fs);
+
 /* keep_watch.c: a thread that looks at the manager's socket every second and hands every
  * store's descriptors again to a new one, or after a failure. */
 int keep_watch_start(struct fs *fs);

@@ -1,6 +1,7 @@
 /* keep_start: the start of a daemon under a service manager (keep.h): the stores whose
  * memory the manager passed back are rebuilt from their images, with their readers; then
- * the stores keep what a restart needs through keep.c's hooks. */
+ * the stores keep what a restart needs through keep.c's hooks, and keep_watch.c watches
+ * the manager; and the stop. */
 #include "keep_internal.h"
 #include "grow.h"
 
@@ -258,6 +259,12 @@ static int make_dir(char *dir)
 		if (e || !c)
 			return e;
 	}
+}
+
+void keep_stop(struct fs *fs)
+{
+	keep_watch_stop(fs);
+	keep_free(fs);
 }
 
 int keep_start(struct fs *fs, const char *dir, unsigned max_fds, char *err, size_t errlen)

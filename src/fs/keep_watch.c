@@ -11,7 +11,6 @@
 #include "clock.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -19,19 +18,6 @@
 
 #define KEEP_WATCH_MS 1000
 #define KEEP_RETRY_MAX_S 30
-
-void keep_broken(struct keep *k, const char *fmt, ...)
-{
-	char why[sizeof k->why];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof why, fmt, ap);
-	va_end(ap);
-	if (k->armed || strcmp(why, k->why))
-		fuse_log(FUSE_LOG_ERR, "gmsfs: keep: stores are not kept across a restart: %s\n", why);
-	memcpy(k->why, why, sizeof why);
-	k->armed = false;
-}
 
 /* fs->mu held: every store's image written again, each descriptor handed to the manager
  * anew (the old names forgotten first, where the old manager still listens).  0, or the

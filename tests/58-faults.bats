@@ -1,0 +1,197 @@
+#!/usr/bin/env bats
+# Operating through faults (issue 57), host backend: a daemon SIGSTOPped beside a healthy
+# one, as a stuck GPU driver or a debugger would leave it.  Every command returns within
+# its stated bound, says the stopped mount down and goes on with the other; gmsfs-node
+# replaces a daemon that does not answer (losslessly, through the keeper), and the
+# metrics say every GPU it lists, at 0 when down, with the same labels always.  And the
+# small ones: bad arguments and mount points, with clear words and the documented status.
+
+load helpers
+
+setup() {
+	T=$(mktemp -d "$BATS_TEST_TMPDIR/faults.XXXXXX")
+	STOPPED= NODE_PID= KEEPER_PID=
+	CTL=("$PYTHON" "$ROOT/tools/gmsfsctl")
+}
+
+teardown() {
+	[ -z "$STOPPED" ] || kill -CONT "$STOPPED" 2>/dev/null || true
+	if [ -n "$NODE_PID" ] && kill -0 "$NODE_PID" 2>/dev/null; then
+		kill -TERM "$NODE_PID"
+		wait "$NODE_PID" 2>/dev/null || true
+	fi
+	for m in $(awk -v r="$T/" 'index($2, r) == 1 { print $2 }' /proc/mounts | sort -r); do
+		umount "$m" 2>/dev/null || umount -l "$m"
+	done
+	[ -z "$KEEPER_PID" ] || kill -TERM "$KEEPER_PID" 2>/dev/null || true
+	wait 2>/dev/null || true
+}
+
+# daemon NAME: a daemon on $T/NAME (socket $T/NAME.sock); its pid in $T/NAME.pid.
+daemon() {
+	mkdir -p "$T/$1"
+	"$GMSFS" -f -o "backend=host,device=host-$1,socket=$T/$1.sock" "$T/$1" 2>"$T/$1.log" 3>&- &
+	echo $! >"$T/$1.pid"
+	wait_until grep -q " $T/$1 fuse.gmsfs " /proc/mounts
+}
+
+commit_store() { # commit_store STORE: one committed allocation of 4 KiB
+	mkdir "$1"
+	(
+		exec 9>"$1/lock"
+		truncate -s 4096 "$1/allocs/w"
+		echo "weights" | dd of="$1/allocs/w" conv=notrunc status=none
+		echo > "$1/commit"
+	)
+}
+
+# within S CMD...: CMD returns within S seconds (its status in $status, its words in $output).
+within() {
+	local s=$1 t0
+	shift
+	t0=$(date +%s%N)
+	run timeout 60 "$@"
+	elapsed=$((($(date +%s%N) - t0) / 1000000))
+	echo "# $* took ${elapsed} ms (at most $((s * 1000)))" >&3
+	[ "$elapsed" -le $((s * 1000)) ]
+}
+
+@test "a SIGSTOPped daemon beside a healthy one: list, metrics, --textfile, show, wait, tier, switch and takeover return within their bounds, say it down, go on with the other" {
+	daemon good
+	daemon stuck
+	commit_store "$T/good/a"
+	commit_store "$T/stuck/b"
+	STOPPED=$(cat "$T/stuck.pid")
+	kill -STOP "$STOPPED"
+	within 8 "${CTL[@]}" list "$T/good" "$T/stuck"
+	assert_failure 1
+	assert_output --partial "$T/stuck: not answering (does not answer within 5 s"
+	assert_output --regexp "$T/good +host host-good +a +COMMITTED"
+	within 8 "${CTL[@]}" metrics --textfile "$T" "$T/good" "$T/stuck"
+	assert_failure 1
+	assert_output --partial "$T/stuck: its daemon does not answer (gmsfs_up 0)"
+	grep -q '^gmsfs_up{device="host-good",gpu="0",UUID="host-good",mount="'"$T"'/good"} 1$' "$T/gmsfs-host-good.prom"
+	grep -q '^gmsfs_store_allocations{' "$T/gmsfs-host-good.prom"
+	stuck_prom=$(grep -l 'mount="'"$T"'/stuck"' "$T"/gmsfs-*.prom)
+	grep -q '} 0$' "$stuck_prom"
+	within 8 "${CTL[@]}" show "$T/stuck/b"
+	assert_failure 1
+	assert_output --partial "does not answer within 5 s"
+	within 10 "${CTL[@]}" wait "$T/stuck/b" --timeout 2
+	assert_failure 1
+	within 10 "${CTL[@]}" tier "$T/stuck/b" host --timeout 2
+	assert_failure 1
+	assert_output --partial "does not answer within"
+	within 14 "${CTL[@]}" switch "$T/stuck/b" --timeout 2
+	assert_failure 1
+	within 8 "$GMSFS" -f -o takeover "$T/stuck"
+	assert_failure 1
+	assert_output --partial "does not answer within 5 s (stopped, or stuck): nothing was taken over"
+	# The healthy one was never held up, and the stopped one comes back whole.
+	run "${CTL[@]}" list "$T/good"
+	assert_success
+	kill -CONT "$STOPPED"
+	STOPPED=
+	run "${CTL[@]}" list "$T/good" "$T/stuck"
+	assert_success
+	assert_equal "$(head -c 7 "$T/stuck/b/allocs/w")" weights
+}
+
+# A stub nvidia-smi listing two "GPUs" the host backend serves (device=host-...).
+node() { # node [ENV=VALUE...]: gmsfs-node in the background with the keeper; sets NODE_PID
+	mkdir -p "$T/bin"
+	printf '#!/bin/sh\necho host-gpu-a\necho host-gpu-b\n' >"$T/bin/nvidia-smi"
+	chmod +x "$T/bin/nvidia-smi"
+	env "$@" PATH="$T/bin:$PATH" GMSFS="$GMSFS" GMSFS_KEEPER="$BUILD/gmsfs-keeper" GMSFS_KEEP="$T/keep" \
+		GMSFS_ROOT="$T/run" dash "$ROOT/tools/gmsfs-node" 2>>"$T/node.log" 3>&- &
+	NODE_PID=$!
+	wait_until two_mounts
+}
+two_mounts() { [ "$(grep -c " $T/run/host-gpu-[ab] fuse.gmsfs " /proc/mounts)" = 2 ]; }
+pid_of() { sed -n 's/^pid: //p' "$1/device" 2>/dev/null; }
+served_by_other() { local p; p=$(timeout 1 sed -n 's/^pid: //p' "$1/device" 2>/dev/null); [ -n "$p" ] && [ "$p" != "$2" ]; }
+
+keeper() {
+	"$BUILD/gmsfs-keeper" "$T/keep" 2>"$T/keeper.log" 3>&- &
+	KEEPER_PID=$!
+	wait_until test -S "$T/keep/keeper.sock"
+}
+
+@test "gmsfs-node replaces a daemon that does not answer (SIGSTOP): within GMSFS_HUNG_S, losslessly through the keeper, said and counted; the other GPU untouched" {
+	keeper
+	node GMSFS_HUNG_S=5
+	commit_store "$T/run/host-gpu-a/llama"
+	hash=$(cat "$T/run/host-gpu-a/llama/layout_hash")
+	other=$(pid_of "$T/run/host-gpu-b")
+	old=$(pid_of "$T/run/host-gpu-a")
+	sleep 5 # past the start's grace (GMSFS_HUNG_S, at most 10 s): asked every 5 s from now on
+	kill -STOP "$old"
+	for _ in $(seq 300); do served_by_other "$T/run/host-gpu-a" "$old" && break; sleep 0.1; done
+	served_by_other "$T/run/host-gpu-a" "$old"
+	grep -q "the daemon of host-gpu-a (pid $old) has not answered for 5s (stopped or stuck): replacing it" "$T/node.log"
+	assert_equal "$(cat "$T/run/host-gpu-a/llama/layout_hash")" "$hash"
+	assert_equal "$(head -c 7 "$T/run/host-gpu-a/llama/allocs/w")" weights
+	assert_equal "$(pid_of "$T/run/host-gpu-b")" "$other"
+	assert_equal "$(cat "$T/run/.gmsfs-node-replaced")" "host-gpu-a 1"
+	# The metrics server says it: one replacement of GPU 0, none of GPU 1.
+	run "$PYTHON" - "$ROOT" "$T/run" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1] + "/python")
+from gmsfs.ctl import _Scraper
+print(_Scraper([], sys.argv[2]).scrape())
+PY
+	assert_output --partial 'gmsfs_daemon_replaced_total{device="host-gpu-a",gpu="0",UUID="host-gpu-a",mount="'"$T"'/run/host-gpu-a"} 1'
+	assert_output --partial 'gmsfs_daemon_replaced_total{device="host-gpu-b",gpu="1",UUID="host-gpu-b",mount="'"$T"'/run/host-gpu-b"} 0'
+}
+
+@test "metrics after a clean stop of gmsfs-node: gmsfs_up stays, at 0, for every GPU it listed, with the labels it had alive (gpu too, for a fresh metrics server)" {
+	keeper
+	node
+	kill -TERM "$NODE_PID"
+	wait "$NODE_PID"
+	NODE_PID=
+	! grep -q " $T/run/host-gpu" /proc/mounts
+	run "$PYTHON" - "$ROOT" "$T/run" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1] + "/python")
+from gmsfs.ctl import _Scraper
+print(_Scraper([], sys.argv[2]).scrape())  # a metrics server that never saw them alive
+PY
+	assert_output --partial 'gmsfs_up{device="host-gpu-a",gpu="0",UUID="host-gpu-a",mount="'"$T"'/run/host-gpu-a"} 0'
+	assert_output --partial 'gmsfs_up{device="host-gpu-b",gpu="1",UUID="host-gpu-b",mount="'"$T"'/run/host-gpu-b"} 0'
+}
+
+@test "the small ones: gmsfs-node's unknown argument, a file as mount point, an unknown option's status, host-NAME, a store given to list, a takeover keeps a default socket's name" {
+	run dash "$ROOT/tools/gmsfs-node" --bogus
+	assert_failure 2
+	assert_output --partial "unknown argument: --bogus"
+	[ ! -e "$T/run" ]
+	touch "$T/file"
+	run "$GMSFS" -f -o backend=host "$T/file"
+	assert_failure 1
+	assert_output --partial "$T/file is not a directory"
+	! grep -q " $T/file " /proc/mounts
+	mkdir "$T/m"
+	run "$GMSFS" -f -o backend=host,bogus=1 "$T/m"
+	assert_failure 2
+	assert_output --partial "unknown option"
+	! grep -q " $T/m " /proc/mounts
+	run "$GMSFS" -f -o backend=host,device=GPU-1234 "$T/m"
+	assert_failure 1
+	assert_output --partial "or host-NAME"
+	# A default socket (none given): the successor takes the same name.
+	"$GMSFS" -f -o backend=host "$T/m" 2>"$T/m.log" 3>&- &
+	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
+	commit_store "$T/m/s"
+	sock=$(sed -n 's/^socket: //p' "$T/m/device")
+	old=$(pid_of "$T/m")
+	run "${CTL[@]}" list "$T/m/s"
+	assert_failure 1
+	assert_output --partial "$T/m/s: a store, not a mount (gmsfsctl show $T/m/s"
+	"$GMSFS" -f -o takeover "$T/m" 2>"$T/m.new.log" 3>&- &
+	wait_until served_by_other "$T/m" "$old"
+	wait_until test "$(sed -n 's/^socket: //p' "$T/m/device")" = "$sock"
+	"$BUILD/gmsfs-example" read "$T/m/s" >/dev/null 2>&1 || "$PYTHON" -c "
+import sys; sys.path.insert(0, '$ROOT/python'); import gmsfs
+with gmsfs.connect('$T/m/s', 'ro') as c: c.import_all(); assert c.mappings"
+}
