@@ -457,9 +457,10 @@ static void layout(const char *mnt, const char *label, const uint64_t *sizes, in
 	       t_many / t_wfloor, t_many * 1e3 / count);
 	printf("  %-44s %9.2f ms         %7.2f us/entry\n", "metadata: one bulk put", t_meta, t_meta * 1e3 / count);
 	/* For tests/gpu/gate.py: value, floor, the most value / floor may be. */
-	printf("gate: import-%s %.4f %.4f 1.1 a reader's import_all in a fresh process (ms)\n", label, median(ti, runs), f);
-	printf("gate: remap-%s %.4f %.4f 1.2 a reader's remap cycle, unmap_all + remap_all (ms)\n", label, remap,
-	       remap_floor);
+	printf("gate: import-%s %.4f %.4f 1.1 a reader's import_all in a fresh process, %s (ms)\n", label,
+	       median(ti, runs), f, label);
+	printf("gate: remap-%s %.4f %.4f 1.2 a reader's remap cycle, unmap_all + remap_all, %s (ms)\n", label, remap,
+	       remap_floor, label);
 	fflush(stdout);
 	free(tf), free(ti), free(tc), free(tp), free(cx), free(rf), free(rm);
 	/* Free the store for the next layout: a writer empties it, then rmdir. */
