@@ -17,11 +17,12 @@
  *   wait       the lock's queue of parked requests, and their thread
  *   tier       the host tier, eviction, quotas, priorities (a mover thread)
  *   image      a store as records and descriptors
- *   keep, handover   systemd's descriptor store (-o state=); -o takeover
+ *   keep, handover   systemd's descriptor store (-o state=; keep_watch looks at it every
+ *              second); -o takeover
  *   text       what cat reads: device, state, status.json, metrics
  *   export/    tickets, the socket, what a socket request does (export.h)
  *   ops_*.c    the FUSE boundary: a do_x() returns -errno, the op around it replies
- *   main       options, mount, the threads' start and stop
+ *   options, main    the -o options; mount, the threads' start and stop
  *
  * Threads and the lock.  One mutex, fs->mu, guards every structure of every module
  * above but the ones a header marks otherwise (atomics, fields fixed at creation).
@@ -41,6 +42,9 @@
  *   - The mover thread (tier.c) moves stores between the device and the host tier; it
  *     waits on its own condition variable under fs->mu and copies without it.  A create
  *     that does not fit moves idle stores out itself, also copying without fs->mu.
+ *   - The keeper's watch (keep_watch.c) looks at the service manager's socket every
+ *     second under keep's own mutex, and takes fs->mu (never under it) to hand every
+ *     store to a new manager.
  *   - libfuse's interrupt callback (wait.c) runs with the request's own lock held and
  *     takes fs->mu; nothing that holds fs->mu waits for a request's lock.
  * Condition variables, each used with fs->mu: the socket's (export/), the waiter
