@@ -541,6 +541,25 @@ def test_small_inputs_are_refused_with_reasons(mnt):
                        capture_output=True, text=True, timeout=20)
     assert "rc=1" in w.stdout and "committed" in w.stdout, (w.stdout, w.stderr)
     assert sorted(os.listdir(os.path.join(s, "allocs"))) == ["y"]
+    # A size refused changes nothing: the same descriptor asks a smaller one, and it is made.
+    os.removexattr(s, "user.gms.quota")
+    w = subprocess.run([sys.executable, "-c", """
+import errno, os, sys
+s = sys.argv[1]
+fd = os.open(s + "/lock", os.O_WRONLY)  # the session
+x = os.open(s + "/allocs/x", os.O_CREAT | os.O_RDWR)
+try:
+    os.ftruncate(x, 128 << 20)
+    print("made 128 MiB")
+except OSError as e:
+    print("refused", errno.errorcode[e.errno], "allocs/x: 134217728 bytes" in open(s + "/state").read())
+os.ftruncate(x, 8192)
+os.write(x, b"abc")
+print("sized", os.fstat(x).st_size)
+open(s + "/commit", "w").write("1")
+""", s], capture_output=True, text=True, timeout=20)
+    assert w.stdout.split("\n")[:2] == ["refused ENOSPC True", "sized 8192"], (w.stdout, w.stderr)
+    assert sorted(os.listdir(os.path.join(s, "allocs"))) == ["x", "y"] and os.path.getsize(s + "/allocs/x") == 8192
     subprocess.run(["umount", mnt])
     daemon.wait(20)
 

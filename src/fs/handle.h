@@ -22,6 +22,7 @@ struct fs_handle {
 	pid_t tgid;                    /* who opened it (or locked it by ioctl) */
 	bool writable;                 /* opened for writing, or locked RW by ioctl */
 	bool created;                  /* its open made the node (O_CREAT) */
+	bool size_refused;             /* a size asked through it was refused (ops_tree.c) */
 	bool opening;                  /* a session handle whose descriptor was not seen yet (lock.c) */
 	bool flushes;                  /* the kernel tells its closes (FLUSH): set once, before the reply */
 	/* poll on state (ops_file.c). */

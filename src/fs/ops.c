@@ -27,6 +27,16 @@ struct fs_handle *ops_handle_new(struct store *st)
 	return h;
 }
 
+void ops_drop_refused(struct fs_handle *h)
+{
+	struct meta_node *m = h->node;
+	if (!h->size_refused || !m || !m->linked || m->kind != META_ALLOC || m->size || h->hold != HOLD_SESSION)
+		return;
+	h->size_refused = false;
+	meta_remove(m);
+	store_notify(h->store);
+}
+
 void ops_handle_free(struct fs_handle *h)
 {
 	if (!h)
@@ -34,6 +44,7 @@ void ops_handle_free(struct fs_handle *h)
 	struct store *st = h->store;
 	if (h->x)
 		export_handle_free(st->fs, h);
+	ops_drop_refused(h);
 	if (st && h->hold != HOLD_NONE)
 		lock_release(h);
 	store_untrack(h);

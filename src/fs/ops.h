@@ -14,6 +14,11 @@ int ops_resolve(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct obj *o);
 struct fs_handle *ops_handle_new(struct store *st);
 /* Give back its lock, ticket, connections and poller; the last handle of a removed store frees it. */
 void ops_handle_free(struct fs_handle *h);
+/* A file its open made, refused a size and never sized since: removed (a session's
+ * change), at the close of its descriptor or its release: truncate -s N of a new file
+ * that was refused leaves nothing behind, and the descriptor may ask another size
+ * until then. */
+void ops_drop_refused(struct fs_handle *h);
 
 void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
 void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);

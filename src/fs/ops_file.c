@@ -315,6 +315,7 @@ void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
 	pthread_mutex_lock(&fs->mu);
+	ops_drop_refused((struct fs_handle *)(uintptr_t)fi->fh); /* before close returns: no release is waited for */
 	lock_closed((struct fs_handle *)(uintptr_t)fi->fh);
 	pthread_mutex_unlock(&fs->mu);
 	fuse_reply_err(req, 0);

@@ -130,12 +130,13 @@ static int do_truncate(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t si
 			e = o->m->linked ? store_size_alloc(o->st, o->m, size) : -ESTALE;
 		store_put(o->st, 1);
 	}
-	/* truncate -s N of a file it just made (open O_CREAT, then ftruncate): a size
-	 * refused leaves no unsized allocation behind for the commit to trip over. */
+	/* A size refused changes nothing: the descriptor may ask another.  truncate -s N of a
+	 * file it just made (open O_CREAT, then ftruncate) that was refused leaves no unsized
+	 * allocation behind at its close (ops_handle_free) for the commit to trip over. */
 	struct fs_handle *h = fi ? (struct fs_handle *)(uintptr_t)fi->fh : NULL;
-	if (e && h && h->created && h->node == o->m && o->m->linked && !o->m->size)
-		meta_remove(o->m);
-	if (!e || (h && h->created))
+	if (e && h && h->created && h->node == o->m)
+		h->size_refused = true;
+	if (!e)
 		store_notify(o->st);
 	return e == -EDQUOT ? -ENOSPC : e;
 }
