@@ -333,17 +333,6 @@ int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct
 	return e;
 }
 
-int ch_redeem(const char *path, const uint8_t ticket[GMSFS_TICKET_LEN], struct ch_manifest *m, char *err, size_t errlen)
-{
-	int s = dial(path, err, errlen);
-	if (s < 0)
-		return s;
-	bool whole;
-	int e = call_on(s, GMSFS_OP_REDEEM, ticket, NULL, 0, false, m, &whole, err, errlen);
-	close(s);
-	return e;
-}
-
 void ch_close(struct ch *c)
 {
 	if (c->sock >= 0)

@@ -54,8 +54,6 @@ int ch_bind_start(struct ch *c, const char *path, const uint8_t ticket[GMSFS_TIC
  * may be bound again and the request sent again). */
 int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct ch_manifest *m, char *err,
 	    size_t errlen);
-/* A one-time connection: present an EXPORT or EXPORT_ALL ticket, receive its manifest. */
-int ch_redeem(const char *path, const uint8_t ticket[GMSFS_TICKET_LEN], struct ch_manifest *m, char *err, size_t errlen);
 void ch_close(struct ch *c);
 
 /* ---- how a client maps the descriptors of one backend; -errno, words in err ---- */

@@ -278,7 +278,8 @@ int gmsfs_pages_reserve(gmsfs *g, uint64_t span, uint64_t page_size, gmsfs_pages
 	p->g = g;
 	p->page = page_size;
 	p->count = count;
-	snprintf(p->prefix, sizeof p->prefix, "pages/%d.%u", (int)getpid(), __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED));
+	snprintf(p->prefix, sizeof p->prefix, GMSFS_PAGES_PREFIX "%d.%u", (int)getpid(),
+		 __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED));
 	p->next = g->pages;
 	g->pages = p;
 	tell_reserved(g);

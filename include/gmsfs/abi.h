@@ -172,6 +172,9 @@ enum gmsfs_op {
  * pieces, each its own descriptor, mapped side by side: at most this many, all in one
  * message of a manifest. */
 #define GMSFS_PIECES_MAX 64
+/* Allocations named below this (PAGES/<range>/<number>) are an elastic store's pages
+ * (libgmsfs's gmsfs_pages_*): the daemon keeps one given back for the store's next. */
+#define GMSFS_PAGES_PREFIX "pages/"
 #define GMSFS_MSG_MAX 65536          /* bytes of msgpack in one message, at most */
 #define GMSFS_REQ_BODY_MAX (256u << 20) /* bytes of one request's body, all messages */
 

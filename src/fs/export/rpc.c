@@ -427,7 +427,7 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 	for (; i < b->nallocs && !e; i++) {
 		struct vmm_buf *buf; /* an elastic store's pages (libgmsfs's pages/...): kept ones first */
 		int (*alloc)(struct vmm_pool *, uint64_t, struct vmm_buf **) =
-			strncmp(b->allocs[i].path, "pages/", 6) ? vmm_alloc : vmm_alloc_page;
+			strncmp(b->allocs[i].path, GMSFS_PAGES_PREFIX, strlen(GMSFS_PAGES_PREFIX)) ? vmm_alloc : vmm_alloc_page;
 		if ((e = alloc(pool, b->allocs[i].size, &buf)) == -ENOSPC) {
 			uint64_t rest = 0;
 			for (size_t k = i; k < b->nallocs; k++)
