@@ -179,6 +179,15 @@ PY
 	run "$GMSFS" -f -o backend=host,device=GPU-1234 "$T/m"
 	assert_failure 1
 	assert_output --partial "or host-NAME"
+	# gmsfs --version says its own line first; gmsfs-csi installed (no source tree beside it)
+	# reads the version from it, not libfuse's words.
+	version=$(sed -n 's/^#define GMSFS_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2/p' "$ROOT/include/gmsfs/gmsfs.h" | paste -sd.)
+	assert_equal "$("$GMSFS" --version | head -1)" "gmsfs $version"
+	mkdir -p "$T/sbin"
+	cp "$ROOT/tools/gmsfs-csi" "$T/sbin/"
+	run env PATH="$(dirname "$GMSFS"):$PATH" "$PYTHON" "$T/sbin/gmsfs-csi" --version
+	assert_success
+	assert_output "gmsfs-csi $version"
 	# A default socket (none given): the successor takes the same name.
 	"$GMSFS" -f -o backend=host "$T/m" 2>"$T/m.log" 3>&- &
 	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
