@@ -222,7 +222,8 @@ void gm_release_lock(gmsfs *g)
 		 * at once must not find this process still holding the old lock. */
 		struct gmsfs_ioc io = { .size = sizeof io };
 		/* A writer that did not commit rolls back. */
-		if (ioctl(g->dirfd, GMSFS_IOC_UNLOCK, &io) && errno == ENOTCONN && g->lock == GMSFS_RO)
+		if (ioctl(g->dirfd, GMSFS_IOC_UNLOCK, &io) && (errno == ENOTCONN || errno == ECONNABORTED) &&
+		    g->lock == GMSFS_RO)
 			let_go(g);
 		close(g->dirfd);
 	}
@@ -277,11 +278,11 @@ static int bind_channel(gmsfs *g)
 }
 
 /* The daemon that granted the lock is gone (killed, or replaced by gmsfs -o takeover)?
- * Its mount answers ENOTCONN from then on. */
+ * Its mount answers ENOTCONN from then on (ECONNABORTED, a request it had when it died). */
 static bool daemon_gone(gmsfs *g)
 {
 	struct gmsfs_ioc io = { .size = sizeof io };
-	return ioctl(g->dirfd, GMSFS_IOC_INFO, &io) < 0 && errno == ENOTCONN;
+	return ioctl(g->dirfd, GMSFS_IOC_INFO, &io) < 0 && (errno == ENOTCONN || errno == ECONNABORTED);
 }
 
 /* A writer whose daemon is gone: its session was rolled back (gmsfs(8), takeover), and

@@ -21,7 +21,7 @@ int gmsfs_unmap_all(gmsfs *g)
 	 * takeover) or the store was removed (ENOENT: its memory goes with its last reader),
 	 * the last one it gave; the mappings are this process's to undo either way. */
 	int e = g->lock == GMSFS_RO && g->info.has_hash ? 0 : gm_refresh(g);
-	if (e && e != -ENOTCONN && e != -ENOENT)
+	if (e && e != -ENOTCONN && e != -ECONNABORTED && e != -ENOENT)
 		return e;
 	for (size_t i = 0; i < g->nmaps; i++) {
 		struct gmsfs_mapping *m = &g->maps[i];

@@ -72,13 +72,15 @@ bool mnt_is_gmsfs(const char *dir, char *src, size_t srclen)
  * or stuck counts as live (nothing is lifted under it), and this one does not hang. */
 static bool daemon_gone(const char *dir)
 {
+	/* A daemon that is dying (SIGKILLed a moment ago) ends the requests in flight with
+	 * ECONNABORTED, the later ones with ENOTCONN: either says it is gone. */
 	struct stat s;
-	if (stat(dir, &s) < 0 && errno == ENOTCONN)
+	if (stat(dir, &s) < 0 && (errno == ENOTCONN || errno == ECONNABORTED))
 		return true;
 	pid_t pid = fork();
 	if (pid == 0) {
 		struct statfs sf;
-		_exit(statfs(dir, &sf) < 0 && errno == ENOTCONN ? 1 : 0);
+		_exit(statfs(dir, &sf) < 0 && (errno == ENOTCONN || errno == ECONNABORTED) ? 1 : 0);
 	}
 	if (pid < 0)
 		return false;
