@@ -42,6 +42,11 @@ commit_store() { # commit_store STORE TEXT: one allocation of 64 KiB starting wi
 	)
 }
 
+run_daemon() { # the mount $T/m's daemon, in the background under the keeper
+	"$KEEPER" --exec "$T/keep" gpu-a "$GMSFS" -f -o "backend=host,socket=$T/s,state=$T/keep/state/gpu-a" "$T/m" \
+		2>>"$T/daemon.log" 3>&- &
+}
+
 daemon_pid() { sed -n 's/^pid: //p' "$1/device" 2>/dev/null; }
 served_by_other() { local p; p=$(daemon_pid "$1"); [ -n "$p" ] && [ "$p" != "$2" ]; }
 
@@ -89,10 +94,6 @@ PY
 @test "gmsfs-keeper: a daemon SIGKILLed, then SIGTERMed, comes back with every store; the keeper's end lets go" {
 	start_keeper
 	mkdir "$T/m"
-	run_daemon() {
-		"$KEEPER" --exec "$T/keep" gpu-a "$GMSFS" -f -o "backend=host,socket=$T/s,state=$T/keep/state/gpu-a" "$T/m" \
-			2>>"$T/daemon.log" 3>&- &
-	}
 	run_daemon
 	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
 	mkdir "$T/m/llama"
@@ -261,10 +262,6 @@ PY
 @test "gmsfs-keeper killed and started again under a running daemon: persistence off is said, then every store handed again; the daemon's SIGKILL then loses nothing" {
 	start_keeper
 	mkdir "$T/m"
-	run_daemon() {
-		"$KEEPER" --exec "$T/keep" gpu-a "$GMSFS" -f -o "backend=host,socket=$T/s,state=$T/keep/state/gpu-a" "$T/m" \
-			2>>"$T/daemon.log" 3>&- &
-	}
 	run_daemon
 	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
 	mkdir "$T/m/llama" "$T/m/qwen"

@@ -14,18 +14,16 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import BUILD, ROOT, mounted, remove_stores, run_py
-from test_nothing_lost import died, read_all, restart, start
-from test_switch import tier, whole
+from conftest import BUILD, mounted, remove_stores, run_py
+from test_nothing_lost import restart, start
+from test_switch import crash_mid_switch, storm_of_readers, tier, whole
 import gmsfs
 
 KiB, MiB = 1 << 10, 1 << 20
-ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
 
 
 def fill_one(store, seed, size):
@@ -108,31 +106,13 @@ CRASHES = [(step, n) for step in ("image", "give") for n in (1, 4)]
 
 @pytest.mark.parametrize("step,n", CRASHES, ids=["switch.%s:%d" % c for c in CRASHES])
 def test_a_crash_mid_switch_of_pieces_loses_nothing(tmp_path, step, n):
-    from manager import Manager
-    mnt = os.path.realpath(str(tmp_path / "m"))
-    os.mkdir(mnt)
-    sd = str(tmp_path / "state")
-    opts = ("piece_bytes=1M", "max_bytes=10M")
-    m = Manager()
-    try:
-        start(m, mnt, sd, *opts)
+    def fill_two(mnt):
         a, b = os.path.join(mnt, "a"), os.path.join(mnt, "b")
-        want = {a: fill_one(a, 4, 8 * MiB), b: fill_one(b, 5, 8 * MiB)}
-        restart(m, mnt, sd, *opts, sig=signal.SIGTERM, fault="switch.%s:%d" % (step, n))
-        try:
-            read_all(a, timeout=5)  # a comes in, b goes out: the daemon dies mid-way
-        except (gmsfs.GmsfsError, OSError):
-            pass
-        assert died(m), "the daemon did not die at switch.%s:%d" % (step, n)
-        restart(m, mnt, sd, *opts)
-        assert {tier(s) for s in want} <= {"host", "device"}
-        for s in (b, a, b):  # each read brings it in whole (a store left mixed: the rest of it)
-            whole(s, want[s])
-            assert tier(s) == "device" and pieces_of(mnt, s) == 8
-        m.kill(signal.SIGTERM)
-    finally:
-        m.close()
-        subprocess.run(["umount", "-l", mnt], capture_output=True)
+        return {a: fill_one(a, 4, 8 * MiB), b: fill_one(b, 5, 8 * MiB)}
+    def eight_pieces(s):
+        assert pieces_of(os.path.dirname(s), s) == 8
+    crash_mid_switch(tmp_path, "switch.%s:%d" % (step, n), ("piece_bytes=1M", "max_bytes=10M"), fill_two,
+                     check=eight_pieces)
 
 
 def test_a_storm_of_killed_clients_during_switches_of_pieces_loses_nothing():
@@ -140,22 +120,7 @@ def test_a_storm_of_killed_clients_during_switches_of_pieces_loses_nothing():
     for mnt in mounted("backend=host", "piece_bytes=1M", "max_bytes=9M", "host_bytes=64M"):
         stores = [os.path.join(mnt, "s%d" % i) for i in range(3)]
         want = {s: fill_one(s, 10 + i, 4 * MiB) for i, s in enumerate(stores)}
-        code = ("import sys, time, gmsfs\n"
-                "with gmsfs.connect(sys.argv[1], 'ro', timeout=30) as c:\n"
-                "    c.import_all()\n"
-                "    time.sleep(float(sys.argv[2]))\n")
-        rnd = random.Random(8)
-        live = []
-        for i in range(40):
-            live.append(subprocess.Popen([sys.executable, "-c", code, rnd.choice(stores), "%.3f" % (rnd.random() * 0.05)],
-                                         env=ENV, stderr=subprocess.DEVNULL))
-            time.sleep(rnd.random() * 0.03)
-            if rnd.random() < 0.4:
-                victim = rnd.choice(live)
-                if victim.poll() is None:
-                    victim.send_signal(signal.SIGKILL)
-        for p in live:
-            p.wait(60)
+        storm_of_readers(stores, 40, 8)
         for s in stores:
             whole(s, want[s], timeout=30)
         log = open(mnt + ".log").read()

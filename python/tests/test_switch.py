@@ -107,33 +107,65 @@ def test_a_switch_copies_a_piece_each_way_a_round_even_with_room_to_spare(one):
 CRASHES = [(step, n) for step in ("image", "give") for n in (1, 3)]
 
 
-@pytest.mark.parametrize("step,n", CRASHES, ids=["switch.%s:%d" % c for c in CRASHES])
-def test_a_crash_mid_switch_loses_nothing(tmp_path, step, n):
+def crash_mid_switch(tmp_path, fault, opts, fill_stores, check=lambda s: None):
+    """Two stores (fill_stores(mnt): {store: want}) on a device that holds one; a read of
+    the one out makes the daemon die at fault mid-switch; the next daemon serves both
+    whole, on one tier each (check(store) after each read)."""
     from manager import Manager
     mnt = os.path.realpath(str(tmp_path / "m"))
     os.mkdir(mnt)
     sd = str(tmp_path / "state")
     m = Manager()
     try:
-        start(m, mnt, sd, "max_bytes=3M")
-        a, b = os.path.join(mnt, "a"), os.path.join(mnt, "b")
-        want = {a: fill(a, 3), b: fill(b, 4)}
-        restart(m, mnt, sd, "max_bytes=3M", sig=signal.SIGTERM, fault="switch.%s:%d" % (step, n))
+        start(m, mnt, sd, *opts)
+        want = fill_stores(mnt)
+        a, b = sorted(want)
+        restart(m, mnt, sd, *opts, sig=signal.SIGTERM, fault=fault)
         try:
             read_all(a, timeout=5)  # a comes in, b goes out: the daemon dies mid-way
         except (gmsfs.GmsfsError, OSError):
             pass
-        assert died(m), "the daemon did not die at switch.%s:%d" % (step, n)
-        restart(m, mnt, sd, "max_bytes=3M")
+        assert died(m), "the daemon did not die at " + fault
+        restart(m, mnt, sd, *opts)
         tiers = {s: tier(s) for s in want}
         assert set(tiers.values()) <= {"host", "device"}, tiers
         for s in (b, a, b):  # each read brings it in whole (a mixed store: the rest of it)
             whole(s, want[s])
             assert tier(s) == "device"
+            check(s)
         m.kill(signal.SIGTERM)
     finally:
         m.close()
         subprocess.run(["umount", "-l", mnt], capture_output=True)
+
+
+@pytest.mark.parametrize("step,n", CRASHES, ids=["switch.%s:%d" % c for c in CRASHES])
+def test_a_crash_mid_switch_loses_nothing(tmp_path, step, n):
+    def fill_two(mnt):
+        a, b = os.path.join(mnt, "a"), os.path.join(mnt, "b")
+        return {a: fill(a, 3), b: fill(b, 4)}
+    crash_mid_switch(tmp_path, "switch.%s:%d" % (step, n), ("max_bytes=3M",), fill_two)
+
+
+def storm_of_readers(stores, clients, seed):
+    """clients readers of stores at random, each importing and holding a moment, some
+    SIGKILLed while waiting, holding or mapping; returns when all are gone."""
+    code = ("import sys, time, gmsfs\n"
+            "with gmsfs.connect(sys.argv[1], 'ro', timeout=30) as c:\n"
+            "    c.import_all()\n"
+            "    time.sleep(float(sys.argv[2]))\n")
+    rnd = random.Random(seed)
+    live = []
+    for _ in range(clients):
+        live.append(subprocess.Popen([sys.executable, "-c", code, rnd.choice(stores), "%.3f" % (rnd.random() * 0.05)],
+                                     env=ENV, stderr=subprocess.DEVNULL))
+        time.sleep(rnd.random() * 0.03)
+        if rnd.random() < 0.4:
+            victim = rnd.choice(live)
+            if victim.poll() is None:
+                victim.send_signal(signal.SIGKILL)
+    for p in live:
+        p.wait(60)
 
 
 def test_a_storm_of_killed_clients_during_switches_loses_nothing():
@@ -142,23 +174,7 @@ def test_a_storm_of_killed_clients_during_switches_loses_nothing():
     for mnt in mounted("backend=host", "max_bytes=2304K", "host_bytes=64M"):
         stores = [os.path.join(mnt, "s%d" % i) for i in range(4)]
         want = {s: fill(s, 10 + i, n=4) for i, s in enumerate(stores)}
-        code = ("import sys, time, gmsfs\n"
-                "with gmsfs.connect(sys.argv[1], 'ro', timeout=30) as c:\n"
-                "    c.import_all()\n"
-                "    time.sleep(float(sys.argv[2]))\n")
-        rnd = random.Random(7)
-        live = []
-        for i in range(60):
-            s = rnd.choice(stores)
-            live.append(subprocess.Popen([sys.executable, "-c", code, s, "%.3f" % (rnd.random() * 0.05)], env=ENV,
-                                         stderr=subprocess.DEVNULL))
-            time.sleep(rnd.random() * 0.03)
-            if rnd.random() < 0.4:
-                victim = rnd.choice(live)
-                if victim.poll() is None:
-                    victim.send_signal(signal.SIGKILL)
-        for p in live:
-            p.wait(60)
+        storm_of_readers(stores, 60, 7)
         for s in stores:
             whole(s, want[s], timeout=30)
             assert tier(s) in ("host", "device")
