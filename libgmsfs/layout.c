@@ -8,6 +8,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* FREE of one allocation; the handle forgets its entries and mapping i (-1: none). */
+static int free_one(gmsfs *g, const char *name, ssize_t i)
+{
+	const char *names[1] = { name };
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	int e = wire_pack_names(&sb, GMSFS_K_PATHS, names, 1);
+	if (e)
+		e = gm_error(g, e, "out of memory");
+	else
+		e = gm_call(g, GMSFS_OP_FREE, sb.data, sb.size, NULL);
+	msgpack_sbuffer_destroy(&sb);
+	if (e)
+		return e;
+	mt_forget_alloc(g, name);
+	if (i >= 0)
+		mp_drop(g, (size_t)i);
+	return 0;
+}
+
+static int may_free(gmsfs *g, size_t i)
+{
+	if (sp_uses(g, g->maps[i].name))
+		return gm_error(g, -EBUSY, "%s is mapped in a space: free the space first", g->maps[i].name);
+	return 0;
+}
+
 int gmsfs_free(gmsfs *g, void *ptr)
 {
 	if (!g)
@@ -20,21 +47,21 @@ int gmsfs_free(gmsfs *g, void *ptr)
 		i++;
 	if (i == g->nmaps)
 		return gm_error(g, -ENOENT, "%p: not a mapping of this handle", ptr);
-	if (sp_uses(g, g->maps[i].name))
-		return gm_error(g, -EBUSY, "%s is mapped in a space: free the space first", g->maps[i].name);
-	const char *names[1] = { g->maps[i].name };
-	msgpack_sbuffer sb;
-	msgpack_sbuffer_init(&sb);
-	if ((e = wire_pack_names(&sb, GMSFS_K_PATHS, names, 1)))
-		e = gm_error(g, e, "out of memory");
-	else
-		e = gm_call(g, GMSFS_OP_FREE, sb.data, sb.size, NULL);
-	msgpack_sbuffer_destroy(&sb);
+	return (e = may_free(g, i)) ? e : free_one(g, g->maps[i].name, (ssize_t)i);
+}
+
+int gmsfs_free_name(gmsfs *g, const char *name)
+{
+	if (!g)
+		return -EINVAL;
+	int e = gm_need_lock(g, GMSFS_RW);
 	if (e)
 		return e;
-	mt_forget_alloc(g, g->maps[i].name);
-	mp_drop(g, i);
-	return 0;
+	if (!name || !gmsfs_path_valid(name, strlen(name)))
+		return gm_error(g, -EINVAL, "free %s: not a valid name", name ? name : "(null)");
+	struct gmsfs_mapping *m = mp_find(g, name);
+	size_t i = m ? (size_t)(m - g->maps) : 0;
+	return m && (e = may_free(g, i)) ? e : free_one(g, name, m ? (ssize_t)i : -1);
 }
 
 int gmsfs_import_all(gmsfs *g)

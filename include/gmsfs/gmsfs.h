@@ -102,6 +102,10 @@ struct gmsfs_new {
 GMSFS_API int gmsfs_create_many(gmsfs *g, struct gmsfs_new *v, size_t n);
 /* Unmap ptr, delete its allocation and every metadata entry that points at it. */
 GMSFS_API int gmsfs_free(gmsfs *g, void *ptr);
+/* The same by name, mapped or not.  A writer that replaces committed allocations this
+ * way, without importing them, never holds them writable: its crash leaves the last
+ * commit whole, not TORN (gmsfs(5), Abort). */
+GMSFS_API int gmsfs_free_name(gmsfs *g, const char *name);
 
 /* One metadata entry to put: meta/KEY = value, describing the extent [offset, offset+size)
  * of allocation alloc (size 0: no extent, offset only). */

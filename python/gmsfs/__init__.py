@@ -270,8 +270,12 @@ class Connection:
         return [self.find(n.decode()) for n, _, _ in rows]
 
     def free(self, what):
-        """Unmap and delete an allocation (a Mapping, its name or its pointer) and the entries naming it."""
-        ptr = what.ptr if isinstance(what, Mapping) else self.find(what).ptr if isinstance(what, str) else what
+        """Unmap and delete an allocation (a Mapping, its name or its pointer) and the entries naming it.
+        By name it need not be mapped: a writer that replaces committed allocations without
+        importing them never holds them writable, and its crash leaves the last commit whole."""
+        if isinstance(what, str):
+            return self._check(_c.gmsfs_free_name(self._handle(), what.encode()), "free %s" % what)
+        ptr = what.ptr if isinstance(what, Mapping) else what
         self._check(_c.gmsfs_free(self._handle(), ctypes.c_void_p(ptr)), "free")
 
     def import_all(self):

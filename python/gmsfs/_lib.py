@@ -103,6 +103,7 @@ _protos = {
     "gmsfs_create": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.POINTER(_P)]),
     "gmsfs_create_many": (ctypes.c_int, [_P, ctypes.POINTER(New), ctypes.c_size_t]),
     "gmsfs_free": (ctypes.c_int, [_P, _P]),
+    "gmsfs_free_name": (ctypes.c_int, [_P, ctypes.c_char_p]),
     "gmsfs_meta_put_many": (ctypes.c_int, [_P, ctypes.POINTER(Entry), ctypes.c_size_t]),
     "gmsfs_meta_delete": (ctypes.c_int, [_P, ctypes.c_char_p]),
     "gmsfs_commit": (ctypes.c_int, [_P]),
