@@ -130,6 +130,8 @@ struct wire_image {
 	                                  * before it reads the image) */
 	int64_t priority;
 	bool host;                       /* on the host tier */
+	bool torn;                       /* the committed bytes were written in place by a session
+	                                  * that has not committed (packed only when true) */
 	uint8_t hash[GMSFS_HASH_LEN];    /* the committed layout's */
 	uint64_t ndirs, nallocs, nentries, nfds;
 	char **fdnames;                  /* a state file's: each descriptor's name in the service manager's

@@ -53,6 +53,7 @@ const char *gmsfs_strerror(int err)
 	case -EBUSY: return "this process's writer session holds the store already";
 	case -EPROTO: return "protocol error talking to the daemon";
 	case -ENOLCK: return "the handle holds no lock";
+	case -EUCLEAN: return "the store is torn: a writer wrote its committed bytes in place and did not commit";
 	default: return strerror(err < 0 ? -err : err);
 	}
 }
@@ -145,11 +146,13 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 						  "(one RW connection per session)", g->dir);
 		case EDEADLK: return gm_error(g, -e, "%s: this process holds a read lock on it", g->dir);
 		case EINTR: return gm_error(g, -e, "%s: a signal came while waiting for the lock", g->dir);
-		case ENOSPC: {
+		case ENOSPC:
+		case EUCLEAN: {
 			char why[400];
 			last_error_of(g->dir, why, sizeof why);
-			return gm_error(g, -e, "%s: it cannot come back to the device: %s", g->dir,
-					why[0] ? why : "no room (see its state)");
+			return gm_error(g, -e, "%s: %s: %s", g->dir,
+					e == ENOSPC ? "it cannot come back to the device" : "the store is torn",
+					why[0] ? why : e == ENOSPC ? "no room (see its state)" : "see its state");
 		}
 		default: return gm_error(g, -e, "%s: lock: %s", g->dir, strerror(e));
 		}

@@ -215,10 +215,17 @@ k"
 	wait_until state_is "$S" COMMITTED
 	run ls "$S/allocs"
 	assert_output a
-	# Writing an existing allocation begins one too (its bytes are written in place: a
-	# rollback does not undo them).
+	# Writing an existing allocation begins one too.  Its bytes are written in place, which
+	# a rollback cannot undo: the store is TORN, no reader reads them as the last commit,
+	# until a session commits them (gmsfs(5), Abort).
 	printf XY | dd of="$S/allocs/a" conv=notrunc status=none
-	wait_until state_is "$S" COMMITTED
+	wait_until state_is "$S" TORN
+	run head -c 2 "$S/allocs/a"
+	assert_failure
+	assert_output --partial "Structure needs cleaning"
+	grep -q "^last_error: writer left without commit: TORN: it wrote into generation 1's bytes in place" "$S/state"
+	bash -ec "exec 9>$S/lock; echo > $S/commit"
+	assert_equal "$(state_of "$S" state)" COMMITTED
 	assert_equal "$(head -c 2 "$S/allocs/a")" XY
 	# A change of the namespace is no open: outside a session it fails (EROFS) and begins none.
 	run mkdir "$S/allocs/d"

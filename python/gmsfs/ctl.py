@@ -197,7 +197,7 @@ def cmd_wait(args):
         while True:
             text = bounded(os.pread, fd, 65536, 0).decode()
             st = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
-            if st.get("layout_hash"):
+            if st.get("layout_hash") and st.get("torn", "0") == "0":  # a torn store refuses its readers
                 print(st["layout_hash"])
                 return 0
             if st.get("state") == "REMOVED":

@@ -50,10 +50,11 @@ def publish(store, seed, sizes=(64 * KiB, 8 * KiB), keep=()):
     if not os.path.isdir(store):
         os.mkdir(store)
     with gmsfs.connect(store, "rw", timeout=10) as c:
-        c.import_all()
-        for m in list(c.mappings):
-            if m.name not in keep:
-                c.free(m.name)
+        # By name, unmapped: a writer that never maps the committed allocations writes
+        # none of them in place, and its crash leaves the last commit whole (not TORN).
+        for name in os.listdir(os.path.join(store, "allocs")):
+            if name not in keep:
+                c.free(name)
         for i, n in enumerate(sizes):
             name = "a%d_%d" % (seed, i)
             m = c.create(name, n)
@@ -488,7 +489,15 @@ except gmsfs.GmsfsError as e:
     writer.stdin.flush()
     out = writer.stdout.readline().strip()
     assert out.startswith("refused 1 ") and "rolled back" in out, out  # EPERM, as gmsfs(8) says
-    assert read_all(s) == (v, h)  # none of its writes reached what readers map
+    # It held the committed allocations writable when its session ended: the store is
+    # TORN (it might have written them before the takeover), readers are refused ...
+    assert state(s)["state"] == "TORN" and "TORN since before the restart" in state(s)["last_error"], state(s)
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        read_all(s, timeout=2)
+    assert e.value.errno == errno.EUCLEAN and "torn" in str(e.value), e.value
+    # ... until a writer commits; none of its writes after the takeover reached them.
+    subprocess.run(["bash", "-ec", 'exec 9>"$0/lock"; echo > "$0/commit"', s], check=True)
+    assert read_all(s) == (v, h)
     writer.wait(20)
     subprocess.run(["umount", mnt])
     new.wait(20)

@@ -385,7 +385,8 @@ store, log = sys.argv[1], sys.argv[2]
 while True:
     try:
         with gmsfs.connect(store, "rw", timeout=5) as c:
-            c.import_all()  # the last commit, whichever survived: the next version follows it
+            # The last commit's entries, whichever survived (the next version follows it);
+            # its allocations are not mapped: nothing written in place, nothing TORN.
             try:
                 k = int(c.meta_get("gen").value) + 1
             except KeyError:

@@ -179,6 +179,8 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, con
 				.generation = committed ? st->lock.fsm.generation : 0, .commits = st->lock.commits,
 				.quota = atomic_load(&st->pool->quota), .priority = st->tier.priority,
 				.min = atomic_load(&st->pool->min), .host = w.host,
+				/* A session writing in place: torn if it never commits (lock_in_place). */
+				.torn = committed && (st->lock.fsm.torn || st->lock.fsm.in_place),
 				.ndirs = w.ndirs, .nallocs = w.nallocs, .nentries = w.nentries, .nfds = fds->n - w.base };
 	meta_hash(st->meta, h.hash);
 	struct lock_reader *readers = NULL;
@@ -419,8 +421,10 @@ int image_restore(struct fs *fs, const uint8_t *buf, size_t len, size_t *off, co
 			    (unsigned long long)r.h.nfds, nfds);
 	else if (r.h.priority < TIER_PRIORITY_MIN || r.h.priority > TIER_PRIORITY_MAX)
 		e = why_fmt(why, whylen, -EINVAL, "store %s: priority %lld out of range", name, (long long)r.h.priority);
-	else if (!r.h.generation && (r.h.ndirs || r.h.nallocs || r.h.nentries || r.h.nfds || r.h.host))
+	else if (!r.h.generation && (r.h.ndirs || r.h.nallocs || r.h.nentries || r.h.nfds || r.h.host || r.h.torn))
 		e = why_fmt(why, whylen, -EINVAL, "store %s: records for a store with nothing committed", name);
+	else if (r.h.torn && r.h.nreaders)
+		e = why_fmt(why, whylen, -EINVAL, "store %s: torn, yet with readers", name);
 	struct store *st = NULL;
 	if (!e && (e = store_create(fs, r.h.store, &st)))
 		why_fmt(why, whylen, e, "store %s: %s", name, e == -EEXIST ? "one of that name is here already" : strerror(-e));
@@ -432,11 +436,16 @@ int image_restore(struct fs *fs, const uint8_t *buf, size_t len, size_t *off, co
 	if (!e) {
 		st->lock.fsm.committed = r.h.generation != 0;
 		st->lock.fsm.generation = r.h.generation;
+		st->lock.fsm.torn = r.h.torn;
 		st->lock.commits = r.h.commits;
 		atomic_store(&st->pool->quota, r.h.quota);
 		st->tier.priority = (int)r.h.priority;
 		st->tier.at = r.h.host ? TIER_HOST : TIER_DEVICE;
 		restore_min(st, r.h.min);
+		if (r.h.torn)
+			store_error(st, "TORN since before the restart: a writer's session wrote into generation %llu's bytes "
+					"in place and did not commit; reads and imports are refused (EUCLEAN) until a "
+					"writer commits", (unsigned long long)r.h.generation);
 		for (uint64_t i = 0; i < r.h.nreaders; i++) {
 			struct lock_reader rd = { .pid = (pid_t)r.h.readers[i].pid, .start = r.h.readers[i].start,
 						  .handles = r.h.readers[i].count };

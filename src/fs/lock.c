@@ -113,7 +113,10 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 	if (!store_tier_ready(st->fs, &st->tier))
 		return -EAGAIN; /* moving, or on the host tier: its move in is asked for */
 	bool write = lock_wants_write(st, want);
-	if (write ? fsm_open_write(f, tgid) : fsm_open_read(f))
+	int e = write ? fsm_open_write(f, tgid) : fsm_open_read(f);
+	if (e == -EUCLEAN)
+		return e; /* torn: refused until a writer commits (last_error says why) */
+	if (e)
 		return -EAGAIN; /* held, a writer waits, or nothing is committed yet */
 	if (write) {
 		caller_start_time(tgid, &st->lock.leader_start);
@@ -245,6 +248,18 @@ static void rollback(struct store *st)
 		store_want_trim(st->fs);
 }
 
+/* last_error after a rollback: the layout is the last commit's; its bytes are not when
+ * the session wrote them in place (TORN). */
+static void rolled_back(struct store *st, const char *how)
+{
+	if (st->lock.fsm.torn)
+		snprintf(st->last_error, sizeof st->last_error,
+			 "%s: TORN: it wrote into generation %llu's bytes in place; reads and imports are refused "
+			 "(EUCLEAN) until a writer commits", how, (unsigned long long)st->lock.fsm.generation);
+	else
+		snprintf(st->last_error, sizeof st->last_error, "%s: rolled back to the last committed layout", how);
+}
+
 void lock_release(struct fs_handle *h)
 {
 	struct store *st = h->store;
@@ -262,8 +277,7 @@ void lock_release(struct fs_handle *h)
 		room = true;
 		st->lock.aborts++;
 		st->tier.reserved = st->tier.reclaim_asked = 0; /* an elastic store's pages went with it */
-		snprintf(st->last_error, sizeof st->last_error, "%s",
-			 "writer left without commit: rolled back to the last committed layout");
+		rolled_back(st, "writer left without commit");
 	}
 	h->hold = HOLD_NONE;
 	h->writable = false;
@@ -322,9 +336,18 @@ int lock_abort(struct store *st)
 	fault_point("rollback", "give");
 	rollback(st);
 	store_room_changed(st->fs);
-	snprintf(st->last_error, sizeof st->last_error, "%s", "aborted: rolled back to the last committed layout");
+	rolled_back(st, "aborted");
 	lock_changed(st);
 	return 0;
+}
+
+int lock_in_place(struct store *st)
+{
+	if (fsm_write_in_place(&st->lock.fsm) != 1)
+		return 0; /* said before, or nothing committed to tear */
+	/* Write-ahead: the image says torn before a byte changes (a commit's image clears it). */
+	int e = store_changed(st, "inplace");
+	return e ? -EIO : 0;
 }
 
 int lock_control_write(fuse_req_t req, struct fs_handle *h)

@@ -80,6 +80,11 @@ int lock_control_write(fuse_req_t req, struct fs_handle *h);
 int lock_commit(struct store *st);
 /* Back to the last commit; the session stays. */
 int lock_abort(struct store *st);
+/* The session is about to write into st's committed bytes in place (a write, or a
+ * writable mapping of a committed allocation): its first time, the store's image says
+ * so first, so that its end without commit, a crash of the daemon's included, leaves
+ * the store TORN.  0, or -errno (the image could not be written: last_error). */
+int lock_in_place(struct store *st);
 
 /* The store cannot be granted for a while (e: -ENOSPC, its move in failed; last_error
  * says why): a wait that times out meanwhile ends with e.  Unblocked once it moved in. */

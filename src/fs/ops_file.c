@@ -459,6 +459,9 @@ static int do_write(fuse_req_t req, struct fs_handle *h, const char *data, size_
 	}
 	if (!m->buf || (uint64_t)off >= m->size)
 		return -EFBIG; /* fixed size: ftruncate first, never past the end */
+	int e = meta_committed(m) ? lock_in_place(h->store) : 0; /* into the last commit's bytes */
+	if (e)
+		return e;
 	*n = m->size - (uint64_t)off < size ? (size_t)(m->size - (uint64_t)off) : size;
 	*buf = m->buf;
 	vmm_buf_get(*buf);

@@ -39,12 +39,12 @@ int text_state(struct store *st, char **out, size_t *len)
 	const struct fsm *f = &st->lock.fsm;
 	int n = asprintf(out,
 			 "state: %s\nreaders: %u\nwriter: %d\nwaiting_writers: %u\nwaiting_readers: %u\n"
-			 "generation: %llu\nallocations: %llu\nentries: %llu\nbytes: %llu\naligned_bytes: %llu\n"
+			 "generation: %llu\ntorn: %d\nallocations: %llu\nentries: %llu\nbytes: %llu\naligned_bytes: %llu\n"
 			 "layout_hash: %s\nrequests: %llu\nsocket_requests: %llu\ntier: %s\nquota: %llu\n"
 			 "priority: %d\nmin: %llu\nreserved: %llu\nused: %llu\npeak: %llu\nreclaim: %llu\n"
 			 "pages_kept: %llu\nlast_error: %s\n",
 			 st->removed ? "REMOVED" : fsm_state_name(fsm_state(f)), store_readers(st), (int)f->leader,
-			 f->waiting_writers, f->waiting_readers, (unsigned long long)f->generation,
+			 f->waiting_writers, f->waiting_readers, (unsigned long long)f->generation, f->torn,
 			 (unsigned long long)s.allocations, (unsigned long long)s.entries,
 			 (unsigned long long)s.bytes, (unsigned long long)s.aligned_bytes,
 			 st->meta ? meta_hash_hex(st->meta) : "", (unsigned long long)st->requests,
@@ -198,10 +198,10 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 			atomic_load(&s->pool->pieces));
 		fprintf(f,
 			", \"readers\": %u, \"writer\": %d, \"waiting_writers\": %u, \"waiting_readers\": %u, "
-			"\"generation\": %llu, \"allocations\": %llu, \"entries\": %llu, \"bytes\": %llu, "
+			"\"generation\": %llu, \"torn\": %d, \"allocations\": %llu, \"entries\": %llu, \"bytes\": %llu, "
 			"\"aligned_bytes\": %llu, \"layout_hash\": ",
 			store_readers(s), (int)q->leader, q->waiting_writers, q->waiting_readers,
-			(unsigned long long)q->generation, (unsigned long long)m.allocations,
+			(unsigned long long)q->generation, q->torn, (unsigned long long)m.allocations,
 			(unsigned long long)m.entries, (unsigned long long)m.bytes, (unsigned long long)m.aligned_bytes);
 		json_str(f, s->meta ? meta_hash_hex(s->meta) : "");
 		fprintf(f,
@@ -346,7 +346,7 @@ static void tier_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 
 int text_metrics(struct fs *fs, char **out, size_t *len)
 {
-	static const enum fsm_state states[] = { FSM_EMPTY, FSM_RW, FSM_COMMITTED, FSM_RO };
+	static const enum fsm_state states[] = { FSM_EMPTY, FSM_RW, FSM_COMMITTED, FSM_RO, FSM_TORN };
 	const struct vmm *v = fs->vmm;
 	int e;
 	size_t n;

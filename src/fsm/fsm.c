@@ -8,6 +8,8 @@ enum fsm_state fsm_state(const struct fsm *f)
 		return FSM_RW;
 	if (f->readers)
 		return FSM_RO;
+	if (f->torn)
+		return FSM_TORN;
 	return f->committed ? FSM_COMMITTED : FSM_EMPTY;
 }
 
@@ -15,9 +17,9 @@ const char *fsm_state_name(enum fsm_state s)
 {
 	static const char *const names[] = {
 		[FSM_EMPTY] = "EMPTY", [FSM_RW] = "RW",
-		[FSM_COMMITTED] = "COMMITTED", [FSM_RO] = "RO",
+		[FSM_COMMITTED] = "COMMITTED", [FSM_RO] = "RO", [FSM_TORN] = "TORN",
 	};
-	return (unsigned)s < 4 ? names[s] : "?";
+	return (unsigned)s < sizeof names / sizeof *names ? names[s] : "?";
 }
 
 int fsm_can_read(const struct fsm *f)
@@ -27,7 +29,7 @@ int fsm_can_read(const struct fsm *f)
 		return -EAGAIN;
 	if (!f->committed)
 		return -ENOENT;
-	return 0;
+	return f->torn ? -EUCLEAN : 0;
 }
 
 int fsm_can_write(const struct fsm *f)
@@ -72,6 +74,16 @@ int fsm_join(struct fsm *f)
 	return 0;
 }
 
+int fsm_write_in_place(struct fsm *f)
+{
+	if (!f->leader)
+		return -EINVAL;
+	if (f->in_place || !f->committed)
+		return 0;
+	f->in_place = true;
+	return 1;
+}
+
 int fsm_release_read(struct fsm *f)
 {
 	if (!f->readers)
@@ -87,6 +99,8 @@ int fsm_release_session(struct fsm *f)
 	if (--f->session_handles)
 		return 0;
 	f->leader = 0;
+	f->torn |= f->in_place;
+	f->in_place = false;
 	return 1;
 }
 
@@ -99,12 +113,16 @@ int fsm_commit(struct fsm *f)
 	f->leader = 0;
 	f->committed = true;
 	f->generation++;
+	f->in_place = f->torn = false;
 	return 0;
 }
 
-int fsm_abort(const struct fsm *f)
+int fsm_abort(struct fsm *f)
 {
-	return f->leader ? 0 : -EINVAL;
+	if (!f->leader)
+		return -EINVAL;
+	f->torn |= f->in_place;
+	return 0;
 }
 
 int fsm_wait_begin(struct fsm *f, bool writer)
@@ -136,5 +154,9 @@ int fsm_check(const struct fsm *f)
 		return -EPROTO; /* a writer together with readers */
 	if (!!f->leader != !!f->session_handles)
 		return -EPROTO;
+	if (f->in_place && (!f->leader || !f->committed))
+		return -EPROTO; /* only a session writes in place, only into a commit */
+	if (f->torn && (!f->committed || f->readers))
+		return -EPROTO; /* torn is a commit's bytes, and nobody may read them */
 	return 0;
 }

@@ -11,7 +11,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-enum fsm_state { FSM_EMPTY, FSM_RW, FSM_COMMITTED, FSM_RO };
+/* TORN: committed, but a session that wrote the committed bytes in place ended without
+ * commit: the layout is the last commit's, its bytes are not (gmsfs(5), Abort). */
+enum fsm_state { FSM_EMPTY, FSM_RW, FSM_COMMITTED, FSM_RO, FSM_TORN };
 
 struct fsm {
 	bool committed;            /* a committed layout exists */
@@ -21,13 +23,17 @@ struct fsm {
 	unsigned waiting_writers;
 	unsigned waiting_readers;
 	uint64_t generation;       /* commits so far */
+	bool in_place;             /* the session may have written committed bytes in place */
+	bool torn;                 /* such a session ended without commit: reads are refused
+	                            * until a commit */
 };
 
 enum fsm_state fsm_state(const struct fsm *f);
 const char *fsm_state_name(enum fsm_state s);
 
 /* Would a read open be granted now?  0, or -EAGAIN (it must wait), or
- * -ENOENT (nothing committed to read yet: it must wait too). */
+ * -ENOENT (nothing committed to read yet: it must wait too), or -EUCLEAN (torn: refused
+ * until a writer commits; a writer at work is waited for first). */
 int fsm_can_read(const struct fsm *f);
 /* Would a new writer session be granted now?  0 or -EAGAIN. */
 int fsm_can_write(const struct fsm *f);
@@ -40,17 +46,24 @@ int fsm_join(struct fsm *f);                     /* another handle of the runnin
  * when nobody reads. */
 int fsm_reopen_read(struct fsm *f);
 
+/* The session writes into committed bytes in place (before the first such write or
+ * writable mapping).  1 when it is the session's first (the caller records it ahead, so
+ * that a crash leaves the store torn), 0 when said before or nothing is committed yet,
+ * -EINVAL without a session. */
+int fsm_write_in_place(struct fsm *f);
+
 /* Release a read handle.  -EINVAL if there is none. */
 int fsm_release_read(struct fsm *f);
 /* Release a session handle.  1 when it was the last one: the session ended
- * without commit and the caller must roll the layout back; 0 otherwise;
- * -EINVAL if there is no session. */
+ * without commit and the caller must roll the layout back (the store is torn if it
+ * wrote in place); 0 otherwise; -EINVAL if there is no session. */
 int fsm_release_session(struct fsm *f);
 
-/* Commit: the session's handles become read handles in one step. */
+/* Commit: the session's handles become read handles in one step; torn no more. */
 int fsm_commit(struct fsm *f);
-/* Abort written by a member: the session stays; only checks it exists. */
-int fsm_abort(const struct fsm *f);
+/* Abort written by a member: the session stays; the store is torn if it wrote in place
+ * (a rollback cannot bring those bytes back). */
+int fsm_abort(struct fsm *f);
 
 int fsm_wait_begin(struct fsm *f, bool writer);
 int fsm_wait_end(struct fsm *f, bool writer);

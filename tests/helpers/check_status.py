@@ -52,12 +52,12 @@ DEVICE_LABELS = (device["uuid"], device["index"], device["uuid"])
 
 for name, js in zip(stores, status["stores"]):
     st = kv(os.path.join(mount, name, "state"))
-    for k in ("state", "readers", "writer", "waiting_writers", "waiting_readers", "generation", "allocations",
+    for k in ("state", "readers", "writer", "waiting_writers", "waiting_readers", "generation", "torn", "allocations",
               "entries", "bytes", "aligned_bytes", "layout_hash", "requests", "socket_requests", "last_error",
               "quota", "priority", "min", "reserved", "used", "peak", "reclaim", "pages_kept"):
         if k not in ("requests",):  # reading state does not count, reading status.json does not either
             same("status.json %s.%s" % (name, k), js[k], st.get(k, ""))
-    for s in ("EMPTY", "RW", "COMMITTED", "RO"):
+    for s in ("EMPTY", "RW", "COMMITTED", "RO", "TORN"):
         same("metrics %s state %s" % (name, s), metric("gmsfs_store_state", name, state=s),
              1.0 if st["state"] == s else 0.0)
     same("metrics %s readers" % name, metric("gmsfs_store_readers", name), float(st["readers"]))

@@ -7,11 +7,15 @@
  *                                       reads state: never a writer with readers
  *   gmsfs-storm libwriter STORE SEED    libgmsfs writer in a loop: connect, build a
  *                                       layout of its own seed, commit (for SIGKILL)
+ *   gmsfs-storm libinplace STORE SEED   libgmsfs writer in a loop: connect, write a seed
+ *                                       of its own over the committed w* in place, commit
+ *                                       (killed mid-write: the store is TORN)
  *   gmsfs-storm libreader STORE         libgmsfs reader in a loop: connect, import,
  *                                       check every byte against the seed in meta/seed
  * A blocking open that has not returned after 10 s counts as stuck (SIGALRM). */
 #include <gmsfs/gmsfs.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -178,6 +182,25 @@ static uint8_t pattern(unsigned seed, int k, uint64_t i)
 	return (uint8_t)(seed * 131 + (unsigned)k * 7 + i * 13);
 }
 
+/* Every allocation of the store, by name (the writer's own view of allocs/). */
+static bool free_all(gmsfs *g)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/allocs", store);
+	DIR *d = opendir(path);
+	char names[64][256];
+	size_t n = 0;
+	for (struct dirent *x; d && n < 64 && (x = readdir(d));) /* all first: frees move the listing */
+		if (x->d_name[0] != '.')
+			snprintf(names[n++], sizeof names[0], "%s", x->d_name);
+	bool ok = d != NULL;
+	if (d)
+		closedir(d);
+	for (size_t i = 0; ok && i < n; i++)
+		ok = !gmsfs_free_name(g, names[i]);
+	return ok;
+}
+
 static int libwriter(unsigned seed)
 {
 	for (unsigned round = 0;; round++) {
@@ -188,13 +211,11 @@ static int libwriter(unsigned seed)
 			continue;
 		}
 		unsigned s = seed * 1000 + round;
-		/* Start from scratch: the committed layout is another writer's.  A step that
-		 * fails (an import cut short under load) ends the session uncommitted: a seed
-		 * put on another writer's w0 would be this helper's fault, not the daemon's. */
-		const struct gmsfs_mapping *m;
-		bool ok = !gmsfs_import_all(g);
-		while (ok && gmsfs_mappings(g, &m))
-			ok = !gmsfs_free(g, m[0].ptr);
+		/* Start from scratch: the committed layout is another writer's, freed by name,
+		 * never mapped (so nothing of it is written in place: its kill leaves no TORN
+		 * store).  A step that fails ends the session uncommitted: a seed put on another
+		 * writer's w0 would be this helper's fault, not the daemon's. */
+		bool ok = free_all(g);
 		int n = 1 + (int)(s % 4);
 		for (int k = 0; ok && k < n; k++) {
 			char name[32];
@@ -211,6 +232,35 @@ static int libwriter(unsigned seed)
 		char v[16];
 		int len = snprintf(v, sizeof v, "%u", s);
 		if (ok && !gmsfs_meta_put(g, "seed", "w0", 0, v, (size_t)len))
+			gmsfs_commit(g);
+		gmsfs_disconnect(g);
+	}
+	return 0;
+}
+
+static int libinplace(unsigned seed)
+{
+	for (unsigned round = 0;; round++) {
+		gmsfs *g;
+		if (gmsfs_connect(&g, store, GMSFS_RW, -1) || gmsfs_import_all(g)) {
+			gmsfs_disconnect(g);
+			usleep(1000);
+			continue;
+		}
+		unsigned s = seed * 1000 + round;
+		const struct gmsfs_mapping *m;
+		size_t n = gmsfs_mappings(g, &m);
+		for (size_t j = 0; j < n; j++) {
+			if (m[j].name[0] != 'w')
+				continue; /* a shell writer's */
+			uint8_t *p = m[j].ptr;
+			int k = atoi(m[j].name + 1);
+			for (uint64_t i = 0; i < m[j].size; i++)
+				p[i] = pattern(s, k, i);
+		}
+		char v[16];
+		int len = snprintf(v, sizeof v, "%u", s);
+		if (!gmsfs_meta_put(g, "seed", "w0", 0, v, (size_t)len))
 			gmsfs_commit(g);
 		gmsfs_disconnect(g);
 	}
@@ -276,6 +326,8 @@ int main(int argc, char **argv)
 		return opens(atoi(argv[3]), atoi(argv[4]));
 	if (!strcmp(argv[1], "libwriter") && argc == 4)
 		return libwriter((unsigned)atoi(argv[3]));
+	if (!strcmp(argv[1], "libinplace") && argc == 4)
+		return libinplace((unsigned)atoi(argv[3]));
 	if (!strcmp(argv[1], "libreader"))
 		return libreader();
 	fprintf(stderr, "usage: see the top of gmsfs-storm.c\n");

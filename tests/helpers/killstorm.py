@@ -1,10 +1,14 @@
 #!/usr/bin/python3
 """killstorm MOUNT DAEMON_PID KILLS BUILD: SIGKILL writers and readers at random points.
 
-Shell writers (exec 9>STORE/lock), libgmsfs writers and libgmsfs readers run side by
-side on one store; one of them is killed every few milliseconds and replaced, KILLS
-times.  After each kill the state must never show a writer together with readers.
-Every 50 kills everything is stopped and checked:
+Shell writers (exec 9>STORE/lock), libgmsfs writers (new allocations, or the committed
+ones written in place) and libgmsfs readers run side by side on one store; one of them is
+killed every few milliseconds and replaced, KILLS times.  After each kill the state must
+never show a writer together with readers.  An in-place writer killed mid-write leaves
+the store TORN: readers are refused (EUCLEAN) until a writer that writes every byte
+commits; shell writers, which do not, leave a torn store as they found it.
+Every 50 kills everything is stopped and checked (a torn store first shown refusing
+reads, then emptied by a session that commits):
   - the layout hash, recomputed from the tree with the encoding of gmsfs(5), is the
     one the daemon published;
   - every entry names an existing allocation, inside it;
@@ -12,6 +16,7 @@ Every 50 kills everything is stopped and checked:
   - the daemon's descriptors do not grow;
   - no reader ever saw bytes that were not its layout's (it would exit 1).
 Prints one line per check and "kills=N checks=M"; exits 1 at the first failure."""
+import errno
 import os
 import random
 import signal
@@ -38,6 +43,7 @@ def fail(why):
 
 SHELL_WRITER = r"""
 exec 9>"$S/lock" || exit 0
+[ "$(sed -n 's/^torn: //p' "$S/state")" = 0 ] || exit 0 # its commit would publish torn bytes
 rm -f "$S/meta/sh" "$S/allocs/sh"
 truncate -s $((4096 * (RANDOM % 4 + 1))) "$S/allocs/sh"
 echo -n "v$RANDOM" > "$S/meta/sh"
@@ -53,8 +59,8 @@ def spawn(kind):
     env = dict(os.environ, S=store)
     if kind == "shell":
         cmd = ["bash", "-c", SHELL_WRITER]
-    elif kind == "libwriter":
-        cmd = [storm, "libwriter", store, str(random.randrange(1, 1 << 20))]
+    elif kind in ("libwriter", "libinplace"):
+        cmd = [storm, kind, store, str(random.randrange(1, 1 << 20))]
     else:
         cmd = [storm, "libreader", store]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -142,9 +148,34 @@ def quiesce(live):
     fail("the store did not come to rest: %s" % state())
 
 
+def heal_torn(n, s):
+    """A torn store refuses readers and says why; a session that removes everything and
+    commits makes it whole (and empty).  True when it was torn."""
+    global torn
+    if s["state"] != "TORN":
+        return False
+    torn += 1
+    if "TORN" not in s["last_error"] or s["torn"] != "1":
+        fail("after %d kills: state TORN, yet %s" % (n, s))
+    try:
+        os.close(os.open(os.path.join(store, "lock"), os.O_RDONLY))
+        fail("after %d kills a read lock was granted on a torn store" % n)
+    except OSError as e:
+        if e.errno != errno.EUCLEAN:
+            fail("after %d kills a read of a torn store failed with %s, not EUCLEAN" % (n, e))
+    subprocess.run(["bash", "-ec", 'exec 9>"$S/lock"; rm -rf "$S"/allocs/* "$S"/meta/*; echo > "$S/commit"'],
+                   env=dict(os.environ, S=store), check=True)
+    s = state()
+    if s["state"] != "COMMITTED" or s["torn"] != "0":
+        fail("after %d kills a commit did not heal a torn store: %s" % (n, s))
+    return True
+
+
 def check(n):
     s = quiesce(live)
+    healed = heal_torn(n, s)
     mine = recompute()
+    s = state()
     if mine != s["layout_hash"]:
         fail("after %d kills the tree hashes to %s, the daemon says %s" % (n, mine, s["layout_hash"]))
     with open(os.path.join(mount, "device")) as f:
@@ -163,16 +194,16 @@ def check(n):
     else:
         held = sorted(str(_readlink("/proc/%d/fd/%s" % (daemon, f))) for f in os.listdir("/proc/%d/fd" % daemon))
         fail("after %d kills the daemon has %d descriptors, %d at the start: %s" % (n, fds, base_fds, held))
-    print("# %d kills: layout %s recomputed, %d bytes used, %d daemon descriptors, generation %s" %
-          (n, mine, used, fds, s["generation"]), flush=True)
+    print("# %d kills: layout %s recomputed, %d bytes used, %d daemon descriptors, generation %s%s" %
+          (n, mine, used, fds, s["generation"], ", torn and healed" if healed else ""), flush=True)
 
 
 os.mkdir(store)
 subprocess.run(["bash", "-c", 'exec 9>"$S/lock"; truncate -s 4096 "$S/allocs/w0"; echo > "$S/commit"'],
                env=dict(os.environ, S=store), check=True)
 base_fds = daemon_fds()
-live, kills, checks = [], 0, 0
-kinds = ["shell", "shell", "libwriter", "libreader", "libreader"]
+live, kills, checks, torn, tearing = [], 0, 0, 0, 0
+kinds = ["shell", "shell", "libwriter", "libinplace", "libreader", "libreader"]
 while kills < kills_wanted:
     while len(live) < 4:
         live.append(spawn(random.choice(kinds)))
@@ -189,10 +220,12 @@ while kills < kills_wanted:
     s = state()
     if s["writer"] != "0" and s["readers"] != "0":
         fail("after kill %d: a writer (%s) together with %s readers" % (kills, s["writer"], s["readers"]))
+    tearing += victim.args[1] == "libinplace" and s["torn"] == "1"
     if kills % 50 == 0:
         check(kills)
         checks += 1
 if kills % 50:
     check(kills)
     checks += 1
-print("kills=%d checks=%d" % (kills, checks))
+# tearing: in-place writers killed after which the store was torn; torn: checks that found it so.
+print("kills=%d checks=%d tearing=%d torn=%d" % (kills, checks, tearing, torn))

@@ -5,8 +5,9 @@
 #include <errno.h>
 
 /* The reachable situations, each built from EMPTY by legal events only. */
-enum sit { S_EMPTY, S_RW, S_COMMITTED, S_RO, S_RO_WAITW, S_RW_WAITW, S_N };
-static const char *sit_name[] = { "EMPTY", "RW", "COMMITTED", "RO", "RO+waiting writer", "RW(committed before)" };
+enum sit { S_EMPTY, S_RW, S_COMMITTED, S_RO, S_RO_WAITW, S_RW_WAITW, S_RW_IN_PLACE, S_TORN, S_N };
+static const char *sit_name[] = { "EMPTY", "RW", "COMMITTED", "RO", "RO+waiting writer", "RW(committed before)",
+				  "RW(writing in place)", "TORN" };
 
 static struct fsm make(enum sit s)
 {
@@ -18,13 +19,16 @@ static struct fsm make(enum sit s)
 	case S_RO: fsm_open_write(&f, 100); fsm_commit(&f); fsm_release_read(&f); fsm_open_read(&f); break;
 	case S_RO_WAITW: f = make(S_RO); fsm_wait_begin(&f, true); break;
 	case S_RW_WAITW: f = make(S_COMMITTED); fsm_open_write(&f, 200); break;
+	case S_RW_IN_PLACE: f = make(S_RW_WAITW); fsm_write_in_place(&f); break;
+	case S_TORN: f = make(S_RW_IN_PLACE); fsm_release_session(&f); break;
 	default: break;
 	}
 	return f;
 }
 
-enum ev { E_READ, E_WRITE, E_JOIN, E_REL_READ, E_REL_SESSION, E_COMMIT, E_ABORT, E_REMOVE, E_REREAD, E_N };
-static const char *ev_name[] = { "open_read", "open_write", "join", "release_read", "release_session", "commit", "abort", "remove", "reopen_read" };
+enum ev { E_READ, E_WRITE, E_JOIN, E_REL_READ, E_REL_SESSION, E_COMMIT, E_ABORT, E_REMOVE, E_REREAD, E_IN_PLACE, E_N };
+static const char *ev_name[] = { "open_read", "open_write", "join", "release_read", "release_session", "commit", "abort",
+				 "remove", "reopen_read", "write_in_place" };
 
 static int apply(struct fsm *f, enum ev e)
 {
@@ -38,6 +42,7 @@ static int apply(struct fsm *f, enum ev e)
 	case E_ABORT: return fsm_abort(f);
 	case E_REMOVE: return fsm_can_remove(f);
 	case E_REREAD: return fsm_reopen_read(f);
+	case E_IN_PLACE: return fsm_write_in_place(f);
 	default: return -999;
 	}
 }
@@ -51,6 +56,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REL_SESSION] = { -EINVAL, FSM_EMPTY }, [E_COMMIT] = { -EINVAL, FSM_EMPTY },
 		[E_ABORT] = { -EINVAL, FSM_EMPTY }, [E_REMOVE] = { 0, FSM_EMPTY },
 		[E_REREAD] = { -EINVAL, FSM_EMPTY },
+		[E_IN_PLACE] = { -EINVAL, FSM_EMPTY },
 	},
 	[S_RW] = {
 		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
@@ -58,6 +64,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REL_SESSION] = { 1, FSM_EMPTY }, [E_COMMIT] = { 0, FSM_RO },
 		[E_ABORT] = { 0, FSM_RW }, [E_REMOVE] = { -EBUSY, FSM_RW },
 		[E_REREAD] = { -EINVAL, FSM_RW },
+		[E_IN_PLACE] = { 0, FSM_RW }, /* nothing committed to tear */
 	},
 	[S_COMMITTED] = {
 		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { 0, FSM_RW },
@@ -65,6 +72,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REL_SESSION] = { -EINVAL, FSM_COMMITTED }, [E_COMMIT] = { -EINVAL, FSM_COMMITTED },
 		[E_ABORT] = { -EINVAL, FSM_COMMITTED }, [E_REMOVE] = { 0, FSM_COMMITTED },
 		[E_REREAD] = { -EINVAL, FSM_COMMITTED },
+		[E_IN_PLACE] = { -EINVAL, FSM_COMMITTED },
 	},
 	[S_RO] = {
 		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_RO },
@@ -72,6 +80,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REL_SESSION] = { -EINVAL, FSM_RO }, [E_COMMIT] = { -EINVAL, FSM_RO },
 		[E_ABORT] = { -EINVAL, FSM_RO }, [E_REMOVE] = { 0, FSM_RO },
 		[E_REREAD] = { 0, FSM_RO },
+		[E_IN_PLACE] = { -EINVAL, FSM_RO },
 	},
 	[S_RO_WAITW] = {
 		[E_READ] = { -EAGAIN, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_RO },
@@ -79,6 +88,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REL_SESSION] = { -EINVAL, FSM_RO }, [E_COMMIT] = { -EINVAL, FSM_RO },
 		[E_ABORT] = { -EINVAL, FSM_RO }, [E_REMOVE] = { 0, FSM_RO },
 		[E_REREAD] = { 0, FSM_RO },
+		[E_IN_PLACE] = { -EINVAL, FSM_RO },
 	},
 	[S_RW_WAITW] = {
 		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
@@ -86,6 +96,21 @@ static const struct want table[S_N][E_N] = {
 		[E_REL_SESSION] = { 1, FSM_COMMITTED }, [E_COMMIT] = { 0, FSM_RO },
 		[E_ABORT] = { 0, FSM_RW }, [E_REMOVE] = { -EBUSY, FSM_RW },
 		[E_REREAD] = { -EINVAL, FSM_RW },
+		[E_IN_PLACE] = { 1, FSM_RW },
+	},
+	[S_RW_IN_PLACE] = {
+		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
+		[E_JOIN] = { 0, FSM_RW }, [E_REL_READ] = { -EINVAL, FSM_RW },
+		[E_REL_SESSION] = { 1, FSM_TORN }, [E_COMMIT] = { 0, FSM_RO },
+		[E_ABORT] = { 0, FSM_RW }, [E_REMOVE] = { -EBUSY, FSM_RW },
+		[E_REREAD] = { -EINVAL, FSM_RW }, [E_IN_PLACE] = { 0, FSM_RW },
+	},
+	[S_TORN] = {
+		[E_READ] = { -EUCLEAN, FSM_TORN }, [E_WRITE] = { 0, FSM_RW },
+		[E_JOIN] = { -EINVAL, FSM_TORN }, [E_REL_READ] = { -EINVAL, FSM_TORN },
+		[E_REL_SESSION] = { -EINVAL, FSM_TORN }, [E_COMMIT] = { -EINVAL, FSM_TORN },
+		[E_ABORT] = { -EINVAL, FSM_TORN }, [E_REMOVE] = { 0, FSM_TORN },
+		[E_REREAD] = { -EINVAL, FSM_TORN }, [E_IN_PLACE] = { -EINVAL, FSM_TORN },
 	},
 };
 
@@ -131,5 +156,33 @@ int main(void)
 	is_int(fsm_wait_end(&f, false), 0, "waiting reader leaves");
 	is_int(fsm_can_remove(&f), 0, "free store can be removed");
 	is_str(fsm_state_name(42), "?", "unknown state has a name");
+
+	/* In place: a torn store is read by nobody until a writer commits; a writer at work
+	 * on it is waited for (it may commit), and one that leaves again leaves it torn. */
+	f = make(S_TORN);
+	is_int(fsm_can_read(&f), -EUCLEAN, "torn: a read is refused, not waited for");
+	is_int(fsm_open_write(&f, 9), 0, "torn: a writer may begin");
+	is_int(fsm_can_read(&f), -EAGAIN, "torn with a writer at work: a read waits for it");
+	is_int(fsm_release_session(&f), 1, "the writer leaves without commit");
+	is_int(fsm_state(&f), FSM_TORN, "still torn");
+	fsm_open_write(&f, 9);
+	is_int(fsm_commit(&f), 0, "a writer commits");
+	ok(!f.torn && !f.in_place && fsm_state(&f) == FSM_RO, "the commit heals it: RO (%s)", fsm_state_name(fsm_state(&f)));
+	fsm_release_read(&f);
+	/* An abort after writing in place cannot bring the bytes back: torn, session kept. */
+	fsm_open_write(&f, 9);
+	is_int(fsm_write_in_place(&f), 1, "the session's first write in place is said");
+	is_int(fsm_write_in_place(&f), 0, "and only the first");
+	is_int(fsm_abort(&f), 0, "abort");
+	ok(f.torn && fsm_state(&f) == FSM_RW, "torn, the session still open");
+	is_int(fsm_commit(&f), 0, "the session commits after its abort");
+	ok(!f.torn && fsm_check(&f) == 0, "committed whole again");
+	fsm_release_read(&f);
+	/* A session that wrote nothing in place rolls back whole: not torn. */
+	fsm_open_write(&f, 9);
+	fsm_release_session(&f);
+	is_int(fsm_state(&f), FSM_COMMITTED, "a session without in-place writes rolls back to COMMITTED");
+	struct fsm bad = { .committed = true, .torn = true, .readers = 1 };
+	is_int(fsm_check(&bad), -EPROTO, "invariant: nobody reads a torn store");
 	return tap_done();
 }

@@ -41,6 +41,7 @@ struct xset {
 	struct entry_rec *e;
 	size_t ne, cap_e;
 	bool read_only, fds;
+	bool in_place; /* a committed allocation's memory, writable: the session may write it in place */
 };
 
 static void xset_free(struct xset *s)
@@ -79,6 +80,9 @@ static int add_alloc(struct meta_node *n, void *arg)
 	}
 	vmm_buf_get(x->buf);
 	s->na++;
+	/* Only memory handed out can be written: a writer's look at the metadata (no
+	 * descriptors) leaves the committed bytes as they are. */
+	s->in_place |= s->fds && !s->read_only && meta_committed(n);
 	return 0;
 }
 
@@ -272,8 +276,10 @@ static int collect(struct fs_handle *h, const struct wire_body *body, struct xse
 	}
 	if (!e && (!body || body->meta) && !(body && body->has_names))
 		e = meta_walk(meta_root(ms, META_AREA_META), add_entry, s);
+	if (!e && s->in_place)
+		e = lock_in_place(h->store);
 	if (e)
-		snprintf(why, whylen, "%s", strerror(-e));
+		snprintf(why, whylen, "%s", e == -EIO ? h->store->last_error : strerror(-e));
 	return e;
 }
 
@@ -298,7 +304,10 @@ static int do_redeem(struct fs *fs, const struct rpc_req *r, struct xset *s, cha
 		snprintf(why, whylen, "the allocation was removed");
 		return -ESTALE;
 	}
-	return add_alloc(h->node, s);
+	e = add_alloc(h->node, s);
+	if (!e && s->in_place && (e = lock_in_place(h->store)))
+		snprintf(why, whylen, "%s", h->store->last_error);
+	return e;
 }
 
 static int do_bind(struct fs *fs, const struct rpc_req *r, char *why, size_t whylen)
