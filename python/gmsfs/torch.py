@@ -12,6 +12,11 @@ allocator behind torch.cuda.MemPool), so publishing copies nothing.  Entries are
 "torch/NAME": the tensor's extent in its allocation, and as value JSON with dtype,
 shape, stride, storage_offset.  Entries named private get a copy of their own in
 every process (buffers an engine changes after load); the rest is read-only.
+
+A trainer on the same GPU refits in place (RL loops): while the engines sleep,
+
+    gmsfs.torch.refit(trainer_model, store)    # every tensor copied in by name, committed
+    gmsfs.torch.wake(model)                    # each engine: the new weights, same addresses
 """
 import contextlib
 import errno
@@ -28,6 +33,7 @@ from gmsfs._torch_layout import (  # noqa: F401
     _private, _storage, _tensors, _where)
 from gmsfs._torch_alloc import (  # noqa: F401
     allocator, GraphPool)
+from gmsfs._torch_refit import refit  # noqa: F401
 from gmsfs._torch_materialize import (  # noqa: F401
     materialize, _as_params, _assign, _bind, _bind_rows, _DTYPE_NAMES, _fill, _group_tensors, _KEYS,
     _lacking_buffers, _leftover, _make_buffers, _manifest, _Manifest, _mismatch, _missing,

@@ -1,0 +1,105 @@
+"""gmsfs.torch.refit: a trainer's new weights into the store its engines serve, in place.
+gmsfs.torch re-exports it."""
+import errno
+import json
+
+import torch
+
+from gmsfs import Connection, GmsfsError, connect
+from gmsfs._torch_layout import PREFIX, _bytes_at, _device, _DTYPES, _where
+from gmsfs._torch_materialize import _DTYPE_NAMES, _names_differ
+
+
+def _sources(source):
+    """{name: tensor} of a module (its parameters and buffers, tied ones under each name)
+    or of a dict name -> tensor (a state_dict)."""
+    if isinstance(source, torch.nn.Module):
+        return {name: t for name, (_, _, t, _, _) in _where(source).items()}
+    if isinstance(source, dict):
+        return dict(source)
+    raise TypeError("refit: source is a torch.nn.Module or a dict of name -> tensor, not %s" % type(source).__name__)
+
+
+def _targets(conn):
+    """{name: (alloc, offset, size, dtype, shape, stride, storage_offset)} of the store's
+    tensor entries (metadata only: nothing is mapped)."""
+    out = {}
+    for e in conn.meta_items(PREFIX):
+        v = json.loads(e.value)
+        out[e.key[len(PREFIX):]] = (e.alloc, e.offset, e.size, _DTYPES[v["dtype"]], tuple(v["shape"]),
+                                    tuple(v["stride"]), v["storage_offset"])
+    return out
+
+
+def _check(store, targets, sources, strict):
+    """Every difference between the store's tensors and source's, both sides named: a
+    KeyError for names, a RuntimeError for shapes and dtypes."""
+    missing = sorted(set(sources) - set(targets))
+    extra = sorted(set(targets) - set(sources)) if strict else []
+    if missing or extra:
+        # _names_differ says what the store lacks, then what the module (here: source) lacks.
+        raise KeyError(_names_differ("refit", store, missing, extra).replace("the module lacks",
+                                                                             "the source lacks"))
+    bad = []
+    for name, t in sources.items():
+        dtype, shape = targets[name][3:5]
+        if tuple(t.shape) != shape:
+            bad.append("size mismatch for %s: the store has shape %s, the source has shape %s"
+                       % (name, list(shape), list(t.shape)))
+        elif t.dtype != dtype:
+            bad.append("dtype mismatch for %s: the store has %s, the source has %s"
+                       % (name, _DTYPE_NAMES.get(dtype, dtype), _DTYPE_NAMES.get(t.dtype, t.dtype)))
+    if bad:
+        raise RuntimeError("refit %s: %d tensor(s) do not match, nothing was written:\n  %s"
+                           % (store, len(bad), "\n  ".join(bad)))
+
+
+def refit(source, store, strict=True, timeout=None, commit=True):
+    """Copy source's tensors (a module's parameters and buffers by name, or a dict name ->
+    tensor such as a state_dict) into the store's tensors of the same names, in place: the
+    store's layout stays as committed, only its bytes change, and no second copy of the
+    model is made on the device.  store: a path, taken for writing (the call waits until
+    every engine sleeps, timeout seconds; None: as long as it takes), or a writer's
+    Connection.  Engines see the new weights when they wake (wake(), at the same
+    addresses).
+
+    Every name, shape and dtype is checked before a byte is written: a KeyError (names)
+    or a RuntimeError (shapes, dtypes) names each difference with both sides, and the
+    store is unchanged.  strict: source must name every tensor of the store (otherwise
+    engines would serve old and new weights side by side); strict=False refits the ones
+    source names.
+
+    The bytes go into the committed allocations: a writer that ends without a commit from
+    then on (killed, aborted) leaves the store TORN (gmsfs(5)), refused to every reader
+    until a later commit, never served half written.  commit: publish at the end (the
+    connection then holds the read lock); False leaves the session open for more.
+    Returns the connection (the caller closes it)."""
+    conn = store if isinstance(store, Connection) else connect(store, "rw", timeout)
+    try:
+        if conn.lock_mode != "rw":
+            raise GmsfsError(errno.EPERM, "refit: %s is not held for writing (%s)" % (conn.store, conn.lock_mode))
+        sources = _sources(source)
+        targets = _targets(conn)
+        if not targets:
+            raise GmsfsError(errno.ENOENT, "refit %s: the store has no tensors (publish the model first)"
+                             % conn.store)
+        _check(conn.store, targets, sources, strict)
+        conn._import_all()  # the committed allocations, writable: from here on, in place
+        device = _device(conn)
+        maps = {m.name: m for m in conn.mappings}
+        with torch.no_grad():
+            for name, t in sources.items():
+                alloc, offset, size, dtype, shape, stride, soff = targets[name]
+                if not t.numel():
+                    continue
+                dst = _bytes_at(maps[alloc].ptr + offset, size, device).view(dtype).as_strided(shape, stride, soff)
+                dst.copy_(t.detach())
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if commit:
+            conn.commit()
+    except BaseException:
+        if conn is not store:
+            conn.close()  # nothing written: rolled back whole; written: TORN until a commit
+        raise
+    return conn

@@ -1,0 +1,241 @@
+"""gmsfs.torch.refit on the host backend (PyTorch on the CPU): a trainer's new weights
+copied into the store its engines serve, in place, while they sleep; engines woken see
+them at the same addresses, bit for bit the trainer's; no allocation is added; a source
+that differs in a name, a shape or a dtype is refused with both sides named and nothing
+written; a trainer killed mid-refit leaves the store TORN (refused) until the next one
+commits.  The engines run in processes of their own."""
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import gmsfs
+import gmsfs.torch as gt
+from conftest import ROOT, run_py
+
+MODEL = """
+import torch
+class Net(torch.nn.Module):
+    def __init__(self, extra=False, wb_dtype=torch.bfloat16):
+        super().__init__()
+        self.embed = torch.nn.Embedding(50, 16)
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(16, 16) for _ in range(3)])
+        self.head = torch.nn.Linear(16, 50, bias=False)
+        self.head.weight = self.embed.weight          # tied
+        self.register_buffer("scale", torch.ones(16))
+        self.register_buffer("none", torch.zeros(0))   # empty
+        self.wb = torch.nn.Parameter(torch.zeros(4, 4, dtype=wb_dtype))
+        if extra:
+            self.extra = torch.nn.Linear(2, 2)
+    def forward(self, x):
+        h = self.embed(x) * self.scale + self.wb.float().sum()
+        for l in self.layers:
+            h = torch.relu(l(h))
+        return self.head(h)
+def build(seed=0, **kw):
+    torch.manual_seed(seed)
+    return Net(**kw)
+x = torch.tensor([[1, 2, 3, 49]])
+"""
+ns = {}
+exec(MODEL, ns)  # the trainer's side: the same class, in this process
+
+# An engine: materializes the store, says its output and addresses; then on each line of
+# stdin, "sleep" or "wake", does it and says the same (or the error of a refused wake).
+ENGINE = MODEL + """
+import gmsfs, gmsfs.torch as gt, json, sys
+m = build(seed=99)
+gt.materialize(m, sys.argv[1])
+def say():
+    print(json.dumps({"out": m(x).tolist(), "ptrs": [p.data_ptr() for p in m.parameters()]}), flush=True)
+say()
+for line in sys.stdin:
+    try:
+        if line.strip() == "sleep":
+            gt.sleep(m)
+            print("{}", flush=True)
+        else:
+            gt.wake(m, 5)
+            say()
+    except gmsfs.GmsfsError as e:
+        print(json.dumps({"errno": e.errno, "error": str(e)}), flush=True)
+"""
+
+
+class Engine:
+    def __init__(self, store):
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+        self.p = subprocess.Popen([sys.executable, "-c", ENGINE, store], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env=env)
+        self.first = self._read()
+
+    def __del__(self):  # one a test left: ended, its read lock with it
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
+    def _read(self):
+        line = self.p.stdout.readline()
+        assert line, "the engine ended"
+        return json.loads(line)
+
+    def ask(self, what):
+        self.p.stdin.write(what + "\n")
+        self.p.stdin.flush()
+        return self._read()
+
+    def close(self):
+        self.p.stdin.close()
+        assert self.p.wait(20) == 0
+
+
+def publish(store, seed=1):
+    w = run_py(MODEL + "import gmsfs.torch as gt, sys\ngt.publish(build(seed=%d), sys.argv[1]).close()" % seed, store)
+    assert w.returncode == 0, w.stderr
+
+
+def state(store):
+    with open(os.path.join(store, "state")) as f:
+        return dict(line.split(": ", 1) for line in f.read().splitlines() if ": " in line)
+
+
+def trained(seed=1, **kw):
+    """The trainer's model: the published weights, then one SGD step."""
+    m = ns["build"](seed=seed, **kw)
+    opt = torch.optim.SGD(m.parameters(), lr=0.5)
+    m(ns["x"]).float().pow(2).mean().backward()
+    opt.step()
+    return m
+
+
+def out(m):
+    with torch.no_grad():
+        return m(ns["x"]).tolist()
+
+
+def test_refit_in_place_engines_wake_to_the_trainers_weights_bit_for_bit(store):
+    publish(store)
+    engines = [Engine(store), Engine(store)]
+    before = state(store)
+    assert engines[0].first["out"] == out(ns["build"](seed=1))
+    for e in engines:
+        assert e.ask("sleep") == {}
+    trainer = trained()
+    assert out(trainer) != engines[0].first["out"]  # the step changed something to see
+    c = gt.refit(trainer, store, timeout=10)
+    assert c.lock_mode == "ro"  # committed: the trainer now reads what it wrote
+    c.close()
+    after = state(store)
+    # In place: the layout as it was, the same allocations (no second copy), a new generation.
+    assert (after["state"], after["torn"], after["layout_hash"], after["allocations"], after["bytes"]) == \
+        ("COMMITTED", "0", before["layout_hash"], before["allocations"], before["bytes"]), (before, after)
+    assert int(after["generation"]) == int(before["generation"]) + 1
+    for e in engines:
+        woke = e.ask("wake")
+        assert woke["ptrs"] == e.first["ptrs"]  # the same addresses
+        assert woke["out"] == out(trainer)  # exactly the trainer's forward
+        e.close()
+
+
+def test_refit_takes_a_state_dict_and_strict_false_a_part(store):
+    publish(store)
+    trainer = trained()
+    sd = trainer.state_dict()
+    with pytest.raises(KeyError) as e:
+        gt.refit({"layers.0.bias": sd["layers.0.bias"]}, store, timeout=5)
+    assert "the source lacks" in str(e.value) and "layers.1.weight" in str(e.value), e.value
+    gt.refit({"layers.0.bias": sd["layers.0.bias"]}, store, strict=False, timeout=5).close()
+    m = ns["build"](seed=5)
+    gt.materialize(m, store)
+    try:
+        assert torch.equal(m.layers[0].bias, sd["layers.0.bias"])
+        assert torch.equal(m.layers[1].weight, ns["build"](seed=1).layers[1].weight)  # not refitted
+    finally:
+        m._gmsfs.close()
+    gt.refit(sd, store, timeout=5).close()
+    e = Engine(store)
+    assert e.first["out"] == out(trainer)
+    e.close()
+
+
+@pytest.mark.parametrize("bad", ["name", "shape", "dtype", "nothing"])
+def test_refit_refuses_a_source_that_differs_and_writes_nothing(store, bad):
+    publish(store)
+    before = state(store)
+    want = Engine(store).first["out"]  # and gone: nothing holds the read lock
+    if bad == "name":
+        src, err, said = trained(extra=True), KeyError, ["the store lacks ['extra.bias', 'extra.weight']"]
+    elif bad == "shape":
+        sd = trained().state_dict()
+        sd["layers.2.weight"] = torch.zeros(16, 8)
+        src, err, said = sd, RuntimeError, ["size mismatch for layers.2.weight: the store has shape [16, 16], "
+                                            "the source has shape [16, 8]", "nothing was written"]
+    elif bad == "dtype":
+        src, err, said = trained(wb_dtype=torch.float32), RuntimeError, [
+            "dtype mismatch for wb: the store has bfloat16, the source has float32"]
+    else:
+        os.rmdir(store)
+        os.mkdir(store)
+        src, err, said = trained(), gmsfs.GmsfsError, ["no tensors"]
+    with pytest.raises(err) as e:
+        gt.refit(src, store, timeout=5)
+    for s in said:
+        assert s in str(e.value), e.value
+    if bad == "nothing":
+        return
+    after = state(store)
+    assert (after["state"], after["torn"], after["generation"], after["layout_hash"]) == \
+        ("COMMITTED", "0", before["generation"], before["layout_hash"]), (before, after)
+    again = Engine(store)  # the bytes as published
+    assert again.first["out"] == want
+    again.close()
+
+
+def test_refit_waits_for_sleeping_engines_and_times_out_while_one_reads(store):
+    publish(store)
+    e = Engine(store)  # awake: it holds the read lock
+    with pytest.raises(gmsfs.GmsfsError) as err:
+        gt.refit(trained(), store, timeout=0.3)
+    assert err.value.errno in (errno.EAGAIN, errno.ETIMEDOUT), err.value
+    assert state(store)["generation"] == "1"
+    assert e.ask("sleep") == {}
+    gt.refit(trained(), store, timeout=5).close()
+    assert e.ask("wake")["out"] == out(trained())
+    e.close()
+
+
+@pytest.mark.parametrize("how", ["killed", "closed"])
+def test_a_trainer_that_ends_mid_refit_leaves_the_store_torn_until_the_next_commit(store, how):
+    publish(store)
+    e = Engine(store)
+    assert e.ask("sleep") == {}
+    # The trainer copies every tensor in, then dies (or lets go) before its commit.
+    end = "os.kill(os.getpid(), signal.SIGKILL)" if how == "killed" else "c.close()"
+    t = run_py(MODEL + """
+import gmsfs.torch as gt, os, signal, sys, torch
+m = build(seed=1)
+with torch.no_grad():
+    for p in m.parameters():
+        p.add_(1)
+c = gt.refit(m, sys.argv[1], timeout=5, commit=False)
+""" + end, store)
+    assert t.returncode == (-signal.SIGKILL if how == "killed" else 0), t.stderr
+    st = state(store)
+    assert (st["state"], st["torn"]) == ("TORN", "1"), st
+    woke = e.ask("wake")
+    assert woke["errno"] == errno.EUCLEAN and "torn" in woke["error"], woke
+    r = run_py(MODEL + "import gmsfs.torch as gt, sys\ngt.materialize(build(), sys.argv[1])", store)
+    assert r.returncode != 0 and "torn" in r.stderr, r.stderr
+    # The next refit heals it: a commit of whole new weights.
+    trainer = trained()
+    gt.refit(trainer, store, timeout=5).close()
+    st = state(store)
+    assert (st["state"], st["torn"]) == ("COMMITTED", "0"), st
+    assert e.ask("wake")["out"] == out(trainer)
+    e.close()
