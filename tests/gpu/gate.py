@@ -14,13 +14,15 @@ OUTDIR/gate.json (default: BUILD), which tests/gpu/gate_tables.py turns into
 docs/benchmarks.md's tables, with the machine and the date.
 
   imports    bench-gpu: a reader's import_all and its remap cycle, in fresh processes, for
-             1000 x 2 MiB, 128 x 64 MiB, 16 x 1 GiB and Llama-3-8B's 291 tensors (1.1x, 1.2x)
+             1000 x 2 MiB, 128 x 64 MiB, 16 x 1 GiB and Llama-3-8B's 291 tensors (1.1x, 1.2x):
+             9 runs, each the floor and the import by turns, the median of their ratios
   switch     bench/switch.py: two models served by engines of their own, one allocation
              each and 16 each: warm switches against the copy engines both ways at once,
              the first against the warm ones, a publish on a full budget right after the
              first model against a later one (1.2x each)
   tier       tests/gpu/tier_gpu.py ahead: moves to the host tier and back (0.9x pinned)
-  restart    bench/restart.py: takeover, restart and crash against loading again (20x)
+  restart    bench/restart.py: takeover, restart and crash against loading again (20x),
+             medians of 3 each
   pages      bench-pages: pages within a store's minimum (0.9x the raw driver loop)
   graphs     tests/gpu/graph_gpu.py: 8 CUDA graphs in a GraphPool (the largest shape alone)
   engines    tests/gpu/engines_gpu.py gate: 8 engines at once (the publisher + 1 s)
@@ -142,11 +144,11 @@ def main():
     gib = float(os.environ.get("GMSFS_GATE_GIB", 0)) or min(16, max(1, device_gib() // 5))
     b = lambda p: os.path.join(BUILD, p)  # noqa: E731
     parts = [
-        ("imports", [b("bench-gpu"), "MOUNT", "7"], 240, True, None),
+        ("imports", [b("bench-gpu"), "MOUNT", "9"], 240, True, None),
         ("switch-one", [PY, "bench/switch.py", BUILD, "%g" % gib, "one"], 150, False, None),
         ("switch-many", [PY, "bench/switch.py", BUILD, "%g" % gib, "many"], 150, False, None),
         ("tier", [PY, "tests/gpu/tier_gpu.py", "MOUNT", "ahead"], 150, True, None),
-        ("restart", [PY, "bench/restart.py", BUILD, "%g" % gib, "cuda", "big"], 150, False, None),
+        ("restart", [PY, "bench/restart.py", BUILD, "%g" % gib, "cuda", "big"], 200, False, None),
         ("pages", [b("bench-pages"), "MOUNT/kv", "256"], 90, True, lambda m: os.mkdir(os.path.join(m.dir, "kv"))),
         ("graphs", [PY, "tests/gpu/graph_gpu.py", "MOUNT"], 150, True, None),
         ("engines", [PY, "tests/gpu/engines_gpu.py", "MOUNT", "gate"], 240, True, None),
