@@ -5,7 +5,7 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|all] [RUNS]
+#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|all] [RUNS]
 #   gate: every headline figure beside its floor in one run, exit 1 on a miss (tests/gpu/gate.py;
 #     at most 8 minutes; its results in $OUT/gate.json or build/gate.json, for tests/gpu/gate_tables.py)
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
@@ -365,6 +365,11 @@ if [ "$what" = gms ] || [ "$what" = all ]; then # GMS's client flows: GMS itself
 fi
 if [ "$what" = gate ]; then # every headline figure beside its floor; a miss fails (gate.py; gate.json in $OUT or build/)
 	timeout 590 python3 tests/gpu/gate.py "$top/build" "${OUT:-$top/build}" || failed=$((failed + 1))
+fi
+if [ "$what" = refit ] || [ "$what" = all ]; then # a trainer refits 4 engines' 8B-shaped Llama in place (refit_gpu.py)
+	mount_gmsfs
+	timeout 400 python3 tests/gpu/refit_gpu.py "$mnt" || failed=$((failed + 1))
+	unmount_gmsfs
 fi
 if [ "$what" = torch ]; then # the PyTorch warm-start benchmark alone
 	mount_gmsfs
