@@ -6,7 +6,7 @@ import json
 import torch
 
 from gmsfs import Connection, GmsfsError, connect
-from gmsfs._torch_layout import PREFIX, _bytes_at, _device, _DTYPES, _where
+from gmsfs._torch_layout import PREFIX, _bytes_at, _device, _DTYPES, _ITEMSIZE, _where
 from gmsfs._torch_materialize import _DTYPE_NAMES, _names_differ
 
 
@@ -87,12 +87,26 @@ def refit(source, store, strict=True, timeout=None, commit=True):
         conn._import_all()  # the committed allocations, writable: from here on, in place
         device = _device(conn)
         maps = {m.name: m for m in conn.mappings}
+        # One typed tensor over each allocation (a tensor made from a pointer is the costly
+        # part), each destination a strided view of it (storage_offset counts from its start).
+        bases = {}
         with torch.no_grad():
             for name, t in sources.items():
                 alloc, offset, size, dtype, shape, stride, soff = targets[name]
                 if not t.numel():
                     continue
-                dst = _bytes_at(maps[alloc].ptr + offset, size, device).view(dtype).as_strided(shape, stride, soff)
+                isz = _ITEMSIZE[dtype]
+                if offset % isz:  # not at a whole item of its allocation: a view of its own bytes
+                    dst = _bytes_at(maps[alloc].ptr + offset, size, device).view(dtype).as_strided(shape, stride, soff)
+                else:
+                    base = bases.get((alloc, dtype))
+                    if base is None:
+                        n = maps[alloc].size
+                        b = bases.get(alloc)
+                        if b is None:
+                            b = bases[alloc] = _bytes_at(maps[alloc].ptr, n, device)
+                        base = bases[(alloc, dtype)] = b[:n - n % isz].view(dtype)
+                    dst = base.as_strided(shape, stride, offset // isz + soff)
                 dst.copy_(t.detach())
         if device.type == "cuda":
             torch.cuda.synchronize()

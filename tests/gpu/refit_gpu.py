@@ -45,7 +45,7 @@ def build(layers):
 def ids():
     return torch.randint(0, 128256, (1, 64), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
 def digest(logits):
-    return __import__("hashlib").sha256(logits.float().cpu().numpy().tobytes()).hexdigest()
+    return __import__("hashlib").sha256(logits.detach().float().cpu().numpy().tobytes()).hexdigest()
 """
 
 ENGINE = CONFIG + r"""
