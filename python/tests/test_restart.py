@@ -338,6 +338,9 @@ def test_bad_and_foreign_images_are_refused_and_named(mnt, manager, tmp_path):
     blob = open(p, "rb").read()
     open(p, "wb").write(blob[:-20])
     open(os.path.join(state, "junk.image"), "wb").write(b"\x05\x00\x00\x00hello")
+    # A reader still listed when the daemon died (its close not yet seen): a refused
+    # image's readers file goes with it.
+    open(os.path.join(state, "cut.readers"), "w").write("%d 1 1\n" % os.getpid())
     manager.start(mnt, "backend=host", "state=" + state)
     s = status(mnt)
     assert [x["name"] for x in s["stores"]] == ["good"]

@@ -200,6 +200,9 @@ static void restore_one(struct fs *fs, struct keep *k, int dirfd, const char *fi
 		keep_path(k, name, "", was, sizeof was);
 		keep_path(k, name, ".failed", to, sizeof to);
 		rename(was, to); /* kept for a look, not tried again */
+		/* Its readers (a reader still listed when the daemon before died) read no store now. */
+		snprintf(was, sizeof was, "%s.readers", name);
+		unlinkat(dirfd, was, 0);
 	}
 	free(fds);
 	wire_image_free(&h);
