@@ -49,6 +49,8 @@ int ch_bind(struct ch *c, const char *path, const uint8_t ticket[GMSFS_TICKET_LE
 /* The same without waiting: the next ch_call sends its request, then reads both replies
  * (one round trip, and the daemon starts the connection while the caller goes on). */
 int ch_bind_start(struct ch *c, const char *path, const uint8_t ticket[GMSFS_TICKET_LEN], char *err, size_t errlen);
+/* How long a call watches its socket for the reply before it sleeps, in ns (0: never). */
+long ch_spin_ns(void);
 /* One request; m NULL for a plain reply (else its consume and ctx are kept, the rest is
  * filled).  -ENOTCONN: the connection was gone before the daemon read the request (it
  * may be bound again and the request sent again). */
