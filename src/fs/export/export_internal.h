@@ -29,15 +29,14 @@ struct export {
 	char socket_path[108];         /* fixed once started */
 	sock_serve_fn *serve;          /* what a request does (rpc.c); fixed once started */
 	int sock_fd;                   /* fixed once started; the stop shuts it down */
-	pthread_t sock_thread;
-	pthread_cond_t cv;             /* a connection left, or a spare went */
+	int reserve_fd;                /* kept to refuse a connection with when out of descriptors */
+	int expect_fd;                 /* an eventfd: a connection is coming (sock_expect); -1: none */
+	pthread_cond_t cv;             /* a connection left, or an acceptor went */
 	unsigned conns;                /* open connections */
-	/* A thread made ahead for the next connection: a spare waits, the accept thread hands
-	 * it a connection, spares counts those not yet gone. */
-	bool spare;
-	struct sock_conn *handoff;
-	unsigned spares;
-	pthread_cond_t spare_cv;
+	/* The thread waiting in accept(2) for the next connection, which it then serves:
+	 * acceptor says one waits there, acceptors counts them until they have left it. */
+	bool acceptor;
+	unsigned acceptors;
 	struct sock_conn *list;        /* all of them, for the stop */
 	struct sock_uid { uid_t uid; unsigned conns; } *uids; /* per peer uid */
 	size_t nuids, uids_cap;
@@ -54,6 +53,9 @@ void ticket_revoke(struct fs *fs, struct export_handle *x);
 
 /* sock.c: the socket at path (export_start's), each request served by serve. */
 int sock_start(struct fs *fs, const char *path, sock_serve_fn *serve, char *err, size_t errlen);
+/* A client was just given a channel's ticket: it dials in a moment (the acceptor wakes
+ * and watches for it, where it spins at all). */
+void sock_expect(struct fs *fs);
 /* sock.c, fs->mu held: bind c to h for pid and uid; the handle c is bound to, for the
  * sender pid/uid (NULL with -ENOLCK: none, or it was released; -EPERM: bound by another). */
 int sock_bind(struct fs *fs, struct sock_conn *c, struct fs_handle *h, pid_t pid, uid_t uid);

@@ -1,5 +1,5 @@
 /* sock: the daemon's socket, AF_UNIX SOCK_SEQPACKET, a thread per connection
- * (made ahead: a spare thread waits for the next connection).
+ * (threads take turns at accept: the one the kernel wakes serves its connection).
  *
  * Reachable only by the users the mount admits: mode 0600 (the daemon's uid; root
  * passes anyway) unless the mount has allow_other, then 0666.  No uid can crowd out
@@ -16,13 +16,15 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdatomic.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -32,6 +34,7 @@
 #define SOCK_AUTH_TIMEOUT_S 2
 #define SOCK_IDLE_TIMEOUT_S 30
 #define SOCK_SEND_TIMEOUT_S 10
+#define SOCK_EXPECT_SPIN_NS 1000000 /* an announced connection is watched for this long */
 
 struct sock_conn {
 	struct fs *fs;
@@ -276,9 +279,9 @@ static void set_timeout(int fd, int opt, int seconds)
  * connect), is served without a wake-up.  At most one thread in eight cores watches at a
  * time (at least one where GMSFS_SPIN_US asks for it), and none where there are fewer
  * than eight: the spin must never take a core a client needs. */
-static void spin_a_moment(int fd)
+/* The spin's length (0: never) and how many threads may spin at once, fixed at the start. */
+static long spin_ns(int *most_out)
 {
-	static atomic_int spinning;
 	static int most = -1;
 	static long ns;
 	if (most < 0) {
@@ -289,7 +292,17 @@ static void spin_a_moment(int fd)
 		ns = us > 0 && us <= 100000 ? us * 1000 : 0;
 		most = !ns ? 0 : n >= 8 ? n / 8 : env ? 1 : 0;
 	}
-	if (!most)
+	if (most_out)
+		*most_out = most;
+	return most ? ns : 0;
+}
+
+static void spin_a_moment(int fd)
+{
+	static atomic_int spinning;
+	int most;
+	long ns = spin_ns(&most);
+	if (!ns)
 		return;
 	if (atomic_fetch_add(&spinning, 1) < most)
 		fdpass_spin_readable(fd, ns);
@@ -312,36 +325,6 @@ static void serve(struct sock_conn *c, uint8_t *buf)
 	leave(c);
 }
 
-static void *conn_main(void *arg)
-{
-	serve(arg, malloc(SOCK_BUF_SIZE));
-	return NULL;
-}
-
-/* The spare: made before its connection comes, with its buffer, so that a client's
- * first request is served at once and not after a thread is made. */
-static void *spare_main(void *arg)
-{
-	struct fs *fs = arg;
-	struct export *ex = fs->ex;
-	uint8_t *buf = malloc(SOCK_BUF_SIZE);
-	pthread_mutex_lock(&fs->mu);
-	while (!ex->handoff && !ex->exiting)
-		pthread_cond_wait(&ex->spare_cv, &fs->mu);
-	struct sock_conn *c = ex->handoff;
-	ex->handoff = NULL;
-	if (!c)
-		ex->spare = false; /* the stop: nothing may be handed to it now */
-	ex->spares--;
-	pthread_cond_broadcast(&ex->cv);
-	pthread_mutex_unlock(&fs->mu);
-	if (c)
-		serve(c, buf); /* at the stop too: its socket is shut down, it ends at once */
-	else
-		free(buf);
-	return NULL;
-}
-
 static int start_thread(void *(*fn)(void *), void *arg)
 {
 	pthread_t t;
@@ -354,38 +337,46 @@ static int start_thread(void *(*fn)(void *), void *arg)
 	return e;
 }
 
-/* A spare for the next connection, unless one waits already. */
-static void make_spare(struct fs *fs)
+static void *acceptor_main(void *arg);
+
+/* The next acceptor, unless one waits in accept already (or the stop began).  false: none
+ * could be made. */
+static bool make_acceptor(struct fs *fs)
 {
 	struct export *ex = fs->ex;
 	pthread_mutex_lock(&fs->mu);
-	bool make = !ex->spare && !ex->exiting;
+	bool make = !ex->acceptor && !ex->exiting;
 	if (make) {
-		ex->spare = true;
-		ex->spares++;
+		ex->acceptor = true;
+		ex->acceptors++;
 	}
 	pthread_mutex_unlock(&fs->mu);
-	if (make && start_thread(spare_main, fs)) {
+	if (make && start_thread(acceptor_main, fs)) {
 		pthread_mutex_lock(&fs->mu);
-		ex->spare = false;
-		ex->spares--;
+		ex->acceptor = false;
+		ex->acceptors--;
 		pthread_cond_broadcast(&ex->cv);
 		pthread_mutex_unlock(&fs->mu);
+		return false;
 	}
+	return true;
 }
 
-static void start_conn(struct fs *fs, int s)
+/* A connection accepted: counted against its uid, or refused with why. */
+static struct sock_conn *start_conn(struct fs *fs, int s)
 {
 	struct ucred peer;
 	socklen_t len = sizeof peer;
 	if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &peer, &len) < 0) {
 		close(s);
-		return;
+		return NULL;
 	}
 	struct export *ex = fs->ex;
 	struct sock_conn *c = calloc(1, sizeof *c);
 	pthread_mutex_lock(&fs->mu);
 	int e = c ? admit(fs, peer.uid) : -ENOMEM;
+	if (!e && ex->exiting)
+		e = -ESHUTDOWN;
 	if (!e) {
 		*c = (struct sock_conn){ .fs = fs, .fd = s, .uid = peer.uid, .next = ex->list };
 		ex->list = c;
@@ -397,31 +388,21 @@ static void start_conn(struct fs *fs, int s)
 		send_error(s, -e, e == -EUSERS ? "too many connections of this uid" : strerror(-e));
 		free(c);
 		close(s);
-		return;
+		return NULL;
 	}
 	int one = 1;
 	setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
 	set_timeout(s, SO_SNDTIMEO, SOCK_SEND_TIMEOUT_S);
-	pthread_mutex_lock(&fs->mu);
-	/* One connection at a time waits for a spare to wake; the stop hands none. */
-	bool handed = ex->spare && !ex->handoff && !ex->exiting;
-	if (handed) {
-		ex->spare = false;
-		ex->handoff = c;
-		pthread_cond_signal(&ex->spare_cv);
-	}
-	pthread_mutex_unlock(&fs->mu);
-	if (!handed && start_thread(conn_main, c))
-		leave(c);
-	make_spare(fs); /* for the next one, while this one is served */
+	return c;
 }
 
-/* Out of descriptors, a connection would wait in the backlog for ever: a spare one,
- * kept for this, lets us accept it, say why, and close it. */
-static void refuse_one(struct fs *fs, int *spare)
+/* Out of descriptors, a connection would wait in the backlog for ever: a descriptor kept
+ * for this (ex->reserve_fd, the acceptor's alone) lets us accept it, say why, and close it. */
+static void refuse_one(struct fs *fs)
 {
-	close(*spare);
-	int s = accept4(fs->ex->sock_fd, NULL, NULL, SOCK_CLOEXEC);
+	struct export *ex = fs->ex;
+	close(ex->reserve_fd);
+	int s = accept4(ex->sock_fd, NULL, NULL, SOCK_CLOEXEC);
 	if (s >= 0) {
 		char why[300];
 		vmm_why(fs->vmm, -EMFILE, why, sizeof why);
@@ -429,31 +410,90 @@ static void refuse_one(struct fs *fs, int *spare)
 		send_error(s, EMFILE, why);
 		close(s);
 	}
-	*spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (*spare < 0)
+	ex->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (ex->reserve_fd < 0)
 		usleep(10000);
 }
 
-static void *accept_main(void *arg)
+/* Where the acceptor spins (expect_wake: GMSFS_SPIN_US), the socket does not block: it
+ * sleeps here until a connection comes or one is announced.  A lock just granted
+ * (sock_expect) is a connection a few hundred microseconds away: the acceptor wakes now,
+ * while the lock's reply travels and the client dials, and watches for it (up to 1 ms),
+ * so that the client's bind does not wait for a thread to wake.  false: the socket was
+ * shut down (the stop). */
+static bool wait_for_connection(struct export *ex)
+{
+	struct pollfd p[2] = { { .fd = ex->sock_fd, .events = POLLIN }, { .fd = ex->expect_fd, .events = POLLIN } };
+	if (poll(p, 2, -1) < 0)
+		return true;
+	if (p[0].revents & (POLLHUP | POLLERR | POLLNVAL))
+		return false; /* shut down (a listener's accept says EAGAIN then, not an error) */
+	uint64_t n;
+	if ((p[1].revents & POLLIN) && !(p[0].revents & POLLIN) && read(ex->expect_fd, &n, sizeof n) == sizeof n)
+		fdpass_spin_readable(ex->sock_fd, SOCK_EXPECT_SPIN_NS);
+	return true;
+}
+
+void sock_expect(struct fs *fs)
+{
+	uint64_t one = 1;
+	if (fs->ex && fs->ex->expect_fd >= 0 && write(fs->ex->expect_fd, &one, sizeof one) < 0)
+		return; /* full (never, in practice): the acceptor is awake anyway */
+}
+
+/* Threads take turns at accept(2) (a leader and followers): the one waiting there accepts
+ * the next connection, leaves a new acceptor behind and serves it itself.  The first
+ * request of a connection is then served by the thread the kernel woke for it, not after
+ * that thread wakes a second one (on a virtual machine each wake-up costs hundreds of
+ * microseconds).  The acceptor's buffer is made before its connection comes. */
+static void *acceptor_main(void *arg)
 {
 	struct fs *fs = arg;
-	int spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	make_spare(fs);
+	struct export *ex = fs->ex;
+	uint8_t *buf = malloc(SOCK_BUF_SIZE);
 	for (;;) {
-		int s = accept4(fs->ex->sock_fd, NULL, NULL, SOCK_CLOEXEC);
-		if (s >= 0) {
-			start_conn(fs, s);
-			continue;
+		int s;
+		while ((s = accept4(ex->sock_fd, NULL, NULL, SOCK_CLOEXEC)) < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				if (!wait_for_connection(ex))
+					break;
+			} else if ((errno == EMFILE || errno == ENFILE) && ex->reserve_fd >= 0)
+				refuse_one(fs);
+			else if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS)
+				usleep(10000);
+			else if (errno != EINTR && errno != ECONNABORTED)
+				break; /* shut down */
 		}
-		if ((errno == EMFILE || errno == ENFILE) && spare >= 0)
-			refuse_one(fs, &spare);
-		else if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS)
-			usleep(10000);
-		else if (errno != EINTR && errno != ECONNABORTED)
-			break; /* shut down */
+		pthread_mutex_lock(&fs->mu);
+		ex->acceptor = false;
+		ex->acceptors--;
+		pthread_cond_broadcast(&ex->cv);
+		pthread_mutex_unlock(&fs->mu);
+		if (s < 0)
+			break;
+		if (make_acceptor(fs)) {
+			struct sock_conn *c = start_conn(fs, s);
+			if (c) {
+				serve(c, buf); /* frees buf */
+				buf = NULL;
+			}
+			break;
+		}
+		/* No thread for the next connection: this one is refused, and this thread waits
+		 * at accept(2) again, so that nobody waits in the backlog unanswered. */
+		send_error(s, EAGAIN, "the daemon could not make a thread to serve it: try again");
+		close(s);
+		pthread_mutex_lock(&fs->mu);
+		bool again = !ex->acceptor && !ex->exiting;
+		if (again) {
+			ex->acceptor = true;
+			ex->acceptors++;
+		}
+		pthread_mutex_unlock(&fs->mu);
+		if (!again)
+			break;
 	}
-	if (spare >= 0)
-		close(spare);
+	free(buf);
 	return NULL;
 }
 
@@ -506,10 +546,9 @@ int sock_start(struct fs *fs, const char *path, sock_serve_fn *serve, char *err,
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	ex->sock_fd = -1;
+	ex->sock_fd = ex->reserve_fd = ex->expect_fd = -1;
 	ex->serve = serve;
 	pthread_cond_init(&ex->cv, NULL);
-	pthread_cond_init(&ex->spare_cv, NULL);
 	fs->ex = ex;
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	if (path) {
@@ -556,7 +595,10 @@ int sock_start(struct fs *fs, const char *path, sock_serve_fn *serve, char *err,
 	}
 	snprintf(ex->socket_path, sizeof ex->socket_path, "%s", a.sun_path);
 	ex->sock_fd = s;
-	if (pthread_create(&ex->sock_thread, NULL, accept_main, fs)) {
+	ex->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (spin_ns(NULL) && (ex->expect_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) >= 0)
+		fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK); /* accepted sockets block still */
+	if (!make_acceptor(fs)) {
 		snprintf(err, errlen, "socket: no thread");
 		close(s);
 		ex->sock_fd = -1;
@@ -573,24 +615,28 @@ void export_stop(struct fs *fs)
 		return;
 	if (ex->sock_fd >= 0) {
 		pthread_mutex_lock(&fs->mu);
-		ex->exiting = true;
-		pthread_cond_broadcast(&ex->spare_cv);
+		ex->exiting = true; /* no acceptor is made from now on, no connection admitted */
 		pthread_mutex_unlock(&fs->mu);
-		shutdown(ex->sock_fd, SHUT_RDWR);
-		pthread_join(ex->sock_thread, NULL);
-		close(ex->sock_fd);
-		unlink(ex->socket_path);
-		/* End every connection and wait for its thread to leave. */
+		shutdown(ex->sock_fd, SHUT_RDWR); /* the acceptor's accept(2) ends */
+		sock_expect(fs);                  /* and its poll(2), where it sleeps there */
+		/* End every connection and wait for every thread to leave. */
 		pthread_mutex_lock(&fs->mu);
+		while (ex->acceptors)
+			pthread_cond_wait(&ex->cv, &fs->mu);
 		for (struct sock_conn *c = ex->list; c; c = c->next)
 			shutdown(c->fd, SHUT_RDWR);
-		while (ex->conns || ex->spares)
+		while (ex->conns)
 			pthread_cond_wait(&ex->cv, &fs->mu);
 		pthread_mutex_unlock(&fs->mu);
+		close(ex->sock_fd);
+		unlink(ex->socket_path);
 	}
+	if (ex->reserve_fd >= 0)
+		close(ex->reserve_fd);
+	if (ex->expect_fd >= 0)
+		close(ex->expect_fd);
 	free(ex->uids);
 	pthread_cond_destroy(&ex->cv);
-	pthread_cond_destroy(&ex->spare_cv);
 	free(ex);
 	fs->ex = NULL;
 }

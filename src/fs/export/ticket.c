@@ -30,6 +30,8 @@ int export_ticket(struct fs *fs, struct fs_handle *h, enum ticket_kind kind, pid
 	x->tgid = tgid;
 	x->uid = uid;
 	memcpy(out, x->bytes, sizeof x->bytes);
+	if (kind == TICKET_CHANNEL)
+		sock_expect(fs);
 	return 0;
 }
 
