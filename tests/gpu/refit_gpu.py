@@ -33,12 +33,14 @@ def config(layers):
                                     num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
                                     max_position_embeddings=8192, rope_theta=500000.0, torch_dtype=torch.bfloat16)
 def build(layers):
-    # The same weights in every process: made on the GPU from one seed.
+    # The same weights in every process: made on the GPU from one seed; on the meta device
+    # where load_or_publish builds a model to map (no memory of its own).
     torch.manual_seed(0)
     before = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
+    meta = torch.get_default_device().type == "meta"
     try:
-        with torch.device("cuda"):
+        with torch.device("meta" if meta else "cuda"):
             return transformers.LlamaForCausalLM(config(layers)).eval()
     finally:
         torch.set_default_dtype(before)
