@@ -56,6 +56,17 @@ int sock_start(struct fs *fs, const char *path, sock_serve_fn *serve, char *err,
 /* A client was just given a channel's ticket: it dials in a moment (the acceptor wakes
  * and watches for it, where it spins at all). */
 void sock_expect(struct fs *fs);
+
+/* sock.c, for sock_accept.c: a connection's receive buffer; a connection accepted,
+ * counted against its uid (NULL: refused, and told why); c served until it ends (buf
+ * freed); a refusal sent; the spin's length in ns (0: none) and how many may spin. */
+#define SOCK_BUF_SIZE (sizeof(struct gmsfs_sock_req) + GMSFS_MSG_MAX + 1)
+struct sock_conn *sock_conn_start(struct fs *fs, int s);
+void sock_serve(struct sock_conn *c, uint8_t *buf);
+void sock_send_error(int sock, int err, const char *why);
+long sock_spin_ns(int *most);
+/* fs->mu held: every connection shut down (the stop; their threads then leave). */
+void sock_shutdown_all(struct fs *fs);
 /* sock.c, fs->mu held: bind c to h for pid and uid; the handle c is bound to, for the
  * sender pid/uid (NULL with -ENOLCK: none, or it was released; -EPERM: bound by another). */
 int sock_bind(struct fs *fs, struct sock_conn *c, struct fs_handle *h, pid_t pid, uid_t uid);

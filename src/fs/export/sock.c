@@ -1,5 +1,5 @@
-/* sock: the daemon's socket, AF_UNIX SOCK_SEQPACKET, a thread per connection
- * (threads take turns at accept: the one the kernel wakes serves its connection).
+/* sock: the daemon's socket's connections, AF_UNIX SOCK_SEQPACKET, a thread per
+ * connection (sock_accept.c accepts them: the thread the kernel wakes serves its own).
  *
  * Reachable only by the users the mount admits: mode 0600 (the daemon's uid; root
  * passes anyway) unless the mount has allow_other, then 0666.  No uid can crowd out
@@ -14,19 +14,13 @@
 #include "grow.h"
 #include "wire.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/eventfd.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #define SOCK_MAX_CONNS 4096
@@ -34,7 +28,6 @@
 #define SOCK_AUTH_TIMEOUT_S 2
 #define SOCK_IDLE_TIMEOUT_S 30
 #define SOCK_SEND_TIMEOUT_S 10
-#define SOCK_EXPECT_SPIN_NS 1000000 /* an announced connection is watched for this long */
 
 struct sock_conn {
 	struct fs *fs;
@@ -113,6 +106,12 @@ static void leave(struct sock_conn *c)
 	free(c);
 }
 
+void sock_shutdown_all(struct fs *fs)
+{
+	for (struct sock_conn *c = fs->ex->list; c; c = c->next)
+		shutdown(c->fd, SHUT_RDWR);
+}
+
 int sock_bind(struct fs *fs, struct sock_conn *c, struct fs_handle *h, pid_t pid, uid_t uid)
 {
 	if (!h->x && !(h->x = calloc(1, sizeof *h->x)))
@@ -154,7 +153,7 @@ int sock_send(int sock, const void *data, size_t len, const int *fds, size_t nfd
 	return fdpass_send(sock, data, len, fds, nfds);
 }
 
-static void send_error(int sock, int err, const char *why)
+void sock_send_error(int sock, int err, const char *why)
 {
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
@@ -233,13 +232,13 @@ static int serve_one(struct sock_conn *c, uint8_t *buf, size_t size)
 		e = assemble(c, &hd, buf + sizeof hd, why, sizeof why);
 	if (e) {
 		fuse_log(FUSE_LOG_WARNING, "gmsfs: socket: %s\n", why);
-		send_error(c->fd, -e, why);
+		sock_send_error(c->fd, -e, why);
 		return 0; /* malformed: drop the connection */
 	}
 	if (hd.flags & GMSFS_REQ_MORE)
 		return 1; /* the rest of the body comes next */
 	if (cred.pid <= 0) {
-		send_error(c->fd, EPERM, "sender unknown (outside the daemon's pid namespace?)");
+		sock_send_error(c->fd, EPERM, "sender unknown (outside the daemon's pid namespace?)");
 		return 1;
 	}
 	bool whole = c->body_len != 0;
@@ -272,7 +271,6 @@ static void set_timeout(int fd, int opt, int seconds)
 	setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof tv);
 }
 
-#define SOCK_BUF_SIZE (sizeof(struct gmsfs_sock_req) + GMSFS_MSG_MAX + 1)
 
 /* A connection's thread watches its socket a moment (200 us) before it sleeps: a client's
  * next request, often right behind the last reply (an import after the bind sent at
@@ -280,7 +278,7 @@ static void set_timeout(int fd, int opt, int seconds)
  * time (at least one where GMSFS_SPIN_US asks for it), and none where there are fewer
  * than eight: the spin must never take a core a client needs. */
 /* The spin's length (0: never) and how many threads may spin at once, fixed at the start. */
-static long spin_ns(int *most_out)
+long sock_spin_ns(int *most_out)
 {
 	static int most = -1;
 	static long ns;
@@ -301,7 +299,7 @@ static void spin_a_moment(int fd)
 {
 	static atomic_int spinning;
 	int most;
-	long ns = spin_ns(&most);
+	long ns = sock_spin_ns(&most);
 	if (!ns)
 		return;
 	if (atomic_fetch_add(&spinning, 1) < most)
@@ -310,7 +308,7 @@ static void spin_a_moment(int fd)
 }
 
 /* Serve c until it ends; buf (SOCK_BUF_SIZE, or NULL) is freed. */
-static void serve(struct sock_conn *c, uint8_t *buf)
+void sock_serve(struct sock_conn *c, uint8_t *buf)
 {
 	size_t size = SOCK_BUF_SIZE;
 	bool bound = false;
@@ -325,45 +323,8 @@ static void serve(struct sock_conn *c, uint8_t *buf)
 	leave(c);
 }
 
-static int start_thread(void *(*fn)(void *), void *arg)
-{
-	pthread_t t;
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, 256 * 1024);
-	int e = pthread_create(&t, &attr, fn, arg);
-	pthread_attr_destroy(&attr);
-	return e;
-}
-
-static void *acceptor_main(void *arg);
-
-/* The next acceptor, unless one waits in accept already (or the stop began).  false: none
- * could be made. */
-static bool make_acceptor(struct fs *fs)
-{
-	struct export *ex = fs->ex;
-	pthread_mutex_lock(&fs->mu);
-	bool make = !ex->acceptor && !ex->exiting;
-	if (make) {
-		ex->acceptor = true;
-		ex->acceptors++;
-	}
-	pthread_mutex_unlock(&fs->mu);
-	if (make && start_thread(acceptor_main, fs)) {
-		pthread_mutex_lock(&fs->mu);
-		ex->acceptor = false;
-		ex->acceptors--;
-		pthread_cond_broadcast(&ex->cv);
-		pthread_mutex_unlock(&fs->mu);
-		return false;
-	}
-	return true;
-}
-
 /* A connection accepted: counted against its uid, or refused with why. */
-static struct sock_conn *start_conn(struct fs *fs, int s)
+struct sock_conn *sock_conn_start(struct fs *fs, int s)
 {
 	struct ucred peer;
 	socklen_t len = sizeof peer;
@@ -385,7 +346,7 @@ static struct sock_conn *start_conn(struct fs *fs, int s)
 	if (e) {
 		fuse_log(FUSE_LOG_WARNING, "gmsfs: socket: uid %u refused: %s\n", (unsigned)peer.uid,
 			 e == -EUSERS ? "too many connections of that uid" : strerror(-e));
-		send_error(s, -e, e == -EUSERS ? "too many connections of this uid" : strerror(-e));
+		sock_send_error(s, -e, e == -EUSERS ? "too many connections of this uid" : strerror(-e));
 		free(c);
 		close(s);
 		return NULL;
@@ -394,249 +355,4 @@ static struct sock_conn *start_conn(struct fs *fs, int s)
 	setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
 	set_timeout(s, SO_SNDTIMEO, SOCK_SEND_TIMEOUT_S);
 	return c;
-}
-
-/* Out of descriptors, a connection would wait in the backlog for ever: a descriptor kept
- * for this (ex->reserve_fd, the acceptor's alone) lets us accept it, say why, and close it. */
-static void refuse_one(struct fs *fs)
-{
-	struct export *ex = fs->ex;
-	close(ex->reserve_fd);
-	int s = accept4(ex->sock_fd, NULL, NULL, SOCK_CLOEXEC);
-	if (s >= 0) {
-		char why[300];
-		vmm_why(fs->vmm, -EMFILE, why, sizeof why);
-		fuse_log(FUSE_LOG_WARNING, "gmsfs: socket: a connection refused: %s\n", why);
-		send_error(s, EMFILE, why);
-		close(s);
-	}
-	ex->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (ex->reserve_fd < 0)
-		usleep(10000);
-}
-
-/* Where the acceptor spins (expect_wake: GMSFS_SPIN_US), the socket does not block: it
- * sleeps here until a connection comes or one is announced.  A lock just granted
- * (sock_expect) is a connection a few hundred microseconds away: the acceptor wakes now,
- * while the lock's reply travels and the client dials, and watches for it (up to 1 ms),
- * so that the client's bind does not wait for a thread to wake.  false: the socket was
- * shut down (the stop). */
-static bool wait_for_connection(struct export *ex)
-{
-	struct pollfd p[2] = { { .fd = ex->sock_fd, .events = POLLIN }, { .fd = ex->expect_fd, .events = POLLIN } };
-	if (poll(p, 2, -1) < 0)
-		return true;
-	if (p[0].revents & (POLLHUP | POLLERR | POLLNVAL))
-		return false; /* shut down (a listener's accept says EAGAIN then, not an error) */
-	uint64_t n;
-	if ((p[1].revents & POLLIN) && !(p[0].revents & POLLIN) && read(ex->expect_fd, &n, sizeof n) == sizeof n)
-		fdpass_spin_readable(ex->sock_fd, SOCK_EXPECT_SPIN_NS);
-	return true;
-}
-
-void sock_expect(struct fs *fs)
-{
-	uint64_t one = 1;
-	if (fs->ex && fs->ex->expect_fd >= 0 && write(fs->ex->expect_fd, &one, sizeof one) < 0)
-		return; /* full (never, in practice): the acceptor is awake anyway */
-}
-
-/* Threads take turns at accept(2) (a leader and followers): the one waiting there accepts
- * the next connection, leaves a new acceptor behind and serves it itself.  The first
- * request of a connection is then served by the thread the kernel woke for it, not after
- * that thread wakes a second one (on a virtual machine each wake-up costs hundreds of
- * microseconds).  The acceptor's buffer is made before its connection comes. */
-static void *acceptor_main(void *arg)
-{
-	struct fs *fs = arg;
-	struct export *ex = fs->ex;
-	uint8_t *buf = malloc(SOCK_BUF_SIZE);
-	for (;;) {
-		int s;
-		while ((s = accept4(ex->sock_fd, NULL, NULL, SOCK_CLOEXEC)) < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				if (!wait_for_connection(ex))
-					break;
-			} else if ((errno == EMFILE || errno == ENFILE) && ex->reserve_fd >= 0)
-				refuse_one(fs);
-			else if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS)
-				usleep(10000);
-			else if (errno != EINTR && errno != ECONNABORTED)
-				break; /* shut down */
-		}
-		pthread_mutex_lock(&fs->mu);
-		ex->acceptor = false;
-		ex->acceptors--;
-		pthread_cond_broadcast(&ex->cv);
-		pthread_mutex_unlock(&fs->mu);
-		if (s < 0)
-			break;
-		if (make_acceptor(fs)) {
-			struct sock_conn *c = start_conn(fs, s);
-			if (c) {
-				serve(c, buf); /* frees buf */
-				buf = NULL;
-			}
-			break;
-		}
-		/* No thread for the next connection: this one is refused, and this thread waits
-		 * at accept(2) again, so that nobody waits in the backlog unanswered. */
-		send_error(s, EAGAIN, "the daemon could not make a thread to serve it: try again");
-		close(s);
-		pthread_mutex_lock(&fs->mu);
-		bool again = !ex->acceptor && !ex->exiting;
-		if (again) {
-			ex->acceptor = true;
-			ex->acceptors++;
-		}
-		pthread_mutex_unlock(&fs->mu);
-		if (!again)
-			break;
-	}
-	free(buf);
-	return NULL;
-}
-
-const char *export_socket(const struct fs *fs)
-{
-	return fs->ex->socket_path;
-}
-
-void export_rename(struct fs *fs, const char *path)
-{
-	struct export *ex = fs->ex;
-	if (rename(ex->socket_path, path)) {
-		fprintf(stderr, "gmsfs: socket %s: renaming it %s: %s (it keeps its name)\n", ex->socket_path, path,
-			strerror(errno));
-		return;
-	}
-	pthread_mutex_lock(&fs->mu);
-	snprintf(ex->socket_path, sizeof ex->socket_path, "%s", path);
-	pthread_mutex_unlock(&fs->mu);
-}
-
-/* The default sockets (DIR/gmsfs-PID.sock) of daemons that died without unlinking theirs:
- * each is asked, and one nobody listens on (ECONNREFUSED) is removed, so they do not pile
- * up in /run/gmsfs.  A live daemon's answers and stays. */
-static void sweep_dead_sockets(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return;
-	for (struct dirent *e; (e = readdir(d));) {
-		size_t n = strlen(e->d_name);
-		if (strncmp(e->d_name, "gmsfs-", 6) || n < 11 || strcmp(e->d_name + n - 5, ".sock"))
-			continue;
-		struct sockaddr_un a = { .sun_family = AF_UNIX };
-		if (snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", dir, e->d_name) >= (int)sizeof a.sun_path)
-			continue;
-		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) < 0 && errno == ECONNREFUSED)
-			unlink(a.sun_path);
-		if (s >= 0)
-			close(s);
-	}
-	closedir(d);
-}
-
-int sock_start(struct fs *fs, const char *path, sock_serve_fn *serve, char *err, size_t errlen)
-{
-	struct export *ex = calloc(1, sizeof *ex);
-	if (!ex) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	ex->sock_fd = ex->reserve_fd = ex->expect_fd = -1;
-	ex->serve = serve;
-	pthread_cond_init(&ex->cv, NULL);
-	fs->ex = ex;
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	if (path) {
-		if (strlen(path) >= sizeof a.sun_path) {
-			snprintf(err, errlen, "socket=%s: longer than %zu bytes", path, sizeof a.sun_path - 1);
-			return -ENAMETOOLONG;
-		}
-		snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
-	} else {
-		const char *dir = getuid() == 0 ? "/run/gmsfs" : getenv("XDG_RUNTIME_DIR");
-		if (!dir || !*dir || strlen(dir) > 80)
-			dir = "/tmp";
-		mkdir(dir, 0755);
-		sweep_dead_sockets(dir);
-		snprintf(a.sun_path, sizeof a.sun_path, "%s/gmsfs-%d.sock", dir, (int)getpid());
-	}
-	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (s < 0) {
-		snprintf(err, errlen, "socket: %s", strerror(errno));
-		return -errno;
-	}
-	/* A socket someone answers on is a live daemon's: never take it over. */
-	int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (probe >= 0 && connect(probe, (struct sockaddr *)&a, sizeof a) == 0) {
-		close(probe);
-		close(s);
-		snprintf(err, errlen, "socket %s is served by a live daemon already: one daemon per socket", a.sun_path);
-		return -EADDRINUSE;
-	}
-	if (probe >= 0)
-		close(probe);
-	unlink(a.sun_path); /* a stale socket of a dead daemon */
-	int one = 1;
-	setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
-	/* Created with the final mode: no window in which anyone else may connect. */
-	mode_t old = umask(fs->allow_other ? 0111 : 0177);
-	int r = bind(s, (struct sockaddr *)&a, sizeof a);
-	umask(old);
-	if (r < 0 || listen(s, 128) < 0) {
-		int e = errno;
-		snprintf(err, errlen, "socket %s: %s", a.sun_path, strerror(e));
-		close(s);
-		return -e;
-	}
-	snprintf(ex->socket_path, sizeof ex->socket_path, "%s", a.sun_path);
-	ex->sock_fd = s;
-	ex->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (spin_ns(NULL) && (ex->expect_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) >= 0)
-		fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK); /* accepted sockets block still */
-	if (!make_acceptor(fs)) {
-		snprintf(err, errlen, "socket: no thread");
-		close(s);
-		ex->sock_fd = -1;
-		unlink(ex->socket_path);
-		return -EAGAIN;
-	}
-	return 0;
-}
-
-void export_stop(struct fs *fs)
-{
-	struct export *ex = fs->ex;
-	if (!ex)
-		return;
-	if (ex->sock_fd >= 0) {
-		pthread_mutex_lock(&fs->mu);
-		ex->exiting = true; /* no acceptor is made from now on, no connection admitted */
-		pthread_mutex_unlock(&fs->mu);
-		shutdown(ex->sock_fd, SHUT_RDWR); /* the acceptor's accept(2) ends */
-		sock_expect(fs);                  /* and its poll(2), where it sleeps there */
-		/* End every connection and wait for every thread to leave. */
-		pthread_mutex_lock(&fs->mu);
-		while (ex->acceptors)
-			pthread_cond_wait(&ex->cv, &fs->mu);
-		for (struct sock_conn *c = ex->list; c; c = c->next)
-			shutdown(c->fd, SHUT_RDWR);
-		while (ex->conns)
-			pthread_cond_wait(&ex->cv, &fs->mu);
-		pthread_mutex_unlock(&fs->mu);
-		close(ex->sock_fd);
-		unlink(ex->socket_path);
-	}
-	if (ex->reserve_fd >= 0)
-		close(ex->reserve_fd);
-	if (ex->expect_fd >= 0)
-		close(ex->expect_fd);
-	free(ex->uids);
-	pthread_cond_destroy(&ex->cv);
-	free(ex);
-	fs->ex = NULL;
 }
