@@ -75,12 +75,12 @@ static void refuse_one(struct fs *fs)
 		usleep(10000);
 }
 
-/* Where the acceptor spins (expect_wake: GMSFS_SPIN_US), the socket does not block: it
- * sleeps here until a connection comes or one is announced.  A lock just granted
- * (sock_expect) is a connection a few hundred microseconds away: the acceptor wakes now,
- * while the lock's reply travels and the client dials, and watches for it (up to 1 ms),
- * so that the client's bind does not wait for a thread to wake.  false: the socket was
- * shut down (the stop). */
+/* Where the daemon spins (sock_spin_ns: 8 cores, or GMSFS_SPIN_US), the listening socket
+ * does not block: the acceptor sleeps here until a connection comes or one is announced.
+ * A lock just granted (sock_expect) is a connection a few hundred microseconds away: the
+ * acceptor wakes now, while the lock's reply travels and the client dials, and watches
+ * for it (up to 1 ms), so that the client's bind does not wait for a thread to wake.
+ * false: the socket was shut down (the stop). */
 static bool wait_for_connection(struct export *ex)
 {
 	struct pollfd p[2] = { { .fd = ex->sock_fd, .events = POLLIN }, { .fd = ex->expect_fd, .events = POLLIN } };
