@@ -35,6 +35,19 @@ def mnt(request):
     let_go_of_mount(d, request)
 
 
+def serve(mnt):
+    """A daemon of its own on mnt (the host backend), once its mount answers."""
+    daemon = subprocess.Popen([os.path.join(ROOT, "build", "gmsfs"), "-f", "-o", "backend=host", mnt],
+                              stderr=open(mnt + ".log", "a"))
+    assert until(lambda: os.path.exists(os.path.join(mnt, "device")))
+    return daemon
+
+
+def unmount(mnt, daemon):
+    subprocess.run(["umount", mnt], check=True)
+    daemon.wait(10)
+
+
 def commit_zeros(store, size=MiB):
     """A committed store of one allocation w of zeros, through the mount."""
     os.mkdir(store)
@@ -86,9 +99,7 @@ sys.stdin.readline()
 
 @pytest.mark.parametrize("how", ["file", "library"])
 def test_a_writer_killed_mid_in_place_write_leaves_the_store_torn_until_a_commit(mnt, how):
-    daemon = subprocess.Popen([os.path.join(ROOT, "build", "gmsfs"), "-f", "-o", "backend=host", mnt],
-                              stderr=open(mnt + ".log", "a"))
-    assert until(lambda: os.path.exists(os.path.join(mnt, "device")))
+    daemon = serve(mnt)
     s = os.path.join(mnt, "s")
     commit_zeros(s)
     w = subprocess.Popen([sys.executable, "-c", FILE_WRITER if how == "file" else LIB_WRITER, s],
@@ -128,14 +139,11 @@ def test_a_writer_killed_mid_in_place_write_leaves_the_store_torn_until_a_commit
     with gmsfs.connect(s, "ro", timeout=5) as c:
         c.import_all()
         assert bytes(c.buffer(c.find("w").ptr, MiB)) == b"\7" * MiB
-    subprocess.run(["umount", mnt], check=True)
-    daemon.wait(10)
+    unmount(mnt, daemon)
 
 
 def test_a_writer_that_writes_nothing_in_place_rolls_back_whole(mnt):
-    daemon = subprocess.Popen([os.path.join(ROOT, "build", "gmsfs"), "-f", "-o", "backend=host", mnt],
-                              stderr=open(mnt + ".log", "a"))
-    assert until(lambda: os.path.exists(os.path.join(mnt, "device")))
+    daemon = serve(mnt)
     s = os.path.join(mnt, "s")
     commit_zeros(s)
     # New allocations, the committed one freed by name (never mapped), the writer killed.
@@ -157,14 +165,11 @@ sys.stdin.readline()
         c.import_all()
         assert [m.name for m in c.mappings] == ["w"]
         assert bytes(c.buffer(c.mappings[0].ptr, MiB)) == bytes(MiB)
-    subprocess.run(["umount", mnt], check=True)
-    daemon.wait(10)
+    unmount(mnt, daemon)
 
 
 def test_abort_after_an_in_place_write_keeps_the_session_and_says_torn(mnt):
-    daemon = subprocess.Popen([os.path.join(ROOT, "build", "gmsfs"), "-f", "-o", "backend=host", mnt],
-                              stderr=open(mnt + ".log", "a"))
-    assert until(lambda: os.path.exists(os.path.join(mnt, "device")))
+    daemon = serve(mnt)
     s = os.path.join(mnt, "s")
     commit_zeros(s)
     out = subprocess.run(["bash", "-ec", '''exec 9>"$0/lock"
@@ -184,8 +189,7 @@ echo > "$0/commit"''', s], capture_output=True, text=True)
     assert out.stdout.startswith("aborted: TORN: it wrote into generation 2's bytes in place"), out.stdout
     assert until(lambda: state(s)["writer"] == "0")
     assert refused(s)["last_error"].startswith("writer left without commit: TORN")
-    subprocess.run(["umount", mnt], check=True)
-    daemon.wait(10)
+    unmount(mnt, daemon)
 
 
 @pytest.mark.parametrize("when", ["mid-session", "after"])
@@ -195,8 +199,7 @@ def test_a_restart_keeps_a_store_torn(mnt, manager, tmp_path, how, when):
     if how == "sigkill":
         start(manager, mnt, sd)
     else:
-        subprocess.Popen([os.path.join(ROOT, "build", "gmsfs"), "-f", "-o", "backend=host", mnt],
-                         stderr=open(mnt + ".log", "a"))
+        serve(mnt)
     assert until(lambda: os.path.exists(os.path.join(mnt, "device")))
     s, other = os.path.join(mnt, "s"), os.path.join(mnt, "other")
     commit_zeros(s)

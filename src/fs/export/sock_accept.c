@@ -33,24 +33,36 @@ static int start_thread(void *(*fn)(void *), void *arg)
 
 static void *acceptor_main(void *arg);
 
-/* The next acceptor, unless one waits in accept already (or the stop began).  false: none
- * could be made. */
-static bool make_acceptor(struct fs *fs)
+/* The acceptor's role, taken (unless a thread has it, or the stop began) and given up. */
+static bool claim_acceptor(struct fs *fs)
 {
 	struct export *ex = fs->ex;
 	pthread_mutex_lock(&fs->mu);
-	bool make = !ex->acceptor && !ex->exiting;
-	if (make) {
+	bool mine = !ex->acceptor && !ex->exiting;
+	if (mine) {
 		ex->acceptor = true;
 		ex->acceptors++;
 	}
 	pthread_mutex_unlock(&fs->mu);
-	if (make && start_thread(acceptor_main, fs)) {
-		pthread_mutex_lock(&fs->mu);
-		ex->acceptor = false;
-		ex->acceptors--;
-		pthread_cond_broadcast(&ex->cv);
-		pthread_mutex_unlock(&fs->mu);
+	return mine;
+}
+
+static void drop_acceptor(struct fs *fs)
+{
+	struct export *ex = fs->ex;
+	pthread_mutex_lock(&fs->mu);
+	ex->acceptor = false;
+	ex->acceptors--;
+	pthread_cond_broadcast(&ex->cv);
+	pthread_mutex_unlock(&fs->mu);
+}
+
+/* The next acceptor, unless one waits in accept already (or the stop began).  false: none
+ * could be made. */
+static bool make_acceptor(struct fs *fs)
+{
+	if (claim_acceptor(fs) && start_thread(acceptor_main, fs)) {
+		drop_acceptor(fs);
 		return false;
 	}
 	return true;
@@ -124,11 +136,7 @@ static void *acceptor_main(void *arg)
 			else if (errno != EINTR && errno != ECONNABORTED)
 				break; /* shut down */
 		}
-		pthread_mutex_lock(&fs->mu);
-		ex->acceptor = false;
-		ex->acceptors--;
-		pthread_cond_broadcast(&ex->cv);
-		pthread_mutex_unlock(&fs->mu);
+		drop_acceptor(fs);
 		if (s < 0)
 			break;
 		if (make_acceptor(fs)) {
@@ -143,14 +151,7 @@ static void *acceptor_main(void *arg)
 		 * at accept(2) again, so that nobody waits in the backlog unanswered. */
 		sock_send_error(s, EAGAIN, "the daemon could not make a thread to serve it: try again");
 		close(s);
-		pthread_mutex_lock(&fs->mu);
-		bool again = !ex->acceptor && !ex->exiting;
-		if (again) {
-			ex->acceptor = true;
-			ex->acceptors++;
-		}
-		pthread_mutex_unlock(&fs->mu);
-		if (!again)
+		if (!claim_acceptor(fs))
 			break;
 	}
 	free(buf);
