@@ -168,14 +168,24 @@ PY
 	local dead=/run/gmsfs/gmsfs-test-dead-$$.sock live=/run/gmsfs/gmsfs-test-live-$$.sock
 	"$PYTHON" -c 'import socket, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(sys.argv[1])' "$dead" # bound, never served: dead
+	# Live, but it never accepts, and its backlog is full (stopped, or stuck): a connect
+	# that blocks would hold the next daemon's start until it went.
 	"$PYTHON" -c 'import os, socket, sys, time
-s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(sys.argv[1]); s.listen(1)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(sys.argv[1]); s.listen(0)
+queued = []
+while True:
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); c.setblocking(False)
+    try:
+        c.connect(sys.argv[1])
+    except BlockingIOError:
+        break
+    queued.append(c)
 open(sys.argv[2], "w").close(); time.sleep(30)' "$live" "$T/listening" 3>&- &
 	local holder=$!
 	wait_until test -e "$T/listening"
 	"$GMSFS" -f "$T/m" 2>"$T/d.log" 3>&- &
 	local d=$!
-	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
+	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts || { kill -9 $d $holder; umount -l "$T/m"; false; }
 	[ ! -e "$dead" ] && [ -S "$live" ] && [ -S "/run/gmsfs/gmsfs-$d.sock" ]
 	umount "$T/m"
 	wait $d

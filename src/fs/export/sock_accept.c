@@ -191,7 +191,9 @@ static void sweep_dead_sockets(const char *dir)
 		struct sockaddr_un a = { .sun_family = AF_UNIX };
 		if (snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", dir, e->d_name) >= (int)sizeof a.sun_path)
 			continue;
-		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		/* Not blocking: a listener that does not accept (stopped, or stuck) and whose
+		 * backlog is full would hold this start until it went (EAGAIN: a live one). */
+		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 		if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) < 0 && errno == ECONNREFUSED)
 			unlink(a.sun_path);
 		if (s >= 0)
@@ -232,8 +234,8 @@ int sock_start(struct fs *fs, const char *path, sock_serve_fn *serve, char *err,
 		return -errno;
 	}
 	/* A socket someone answers on is a live daemon's: never take it over. */
-	int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (probe >= 0 && connect(probe, (struct sockaddr *)&a, sizeof a) == 0) {
+	int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (probe >= 0 && (connect(probe, (struct sockaddr *)&a, sizeof a) == 0 || errno == EAGAIN)) {
 		close(probe);
 		close(s);
 		snprintf(err, errlen, "socket %s is served by a live daemon already: one daemon per socket", a.sun_path);
