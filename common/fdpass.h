@@ -6,8 +6,10 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -62,6 +64,19 @@ static inline void fdpass_spin_readable(int sock, long spin_ns)
 		__builtin_ia32_pause();
 #endif
 	}
+}
+
+/* The spin's length in ns from GMSFS_SPIN_US (default 200 us; 0, or out of range: none),
+ * whether the environment asked for it, and the cores this process may run on (one
+ * system call, no file read): the library and the daemon decide from these. */
+static inline long fdpass_spin_config(bool *asked, int *cores)
+{
+	cpu_set_t cpus;
+	*cores = sched_getaffinity(0, sizeof cpus, &cpus) ? 0 : CPU_COUNT(&cpus);
+	const char *env = getenv("GMSFS_SPIN_US");
+	*asked = env != NULL;
+	long us = env ? atol(env) : 200;
+	return us > 0 && us <= 100000 ? us * 1000 : 0;
 }
 
 /* What came with a message besides its bytes. */

@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,10 +119,10 @@ long ch_spin_ns(void)
 {
 	static long ns = -1;
 	if (ns < 0) {
-		const char *env = getenv("GMSFS_SPIN_US");
-		cpu_set_t cpus; /* the cores this process may run on: one system call, no file read */
-		long us = env ? atol(env) : !sched_getaffinity(0, sizeof cpus, &cpus) && CPU_COUNT(&cpus) >= 8 ? 200 : 0;
-		ns = us > 0 && us <= 100000 ? us * 1000 : 0;
+		bool asked;
+		int cores;
+		long spin = fdpass_spin_config(&asked, &cores);
+		ns = asked || cores >= 8 ? spin : 0;
 	}
 	return ns;
 }

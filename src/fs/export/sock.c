@@ -15,7 +15,6 @@
 #include "wire.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,12 +282,10 @@ long sock_spin_ns(int *most_out)
 	static int most = -1;
 	static long ns;
 	if (most < 0) {
-		cpu_set_t cpus;
-		int n = sched_getaffinity(0, sizeof cpus, &cpus) ? 0 : CPU_COUNT(&cpus);
-		const char *env = getenv("GMSFS_SPIN_US");
-		long us = env ? atol(env) : 200;
-		ns = us > 0 && us <= 100000 ? us * 1000 : 0;
-		most = !ns ? 0 : n >= 8 ? n / 8 : env ? 1 : 0;
+		bool asked;
+		int n;
+		ns = fdpass_spin_config(&asked, &n);
+		most = !ns ? 0 : n >= 8 ? n / 8 : asked ? 1 : 0;
 	}
 	if (most_out)
 		*most_out = most;
