@@ -58,6 +58,14 @@ const char *gmsfs_strerror(int err)
 	}
 }
 
+bool gm_tracing(void)
+{
+	static int traced = -1;
+	if (traced < 0)
+		traced = getenv("GMSFS_TRACE_IMPORT") != NULL;
+	return traced;
+}
+
 int gm_need_lock(gmsfs *g, int want)
 {
 	if (!g->lock)
@@ -85,7 +93,10 @@ static const struct gm_backend *backend_of(uint32_t backend)
  * ends the daemon's wait (FUSE answers EINTR): the wait goes on with what is left of the
  * timeout, as Python retries since PEP 475, unless the handle asked for -EINTR.  A daemon
  * replaced while it waits (gmsfs -o takeover) answers ESTALE: the path leads to its
- * successor now, so the directory is opened again (a few times: never for good). */
+ * successor now, so the directory is opened again (a few times: never for good).  The
+ * handle kept since the last lock went (g->sleepfd) is asked first: a remap_all saves the
+ * open's round trip.  Where it no longer leads to the store the path names (its daemon
+ * gone or replaced, the store removed, perhaps made again), the directory is opened. */
 static int lock_dir(gmsfs *g, int mode, int timeout_ms, struct gmsfs_ioc *io)
 {
 	int64_t deadline = timeout_ms > 0 ? gm_now_ms() + timeout_ms : 0;
@@ -93,7 +104,9 @@ static int lock_dir(gmsfs *g, int mode, int timeout_ms, struct gmsfs_ioc *io)
 		int left = timeout_ms;
 		if (timeout_ms > 0 && (left = (int)(deadline - gm_now_ms())) <= 0)
 			return -ETIMEDOUT;
-		int fd = open(g->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		bool kept = g->sleepfd >= 0;
+		int fd = kept ? g->sleepfd : open(g->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		g->sleepfd = -1;
 		if (fd < 0)
 			return -errno;
 		*io = (struct gmsfs_ioc){ .size = sizeof *io, .mode = (uint32_t)mode, .timeout_ms = left };
@@ -101,6 +114,8 @@ static int lock_dir(gmsfs *g, int mode, int timeout_ms, struct gmsfs_ioc *io)
 			return fd;
 		int e = errno;
 		close(fd);
+		if (kept && (e == ENOTCONN || e == ECONNABORTED || e == ENOENT || e == ESTALE || e == EBUSY))
+			continue;
 		if (e == ESTALE && replaced++ < 50) {
 			nanosleep(&(struct timespec){ 0, 20000000 }, NULL);
 			continue;
@@ -133,6 +148,7 @@ static const char *socket_here(const gmsfs *g, char *buf, size_t size);
 int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 {
 	struct gmsfs_ioc io;
+	double t0 = gm_tracing() ? gm_us() : 0;
 	int fd = lock_dir(g, mode, timeout_ms, &io);
 	if (fd < 0) {
 		int e = -fd;
@@ -163,6 +179,7 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 		return gm_error(g, -ENOTSUP, "%s: backend %u is not supported by this libgmsfs", g->dir, io.backend);
 	}
 	char why[300] = "";
+	double t1 = gm_us();
 	int e = be->attach(g, why, sizeof why);
 	if (e) {
 		close(fd);
@@ -187,8 +204,12 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 	/* The channel is bound now, its reply read by the first call: the daemon starts the
 	 * connection while the caller goes on, and that call costs one round trip. */
 	char ignored[160], here[sizeof g->info.socket];
+	double t2 = gm_us();
 	if (!ch_bind_start(&g->ch, socket_here(g, here, sizeof here), g->ticket, ignored, sizeof ignored))
 		g->have_ticket = false; /* spent; else the first call binds and says why not */
+	if (t0)
+		fprintf(stderr, "gmsfs lock: %.0f us: granted after %.0f us, attached %.0f us, bind sent %.0f us (from %.0f)\n",
+			gm_us() - t0, t1 - t0, t2 - t1, gm_us() - t2, (double)((uint64_t)t0 % 1000000000u));
 	return 0;
 }
 
@@ -225,15 +246,26 @@ void gm_release_lock(gmsfs *g)
 		 * at once must not find this process still holding the old lock. */
 		struct gmsfs_ioc io = { .size = sizeof io };
 		/* A writer that did not commit rolls back. */
-		if (ioctl(g->dirfd, GMSFS_IOC_UNLOCK, &io) && (errno == ENOTCONN || errno == ECONNABORTED) &&
-		    g->lock == GMSFS_RO)
-			let_go(g);
-		close(g->dirfd);
+		if (!ioctl(g->dirfd, GMSFS_IOC_UNLOCK, &io)) {
+			gm_forget_dir(g);
+			g->sleepfd = g->dirfd; /* holds nothing now; the next lock is asked on it */
+		} else {
+			if ((errno == ENOTCONN || errno == ECONNABORTED) && g->lock == GMSFS_RO)
+				let_go(g);
+			close(g->dirfd);
+		}
 	}
 	g->dirfd = g->lockfd = -1;
 	g->lock = 0;
 	g->imported_all = false;
 	g->have_ticket = false;
+}
+
+void gm_forget_dir(gmsfs *g)
+{
+	if (g->sleepfd >= 0)
+		close(g->sleepfd);
+	g->sleepfd = -1;
 }
 
 int gm_refresh(gmsfs *g)
@@ -337,7 +369,7 @@ int gmsfs_connect(gmsfs **out, const char *store_dir, int mode, int timeout_ms)
 		free(g);
 		return -ENOMEM;
 	}
-	g->dirfd = g->lockfd = -1;
+	g->dirfd = g->lockfd = g->sleepfd = -1;
 	g->ch.sock = -1;
 	g->mode = mode;
 	g->eintr = flags & GMSFS_EINTR;

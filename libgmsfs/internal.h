@@ -129,6 +129,8 @@ struct mp_slot {
 struct gmsfs {
 	char *dir;              /* the store directory */
 	int dirfd;              /* its open handle: holds the lock; -1 while unmapped */
+	int sleepfd;            /* that handle kept, its lock given back (unmap_all): the next lock
+				 * is asked on it, without opening the directory again; -1 if none */
 	int lockfd;             /* a writer's STORE/lock, open for writing: a child it leaves behind
 				 * holds the session by this descriptor (gmsfs(5)); -1 if none */
 	int mode;               /* what connect asked for */
@@ -161,6 +163,13 @@ struct gmsfs {
 	char err[512];
 };
 
+/* GMSFS_TRACE_IMPORT: import_all and the remap cycle say where their time went (stderr). */
+bool gm_tracing(void);
+static inline double gm_us(void)
+{
+	return clock_mono_ns() / 1e3;
+}
+
 /* Milliseconds of the monotonic clock, for timeouts. */
 static inline int64_t gm_now_ms(void)
 {
@@ -174,7 +183,10 @@ int gm_call(gmsfs *g, enum gmsfs_op op, const void *body, size_t len, struct ch_
 int gm_need_lock(gmsfs *g, int want);
 /* Take the lock of g->dir in mode: g->dirfd, g->info, g->lock, the channel's ticket. */
 int gm_take_lock(gmsfs *g, int mode, int timeout_ms);
+/* The lock given back; the directory's handle kept for the next (g->sleepfd). */
 void gm_release_lock(gmsfs *g);
+/* The kept handle closed (disconnect). */
+void gm_forget_dir(gmsfs *g);
 int gm_refresh(gmsfs *g);
 /* Is device (an ordinal as the caller's CUDA sees it) the store's?  Always, on the host. */
 bool gm_device_ok(const gmsfs *g, int device);

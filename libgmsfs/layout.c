@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* FREE of one allocation; the handle forgets its entries and mapping i (-1: none). */
 static int free_one(gmsfs *g, const char *name, ssize_t i)
@@ -72,20 +71,13 @@ static struct {
 	double t0, first, mapping;
 } trace;
 
-static double trace_us(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
 static int traced_import(void *ctx, struct ch_manifest *m, size_t from, size_t to)
 {
-	double t = trace_us();
+	double t = gm_us();
 	if (!trace.first)
 		trace.first = t;
 	int e = mp_import(ctx, m, from, to);
-	trace.mapping += trace_us() - t;
+	trace.mapping += gm_us() - t;
 	return e;
 }
 
@@ -100,12 +92,10 @@ int gmsfs_import_all(gmsfs *g)
 		return 0; /* everything is here, and nothing can have changed: no round trip */
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
-	static int traced = -1;
-	if (traced < 0)
-		traced = getenv("GMSFS_TRACE_IMPORT") != NULL;
+	bool traced = gm_tracing();
 	struct ch_manifest m = { .consume = traced ? traced_import : mp_import, .ctx = g }; /* mapped as each message comes */
 	if (traced)
-		trace.t0 = trace_us(), trace.first = trace.mapping = 0;
+		trace.t0 = gm_us(), trace.first = trace.mapping = 0;
 	if ((e = wire_pack_export(&sb, NULL, 0, true, true)))
 		e = gm_error(g, e, "out of memory");
 	else if (!(e = gm_call(g, GMSFS_OP_EXPORT, sb.data, sb.size, &m))) {
@@ -117,9 +107,9 @@ int gmsfs_import_all(gmsfs *g)
 	}
 	msgpack_sbuffer_destroy(&sb);
 	if (traced)
-		fprintf(stderr, "gmsfs_import_all: %.0f us: first reply after %.0f us, mapping %.0f us, the rest %.0f us\n",
-			trace_us() - trace.t0, trace.first - trace.t0, trace.mapping,
-			trace_us() - trace.t0 - (trace.first - trace.t0) - trace.mapping);
+		fprintf(stderr, "gmsfs_import_all: %.0f us: first reply after %.0f us, mapping %.0f us, the rest %.0f us "
+			"(from %.0f)\n", gm_us() - trace.t0, trace.first - trace.t0, trace.mapping,
+			gm_us() - trace.t0 - (trace.first - trace.t0) - trace.mapping, (double)((uint64_t)trace.t0 % 1000000000u));
 	return e;
 }
 
@@ -159,6 +149,7 @@ void gmsfs_disconnect(gmsfs *g)
 	mp_release_all(g);
 	mt_free(g);
 	gm_release_lock(g);
+	gm_forget_dir(g);
 #ifdef GMSFS_HAVE_CUDA
 	cu_unload(&g->cu);
 #endif

@@ -23,6 +23,7 @@ int gmsfs_unmap_all(gmsfs *g)
 	int e = g->lock == GMSFS_RO && g->info.has_hash ? 0 : gm_refresh(g);
 	if (e && e != -ENOTCONN && e != -ECONNABORTED && e != -ENOENT)
 		return e;
+	double t0 = gm_tracing() ? gm_us() : 0;
 	for (size_t i = 0; i < g->nmaps; i++) {
 		struct gmsfs_mapping *m = &g->maps[i];
 		if (g->slots[i].mapped && (e = mp_unmap_alloc(g, m->ptr, m->aligned, g->slots[i].piece)))
@@ -33,7 +34,11 @@ int gmsfs_unmap_all(gmsfs *g)
 	g->saved_has_hash = g->info.has_hash;
 	memcpy(g->saved_hash, g->info.layout_hash, sizeof g->saved_hash);
 	g->unmapped_lock = g->lock;
+	double t1 = t0 ? gm_us() : 0;
 	gm_release_lock(g); /* a writer that did not commit rolls back */
+	if (t0)
+		fprintf(stderr, "gmsfs_unmap_all: %.0f us: unmapping %.0f us, the lock given back %.0f us (from %.0f)\n",
+			gm_us() - t0, t1 - t0, gm_us() - t1, (double)((uint64_t)t1 % 1000000000u));
 	return 0;
 }
 
@@ -93,10 +98,20 @@ static int allow_again(gmsfs *g, bool writable)
 	return e ? gm_error(g, e, "setting the access of the mapped memory: %s", strerror(-e)) : 0;
 }
 
+/* GMSFS_TRACE_IMPORT: where remap_all's time went (as import_all's, layout.c). */
+static struct {
+	double first, mapping;
+} trace;
+
 static int remap_batch(void *ctx, struct ch_manifest *m, size_t from, size_t to)
 {
 	gmsfs *g = ctx;
-	return map_again(g, m, from, to, g->lock == GMSFS_RW, -ESTALE);
+	double t = gm_us();
+	if (!trace.first)
+		trace.first = t;
+	int e = map_again(g, m, from, to, g->lock == GMSFS_RW, -ESTALE);
+	trace.mapping += gm_us() - t;
+	return e;
 }
 
 static int reallocate_batch(void *ctx, struct ch_manifest *m, size_t from, size_t to)
@@ -110,9 +125,12 @@ int gmsfs_remap_all(gmsfs *g, int timeout_ms)
 		return -EINVAL;
 	if (g->lock)
 		return gm_error(g, -EINVAL, "remap_all: the handle is mapped (unmap_all first)");
+	double t0 = gm_tracing() ? gm_us() : 0;
+	trace.first = trace.mapping = 0;
 	int e = gm_take_lock(g, g->unmapped_lock ? g->unmapped_lock : g->mode, timeout_ms);
 	if (e)
 		return e;
+	double t1 = gm_us();
 	if (g->info.has_hash != g->saved_has_hash || memcmp(g->info.layout_hash, g->saved_hash, GMSFS_HASH_LEN)) {
 		char a[33] = "", b[33] = "";
 		if (g->saved_has_hash)
@@ -130,6 +148,7 @@ int gmsfs_remap_all(gmsfs *g, int timeout_ms)
 	for (size_t i = 0; i < g->nmaps && !e; i++)
 		if (!g->slots[i].mapped)
 			e = gm_error(g, -ESTALE, "remap_all: %s is gone", g->maps[i].name);
+	double t2 = gm_us();
 	if (!e)
 		e = allow_again(g, g->lock == GMSFS_RW);
 	if (!e)
@@ -138,6 +157,10 @@ int gmsfs_remap_all(gmsfs *g, int timeout_ms)
 		mp_unmap_mapped(g);
 		gm_release_lock(g);
 	}
+	if (t0)
+		fprintf(stderr, "gmsfs_remap_all: %.0f us: the lock %.0f us, first reply after %.0f us, mapping %.0f us, "
+			"access %.0f us (from %.0f)\n", gm_us() - t0, t1 - t0, trace.first ? trace.first - t1 : 0, trace.mapping,
+			gm_us() - t2, (double)((uint64_t)t0 % 1000000000u));
 	return e;
 }
 

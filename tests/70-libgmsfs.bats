@@ -43,6 +43,7 @@ scenario() {
 @test "commit_unmap_all publishes and unmaps the writer, addresses kept; remap_all maps the layout there read-only" { scenario commit_unmap_all; }
 @test "remap after a different committed structure fails with ESTALE" { scenario remap_changed; }
 @test "remap after the same structure rebuilt is accepted, with the new bytes" { scenario remap_rebuilt; }
+@test "remap after the store was removed: ENOENT; made again with another layout: ESTALE" { scenario remap_removed; }
 @test "reallocate_all puts fresh allocations behind the preserved addresses" { scenario reallocate; }
 @test "virtual spaces: one allocation at three addresses, kept across unmap_all, remap_all and reallocate_all; refusals" { scenario spaces; }
 @test "graph pool: captures in spaces of their own over the memory of the largest, in any order" { scenario graph_pool; }

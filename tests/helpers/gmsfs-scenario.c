@@ -894,6 +894,29 @@ static int sc_remap_changed(void)
 	return 0;
 }
 
+/* A sleeping reader keeps its store's directory open to lock it again: where that is no
+ * longer the store the path names, remap_all goes by the path, as a new connect would. */
+static int sc_remap_removed(void)
+{
+	if (publish(2, 4096, 0, NULL))
+		return 1;
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 1000));
+	CALL(g, gmsfs_import_all(g));
+	CALL(g, gmsfs_unmap_all(g));
+	CHECK(rmdir(store) == 0, "rmdir of the store a sleeping reader had: %s", strerror(errno));
+	int e = gmsfs_remap_all(g, 1000);
+	CHECK(e == -ENOENT, "remap after the store went: %s", gmsfs_strerror(e));
+	CHECK(mkdir(store, 0755) == 0, "mkdir: %s", strerror(errno));
+	if (publish(3, 4096, 0, NULL))
+		return 1;
+	e = gmsfs_remap_all(g, 1000);
+	CHECK(e == -ESTALE, "remap after the store was made again, another layout: %s", gmsfs_strerror(e));
+	CHECK(gmsfs_lock_mode(g) == 0 && wait_for(state_val, "readers", 0, 2000), "no lock kept");
+	gmsfs_disconnect(g);
+	return 0;
+}
+
 static int sc_remap_rebuilt(void)
 {
 	if (publish(3, 4096, 7, NULL))
@@ -1643,6 +1666,7 @@ static const struct {
 	{ "commit_unmap_all", sc_commit_unmap_all },
 	{ "remap_changed", sc_remap_changed },
 	{ "remap_rebuilt", sc_remap_rebuilt },
+	{ "remap_removed", sc_remap_removed },
 	{ "reallocate", sc_reallocate },
 	{ "dead_holder_memory", sc_dead_holder_memory },
 	{ "abort_cycles", sc_abort_cycles },
