@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -70,4 +71,12 @@ void log_end(void)
 	struct timespec until = clock_after_ms(CLOCK_REALTIME, 2000);
 	if (pthread_timedjoin_np(forwarder, NULL, &until))
 		pthread_detach(forwarder);
+}
+
+bool log_trace_rpc(void)
+{
+	static int traced = -1;
+	if (traced < 0)
+		traced = getenv("GMSFS_TRACE_RPC") != NULL;
+	return traced;
 }

@@ -31,12 +31,14 @@ struct export {
 	int sock_fd;                   /* fixed once started; the stop shuts it down */
 	int reserve_fd;                /* kept to refuse a connection with when out of descriptors */
 	int expect_fd;                 /* an eventfd: a connection is coming (sock_expect); -1: none */
-	pthread_cond_t cv;             /* a connection left, or an acceptor went */
+	pthread_cond_t cv;             /* a connection or a thread left */
 	unsigned conns;                /* open connections */
-	/* The thread waiting in accept(2) for the next connection, which it then serves:
-	 * acceptor says one waits there, acceptors counts them until they have left it. */
+	/* The thread waiting in accept(2) for the next connection, which it then serves
+	 * (acceptor: one waits there); the threads parked to take that role next (spare_cv),
+	 * those made and not yet parked, and all of them (serving ones too), for the stop. */
 	bool acceptor;
-	unsigned acceptors;
+	pthread_cond_t spare_cv;
+	unsigned parked, starting, threads;
 	struct sock_conn *list;        /* all of them, for the stop */
 	struct sock_uid { uid_t uid; unsigned conns; } *uids; /* per peer uid */
 	size_t nuids, uids_cap;

@@ -8,8 +8,10 @@
 #include "../handover.h"
 #include "../inval.h"
 #include "../lock.h"
+#include "../log.h"
 #include "../store.h"
 #include "../tier.h"
+#include "clock.h"
 #include "grow.h"
 #include "why.h"
 #include "wire.h"
@@ -518,6 +520,7 @@ static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 	char why[512] = "";
 	struct wire_body body = {0};
 	struct xset s = {0};
+	uint64_t t[3] = {0};
 	fs_busy(fs);
 	int e = wire_parse_body(r->op, r->body, r->body_len, &body, why, sizeof why);
 	if (e) {
@@ -539,13 +542,16 @@ static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 		pthread_mutex_unlock(&fs->mu);
 		break;
 	case GMSFS_OP_EXPORT: {
+		t[0] = clock_mono_ns();
 		pthread_mutex_lock(&fs->mu);
+		t[1] = clock_mono_ns();
 		struct fs_handle *h = bound(fs, r, false, true, &e, why, sizeof why);
 		if (h)
 			e = collect(h, &body, &s, why, sizeof why);
 		if (h && !e)
 			h->store->exports++;
 		pthread_mutex_unlock(&fs->mu);
+		t[2] = clock_mono_ns();
 		manifest = true;
 		break;
 	}
@@ -568,6 +574,9 @@ static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 		se = send_error(r->sock, e, "%s", why[0] ? why : strerror(-e));
 	} else if (manifest) {
 		se = send_set(r->sock, &s);
+		if (t[0] && log_trace_rpc()) /* GMSFS_TRACE_RPC: an export's wait for fs->mu, collection, send */
+			fuse_log(FUSE_LOG_INFO, "gmsfs: socket: an export waited %.0f us for the daemon's mutex, collected in "
+				 "%.0f us, sent in %.0f us\n", (t[1] - t[0]) / 1e3, (t[2] - t[1]) / 1e3, (clock_mono_ns() - t[2]) / 1e3);
 	} else {
 		struct wire_head h = {0};
 		se = send_reply(r->sock, &h);

@@ -9,6 +9,7 @@
  * (the client binds again).  The sender of every message is read from SCM_CREDENTIALS,
  * so a forked child cannot use its parent's connection. */
 #include "export_internal.h"
+#include "../log.h"
 #include "clock.h"
 #include "fdpass.h"
 #include "grow.h"
@@ -246,14 +247,12 @@ static int serve_one(struct sock_conn *c, uint8_t *buf, size_t size)
 		.ticket = hd.ticket, .body = whole ? c->body : buf + sizeof hd,
 		.body_len = whole ? c->body_len : hd.body_len,
 	};
-	static int traced = -1; /* GMSFS_TRACE_RPC: each request's time in the daemon, logged */
-	if (traced < 0)
-		traced = getenv("GMSFS_TRACE_RPC") != NULL;
+	bool traced = log_trace_rpc();
 	uint64_t t0 = traced ? clock_mono_ns() : 0;
 	int keep = c->fs->ex->serve(c->fs, &r);
 	if (traced)
-		fuse_log(FUSE_LOG_INFO, "gmsfs: socket: op %u of pid %d served in %.0f us\n", (unsigned)hd.op,
-			 (int)cred.pid, (clock_mono_ns() - t0) / 1e3);
+		fuse_log(FUSE_LOG_INFO, "gmsfs: socket: op %u of pid %d served in %.0f us (from %llu)\n", (unsigned)hd.op,
+			 (int)cred.pid, (clock_mono_ns() - t0) / 1e3, (unsigned long long)(t0 / 1000 % 1000000000));
 	explicit_bzero(&hd, sizeof hd);
 	c->body_len = 0;
 	if (c->body_cap > (1u << 20)) { /* do not keep a large buffer for an idle connection */

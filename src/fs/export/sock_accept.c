@@ -2,12 +2,15 @@
  * take turns at accept(2), the one the kernel wakes serving its connection; the socket's
  * start and stop, and the sweep of dead daemons' sockets. */
 #include "export_internal.h"
+#include "../log.h"
+#include "clock.h"
 #include "fdpass.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,7 @@
 #include <unistd.h>
 
 #define SOCK_EXPECT_SPIN_NS 1000000 /* an announced connection is watched for this long */
+#define SOCK_SPARES 2               /* threads parked to take the acceptor's role, at most */
 
 static int start_thread(void *(*fn)(void *), void *arg)
 {
@@ -31,41 +35,28 @@ static int start_thread(void *(*fn)(void *), void *arg)
 	return e;
 }
 
-static void *acceptor_main(void *arg);
+static void *worker_main(void *arg);
 
-/* The acceptor's role, taken (unless a thread has it, or the stop began) and given up. */
-static bool claim_acceptor(struct fs *fs)
+/* One more thread of the pool: counted under fs->mu (count_worker), made after it is
+ * let go, never while it is held (a thread's start costs tens of microseconds that every
+ * request would wait for); false: none could be made. */
+static bool count_worker(struct export *ex)
 {
-	struct export *ex = fs->ex;
-	pthread_mutex_lock(&fs->mu);
-	bool mine = !ex->acceptor && !ex->exiting;
-	if (mine) {
-		ex->acceptor = true;
-		ex->acceptors++;
-	}
-	pthread_mutex_unlock(&fs->mu);
-	return mine;
-}
-
-static void drop_acceptor(struct fs *fs)
-{
-	struct export *ex = fs->ex;
-	pthread_mutex_lock(&fs->mu);
-	ex->acceptor = false;
-	ex->acceptors--;
-	pthread_cond_broadcast(&ex->cv);
-	pthread_mutex_unlock(&fs->mu);
-}
-
-/* The next acceptor, unless one waits in accept already (or the stop began).  false: none
- * could be made. */
-static bool make_acceptor(struct fs *fs)
-{
-	if (claim_acceptor(fs) && start_thread(acceptor_main, fs)) {
-		drop_acceptor(fs);
-		return false;
-	}
+	ex->threads++;
+	ex->starting++;
 	return true;
+}
+
+static bool spawn_worker(struct fs *fs)
+{
+	struct export *ex = fs->ex;
+	if (!start_thread(worker_main, fs))
+		return true;
+	pthread_mutex_lock(&fs->mu);
+	ex->threads--;
+	ex->starting--;
+	pthread_mutex_unlock(&fs->mu);
+	return false;
 }
 
 /* Out of descriptors, a connection would wait in the backlog for ever: a descriptor kept
@@ -87,6 +78,10 @@ static void refuse_one(struct fs *fs)
 		usleep(10000);
 }
 
+/* GMSFS_TRACE_RPC: when the last lock was granted and its announcement woke the acceptor,
+ * for the log line of the connection that follows (where the first request's wait went). */
+static _Atomic uint64_t expected_ns, woken_ns;
+
 /* Where the daemon spins (sock_spin_ns: 8 cores, or GMSFS_SPIN_US), the listening socket
  * does not block: the acceptor sleeps here until a connection comes or one is announced.
  * A lock just granted (sock_expect) is a connection a few hundred microseconds away: the
@@ -101,60 +96,113 @@ static bool wait_for_connection(struct export *ex)
 	if (p[0].revents & (POLLHUP | POLLERR | POLLNVAL))
 		return false; /* shut down (a listener's accept says EAGAIN then, not an error) */
 	uint64_t n;
-	if ((p[1].revents & POLLIN) && !(p[0].revents & POLLIN) && read(ex->expect_fd, &n, sizeof n) == sizeof n)
+	if ((p[1].revents & POLLIN) && !(p[0].revents & POLLIN) && read(ex->expect_fd, &n, sizeof n) == sizeof n) {
+		woken_ns = clock_mono_ns();
 		fdpass_spin_readable(ex->sock_fd, SOCK_EXPECT_SPIN_NS);
+	}
 	return true;
 }
 
 void sock_expect(struct fs *fs)
 {
 	uint64_t one = 1;
+	expected_ns = clock_mono_ns();
 	if (fs->ex && fs->ex->expect_fd >= 0 && write(fs->ex->expect_fd, &one, sizeof one) < 0)
 		return; /* full (never, in practice): the acceptor is awake anyway */
 }
 
+/* The next connection, accepted (or one refused when out of descriptors); -1: the
+ * socket was shut down (the stop). */
+static int accept_one(struct fs *fs)
+{
+	struct export *ex = fs->ex;
+	for (;;) {
+		int s = accept4(ex->sock_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (s >= 0)
+			return s;
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			if (!wait_for_connection(ex))
+				return -1;
+		} else if ((errno == EMFILE || errno == ENFILE) && ex->reserve_fd >= 0)
+			refuse_one(fs);
+		else if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS)
+			usleep(10000);
+		else if (errno != EINTR && errno != ECONNABORTED)
+			return -1; /* shut down */
+	}
+}
+
 /* Threads take turns at accept(2) (a leader and followers): the one waiting there accepts
- * the next connection, leaves a new acceptor behind and serves it itself.  The first
+ * the next connection, hands the role to a thread parked for it and serves its
+ * connection itself, then parks again (SOCK_SPARES at most; the others end).  The first
  * request of a connection is then served by the thread the kernel woke for it, not after
- * that thread wakes a second one (on a virtual machine each wake-up costs hundreds of
- * microseconds).  The acceptor's buffer is made before its connection comes. */
-static void *acceptor_main(void *arg)
+ * that thread wakes a second one or makes one (on a virtual machine a wake-up costs
+ * hundreds of microseconds, a thread's start tens).  The spare is made while nobody
+ * waits for it, when a thread takes the role and none is parked; threads that served
+ * park again, so that in the end the same few take turns, their stacks and buffers
+ * already in memory.  A buffer is made before its connection comes. */
+static void *worker_main(void *arg)
 {
 	struct fs *fs = arg;
 	struct export *ex = fs->ex;
-	uint8_t *buf = malloc(SOCK_BUF_SIZE);
+	pthread_mutex_lock(&fs->mu);
+	ex->starting--;
 	for (;;) {
-		int s;
-		while ((s = accept4(ex->sock_fd, NULL, NULL, SOCK_CLOEXEC)) < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				if (!wait_for_connection(ex))
-					break;
-			} else if ((errno == EMFILE || errno == ENFILE) && ex->reserve_fd >= 0)
-				refuse_one(fs);
-			else if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS)
-				usleep(10000);
-			else if (errno != EINTR && errno != ECONNABORTED)
-				break; /* shut down */
+		while (ex->acceptor && !ex->exiting) {
+			ex->parked++;
+			pthread_cond_wait(&ex->spare_cv, &fs->mu);
+			ex->parked--;
 		}
-		drop_acceptor(fs);
-		if (s < 0)
+		if (ex->exiting)
 			break;
-		if (make_acceptor(fs)) {
+		ex->acceptor = true;
+		bool spare = !ex->parked && !ex->starting && count_worker(ex);
+		pthread_mutex_unlock(&fs->mu);
+		if (spare)
+			spawn_worker(fs); /* if it fails, the next connection makes one (below) */
+		uint8_t *buf = malloc(SOCK_BUF_SIZE);
+		int s = accept_one(fs);
+		uint64_t accepted = s >= 0 && log_trace_rpc() ? clock_mono_ns() : 0;
+		pthread_mutex_lock(&fs->mu);
+		ex->acceptor = false;
+		if (s < 0) {
+			free(buf);
+			break;
+		}
+		bool next = ex->parked || ex->starting || ex->exiting;
+		bool make = !next && count_worker(ex);
+		if (ex->parked)
+			pthread_cond_signal(&ex->spare_cv);
+		pthread_mutex_unlock(&fs->mu);
+		if (make)
+			next = spawn_worker(fs);
+		if (accepted) {
+			uint64_t t = expected_ns, w = woken_ns;
+			fuse_log(FUSE_LOG_INFO, "gmsfs: socket: accepted %.0f us after the last lock's grant (the acceptor "
+				 "woke after %.0f us), the next acceptor ready in %.0f us (at %llu)\n", (accepted - t) / 1e3,
+				 w > t ? (w - t) / 1e3 : -1.0, (clock_mono_ns() - accepted) / 1e3,
+				 (unsigned long long)(accepted / 1000 % 1000000000));
+		}
+		if (next) {
 			struct sock_conn *c = sock_conn_start(fs, s);
-			if (c) {
+			if (c)
 				sock_serve(c, buf); /* frees buf */
-				buf = NULL;
-			}
-			break;
+			else
+				free(buf);
+		} else {
+			/* No thread for the next connection: this one is refused, and this thread
+			 * waits at accept(2) again, so that nobody waits in the backlog unanswered. */
+			sock_send_error(s, EAGAIN, "the daemon could not make a thread to serve it: try again");
+			close(s);
+			free(buf);
 		}
-		/* No thread for the next connection: this one is refused, and this thread waits
-		 * at accept(2) again, so that nobody waits in the backlog unanswered. */
-		sock_send_error(s, EAGAIN, "the daemon could not make a thread to serve it: try again");
-		close(s);
-		if (!claim_acceptor(fs))
-			break;
+		pthread_mutex_lock(&fs->mu);
+		if (ex->parked >= SOCK_SPARES)
+			break; /* enough wait already: this thread is not needed */
 	}
-	free(buf);
+	ex->threads--;
+	pthread_cond_broadcast(&ex->cv);
+	pthread_mutex_unlock(&fs->mu);
 	return NULL;
 }
 
@@ -212,6 +260,7 @@ int sock_start(struct fs *fs, const char *path, sock_serve_fn *serve, char *err,
 	ex->sock_fd = ex->reserve_fd = ex->expect_fd = -1;
 	ex->serve = serve;
 	pthread_cond_init(&ex->cv, NULL);
+	pthread_cond_init(&ex->spare_cv, NULL);
 	fs->ex = ex;
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	if (path) {
@@ -261,7 +310,10 @@ int sock_start(struct fs *fs, const char *path, sock_serve_fn *serve, char *err,
 	ex->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (sock_spin_ns(NULL) && (ex->expect_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) >= 0)
 		fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK); /* accepted sockets block still */
-	if (!make_acceptor(fs)) {
+	pthread_mutex_lock(&fs->mu);
+	count_worker(ex);
+	pthread_mutex_unlock(&fs->mu);
+	if (!spawn_worker(fs)) {
 		snprintf(err, errlen, "socket: no thread");
 		close(s);
 		ex->sock_fd = -1;
@@ -282,12 +334,11 @@ void export_stop(struct fs *fs)
 		pthread_mutex_unlock(&fs->mu);
 		shutdown(ex->sock_fd, SHUT_RDWR); /* the acceptor's accept(2) ends */
 		sock_expect(fs);                  /* and its poll(2), where it sleeps there */
-		/* End every connection and wait for every thread to leave. */
+		/* End every connection and wait for every thread to leave (the parked ones too). */
 		pthread_mutex_lock(&fs->mu);
-		while (ex->acceptors)
-			pthread_cond_wait(&ex->cv, &fs->mu);
+		pthread_cond_broadcast(&ex->spare_cv);
 		sock_shutdown_all(fs);
-		while (ex->conns)
+		while (ex->threads)
 			pthread_cond_wait(&ex->cv, &fs->mu);
 		pthread_mutex_unlock(&fs->mu);
 		close(ex->sock_fd);
@@ -299,6 +350,7 @@ void export_stop(struct fs *fs)
 		close(ex->expect_fd);
 	free(ex->uids);
 	pthread_cond_destroy(&ex->cv);
+	pthread_cond_destroy(&ex->spare_cv);
 	free(ex);
 	fs->ex = NULL;
 }
