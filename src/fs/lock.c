@@ -191,8 +191,13 @@ int lock_open(fuse_req_t req, struct fs_handle *h, enum lock_want want, int time
 				 "gmsfs: refused a lock to a caller outside the daemon's pid namespace (pid 0)\n");
 		return store_cannot_tell(h->store, e);
 	}
+	return lock_open_as(h, tgid, want, timeout_ms);
+}
+
+int lock_open_as(struct fs_handle *h, pid_t tgid, enum lock_want want, int timeout_ms)
+{
 	h->tgid = tgid;
-	e = try_lock(h->store, want, tgid, &h->hold);
+	int e = try_lock(h->store, want, tgid, &h->hold);
 	if (e == -EAGAIN && timeout_ms)
 		return LOCK_PARK;
 	if (e == -EAGAIN && h->store->tier.at != TIER_DEVICE)
@@ -223,7 +228,7 @@ int lock_ioctl(fuse_req_t req, struct fs_handle *h, uint32_t mode, int timeout_m
 	if (*want != WANT_READ && st->lock.fsm.leader && (*want == WANT_WRITE || !st->lock.fsm.committed) &&
 	    (e = lock_is_member(st, tgid)))
 		return e < 0 ? e : -EBUSY;
-	return lock_open(req, h, *want, timeout_ms);
+	return lock_open_as(h, tgid, *want, timeout_ms); /* tgid read once (a file of /proc) */
 }
 
 int lock_granted(struct fs_handle *h, enum lock_want want)

@@ -37,6 +37,8 @@ void lock_changed(struct store *st);
  * none), or -errno (-EAGAIN when timeout_ms is 0; -EDEADLK: it would wait for its own read
  * handles; -ENOENT: the store is gone). */
 int lock_open(fuse_req_t req, struct fs_handle *h, enum lock_want want, int timeout_ms);
+/* The same for tgid, the caller's process, known already. */
+int lock_open_as(struct fs_handle *h, pid_t tgid, enum lock_want want, int timeout_ms);
 /* GMSFS_IOC_LOCK on a store directory's handle h: what opening STORE/lock would check
  * (permission, one RW connection per session), then lock_open.  *want: what it asks for. */
 int lock_ioctl(fuse_req_t req, struct fs_handle *h, uint32_t mode, int timeout_ms, pid_t tgid,
