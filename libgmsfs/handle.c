@@ -239,6 +239,9 @@ static void let_go(gmsfs *g)
 void gm_release_lock(gmsfs *g)
 {
 	ch_close(&g->ch);
+	struct gmsfs_ioc unlock = { .size = sizeof unlock };
+	if (g->lockfd >= 0 && g->lock == GMSFS_RO) /* committed: lock's read hold goes now, not at its release */
+		ioctl(g->lockfd, GMSFS_IOC_UNLOCK, &unlock);
 	if (g->lockfd >= 0)
 		close(g->lockfd);
 	if (g->dirfd >= 0) {

@@ -54,6 +54,19 @@ def test_modes_and_timeouts(store):
         gmsfs.connect(store, "write")
 
 
+def test_a_writer_that_committed_and_left_holds_nothing_when_its_disconnect_returns(store):
+    # The lock file's read hold (the session's, downgraded at commit) goes with the
+    # disconnect, not at a release the kernel sends later: a daemon killed right after
+    # would keep, across its restart, a reader that left.
+    for i in range(30):
+        with gmsfs.connect(store, "rw", timeout=5) as c:
+            c.create("a%d" % i, 4096)
+            c.commit()
+        with open(os.path.join(store, "state")) as f:
+            state = dict(l.split(": ", 1) for l in f.read().splitlines() if ": " in l)
+        assert state["readers"] == "0" and state["state"] == "COMMITTED", (i, state)
+
+
 def test_another_process_reads_what_a_writer_published(store):
     h = publish_words(store)
     r = run_py("""

@@ -367,6 +367,26 @@ def test_readers_files_follow_the_readers(mnt, manager, tmp_path):
     manager.kill(signal.SIGTERM)
 
 
+def test_a_writer_that_committed_and_left_is_no_reader_once_its_disconnect_returns(mnt, manager, tmp_path):
+    # Its lock file read since the commit: that hold goes with the disconnect, not with a
+    # release the kernel sends later, which a daemon killed at once would never see (a
+    # restart then kept a reader that had left, and the store could not move).
+    sd = str(tmp_path / "state")
+    start(manager, mnt, sd)
+    m = os.path.join(mnt, "m")
+    os.mkdir(m)
+    for i in range(20):
+        with gmsfs.connect(m, "rw", timeout=5) as c:
+            c.create("a%d" % i, 4096)
+            c.commit()
+        assert not os.path.exists(os.path.join(sd, "m.readers")), (i, open(os.path.join(sd, "m.readers")).read())
+    restart(manager, mnt, sd)  # SIGKILL right after the last disconnect
+    assert state(m)["readers"] == "0"
+    with open(os.path.join(m, "tier"), "w") as f:
+        f.write("host\n")  # a store with no reader moves
+    manager.kill(signal.SIGTERM)
+
+
 # ---- a waiting open is tried again ----
 
 def test_a_waiting_open_is_granted_once_room_comes(mnt):

@@ -145,7 +145,10 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 			return e;
 		break;
 	case GMSFS_IOC_UNLOCK:
-		if (!h->fnode || h->fnode->kind != FS_STORE)
+		/* The store directory's lock; or the read hold a committed writer's STORE/lock
+		 * kept (libgmsfs gives it back before its close, whose release comes later: a
+		 * daemon killed meanwhile would keep a reader that is gone). */
+		if (!h->fnode || (h->fnode->kind != FS_STORE && (h->fnode->kind != FS_LOCK || h->hold != HOLD_READ)))
 			return -ENOTTY;
 		if (h->hold == HOLD_NONE)
 			return -ENOLCK;
