@@ -66,6 +66,17 @@ bool gm_tracing(void)
 	return traced;
 }
 
+int gm_timed_consume(void *timed, struct ch_manifest *m, size_t from, size_t to)
+{
+	struct gm_timed *t = timed;
+	double t0 = gm_us();
+	if (!t->first)
+		t->first = t0;
+	int e = t->consume(t->ctx, m, from, to);
+	t->busy += gm_us() - t0;
+	return e;
+}
+
 int gm_need_lock(gmsfs *g, int want)
 {
 	if (!g->lock)
@@ -179,7 +190,7 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 		return gm_error(g, -ENOTSUP, "%s: backend %u is not supported by this libgmsfs", g->dir, io.backend);
 	}
 	char why[300] = "";
-	double t1 = gm_us();
+	double t1 = t0 ? gm_us() : 0;
 	int e = be->attach(g, why, sizeof why);
 	if (e) {
 		close(fd);
@@ -204,12 +215,12 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 	/* The channel is bound now, its reply read by the first call: the daemon starts the
 	 * connection while the caller goes on, and that call costs one round trip. */
 	char ignored[160], here[sizeof g->info.socket];
-	double t2 = gm_us();
+	double t2 = t0 ? gm_us() : 0;
 	if (!ch_bind_start(&g->ch, socket_here(g, here, sizeof here), g->ticket, ignored, sizeof ignored))
 		g->have_ticket = false; /* spent; else the first call binds and says why not */
 	if (t0)
 		fprintf(stderr, "gmsfs lock: %.0f us: granted after %.0f us, attached %.0f us, bind sent %.0f us (from %.0f)\n",
-			gm_us() - t0, t1 - t0, t2 - t1, gm_us() - t2, (double)((uint64_t)t0 % 1000000000u));
+			gm_us() - t0, t1 - t0, t2 - t1, gm_us() - t2, gm_trace_clock(t0));
 	return 0;
 }
 

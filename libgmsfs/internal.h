@@ -169,6 +169,19 @@ static inline double gm_us(void)
 {
 	return clock_mono_ns() / 1e3;
 }
+/* A manifest's consumer, timed for the trace: when its first message came, and the time
+ * spent in consume (ctx: the struct itself; gm_timed_consume as the manifest's consume). */
+struct gm_timed {
+	int (*consume)(void *ctx, struct ch_manifest *m, size_t from, size_t to);
+	void *ctx;
+	double first, busy;
+};
+int gm_timed_consume(void *timed, struct ch_manifest *m, size_t from, size_t to);
+/* A trace line's clock: the monotonic microseconds, as GMSFS_TRACE_RPC's lines give them. */
+static inline double gm_trace_clock(double us)
+{
+	return (double)((uint64_t)us % 1000000000u);
+}
 
 /* Milliseconds of the monotonic clock, for timeouts. */
 static inline int64_t gm_now_ms(void)

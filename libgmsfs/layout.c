@@ -65,22 +65,6 @@ int gmsfs_free_name(gmsfs *g, const char *name)
 	return m && (e = may_free(g, i)) ? e : free_one(g, name, m ? (ssize_t)i : -1);
 }
 
-/* GMSFS_TRACE_IMPORT=1: where an import_all's time went, on stderr: until the first reply
- * message, mapping, and the rest (bench-gpu's probe of an import against its floor). */
-static struct {
-	double t0, first, mapping;
-} trace;
-
-static int traced_import(void *ctx, struct ch_manifest *m, size_t from, size_t to)
-{
-	double t = gm_us();
-	if (!trace.first)
-		trace.first = t;
-	int e = mp_import(ctx, m, from, to);
-	trace.mapping += gm_us() - t;
-	return e;
-}
-
 int gmsfs_import_all(gmsfs *g)
 {
 	if (!g)
@@ -92,10 +76,11 @@ int gmsfs_import_all(gmsfs *g)
 		return 0; /* everything is here, and nothing can have changed: no round trip */
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
-	bool traced = gm_tracing();
-	struct ch_manifest m = { .consume = traced ? traced_import : mp_import, .ctx = g }; /* mapped as each message comes */
-	if (traced)
-		trace.t0 = gm_us(), trace.first = trace.mapping = 0;
+	/* Mapped as each message comes; GMSFS_TRACE_IMPORT: where the time went, on stderr
+	 * (until the first reply message, mapping, the rest). */
+	double t0 = gm_tracing() ? gm_us() : 0;
+	struct gm_timed timed = { .consume = mp_import, .ctx = g };
+	struct ch_manifest m = { .consume = t0 ? gm_timed_consume : mp_import, .ctx = t0 ? (void *)&timed : g };
 	if ((e = wire_pack_export(&sb, NULL, 0, true, true)))
 		e = gm_error(g, e, "out of memory");
 	else if (!(e = gm_call(g, GMSFS_OP_EXPORT, sb.data, sb.size, &m))) {
@@ -106,10 +91,10 @@ int gmsfs_import_all(gmsfs *g)
 		ch_manifest_free(&m);
 	}
 	msgpack_sbuffer_destroy(&sb);
-	if (traced)
+	if (t0)
 		fprintf(stderr, "gmsfs_import_all: %.0f us: first reply after %.0f us, mapping %.0f us, the rest %.0f us "
-			"(from %.0f)\n", gm_us() - trace.t0, trace.first - trace.t0, trace.mapping,
-			gm_us() - trace.t0 - (trace.first - trace.t0) - trace.mapping, (double)((uint64_t)trace.t0 % 1000000000u));
+			"(from %.0f)\n", gm_us() - t0, timed.first ? timed.first - t0 : 0, timed.busy,
+			gm_us() - (timed.first ? timed.first : t0) - timed.busy, gm_trace_clock(t0));
 	return e;
 }
 

@@ -38,7 +38,7 @@ int gmsfs_unmap_all(gmsfs *g)
 	gm_release_lock(g); /* a writer that did not commit rolls back */
 	if (t0)
 		fprintf(stderr, "gmsfs_unmap_all: %.0f us: unmapping %.0f us, the lock given back %.0f us (from %.0f)\n",
-			gm_us() - t0, t1 - t0, gm_us() - t1, (double)((uint64_t)t1 % 1000000000u));
+			gm_us() - t0, t1 - t0, gm_us() - t1, gm_trace_clock(t1));
 	return 0;
 }
 
@@ -98,20 +98,10 @@ static int allow_again(gmsfs *g, bool writable)
 	return e ? gm_error(g, e, "setting the access of the mapped memory: %s", strerror(-e)) : 0;
 }
 
-/* GMSFS_TRACE_IMPORT: where remap_all's time went (as import_all's, layout.c). */
-static struct {
-	double first, mapping;
-} trace;
-
 static int remap_batch(void *ctx, struct ch_manifest *m, size_t from, size_t to)
 {
 	gmsfs *g = ctx;
-	double t = gm_us();
-	if (!trace.first)
-		trace.first = t;
-	int e = map_again(g, m, from, to, g->lock == GMSFS_RW, -ESTALE);
-	trace.mapping += gm_us() - t;
-	return e;
+	return map_again(g, m, from, to, g->lock == GMSFS_RW, -ESTALE);
 }
 
 static int reallocate_batch(void *ctx, struct ch_manifest *m, size_t from, size_t to)
@@ -125,12 +115,11 @@ int gmsfs_remap_all(gmsfs *g, int timeout_ms)
 		return -EINVAL;
 	if (g->lock)
 		return gm_error(g, -EINVAL, "remap_all: the handle is mapped (unmap_all first)");
-	double t0 = gm_tracing() ? gm_us() : 0;
-	trace.first = trace.mapping = 0;
+	double t0 = gm_tracing() ? gm_us() : 0; /* GMSFS_TRACE_IMPORT, as import_all's */
 	int e = gm_take_lock(g, g->unmapped_lock ? g->unmapped_lock : g->mode, timeout_ms);
 	if (e)
 		return e;
-	double t1 = gm_us();
+	double t1 = t0 ? gm_us() : 0;
 	if (g->info.has_hash != g->saved_has_hash || memcmp(g->info.layout_hash, g->saved_hash, GMSFS_HASH_LEN)) {
 		char a[33] = "", b[33] = "";
 		if (g->saved_has_hash)
@@ -141,14 +130,15 @@ int gmsfs_remap_all(gmsfs *g, int timeout_ms)
 		return gm_error(g, -ESTALE, "remap_all: layout hash was %s, is %s now", a[0] ? a : "(none)",
 				b[0] ? b : "(none)");
 	}
-	struct ch_manifest m = { .consume = remap_batch, .ctx = g };
+	struct gm_timed timed = { .consume = remap_batch, .ctx = g };
+	struct ch_manifest m = { .consume = t0 ? gm_timed_consume : remap_batch, .ctx = t0 ? (void *)&timed : g };
 	e = export_all(g, &m);
 	if (!e)
 		ch_manifest_free(&m);
 	for (size_t i = 0; i < g->nmaps && !e; i++)
 		if (!g->slots[i].mapped)
 			e = gm_error(g, -ESTALE, "remap_all: %s is gone", g->maps[i].name);
-	double t2 = gm_us();
+	double t2 = t0 ? gm_us() : 0;
 	if (!e)
 		e = allow_again(g, g->lock == GMSFS_RW);
 	if (!e)
@@ -159,8 +149,8 @@ int gmsfs_remap_all(gmsfs *g, int timeout_ms)
 	}
 	if (t0)
 		fprintf(stderr, "gmsfs_remap_all: %.0f us: the lock %.0f us, first reply after %.0f us, mapping %.0f us, "
-			"access %.0f us (from %.0f)\n", gm_us() - t0, t1 - t0, trace.first ? trace.first - t1 : 0, trace.mapping,
-			gm_us() - t2, (double)((uint64_t)t0 % 1000000000u));
+			"access %.0f us (from %.0f)\n", gm_us() - t0, t1 - t0, timed.first ? timed.first - t1 : 0, timed.busy,
+			gm_us() - t2, gm_trace_clock(t0));
 	return e;
 }
 

@@ -36,6 +36,21 @@ still_serves() {
 	assert_output --partial 'ok lock=1 count=1'
 }
 
+@test "UNLOCK: a locked directory and a read handle of lock give their lock back at once; a session's lock, another file: ENOTTY" {
+	run "$PROBE" ioctl "lock:1:$MNT/m" unlock
+	assert_output --partial 'ok lock=0'
+	run "$PROBE" ioctl "$MNT/m/lock" unlock
+	assert_output --partial 'ok lock=0'
+	run "$PROBE" ioctl "$MNT/m/state" unlock
+	assert_output ENOTTY
+	mkdir "$MNT/w"
+	run bash -c "exec 9>$MNT/w/lock; $PROBE ioctl rw:$MNT/w/lock unlock; sed -n 's/^state: //p' $MNT/w/state"
+	assert_line --index 0 ENOTTY
+	assert_line --index 1 RW
+	wait_until state_is "$MNT/w" EMPTY
+	rmdir "$MNT/w"
+}
+
 @test "a reader's descriptors cannot be mapped writable; a writer's can, from a file it opened for writing" {
 	run "$PROBE" redeem "$MNT/m/lock" export_all ok
 	assert_output 'ok n=4 readonly=4 writable=0 entries=4'

@@ -16,8 +16,8 @@
  *    GMSFS_IOC_UNLOCK      a directory that took the lock: give it back now.  Its close
  *                          would too, but the release reaches the daemon after close()
  *                          returned: a process that locks again at once must not find
- *                          itself still holding the old lock.  Also STORE/lock once its
- *                          session committed: the read hold it kept goes now.
+ *                          itself still holding the old lock.  Also a read handle of
+ *                          STORE/lock (a committed session's too): its read hold goes now.
  *    GMSFS_IOC_LET_GO      a store directory: the caller's read locks that this daemon kept
  *                          from the daemon before it (a restart or takeover while the caller
  *                          mapped the store: gmsfs(5), RESTART) are given back, one per call;

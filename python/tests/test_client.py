@@ -54,17 +54,26 @@ def test_modes_and_timeouts(store):
         gmsfs.connect(store, "write")
 
 
-def test_a_writer_that_committed_and_left_holds_nothing_when_its_disconnect_returns(store):
-    # The lock file's read hold (the session's, downgraded at commit) goes with the
-    # disconnect, not at a release the kernel sends later: a daemon killed right after
-    # would keep, across its restart, a reader that left.
-    for i in range(30):
+def test_a_lock_taken_by_a_thread_is_its_process_s(store):
+    # The daemon learns the caller's process from its thread: one system call for a main
+    # thread, /proc for another; both must name the process, not the thread.
+    import threading
+    seen = {}
+
+    def writer():
         with gmsfs.connect(store, "rw", timeout=5) as c:
-            c.create("a%d" % i, 4096)
+            with open(os.path.join(store, "state")) as f:
+                seen["thread"] = dict(l.split(": ", 1) for l in f.read().splitlines() if ": " in l)["writer"]
+            c.create("a", 4096)
             c.commit()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    t.join()
+    assert seen["thread"] == str(os.getpid()) and threading.get_native_id() == os.getpid(), seen
+    with gmsfs.connect(store, "rw", timeout=5) as c:
         with open(os.path.join(store, "state")) as f:
-            state = dict(l.split(": ", 1) for l in f.read().splitlines() if ": " in l)
-        assert state["readers"] == "0" and state["state"] == "COMMITTED", (i, state)
+            assert "writer: %d\n" % os.getpid() in f.read()
 
 
 def test_another_process_reads_what_a_writer_published(store):

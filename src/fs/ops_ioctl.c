@@ -144,17 +144,20 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 		if ((e = lock_let_go(st, tgid)))
 			return e;
 		break;
-	case GMSFS_IOC_UNLOCK:
-		/* The store directory's lock; or the read hold a committed writer's STORE/lock
-		 * kept (libgmsfs gives it back before its close, whose release comes later: a
-		 * daemon killed meanwhile would keep a reader that is gone). */
-		if (!h->fnode || (h->fnode->kind != FS_STORE && (h->fnode->kind != FS_LOCK || h->hold != HOLD_READ)))
+	case GMSFS_IOC_UNLOCK: {
+		/* The store directory's lock; or a read handle of STORE/lock (a committed writer's
+		 * since its commit: libgmsfs gives it back before its close, whose release comes
+		 * later, and a daemon killed meanwhile would keep a reader that is gone). */
+		bool dir = h->fnode && h->fnode->kind == FS_STORE;
+		bool read_lock = h->fnode && h->fnode->kind == FS_LOCK && h->hold == HOLD_READ;
+		if (!dir && !read_lock)
 			return -ENOTTY;
 		if (h->hold == HOLD_NONE)
 			return -ENOLCK;
 		export_revoke(fs, h);
 		lock_release(h); /* a session ending without commit rolls back here */
 		break;
+	}
 	case GMSFS_IOC_EXPORT_ALL:
 	case GMSFS_IOC_CHANNEL:
 		if (!lock_holder)

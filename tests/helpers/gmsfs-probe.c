@@ -2,7 +2,7 @@
  * and wrong, and print what the daemon answered: "ok ..." or an errno name.
  *
  *   gmsfs-probe ioctl FILE CMD [size=N] [flags=N] [reserved=N] [mode=N] [timeout=N]
- *       CMD: info, lock, export, export_all, channel, unknown, oldsize (a struct of another size)
+ *       CMD: info, lock, export, export_all, channel, unlock, unknown, oldsize (a struct of another size)
  *   gmsfs-probe redeem FILE CMD HOW
  *       HOW: ok, forged, replay, child, child-sameconn, closed, uid, short, long,
  *            badmagic, badflags, withfds, bind (an export ticket presented to BIND)
@@ -78,6 +78,7 @@ static unsigned long cmd_of(const char *name)
 	if (!strcmp(name, "export")) return GMSFS_IOC_EXPORT;
 	if (!strcmp(name, "export_all")) return GMSFS_IOC_EXPORT_ALL;
 	if (!strcmp(name, "channel")) return GMSFS_IOC_CHANNEL;
+	if (!strcmp(name, "unlock")) return GMSFS_IOC_UNLOCK;
 	if (!strcmp(name, "unknown")) return _IOWR(GMSFS_IOC_MAGIC, 99, struct gmsfs_ioc);
 	if (!strcmp(name, "oldsize")) return _IOWR(GMSFS_IOC_MAGIC, 3, uint64_t[16]);
 	fprintf(stderr, "unknown command %s\n", name);

@@ -542,16 +542,16 @@ static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 		pthread_mutex_unlock(&fs->mu);
 		break;
 	case GMSFS_OP_EXPORT: {
-		t[0] = clock_mono_ns();
+		t[0] = log_trace_rpc() ? clock_mono_ns() : 0;
 		pthread_mutex_lock(&fs->mu);
-		t[1] = clock_mono_ns();
+		t[1] = t[0] ? clock_mono_ns() : 0;
 		struct fs_handle *h = bound(fs, r, false, true, &e, why, sizeof why);
 		if (h)
 			e = collect(h, &body, &s, why, sizeof why);
 		if (h && !e)
 			h->store->exports++;
 		pthread_mutex_unlock(&fs->mu);
-		t[2] = clock_mono_ns();
+		t[2] = t[0] ? clock_mono_ns() : 0;
 		manifest = true;
 		break;
 	}
@@ -574,7 +574,7 @@ static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 		se = send_error(r->sock, e, "%s", why[0] ? why : strerror(-e));
 	} else if (manifest) {
 		se = send_set(r->sock, &s);
-		if (t[0] && log_trace_rpc()) /* GMSFS_TRACE_RPC: an export's wait for fs->mu, collection, send */
+		if (t[0]) /* GMSFS_TRACE_RPC: an export's wait for fs->mu, collection, send */
 			fuse_log(FUSE_LOG_INFO, "gmsfs: socket: an export waited %.0f us for the daemon's mutex, collected in "
 				 "%.0f us, sent in %.0f us\n", (t[1] - t[0]) / 1e3, (t[2] - t[1]) / 1e3, (clock_mono_ns() - t[2]) / 1e3);
 	} else {

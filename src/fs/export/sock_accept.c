@@ -40,11 +40,10 @@ static void *worker_main(void *arg);
 /* One more thread of the pool: counted under fs->mu (count_worker), made after it is
  * let go, never while it is held (a thread's start costs tens of microseconds that every
  * request would wait for); false: none could be made. */
-static bool count_worker(struct export *ex)
+static void count_worker(struct export *ex)
 {
 	ex->threads++;
 	ex->starting++;
-	return true;
 }
 
 static bool spawn_worker(struct fs *fs)
@@ -156,7 +155,9 @@ static void *worker_main(void *arg)
 		if (ex->exiting)
 			break;
 		ex->acceptor = true;
-		bool spare = !ex->parked && !ex->starting && count_worker(ex);
+		bool spare = !ex->parked && !ex->starting;
+		if (spare)
+			count_worker(ex);
 		pthread_mutex_unlock(&fs->mu);
 		if (spare)
 			spawn_worker(fs); /* if it fails, the next connection makes one (below) */
@@ -169,8 +170,9 @@ static void *worker_main(void *arg)
 			free(buf);
 			break;
 		}
-		bool next = ex->parked || ex->starting || ex->exiting;
-		bool make = !next && count_worker(ex);
+		bool next = ex->parked || ex->starting || ex->exiting, make = !next;
+		if (make)
+			count_worker(ex);
 		if (ex->parked)
 			pthread_cond_signal(&ex->spare_cv);
 		pthread_mutex_unlock(&fs->mu);
