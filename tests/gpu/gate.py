@@ -21,7 +21,9 @@ docs/benchmarks.md's tables, with the machine and the date.
              each and 16 each: warm switches against the copy engines both ways at once,
              the first against the warm ones, a publish on a full budget right after the
              first model against a later one (1.2x each)
-  tier       tests/gpu/tier_gpu.py ahead: moves to the host tier and back (0.9x pinned)
+  tier       tests/gpu/tier_gpu.py ahead: moves to the host tier and back (0.9x pinned: out,
+             the first, against pinned D2H; back against the driver loop of a move back,
+             pinned H2D into memory made right after as much was released, as a move's is)
   restart    bench/restart.py: takeover, restart and crash against loading again (20x),
              medians of 3 each
   pages      bench-pages: pages within a store's minimum (0.9x the raw driver loop)
