@@ -203,6 +203,40 @@ def test_growth_takes_pages_back_from_lower_priority_only(clean):
         assert state(high)["reclaim"] == 0 and ph.mapped == 30
 
 
+def test_a_truncate_takes_pages_back_as_a_create_does(clean):
+    """The one door (src/fs/memory.c): a shell's truncate that lacks room asks elastic stores
+    of lower priority for pages as the socket's create does, waits while they give them,
+    and a size refused for room changes nothing (the same descriptor may ask another)."""
+    low = kv(clean, "low", priority=1)
+    high = kv(clean, "high", priority=5)
+    with gmsfs.connect(low, "rw") as cl, gmsfs.Pages(cl, 64 * MiB, MiB) as pl:
+        pl.map(range(50))
+        lock = os.open(os.path.join(high, "lock"), os.O_RDWR)  # a shell's session: exec 9<>lock
+        fd = os.open(os.path.join(high, "allocs", "w"), os.O_CREAT | os.O_RDWR)
+        try:
+            with giving_back(pl, range(50)) as log:
+                os.ftruncate(fd, 30 * MiB)  # 14 free: 16 asked of low, which gives them
+            assert log["given"] == 16 and pl.mapped == 34 and os.fstat(fd).st_size == 30 * MiB
+            assert used(clean) == 64 * MiB
+            t0 = time.monotonic()
+            fd2 = os.open(os.path.join(high, "allocs", "x"), os.O_CREAT | os.O_RDWR)
+            try:
+                with pytest.raises(OSError) as e:  # asked again, nobody gives: refused in time
+                    os.ftruncate(fd2, 8 * MiB)
+                assert e.value.errno == errno.ENOSPC and 1.5 < time.monotonic() - t0 < 10
+                why = state(high)["last_error"]
+                assert "allocs/x: 8388608 bytes" in why and "asked back of elastic stores" in why, why
+                assert used(clean) == 64 * MiB and pl.mapped == 34  # changed nothing
+                pl.unmap(range(30, 34))
+                os.ftruncate(fd2, 4 * MiB)  # the same descriptor asks a size that fits
+                assert os.fstat(fd2).st_size == 4 * MiB
+            finally:
+                os.close(fd2)
+        finally:
+            os.close(fd)
+            os.close(lock)
+
+
 def test_an_engine_that_does_not_give_back_keeps_its_pages(clean):
     low = kv(clean, "low", priority=1)
     high = kv(clean, "high", priority=5)

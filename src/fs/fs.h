@@ -16,6 +16,7 @@
  *              session, lock_member.c)
  *   wait       the lock's queue of parked requests, and their thread
  *   tier       the host tier, eviction, quotas, priorities (a mover thread)
+ *   memory     the one door through which a store's memory is made (room first)
  *   image      a store as records and descriptors
  *   keep, handover   systemd's descriptor store (-o state=; keep_watch looks at it every
  *              second); -o takeover
@@ -37,8 +38,10 @@
  *   - The notifier thread (inval.c) sends the kernel's notices without fs->mu (a notice
  *     can wait for kernel locks a FUSE request holds); it waits under fs->mu.
  *   - The socket's accept thread and one thread per connection (export/sock.c) take
- *     fs->mu per request, never across a send or a receive; memory is made and exported
- *     without it (vmm is thread-safe).
+ *     fs->mu per request, never across a send or a receive; memory is exported without it
+ *     (vmm is thread-safe).
+ *   - Memory is made without fs->mu, on every path (memory.c): a FUSE worker's truncate
+ *     lets it go while the backend makes the memory and takes it again to size the node.
  *   - The mover thread (tier.c) moves stores between the device and the host tier; it
  *     waits on its own condition variable under fs->mu and copies without it.  A create
  *     that does not fit moves idle stores out itself, also copying without fs->mu.

@@ -4,14 +4,17 @@
 #include "ops.h"
 #include "inval.h"
 #include "lock.h"
+#include "memory.h"
 #include "store.h"
 #include "tier.h"
 #include "grow.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 /* Send an entry made by node_entry (fs->mu not held); the kernel's reference goes back
  * if the reply does not arrive (an interrupted request). */
@@ -94,6 +97,49 @@ void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_attr(req, &s, timeout);
 }
 
+/* An allocation sized once: its memory made through the one door (memory.h), fs->mu let
+ * go meanwhile; the node and the session are looked at again after.  Elastic stores asked
+ * for pages have TIER_RECLAIM_MS to give them, waited for here (a shell's truncate has no
+ * retry of its own). */
+static int size_alloc(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t size, const struct fs_handle *h)
+{
+	struct meta_node *m = o->m;
+	struct store *st = o->st;
+	if (m->size == size || (!m->size && !size))
+		return 0;
+	if (m->size)
+		return -EPERM; /* sized once: the size never changes */
+	char path[GMSFS_PATH_MAX + 1] = "", why[600] = "";
+	meta_path(m, path, sizeof path);
+	struct memory_ask ask = { path, size };
+	struct vmm_buf *b = NULL;
+	store_get(st);
+	meta_hold(m);
+	pthread_mutex_unlock(&fs->mu);
+	uint64_t until = clock_mono_ns() + (uint64_t)TIER_RECLAIM_MS * 1000000;
+	int e;
+	while ((e = memory_make(fs, st, &ask, 1, &b, NULL, why, sizeof why)) == -EAGAIN && clock_mono_ns() < until)
+		usleep(5000);
+	pthread_mutex_lock(&fs->mu);
+	if (e == -EAGAIN)
+		e = -ENOSPC; /* nobody gave in time: why says who was asked */
+	if (e) {
+		store_error(st, "%s", why);
+	} else if (!m->linked || m->size || (e = lock_check_change(req, st, h))) {
+		e = e ? e : m->linked ? -EPERM : -ESTALE; /* sized or removed meanwhile, or the session went */
+	} else if ((e = meta_alloc_size(m, size, b->size, b))) {
+		store_error(st, "allocs/%.200s: %s", path, strerror(-e));
+	}
+	if (e && b) { /* a release is the backend's call too: not under fs->mu */
+		pthread_mutex_unlock(&fs->mu);
+		vmm_buf_put(b);
+		pthread_mutex_lock(&fs->mu);
+	}
+	meta_drop(m);
+	store_put(st, 1);
+	return e;
+}
+
 /* truncate(2) and ftruncate: size an allocation once, cut an entry's value; control
  * files take it as a no-op (O_TRUNC of `echo > commit`). */
 static int do_truncate(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t size, struct fuse_file_info *fi)
@@ -117,19 +163,7 @@ static int do_truncate(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t si
 			store_notify(o->st);
 		return e;
 	}
-	e = store_size_alloc(o->st, o->m, size);
-	if (e == -ENOSPC) {
-		/* Room made by moving idle stores to the host tier (fs->mu is let go meanwhile). */
-		char why[400], path[GMSFS_PATH_MAX + 1] = "";
-		store_get(o->st);
-		if ((e = tier_make_room(fs, o->st, vmm_align(fs->vmm, size), why, sizeof why))) {
-			meta_path(o->m, path, sizeof path);
-			store_error(o->st, "allocs/%.200s: %llu bytes: %s", path, (unsigned long long)size, why);
-		}
-		else
-			e = o->m->linked ? store_size_alloc(o->st, o->m, size) : -ESTALE;
-		store_put(o->st, 1);
-	}
+	e = size_alloc(req, fs, o, size, fi ? (struct fs_handle *)(uintptr_t)fi->fh : NULL);
 	/* A size refused changes nothing: the descriptor may ask another.  truncate -s N of a
 	 * file it just made (open O_CREAT, then ftruncate) that was refused leaves no unsized
 	 * allocation behind at its close (ops_handle_free) for the commit to trip over. */
@@ -138,7 +172,7 @@ static int do_truncate(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t si
 		h->size_refused = true;
 	if (!e)
 		store_notify(o->st);
-	return e == -EDQUOT ? -ENOSPC : e;
+	return e;
 }
 
 static int do_setattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct stat *attr, int to_set,

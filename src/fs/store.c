@@ -246,27 +246,6 @@ int store_cannot_tell(struct store *st, int e)
 	return e;
 }
 
-int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size)
-{
-	if (m->size == size || (!m->size && !size))
-		return 0;
-	if (m->size)
-		return -EPERM; /* sized once: the size never changes */
-	struct vmm_buf *b;
-	char why[300] = "";
-	int e = vmm_alloc(st->pool, size, &b);
-	if (e) {
-		char path[GMSFS_PATH_MAX + 1] = "";
-		meta_path(m, path, sizeof path);
-		vmm_pool_why(st->pool, e, size, why, sizeof why);
-		store_error(st, "allocs/%.200s: %llu bytes: %.290s", path, (unsigned long long)size, why);
-		return e == -EDQUOT ? -EDQUOT : e; /* EDQUOT: no eviction helps; ENOSPC at the FUSE edge */
-	}
-	if ((e = meta_alloc_size(m, size, b->size, b)))
-		vmm_buf_put(b);
-	return e;
-}
-
 unsigned store_readers(const struct store *st)
 {
 	/* Out of memory the table may lack one: then at least the FSM says whether any. */

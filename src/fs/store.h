@@ -175,8 +175,6 @@ int store_cannot_tell(struct store *st, int e);
 void store_error(struct store *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Processes that hold a read lock on st (a process holds one handle or many). */
 unsigned store_readers(const struct store *st);
-/* Size an allocation once: memory from the backend, or ENOSPC with last_error. */
-int store_size_alloc(struct store *st, struct meta_node *m, uint64_t size);
 
 /* ---- write-ahead, then give back (gmsfs(5), RESTART): no memory goes back to the
  * system while an image on disk names it, so a crash at any point restores a store

@@ -8,9 +8,9 @@
 #include "../handover.h"
 #include "../inval.h"
 #include "../lock.h"
+#include "../memory.h"
 #include "../log.h"
 #include "../store.h"
-#include "../tier.h"
 #include "clock.h"
 #include "grow.h"
 #include "why.h"
@@ -355,48 +355,12 @@ static struct fs_handle *bound(struct fs *fs, const struct rpc_req *r, bool writ
 	return h;
 }
 
-/* No room even with idle stores moved out: what only elastic stores' pages hold is asked
- * back of them (tier_ask_back), and the caller is told to try again (-EAGAIN) while
- * their engines give pages back; -ENOSPC stands when nobody may give.  fs->mu held. */
-static int ask_back(struct fs *fs, struct store *self, uint64_t bytes, char *why, size_t whylen)
-{
-	uint64_t free_now = vmm_room_for(fs->vmm, self->pool);
-	uint64_t asked = tier_ask_back(fs, self, bytes > free_now ? bytes - free_now : bytes);
-	if (!asked)
-		return -ENOSPC;
-	snprintf(why, whylen, "%llu bytes asked back of elastic stores, which have %d ms to give them: try again",
-		 (unsigned long long)asked, TIER_RECLAIM_MS);
-	return -EAGAIN;
-}
-
-/* Room for bytes more of the store r's handle writes: idle stores move to the host tier,
- * then elastic stores are asked to give pages back (-EAGAIN: try again). */
-static int room_for(struct fs *fs, const struct rpc_req *r, uint64_t bytes, char *reason, size_t len, char *why,
-		    size_t whylen)
+/* A create's memory_check: the request's handle still holds the writer session. */
+static int still_bound(struct fs *fs, void *r, char *why, size_t whylen)
 {
 	int e;
-	pthread_mutex_lock(&fs->mu);
-	struct fs_handle *h = bound(fs, r, true, false, &e, why, whylen);
-	struct store *self = h ? h->store : NULL;
-	if (self) {
-		store_get(self); /* fs->mu is let go while others move */
-		e = tier_make_room(fs, self, bytes, reason, len);
-		if (e == -ENOSPC && !self->removed)
-			e = ask_back(fs, self, bytes, reason, len);
-		store_put(self, 1);
-	}
-	pthread_mutex_unlock(&fs->mu);
+	bound(fs, r, true, false, &e, why, whylen);
 	return e;
-}
-
-/* The first allocation of b past the room the store has now. */
-static size_t first_past(struct vmm *v, const struct vmm_pool *pool, const struct wire_body *b)
-{
-	uint64_t room = vmm_room_for(v, pool), sum = 0;
-	size_t i = 0;
-	while (i + 1 < b->nallocs && (sum += vmm_align(v, b->allocs[i].size)) <= room)
-		i++;
-	return i;
 }
 
 /* CREATE: memory first (the backend's calls run without fs->mu), then the nodes. */
@@ -415,51 +379,29 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 	struct fs_handle *h = bound(fs, r, true, true, &e, why, whylen);
 	if (h)
 		e = meta_check_allocs(h->store->meta, v, b->nallocs, why, whylen);
-	struct vmm_pool *pool = h && !e ? h->store->pool : NULL;
-	if (pool)
-		vmm_pool_get(pool);
+	struct store *st = h && !e ? h->store : NULL;
+	if (st)
+		store_get(st); /* memory is made without fs->mu */
 	pthread_mutex_unlock(&fs->mu);
-	if (!pool) {
+	if (!st) {
 		free(v);
 		return e;
 	}
-	/* Room first for the whole request where it lacks (a request that cannot fit does
-	 * not make and free most of itself); then each allocation, and one that still finds
-	 * none makes room for the rest and is tried once more. */
-	char reason[400] = "";
-	uint64_t total = 0;
-	for (size_t k = 0; k < b->nallocs; k++)
-		total += vmm_align(fs->vmm, b->allocs[k].size);
-	size_t i = 0;
-	uint64_t quota = atomic_load(&pool->quota); /* past it, no room is made: EDQUOT below */
-	if (b->nallocs && vmm_room_for(fs->vmm, pool) < total && (!quota || atomic_load(&pool->used) + total <= quota) &&
-	    (e = room_for(fs, r, total, reason, sizeof reason, why, whylen)))
-		i = first_past(fs->vmm, pool, b); /* the words name the allocation that does not fit */
-	for (; i < b->nallocs && !e; i++) {
-		struct vmm_buf *buf; /* an elastic store's pages (libgmsfs's pages/...): kept ones first */
-		int (*alloc)(struct vmm_pool *, uint64_t, struct vmm_buf **) =
-			strncmp(b->allocs[i].path, GMSFS_PAGES_PREFIX, strlen(GMSFS_PAGES_PREFIX)) ? vmm_alloc : vmm_alloc_page;
-		if ((e = alloc(pool, b->allocs[i].size, &buf)) == -ENOSPC) {
-			uint64_t rest = 0;
-			for (size_t k = i; k < b->nallocs; k++)
-				rest += vmm_align(fs->vmm, b->allocs[k].size);
-			if (!(e = room_for(fs, r, rest, reason, sizeof reason, why, whylen)))
-				e = alloc(pool, b->allocs[i].size, &buf);
-		}
-		if (e)
-			break;
+	/* The memory, through the one door (memory.h), while the caller may still keep it. */
+	struct memory_ask *ask = calloc(b->nallocs ? b->nallocs : 1, sizeof *ask);
+	struct vmm_buf **bufs = calloc(b->nallocs ? b->nallocs : 1, sizeof *bufs);
+	e = ask && bufs ? 0 : -ENOMEM;
+	for (size_t i = 0; !e && i < b->nallocs; i++)
+		ask[i] = (struct memory_ask){ b->allocs[i].path, b->allocs[i].size };
+	if (!e)
+		e = memory_make(fs, st, ask, b->nallocs, bufs, &(struct memory_check){ still_bound, (void *)r }, why, whylen);
+	for (size_t i = 0; !e && i < b->nallocs; i++) {
 		v[i].size = b->allocs[i].size;
-		v[i].aligned = buf->size;
-		v[i].buf = buf;
+		v[i].aligned = bufs[i]->size;
+		v[i].buf = bufs[i];
 	}
-	if (e && i < b->nallocs) {
-		if (!reason[0])
-			vmm_pool_why(pool, e, b->allocs[i].size, reason, sizeof reason);
-		snprintf(why, whylen, "allocs/%s: %llu bytes: %s", b->allocs[i].path,
-			 (unsigned long long)b->allocs[i].size, reason);
-		if (e == -EDQUOT)
-			e = -ENOSPC;
-	}
+	free(ask);
+	free(bufs);
 	pthread_mutex_lock(&fs->mu);
 	/* After a failure to make memory the handle is looked up only to say why in state. */
 	int gone;
@@ -474,13 +416,13 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 	} else if (h && (e == -ENOSPC || e == -EMFILE || e == -ENFILE)) {
 		store_error(h->store, "%s", why);
 	}
+	store_put(st, 1);
 	pthread_mutex_unlock(&fs->mu);
 	if (!h || e)
 		for (size_t i = 0; i < b->nallocs; i++)
 			if (v[i].buf && !v[i].node)
 				vmm_buf_put(v[i].buf);
 	free(v);
-	vmm_pool_put(pool);
 	return e;
 }
 
