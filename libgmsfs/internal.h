@@ -1,10 +1,5 @@
-/* libgmsfs internals.  Modules, each using only those before it: channel.c (ch_: the
- * daemon's socket), map_host.c and map_cuda.c (how each backend maps a descriptor, or
- * a mapping at another address), handle.c (connect, lock, requests, errors), maps.c
- * (mp_: the table of mappings, create, import), meta.c (mt_: the handle's copy of the
- * metadata), space.c (sp_: virtual spaces), layout.c (free, import_all, commit,
- * disconnect: the three together), sleep.c (unmap, remap, reallocate), manifest.c,
- * graph.c, torch.c. */
+/* libgmsfs internals: what the library's files share.  The files stand in the layers
+ * libgmsfs/layers lists, each using only those below it (tests/layout.sh checks it). */
 #ifndef GMSFS_INTERNAL_H
 #define GMSFS_INTERNAL_H
 

@@ -1,32 +1,9 @@
 /* fs: the FUSE daemon of one mount.  Each module owns its state, declared in its own
- * header with what protects each field, and uses only the modules above it in this
- * list (tests/layout.sh checks it):
- *
- *   fs.h       the mount (struct fs), the daemon's own nodes, the hooks through which a
- *              lower module reaches an upper one: fs->persist (keep's), fs->grant_waiters
- *              (wait's)
- *   caller, fault, log, mnt    who is asking (/proc); test faults; the log; the mount point
- *   handle.h   open files and what they hold (data: the ops make and free them)
- *   inval      what the kernel must drop, sent by a thread of its own
- *   store      the table of stores and what a store is, its lock's and its place's data
- *              included (struct lock, struct store_tier), its counters, last_error, and
- *              the write-ahead of its memory
- *   node       what an inode number stands for, attributes, children
- *   lock       who holds a store: the only place a lock is decided (lock.c; who is in a
- *              session, lock_member.c)
- *   wait       the lock's queue of parked requests, and their thread
- *   tier       the host tier, eviction, quotas, priorities (a mover thread)
- *   memory     the one door through which a store's memory is made (room first)
- *   image      a store as records and descriptors
- *   keep, handover   systemd's descriptor store (-o state=; keep_watch looks at it every
- *              second); -o takeover
- *   text       what cat reads: device, state, status.json, metrics
- *   export/    tickets, the socket, what a socket request does (export.h)
- *   ops_*.c    the FUSE boundary: a do_x() returns -errno, the op around it replies
- *   options, main    the -o options; mount, the threads' start and stop
+ * header with what protects each field, and uses only the modules below it in
+ * src/fs/layers, the one list of them (tests/layout.sh checks it, file by file).
  *
  * Threads and the lock.  One mutex, fs->mu, guards every structure of every module
- * above but the ones a header marks otherwise (atomics, fields fixed at creation).
+ * but the ones a header marks otherwise (atomics, fields fixed at creation).
  *   - FUSE workers (libfuse's loop, up to max_threads) run the ops.  A worker takes
  *     fs->mu for the op's do_x() and lets it go before it replies; only the text of a
  *     status file is replied under fs->mu (the handle's buffer may be remade by the next

@@ -146,7 +146,7 @@ static int committed_bufs(struct meta_node *dir, struct vmm_bufs *out)
 
 int image_committed_bufs(struct store *st, struct vmm_bufs *out)
 {
-	if (!st->meta || !st->lock.fsm.committed)
+	if (!st->meta || !store_lock(st)->fsm.committed)
 		return 0;
 	int e = committed_bufs(meta_root(st->meta, META_AREA_ALLOCS), out);
 	if (e)
@@ -165,7 +165,7 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, con
 		return -ENOENT;
 	/* Each allocation's memory as it is now (fs->mu held): a store that moves is named
 	 * where it was until it has moved, and a switch's, piece by piece. */
-	bool committed = st->lock.fsm.committed;
+	bool committed = store_lock(st)->fsm.committed;
 	struct walk w = { .fds = fds, .base = fds->n, .host = committed && any_host(meta_root(st->meta, META_AREA_ALLOCS)) };
 	msgpack_sbuffer_init(&w.dirs);
 	msgpack_sbuffer_init(&w.allocs);
@@ -176,11 +176,11 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, con
 		e = walk_committed(&w, meta_root(st->meta, META_AREA_META), 1);
 	struct vmm *v = st->fs->vmm;
 	struct wire_image h = { .store = st->name, .device = v->dev.uuid, .backend = (char *)v->dev.backend,
-				.generation = committed ? st->lock.fsm.generation : 0, .commits = st->lock.commits,
+				.generation = committed ? store_lock(st)->fsm.generation : 0, .commits = store_lock(st)->commits,
 				.quota = atomic_load(&st->pool->quota), .priority = st->tier.priority,
 				.min = atomic_load(&st->pool->min), .host = w.host,
 				/* A session writing in place: torn if it never commits (lock_in_place). */
-				.torn = committed && (st->lock.fsm.torn || st->lock.fsm.in_place),
+				.torn = committed && (store_lock(st)->fsm.torn || store_lock(st)->fsm.in_place),
 				.ndirs = w.ndirs, .nallocs = w.nallocs, .nentries = w.nentries, .nfds = fds->n - w.base };
 	meta_hash(st->meta, h.hash);
 	struct lock_reader *readers = NULL;
@@ -434,10 +434,7 @@ int image_restore(struct fs *fs, const uint8_t *buf, size_t len, size_t *off, co
 			why_fmt(why, whylen, e, "store %s: %s", name, what[0] ? what : strerror(-e));
 	}
 	if (!e) {
-		st->lock.fsm.committed = r.h.generation != 0;
-		st->lock.fsm.generation = r.h.generation;
-		st->lock.fsm.torn = r.h.torn;
-		st->lock.commits = r.h.commits;
+		lock_restore(st, r.h.generation, r.h.torn, r.h.commits);
 		atomic_store(&st->pool->quota, r.h.quota);
 		st->tier.priority = (int)r.h.priority;
 		st->tier.at = r.h.host ? TIER_HOST : TIER_DEVICE;

@@ -185,7 +185,7 @@ static void restore_one(struct fs *fs, struct keep *k, int dirfd, const char *fi
 		snprintf(name, sizeof name, "%.*s", (int)(strlen(file) - 6), file);
 		inherit_readers(k, dirfd, name, st);
 		fuse_log(FUSE_LOG_INFO, "gmsfs: keep: store %s restored (generation %llu)\n", st->name,
-			 (unsigned long long)st->lock.fsm.generation);
+			 (unsigned long long)store_lock(st)->fsm.generation);
 	} else {
 		/* Its descriptors are closed already (the store went): their names are not ours. */
 		for (size_t i = 0; a.st && i < k->nfds; i++)

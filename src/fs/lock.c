@@ -516,3 +516,11 @@ void lock_reap(struct store *st)
 	}
 	store_put(st, 1);
 }
+
+void lock_restore(struct store *st, uint64_t generation, bool torn, uint64_t commits)
+{
+	st->lock.fsm.committed = generation != 0;
+	st->lock.fsm.generation = generation;
+	st->lock.fsm.torn = torn;
+	st->lock.commits = commits;
+}

@@ -71,6 +71,9 @@ int lock_holds_read(struct store *st, pid_t tgid);
  * handle asks the kernel for its closes (h->flushes). */
 void lock_opened(struct fs_handle *h);
 void lock_closed(struct fs_handle *h);
+/* A store brought back from its image (a restart, a takeover): its last commit's
+ * generation (0: none), whether it was torn, how many sessions committed. */
+void lock_restore(struct store *st, uint64_t generation, bool torn, uint64_t commits);
 /* May tgid change the namespace now?  0, -EBUSY (another holds it), -EROFS (nobody). */
 int lock_may_change(struct store *st, pid_t tgid);
 /* The same for a request: through a session handle h, or as a member; -EROFS through a

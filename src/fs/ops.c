@@ -1,6 +1,5 @@
 /* ops: the table of FUSE operations.  Unsupported ones are left out (ENOSYS), but
- * rename, which is refused explicitly: names are fixed for a node's life.  Open files'
- * handles are made and freed here: only the ops make them. */
+ * rename, which is refused explicitly: names are fixed for a node's life. */
 #include "fs.h"
 #include "lock.h"
 #include "ops.h"
@@ -9,56 +8,6 @@
 
 #include <errno.h>
 #include <stdlib.h>
-
-int ops_resolve(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct obj *o)
-{
-	int e = node_resolve(fs, ino, o);
-	if (e || !o->m)
-		return e;
-	o->committed = lock_outside(req, o->st);
-	return o->committed && !meta_committed(o->m) ? -ENOENT : 0;
-}
-
-struct fs_handle *ops_handle_new(struct store *st)
-{
-	struct fs_handle *h = calloc(1, sizeof *h);
-	if (h && (h->store = st))
-		store_get(st);
-	return h;
-}
-
-void ops_drop_refused(struct fs_handle *h)
-{
-	struct meta_node *m = h->node;
-	if (!h->size_refused || !m || !m->linked || m->kind != META_ALLOC || m->size || h->hold != HOLD_SESSION)
-		return;
-	h->size_refused = false;
-	meta_remove(m);
-	store_notify(h->store);
-}
-
-void ops_handle_free(struct fs_handle *h)
-{
-	if (!h)
-		return;
-	struct store *st = h->store;
-	if (h->x)
-		export_handle_free(st->fs, h);
-	ops_drop_refused(h);
-	if (st && h->hold != HOLD_NONE)
-		lock_release(h);
-	store_untrack(h);
-	if (h->ph) {
-		fuse_pollhandle_destroy(h->ph);
-		st->pollers--;
-	}
-	if (h->node)
-		meta_drop(h->node);
-	if (st)
-		store_put(st, 1);
-	free(h->text);
-	free(h);
-}
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {

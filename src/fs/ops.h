@@ -1,24 +1,11 @@
 /* ops: the FUSE operations, by family (ops_tree.c, ops_file.c, ops_xattr.c,
- * ops_ioctl.c); ops.c puts them in the table. */
+ * ops_ioctl.c, on what they share: ops_handle.h); ops.c puts them in the table. */
 #ifndef GMSFS_FS_OPS_H
 #define GMSFS_FS_OPS_H
 
 #include "fs.h"
 #include "node.h"
-
-/* ino as the request's caller sees it: a layout node in the last commit's view when the
- * caller is outside the store's writer session (gmsfs(5), "What a session shows"), and
- * -ENOENT for a node made in that session, which it cannot see.  fs->mu held. */
-int ops_resolve(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct obj *o);
-/* A handle of st (NULL: the root's), holding st. */
-struct fs_handle *ops_handle_new(struct store *st);
-/* Give back its lock, ticket, connections and poller; the last handle of a removed store frees it. */
-void ops_handle_free(struct fs_handle *h);
-/* A file its open made, refused a size and never sized since: removed (a session's
- * change), at the close of its descriptor or its release: truncate -s N of a new file
- * that was refused leaves nothing behind, and the descriptor may ask another size
- * until then. */
-void ops_drop_refused(struct fs_handle *h);
+#include "ops_handle.h"
 
 void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
 void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);

@@ -23,7 +23,7 @@ static void ioc_fill(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io)
 	io->lock = lock_mode_of(h);
 	io->backend = strcmp(v->dev.backend, "cuda") ? GMSFS_BACKEND_HOST : GMSFS_BACKEND_CUDA;
 	io->device = v->dev.index;
-	io->generation = st->lock.fsm.generation;
+	io->generation = store_lock(st)->fsm.generation;
 	io->granularity = v->dev.granularity;
 	snprintf(io->socket, sizeof io->socket, "%s", export_socket(fs));
 	if (!st->meta)

@@ -51,7 +51,7 @@ static void store_free(struct store *st)
 	vmm_bufs_release(&st->limbo);
 	if (st->fs->persist)
 		st->fs->persist->forget(st);
-	free(st->lock.readers); /* who read it: nobody, or the daemon ends (lock.c keeps the table) */
+	store_lock_end(st);
 	vmm_pool_put(st->pool);
 	free(st->name);
 	free(st);
@@ -144,7 +144,7 @@ int store_remove(struct fs *fs, const char *name)
 			continue;
 		/* A writer session or a move keeps it; readers and waiters do not (Triton's
 		 * unregister): the name goes now, the memory with the last reader. */
-		int e = fsm_can_remove(&st->lock.fsm);
+		int e = fsm_can_remove(&store_lock(st)->fsm);
 		if (e || st->tier.at == TIER_TO_HOST || st->tier.at == TIER_TO_DEVICE)
 			return e ? e : -EBUSY;
 		if (GROW(t->removed, t->nremoved, t->removed_cap, 8))
@@ -158,7 +158,7 @@ int store_remove(struct fs *fs, const char *name)
 		t->v[i] = t->v[--t->n];
 		st->removed = true;
 		t->removed[t->nremoved++] = st; /* until the kernel forgets it, or the daemon exits */
-		if (st->lock.fsm.readers)
+		if (store_lock(st)->fsm.readers)
 			fuse_log(FUSE_LOG_INFO, "gmsfs: %s removed; its memory goes when its %u readers leave\n", st->name,
 				 store_readers(st));
 		else
@@ -249,8 +249,8 @@ int store_cannot_tell(struct store *st, int e)
 unsigned store_readers(const struct store *st)
 {
 	/* Out of memory the table may lack one: then at least the FSM says whether any. */
-	size_t n = st->lock.nreaders;
-	return n ? (unsigned)n : st->lock.fsm.readers ? 1 : 0;
+	size_t n = store_lock(st)->nreaders;
+	return n ? (unsigned)n : store_lock(st)->fsm.readers ? 1 : 0;
 }
 
 void store_track(struct store *st, struct fs_handle *h)

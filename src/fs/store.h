@@ -9,6 +9,8 @@
 #include "clock.h"
 #include "../fsm/fsm.h"
 
+#include <stdlib.h>
+
 struct fs_waiter; /* wait.h */
 
 /* ---- a store's lock: decided only by lock.c (and lock_member.c), its queue is wait.c's ---- */
@@ -138,6 +140,20 @@ struct store_table {
 	struct store **removed;        /* removed stores the kernel still knows */
 	size_t nremoved, removed_cap;
 };
+
+/* st's lock, to read: only the lock's files (lock.c, lock_member.c, wait.c) change it
+ * (tests/layout.sh holds every other file to this). */
+static inline const struct lock *store_lock(const struct store *st)
+{
+	return &st->lock;
+}
+
+/* The lock's own memory, at its store's end: the table of who read it (nobody by then,
+ * or the daemon ends). */
+static inline void store_lock_end(struct store *st)
+{
+	free(st->lock.readers);
+}
 
 /* Does a writer session run on st?  Then the kernel may keep no layout name or
  * attribute of it: each side of the session sees its own. */

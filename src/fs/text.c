@@ -36,7 +36,7 @@ int text_state(struct store *st, char **out, size_t *len)
 	struct meta_stats s = {0};
 	if (st->meta)
 		meta_stats(st->meta, &s);
-	const struct fsm *f = &st->lock.fsm;
+	const struct fsm *f = &store_lock(st)->fsm;
 	int n = asprintf(out,
 			 "state: %s\nreaders: %u\nwriter: %d\nwaiting_writers: %u\nwaiting_readers: %u\n"
 			 "generation: %llu\ntorn: %d\nallocations: %llu\nentries: %llu\nbytes: %llu\naligned_bytes: %llu\n"
@@ -167,7 +167,7 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 	fputs(", \"backend\": ", f);
 	json_str(f, v->dev.backend);
 	struct tier_stats ts;
-	tier_stats(fs, &ts);
+	tier_stats_read(fs, &ts);
 	fprintf(f, ", \"total_bytes\": %llu, \"used_bytes\": %llu, \"granularity\": %llu, \"host_bytes\": %llu, "
 		   "\"host_used_bytes\": %llu, \"host_kept_bytes\": %llu, \"pages_kept_bytes\": %llu, "
 		   "\"moves_to_host\": %llu, \"moves_to_device\": %llu, \"evictions\": %llu, \"move_failures\": %llu},\n \"stores\": [",
@@ -181,7 +181,7 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 		struct meta_stats m = {0};
 		if (s->meta)
 			meta_stats(s->meta, &m);
-		const struct fsm *q = &s->lock.fsm;
+		const struct fsm *q = &store_lock(s)->fsm;
 		fputs(i ? ",\n  {\"name\": " : "\n  {\"name\": ", f);
 		json_str(f, s->name);
 		fputs(", \"state\": ", f);
@@ -207,8 +207,8 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 		fprintf(f,
 			", \"commits\": %llu, \"aborts\": %llu, \"lock_waits\": %llu, \"exports\": %llu, "
 			"\"requests\": %llu, \"socket_requests\": %llu, \"last_error\": ",
-			(unsigned long long)s->lock.commits, (unsigned long long)s->lock.aborts,
-			(unsigned long long)s->lock.waits, (unsigned long long)s->exports,
+			(unsigned long long)store_lock(s)->commits, (unsigned long long)store_lock(s)->aborts,
+			(unsigned long long)store_lock(s)->waits, (unsigned long long)s->exports,
 			(unsigned long long)s->requests, (unsigned long long)s->socket_requests);
 		json_str(f, s->last_error);
 		fputc('}', f);
@@ -321,7 +321,7 @@ static void tier_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 	for (size_t i = 0; i < n; i++)
 		sample(f, "gmsfs_store_removing", st[i], NULL, NULL, st[i]->removed);
 	struct tier_stats ts;
-	tier_stats(fs, &ts);
+	tier_stats_read(fs, &ts);
 	header(f, "gmsfs_host_tier_bytes", GAUGE, "Host memory the host tier may hold (host_bytes).");
 	device_sample(f, "gmsfs_host_tier_bytes", v, NULL, ts.host_bytes);
 	header(f, "gmsfs_host_tier_used_bytes", GAUGE, "Host memory the host tier holds.");
@@ -365,17 +365,17 @@ int text_metrics(struct fs *fs, char **out, size_t *len)
 	for (size_t i = 0; m && i < n; i++)
 		for (size_t k = 0; k < sizeof states / sizeof *states; k++)
 			sample(f, "gmsfs_store_state", st[i], "state", fsm_state_name(states[k]),
-			       fsm_state(&st[i]->lock.fsm) == states[k]);
+			       fsm_state(&store_lock(st[i])->fsm) == states[k]);
 	header(f, "gmsfs_store_readers", GAUGE, "Processes holding a read lock.");
 	for (size_t i = 0; m && i < n; i++)
 		sample(f, "gmsfs_store_readers", st[i], NULL, NULL, store_readers(st[i]));
 	header(f, "gmsfs_store_writer", GAUGE, "1 while a writer session holds the store.");
 	for (size_t i = 0; m && i < n; i++)
-		sample(f, "gmsfs_store_writer", st[i], NULL, NULL, st[i]->lock.fsm.leader != 0);
+		sample(f, "gmsfs_store_writer", st[i], NULL, NULL, store_lock(st[i])->fsm.leader != 0);
 	header(f, "gmsfs_store_waiting", GAUGE, "Opens and lock calls waiting, by the lock they want.");
 	for (size_t i = 0; m && i < n; i++) {
-		sample(f, "gmsfs_store_waiting", st[i], "lock", "read", st[i]->lock.fsm.waiting_readers);
-		sample(f, "gmsfs_store_waiting", st[i], "lock", "write", st[i]->lock.fsm.waiting_writers);
+		sample(f, "gmsfs_store_waiting", st[i], "lock", "read", store_lock(st[i])->fsm.waiting_readers);
+		sample(f, "gmsfs_store_waiting", st[i], "lock", "write", store_lock(st[i])->fsm.waiting_writers);
 	}
 	header(f, "gmsfs_store_allocations", GAUGE, "Allocations in the layout the store shows.");
 	for (size_t i = 0; m && i < n; i++)
@@ -389,14 +389,14 @@ int text_metrics(struct fs *fs, char **out, size_t *len)
 	tier_series(f, fs, st, m ? n : 0);
 	header(f, "gmsfs_store_commits_total", COUNTER, "Commits published.");
 	for (size_t i = 0; m && i < n; i++)
-		sample(f, "gmsfs_store_commits_total", st[i], NULL, NULL, st[i]->lock.commits);
+		sample(f, "gmsfs_store_commits_total", st[i], NULL, NULL, store_lock(st[i])->commits);
 	header(f, "gmsfs_store_aborts_total", COUNTER,
 	       "Writer sessions that ended without a commit (closed or crashed): rolled back.");
 	for (size_t i = 0; m && i < n; i++)
-		sample(f, "gmsfs_store_aborts_total", st[i], NULL, NULL, st[i]->lock.aborts);
+		sample(f, "gmsfs_store_aborts_total", st[i], NULL, NULL, store_lock(st[i])->aborts);
 	header(f, "gmsfs_store_lock_waits_total", COUNTER, "Opens and lock calls that had to wait.");
 	for (size_t i = 0; m && i < n; i++)
-		sample(f, "gmsfs_store_lock_waits_total", st[i], NULL, NULL, st[i]->lock.waits);
+		sample(f, "gmsfs_store_lock_waits_total", st[i], NULL, NULL, store_lock(st[i])->waits);
 	header(f, "gmsfs_store_exports_total", COUNTER, "Export requests served (imports).");
 	for (size_t i = 0; m && i < n; i++)
 		sample(f, "gmsfs_store_exports_total", st[i], NULL, NULL, st[i]->exports);

@@ -27,7 +27,7 @@ int tier_request(struct store *st, const char *text, size_t len)
 	if (st->fs->handing_over)
 		return -EAGAIN;
 	if (host && st->tier.at == TIER_DEVICE) {
-		const struct fsm *f = &st->lock.fsm;
+		const struct fsm *f = &store_lock(st)->fsm;
 		if (!f->committed) {
 			store_error(st, "tier: nothing committed to move");
 			return -EINVAL;
@@ -56,7 +56,7 @@ static struct store *next_job(struct fs *fs, bool *to_host)
 		struct store *st = t->v[i];
 		/* A move in that failed for room is tried again once room may have come free,
 		 * while an open waits for it (a request alone is not asked again). */
-		bool again = st->tier.failed && st->tier.failed_room != fs->room_gen && st->lock.waiters;
+		bool again = st->tier.failed && st->tier.failed_room != fs->room_gen && store_lock(st)->waiters;
 		if (st->tier.want_device && st->tier.at == TIER_HOST && (!st->tier.failed || again)) {
 			*to_host = false;
 			return st;
@@ -84,9 +84,9 @@ static struct store *ahead_next(struct fs *fs)
 	struct store *best = NULL;
 	for (size_t i = 0; i < fs->stores->n && !fs->handing_over; i++) {
 		struct store *st = fs->stores->v[i];
-		if (st->tier.at == TIER_DEVICE && st->tier.ahead_tried != st->lock.fsm.generation + 1 &&
+		if (st->tier.at == TIER_DEVICE && st->tier.ahead_tried != store_lock(st)->fsm.generation + 1 &&
 		    st->meta && !st->removed &&
-		    st->lock.fsm.committed &&
+		    store_lock(st)->fsm.committed &&
 		    (!best || tier_gives_way_before(st, best)))
 			best = st;
 	}
@@ -152,9 +152,9 @@ static bool make_ahead(struct fs *fs)
 		fs->tier->ahead_since = 0; /* nothing waits */
 	if (!st || !ahead_may(fs))
 		return false;
-	st->tier.ahead_tried = st->lock.fsm.generation + 1;
+	st->tier.ahead_tried = store_lock(st)->fsm.generation + 1;
 	struct vmm_bufs c = {0};
-	uint64_t bytes = 0, generation = st->lock.fsm.generation;
+	uint64_t bytes = 0, generation = store_lock(st)->fsm.generation;
 	int e = meta_walk(meta_root(st->meta, META_AREA_ALLOCS), tier_collect, &c);
 	bool *need = e ? NULL : calloc(c.n + 1, sizeof *need); /* decided here, under fs->mu */
 	for (size_t i = 0; need && i < c.n; i++)
@@ -189,7 +189,7 @@ static bool make_ahead(struct fs *fs)
 	fs->tier->ahead_since = 0; /* the pauses between pieces counted in the 10 s too */
 	/* Kept only if the store is as it was: on the device, the same layout (a move or a
 	 * commit meanwhile made what was made here another store's business). */
-	bool same = st->tier.at == TIER_DEVICE && !st->removed && st->lock.fsm.generation == generation;
+	bool same = st->tier.at == TIER_DEVICE && !st->removed && store_lock(st)->fsm.generation == generation;
 	bool kept = made && !e && same;
 	if (kept) {
 		vmm_keep(c.v, made, c.n);
@@ -315,7 +315,7 @@ void tier_stop(struct fs *fs)
 	free(tr);
 }
 
-void tier_stats(struct fs *fs, struct tier_stats *out)
+void tier_stats_read(struct fs *fs, struct tier_stats *out)
 {
 	*out = fs->tier ? fs->tier->stats : (struct tier_stats){0};
 	out->host_bytes = fs->vmm->host_bytes;
@@ -455,7 +455,7 @@ uint64_t tier_reclaim_left(const struct store *st)
  * session holds them) and may be asked. */
 static uint64_t may_give_back(const struct store *st, const struct store *self, bool within_min)
 {
-	if (st == self || st->removed || !st->lock.fsm.leader || st->tier.at != TIER_DEVICE)
+	if (st == self || st->removed || !store_lock(st)->fsm.leader || st->tier.at != TIER_DEVICE)
 		return 0;
 	if (!within_min && st->tier.priority >= self->tier.priority)
 		return 0;

@@ -14,6 +14,7 @@
 
 #include "fs.h"
 #include "store.h"
+#include "tier_stats.h"
 
 
 
@@ -49,10 +50,6 @@ uint64_t tier_reclaim_left(const struct store *st);
 uint64_t tier_ask_back(struct fs *fs, struct store *self, uint64_t bytes);
 
 /* What metrics and status.json show of the mount. */
-struct tier_stats {
-	uint64_t moves_out, moves_in, bytes_out, bytes_in, evictions, failures;
-	uint64_t host_bytes, host_used, host_kept;
-};
-void tier_stats(struct fs *fs, struct tier_stats *out);
+void tier_stats_read(struct fs *fs, struct tier_stats *out);
 
 #endif

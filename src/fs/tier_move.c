@@ -14,7 +14,7 @@
 /* Nobody holds it, waits for it, or writes it, and something is committed: it may move. */
 bool tier_idle(const struct store *st)
 {
-	const struct fsm *f = &st->lock.fsm;
+	const struct fsm *f = &store_lock(st)->fsm;
 	return !st->removed && st->meta && f->committed && !f->leader && !f->readers && !f->waiting_writers &&
 	       !f->waiting_readers;
 }

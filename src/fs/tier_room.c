@@ -54,7 +54,7 @@ static void holders(struct fs *fs, char *why, size_t whylen, uint64_t bytes)
 		meta_stats(st->meta, &ms);
 		if (st->tier.at == TIER_HOST || !ms.aligned_bytes)
 			continue;
-		const struct fsm *f = &st->lock.fsm;
+		const struct fsm *f = &store_lock(st)->fsm;
 		n += (size_t)snprintf(why + n, whylen - n, "; %s holds %llu (%s)", st->name,
 				      (unsigned long long)ms.aligned_bytes,
 				      f->leader ? "writer" : f->readers ? "in use" : !f->committed ? "not committed" :

@@ -1,13 +1,6 @@
 /* node: the store's and the nodes' insides, shared by the files of src/meta (not part of
- * the module's interface, meta.h).  The files stand in layers, each using only those
- * below it:
- *   meta.h            the interface: types, names, limits (no code)
- *   intern            counted strings, one copy per store
- *   node              the tree, its index, holds and lookups; reads (path, walk, stats)
- *   undo              the log a rollback replays; view (the committed view) reads it
- *   store             a store's life, and the changes the log records (create, remove, tag)
- *   entry, batch      an entry's fields; many entries and allocations at once
- *   layout_hash, commit   the hash of a commit, and the commit itself */
+ * the module's interface, meta.h).  The files stand in the layers src/meta/layers lists,
+ * each using only those below it (tests/layout.sh checks it). */
 #ifndef GMSFS_META_NODE_H
 #define GMSFS_META_NODE_H
 #include "meta.h"

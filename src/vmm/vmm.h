@@ -1,13 +1,16 @@
-/* vmm: where allocation memory comes from.  The daemon creates, exports and
- * releases; it never maps.  Backends: host (sealed memfds), cuda (CUDA VMM).
- * Errors are -errno; a message goes to err where one is asked for. */
+/* vmm: where allocation memory comes from: the interface (types and calls; the code is
+ * in the files src/vmm/layers lists).  The daemon creates, exports and releases; it never
+ * maps.  Backends: host (sealed memfds), cuda (CUDA VMM).  Errors are -errno; a message
+ * goes to err where one is asked for. */
 #ifndef GMSFS_VMM_H
 #define GMSFS_VMM_H
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/types.h>
 
 struct vmm;
@@ -264,7 +267,19 @@ struct vmm_bufs {
 	struct vmm_buf **v;
 	size_t n, cap;
 };
-int vmm_bufs_push(struct vmm_bufs *l, struct vmm_buf *b);
+/* b pushed on l (the list takes its reference): 0, or -ENOMEM with l as it was. */
+static inline int vmm_bufs_push(struct vmm_bufs *l, struct vmm_buf *b)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 16;
+		struct vmm_buf **v = (struct vmm_buf **)realloc(l->v, cap * sizeof *v);
+		if (!v)
+			return -ENOMEM;
+		l->v = v, l->cap = cap;
+	}
+	l->v[l->n++] = b;
+	return 0;
+}
 void vmm_bufs_release(struct vmm_bufs *l);
 /* Host memory for b's first move out, made ahead (counted against host_bytes: -ENOSPC
  * past it; a spare, never in its pool's use), for vmm_keep; may run without the caller's

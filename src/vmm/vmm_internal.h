@@ -1,10 +1,4 @@
-/* vmm's own: what its files share.
- *   vmm_account   the accounting of device memory: limits, minimums, peaks (below all)
- *   vmm, vmm_pages   backends, buffers, the host tier's moves; an elastic store's pages
- *                 kept for its next growth (the two call each other: vmm_keep_page at a
- *                 buffer's last put, vmm_alloc_one for a page)
- *   vmm_pieces    allocations made of several buffers (vmm_alloc)
- *   vmm_switch    a switch, both ways at once */
+/* vmm_internal: what the files of src/vmm share beyond vmm.h (their layers: src/vmm/layers). */
 #ifndef GMSFS_VMM_INTERNAL_H
 #define GMSFS_VMM_INTERNAL_H
 
@@ -20,7 +14,7 @@ bool vmm_reserve(atomic_uint_fast64_t *used, uint64_t limit, uint64_t n);
 bool vmm_device_take(struct vmm *v, struct vmm_pool *pool, uint64_t n, uint64_t held);
 void vmm_note_peak(struct vmm_pool *pool);
 
-/* vmm_pages.c: the device's list of pools that keep pages, and a pool's end. */
+/* vmm_kept.c: the device's list of pools that keep pages, and a pool's end. */
 int vmm_kept_open(struct vmm *v);
 void vmm_kept_close(struct vmm *v);
 void vmm_kept_pool_end(struct vmm_pool *p);
@@ -28,5 +22,12 @@ void vmm_kept_pool_end(struct vmm_pool *p);
 bool vmm_give_up_kept(struct vmm *v, uint64_t n);
 /* b's last reference went: kept for its pool (true), or to be released as any buffer. */
 bool vmm_keep_page(struct vmm_buf *b);
+/* A page of aligned bytes pool keeps, off its list (NULL: none); vmm_kept_return puts
+ * one taken and not used back (still counted in pages_kept meanwhile). */
+struct vmm_buf *vmm_kept_take(struct vmm_pool *pool, uint64_t aligned);
+void vmm_kept_return(struct vmm_buf *b);
+
+/* vmm_buf.c: n bytes of the device for pool, kept pages given up where the room is theirs. */
+bool vmm_device_reserve(struct vmm *v, struct vmm_pool *pool, uint64_t n);
 
 #endif
