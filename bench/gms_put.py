@@ -59,11 +59,11 @@ def main():
                 mm.metadata_put("k/" + aid, aid, 0, value)
         flows = [("own", own), ("shim", shim)]
         real = timed(flows, n)
-        put, gmsfs._c.gmsfs_meta_put_many = gmsfs._c.gmsfs_meta_put_many, lambda *a: 0
+        put, gmsfs._lib.lib.gmsfs_meta_put_many = gmsfs._lib.lib.gmsfs_meta_put_many, lambda *a: 0
         try:
             python = timed(flows, n)
         finally:
-            gmsfs._c.gmsfs_meta_put_many = put
+            gmsfs._lib.lib.gmsfs_meta_put_many = put
         print("# %d puts, medians of %d by turns, one process: us per put" % (n, ROUNDS))
         print("#   %-28s %10s %10s %10s %10s" % ("", "own", "gmsfs.gms", "more", "ratio"))
         for label, t in (("put", real), ("its Python (call stubbed)", python)):

@@ -21,10 +21,27 @@ import tarfile
 import zipfile
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NAME = "gmsfs"
-SUMMARY = "Clients of gmsfs, the GPU memory filesystem: share model weights between processes"
 NATIVE = ("libgmsfs.so.0", "libgmsfs-load.so.0")
 CARRIED = ("libmsgpackc.so.2",)  # what the libraries need beyond glibc
+
+
+def project():
+    """pyproject.toml's [project] table (tomllib; before Python 3.11, the few keys the
+    metadata takes, as pyproject.toml writes them)."""
+    path = os.path.join(TOP, "pyproject.toml")
+    try:
+        import tomllib
+        with open(path, "rb") as f:
+            return tomllib.load(f)["project"]
+    except ImportError:
+        text = open(path).read().split("[project]", 1)[1]
+        get = lambda key: re.search(r'^%s = "([^"]*)"' % key, text, re.M).group(1)  # noqa: E731
+        return {"name": get("name"), "description": get("description"), "license": {"text": "MIT"},
+                "requires-python": get("requires-python"), "optional-dependencies": {"torch": ["torch"]},
+                "readme": {"text": re.search(r'text = """(.*?)"""', text, re.S).group(1)}}
+
+
+NAME = project()["name"]
 
 
 def version():
@@ -34,12 +51,14 @@ def version():
 
 
 def metadata():
-    return ("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: %s\nLicense: MIT\n"
-            "Requires-Python: >=3.8\nProvides-Extra: torch\nRequires-Dist: torch; extra == \"torch\"\n"
-            "\nimport gmsfs against a gmsfs mount; gmsfs.torch, gmsfs.transformers, gmsfs.adapters;\n"
-            "gmsfs.gms is GMS's client API (python3 -m gmsfs.gms --pth puts `import\n"
-            "gpu_memory_service` on it).  The daemon itself comes as a Debian package or an image.\n"
-            % (NAME, version(), SUMMARY))
+    p = project()
+    lines = ["Metadata-Version: 2.1", "Name: %s" % p["name"], "Version: %s" % version(),
+             "Summary: %s" % p["description"], "License: %s" % p["license"]["text"],
+             "Requires-Python: %s" % p["requires-python"]]
+    for extra, needs in sorted(p.get("optional-dependencies", {}).items()):
+        lines.append("Provides-Extra: %s" % extra)
+        lines += ['Requires-Dist: %s; extra == "%s"' % (n, extra) for n in needs]
+    return "\n".join(lines) + "\n\n" + p["readme"]["text"]
 
 
 def build_libraries():

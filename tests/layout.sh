@@ -8,7 +8,8 @@
 #    only those below (per file, from the names it uses); src/fs's headers include each
 #    other without a cycle; only the lock's files touch a store's lock;
 #  - the public headers include only the system's and each other;
-#  - no C file over 600 lines, no function over 80.
+#  - no C file over 600 lines, no function over 80; no Python module over 600 lines,
+#    and the package's root a short list of names.
 # Each #include "x" is resolved as the compiler would (the file's folder, then -Iinclude
 # -Icommon), so a path that climbs out with ../ is caught too.
 cd "$(dirname "$0")/.." || exit 1
@@ -82,6 +83,16 @@ big=$(find src libgmsfs common -name '*.c' | sort | while read -r f; do
 	[ "$l" -gt 600 ] && echo "$f: $l lines"
 done)
 check "no C file of the daemon, library or common code over 600 lines" "$big"
+
+bigpy=$(find python/gmsfs -name '*.py' | sort | while read -r f; do
+	l=$(wc -l <"$f")
+	[ "$l" -gt 600 ] && echo "$f: $l lines"
+done)
+check "no Python module of the package over 600 lines" "$bigpy"
+# The package's root is the list of its public names: the code lives in modules of one idea each.
+root=$(grep -cvE '^\s*(#|$)' python/gmsfs/__init__.py)
+check "python/gmsfs/__init__.py is a short list of public names (at most 60 lines of code)" \
+	"$([ "$root" -gt 60 ] && echo "python/gmsfs/__init__.py: $root lines of code")"
 
 # Functions open with "{" and close with "}" alone in column 0.
 long=$(find src libgmsfs common -name '*.c' | sort | while read -r f; do

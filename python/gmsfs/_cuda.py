@@ -11,7 +11,7 @@ cannot see is left to connect, which says so."""
 import ctypes
 import os
 
-from .ctl import read_fields
+from ._fields import read_fields
 
 _cu = None  # libcuda once loaded and initialized; False where it cannot be
 

@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from gmsfs.ctl import read_fields
+from gmsfs._fields import read_fields
 
 
 class RequestedLockType(str, enum.Enum):

@@ -1,6 +1,8 @@
 """libgmsfs through ctypes: where it is, its prototypes, its version.
 
-The library is looked for in this order: $GMSFS_LIBRARY (a path), the wheel's own
+Loaded at its first use, not at the package's import (lib is a stand-in until then;
+path, version and version_string are read then too).  The library is looked for in this
+order: $GMSFS_LIBRARY (a path), the wheel's own
 (gmsfs/_native/, with the libmsgpackc it needs: python/wheel_backend.py), the source
 tree's build/ (python/gmsfs lives beside it), then the system's libgmsfs.so.0.
 """
@@ -80,9 +82,6 @@ def _path_of(lib, name):
     return name
 
 
-lib, _name = _load()
-path = _path_of(lib, _name)
-
 _P = ctypes.c_void_p
 _protos = {
     "gmsfs_version": (ctypes.c_int, []),
@@ -145,10 +144,47 @@ _protos = {
     "gmsfs_torch_manifest": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]),
     "gmsfs_text_free": (None, [_P]),
 }
-for _fn, (_res, _args) in _protos.items():
-    f = getattr(lib, _fn)
-    f.restype = _res
-    f.argtypes = _args
+_real = None
+
+
+def _loaded():
+    """The library, loaded, its prototypes set and its version checked, at the first call."""
+    global _real, path, version, version_string
+    if _real is None:
+        real, name = _load()
+        for fn, (res, args) in _protos.items():
+            f = getattr(real, fn)
+            f.restype = res
+            f.argtypes = args
+        path = _path_of(real, name)
+        version = real.gmsfs_version()
+        version_string = real.gmsfs_version_string().decode()
+        if version // 10000 != NEED_MAJOR or (version // 100) % 100 < NEED_MINOR:
+            raise ImportError("gmsfs: %s is libgmsfs %s; this package needs %d.%d or a later %d.x"
+                              % (path, version_string, NEED_MAJOR, NEED_MINOR, NEED_MAJOR))
+        _real = real
+    return _real
+
+
+class _Lib:
+    """libgmsfs's functions as attributes, the library loaded at the first one asked (each
+    kept on the instance after: no lookup through here again)."""
+
+    def __getattr__(self, name):
+        f = getattr(_loaded(), name)
+        setattr(self, name, f)
+        return f
+
+
+lib = _Lib()
+
+
+def __getattr__(name):
+    """path, version, version_string: the library's, read as it loads."""
+    if name in ("path", "version", "version_string"):
+        _loaded()
+        return globals()[name]
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 _load_lib = None
 
@@ -158,6 +194,7 @@ def load_lib():
     build tree, then beside libgmsfs and the system's), at the first use."""
     global _load_lib
     if _load_lib is None:
+        _loaded()  # for path, beside which it may lie
         here = os.path.dirname(os.path.abspath(__file__))
         names = [os.environ.get("GMSFS_LOAD_LIBRARY"), os.path.join(here, "..", "..", "build", "libgmsfs-load.so.0"),
                  os.path.join(os.path.dirname(path), "libgmsfs-load.so.0"), "libgmsfs-load.so.0"]
@@ -178,8 +215,3 @@ def load_lib():
     return _load_lib
 
 
-version = lib.gmsfs_version()
-version_string = lib.gmsfs_version_string().decode()
-if version // 10000 != NEED_MAJOR or (version // 100) % 100 < NEED_MINOR:
-    raise ImportError("gmsfs: %s is libgmsfs %s; this package needs %d.%d or a later %d.x"
-                      % (path, version_string, NEED_MAJOR, NEED_MINOR, NEED_MAJOR))

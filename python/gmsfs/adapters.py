@@ -26,7 +26,7 @@ import errno
 import os
 
 from . import GmsfsError, StaleLayoutError, connect, load, prefetch
-from . import torch as _gt
+from . import _torch_layout as _tl, _torch_materialize as _tm
 
 
 def slot_name(name, slot):
@@ -46,11 +46,11 @@ class AdapterPool:
         if keep < 1:
             raise ValueError("keep: at least 1, not %r" % (keep,))
         self.directory, self.model, self.slot, self.keep, self.timeout = os.fspath(directory), model, slot, keep, timeout
-        self._items = [(key, owner, attr, t, is_param) for name, owner, attr, t, is_param in _gt._tensors(model)
+        self._items = [(key, owner, attr, t, is_param) for name, owner, attr, t, is_param in _tl._tensors(model)
                        for key in (slot_name(name, slot),) if key is not None]
         if not self._items:
             raise ValueError("the model has no tensors in a slot named %r (lora_*.%s.*)" % (slot, slot))
-        self._known = {}  # name: [connection, its binds (gmsfs.torch._bind)], mapped or asleep
+        self._known = {}  # name: [connection, its binds (_tm._bind)], mapped or asleep
         self._awake = collections.OrderedDict()  # the mapped ones, least recently used first
         self.active = None
 
@@ -82,11 +82,11 @@ class AdapterPool:
             # materialize's binding, the slot's names for the module's
             where = {key: (owner._parameters if p else owner._buffers, attr, t, p, owner)
                      for key, owner, attr, t, p in self._items}
-            binds, made, bad, extra = _gt._bind(_gt._manifest(conn), where, _gt._device(conn), ())
-            lacking, tied = _gt._leftover(where, made)
-            missing = _gt._missing(lacking)
+            binds, made, bad, extra = _tm._bind(_tm._manifest(conn), where, _tl._device(conn), ())
+            lacking, tied = _tm._leftover(where, made)
+            missing = _tm._missing(lacking)
             if missing or extra:
-                raise KeyError(_gt._names_differ("adapter (slot %r)" % self.slot, conn.store, missing, sorted(extra)))
+                raise KeyError(_tm._names_differ("adapter (slot %r)" % self.slot, conn.store, missing, sorted(extra)))
             if bad:
                 raise RuntimeError("adapter %s: %d tensor(s) do not match the slot %r, which is unchanged:\n  %s"
                                    % (name, len(bad), self.slot, "\n  ".join(bad)))
@@ -113,7 +113,7 @@ class AdapterPool:
             entry = self._wake(name, entry)
         self._awake[name] = True
         self._awake.move_to_end(name)
-        _gt._assign(entry[1], 2)
+        _tm._assign(entry[1], 2)
         self.active = name
         while len(self._awake) > self.keep:
             self.release(next(iter(self._awake)))

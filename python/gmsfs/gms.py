@@ -47,7 +47,7 @@ from typing import Dict, List, Optional
 
 import gmsfs
 from gmsfs import StaleLayoutError
-from gmsfs.ctl import read_fields
+from gmsfs._fields import read_fields
 
 logger = logging.getLogger(__name__)
 
@@ -55,15 +55,12 @@ __all__ = ["RequestedLockType", "GrantedLockType", "StaleMemoryLayoutError", "Lo
            "get_socket_path", "install", "GetAllocationResponse", "AllocateResponse", "GetLockStateResponse",
            "GetAllocationStateResponse"]
 
-# One module for its users: the names of its parts are all here.
+# GMS's public names, from the parts that hold them; the private ones this module uses.
 from gmsfs._gms_common import (  # noqa: F401
-    AllocateResponse, get_socket_path, get_socket_path_in, GetAllocationResponse,
-    GetAllocationStateResponse, GetLockStateResponse, GrantedLockType,
-    LocalMapping, RequestedLockType, SLOT_PREFIX, StaleMemoryLayoutError, _key_of,
-    _key_path, _local, _metadata_get, _mount_of_device, _new, _PLAIN_KEY,
-    _rehandle, _RW, _slot_of, _state, _store_of)
-from gmsfs._gms_session import (  # noqa: F401
-    _GMSClientSession, _Link, _MODES, _NOT_A_STORE, _Transport)
+    AllocateResponse, get_socket_path, get_socket_path_in, GetAllocationResponse, GetAllocationStateResponse,
+    GetLockStateResponse, GrantedLockType, LocalMapping, RequestedLockType, SLOT_PREFIX, StaleMemoryLayoutError)
+from gmsfs._gms_common import _local, _metadata_get, _rehandle, _RW, _slot_of, _store_of
+from gmsfs._gms_session import _GMSClientSession, _Transport
 
 
 # ---- the memory manager (gpu_memory_service.client.memory_manager) ----

@@ -16,6 +16,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import torch
 
 import gmsfs.torch as gt
+import gmsfs._torch_layout as _tl
 from gmsfs.gms import GMSClientMemoryManager, GrantedLockType, RequestedLockType
 
 logger = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ def _tensor_from_pointer(data_ptr: int, shape: List[int], stride: List[int], dty
     device = device or torch.device("cuda", device_index)
     item = torch.empty((), dtype=dtype).element_size()
     span = (sum(s * (d - 1) for s, d in zip(stride, shape) if d > 0) + 1) if shape else 1
-    raw = gt._bytes_at(data_ptr, span * item, device)
+    raw = _tl._bytes_at(data_ptr, span * item, device)
     return raw.view(dtype).as_strided(list(shape), list(stride))
 
 
@@ -108,7 +109,7 @@ def register_module_tensors(manager: GMSClientMemoryManager, model: torch.nn.Mod
     maps = sorted(c.mappings, key=lambda m: m.ptr)
     for m in maps:  # the C allocator's slabs, known to the manager too
         if m.name not in manager._inverse_mapping:
-            from gmsfs.gms import LocalMapping, _slot_of
+            from gmsfs._gms_common import LocalMapping, _slot_of
             manager._track(LocalMapping(m.name, m.ptr, m.size, m.aligned, 1, m.tag, _slot_of(m.name)))
     for name, tensor, kind in _iter_module_tensors(model):
         ptr = tensor.data_ptr()

@@ -27,17 +27,12 @@ import torch
 
 from . import Connection, GmsfsError, connect
 
-# One module for its users: the names of its parts are all here.
-from gmsfs._torch_layout import (  # noqa: F401
-    ALIGN, PREFIX, SLAB_BYTES, TAG, _bytes_at, _CudaBytes, _device, _DTYPE_NUMBER, _DTYPES, _ITEMSIZE,
-    _private, _storage, _tensors, _where)
-from gmsfs._torch_alloc import (  # noqa: F401
-    allocator, GraphPool)
+# The public names of its parts (its own private helpers import from those modules).
+from gmsfs._torch_layout import ALIGN, PREFIX, SLAB_BYTES, TAG  # noqa: F401
+from gmsfs._torch_layout import _bytes_at, _device, _private, _storage, _tensors
+from gmsfs._torch_alloc import allocator, GraphPool  # noqa: F401
 from gmsfs._torch_refit import refit  # noqa: F401
-from gmsfs._torch_materialize import (  # noqa: F401
-    materialize, _as_params, _assign, _bind, _bind_rows, _DTYPE_NAMES, _fill, _group_tensors, _KEYS,
-    _lacking_buffers, _leftover, _make_buffers, _manifest, _Manifest, _mismatch, _missing,
-    _names_differ, _own_view, _Param, _persistent)
+from gmsfs._torch_materialize import materialize  # noqa: F401
 
 
 # ---- publish ----

@@ -23,6 +23,8 @@ import os
 import torch
 
 import gmsfs
+import gmsfs._torch_layout as _tl
+import gmsfs._torch_materialize as _tm
 
 from . import torch as gt
 
@@ -74,7 +76,7 @@ def recipe(path, model, dtype=None, config_kwargs=None, config=None):
 def _put_buffers(model, conn, made_from):
     """Store model's non-persistent buffers (made by its code) and their recipe, in the
     writer's session conn."""
-    items = [i for i in gt._tensors(model) if not gt._persistent(i[1], i[2], i[4])]
+    items = [i for i in _tl._tensors(model) if not _tm._persistent(i[1], i[2], i[4])]
     if not items or made_from is None:
         return
     entries = gt._entries(conn, items, lambda name: False)

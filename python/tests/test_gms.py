@@ -14,7 +14,7 @@ import gmsfs.ctl
 import gmsfs.gms as gms
 from gmsfs.ctl import read_fields
 from gmsfs.gms import GMSClientMemoryManager, GrantedLockType, RequestedLockType, StaleMemoryLayoutError
-from gmsfs.gms import _GMSClientSession as Session
+from gmsfs._gms_session import _GMSClientSession as Session
 
 
 def waiting_writers(store):
@@ -80,7 +80,8 @@ def test_a_writer_starts_from_nothing_but_its_crash_keeps_the_last_commit(store)
 HOLD_READ = """
 import sys
 import gmsfs.gms as g
-s = g._GMSClientSession(sys.argv[1], g.RequestedLockType.RO, None)
+from gmsfs._gms_session import _GMSClientSession
+s = _GMSClientSession(sys.argv[1], g.RequestedLockType.RO, None)
 print("held", flush=True)
 sys.stdin.readline()
 s.close()
@@ -293,7 +294,7 @@ def test_key_paths_fast_and_pattern_agree():
     # _key_path takes common keys by a few string scans and the rest by the pattern: both
     # must give the same path for any key (random keys over the characters that matter).
     import random
-    from gmsfs.gms import _PLAIN_KEY, _key_path
+    from gmsfs._gms_common import _PLAIN_KEY, _key_path
 
     def by_pattern(key):
         if _PLAIN_KEY.match(key) and len(key) <= 1024 and (key.isascii() or len(key.encode()) <= 1024):

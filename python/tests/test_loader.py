@@ -15,6 +15,7 @@ from conftest import BUILD
 
 import gmsfs
 import gmsfs.torch as gt
+import gmsfs._torch_materialize as _tm
 
 LOAD, SAVE = os.path.join(BUILD, "gmsfs-load"), os.path.join(BUILD, "gmsfs-save")
 DT = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I8": np.int8, "U8": np.uint8, "F64": np.float64}
@@ -120,7 +121,7 @@ def test_layers_of_one_kind_lie_side_by_side(store, tmp_path):
     assert r.returncode == 0, r.stderr
     with gmsfs.connect(store, "ro") as c:
         c.import_all()
-        groups = [g[-1] for g in gt._manifest(c).groups]
+        groups = [g[-1] for g in _tm._manifest(c).groups]
         assert len(c.mappings) == 3  # 24 tensors 512 bytes apart, 10 a slab
         assert len(groups) == 3 + 2, groups  # a run per kind, each slab's end cutting one
         m = torch.nn.Module()

@@ -561,8 +561,8 @@ def test_small_inputs_are_refused_with_reasons(mnt):
     with gmsfs.connect(s, "rw", timeout=10) as c:
         import ctypes
         sp = ctypes.c_void_p()
-        assert gmsfs._c.gmsfs_space_new_range(c._handle(), 0, ctypes.byref(sp)) == -22
-        assert b"span of 0" in gmsfs._c.gmsfs_errmsg(c._handle())
+        assert gmsfs._lib.lib.gmsfs_space_new_range(c._handle(), 0, ctypes.byref(sp)) == -22
+        assert b"span of 0" in gmsfs._lib.lib.gmsfs_errmsg(c._handle())
     # A refused size leaves no unsized allocation behind: the commit after it works.
     os.setxattr(s, "user.gms.quota", b"1M")
     w = subprocess.run(["sh", "-c", 'exec 9>"$1/lock"; truncate -s 4M "$1/allocs/x"; echo rc=$?; '

@@ -11,6 +11,8 @@ torch = pytest.importorskip("torch")
 
 import gmsfs
 import gmsfs.torch as gt
+import gmsfs._torch_layout as _tl
+import gmsfs._torch_materialize as _tm
 from conftest import run_py
 
 MODEL = """
@@ -103,7 +105,7 @@ def test_tensors_that_lie_a_layer_apart_are_viewed_by_groups(store):
     torch.manual_seed(3)
     src = Layers()
     c = gt.publish(src, store)
-    man = gt._manifest(c)
+    man = _tm._manifest(c)
     sizes = sorted(len(g[8]) for g in man.groups)
     # q and v lie 2 KiB apart, layer after layer: one group; k, norm weight, norm bias one each
     assert sizes == [6, 6, 6, 12], sizes
@@ -167,7 +169,7 @@ def test_random_layouts_come_back_tensor_by_tensor(store):
         if "p0" in src._parameters:
             src.tied = src.p0
         private = [n for n in names if rnd.random() < 0.2]
-        want = {n: t.clone() for n, _, _, t, _ in gt._tensors(src)}  # publish rebinds src onto the store
+        want = {n: t.clone() for n, _, _, t, _ in _tl._tensors(src)}  # publish rebinds src onto the store
         s = "%s-%d" % (store, seed)
         os.mkdir(s)
         gt.publish(src, s, private=private).close()
@@ -180,7 +182,7 @@ def test_random_layouts_come_back_tensor_by_tensor(store):
         if dst._parameters.get("p0") is not None:
             dst.tied = dst.p0
         gt.materialize(dst, s)
-        got = {n: t for n, _, _, t, _ in gt._tensors(dst)}
+        got = {n: t for n, _, _, t, _ in _tl._tensors(dst)}
         assert got.keys() == want.keys()
         for n, t in want.items():
             assert got[n].dtype == t.dtype and torch.equal(got[n], t), (seed, n)

@@ -150,7 +150,7 @@ def test_a_wait_interrupted_at_every_try_ends_at_its_deadline():
         return -errno.EINTR
     t = time.monotonic()
     with pytest.raises(gmsfs.GmsfsError) as e:
-        gmsfs._waiting(200, always_interrupted, "connect s")
+        gmsfs._errors._waiting(200, always_interrupted, "connect s")
     took = time.monotonic() - t
     assert e.value.errno == errno.ETIMEDOUT and "within 200 ms" in str(e.value)
     assert 0.2 <= took < 0.5 and tries[0] == 200 and min(tries) >= 1, (took, tries[:3])

@@ -44,6 +44,7 @@ kind, store, folder = sys.argv[1], sys.argv[2], sys.argv[3]
 t0 = time.perf_counter()
 import torch, transformers
 import gmsfs, gmsfs.torch as gt, gmsfs.transformers as gtf
+import gmsfs._torch_layout as _tl, gmsfs._torch_materialize as _tm
 import floor  # tests/gpu
 # The model's class too (transformers imports its module lazily, ~6 s), as an engine
 # resolves its architectures at start: from_pretrained pays it as well.
@@ -81,7 +82,7 @@ elif kind == "parts":  # the same as gmsfs, step by step, with PyTorch's own vie
     out.update(build_meta_s=t1 - t0, connect_import_s=t2 - t1, materialize_s=t3 - t2)
     out["zero_copy"] = all(c.find_ptr(p.data_ptr()) for p in m.parameters())
     out["stored_buffers"] = all(c.find_ptr(b.data_ptr()) for b in m.buffers())
-    out["groups"], out["tensors"] = len(gt._manifest(c).groups), len(list(m.parameters())) + len(list(m.buffers()))
+    out["groups"], out["tensors"] = len(_tm._manifest(c).groups), len(list(m.parameters())) + len(list(m.buffers()))
     out["views_floor_s"] = floor.views_floor(m)
 elif kind == "override":  # another rope theta than the loader's: this engine makes its own inv_freq
     cfg = transformers.AutoConfig.from_pretrained(folder)
@@ -95,7 +96,7 @@ elif kind == "override":  # another rope theta than the loader's: this engine ma
     stored = m._gmsfs.meta_get("torch/model.rotary_emb.inv_freq")
     own = type(rotary)(config=m.config, device="cpu").inv_freq  # transformers' own, for this config
     out["own_buffers"] = m._gmsfs.find_ptr(inv.data_ptr()) is None
-    out["inv_freq_ok"] = torch.equal(inv.cpu(), own) and not torch.equal(inv.cpu(), gt._bytes_at(
+    out["inv_freq_ok"] = torch.equal(inv.cpu(), own) and not torch.equal(inv.cpu(), _tl._bytes_at(
         stored.ptr, stored.size, inv.device).view(torch.float32).cpu())
     print(json.dumps(out), flush=True)
     sys.exit(0)

@@ -5,14 +5,15 @@ import sys
 import time
 
 import torch
-import gmsfs.torch as gt
+import gmsfs._torch_layout as _tl
+import gmsfs._torch_materialize as _tm
 
 
 def views_floor(m):
     """Seconds PyTorch takes to give m's tensors (already on their memory) a view of a
     ready base each, one Parameter (or buffer) and one assignment: what materialize does,
     with the walk of the module and the bases prepared beforehand."""
-    items = [(owner, attr, t) for _, owner, attr, t, _ in gt._tensors(m)]
+    items = [(owner, attr, t) for _, owner, attr, t, _ in _tl._tensors(m)]
     bases = {}  # by storage and dtype (one region's storage holds tensors of several dtypes)
     for _, _, t in items:
         s = t.untyped_storage()
@@ -34,7 +35,7 @@ def _bases(conn):
     made as materialize makes them (one per region and dtype); and the seconds that
     making the bases took (a tensor over each region from its pointer, then one of each
     dtype: PyTorch's own work too, for views of memory it did not allocate)."""
-    man, dev = gt._manifest(conn), gt._device(conn)
+    man, dev = _tm._manifest(conn), _tl._device(conn)
     rows, keys = {}, {}
     for name, region, vi, off, _, _ in man.places():
         v = man.values[vi]
@@ -46,7 +47,7 @@ def _bases(conn):
     bytes_of, bases = {}, {}
     for (region, dtype), isz in keys.items():
         if region not in bytes_of:
-            bytes_of[region] = gt._bytes_at(*man.regions[region], dev)
+            bytes_of[region] = _tl._bytes_at(*man.regions[region], dev)
         b = bytes_of[region]
         n = b.shape[0]
         bases[region, dtype] = (b[:n - n % isz] if n % isz else b).view(dtype)  # as materialize
@@ -62,7 +63,7 @@ def views_floor_fresh(m, conn):
     gets the views."""
     rows, dev, bases_s = _bases(conn)
     items = [(owner, attr) + (rows[name][0], rows[name][1][1], rows[name][1][2], rows[name][2])
-             for name, owner, attr, t, is_param in gt._tensors(m) if name in rows]
+             for name, owner, attr, t, is_param in _tl._tensors(m) if name in rows]
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     sync()
     t0 = time.perf_counter()

@@ -34,6 +34,7 @@ os.environ["GMSFS_BUILD"] = os.path.relpath(build, os.path.join(HERE, "..", ".."
 import torch  # noqa: E402
 import gmsfs  # noqa: E402
 import gmsfs.torch as gt  # noqa: E402
+import gmsfs._torch_layout as _tl  # noqa: E402
 from manager import Manager  # noqa: E402
 from synth import checkpoint  # noqa: E402
 
@@ -42,7 +43,7 @@ MiB = 1 << 20
 
 def sums(c):
     """Per allocation: the sum of its bytes, on the device."""
-    return {m.name: int(gt._bytes_at(m.ptr, m.size, torch.device("cuda")).sum(dtype=torch.int64))
+    return {m.name: int(_tl._bytes_at(m.ptr, m.size, torch.device("cuda")).sum(dtype=torch.int64))
             for m in c.mappings}
 
 

@@ -27,7 +27,7 @@ from tap import check, done  # noqa: E402
 
 import torch  # noqa: E402
 import gmsfs  # noqa: E402
-from gmsfs.torch import _bytes_at  # noqa: E402
+from gmsfs._torch_layout import _bytes_at  # noqa: E402
 from tier_gpu_reader import sums  # noqa: E402
 
 GiB = 1 << 30

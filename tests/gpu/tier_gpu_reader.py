@@ -1,6 +1,6 @@
 """The checksum tier_gpu.py's readers compute (a module, so a fresh process imports it)."""
 import torch
-from gmsfs.torch import _bytes_at
+from gmsfs._torch_layout import _bytes_at
 
 
 def sums(conn):

@@ -85,6 +85,7 @@ def role_llama(kind, store):
     import torch
     import gmsfs
     import gmsfs.torch as gt
+    import gmsfs._torch_layout as _tl
     torch.cuda.init()
     torch.empty(1, device="cuda")
     t0 = time.perf_counter()
@@ -146,6 +147,7 @@ def role_writer8b(store_slabs, store_tensors, store_packed):
     import torch
     import gmsfs
     import gmsfs.torch as gt
+    import gmsfs._torch_layout as _tl
     torch.cuda.init()
     torch.empty(1, device="cuda")  # a current context: the library maps in it
     out = {}
@@ -170,7 +172,7 @@ def role_writer8b(store_slabs, store_tensors, store_packed):
     entries = []
     for i, (name, p) in enumerate(m.named_parameters()):
         a = t.create("t%03d" % i, p.numel() * 2, tag="torch")
-        gt._bytes_at(a.ptr, a.size, p.device).copy_(gt._bytes_at(p.data_ptr(), a.size, p.device))
+        _tl._bytes_at(a.ptr, a.size, p.device).copy_(_tl._bytes_at(p.data_ptr(), a.size, p.device))
         entries.append({"key": "torch/" + name, "alloc": a.name, "size": a.size, "value": json.dumps(
             {"dtype": "bfloat16", "shape": list(p.shape), "stride": list(p.stride()), "storage_offset": 0,
              "param": True}, separators=(",", ":"))})
@@ -203,6 +205,7 @@ def role_reader8b(store):
     import torch
     import gmsfs
     import gmsfs.torch as gt
+    import gmsfs._torch_layout as _tl
     import floor  # tests/gpu
     t_import = time.perf_counter() - t0
     t0 = time.perf_counter()

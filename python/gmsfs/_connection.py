@@ -1,0 +1,340 @@
+"""Connection: one lock on one store, and what it maps and reads (gmsfs.connect)."""
+import ctypes
+import errno as _errno
+import json as _json
+import os as _os
+from collections import namedtuple
+
+from . import _cuda, _lib
+from ._errors import GmsfsError, _raise, _ms, _waiting
+from ._lib import lib as _c
+from ._ranges import Space
+
+Mapping = namedtuple("Mapping", "name tag ptr size aligned writable")
+Mapping.__doc__ = "An allocation mapped in this process: ptr stays valid until it is freed or the connection closes."
+Entry = namedtuple("Entry", "key alloc offset size private value ptr")
+Entry.__doc__ = ("A metadata entry: the extent [offset, offset+size) of allocation alloc, its value (bytes), "
+                 "and ptr, where the extent is in this process (a copy of its own if private; None if unmapped).")
+
+_MODES = {"ro": _lib.RO, "rw": _lib.RW, "auto": _lib.RW_OR_RO}
+_NAMES = {_lib.RO: "ro", _lib.RW: "rw"}
+
+
+def connect(store, mode="ro", timeout=None):
+    """Connect to store (a directory of a gmsfs mount) and take its lock.
+
+    mode: "ro" (a reader: waits for a committed layout and for the writer), "rw" (the
+    writer; it starts from the last committed layout) or "auto" (rw where nothing is
+    committed, else ro, as GMS's RW_OR_RO).  timeout: seconds to wait for the lock,
+    0 for one try (EAGAIN), None for as long as it takes."""
+    if mode not in _MODES:
+        raise ValueError("mode: 'ro', 'rw' or 'auto', not %r" % (mode,))
+    return Connection(store, _MODES[mode], _ms(timeout))
+
+
+def prefetch(store):
+    """Ask for a store on the host tier to come back to the device, without waiting (an
+    adapter needed soon).  Nothing to do for a store on the device."""
+    with open(_os.path.join(store, "prefetch"), "w") as f:
+        f.write("\n")
+
+
+def _entry(key, alloc, offset, value, size, private):
+    """An entry for gmsfs_meta_put_many; a str value is UTF-8."""
+    if type(value) is not bytes:
+        value = value.encode() if isinstance(value, str) else bytes(value)
+    return _lib.Entry(key.encode(), alloc.encode(), offset, size, _lib.ENTRY_PRIVATE if private else 0, value,
+                      len(value))
+
+
+class Connection:
+    """One lock on one store.  A context manager: leaving it disconnects (a writer that
+    did not commit is rolled back).  Use it from one thread at a time."""
+
+    def __init__(self, store, mode, timeout_ms):
+        self.store = str(store)
+        self._g = ctypes.c_void_p()
+        path = self.store.encode()
+        _cuda.make_current(self.store)  # libgmsfs maps in the thread's context: the GPU's, if none
+
+        def attempt(ms):
+            if self._g:
+                _c.gmsfs_disconnect(self._g)  # an interrupted try's handle
+                self._g = ctypes.c_void_p()
+            return _c.gmsfs_connect(ctypes.byref(self._g), path, mode | _lib.EINTR, ms)
+
+        try:
+            e = _waiting(timeout_ms, attempt, "connect %s" % self.store)
+        except GmsfsError:
+            _c.gmsfs_disconnect(self._g)
+            self._g = ctypes.c_void_p()
+            raise
+        if e:
+            g = self._g
+            self._g = ctypes.c_void_p()
+            try:
+                _raise(e, "connect %s" % self.store, g)
+            finally:
+                _c.gmsfs_disconnect(g)
+
+    # ---- the connection ----
+    def close(self):
+        """Unmap everything, give the lock back."""
+        if self._g:
+            _c.gmsfs_disconnect(self._g)
+            self._g = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    # One lock held by this process: a copy of what holds the connection (a model that
+    # materialize bound, copy.deepcopy(model)) shares it; it does not travel to another.
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        raise TypeError("a gmsfs connection is a lock this process holds on %s and cannot be pickled: "
+                        "connect in the other process" % self.store)
+
+    def _handle(self):
+        if not self._g:
+            raise GmsfsError(_errno.EBADF, "the connection is closed")
+        return self._g
+
+    def _check(self, e, what):
+        if e:
+            _raise(e, what, self._g)
+
+    @property
+    def lock_mode(self):
+        """"ro", "rw", or None while unmapped (between unmap_all and remap_all)."""
+        return _NAMES.get(_c.gmsfs_lock_mode(self._handle()))
+
+    @property
+    def backend(self):
+        """"cuda" (pointers are device pointers) or "host"."""
+        return {_lib.BACKEND_HOST: "host", _lib.BACKEND_CUDA: "cuda"}.get(_c.gmsfs_backend(self._handle()))
+
+    @property
+    def layout_hash(self):
+        """The committed layout's hash, 32 hex digits; "" when nothing is committed."""
+        buf = ctypes.create_string_buffer(33)
+        self._check(_c.gmsfs_layout_hash(self._handle(), buf), "layout_hash")
+        return buf.value.decode()
+
+    @property
+    def generation(self):
+        """The store's commits so far as this connection last learned them (when its lock
+        was granted, at its commit, at layout_hash): 0 when nothing was committed then.
+        No round trip."""
+        return _c.gmsfs_generation(self._handle())
+
+    @property
+    def total_bytes(self):
+        return _c.gmsfs_total_bytes(self._handle())
+
+    # ---- mappings ----
+    @staticmethod
+    def _mapping(m):
+        return Mapping(m.name.decode(), m.tag.decode(), m.ptr, m.size, m.aligned, bool(m.writable))
+
+    @property
+    def mappings(self):
+        """This connection's mappings, in creation or import order."""
+        p = ctypes.POINTER(_lib.Mapping)()
+        n = _c.gmsfs_mappings(self._handle(), ctypes.byref(p))
+        return [self._mapping(p[i]) for i in range(n)]
+
+    def find(self, name):
+        m = _lib.Mapping()
+        e = _c.gmsfs_find(self._handle(), name.encode(), ctypes.byref(m))
+        if e == -_errno.ENOENT:
+            raise KeyError(name)
+        self._check(e, "find %s" % name)
+        return self._mapping(m)
+
+    def find_ptr(self, ptr):
+        """(Mapping, offset) of the mapping that holds address ptr, or None."""
+        m, off = _lib.Mapping(), ctypes.c_uint64()
+        if _c.gmsfs_find_ptr(self._handle(), ctypes.c_void_p(ptr), ctypes.byref(m), ctypes.byref(off)):
+            return None
+        return self._mapping(m), off.value
+
+    def create(self, name, size, tag=None):
+        """A new allocation allocs/NAME of size bytes, mapped read-write (a writer's)."""
+        p = ctypes.c_void_p()
+        self._check(_c.gmsfs_create(self._handle(), name.encode(), size, tag.encode() if tag else None,
+                                    ctypes.byref(p)), "create %s" % name)
+        return self.find(name)
+
+    def create_many(self, allocs):
+        """New allocations in one request, all or nothing: each a (name, size) or (name, size, tag)
+        tuple or a dict with those keys.  Returns their Mappings, in order."""
+        rows = []
+        for x in allocs:
+            if isinstance(x, dict):
+                x = (x["name"], x["size"], x.get("tag"))
+            name, size, tag = tuple(x) + (None,) * (3 - len(x))
+            rows.append((name.encode(), size, tag.encode() if tag else None))
+        arr = (_lib.New * len(rows))(*[_lib.New(n, s, t, None) for n, s, t in rows])
+        self._check(_c.gmsfs_create_many(self._handle(), arr, len(rows)),
+                    "create_many (%d allocations)" % len(rows))
+        return [self.find(n.decode()) for n, _, _ in rows]
+
+    def free(self, what):
+        """Unmap and delete an allocation (a Mapping, its name or its pointer) and the entries naming it.
+        By name it need not be mapped: a writer that replaces committed allocations without
+        importing them never holds them writable, and its crash leaves the last commit whole."""
+        if isinstance(what, str):
+            return self._check(_c.gmsfs_free_name(self._handle(), what.encode()), "free %s" % what)
+        ptr = what.ptr if isinstance(what, Mapping) else what
+        self._check(_c.gmsfs_free(self._handle(), ctypes.c_void_p(ptr)), "free")
+
+    def import_all(self):
+        """Map every allocation of the layout and load its metadata (one round trip)."""
+        self._import_all()
+        return self.mappings
+
+    def _import_all(self):
+        """import_all without the list of mappings (a Mapping each: tens of us for a model)."""
+        self._check(_c.gmsfs_import_all(self._handle()), "import_all")
+
+    def import_one(self, name):
+        p = ctypes.c_void_p()
+        self._check(_c.gmsfs_import(self._handle(), name.encode(), ctypes.byref(p)), "import %s" % name)
+        return self.find(name)
+
+    # ---- metadata ----
+    def meta_put(self, key, alloc, offset=0, value=b"", size=0, private=False):
+        """One entry, meta_put_many's fields: a GMS-style writer puts one per tensor, so
+        this is meta_put_many's work without its lists."""
+        self._check(_c.gmsfs_meta_put_many(self._handle(), _entry(key, alloc, offset, value, size, private), 1),
+                    "meta_put")
+
+    def meta_put_many(self, entries):
+        """Put entries in one round trip, all or nothing.  Each is a dict (key, alloc, offset=0,
+        value=b"", size=0, private=False) or a tuple in that order; a str value is UTF-8."""
+        rows = []  # each Entry keeps its bytes alive (ctypes' c_char_p fields hold them)
+        defaults = (None, None, 0, b"", 0, False)
+        for x in entries:
+            if isinstance(x, dict):
+                x = (x["key"], x["alloc"], x.get("offset", 0), x.get("value", b""), x.get("size", 0),
+                     x.get("private", False))
+            key, alloc, offset, value, size, private = tuple(x) + defaults[len(x):]
+            rows.append(_entry(key, alloc, offset, value, size, private))
+        arr = (_lib.Entry * len(rows))(*rows)
+        self._check(_c.gmsfs_meta_put_many(self._handle(), arr, len(rows)), "meta_put")
+
+    def meta_get(self, key):
+        m = _lib.Meta()
+        e = _c.gmsfs_meta_get(self._handle(), key.encode(), ctypes.byref(m))
+        if e == -_errno.ENOENT:
+            raise KeyError(key)
+        self._check(e, "meta_get %s" % key)
+        try:
+            value = ctypes.string_at(m.value, m.value_len) if m.value_len else b""
+            return Entry(key, m.alloc.decode() if m.alloc else None, m.offset, m.size,
+                         bool(m.flags & _lib.ENTRY_PRIVATE), value, m.ptr)
+        finally:
+            _c.gmsfs_meta_free(ctypes.byref(m))
+
+    def meta_list(self, prefix=""):
+        """Keys that start with prefix, sorted."""
+        keys, n = ctypes.POINTER(ctypes.c_char_p)(), ctypes.c_size_t()
+        self._check(_c.gmsfs_meta_list(self._handle(), prefix.encode(), ctypes.byref(keys), ctypes.byref(n)),
+                    "meta_list")
+        try:
+            return [keys[i].decode() for i in range(n.value)]
+        finally:
+            _c.gmsfs_list_free(keys, n.value)
+
+    def meta_items(self, prefix=""):
+        """Every entry whose key starts with prefix, sorted by key, in one library call."""
+        keys, v, n = ctypes.POINTER(ctypes.c_char_p)(), ctypes.POINTER(_lib.Meta)(), ctypes.c_size_t()
+        self._check(_c.gmsfs_meta_get_all(self._handle(), prefix.encode(), ctypes.byref(keys), ctypes.byref(v),
+                                          ctypes.byref(n)), "meta_items")
+        try:
+            out = []
+            for i in range(n.value):
+                m = v[i]
+                alloc, vlen = m.alloc, m.value_len
+                out.append(Entry(keys[i].decode(), alloc.decode() if alloc else None, m.offset, m.size,
+                                 bool(m.flags & _lib.ENTRY_PRIVATE),
+                                 ctypes.string_at(m.value, vlen) if vlen else b"", m.ptr))
+            return out
+        finally:
+            _c.gmsfs_meta_free_all(keys, v, n.value)
+
+    def meta_delete(self, key):
+        self._check(_c.gmsfs_meta_delete(self._handle(), key.encode()), "meta_delete %s" % key)
+
+    def meta_json(self, key):
+        """An entry whose value is JSON, decoded."""
+        return _json.loads(self.meta_get(key).value)
+
+    # ---- publishing, sleeping ----
+    def commit(self, unmap=False):
+        """Validate and publish; the mappings become read-only, the lock a read lock.
+        unmap=True: then unmap_all at once, the mappings not made read-only in between
+        (GMS's commit, which unmaps its writer; half the CUDA calls of the two)."""
+        if unmap:
+            self._check(_c.gmsfs_commit_unmap_all(self._handle()), "commit")
+        else:
+            self._check(_c.gmsfs_commit(self._handle()), "commit")
+
+    def unmap_all(self):
+        """Unmap everything, keep every address reserved, give the lock back."""
+        self._check(_c.gmsfs_unmap_all(self._handle()), "unmap_all")
+
+    def remap_all(self, timeout=None):
+        """Lock again and map the same layout at the same addresses (StaleLayoutError if it changed)."""
+        g = self._handle()
+        self._check(_waiting(_ms(timeout), lambda ms: _c.gmsfs_remap_all(g, ms), "remap_all"), "remap_all")
+
+    def reallocate_all(self, timeout=None):
+        """A writer: fresh memory behind the same addresses, to fill and commit."""
+        g = self._handle()
+        self._check(_waiting(_ms(timeout), lambda ms: _c.gmsfs_reallocate_all(g, ms), "reallocate_all"),
+                    "reallocate_all")
+
+    def space(self, span=None):
+        """A new virtual space: this connection's allocations at addresses of their own
+        (Space.map), the same memory.  span: one range of span bytes, where mappings lie
+        side by side in the order they are mapped.  Freed by Space.free, or with the
+        connection."""
+        return Space(self, span)
+
+    # ---- views on the host backend ----
+    def buffer(self, ptr, nbytes, writable=False):
+        """A ctypes array over nbytes at ptr (host backend): what numpy and torch.frombuffer take."""
+        if self.backend != "host":
+            raise GmsfsError(_errno.EINVAL, "buffer: the store is on a GPU: its pointers are device pointers")
+        return (ctypes.c_uint8 * nbytes).from_address(ptr)
+
+    def array(self, what, dtype="uint8", shape=None, offset=0):
+        """A numpy array over an allocation (a name or Mapping) or an Entry's extent, without a copy
+        (host backend).  Read-only unless the mapping is writable."""
+        import numpy as np
+        if isinstance(what, Entry):
+            ptr, nbytes, writable = what.ptr, what.size, what.private
+        else:
+            m = what if isinstance(what, Mapping) else self.find(what)
+            ptr, nbytes, writable = m.ptr + offset, m.size - offset, m.writable
+        if ptr is None:
+            raise GmsfsError(_errno.ENOENT, "array: not mapped (import first)")
+        dtype = np.dtype(dtype)
+        count = (nbytes // dtype.itemsize) if shape is None else int(np.prod(shape))
+        a = np.frombuffer(self.buffer(ptr, nbytes), dtype=dtype, count=count)
+        if shape is not None:
+            a = a.reshape(shape)
+        a.flags.writeable = bool(writable)
+        return a
