@@ -89,6 +89,19 @@ static int do_getxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 	return o.m ? xattr_value(&o, xattr_of(o.m, name), val, size) : -ENODATA;
 }
 
+/* getxattr's and listxattr's reply: n bytes of buf (-errno: the error), the size alone
+ * when the caller asked it (size 0), ERANGE when its buffer is short. */
+static void reply_xattr(fuse_req_t req, const char *buf, int n, size_t size)
+{
+	if (n < 0)
+		return (void)fuse_reply_err(req, -n);
+	if (!size)
+		return (void)fuse_reply_xattr(req, (size_t)n);
+	if ((size_t)n > size)
+		return (void)fuse_reply_err(req, ERANGE);
+	fuse_reply_buf(req, buf, (size_t)n);
+}
+
 void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct fs *fs = fs_of(req);
@@ -96,13 +109,7 @@ void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 	pthread_mutex_lock(&fs->mu);
 	int n = do_getxattr(req, fs, ino, name, val, sizeof val);
 	pthread_mutex_unlock(&fs->mu);
-	if (n < 0)
-		return (void)fuse_reply_err(req, -n);
-	if (!size)
-		return (void)fuse_reply_xattr(req, (size_t)n);
-	if ((size_t)n > size)
-		return (void)fuse_reply_err(req, ERANGE);
-	fuse_reply_buf(req, val, (size_t)n);
+	reply_xattr(req, val, n, size);
 }
 
 static int do_listxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, char *list, size_t size)
@@ -147,13 +154,7 @@ void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	pthread_mutex_lock(&fs->mu);
 	int n = do_listxattr(req, fs, ino, list, sizeof list);
 	pthread_mutex_unlock(&fs->mu);
-	if (n < 0)
-		return (void)fuse_reply_err(req, -n);
-	if (!size)
-		return (void)fuse_reply_xattr(req, (size_t)n);
-	if ((size_t)n > size)
-		return (void)fuse_reply_err(req, ERANGE);
-	fuse_reply_buf(req, list, (size_t)n);
+	reply_xattr(req, list, n, size);
 }
 
 static int set_value(struct meta_node *m, enum xattr x, const char *value, size_t size)

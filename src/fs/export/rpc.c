@@ -285,19 +285,31 @@ static int collect(struct fs_handle *h, const struct wire_body *body, struct xse
 	return e;
 }
 
+/* The handle r's ticket stands for, counted as a socket request, if the ticket is of the
+ * kind the op takes (channel: BIND's; else REDEEM's); NULL with *e and why otherwise. */
+static struct fs_handle *redeemed(struct fs *fs, const struct rpc_req *r, bool channel, enum ticket_kind *kind, int *e,
+				  char *why, size_t whylen)
+{
+	struct fs_handle *h = ticket_redeem(fs, r->ticket, r->pid, r->uid, kind, e, why, whylen);
+	if (!h)
+		return NULL;
+	h->store->socket_requests++;
+	if ((*kind == TICKET_CHANNEL) != channel) {
+		snprintf(why, whylen, "%s", channel ? "an export ticket is for REDEEM" : "a channel ticket is for BIND");
+		*e = -EINVAL;
+		return NULL;
+	}
+	return h;
+}
+
 /* REDEEM: what an EXPORT or EXPORT_ALL ticket stands for. */
 static int do_redeem(struct fs *fs, const struct rpc_req *r, struct xset *s, char *why, size_t whylen)
 {
 	enum ticket_kind kind;
 	int e = 0;
-	struct fs_handle *h = ticket_redeem(fs, r->ticket, r->pid, r->uid, &kind, &e, why, whylen);
+	struct fs_handle *h = redeemed(fs, r, false, &kind, &e, why, whylen);
 	if (!h)
 		return e;
-	h->store->socket_requests++;
-	if (kind == TICKET_CHANNEL) {
-		snprintf(why, whylen, "a channel ticket is for BIND");
-		return -EINVAL;
-	}
 	if (kind == TICKET_EXPORT_ALL)
 		return collect(h, NULL, s, why, whylen);
 	s->read_only = !lock_writes(h);
@@ -312,19 +324,13 @@ static int do_redeem(struct fs *fs, const struct rpc_req *r, struct xset *s, cha
 	return e;
 }
 
+/* BIND: a channel ticket binds the connection to its handle. */
 static int do_bind(struct fs *fs, const struct rpc_req *r, char *why, size_t whylen)
 {
 	enum ticket_kind kind;
 	int e = 0;
-	struct fs_handle *h = ticket_redeem(fs, r->ticket, r->pid, r->uid, &kind, &e, why, whylen);
-	if (!h)
-		return e;
-	h->store->socket_requests++;
-	if (kind != TICKET_CHANNEL) {
-		snprintf(why, whylen, "an export ticket is for REDEEM");
-		return -EINVAL;
-	}
-	return sock_bind(fs, r->conn, h, r->pid, r->uid);
+	struct fs_handle *h = redeemed(fs, r, true, &kind, &e, why, whylen);
+	return h ? sock_bind(fs, r->conn, h, r->pid, r->uid) : e;
 }
 
 /* The bound handle, if it may do op; fs->mu held.  count: this is the request's one
