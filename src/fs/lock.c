@@ -11,6 +11,7 @@
 #include "node.h"
 #include "store.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -141,7 +142,9 @@ static int try_lock(struct store *st, enum lock_want want, pid_t tgid, enum lock
 	if (r < 0)
 		return store_cannot_tell(st, r);
 	if (r) {
-		fsm_join(&st->lock.fsm);
+		int joined = fsm_join(&st->lock.fsm);
+		assert(joined == 0); /* a member joins a session that runs */
+		(void)joined;
 		st->lock.gen++;
 		*out = HOLD_SESSION;
 		return 0;
@@ -270,7 +273,9 @@ void lock_release(struct fs_handle *h)
 	struct store *st = h->store;
 	bool room = false;
 	if (h->hold == HOLD_READ) {
-		fsm_release_read(&st->lock.fsm);
+		int released = fsm_release_read(&st->lock.fsm);
+		assert(released == 0); /* a read handle is one of the FSM's readers */
+		(void)released;
 		if (reader_drop(&st->lock, h->tgid, false))
 			store_readers_changed(st);
 		room = !st->lock.fsm.readers; /* idle now: it may give way */
@@ -307,7 +312,9 @@ int lock_commit(struct store *st)
 		lock_changed(st);
 		return e;
 	}
-	fsm_commit(&st->lock.fsm);
+	int committed = fsm_commit(&st->lock.fsm);
+	assert(committed == 0); /* only the session's members commit */
+	(void)committed;
 	st->lock.commits++;
 	fs_busy(st->fs); /* its engines map it now: host memory ahead waits (tier.c) */
 	struct meta_stats ms;
@@ -429,8 +436,11 @@ static void inherited_go(struct store *st, struct lock_reader *r, unsigned k)
 	struct lock *l = &st->lock;
 	pid_t pid = r->pid;
 	bool last = k >= r->inherited, gone = false;
+	assert(k <= r->inherited && k <= l->inherited);
 	for (unsigned i = 0; i < k; i++) {
-		fsm_release_read(&l->fsm);
+		int released = fsm_release_read(&l->fsm);
+		assert(released == 0); /* an inherited hold is one of the FSM's readers */
+		(void)released;
 		l->inherited--;
 		gone |= reader_drop(l, pid, true);
 	}

@@ -6,6 +6,7 @@
 #include "grow.h"
 #include "why.h"
 
+#include <assert.h>
 #include <stdarg.h>
 
 #include <errno.h>
@@ -187,7 +188,8 @@ void store_get(struct store *st)
 
 void store_put(struct store *st, unsigned n)
 {
-	st->refs -= n < st->refs ? n : st->refs;
+	assert(n <= st->refs); /* no more given back than taken (a forget's nlookup included) */
+	st->refs -= n;
 	if (st->refs)
 		return;
 	struct fs *fs = st->fs;

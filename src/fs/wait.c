@@ -13,6 +13,7 @@
 #include "caller.h"
 #include "store.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>
@@ -50,7 +51,9 @@ static void finish(struct fs_waiter *w, int e)
 	struct store *st = w->st;
 	if (w->state == WAIT_PARKED) {
 		dequeue(&st->lock.waiters, w);
-		fsm_wait_end(&st->lock.fsm, w->as_writer);
+		int ended = fsm_wait_end(&st->lock.fsm, w->as_writer);
+		assert(ended == 0); /* a parked waiter is counted as waiting */
+		(void)ended;
 		store_notify(st);
 		if (e && w->as_writer)
 			lock_changed(st); /* a writer that stops waiting lets the readers it held back in */

@@ -6,6 +6,7 @@
 #include "hash.h"
 #include "probe.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +137,7 @@ int meta_link(struct meta_node *dir, struct meta_node *n)
 /* Drop one hold; the memory goes with the last, the struct with the last lookup too. */
 void meta_unhold(struct meta_node *n)
 {
+	assert(n->holds > 0);
 	if (--n->holds)
 		return;
 	struct meta_store *s = n->store;
@@ -317,9 +319,8 @@ void meta_lookup_ref(struct meta_node *n)
 
 void meta_forget(struct meta_node *n, uint64_t nlookup)
 {
-	if (!n->lookups)
-		return;
-	n->lookups -= nlookup < n->lookups ? nlookup : n->lookups;
+	assert(nlookup <= n->lookups); /* the kernel forgets what it looked up, no more */
+	n->lookups -= nlookup;
 	struct meta_graveyard *k = kernel_of(n), *g = n->grave;
 	if (!n->lookups && k)
 		k->known--;

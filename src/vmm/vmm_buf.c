@@ -4,6 +4,7 @@
 #include "vmm.h"
 #include "vmm_internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +43,9 @@ void vmm_pool_get(struct vmm_pool *p)
 
 void vmm_pool_put(struct vmm_pool *p)
 {
-	if (!p || atomic_fetch_sub(&p->refs, 1) != 1)
+	unsigned refs = p ? atomic_fetch_sub(&p->refs, 1) : 0;
+	assert(!p || refs > 0); /* no more puts than gets */
+	if (!p || refs != 1)
 		return;
 	if (atomic_load(&p->min))
 		vmm_pool_set_min(p, 0);
@@ -132,7 +135,9 @@ void vmm_buf_get(struct vmm_buf *b)
 
 void vmm_buf_put(struct vmm_buf *b)
 {
-	if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
+	unsigned refs = b ? atomic_fetch_sub(&b->refs, 1) : 0;
+	assert(!b || refs > 0); /* no more puts than gets */
+	if (!b || refs != 1)
 		return;
 	if (b->npieces) { /* an allocation of pieces: its memory is theirs */
 		atomic_fetch_sub(&b->pool->pieces, b->npieces);
