@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 struct entry_rec {
 	char *key;         /* below meta/ */
@@ -17,5 +18,15 @@ struct entry_rec {
 	size_t value_len;
 	void *copy;        /* the library's: this process's copy of a private entry's extent */
 };
+
+/* What n records own (key, alloc, value) freed; the array is the caller's. */
+static inline void entry_recs_clear(struct entry_rec *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(v[i].key);
+		free(v[i].alloc);
+		free(v[i].value);
+	}
+}
 
 #endif

@@ -63,11 +63,7 @@ void wire_body_free(struct wire_body *b)
 		free(b->allocs[i].tag);
 	}
 	free(b->allocs);
-	for (size_t i = 0; i < b->nentries; i++) {
-		free(b->entries[i].key);
-		free(b->entries[i].alloc);
-		free(b->entries[i].value);
-	}
+	entry_recs_clear(b->entries, b->nentries);
 	free(b->entries);
 	names_free(b->names, b->nnames);
 	memset(b, 0, sizeof *b);

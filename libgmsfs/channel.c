@@ -24,11 +24,7 @@ void ch_manifest_free(struct ch_manifest *m)
 {
 	for (size_t i = 0; i < m->nallocs; i++)
 		wire_alloc_free(&m->allocs[i]);
-	for (size_t i = 0; i < m->nentries; i++) {
-		free(m->entries[i].key);
-		free(m->entries[i].alloc);
-		free(m->entries[i].value);
-	}
+	entry_recs_clear(m->entries, m->nentries);
 	close_fds(m->fds, m->nfds);
 	free(m->allocs);
 	free(m->fd);

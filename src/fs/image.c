@@ -284,11 +284,7 @@ static void restore_free(struct restore *r)
 			vmm_buf_put(r->v[i].buf);
 		wire_alloc_free(&r->a[i]);
 	}
-	for (size_t i = 0; i < r->nx; i++) {
-		free(r->x[i].key);
-		free(r->x[i].alloc);
-		free(r->x[i].value);
-	}
+	entry_recs_clear(r->x, r->nx);
 	free(r->v);
 	free(r->a);
 	free(r->x);

@@ -53,11 +53,7 @@ static void xset_free(struct xset *s)
 		free(s->a[i].tag);
 		vmm_buf_put(s->a[i].buf);
 	}
-	for (size_t i = 0; i < s->ne; i++) {
-		free(s->e[i].key);
-		free(s->e[i].alloc);
-		free(s->e[i].value);
-	}
+	entry_recs_clear(s->e, s->ne);
 	free(s->a);
 	free(s->e);
 	memset(s, 0, sizeof *s);
