@@ -237,6 +237,32 @@ def test_a_truncate_takes_pages_back_as_a_create_does(clean):
             os.close(lock)
 
 
+def test_a_move_in_takes_pages_back_as_a_create_does(clean):
+    """A store on the host tier that a reader opens comes back through the same room as a
+    create: idle stores out first, then elastic stores of lower priority asked for pages,
+    and the move tried again as they give them."""
+    high = kv(clean, "high", priority=5)
+    with gmsfs.connect(high, "rw") as c:
+        m = c.create("w", 8 * MiB)
+        ctypes.memset(m.ptr, 0x3c, 8 * MiB)
+        c.commit()
+    with open(os.path.join(high, "tier"), "w") as f:
+        f.write("host\n")
+    t0 = time.monotonic()
+    while state(high)["tier"] != "host":
+        assert time.monotonic() - t0 < 10, state(high)
+        time.sleep(0.01)
+    low = kv(clean, "low", priority=1)
+    with gmsfs.connect(low, "rw") as cl, gmsfs.Pages(cl, 64 * MiB, MiB) as pl:
+        pl.map(range(60))  # 4 MiB free: the move in lacks 4
+        with giving_back(pl, range(60)) as log:
+            with gmsfs.connect(high, "ro", timeout=10) as r:  # its open brings it back
+                r.import_all()
+                assert ctypes.string_at(r.find("w").ptr + 8 * MiB - 4, 4) == b"\x3c" * 4
+        assert state(high)["tier"] == "device" and 4 <= log["given"] <= 8, log["given"]
+        assert pl.mapped == 60 - log["given"]
+
+
 def test_an_engine_that_does_not_give_back_keeps_its_pages(clean):
     low = kv(clean, "low", priority=1)
     high = kv(clean, "high", priority=5)

@@ -3,7 +3,9 @@
  * first where it lacks (idle stores moved to the host tier, then elastic stores asked for
  * pages back), then each buffer, never under fs->mu (making and exporting memory is a
  * backend call of milliseconds, and every request of the mount waits for fs->mu).  A
- * move in makes its memory in the tier's own switch (tier_room.c), room and copies in one. */
+ * move in makes its memory in the tier's switch (tier_room.c: those that give way go out
+ * while it comes in, piece by piece), and where they are not enough asks elastic stores
+ * for pages the same way (tier.c), tried again as they give them. */
 #ifndef GMSFS_FS_MEMORY_H
 #define GMSFS_FS_MEMORY_H
 

@@ -257,7 +257,17 @@ static void *mover_thread(void *arg)
 			uint64_t bytes = host_bytes_of(st), used = atomic_load(&fs->vmm->used_bytes);
 			if (used > fs->vmm->max_bytes || bytes > fs->vmm->max_bytes - used)
 				e = tier_switch_in(fs, st, bytes, why, sizeof why);
-			if (e && !st->removed && st->tier.at == TIER_HOST) {
+			/* No idle store gives way enough: elastic stores' pages are asked back, as
+			 * for a create (memory.c), and the move is tried again as they are given. */
+			uint64_t asked = 0;
+			if (e == -ENOSPC && !st->removed && st->tier.at == TIER_HOST) {
+				uint64_t room_now = vmm_room_for(fs->vmm, st->pool);
+				asked = tier_ask_back(fs, st, bytes > room_now ? bytes - room_now : bytes);
+			}
+			if (asked) {
+				store_error(st, "moving to the device tier: %llu bytes asked back of elastic stores, "
+						"which have %d ms to give them", (unsigned long long)asked, TIER_RECLAIM_MS);
+			} else if (e && !st->removed && st->tier.at == TIER_HOST) {
 				tr->stats.failures++;
 				store_error(st, "moving to the device tier: %s", why);
 				fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: %s\n", st->name, st->last_error);

@@ -439,7 +439,10 @@ static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_b
 		const char *const *names = (const char *const *)b->names;
 		switch (r->op) {
 		case GMSFS_OP_FREE:
-			e = meta_free_allocs(st->meta, names, b->nnames, why, whylen);
+			/* Memory given back (an elastic store's pages, maybe asked for): a move in
+			 * that waits for room is tried again. */
+			if (!(e = meta_free_allocs(st->meta, names, b->nnames, why, whylen)))
+				store_room_changed(fs);
 			break;
 		case GMSFS_OP_META_PUT:
 			e = meta_put_entries(st->meta, b->entries, b->nentries, why, whylen);
