@@ -13,6 +13,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#define XXH_INLINE_ALL /* header only: the loader links nothing more */
+#include <xxhash.h>
 
 #ifdef GMSFS_HAVE_CUDA
 #include "cuda_api.h"
@@ -21,7 +23,7 @@
 /* Per pinned buffer.  From the page cache on the H100 host, 14 threads: 2 MiB 40-42 GB/s,
  * 1 MiB 34-37, 4 MiB 20-43, 8 MiB 24-26 (page-cache memcpy and the DMA share memory
  * bandwidth; smaller chunks stay in the caches). */
-#define CP_CHUNK (2ull << 20)
+#define CP_CHUNK CP_PIECE /* a chunk is a hashed piece (copy.h) */
 #define CP_PAGE 4096ull
 #define CP_BUF (CP_CHUNK + 2 * CP_PAGE) /* a chunk widened to whole pages, for O_DIRECT */
 #define CP_THREADS 14
@@ -37,6 +39,7 @@ struct cp_chunk {
 	size_t file;
 	uint64_t off, len;
 	char *dst;
+	uint64_t *digest; /* where its bytes' xxh3 goes, as they pass through host memory (NULL: none) */
 };
 
 struct cp {
@@ -241,7 +244,7 @@ int cp_store_to_file(struct cp *c, const void *src, uint64_t len, int fd, uint64
 	return 0;
 }
 
-int cp_add(struct cp *c, int file, uint64_t off, void *dst, uint64_t len)
+int cp_add(struct cp *c, int file, uint64_t off, void *dst, uint64_t len, uint64_t *digests)
 {
 	if (file < 0 || (size_t)file >= c->nfiles)
 		return -EBADF;
@@ -254,7 +257,8 @@ int cp_add(struct cp *c, int file, uint64_t off, void *dst, uint64_t len)
 			c->q = q;
 			c->cap = cap;
 		}
-		c->q[c->n++] = (struct cp_chunk){ (size_t)file, off + at, len - at < CP_CHUNK ? len - at : CP_CHUNK, (char *)dst + at };
+		c->q[c->n++] = (struct cp_chunk){ (size_t)file, off + at, len - at < CP_CHUNK ? len - at : CP_CHUNK,
+						  (char *)dst + at, digests ? &digests[at / CP_CHUNK] : NULL };
 	}
 	return 0;
 }
@@ -349,6 +353,8 @@ static void cuda_worker(struct cp *c, size_t me)
 			set_error(c, -EIO, "%s", why);
 			break;
 		}
+		if (k->digest)
+			*k->digest = XXH3_64bits(src, k->len);
 		if ((r = c->cu.cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)k->dst, src, k->len, st[b]))) {
 			set_error(c, -EIO, "copy to the GPU: %s", cu_name(&c->cu, r));
 			break;
@@ -391,6 +397,8 @@ static void *worker(void *arg)
 			set_error(c, -EIO, "%s", why);
 			break;
 		}
+		if (c->q[i].digest)
+			*c->q[i].digest = XXH3_64bits(c->q[i].dst, c->q[i].len);
 		atomic_fetch_add(&c->done, c->q[i].len);
 	}
 	return NULL;
@@ -425,6 +433,140 @@ int cp_run(struct cp *c, void (*progress)(void *arg, uint64_t done), void *arg, 
 		progress(arg, atomic_load(&c->done));
 	pthread_mutex_destroy(&c->mu);
 	c->n = 0;
+	if (c->err)
+		snprintf(err, errlen, "%s", c->why);
+	return c->err;
+}
+
+/* ---- out of the store, into files: cp_save ---- */
+
+struct cp_saver {
+	struct cp *c;
+	struct cp_put *v;
+	size_t n;
+	atomic_size_t next_file;  /* the next run of puts to one file a thread takes */
+	size_t *runs, nruns;      /* where each file's run of v starts; runs[nruns] = n */
+	atomic_uint_fast64_t done;
+};
+
+/* One put: its pieces out of the store (on cuda into two pinned buffers, the next piece's
+ * copy running while this one is hashed and written), each hashed and written in order. */
+static int put_one(struct cp_saver *s, size_t me, const struct cp_put *p, char *why, size_t whylen)
+{
+	struct cp *c = s->c;
+	uint64_t npieces = (p->len + CP_PIECE - 1) / CP_PIECE;
+	if (!c->cuda) {
+		for (uint64_t k = 0; k < npieces; k++) {
+			uint64_t at = k * CP_PIECE, len = p->len - at < CP_PIECE ? p->len - at : CP_PIECE;
+			p->digests[k] = XXH3_64bits((const char *)p->src + at, len);
+			int e = full_pwrite(p->fd, (const char *)p->src + at, len, p->off + at, why, whylen);
+			if (e)
+				return e;
+			atomic_fetch_add(&s->done, len);
+		}
+		return 0;
+	}
+#ifdef GMSFS_HAVE_CUDA
+	char *buf[2] = { c->pinned + (2 * me) * CP_BUF, c->pinned + (2 * me + 1) * CP_BUF };
+	CUstream st[2] = { 0 };
+	CUresult r = c->cu.cuCtxSetCurrent(c->ctx);
+	for (int b = 0; !r && b < 2; b++)
+		r = c->cu.cuStreamCreate(&st[b], CU_STREAM_NON_BLOCKING);
+	int e = r ? cu_fail(c, why, whylen, "streams", r) : 0;
+	for (uint64_t k = 0; !e && k <= npieces; k++) {
+		if (k < npieces) { /* piece k's copy starts */
+			uint64_t at = k * CP_PIECE, len = p->len - at < CP_PIECE ? p->len - at : CP_PIECE;
+			if ((r = c->cu.cuMemcpyDtoHAsync(buf[k & 1], (CUdeviceptr)(uintptr_t)p->src + at, len, st[k & 1])))
+				e = cu_fail(c, why, whylen, "copy from the GPU", r);
+		}
+		if (!e && k) { /* piece k - 1, copied: hashed and written */
+			uint64_t j = k - 1, at = j * CP_PIECE, len = p->len - at < CP_PIECE ? p->len - at : CP_PIECE;
+			if ((r = c->cu.cuStreamSynchronize(st[j & 1])))
+				e = cu_fail(c, why, whylen, "copy from the GPU", r);
+			if (!e) {
+				p->digests[j] = XXH3_64bits(buf[j & 1], len);
+				e = full_pwrite(p->fd, buf[j & 1], len, p->off + at, why, whylen);
+				atomic_fetch_add(&s->done, len);
+			}
+		}
+	}
+	for (int b = 0; b < 2; b++)
+		if (st[b]) {
+			c->cu.cuStreamSynchronize(st[b]);
+			c->cu.cuStreamDestroy(st[b]);
+		}
+	return e;
+#else
+	(void)me;
+	return -ENOTSUP;
+#endif
+}
+
+struct cp_save_worker {
+	struct cp_saver *s;
+	size_t me;
+};
+
+static void *save_worker(void *arg)
+{
+	struct cp_saver *s = ((struct cp_save_worker *)arg)->s;
+	size_t me = ((struct cp_save_worker *)arg)->me;
+	for (;;) {
+		size_t f = atomic_fetch_add(&s->next_file, 1);
+		if (f >= s->nruns)
+			break;
+		for (size_t i = s->runs[f]; i < s->runs[f + 1]; i++) {
+			char why[512];
+			int e = put_one(s, me, &s->v[i], why, sizeof why);
+			if (e) {
+				set_error(s->c, e, "%s", why);
+				atomic_store(&s->next_file, s->nruns);
+				return NULL;
+			}
+			if (s->c->err)
+				return NULL;
+		}
+	}
+	return NULL;
+}
+
+int cp_save(struct cp *c, struct cp_put *v, size_t n, void (*progress)(void *arg, uint64_t done), void *arg,
+	    char *err, size_t errlen)
+{
+	struct cp_saver s = { .c = c, .v = v, .n = n };
+	s.runs = calloc(n + 1, sizeof *s.runs);
+	if (!s.runs)
+		return snprintf(err, errlen, "out of memory"), -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		if (!i || v[i].fd != v[i - 1].fd)
+			s.runs[s.nruns++] = i;
+	s.runs[s.nruns] = n;
+	pthread_mutex_init(&c->mu, NULL);
+	c->err = 0;
+	c->n = 0; /* set_error's stop: nothing queued for cp_run */
+	pthread_t t[CP_THREADS];
+	struct cp_save_worker w[CP_THREADS];
+	size_t nt = 0;
+	for (; nt < CP_THREADS && nt < s.nruns; nt++)
+		if (w[nt] = (struct cp_save_worker){ &s, nt }, pthread_create(&t[nt], NULL, save_worker, &w[nt]))
+			break;
+	if (s.nruns && !nt)
+		set_error(c, -EAGAIN, "%s", "no thread to copy with");
+	for (size_t i = 0; progress && i < nt;) {
+		struct timespec ts = { 0, 100 * 1000 * 1000 };
+		if (pthread_tryjoin_np(t[i], NULL) == 0) {
+			i++;
+			continue;
+		}
+		progress(arg, atomic_load(&s.done));
+		nanosleep(&ts, NULL);
+	}
+	for (size_t i = progress ? nt : 0; i < nt; i++)
+		pthread_join(t[i], NULL);
+	if (progress)
+		progress(arg, atomic_load(&s.done));
+	pthread_mutex_destroy(&c->mu);
+	free(s.runs);
 	if (c->err)
 		snprintf(err, errlen, "%s", c->why);
 	return c->err;

@@ -10,6 +10,10 @@
 
 struct cp;
 
+/* The pieces cp_add and cp_save hash: a store's bytes are checked by the xxh3 of each
+ * piece as it passes through host memory (gmsfs-snapshot's manifest). */
+#define CP_PIECE (2ull << 20)
+
 /* The store's mount root holds "device": its backend and uuid.  On cuda this makes the
  * GPU's primary context current in the calling thread (libgmsfs connects and maps in it)
  * and allocates the pinned buffers.  *out is freed by cp_close. */
@@ -19,12 +23,26 @@ void cp_close(struct cp *c);
 int cp_file(struct cp *c, const char *path, char *err, size_t errlen);
 /* Queue len bytes of a file at off for dst (a mapping of the store); cp_run copies all that
  * is queued with CP_THREADS threads (page-cache reads are bound by one core's memcpy),
- * each with two pinned buffers and two streams on cuda. */
-int cp_add(struct cp *c, int file, uint64_t off, void *dst, uint64_t len);
+ * each with two pinned buffers and two streams on cuda.  digests (NULL: none): the xxh3
+ * of each CP_PIECE bytes from off, as they pass through host memory, one a piece. */
+int cp_add(struct cp *c, int file, uint64_t off, void *dst, uint64_t len, uint64_t *digests);
 /* How many of the bytes copied so far came past the page cache (O_DIRECT). */
 uint64_t cp_direct_bytes(const struct cp *c);
 /* 0, or the first error (the others stop soon after); *done grows as bytes land. */
 int cp_run(struct cp *c, void (*progress)(void *arg, uint64_t done), void *arg, char *err, size_t errlen);
+/* One run of a store's bytes into a file for cp_save: len bytes of src (a mapping) to fd at
+ * off, and the xxh3 of each CP_PIECE of them (digests: one a piece) as they pass. */
+struct cp_put {
+	int fd;
+	uint64_t off;
+	const void *src;
+	uint64_t len;
+	uint64_t *digests;
+};
+/* Every put written, those to one file in order by one thread, files at once (up to
+ * CP_THREADS); puts to one file must be next to each other in v.  0, or the first error. */
+int cp_save(struct cp *c, struct cp_put *v, size_t n, void (*progress)(void *arg, uint64_t done), void *arg,
+	    char *err, size_t errlen);
 /* len bytes of src (a mapping) to fd at off. */
 int cp_store_to_file(struct cp *c, const void *src, uint64_t len, int fd, uint64_t off, char *err, size_t errlen);
 

@@ -236,7 +236,7 @@ static int load(struct job *j, gmsfs *g, struct cp *c)
 	for (size_t i = 0; !e && i < j->n; i++) {
 		const struct placed *p = &j->p[i];
 		uint64_t len = p->t->end - p->t->begin;
-		e = cp_add(c, file[p->f - j->files], p->f->data_start + p->t->begin, (char *)v[p->slab].ptr + p->off, len);
+		e = cp_add(c, file[p->f - j->files], p->f->data_start + p->t->begin, (char *)v[p->slab].ptr + p->off, len, NULL);
 		if (!e && (asprintf(&keys[i], GMSFS_TORCH_PREFIX "%s", p->t->name) < 0 || !(vals[i] = value_of(p))))
 			e = -ENOMEM;
 		if (!e)

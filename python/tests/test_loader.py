@@ -197,23 +197,49 @@ def test_a_store_with_allocations_is_refused(store, tmp_path):
 SNAP = os.path.join(BUILD, "gmsfs-snapshot")
 
 
-def test_snapshot_restores_the_same_layout_hash(store, tmp_path):
+def snapshot_source(store):
     """A layout with nested allocations, tags, entries with extents, a private entry and a
-    binary value, saved and restored into another store: the same hash and bytes."""
+    binary value; its layout hash."""
     with gmsfs.connect(store, "rw") as c:
         a = c.create("layers/0/w", 10000, tag="weights")
         b = c.create("kv", 4096, tag="kv_cache")
         c.buffer(a.ptr, a.size)[:] = bytes(range(256)) * 39 + bytes(16)
         c.buffer(b.ptr, 4)[:] = b"\x00\x01\xfe\xff"
+        for i in range(6):  # more allocations than one shard: several shards, written at once
+            m = c.create("many/%d" % i, (3 << 20) + i * 4096)
+            c.buffer(m.ptr, m.size)[:] = bytes([i + 1]) * m.size
         c.meta_put_many([("cfg/json", "layers/0/w", 16, '{"dtype": "f16"}', 64),
                          ("scale", "kv", 0, b"\x00\xff\x10", 4, True), ("plain", "kv")])
         c.commit()
-        want = c.layout_hash
+        return c.layout_hash
+
+
+def empty_store(store, name):
+    path = store + "-" + name
+    os.mkdir(path)
+    return path
+
+
+def refused_and_untouched(target, r, words):
+    assert r.returncode == 1 and words in r.stderr, r.stderr
+    st = state(target)
+    assert st["state"] == "EMPTY" and st["allocations"] == "0" and st["writer"] == "0", st
+
+
+def test_snapshot_restores_the_same_layout_hash(store, tmp_path):
+    """Saved in shards with a manifest last, restored into another store: the same hash,
+    bytes and entries; every allocation's bytes checked as they come."""
+    want = snapshot_source(store)
     snap = tmp_path / "snap"
     r = run(SNAP, "save", store, str(snap))
     assert r.returncode == 0, r.stderr
-    other = store + "-copy"
-    os.mkdir(other)
+    man = json.loads((snap / "manifest.json").read_text())
+    assert man["format"] == "gmsfs-snapshot 2" and man["layout_hash"] == want
+    assert len(man["shards"]) > 1 and sorted(os.listdir(snap)) == sorted(
+        ["manifest.json"] + [sh["file"] for sh in man["shards"]])
+    for sh in man["shards"]:
+        assert (snap / sh["file"]).stat().st_size == sh["size"]
+    other = empty_store(store, "copy")
     r = run(SNAP, "restore", other, str(snap))
     assert r.returncode == 0, r.stderr
     assert state(other)["layout_hash"] == want
@@ -222,15 +248,67 @@ def test_snapshot_restores_the_same_layout_hash(store, tmp_path):
         a = c.find("layers/0/w")
         assert (a.tag, a.size) == ("weights", 10000)
         assert bytes(c.buffer(a.ptr, a.size)) == bytes(range(256)) * 39 + bytes(16)
+        for i in range(6):
+            m = c.find("many/%d" % i)
+            assert bytes(c.buffer(m.ptr, m.size)) == bytes([i + 1]) * m.size
         e = c.meta_get("scale")
         assert (e.private, e.value, e.size) == (True, b"\x00\xff\x10", 4)
     r = run(SNAP, "restore", other, str(snap))  # not into a store with a layout
     assert r.returncode == 1 and "holds allocations already" in r.stderr
-    (snap / "layout.json").write_text((snap / "layout.json").read_text().replace('"value": "00ff10"', '"value": "0g"'))
-    third = store + "-3"
-    os.mkdir(third)
-    r = run(SNAP, "restore", third, str(snap))
-    assert r.returncode == 1 and "not hex" in r.stderr and state(third)["state"] == "EMPTY"
+
+
+def test_a_snapshot_that_differs_is_refused_and_restores_nothing(store, tmp_path):
+    """A changed byte, a shard cut short, a manifest missing or mangled: each refused with
+    what is wrong, the target store as it was (no session left, nothing committed)."""
+    snapshot_source(store)
+    snap = tmp_path / "snap"
+    assert run(SNAP, "save", store, str(snap)).returncode == 0
+    man = json.loads((snap / "manifest.json").read_text())
+    victim = next(a for a in man["allocations"] if a["name"] == "many/3")
+    shard = snap / man["shards"][victim["shard"]]["file"]
+    good = shard.read_bytes()
+    target = empty_store(store, "t")
+    with open(shard, "r+b") as f:  # four bytes in the middle of many/3
+        f.seek(victim["offset"] + 1001)
+        f.write(b"\xde\xad\xbe\xef")
+    refused_and_untouched(target, run(SNAP, "restore", target, str(snap)),
+                          "the bytes of allocs/many/3 differ from the saved ones")
+    shard.write_bytes(good[:-4096])  # cut short
+    refused_and_untouched(target, run(SNAP, "restore", target, str(snap)), "not the %d the manifest says" % len(good))
+    shard.write_bytes(good)
+    text = (snap / "manifest.json").read_text()
+    (snap / "manifest.json").write_text(text.replace('"value": "00ff10"', '"value": "0g"'))
+    refused_and_untouched(target, run(SNAP, "restore", target, str(snap)), "not hex")
+    (snap / "manifest.json").write_text(text.replace('"shard": %d, "offset": %d' % (victim["shard"], victim["offset"]),
+                                                     '"shard": %d, "offset": %d' % (victim["shard"], len(good))))
+    refused_and_untouched(target, run(SNAP, "restore", target, str(snap)), "lies outside its shard")
+    (snap / "manifest.json").unlink()
+    refused_and_untouched(target, run(SNAP, "restore", target, str(snap)), "a save that did not finish leaves none")
+    (snap / "layout.json").write_text("{}")  # what format 1 wrote
+    refused_and_untouched(target, run(SNAP, "restore", target, str(snap)), "format 1")
+    (snap / "manifest.json").write_text(text)
+    r = run(SNAP, "restore", target, str(snap))  # whole again: it restores
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_save_that_fails_leaves_no_manifest(store, tmp_path):
+    """The manifest is written last, and an old one goes first: a save that stops midway
+    (here: a file system that fills) leaves nothing to restore from."""
+    snapshot_source(store)
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)], check=True)
+    try:
+        snap = small / "snap"
+        snap.mkdir()
+        (snap / "manifest.json").write_text("an old save's")
+        r = run(SNAP, "save", store, str(snap))
+        assert r.returncode == 1 and "No space left on device" in r.stderr, r.stderr
+        assert not (snap / "manifest.json").exists()
+        target = empty_store(store, "t")
+        refused_and_untouched(target, run(SNAP, "restore", target, str(snap)), "a save that did not finish")
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
 
 
 class Rotary(torch.nn.Module):
