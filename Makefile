@@ -22,6 +22,7 @@ DEPS_LIBS := $(shell $(PKG_CONFIG) --libs fuse3 libxxhash msgpack 2>/dev/null)
 MSGPACK_CFLAGS := $(shell $(PKG_CONFIG) --cflags msgpack 2>/dev/null)
 MSGPACK_LIBS := $(shell $(PKG_CONFIG) --libs msgpack 2>/dev/null)
 XXH_LIBS := $(shell $(PKG_CONFIG) --libs libxxhash 2>/dev/null)
+XXH_CFLAGS := $(shell $(PKG_CONFIG) --cflags libxxhash 2>/dev/null)
 
 PUBLIC_HDR := include/gmsfs/gmsfs.h include/gmsfs/abi.h include/gmsfs/torch.h include/gmsfs/load.h
 COMMON_HDR := $(PUBLIC_HDR) $(wildcard common/*.h)
@@ -106,7 +107,7 @@ $(B)/bench-import: bench/bench_import.c bench/bench.h $(B)/libgmsfs.so
 # The loader: safetensors in (gmsfs-load, around libgmsfs-load: gmsfs_load, which Python
 # engines call in their own process) and out (gmsfs-save), on libgmsfs.
 $(B)/libgmsfs-load.so: loader/loadlib.c $(LOADER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LOAD_SONAME) \
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(XXH_CFLAGS) $(LDFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,$(LOAD_SONAME) \
 		-o $(B)/$(LOAD_SONAME) loader/loadlib.c $(LOADER_SRC) $(LINK_LIB) -ldl
 	ln -sf $(LOAD_SONAME) $@
 
@@ -114,7 +115,7 @@ $(B)/gmsfs-load: loader/load.c $(PUBLIC_HDR) $(B)/libgmsfs-load.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< -L$(B) -lgmsfs-load $(LINK_LIB)
 
 $(B)/gmsfs-%: loader/%.c $(LOADER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LOADER_SRC) $(LINK_LIB) -ldl
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(XXH_CFLAGS) $(LDFLAGS) -o $@ $< $(LOADER_SRC) $(LINK_LIB) -ldl
 
 # The baseline for the control files: a minimal low-level FUSE file system.
 $(B)/bench-minfs: bench/bench_minfs.c | $(B)

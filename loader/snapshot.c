@@ -1,4 +1,4 @@
-/* gmsfs-snapshot save STORE DIR | restore STORE DIR [-t SECONDS] [-q]
+/* gmsfs-snapshot save STORE DIR | restore STORE DIR [-t SECONDS] [-q] [-v]
  *
  * save: under a read lock, the committed layout whole, into DIR: the allocations' bytes
  * in shards (DIR/shard-NNN.bin, each allocation at a 4096-byte boundary, written at once
@@ -32,7 +32,7 @@
 
 #define DATA_ALIGN 4096u
 #define FORMAT "gmsfs-snapshot 2"
-#define SHARDS_MAX 8 /* files written at once: a shard a thread */
+#define SHARDS_MAX 14 /* files written at once: a shard a thread (CP_THREADS) */
 
 static uint64_t align_up(uint64_t n)
 {
@@ -66,11 +66,21 @@ struct progress {
 	const char *what;
 };
 
+static bool verbose; /* -v: each phase's time on stderr */
+
 static double since(const struct timespec *t0)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* -v: the phase that ended now, and its time since *t (then reset). */
+static void phase(struct timespec *t, const char *what)
+{
+	if (verbose)
+		fprintf(stderr, "gmsfs-snapshot: %s %.3f s\n", what, since(t));
+	clock_gettime(CLOCK_MONOTONIC, t);
 }
 
 static void show(void *arg, uint64_t done)
@@ -215,12 +225,16 @@ static int save(const char *store, const char *dir, int timeout_ms, bool quiet, 
 	char **keys = NULL, path[4200], hash[33];
 	struct gmsfs_meta *m = NULL;
 	size_t n = 0;
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
 	int e = cp_open(store, &c, err, errlen);
+	phase(&t, "the device's context and pinned buffers");
 	if (!e && (e = gmsfs_connect(&g, store, GMSFS_RO, timeout_ms)))
 		snprintf(err, errlen, "%s", g ? gmsfs_errmsg(g) : gmsfs_strerror(e));
 	if (!e && ((e = gmsfs_import_all(g)) || (e = gmsfs_meta_get_all(g, "", &keys, &m, &n)) ||
 		   (e = gmsfs_layout_hash(g, hash))))
 		snprintf(err, errlen, "%s", gmsfs_errmsg(g));
+	phase(&t, "the read lock and the import");
 	if (!e && mkdir(dir, 0755) && errno != EEXIST)
 		e = -errno, snprintf(err, errlen, "%s: %s", dir, strerror(errno));
 	snprintf(path, sizeof path, "%s/manifest.json", dir); /* the old one goes first */
@@ -241,6 +255,7 @@ static int save(const char *store, const char *dir, int timeout_ms, bool quiet, 
 		ns = plan(v, na, shard, off, sizes, order);
 	if (!e)
 		e = write_shards(c, dir, v, na, shard, off, order, dig, ns, sizes, quiet, err, errlen);
+	phase(&t, "the shards written and synced");
 	for (size_t i = 0; !e && i < na; i++)
 		adig[i] = digest_of(dig[i], pieces(v[i].size));
 	for (size_t o = 0, j = 0; !e && j < ns; j++) { /* a shard's: of its allocations', in file order */
@@ -254,6 +269,7 @@ static int save(const char *store, const char *dir, int timeout_ms, bool quiet, 
 	}
 	if (!e)
 		e = write_manifest(dir, hash, v, na, shard, off, adig, ns, sizes, sdig, keys, m, n, err, errlen);
+	phase(&t, "the manifest");
 	for (size_t i = 0; dig && i < na; i++)
 		free(dig[i]);
 	free(dig);
@@ -420,6 +436,8 @@ static int restore(const char *store, const char *dir, int timeout_ms, bool quie
 {
 	char hash[33];
 	struct js_value root = { 0 };
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
 	int e = read_manifest(dir, &root, err, errlen);
 	const struct js_value *a = field(&root, "allocations", JS_ARRAY), *en = field(&root, "entries", JS_ARRAY),
 			      *sh = field(&root, "shards", JS_ARRAY);
@@ -454,8 +472,10 @@ static int restore(const char *store, const char *dir, int timeout_ms, bool quie
 	}
 	struct cp *c = NULL;
 	gmsfs *g = NULL;
+	phase(&t, "the manifest and the shards' sizes checked");
 	if (!e)
 		e = cp_open(store, &c, err, errlen);
+	phase(&t, "the device's context and pinned buffers");
 	for (size_t j = 0; !e && j < ns; j++) {
 		char path[4200];
 		snprintf(path, sizeof path, "%s/shard-%03zu.bin", dir, j);
@@ -471,12 +491,14 @@ static int restore(const char *store, const char *dir, int timeout_ms, bool quie
 	for (size_t i = 0; !e && i < na; i++)
 		e = cp_add(c, files[field(&a->v[i], "shard", JS_NUMBER)->u], field(&a->v[i], "offset", JS_NUMBER)->u,
 			   nv[i].ptr, nv[i].size, dig[i]);
+	phase(&t, "the lock and the allocations");
 	struct progress p = { !quiet && isatty(2), total, { 0, 0 }, "restore" };
 	clock_gettime(CLOCK_MONOTONIC, &p.t0);
 	if (!e)
 		e = cp_run(c, p.on ? show : NULL, &p, err, errlen);
 	if (!e)
 		e = check_bytes(a, dig, dir, err, errlen);
+	phase(&t, "the bytes copied and checked");
 	if (!e && ne && (e = gmsfs_meta_put_many(g, ev, ne)))
 		snprintf(err, errlen, "%s", gmsfs_errmsg(g));
 	if (!e && (e = gmsfs_commit(g)))
@@ -487,6 +509,7 @@ static int restore(const char *store, const char *dir, int timeout_ms, bool quie
 		snprintf(err, errlen, "%s", gmsfs_errmsg(g));
 	if (!e && strcmp(hash, want))
 		e = -EIO, snprintf(err, errlen, "restored, but the layout hash is %s, not the saved %s", hash, want);
+	phase(&t, "the entries and the commit");
 	for (size_t i = 0; vals && i < ne; i++)
 		free(vals[i]);
 	for (size_t i = 0; dig && i < na; i++)
@@ -511,6 +534,8 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-q"))
 			quiet = true;
+		else if (!strcmp(argv[i], "-v"))
+			verbose = true;
 		else if (!strcmp(argv[i], "-t") && i + 1 < argc)
 			timeout_ms = (int)(atof(argv[++i]) * 1000);
 		else if (n < 3)
@@ -519,7 +544,7 @@ int main(int argc, char **argv)
 			n = 4;
 	}
 	if (n != 3 || (strcmp(pos[0], "save") && strcmp(pos[0], "restore"))) {
-		fprintf(stderr, "usage: gmsfs-snapshot save|restore STORE DIR [-t SECONDS] [-q]\n");
+		fprintf(stderr, "usage: gmsfs-snapshot save|restore STORE DIR [-t SECONDS] [-q] [-v]\n");
 		return 2;
 	}
 	char err[8400] = "";

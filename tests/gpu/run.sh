@@ -5,7 +5,7 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|all] [RUNS]
+#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|snapshot|all] [RUNS]
 #   gate: every headline figure beside its floor in one run, exit 1 on a miss (tests/gpu/gate.py;
 #     at most 8 minutes; its results in $OUT/gate.json or build/gate.json, for tests/gpu/gate_tables.py)
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
@@ -13,6 +13,8 @@
 #   wheel: the same on the wheel (make wheel here, carried in dist/) pip-installed into
 #     python3's venv, run from / without PYTHONPATH, GMSFS_LIBRARY or LD_LIBRARY_PATH;
 #   restart: takeover and a restart under a service manager, tested, then timed (16 GiB);
+#   snapshot: gmsfs-snapshot save and restore on tmpfs and on the disk, checked, against
+#     pinned copies and dd O_DIRECT (tests/gpu/snapshot_gpu.py);
 #   keeper: stores through gmsfs-keeper and gmsfs-node, as the DaemonSet keeps them;
 #   cold: cold from_pretrained loads beside host memory made ahead and with no_host_ahead;
 #   pages: elastic KV caches: bench-pages against the raw driver loop, bench/kv_sharing.py
@@ -44,7 +46,8 @@ export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 make -s -j8 all PKG_CONFIG=true CUDA_INC=${CUDA_INC:-/usr/local/cuda/include} \
 	DEPS_CFLAGS="-I$prefix/usr/include/fuse3 -I$prefix/usr/include" \
 	DEPS_LIBS="-L$libdir -lfuse3 -lpthread -lxxhash -lmsgpackc" \
-	MSGPACK_CFLAGS="-I$prefix/usr/include" MSGPACK_LIBS="-L$libdir -lmsgpackc" XXH_LIBS="-L$libdir -lxxhash" >/dev/null || {
+	MSGPACK_CFLAGS="-I$prefix/usr/include" MSGPACK_LIBS="-L$libdir -lmsgpackc" XXH_CFLAGS="-I$prefix/usr/include" \
+	XXH_LIBS="-L$libdir -lxxhash" >/dev/null || {
 	echo "Bail out! build failed"
 	exit 1
 }
@@ -255,6 +258,11 @@ if [ "$what" = load ]; then # the loader: its GPU test, then its benchmark
 fi
 if [ "$what" = multi ]; then
 	gpu_multi
+fi
+if [ "$what" = snapshot ] || [ "$what" = all ]; then # gmsfs-snapshot: checked shards, against pinned copies and dd
+	mount_gmsfs -o no_host_ahead
+	timeout 540 python3 tests/gpu/snapshot_gpu.py "$mnt" "$top/build" || failed=$((failed + 1))
+	unmount_gmsfs
 fi
 if [ "$what" = tier ] || [ "$what" = sharing ] || [ "$what" = all ]; then # the host tier: its GPU test and benchmark
 	mount_gmsfs -o no_host_ahead # the first move out makes its host memory
