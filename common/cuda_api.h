@@ -40,6 +40,7 @@
 	X(cuMemFree, "cuMemFree_v2")                                    \
 	X(cuMemcpyDtoD, "cuMemcpyDtoD_v2")                              \
 	X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2")                    \
+	X(cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer")               \
 	/* for gmsfs-mover: a batch's end on each stream, two batches in flight */ \
 	X(cuEventCreate, "cuEventCreate")                               \
 	X(cuEventRecord, "cuEventRecord")                               \

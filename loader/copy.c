@@ -571,3 +571,13 @@ int cp_save(struct cp *c, struct cp_put *v, size_t n, void (*progress)(void *arg
 		snprintf(err, errlen, "%s", c->why);
 	return c->err;
 }
+
+#ifdef GMSFS_HAVE_CUDA
+int cp_cuda(struct cp *c, struct cu_api **cu, CUcontext *ctx, char **pinned, size_t *pinned_bytes)
+{
+	if (!c->cuda)
+		return -ENODEV;
+	*cu = &c->cu, *ctx = c->ctx, *pinned = c->pinned, *pinned_bytes = CP_THREADS * 2 * CP_BUF;
+	return 0;
+}
+#endif

@@ -46,4 +46,11 @@ int cp_save(struct cp *c, struct cp_put *v, size_t n, void (*progress)(void *arg
 /* len bytes of src (a mapping) to fd at off. */
 int cp_store_to_file(struct cp *c, const void *src, uint64_t len, int fd, uint64_t off, char *err, size_t errlen);
 
+#ifdef GMSFS_HAVE_CUDA
+#include "cuda_api.h"
+/* On cuda: its libcuda, the store's GPU's primary context, and its pinned buffers (for
+ * peer.c); -ENODEV on the host backend. */
+int cp_cuda(struct cp *c, struct cu_api **cu, CUcontext *ctx, char **pinned, size_t *pinned_bytes);
+#endif
+
 #endif

@@ -1,4 +1,5 @@
 /* gmsfs-snapshot save STORE DIR | restore STORE DIR [-t SECONDS] [-q] [-v]
+ * gmsfs-snapshot copy SOURCE TARGET [-t SECONDS] [-q]: gmsfs_copy (peer.c)
  *
  * save: under a read lock, the committed layout whole, into DIR: the allocations' bytes
  * in shards (DIR/shard-NNN.bin, each allocation at a 4096-byte boundary, written at once
@@ -17,6 +18,7 @@
 #include "json.h"
 
 #include <gmsfs/gmsfs.h>
+#include <gmsfs/load.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -543,13 +545,19 @@ int main(int argc, char **argv)
 		else
 			n = 4;
 	}
-	if (n != 3 || (strcmp(pos[0], "save") && strcmp(pos[0], "restore"))) {
-		fprintf(stderr, "usage: gmsfs-snapshot save|restore STORE DIR [-t SECONDS] [-q] [-v]\n");
+	if (n != 3 || (strcmp(pos[0], "save") && strcmp(pos[0], "restore") && strcmp(pos[0], "copy"))) {
+		fprintf(stderr, "usage: gmsfs-snapshot save|restore STORE DIR [-t SECONDS] [-q] [-v]\n"
+				"       gmsfs-snapshot copy SOURCE TARGET [-t SECONDS] [-q]\n");
 		return 2;
 	}
-	char err[8400] = "";
-	int e = pos[0][0] == 's' ? save(pos[1], pos[2], timeout_ms, quiet, err, sizeof err)
-				 : restore(pos[1], pos[2], timeout_ms, quiet, err, sizeof err);
+	char err[8400] = "", how[256] = "";
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int e = !strcmp(pos[0], "copy")	? gmsfs_copy(pos[1], pos[2], timeout_ms, how, sizeof how, err, sizeof err)
+		: pos[0][0] == 's'	? save(pos[1], pos[2], timeout_ms, quiet, err, sizeof err)
+					: restore(pos[1], pos[2], timeout_ms, quiet, err, sizeof err);
+	if (!e && how[0] && !quiet)
+		printf("%s -> %s: %s, in %.3f s\n", pos[1], pos[2], how, since(&t0));
 	if (e) {
 		fprintf(stderr, "gmsfs-snapshot: %s\n", err[0] ? err : strerror(-e));
 		return 1;

@@ -1,6 +1,7 @@
 /* gmsfs/load.h: a safetensors checkpoint into a store, from the process that holds its
- * writer session (libgmsfs-load; gmsfs-load(1) is a command around it, and the Python
- * package's gmsfs.load calls it).  See gmsfs-load(1). */
+ * writer session, and a store copied from another mount's (libgmsfs-load; gmsfs-load(1)
+ * and gmsfs-snapshot copy are commands around them, and the Python package's gmsfs.load
+ * and gmsfs.copy call them).  See gmsfs-load(1). */
 #ifndef GMSFS_LOAD_H
 #define GMSFS_LOAD_H
 
@@ -29,6 +30,17 @@ GMSFS_API int gmsfs_load(gmsfs *g, const char *path, uint64_t slab_bytes, unsign
  * connect before it calls gmsfs_load (gmsfs-load(1)).  The context is kept for the
  * process's life.  0 or -errno, the reason in err. */
 GMSFS_API int gmsfs_load_context(const char *store, char *err, size_t errlen);
+
+/* Copy the committed store src into the empty store dst, on this machine's mounts (one
+ * GPU, two, or the host backend): src under a read lock (taken within timeout_ms, as
+ * gmsfs_connect's), dst in one writer session; the bytes device to device (dst's GPU
+ * reads src's over NVLink or PCIe where it can reach it, else through pinned host
+ * memory: how says which), then the entries and the commit, which must give src's layout
+ * hash.  0, or -errno with the reason in err: -EEXIST (dst holds allocations), -EIO
+ * (another layout hash); on any failure dst is as it was and src untouched.  Both sides'
+ * GPUs' primary contexts are used; the calling thread's current context is dst's after. */
+GMSFS_API int gmsfs_copy(const char *src, const char *dst, int timeout_ms, char *how, size_t howlen, char *err,
+			 size_t errlen);
 
 #ifdef __cplusplus
 }

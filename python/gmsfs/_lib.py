@@ -190,7 +190,7 @@ _load_lib = None
 
 
 def load_lib():
-    """libgmsfs-load (gmsfs_load), looked for as libgmsfs is ($GMSFS_LOAD_LIBRARY, the
+    """libgmsfs-load (gmsfs_load, gmsfs_copy), looked for as libgmsfs is ($GMSFS_LOAD_LIBRARY, the
     build tree, then beside libgmsfs and the system's), at the first use."""
     global _load_lib
     if _load_lib is None:
@@ -212,6 +212,9 @@ def load_lib():
         _load_lib.gmsfs_load.restype = ctypes.c_int
         _load_lib.gmsfs_load.argtypes = [_P, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint, ctypes.c_char_p,
                                          ctypes.c_size_t]
+        _load_lib.gmsfs_copy.restype = ctypes.c_int
+        _load_lib.gmsfs_copy.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                                         ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
     return _load_lib
 
 

@@ -1,8 +1,9 @@
-"""gmsfs.load: a safetensors checkpoint into a writer's store, in this process."""
+"""gmsfs.load: a safetensors checkpoint into a writer's store, in this process; gmsfs.copy: a
+store into an empty one on another mount (another GPU's)."""
 import ctypes
 
 from . import _lib
-from ._errors import GmsfsError
+from ._errors import GmsfsError, _ms
 
 
 def load(conn, path, slab_bytes=0, progress=False, verbose=False):
@@ -16,3 +17,18 @@ def load(conn, path, slab_bytes=0, progress=False, verbose=False):
     e = _lib.load_lib().gmsfs_load(conn._handle(), str(path).encode(), slab_bytes, flags, err, len(err))
     if e:
         raise GmsfsError(-e, "load %s into %s: %s" % (path, conn.store, err.value.decode(errors="replace")))
+
+
+def copy(src, dst, timeout=None):
+    """Copy the committed store src into the empty store dst, on this machine's mounts (one
+    GPU's, two GPUs', or the host backend's), in this process: src under a read lock
+    (timeout: seconds to wait for it; None: as long as it takes), dst in one writer
+    session; the bytes device to device (dst's GPU reads src's over NVLink or PCIe where it
+    can reach it, else through pinned host memory), then the entries and the commit, which
+    must give src's layout hash.  Returns how the bytes went.  On any failure dst is as it
+    was and src untouched (GmsfsError with the reason: EEXIST when dst holds allocations)."""
+    how, err = ctypes.create_string_buffer(256), ctypes.create_string_buffer(1024)
+    e = _lib.load_lib().gmsfs_copy(str(src).encode(), str(dst).encode(), _ms(timeout), how, len(how), err, len(err))
+    if e:
+        raise GmsfsError(-e, "copy %s to %s: %s" % (src, dst, err.value.decode(errors="replace")))
+    return how.value.decode()

@@ -340,6 +340,21 @@ def cmd_path(args):
     return 0
 
 
+def cmd_copy(args):
+    """A committed store into an empty one on another mount (another GPU's): gmsfs.copy."""
+    from ._load import copy
+    from ._errors import GmsfsError
+    t = time.monotonic()
+    try:
+        how = copy(args.source, args.target, args.timeout)
+    except GmsfsError as e:
+        return _fail(e.strerror)
+    except ImportError as e:
+        return _fail(str(e))
+    print("%s -> %s: %s, in %.3f s" % (args.source, args.target, how, time.monotonic() - t))
+    return 0
+
+
 def cmd_metrics(args):
     """Every mount's metrics, merged, into a textfile directory, or served (_ctl_metrics.py)."""
     from ._ctl_metrics import metrics
@@ -376,6 +391,11 @@ def main(argv=None):
     p.add_argument("store", metavar="STORE")
     p.add_argument("--timeout", type=float, default=600, metavar="SECONDS")
     p.set_defaults(fn=cmd_switch)
+    p = sub.add_parser("copy", help="a committed store into an empty one on another mount (another GPU's)")
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("target", metavar="TARGET")
+    p.add_argument("--timeout", type=float, metavar="SECONDS")
+    p.set_defaults(fn=cmd_copy)
     p = sub.add_parser("metrics", help="every mount's metrics, merged, or into a textfile directory")
     p.add_argument("mounts", nargs="*", metavar="MOUNT")
     g = p.add_mutually_exclusive_group()

@@ -5,7 +5,7 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|snapshot|all] [RUNS]
+#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|snapshot|peer|all] [RUNS]
 #   gate: every headline figure beside its floor in one run, exit 1 on a miss (tests/gpu/gate.py;
 #     at most 8 minutes; its results in $OUT/gate.json or build/gate.json, for tests/gpu/gate_tables.py)
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
@@ -15,6 +15,7 @@
 #   restart: takeover and a restart under a service manager, tested, then timed (16 GiB);
 #   snapshot: gmsfs-snapshot save and restore on tmpfs and on the disk, checked, against
 #     pinned copies and dd O_DIRECT (tests/gpu/snapshot_gpu.py);
+#   peer: a store copied GPU 0 -> GPU 1 against the driver's peer copy (two GPUs);
 #   keeper: stores through gmsfs-keeper and gmsfs-node, as the DaemonSet keeps them;
 #   cold: cold from_pretrained loads beside host memory made ahead and with no_host_ahead;
 #   pages: elastic KV caches: bench-pages against the raw driver loop, bench/kv_sharing.py
@@ -258,6 +259,16 @@ if [ "$what" = load ]; then # the loader: its GPU test, then its benchmark
 fi
 if [ "$what" = multi ]; then
 	gpu_multi
+fi
+if [ "$what" = peer ]; then # a store copied GPU 0 -> GPU 1 (two GPUs: the nvidia-h200-x2 kind)
+	export CUDA_DEVICE_ORDER=PCI_BUS_ID
+	mount_gmsfs -o device=0,socket=/tmp/gmsfs-peer0.sock,no_host_ahead || { echo "Bail out! no mount"; exit 1; }
+	mnt0=$mnt pid0=$pid
+	mount_gmsfs -o device=1,socket=/tmp/gmsfs-peer1.sock,no_host_ahead || { echo "Bail out! no mount"; exit 1; }
+	timeout 400 python3 tests/gpu/peer_gpu.py "$mnt0" "$mnt" "$top/build" || failed=$((failed + 1))
+	unmount_gmsfs
+	mnt=$mnt0 pid=$pid0
+	unmount_gmsfs
 fi
 if [ "$what" = snapshot ] || [ "$what" = all ]; then # gmsfs-snapshot: checked shards, against pinned copies and dd
 	mount_gmsfs -o no_host_ahead

@@ -1,0 +1,193 @@
+/* peer: a committed store copied into an empty one on another mount (gmsfs_copy, load.h):
+ * the source under a read lock, the target in one writer session, the bytes device to
+ * device (the target's GPU reads the source's over NVLink or PCIe where the two may reach
+ * each other, else through pinned host memory), then the entries and the commit, which
+ * must give the source's layout hash.  Anything that fails before the commit leaves the
+ * target as it was (its session rolls back) and the source untouched. */
+#include "copy.h"
+#include "store_files.h"
+
+#include <gmsfs/gmsfs.h>
+#include <gmsfs/load.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef GMSFS_HAVE_CUDA
+static int cu_said(struct cu_api *cu, CUresult r, const char *what, char *err, size_t errlen)
+{
+	snprintf(err, errlen, "%s: %s", what, cu_name(cu, r));
+	return -EIO;
+}
+
+/* Through the host: each piece out of the source's GPU into a pinned buffer, then in. */
+static int staged(struct cu_api *cu, CUcontext a, CUcontext b, char *pinned, size_t room, void *const *dst,
+		  const struct gmsfs_mapping *v, size_t n, char *err, size_t errlen)
+{
+	CUresult r = CUDA_SUCCESS;
+	for (size_t i = 0; !r && i < n; i++)
+		for (uint64_t at = 0; !r && at < v[i].size; at += room) {
+			uint64_t len = v[i].size - at < room ? v[i].size - at : room;
+			if (!(r = cu->cuCtxSetCurrent(a)))
+				r = cu->cuMemcpyDtoH(pinned, (CUdeviceptr)(uintptr_t)v[i].ptr + at, len);
+			if (!r && !(r = cu->cuCtxSetCurrent(b)))
+				r = cu->cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst[i] + at, pinned, len);
+		}
+	return r ? cu_said(cu, r, "a copy through host memory", err, errlen) : 0;
+}
+
+/* Device to device: on one GPU, or the target's reading the source's (peer access). */
+static int device_copy(struct cp *from, struct cp *to, void *const *dst, const struct gmsfs_mapping *v, size_t n,
+		       char *how, size_t howlen, char *err, size_t errlen)
+{
+	struct cu_api *cu, *cu2;
+	CUcontext a, b;
+	char *pinned, *pinned2;
+	size_t room, room2;
+	if (cp_cuda(from, &cu, &a, &pinned, &room) || cp_cuda(to, &cu2, &b, &pinned2, &room2)) {
+		snprintf(err, errlen, "one store is on a GPU and the other on the host backend: copy through a snapshot");
+		return -EINVAL;
+	}
+	CUdevice da, db;
+	int can = 0;
+	CUresult r = cu->cuCtxSetCurrent(a);
+	if (!r && !(r = cu->cuCtxGetDevice(&da)) && !(r = cu->cuCtxSetCurrent(b)) && !(r = cu->cuCtxGetDevice(&db)) &&
+	    da != db)
+		r = cu->cuDeviceCanAccessPeer(&can, db, da);
+	if (r)
+		return cu_said(cu, r, "the GPUs", err, errlen);
+	if (da != db && !can) {
+		snprintf(how, howlen, "through pinned host memory (GPU %d cannot reach GPU %d's memory)", (int)db, (int)da);
+		return staged(cu, a, b, pinned2, room2, dst, v, n, err, errlen);
+	}
+	/* The target's GPU reads the source's mappings: granted to it, read only. */
+	CUmemAccessDesc acc = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, db }, .flags = CU_MEM_ACCESS_FLAGS_PROT_READ };
+	for (size_t i = 0; da != db && !r && i < n; i++)
+		if (v[i].aligned)
+			r = cu->cuMemSetAccess((CUdeviceptr)(uintptr_t)v[i].ptr, v[i].aligned, &acc, 1);
+	if (r)
+		return cu_said(cu, r, "access for the target's GPU", err, errlen);
+	CUstream s = NULL;
+	if (!(r = cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)))
+		for (size_t i = 0; !r && i < n; i++)
+			if (v[i].size)
+				r = cu->cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst[i], (CUdeviceptr)(uintptr_t)v[i].ptr,
+							  v[i].size, s);
+	if (s) {
+		CUresult r2 = cu->cuStreamSynchronize(s);
+		r = r ? r : r2;
+		cu->cuStreamDestroy(s);
+	}
+	if (da == db)
+		snprintf(how, howlen, "device to device on GPU %d", (int)da);
+	else
+		snprintf(how, howlen, "peer to peer: GPU %d reads GPU %d's memory (NVLink or PCIe)", (int)db, (int)da);
+	return r ? cu_said(cu, r, "the copy", err, errlen) : 0;
+}
+#endif
+
+static int copy_bytes(struct cp *from, struct cp *to, void *const *dst, const struct gmsfs_mapping *v, size_t n,
+		      int backend_from, int backend_to, char *how, size_t howlen, char *err, size_t errlen)
+{
+	if (backend_from == GMSFS_BACKEND_HOST && backend_to == GMSFS_BACKEND_HOST) {
+		for (size_t i = 0; i < n; i++)
+			memcpy(dst[i], v[i].ptr, v[i].size);
+		snprintf(how, howlen, "host memory to host memory");
+		return 0;
+	}
+#ifdef GMSFS_HAVE_CUDA
+	return device_copy(from, to, dst, v, n, how, howlen, err, errlen);
+#else
+	snprintf(err, errlen, "a store on a GPU, and this build has no CUDA support");
+	return -ENOTSUP;
+#endif
+}
+
+/* What the source holds, as the target's create_many and meta_put_many take it. */
+static int layout_of(gmsfs *g, const struct gmsfs_mapping *v, size_t na, char **keys, const struct gmsfs_meta *m,
+		     size_t ne, struct gmsfs_new **nv, struct gmsfs_entry **ev)
+{
+	*nv = calloc(na + 1, sizeof **nv);
+	*ev = calloc(ne + 1, sizeof **ev);
+	if (!*nv || !*ev)
+		return -ENOMEM;
+	for (size_t i = 0; i < na; i++)
+		(*nv)[i] = (struct gmsfs_new){ .name = v[i].name, .tag = v[i].tag, .size = v[i].size };
+	for (size_t i = 0; i < ne; i++)
+		(*ev)[i] = (struct gmsfs_entry){ .key = keys[i], .alloc = m[i].alloc ? m[i].alloc : "",
+						 .offset = m[i].offset, .size = m[i].size, .flags = m[i].flags,
+						 .value = m[i].value, .value_len = m[i].value_len };
+	(void)g;
+	return 0;
+}
+
+GMSFS_API int gmsfs_copy(const char *src, const char *dst, int timeout_ms, char *how, size_t howlen, char *err,
+			 size_t errlen)
+{
+	struct cp *from = NULL, *to = NULL;
+	gmsfs *gs = NULL, *gd = NULL;
+	char **keys = NULL, hash[33], got[33];
+	struct gmsfs_meta *m = NULL;
+	struct gmsfs_new *nv = NULL;
+	struct gmsfs_entry *ev = NULL;
+	size_t ne = 0, na = 0;
+	const struct gmsfs_mapping *v = NULL;
+	how[0] = err[0] = '\0';
+	/* Each side connects and maps in its own GPU's context (cp_open makes it current). */
+	int e = cp_open(src, &from, err, errlen);
+	if (!e && (e = gmsfs_connect(&gs, src, GMSFS_RO, timeout_ms)))
+		snprintf(err, errlen, "%s: %s", src, gs ? gmsfs_errmsg(gs) : gmsfs_strerror(e));
+	if (!e && ((e = gmsfs_import_all(gs)) || (e = gmsfs_meta_get_all(gs, "", &keys, &m, &ne)) ||
+		   (e = gmsfs_layout_hash(gs, hash))))
+		snprintf(err, errlen, "%s: %s", src, gmsfs_errmsg(gs));
+	if (!e)
+		na = gmsfs_mappings(gs, &v);
+	if (!e)
+		e = cp_open(dst, &to, err, errlen);
+	if (!e && (e = gmsfs_connect(&gd, dst, GMSFS_RW, timeout_ms)))
+		snprintf(err, errlen, "%s: %s", dst, gd ? gmsfs_errmsg(gd) : gmsfs_strerror(e));
+	if (!e && sf_allocations(dst) != 0)
+		e = -EEXIST, snprintf(err, errlen, "%s holds allocations already: copy into an empty store", dst);
+	if (!e && (e = layout_of(gs, v, na, keys, m, ne, &nv, &ev)))
+		snprintf(err, errlen, "out of memory");
+	if (!e && na && (e = gmsfs_create_many(gd, nv, na)))
+		snprintf(err, errlen, "%s: %s", dst, gmsfs_errmsg(gd));
+	void **ptrs = e ? NULL : calloc(na + 1, sizeof *ptrs);
+	for (size_t i = 0; ptrs && i < na; i++)
+		ptrs[i] = nv[i].ptr;
+	if (!e && !ptrs)
+		e = -ENOMEM, snprintf(err, errlen, "out of memory");
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (!e)
+		e = copy_bytes(from, to, ptrs, v, na, gmsfs_backend(gs), gmsfs_backend(gd), how, howlen, err, errlen);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	uint64_t bytes = 0;
+	for (size_t i = 0; !e && i < na; i++)
+		bytes += v[i].size;
+	size_t said = strlen(how);
+	if (!e && said < howlen) /* the bytes' own time: what a peer copy of them costs the driver */
+		snprintf(how + said, howlen - said, "; %llu bytes in %.4f s", (unsigned long long)bytes,
+			 (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+	free(ptrs);
+	if (!e && ne && (e = gmsfs_meta_put_many(gd, ev, ne)))
+		snprintf(err, errlen, "%s: %s", dst, gmsfs_errmsg(gd));
+	if (!e && (e = gmsfs_commit(gd)))
+		snprintf(err, errlen, "%s: commit: %s", dst, gmsfs_errmsg(gd));
+	if (!e && (e = gmsfs_layout_hash(gd, got)))
+		snprintf(err, errlen, "%s: %s", dst, gmsfs_errmsg(gd));
+	if (!e && strcmp(got, hash))
+		e = -EIO, snprintf(err, errlen, "copied, but %s's layout hash is %s, not the source's %s", dst, got, hash);
+	free(nv);
+	free(ev);
+	if (keys)
+		gmsfs_meta_free_all(keys, m, ne);
+	gmsfs_disconnect(gd); /* without a commit: the target's session rolls back */
+	gmsfs_disconnect(gs);
+	cp_close(to);
+	cp_close(from);
+	return e;
+}

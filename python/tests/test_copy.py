@@ -1,0 +1,147 @@
+"""A committed store copied into an empty one on another mount (gmsfs.copy, gmsfs-snapshot
+copy, gmsfsctl copy; issue 60), on the host backend: two daemons, as two GPUs' mounts."""
+import ctypes
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import BUILD, ROOT, mounted
+import gmsfs
+from gmsfs.ctl import read_fields
+
+MiB = 1 << 20
+SNAP = os.path.join(BUILD, "gmsfs-snapshot")
+CTL = os.path.join(ROOT, "tools", "gmsfsctl")
+
+
+@pytest.fixture(scope="module")
+def second():
+    yield from mounted()
+
+
+@pytest.fixture
+def pair(mount, second):
+    """A committed source on the first mount (two allocations, entries), an empty target on
+    the second; removed after."""
+    src, dst = os.path.join(mount, "copy-src"), os.path.join(second, "copy-dst")
+    os.mkdir(src)
+    os.mkdir(dst)
+    with gmsfs.connect(src, "rw") as c:
+        a = c.create("layers/0/w", 3 * MiB + 5, tag="weights")
+        b = c.create("kv", 4096, tag="kv_cache")
+        ctypes.memmove(a.ptr, bytes(range(256)) * (3 * 4096) + b"tail!", a.size)
+        ctypes.memset(b.ptr, 0x42, 4096)
+        c.meta_put_many([("cfg/json", "layers/0/w", 16, '{"dtype": "f16"}', 64), ("plain", "kv")])
+        c.commit()
+    yield src, dst
+    for p in (src, dst):
+        if os.path.exists(p):
+            os.rmdir(p)
+
+
+def state(store):
+    return read_fields(os.path.join(store, "state"))
+
+
+def same(src, dst):
+    with gmsfs.connect(src, "ro") as a, gmsfs.connect(dst, "ro") as b:
+        a.import_all()
+        b.import_all()
+        names = sorted(m.name for m in a.mappings)
+        assert names == sorted(m.name for m in b.mappings)
+        for n in names:
+            x, y = a.find(n), b.find(n)
+            assert (x.tag, x.size) == (y.tag, y.size) and bytes(a.buffer(x.ptr, x.size)) == bytes(b.buffer(y.ptr, y.size))
+        assert a.meta_get("cfg/json").value == b.meta_get("cfg/json").value
+        return a.layout_hash == b.layout_hash
+
+
+def test_gmsfs_copy_fills_an_empty_store_with_the_same_layout(pair):
+    src, dst = pair
+    how = gmsfs.copy(src, dst, timeout=10)
+    assert "host memory" in how and state(dst)["state"] == "COMMITTED" and same(src, dst)
+
+
+def test_a_target_with_allocations_is_refused_and_left_as_it_was(pair):
+    src, dst = pair
+    with gmsfs.connect(dst, "rw") as c:
+        c.create("mine", 4096)
+        c.commit()
+        h = c.layout_hash
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs.copy(src, dst)
+    assert e.value.errno == errno.EEXIST and "holds allocations already" in str(e.value)
+    assert state(dst)["layout_hash"] == h and state(dst)["writer"] == "0"
+
+
+def test_the_commands_say_how_the_bytes_went(pair):
+    src, dst = pair
+    r = subprocess.run([CTL, "copy", src, dst], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "host memory to host memory" in r.stdout, r.stderr
+    assert same(src, dst)
+    os.rmdir(dst)
+    os.mkdir(dst)
+    r = subprocess.run([SNAP, "copy", src, dst], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "%s -> %s: host memory to host memory" % (src, dst) in r.stdout, r.stderr
+    assert same(src, dst)
+    r = subprocess.run([CTL, "copy", os.path.join(os.path.dirname(src), "nothing-here"), dst], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and "gmsfsctl: copy" in r.stderr
+
+
+def test_a_source_with_nothing_committed_times_out_and_changes_nothing(mount, second):
+    src, dst = os.path.join(mount, "copy-empty"), os.path.join(second, "copy-dst2")
+    os.mkdir(src)
+    os.mkdir(dst)
+    try:
+        t = time.monotonic()
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            gmsfs.copy(src, dst, timeout=0.3)
+        assert e.value.errno == errno.ETIMEDOUT and time.monotonic() - t < 5
+        assert state(dst)["state"] == "EMPTY" and state(src)["state"] == "EMPTY"
+    finally:
+        os.rmdir(src)
+        os.rmdir(dst)
+
+
+def test_a_copier_killed_midway_leaves_the_target_uncommitted_and_the_source_whole(mount, second):
+    """SIGKILL while the bytes go: the target's session rolls back (nothing committed,
+    nothing held), the source keeps its layout and its readers' lock is back."""
+    src, dst = os.path.join(mount, "copy-big"), os.path.join(second, "copy-big-dst")
+    os.mkdir(src)
+    os.mkdir(dst)
+    try:
+        with gmsfs.connect(src, "rw") as c:
+            for i in range(8):
+                m = c.create("w%d" % i, 128 * MiB)
+                ctypes.memset(m.ptr, i + 1, m.size)
+            c.commit()
+            h = c.layout_hash
+        killed = 0
+        for delay in (0.05, 0.1, 0.2, 0.4):
+            p = subprocess.Popen([SNAP, "copy", src, dst, "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(delay)
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            if p.returncode == -signal.SIGKILL:
+                killed += 1
+                for _ in range(100):  # the daemons see the copier's end
+                    if state(dst)["writer"] == "0" and state(src)["readers"] == "0":
+                        break
+                    time.sleep(0.05)
+                assert state(dst)["state"] == "EMPTY" and state(dst)["allocations"] == "0", state(dst)
+                assert state(src)["state"] == "COMMITTED" and state(src)["layout_hash"] == h
+            elif state(dst)["state"] == "COMMITTED":
+                os.rmdir(dst)  # done before the kill: again, into a fresh target
+                os.mkdir(dst)
+        assert killed, "the copy always finished before its kill"
+        gmsfs.copy(src, dst)  # and whole afterwards
+        assert state(dst)["layout_hash"] == h
+    finally:
+        os.rmdir(src)
+        os.rmdir(dst)
