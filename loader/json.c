@@ -3,6 +3,9 @@
 #include "json.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,4 +316,30 @@ void js_write_str(FILE *f, const char *s)
 		else
 			fputc(*s, f);
 	fputc('"', f);
+}
+
+int js_read_file(const char *path, struct js_value *out, char *err, size_t errlen)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st)) {
+		int e = errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(e));
+		if (fd >= 0)
+			close(fd);
+		return -e;
+	}
+	size_t len = (size_t)st.st_size;
+	char *text = malloc(len ? len : 1);
+	int e = text && pread(fd, text, len, 0) == (ssize_t)len ? 0 : -EIO;
+	close(fd);
+	if (e)
+		snprintf(err, errlen, "%s: could not read it", path);
+	char why[512];
+	if (!e && js_parse(text, len, out, why, sizeof why)) {
+		snprintf(err, errlen, "%s: %s", path, why);
+		e = -EINVAL;
+	}
+	free(text);
+	return e;
 }

@@ -25,6 +25,8 @@ struct js_value {
 /* Parse len bytes; *out is the caller's (js_free).  -EINVAL with err set on bad input. */
 int js_parse(const char *text, size_t len, struct js_value *out, char *err, size_t errlen);
 void js_free(struct js_value *v);
+/* The file at path, parsed (js_parse); -errno with err naming the file. */
+int js_read_file(const char *path, struct js_value *out, char *err, size_t errlen);
 /* The member named key of an object, or NULL. */
 const struct js_value *js_get(const struct js_value *obj, const char *key);
 /* s as a JSON string (quotes, backslashes and control characters escaped) on f. */

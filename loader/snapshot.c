@@ -1,5 +1,6 @@
 /* gmsfs-snapshot save STORE DIR | restore STORE DIR [-t SECONDS] [-q] [-v]
  * gmsfs-snapshot copy SOURCE TARGET [-t SECONDS] [-q]: gmsfs_copy (peer.c)
+ * save --gms, and restore of a folder with gms_metadata.json: GMS's format (gms_format.c)
  *
  * save: under a read lock, the committed layout whole, into DIR: the allocations' bytes
  * in shards (DIR/shard-NNN.bin, each allocation at a 4096-byte boundary, written at once
@@ -14,6 +15,7 @@
  * session rolls back).  xxh3 of an allocation: XXH3-64 of its CP_PIECE pieces' XXH3-64s
  * (little-endian); of a shard: of its allocations' in its order.  See gmsfs-load(1). */
 #include "copy.h"
+#include "gms_format.h"
 #include "store_files.h"
 #include "json.h"
 
@@ -314,25 +316,6 @@ static const struct js_value *field(const struct js_value *o, const char *k, enu
 	return v && v->kind == kind && (kind != JS_NUMBER || v->is_uint) ? v : NULL;
 }
 
-static int read_text(const char *path, char **text, size_t *len, char *err, size_t errlen)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	struct stat s;
-	if (fd < 0 || fstat(fd, &s)) {
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return -errno;
-	}
-	*len = (size_t)s.st_size;
-	*text = malloc(*len ? *len : 1);
-	int e = *text && pread(fd, *text, *len, 0) == (ssize_t)*len ? 0 : -EIO;
-	if (e)
-		snprintf(err, errlen, "%s: could not read it", path);
-	close(fd);
-	return e;
-}
-
 /* A hex digest "0123456789abcdef" as a number; false if it is not one. */
 static bool parse_digest(const char *s, uint64_t *out)
 {
@@ -399,8 +382,7 @@ static int check_manifest(const char *dir, const struct js_value *root, char *er
 /* The manifest, parsed and checked; a folder without one says why. */
 static int read_manifest(const char *dir, struct js_value *root, char *err, size_t errlen)
 {
-	char path[4200], *text = NULL;
-	size_t len = 0;
+	char path[4200];
 	snprintf(path, sizeof path, "%s/manifest.json", dir);
 	if (access(path, F_OK)) {
 		snprintf(path, sizeof path, "%s/layout.json", dir);
@@ -412,10 +394,7 @@ static int read_manifest(const char *dir, struct js_value *root, char *err, size
 				 strerror(errno));
 		return -ENOENT;
 	}
-	int e = read_text(path, &text, &len, err, errlen);
-	if (!e && js_parse(text, len, root, err, errlen))
-		e = -EINVAL;
-	free(text);
+	int e = js_read_file(path, root, err, errlen);
 	return e ? e : check_manifest(dir, root, err, errlen);
 }
 
@@ -530,7 +509,7 @@ static int restore(const char *store, const char *dir, int timeout_ms, bool quie
 int main(int argc, char **argv)
 {
 	int timeout_ms = 60000;
-	bool quiet = false;
+	bool quiet = false, gms = false;
 	int n = 0;
 	char *pos[3];
 	for (int i = 1; i < argc; i++) {
@@ -538,6 +517,8 @@ int main(int argc, char **argv)
 			quiet = true;
 		else if (!strcmp(argv[i], "-v"))
 			verbose = true;
+		else if (!strcmp(argv[i], "--gms"))
+			gms = true;
 		else if (!strcmp(argv[i], "-t") && i + 1 < argc)
 			timeout_ms = (int)(atof(argv[++i]) * 1000);
 		else if (n < 3)
@@ -546,16 +527,23 @@ int main(int argc, char **argv)
 			n = 4;
 	}
 	if (n != 3 || (strcmp(pos[0], "save") && strcmp(pos[0], "restore") && strcmp(pos[0], "copy"))) {
-		fprintf(stderr, "usage: gmsfs-snapshot save|restore STORE DIR [-t SECONDS] [-q] [-v]\n"
+		fprintf(stderr, "usage: gmsfs-snapshot save [--gms] STORE DIR [-t SECONDS] [-q] [-v]\n"
+				"       gmsfs-snapshot restore STORE DIR [-t SECONDS] [-q] [-v]\n"
 				"       gmsfs-snapshot copy SOURCE TARGET [-t SECONDS] [-q]\n");
 		return 2;
 	}
 	char err[8400] = "", how[256] = "";
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	int e = !strcmp(pos[0], "copy")	? gmsfs_copy(pos[1], pos[2], timeout_ms, how, sizeof how, err, sizeof err)
-		: pos[0][0] == 's'	? save(pos[1], pos[2], timeout_ms, quiet, err, sizeof err)
-					: restore(pos[1], pos[2], timeout_ms, quiet, err, sizeof err);
+	int e;
+	if (!strcmp(pos[0], "copy"))
+		e = gmsfs_copy(pos[1], pos[2], timeout_ms, how, sizeof how, err, sizeof err);
+	else if (pos[0][0] == 's')
+		e = gms ? gmsfmt_save(pos[1], pos[2], timeout_ms, err, sizeof err)
+			: save(pos[1], pos[2], timeout_ms, quiet, err, sizeof err);
+	else /* a GMS snapshot is known by its gms_metadata.json */
+		e = gmsfmt_is(pos[2]) ? gmsfmt_restore(pos[1], pos[2], timeout_ms, err, sizeof err)
+				      : restore(pos[1], pos[2], timeout_ms, quiet, err, sizeof err);
 	if (!e && how[0] && !quiet)
 		printf("%s -> %s: %s, in %.3f s\n", pos[1], pos[2], how, since(&t0));
 	if (e) {

@@ -137,7 +137,7 @@ keeper() {
 	run "$PYTHON" - "$ROOT" "$T/run" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1] + "/python")
-from gmsfs.ctl import _Scraper
+from gmsfs._ctl_metrics import _Scraper
 print(_Scraper([], sys.argv[2]).scrape())
 PY
 	assert_output --partial 'gmsfs_daemon_replaced_total{device="host-gpu-a",gpu="0",UUID="host-gpu-a",mount="'"$T"'/run/host-gpu-a"} 1'
@@ -154,7 +154,7 @@ PY
 	run "$PYTHON" - "$ROOT" "$T/run" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1] + "/python")
-from gmsfs.ctl import _Scraper
+from gmsfs._ctl_metrics import _Scraper
 print(_Scraper([], sys.argv[2]).scrape())  # a metrics server that never saw them alive
 PY
 	assert_output --partial 'gmsfs_up{device="host-gpu-a",gpu="0",UUID="host-gpu-a",mount="'"$T"'/run/host-gpu-a"} 0'

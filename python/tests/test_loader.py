@@ -521,3 +521,74 @@ def test_load_in_this_process_at_gmsfs_loads_speed_then_commit(store, tmp_path):
         got = dict(m.named_parameters(), **dict(m.named_buffers()))[name]
         assert np.array_equal(got.numpy(), a), name
     m._gmsfs.close()
+
+
+def gms_snapshot(path, allocations, metadata, layout_hash="0" * 64):
+    """A snapshot as GMS's gms-storage-client writes one: manifest.json (version 1.0),
+    shards/shard_NNNN.bin (the aligned bytes back to back), gms_metadata.json (values in
+    base64).  allocations: [(allocation id, tag, bytes)]; metadata: {key: (id, offset, value)}."""
+    import base64
+    (path / "shards").mkdir(parents=True)
+    entries, blob = [], b""
+    for aid, tag, data in allocations:
+        aligned = -(-len(data) // (2 << 20)) * (2 << 20)
+        entries.append({"allocation_id": aid, "size": len(data), "aligned_size": aligned, "tag": tag,
+                        "tensor_file": "shards/shard_0000.bin", "tensor_offset": len(blob)})
+        blob += data + bytes(aligned - len(data))
+    (path / "shards" / "shard_0000.bin").write_bytes(blob)
+    (path / "gms_metadata.json").write_text(json.dumps(
+        {k: {"allocation_id": a, "offset_bytes": o, "value": base64.b64encode(v).decode()} for k, (a, o, v) in
+         metadata.items()}, indent=2))
+    (path / "manifest.json").write_text(json.dumps({"version": "1.0", "timestamp": 1.5, "layout_hash": layout_hash,
+                                                    "device": 0, "allocations": entries}, indent=2))
+
+
+def test_a_gms_snapshot_restores_as_gmsfs_gms_would_have_written_it(store, tmp_path):
+    """GMS's format in: allocations become layout slots in the manifest's order, keys that
+    are no path are %-escaped as gmsfs.gms escapes them, values decoded; GMS clients
+    (gmsfs.gms) then read it as they would the server they saved."""
+    from gmsfs._gms_common import _key_path
+    ids = ["6f1e-aa", "0c2d-bb", "99ff-cc"]
+    gms_snapshot(tmp_path / "gms", [(ids[0], "weights", b"\x01" * 5000), (ids[1], "weights", b"\x02" * (3 << 20)),
+                                    (ids[2], "kv", b"\x03")],
+                 {"model.embed.weight": (ids[0], 0, b'{"shape": [10]}'), "a key/with//slashes": (ids[1], 64, b"x"),
+                  "%odd": (ids[1], 0, b"\x00\xff")})
+    r = run(SNAP, "restore", store, str(tmp_path / "gms"))
+    assert r.returncode == 0, r.stderr
+    with gmsfs.connect(store, "ro") as c:
+        c.import_all()
+        assert sorted((m.name, m.tag, m.size) for m in c.mappings) == [
+            ("slot000000", "weights", 5000), ("slot000001", "weights", 3 << 20), ("slot000002", "kv", 1)]
+        assert bytes(c.buffer(c.find("slot000001").ptr, 4)) == b"\x02" * 4
+        e = c.meta_get("model.embed.weight")
+        assert (e.alloc, e.offset, e.value) == ("slot000000", 0, b'{"shape": [10]}')
+        for k, (aid, off, val) in {"a key/with//slashes": (ids[1], 64, b"x"), "%odd": (ids[1], 0, b"\x00\xff")}.items():
+            e = c.meta_get(_key_path(k))
+            assert (e.alloc, e.offset, e.value) == ("slot000001", off, val)
+
+
+def test_gms_format_out_and_back_keeps_the_layout_hash(store, tmp_path):
+    """gmsfs's format for GMS (save --gms): GMS's files and fields, the gmsfs keys, extents
+    and flags beside them, so a gmsfs store comes back with the same hash; a GMS snapshot
+    that is short or names an allocation it lacks is refused and restores nothing."""
+    want = snapshot_source(store)
+    out = tmp_path / "out"
+    r = run(SNAP, "save", "--gms", store, str(out))
+    assert r.returncode == 0, r.stderr
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["version"] == "1.0" and man["layout_hash"] == want and man["gmsfs"] == 1
+    a = {x["allocation_id"]: x for x in man["allocations"]}
+    assert a["layers/0/w"]["size"] == 10000 and a["layers/0/w"]["aligned_size"] % 4096 == 0
+    meta = json.loads((out / "gms_metadata.json").read_text())
+    assert meta["scale"]["allocation_id"] == "kv" and meta["scale"]["value"] == "AP8Q"
+    other = empty_store(store, "back")
+    r = run(SNAP, "restore", other, str(out))
+    assert r.returncode == 0, r.stderr
+    assert state(other)["layout_hash"] == want
+    shard = out / "shards" / "shard_0000.bin"
+    shard.write_bytes(shard.read_bytes()[:100])
+    third = empty_store(store, "short")
+    refused_and_untouched(third, run(SNAP, "restore", third, str(out)), "too short")
+    bad = tmp_path / "bad"
+    gms_snapshot(bad, [("x", "w", b"1")], {"k": ("nobody", 0, b"")})
+    refused_and_untouched(third, run(SNAP, "restore", third, str(bad)), "which the manifest lacks")

@@ -5,7 +5,7 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|snapshot|peer|all] [RUNS]
+#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|snapshot|peer|gms-snapshot|all] [RUNS]
 #   gate: every headline figure beside its floor in one run, exit 1 on a miss (tests/gpu/gate.py;
 #     at most 8 minutes; its results in $OUT/gate.json or build/gate.json, for tests/gpu/gate_tables.py)
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
@@ -380,6 +380,16 @@ if [ "$what" = gms ] || [ "$what" = all ]; then # GMS's client flows: GMS itself
 	unmount_gmsfs
 	if [ -f .upstream/gms/test_runtime_flows.py ]; then # GMS's own tests through gmsfs.gms, on the GPU
 		GMSFS_BACKEND=cuda PYTHON=python3 timeout 300 bash tests/upstream/run.sh || failed=$((failed + 1))
+	fi
+fi
+if [ "$what" = gms ] || [ "$what" = gms-snapshot ]; then # GMS's storage client and gmsfs-snapshot, both ways
+	# GMS's lib/gpu_memory_service/snapshot in .upstream/gms/snapshot (git-ignored: git -C dynamo show
+	# HEAD:lib/gpu_memory_service/snapshot/F >.upstream/gms/snapshot/F), else left out.
+	if [ -f .upstream/gms/snapshot/storage_client.py ]; then
+		mount_gmsfs -o no_host_ahead
+		timeout 300 python3 tests/gpu/gms_snapshot_gpu.py "$mnt" "$top/build" "$top/.upstream/gms/snapshot" ||
+			failed=$((failed + 1))
+		unmount_gmsfs
 	fi
 fi
 if [ "$what" = gate ]; then # every headline figure beside its floor; a miss fails (gate.py; gate.json in $OUT or build/)
