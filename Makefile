@@ -52,7 +52,7 @@ UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-session $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
-LOADER_SRC := loader/json.c loader/safetensors.c loader/copy.c loader/peer.c loader/gms_format.c loader/store_files.c
+LOADER_SRC := loader/json.c loader/safetensors.c loader/copy.c loader/peer.c loader/gms_format.c loader/snap.c loader/store_files.c
 LOAD_SONAME := libgmsfs-load.so.0
 BENCH := $(B)/bench-import $(B)/bench-minfs $(B)/bench-control $(B)/bench-pages
 ifdef HAVE_CUDA

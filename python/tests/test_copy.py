@@ -145,3 +145,55 @@ def test_a_copier_killed_midway_leaves_the_target_uncommitted_and_the_source_who
     finally:
         os.rmdir(src)
         os.rmdir(dst)
+
+
+@pytest.fixture(scope="module")
+def gpu_a():
+    yield from mounted("backend=host", "device=host-snap-a")
+
+
+@pytest.fixture(scope="module")
+def gpu_b():
+    yield from mounted("backend=host", "device=host-snap-b")
+
+
+def committed(path, fill):
+    os.mkdir(path)
+    with gmsfs.connect(path, "rw") as c:
+        m = c.create("w", 2 * MiB + 7, tag="weights")
+        ctypes.memset(m.ptr, fill, m.size)
+        c.meta_put("k", "w", 1, b"v%d" % fill)
+        c.commit()
+        return c.layout_hash
+
+
+def test_every_store_of_every_gpu_in_one_command(gpu_a, gpu_b, tmp_path):
+    """save --all: each mount's committed stores into DIR/<its uuid>/<store>, the GPUs at
+    once; restore --all: back into the mounts of those uuids, every byte checked; a store
+    that holds allocations already is named and the others restore."""
+    hashes = {os.path.join(gpu_a, "x"): committed(os.path.join(gpu_a, "x"), 1),
+              os.path.join(gpu_a, "y"): committed(os.path.join(gpu_a, "y"), 2),
+              os.path.join(gpu_b, "z"): committed(os.path.join(gpu_b, "z"), 3)}
+    os.mkdir(os.path.join(gpu_a, "empty"))
+    snap = tmp_path / "all"
+    r = subprocess.run([SNAP, "save", "--all", str(snap), gpu_a, gpu_b], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(snap)) == ["host-snap-a", "host-snap-b"]
+    assert sorted(os.listdir(snap / "host-snap-a")) == ["x", "y"] and os.listdir(snap / "host-snap-b") == ["z"]
+    assert r.stdout.count(" -> ") == 3
+    for s in hashes:
+        os.rmdir(s)
+    os.mkdir(os.path.join(gpu_a, "y"))
+    with gmsfs.connect(os.path.join(gpu_a, "y"), "rw") as c:  # y holds something else now
+        c.create("other", 4096)
+        c.commit()
+    r = subprocess.run([SNAP, "restore", "--all", str(snap), gpu_a, gpu_b], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "/y: " in r.stderr and "holds allocations already" in r.stderr, r.stderr
+    for s, h in hashes.items():
+        if not s.endswith("/y"):
+            assert state(s)["layout_hash"] == h, s
+    r = subprocess.run([SNAP, "save", "--all"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "usage" in r.stderr
+    for s in hashes:
+        os.rmdir(s)
+    os.rmdir(os.path.join(gpu_a, "empty"))
