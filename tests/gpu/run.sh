@@ -15,7 +15,8 @@
 #   restart: takeover and a restart under a service manager, tested, then timed (16 GiB);
 #   snapshot: gmsfs-snapshot save and restore on tmpfs and on the disk, checked, against
 #     pinned copies and dd O_DIRECT (tests/gpu/snapshot_gpu.py);
-#   peer: a store copied GPU 0 -> GPU 1 against the driver's peer copy (two GPUs);
+#   peer: a store copied GPU 0 -> GPU 1 against the driver's peer copy, and snapshots of both
+#     GPUs at once against one's (two GPUs; peer_gpu.py, snapshot2_gpu.py);
 #   keeper: stores through gmsfs-keeper and gmsfs-node, as the DaemonSet keeps them;
 #   cold: cold from_pretrained loads beside host memory made ahead and with no_host_ahead;
 #   pages: elastic KV caches: bench-pages against the raw driver loop, bench/kv_sharing.py
@@ -266,6 +267,7 @@ if [ "$what" = peer ]; then # a store copied GPU 0 -> GPU 1 (two GPUs: the nvidi
 	mnt0=$mnt pid0=$pid
 	mount_gmsfs -o device=1,socket=/tmp/gmsfs-peer1.sock,no_host_ahead || { echo "Bail out! no mount"; exit 1; }
 	timeout 400 python3 tests/gpu/peer_gpu.py "$mnt0" "$mnt" "$top/build" || failed=$((failed + 1))
+	timeout 400 python3 tests/gpu/snapshot2_gpu.py "$mnt0" "$mnt" "$top/build" || failed=$((failed + 1))
 	unmount_gmsfs
 	mnt=$mnt0 pid=$pid0
 	unmount_gmsfs
