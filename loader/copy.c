@@ -58,7 +58,6 @@ struct cp {
 	struct cu_api cu;
 	CUcontext ctx;
 	char *pinned;           /* CP_THREADS x 2 x CP_BUF: allocated once, with the context */
-	CUstream stream;        /* cp_store_to_file's */
 #endif
 };
 
@@ -137,8 +136,6 @@ void cp_close(struct cp *c)
 		return;
 #ifdef GMSFS_HAVE_CUDA
 	if (c->cu.lib) {
-		if (c->stream)
-			c->cu.cuStreamDestroy(c->stream);
 		if (c->pinned)
 			c->cu.cuMemFreeHost(c->pinned);
 		cu_unload(&c->cu);
@@ -224,24 +221,8 @@ static int full_pwrite(int fd, const void *p, uint64_t len, uint64_t off, char *
 
 int cp_store_to_file(struct cp *c, const void *src, uint64_t len, int fd, uint64_t off, char *err, size_t errlen)
 {
-	if (!c->cuda)
-		return full_pwrite(fd, src, len, off, err, errlen);
-#ifdef GMSFS_HAVE_CUDA
-	CUresult r0 = CUDA_SUCCESS;
-	if (!c->stream && (r0 = c->cu.cuStreamCreate(&c->stream, CU_STREAM_NON_BLOCKING)))
-		return cu_fail(c, err, errlen, "a stream", r0);
-	for (uint64_t done = 0; done < len;) {
-		uint64_t n = len - done < CP_CHUNK ? len - done : CP_CHUNK;
-		CUresult r = c->cu.cuMemcpyDtoHAsync(c->pinned, (CUdeviceptr)(uintptr_t)src + done, n, c->stream);
-		if (r || (r = c->cu.cuStreamSynchronize(c->stream)))
-			return cu_fail(c, err, errlen, "copy from the GPU", r);
-		int e = full_pwrite(fd, c->pinned, n, off + done, err, errlen);
-		if (e)
-			return e;
-		done += n;
-	}
-#endif
-	return 0;
+	struct cp_put p = { fd, off, src, len, NULL };
+	return cp_save(c, &p, 1, NULL, NULL, err, errlen);
 }
 
 int cp_add(struct cp *c, int file, uint64_t off, void *dst, uint64_t len, uint64_t *digests)
@@ -458,7 +439,8 @@ static int put_one(struct cp_saver *s, size_t me, const struct cp_put *p, char *
 	if (!c->cuda) {
 		for (uint64_t k = 0; k < npieces; k++) {
 			uint64_t at = k * CP_PIECE, len = p->len - at < CP_PIECE ? p->len - at : CP_PIECE;
-			p->digests[k] = XXH3_64bits((const char *)p->src + at, len);
+			if (p->digests)
+				p->digests[k] = XXH3_64bits((const char *)p->src + at, len);
 			int e = full_pwrite(p->fd, (const char *)p->src + at, len, p->off + at, why, whylen);
 			if (e)
 				return e;
@@ -484,7 +466,8 @@ static int put_one(struct cp_saver *s, size_t me, const struct cp_put *p, char *
 			if ((r = c->cu.cuStreamSynchronize(st[j & 1])))
 				e = cu_fail(c, why, whylen, "copy from the GPU", r);
 			if (!e) {
-				p->digests[j] = XXH3_64bits(buf[j & 1], len);
+				if (p->digests)
+					p->digests[j] = XXH3_64bits(buf[j & 1], len);
 				e = full_pwrite(p->fd, buf[j & 1], len, p->off + at, why, whylen);
 				atomic_fetch_add(&s->done, len);
 			}

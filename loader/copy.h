@@ -31,7 +31,7 @@ uint64_t cp_direct_bytes(const struct cp *c);
 /* 0, or the first error (the others stop soon after); *done grows as bytes land. */
 int cp_run(struct cp *c, void (*progress)(void *arg, uint64_t done), void *arg, char *err, size_t errlen);
 /* One run of a store's bytes into a file for cp_save: len bytes of src (a mapping) to fd at
- * off, and the xxh3 of each CP_PIECE of them (digests: one a piece) as they pass. */
+ * off, and the xxh3 of each CP_PIECE of them (digests: one a piece; NULL: none) as they pass. */
 struct cp_put {
 	int fd;
 	uint64_t off;
@@ -43,7 +43,7 @@ struct cp_put {
  * CP_THREADS); puts to one file must be next to each other in v.  0, or the first error. */
 int cp_save(struct cp *c, struct cp_put *v, size_t n, void (*progress)(void *arg, uint64_t done), void *arg,
 	    char *err, size_t errlen);
-/* len bytes of src (a mapping) to fd at off. */
+/* len bytes of src (a mapping) to fd at off: one put of cp_save. */
 int cp_store_to_file(struct cp *c, const void *src, uint64_t len, int fd, uint64_t off, char *err, size_t errlen);
 
 #ifdef GMSFS_HAVE_CUDA

@@ -219,10 +219,10 @@ int gmsfmt_save(const char *store, const char *dir, int timeout_ms, char *err, s
 	if (!e)
 		n = gmsfs_mappings(g, &v);
 	unsigned *shard = calloc(n + 1, sizeof *shard), ns = 0;
-	uint64_t *off = calloc(n + 1, sizeof *off), **dig = calloc(n + 1, sizeof *dig);
+	uint64_t *off = calloc(n + 1, sizeof *off);
 	struct cp_put *puts_ = calloc(n + 1, sizeof *puts_);
 	int *fds = calloc(n + 1, sizeof *fds);
-	if (!e && (!shard || !off || !dig || !puts_ || !fds))
+	if (!e && (!shard || !off || !puts_ || !fds))
 		e = -ENOMEM, snprintf(err, errlen, "out of memory");
 	if (!e)
 		plan(v, n, shard, off, &ns);
@@ -231,11 +231,8 @@ int gmsfmt_save(const char *store, const char *dir, int timeout_ms, char *err, s
 		if ((fds[j] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
 			e = -errno, snprintf(err, errlen, "%s: %s", path, strerror(errno)), ns = j;
 	}
-	for (size_t i = 0; !e && i < n; i++) { /* the aligned bytes, as GMS writes them */
-		if (!(dig[i] = calloc(v[i].aligned / CP_PIECE + 2, sizeof **dig)))
-			e = -ENOMEM, snprintf(err, errlen, "out of memory");
-		puts_[i] = (struct cp_put){ fds[shard[i]], off[i], v[i].ptr, v[i].aligned, dig[i] };
-	}
+	for (size_t i = 0; !e && i < n; i++) /* the aligned bytes, as GMS writes them */
+		puts_[i] = (struct cp_put){ fds[shard[i]], off[i], v[i].ptr, v[i].aligned, NULL };
 	if (!e)
 		e = cp_save(c, puts_, n, NULL, NULL, err, errlen);
 	for (unsigned j = 0; j < ns; j++) {
@@ -245,9 +242,7 @@ int gmsfmt_save(const char *store, const char *dir, int timeout_ms, char *err, s
 	}
 	if (!e)
 		e = write_json_files(dir, hash, atoi(idx), v, n, shard, off, keys, m, ne, err, errlen);
-	for (size_t i = 0; dig && i < n; i++)
-		free(dig[i]);
-	free(dig), free(off), free(shard), free(puts_), free(fds);
+	free(off), free(shard), free(puts_), free(fds);
 	if (keys)
 		gmsfs_meta_free_all(keys, m, ne);
 	gmsfs_disconnect(g);

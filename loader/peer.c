@@ -107,8 +107,8 @@ static int copy_bytes(struct cp *from, struct cp *to, void *const *dst, const st
 }
 
 /* What the source holds, as the target's create_many and meta_put_many take it. */
-static int layout_of(gmsfs *g, const struct gmsfs_mapping *v, size_t na, char **keys, const struct gmsfs_meta *m,
-		     size_t ne, struct gmsfs_new **nv, struct gmsfs_entry **ev)
+static int layout_of(const struct gmsfs_mapping *v, size_t na, char **keys, const struct gmsfs_meta *m, size_t ne,
+		     struct gmsfs_new **nv, struct gmsfs_entry **ev)
 {
 	*nv = calloc(na + 1, sizeof **nv);
 	*ev = calloc(ne + 1, sizeof **ev);
@@ -120,7 +120,6 @@ static int layout_of(gmsfs *g, const struct gmsfs_mapping *v, size_t na, char **
 		(*ev)[i] = (struct gmsfs_entry){ .key = keys[i], .alloc = m[i].alloc ? m[i].alloc : "",
 						 .offset = m[i].offset, .size = m[i].size, .flags = m[i].flags,
 						 .value = m[i].value, .value_len = m[i].value_len };
-	(void)g;
 	return 0;
 }
 
@@ -151,7 +150,7 @@ GMSFS_API int gmsfs_copy(const char *src, const char *dst, int timeout_ms, char 
 		snprintf(err, errlen, "%s: %s", dst, gd ? gmsfs_errmsg(gd) : gmsfs_strerror(e));
 	if (!e && sf_allocations(dst) != 0)
 		e = -EEXIST, snprintf(err, errlen, "%s holds allocations already: copy into an empty store", dst);
-	if (!e && (e = layout_of(gs, v, na, keys, m, ne, &nv, &ev)))
+	if (!e && (e = layout_of(v, na, keys, m, ne, &nv, &ev)))
 		snprintf(err, errlen, "out of memory");
 	if (!e && na && (e = gmsfs_create_many(gd, nv, na)))
 		snprintf(err, errlen, "%s: %s", dst, gmsfs_errmsg(gd));
