@@ -123,14 +123,17 @@ static int size_alloc(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t siz
 	pthread_mutex_lock(&fs->mu);
 	if (e == -EAGAIN)
 		e = -ENOSPC; /* nobody gave in time: why says who was asked */
-	if (e) {
+	bool taken = false; /* b is the node's */
+	if (e)
 		store_error(st, "%s", why);
-	} else if (!m->linked || m->size || (e = lock_check_change(req, st, h))) {
-		e = e ? e : m->linked ? -EPERM : -ESTALE; /* sized or removed meanwhile, or the session went */
-	} else if ((e = meta_alloc_size(m, size, b->size, b))) {
+	else if (!m->linked || m->size || (e = lock_check_change(req, st, h)))
+		/* removed or sized meanwhile (the same size: done), or the session went */
+		e = e ? e : !m->linked ? -ESTALE : m->size == size ? 0 : -EPERM;
+	else if ((e = meta_alloc_size(m, size, b->size, b)))
 		store_error(st, "allocs/%.200s: %s", path, strerror(-e));
-	}
-	if (e && b) { /* a release is the backend's call too: not under fs->mu */
+	else
+		taken = true;
+	if (b && !taken) { /* a release is the backend's call too: not under fs->mu */
 		pthread_mutex_unlock(&fs->mu);
 		vmm_buf_put(b);
 		pthread_mutex_lock(&fs->mu);
