@@ -21,18 +21,11 @@ from tap import check, done  # noqa: E402
 import torch  # noqa: E402
 import gmsfs  # noqa: E402
 from gmsfs._torch_layout import _bytes_at  # noqa: E402
+from tier_gpu_reader import sums  # noqa: E402
 
 GiB = 1 << 30
 m0, m1, build = sys.argv[1:4]
 SNAP = os.path.join(build, "gmsfs-snapshot")
-
-
-def sums(conn, device):
-    out = {}
-    for m in conn.mappings:
-        t = _bytes_at(m.ptr, m.size, device).view(torch.int64)
-        out[m.name] = int(t.sum()) ^ int(t[::4097].sum())
-    return out
 
 
 def main():

@@ -26,7 +26,7 @@ from tap import check, done  # noqa: E402
 import torch  # noqa: E402
 import gmsfs  # noqa: E402
 from gmsfs._torch_layout import _bytes_at  # noqa: E402
-from tier_gpu_reader import sums  # noqa: E402
+from tier_gpu_reader import pinned_floor, sums  # noqa: E402
 
 GiB = 1 << 30
 mount, build = sys.argv[1], sys.argv[2]
@@ -71,19 +71,10 @@ def empty(path):
     os.mkdir(path)
 
 
-def pinned_floor(nbytes):
+def pinned_floor_of(nbytes):
     src = torch.empty(nbytes, dtype=torch.uint8, device=cuda)
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    out = {}
-    for what, dst, s in (("d2h", host, src), ("h2d", src, host)):
-        best = 1e9
-        for _ in range(3):
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            dst.copy_(s, non_blocking=True)
-            torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - t)
-        out[what] = best
+    out = pinned_floor(src, host)
     del src, host
     torch.cuda.empty_cache()
     return out
@@ -99,7 +90,7 @@ def main():
     torch.zeros(1, device=cuda)
     store, want, h = make_store("snap-src", n)
     gb = n * GiB / 1e9
-    floor = pinned_floor(n * GiB)
+    floor = pinned_floor_of(n * GiB)
 
     ram = tempfile.mkdtemp(prefix="gmsfs-snap-ram.")
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dG" % (n + 2), "tmpfs", ram], check=True)

@@ -28,7 +28,7 @@ from tap import check, done  # noqa: E402
 import torch  # noqa: E402
 import gmsfs  # noqa: E402
 from gmsfs._torch_layout import _bytes_at  # noqa: E402
-from tier_gpu_reader import sums  # noqa: E402
+from tier_gpu_reader import pinned_floor, sums  # noqa: E402
 
 GiB = 1 << 30
 mount = sys.argv[1]
@@ -184,16 +184,7 @@ def main():
     # The floor, in this run: pinned copies of the same bytes, in this process's context.
     src = torch.empty(size, dtype=torch.uint8, device=cuda)
     host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
-    floor = {}
-    for what, dst, s in (("d2h", host, src), ("h2d", src, host)):
-        best = 1e9
-        for _ in range(3):
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            dst.copy_(s, non_blocking=True)
-            torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - t)
-        floor[what] = best
+    floor = pinned_floor(src, host)
     floor["h2d_fresh"] = driver_move_in(host, n)
     del src, host
     torch.cuda.empty_cache()
