@@ -8,7 +8,8 @@
  * sessions: "fresh", a session's first pass, each page made for it; "again", its later
  * passes, the pages its store gave back and kept for it (a cache that grows again).
  * Twice: beyond the store's minimum (none set), and within it (user.gms.min set to the
- * range: its pages made at reserve and kept in the engine's process between maps). */
+ * range: its pages made at reserve and kept in the engine's process between maps, where
+ * they were); within it also "moved": the pages mapped again at other places. */
 #include "gmsfs/gmsfs.h"
 #ifdef GMSFS_HAVE_CUDA
 #include "cuda_api.h"
@@ -64,20 +65,21 @@ static void best(double to[2], const double run[2])
 
 /* gmsfs, n pages per call, the best of 3 sessions: fresh, a session's first pass (each page
  * made for it); again, its later passes (the pages its store gave back, kept for it);
+ * moved: then the range's other half (within a minimum, the held pages moved there);
  * reserve: the range's reserve, per page (within a minimum it makes them). */
 static void via_gmsfs(const char *store, uint64_t pages, uint64_t page, size_t n, double fresh[2], double again[2],
-		      double *reserve)
+		      double moved[2], double *reserve)
 {
-	uint64_t *idx = malloc(pages * sizeof *idx);
-	for (uint64_t i = 0; i < pages; i++)
+	uint64_t *idx = malloc(2 * pages * sizeof *idx);
+	for (uint64_t i = 0; i < 2 * pages; i++)
 		idx[i] = i;
-	fresh[0] = fresh[1] = again[0] = again[1] = 1e30;
+	fresh[0] = fresh[1] = again[0] = again[1] = moved[0] = moved[1] = 1e30;
 	for (int run = 0; run < 3; run++) {
 		gmsfs_pages *p;
 		double t[2];
 		MUST(gmsfs_connect(&g, store, GMSFS_RW, 30000));
 		double r = now_us();
-		MUST(gmsfs_pages_reserve(g, pages * page, page, &p));
+		MUST(gmsfs_pages_reserve(g, 2 * pages * page, page, &p));
 		r = (now_us() - r) / (double)pages;
 		*reserve = run && *reserve < r ? *reserve : r;
 		pass(p, idx, pages, n, t);
@@ -86,6 +88,8 @@ static void via_gmsfs(const char *store, uint64_t pages, uint64_t page, size_t n
 			pass(p, idx, pages, n, t);
 			best(again, t);
 		}
+		pass(p, idx + pages, pages, n, t);
+		best(moved, t);
 		gmsfs_pages_free(p);
 		gmsfs_disconnect(g); /* the session's end: its kept pages go */
 		g = NULL;
@@ -213,13 +217,15 @@ int main(int argc, char **argv)
 	g = NULL;
 	/* Beyond the store's minimum (none set), then within it (user.gms.min the whole
 	 * range): the pages made at reserve, and kept in this process between maps. */
-	double r[2][2][2][2], reserve[2][2]; /* [within][batch][again][map, unmap], [within][batch] */
+	double r[2][2][2][2], moved[2][2][2], reserve[2][2]; /* [within][batch][again][map, unmap], [within][batch] */
 	for (int within = 0; within < 2; within++) {
 		if (within)
 			set_min(argv[1], pages * page);
-		via_gmsfs(argv[1], BATCH, page, 1, r[within][0][0], r[within][0][1], &reserve[within][0]); /* first use */
-		via_gmsfs(argv[1], pages, page, 1, r[within][0][0], r[within][0][1], &reserve[within][0]);
-		via_gmsfs(argv[1], pages, page, BATCH, r[within][1][0], r[within][1][1], &reserve[within][1]);
+		via_gmsfs(argv[1], BATCH, page, 1, r[within][0][0], r[within][0][1], moved[within][0],
+			  &reserve[within][0]); /* first use */
+		via_gmsfs(argv[1], pages, page, 1, r[within][0][0], r[within][0][1], moved[within][0], &reserve[within][0]);
+		via_gmsfs(argv[1], pages, page, BATCH, r[within][1][0], r[within][1][1], moved[within][1],
+			  &reserve[within][1]);
 	}
 	set_min(argv[1], 0);
 	printf("pages: %llu of %llu KiB, backend %s\n", (unsigned long long)pages, (unsigned long long)(page >> 10),
@@ -230,6 +236,9 @@ int main(int argc, char **argv)
 			for (int a = 0; a < 2; a++)
 				printf("gmsfs  %s, %2d page%s a call, %s: map %7.1f us/page  unmap %7.1f us/page\n", where[w],
 				       b ? BATCH : 1, b ? "s" : " ", how[a], r[w][b][a][0], r[w][b][a][1]);
+	for (int b = 0; b < 2; b++)
+		printf("gmsfs  within the minimum, %2d page%s a call, moved: map %7.1f us/page  unmap %7.1f us/page\n",
+		       b ? BATCH : 1, b ? "s" : " ", moved[1][b][0], moved[1][b][1]);
 	printf("gmsfs  reserve, within the minimum (the pages made then): %.1f us/page\n", reserve[1][1]);
 #ifdef GMSFS_HAVE_CUDA
 	if (gpu && cuda) {
@@ -245,6 +254,9 @@ int main(int argc, char **argv)
 				printf("ratio gmsfs/raw, %s, %s: one page map %.2fx unmap %.2fx; %d pages map %.2fx unmap %.2fx\n",
 				       where[w], how[a], r[w][0][a][0] / raws[0][0], r[w][0][a][1] / raws[0][1], BATCH,
 				       r[w][1][a][0] / raws[1][0], r[w][1][a][1] / raws[1][1]);
+		printf("ratio gmsfs/raw, within the minimum, moved: one page map %.2fx unmap %.2fx; %d pages map %.2fx "
+		       "unmap %.2fx\n", moved[1][0][0] / raws[0][0], moved[1][0][1] / raws[0][1], BATCH,
+		       moved[1][1][0] / raws[1][0], moved[1][1][1] / raws[1][1]);
 		/* For tests/gpu/gate.py: within the minimum, at most 0.9x the raw driver loop. */
 		printf("gate: pages-map %.4f %.4f 0.9 a map of %d pages within the store's minimum, again, against the "
 		       "raw driver loop (us/page)\n", r[1][1][1][0], raws[1][0], BATCH);

@@ -5,12 +5,17 @@
  * them: a writer that dies gives them all back (its session rolls back).
  *
  * Pages within the store's minimum (user.gms.min) stay in this process when unmapped,
- * held (backend hold), and the range's first pages up to it are made at reserve: the
- * device keeps that room for the store anyway, and a held page maps again with no
- * request, no import (an H100: 20 of the 46 us a page costs beyond the raw driver loop's
- * map and access).  Above the minimum, an unmap gives the memory back to the daemon. */
+ * held, and the range's first pages up to it are made at reserve: the device keeps that
+ * room for the store anyway, and a held page maps again with no request, no import (an
+ * H100: 20 of the 46 us a page costs beyond the raw driver loop's map and access).  A
+ * page unmapped within the minimum stays where it was, mapped, until a map needs it
+ * elsewhere or it goes back: a cache that grows again over the places it shrank from
+ * costs no driver call at all (the driver's map and access of a page, 25-30 us on an
+ * H100, are most of what the raw loop costs).  Above the minimum, an unmap gives the
+ * memory back to the daemon. */
 #include "internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -25,7 +30,8 @@
 
 struct held_page {
 	uint64_t name; /* its allocation's number */
-	uint64_t mem;  /* the backend's hold */
+	uint64_t mem;  /* the backend's hold (at 0) */
+	uint64_t at;   /* 1 + the page it stays mapped at, or 0: placed nowhere */
 };
 
 struct gmsfs_pages {
@@ -35,12 +41,18 @@ struct gmsfs_pages {
 	void *base;
 	uint64_t page, count;      /* page size, pages in the range */
 	uint64_t nmapped;
-	uint8_t *mapped;           /* one byte per page: mapped now */
+	uint8_t *mapped;           /* one byte per page: PG_MAPPED, PG_STAYS (PG_ASKED: a call's check) */
 	uint64_t *name;            /* per page: the number of the allocation mapped there */
 	uint64_t next_name;        /* the next new allocation's number */
 	struct held_page *held;    /* unmapped, kept here (within the minimum) */
 	size_t nheld, held_cap;
 	bool freed;
+};
+
+enum {
+	PG_MAPPED = 1, /* mapped for the engine */
+	PG_ASKED = 2,  /* named by the call being checked (check_idx) */
+	PG_STAYS = 4,  /* a held page stays mapped here, the engine's no more */
 };
 
 static int pg_check(gmsfs_pages *p)
@@ -112,6 +124,24 @@ static int give_back(gmsfs_pages *p, const uint64_t *num, size_t n)
 	return e;
 }
 
+/* A held page's memory let go here (unmapped where it stays, or its hold dropped). */
+static void let_go(gmsfs_pages *p, const struct held_page *h)
+{
+	if (!h->at)
+		return p->g->be->drop(p->g, h->mem, p->page);
+	p->g->be->unmap(p->g, (char *)p->base + (h->at - 1) * p->page, p->page);
+	p->mapped[h->at - 1] &= (uint8_t)~PG_STAYS;
+}
+
+/* Held pages that stay mapped: drained before any of them is unmapped (a kernel the
+ * engine queued before its unmap may still use one). */
+static void drain_staying(gmsfs_pages *p)
+{
+	for (size_t i = 0; i < p->nheld && p->g->be->drain; i++)
+		if (p->held[i].at)
+			return (void)p->g->be->drain(p->g);
+}
+
 /* Held pages past the minimum (it was lowered) go back to the daemon. */
 static int give_back_held(gmsfs *g)
 {
@@ -122,10 +152,10 @@ static int give_back_held(gmsfs *g)
 			continue;
 		size_t n = 0;
 		uint64_t *num = malloc(p->nheld * sizeof *num);
+		drain_staying(p);
 		while (num && p->nheld && bytes > g->pages_min) {
-			struct held_page *h = &p->held[--p->nheld];
-			g->be->drop(g, h->mem, p->page);
-			num[n++] = h->name;
+			let_go(p, &p->held[--p->nheld]);
+			num[n++] = p->held[p->nheld].name;
 			bytes -= p->page;
 		}
 		int r = num ? give_back(p, num, n) : gm_error(g, -ENOMEM, "out of memory");
@@ -164,6 +194,7 @@ static int made(void *ctx, struct ch_manifest *m, size_t from, size_t to)
 		if (!c->idx) {
 			if ((e = g->be->hold_fd(g, m->fd[k], m->allocs[k].fd_offset, p->page, &p->held[p->nheld].mem)))
 				return gm_error(g, e, "%s: %s", m->allocs[k].path, strerror(-e));
+			p->held[p->nheld].at = 0;
 			p->held[p->nheld++].name = num;
 			c->held++;
 			continue;
@@ -172,7 +203,7 @@ static int made(void *ctx, struct ch_manifest *m, size_t from, size_t to)
 		e = g->be->map(g, va, p->page, m->fd[k], m->allocs[k].fd_offset, true, why, sizeof why);
 		if (e)
 			return gm_error(g, e, "%s: %s", m->allocs[k].path, why[0] ? why : strerror(-e));
-		p->mapped[c->idx[j]] = 1;
+		p->mapped[c->idx[j]] = PG_MAPPED;
 		p->name[c->idx[j]] = num;
 		p->nmapped++;
 	}
@@ -212,13 +243,13 @@ static int make(gmsfs_pages *p, const uint64_t *idx, size_t n)
 		char keep[sizeof p->g->err];
 		memcpy(keep, p->g->err, sizeof keep);
 		for (size_t i = 0; idx && i < n; i++)
-			if (p->mapped[idx[i]]) {
+			if (p->mapped[idx[i]] & PG_MAPPED) {
 				p->g->be->unmap(p->g, (char *)p->base + idx[i] * p->page, p->page);
 				p->mapped[idx[i]] = 0;
 				p->nmapped--;
 			}
 		while (p->nheld > held_before)
-			p->g->be->drop(p->g, p->held[--p->nheld].mem, p->page);
+			let_go(p, &p->held[--p->nheld]);
 		give_back(p, num, n);
 		memcpy(p->g->err, keep, sizeof keep);
 	}
@@ -317,16 +348,16 @@ static int check_idx(gmsfs_pages *p, const uint64_t *idx, size_t n, bool want)
 		if (idx[i] >= p->count)
 			e = gm_error(p->g, -EINVAL, "pages: index %" PRIu64 " is past the range's %" PRIu64 " pages", idx[i],
 				     p->count);
-		else if (p->mapped[idx[i]] & 2)
+		else if (p->mapped[idx[i]] & PG_ASKED)
 			e = gm_error(p->g, -EINVAL, "pages: index %" PRIu64 " twice in one call", idx[i]);
-		else if (!(p->mapped[idx[i]] & 1) != !want)
+		else if (!(p->mapped[idx[i]] & PG_MAPPED) != !want)
 			e = gm_error(p->g, want ? -ENOENT : -EEXIST, "pages: page %" PRIu64 " is %s", idx[i],
 				     want ? "not mapped" : "mapped already");
 		else
-			p->mapped[idx[i]] |= 2;
+			p->mapped[idx[i]] |= PG_ASKED;
 	}
 	for (size_t k = 0; k < i; k++)
-		p->mapped[idx[k]] &= 1;
+		p->mapped[idx[k]] &= (uint8_t)~PG_ASKED;
 	return e;
 }
 
@@ -341,35 +372,78 @@ static int begin(gmsfs_pages *p, const uint64_t *idx, size_t n, bool want, const
 	return check_idx(p, idx, n, want);
 }
 
-/* The page mapped at i, held here (unmapped). */
+/* The page mapped at i, held here: it stays mapped at i, the engine's no more. */
 static int hold(gmsfs_pages *p, uint64_t i)
 {
-	uint64_t mem;
-	int e = ROOM(p->held, p->nheld + 1, p->held_cap, 16) ? -ENOMEM
-							  : p->g->be->hold(p->g, (char *)p->base + i * p->page, p->page, &mem);
-	if (e)
-		return e;
-	p->held[p->nheld++] = (struct held_page){ .name = p->name[i], .mem = mem };
-	p->mapped[i] = 0;
+	if (ROOM(p->held, p->nheld + 1, p->held_cap, 16))
+		return -ENOMEM;
+	p->held[p->nheld++] = (struct held_page){ .name = p->name[i], .at = i + 1 };
+	p->mapped[i] = PG_STAYS;
 	p->nmapped--;
 	return 0;
 }
 
-/* Held pages mapped at idx[0..), their access not set yet: how many (as many as are
- * held, or fewer on a failure). */
-static size_t place_held(gmsfs_pages *p, const uint64_t *idx, size_t n)
+/* Held slot k the engine's again at idx: where it stayed, as it is; else moved there
+ * (its access not set yet). */
+static int take_held(gmsfs_pages *p, size_t k, uint64_t idx)
 {
 	gmsfs *g = p->g;
+	struct held_page *h = &p->held[k];
+	uint64_t name = h->name;
+	if (h->at && h->at != idx + 1) { /* off its place first: then placed nowhere */
+		uint64_t at = h->at - 1;
+		int e = g->be->hold(g, (char *)p->base + at * p->page, p->page, &h->mem);
+		if (e)
+			return e;
+		p->mapped[at] &= (uint8_t)~PG_STAYS;
+		h->at = 0;
+	}
+	if (!h->at) {
+		int e = g->be->place(g, h->mem, (char *)p->base + idx * p->page, p->page);
+		if (e)
+			return e;
+	}
+	*h = p->held[--p->nheld];
+	p->mapped[idx] = PG_MAPPED;
+	p->name[idx] = name;
+	p->nmapped++;
+	return 0;
+}
+
+/* Held pages the engine's again at idx[0..n): first those that stayed mapped at a place
+ * asked for (nothing to do), then the rest moved there (first those placed nowhere).
+ * idx is reordered so that the first *kept are the former (their access still set) and
+ * the first return value the placed ones; fewer than n when the held run out or on a
+ * failure. */
+static size_t place_held(gmsfs_pages *p, uint64_t *idx, size_t n, size_t *kept)
+{
 	size_t k = 0;
+	for (size_t i = 0; i < n; i++) /* those that stayed where they are asked for */
+		if (p->mapped[idx[i]] & PG_STAYS) {
+			uint64_t t = idx[i];
+			memmove(idx + k + 1, idx + k, (i - k) * sizeof *idx); /* the rest keep their order */
+			idx[k++] = t;
+		}
+	for (size_t i = 0; i < k; i++) {
+		size_t h = 0;
+		while (h < p->nheld && p->held[h].at != idx[i] + 1)
+			h++;
+		assert(h < p->nheld); /* PG_STAYS: a held page stays there */
+		take_held(p, h, idx[i]); /* nothing to fail: no driver call */
+	}
+	*kept = k;
+	bool drained = false;
 	for (; k < n && p->nheld; k++) {
-		struct held_page h = p->held[p->nheld - 1];
-		char *va = (char *)p->base + idx[k] * p->page;
-		if (g->be->place(g, h.mem, va, p->page))
+		size_t h = p->nheld - 1;
+		for (size_t j = 0; j < p->nheld; j++)
+			if (!p->held[j].at) { /* placed nowhere: no unmap */
+				h = j;
+				break;
+			}
+		if (p->held[h].at && !drained)
+			drained = true, drain_staying(p);
+		if (take_held(p, h, idx[k]))
 			break;
-		p->nheld--;
-		p->mapped[idx[k]] = 1;
-		p->name[idx[k]] = h.name;
-		p->nmapped++;
 	}
 	return k;
 }
@@ -388,16 +462,31 @@ static int allow_runs(gmsfs_pages *p, const uint64_t *idx, size_t n)
 	return 0;
 }
 
-/* A map that failed after placing idx[0..n): the first k held again, the rest (made by
- * it) unmapped and given back. */
-static void unmap_placed(gmsfs_pages *p, const uint64_t *idx, size_t n, size_t k)
+/* The page mapped at i held here placed nowhere (its access may not be set). */
+static int hold_off(gmsfs_pages *p, uint64_t i)
+{
+	uint64_t mem;
+	int e = ROOM(p->held, p->nheld + 1, p->held_cap, 16) ? -ENOMEM
+							  : p->g->be->hold(p->g, (char *)p->base + i * p->page, p->page, &mem);
+	if (e)
+		return e;
+	p->held[p->nheld++] = (struct held_page){ .name = p->name[i], .mem = mem };
+	p->mapped[i] = 0;
+	p->nmapped--;
+	return 0;
+}
+
+/* A map that failed after placing idx[0..n): the first k held again (the first kept where
+ * they are, their access set; the others off their place), the rest (made by it)
+ * unmapped and given back. */
+static void unmap_placed(gmsfs_pages *p, const uint64_t *idx, size_t n, size_t kept, size_t k)
 {
 	char keep[sizeof p->g->err];
 	memcpy(keep, p->g->err, sizeof keep);
 	uint64_t *num = malloc((n + 1) * sizeof *num);
 	size_t m = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (i < k && !hold(p, idx[i]))
+		if (i < k && !(i < kept ? hold(p, idx[i]) : hold_off(p, idx[i])))
 			continue;
 		p->g->be->unmap(p->g, (char *)p->base + idx[i] * p->page, p->page);
 		p->mapped[idx[i]] = 0;
@@ -412,12 +501,16 @@ static void unmap_placed(gmsfs_pages *p, const uint64_t *idx, size_t n, size_t k
 }
 
 
-int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *idx, size_t n, int timeout_ms)
+int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *asked, size_t n, int timeout_ms)
 {
-	int e = begin(p, idx, n, false, "pages_map");
+	int e = begin(p, asked, n, false, "pages_map");
 	if (e || !n)
 		return e;
-	size_t k = place_held(p, idx, n);
+	uint64_t *idx = malloc(n * sizeof *idx); /* reordered: held pages that stayed first */
+	if (!idx)
+		return gm_error(p->g, -ENOMEM, "out of memory");
+	memcpy(idx, asked, n * sizeof *idx);
+	size_t kept, k = place_held(p, idx, n, &kept);
 	/* -EAGAIN: elastic stores were asked to give pages back; their engines have a while. */
 	int64_t until = gm_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
 	for (unsigned wait_us = 500; k < n; wait_us = wait_us < 16000 ? wait_us * 2 : wait_us) {
@@ -432,10 +525,11 @@ int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *idx, size_t n, int timeout_m
 		}
 		usleep(wait_us);
 	}
-	if (!e && (e = allow_runs(p, idx, n)))
-		unmap_placed(p, idx, n, k); /* all or nothing */
+	if (!e && (e = allow_runs(p, idx + kept, n - kept)))
+		unmap_placed(p, idx, n, kept, k); /* all or nothing */
 	else if (e)
-		unmap_placed(p, idx, k, k); /* make() undid its own */
+		unmap_placed(p, idx, k, kept, k); /* make() undid its own */
+	free(idx);
 	return e;
 }
 
@@ -445,12 +539,13 @@ int gmsfs_pages_unmap(gmsfs_pages *p, const uint64_t *idx, size_t n)
 	if (e || !n)
 		return e;
 	gmsfs *g = p->g;
-	if (g->be->drain && (e = g->be->drain(g))) /* kernels queued on the pages first */
-		return gm_error(g, e, "pages_unmap: the context's queued work failed: %s", strerror(-e));
-	/* As many stay held as keep this process's pages within the minimum. */
+	/* As many stay held, mapped where they are, as keep this process's pages within the
+	 * minimum; only those that go need the kernels queued on them done first. */
 	uint64_t bytes = pages_bytes(g), over = bytes > g->pages_min ? bytes - g->pages_min : 0;
 	uint64_t give = (over + p->page - 1) / p->page;
 	size_t keep = give >= n ? 0 : n - (size_t)give, ngive = 0;
+	if (keep < n && g->be->drain && (e = g->be->drain(g)))
+		return gm_error(g, e, "pages_unmap: the context's queued work failed: %s", strerror(-e));
 	uint64_t *num = malloc(n * sizeof *num);
 	if (!num)
 		return gm_error(g, -ENOMEM, "out of memory");
@@ -498,12 +593,12 @@ int gmsfs_pages_reclaim(gmsfs_pages *p, uint64_t *bytes)
 static int release(gmsfs_pages *p, bool tell)
 {
 	gmsfs *g = p->g;
-	if (p->nmapped && g->be->drain)
+	if ((p->nmapped || p->nheld) && g->be->drain)
 		g->be->drain(g); /* kernels queued on the pages first */
 	uint64_t *num = malloc((p->nmapped + p->nheld + 1) * sizeof *num);
 	size_t n = 0;
 	for (uint64_t i = 0; i < p->count; i++)
-		if (p->mapped[i]) {
+		if (p->mapped[i] & PG_MAPPED) {
 			g->be->unmap(g, (char *)p->base + i * p->page, p->page);
 			p->mapped[i] = 0;
 			if (num)
@@ -511,7 +606,7 @@ static int release(gmsfs_pages *p, bool tell)
 		}
 	while (p->nheld) {
 		struct held_page *h = &p->held[--p->nheld];
-		g->be->drop(g, h->mem, p->page);
+		let_go(p, h);
 		if (num)
 			num[n++] = h->name;
 	}

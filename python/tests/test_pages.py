@@ -48,6 +48,35 @@ def kv(mnt, name, **xattrs):
     return path
 
 
+def test_pages_within_the_minimum_stay_where_they_were(clean):
+    """A page unmapped within the minimum stays mapped where it was: mapped there again it
+    is the same memory, bytes and all, with no request; a map elsewhere moves one; a
+    lowered minimum lets them go."""
+    store = kv(clean, "kv", min=4 * MiB)
+    with gmsfs.connect(store, "rw") as c, gmsfs.Pages(c, 8 * MiB, MiB) as p:
+        p.map(range(4))
+        for i in range(4):
+            ctypes.memset(p.ptr(i), i + 1, MiB)
+        p.unmap(range(4))
+        assert (p.mapped, state(store)["used"]) == (0, 4 * MiB)
+        p.map([2, 1])  # where they stayed: their own bytes (a held page taken last-in would be 4's)
+        assert [ctypes.string_at(p.ptr(i), 1) for i in (1, 2)] == [b"\x02", b"\x03"]
+        p.map([5, 6])  # moved from where 0 and 3 stayed: one each, both writable
+        got = sorted(ctypes.string_at(p.ptr(i), 1) for i in (5, 6))
+        assert got == [b"\x01", b"\x04"] and state(store)["allocations"] == 4
+        for i in (5, 6):
+            ctypes.memset(p.ptr(i), 0x50 + i, MiB)
+        with pytest.raises(gmsfs.GmsfsError) as e:  # a place a page moved from is unmapped
+            p.unmap([0])
+        assert e.value.errno == errno.ENOENT
+        p.unmap([1, 2, 5, 6])
+        os.removexattr(store, "user.gms.min")
+        assert p.reclaim() == 0 and (p.mapped, state(store)["used"]) == (0, 0)  # let go: unmapped, given back
+        p.map([6])  # a new page where one stayed before
+        assert state(store)["used"] == MiB
+    assert state(store)["used"] == 0
+
+
 def test_pages_at_their_place_and_back(clean):
     store = kv(clean, "kv", quota=32 * MiB)
     with gmsfs.connect(store, "rw") as c, gmsfs.Pages(c, 40 * MiB, MiB) as p:
