@@ -153,7 +153,7 @@ struct gmsfs {
 	size_t index_cap;       /* a power of two, at least twice nmaps */
 	struct mt meta;
 	struct gmsfs_space *spaces; /* every space made, freed ones too (space.c) */
-	struct gmsfs_pages *pages;  /* every pages range made, freed ones too (pages.c) */
+	gmsfs_pages *pages;         /* every pages range made, freed ones too (pages.c) */
 	uint64_t pages_min;         /* the store's minimum (user.gms.min): pages within it stay here */
 	char err[512];
 };

@@ -13,7 +13,7 @@
  * costs no driver call at all (the driver's map and access of a page, 25-30 us on an
  * H100, are most of what the raw loop costs).  Above the minimum, an unmap gives the
  * memory back to the daemon. */
-#include "internal.h"
+#include "pages_held.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -27,33 +27,6 @@
 #include <unistd.h>
 
 #include "grow.h"
-
-struct held_page {
-	uint64_t name; /* its allocation's number */
-	uint64_t mem;  /* the backend's hold (at 0) */
-	uint64_t at;   /* 1 + the page it stays mapped at, or 0: placed nowhere */
-};
-
-struct gmsfs_pages {
-	gmsfs *g;
-	struct gmsfs_pages *next;  /* the handle's ranges, freed ones too (as spaces) */
-	char prefix[48];           /* pages/<pid>.<serial> */
-	void *base;
-	uint64_t page, count;      /* page size, pages in the range */
-	uint64_t nmapped;
-	uint8_t *mapped;           /* one byte per page: PG_MAPPED, PG_STAYS (PG_ASKED: a call's check) */
-	uint64_t *name;            /* per page: the number of the allocation mapped there */
-	uint64_t next_name;        /* the next new allocation's number */
-	struct held_page *held;    /* unmapped, kept here (within the minimum) */
-	size_t nheld, held_cap;
-	bool freed;
-};
-
-enum {
-	PG_MAPPED = 1, /* mapped for the engine */
-	PG_ASKED = 2,  /* named by the call being checked (check_idx) */
-	PG_STAYS = 4,  /* a held page stays mapped here, the engine's no more */
-};
 
 static int pg_check(gmsfs_pages *p)
 {
@@ -124,24 +97,6 @@ static int give_back(gmsfs_pages *p, const uint64_t *num, size_t n)
 	return e;
 }
 
-/* A held page's memory let go here (unmapped where it stays, or its hold dropped). */
-static void let_go(gmsfs_pages *p, const struct held_page *h)
-{
-	if (!h->at)
-		return p->g->be->drop(p->g, h->mem, p->page);
-	p->g->be->unmap(p->g, (char *)p->base + (h->at - 1) * p->page, p->page);
-	p->mapped[h->at - 1] &= (uint8_t)~PG_STAYS;
-}
-
-/* Held pages that stay mapped: drained before any of them is unmapped (a kernel the
- * engine queued before its unmap may still use one). */
-static void drain_staying(gmsfs_pages *p)
-{
-	for (size_t i = 0; i < p->nheld && p->g->be->drain; i++)
-		if (p->held[i].at)
-			return (void)p->g->be->drain(p->g);
-}
-
 /* Held pages past the minimum (it was lowered) go back to the daemon. */
 static int give_back_held(gmsfs *g)
 {
@@ -152,9 +107,9 @@ static int give_back_held(gmsfs *g)
 			continue;
 		size_t n = 0;
 		uint64_t *num = malloc(p->nheld * sizeof *num);
-		drain_staying(p);
+		pg_drain_staying(p);
 		while (num && p->nheld && bytes > g->pages_min) {
-			let_go(p, &p->held[--p->nheld]);
+			pg_let_go(p, &p->held[--p->nheld]);
 			num[n++] = p->held[p->nheld].name;
 			bytes -= p->page;
 		}
@@ -249,7 +204,7 @@ static int make(gmsfs_pages *p, const uint64_t *idx, size_t n)
 				p->nmapped--;
 			}
 		while (p->nheld > held_before)
-			let_go(p, &p->held[--p->nheld]);
+			pg_let_go(p, &p->held[--p->nheld]);
 		give_back(p, num, n);
 		memcpy(p->g->err, keep, sizeof keep);
 	}
@@ -372,82 +327,6 @@ static int begin(gmsfs_pages *p, const uint64_t *idx, size_t n, bool want, const
 	return check_idx(p, idx, n, want);
 }
 
-/* The page mapped at i, held here: it stays mapped at i, the engine's no more. */
-static int hold(gmsfs_pages *p, uint64_t i)
-{
-	if (ROOM(p->held, p->nheld + 1, p->held_cap, 16))
-		return -ENOMEM;
-	p->held[p->nheld++] = (struct held_page){ .name = p->name[i], .at = i + 1 };
-	p->mapped[i] = PG_STAYS;
-	p->nmapped--;
-	return 0;
-}
-
-/* Held slot k the engine's again at idx: where it stayed, as it is; else moved there
- * (its access not set yet). */
-static int take_held(gmsfs_pages *p, size_t k, uint64_t idx)
-{
-	gmsfs *g = p->g;
-	struct held_page *h = &p->held[k];
-	uint64_t name = h->name;
-	if (h->at && h->at != idx + 1) { /* off its place first: then placed nowhere */
-		uint64_t at = h->at - 1;
-		int e = g->be->hold(g, (char *)p->base + at * p->page, p->page, &h->mem);
-		if (e)
-			return e;
-		p->mapped[at] &= (uint8_t)~PG_STAYS;
-		h->at = 0;
-	}
-	if (!h->at) {
-		int e = g->be->place(g, h->mem, (char *)p->base + idx * p->page, p->page);
-		if (e)
-			return e;
-	}
-	*h = p->held[--p->nheld];
-	p->mapped[idx] = PG_MAPPED;
-	p->name[idx] = name;
-	p->nmapped++;
-	return 0;
-}
-
-/* Held pages the engine's again at idx[0..n): first those that stayed mapped at a place
- * asked for (nothing to do), then the rest moved there (first those placed nowhere).
- * idx is reordered so that the first *kept are the former (their access still set) and
- * the first return value the placed ones; fewer than n when the held run out or on a
- * failure. */
-static size_t place_held(gmsfs_pages *p, uint64_t *idx, size_t n, size_t *kept)
-{
-	size_t k = 0;
-	for (size_t i = 0; i < n; i++) /* those that stayed where they are asked for */
-		if (p->mapped[idx[i]] & PG_STAYS) {
-			uint64_t t = idx[i];
-			memmove(idx + k + 1, idx + k, (i - k) * sizeof *idx); /* the rest keep their order */
-			idx[k++] = t;
-		}
-	for (size_t i = 0; i < k; i++) {
-		size_t h = 0;
-		while (h < p->nheld && p->held[h].at != idx[i] + 1)
-			h++;
-		assert(h < p->nheld); /* PG_STAYS: a held page stays there */
-		take_held(p, h, idx[i]); /* nothing to fail: no driver call */
-	}
-	*kept = k;
-	bool drained = false;
-	for (; k < n && p->nheld; k++) {
-		size_t h = p->nheld - 1;
-		for (size_t j = 0; j < p->nheld; j++)
-			if (!p->held[j].at) { /* placed nowhere: no unmap */
-				h = j;
-				break;
-			}
-		if (p->held[h].at && !drained)
-			drained = true, drain_staying(p);
-		if (take_held(p, h, idx[k]))
-			break;
-	}
-	return k;
-}
-
 /* The access of idx[0..n), mapped by this call: set once for each run of neighbours (the
  * driver's cost is a call's, not a page's: 24 us for one page or 64 on an H100). */
 static int allow_runs(gmsfs_pages *p, const uint64_t *idx, size_t n)
@@ -462,20 +341,6 @@ static int allow_runs(gmsfs_pages *p, const uint64_t *idx, size_t n)
 	return 0;
 }
 
-/* The page mapped at i held here placed nowhere (its access may not be set). */
-static int hold_off(gmsfs_pages *p, uint64_t i)
-{
-	uint64_t mem;
-	int e = ROOM(p->held, p->nheld + 1, p->held_cap, 16) ? -ENOMEM
-							  : p->g->be->hold(p->g, (char *)p->base + i * p->page, p->page, &mem);
-	if (e)
-		return e;
-	p->held[p->nheld++] = (struct held_page){ .name = p->name[i], .mem = mem };
-	p->mapped[i] = 0;
-	p->nmapped--;
-	return 0;
-}
-
 /* A map that failed after placing idx[0..n): the first k held again (the first kept where
  * they are, their access set; the others off their place), the rest (made by it)
  * unmapped and given back. */
@@ -486,7 +351,7 @@ static void unmap_placed(gmsfs_pages *p, const uint64_t *idx, size_t n, size_t k
 	uint64_t *num = malloc((n + 1) * sizeof *num);
 	size_t m = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (i < k && !(i < kept ? hold(p, idx[i]) : hold_off(p, idx[i])))
+		if (i < k && !(i < kept ? pg_hold(p, idx[i]) : pg_hold_off(p, idx[i])))
 			continue;
 		p->g->be->unmap(p->g, (char *)p->base + idx[i] * p->page, p->page);
 		p->mapped[idx[i]] = 0;
@@ -510,7 +375,7 @@ int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *asked, size_t n, int timeout
 	if (!idx)
 		return gm_error(p->g, -ENOMEM, "out of memory");
 	memcpy(idx, asked, n * sizeof *idx);
-	size_t kept, k = place_held(p, idx, n, &kept);
+	size_t kept, k = pg_place_held(p, idx, n, &kept);
 	/* -EAGAIN: elastic stores were asked to give pages back; their engines have a while. */
 	int64_t until = gm_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
 	for (unsigned wait_us = 500; k < n; wait_us = wait_us < 16000 ? wait_us * 2 : wait_us) {
@@ -550,7 +415,7 @@ int gmsfs_pages_unmap(gmsfs_pages *p, const uint64_t *idx, size_t n)
 	if (!num)
 		return gm_error(g, -ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++) {
-		if (i < keep && !hold(p, idx[i]))
+		if (i < keep && !pg_hold(p, idx[i]))
 			continue;
 		g->be->unmap(g, (char *)p->base + idx[i] * p->page, p->page); /* no access first: */
 		p->mapped[idx[i]] = 0;                                         /* the memory goes next */
@@ -606,7 +471,7 @@ static int release(gmsfs_pages *p, bool tell)
 		}
 	while (p->nheld) {
 		struct held_page *h = &p->held[--p->nheld];
-		let_go(p, h);
+		pg_let_go(p, h);
 		if (num)
 			num[n++] = h->name;
 	}

@@ -1,0 +1,48 @@
+/* pages_held.h: an elastic store's pages range, shared by pages.c (the range, its requests)
+ * and pages_held.c (pages held here within the store's minimum). */
+#ifndef GMSFS_PAGES_HELD_H
+#define GMSFS_PAGES_HELD_H
+
+#include "internal.h"
+
+struct held_page {
+	uint64_t name; /* its allocation's number */
+	uint64_t mem;  /* the backend's hold (at 0) */
+	uint64_t at;   /* 1 + the page it stays mapped at, or 0: placed nowhere */
+};
+
+struct gmsfs_pages {
+	gmsfs *g;
+	struct gmsfs_pages *next;  /* the handle's ranges, freed ones too (as spaces) */
+	char prefix[48];           /* pages/<pid>.<serial> */
+	void *base;
+	uint64_t page, count;      /* page size, pages in the range */
+	uint64_t nmapped;
+	uint8_t *mapped;           /* one byte per page: PG_MAPPED, PG_STAYS (PG_ASKED: a call's check) */
+	uint64_t *name;            /* per page: the number of the allocation mapped there */
+	uint64_t next_name;        /* the next new allocation's number */
+	struct held_page *held;    /* unmapped, kept here (within the minimum) */
+	size_t nheld, held_cap;
+	bool freed;
+};
+
+enum {
+	PG_MAPPED = 1, /* mapped for the engine */
+	PG_ASKED = 2,  /* named by the call being checked (check_idx) */
+	PG_STAYS = 4,  /* a held page stays mapped here, the engine's no more */
+};
+
+/* pages_held.c */
+/* A held page's memory let go here (unmapped where it stays, or its hold dropped). */
+void pg_let_go(gmsfs_pages *p, const struct held_page *h);
+/* Drained before a held page that stays mapped leaves its place. */
+void pg_drain_staying(gmsfs_pages *p);
+/* The page mapped at i held here, staying mapped at i (pg_hold), or off its place
+ * (pg_hold_off: its access may not be set); -ENOMEM, nothing changed. */
+int pg_hold(gmsfs_pages *p, uint64_t i);
+int pg_hold_off(gmsfs_pages *p, uint64_t i);
+/* Held pages the engine's again at idx[0..n), idx reordered: the first *kept stayed
+ * there (their access set), then the ones moved there; returns how many were placed. */
+size_t pg_place_held(gmsfs_pages *p, uint64_t *idx, size_t n, size_t *kept);
+
+#endif
