@@ -382,6 +382,7 @@ void keep_free(struct fs *fs)
 	for (size_t i = 0; fs->stores && i < fs->stores->nremoved; i++)
 		forget_store(fs->stores->removed[i]);
 	pthread_mutex_unlock(&fs->mu);
+	vmm_released(fs->vmm); /* what went before goes from the manager's store too */
 	fs->vmm->closing = NULL; /* what is closed now stays in the manager's store */
 	fs->vmm->keep_memory = true; /* and its memory with it (writers' sessions: trimmed at the restore) */
 	for (size_t i = 0; i < k->nfailed; i++) {

@@ -47,6 +47,7 @@ struct vmm_buf {
 	struct vmm_buf *kept;
 	bool spare;
 	bool page;            /* an elastic store's page (vmm_alloc_page): kept when given back */
+	bool last_host;       /* released: the host tier's last memory (the copier is unneeded) */
 	/* An allocation past the mount's piece size (vmm_pieces.c) is buffers of its own,
 	 * pieces[0..npieces), a reference each, all of one size but the last, that clients
 	 * map side by side: it moves, and a switch empties and fills it, piece by piece.
@@ -147,6 +148,7 @@ struct vmm {
 	 * used_bytes: given up for anyone's reservation that needs the room. */
 	atomic_uint_fast64_t pages_kept;
 	void *kept_pools; /* the pools that keep pages, under its lock */
+	void *releases;   /* releases pending (vmm_release.c), under its lock */
 	void *priv;
 };
 
@@ -170,6 +172,9 @@ uint64_t vmm_mins_short(struct vmm *v, const struct vmm_pool *pool);
 /* The device bytes pool may take now: max_bytes less what is used and what the other
  * pools' minimums still lack (kept pages are room: they go for it). */
 uint64_t vmm_room_for(struct vmm *v, const struct vmm_pool *pool);
+/* Every buffer whose last reference went is released by now (they go on a thread of
+ * their own: vmm_release.c).  Never under fs->mu. */
+void vmm_released(struct vmm *v);
 /* The daemon ends: called before its buffers go (then vmm_close). */
 void vmm_leave(struct vmm *v);
 void vmm_close(struct vmm *v);

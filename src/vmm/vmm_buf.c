@@ -78,6 +78,7 @@ int vmm_alloc_one(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 		atomic_fetch_sub(&pool->used, aligned);
 		return -ENOSPC;
 	}
+	vmm_released(v); /* the room the accounting showed, on the device too */
 	int e = v->ops->create(pool, aligned, out);
 	if (e) {
 		atomic_fetch_sub(&v->used_bytes, aligned);
@@ -133,6 +134,19 @@ void vmm_buf_get(struct vmm_buf *b)
 	atomic_fetch_add(&b->refs, 1);
 }
 
+/* On the releaser thread: b's memory goes, then its pool's reference. */
+static void release_buf(void *arg)
+{
+	struct vmm_buf *b = arg;
+	struct vmm *v = b->vmm;
+	struct vmm_pool *pool = b->pool;
+	bool last_host = b->last_host;
+	v->ops->release(b);
+	if (last_host && v->ops->copies_unneeded)
+		v->ops->copies_unneeded(v);
+	vmm_pool_put(pool);
+}
+
 void vmm_buf_put(struct vmm_buf *b)
 {
 	unsigned refs = b ? atomic_fetch_sub(&b->refs, 1) : 0;
@@ -156,13 +170,11 @@ void vmm_buf_put(struct vmm_buf *b)
 		return;
 	}
 	vmm_buf_put(vmm_take_kept(b));
-	v->ops->release(b);
 	uint64_t was = atomic_fetch_sub(host ? &v->host_used : &v->used_bytes, size);
-	if (host && was == size && v->ops->copies_unneeded)
-		v->ops->copies_unneeded(v);
 	if (!spare)
 		atomic_fetch_sub(&pool->used, size);
-	vmm_pool_put(pool);
+	b->last_host = host && was == size;
+	vmm_release_later(v, release_buf, b); /* the room is the taker's now, the memory soon */
 }
 
 struct vmm_buf *vmm_take_kept(struct vmm_buf *b)

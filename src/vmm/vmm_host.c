@@ -241,8 +241,24 @@ static void host_trim(struct vmm_pool *p, bool host)
 	pthread_mutex_unlock(&h->mu);
 }
 
+/* GMSFS_SLOW_RELEASE_MS: for tests, each release takes that long (a driver's would). */
+static useconds_t slow_release_us(void)
+{
+	static atomic_long us = -1;
+	long v = atomic_load(&us);
+	if (v < 0) {
+		const char *s = getenv("GMSFS_SLOW_RELEASE_MS");
+		long ms = s ? strtol(s, NULL, 10) : 0;
+		v = ms > 0 && ms <= 10000 ? ms * 1000 : 0;
+		atomic_store(&us, v);
+	}
+	return (useconds_t)v;
+}
+
 static void host_release(struct vmm_buf *b)
 {
+	if (slow_release_us())
+		usleep(slow_release_us());
 	/* The pages go back now; a mapping someone still holds sees zeros from here on.  At
 	 * the end under a service manager, they stay: the next daemon adopts them. */
 	if (!b->vmm->keep_memory)

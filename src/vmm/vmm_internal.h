@@ -4,6 +4,11 @@
 
 #include "vmm.h"
 
+/* vmm_release.c: fn(arg) run on the releaser thread (now, where there is none). */
+int vmm_release_open(struct vmm *v);
+void vmm_release_close(struct vmm *v);
+void vmm_release_later(struct vmm *v, void (*fn)(void *arg), void *arg);
+
 /* vmm_account.c */
 int vmm_mins_open(struct vmm *v);
 void vmm_mins_close(struct vmm *v);

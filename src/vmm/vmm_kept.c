@@ -44,6 +44,7 @@ void vmm_kept_close(struct vmm *v)
 	free(reg->v);
 	pthread_mutex_destroy(&reg->mu);
 	free(reg);
+	v->kept_pools = NULL;
 }
 
 /* A kept page's memory goes (it is in neither its pool's use nor used_bytes). */

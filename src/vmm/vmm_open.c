@@ -21,8 +21,9 @@ static int open_with(struct vmm **out, const struct vmm_ops *ops, const char *de
 		return e;
 	}
 	v->max_bytes = max_bytes && max_bytes < v->dev.total_bytes ? max_bytes : v->dev.total_bytes;
-	if (vmm_mins_open(v) || vmm_kept_open(v)) {
+	if (vmm_mins_open(v) || vmm_kept_open(v) || vmm_release_open(v)) {
 		vmm_mins_close(v);
+		vmm_kept_close(v);
 		ops->close(v);
 		free(v);
 		return -ENOMEM;
@@ -63,6 +64,8 @@ void vmm_leave(struct vmm *v)
 
 void vmm_close(struct vmm *v)
 {
+	if (v)
+		vmm_release_close(v); /* what was given back goes before the backend */
 	if (v && v->ops->close)
 		v->ops->close(v);
 	if (v)
