@@ -6,9 +6,9 @@
  * writer session holds the pages).  Prints microseconds per page and gmsfs's ratio to the
  * raw loop (on the host backend, gmsfs's figures alone).  Each figure is the best of 3
  * sessions: "fresh", a session's first pass, each page made for it; "again", its later
- * passes, the pages its store gave back and kept for it (a cache that grows again).
+ * passes, the store's spare pages, those it gave back (a cache that grows again).
  * Twice: beyond the store's minimum (none set), and within it (user.gms.min set to the
- * range: its pages made at reserve and kept in the engine's process between maps, where
+ * range: its pages made at reserve and held in the engine's process between maps, where
  * they were); within it also "moved": the pages mapped again at other places. */
 #include "gmsfs/gmsfs.h"
 #ifdef GMSFS_HAVE_CUDA
@@ -64,7 +64,7 @@ static void best(double to[2], const double run[2])
 }
 
 /* gmsfs, n pages per call, the best of 3 sessions: fresh, a session's first pass (each page
- * made for it); again, its later passes (the pages its store gave back, kept for it);
+ * made for it); again, its later passes (the store's spare pages, those it gave back);
  * moved: then the range's other half (within a minimum, the held pages moved there);
  * reserve: the range's reserve, per page (within a minimum it makes them). */
 static void via_gmsfs(const char *store, uint64_t pages, uint64_t page, size_t n, double fresh[2], double again[2],
@@ -91,7 +91,7 @@ static void via_gmsfs(const char *store, uint64_t pages, uint64_t page, size_t n
 		pass(p, idx + pages, pages, n, t);
 		best(moved, t);
 		gmsfs_pages_free(p);
-		gmsfs_disconnect(g); /* the session's end: its kept pages go */
+		gmsfs_disconnect(g); /* the session's end: its spare pages go */
 		g = NULL;
 	}
 	free(idx);
@@ -216,7 +216,7 @@ int main(int argc, char **argv)
 	gmsfs_disconnect(g);
 	g = NULL;
 	/* Beyond the store's minimum (none set), then within it (user.gms.min the whole
-	 * range): the pages made at reserve, and kept in this process between maps. */
+	 * range): the pages made at reserve, and held in this process between maps. */
 	double r[2][2][2][2], moved[2][2][2], reserve[2][2]; /* [within][batch][again][map, unmap], [within][batch] */
 	for (int within = 0; within < 2; within++) {
 		if (within)

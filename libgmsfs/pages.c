@@ -341,17 +341,17 @@ static int allow_runs(gmsfs_pages *p, const uint64_t *idx, size_t n)
 	return 0;
 }
 
-/* A map that failed after placing idx[0..n): the first k held again (the first kept where
+/* A map that failed after placing idx[0..n): the first k held again (the first stayed where
  * they are, their access set; the others off their place), the rest (made by it)
  * unmapped and given back. */
-static void unmap_placed(gmsfs_pages *p, const uint64_t *idx, size_t n, size_t kept, size_t k)
+static void unmap_placed(gmsfs_pages *p, const uint64_t *idx, size_t n, size_t stayed, size_t k)
 {
 	char keep[sizeof p->g->err];
 	memcpy(keep, p->g->err, sizeof keep);
 	uint64_t *num = malloc((n + 1) * sizeof *num);
 	size_t m = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (i < k && !(i < kept ? pg_hold(p, idx[i]) : pg_hold_off(p, idx[i])))
+		if (i < k && !(i < stayed ? pg_hold(p, idx[i]) : pg_hold_off(p, idx[i])))
 			continue;
 		p->g->be->unmap(p->g, (char *)p->base + idx[i] * p->page, p->page);
 		p->mapped[idx[i]] = 0;
@@ -375,7 +375,7 @@ int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *asked, size_t n, int timeout
 	if (!idx)
 		return gm_error(p->g, -ENOMEM, "out of memory");
 	memcpy(idx, asked, n * sizeof *idx);
-	size_t kept, k = pg_place_held(p, idx, n, &kept);
+	size_t stayed, k = pg_place_held(p, idx, n, &stayed);
 	/* -EAGAIN: elastic stores were asked to give pages back; their engines have a while. */
 	int64_t until = gm_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
 	for (unsigned wait_us = 500; k < n; wait_us = wait_us < 16000 ? wait_us * 2 : wait_us) {
@@ -390,10 +390,10 @@ int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *asked, size_t n, int timeout
 		}
 		usleep(wait_us);
 	}
-	if (!e && (e = allow_runs(p, idx + kept, n - kept)))
-		unmap_placed(p, idx, n, kept, k); /* all or nothing */
+	if (!e && (e = allow_runs(p, idx + stayed, n - stayed)))
+		unmap_placed(p, idx, n, stayed, k); /* all or nothing */
 	else if (e)
-		unmap_placed(p, idx, k, kept, k); /* make() undid its own */
+		unmap_placed(p, idx, k, stayed, k); /* make() undid its own */
 	free(idx);
 	return e;
 }

@@ -69,10 +69,10 @@ static int take_held(gmsfs_pages *p, size_t k, uint64_t idx)
 
 /* Held pages the engine's again at idx[0..n): first those that stayed mapped at a place
  * asked for (nothing to do), then the rest moved there (first those placed nowhere).
- * idx is reordered so that the first *kept are the former (their access still set) and
+ * idx is reordered so that the first *stayed are the former (their access still set) and
  * the first return value the placed ones; fewer than n when the held run out or on a
  * failure. */
-size_t pg_place_held(gmsfs_pages *p, uint64_t *idx, size_t n, size_t *kept)
+size_t pg_place_held(gmsfs_pages *p, uint64_t *idx, size_t n, size_t *stayed)
 {
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) /* those that stayed where they are asked for */
@@ -88,7 +88,7 @@ size_t pg_place_held(gmsfs_pages *p, uint64_t *idx, size_t n, size_t *kept)
 		assert(h < p->nheld); /* PG_STAYS: a held page stays there */
 		take_held(p, h, idx[i]); /* nothing to fail: no driver call */
 	}
-	*kept = k;
+	*stayed = k;
 	bool drained = false;
 	for (; k < n && p->nheld; k++) {
 		size_t h = p->nheld - 1;

@@ -21,7 +21,7 @@ struct gmsfs_pages {
 	uint8_t *mapped;           /* one byte per page: PG_MAPPED, PG_STAYS (PG_ASKED: a call's check) */
 	uint64_t *name;            /* per page: the number of the allocation mapped there */
 	uint64_t next_name;        /* the next new allocation's number */
-	struct held_page *held;    /* unmapped, kept here (within the minimum) */
+	struct held_page *held;    /* unmapped, held here (within the minimum) */
 	size_t nheld, held_cap;
 	bool freed;
 };
@@ -41,8 +41,8 @@ void pg_drain_staying(gmsfs_pages *p);
  * (pg_hold_off: its access may not be set); -ENOMEM, nothing changed. */
 int pg_hold(gmsfs_pages *p, uint64_t i);
 int pg_hold_off(gmsfs_pages *p, uint64_t i);
-/* Held pages the engine's again at idx[0..n), idx reordered: the first *kept stayed
+/* Held pages the engine's again at idx[0..n), idx reordered: the first *stayed stayed
  * there (their access set), then the ones moved there; returns how many were placed. */
-size_t pg_place_held(gmsfs_pages *p, uint64_t *idx, size_t n, size_t *kept);
+size_t pg_place_held(gmsfs_pages *p, uint64_t *idx, size_t n, size_t *stayed);
 
 #endif

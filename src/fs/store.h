@@ -58,7 +58,7 @@ struct store_tier {
 	                                * room may have come free (fs->room_gen moved past failed_room),
 	                                * else only at a new request */
 	uint64_t failed_room;
-	bool kept;                     /* host memory kept from the last move in (vmm_keep), or made ahead */
+	bool standby;                  /* host memory on standby: from the last move in (vmm_set_standby), or made ahead */
 	uint64_t ahead_tried;          /* host_ahead tried this generation + 1 (0: not since it moved) */
 	int priority;                  /* user.gms.priority: higher stays on the device longer */
 	uint64_t last_used;            /* CLOCK_MONOTONIC ns of the last grant or release */

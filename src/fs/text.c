@@ -22,8 +22,8 @@ int text_device(struct fs *fs, char **out, size_t *len)
 			 v->dev.index, v->dev.uuid, v->dev.name, v->dev.backend,
 			 (unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->used_bytes),
 			 (unsigned long long)v->dev.granularity, GMSFS_VERSION, (unsigned long long)v->host_bytes,
-			 (unsigned long long)atomic_load(&v->host_used), (unsigned long long)atomic_load(&v->host_kept),
-			 (unsigned long long)atomic_load(&v->pages_kept), export_socket(fs), (int)getpid(),
+			 (unsigned long long)atomic_load(&v->host_used), (unsigned long long)atomic_load(&v->host_standby),
+			 (unsigned long long)atomic_load(&v->pages_spare), export_socket(fs), (int)getpid(),
 			 fs->options ? fs->options : "");
 	if (n < 0)
 		return -ENOMEM;
@@ -52,7 +52,7 @@ int text_state(struct store *st, char **out, size_t *len)
 			 (unsigned long long)atomic_load(&st->pool->quota), st->tier.priority,
 			 (unsigned long long)atomic_load(&st->pool->min), (unsigned long long)st->tier.reserved,
 			 (unsigned long long)atomic_load(&st->pool->used), (unsigned long long)atomic_load(&st->pool->peak),
-			 (unsigned long long)tier_reclaim_left(st), (unsigned long long)atomic_load(&st->pool->pages_kept),
+			 (unsigned long long)tier_reclaim_left(st), (unsigned long long)atomic_load(&st->pool->pages_spare),
 			 st->last_error);
 	if (n < 0)
 		return -ENOMEM;
@@ -173,8 +173,8 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 		   "\"moves_to_host\": %llu, \"moves_to_device\": %llu, \"evictions\": %llu, \"move_failures\": %llu},\n \"stores\": [",
 		(unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->used_bytes),
 		(unsigned long long)v->dev.granularity, (unsigned long long)ts.host_bytes,
-		(unsigned long long)ts.host_used, (unsigned long long)ts.host_kept,
-		(unsigned long long)atomic_load(&v->pages_kept), (unsigned long long)ts.moves_out,
+		(unsigned long long)ts.host_used, (unsigned long long)ts.host_standby,
+		(unsigned long long)atomic_load(&v->pages_spare), (unsigned long long)ts.moves_out,
 		(unsigned long long)ts.moves_in, (unsigned long long)ts.evictions, (unsigned long long)ts.failures);
 	for (size_t i = 0; i < n; i++) {
 		struct store *s = st[i];
@@ -194,7 +194,7 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 			   "\"pages_kept\": %llu, \"pieces\": %u",
 			(unsigned long long)atomic_load(&s->pool->min), (unsigned long long)s->tier.reserved,
 			(unsigned long long)atomic_load(&s->pool->used), (unsigned long long)atomic_load(&s->pool->peak),
-			(unsigned long long)tier_reclaim_left(s), (unsigned long long)atomic_load(&s->pool->pages_kept),
+			(unsigned long long)tier_reclaim_left(s), (unsigned long long)atomic_load(&s->pool->pages_spare),
 			atomic_load(&s->pool->pieces));
 		fprintf(f,
 			", \"readers\": %u, \"writer\": %d, \"waiting_writers\": %u, \"waiting_readers\": %u, "
@@ -327,8 +327,8 @@ static void tier_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 	header(f, "gmsfs_host_tier_used_bytes", GAUGE, "Host memory the host tier holds.");
 	device_sample(f, "gmsfs_host_tier_used_bytes", v, NULL, ts.host_used);
 	header(f, "gmsfs_host_tier_kept_bytes", GAUGE,
-	       "Of the host tier's use: host memory kept from stores' last move in, for their next move out.");
-	device_sample(f, "gmsfs_host_tier_kept_bytes", v, NULL, ts.host_kept);
+	       "Of the host tier's use: host memory on standby from stores' last move in, for their next move out.");
+	device_sample(f, "gmsfs_host_tier_kept_bytes", v, NULL, ts.host_standby);
 	header(f, "gmsfs_tier_bytes_moved_total", COUNTER, "Bytes moved between the device and the host tier.");
 	device_sample(f, "gmsfs_tier_bytes_moved_total", v, "host", ts.bytes_out);
 	device_sample(f, "gmsfs_tier_bytes_moved_total", v, "device", ts.bytes_in);

@@ -76,7 +76,7 @@ static struct store *next_job(struct fs *fs, bool *to_host)
 }
 
 /* host_ahead's next store: committed, on the device, not tried since it last moved or
- * committed (make_ahead skips what keeps host memory already); the one that would give
+ * committed (make_ahead skips what has host memory on standby already); the one that would give
  * way first.  In use or not: making its host memory touches nothing of it, and an
  * engine that sleeps is moved out at once when another wakes.  NULL: none. */
 static struct store *ahead_next(struct fs *fs)
@@ -143,7 +143,7 @@ static uint64_t ahead_pause(struct fs *fs)
 
 /* Make one store's host memory ahead of its first move out (pinning gigabytes takes
  * seconds: a first move out would otherwise wait for it), within the room host_bytes
- * leaves; nothing kept by others is given up for it.  Under fs->mu, released while the
+ * leaves; nothing others have on standby is given up for it.  Under fs->mu, released while the
  * memory is made.  False: nothing to do now (nothing to make, or the mount is busy). */
 static bool make_ahead(struct fs *fs)
 {
@@ -158,7 +158,7 @@ static bool make_ahead(struct fs *fs)
 	int e = meta_walk(meta_root(st->meta, META_AREA_ALLOCS), tier_collect, &c);
 	bool *need = e ? NULL : calloc(c.n + 1, sizeof *need); /* decided here, under fs->mu */
 	for (size_t i = 0; need && i < c.n; i++)
-		bytes += (need[i] = !c.v[i]->kept) ? c.v[i]->size : 0;
+		bytes += (need[i] = !c.v[i]->standby) ? c.v[i]->size : 0;
 	struct vmm *v = fs->vmm;
 	uint64_t used = atomic_load(&v->host_used);
 	if (!need || !bytes || used > v->host_bytes || bytes > v->host_bytes - used) {
@@ -187,14 +187,14 @@ static bool make_ahead(struct fs *fs)
 		fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: host memory ahead, its first use: %s\n", st->name, err);
 	pthread_mutex_lock(&fs->mu);
 	fs->tier->ahead_since = 0; /* the pauses between pieces counted in the 10 s too */
-	/* Kept only if the store is as it was: on the device, the same layout (a move or a
+	/* On standby only if the store is as it was: on the device, the same layout (a move or a
 	 * commit meanwhile made what was made here another store's business). */
 	bool same = st->tier.at == TIER_DEVICE && !st->removed && store_lock(st)->fsm.generation == generation;
-	bool kept = made && !e && same;
-	if (kept) {
-		vmm_keep(c.v, made, c.n);
+	bool standby = made && !e && same;
+	if (standby) {
+		vmm_set_standby(c.v, made, c.n);
 		made = NULL;
-		st->tier.kept = true;
+		st->tier.standby = true;
 		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: %" PRIu64 " bytes of host memory made ahead of its first move out in "
 					"%.3f s, first used by the copier in %.3f s (and %.3f s waiting for a quiet mount)\n",
 			 st->name, bytes, (double)(t1 - t0 - paused) / 1e9,
@@ -204,9 +204,9 @@ static bool make_ahead(struct fs *fs)
 	}
 	store_put(st, 1);
 	pthread_mutex_unlock(&fs->mu);
-	if (kept)
+	if (standby)
 		vmm_copies_ready(fs->vmm); /* and the copier: the first move out waits for nothing */
-	vmm_release_all(made, c.n); /* what was not kept (a failure, or the store changed) */
+	vmm_release_all(made, c.n); /* what is not on standby (a failure, or the store changed) */
 	vmm_bufs_release(&c);
 	pthread_mutex_lock(&fs->mu);
 	return true;
@@ -330,7 +330,7 @@ void tier_stats_read(struct fs *fs, struct tier_stats *out)
 	*out = fs->tier ? fs->tier->stats : (struct tier_stats){0};
 	out->host_bytes = fs->vmm->host_bytes;
 	out->host_used = atomic_load(&fs->vmm->host_used);
-	out->host_kept = atomic_load(&fs->vmm->host_kept);
+	out->host_standby = atomic_load(&fs->vmm->host_standby);
 }
 
 /* ---- quota and priority ---- */

@@ -32,16 +32,16 @@ int tier_collect(struct meta_node *n, void *arg)
 	return e;
 }
 
-/* The host memory each allocation keeps, taken off it (the list owns it). */
-static int collect_kept(struct meta_node *n, void *arg)
+/* The host memory each allocation has on standby, taken off it (the list owns it). */
+static int collect_standby(struct meta_node *n, void *arg)
 {
 	if (n->kind != META_ALLOC || !n->buf)
 		return 0;
 	int e = 0;
 	for (size_t i = 0; i < vmm_npieces(n->buf) && !e; i++) {
 		struct vmm_buf *b = vmm_piece(n->buf, i);
-		if (b->kept && !(e = vmm_bufs_push(arg, b->kept)))
-			vmm_take_kept(b);
+		if (b->standby && !(e = vmm_bufs_push(arg, b->standby)))
+			vmm_take_standby(b);
 	}
 	return e;
 }
@@ -63,16 +63,16 @@ void tier_host_room(struct fs *fs, const struct store *self, uint64_t bytes, str
 		struct store *best = NULL;
 		for (size_t i = 0; i < fs->stores->n; i++) {
 			struct store *st = fs->stores->v[i];
-			bool keeps = st != self && st->tier.kept && st->tier.at == TIER_DEVICE;
-			if (keeps && (!best || tier_gives_way_before(st, best)))
+			bool has = st != self && st->tier.standby && st->tier.at == TIER_DEVICE;
+			if (has && (!best || tier_gives_way_before(st, best)))
 				best = st;
 		}
 		if (!best)
 			return;
 		size_t had = out->n;
-		best->tier.kept = false;
+		best->tier.standby = false;
 		/* Short of memory for the list: less is given up, nothing is lost. */
-		(void)meta_walk(meta_root(best->meta, META_AREA_ALLOCS), collect_kept, out);
+		(void)meta_walk(meta_root(best->meta, META_AREA_ALLOCS), collect_standby, out);
 		for (size_t i = had; i < out->n; i++)
 			taken += out->v[i]->size;
 	}
@@ -89,7 +89,7 @@ int tier_move(struct fs *fs, struct store *st, bool to_host, const char *what)
 		if (c.v[i]->host == to_host)
 			continue; /* there already: a switch that stopped mid-way */
 		bytes += c.v[i]->size;
-		new_host += c.v[i]->kept ? 0 : c.v[i]->size;
+		new_host += c.v[i]->standby ? 0 : c.v[i]->size;
 	}
 	if (!e && to_host)
 		tier_host_room(fs, st, new_host, &given_up);
@@ -101,10 +101,10 @@ int tier_move(struct fs *fs, struct store *st, bool to_host, const char *what)
 	uint64_t ns[2] = {0, 0};
 	if (!e) {
 		pthread_mutex_unlock(&fs->mu);
-		vmm_bufs_release(&given_up); /* what others kept for their next move out: no image names it */
+		vmm_bufs_release(&given_up); /* what others had on standby for their next move out: no image names it */
 		e = vmm_move(c.v, c.n, to_host, &old, ns, why, sizeof why);
-		if (!e && !to_host) { /* host memory: kept for the next move out (host_room gives it up) */
-			vmm_keep(c.v, old, c.n);
+		if (!e && !to_host) { /* host memory: on standby for the next move out (host_room gives it up) */
+			vmm_set_standby(c.v, old, c.n);
 			old = NULL;
 		}
 		pthread_mutex_lock(&fs->mu);
@@ -112,7 +112,7 @@ int tier_move(struct fs *fs, struct store *st, bool to_host, const char *what)
 		vmm_bufs_release(&given_up);
 	}
 	double s = (double)(clock_mono_ns() - t0) / 1e9;
-	st->tier.kept = !to_host && !e; /* a move out used what was kept, or gave it back */
+	st->tier.standby = !to_host && !e; /* a move out used what was on standby, or gave it back */
 	st->tier.ahead_tried = 0;
 	struct tier_stats *k = &fs->tier->stats;
 	if (e) {

@@ -20,7 +20,7 @@ int tier_collect(struct meta_node *n, void *arg);
 /* Which of two stores gives way first: the lower priority, then the less recently used. */
 bool tier_gives_way_before(const struct store *a, const struct store *b);
 /* Room on the host tier for bytes more: the host memory other stores (on the device, not
- * self) keep for their next move out is given up, the store that would give way first
+ * self) have on standby for their next move out is given up, the store that would give way first
  * first.  Under fs->mu; what is taken goes to *out, for vmm_bufs_release once fs->mu is
  * let go (unpinning takes time). */
 void tier_host_room(struct fs *fs, const struct store *self, uint64_t bytes, struct vmm_bufs *out);

@@ -71,8 +71,8 @@ int tier_make_room(struct fs *fs, struct store *self, uint64_t bytes, char *why,
 	 * device itself is full), as much as asked. */
 	uint64_t need = bytes > free_now ? bytes - free_now : bytes, freed = 0;
 	/* Nothing moves unless enough can: idle stores enough, and room for them on the host
-	 * (what stores keep for their next move out is room: host_room gives it up). */
-	uint64_t movable = 0, host_used = atomic_load(&v->host_used) - atomic_load(&v->host_kept);
+	 * (what stores have on standby for their next move out is room: host_room gives it up). */
+	uint64_t movable = 0, host_used = atomic_load(&v->host_used) - atomic_load(&v->host_standby);
 	struct store_table *t = fs->stores;
 	for (size_t i = 0; i < t->n && !fs->handing_over; i++)
 		movable += may_give(t->v[i], self);
@@ -139,7 +139,7 @@ static struct store **pick(struct fs *fs, struct store *self, uint64_t bytes, si
 	struct vmm *v = fs->vmm;
 	uint64_t used = atomic_load(&v->used_bytes), freed = 0;
 	uint64_t need = used > v->max_bytes ? used - v->max_bytes + bytes : bytes > v->max_bytes - used ? bytes - (v->max_bytes - used) : 0;
-	uint64_t movable = 0, host_used = atomic_load(&v->host_used) - atomic_load(&v->host_kept);
+	uint64_t movable = 0, host_used = atomic_load(&v->host_used) - atomic_load(&v->host_standby);
 	struct store_table *t = fs->stores;
 	for (size_t i = 0; i < t->n; i++)
 		movable += may_give(t->v[i], self);
@@ -180,7 +180,7 @@ static int gather(struct switch_run *r)
 		for (size_t i = had; o && i < r->outs.n; i++) {
 			o[i] = r->gone[k];
 			r->out_bytes += r->outs.v[i]->size;
-			r->new_host += r->outs.v[i]->kept ? 0 : r->outs.v[i]->size;
+			r->new_host += r->outs.v[i]->standby ? 0 : r->outs.v[i]->size;
 		}
 		r->owner = o ? o : r->owner;
 	}
@@ -199,7 +199,7 @@ static void settle(struct switch_run *r)
 			if (r->owner[j] == g)
 				*(r->outs.v[j]->host ? &moved : &stayed) += r->outs.v[j]->size;
 		g->tier.at = moved ? TIER_HOST : TIER_DEVICE;
-		g->tier.kept = false;
+		g->tier.standby = false;
 		g->tier.ahead_tried = 0;
 		if (moved && stayed && tier_move(r->fs, g, true, "evict") && tier_move(r->fs, g, false, "evict"))
 			fuse_log(FUSE_LOG_ERR, "gmsfs: %s: left on both tiers: a move in moves the rest\n", g->name);
@@ -241,11 +241,11 @@ int tier_switch_in(struct fs *fs, struct store *st, uint64_t bytes, char *why, s
 	if (!e)
 		e = vmm_switch(r.outs.v, r.outs.n, r.ins.v, r.ins.n, &ops, &in_twins, why, whylen);
 	pthread_mutex_lock(&fs->mu);
-	if (!e) { /* st takes its device memory; the host memory it had is kept for its next move out */
+	if (!e) { /* st takes its device memory; the host memory it had is on standby for its next move out */
 		vmm_take(r.ins.v, in_twins, r.ins.n);
-		vmm_keep(r.ins.v, in_twins, r.ins.n);
+		vmm_set_standby(r.ins.v, in_twins, r.ins.n);
 		st->tier.at = TIER_DEVICE;
-		st->tier.kept = true;
+		st->tier.standby = true;
 		st->tier.ahead_tried = 0;
 		st->tier.moves_in++;
 		fs->tier->stats.moves_in++, fs->tier->stats.bytes_in += r.in_bytes;

@@ -7,7 +7,7 @@
 
 struct tier_stats {
 	uint64_t moves_out, moves_in, bytes_out, bytes_in, evictions, failures;
-	uint64_t host_bytes, host_used, host_kept;
+	uint64_t host_bytes, host_used, host_standby;
 };
 
 #endif

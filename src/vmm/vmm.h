@@ -24,10 +24,10 @@ struct vmm_pool {
 	atomic_uint_fast64_t used; /* aligned bytes its buffers hold, on either tier */
 	_Atomic uint64_t min;  /* bytes of the device kept for it while it holds less (0: none) */
 	atomic_uint_fast64_t peak; /* the most it has held */
-	/* Pages it gave back, kept for its own next growth (vmm_alloc_page): in neither used
-	 * nor the device's used_bytes, in the device's pages_kept; listed in kept_list. */
-	atomic_uint_fast64_t pages_kept;
-	void *kept_list;
+	/* Spare pages: pages it gave back, made still, for its own next growth (vmm_alloc_page): in neither used
+	 * nor the device's used_bytes, in the device's pages_spare; listed in spare_list. */
+	atomic_uint_fast64_t pages_spare;
+	void *spare_list;
 	atomic_uint pieces;   /* buffers that are pieces of its allocations in pieces (vmm_pieces.c) */
 	void *priv;
 };
@@ -41,17 +41,17 @@ struct vmm_buf {
 	uint64_t offset;      /* where the buffer starts in it */
 	atomic_int ro_fd;     /* cuda: unused; host: see the pool */
 	bool host;            /* on the host tier: counted in host_used, never exported */
-	/* Host memory kept from the last move in, for the next move out (making pinned
-	 * memory is what a move out would spend its time on).  A kept buffer (spare) is in
-	 * host_used and host_kept, not in its pool's use; under the caller's lock. */
-	struct vmm_buf *kept;
-	bool spare;
-	bool page;            /* an elastic store's page (vmm_alloc_page): kept when given back */
+	/* Host memory on standby: from the last move in, for the next move out (making pinned
+	 * memory is what a move out would spend its time on).  A buffer on standby is in
+	 * host_used and host_standby, not in its pool's use; under the caller's lock. */
+	struct vmm_buf *standby;
+	bool on_standby;
+	bool page;            /* an elastic store's page (vmm_alloc_page): a spare when given back */
 	bool last_host;       /* released: the host tier's last memory (the copier is unneeded) */
 	/* An allocation past the mount's piece size (vmm_pieces.c) is buffers of its own,
 	 * pieces[0..npieces), a reference each, all of one size but the last, that clients
 	 * map side by side: it moves, and a switch empties and fills it, piece by piece.
-	 * Such a buffer holds no memory itself (fd -1; its host and kept mean nothing);
+	 * Such a buffer holds no memory itself (fd -1; its host and standby mean nothing);
 	 * npieces 0: the buffer is its memory. */
 	struct vmm_buf **pieces;
 	uint32_t npieces;
@@ -130,7 +130,7 @@ struct vmm {
 	atomic_uint_fast64_t used_bytes;
 	uint64_t host_bytes;  /* the host tier's limit */
 	atomic_uint_fast64_t host_used;
-	atomic_uint_fast64_t host_kept; /* of host_used: kept buffers, given up when room is needed */
+	atomic_uint_fast64_t host_standby; /* of host_used: buffers on standby, given up when room is needed */
 	const char *helper;   /* cuda: the copy helper's path (gmsfs-mover) */
 	/* Told before a backend closes a descriptor that held memory (a buffer's, a pool's),
 	 * so that a copy kept elsewhere (the service manager's store) can go too; NULL: none. */
@@ -144,10 +144,10 @@ struct vmm {
 	/* The pools with a minimum (vmm_pool_set_min), under mins_mu: what the device must
 	 * keep free for each while it holds less. */
 	void *mins;
-	/* Device memory of pages kept for their stores' next growth (vmm_alloc_page), not in
+	/* Device memory of spare pages, for their stores' next growth (vmm_alloc_page), not in
 	 * used_bytes: given up for anyone's reservation that needs the room. */
-	atomic_uint_fast64_t pages_kept;
-	void *kept_pools; /* the pools that keep pages, under its lock */
+	atomic_uint_fast64_t pages_spare;
+	void *spare_pools; /* the pools with spare pages, under its lock */
 	void *releases;   /* releases pending (vmm_release.c), under its lock */
 	void *priv;
 };
@@ -170,7 +170,7 @@ int vmm_pool_set_min(struct vmm_pool *pool, uint64_t min);
 /* What the minimums of pools other than pool (NULL: all) still lack on the device. */
 uint64_t vmm_mins_short(struct vmm *v, const struct vmm_pool *pool);
 /* The device bytes pool may take now: max_bytes less what is used and what the other
- * pools' minimums still lack (kept pages are room: they go for it). */
+ * pools' minimums still lack (spare pages are room: they go for it). */
 uint64_t vmm_room_for(struct vmm *v, const struct vmm_pool *pool);
 /* Every buffer whose last reference went is released by now (they go on a thread of
  * their own: vmm_release.c).  Never under fs->mu. */
@@ -200,13 +200,13 @@ uint64_t vmm_piece_of(const struct vmm *v, uint64_t aligned);
  * came in pieces (a restart's, a handover's).  -EINVAL where they do not make one (one
  * piece, more than GMSFS_PIECES_MAX, sizes that differ, another pool's). */
 int vmm_compound(struct vmm_buf *const *pieces, size_t n, struct vmm_buf **out);
-/* vmm_alloc for an elastic store's page: one its pool gave back and kept is taken first
+/* vmm_alloc for an elastic store's page: one of its pool's spares is taken first
  * (no memory made: making and exporting it is most of a page's cost), else a new one.
- * A page's last put keeps it for the pool's next page of that size, out of the pool's
- * use, until vmm_pool_drop_kept, the pool's end, or a reservation anywhere that needs
- * the room.  Kept pages hold that store's bytes: only its own pages reuse them. */
+ * A page's last put makes it a spare, for the pool's next page of that size, out of the pool's
+ * use, until vmm_pool_drop_spares, the pool's end, or a reservation anywhere that needs
+ * the room.  Spare pages hold that store's bytes: only its own pages reuse them. */
 int vmm_alloc_page(struct vmm_pool *p, uint64_t size, struct vmm_buf **out);
-void vmm_pool_drop_kept(struct vmm_pool *p);
+void vmm_pool_drop_spares(struct vmm_pool *p);
 /* A buffer over aligned bytes at offset in fd, memory another daemon made and handed
  * over (fd stays the caller's: the backend keeps a dup).  Counted as vmm_alloc counts
  * (host: in host_used), but never refused: the memory exists already. */
@@ -235,7 +235,7 @@ int vmm_move(struct vmm_buf *const *bufs, size_t n, bool to_host, struct vmm_buf
 	     char *err, size_t errlen);
 void vmm_release_all(struct vmm_buf **bufs, size_t n);
 /* b's memory on the other tier (to_host, or to the device), of its size, counted against
- * that tier's limit (-ENOSPC past it): to the host, what b kept from its last move in if
+ * that tier's limit (-ENOSPC past it): to the host, what b has on standby from its last move in if
  * anything, else new.  vmm_twin_why says why one could not be made. */
 int vmm_twin(struct vmm_buf *b, bool to_host, struct vmm_buf **out);
 void vmm_twin_why(const struct vmm_buf *b, bool to_host, int e, char *err, size_t errlen);
@@ -249,7 +249,7 @@ void vmm_take(struct vmm_buf *const *bufs, struct vmm_buf **twins, size_t n);
  * buffers take their twins' memory there (vmm_take), where the caller sees to it that
  * nobody looks meanwhile, names it (its image), and gives back the old, the next ins'
  * room.  At the end *in_twins holds the ins' new device memory (nin), for the caller to
- * take (vmm_take) and keep the old as the next move out's (vmm_keep).  On failure the
+ * take (vmm_take) and put the old on standby for the next move out (vmm_set_standby).  On failure the
  * ins are untouched (their new memory released), the outs given to out_done are on the
  * host tier and the rest on the device: -errno, why in err. */
 struct vmm_switch_ops {
@@ -287,21 +287,21 @@ static inline int vmm_bufs_push(struct vmm_bufs *l, struct vmm_buf *b)
 }
 void vmm_bufs_release(struct vmm_bufs *l);
 /* Host memory for b's first move out, made ahead (counted against host_bytes: -ENOSPC
- * past it; a spare, never in its pool's use), for vmm_keep; may run without the caller's
+ * past it; on standby, never in its pool's use), for vmm_set_standby; may run without the caller's
  * locks: it takes the time of pinning. */
 int vmm_make_host(struct vmm_buf *b, struct vmm_buf **out);
-/* After a move in: bufs[i] keeps old[i] (vmm_move's *old, or vmm_make_host's; NULL:
+/* After a move in: bufs[i] has old[i] on standby (vmm_move's *old, or vmm_make_host's; NULL:
  * none) for its next move out, which then copies without making host memory.  Frees
  * the array. */
-void vmm_keep(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n);
+void vmm_set_standby(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n);
 /* The backend ready to copy at once from now on (host_ahead); nothing where it always is. */
 void vmm_copies_ready(struct vmm *v);
 /* vmm_make_host's memory (bufs[i] NULL: skipped) used once by the backend's copier, so
  * that a first move out into it is as fast as later ones; 0 where the backend needs
  * nothing.  Takes the time of a copy of their bytes. */
 int vmm_touch_host(struct vmm_buf *const *bufs, size_t n, char *err, size_t errlen);
-/* What b keeps, taken off it (NULL: nothing), for vmm_buf_put where nobody waits. */
-struct vmm_buf *vmm_take_kept(struct vmm_buf *b);
+/* What b has on standby, taken off it (NULL: nothing), for vmm_buf_put where nobody waits. */
+struct vmm_buf *vmm_take_standby(struct vmm_buf *b);
 ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off);
 ssize_t vmm_pwrite(struct vmm_buf *b, const void *src, size_t len, uint64_t off);
 

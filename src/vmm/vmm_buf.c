@@ -1,5 +1,5 @@
 /* vmm_buf: pools and buffers: made (one piece of memory), adopted, exported, read and
- * written, given back; what a pool keeps (vmm_kept.c) and the accounting (vmm_account.c)
+ * written, given back; a pool's spare pages (vmm_spare.c) and the accounting (vmm_account.c)
  * below. */
 #include "vmm.h"
 #include "vmm_internal.h"
@@ -49,17 +49,17 @@ void vmm_pool_put(struct vmm_pool *p)
 		return;
 	if (atomic_load(&p->min))
 		vmm_pool_set_min(p, 0);
-	vmm_kept_pool_end(p); /* its kept pages are ranges of its memory (host): they go first */
+	vmm_spare_pool_end(p); /* its spare pages are ranges of its memory (host): they go first */
 	if (p->vmm->ops->pool_close)
 		p->vmm->ops->pool_close(p);
 	free(p);
 }
 
-/* New memory for pool: pages kept for other growth are given up where the room is theirs. */
+/* New memory for pool: spare pages of other stores are given up where the room is theirs. */
 bool vmm_device_reserve(struct vmm *v, struct vmm_pool *pool, uint64_t n)
 {
-	while (!vmm_device_take(v, pool, n, atomic_load(&v->pages_kept)))
-		if (!vmm_give_up_kept(v, n))
+	while (!vmm_device_take(v, pool, n, atomic_load(&v->pages_spare)))
+		if (!vmm_give_up_spares(v, n))
 			return false;
 	return true;
 }
@@ -164,25 +164,25 @@ void vmm_buf_put(struct vmm_buf *b)
 	struct vmm *v = b->vmm;
 	struct vmm_pool *pool = b->pool;
 	uint64_t size = b->size;
-	bool host = b->host, spare = b->spare;
-	if (b->page && vmm_keep_page(b)) {
-		vmm_pool_put(pool); /* a kept page holds no reference on its pool */
+	bool host = b->host, on_standby = b->on_standby;
+	if (b->page && vmm_spare_page(b)) {
+		vmm_pool_put(pool); /* a spare page holds no reference on its pool */
 		return;
 	}
-	vmm_buf_put(vmm_take_kept(b));
+	vmm_buf_put(vmm_take_standby(b));
 	uint64_t was = atomic_fetch_sub(host ? &v->host_used : &v->used_bytes, size);
-	if (!spare)
+	if (!on_standby)
 		atomic_fetch_sub(&pool->used, size);
 	b->last_host = host && was == size;
 	vmm_release_later(v, release_buf, b); /* the room is the taker's now, the memory soon */
 }
 
-struct vmm_buf *vmm_take_kept(struct vmm_buf *b)
+struct vmm_buf *vmm_take_standby(struct vmm_buf *b)
 {
-	struct vmm_buf *k = b->kept;
+	struct vmm_buf *k = b->standby;
 	if (k) {
-		b->kept = NULL;
-		atomic_fetch_sub(&k->vmm->host_kept, k->size);
+		b->standby = NULL;
+		atomic_fetch_sub(&k->vmm->host_standby, k->size);
 	}
 	return k;
 }

@@ -285,7 +285,7 @@ static int mover_send(struct cuda_priv *p, struct vmm_buf *const *src, struct vm
 	if (e)
 		return e;
 	for (size_t i = 0; i < n; i++) {
-		/* A host source stays (kept for the next move out, or the store's own if the
+		/* A host source stays (on standby for the next move out, or the store's own if the
 		 * move fails): the mover may unmap it after answering. */
 		struct mover_copy c = { MOVER_MAGIC, i + 1 == n, src[i]->size, src[i]->host ? MOVER_SOURCE_STAYS : 0, 0,
 					key_of(src[i]), key_of(dst[i]) };

@@ -19,20 +19,20 @@ bool vmm_reserve(atomic_uint_fast64_t *used, uint64_t limit, uint64_t n);
 bool vmm_device_take(struct vmm *v, struct vmm_pool *pool, uint64_t n, uint64_t held);
 void vmm_note_peak(struct vmm_pool *pool);
 
-/* vmm_kept.c: the device's list of pools that keep pages, and a pool's end. */
-int vmm_kept_open(struct vmm *v);
-void vmm_kept_close(struct vmm *v);
-void vmm_kept_pool_end(struct vmm_pool *p);
-/* Kept pages given up until n bytes have gone; false when none were kept. */
-bool vmm_give_up_kept(struct vmm *v, uint64_t n);
-/* b's last reference went: kept for its pool (true), or to be released as any buffer. */
-bool vmm_keep_page(struct vmm_buf *b);
-/* A page of aligned bytes pool keeps, off its list (NULL: none); vmm_kept_return puts
- * one taken and not used back (still counted in pages_kept meanwhile). */
-struct vmm_buf *vmm_kept_take(struct vmm_pool *pool, uint64_t aligned);
-void vmm_kept_return(struct vmm_buf *b);
+/* vmm_spare.c: the device's list of pools with spare pages, and a pool's end. */
+int vmm_spare_open(struct vmm *v);
+void vmm_spare_close(struct vmm *v);
+void vmm_spare_pool_end(struct vmm_pool *p);
+/* Spare pages given up until n bytes have gone; false when there were none. */
+bool vmm_give_up_spares(struct vmm *v, uint64_t n);
+/* b's last reference went: a spare of its pool (true), or to be released as any buffer. */
+bool vmm_spare_page(struct vmm_buf *b);
+/* A spare page of aligned bytes of pool, off its list (NULL: none); vmm_spare_return puts
+ * one taken and not used back (still counted in pages_spare meanwhile). */
+struct vmm_buf *vmm_spare_take(struct vmm_pool *pool, uint64_t aligned);
+void vmm_spare_return(struct vmm_buf *b);
 
-/* vmm_buf.c: n bytes of the device for pool, kept pages given up where the room is theirs. */
+/* vmm_buf.c: n bytes of the device for pool, spare pages given up where the room is theirs. */
 bool vmm_device_reserve(struct vmm *v, struct vmm_pool *pool, uint64_t n);
 
 #endif

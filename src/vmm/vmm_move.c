@@ -1,6 +1,6 @@
 /* vmm_move: a buffer's memory moved to the other tier (or renewed on its own): a twin
  * made there, the bytes copied by the backend, the memory exchanged; the host memory a
- * store keeps for its next move out. */
+ * store holds on standby for its next move out. */
 #include "vmm.h"
 #include "vmm_internal.h"
 #include "clock.h"
@@ -11,9 +11,9 @@
 #include <string.h>
 
 /* A buffer on the other tier for b: the same size, counted against that tier's limit;
- * in b's pool's use too, but for a spare (host memory made ahead: not a copy the store
+ * in b's pool's use too, but for one on standby (host memory made ahead: not a copy the store
  * holds, so never in its used, even while it is being made). */
-static int alloc_twin(struct vmm_buf *b, bool to_host, bool spare, struct vmm_buf **out)
+static int alloc_twin(struct vmm_buf *b, bool to_host, bool on_standby, struct vmm_buf **out)
 {
 	struct vmm *v = b->vmm;
 	if (to_host ? !vmm_reserve(&v->host_used, v->host_bytes, b->size) : !vmm_device_reserve(v, b->pool, b->size))
@@ -24,14 +24,14 @@ static int alloc_twin(struct vmm_buf *b, bool to_host, bool spare, struct vmm_bu
 		atomic_fetch_sub(to_host ? &v->host_used : &v->used_bytes, b->size);
 		return e;
 	}
-	if (!spare)
+	if (!on_standby)
 		atomic_fetch_add(&b->pool->used, b->size); /* the twin's put takes it off again */
 	vmm_pool_get(b->pool);
 	(*out)->vmm = v;
 	(*out)->pool = b->pool;
 	(*out)->size = b->size;
 	(*out)->host = to_host;
-	(*out)->spare = spare;
+	(*out)->on_standby = on_standby;
 	atomic_init(&(*out)->ro_fd, -1);
 	atomic_init(&(*out)->refs, 1);
 	return 0;
@@ -39,11 +39,11 @@ static int alloc_twin(struct vmm_buf *b, bool to_host, bool spare, struct vmm_bu
 
 int vmm_twin(struct vmm_buf *b, bool to_host, struct vmm_buf **out)
 {
-	/* The host memory kept from the last move in, if any: no new pinned memory. */
-	struct vmm_buf *k = to_host && !b->host ? vmm_take_kept(b) : NULL;
+	/* The host memory on standby from the last move in, if any: no new pinned memory. */
+	struct vmm_buf *k = to_host && !b->host ? vmm_take_standby(b) : NULL;
 	if (!k)
 		return alloc_twin(b, to_host, false, out);
-	k->spare = false; /* in the pool's use again, as a twin is */
+	k->on_standby = false; /* in the pool's use again, as a twin is */
 	atomic_fetch_add(&k->pool->used, k->size);
 	*out = k;
 	return 0;
@@ -181,18 +181,18 @@ int vmm_make_host(struct vmm_buf *b, struct vmm_buf **out)
 	return alloc_twin(b, true, true, out);
 }
 
-void vmm_keep(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n)
+void vmm_set_standby(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n)
 {
 	for (size_t i = 0; old && i < n; i++) {
 		struct vmm_buf *k = old[i];
 		if (!k)
-			continue; /* vmm_make_host's caller: this one kept some already */
-		vmm_buf_put(vmm_take_kept(bufs[i])); /* none expected: a move out takes it */
-		if (!k->spare) /* a move's old buffer leaves its pool's use (vmm_make_host's never entered it) */
+			continue; /* vmm_make_host's caller: this one has some on standby already */
+		vmm_buf_put(vmm_take_standby(bufs[i])); /* none expected: a move out takes it */
+		if (!k->on_standby) /* a move's old buffer leaves its pool's use (vmm_make_host's never entered it) */
 			atomic_fetch_sub(&k->pool->used, k->size);
-		k->spare = true;
-		atomic_fetch_add(&k->vmm->host_kept, k->size);
-		bufs[i]->kept = k;
+		k->on_standby = true;
+		atomic_fetch_add(&k->vmm->host_standby, k->size);
+		bufs[i]->standby = k;
 	}
 	free(old);
 }

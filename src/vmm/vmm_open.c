@@ -21,9 +21,9 @@ static int open_with(struct vmm **out, const struct vmm_ops *ops, const char *de
 		return e;
 	}
 	v->max_bytes = max_bytes && max_bytes < v->dev.total_bytes ? max_bytes : v->dev.total_bytes;
-	if (vmm_mins_open(v) || vmm_kept_open(v) || vmm_release_open(v)) {
+	if (vmm_mins_open(v) || vmm_spare_open(v) || vmm_release_open(v)) {
 		vmm_mins_close(v);
-		vmm_kept_close(v);
+		vmm_spare_close(v);
 		ops->close(v);
 		free(v);
 		return -ENOMEM;
@@ -71,6 +71,6 @@ void vmm_close(struct vmm *v)
 	if (v)
 		vmm_mins_close(v);
 	if (v)
-		vmm_kept_close(v);
+		vmm_spare_close(v);
 	free(v);
 }

@@ -1,4 +1,4 @@
-/* vmm_pages: an elastic store's page made: one its pool kept (vmm_kept.c) first, for
+/* vmm_pages: an elastic store's page made: one of its pool's spares (vmm_spare.c) first, for
  * making and exporting a page is most of what a new one costs; else a new one. */
 #include "vmm.h"
 #include "vmm_internal.h"
@@ -9,15 +9,15 @@ int vmm_alloc_page(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 {
 	struct vmm *v = pool->vmm;
 	uint64_t aligned = vmm_align(v, size);
-	struct vmm_buf *b = vmm_kept_take(pool, aligned);
+	struct vmm_buf *b = vmm_spare_take(pool, aligned);
 	if (!b) {
 		int e = vmm_alloc_one(pool, size, out); /* a page is never in pieces */
 		if (!e)
 			(*out)->page = true;
 		return e;
 	}
-	/* Its memory is held already (the kept pages' sum with used_bytes does not change):
-	 * within the quota and the others' minimums, as new memory after every kept page
+	/* Its memory is held already (the spare pages' sum with used_bytes does not change):
+	 * within the quota and the others' minimums, as new memory after every spare page
 	 * was given up. */
 	int e = 0;
 	if (!vmm_reserve(&pool->used, atomic_load(&pool->quota), aligned))
@@ -25,11 +25,11 @@ int vmm_alloc_page(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 	else if (!vmm_device_take(v, pool, aligned, 0))
 		atomic_fetch_sub(&pool->used, aligned), e = -ENOSPC;
 	if (e) {
-		vmm_kept_return(b);
+		vmm_spare_return(b);
 		return e;
 	}
-	atomic_fetch_sub(&v->pages_kept, aligned);
-	atomic_fetch_sub(&pool->pages_kept, aligned);
+	atomic_fetch_sub(&v->pages_spare, aligned);
+	atomic_fetch_sub(&pool->pages_spare, aligned);
 	vmm_pool_get(pool);
 	vmm_note_peak(pool);
 	atomic_store(&b->refs, 1);

@@ -1,9 +1,9 @@
-/* vmm_kept: the pages an elastic store's engine gave back, kept made and exported for
+/* vmm_spare: spare pages, those an elastic store's engine gave back, kept made and exported for
  * the store's next growth (vmm_alloc_page in vmm_pages.c takes them).  Making and
  * exporting a page is what a new one costs beyond the client's import, map and access
  * (an H100: 86 against 49 us a page in batches), and a KV cache grows again and again.
- * A kept page is in neither its pool's use nor used_bytes but in pages_kept; a
- * reservation anywhere that lacks room gives kept pages up first (vmm_give_up_kept), and
+ * A spare page is in neither its pool's use nor used_bytes but in pages_spare; a
+ * reservation anywhere that lacks room gives spare pages up first (vmm_give_up_spares), and
  * a session's end drops its store's. */
 #include "vmm.h"
 #include "vmm_internal.h"
@@ -12,57 +12,57 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-/* The pools that keep pages (vmm_alloc_page).  Lock order: this, then a pool's. */
-struct kept_pools {
+/* The pools with spare pages (vmm_alloc_page).  Lock order: this, then a pool's. */
+struct spare_pools {
 	pthread_mutex_t mu;
 	struct vmm_pool **v;
 	size_t n, cap;
 };
 
-/* A pool's kept pages. */
-struct pool_kept {
+/* A pool's spare pages. */
+struct pool_spares {
 	pthread_mutex_t mu;
 	struct vmm_bufs l;
-	bool listed; /* in the device's kept_pools */
+	bool listed; /* in the device's spare_pools */
 };
 
-int vmm_kept_open(struct vmm *v)
+int vmm_spare_open(struct vmm *v)
 {
-	struct kept_pools *reg = calloc(1, sizeof *reg);
+	struct spare_pools *reg = calloc(1, sizeof *reg);
 	if (!reg)
 		return -ENOMEM;
 	pthread_mutex_init(&reg->mu, NULL);
-	v->kept_pools = reg;
+	v->spare_pools = reg;
 	return 0;
 }
 
-void vmm_kept_close(struct vmm *v)
+void vmm_spare_close(struct vmm *v)
 {
-	struct kept_pools *reg = v->kept_pools;
+	struct spare_pools *reg = v->spare_pools;
 	if (!reg)
 		return;
 	free(reg->v);
 	pthread_mutex_destroy(&reg->mu);
 	free(reg);
-	v->kept_pools = NULL;
+	v->spare_pools = NULL;
 }
 
-/* A kept page's memory goes (it is in neither its pool's use nor used_bytes). */
-static void release_kept(struct vmm_buf *b)
+/* A spare page's memory goes (it is in neither its pool's use nor used_bytes). */
+static void release_spare(struct vmm_buf *b)
 {
 	struct vmm *v = b->vmm;
 	struct vmm_pool *pool = b->pool;
 	uint64_t size = b->size;
 	v->ops->release(b);
-	atomic_fetch_sub(&pool->pages_kept, size);
-	atomic_fetch_sub(&v->pages_kept, size);
+	atomic_fetch_sub(&pool->pages_spare, size);
+	atomic_fetch_sub(&v->pages_spare, size);
 }
 
-/* Every page p keeps goes; unlist: p ends, it leaves the list too. */
-static void drop_kept(struct vmm_pool *p, bool unlist)
+/* Every spare page of p goes; unlist: p ends, it leaves the list too. */
+static void drop_spares(struct vmm_pool *p, bool unlist)
 {
-	struct kept_pools *reg = p->vmm->kept_pools;
-	struct pool_kept *k = p->kept_list;
+	struct spare_pools *reg = p->vmm->spare_pools;
+	struct pool_spares *k = p->spare_list;
 	if (!k)
 		return;
 	pthread_mutex_lock(&reg->mu);
@@ -78,27 +78,27 @@ static void drop_kept(struct vmm_pool *p, bool unlist)
 	pthread_mutex_unlock(&k->mu);
 	pthread_mutex_unlock(&reg->mu);
 	for (size_t i = 0; i < l.n; i++)
-		release_kept(l.v[i]);
+		release_spare(l.v[i]);
 	free(l.v);
 }
 
-void vmm_pool_drop_kept(struct vmm_pool *p)
+void vmm_pool_drop_spares(struct vmm_pool *p)
 {
-	if (p && atomic_load(&p->pages_kept))
-		drop_kept(p, false);
+	if (p && atomic_load(&p->pages_spare))
+		drop_spares(p, false);
 }
 
-/* Kept pages given up until n bytes have gone (a reservation lacks room); false when
- * none were kept.  Under the list's lock: no pool ends meanwhile. */
-bool vmm_give_up_kept(struct vmm *v, uint64_t n)
+/* Spare pages given up until n bytes have gone (a reservation lacks room); false when
+ * there were none.  Under the list's lock: no pool ends meanwhile. */
+bool vmm_give_up_spares(struct vmm *v, uint64_t n)
 {
-	struct kept_pools *reg = v->kept_pools;
-	if (!atomic_load(&v->pages_kept))
+	struct spare_pools *reg = v->spare_pools;
+	if (!atomic_load(&v->pages_spare))
 		return false;
 	uint64_t gone = 0;
 	pthread_mutex_lock(&reg->mu);
 	for (size_t i = 0; i < reg->n && gone < n; i++) {
-		struct pool_kept *k = reg->v[i]->kept_list;
+		struct pool_spares *k = reg->v[i]->spare_list;
 		for (;;) {
 			pthread_mutex_lock(&k->mu);
 			struct vmm_buf *b = k->l.n ? k->l.v[--k->l.n] : NULL;
@@ -106,7 +106,7 @@ bool vmm_give_up_kept(struct vmm *v, uint64_t n)
 			if (!b)
 				break;
 			gone += b->size;
-			release_kept(b);
+			release_spare(b);
 			if (gone >= n)
 				break;
 		}
@@ -115,21 +115,21 @@ bool vmm_give_up_kept(struct vmm *v, uint64_t n)
 	return gone > 0;
 }
 
-/* b's last reference went: kept for its pool, unless the pool is ending or the daemon
- * hands its memory on (the caller then puts b's reference on the pool: a kept page holds
+/* b's last reference went: a spare of its pool, unless the pool is ending or the daemon
+ * hands its memory on (the caller then puts b's reference on the pool: a spare page holds
  * none, the pool's end drops it).  false: b is released as any buffer. */
-bool vmm_keep_page(struct vmm_buf *b)
+bool vmm_spare_page(struct vmm_buf *b)
 {
 	struct vmm *v = b->vmm;
 	struct vmm_pool *pool = b->pool;
-	struct kept_pools *reg = v->kept_pools;
-	if (b->host || b->kept || atomic_load(&v->frozen) || v->keep_memory || atomic_load(&pool->refs) < 2)
+	struct spare_pools *reg = v->spare_pools;
+	if (b->host || b->standby || atomic_load(&v->frozen) || v->keep_memory || atomic_load(&pool->refs) < 2)
 		return false;
 	pthread_mutex_lock(&reg->mu);
-	struct pool_kept *k = pool->kept_list;
+	struct pool_spares *k = pool->spare_list;
 	if (!k && (k = calloc(1, sizeof *k))) {
 		pthread_mutex_init(&k->mu, NULL);
-		pool->kept_list = k;
+		pool->spare_list = k;
 	}
 	bool ok = k != NULL;
 	if (ok && !k->listed) {
@@ -145,8 +145,8 @@ bool vmm_keep_page(struct vmm_buf *b)
 	if (ok) {
 		pthread_mutex_lock(&k->mu);
 		if ((ok = !vmm_bufs_push(&k->l, b))) {
-			atomic_fetch_add(&v->pages_kept, b->size);
-			atomic_fetch_add(&pool->pages_kept, b->size);
+			atomic_fetch_add(&v->pages_spare, b->size);
+			atomic_fetch_add(&pool->pages_spare, b->size);
 			atomic_fetch_sub(&v->used_bytes, b->size);
 			atomic_fetch_sub(&pool->used, b->size);
 		}
@@ -156,21 +156,21 @@ bool vmm_keep_page(struct vmm_buf *b)
 	return ok;
 }
 
-void vmm_kept_pool_end(struct vmm_pool *p)
+void vmm_spare_pool_end(struct vmm_pool *p)
 {
-	struct pool_kept *k = p->kept_list;
+	struct pool_spares *k = p->spare_list;
 	if (!k)
 		return;
-	drop_kept(p, true);
+	drop_spares(p, true);
 	pthread_mutex_destroy(&k->mu);
 	free(k->l.v);
 	free(k);
-	p->kept_list = NULL;
+	p->spare_list = NULL;
 }
 
-struct vmm_buf *vmm_kept_take(struct vmm_pool *pool, uint64_t aligned)
+struct vmm_buf *vmm_spare_take(struct vmm_pool *pool, uint64_t aligned)
 {
-	struct pool_kept *k = atomic_load(&pool->pages_kept) ? pool->kept_list : NULL;
+	struct pool_spares *k = atomic_load(&pool->pages_spare) ? pool->spare_list : NULL;
 	struct vmm_buf *b = NULL;
 	if (!k || !aligned || atomic_load(&pool->vmm->frozen))
 		return NULL;
@@ -185,13 +185,13 @@ struct vmm_buf *vmm_kept_take(struct vmm_pool *pool, uint64_t aligned)
 	return b;
 }
 
-void vmm_kept_return(struct vmm_buf *b)
+void vmm_spare_return(struct vmm_buf *b)
 {
-	struct pool_kept *k = b->pool->kept_list;
+	struct pool_spares *k = b->pool->spare_list;
 	pthread_mutex_lock(&k->mu);
 	if (vmm_bufs_push(&k->l, b)) {
 		pthread_mutex_unlock(&k->mu);
-		release_kept(b);
+		release_spare(b);
 	} else {
 		pthread_mutex_unlock(&k->mu);
 	}
