@@ -15,7 +15,7 @@ docs/benchmarks.md's tables, with the machine and the date.
 
   imports    bench-gpu: a reader's import_all and its remap cycle, in fresh processes, for
              1000 x 2 MiB, 128 x 64 MiB, 16 x 1 GiB and Llama-3-8B's 291 tensors (1.1x, 1.2x):
-             24 runs, the floor first in every other one; the fastest import (remap) over
+             16 runs, the floor first in every other one; the fastest import (remap) over
              the fastest floor of the same runs (the machine's noise only adds to these;
              single runs' ratios on H100s went from 0.11 to 3.13)
   switch     bench/switch.py: two models served by engines of their own, one allocation
@@ -148,7 +148,7 @@ def main():
     gib = float(os.environ.get("GMSFS_GATE_GIB", 0)) or min(16, max(1, device_gib() // 5))
     b = lambda p: os.path.join(BUILD, p)  # noqa: E731
     parts = [
-        ("imports", [b("bench-gpu"), "MOUNT", "24"], 240, True, None),
+        ("imports", [b("bench-gpu"), "MOUNT", "16"], 240, True, None),
         ("switch-one", [PY, "bench/switch.py", BUILD, "%g" % gib, "one"], 150, False, None),
         ("switch-many", [PY, "bench/switch.py", BUILD, "%g" % gib, "many"], 150, False, None),
         ("tier", [PY, "tests/gpu/tier_gpu.py", "MOUNT", "ahead"], 150, True, None),
