@@ -376,7 +376,7 @@ int gmsfs_connect(gmsfs **out, const char *store_dir, int mode, int timeout_ms)
 	*out = NULL;
 	int flags = mode & ~GMSFS_LOCK_MASK;
 	mode &= GMSFS_LOCK_MASK;
-	if (!store_dir || mode < GMSFS_RO || mode > GMSFS_RW_OR_RO || timeout_ms < -1 || (flags & ~GMSFS_EINTR))
+	if (!store_dir || mode < GMSFS_RO || mode > GMSFS_RW_DATA || timeout_ms < -1 || (flags & ~GMSFS_EINTR))
 		return -EINVAL;
 	gmsfs *g = calloc(1, sizeof *g);
 	if (!g || !(g->dir = strdup(store_dir))) {

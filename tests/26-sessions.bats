@@ -234,6 +234,42 @@ k"
 	assert_equal "$(state_of "$S" state)" COMMITTED
 }
 
+@test "a data-only session (exec 9>>lock, GMS's RW_DATA) writes the committed bytes and changes no layout; its commit keeps the hash" {
+	local hash gen
+	hash=$(cat "$S/layout_hash")
+	gen=$(state_of "$S" generation)
+	run bash -c "
+		exec 9>>$S/lock
+		test \"\$(sed -n 's/^data_only: //p' $S/state)\" = 1 || exit 9
+		truncate -s 4096 $S/allocs/new && exit 1
+		truncate -s 8192 $S/allocs/a && exit 2
+		rm $S/allocs/a && exit 3
+		mkdir $S/meta/d && exit 4
+		echo v2 > $S/meta/gone && exit 5
+		setfattr -n user.gms.tag -v t $S/allocs/a && exit 6
+		printf XY | dd of=$S/allocs/a conv=notrunc status=none || exit 7
+		echo > $S/commit || exit 8
+		echo committed"
+	assert_success
+	assert_output --partial committed
+	assert_output --partial "Operation not permitted"
+	assert_equal "$(state_of "$S" state)" COMMITTED
+	assert_equal "$(state_of "$S" generation)" $((gen + 1))
+	assert_equal "$(cat "$S/layout_hash")" "$hash"
+	assert_equal "$(head -c 2 "$S/allocs/a")" XY
+	assert_equal "$(cat "$S/meta/gone")" v1
+	[ ! -e "$S/allocs/new" ]
+	# Killed after writing in place: TORN, as any session that wrote the committed bytes.
+	run bash -c "exec 9>>$S/lock; printf ZZ | dd of=$S/allocs/a conv=notrunc status=none; kill -9 \$\$"
+	wait_until state_is "$S" TORN
+	run head -c 2 "$S/allocs/a"
+	assert_failure
+	assert_output --partial "Structure needs cleaning"
+	bash -ec "exec 9>>$S/lock; echo > $S/commit" # a data-only commit heals it
+	assert_equal "$(state_of "$S" state)" COMMITTED
+	assert_equal "$(cat "$S/layout_hash")" "$hash"
+}
+
 @test "an outside reader that waited while a session removed and wrote an entry again reads the commit's value" {
 	echo '{"v":1}' >"$BATS_TEST_TMPDIR/want"
 	local i

@@ -48,6 +48,9 @@
 #define GMSFS_RO 1
 #define GMSFS_RW 2
 #define GMSFS_RW_OR_RO 3 /* a request only: RW on a store with nothing committed, else RO */
+#define GMSFS_RW_DATA 4  /* a request only: RW whose session writes the committed allocations'
+                          * bytes and changes no allocation or entry (GMS's RW_DATA); it
+                          * waits, as a reader does, for a first commit */
 
 #define GMSFS_BACKEND_HOST 1
 #define GMSFS_BACKEND_CUDA 2

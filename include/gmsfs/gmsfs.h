@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include <gmsfs/abi.h> /* GMSFS_RO, GMSFS_RW, GMSFS_RW_OR_RO, GMSFS_ENTRY_PRIVATE, limits */
+#include <gmsfs/abi.h> /* GMSFS_RO, GMSFS_RW, GMSFS_RW_OR_RO, GMSFS_RW_DATA, GMSFS_ENTRY_PRIVATE, limits */
 
 #ifdef __cplusplus
 extern "C" {

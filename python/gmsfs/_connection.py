@@ -16,7 +16,7 @@ Entry = namedtuple("Entry", "key alloc offset size private value ptr")
 Entry.__doc__ = ("A metadata entry: the extent [offset, offset+size) of allocation alloc, its value (bytes), "
                  "and ptr, where the extent is in this process (a copy of its own if private; None if unmapped).")
 
-_MODES = {"ro": _lib.RO, "rw": _lib.RW, "auto": _lib.RW_OR_RO}
+_MODES = {"ro": _lib.RO, "rw": _lib.RW, "auto": _lib.RW_OR_RO, "data": _lib.RW_DATA}
 _NAMES = {_lib.RO: "ro", _lib.RW: "rw"}
 
 
@@ -24,11 +24,14 @@ def connect(store, mode="ro", timeout=None):
     """Connect to store (a directory of a gmsfs mount) and take its lock.
 
     mode: "ro" (a reader: waits for a committed layout and for the writer), "rw" (the
-    writer; it starts from the last committed layout) or "auto" (rw where nothing is
-    committed, else ro, as GMS's RW_OR_RO).  timeout: seconds to wait for the lock,
-    0 for one try (EAGAIN), None for as long as it takes."""
+    writer; it starts from the last committed layout), "auto" (rw where nothing is
+    committed, else ro, as GMS's RW_OR_RO) or "data" (a writer of the committed
+    allocations' bytes only, as GMS's RW_DATA: making, freeing or sizing allocations and
+    putting or deleting entries fail with EPERM; it waits for a first commit; the
+    connection's mode then reads "rw").  timeout: seconds to wait for the lock, 0 for
+    one try (EAGAIN), None for as long as it takes."""
     if mode not in _MODES:
-        raise ValueError("mode: 'ro', 'rw' or 'auto', not %r" % (mode,))
+        raise ValueError("mode: 'ro', 'rw', 'auto' or 'data', not %r" % (mode,))
     return Connection(store, _MODES[mode], _ms(timeout))
 
 

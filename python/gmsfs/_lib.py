@@ -13,7 +13,7 @@ import os
 # The library this package speaks to: the same major version, at least this minor.
 NEED_MAJOR, NEED_MINOR = 0, 3
 
-RO, RW, RW_OR_RO = 1, 2, 3
+RO, RW, RW_OR_RO, RW_DATA = 1, 2, 3, 4
 EINTR = 0x100  # GMSFS_EINTR: a signal ends a wait with -EINTR; the package retries (PEP 475)
 BACKEND_HOST, BACKEND_CUDA = 1, 2
 ENTRY_PRIVATE = 1

@@ -2,10 +2,12 @@
 gmsfs.torch re-exports it."""
 import errno
 import json
+import os
 
 import torch
 
 from gmsfs import Connection, GmsfsError, connect
+from gmsfs._fields import read_fields
 from gmsfs._torch_layout import PREFIX, _bytes_at, _device, _DTYPES, _ITEMSIZE, _where
 from gmsfs._torch_materialize import _DTYPE_NAMES, _names_differ
 
@@ -58,9 +60,9 @@ def refit(source, store, strict=True, timeout=None, commit=True):
     """Copy source's tensors (a module's parameters and buffers by name, or a dict name ->
     tensor such as a state_dict) into the store's tensors of the same names, in place: the
     store's layout stays as committed, only its bytes change, and no second copy of the
-    model is made on the device.  store: a path, taken for writing (the call waits until
-    every engine sleeps, timeout seconds; None: as long as it takes), or a writer's
-    Connection.  Engines see the new weights when they wake (wake(), at the same
+    model is made on the device.  store: a path, taken for writing in a data-only session
+    (RW_DATA: nothing of its layout can change; the call waits until every engine sleeps,
+    timeout seconds; None: as long as it takes), or a writer's Connection.  Engines see the new weights when they wake (wake(), at the same
     addresses).
 
     Every name, shape and dtype is checked before a byte is written: a KeyError (names)
@@ -74,7 +76,9 @@ def refit(source, store, strict=True, timeout=None, commit=True):
     until a later commit, never served half written.  commit: publish at the end (the
     connection then holds the read lock); False leaves the session open for more.
     Returns the connection (the caller closes it)."""
-    conn = store if isinstance(store, Connection) else connect(store, "rw", timeout)
+    if not isinstance(store, Connection) and read_fields(os.path.join(store, "state")).get("state") == "EMPTY":
+        raise GmsfsError(errno.ENOENT, "refit %s: the store has no tensors (publish the model first)" % store)
+    conn = store if isinstance(store, Connection) else connect(store, "data", timeout)
     try:
         if conn.lock_mode != "rw":
             raise GmsfsError(errno.EPERM, "refit: %s is not held for writing (%s)" % (conn.store, conn.lock_mode))

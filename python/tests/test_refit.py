@@ -239,3 +239,41 @@ c = gt.refit(m, sys.argv[1], timeout=5, commit=False)
     assert (st["state"], st["torn"]) == ("COMMITTED", "0"), st
     assert e.ask("wake")["out"] == out(trainer)
     e.close()
+
+
+def test_a_data_only_session_writes_bytes_and_changes_no_layout(store):
+    """connect(store, "data") (GMS's RW_DATA; what refit takes): the committed bytes are
+    written in place; every change of the layout is refused with EPERM and said in
+    last_error, nothing changed; its commit is a new generation of the same layout hash."""
+    publish(store)
+    before = state(store)
+    with gmsfs.connect(store, "data", timeout=5) as c:
+        assert c.lock_mode == "rw" and state(store)["data_only"] == "1"
+        some = c.meta_items()[0]
+        refused = [lambda: c.create("new", 4096), lambda: c.meta_put("k", some.alloc, value=b"v"),
+                   lambda: c.meta_delete(some.key)]
+        for change in refused:
+            with pytest.raises(gmsfs.GmsfsError) as e:
+                change()
+            assert e.value.errno == errno.EPERM and "data-only" in str(e.value), e.value
+        assert "data-only" in state(store)["last_error"]
+        c.commit()
+    st = state(store)
+    assert (st["generation"], st["layout_hash"], st["allocations"], st["entries"], st["data_only"]) == (
+        "2", before["layout_hash"], before["allocations"], before["entries"], "0"), st
+    # The refit through such a session: the trainer's bytes, the same layout.
+    trainer = trained()
+    gt.refit(trainer, store, timeout=5).close()
+    assert state(store)["layout_hash"] == before["layout_hash"]
+    e = Engine(store)
+    assert e.first["out"] == out(trainer)
+    e.close()
+
+
+def test_a_data_only_session_waits_for_a_first_commit(store):
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs.connect(store, "data", timeout=0.3)
+    assert e.value.errno in (errno.EAGAIN, errno.ETIMEDOUT), e.value
+    publish(store)
+    gmsfs.connect(store, "data", timeout=5).close()
+    assert state(store)["state"] == "COMMITTED"  # nothing written: nothing torn

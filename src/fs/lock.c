@@ -25,6 +25,8 @@ enum lock_want lock_want_of_open(int flags, bool lock_file)
 	int acc = flags & O_ACCMODE;
 	if (acc == O_RDONLY)
 		return WANT_READ;
+	if (lock_file && acc == O_WRONLY && (flags & O_APPEND))
+		return WANT_DATA;
 	return acc == O_RDWR && lock_file ? WANT_RW_OR_RO : WANT_WRITE;
 }
 
@@ -34,6 +36,7 @@ int lock_want_of_mode(uint32_t mode, enum lock_want *out)
 	case GMSFS_RO: *out = WANT_READ; return 0;
 	case GMSFS_RW: *out = WANT_WRITE; return 0;
 	case GMSFS_RW_OR_RO: *out = WANT_RW_OR_RO; return 0;
+	case GMSFS_RW_DATA: *out = WANT_DATA; return 0;
 	default: return -EINVAL;
 	}
 }
@@ -52,7 +55,7 @@ bool lock_writes(const struct fs_handle *h)
 
 bool lock_wants_write(const struct store *st, enum lock_want want)
 {
-	return want == WANT_WRITE || (want == WANT_RW_OR_RO && !st->lock.fsm.committed);
+	return want == WANT_WRITE || want == WANT_DATA || (want == WANT_RW_OR_RO && !st->lock.fsm.committed);
 }
 
 void lock_changed(struct store *st)
@@ -114,6 +117,8 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 	if (!store_tier_ready(st->fs, &st->tier))
 		return -EAGAIN; /* moving, or on the host tier: its move in is asked for */
 	bool write = lock_wants_write(st, want);
+	if (want == WANT_DATA && !f->committed)
+		return -EAGAIN; /* no layout to keep yet: it waits for a first commit, as a read does */
 	int e = write ? fsm_open_write(f, tgid) : fsm_open_read(f);
 	if (e == -EUCLEAN)
 		return e; /* torn: refused until a writer commits (last_error says why) */
@@ -122,6 +127,7 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 	if (write) {
 		caller_start_time(tgid, &st->lock.leader_start);
 		st->last_error[0] = '\0';
+		st->lock.data_only = want == WANT_DATA; /* the session's, from its leader */
 	}
 	*out = write ? HOLD_SESSION : HOLD_READ;
 	if (!write && reader_add(&st->lock, tgid))
@@ -173,7 +179,7 @@ static int try_lock(struct store *st, enum lock_want want, pid_t tgid, enum lock
 	if (ask && (r = lock_holds_read(st, tgid)) < 0)
 		return r;
 	if (ask && r) {
-		if (want == WANT_WRITE)
+		if (want == WANT_WRITE || want == WANT_DATA)
 			return -EDEADLK; /* it would wait for its own read handles */
 		fsm_reopen_read(f);
 		reader_add(&st->lock, tgid); /* not new: it held one */
@@ -228,7 +234,8 @@ int lock_ioctl(fuse_req_t req, struct fs_handle *h, uint32_t mode, int timeout_m
 		return e;
 	/* One RW connection per writer session: the library could not make a second
 	 * handle's mappings read-only when the first commits. */
-	if (*want != WANT_READ && st->lock.fsm.leader && (*want == WANT_WRITE || !st->lock.fsm.committed) &&
+	if (*want != WANT_READ && st->lock.fsm.leader &&
+	    (*want == WANT_WRITE || *want == WANT_DATA || !st->lock.fsm.committed) &&
 	    (e = lock_is_member(st, tgid)))
 		return e < 0 ? e : -EBUSY;
 	return lock_open_as(h, tgid, *want, timeout_ms); /* tgid read once (a file of /proc) */

@@ -13,13 +13,15 @@
 struct fs_handle;
 struct fs_waiter;
 
-/* What a request asks for: RW_OR_RO is a write while nothing is committed, else a read. */
-enum lock_want { WANT_READ, WANT_WRITE, WANT_RW_OR_RO };
+/* What a request asks for: RW_OR_RO is a write while nothing is committed, else a read;
+ * DATA a write whose session changes bytes only (it waits for a first commit). */
+enum lock_want { WANT_READ, WANT_WRITE, WANT_RW_OR_RO, WANT_DATA };
 
 /* ---- the forms of a lock mode, converted only here ---- */
-/* An open's flags: O_RDONLY reads; O_RDWR of STORE/lock is RW_OR_RO; other writes write. */
+/* An open's flags: O_RDONLY reads; O_RDWR of STORE/lock is RW_OR_RO, O_WRONLY|O_APPEND of
+ * it (a shell's >>) DATA; other writes write. */
 enum lock_want lock_want_of_open(int flags, bool lock_file);
-/* GMSFS_RO, GMSFS_RW, GMSFS_RW_OR_RO (abi.h); -EINVAL for anything else. */
+/* GMSFS_RO, GMSFS_RW, GMSFS_RW_OR_RO, GMSFS_RW_DATA (abi.h); -EINVAL for anything else. */
 int lock_want_of_mode(uint32_t mode, enum lock_want *out);
 /* What a handle holds, as the ioctl reports it: GMSFS_RO, GMSFS_RW or 0. */
 uint32_t lock_mode_of(const struct fs_handle *h);
@@ -79,6 +81,10 @@ int lock_may_change(struct store *st, pid_t tgid);
 /* The same for a request: through a session handle h, or as a member; -EROFS through a
  * read handle. */
 int lock_check_change(fuse_req_t req, struct store *st, const struct fs_handle *h);
+/* A change of st's layout (an allocation or entry made, sized, removed, renamed, tagged,
+ * written) by a member of its session: 0, or -EPERM in a data-only session (last_error
+ * says so); the caller has checked membership. */
+int lock_layout_change(struct store *st);
 /* A write to STORE/commit or STORE/abort through h: members only. */
 int lock_control_write(fuse_req_t req, struct fs_handle *h);
 /* Validate, hash, publish; the session's handles become read handles at once. */

@@ -124,10 +124,19 @@ int lock_may_change(struct store *st, pid_t tgid)
 	return st->lock.fsm.leader || st->lock.fsm.readers ? -EBUSY : -EROFS;
 }
 
+int lock_layout_change(struct store *st)
+{
+	if (!st->lock.data_only || !store_in_session(st))
+		return 0;
+	store_error(st, "a data-only session (RW_DATA, or the lock opened with O_APPEND) writes the committed "
+			"allocations' bytes: it makes, sizes, removes, tags or writes no allocation or entry");
+	return -EPERM;
+}
+
 int lock_check_change(fuse_req_t req, struct store *st, const struct fs_handle *h)
 {
 	if (h && h->hold == HOLD_SESSION)
-		return 0;
+		return lock_layout_change(st);
 	if (h && h->hold == HOLD_READ)
 		return -EROFS;
 	pid_t tgid;
@@ -137,7 +146,8 @@ int lock_check_change(fuse_req_t req, struct store *st, const struct fs_handle *
 			fuse_log(FUSE_LOG_WARNING, "gmsfs: refused a change from outside the daemon's pid namespace\n");
 		return store_cannot_tell(st, e);
 	}
-	return store_cannot_tell(st, lock_may_change(st, tgid));
+	e = store_cannot_tell(st, lock_may_change(st, tgid));
+	return e ? e : lock_layout_change(st);
 }
 
 bool lock_outside(fuse_req_t req, struct store *st)

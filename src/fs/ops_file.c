@@ -59,7 +59,7 @@ static int opened(struct fs_handle *h, enum lock_want want, int flags)
 {
 	int e = lock_granted(h, want);
 	if (!e && h->writable && (flags & O_TRUNC) && h->node && h->node->kind == META_ENTRY)
-		e = meta_entry_truncate(h->node, 0);
+		e = lock_layout_change(h->store) ?: meta_entry_truncate(h->node, 0);
 	/* O_TRUNC of an allocation leaves it alone: its size is fixed (dd without conv=notrunc). */
 	if (!e) {
 		store_track(h->store, h);
@@ -269,7 +269,7 @@ static int do_create(fuse_req_t req, struct fs *fs, fuse_ino_t parent, const cha
 	if (!h)
 		return -ENOMEM;
 	e = lock_open(req, h, WANT_WRITE, timeout_of(flags));
-	if (!e)
+	if (!e && !(e = lock_layout_change(d.st)))
 		e = created(fs, h, d.m, name, entry);
 	if (e < 0) {
 		ops_handle_free(h);
@@ -452,7 +452,7 @@ static int do_write(fuse_req_t req, struct fs_handle *h, const char *data, size_
 	if (!m->linked || h->store->fs->handing_over)
 		return -ESTALE; /* removed; or the session ends with this daemon (a takeover) */
 	if (m->kind == META_ENTRY) {
-		int e = meta_entry_write(m, (uint64_t)off, data, size);
+		int e = lock_layout_change(h->store) ?: meta_entry_write(m, (uint64_t)off, data, size);
 		if (!e)
 			store_notify(h->store);
 		return e;

@@ -353,6 +353,10 @@ static struct fs_handle *bound(struct fs *fs, const struct rpc_req *r, bool writ
 		*err = -EPERM;
 		return NULL;
 	}
+	if (write && r->op != GMSFS_OP_COMMIT && (*err = lock_layout_change(h->store))) {
+		snprintf(why, whylen, "%s", h->store->last_error); /* CREATE, FREE, META_PUT, META_DELETE */
+		return NULL;
+	}
 	*err = 0;
 	return h;
 }
