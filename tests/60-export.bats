@@ -78,7 +78,9 @@ still_serves() {
 	assert_output EINVAL
 	run "$PROBE" ioctl "$MNT/m/lock" info mode=1
 	assert_output EINVAL
-	run "$PROBE" ioctl "$MNT/m" lock mode=4
+	run "$PROBE" ioctl "$MNT/m" lock mode=5
+	assert_output EINVAL
+	run "$PROBE" ioctl "$MNT/m" lock mode=0
 	assert_output EINVAL
 	run "$PROBE" ioctl "$MNT/m" lock mode=1 timeout=-2
 	assert_output EINVAL
