@@ -17,15 +17,21 @@ A trainer on the same GPU refits in place (RL loops): while the engines sleep,
 
     gmsfs.torch.refit(trainer_model, store)    # every tensor copied in by name, committed
     gmsfs.torch.wake(model)                    # each engine: the new weights, same addresses
+
+or, an engine that waits for the trainer's next commit on its own:
+
+    gmsfs.torch.follow(model)                  # sleep, the next whole commit, wake at it
 """
 import contextlib
 import errno
 import json
 import os
+import time
 
 import torch
 
 from . import Connection, GmsfsError, connect
+from gmsfs._fields import wait_generation
 
 # The public names of its parts (its own private helpers import from those modules).
 from gmsfs._torch_layout import ALIGN, PREFIX, SLAB_BYTES, TAG  # noqa: F401
@@ -222,6 +228,23 @@ def wake(module, timeout=None):
     """Lock and map again at the same addresses: every data_ptr is what it was.
     StaleLayoutError if the committed structure changed meanwhile."""
     module._gmsfs.remap_all(timeout)
+
+
+def follow(module, timeout=None):
+    """An engine that serves what a trainer refits (gmsfs.torch.refit): sleep, wait for a
+    commit newer than the generation the module served (whole: a refit whose trainer died
+    leaves the store TORN, and the next one that commits is waited for), then wake at
+    it, at the same addresses.  Returns the generation now served.  TimeoutError when
+    none comes within timeout seconds (the module is left asleep: wake() or follow()
+    again); StaleLayoutError if the store's layout changed rather than its bytes."""
+    conn = module._gmsfs
+    served = conn.generation
+    if conn.lock_mode is not None:
+        sleep(module)
+    t0 = time.monotonic()
+    wait_generation(conn.store, served, timeout)
+    wake(module, None if timeout is None else max(0.001, timeout - (time.monotonic() - t0)))
+    return conn.generation
 
 
 def switch(module, to, timeout=None):

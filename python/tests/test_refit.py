@@ -60,10 +60,14 @@ for line in sys.stdin:
         if line.strip() == "sleep":
             gt.sleep(m)
             print("{}", flush=True)
+        elif line.startswith("follow"):
+            gen = gt.follow(m, float(line.split()[1]))
+            print(json.dumps({"out": m(x).tolist(), "ptrs": [p.data_ptr() for p in m.parameters()],
+                              "generation": gen}), flush=True)
         else:
             gt.wake(m, 5)
             say()
-    except gmsfs.GmsfsError as e:
+    except (gmsfs.GmsfsError, TimeoutError) as e:
         print(json.dumps({"errno": e.errno, "error": str(e)}), flush=True)
 """
 
@@ -86,8 +90,14 @@ class Engine:
         return json.loads(line)
 
     def ask(self, what):
+        self.tell(what)
+        return self._read()
+
+    def tell(self, what):  # the answer read later (answer())
         self.p.stdin.write(what + "\n")
         self.p.stdin.flush()
+
+    def answer(self):
         return self._read()
 
     def close(self):
@@ -277,3 +287,39 @@ def test_a_data_only_session_waits_for_a_first_commit(store):
     publish(store)
     gmsfs.connect(store, "data", timeout=5).close()
     assert state(store)["state"] == "COMMITTED"  # nothing written: nothing torn
+
+
+def test_engines_follow_the_trainers_commits_past_a_torn_one(store):
+    """gmsfs.torch.follow: each engine sleeps and waits (poll on state, no lock) for the next
+    whole commit, then wakes at it: the trainer's weights, the same addresses; a trainer
+    killed mid-refit (TORN) is waited past; no commit in time: TimeoutError, asleep."""
+    publish(store)
+    engines = [Engine(store), Engine(store)]
+    for e in engines:
+        e.tell("follow 20")
+    trainer = trained()
+    gt.refit(trainer, store, timeout=10).close()
+    for e in engines:
+        got = e.answer()
+        assert (got["out"], got["ptrs"], got["generation"]) == (out(trainer), e.first["ptrs"], 2), got
+    for e in engines:
+        e.tell("follow 20")
+    killed = run_py(MODEL + """
+import gmsfs.torch as gt, os, signal, sys
+m = build(seed=3)
+c = gt.refit(m, sys.argv[1], timeout=10, commit=False)
+os.kill(os.getpid(), signal.SIGKILL)""", store)
+    assert killed.returncode == -signal.SIGKILL and state(store)["state"] == "TORN"
+    healed = trained(seed=1)
+    with torch.no_grad():
+        for p in healed.parameters():
+            p.mul_(2)
+    gt.refit(healed, store, timeout=10).close()
+    for e in engines:
+        got = e.answer()
+        assert (got["out"], got["generation"]) == (out(healed), 3), got
+    late = engines[0].ask("follow 0.3")
+    assert late["errno"] == errno.ETIMEDOUT, late
+    assert state(store)["readers"] == "1"  # the other engine; the one that timed out sleeps
+    for e in engines:
+        e.close()
