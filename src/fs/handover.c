@@ -435,6 +435,19 @@ static int map_images(int fd, uint64_t bytes, const uint8_t **out)
 	return 0;
 }
 
+/* The successor gives up: it says why, then waits (10 s at most) for the old daemon to
+ * close the connection, which it does once it serves on (unfrozen): whoever ran the
+ * refused takeover then finds the mount as it was, mkdir and commits included. */
+static void refuse(int conn, const char *why)
+{
+	send_msg(conn, HO_FAIL, 0, 0, 0, NULL, 0, why);
+	struct timeval tv = { .tv_sec = 10 };
+	setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	char c;
+	while (recv(conn, &c, 1, 0) > 0)
+		;
+}
+
 int handover_take(struct fs *fs, const char *mountpoint, struct handover_peer *p, char *err, size_t errlen)
 {
 	int e = connect_old(p, err, errlen);
@@ -493,7 +506,7 @@ int handover_take(struct fs *fs, const char *mountpoint, struct handover_peer *p
 	if (buf)
 		munmap((void *)buf, bytes);
 	if (e && p->conn >= 0)
-		send_msg(p->conn, HO_FAIL, 0, 0, 0, NULL, 0, err);
+		refuse(p->conn, err);
 	if (!e)
 		fuse_log(FUSE_LOG_INFO, "gmsfs: took %llu stores over from pid %d\n", (unsigned long long)nstores,
 			 (int)p->pid);
@@ -504,7 +517,7 @@ int handover_finish(struct fs *fs, struct handover_peer *p, const char *mountpoi
 {
 	int e = 0;
 	if (!ok) {
-		send_msg(p->conn, HO_FAIL, 0, 0, 0, NULL, 0, "the new daemon could not mount");
+		refuse(p->conn, "the new daemon could not mount");
 	} else {
 		/* The old mount is the top one: lifted, it uncovers this daemon's. */
 		if (!p->mounted_by_libfuse && (e = mnt_lift(mountpoint)))
