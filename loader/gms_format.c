@@ -154,7 +154,7 @@ static int write_json_files(const char *dir, const char *hash, int device, const
 {
 	char path[4200];
 	snprintf(path, sizeof path, "%s/gms_metadata.json", dir);
-	FILE *f = fopen(path, "we");
+	FILE *f = sf_fcreate(path);
 	if (!f)
 		return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -errno;
 	fputc('{', f);
@@ -176,7 +176,7 @@ static int write_json_files(const char *dir, const char *hash, int device, const
 	fputs("\n}\n", f);
 	int e = fclose(f) ? -errno : 0;
 	snprintf(path, sizeof path, "%s/manifest.json", dir); /* last: GMS reads it first */
-	if (!e && !(f = fopen(path, "we")))
+	if (!e && !(f = sf_fcreate(path)))
 		e = -errno;
 	if (e)
 		return snprintf(err, errlen, "%s: %s", path, strerror(-e)), e;
@@ -211,8 +211,8 @@ int gmsfmt_save(const char *store, const char *dir, int timeout_ms, char *err, s
 		snprintf(err, errlen, "%s", gmsfs_errmsg(g));
 	sf_field(store, "../device", "index", idx, sizeof idx);
 	snprintf(path, sizeof path, "%s/shards", dir);
-	if (!e && ((mkdir(dir, 0755) && errno != EEXIST) || (mkdir(path, 0755) && errno != EEXIST)))
-		e = -errno, snprintf(err, errlen, "%s: %s", path, strerror(errno));
+	if (!e && ((e = sf_mkdir(dir)) || (e = sf_mkdir(path))))
+		snprintf(err, errlen, "%s: %s", path, strerror(-e));
 	snprintf(path, sizeof path, "%s/manifest.json", dir); /* an old one goes first */
 	if (!e && unlink(path) && errno != ENOENT)
 		e = -errno, snprintf(err, errlen, "%s: %s", path, strerror(errno));
@@ -228,8 +228,8 @@ int gmsfmt_save(const char *store, const char *dir, int timeout_ms, char *err, s
 		plan(v, n, shard, off, &ns);
 	for (unsigned j = 0; !e && j < ns; j++) {
 		snprintf(path, sizeof path, "%s/shards/shard_%04u.bin", dir, j);
-		if ((fds[j] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
-			e = -errno, snprintf(err, errlen, "%s: %s", path, strerror(errno)), ns = j;
+		if ((fds[j] = sf_create(path)) < 0)
+			e = fds[j], snprintf(err, errlen, "%s: %s", path, strerror(-e)), ns = j;
 	}
 	for (size_t i = 0; !e && i < n; i++) /* the aligned bytes, as GMS writes them */
 		puts_[i] = (struct cp_put){ fds[shard[i]], off[i], v[i].ptr, v[i].aligned, NULL };

@@ -141,7 +141,7 @@ static int write_manifest(const char *dir, const char *hash, const struct gmsfs_
 	char path[4200], tmp[4300];
 	snprintf(path, sizeof path, "%s/manifest.json", dir);
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	FILE *f = fopen(tmp, "we");
+	FILE *f = sf_fcreate(tmp);
 	if (!f)
 		return snprintf(err, errlen, "%s: %s", tmp, strerror(errno)), -errno;
 	fprintf(f, "{\"format\": \"%s\", \"layout_hash\": \"%s\", \"piece_bytes\": %llu,\n \"shards\": [", FORMAT, hash,
@@ -197,8 +197,8 @@ static int write_shards(struct cp *c, const char *dir, const struct gmsfs_mappin
 	for (; !e && opened < ns; opened++) {
 		char path[4200];
 		snprintf(path, sizeof path, "%s/shard-%03zu.bin", dir, opened);
-		if ((fds[opened] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
-			e = -errno, snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		if ((fds[opened] = sf_create(path)) < 0)
+			e = fds[opened], snprintf(err, errlen, "%s: %s", path, strerror(-e));
 	}
 	for (size_t o = 0; !e && o < na; o++) { /* each shard's puts together, in file order */
 		size_t i = order[o];
@@ -236,8 +236,8 @@ int snap_save(const char *store, const char *dir, int timeout_ms, bool quiet, ch
 		   (e = gmsfs_layout_hash(g, hash))))
 		snprintf(err, errlen, "%s", gmsfs_errmsg(g));
 	phase(&t, "the read lock and the import");
-	if (!e && mkdir(dir, 0755) && errno != EEXIST)
-		e = -errno, snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+	if (!e && (e = sf_mkdir(dir)))
+		snprintf(err, errlen, "%s: %s", dir, strerror(-e));
 	snprintf(path, sizeof path, "%s/manifest.json", dir); /* the old one goes first */
 	if (!e && unlink(path) && errno != ENOENT)
 		e = -errno, snprintf(err, errlen, "%s: %s", path, strerror(errno));

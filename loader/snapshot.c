@@ -121,8 +121,9 @@ static int all(bool save, const char *dir, char **named, int nnamed, int timeout
 	int failed = 0;
 	if (!g || !t)
 		return fprintf(stderr, "gmsfs-snapshot: out of memory\n"), 1;
-	if (save && mkdir(dir, 0755) && errno != EEXIST)
-		return fprintf(stderr, "gmsfs-snapshot: %s: %s\n", dir, strerror(errno)), 1;
+	int me = save ? sf_mkdir(dir) : 0;
+	if (me)
+		return fprintf(stderr, "gmsfs-snapshot: %s: %s\n", dir, strerror(-me)), 1;
 	for (size_t i = 0; i < n; i++) {
 		g[i] = (struct gpu){ .dir = dir, .save = save, .quiet = quiet, .timeout_ms = timeout_ms };
 		snprintf(g[i].mount, sizeof g[i].mount, "%s", found[i]);
@@ -133,8 +134,8 @@ static int all(bool save, const char *dir, char **named, int nnamed, int timeout
 			continue;
 		}
 		snprintf(sub, sizeof sub, "%s/%s", dir, g[i].uuid);
-		if (save && mkdir(sub, 0755) && errno != EEXIST) {
-			fprintf(stderr, "gmsfs-snapshot: %s: %s\n", sub, strerror(errno));
+		if (save && (me = sf_mkdir(sub))) {
+			fprintf(stderr, "gmsfs-snapshot: %s: %s\n", sub, strerror(-me));
 			failed++;
 			continue;
 		}

@@ -2,9 +2,12 @@
 #include "store_files.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int sf_field(const char *store, const char *name, const char *key, char *out, size_t len)
 {
@@ -33,4 +36,40 @@ long sf_allocations(const char *store)
 		return -1;
 	long n = strtol(v, &end, 10);
 	return *end || end == v ? -1 : n;
+}
+
+int sf_mkdir(const char *dir)
+{
+	return mkdir(dir, 0700) && errno != EEXIST ? -errno : 0;
+}
+
+int sf_create(const char *path)
+{
+	char dir[4096];
+	const char *slash = strrchr(path, '/');
+	snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+	struct stat d, f;
+	if (stat(dir[0] ? dir : "/", &d))
+		return -errno;
+	mode_t mode = d.st_mode & 0666;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	if (fd < 0)
+		return -errno;
+	if (!fstat(fd, &f) && (f.st_mode & 0777 & ~mode) && fchmod(fd, f.st_mode & mode)) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+FILE *sf_fcreate(const char *path)
+{
+	int fd = sf_create(path);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+	if (fd < 0)
+		errno = -fd;
+	else if (!f)
+		close(fd);
+	return f;
 }

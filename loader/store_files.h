@@ -4,11 +4,21 @@
 #define GMSFS_LOADER_STORE_FILES_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* The value of "key: value" in STORE/NAME ("state"), or in STORE/../NAME ("../device");
  * 0, or -errno (-ENOENT: no such key). */
 int sf_field(const char *store, const char *name, const char *key, char *out, size_t len);
 /* The layout's allocations as STORE/state counts them, or -1. */
 long sf_allocations(const char *store);
+
+/* A snapshot holds a model's bytes: a folder it makes is its owner's alone (0700), and
+ * its files are readable by whom their folder lets in, nobody else (the folder's mode
+ * less execute, the umask on top; an old file more open than that is narrowed).
+ * sf_mkdir: 0 (made, or there) or -errno; sf_create: a descriptor (O_WRONLY, truncated)
+ * or -errno; sf_fcreate: the same as a stream, NULL with errno set. */
+int sf_mkdir(const char *dir);
+int sf_create(const char *path);
+FILE *sf_fcreate(const char *path);
 
 #endif
