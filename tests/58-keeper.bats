@@ -116,12 +116,12 @@ PY
 	touch "$T/go"
 	wait "$READER_PID"
 	assert_equal "$(cat "$T/reader.out")" weights1
-	grep -q "gpu-a: 1 descriptors handed" "$T/keeper.log"
+	grep -q "gpu-a: 2 descriptors handed" "$T/keeper.log" # the store's and the service's mark
 	umount "$T/m"
 	kill -TERM "$KEEPER_PID"
 	wait "$KEEPER_PID"
 	KEEPER_PID=
-	grep -q "ending: 1 descriptors let go" "$T/keeper.log"
+	grep -q "ending: 2 descriptors let go" "$T/keeper.log"
 }
 
 # A stub nvidia-smi that lists two "GPUs" the host backend serves (device=host-...).
@@ -270,7 +270,7 @@ PY
 	hash=$(cat "$T/m/llama/layout_hash")
 	run "$KEEPER" --check "$T/keep"
 	assert_success
-	assert_output --partial "daemons, descriptors: 1 2"
+	assert_output --partial "daemons, descriptors: 1 3" # two stores, the mark
 	grep -q '"keep": {"armed": true' "$T/m/status.json"
 	grep -qx 'gmsfs_keep_armed{.*} 1' "$T/m/metrics"
 	kill -9 "$KEEPER_PID"
@@ -286,7 +286,7 @@ PY
 	wait_until grep -q '"keep": {"armed": true' "$T/m/status.json"
 	grep -q "every store handed to the service manager again (2 stores, 2 descriptors)" "$T/daemon.log"
 	run "$KEEPER" --check "$T/keep"
-	assert_output --partial "daemons, descriptors: 1 2"
+	assert_output --partial "daemons, descriptors: 1 3" # two stores, the mark
 	old=$(daemon_pid "$T/m")
 	kill -9 "$old"
 	run_daemon

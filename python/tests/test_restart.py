@@ -198,6 +198,13 @@ def manager():
     m.close()
 
 
+def kept(manager):
+    """The stores' descriptors in the manager's store (its mark of the service aside)."""
+    names = manager.names()
+    assert names.count("gmsfs-service") <= 1, names
+    return [n for n in names if n != "gmsfs-service"]
+
+
 def restart(manager, mnt, state, sig=signal.SIGKILL, *options):
     manager.kill(sig)
     subprocess.run(["umount", "-l", mnt], capture_output=True)  # a crash leaves a dead mount
@@ -227,17 +234,17 @@ def test_committed_stores_come_back_after_sigkill_and_after_a_restart(mnt, manag
     w.kill()
     w.wait()
     # The descriptors the manager holds are those the stores need: one memory file each here.
-    assert len(manager.names()) == status(mnt)["keep"]["descriptors"] == 2
+    assert len(kept(manager)) == status(mnt)["keep"]["descriptors"] == 2
     # rmdir: the image goes, and with its memory freed its descriptor leaves the manager.
     os.rmdir(os.path.join(mnt, "b"))
     assert sorted(os.listdir(state)) == ["a.image", "empty.image"]
     with open("/proc/sys/vm/drop_caches", "w") as f:  # the kernel's forgets: the last hold on b
         f.write("2\n")
     for _ in range(200):
-        if len(manager.names()) == 1:
+        if len(kept(manager)) == 1:
             break
         time.sleep(0.01)
-    assert len(manager.names()) == 1
+    assert len(kept(manager)) == 1
     # A commit that replaces allocations: the old memory leaves the manager too.
     a2, ha2 = publish(os.path.join(mnt, "c"), 5)
     with gmsfs.connect(os.path.join(mnt, "c"), "rw", timeout=10) as c:
@@ -248,7 +255,7 @@ def test_committed_stores_come_back_after_sigkill_and_after_a_restart(mnt, manag
         hc = c.layout_hash
     restart(manager, mnt, state)
     assert read_all(os.path.join(mnt, "c"))[1] == hc
-    assert len(manager.names()) == status(mnt)["keep"]["descriptors"] == 2
+    assert len(kept(manager)) == status(mnt)["keep"]["descriptors"] == 2
     manager.kill(signal.SIGTERM)
 
 
@@ -351,13 +358,38 @@ def test_bad_and_foreign_images_are_refused_and_named(mnt, manager, tmp_path):
     assert read_all(os.path.join(mnt, "good"))[:2] == (good, hg)
     assert sorted(os.listdir(state)) == ["changed.image.failed", "cut.image.failed", "good.image", "junk.image.failed"]
     # Their memory is not kept for them: only good's descriptor stays with the manager.
-    assert len(manager.names()) == 1
+    assert len(kept(manager)) == 1
     # Another device's images: every one refused, with where it was made.
     manager.kill()
     subprocess.run(["umount", "-l", mnt], capture_output=True)
     manager.start(mnt, "backend=host", "device=host-elsewhere", "state=" + state)
     s = status(mnt)
     assert s["stores"] == [] and "made on host-" in s["keep"]["failed"][0]["error"], s["keep"]
+    manager.kill(signal.SIGTERM)
+
+
+def test_a_crash_while_no_store_holds_memory_keeps_the_stores(mnt, manager, tmp_path):
+    """Stores made ahead of their models (a quota and a priority set, nothing loaded):
+    after a crash and a restart they are there, settings and all.  The daemon's mark in
+    the manager's store says the service was not stopped, though no store holds memory
+    (without it, no descriptor passed back read as a stop, and the stores went)."""
+    state = str(tmp_path / "state")
+    manager.start(mnt, "backend=host", "state=" + state)
+    for name in ("llama", "kv"):
+        os.mkdir(os.path.join(mnt, name))
+    os.setxattr(os.path.join(mnt, "llama"), "user.gms.quota", b"1G")
+    os.setxattr(os.path.join(mnt, "kv"), "user.gms.priority", b"5")
+    assert manager.names() == ["gmsfs-service"]
+    for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGKILL):
+        restart(manager, mnt, state, sig)
+        assert sorted(x["name"] for x in status(mnt)["stores"]) == ["kv", "llama"]
+        assert os.getxattr(os.path.join(mnt, "llama"), "user.gms.quota") == b"1073741824"
+        assert os.getxattr(os.path.join(mnt, "kv"), "user.gms.priority") == b"5"
+        assert manager.names() == ["gmsfs-service"]  # one mark, whatever the restarts
+    manager.kill(signal.SIGTERM)
+    manager.stop_service()  # systemctl stop: the mark goes with the rest
+    manager.start(mnt, "backend=host", "state=" + state)
+    assert status(mnt)["stores"] == [] and os.listdir(state) == []
     manager.kill(signal.SIGTERM)
 
 

@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +44,18 @@ void keep_remove_name(struct keep *k, const char *name)
 	char msg[96];
 	snprintf(msg, sizeof msg, "FDSTOREREMOVE=1\nFDNAME=%s", name);
 	notify(k, msg, NULL);
+}
+
+int keep_mark_service(struct keep *k)
+{
+	int fd = memfd_create(KEEP_SERVICE_NAME, MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	pthread_mutex_lock(&k->mu);
+	int e = notify(k, "FDSTORE=1\nFDNAME=" KEEP_SERVICE_NAME, &fd);
+	pthread_mutex_unlock(&k->mu);
+	close(fd); /* the manager keeps its own */
+	return e;
 }
 
 static void forget(struct keep *k, const char *name)

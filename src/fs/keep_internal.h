@@ -73,6 +73,11 @@ struct kept_store {
 
 /* k->mu held: the manager's store forgets name (FDSTOREREMOVE=1). */
 void keep_remove_name(struct keep *k, const char *name);
+/* The service's mark in the manager's store, under this name: one empty memfd, handed
+ * over once, so that a start finds a descriptor passed back whenever the service was not
+ * stopped (a stop drops the whole store), even where no store holds memory.  0 or -errno. */
+#define KEEP_SERVICE_NAME "gmsfs-service"
+int keep_mark_service(struct keep *k);
 /* k->mu held: the table's slot of descriptor fd, grown to it; NULL: out of memory. */
 struct kept_fd *keep_slot(struct keep *k, int fd);
 /* DIR/STORE.image and a suffix (".new" while written). */

@@ -209,10 +209,14 @@ static void restore_one(struct fs *fs, struct keep *k, int dirfd, const char *fi
 	free(buf);
 }
 
-static int restore_all(struct fs *fs, struct keep *k)
+/* *marked: the service's mark came back (it was not stopped). */
+static int restore_all(struct fs *fs, struct keep *k, bool *marked)
 {
 	struct passed p;
 	int e = listen_fds(&p);
+	int mark = e ? -1 : passed_fd(&p, KEEP_SERVICE_NAME);
+	if ((*marked = mark >= 0))
+		p.used[mark - LISTEN_FDS_START] = true;
 	DIR *d = e ? NULL : opendir(k->dir);
 	if (!e && !d)
 		e = -errno;
@@ -222,7 +226,7 @@ static int restore_all(struct fs *fs, struct keep *k)
 		size_t n = strlen(de->d_name);
 		if (n <= 6 || strcmp(de->d_name + n - 6, ".image"))
 			continue;
-		if (!p.n) { /* nothing passed back: the service was stopped, its memory freed */
+		if (!p.n) { /* nothing passed back, not even the mark: the service was stopped */
 			char readers[300];
 			snprintf(readers, sizeof readers, "%.*s.readers", (int)(n - 6), de->d_name);
 			unlinkat(dirfd(d), readers, 0);
@@ -306,9 +310,14 @@ int keep_start(struct fs *fs, const char *dir, unsigned max_fds, char *err, size
 	setsockopt(k->sock, SOL_SOCKET, SO_SNDTIMEO, &send_max, sizeof send_max);
 	k->armed = true;
 	fs->keep = k;
-	int e = restore_all(fs, k);
+	bool marked = false;
+	int e = restore_all(fs, k, &marked);
 	if (e)
 		snprintf(err, errlen, "state=%s: %s", dir, strerror(-e));
+	int me = marked ? 0 : keep_mark_service(k);
+	if (me)
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: keep: the service's mark was not taken (%s): a crash while no store "
+					   "holds memory will read as a stop, and the empty stores go\n", strerror(-me));
 	/* From now on a memory descriptor that closes may leave the manager's store, and
 	 * the stores write what a restart needs. */
 	fs->vmm->closing_arg = k;

@@ -37,7 +37,7 @@ static size_t hand_all(struct fs *fs, struct keep *k)
 	k->armed = true; /* until a message fails below */
 	k->why[0] = '\0';
 	pthread_mutex_unlock(&k->mu);
-	size_t failed = 0;
+	size_t failed = keep_mark_service(k) != 0; /* the new manager's store is marked too */
 	for (size_t i = 0; i < fs->stores->n; i++) {
 		struct store *st = fs->stores->v[i];
 		if (st->kept)
