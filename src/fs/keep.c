@@ -88,8 +88,9 @@ static const char *fdname(void *arg, int fd)
 	if (!s)
 		return NULL;
 	if (!s->name[0]) {
-		if (k->nkept >= k->max_fds) {
-			keep_broken(k, "the service manager's descriptor store is full (fdstore=%u)", k->max_fds);
+		if (k->nkept + 1 >= k->max_fds) { /* one is the service's mark */
+			keep_broken(k, "the service manager's descriptor store is full (fdstore=%u, the daemon's mark "
+				    "included)", k->max_fds);
 			return NULL;
 		}
 		char name[KEEP_NAME], msg[96];
