@@ -22,9 +22,8 @@
  *     It is released without it too: a buffer's last reference may go under fs->mu (a
  *     rollback, an rmdir, what a move left), its memory then goes on vmm's releaser
  *     thread (vmm_release.c), and a make first waits for what is pending, never under
- *     fs->mu (nor does an rmdir wait: the kernel holds the mount's root meanwhile).  The
- *     pages an elastic store kept for its growth are released where its session ends,
- *     under fs->mu.
+ *     fs->mu (nor does an rmdir wait: the kernel holds the mount's root meanwhile); so
+ *     do the spare pages a session leaves when it ends (vmm_pool_drop_spares_later).
  *   - The mover thread (tier.c) moves stores between the device and the host tier; it
  *     waits on its own condition variable under fs->mu and copies without it.  A create
  *     that does not fit moves idle stores out itself, also copying without fs->mu.

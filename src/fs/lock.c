@@ -256,8 +256,8 @@ static void rollback(struct store *st)
 	struct meta_stats was, is;
 	meta_stats(st->meta, &was);
 	meta_rollback(st->meta);
-	vmm_pool_drop_spares(st->pool); /* the session's end: its spare pages go
-	                               * (after the rollback, whose freed pages became spares) */
+	vmm_pool_drop_spares_later(st->pool); /* the session's end: its spare pages go (after the
+	                                     * rollback, whose freed pages became spares), off fs->mu */
 	meta_stats(st->meta, &is);
 	if (was.allocations + was.entries >= is.allocations + is.entries + FS_TRIM_ITEMS)
 		store_want_trim(st->fs);
@@ -339,7 +339,7 @@ int lock_commit(struct store *st)
 	/* Write-ahead: the image that no longer names what the session freed is written
 	 * before that memory goes (a failure leaves it held and says why). */
 	store_changed(st, "commit");
-	vmm_pool_drop_spares(st->pool); /* the session's end (after what it freed went, spares) */
+	vmm_pool_drop_spares_later(st->pool); /* the session's end (after what it freed went, spares) */
 	if (new_readers)
 		store_readers_changed(st);
 	store_room_changed(st->fs);

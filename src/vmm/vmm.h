@@ -207,6 +207,10 @@ int vmm_compound(struct vmm_buf *const *pieces, size_t n, struct vmm_buf **out);
  * the room.  Spare pages hold that store's bytes: only its own pages reuse them. */
 int vmm_alloc_page(struct vmm_pool *p, uint64_t size, struct vmm_buf **out);
 void vmm_pool_drop_spares(struct vmm_pool *p);
+/* The same, their memory released on the releaser thread (vmm_release.c), the pool held
+ * until then: a session's end under fs->mu lets its spare pages go (off the list and out
+ * of pages_spare at once) without a backend call there. */
+void vmm_pool_drop_spares_later(struct vmm_pool *p);
 /* A buffer over aligned bytes at offset in fd, memory another daemon made and handed
  * over (fd stays the caller's: the backend keeps a dup).  Counted as vmm_alloc counts
  * (host: in host_used), but never refused: the memory exists already. */

@@ -115,6 +115,33 @@ int vmm_adopt(struct vmm_pool *pool, int fd, uint64_t offset, uint64_t aligned, 
 	return 0;
 }
 
+/* On the releaser thread: spare pages detached at a session's end, then the pool. */
+struct spares_going {
+	struct vmm_pool *pool;
+	struct vmm_bufs l;
+};
+
+static void release_spares(void *arg)
+{
+	struct spares_going *g = arg;
+	for (size_t i = 0; i < g->l.n; i++)
+		g->pool->vmm->ops->release(g->l.v[i]);
+	free(g->l.v);
+	vmm_pool_put(g->pool);
+	free(g);
+}
+
+void vmm_pool_drop_spares_later(struct vmm_pool *p)
+{
+	struct spares_going *g = p && atomic_load(&p->pages_spare) ? malloc(sizeof *g) : NULL;
+	if (!g)
+		return vmm_pool_drop_spares(p); /* none; or no memory for the job: now */
+	g->pool = p;
+	vmm_spares_detach(p, &g->l);
+	vmm_pool_get(p);
+	vmm_release_later(p->vmm, release_spares, g);
+}
+
 void vmm_pool_trim(struct vmm_pool *p, bool host)
 {
 	if (p->vmm->ops->trim)

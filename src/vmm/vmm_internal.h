@@ -31,6 +31,9 @@ bool vmm_spare_page(struct vmm_buf *b);
  * one taken and not used back (still counted in pages_spare meanwhile). */
 struct vmm_buf *vmm_spare_take(struct vmm_pool *pool, uint64_t aligned);
 void vmm_spare_return(struct vmm_buf *b);
+/* Every spare page of p off its list and out of the counters, into *out: the caller
+ * releases each (ops->release) while it holds p, then frees out->v. */
+void vmm_spares_detach(struct vmm_pool *p, struct vmm_bufs *out);
 
 /* vmm_buf.c: n bytes of the device for pool, spare pages given up where the room is theirs. */
 bool vmm_device_reserve(struct vmm *v, struct vmm_pool *pool, uint64_t n);

@@ -47,27 +47,31 @@ void vmm_spare_close(struct vmm *v)
 	v->spare_pools = NULL;
 }
 
-/* A spare page's memory goes (it is in neither its pool's use nor used_bytes). */
-static void release_spare(struct vmm_buf *b)
+/* A spare page out of the counters (it is in neither its pool's use nor used_bytes). */
+static void uncount_spare(const struct vmm_buf *b)
 {
-	struct vmm *v = b->vmm;
-	struct vmm_pool *pool = b->pool;
-	uint64_t size = b->size;
-	v->ops->release(b);
-	atomic_fetch_sub(&pool->pages_spare, size);
-	atomic_fetch_sub(&v->pages_spare, size);
+	atomic_fetch_sub(&b->pool->pages_spare, b->size);
+	atomic_fetch_sub(&b->vmm->pages_spare, b->size);
 }
 
-/* Every spare page of p goes; unlist: p ends, it leaves the list too. */
-static void drop_spares(struct vmm_pool *p, bool unlist)
+/* A spare page's memory goes. */
+static void release_spare(struct vmm_buf *b)
+{
+	uncount_spare(b);
+	b->vmm->ops->release(b);
+}
+
+/* Every spare page of p off its list into *l; unlist: p ends, it leaves the list too. */
+static void take_spares(struct vmm_pool *p, bool unlist, struct vmm_bufs *l)
 {
 	struct spare_pools *reg = p->vmm->spare_pools;
 	struct pool_spares *k = p->spare_list;
+	*l = (struct vmm_bufs){ 0 };
 	if (!k)
 		return;
 	pthread_mutex_lock(&reg->mu);
 	pthread_mutex_lock(&k->mu);
-	struct vmm_bufs l = k->l;
+	*l = k->l;
 	k->l = (struct vmm_bufs){ 0 };
 	if (unlist && k->listed) {
 		for (size_t i = 0; i < reg->n; i++)
@@ -77,6 +81,13 @@ static void drop_spares(struct vmm_pool *p, bool unlist)
 	}
 	pthread_mutex_unlock(&k->mu);
 	pthread_mutex_unlock(&reg->mu);
+}
+
+/* Every spare page of p goes; unlist: p ends, it leaves the list too. */
+static void drop_spares(struct vmm_pool *p, bool unlist)
+{
+	struct vmm_bufs l;
+	take_spares(p, unlist, &l);
 	for (size_t i = 0; i < l.n; i++)
 		release_spare(l.v[i]);
 	free(l.v);
@@ -86,6 +97,16 @@ void vmm_pool_drop_spares(struct vmm_pool *p)
 {
 	if (p && atomic_load(&p->pages_spare))
 		drop_spares(p, false);
+}
+
+void vmm_spares_detach(struct vmm_pool *p, struct vmm_bufs *out)
+{
+	*out = (struct vmm_bufs){ 0 };
+	if (!p || !atomic_load(&p->pages_spare))
+		return;
+	take_spares(p, false, out);
+	for (size_t i = 0; i < out->n; i++)
+		uncount_spare(out->v[i]);
 }
 
 /* Spare pages given up until n bytes have gone (a reservation lacks room); false when
