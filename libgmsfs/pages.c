@@ -109,8 +109,7 @@ static int give_back_held(gmsfs *g)
 		uint64_t *num = malloc(p->nheld * sizeof *num);
 		pg_drain_staying(p);
 		while (num && p->nheld && bytes > g->pages_min) {
-			pg_let_go(p, &p->held[--p->nheld]);
-			num[n++] = p->held[p->nheld].name;
+			num[n++] = pg_let_go_last(p);
 			bytes -= p->page;
 		}
 		int r = num ? give_back(p, num, n) : gm_error(g, -ENOMEM, "out of memory");
@@ -147,10 +146,13 @@ static int made(void *ctx, struct ch_manifest *m, size_t from, size_t to)
 		char why[200] = "";
 		int e;
 		if (!c->idx) {
-			if ((e = g->be->hold_fd(g, m->fd[k], m->allocs[k].fd_offset, p->page, &p->held[p->nheld].mem)))
+			uint64_t mem;
+			if ((e = g->be->hold_fd(g, m->fd[k], m->allocs[k].fd_offset, p->page, &mem)))
 				return gm_error(g, e, "%s: %s", m->allocs[k].path, strerror(-e));
-			p->held[p->nheld].at = 0;
-			p->held[p->nheld++].name = num;
+			if ((e = pg_held_add(p, num, mem, 0))) {
+				g->be->drop(g, mem, p->page);
+				return gm_error(g, e, "out of memory");
+			}
 			c->held++;
 			continue;
 		}
@@ -204,7 +206,7 @@ static int make(gmsfs_pages *p, const uint64_t *idx, size_t n)
 				p->nmapped--;
 			}
 		while (p->nheld > held_before)
-			pg_let_go(p, &p->held[--p->nheld]);
+			pg_let_go_last(p);
 		give_back(p, num, n);
 		memcpy(p->g->err, keep, sizeof keep);
 	}
@@ -247,14 +249,18 @@ int gmsfs_pages_reserve(gmsfs *g, uint64_t span, uint64_t page_size, gmsfs_pages
 					    ") and a span of more than 0 bytes", page_size, gran);
 	uint64_t count = (span + page_size - 1) / page_size;
 	static unsigned serial;
+	if (count >= UINT32_MAX) /* held pages are found by a 32-bit slot */
+		return gm_error(g, -EINVAL, "pages_reserve: %" PRIu64 " pages; at most %u", count, UINT32_MAX - 1);
 	gmsfs_pages *p = calloc(1, sizeof *p);
-	if (!p || !(p->mapped = calloc(count, 1)) || !(p->name = calloc(count, sizeof *p->name))) {
+	if (!p || !(p->mapped = calloc(count, 1)) || !(p->name = calloc(count, sizeof *p->name)) ||
+	    !(p->slot = calloc(count, sizeof *p->slot))) {
 		if (p)
-			free(p->mapped);
+			free(p->mapped), free(p->name);
 		free(p);
 		return gm_error(g, -ENOMEM, "out of memory");
 	}
 	if ((e = g->be->reserve(g, count * page_size, 0, &p->base))) {
+		free(p->slot);
 		free(p->name);
 		free(p->mapped);
 		free(p);
@@ -470,10 +476,9 @@ static int release(gmsfs_pages *p, bool tell)
 				num[n++] = p->name[i];
 		}
 	while (p->nheld) {
-		struct held_page *h = &p->held[--p->nheld];
-		pg_let_go(p, h);
+		uint64_t name = pg_let_go_last(p);
 		if (num)
-			num[n++] = h->name;
+			num[n++] = name;
 	}
 	p->nmapped = 0;
 	int e = !tell || !n || g->lock != GMSFS_RW ? 0 : num ? give_back(p, num, n) : gm_error(g, -ENOMEM, "out of memory");
@@ -482,9 +487,11 @@ static int release(gmsfs_pages *p, bool tell)
 	free(p->mapped);
 	free(p->name);
 	free(p->held);
+	free(p->slot);
 	p->mapped = NULL;
 	p->name = NULL;
 	p->held = NULL;
+	p->slot = NULL;
 	p->freed = true;
 	return e;
 }

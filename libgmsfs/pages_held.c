@@ -11,30 +11,57 @@
 
 #include "grow.h"
 
-/* A held page's memory let go here (unmapped where it stays, or its hold dropped). */
-void pg_let_go(gmsfs_pages *p, const struct held_page *h)
+int pg_held_add(gmsfs_pages *p, uint64_t name, uint64_t mem, uint64_t at)
 {
-	if (!h->at)
-		return p->g->be->drop(p->g, h->mem, p->page);
-	p->g->be->unmap(p->g, (char *)p->base + (h->at - 1) * p->page, p->page);
-	p->mapped[h->at - 1] &= (uint8_t)~PG_STAYS;
+	if (ROOM(p->held, p->nheld + 1, p->held_cap, 16))
+		return -ENOMEM;
+	p->held[p->nheld] = (struct held_page){ .name = name, .mem = mem, .at = at };
+	if (at)
+		p->slot[at - 1] = (uint32_t)++p->nheld;
+	else
+		p->nnowhere++, p->nheld++;
+	return 0;
+}
+
+/* Slot k off the list; the last slot takes its place. */
+static void take_out(gmsfs_pages *p, size_t k)
+{
+	if (p->held[k].at)
+		p->slot[p->held[k].at - 1] = 0;
+	else
+		p->nnowhere--;
+	p->held[k] = p->held[--p->nheld];
+	if (k < p->nheld && p->held[k].at)
+		p->slot[p->held[k].at - 1] = (uint32_t)k + 1;
+}
+
+uint64_t pg_let_go_last(gmsfs_pages *p)
+{
+	struct held_page h = p->held[p->nheld - 1];
+	take_out(p, p->nheld - 1);
+	if (!h.at) {
+		p->g->be->drop(p->g, h.mem, p->page);
+	} else {
+		p->g->be->unmap(p->g, (char *)p->base + (h.at - 1) * p->page, p->page);
+		p->mapped[h.at - 1] &= (uint8_t)~PG_STAYS;
+	}
+	return h.name;
 }
 
 /* Held pages that stay mapped: drained before any of them is unmapped (a kernel the
  * engine queued before its unmap may still use one). */
 void pg_drain_staying(gmsfs_pages *p)
 {
-	for (size_t i = 0; i < p->nheld && p->g->be->drain; i++)
-		if (p->held[i].at)
-			return (void)p->g->be->drain(p->g);
+	if (p->nheld > p->nnowhere && p->g->be->drain)
+		p->g->be->drain(p->g);
 }
 
 /* The page mapped at i, held here: it stays mapped at i, the engine's no more. */
 int pg_hold(gmsfs_pages *p, uint64_t i)
 {
-	if (ROOM(p->held, p->nheld + 1, p->held_cap, 16))
-		return -ENOMEM;
-	p->held[p->nheld++] = (struct held_page){ .name = p->name[i], .at = i + 1 };
+	int e = pg_held_add(p, p->name[i], 0, i + 1);
+	if (e)
+		return e;
 	p->mapped[i] = PG_STAYS;
 	p->nmapped--;
 	return 0;
@@ -53,14 +80,16 @@ static int take_held(gmsfs_pages *p, size_t k, uint64_t idx)
 		if (e)
 			return e;
 		p->mapped[at] &= (uint8_t)~PG_STAYS;
+		p->slot[at] = 0;
 		h->at = 0;
+		p->nnowhere++;
 	}
 	if (!h->at) {
 		int e = g->be->place(g, h->mem, (char *)p->base + idx * p->page, p->page);
 		if (e)
 			return e;
 	}
-	*h = p->held[--p->nheld];
+	take_out(p, k);
 	p->mapped[idx] = PG_MAPPED;
 	p->name[idx] = name;
 	p->nmapped++;
@@ -82,18 +111,15 @@ size_t pg_place_held(gmsfs_pages *p, uint64_t *idx, size_t n, size_t *stayed)
 			idx[k++] = t;
 		}
 	for (size_t i = 0; i < k; i++) {
-		size_t h = 0;
-		while (h < p->nheld && p->held[h].at != idx[i] + 1)
-			h++;
-		assert(h < p->nheld); /* PG_STAYS: a held page stays there */
-		take_held(p, h, idx[i]); /* nothing to fail: no driver call */
+		assert(p->slot[idx[i]]); /* PG_STAYS: a held page stays there */
+		take_held(p, p->slot[idx[i]] - 1, idx[i]); /* nothing to fail: no driver call */
 	}
 	*stayed = k;
 	bool drained = false;
 	for (; k < n && p->nheld; k++) {
 		size_t h = p->nheld - 1;
-		for (size_t j = 0; j < p->nheld; j++)
-			if (!p->held[j].at) { /* placed nowhere: no unmap */
+		for (size_t j = p->nheld; p->nnowhere && j-- > 0;) /* placed nowhere first: no unmap */
+			if (!p->held[j].at) {
 				h = j;
 				break;
 			}
@@ -113,7 +139,7 @@ int pg_hold_off(gmsfs_pages *p, uint64_t i)
 							  : p->g->be->hold(p->g, (char *)p->base + i * p->page, p->page, &mem);
 	if (e)
 		return e;
-	p->held[p->nheld++] = (struct held_page){ .name = p->name[i], .mem = mem };
+	pg_held_add(p, p->name[i], mem, 0); /* its room is there */
 	p->mapped[i] = 0;
 	p->nmapped--;
 	return 0;

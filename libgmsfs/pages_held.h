@@ -23,6 +23,8 @@ struct gmsfs_pages {
 	uint64_t next_name;        /* the next new allocation's number */
 	struct held_page *held;    /* unmapped, held here (within the minimum) */
 	size_t nheld, held_cap;
+	size_t nnowhere;           /* of held: placed nowhere (at 0) */
+	uint32_t *slot;            /* per page: 1 + the slot in held of the page staying there */
 	bool freed;
 };
 
@@ -33,8 +35,12 @@ enum {
 };
 
 /* pages_held.c */
-/* A held page's memory let go here (unmapped where it stays, or its hold dropped). */
-void pg_let_go(gmsfs_pages *p, const struct held_page *h);
+/* One more held page, staying mapped at page at - 1 (at 0: placed nowhere, its hold mem);
+ * -ENOMEM, nothing changed. */
+int pg_held_add(gmsfs_pages *p, uint64_t name, uint64_t mem, uint64_t at);
+/* The last held page, off the list, its memory let go here (unmapped where it stays, or
+ * its hold dropped); its allocation's number. */
+uint64_t pg_let_go_last(gmsfs_pages *p);
 /* Drained before a held page that stays mapped leaves its place. */
 void pg_drain_staying(gmsfs_pages *p);
 /* The page mapped at i held here, staying mapped at i (pg_hold), or off its place
