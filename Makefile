@@ -29,14 +29,14 @@ COMMON_HDR := $(PUBLIC_HDR) $(wildcard common/*.h)
 WIRE_SRC := common/wire.c common/wire_req.c common/wire_reply.c common/wire_image.c
 FSM_SRC := src/fsm/fsm.c
 META_SRC := src/meta/node.c src/meta/store.c src/meta/entry.c src/meta/commit.c src/meta/undo.c src/meta/intern.c src/meta/layout_hash.c src/meta/batch.c src/meta/view.c
-VMM_SRC := src/vmm/vmm_release.c src/vmm/vmm_account.c src/vmm/vmm_spare.c src/vmm/vmm_buf.c src/vmm/vmm_move.c src/vmm/vmm_open.c src/vmm/vmm_pieces.c src/vmm/vmm_pages.c src/vmm/vmm_switch.c src/vmm/vmm_host.c src/vmm/vmm_cuda.c
+VMM_SRC := src/vmm/vmm_release.c src/vmm/vmm_account.c src/vmm/vmm_spare.c src/vmm/vmm_buf.c src/vmm/vmm_move.c src/vmm/vmm_open.c src/vmm/vmm_pieces.c src/vmm/vmm_pages.c src/vmm/vmm_switch.c src/vmm/vmm_fork.c src/vmm/vmm_host.c src/vmm/vmm_cuda.c
 # cuda.h only: libcuda is loaded at run time (dlopen), never linked.
 CUDA_INC ?= /usr/local/cuda/include
 ifneq ($(wildcard $(CUDA_INC)/cuda.h),)
 override CFLAGS += -DGMSFS_HAVE_CUDA -I$(CUDA_INC)
 HAVE_CUDA := 1
 endif
-FS_SRC := $(addprefix src/fs/,main.c options.c node.c memory.c ops.c ops_handle.c ops_tree.c ops_file.c ops_xattr.c ops_ioctl.c fault.c \
+FS_SRC := $(addprefix src/fs/,main.c options.c node.c memory.c ops.c ops_handle.c ops_tree.c ops_file.c ops_xattr.c ops_ioctl.c fault.c version.c \
 	store.c lock.c lock_member.c wait.c inval.c caller.c text.c mnt.c log.c tier.c tier_move.c tier_room.c image.c handover.c keep.c keep_start.c keep_watch.c export/ticket.c export/sock.c export/sock_accept.c export/rpc.c)
 DAEMON_SRC := $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(WIRE_SRC)
 DAEMON_HDR := $(COMMON_HDR) $(wildcard src/*/*.h src/*/*/*.h)

@@ -96,6 +96,8 @@ struct wire_head {
 	uint64_t nentries;      /* entries in the whole reply */
 	uint64_t first;         /* index of this message's first allocation */
 	bool last;
+	bool has_gen;           /* gen is sent */
+	uint64_t gen;           /* the generation the manifest shows */
 };
 /* One message: a plain reply (manifest false) or a part of a manifest. */
 int wire_pack_reply(msgpack_sbuffer *sb, const struct wire_head *h, const struct wire_alloc *a, size_t na,
@@ -111,6 +113,8 @@ struct wire_reply {
 	bool manifest;
 	uint64_t total, nentries, first;
 	bool last;
+	bool has_gen;
+	uint64_t gen;
 	struct wire_alloc *allocs;
 	size_t nallocs;
 	struct wire_chunk *chunks;
@@ -132,6 +136,7 @@ struct wire_image {
 	bool host;                       /* on the host tier */
 	bool torn;                       /* the committed bytes were written in place by a session
 	                                  * that has not committed (packed only when true) */
+	uint64_t versions;               /* user.gms.versions: packed only when 2 (0 read: 1) */
 	uint8_t hash[GMSFS_HASH_LEN];    /* the committed layout's */
 	uint64_t ndirs, nallocs, nentries, nfds;
 	char **fdnames;                  /* a state file's: each descriptor's name in the service manager's

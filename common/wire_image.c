@@ -22,6 +22,7 @@
 #define K_HASH "hash"
 #define K_QUOTA "quota"
 #define K_PRIORITY "priority"
+#define K_VERSIONS "versions"
 #define K_MIN "min"
 #define K_TORN "torn"
 #define K_TIER WIRE_K_TIER
@@ -75,7 +76,7 @@ int wire_pack_image(msgpack_sbuffer *sb, const struct wire_image *h)
 	size_t at = record_begin(sb, &err);
 	struct wire_packer p;
 	wire_packer_init(&p, sb);
-	msgpack_pack_map(&p.pk, 14 + (h->fdnames != NULL) + (h->nreaders != 0) + (h->min != 0) + h->torn);
+	msgpack_pack_map(&p.pk, 14 + (h->fdnames != NULL) + (h->nreaders != 0) + (h->min != 0) + h->torn + (h->versions > 1));
 	wire_pack_str(&p.pk, K_IMAGE), msgpack_pack_int(&p.pk, IMAGE_V);
 	wire_pack_str(&p.pk, K_STORE), wire_pack_str(&p.pk, h->store);
 	wire_pack_str(&p.pk, K_DEVICE), wire_pack_str(&p.pk, h->device);
@@ -89,6 +90,8 @@ int wire_pack_image(msgpack_sbuffer *sb, const struct wire_image *h)
 		wire_pack_str(&p.pk, K_MIN), msgpack_pack_uint64(&p.pk, h->min);
 	if (h->torn)
 		wire_pack_str(&p.pk, K_TORN), msgpack_pack_true(&p.pk);
+	if (h->versions > 1)
+		wire_pack_str(&p.pk, K_VERSIONS), msgpack_pack_uint64(&p.pk, h->versions);
 	wire_pack_str(&p.pk, K_TIER), wire_pack_str(&p.pk, h->host ? "host" : "device");
 	wire_pack_str(&p.pk, K_NDIRS), msgpack_pack_uint64(&p.pk, h->ndirs);
 	wire_pack_str(&p.pk, K_NALLOCS), msgpack_pack_uint64(&p.pk, h->nallocs);
@@ -231,6 +234,8 @@ static int image_field(struct wire_image *h, const msgpack_object *k, const msgp
 		e = SEEN(16) || wire_get_u64(v, &h->min) || !h->min;
 	else if (wire_key_is(k, K_TORN)) /* only ever true: a daemon before it reads images without */
 		e = SEEN(17) || v->type != MSGPACK_OBJECT_BOOLEAN || !(h->torn = v->via.boolean);
+	else if (wire_key_is(k, K_VERSIONS)) /* only ever 2: a daemon before it reads images without */
+		e = SEEN(18) || wire_get_u64(v, &h->versions) || h->versions != 2;
 	*seenp = seen;
 	return e ? -1 : 0;
 }

@@ -25,7 +25,7 @@ int wire_pack_reply(msgpack_sbuffer *sb, const struct wire_head *h, const struct
 {
 	struct wire_packer p;
 	wire_packer_init(&p, sb);
-	msgpack_pack_map(&p.pk, 2 + (h->msg != NULL) + (h->manifest ? 6 : 0));
+	msgpack_pack_map(&p.pk, 2 + (h->msg != NULL) + (h->manifest ? 6 + h->has_gen : 0));
 	wire_pack_str(&p.pk, GMSFS_K_VERSION), msgpack_pack_int(&p.pk, WIRE_V);
 	wire_pack_str(&p.pk, GMSFS_K_ERR), msgpack_pack_int(&p.pk, h->err);
 	if (h->msg)
@@ -36,6 +36,8 @@ int wire_pack_reply(msgpack_sbuffer *sb, const struct wire_head *h, const struct
 	wire_pack_str(&p.pk, GMSFS_K_NENTRIES), msgpack_pack_uint64(&p.pk, h->nentries);
 	wire_pack_str(&p.pk, GMSFS_K_FIRST), msgpack_pack_uint64(&p.pk, h->first);
 	wire_pack_str(&p.pk, GMSFS_K_LAST), h->last ? msgpack_pack_true(&p.pk) : msgpack_pack_false(&p.pk);
+	if (h->has_gen)
+		wire_pack_str(&p.pk, GMSFS_K_GEN), msgpack_pack_uint64(&p.pk, h->gen);
 	wire_pack_str(&p.pk, GMSFS_K_ALLOCS);
 	msgpack_pack_array(&p.pk, na);
 	for (size_t i = 0; i < na; i++)
@@ -173,6 +175,9 @@ static int parse_field(struct wire_reply *r, const msgpack_object *k, const msgp
 		e = SEEN(5) || wire_get_u64(val, &r->first);
 	} else if (wire_key_is(k, GMSFS_K_LAST)) {
 		e = SEEN(6) || wire_get_bool(val, &r->last);
+	} else if (wire_key_is(k, GMSFS_K_GEN)) {
+		e = SEEN(9) || wire_get_u64(val, &r->gen);
+		r->has_gen = !e;
 	} else if (wire_key_is(k, GMSFS_K_ALLOCS)) {
 		e = SEEN(7) || val->type != MSGPACK_OBJECT_ARRAY;
 		*allocs = val;
@@ -207,7 +212,7 @@ int wire_parse_reply(const void *buf, size_t len, struct wire_reply *r, char *wh
 	r->err = (int)err;
 	unsigned manifest = seen & 0x1f8;
 	bad = "a manifest field is missing, or came with an error";
-	if (manifest && (manifest != 0x1f8 || err))
+	if ((manifest && (manifest != 0x1f8 || err)) || ((seen & 0x200) && !manifest))
 		goto out;
 	r->manifest = manifest != 0;
 	e = r->manifest ? parse_arrays(r, allocs, meta, &bad) : 0;

@@ -252,6 +252,8 @@ static int receive(int s, struct ch_manifest *m, bool *whole, char *err, size_t 
 		} else {
 			e = take(m, &p, &rep, fds, nfds, first, err, errlen);
 			last = rep.last;
+			if (rep.has_gen)
+				m->has_gen = true, m->gen = rep.gen;
 		}
 		wire_reply_free(&rep);
 	}

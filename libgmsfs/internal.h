@@ -30,6 +30,8 @@ struct ch_manifest {
 	size_t nentries;
 	int *fds;               /* every descriptor kept, closed by ch_manifest_free */
 	size_t nfds;
+	bool has_gen;           /* the reply said which generation it shows (a flip's) */
+	uint64_t gen;
 	/* Set by the caller: each message's allocations [from, to) go here as they arrive,
 	 * and their descriptors are closed right after (fd[i] becomes -1), so that a client
 	 * never holds more than one message's descriptors (a big CUDA layout has one each).

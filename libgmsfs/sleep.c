@@ -227,3 +227,79 @@ int gmsfs_reallocate_all(gmsfs *g, int timeout_ms)
 	}
 	return e;
 }
+
+/* ---- flip: a reader of a store with versions moves to the last commit ---- */
+
+struct flip {
+	gmsfs *g;
+	size_t n;
+	bool drained;
+};
+
+/* The manifest's allocations that this handle maps, mapped again at their addresses. */
+static int flip_batch(void *ctx, struct ch_manifest *m, size_t from, size_t to)
+{
+	struct flip *f = ctx;
+	gmsfs *g = f->g;
+	int e = 0;
+	for (size_t i = from; i < to && !e; i++) {
+		struct gmsfs_mapping *p = mp_find(g, m->allocs[i].path);
+		struct mp_slot *slot = p ? &g->slots[p - g->maps] : NULL;
+		char why[256] = "";
+		if (!p || !slot->mapped)
+			continue; /* not imported here: nothing of it to change */
+		if (p->aligned != m->allocs[i].aligned || m->fd[i] < 0)
+			return gm_error(g, -EPROTO, "flip: %s came with another size or no descriptor", p->name);
+		if (sp_uses(g, p->name))
+			return gm_error(g, -EBUSY, "flip: %s is mapped in a space too: free the space first", p->name);
+		/* Work queued on the old memory is done before it goes (a kernel reading it would fault). */
+		if (!f->drained && g->be->drain && (e = g->be->drain(g)))
+			return gm_error(g, e, "flip: waiting for the work queued: %s", strerror(-e));
+		f->drained = true;
+		if ((e = mp_unmap_alloc(g, p->ptr, p->aligned, slot->piece)))
+			return gm_error(g, e, "flip: %s: unmap: %s", p->name, strerror(-e));
+		slot->mapped = false;
+		if ((e = mp_map_alloc(g, p->ptr, &m->allocs[i], m->fd[i], false, why, sizeof why)) ||
+		    (e = g->be->allow(g, p->ptr, p->aligned, false)))
+			return gm_error(g, e, "flip: %s: %s", p->name, why[0] ? why : strerror(-e));
+		slot->mapped = true;
+		slot->piece = m->allocs[i].npieces ? m->allocs[i].piece : 0;
+		f->n++;
+	}
+	return e;
+}
+
+int gmsfs_flip(gmsfs *g, size_t *changed)
+{
+	if (changed)
+		*changed = 0;
+	if (!g)
+		return -EINVAL;
+	if (g->lock != GMSFS_RO)
+		return gm_error(g, -EINVAL, "flip: a reader's call (the handle %s)", g->lock ? "writes" : "holds no lock");
+	struct flip f = { .g = g };
+	struct ch_manifest m = { .consume = flip_batch, .ctx = &f };
+	int e = gm_call(g, GMSFS_OP_FLIP, NULL, 0, &m);
+	if (e)
+		return e;
+	bool told = m.has_gen, none = !m.nallocs;
+	uint64_t gen = m.gen;
+	ch_manifest_free(&m);
+	/* Behind, yet told of no change: the daemon did not know what this handle maps (it
+	 * was started again since): every allocation is mapped again. */
+	if (told && none && gen > g->info.generation) {
+		msgpack_sbuffer sb;
+		msgpack_sbuffer_init(&sb);
+		m = (struct ch_manifest){ .consume = flip_batch, .ctx = &f };
+		e = wire_pack_export(&sb, NULL, 0, true, false) ? gm_error(g, -ENOMEM, "out of memory")
+								: gm_call(g, GMSFS_OP_EXPORT, sb.data, sb.size, &m);
+		msgpack_sbuffer_destroy(&sb);
+		if (!e)
+			ch_manifest_free(&m);
+	}
+	if (!e && told)
+		g->info.generation = gen;
+	if (changed)
+		*changed = f.n;
+	return e;
+}

@@ -69,6 +69,7 @@
 #define GMSFS_XATTR_QUOTA "user.gms.quota"       /* store directory: most bytes its allocations hold */
 #define GMSFS_XATTR_PRIORITY "user.gms.priority" /* store directory: -1000..1000, who stays on the device */
 #define GMSFS_XATTR_MIN "user.gms.min"           /* store directory: bytes kept free for it while it holds less */
+#define GMSFS_XATTR_VERSIONS "user.gms.versions" /* store directory: 1, or 2: a next version is built beside its readers */
 #define GMSFS_XATTR_RESERVED "user.gms.reserved" /* store directory: address space its pages may fill (shown) */
 
 /* Entry flags (the hash covers them). */
@@ -168,7 +169,9 @@ enum gmsfs_op {
 	GMSFS_OP_META_DELETE = 7, /* {keys} */
 	GMSFS_OP_COMMIT = 8,    /* validate, hash, publish: {err, msg} */
 	GMSFS_OP_HANDOVER = 9,  /* daemon to daemon (gmsfs -o takeover): no body, no ticket */
-	GMSFS_OP_MAX = 9
+	GMSFS_OP_FLIP = 10,     /* a reader of a store with versions: move to the last commit; a
+	                         * manifest of the allocations that changed, read-only (no body) */
+	GMSFS_OP_MAX = 10
 };
 
 #define GMSFS_FDS_PER_MSG 253        /* SCM_MAX_FD */
@@ -190,6 +193,7 @@ enum gmsfs_op {
 #define GMSFS_K_NENTRIES "nentries" /* manifest: metadata entries in the whole reply */
 #define GMSFS_K_FIRST "first"       /* manifest: index of this message's first allocation */
 #define GMSFS_K_LAST "last"         /* manifest: true on the reply's last message */
+#define GMSFS_K_GEN "gen"           /* manifest (optional): the generation it shows */
 #define GMSFS_K_ALLOCS "allocs"     /* array of allocation maps */
 #define GMSFS_K_META "meta"         /* array of entry maps (values in chunks) */
 #define GMSFS_K_PATH "path"

@@ -178,6 +178,16 @@ GMSFS_API int gmsfs_remap_all(gmsfs *g, int timeout_ms);
  * and commit.  -EPERM on a handle that was not granted RW. */
 GMSFS_API int gmsfs_reallocate_all(gmsfs *g, int timeout_ms);
 
+/* ---- versions: a next version built beside the readers (libgmsfs(3), VERSIONS) ---- */
+/* A reader of a store with user.gms.versions 2 moves to the last commit: the allocations
+ * whose memory changed since the version it maps are mapped again at the same addresses
+ * (read-only; the work queued on the old memory is waited for first), the rest stay as
+ * they are; its old version's memory goes with the last reader on it.  *changed (may be
+ * NULL): how many were mapped again (0: it was on the last commit).  gmsfs_generation
+ * then says the commit it maps.  -EINVAL for a writer, -EBUSY when a changed allocation
+ * is mapped in a space too. */
+GMSFS_API int gmsfs_flip(gmsfs *g, size_t *changed);
+
 /* ---- virtual spaces: one allocation at several addresses ---- */
 /* A space is address ranges of its own over allocations its handle has imported (or
  * created): the same memory at another address, as a CUDA graph captured for another

@@ -309,6 +309,15 @@ class Connection:
         self._check(_waiting(_ms(timeout), lambda ms: _c.gmsfs_reallocate_all(g, ms), "reallocate_all"),
                     "reallocate_all")
 
+    def flip(self):
+        """A reader of a store with versions (user.gms.versions 2) moves to the last
+        commit: the allocations that changed are mapped again at the same addresses
+        (tensors over them see the new bytes), the rest stay.  Returns how many were
+        mapped again (0: it was on the last commit already)."""
+        n = ctypes.c_size_t(0)
+        self._check(_c.gmsfs_flip(self._handle(), ctypes.byref(n)), "flip")
+        return n.value
+
     def space(self, span=None):
         """A new virtual space: this connection's allocations at addresses of their own
         (Space.map), the same memory.  span: one range of span bytes, where mappings lie

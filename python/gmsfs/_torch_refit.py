@@ -73,7 +73,10 @@ def refit(source, store, strict=True, timeout=None, commit=True):
 
     The bytes go into the committed allocations: a writer that ends without a commit from
     then on (killed, aborted) leaves the store TORN (gmsfs(5)), refused to every reader
-    until a later commit, never served half written.  commit: publish at the end (the
+    until a later commit, never served half written.  On a store with versions
+    (user.gms.versions 2) the call does not wait for the engines: it builds the next
+    version beside them, writing copies of only the allocations source's tensors lie in
+    (a killed trainer leaves the last commit whole), and engines move to it with flip().  commit: publish at the end (the
     connection then holds the read lock); False leaves the session open for more.
     Returns the connection (the caller closes it)."""
     if not isinstance(store, Connection) and read_fields(os.path.join(store, "state")).get("state") == "EMPTY":
@@ -88,7 +91,13 @@ def refit(source, store, strict=True, timeout=None, commit=True):
             raise GmsfsError(errno.ENOENT, "refit %s: the store has no tensors (publish the model first)"
                              % conn.store)
         _check(conn.store, targets, sources, strict)
-        conn._import_all()  # the committed allocations, writable: from here on, in place
+        needed = {targets[name][0] for name, t in sources.items() if t.numel()}
+        if read_fields(os.path.join(conn.store, "state")).get("beside") == "1" and needed != {
+                a for a, *_ in targets.values()}:
+            for alloc in sorted(needed):  # a next version: only these are copied
+                conn.import_one(alloc)
+        else:
+            conn._import_all()  # the committed allocations, writable: from here on, in place
         device = _device(conn)
         maps = {m.name: m for m in conn.mappings}
         # One typed tensor over each allocation (a tensor made from a pointer is the costly

@@ -247,6 +247,16 @@ def follow(module, timeout=None):
     return conn.generation
 
 
+def flip(module):
+    """An engine of a store with versions (user.gms.versions 2; gmsfs(5) VERSIONS) that
+    kept serving while a trainer built the next version (gmsfs.torch.refit): move to the
+    last commit between two steps, with no sleep: the tensors whose allocations changed
+    see the new bytes at the same addresses (the work queued on the old ones is waited
+    for first), the rest are untouched.  Returns how many allocations changed (0: it
+    served the last commit already)."""
+    return module._gmsfs.flip()
+
+
 def switch(module, to, timeout=None):
     """One model for another on the GPU: sleep module, wake to (a model slept before).
     Where the budget holds one of them, the daemon moves to's store in while module's

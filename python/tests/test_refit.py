@@ -60,6 +60,10 @@ for line in sys.stdin:
         if line.strip() == "sleep":
             gt.sleep(m)
             print("{}", flush=True)
+        elif line.strip() == "flip":
+            n = gt.flip(m)
+            print(json.dumps({"out": m(x).tolist(), "ptrs": [p.data_ptr() for p in m.parameters()],
+                              "changed": n}), flush=True)
         elif line.startswith("follow"):
             gen = gt.follow(m, float(line.split()[1]))
             print(json.dumps({"out": m(x).tolist(), "ptrs": [p.data_ptr() for p in m.parameters()],
@@ -323,3 +327,45 @@ os.kill(os.getpid(), signal.SIGKILL)""", store)
     assert state(store)["readers"] == "1"  # the other engine; the one that timed out sleeps
     for e in engines:
         e.close()
+
+
+def test_a_versioned_refit_runs_beside_serving_engines_who_flip_to_it(store):
+    """user.gms.versions 2: the trainer does not wait for the engines, which keep serving
+    the last commit while it writes; only the allocations its tensors lie in are copied;
+    each engine flips when it chooses, at the same addresses, to exactly the trainer's
+    weights; a killed trainer leaves what the engines serve whole (never TORN)."""
+    publish(store)
+    os.setxattr(store, "user.gms.versions", b"2")
+    used = state(store)["used"]
+    engines = [Engine(store), Engine(store)]
+    old = out(ns["build"](seed=1))
+    assert engines[0].first["out"] == old
+    killed = run_py(MODEL + """
+import gmsfs.torch as gt, os, signal, sys
+c = gt.refit(build(seed=3), sys.argv[1], timeout=0, commit=False)
+os.kill(os.getpid(), signal.SIGKILL)""", store)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert (state(store)["state"], state(store)["torn"]) == ("RO", "0")
+    flipped = engines[0].ask("flip")
+    assert (flipped["changed"], flipped["out"]) == (0, old)  # nothing committed: served as it was
+    # One tensor: only the allocation it lies in is copied (strict=False: a part).
+    trainer = trained()
+    one = {"layers.0.bias": trainer.layers[0].bias.detach().clone()}
+    copies = int(state(store)["version_copies"])
+    gt.refit(one, store, strict=False, timeout=0).close()  # at once: the engines read on
+    st = state(store)
+    assert (st["generation"], st["prev_handles"], int(st["version_copies"])) == ("2", "2", copies + 1), st
+    partial = ns["build"](seed=1)
+    with torch.no_grad():
+        partial.layers[0].bias.copy_(one["layers.0.bias"])
+    for e in engines:
+        got = e.ask("flip")
+        assert (got["changed"], got["out"], got["ptrs"]) == (1, out(partial), e.first["ptrs"]), got
+    # The whole trainer, once both flipped: granted at once again.
+    gt.refit(trainer, store, timeout=0).close()
+    for e in engines:
+        got = e.ask("flip")
+        assert (got["out"], got["ptrs"]) == (out(trainer), e.first["ptrs"]), got
+        e.close()
+    st = state(store)
+    assert (st["state"], st["torn"], st["prev_handles"], st["used"]) == ("COMMITTED", "0", "0", used), st

@@ -25,6 +25,7 @@ struct fs_handle {
 	bool size_refused;             /* a size asked through it was refused (ops_tree.c) */
 	bool opening;                  /* a session handle whose descriptor was not seen yet (lock.c) */
 	bool flushes;                  /* the kernel tells its closes (FLUSH): set once, before the reply */
+	bool on_prev;                  /* a read handle still on the version before (version.c) */
 	/* poll on state (ops_file.c). */
 	uint64_t seen_events;
 	struct fuse_pollhandle *ph;    /* a poller waiting for the next change */

@@ -134,8 +134,8 @@ static int renew_sessions(struct fs *fs, struct renewal **out, size_t *nout, cha
 	int e = r ? 0 : -ENOMEM;
 	for (size_t i = 0; !e && i < t->n; i++) {
 		struct store *st = t->v[i];
-		if (!store_lock(st)->fsm.leader || !store_lock(st)->fsm.committed)
-			continue;
+		if (!store_lock(st)->fsm.leader || !store_lock(st)->fsm.committed || store_lock(st)->fsm.beside)
+			continue; /* beside the readers, the writer maps copies, never the commit */
 		struct renewal *x = &r[n];
 		if ((e = image_committed_bufs(st, &x->bufs)) || !x->bufs.n)
 			continue;

@@ -3,6 +3,7 @@
  * that holds a read handle gets another past waiting writers, anyone else goes by the
  * FSM or waits (wait.c).  Everything runs under fs->mu and never sleeps. */
 #include "lock.h"
+#include "version.h"
 #include "caller.h"
 #include "clock.h"
 #include "fault.h"
@@ -56,6 +57,17 @@ bool lock_writes(const struct fs_handle *h)
 bool lock_wants_write(const struct store *st, enum lock_want want)
 {
 	return want == WANT_WRITE || want == WANT_DATA || (want == WANT_RW_OR_RO && !st->lock.fsm.committed);
+}
+
+/* A data-only session on a store with versions is granted beside its readers. */
+static bool wants_beside(const struct store *st, enum lock_want want)
+{
+	return want == WANT_DATA && st->versions.allowed > 1;
+}
+
+bool lock_waits_as_writer(const struct store *st, enum lock_want want)
+{
+	return lock_wants_write(st, want) && !wants_beside(st, want);
 }
 
 void lock_changed(struct store *st)
@@ -119,7 +131,7 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 	bool write = lock_wants_write(st, want);
 	if (want == WANT_DATA && !f->committed)
 		return -EAGAIN; /* no layout to keep yet: it waits for a first commit, as a read does */
-	int e = write ? fsm_open_write(f, tgid) : fsm_open_read(f);
+	int e = wants_beside(st, want) ? fsm_open_beside(f, tgid) : write ? fsm_open_write(f, tgid) : fsm_open_read(f);
 	if (e == -EUCLEAN)
 		return e; /* torn: refused until a writer commits (last_error says why) */
 	if (e)
@@ -280,6 +292,8 @@ void lock_release(struct fs_handle *h)
 	struct store *st = h->store;
 	bool room = false;
 	if (h->hold == HOLD_READ) {
+		if (version_leave(st, h))
+			fsm_prev_gone(&st->lock.fsm); /* the last on the version before: a session beside may begin */
 		int released = fsm_release_read(&st->lock.fsm);
 		assert(released == 0); /* a read handle is one of the FSM's readers */
 		(void)released;
@@ -290,6 +304,7 @@ void lock_release(struct fs_handle *h)
 		/* The session's last handle went without commit (a crash included): abort.  Its
 		 * allocations were never in an image: their memory goes at once. */
 		fault_point("rollback", "give");
+		version_drop_next(st);
 		rollback(st);
 		room = true;
 		st->lock.aborts++;
@@ -312,6 +327,10 @@ int lock_commit(struct store *st)
 		store_error(st, "commit: the daemon is being replaced (gmsfs -o takeover): this session ends uncommitted");
 		return -ESTALE;
 	}
+	if (st->versions.copying) { /* another thread of the session still has copies made */
+		store_error(st, "commit: the session's copies of allocations are still being made: commit after them");
+		return -EBUSY;
+	}
 	char err[sizeof st->last_error - 16];
 	int e = meta_commit(st->meta, err, sizeof err);
 	if (e) {
@@ -319,9 +338,14 @@ int lock_commit(struct store *st)
 		lock_changed(st);
 		return e;
 	}
+	/* Beside the readers: the copies become the allocations' memory, the readers stay on
+	 * the version before (before the session's handles become readers too). */
+	unsigned on_prev = st->lock.fsm.beside ? version_commit(st) : 0;
 	int committed = fsm_commit(&st->lock.fsm);
 	assert(committed == 0); /* only the session's members commit */
 	(void)committed;
+	if (st->lock.fsm.prev_held && !on_prev)
+		fsm_prev_gone(&st->lock.fsm); /* only readers from before a restart: not held to it */
 	st->lock.commits++;
 	fs_busy(st->fs); /* its engines map it now: host memory ahead waits (tier.c) */
 	struct meta_stats ms;
@@ -347,12 +371,29 @@ int lock_commit(struct store *st)
 	return 0;
 }
 
+int lock_flip(struct fs_handle *h)
+{
+	struct store *st = h->store;
+	if (h->hold != HOLD_READ)
+		return -ENOLCK;
+	if (!h->on_prev)
+		return 0;
+	if (version_leave(st, h)) {
+		fsm_prev_gone(&st->lock.fsm);
+		store_room_changed(st->fs); /* the version before's memory went */
+	}
+	st->versions.flips++;
+	lock_changed(st); /* a session beside the readers may wait for this */
+	return 1;
+}
+
 int lock_abort(struct store *st)
 {
 	int e = fsm_abort(&st->lock.fsm);
 	if (e)
 		return e;
 	fault_point("rollback", "give");
+	version_drop_next(st);
 	rollback(st);
 	store_room_changed(st->fs);
 	rolled_back(st, "aborted");

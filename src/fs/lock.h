@@ -30,6 +30,10 @@ bool lock_writes(const struct fs_handle *h);
 /* Would want be a write on st now? */
 bool lock_wants_write(const struct store *st, enum lock_want want);
 
+/* Would want, waiting, hold new readers back as a writer does?  Not a session that is
+ * granted beside them (a data-only one on a store with versions). */
+bool lock_waits_as_writer(const struct store *st, enum lock_want want);
+
 /* A lock changed: tell state's pollers, and grant whoever can go now (wait.c). */
 void lock_changed(struct store *st);
 
@@ -89,6 +93,10 @@ int lock_layout_change(struct store *st);
 int lock_control_write(fuse_req_t req, struct fs_handle *h);
 /* Validate, hash, publish; the session's handles become read handles at once. */
 int lock_commit(struct store *st);
+/* GMSFS_OP_FLIP: read handle h leaves the version before for the last commit (gmsfs(5),
+ * VERSIONS); the last to leave it gives its memory back.  1: it was on it, 0: it was not
+ * (nothing changed), -ENOLCK: h holds no read lock. */
+int lock_flip(struct fs_handle *h);
 /* Back to the last commit; the session stays. */
 int lock_abort(struct store *st);
 /* The session is about to write into st's committed bytes in place (a write, or a

@@ -6,6 +6,7 @@
 #include "ops.h"
 #include "inval.h"
 #include "lock.h"
+#include "version.h"
 #include "store.h"
 #include "tier.h"
 #include "text.h"
@@ -402,7 +403,7 @@ static int do_read(struct fs *fs, struct fs_handle *h, size_t size, off_t off, s
 	if (!m->buf || (uint64_t)off >= m->size)
 		return 0;
 	r->n = m->size - (uint64_t)off < size ? (size_t)(m->size - (uint64_t)off) : size;
-	r->buf = m->buf;
+	r->buf = version_buf(h->store, h, m); /* the version this handle is on */
 	r->off = (uint64_t)off;
 	vmm_buf_get(r->buf);
 	return 0;
@@ -459,11 +460,15 @@ static int do_write(fuse_req_t req, struct fs_handle *h, const char *data, size_
 	}
 	if (!m->buf || (uint64_t)off >= m->size)
 		return -EFBIG; /* fixed size: ftruncate first, never past the end */
-	int e = meta_committed(m) ? lock_in_place(h->store) : 0; /* into the last commit's bytes */
+	int e = 0;
+	if (version_needs_copy(h->store, h, m)) /* beside the readers: into a copy (lets fs->mu go) */
+		e = version_copy(h->store, h, &m, 1, NULL, 0);
+	else if (meta_committed(m))
+		e = lock_in_place(h->store); /* into the last commit's bytes */
 	if (e)
 		return e;
 	*n = m->size - (uint64_t)off < size ? (size_t)(m->size - (uint64_t)off) : size;
-	*buf = m->buf;
+	*buf = version_buf(h->store, h, m);
 	vmm_buf_get(*buf);
 	return 0;
 }

@@ -84,6 +84,8 @@ static int do_getxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 	int e = ops_resolve(req, fs, ino, &o);
 	if (e)
 		return e;
+	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_VERSIONS))
+		return snprintf(val, size, "%u", o.st->versions.allowed);
 	if (store_dir(&o))
 		return tier_xattr_get(o.st, name, val, size);
 	return o.m ? xattr_value(&o, xattr_of(o.m, name), val, size) : -ENODATA;
@@ -123,10 +125,10 @@ static int do_listxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, char *lis
 	char tmp[32];
 	if (!e && store_dir(&o)) {
 		static const char *const store_names[] = { GMSFS_XATTR_QUOTA, GMSFS_XATTR_PRIORITY, GMSFS_XATTR_MIN,
-							   GMSFS_XATTR_RESERVED };
+							   GMSFS_XATTR_RESERVED, GMSFS_XATTR_VERSIONS };
 		for (size_t i = 0; i < sizeof store_names / sizeof *store_names; i++) {
 			size_t l = strlen(store_names[i]) + 1;
-			if (tier_xattr_get(o.st, store_names[i], tmp, sizeof tmp) < 0)
+			if (strcmp(store_names[i], GMSFS_XATTR_VERSIONS) && tier_xattr_get(o.st, store_names[i], tmp, sizeof tmp) < 0)
 				continue;
 			if (n + l <= size)
 				memcpy(list + n, store_names[i], l);
@@ -173,6 +175,30 @@ static int set_value(struct meta_node *m, enum xattr x, const char *value, size_
 	}
 }
 
+/* user.gms.versions: "1" or "2"; not changed while a session beside readers runs or
+ * readers are on the version before (either would lose its meaning). */
+static int set_versions(struct store *st, const char *value, size_t size)
+{
+	unsigned n = size == 1 && (value[0] == '1' || value[0] == '2') ? (unsigned)(value[0] - '0') : 0;
+	if (!n) {
+		store_error(st, "%s: %.*s: 1 or 2", GMSFS_XATTR_VERSIONS, (int)(size < 32 ? size : 32), value);
+		return -EINVAL;
+	}
+	if (n == st->versions.allowed)
+		return 0;
+	if (store_lock(st)->fsm.beside || store_lock(st)->fsm.prev_held) {
+		store_error(st, "%s: a session beside the readers runs, or readers are on the version before: "
+				"set it once they have flipped", GMSFS_XATTR_VERSIONS);
+		return -EBUSY;
+	}
+	if (st->fs->handing_over)
+		return -EAGAIN;
+	st->versions.allowed = n;
+	store_notify(st);
+	store_changed(st, "xattr"); /* a failure says why in last_error; the next image has it */
+	return 0;
+}
+
 static int do_setxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char *name, const char *value,
 		       size_t size, int flags)
 {
@@ -180,6 +206,11 @@ static int do_setxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 	int e = node_resolve(fs, ino, &o);
 	if (e)
 		return e;
+	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_VERSIONS)) {
+		if (flags & XATTR_CREATE)
+			return -EEXIST; /* it always exists: 1 unless set */
+		return may_set_store(req, o.st) ?: set_versions(o.st, value, size);
+	}
 	if (store_dir(&o) && tier_xattr_known(name)) {
 		char tmp[32];
 		bool exists = tier_xattr_get(o.st, name, tmp, sizeof tmp) >= 0;
@@ -225,6 +256,8 @@ static int do_removexattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const c
 	int e = node_resolve(fs, ino, &o);
 	if (e)
 		return e;
+	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_VERSIONS))
+		return may_set_store(req, o.st) ?: set_versions(o.st, "1", 1);
 	if (store_dir(&o) && tier_xattr_known(name)) {
 		if (!(e = may_set_store(req, o.st) ?: tier_xattr_remove(o.st, name)))
 			store_changed(o.st, "xattr");

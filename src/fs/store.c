@@ -45,8 +45,23 @@ static void forget_handles(struct store *st)
 	}
 }
 
+/* A store's versions (version.c's lists) go with its layout. */
+static void versions_release(struct store_versions *v)
+{
+	for (size_t i = 0; i < v->nnext; i++)
+		vmm_buf_put(v->next[i].buf), meta_drop(v->next[i].node);
+	for (size_t i = 0; i < v->nprev; i++)
+		vmm_buf_put(v->prev[i].buf), meta_drop(v->prev[i].node);
+	free(v->next);
+	free(v->prev);
+	v->next = v->prev = NULL;
+	v->nnext = v->cap_next = v->nprev = v->cap_prev = 0;
+	v->prev_handles = 0;
+}
+
 static void store_free(struct store *st)
 {
+	versions_release(&st->versions);
 	meta_store_free(st->meta);
 	/* Its image went at rmdir, or the daemon ends (keep hands nothing back then). */
 	vmm_bufs_release(&st->limbo);
@@ -113,6 +128,7 @@ int store_create(struct fs *fs, const char *name, struct store **out)
 	}
 	st->fs = fs;
 	st->refs = 1;
+	st->versions.allowed = 1;
 	store_tier_used(&st->tier);
 	meta_set_graveyard(st->meta, &fs->grave);
 	inval_watch(fs, st->meta);
@@ -173,6 +189,7 @@ int store_remove(struct fs *fs, const char *name)
 
 void store_free_layout(struct store *st)
 {
+	versions_release(&st->versions);
 	meta_store_free(st->meta); /* frees the memory now; lookups may outlive it */
 	st->meta = NULL;
 	vmm_bufs_release(&st->limbo); /* its image is gone already (store_remove) */

@@ -107,6 +107,28 @@ static inline void store_tier_used(struct store_tier *t)
 	t->last_used = clock_mono_ns();
 }
 
+/* ---- a store's versions: version.c's (gmsfs(5), VERSIONS) ---- */
+
+/* An allocation and memory of its: a session's copy, or the version before's. */
+struct version_pair {
+	struct meta_node *node;        /* held (meta_hold) */
+	struct vmm_buf *buf;           /* a reference */
+};
+
+/* A store's versions (in struct store), under fs->mu. */
+struct store_versions {
+	unsigned allowed;              /* user.gms.versions: 1 (the default) or 2 */
+	struct version_pair *next;     /* the session beside the readers: its copies */
+	size_t nnext, cap_next;
+	struct version_pair *prev;     /* the version before the last commit: its memory, */
+	size_t nprev, cap_prev;
+	unsigned prev_handles;         /* while handles on it (h->on_prev) have not flipped or gone */
+	uint64_t prev_generation;
+	uint64_t session;              /* bumped at each such session: copies made for one that ended go */
+	bool copying;                  /* version_copy let fs->mu go */
+	uint64_t copies, copied_bytes, flips; /* counters state shows */
+};
+
 /* ---- a store ---- */
 
 struct store {
@@ -120,6 +142,7 @@ struct store {
 	struct meta_store *meta;       /* its layout; NULL once removed */
 	struct lock lock;              /* lock.c */
 	struct store_tier tier;        /* tier.c: where its memory is, its priority */
+	struct store_versions versions; /* version.c */
 	unsigned refs;                 /* table + kernel lookups + handles */
 	bool removed;
 	struct fs_handle handles;      /* list head: every open handle of its files */

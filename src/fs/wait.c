@@ -107,7 +107,7 @@ void wait_park(struct fs_waiter *w)
 	int e = w->interrupted ? -EINTR : take(w);
 	if (e == -EAGAIN) {
 		w->state = WAIT_PARKED;
-		w->as_writer = lock_wants_write(w->st, w->want);
+		w->as_writer = lock_waits_as_writer(w->st, w->want);
 		enqueue(&w->st->lock.waiters, w);
 		fsm_wait_begin(&w->st->lock.fsm, w->as_writer);
 		w->st->lock.waits++;
@@ -146,7 +146,7 @@ static void wait_grant(struct store *st)
 			fsm_wait_end(&l->fsm, w->as_writer);
 			int e = take(w);
 			if (e == -EAGAIN) {
-				bool as_writer = lock_wants_write(st, w->want);
+				bool as_writer = lock_waits_as_writer(st, w->want);
 				l->regrant |= as_writer != w->as_writer;
 				w->as_writer = as_writer;
 				fsm_wait_begin(&l->fsm, as_writer);

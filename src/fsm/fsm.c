@@ -24,8 +24,9 @@ const char *fsm_state_name(enum fsm_state s)
 
 int fsm_can_read(const struct fsm *f)
 {
-	/* Writers have priority: a waiting writer blocks new readers, as in GMS. */
-	if (f->leader || f->waiting_writers)
+	/* Writers have priority: a waiting writer blocks new readers, as in GMS.  A session
+	 * beside the readers does not: they read the last commit. */
+	if ((f->leader && !f->beside) || f->waiting_writers)
 		return -EAGAIN;
 	if (!f->committed)
 		return -ENOENT;
@@ -66,6 +67,34 @@ int fsm_open_write(struct fsm *f, pid_t leader)
 	return 0;
 }
 
+int fsm_can_write_beside(const struct fsm *f)
+{
+	if (!f->committed)
+		return -ENOENT;
+	return f->leader || f->prev_held ? -EAGAIN : 0;
+}
+
+int fsm_open_beside(struct fsm *f, pid_t leader)
+{
+	if (leader <= 0)
+		return -EINVAL;
+	int e = fsm_can_write_beside(f);
+	if (e)
+		return e;
+	f->leader = leader;
+	f->session_handles = 1;
+	f->beside = true;
+	return 0;
+}
+
+int fsm_prev_gone(struct fsm *f)
+{
+	if (!f->prev_held)
+		return -EINVAL;
+	f->prev_held = false;
+	return 0;
+}
+
 int fsm_join(struct fsm *f)
 {
 	if (!f->leader)
@@ -78,8 +107,8 @@ int fsm_write_in_place(struct fsm *f)
 {
 	if (!f->leader)
 		return -EINVAL;
-	if (f->in_place || !f->committed)
-		return 0;
+	if (f->in_place || !f->committed || f->beside)
+		return 0; /* a session beside readers writes copies, never the commit */
 	f->in_place = true;
 	return 1;
 }
@@ -99,6 +128,7 @@ int fsm_release_session(struct fsm *f)
 	if (--f->session_handles)
 		return 0;
 	f->leader = 0;
+	f->beside = false;
 	f->torn |= f->in_place;
 	f->in_place = false;
 	return 1;
@@ -108,6 +138,8 @@ int fsm_commit(struct fsm *f)
 {
 	if (!f->leader)
 		return -EINVAL;
+	f->prev_held = f->beside && f->readers;
+	f->beside = false;
 	f->readers += f->session_handles;
 	f->session_handles = 0;
 	f->leader = 0;
@@ -150,8 +182,12 @@ int fsm_can_remove(const struct fsm *f)
 
 int fsm_check(const struct fsm *f)
 {
-	if (f->leader && f->readers)
-		return -EPROTO; /* a writer together with readers */
+	if (f->leader && f->readers && !f->beside)
+		return -EPROTO; /* a writer together with readers, but beside them */
+	if (f->beside && (!f->leader || !f->committed || f->in_place || f->prev_held))
+		return -EPROTO; /* beside: a session on a commit, writing copies, one version back at most */
+	if (f->prev_held && (!f->committed || !f->readers))
+		return -EPROTO; /* a version before is held by readers of a commit */
 	if (!!f->leader != !!f->session_handles)
 		return -EPROTO;
 	if (f->in_place && (!f->leader || !f->committed))

@@ -26,6 +26,11 @@ struct fsm {
 	bool in_place;             /* the session may have written committed bytes in place */
 	bool torn;                 /* such a session ended without commit: reads are refused
 	                            * until a commit */
+	/* Versions (gmsfs(5), VERSIONS): a data-only session granted beside the readers, which
+	 * never writes the committed bytes (its allocations are copies: the next version), and
+	 * whose commit leaves the readers it found on the version before until they flip. */
+	bool beside;               /* the session runs beside readers */
+	bool prev_held;            /* readers are on the version before the last commit */
 };
 
 enum fsm_state fsm_state(const struct fsm *f);
@@ -40,6 +45,12 @@ int fsm_can_write(const struct fsm *f);
 
 int fsm_open_read(struct fsm *f);                /* take a read handle */
 int fsm_open_write(struct fsm *f, pid_t leader); /* begin a session, first handle */
+/* Would a session beside the readers be granted now?  0, or -EAGAIN (a session runs, or
+ * readers are on the version before), -ENOENT (nothing committed: nothing to build on). */
+int fsm_can_write_beside(const struct fsm *f);
+int fsm_open_beside(struct fsm *f, pid_t leader); /* begin one */
+/* The readers on the version before have all flipped or gone.  -EINVAL: none were. */
+int fsm_prev_gone(struct fsm *f);
 int fsm_join(struct fsm *f);                     /* another handle of the running session */
 /* Another read handle for a process that already holds one: granted even while a
  * writer waits (it waits for this very process, which would deadlock).  -EINVAL
@@ -59,7 +70,8 @@ int fsm_release_read(struct fsm *f);
  * wrote in place); 0 otherwise; -EINVAL if there is no session. */
 int fsm_release_session(struct fsm *f);
 
-/* Commit: the session's handles become read handles in one step; torn no more. */
+/* Commit: the session's handles become read handles in one step; torn no more.  A
+ * session beside readers leaves them on the version before (prev_held) if there were any. */
 int fsm_commit(struct fsm *f);
 /* Abort written by a member: the session stays; the store is torn if it wrote in place
  * (a rollback cannot bring those bytes back). */

@@ -5,9 +5,9 @@
 #include <errno.h>
 
 /* The reachable situations, each built from EMPTY by legal events only. */
-enum sit { S_EMPTY, S_RW, S_COMMITTED, S_RO, S_RO_WAITW, S_RW_WAITW, S_RW_IN_PLACE, S_TORN, S_N };
+enum sit { S_EMPTY, S_RW, S_COMMITTED, S_RO, S_RO_WAITW, S_RW_WAITW, S_RW_IN_PLACE, S_TORN, S_BESIDE, S_PREV, S_N };
 static const char *sit_name[] = { "EMPTY", "RW", "COMMITTED", "RO", "RO+waiting writer", "RW(committed before)",
-				  "RW(writing in place)", "TORN" };
+				  "RW(writing in place)", "TORN", "RW beside a reader", "RO(a reader on the version before)" };
 
 static struct fsm make(enum sit s)
 {
@@ -21,14 +21,17 @@ static struct fsm make(enum sit s)
 	case S_RW_WAITW: f = make(S_COMMITTED); fsm_open_write(&f, 200); break;
 	case S_RW_IN_PLACE: f = make(S_RW_WAITW); fsm_write_in_place(&f); break;
 	case S_TORN: f = make(S_RW_IN_PLACE); fsm_release_session(&f); break;
+	case S_BESIDE: f = make(S_RO); fsm_open_beside(&f, 200); break;
+	case S_PREV: f = make(S_BESIDE); fsm_commit(&f); break;
 	default: break;
 	}
 	return f;
 }
 
-enum ev { E_READ, E_WRITE, E_JOIN, E_REL_READ, E_REL_SESSION, E_COMMIT, E_ABORT, E_REMOVE, E_REREAD, E_IN_PLACE, E_N };
+enum ev { E_READ, E_WRITE, E_JOIN, E_REL_READ, E_REL_SESSION, E_COMMIT, E_ABORT, E_REMOVE, E_REREAD, E_IN_PLACE,
+	  E_BESIDE, E_PREV_GONE, E_N };
 static const char *ev_name[] = { "open_read", "open_write", "join", "release_read", "release_session", "commit", "abort",
-				 "remove", "reopen_read", "write_in_place" };
+				 "remove", "reopen_read", "write_in_place", "open_beside", "prev_gone" };
 
 static int apply(struct fsm *f, enum ev e)
 {
@@ -43,6 +46,8 @@ static int apply(struct fsm *f, enum ev e)
 	case E_REMOVE: return fsm_can_remove(f);
 	case E_REREAD: return fsm_reopen_read(f);
 	case E_IN_PLACE: return fsm_write_in_place(f);
+	case E_BESIDE: return fsm_open_beside(f, 300);
+	case E_PREV_GONE: return fsm_prev_gone(f);
 	default: return -999;
 	}
 }
@@ -57,6 +62,7 @@ static const struct want table[S_N][E_N] = {
 		[E_ABORT] = { -EINVAL, FSM_EMPTY }, [E_REMOVE] = { 0, FSM_EMPTY },
 		[E_REREAD] = { -EINVAL, FSM_EMPTY },
 		[E_IN_PLACE] = { -EINVAL, FSM_EMPTY },
+		[E_BESIDE] = { -ENOENT, FSM_EMPTY }, [E_PREV_GONE] = { -EINVAL, FSM_EMPTY },
 	},
 	[S_RW] = {
 		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
@@ -65,6 +71,7 @@ static const struct want table[S_N][E_N] = {
 		[E_ABORT] = { 0, FSM_RW }, [E_REMOVE] = { -EBUSY, FSM_RW },
 		[E_REREAD] = { -EINVAL, FSM_RW },
 		[E_IN_PLACE] = { 0, FSM_RW }, /* nothing committed to tear */
+		[E_BESIDE] = { -ENOENT, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RW },
 	},
 	[S_COMMITTED] = {
 		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { 0, FSM_RW },
@@ -73,6 +80,7 @@ static const struct want table[S_N][E_N] = {
 		[E_ABORT] = { -EINVAL, FSM_COMMITTED }, [E_REMOVE] = { 0, FSM_COMMITTED },
 		[E_REREAD] = { -EINVAL, FSM_COMMITTED },
 		[E_IN_PLACE] = { -EINVAL, FSM_COMMITTED },
+		[E_BESIDE] = { 0, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_COMMITTED },
 	},
 	[S_RO] = {
 		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_RO },
@@ -81,6 +89,7 @@ static const struct want table[S_N][E_N] = {
 		[E_ABORT] = { -EINVAL, FSM_RO }, [E_REMOVE] = { 0, FSM_RO },
 		[E_REREAD] = { 0, FSM_RO },
 		[E_IN_PLACE] = { -EINVAL, FSM_RO },
+		[E_BESIDE] = { 0, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RO },
 	},
 	[S_RO_WAITW] = {
 		[E_READ] = { -EAGAIN, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_RO },
@@ -89,6 +98,7 @@ static const struct want table[S_N][E_N] = {
 		[E_ABORT] = { -EINVAL, FSM_RO }, [E_REMOVE] = { 0, FSM_RO },
 		[E_REREAD] = { 0, FSM_RO },
 		[E_IN_PLACE] = { -EINVAL, FSM_RO },
+		[E_BESIDE] = { 0, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RO },
 	},
 	[S_RW_WAITW] = {
 		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
@@ -97,6 +107,7 @@ static const struct want table[S_N][E_N] = {
 		[E_ABORT] = { 0, FSM_RW }, [E_REMOVE] = { -EBUSY, FSM_RW },
 		[E_REREAD] = { -EINVAL, FSM_RW },
 		[E_IN_PLACE] = { 1, FSM_RW },
+		[E_BESIDE] = { -EAGAIN, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RW },
 	},
 	[S_RW_IN_PLACE] = {
 		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
@@ -104,6 +115,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REL_SESSION] = { 1, FSM_TORN }, [E_COMMIT] = { 0, FSM_RO },
 		[E_ABORT] = { 0, FSM_RW }, [E_REMOVE] = { -EBUSY, FSM_RW },
 		[E_REREAD] = { -EINVAL, FSM_RW }, [E_IN_PLACE] = { 0, FSM_RW },
+		[E_BESIDE] = { -EAGAIN, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RW },
 	},
 	[S_TORN] = {
 		[E_READ] = { -EUCLEAN, FSM_TORN }, [E_WRITE] = { 0, FSM_RW },
@@ -111,6 +123,23 @@ static const struct want table[S_N][E_N] = {
 		[E_REL_SESSION] = { -EINVAL, FSM_TORN }, [E_COMMIT] = { -EINVAL, FSM_TORN },
 		[E_ABORT] = { -EINVAL, FSM_TORN }, [E_REMOVE] = { 0, FSM_TORN },
 		[E_REREAD] = { -EINVAL, FSM_TORN }, [E_IN_PLACE] = { -EINVAL, FSM_TORN },
+		[E_BESIDE] = { 0, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_TORN },
+	},
+	[S_BESIDE] = {
+		[E_READ] = { 0, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
+		[E_JOIN] = { 0, FSM_RW }, [E_REL_READ] = { 0, FSM_RW },
+		[E_REL_SESSION] = { 1, FSM_RO }, [E_COMMIT] = { 0, FSM_RO },
+		[E_ABORT] = { 0, FSM_RW }, [E_REMOVE] = { -EBUSY, FSM_RW },
+		[E_REREAD] = { -EINVAL, FSM_RW }, [E_IN_PLACE] = { 0, FSM_RW }, /* copies: never in place */
+		[E_BESIDE] = { -EAGAIN, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RW },
+	},
+	[S_PREV] = {
+		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_RO },
+		[E_JOIN] = { -EINVAL, FSM_RO }, [E_REL_READ] = { 0, FSM_RO },
+		[E_REL_SESSION] = { -EINVAL, FSM_RO }, [E_COMMIT] = { -EINVAL, FSM_RO },
+		[E_ABORT] = { -EINVAL, FSM_RO }, [E_REMOVE] = { 0, FSM_RO },
+		[E_REREAD] = { 0, FSM_RO }, [E_IN_PLACE] = { -EINVAL, FSM_RO },
+		[E_BESIDE] = { -EAGAIN, FSM_RO }, [E_PREV_GONE] = { 0, FSM_RO },
 	},
 };
 

@@ -11,6 +11,7 @@
 #include "../memory.h"
 #include "../log.h"
 #include "../store.h"
+#include "../version.h"
 #include "clock.h"
 #include "grow.h"
 #include "why.h"
@@ -44,6 +45,9 @@ struct xset {
 	size_t ne, cap_e;
 	bool read_only, fds;
 	bool in_place; /* a committed allocation's memory, writable: the session may write it in place */
+	const struct fs_handle *h; /* whose view: which version's memory (version_buf) */
+	bool has_gen;  /* a flip's reply says the generation it shows */
+	uint64_t gen;
 };
 
 static void xset_free(struct xset *s)
@@ -70,7 +74,7 @@ static int add_alloc(struct meta_node *n, void *arg)
 		return e;
 	struct xalloc *x = &s->a[s->na];
 	*x = (struct xalloc){ .path = strdup(path), .tag = strdup(n->tag ? n->tag : "default"), .size = n->size,
-			      .aligned = n->aligned, .buf = n->buf };
+			      .aligned = n->aligned, .buf = s->h ? version_buf(s->h->store, s->h, n) : n->buf };
 	if (!x->path || !x->tag) {
 		free(x->path);
 		free(x->tag);
@@ -235,7 +239,7 @@ static int send_set(int sock, const struct xset *s)
 		if (ai == s->na)
 			batch_entries(b, s, &ei, &voff);
 		struct wire_head h = { .manifest = true, .total = s->na, .nentries = s->ne, .first = first,
-				       .last = ai == s->na && ei == s->ne };
+				       .last = ai == s->na && ei == s->ne, .has_gen = s->has_gen, .gen = s->gen };
 		msgpack_sbuffer_clear(&sb);
 		if (!(e = wire_pack_reply(&sb, &h, b->a, b->na, b->c, b->nc)))
 			e = sock_send(sock, sb.data, sb.size, b->fds, b->nfds);
@@ -255,6 +259,7 @@ static int collect(struct fs_handle *h, const struct wire_body *body, struct xse
 	struct meta_store *ms = h->store->meta;
 	s->read_only = !lock_writes(h);
 	s->fds = body ? body->fds : true;
+	s->h = h;
 	int e = 0;
 	if (body && body->has_names) {
 		for (size_t i = 0; i < body->nnames && !e; i++) {
@@ -310,6 +315,7 @@ static int do_redeem(struct fs *fs, const struct rpc_req *r, struct xset *s, cha
 		return collect(h, NULL, s, why, whylen);
 	s->read_only = !lock_writes(h);
 	s->fds = true;
+	s->h = h;
 	if (!h->node->linked) {
 		snprintf(why, whylen, "the allocation was removed");
 		return -ESTALE;
@@ -432,6 +438,46 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 	return e;
 }
 
+/* EXPORT, under fs->mu.  A writer beside the readers gets copies of what it asks for,
+ * made first (fs->mu let go meanwhile: its handle is looked up again). */
+static int do_export(struct fs *fs, const struct rpc_req *r, const struct wire_body *body, struct xset *s, char *why,
+		     size_t whylen)
+{
+	int e = 0;
+	struct fs_handle *h = bound(fs, r, false, true, &e, why, whylen);
+	if (h && lock_writes(h) && version_beside(h->store) && body->fds &&
+	    !(e = version_copy_named(h->store, h, body->has_names ? body->names : NULL, body->nnames, why, whylen)))
+		h = bound(fs, r, false, false, &e, why, whylen);
+	if (h && !e)
+		e = collect(h, body, s, why, whylen);
+	if (h && !e)
+		h->store->exports++;
+	return e;
+}
+
+/* FLIP: the bound read handle leaves the version before; the reply names the allocations
+ * whose memory differs from it (none when it was on the last commit already). */
+static int do_flip(struct fs *fs, const struct rpc_req *r, struct xset *s, char *why, size_t whylen)
+{
+	int e = 0;
+	struct fs_handle *h = bound(fs, r, false, true, &e, why, whylen);
+	if (!h)
+		return e;
+	if (h->hold != HOLD_READ)
+		return why_fmt(why, whylen, -EINVAL, "flip is a reader's: this handle holds the writer session");
+	struct meta_node **changed;
+	size_t n;
+	if ((e = version_prev(h->store, h, &changed, &n)))
+		return why_fmt(why, whylen, e, "out of memory");
+	lock_flip(h); /* its exports are of the last commit from now on */
+	*s = (struct xset){ .read_only = true, .fds = true, .h = h, .has_gen = true,
+			    .gen = store_lock(h->store)->fsm.generation };
+	for (size_t i = 0; i < n && !e; i++)
+		e = add_alloc(changed[i], s);
+	free(changed);
+	return e ? why_fmt(why, whylen, e, "%s", strerror(-e)) : 0;
+}
+
 /* FREE, META_PUT, META_DELETE, COMMIT: under fs->mu through the bound writer handle. */
 static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_body *b, char *why, size_t whylen)
 {
@@ -496,11 +542,7 @@ static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 		t[0] = log_trace_rpc() ? clock_mono_ns() : 0;
 		pthread_mutex_lock(&fs->mu);
 		t[1] = t[0] ? clock_mono_ns() : 0;
-		struct fs_handle *h = bound(fs, r, false, true, &e, why, sizeof why);
-		if (h)
-			e = collect(h, &body, &s, why, sizeof why);
-		if (h && !e)
-			h->store->exports++;
+		e = do_export(fs, r, &body, &s, why, sizeof why);
 		pthread_mutex_unlock(&fs->mu);
 		t[2] = t[0] ? clock_mono_ns() : 0;
 		manifest = true;
@@ -509,6 +551,12 @@ static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 	case GMSFS_OP_CREATE:
 		e = do_create(fs, r, &body, &s, why, sizeof why);
 		manifest = true;
+		break;
+	case GMSFS_OP_FLIP:
+		pthread_mutex_lock(&fs->mu);
+		e = do_flip(fs, r, &s, why, sizeof why);
+		pthread_mutex_unlock(&fs->mu);
+		manifest = !e;
 		break;
 	case GMSFS_OP_HANDOVER: /* the rest of the exchange is handover.c's; on success it ends the daemon */
 		handover_give(fs, r->sock, r->uid, export_socket(fs));

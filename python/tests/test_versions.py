@@ -1,0 +1,345 @@
+"""Versions (user.gms.versions 2, gmsfs(5) VERSIONS) on the host backend: a data-only
+writer builds the next version while readers keep reading the last commit, untouched;
+only the allocations it writes are copied; its commit leaves each reader on the version
+it maps until that reader flips (the changed allocations mapped again at the same
+addresses); the version before goes with its last reader; a writer killed mid-way leaves
+the last commit whole (never TORN); the copies count against the store's quota.  Readers
+run in processes of their own, as engines do."""
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import gmsfs
+from conftest import ROOT
+
+NAMES = ["a", "b", "c"]
+SIZE = 1 << 20
+
+# A reader: imports the store, then on each line of stdin: "read" (each allocation's
+# distinct byte values and its address), "flip", "gen"; it prints one JSON line each.
+READER = r"""
+import gmsfs, json, sys
+c = gmsfs.connect(sys.argv[1], "ro", timeout=10)
+c.import_all()
+def read():
+    out = {}
+    for m in c.mappings:
+        b = bytes(c.buffer(m.ptr, m.size))
+        out[m.name] = {"values": sorted(set(b)), "ptr": m.ptr}
+    return out
+print(json.dumps({"ready": c.generation}), flush=True)
+for line in sys.stdin:
+    w = line.split()
+    try:
+        if w[0] == "read":
+            print(json.dumps(read()), flush=True)
+        elif w[0] == "flip":
+            n = c.flip()
+            print(json.dumps({"changed": n, "generation": c.generation}), flush=True)
+    except gmsfs.GmsfsError as e:
+        print(json.dumps({"errno": e.errno, "error": str(e)}), flush=True)
+"""
+
+# A writer of a data-only session in a process of its own (a process the test starts
+# after it, a reader, is not of its session): "write NAME VALUE", "commit".
+WRITER = r"""
+import gmsfs, json, sys
+c = gmsfs.connect(sys.argv[1], "data", timeout=0)
+print(json.dumps({"ready": c.generation}), flush=True)
+for line in sys.stdin:
+    w = line.split()
+    try:
+        if w[0] == "write":
+            m = c.import_one(w[1])
+            c.buffer(m.ptr, m.size, writable=True)[:] = bytes([int(w[2])]) * m.size
+        elif w[0] == "commit":
+            c.commit()
+        print(json.dumps({"generation": c.generation}), flush=True)
+    except gmsfs.GmsfsError as e:
+        print(json.dumps({"errno": e.errno, "error": str(e)}), flush=True)
+"""
+
+
+class Reader:
+    def __init__(self, store, code=READER):
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+        self.p = subprocess.Popen([sys.executable, "-c", code, store], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env=env)
+        self.generation = self._read()["ready"]
+
+    def __del__(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
+    def _read(self):
+        line = self.p.stdout.readline()
+        assert line, "the reader ended"
+        return json.loads(line)
+
+    def ask(self, what):
+        self.p.stdin.write(what + "\n")
+        self.p.stdin.flush()
+        return self._read()
+
+    def close(self):
+        self.p.stdin.close()
+        assert self.p.wait(20) == 0
+
+
+def state(store):
+    with open(os.path.join(store, "state")) as f:
+        return dict(line.split(": ", 1) for line in f.read().splitlines() if ": " in line)
+
+
+def publish(store, values=(1, 2, 3)):
+    with gmsfs.connect(store, "rw", timeout=5) as c:
+        for name, v in zip(NAMES, values):
+            m = c.create(name, SIZE)
+            c.buffer(m.ptr, SIZE, writable=True)[:] = bytes([v]) * SIZE
+        c.commit()
+
+
+def values(view):
+    return {name: v["values"] for name, v in view.items()}
+
+
+def versions(store, n):
+    os.setxattr(store, "user.gms.versions", str(n).encode())
+
+
+def write(c, name, value):
+    """The writer's copy of allocation name, filled with value."""
+    m = c.import_one(name)
+    c.buffer(m.ptr, SIZE, writable=True)[:] = bytes([value]) * SIZE
+
+
+def test_versions_is_off_by_default_and_takes_only_1_or_2(store):
+    publish(store)
+    assert os.getxattr(store, "user.gms.versions") == b"1"
+    assert "user.gms.versions" in os.listxattr(store)
+    r = Reader(store)
+    # Off: a data-only writer waits for the readers, as every writer does.
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs.connect(store, "data", timeout=0.3)
+    assert e.value.errno in (errno.EAGAIN, errno.ETIMEDOUT), e.value
+    for bad in (b"0", b"3", b"two", b"", b"22"):
+        with pytest.raises(OSError) as e:
+            os.setxattr(store, "user.gms.versions", bad)
+        assert e.value.errno == errno.EINVAL, bad
+    assert os.getxattr(store, "user.gms.versions") == b"1" and "user.gms.versions" in state(store)["last_error"]
+    versions(store, 2)
+    assert state(store)["versions"] == "2"
+    os.removexattr(store, "user.gms.versions")
+    assert os.getxattr(store, "user.gms.versions") == b"1"
+    r.close()
+
+
+def test_a_next_version_is_built_beside_readers_who_flip_when_they_choose(store):
+    publish(store)
+    versions(store, 2)
+    r = Reader(store)
+    before = r.ask("read")
+    used = int(state(store)["used"])
+    w = Reader(store, WRITER)  # granted at once, the reader reading
+    st = state(store)
+    assert (st["state"], st["beside"], st["readers"]) == ("RW", "1", "1"), st
+    assert w.ask("write b 68") == {"generation": 1}
+    st = state(store)
+    assert (st["version_copies"], st["version_copied_bytes"]) == ("1", str(SIZE)), st
+    assert int(st["used"]) == used + SIZE  # the copy counts in the store's use
+    assert r.ask("read") == before  # the reader reads the last commit, untouched
+    # A reader that comes now is granted, and reads the last commit too.
+    r2 = Reader(store)
+    assert values(r2.ask("read")) == values(before)
+    with open(os.path.join(store, "allocs", "b"), "rb") as f:  # and a cat of it
+        assert set(f.read()) == {2}
+    assert w.ask("commit") == {"generation": 2}
+    w.close()
+    st = state(store)
+    assert (st["generation"], st["prev_handles"], st["prev_generation"]) == ("2", "2", "1"), st
+    assert r.ask("read") == before  # not flipped: the version it maps, whole
+    flip = r.ask("flip")
+    assert flip == {"changed": 1, "generation": 2}, flip
+    after = r.ask("read")
+    assert after["b"] == {"values": [0x44], "ptr": before["b"]["ptr"]}  # the same address
+    assert after["a"] == before["a"] and after["c"] == before["c"]
+    assert r.ask("flip") == {"changed": 0, "generation": 2}  # on the last commit already
+    assert state(store)["prev_handles"] == "1"
+    r2.close()  # the last on the version before leaves: its memory goes
+    st = state(store)
+    assert (st["prev_handles"], st["flips"]) == ("0", "1") and int(st["used"]) == used, st
+    # A reader that comes now reads the new version.
+    r3 = Reader(store)
+    assert r3.ask("read")["b"]["values"] == [0x44]
+    r3.close()
+    r.close()
+
+
+def test_a_second_session_waits_until_the_version_before_is_let_go(store):
+    publish(store)
+    versions(store, 2)
+    r = Reader(store)
+    with gmsfs.connect(store, "data", timeout=0) as w:
+        write(w, "a", 9)
+        w.commit()
+    # Two versions at most: the reader is on the one before.
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs.connect(store, "data", timeout=0.3)
+    assert e.value.errno in (errno.EAGAIN, errno.ETIMEDOUT), e.value
+    assert r.ask("flip")["changed"] == 1
+    with gmsfs.connect(store, "data", timeout=0) as w:
+        write(w, "a", 10)
+        w.commit()
+    assert r.ask("flip")["changed"] == 1 and r.ask("read")["a"]["values"] == [10]
+    r.close()
+
+
+@pytest.mark.parametrize("how", ["kill", "abort"])
+def test_a_writer_that_ends_mid_version_leaves_the_last_commit_whole(store, how):
+    """Never TORN: the writer wrote copies; the readers' version is as committed."""
+    publish(store)
+    versions(store, 2)
+    r = Reader(store)
+    before = r.ask("read")
+    used = int(state(store)["used"])
+    code = """
+import gmsfs, os, signal, sys
+c = gmsfs.connect(sys.argv[1], "data", timeout=5)
+for name in ("a", "b"):
+    p = c.import_one(name).ptr
+    c.buffer(p, %d, writable=True)[: %d // 2] = b"\\xee" * (%d // 2)
+if sys.argv[2] == "abort":
+    open(os.path.join(sys.argv[1], "abort"), "w").write("1")
+    print(open(os.path.join(sys.argv[1], "state")).read(), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+""" % (SIZE, SIZE, SIZE)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    p = subprocess.run([sys.executable, "-c", code, store, how], env=env, capture_output=True, text=True, timeout=30)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    if how == "abort":
+        aborted = dict(line.split(": ", 1) for line in p.stdout.splitlines() if ": " in line)
+        assert aborted["torn"] == "0" and "rolled back" in aborted["last_error"], aborted
+    for _ in range(100):
+        st = state(store)
+        if st["state"] == "RO":
+            break
+        time.sleep(0.05)
+    assert (st["state"], st["torn"], st["generation"]) == ("RO", "0", "1"), st
+    assert int(st["used"]) == used  # the copies went
+    assert r.ask("read") == before
+    r2 = Reader(store)  # and a new reader is granted the same bytes
+    assert values(r2.ask("read")) == values(before)
+    r2.close()
+    r.close()
+
+
+def test_the_copies_count_against_the_quota(store):
+    publish(store)
+    versions(store, 2)
+    os.setxattr(store, "user.gms.quota", str(4 * SIZE).encode())
+    r = Reader(store)
+    with gmsfs.connect(store, "data", timeout=0) as w:
+        write(w, "a", 7)  # 4 MiB: room for one copy
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            w.import_one("b")
+        assert e.value.errno in (errno.EDQUOT, errno.ENOSPC), e.value
+        assert "quota" in str(e.value) and "quota" in state(store)["last_error"], e.value
+        assert state(store)["version_copies"] == "1"
+        w.commit()
+    assert r.ask("flip")["changed"] == 1
+    assert [r.ask("read")[n]["values"] for n in NAMES] == [[7], [2], [3]]
+    r.close()
+
+
+def test_a_shell_builds_a_version_beside_a_reader(store):
+    """The data-only session of a script (exec 9>>lock): its writes go to a copy; cat, a
+    reader outside the session, reads the last commit until the commit."""
+    publish(store)
+    versions(store, 2)
+    r = Reader(store)
+    script = """
+set -e
+exec 9>>"$1/lock"
+head -c 4096 /dev/zero | tr '\\0' '\\125' | dd of="$1/allocs/c" conv=notrunc status=none
+grep -x 'beside: 1' "$1/state"
+echo 1 > "$1/commit"
+"""
+    p = subprocess.run(["bash", "-c", script, "sh", store], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert r.ask("read")["c"]["values"] == [3]
+    assert r.ask("flip")["changed"] == 1
+    assert r.ask("read")["c"]["values"] == [3, 0x55]
+    r.close()
+
+
+def test_kill_storm_every_reader_reads_one_whole_version(store):
+    """Writers killed mid-write, readers killed mid-flip, for a few seconds: whenever a
+    reader reads, every byte of every allocation it maps is of one committed version
+    (all allocations of version g are written with byte g), never lower than the last it
+    read; dropped versions' memory comes back."""
+    publish(store, (1, 1, 1))
+    versions(store, 2)
+    used = int(state(store)["used"])
+    writer = """
+import gmsfs, sys, os
+c = gmsfs.connect(sys.argv[1], "data", timeout=20)
+g = c.generation + 1  # version g's bytes are all g
+assert g < 256
+for name in ("a", "b", "c"):
+    p = c.import_one(name).ptr
+    buf = c.buffer(p, %d, writable=True)
+    for off in range(0, %d, 65536):
+        buf[off:off + 65536] = bytes([g]) * 65536
+if sys.argv[2] == "commit":
+    c.commit()
+""" % (SIZE, SIZE)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    rng = random.Random(7)
+    readers = [Reader(store) for _ in range(3)]
+    seen = [0] * len(readers)
+    commits = kills = 0
+    deadline = time.monotonic() + 8
+    def readers_turn():
+        for i, r in enumerate(readers):
+            if rng.random() < 0.1:  # a reader killed, another comes
+                r.p.kill()
+                r.p.wait()
+                readers[i] = r = Reader(store)
+                seen[i] = 0
+            if rng.random() < 0.5:
+                r.ask("flip")
+            view = r.ask("read")
+            versions = {tuple(view[n]["values"]) for n in NAMES}
+            assert len(versions) == 1 and len(versions.pop()) == 1, view  # one whole version
+            v = view["a"]["values"][0]
+            assert v >= seen[i], (v, seen[i])  # never an older version than it read
+            seen[i] = v
+
+    while time.monotonic() < deadline:
+        commit = rng.random() < 0.6
+        w = subprocess.Popen([sys.executable, "-c", writer, store, "commit" if commit else "hold"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        kill_at = time.monotonic() + rng.uniform(0.05, 0.4)
+        while w.poll() is None:
+            readers_turn()
+            if not commit and time.monotonic() > kill_at:
+                w.kill()
+                kills += 1
+        w.wait()
+        commits += commit and w.returncode == 0
+    for r in readers:
+        r.ask("flip")
+        r.close()
+    st = state(store)
+    print("commits", commits, "kills", kills, "state", st)
+    assert commits >= 3 and kills >= 2, (commits, kills)
+    assert (st["state"], st["torn"], st["prev_handles"]) == ("COMMITTED", "0", "0"), st
+    assert int(st["used"]) == used, st  # every dropped version's memory came back
