@@ -119,7 +119,7 @@ build_vector() {
 	assert_line device
 	assert_line model
 	run ls "$MNT/model"
-	assert_output "$(printf '%s\n' abort allocs commit layout_hash lock meta prefetch state tier)"
+	assert_output "$(printf '%s\n' abort allocs commit generation layout_hash lock meta prefetch state tier)"
 	run stat -c '%s %F' "$MNT/model/allocs/layers/0/weight"
 	assert_output '1048576 regular file'
 	run du -sk "$MNT/model/allocs"

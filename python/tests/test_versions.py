@@ -343,3 +343,29 @@ if sys.argv[2] == "commit":
     assert commits >= 3 and kills >= 2, (commits, kills)
     assert (st["state"], st["torn"], st["prev_handles"]) == ("COMMITTED", "0", "0"), st
     assert int(st["used"]) == used, st  # every dropped version's memory came back
+
+
+def test_the_generation_file_wakes_a_poller_at_each_commit(store):
+    """STORE/generation: the committed generation and a newline; poll(2) on it is readable
+    once a commit moved it past what the handle last read (state's poll is any change)."""
+    import select
+    publish(store)
+    versions(store, 2)
+    r = Reader(store)
+    fd = os.open(os.path.join(store, "generation"), os.O_RDONLY)
+    try:
+        assert os.pread(fd, 64, 0) == b"1\n"
+        p = select.poll()
+        p.register(fd, select.POLLIN)
+        assert p.poll(200) == []  # nothing new
+        w = Reader(store, WRITER)
+        assert w.ask("write c 9") == {"generation": 1}
+        assert p.poll(200) == []  # a session, no commit yet
+        w.ask("commit")
+        w.close()
+        assert p.poll(2000) == [(fd, select.POLLIN)]
+        assert os.pread(fd, 64, 0) == b"2\n" and p.poll(100) == []
+    finally:
+        os.close(fd)
+    assert r.ask("flip")["changed"] == 1
+    r.close()

@@ -54,10 +54,10 @@
 
 enum fs_kind {
 	FS_ROOT, FS_DEVICE, FS_STATUS, FS_METRICS, FS_STORE,
-	FS_LOCK, FS_COMMIT, FS_ABORT, FS_STATE, FS_HASH, FS_TIER, FS_PREFETCH,
+	FS_LOCK, FS_COMMIT, FS_ABORT, FS_STATE, FS_HASH, FS_TIER, FS_PREFETCH, FS_GEN,
 	FS_NKINDS
 };
-#define FS_STORE_FILES 7 /* lock, commit, abort, state, layout_hash, tier, prefetch */
+#define FS_STORE_FILES 8 /* lock, commit, abort, state, layout_hash, tier, prefetch, generation */
 extern const char *const fs_store_file_names[FS_STORE_FILES];
 
 /* The daemon's own nodes (the root, its files, a store's directory and files): fixed for

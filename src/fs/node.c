@@ -9,11 +9,11 @@
 #include <unistd.h>
 
 const char *const fs_store_file_names[FS_STORE_FILES] = { "lock", "commit", "abort", "state", "layout_hash", "tier",
-								  "prefetch" };
+								  "prefetch", "generation" };
 
 void node_count(struct store *st, const struct fs_node *f)
 {
-	if (st && !(f && f->kind == FS_STATE))
+	if (st && !(f && (f->kind == FS_STATE || f->kind == FS_GEN))) /* watching it is not using it */
 		st->requests++;
 }
 

@@ -174,6 +174,7 @@ static int open_control(fuse_req_t req, struct obj *o, struct fs_handle *h, int 
 	case FS_METRICS:
 	case FS_STATE:
 	case FS_HASH:
+	case FS_GEN:
 		return wr ? -EACCES : 0;
 	case FS_LOCK:
 		*want = lock_want_of_open(flags, true);
@@ -360,6 +361,10 @@ static int status_text(struct fs *fs, struct fs_handle *h, off_t off)
 	}
 	if (k == FS_TIER)
 		return text_tier(h->store, &h->text, &h->text_len);
+	if (k == FS_GEN) {
+		h->seen_events = store_lock(h->store)->fsm.generation; /* poll: until another commit */
+		return text_generation(h->store, &h->text, &h->text_len);
+	}
 	return text_hash(h->store, &h->text, &h->text_len);
 }
 
@@ -386,7 +391,8 @@ static int do_read(struct fs *fs, struct fs_handle *h, size_t size, off_t off, s
 	node_count(h->store, h->fnode);
 	if (h->fnode) {
 		enum fs_kind k = h->fnode->kind;
-		if (k != FS_DEVICE && k != FS_STATUS && k != FS_METRICS && k != FS_STATE && k != FS_HASH && k != FS_TIER)
+		if (k != FS_DEVICE && k != FS_STATUS && k != FS_METRICS && k != FS_STATE && k != FS_HASH && k != FS_TIER &&
+		    k != FS_GEN)
 			return 0;
 		int e = status_text(fs, h, off);
 		if (!e)
@@ -498,12 +504,14 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off
 	fuse_reply_write(req, (size_t)r);
 }
 
-/* Readable once state changed since this handle last read it at offset 0. */
+/* Readable once state changed, or generation moved, since this handle last read it at
+ * offset 0. */
 static unsigned do_poll(struct fs_handle *h, struct fuse_pollhandle **ph)
 {
-	if (!h->fnode || h->fnode->kind != FS_STATE)
+	if (!h->fnode || (h->fnode->kind != FS_STATE && h->fnode->kind != FS_GEN))
 		return POLLIN | POLLRDNORM;
-	if (h->seen_events != h->store->events || h->store->removed)
+	uint64_t now = h->fnode->kind == FS_GEN ? store_lock(h->store)->fsm.generation : h->store->events;
+	if (h->seen_events != now || h->store->removed)
 		return POLLIN | POLLRDNORM;
 	if (*ph) {
 		if (h->ph)

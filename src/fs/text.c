@@ -74,6 +74,15 @@ int text_tier(struct store *st, char **out, size_t *len)
 	return 0;
 }
 
+int text_generation(struct store *st, char **out, size_t *len)
+{
+	int n = asprintf(out, "%llu\n", (unsigned long long)store_lock(st)->fsm.generation);
+	if (n < 0)
+		return -ENOMEM;
+	*len = (size_t)n;
+	return 0;
+}
+
 int text_hash(struct store *st, char **out, size_t *len)
 {
 	const char *h = st->meta ? meta_hash_hex(st->meta) : "";

@@ -13,5 +13,7 @@ int text_metrics(struct fs *fs, char **out, size_t *len);
 int text_state(struct store *st, char **out, size_t *len);
 int text_hash(struct store *st, char **out, size_t *len);
 int text_tier(struct store *st, char **out, size_t *len);
+/* The committed generation (0: none) and a newline. */
+int text_generation(struct store *st, char **out, size_t *len);
 
 #endif

@@ -51,7 +51,7 @@ def digest(logits):
 """
 
 ENGINE = CONFIG + r"""
-import gmsfs, gmsfs.torch as gt, json, sys, time
+import gmsfs, gmsfs.torch as gt, json, os, sys, time
 store, layers = sys.argv[1], int(sys.argv[2])
 torch.zeros(1, device="cuda")
 model = gt.load_or_publish(store, lambda: build(layers), lambda m: None)
@@ -68,6 +68,26 @@ for line in sys.stdin:
         if what == "sleep":
             gt.sleep(model)
             print(json.dumps({"t": time.time()}), flush=True)
+        elif what.startswith("serve"):
+            # Generate step after step for a while; between two steps, when the store's
+            # generation moved, flip to it (a store with versions): each step's and each
+            # flip's time said.
+            gfd = os.open(os.path.join(store, "generation"), os.O_RDONLY)
+            seen = int(os.pread(gfd, 32, 0))
+            steps, flips = [], []
+            end = time.time() + float(what.split()[1])
+            while time.time() < end:
+                g = int(os.pread(gfd, 32, 0))
+                if g != seen:
+                    t = time.perf_counter()
+                    n = gt.flip(model)
+                    flips.append([time.perf_counter() - t, n, g])
+                    seen = g
+                t = time.perf_counter()
+                generate()
+                steps.append(time.perf_counter() - t)
+            os.close(gfd)
+            print(json.dumps({"steps": steps, "flips": flips, "logits": generate()}), flush=True)
         elif what == "wake":
             gt.wake(model, 30)
             woke = time.time()
@@ -108,6 +128,63 @@ def ask_all(engines, what):
 def state(store):
     with open(os.path.join(store, "state")) as f:
         return dict(line.split(": ", 1) for line in f.read().splitlines() if ": " in line)
+
+
+def versions(store, engines, trainer, ns, x):
+    """user.gms.versions 2: the engines serve (a forward after another) while the trainer
+    refits beside them, then once more with one tensor; each engine flips between two
+    steps when the generation moves.  Checks the logits; says the engines' longest step
+    against their median, each flip's time, what was copied."""
+    import torch
+    import gmsfs.torch as gt
+    os.setxattr(store, "user.gms.versions", b"2")
+    trainer.train()
+    opt = torch.optim.SGD(trainer.parameters(), lr=1e-2)
+    trainer(x, labels=x).loss.backward()
+    opt.step()
+    trainer.zero_grad(set_to_none=True)
+    del opt
+    trainer.eval()
+    norm = trainer.model.norm.weight
+    with torch.no_grad():
+        kept = norm.detach().clone()
+        norm.mul_(1.5)
+        want3 = ns["digest"](trainer(x).logits)
+        norm.copy_(kept)
+    nallocs = int(state(store)["allocations"])
+    for e in engines:
+        e.send("serve 6")
+    time.sleep(1.0)
+    copies0 = int(state(store)["version_copies"])
+    t = time.perf_counter()
+    gt.refit(trainer, store, timeout=0).close()  # at once, beside the serving engines
+    full = time.perf_counter() - t
+    copies1 = int(state(store)["version_copies"])
+    with torch.no_grad():
+        norm.mul_(1.5)
+    t = time.perf_counter()
+    gt.refit({"model.norm.weight": norm}, store, strict=False, timeout=10).close()  # once all flipped
+    one = time.perf_counter() - t
+    copies2 = int(state(store)["version_copies"])
+    served = [e.read() for e in engines]
+    check(copies1 - copies0 == nallocs and copies2 - copies1 == 1,
+          "versions: the whole refit copies every allocation, the one of one tensor copies one",
+          (copies0, copies1, copies2, nallocs))
+    check(all(s["logits"] == want3 for s in served),
+          "versions: every engine, flipped twice while serving, gives the trainer's logits bit for bit")
+    check(all(len(s["flips"]) == 2 for s in served), "versions: each engine flipped twice",
+          [s["flips"] for s in served])
+    flips = [f[0] for s in served for f in s["flips"]]
+    pauses = []
+    for s in served:
+        steps = sorted(s["steps"])
+        pauses.append(max(s["steps"]) / steps[len(steps) // 2])
+    st = state(store)
+    check(st["prev_handles"] == "0" and st["torn"] == "0", "versions: the version before went with its last reader")
+    return ("whole refit beside 4 serving engines %.1f ms (%d allocations copied), one tensor %.1f ms (1 copied); "
+            "flips %.2f-%.2f ms (goal 10 ms); longest step over the median step %.2f-%.2fx (goal 2x); "
+            "steps per engine %s" % (full * 1e3, nallocs, one * 1e3, min(flips) * 1e3, max(flips) * 1e3,
+                                      min(pauses), max(pauses), [len(s["steps"]) for s in served]))
 
 
 def main():
@@ -206,6 +283,7 @@ def main():
     woke.append(refused.read())
     check(state(store)["torn"] == "0" and all(w.get("logits") == want for w in woke),
           "the next refit heals it: every engine wakes to the trainer's logits")
+    versioned = versions(store, engines, trainer, ns, x)
     for e in engines:
         e.close()
 
@@ -218,6 +296,7 @@ def main():
           "is done %.1f ms" % (gb, layers, ENGINES, total_s * 1e3, med[1] * 1e3, med[2] * 1e3, med[3] * 1e3,
                                 floor * 1e3, total_s / floor, med[4] * 1e3))
     print("# every run (s): %s" % " ".join("%.4f" % r[0] for r in runs))
+    print("# versions: %s" % versioned)
     return done()
 
 
