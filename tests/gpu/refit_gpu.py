@@ -187,6 +187,41 @@ def versions(store, engines, trainer, ns, x):
                                       min(pauses), max(pauses), [len(s["steps"]) for s in served]))
 
 
+def todays_ways(trainer, ns, layers):
+    """Beside: an engine's own copy of the weights refreshed by load_state_dict (what
+    trainers colocated with vLLM do), and reloaded by from_pretrained of a checkpoint the
+    trainer saved (page cache warm: the best case of a disk)."""
+    import shutil
+    import tempfile
+    import torch
+    import transformers
+    engine = ns["build"](layers)
+    sd = trainer.state_dict()
+    times = []
+    for _ in range(3):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        engine.load_state_dict(sd)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    del engine
+    torch.cuda.empty_cache()
+    d = tempfile.mkdtemp(prefix="refit-ckpt.", dir="/var/tmp")
+    try:
+        trainer.save_pretrained(d)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        m = transformers.LlamaForCausalLM.from_pretrained(d, torch_dtype=torch.bfloat16, device_map="cuda")
+        torch.cuda.synchronize()
+        fp = time.perf_counter() - t
+        del m
+    finally:
+        shutil.rmtree(d)
+    torch.cuda.empty_cache()
+    return "load_state_dict %.1f ms (median of 3), from_pretrained of a saved checkpoint %.0f ms" % (
+        sorted(times)[1] * 1e3, fp * 1e3)
+
+
 def main():
     mnt = sys.argv[1]
     import torch
@@ -286,6 +321,7 @@ def main():
     versioned = versions(store, engines, trainer, ns, x)
     for e in engines:
         e.close()
+    today = todays_ways(trainer, ns, layers)
 
     gb = nbytes / 1e9
     total_s = sorted(r[0] for r in runs)[1]
@@ -297,6 +333,7 @@ def main():
                                 floor * 1e3, total_s / floor, med[4] * 1e3))
     print("# every run (s): %s" % " ".join("%.4f" % r[0] for r in runs))
     print("# versions: %s" % versioned)
+    print("# what trainers do today, for one engine: %s" % today)
     return done()
 
 
