@@ -134,6 +134,7 @@ struct gmsfs {
 	bool eintr;             /* GMSFS_EINTR: a signal ends a wait with -EINTR, no retry */
 	int lock;               /* GMSFS_RO, GMSFS_RW or 0 */
 	bool granted_rw;        /* it held the writer session once: reallocate_all may */
+	bool paused;            /* gmsfs_pause: lock given back, mappings kept, dirfd the paused handle */
 	bool imported_all;      /* a reader's import_all succeeded under the lock it holds now:
 				 * the layout cannot change until it lets go, so another is free */
 	int unmapped_lock;      /* the lock given up by unmap_all */

@@ -5,9 +5,12 @@
 #include "hash.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 int gmsfs_unmap_all(gmsfs *g)
 {
@@ -113,8 +116,8 @@ int gmsfs_remap_all(gmsfs *g, int timeout_ms)
 {
 	if (!g)
 		return -EINVAL;
-	if (g->lock)
-		return gm_error(g, -EINVAL, "remap_all: the handle is mapped (unmap_all first)");
+	if (g->lock || g->paused)
+		return gm_error(g, -EINVAL, "remap_all: the handle is mapped (%s first)", g->paused ? "resume" : "unmap_all");
 	double t0 = gm_tracing() ? gm_us() : 0; /* GMSFS_TRACE_IMPORT, as import_all's */
 	int e = gm_take_lock(g, g->unmapped_lock ? g->unmapped_lock : g->mode, timeout_ms);
 	if (e)
@@ -304,5 +307,96 @@ int gmsfs_flip(gmsfs *g, size_t *changed)
 		g->info.generation = gen;
 	if (changed)
 		*changed = f.n;
+	return e;
+}
+
+/* ---- pause: the lock given back, the mappings kept ---- */
+
+int gmsfs_pause(gmsfs *g)
+{
+	if (!g)
+		return -EINVAL;
+	if (g->lock != GMSFS_RO)
+		return gm_error(g, -EINVAL, "pause: the handle %s", g->paused ? "is paused already" : g->lock ? "writes (commit first)" : "holds no lock");
+	/* The work queued on the memory is done before a writer may change it in place. */
+	int e = g->be->drain ? g->be->drain(g) : 0;
+	if (e)
+		return gm_error(g, e, "pause: waiting for the work queued: %s", strerror(-e));
+	struct gmsfs_ioc io = { .size = sizeof io };
+	if (ioctl(g->dirfd, GMSFS_IOC_PAUSE, &io))
+		return gm_error(g, -errno, "%s: pause: %s", g->dir, strerror(errno));
+	if (g->lockfd >= 0) { /* a committed writer's STORE/lock reads too: its hold goes */
+		struct gmsfs_ioc unlock = { .size = sizeof unlock };
+		ioctl(g->lockfd, GMSFS_IOC_UNLOCK, &unlock);
+		close(g->lockfd);
+		g->lockfd = -1;
+	}
+	g->lock = 0;
+	g->paused = true;
+	g->imported_all = false;
+	return 0;
+}
+
+/* The paused handle is gone with its daemon (killed, replaced): the mappings go, and come
+ * back as remap_all puts them, under a lock of mode. */
+static int resume_anew(gmsfs *g, int mode, int timeout_ms)
+{
+	close(g->dirfd);
+	g->dirfd = -1;
+	g->paused = false;
+	for (size_t i = 0; i < g->nmaps; i++)
+		if (g->slots[i].mapped && !mp_unmap_alloc(g, g->maps[i].ptr, g->maps[i].aligned, g->slots[i].piece))
+			g->slots[i].mapped = false;
+	sp_unmap_all(g);
+	g->saved_has_hash = g->info.has_hash;
+	memcpy(g->saved_hash, g->info.layout_hash, sizeof g->saved_hash);
+	g->unmapped_lock = mode;
+	return gmsfs_remap_all(g, timeout_ms);
+}
+
+int gmsfs_resume(gmsfs *g, int mode, int timeout_ms)
+{
+	if (!g)
+		return -EINVAL;
+	if (!g->paused)
+		return gm_error(g, -EINVAL, "resume: the handle is not paused");
+	if (mode != GMSFS_RO && mode != GMSFS_RW_DATA)
+		return gm_error(g, -EINVAL, "resume: mode %d: GMSFS_RO or GMSFS_RW_DATA", mode);
+	int64_t deadline = timeout_ms > 0 ? gm_now_ms() + timeout_ms : 0;
+	struct gmsfs_ioc io;
+	for (;;) {
+		int left = timeout_ms > 0 ? (int)(deadline - gm_now_ms()) : timeout_ms;
+		if (timeout_ms > 0 && left <= 0)
+			return gm_error(g, -ETIMEDOUT, "%s: resume: not granted within %d ms", g->dir, timeout_ms);
+		io = (struct gmsfs_ioc){ .size = sizeof io, .mode = (uint32_t)mode, .timeout_ms = left };
+		if (!ioctl(g->dirfd, GMSFS_IOC_LOCK, &io))
+			break;
+		int e = errno;
+		if (e == ENOTCONN || e == ECONNABORTED || e == ESTALE || e == ENOENT)
+			return resume_anew(g, mode, timeout_ms);
+		if (e != EINTR || g->eintr) /* still paused: EAGAIN, ETIMEDOUT, EUCLEAN (torn) */
+			return gm_error(g, -e, "%s: resume: %s", g->dir, e == EUCLEAN ? "the store is torn (see its state)"
+										: strerror(e));
+	}
+	g->paused = false;
+	g->info = io;
+	g->lock = (int)io.lock;
+	if (g->lock == GMSFS_RW) {
+		g->granted_rw = true;
+		if ((g->lockfd = openat(g->dirfd, "lock", O_WRONLY | O_CLOEXEC)) < 0)
+			return gm_error(g, -errno, "%s/lock: %s", g->dir, strerror(errno));
+	}
+	ch_close(&g->ch); /* bound to the same handle: a new ticket came, bound on first use */
+	memcpy(g->ticket, io.ticket, sizeof g->ticket);
+	g->have_ticket = true;
+	int e = 0;
+	if (io.remap) { /* a version was committed beside it: every mapping over the last commit */
+		struct flip f = { .g = g };
+		struct ch_manifest m = { .consume = flip_batch, .ctx = &f };
+		if (!(e = export_all(g, &m)))
+			ch_manifest_free(&m);
+	}
+	if (!e && (g->lock == GMSFS_RW || io.remap) && (e = mp_allow_all(g, false, g->lock == GMSFS_RW)))
+		gm_error(g, e, "resume: setting the access of the mapped memory: %s", strerror(-e));
 	return e;
 }

@@ -24,6 +24,11 @@
  *                          ENOLCK when it holds none.  On the mount's root, for a store
  *                          removed since (its name is gone): the one whose layout_hash the
  *                          caller sets.
+ *    GMSFS_IOC_PAUSE       a store directory that holds a read lock: give it back, the
+ *                          caller's mappings kept (gmsfs(5), Pause); a data-only writer may
+ *                          write in place meanwhile, nothing else changes that memory.
+ *                          LOCK on the same handle resumes it (remap says whether to map
+ *                          again); UNLOCK or its close ends it.  ENOLCK without a read lock.
  *    Inputs are checked: size must be sizeof(struct gmsfs_ioc), flags 0 and reserved
  *    zero, else EINVAL.  An unknown command is ENOTTY.
  * 2. The daemon's socket (path in gmsfs_ioc.socket), AF_UNIX SOCK_SEQPACKET.  Every
@@ -133,7 +138,8 @@ struct gmsfs_ioc {
 	uint8_t layout_hash[GMSFS_HASH_LEN]; /* committed layout, XXH3-128, canonical (big-endian) bytes */
 	uint8_t ticket[GMSFS_TICKET_LEN]; /* LOCK, EXPORT, EXPORT_ALL, CHANNEL: present once on the socket */
 	char socket[108];       /* the socket's path, NUL-terminated */
-	uint32_t pad;
+	uint32_t remap;         /* LOCK that resumed a paused handle: 1 when its memory changed
+	                         * since it paused (a version committed beside it): map again */
 };
 
 #define GMSFS_IOC_INFO       _IOWR(GMSFS_IOC_MAGIC, 1, struct gmsfs_ioc)
@@ -143,6 +149,7 @@ struct gmsfs_ioc {
 #define GMSFS_IOC_CHANNEL    _IOWR(GMSFS_IOC_MAGIC, 5, struct gmsfs_ioc)
 #define GMSFS_IOC_UNLOCK     _IOWR(GMSFS_IOC_MAGIC, 6, struct gmsfs_ioc)
 #define GMSFS_IOC_LET_GO     _IOWR(GMSFS_IOC_MAGIC, 7, struct gmsfs_ioc)
+#define GMSFS_IOC_PAUSE      _IOWR(GMSFS_IOC_MAGIC, 8, struct gmsfs_ioc)
 
 /* ---- the socket ---- */
 #define GMSFS_SOCK_MAGIC 0x58534d47u /* "GMSX" little-endian */

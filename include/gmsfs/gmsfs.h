@@ -178,6 +178,21 @@ GMSFS_API int gmsfs_remap_all(gmsfs *g, int timeout_ms);
  * and commit.  -EPERM on a handle that was not granted RW. */
 GMSFS_API int gmsfs_reallocate_all(gmsfs *g, int timeout_ms);
 
+/* ---- pause: an engine that stops reading while a trainer writes in place ---- */
+/* A reader gives its lock back and keeps its mappings, untouched (libgmsfs(3), PAUSE):
+ * the work queued on them is waited for first; a data-only writer (GMSFS_RW_DATA) may
+ * then write the committed bytes in place; nothing else changes that memory (another
+ * writer, a move to the host tier) until the handle resumes or disconnects.  Nothing may
+ * be read through the mappings meanwhile.  A committed writer pauses too (its next
+ * refit resumes it as GMSFS_RW_DATA).  -EINVAL unless the handle holds a read lock. */
+GMSFS_API int gmsfs_pause(gmsfs *g);
+/* Take the lock again, mode GMSFS_RO or GMSFS_RW_DATA, waiting up to timeout_ms (as
+ * connect): the same mappings at the same addresses, no map call (read-write again for a
+ * writer).  A store torn meanwhile is -EUCLEAN, a wait that ran out -ETIMEDOUT: the
+ * handle stays paused.  Where the daemon was replaced meanwhile, or a version was
+ * committed beside it, the mappings are made again as remap_all makes them. */
+GMSFS_API int gmsfs_resume(gmsfs *g, int mode, int timeout_ms);
+
 /* ---- versions: a next version built beside the readers (libgmsfs(3), VERSIONS) ---- */
 /* A reader of a store with user.gms.versions 2 moves to the last commit: the allocations
  * whose memory changed since the version it maps are mapped again at the same addresses

@@ -309,6 +309,26 @@ class Connection:
         self._check(_waiting(_ms(timeout), lambda ms: _c.gmsfs_reallocate_all(g, ms), "reallocate_all"),
                     "reallocate_all")
 
+    def pause(self):
+        """A reader (a committed writer too) gives its lock back and keeps its mappings:
+        a data-only writer may write them in place meanwhile (an in-place refit); nothing
+        else changes that memory until resume().  Read nothing through them meanwhile."""
+        self._check(_c.gmsfs_pause(self._handle()), "pause")
+        self._paused = True
+
+    def resume(self, mode="ro", timeout=None):
+        """Lock again ("ro", or "data" for a trainer's next refit): the same mappings, no
+        map call.  EUCLEAN (the store torn meanwhile) or a timeout leave it paused."""
+        if mode not in ("ro", "data"):
+            raise ValueError("resume: mode 'ro' or 'data', not %r" % (mode,))
+        g = self._handle()
+        self._check(_waiting(_ms(timeout), lambda ms: _c.gmsfs_resume(g, _MODES[mode], ms), "resume"), "resume")
+        self._paused = False
+
+    @property
+    def paused(self):
+        return getattr(self, "_paused", False)
+
     def flip(self):
         """A reader of a store with versions (user.gms.versions 2) moves to the last
         commit: the allocations that changed are mapped again at the same addresses

@@ -56,6 +56,52 @@ def _check(store, targets, sources, strict):
                            % (store, len(bad), "\n  ".join(bad)))
 
 
+def _plan(conn):
+    """The store's tensors and the destinations made so far, kept on the connection while
+    its layout is the same (a data-only session cannot change it): a trainer that refits
+    again through the same connection reads no metadata and makes no tensor again."""
+    plan = getattr(conn, "_refit_plan", None)
+    h = conn.layout_hash
+    if plan is None or plan["hash"] != h:
+        targets = _targets(conn)
+        if not targets:
+            raise GmsfsError(errno.ENOENT, "refit %s: the store has no tensors (publish the model first)"
+                             % conn.store)
+        plan = conn._refit_plan = {"hash": h, "targets": targets, "dst": {}, "bases": {}, "mapped": False}
+    else:
+        plan["mapped"] = bool(plan["dst"]) and len(conn.mappings) > 0
+    return plan
+
+
+def _destination(conn, plan, name, device):
+    """The store's tensor name, over its mapping: one typed tensor over each allocation (a
+    tensor made from a pointer is the costly part), each destination a strided view of it
+    (storage_offset counts from its start)."""
+    dst = plan["dst"].get(name)
+    if dst is not None:
+        return dst
+    alloc, offset, size, dtype, shape, stride, soff = plan["targets"][name]
+    try:
+        m = conn.find(alloc)
+    except KeyError:  # a refit before wrote other tensors (a next version: only theirs)
+        m = conn.import_one(alloc)
+    isz = _ITEMSIZE[dtype]
+    bases = plan["bases"]
+    if offset % isz:  # not at a whole item of its allocation: a view of its own bytes
+        dst = _bytes_at(m.ptr + offset, size, device).view(dtype).as_strided(shape, stride, soff)
+    else:
+        base = bases.get((alloc, dtype))
+        if base is None:
+            n = m.size
+            b = bases.get(alloc)
+            if b is None:
+                b = bases[alloc] = _bytes_at(m.ptr, n, device)
+            base = bases[(alloc, dtype)] = b[:n - n % isz].view(dtype)
+        dst = base.as_strided(shape, stride, offset // isz + soff)
+    plan["dst"][name] = dst
+    return dst
+
+
 def refit(source, store, strict=True, timeout=None, commit=True):
     """Copy source's tensors (a module's parameters and buffers by name, or a dict name ->
     tensor such as a state_dict) into the store's tensors of the same names, in place: the
@@ -82,49 +128,35 @@ def refit(source, store, strict=True, timeout=None, commit=True):
     if not isinstance(store, Connection) and read_fields(os.path.join(store, "state")).get("state") == "EMPTY":
         raise GmsfsError(errno.ENOENT, "refit %s: the store has no tensors (publish the model first)" % store)
     conn = store if isinstance(store, Connection) else connect(store, "data", timeout)
+    paused = conn.paused
     try:
+        if paused:  # a trainer that keeps its mappings between refits: no import, no map
+            conn.resume("data", timeout)
         if conn.lock_mode != "rw":
             raise GmsfsError(errno.EPERM, "refit: %s is not held for writing (%s)" % (conn.store, conn.lock_mode))
         sources = _sources(source)
-        targets = _targets(conn)
-        if not targets:
-            raise GmsfsError(errno.ENOENT, "refit %s: the store has no tensors (publish the model first)"
-                             % conn.store)
+        plan = _plan(conn)
+        targets = plan["targets"]
         _check(conn.store, targets, sources, strict)
-        needed = {targets[name][0] for name, t in sources.items() if t.numel()}
-        if read_fields(os.path.join(conn.store, "state")).get("beside") == "1" and needed != {
-                a for a, *_ in targets.values()}:
-            for alloc in sorted(needed):  # a next version: only these are copied
-                conn.import_one(alloc)
-        else:
-            conn._import_all()  # the committed allocations, writable: from here on, in place
+        if not plan["mapped"]:
+            needed = {targets[name][0] for name, t in sources.items() if t.numel()}
+            if read_fields(os.path.join(conn.store, "state")).get("beside") == "1" and needed != {
+                    a for a, *_ in targets.values()}:
+                for alloc in sorted(needed):  # a next version: only these are copied
+                    conn.import_one(alloc)
+            else:
+                conn._import_all()  # the committed allocations, writable: from here on, in place
         device = _device(conn)
-        maps = {m.name: m for m in conn.mappings}
-        # One typed tensor over each allocation (a tensor made from a pointer is the costly
-        # part), each destination a strided view of it (storage_offset counts from its start).
-        bases = {}
         with torch.no_grad():
             for name, t in sources.items():
-                alloc, offset, size, dtype, shape, stride, soff = targets[name]
-                if not t.numel():
-                    continue
-                isz = _ITEMSIZE[dtype]
-                if offset % isz:  # not at a whole item of its allocation: a view of its own bytes
-                    dst = _bytes_at(maps[alloc].ptr + offset, size, device).view(dtype).as_strided(shape, stride, soff)
-                else:
-                    base = bases.get((alloc, dtype))
-                    if base is None:
-                        n = maps[alloc].size
-                        b = bases.get(alloc)
-                        if b is None:
-                            b = bases[alloc] = _bytes_at(maps[alloc].ptr, n, device)
-                        base = bases[(alloc, dtype)] = b[:n - n % isz].view(dtype)
-                    dst = base.as_strided(shape, stride, offset // isz + soff)
-                dst.copy_(t.detach())
+                if t.numel():
+                    _destination(conn, plan, name, device).copy_(t.detach())
         if device.type == "cuda":
             torch.cuda.synchronize()
         if commit:
             conn.commit()
+            if paused:
+                conn.pause()  # as it came: its mappings kept for the next refit
     except BaseException:
         if conn is not store:
             conn.close()  # nothing written: rolled back whole; written: TORN until a commit

@@ -247,6 +247,18 @@ def follow(module, timeout=None):
     return conn.generation
 
 
+def pause(module):
+    """An engine stops reading and keeps its mappings (no unmap): a trainer's in-place
+    refit (gmsfs.torch.refit) may then write them; resume() maps nothing again."""
+    module._gmsfs.pause()
+
+
+def resume(module, timeout=None):
+    """After pause(): the lock again, every data_ptr as it was, the trainer's bytes in them.
+    EUCLEAN if the trainer died mid-refit (the store is TORN): still paused."""
+    module._gmsfs.resume("ro", timeout)
+
+
 def flip(module):
     """An engine of a store with versions (user.gms.versions 2; gmsfs(5) VERSIONS) that
     kept serving while a trainer built the next version (gmsfs.torch.refit): move to the

@@ -60,6 +60,12 @@ for line in sys.stdin:
         if line.strip() == "sleep":
             gt.sleep(m)
             print("{}", flush=True)
+        elif line.strip() == "pause":
+            gt.pause(m)
+            print("{}", flush=True)
+        elif line.strip() == "resume":
+            gt.resume(m, 5)
+            say()
         elif line.strip() == "flip":
             n = gt.flip(m)
             print(json.dumps({"out": m(x).tolist(), "ptrs": [p.data_ptr() for p in m.parameters()],
@@ -369,3 +375,34 @@ os.kill(os.getpid(), signal.SIGKILL)""", store)
         e.close()
     st = state(store)
     assert (st["state"], st["torn"], st["prev_handles"], st["used"]) == ("COMMITTED", "0", "0", used), st
+
+
+def test_engines_that_pause_and_a_trainer_that_keeps_its_connection_map_nothing_again(store):
+    """An in-place refit with no unmap and no map: each engine pauses (its lock given back,
+    its mappings kept), the trainer resumes its own paused connection as a data-only
+    writer, copies, commits and pauses again; each engine resumes at the same addresses
+    to the trainer's weights, bit for bit.  Twice, with the same connection."""
+    publish(store)
+    engines = [Engine(store), Engine(store)]
+    conn = gmsfs.connect(store, "ro", timeout=5)  # the trainer's, kept from refit to refit
+    conn.pause()
+    for step in (1, 2):
+        for e in engines:
+            assert e.ask("pause") == {}
+        trainer = trained(seed=1)
+        with torch.no_grad():
+            for p in trainer.parameters():
+                p.mul_(step)
+        requests = int(state(store)["socket_requests"])
+        assert gt.refit(trainer, conn, timeout=5) is conn and conn.paused
+        if step == 2:  # the second: its mappings and tensors kept, nothing exported again
+            assert int(state(store)["socket_requests"]) - requests <= 2, state(store)  # bind + commit
+        for e in engines:
+            woke = e.ask("resume")
+            assert (woke["out"], woke["ptrs"]) == (out(trainer), e.first["ptrs"]), woke
+    st = state(store)
+    assert (st["generation"], st["paused"], st["torn"]) == ("3", "1", "0"), st
+    conn.close()
+    assert state(store)["paused"] == "0"
+    for e in engines:
+        e.close()

@@ -369,3 +369,128 @@ def test_the_generation_file_wakes_a_poller_at_each_commit(store):
         os.close(fd)
     assert r.ask("flip")["changed"] == 1
     r.close()
+
+
+# ---- pause: a reader keeps its mappings while a data-only writer writes in place ----
+
+PAUSER = r"""
+import gmsfs, json, sys
+c = gmsfs.connect(sys.argv[1], "ro", timeout=10)
+c.import_all()
+def read():
+    return {m.name: {"values": sorted(set(bytes(c.buffer(m.ptr, m.size)))), "ptr": m.ptr} for m in c.mappings}
+print(json.dumps({"ready": c.generation}), flush=True)
+for line in sys.stdin:
+    w = line.split()
+    try:
+        if w[0] == "read":
+            print(json.dumps(read()), flush=True)
+        elif w[0] == "pause":
+            c.pause()
+            print(json.dumps({"paused": c.paused}), flush=True)
+        elif w[0] == "resume":
+            c.resume("ro", float(w[1]))
+            print(json.dumps({"generation": c.generation}), flush=True)
+    except gmsfs.GmsfsError as e:
+        print(json.dumps({"errno": e.errno, "error": str(e)}), flush=True)
+"""
+
+
+def test_a_paused_reader_keeps_its_mappings_while_a_data_only_writer_writes_in_place(store):
+    publish(store)
+    r = Reader(store, PAUSER)
+    before = r.ask("read")
+    assert r.ask("pause") == {"paused": True}
+    st = state(store)
+    assert (st["state"], st["paused"]) == ("COMMITTED", "1"), st
+    # A writer that could replace the memory (rw) waits for the paused reader; a move too.
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs.connect(store, "rw", timeout=0.3)
+    assert e.value.errno in (errno.EAGAIN, errno.ETIMEDOUT), e.value
+    # A data-only writer goes at once, in place.
+    w = Reader(store, WRITER)
+    assert r.ask("resume 0.2")["errno"] in (errno.EAGAIN, errno.ETIMEDOUT)  # waits for it: still paused
+    assert state(store)["paused"] == "1"
+    assert w.ask("write b 77") == {"generation": 1}
+    assert w.ask("commit") == {"generation": 2}
+    w.close()
+    requests = int(state(store)["socket_requests"])
+    assert r.ask("resume 5") == {"generation": 2}
+    after = r.ask("read")
+    assert int(state(store)["socket_requests"]) == requests  # nothing exported again: no map
+    assert after["b"] == {"values": [77], "ptr": before["b"]["ptr"]} and after["a"] == before["a"]
+    st = state(store)
+    assert (st["state"], st["paused"], st["readers"]) == ("RO", "0", "1"), st
+    r.close()
+
+
+def test_a_writer_killed_while_readers_pause_leaves_them_paused_and_refused_until_healed(store):
+    publish(store)
+    r = Reader(store, PAUSER)
+    r.ask("pause")
+    code = """
+import gmsfs, os, signal, sys
+c = gmsfs.connect(sys.argv[1], "data", timeout=5)
+p = c.import_one("a").ptr
+c.buffer(p, %d, writable=True)[:4096] = b"\\xee" * 4096
+os.kill(os.getpid(), signal.SIGKILL)
+""" % SIZE
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    p = subprocess.run([sys.executable, "-c", code, store], env=env, capture_output=True, text=True, timeout=30)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    for _ in range(100):
+        if state(store)["state"] == "TORN":
+            break
+        time.sleep(0.05)
+    refused = r.ask("resume 1")
+    assert refused["errno"] == errno.EUCLEAN and "torn" in refused["error"], refused
+    assert state(store)["paused"] == "1"  # still paused: its memory kept
+    w = Reader(store, WRITER)
+    w.ask("write a 5")
+    w.ask("commit")
+    w.close()
+    assert r.ask("resume 5") == {"generation": 2}
+    assert r.ask("read")["a"]["values"] == [5]
+    r.close()
+
+
+def test_a_paused_reader_that_ends_or_disconnects_lets_go(store):
+    publish(store)
+    r = Reader(store, PAUSER)
+    r.ask("pause")
+    assert state(store)["paused"] == "1"
+    r.p.kill()
+    r.p.wait()
+    for _ in range(100):
+        if state(store)["paused"] == "0":
+            break
+        time.sleep(0.05)
+    st = state(store)
+    assert (st["paused"], st["readers"], st["state"]) == ("0", "0", "COMMITTED"), st
+    gmsfs.connect(store, "rw", timeout=5).close()  # nothing holds a writer back
+    with gmsfs.connect(store, "ro", timeout=5) as c:
+        c.import_all()
+        c.pause()
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            c.pause()
+        assert e.value.errno == errno.EINVAL
+    assert state(store)["paused"] == "0"
+
+
+def test_a_reader_paused_across_a_version_maps_the_new_one_at_resume(store):
+    publish(store)
+    versions(store, 2)
+    r = Reader(store, PAUSER)
+    before = r.ask("read")
+    r.ask("pause")
+    w = Reader(store, WRITER)  # beside: a paused reader is on the version it maps
+    w.ask("write c 66")
+    w.ask("commit")
+    w.close()
+    st = state(store)
+    assert (st["prev_handles"], st["paused"]) == ("1", "1"), st
+    assert r.ask("resume 5") == {"generation": 2}
+    after = r.ask("read")
+    assert after["c"] == {"values": [66], "ptr": before["c"]["ptr"]} and after["a"] == before["a"]
+    assert state(store)["prev_handles"] == "0"
+    r.close()

@@ -26,6 +26,8 @@ struct fs_handle {
 	bool opening;                  /* a session handle whose descriptor was not seen yet (lock.c) */
 	bool flushes;                  /* the kernel tells its closes (FLUSH): set once, before the reply */
 	bool on_prev;                  /* a read handle still on the version before (version.c) */
+	bool paused;                   /* its read lock given back, its process's mappings kept (lock_pause) */
+	bool remap;                    /* resumed onto other memory: the caller maps again (lock_granted) */
 	/* poll on state (ops_file.c). */
 	uint64_t seen_events;
 	struct fuse_pollhandle *ph;    /* a poller waiting for the next change */

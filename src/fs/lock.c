@@ -131,7 +131,10 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 	bool write = lock_wants_write(st, want);
 	if (want == WANT_DATA && !f->committed)
 		return -EAGAIN; /* no layout to keep yet: it waits for a first commit, as a read does */
-	int e = wants_beside(st, want) ? fsm_open_beside(f, tgid) : write ? fsm_open_write(f, tgid) : fsm_open_read(f);
+	int e = wants_beside(st, want) ? fsm_open_beside(f, tgid)
+		: want == WANT_DATA    ? fsm_open_data(f, tgid) /* in place: past paused readers */
+		: write		       ? fsm_open_write(f, tgid)
+				       : fsm_open_read(f);
 	if (e == -EUCLEAN)
 		return e; /* torn: refused until a writer commits (last_error says why) */
 	if (e)
@@ -253,8 +256,27 @@ int lock_ioctl(fuse_req_t req, struct fs_handle *h, uint32_t mode, int timeout_m
 	return lock_open_as(h, tgid, *want, timeout_ms); /* tgid read once (a file of /proc) */
 }
 
+/* A paused handle was granted a lock again: out of the pause.  Its memory is what it
+ * paused on (nothing else can change it meanwhile) but where a version was committed
+ * beside it, or it writes the next version: then its caller maps again (h->remap). */
+static void resumed(struct fs_handle *h)
+{
+	struct store *st = h->store;
+	int unpaused = fsm_unpause(&st->lock.fsm);
+	assert(unpaused == 0); /* a paused handle is one of the FSM's paused */
+	(void)unpaused;
+	reader_drop(&st->lock, h->tgid, false); /* the pause's; the grant counted the lock */
+	h->paused = false;
+	/* Beside the readers, its writer writes copies, which it has not mapped yet. */
+	h->remap = h->on_prev || (h->hold == HOLD_SESSION && st->lock.fsm.beside);
+	if (version_leave(st, h))
+		fsm_prev_gone(&st->lock.fsm);
+}
+
 int lock_granted(struct fs_handle *h, enum lock_want want)
 {
+	if (h->paused && h->hold != HOLD_NONE)
+		resumed(h);
 	h->writable = want != WANT_READ && h->hold == HOLD_SESSION;
 	/* Whatever we waited for may have removed the file meanwhile. */
 	return h->node && !h->node->linked ? -ENOENT : 0;
@@ -287,10 +309,34 @@ static void rolled_back(struct store *st, const char *how)
 		snprintf(st->last_error, sizeof st->last_error, "%s: rolled back to the last committed layout", how);
 }
 
+int lock_pause(struct fs_handle *h)
+{
+	struct store *st = h->store;
+	if (h->hold != HOLD_READ || h->paused)
+		return -ENOLCK;
+	int paused = fsm_pause(&st->lock.fsm);
+	assert(paused == 0); /* a read handle is one of the FSM's readers */
+	(void)paused;
+	h->hold = HOLD_NONE; /* its process stays a reader (lock_reader): its mappings are kept */
+	h->paused = true;
+	store_tier_used(&st->tier);
+	lock_changed(st); /* a data-only writer may go now */
+	return 0;
+}
+
 void lock_release(struct fs_handle *h)
 {
 	struct store *st = h->store;
 	bool room = false;
+	if (h->paused) { /* a paused handle goes: its mappings went, or its process */
+		fsm_unpause(&st->lock.fsm);
+		h->paused = false;
+		if (reader_drop(&st->lock, h->tgid, false))
+			store_readers_changed(st);
+		if (version_leave(st, h))
+			fsm_prev_gone(&st->lock.fsm);
+		room = !st->lock.fsm.readers;
+	}
 	if (h->hold == HOLD_READ) {
 		if (version_leave(st, h))
 			fsm_prev_gone(&st->lock.fsm); /* the last on the version before: a session beside may begin */
@@ -314,7 +360,7 @@ void lock_release(struct fs_handle *h)
 	h->hold = HOLD_NONE;
 	h->writable = false;
 	store_tier_used(&st->tier);
-	if (st->removed && st->meta && !st->lock.fsm.readers)
+	if (st->removed && st->meta && !st->lock.fsm.readers && !st->lock.fsm.paused)
 		store_free_layout(st); /* removed while held (deferred): its last holder left */
 	if (room)
 		store_room_changed(st->fs);

@@ -54,7 +54,12 @@ int lock_ioctl(fuse_req_t req, struct fs_handle *h, uint32_t mode, int timeout_m
 int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold *out);
 /* After a grant: the handle's write right, and whether its file still exists. */
 int lock_granted(struct fs_handle *h, enum lock_want want);
-/* Give the handle's hold back; a session ending without commit rolls back. */
+/* GMSFS_IOC_PAUSE: read handle h gives its read lock back and its process keeps its
+ * mappings (gmsfs(5), Pause): a data-only session may write in place meanwhile; no other
+ * writer, move or eviction changes that memory until h resumes (a lock asked on it again:
+ * lock_granted) or goes.  0, or -ENOLCK: h holds no read lock. */
+int lock_pause(struct fs_handle *h);
+/* Give the handle's hold back (a pause's too); a session ending without commit rolls back. */
 void lock_release(struct fs_handle *h);
 
 /* ---- the writer session ---- */

@@ -44,7 +44,7 @@ void ops_handle_free(struct fs_handle *h)
 	if (h->x)
 		export_handle_free(st->fs, h);
 	ops_drop_refused(h);
-	if (st && h->hold != HOLD_NONE)
+	if (st && (h->hold != HOLD_NONE || h->paused))
 		lock_release(h);
 	store_untrack(h);
 	if (h->ph) {

@@ -22,6 +22,8 @@ static void ioc_fill(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io)
 	struct store *st = h->store;
 	const struct vmm *v = fs->vmm;
 	io->lock = lock_mode_of(h);
+	io->remap = h->remap; /* said once: a resume onto other memory (lock_granted) */
+	h->remap = false;
 	io->backend = strcmp(v->dev.backend, "cuda") ? GMSFS_BACKEND_HOST : GMSFS_BACKEND_CUDA;
 	io->device = v->dev.index;
 	io->generation = store_lock(st)->fsm.generation;
@@ -57,6 +59,28 @@ static int locked(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io, pid_
 	if (!e)
 		ioc_fill(fs, h, io);
 	return e;
+}
+
+/* EXPORT: a ticket for one allocation's memory, an open file of it. */
+static int export_one(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io, pid_t tgid, uid_t uid)
+{
+	struct meta_node *m = h->node;
+	int e;
+	if (!m || m->kind != META_ALLOC)
+		return -ENOTTY;
+	if (!m->linked)
+		return -ESTALE;
+	if (!m->buf)
+		return -ENODATA; /* not sized yet: no memory behind it */
+	if (lock_writes(h) && (e = version_copy(h->store, h, &m, 1, NULL, 0)))
+		return e; /* beside the readers, the writer's is a copy (last_error says why not) */
+	if ((e = export_ticket(fs, h, TICKET_EXPORT, tgid, uid, io->ticket)))
+		return e;
+	ioc_fill(fs, h, io);
+	io->count = 1;
+	io->size_bytes = m->size;
+	io->aligned_bytes = m->aligned;
+	return 0;
 }
 
 struct lock_wait {
@@ -123,24 +147,14 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 		if ((e = lock_ioctl(req, h, io->mode, io->timeout_ms, tgid, want)))
 			return e; /* LOCK_PARK too */
 		return locked(fs, h, io, tgid, uid);
-	case GMSFS_IOC_EXPORT: {
-		struct meta_node *m = h->node;
-		if (!m || m->kind != META_ALLOC)
+	case GMSFS_IOC_EXPORT:
+		return export_one(fs, h, io, tgid, uid);
+	case GMSFS_IOC_PAUSE:
+		if (!h->fnode || h->fnode->kind != FS_STORE)
 			return -ENOTTY;
-		if (!m->linked)
-			return -ESTALE;
-		if (!m->buf)
-			return -ENODATA; /* not sized yet: no memory behind it */
-		if (lock_writes(h) && (e = version_copy(st, h, &m, 1, NULL, 0)))
-			return e; /* beside the readers, the writer's is a copy (last_error says why not) */
-		if ((e = export_ticket(fs, h, TICKET_EXPORT, tgid, uid, io->ticket)))
+		if ((e = lock_pause(h)))
 			return e;
-		ioc_fill(fs, h, io);
-		io->count = 1;
-		io->size_bytes = m->size;
-		io->aligned_bytes = m->aligned;
-		return 0;
-	}
+		break;
 	case GMSFS_IOC_LET_GO:
 		if (!h->fnode || h->fnode->kind != FS_STORE)
 			return -ENOTTY;
@@ -155,7 +169,7 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 		bool read_lock = h->fnode && h->fnode->kind == FS_LOCK && h->hold == HOLD_READ;
 		if (!dir && !read_lock)
 			return -ENOTTY;
-		if (h->hold == HOLD_NONE)
+		if (h->hold == HOLD_NONE && !h->paused)
 			return -ENOLCK;
 		export_revoke(fs, h);
 		lock_release(h); /* a session ending without commit rolls back here */
@@ -198,7 +212,7 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg, struc
 	struct fs *fs = fs_of(req);
 	struct gmsfs_ioc io;
 	if (cmd != GMSFS_IOC_INFO && cmd != GMSFS_IOC_LOCK && cmd != GMSFS_IOC_EXPORT && cmd != GMSFS_IOC_EXPORT_ALL &&
-	    cmd != GMSFS_IOC_CHANNEL && cmd != GMSFS_IOC_UNLOCK && cmd != GMSFS_IOC_LET_GO)
+	    cmd != GMSFS_IOC_CHANNEL && cmd != GMSFS_IOC_UNLOCK && cmd != GMSFS_IOC_LET_GO && cmd != GMSFS_IOC_PAUSE)
 		return (void)fuse_reply_err(req, ENOTTY); /* a tty's (Python's open asks isatty): not busy */
 	fs_busy(fs);
 	if (in_bufsz != sizeof io || out_bufsz != sizeof io)

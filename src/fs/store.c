@@ -175,7 +175,7 @@ int store_remove(struct fs *fs, const char *name)
 		t->v[i] = t->v[--t->n];
 		st->removed = true;
 		t->removed[t->nremoved++] = st; /* until the kernel forgets it, or the daemon exits */
-		if (store_lock(st)->fsm.readers)
+		if (store_lock(st)->fsm.readers || store_lock(st)->fsm.paused)
 			fuse_log(FUSE_LOG_INFO, "gmsfs: %s removed; its memory goes when its %u readers leave\n", st->name,
 				 store_readers(st));
 		else

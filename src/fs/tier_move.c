@@ -15,8 +15,8 @@
 bool tier_idle(const struct store *st)
 {
 	const struct fsm *f = &store_lock(st)->fsm;
-	return !st->removed && st->meta && f->committed && !f->leader && !f->readers && !f->waiting_writers &&
-	       !f->waiting_readers;
+	return !st->removed && st->meta && f->committed && !f->leader && !f->readers && !f->paused &&
+	       !f->waiting_writers && !f->waiting_readers;
 }
 
 int tier_collect(struct meta_node *n, void *arg)

@@ -208,7 +208,7 @@ unsigned version_commit(struct store *st)
 	}
 	unsigned marked = 0;
 	for (struct fs_handle *h = st->handles.next; h != &st->handles; h = h->next)
-		if (h->hold == HOLD_READ) {
+		if (h->hold == HOLD_READ || h->paused) { /* a paused one maps it too */
 			h->on_prev = true;
 			marked++;
 		}

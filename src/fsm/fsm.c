@@ -35,7 +35,7 @@ int fsm_can_read(const struct fsm *f)
 
 int fsm_can_write(const struct fsm *f)
 {
-	return f->leader || f->readers ? -EAGAIN : 0;
+	return f->leader || f->readers || f->paused ? -EAGAIN : 0;
 }
 
 int fsm_open_read(struct fsm *f)
@@ -67,6 +67,37 @@ int fsm_open_write(struct fsm *f, pid_t leader)
 	return 0;
 }
 
+int fsm_open_data(struct fsm *f, pid_t leader)
+{
+	if (leader <= 0)
+		return -EINVAL;
+	if (!f->committed)
+		return -ENOENT;
+	if (f->leader || f->readers)
+		return -EAGAIN;
+	f->leader = leader;
+	f->session_handles = 1;
+	f->data = true;
+	return 0;
+}
+
+int fsm_pause(struct fsm *f)
+{
+	if (!f->readers)
+		return -EINVAL;
+	f->readers--;
+	f->paused++;
+	return 0;
+}
+
+int fsm_unpause(struct fsm *f)
+{
+	if (!f->paused)
+		return -EINVAL;
+	f->paused--;
+	return 0;
+}
+
 int fsm_can_write_beside(const struct fsm *f)
 {
 	if (!f->committed)
@@ -83,7 +114,7 @@ int fsm_open_beside(struct fsm *f, pid_t leader)
 		return e;
 	f->leader = leader;
 	f->session_handles = 1;
-	f->beside = true;
+	f->beside = f->data = true;
 	return 0;
 }
 
@@ -128,7 +159,7 @@ int fsm_release_session(struct fsm *f)
 	if (--f->session_handles)
 		return 0;
 	f->leader = 0;
-	f->beside = false;
+	f->beside = f->data = false;
 	f->torn |= f->in_place;
 	f->in_place = false;
 	return 1;
@@ -138,8 +169,8 @@ int fsm_commit(struct fsm *f)
 {
 	if (!f->leader)
 		return -EINVAL;
-	f->prev_held = f->beside && f->readers;
-	f->beside = false;
+	f->prev_held = f->beside && (f->readers || f->paused);
+	f->beside = f->data = false;
 	f->readers += f->session_handles;
 	f->session_handles = 0;
 	f->leader = 0;
@@ -186,8 +217,12 @@ int fsm_check(const struct fsm *f)
 		return -EPROTO; /* a writer together with readers, but beside them */
 	if (f->beside && (!f->leader || !f->committed || f->in_place || f->prev_held))
 		return -EPROTO; /* beside: a session on a commit, writing copies, one version back at most */
-	if (f->prev_held && (!f->committed || !f->readers))
+	if (f->prev_held && (!f->committed || !(f->readers || f->paused)))
 		return -EPROTO; /* a version before is held by readers of a commit */
+	if (f->paused && (!f->committed || (f->leader && !f->data)))
+		return -EPROTO; /* paused over a commit, and only a data-only session goes past them */
+	if (f->data && !f->leader)
+		return -EPROTO;
 	if (!!f->leader != !!f->session_handles)
 		return -EPROTO;
 	if (f->in_place && (!f->leader || !f->committed))

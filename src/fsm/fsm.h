@@ -31,6 +31,11 @@ struct fsm {
 	 * whose commit leaves the readers it found on the version before until they flip. */
 	bool beside;               /* the session runs beside readers */
 	bool prev_held;            /* readers are on the version before the last commit */
+	/* Paused readers (gmsfs(5), Pause): handles that gave their read lock back but keep
+	 * their mappings.  A data-only session writes in place past them; nothing else that
+	 * would change their memory (another writer, a move) goes until they resume or go. */
+	unsigned paused;
+	bool data;                 /* the session is data-only (its layout stays) */
 };
 
 enum fsm_state fsm_state(const struct fsm *f);
@@ -45,6 +50,13 @@ int fsm_can_write(const struct fsm *f);
 
 int fsm_open_read(struct fsm *f);                /* take a read handle */
 int fsm_open_write(struct fsm *f, pid_t leader); /* begin a session, first handle */
+/* A data-only session, in place: past paused readers.  0 or -EAGAIN (a session runs, or
+ * readers read), -ENOENT (nothing committed). */
+int fsm_open_data(struct fsm *f, pid_t leader);
+/* A read handle pauses (-EINVAL: none reads); a paused one leaves the pause (resumed, or
+ * gone: -EINVAL when none is paused). */
+int fsm_pause(struct fsm *f);
+int fsm_unpause(struct fsm *f);
 /* Would a session beside the readers be granted now?  0, or -EAGAIN (a session runs, or
  * readers are on the version before), -ENOENT (nothing committed: nothing to build on). */
 int fsm_can_write_beside(const struct fsm *f);

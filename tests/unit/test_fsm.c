@@ -5,9 +5,11 @@
 #include <errno.h>
 
 /* The reachable situations, each built from EMPTY by legal events only. */
-enum sit { S_EMPTY, S_RW, S_COMMITTED, S_RO, S_RO_WAITW, S_RW_WAITW, S_RW_IN_PLACE, S_TORN, S_BESIDE, S_PREV, S_N };
+enum sit { S_EMPTY, S_RW, S_COMMITTED, S_RO, S_RO_WAITW, S_RW_WAITW, S_RW_IN_PLACE, S_TORN, S_BESIDE, S_PREV, S_PAUSED,
+	   S_DATA_PAUSED, S_N };
 static const char *sit_name[] = { "EMPTY", "RW", "COMMITTED", "RO", "RO+waiting writer", "RW(committed before)",
-				  "RW(writing in place)", "TORN", "RW beside a reader", "RO(a reader on the version before)" };
+				  "RW(writing in place)", "TORN", "RW beside a reader", "RO(a reader on the version before)",
+				  "COMMITTED(a reader paused)", "RW(data-only, a reader paused)" };
 
 static struct fsm make(enum sit s)
 {
@@ -23,15 +25,18 @@ static struct fsm make(enum sit s)
 	case S_TORN: f = make(S_RW_IN_PLACE); fsm_release_session(&f); break;
 	case S_BESIDE: f = make(S_RO); fsm_open_beside(&f, 200); break;
 	case S_PREV: f = make(S_BESIDE); fsm_commit(&f); break;
+	case S_PAUSED: f = make(S_RO); fsm_pause(&f); break;
+	case S_DATA_PAUSED: f = make(S_PAUSED); fsm_open_data(&f, 200); break;
 	default: break;
 	}
 	return f;
 }
 
 enum ev { E_READ, E_WRITE, E_JOIN, E_REL_READ, E_REL_SESSION, E_COMMIT, E_ABORT, E_REMOVE, E_REREAD, E_IN_PLACE,
-	  E_BESIDE, E_PREV_GONE, E_N };
+	  E_BESIDE, E_PREV_GONE, E_PAUSE, E_UNPAUSE, E_DATA, E_N };
 static const char *ev_name[] = { "open_read", "open_write", "join", "release_read", "release_session", "commit", "abort",
-				 "remove", "reopen_read", "write_in_place", "open_beside", "prev_gone" };
+				 "remove", "reopen_read", "write_in_place", "open_beside", "prev_gone", "pause", "unpause",
+				 "open_data" };
 
 static int apply(struct fsm *f, enum ev e)
 {
@@ -48,6 +53,9 @@ static int apply(struct fsm *f, enum ev e)
 	case E_IN_PLACE: return fsm_write_in_place(f);
 	case E_BESIDE: return fsm_open_beside(f, 300);
 	case E_PREV_GONE: return fsm_prev_gone(f);
+	case E_PAUSE: return fsm_pause(f);
+	case E_UNPAUSE: return fsm_unpause(f);
+	case E_DATA: return fsm_open_data(f, 300);
 	default: return -999;
 	}
 }
@@ -63,6 +71,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REREAD] = { -EINVAL, FSM_EMPTY },
 		[E_IN_PLACE] = { -EINVAL, FSM_EMPTY },
 		[E_BESIDE] = { -ENOENT, FSM_EMPTY }, [E_PREV_GONE] = { -EINVAL, FSM_EMPTY },
+		[E_PAUSE] = { -EINVAL, FSM_EMPTY }, [E_UNPAUSE] = { -EINVAL, FSM_EMPTY }, [E_DATA] = { -ENOENT, FSM_EMPTY },
 	},
 	[S_RW] = {
 		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
@@ -72,6 +81,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REREAD] = { -EINVAL, FSM_RW },
 		[E_IN_PLACE] = { 0, FSM_RW }, /* nothing committed to tear */
 		[E_BESIDE] = { -ENOENT, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RW },
+		[E_PAUSE] = { -EINVAL, FSM_RW }, [E_UNPAUSE] = { -EINVAL, FSM_RW }, [E_DATA] = { -ENOENT, FSM_RW },
 	},
 	[S_COMMITTED] = {
 		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { 0, FSM_RW },
@@ -81,6 +91,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REREAD] = { -EINVAL, FSM_COMMITTED },
 		[E_IN_PLACE] = { -EINVAL, FSM_COMMITTED },
 		[E_BESIDE] = { 0, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_COMMITTED },
+		[E_PAUSE] = { -EINVAL, FSM_COMMITTED }, [E_UNPAUSE] = { -EINVAL, FSM_COMMITTED }, [E_DATA] = { 0, FSM_RW },
 	},
 	[S_RO] = {
 		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_RO },
@@ -90,6 +101,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REREAD] = { 0, FSM_RO },
 		[E_IN_PLACE] = { -EINVAL, FSM_RO },
 		[E_BESIDE] = { 0, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RO },
+		[E_PAUSE] = { 0, FSM_COMMITTED }, [E_UNPAUSE] = { -EINVAL, FSM_RO }, [E_DATA] = { -EAGAIN, FSM_RO },
 	},
 	[S_RO_WAITW] = {
 		[E_READ] = { -EAGAIN, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_RO },
@@ -99,6 +111,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REREAD] = { 0, FSM_RO },
 		[E_IN_PLACE] = { -EINVAL, FSM_RO },
 		[E_BESIDE] = { 0, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RO },
+		[E_PAUSE] = { 0, FSM_COMMITTED }, [E_UNPAUSE] = { -EINVAL, FSM_RO }, [E_DATA] = { -EAGAIN, FSM_RO },
 	},
 	[S_RW_WAITW] = {
 		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
@@ -108,6 +121,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REREAD] = { -EINVAL, FSM_RW },
 		[E_IN_PLACE] = { 1, FSM_RW },
 		[E_BESIDE] = { -EAGAIN, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RW },
+		[E_PAUSE] = { -EINVAL, FSM_RW }, [E_UNPAUSE] = { -EINVAL, FSM_RW }, [E_DATA] = { -EAGAIN, FSM_RW },
 	},
 	[S_RW_IN_PLACE] = {
 		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
@@ -116,6 +130,7 @@ static const struct want table[S_N][E_N] = {
 		[E_ABORT] = { 0, FSM_RW }, [E_REMOVE] = { -EBUSY, FSM_RW },
 		[E_REREAD] = { -EINVAL, FSM_RW }, [E_IN_PLACE] = { 0, FSM_RW },
 		[E_BESIDE] = { -EAGAIN, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RW },
+		[E_PAUSE] = { -EINVAL, FSM_RW }, [E_UNPAUSE] = { -EINVAL, FSM_RW }, [E_DATA] = { -EAGAIN, FSM_RW },
 	},
 	[S_TORN] = {
 		[E_READ] = { -EUCLEAN, FSM_TORN }, [E_WRITE] = { 0, FSM_RW },
@@ -124,6 +139,7 @@ static const struct want table[S_N][E_N] = {
 		[E_ABORT] = { -EINVAL, FSM_TORN }, [E_REMOVE] = { 0, FSM_TORN },
 		[E_REREAD] = { -EINVAL, FSM_TORN }, [E_IN_PLACE] = { -EINVAL, FSM_TORN },
 		[E_BESIDE] = { 0, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_TORN },
+		[E_PAUSE] = { -EINVAL, FSM_TORN }, [E_UNPAUSE] = { -EINVAL, FSM_TORN }, [E_DATA] = { 0, FSM_RW },
 	},
 	[S_BESIDE] = {
 		[E_READ] = { 0, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
@@ -132,6 +148,7 @@ static const struct want table[S_N][E_N] = {
 		[E_ABORT] = { 0, FSM_RW }, [E_REMOVE] = { -EBUSY, FSM_RW },
 		[E_REREAD] = { -EINVAL, FSM_RW }, [E_IN_PLACE] = { 0, FSM_RW }, /* copies: never in place */
 		[E_BESIDE] = { -EAGAIN, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RW },
+		[E_PAUSE] = { 0, FSM_RW }, [E_UNPAUSE] = { -EINVAL, FSM_RW }, [E_DATA] = { -EAGAIN, FSM_RW },
 	},
 	[S_PREV] = {
 		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_RO },
@@ -140,9 +157,29 @@ static const struct want table[S_N][E_N] = {
 		[E_ABORT] = { -EINVAL, FSM_RO }, [E_REMOVE] = { 0, FSM_RO },
 		[E_REREAD] = { 0, FSM_RO }, [E_IN_PLACE] = { -EINVAL, FSM_RO },
 		[E_BESIDE] = { -EAGAIN, FSM_RO }, [E_PREV_GONE] = { 0, FSM_RO },
+		[E_PAUSE] = { 0, FSM_RO }, [E_UNPAUSE] = { -EINVAL, FSM_RO }, [E_DATA] = { -EAGAIN, FSM_RO },
+	},
+	[S_PAUSED] = {
+		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_COMMITTED }, /* paused: no writer that replaces */
+		[E_JOIN] = { -EINVAL, FSM_COMMITTED }, [E_REL_READ] = { -EINVAL, FSM_COMMITTED },
+		[E_REL_SESSION] = { -EINVAL, FSM_COMMITTED }, [E_COMMIT] = { -EINVAL, FSM_COMMITTED },
+		[E_ABORT] = { -EINVAL, FSM_COMMITTED }, [E_REMOVE] = { 0, FSM_COMMITTED },
+		[E_REREAD] = { -EINVAL, FSM_COMMITTED }, [E_IN_PLACE] = { -EINVAL, FSM_COMMITTED },
+		[E_BESIDE] = { 0, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_COMMITTED },
+		[E_PAUSE] = { -EINVAL, FSM_COMMITTED }, [E_UNPAUSE] = { 0, FSM_COMMITTED },
+		[E_DATA] = { 0, FSM_RW }, /* in place, past the paused */
+	},
+	[S_DATA_PAUSED] = {
+		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
+		[E_JOIN] = { 0, FSM_RW }, [E_REL_READ] = { -EINVAL, FSM_RW },
+		[E_REL_SESSION] = { 1, FSM_COMMITTED }, [E_COMMIT] = { 0, FSM_RO },
+		[E_ABORT] = { 0, FSM_RW }, [E_REMOVE] = { -EBUSY, FSM_RW },
+		[E_REREAD] = { -EINVAL, FSM_RW }, [E_IN_PLACE] = { 1, FSM_RW },
+		[E_BESIDE] = { -EAGAIN, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RW },
+		[E_PAUSE] = { -EINVAL, FSM_RW }, [E_UNPAUSE] = { 0, FSM_RW },
+		[E_DATA] = { -EAGAIN, FSM_RW },
 	},
 };
-
 int main(void)
 {
 	for (int s = 0; s < S_N; s++) {
