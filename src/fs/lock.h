@@ -115,7 +115,12 @@ int lock_in_place(struct store *st);
 void lock_block(struct store *st, int e);
 void lock_unblock(struct store *st);
 
-/* ---- readers across a restart (gmsfs(5), RESTART) ---- */
+/* ---- who reads, for lock_restart.c: each process once, its handles and inherited holds ---- */
+struct lock_reader *lock_reader_find(struct lock *l, pid_t pid);
+/* One read handle (inherited: one inherited hold) of pid less.  True when pid left. */
+bool lock_reader_drop(struct lock *l, pid_t pid, bool inherited);
+
+/* ---- readers across a restart (gmsfs(5), RESTART): lock_restart.c ---- */
 /* The processes that read st now, each with its start time (those whose process is
  * gone are left out); *out is the caller's to free.  0 or -ENOMEM. */
 int lock_readers(struct store *st, struct lock_reader **out, size_t *n);
