@@ -386,9 +386,10 @@ int gmsfs_resume(gmsfs *g, int mode, int timeout_ms)
 		if ((g->lockfd = openat(g->dirfd, "lock", O_WRONLY | O_CLOEXEC)) < 0)
 			return gm_error(g, -errno, "%s/lock: %s", g->dir, strerror(errno));
 	}
-	ch_close(&g->ch); /* bound to the same handle: a new ticket came, bound on first use */
+	/* The channel is bound to this very handle still: kept (a round trip less for the
+	 * commit); the new ticket binds one only where it went meanwhile. */
 	memcpy(g->ticket, io.ticket, sizeof g->ticket);
-	g->have_ticket = true;
+	g->have_ticket = g->ch.sock < 0;
 	int e = 0;
 	if (io.remap) { /* a version was committed beside it: every mapping over the last commit */
 		struct flip f = { .g = g };

@@ -304,6 +304,15 @@ def main():
     # paused between refits, resumes as the writer (its mappings and tensors kept).
     conn = gmsfs.connect(store, "ro", 30)
     conn.pause()
+    spent = {}  # where the trainer's refit goes: its connection's calls, timed
+    for name in ("resume", "commit", "pause"):
+        def timed(*a, _f=getattr(conn, name), _n=name, **k):
+            t = time.perf_counter()
+            try:
+                return _f(*a, **k)
+            finally:
+                spent.setdefault(_n, []).append(time.perf_counter() - t)
+        setattr(conn, name, timed)
     paused = []
     for i in range(4):  # the first maps the trainer's connection once; the rest none
         t = time.time()
@@ -318,6 +327,7 @@ def main():
         check(all(w.get("logits") == want for w in woke),
               "paused refit %d: every engine's logits after it are the trainer's, bit for bit" % (i + 1))
     conn.close()
+    parts = " ".join("%s %.2f ms" % (n, sorted(v[1:])[len(v[1:]) // 2] * 1e3) for n, v in spent.items())
     after = state(store)
     check((after["allocations"], after["bytes"], after["layout_hash"], after["torn"]) ==
           (before["allocations"], before["bytes"], before["layout_hash"], "0"),
@@ -365,6 +375,7 @@ def main():
           "%.1f ms: %.2fx (goal 1.5x); the first %.1f ms; until every engine's first forward is done %.1f ms" % (
               pm[0] * 1e3, pm[1] * 1e3, pm[2] * 1e3, pm[3] * 1e3, floor * 1e3, pm[0] / floor, paused[0][0] * 1e3,
               pm[4] * 1e3))
+    print("# of the paused refit, the trainer's connection (medians after the first): %s" % parts)
     print("# versions: %s" % versioned)
     print("# what trainers do today, for one engine: %s" % today)
     return done()
