@@ -322,6 +322,10 @@ int gmsfs_pause(gmsfs *g)
 	int e = g->be->drain ? g->be->drain(g) : 0;
 	if (e)
 		return gm_error(g, e, "pause: waiting for the work queued: %s", strerror(-e));
+	/* A bind still on its way could reach the daemon after the pause, which refuses it:
+	 * that channel goes, and the resume's ticket binds one. */
+	if (g->ch.bind_pending)
+		ch_close(&g->ch);
 	struct gmsfs_ioc io = { .size = sizeof io };
 	if (ioctl(g->dirfd, GMSFS_IOC_PAUSE, &io))
 		return gm_error(g, -errno, "%s: pause: %s", g->dir, strerror(errno));
