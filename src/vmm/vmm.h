@@ -48,6 +48,9 @@ struct vmm_buf {
 	bool on_standby;
 	bool page;            /* an elastic store's page (vmm_alloc_page): a spare when given back */
 	bool last_host;       /* released: the host tier's last memory (the copier is unneeded) */
+	uint64_t release_after; /* CLOCK_MONOTONIC ns: its memory is released no sooner (0: at once):
+	                       * a client about to unmap it would otherwise drop the last reference and
+	                       * wait while the driver frees it (a version's last reader to flip) */
 	/* An allocation past the mount's piece size (vmm_pieces.c) is buffers of its own,
 	 * pieces[0..npieces), a reference each, all of one size but the last, that clients
 	 * map side by side: it moves, and a switch empties and fills it, piece by piece.

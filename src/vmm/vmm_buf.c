@@ -3,6 +3,7 @@
  * below. */
 #include "vmm.h"
 #include "vmm_internal.h"
+#include "clock.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 uint64_t vmm_align(const struct vmm *v, uint64_t size)
@@ -168,6 +170,11 @@ static void release_buf(void *arg)
 	struct vmm *v = b->vmm;
 	struct vmm_pool *pool = b->pool;
 	bool last_host = b->last_host;
+	uint64_t now = clock_mono_ns();
+	if (b->release_after > now) { /* on the releaser thread: no request waits for it */
+		uint64_t d = b->release_after - now;
+		nanosleep(&(struct timespec){ (time_t)(d / 1000000000u), (long)(d % 1000000000u) }, NULL);
+	}
 	v->ops->release(b);
 	if (last_host && v->ops->copies_unneeded)
 		v->ops->copies_unneeded(v);
