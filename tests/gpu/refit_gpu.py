@@ -74,7 +74,7 @@ for line in sys.stdin:
             # flip's time said.
             gfd = os.open(os.path.join(store, "generation"), os.O_RDONLY)
             seen = int(os.pread(gfd, 32, 0))
-            steps, flips = [], []
+            steps, flips, starts = [], [], []
             end = time.time() + float(what.split()[1])
             while time.time() < end:
                 g = int(os.pread(gfd, 32, 0))
@@ -84,10 +84,12 @@ for line in sys.stdin:
                     flips.append([time.perf_counter() - t, n, g])
                     seen = g
                 t = time.perf_counter()
+                t_wall = time.time()
                 generate()
                 steps.append(time.perf_counter() - t)
+                starts.append(t_wall)
             os.close(gfd)
-            print(json.dumps({"steps": steps, "flips": flips, "logits": generate()}), flush=True)
+            print(json.dumps({"steps": steps, "starts": starts, "flips": flips, "logits": generate()}), flush=True)
         elif what == "pause":
             gt.pause(model)
             print(json.dumps({"t": time.time()}), flush=True)
@@ -164,6 +166,7 @@ def versions(store, engines, trainer, ns, x):
         e.send("serve 6")
     time.sleep(1.0)
     copies0 = int(state(store)["version_copies"])
+    t0_wall = time.time()
     t = time.perf_counter()
     gt.refit(trainer, store, timeout=0).close()  # at once, beside the serving engines
     full = time.perf_counter() - t
@@ -173,6 +176,7 @@ def versions(store, engines, trainer, ns, x):
     t = time.perf_counter()
     gt.refit({"model.norm.weight": norm}, store, strict=False, timeout=10).close()  # once all flipped
     one = time.perf_counter() - t
+    t1_wall = time.time()
     copies2 = int(state(store)["version_copies"])
     served = [e.read() for e in engines]
     check(copies1 - copies0 == nallocs and copies2 - copies1 == 1,
@@ -183,16 +187,21 @@ def versions(store, engines, trainer, ns, x):
     check(all(len(s["flips"]) == 2 for s in served), "versions: each engine flipped twice",
           [s["flips"] for s in served])
     flips = [f[0] for s in served for f in s["flips"]]
-    pauses = []
+    pauses, when = [], []
     for s in served:
         steps = sorted(s["steps"])
         pauses.append(max(s["steps"]) / steps[len(steps) // 2])
+        k = s["steps"].index(max(s["steps"]))
+        when.append("%.0f" % ((s["starts"][k] - t0_wall) * 1e3))
     st = state(store)
     check(st["prev_handles"] == "0" and st["torn"] == "0", "versions: the version before went with its last reader")
     return ("whole refit beside 4 serving engines %.1f ms (%d allocations copied), one tensor %.1f ms (1 copied); "
             "flips %.2f-%.2f ms (goal 10 ms); longest step over the median step %.2f-%.2fx (goal 2x); "
-            "steps per engine %s" % (full * 1e3, nallocs, one * 1e3, min(flips) * 1e3, max(flips) * 1e3,
-                                      min(pauses), max(pauses), [len(s["steps"]) for s in served]))
+            "steps per engine %s, median step %.1f ms; each engine's longest began at %s ms after the first refit "
+            "began (the second ended at %.0f ms)" % (
+                full * 1e3, nallocs, one * 1e3, min(flips) * 1e3, max(flips) * 1e3, min(pauses), max(pauses),
+                [len(s["steps"]) for s in served], sorted(served[0]["steps"])[len(served[0]["steps"]) // 2] * 1e3,
+                ", ".join(when), (t1_wall - t0_wall) * 1e3))
 
 
 def todays_ways(trainer, ns, layers):
