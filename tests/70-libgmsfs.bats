@@ -90,3 +90,6 @@ scenario() {
 	assert_success
 	assert_output --partial "imported 9 allocations (589824 bytes), 8 metadata entries, 0 bad words"
 }
+@test "refit by name in C: every name, dtype and shape checked first, both sides said, nothing written; then the bytes" { scenario refit_by_name; }
+@test "pause: a data-only writer writes in place past a paused reader, which resumes with no map to the new bytes" { scenario pause_resume; }
+@test "versions: a data-only writer beside a reader copies what it imports; the reader flips when it chooses" { scenario versions_flip; }

@@ -178,6 +178,26 @@ GMSFS_API int gmsfs_remap_all(gmsfs *g, int timeout_ms);
  * and commit.  -EPERM on a handle that was not granted RW. */
 GMSFS_API int gmsfs_reallocate_all(gmsfs *g, int timeout_ms);
 
+/* ---- refit: a trainer's tensors into the store's, by name (libgmsfs(3), REFIT) ---- */
+/* One tensor of a refit: name is its state_dict key (the store's entry
+ * GMSFS_TORCH_PREFIX name, gmsfs/torch.h), dtype PyTorch's name ("bfloat16"), shape its
+ * ndim sizes, data its bytes, contiguous: memory of the store's device for a CUDA store
+ * (host memory on the host backend). */
+struct gmsfs_tensor {
+	const char *name;
+	const char *dtype;
+	const int64_t *shape;
+	int ndim;
+	const void *data;
+};
+/* A writer (GMSFS_RW_DATA, or RW) copies n tensors into the store's tensors of the same
+ * names.  Every name, dtype and shape is checked first: any difference is -EINVAL (-ENOENT
+ * for a name the store lacks) with gmsfs_errmsg naming each, both sides, and nothing is
+ * written.  The allocations they lie in are imported writable where they are not mapped
+ * (beside readers, on a store with versions, that makes their copies); the copies are
+ * waited for.  gmsfs_commit then publishes.  The store's tensors must be contiguous. */
+GMSFS_API int gmsfs_refit(gmsfs *g, const struct gmsfs_tensor *v, size_t n);
+
 /* ---- pause: an engine that stops reading while a trainer writes in place ---- */
 /* A reader gives its lock back and keeps its mappings, untouched (libgmsfs(3), PAUSE):
  * the work queued on them is waited for first; a data-only writer (GMSFS_RW_DATA) may
