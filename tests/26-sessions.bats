@@ -255,6 +255,7 @@ k"
 	assert_output --partial "Operation not permitted"
 	assert_equal "$(state_of "$S" state)" COMMITTED
 	assert_equal "$(state_of "$S" generation)" $((gen + 1))
+	assert_equal "$(cat "$S/generation")" $((gen + 1)) # what a script watches
 	assert_equal "$(cat "$S/layout_hash")" "$hash"
 	assert_equal "$(head -c 2 "$S/allocs/a")" XY
 	assert_equal "$(cat "$S/meta/gone")" v1

@@ -74,6 +74,13 @@ static void replies(void)
 	b1(0xc0);
 	is_int(parse(&r), -EPROTO, "trailing bytes are refused");
 
+	n = 0; /* a generation with no manifest to show it */
+	b1(0x83);
+	str("v"), num(2);
+	str("err"), num(0);
+	str("gen"), num(7);
+	is_int(parse(&r), -EPROTO, "a generation outside a manifest is refused");
+
 	head(3, 0, 1, 2);
 	alloc_item("w/a", 100, 4096, "t", 0);
 	alloc_item("w/b", 100, 4096, "t", 0);
@@ -179,6 +186,21 @@ static void round_trip(void)
 	wire_pack_reply(&sb, &e, NULL, 0, NULL, 0);
 	is_int(wire_parse_reply(sb.data, sb.size, &r, why, sizeof why), 0, "an error reply round trips");
 	ok(r.err == EINVAL && !strcmp(r.msg, e.msg), "its errno and text");
+	msgpack_sbuffer_destroy(&sb);
+
+	/* A flip's manifest says the generation it shows; a plain reply cannot. */
+	struct wire_head f = { .manifest = true, .total = 0, .last = true, .has_gen = true, .gen = 42 };
+	msgpack_sbuffer_init(&sb);
+	is_int(wire_pack_reply(&sb, &f, NULL, 0, NULL, 0), 0, "a manifest with its generation packs");
+	is_int(wire_parse_reply(sb.data, sb.size, &r, why, sizeof why), 0, "and parses back");
+	ok(r.manifest && r.has_gen && r.gen == 42 && !r.nallocs, "its generation, no allocation");
+	wire_reply_free(&r);
+	msgpack_sbuffer_destroy(&sb);
+	struct wire_head plain = {0};
+	msgpack_sbuffer_init(&sb);
+	wire_pack_reply(&sb, &plain, NULL, 0, NULL, 0);
+	ok(wire_parse_reply(sb.data, sb.size, &r, why, sizeof why) == 0 && !r.has_gen, "none without it");
+	wire_reply_free(&r);
 	msgpack_sbuffer_destroy(&sb);
 }
 
