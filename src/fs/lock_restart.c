@@ -71,7 +71,7 @@ static void inherited_go(struct store *st, struct lock_reader *r, unsigned k)
 	}
 	if (gone)
 		store_readers_changed(st);
-	if (st->removed && st->meta && !l->fsm.readers)
+	if (st->removed && st->meta && !l->fsm.readers && !l->fsm.paused)
 		store_free_layout(st);
 	store_room_changed(st->fs);
 	lock_changed(st);

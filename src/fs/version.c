@@ -1,3 +1,4 @@
+/* version: a store's next version beside its readers, and the version before (version.h). */
 #include "version.h"
 #include "clock.h"
 #include "grow.h"
