@@ -1660,8 +1660,10 @@ static int holds(gmsfs *g, const char *name, int k, int salt, void *was)
 	for (uint64_t i = 0; i < m.size && bad == m.size; i++)
 		if (p[i] != byte_of(k, i, salt))
 			bad = i;
+	int got = bad < m.size ? p[bad] : -1;
 	free(p);
-	CHECK(bad == m.size, "%s byte %llu is not salt %d's", name, (unsigned long long)bad, salt);
+	CHECK(bad == m.size, "%s byte %llu is %d, not salt %d's %d (salt 1's: %d)", name, (unsigned long long)bad, got,
+	      salt, byte_of(k, bad, salt), byte_of(k, bad, 1));
 	return 0;
 }
 
