@@ -1822,6 +1822,12 @@ static int sc_versions_flip(void)
 	CALL(w, gmsfs_commit(w));
 	gmsfs_disconnect(w);
 	CHECK(state_val("prev_handles") == 1, "prev_handles %ld", state_val("prev_handles"));
+	gmsfs *n; /* a reader that comes now maps the new version */
+	CALL(n, gmsfs_connect(&n, store, GMSFS_RO, 5000));
+	CALL(n, gmsfs_import_all(n));
+	if (holds(n, "w/1", 1, 2, NULL) || holds(n, "w/0", 0, 1, NULL))
+		return 1;
+	gmsfs_disconnect(n);
 	CHECK(write(go[1], "x", 1) == 1, "go");
 	CHECK(waitpid(r, &st, 0) == r && WIFEXITED(st) && WEXITSTATUS(st) == 0, "the reader's flip: %d", st);
 	CHECK(wait_for(state_val, "prev_handles", 0, 2000), "the version before let go");
