@@ -69,8 +69,12 @@ static int mem_write(void *dst, const void *src, size_t n)
 static int mem_read(void *dst, const void *src, size_t n)
 {
 #ifdef GMSFS_HAVE_CUDA
-	if (cuda)
-		return cu.cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, n) ? -EIO : 0;
+	if (cuda) {
+		CUresult r = cu.cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, n);
+		if (r)
+			fprintf(stderr, "cuMemcpyDtoH from %p: %s\n", src, cu_name(&cu, r));
+		return r ? -EIO : 0;
+	}
 #endif
 	memcpy(dst, src, n);
 	return 0;
