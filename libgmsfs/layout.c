@@ -101,7 +101,14 @@ int gmsfs_import_all(gmsfs *g)
 int gm_commit(gmsfs *g, bool unmapping)
 {
 	int e = gm_need_lock(g, GMSFS_RW);
-	if (e || (e = gm_call(g, GMSFS_OP_COMMIT, NULL, 0, NULL)))
+	if (e)
+		return e;
+	/* The bytes it publishes have landed first: the work its context queued (a copy from
+	 * pageable memory returns before its DMA is done) would otherwise write after the
+	 * commit, and into a mapping made read-only, where it faults. */
+	if (g->be->drain && (e = g->be->drain(g)))
+		return gm_error(g, e, "commit: waiting for the work queued: %s", strerror(-e));
+	if ((e = gm_call(g, GMSFS_OP_COMMIT, NULL, 0, NULL)))
 		return e;
 	/* The daemon downgraded the lock; the mappings follow (best effort: the daemon
 	 * hands readers read-only memory whatever this process keeps), unless they are

@@ -126,7 +126,8 @@ GMSFS_API int gmsfs_meta_put_many(gmsfs *g, const struct gmsfs_entry *v, size_t 
 /* One entry with no extent size and no flags. */
 GMSFS_API int gmsfs_meta_put(gmsfs *g, const char *key, const char *alloc, uint64_t offset, const void *value, size_t len);
 GMSFS_API int gmsfs_meta_delete(gmsfs *g, const char *key);
-/* Validate and publish.  The writer's mappings stay where they are and become read-only;
+/* Validate and publish (the work the caller's context queued is waited for first: the
+ * bytes it publishes have landed).  The writer's mappings stay where they are and become read-only;
  * the lock becomes a read lock (no other writer can slip in between). */
 GMSFS_API int gmsfs_commit(gmsfs *g);
 
