@@ -1791,7 +1791,9 @@ static int role_flipper(char **argv)
 	CALL(g, gmsfs_flip(g, &changed));
 	CHECK(changed == 1 && gmsfs_generation(g) == 2, "changed %zu, generation %llu", changed,
 	      (unsigned long long)gmsfs_generation(g));
-	return holds(g, "w/0", 0, 1, was[0]) || holds(g, "w/1", 1, 2, was[1]) || holds(g, "w/2", 2, 1, was[2]);
+	int bad = holds(g, "w/0", 0, 1, was[0]) || holds(g, "w/1", 1, 2, was[1]) || holds(g, "w/2", 2, 1, was[2]);
+	gmsfs_disconnect(g);
+	return bad;
 }
 
 /* A store with versions: a data-only writer beside a reader copies the one allocation
