@@ -338,10 +338,11 @@ def main():
     conn.close()
     parts = " ".join("%s %.2f ms" % (n, sorted(v[1:])[len(v[1:]) // 2] * 1e3) for n, v in spent.items())
     after = state(store)
-    check((after["allocations"], after["bytes"], after["layout_hash"], after["torn"]) ==
-          (before["allocations"], before["bytes"], before["layout_hash"], "0"),
-          "in place: the store's allocations, bytes and layout as before (no second copy)",
-          "%s -> %s" % ({k: before[k] for k in ("allocations", "bytes")}, {k: after[k] for k in ("allocations", "bytes")}))
+    check((after["allocations"], after["bytes"], after["layout_hash"], after["torn"], after["peak"]) ==
+          (before["allocations"], before["bytes"], before["layout_hash"], "0", before["peak"]),
+          "in place: the store's allocations, bytes, layout and peak of memory as before (no second copy, ever)",
+          "%s -> %s" % ({k: before[k] for k in ("allocations", "bytes", "peak")},
+                        {k: after[k] for k in ("allocations", "bytes", "peak")}))
     check(int(after["generation"]) == int(before["generation"]) + 7, "seven refits, seven generations")
 
     # A writer killed with the store's memory writable: TORN, refused, healed by a refit.
