@@ -23,7 +23,8 @@ NAMES = ["a", "b", "c"]
 SIZE = 1 << 20
 
 # A reader: imports the store, then on each line of stdin: "read" (each allocation's
-# distinct byte values and its address), "flip", "gen"; it prints one JSON line each.
+# distinct byte values and its address), "flip", "pause", "resume SECONDS"; it prints one
+# JSON line each.
 READER = r"""
 import gmsfs, json, sys
 c = gmsfs.connect(sys.argv[1], "ro", timeout=10)
@@ -43,6 +44,12 @@ for line in sys.stdin:
         elif w[0] == "flip":
             n = c.flip()
             print(json.dumps({"changed": n, "generation": c.generation}), flush=True)
+        elif w[0] == "pause":
+            c.pause()
+            print(json.dumps({"paused": c.paused}), flush=True)
+        elif w[0] == "resume":
+            c.resume("ro", float(w[1]))
+            print(json.dumps({"generation": c.generation}), flush=True)
     except gmsfs.GmsfsError as e:
         print(json.dumps({"errno": e.errno, "error": str(e)}), flush=True)
 """
@@ -373,32 +380,10 @@ def test_the_generation_file_wakes_a_poller_at_each_commit(store):
 
 # ---- pause: a reader keeps its mappings while a data-only writer writes in place ----
 
-PAUSER = r"""
-import gmsfs, json, sys
-c = gmsfs.connect(sys.argv[1], "ro", timeout=10)
-c.import_all()
-def read():
-    return {m.name: {"values": sorted(set(bytes(c.buffer(m.ptr, m.size)))), "ptr": m.ptr} for m in c.mappings}
-print(json.dumps({"ready": c.generation}), flush=True)
-for line in sys.stdin:
-    w = line.split()
-    try:
-        if w[0] == "read":
-            print(json.dumps(read()), flush=True)
-        elif w[0] == "pause":
-            c.pause()
-            print(json.dumps({"paused": c.paused}), flush=True)
-        elif w[0] == "resume":
-            c.resume("ro", float(w[1]))
-            print(json.dumps({"generation": c.generation}), flush=True)
-    except gmsfs.GmsfsError as e:
-        print(json.dumps({"errno": e.errno, "error": str(e)}), flush=True)
-"""
-
 
 def test_a_paused_reader_keeps_its_mappings_while_a_data_only_writer_writes_in_place(store):
     publish(store)
-    r = Reader(store, PAUSER)
+    r = Reader(store)
     before = r.ask("read")
     assert r.ask("pause") == {"paused": True}
     st = state(store)
@@ -426,7 +411,7 @@ def test_a_paused_reader_keeps_its_mappings_while_a_data_only_writer_writes_in_p
 
 def test_a_writer_killed_while_readers_pause_leaves_them_paused_and_refused_until_healed(store):
     publish(store)
-    r = Reader(store, PAUSER)
+    r = Reader(store)
     r.ask("pause")
     code = """
 import gmsfs, os, signal, sys
@@ -456,7 +441,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 def test_a_paused_reader_that_ends_or_disconnects_lets_go(store):
     publish(store)
-    r = Reader(store, PAUSER)
+    r = Reader(store)
     r.ask("pause")
     assert state(store)["paused"] == "1"
     r.p.kill()
@@ -480,7 +465,7 @@ def test_a_paused_reader_that_ends_or_disconnects_lets_go(store):
 def test_a_reader_paused_across_a_version_maps_the_new_one_at_resume(store):
     publish(store)
     versions(store, 2)
-    r = Reader(store, PAUSER)
+    r = Reader(store)
     before = r.ask("read")
     r.ask("pause")
     w = Reader(store, WRITER)  # beside: a paused reader is on the version it maps
