@@ -120,6 +120,12 @@ static int rf_check(gmsfs *g, const struct gmsfs_tensor *x, char **alloc, uint64
 	char key[GMSFS_PATH_MAX + 1], a[160], b[160];
 	size_t k = strlen(why);
 	struct gmsfs_meta m;
+	*alloc = NULL;
+	if (x->name && (x->ndim < 0 || x->ndim > RF_DIMS_MAX || (x->ndim && !x->shape) || !x->data)) {
+		snprintf(why + k, whylen - k, "%s%s: the source's %s", k ? "; " : "", x->name,
+			 x->data ? "ndim is not 0 to 16, or its shape is missing" : "data is missing");
+		return -EINVAL;
+	}
 	snprintf(key, sizeof key, "%s%s", GMSFS_TORCH_PREFIX, x->name ? x->name : "");
 	if (!x->name || gmsfs_meta_get(g, key, &m)) {
 		snprintf(why + k, whylen - k, "%s%s: the store has no such tensor", k ? "; " : "", x->name ? x->name : "(null)");
@@ -129,7 +135,10 @@ static int rf_check(gmsfs *g, const struct gmsfs_tensor *x, char **alloc, uint64
 	int e = rf_parse(m.value, m.value_len, &t), isz = e ? 0 : rf_itemsize(t.dtype);
 	uint64_t n = 1, want = 1;
 	for (int i = 0; !e && i < t.ndim; i++)
-		n *= (uint64_t)t.shape[i];
+		if (t.shape[i] < 0 || __builtin_mul_overflow(n, (uint64_t)t.shape[i], &n))
+			e = -EINVAL;
+	if (!e && (t.storage_offset < 0 || (uint64_t)t.storage_offset > m.size || n > m.size))
+		e = -EINVAL;
 	for (int i = t.ndim - 1; !e && i >= 0; i--) { /* contiguous: each stride the product of the dims after it */
 		if (t.shape[i] != 1 && t.stride[i] != (int64_t)want)
 			e = -EOPNOTSUPP;

@@ -1708,6 +1708,12 @@ static int sc_refit_by_name(void)
 	      strstr(why, "size mismatch for w: the store has shape [4, 4], the source has shape [2, 8]") &&
 	      strstr(why, "dtype mismatch for b: the store has bfloat16, the source has float16") &&
 	      strstr(why, "nope: the store has no such tensor"), "%d %s", e, why);
+	struct gmsfs_tensor junk[] = { { "w", "float32", s44, 17, src }, { "b", "bfloat16", NULL, 1, src },
+				       { "b", "bfloat16", s8, 1, NULL } };
+	for (int i = 0; i < 3; i++) {
+		e = gmsfs_refit(g, &junk[i], 1);
+		CHECK(e == -EINVAL && strstr(gmsfs_errmsg(g), "the source's"), "junk %d: %d %s", i, e, gmsfs_errmsg(g));
+	}
 	struct gmsfs_tensor strided = { "t", "float32", s22, 2, src };
 	e = gmsfs_refit(g, &strided, 1);
 	CHECK(e == -EOPNOTSUPP && strstr(gmsfs_errmsg(g), "not contiguous"), "%d %s", e, gmsfs_errmsg(g));
