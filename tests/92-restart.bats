@@ -40,10 +40,11 @@ commit_store() { # commit_store STORE BYTES: one allocation of BYTES of 'x', an 
 	)
 }
 
-@test "takeover: every store comes across with its bytes, metadata, hash and xattrs (the minimum too); a session does not" {
+@test "takeover: every store comes across with its bytes, metadata, hash and xattrs (the minimum, versions too); a session does not" {
 	mkdir "$MNT/a" "$MNT/b" "$MNT/empty"
 	commit_store "$MNT/a" 10000
 	setfattr -n user.gms.priority -v 4 "$MNT/a"
+	setfattr -n user.gms.versions -v 2 "$MNT/a"
 	setfattr -n user.gms.quota -v 1M "$MNT/empty"
 	setfattr -n user.gms.min -v 64K "$MNT/empty"
 	hash=$(cat "$MNT/a/layout_hash")
@@ -64,6 +65,10 @@ commit_store() { # commit_store STORE BYTES: one allocation of BYTES of 'x', an 
 	assert_output "f32 [10000]"
 	run getfattr --absolute-names --only-values -n user.gms.priority "$MNT/a"
 	assert_output 4
+	run getfattr --absolute-names --only-values -n user.gms.versions "$MNT/a"
+	assert_output 2
+	run getfattr --absolute-names --only-values -n user.gms.versions "$MNT/empty"
+	assert_output 1
 	run getfattr --absolute-names --only-values -n user.gms.quota "$MNT/empty"
 	assert_output 1048576
 	run getfattr --absolute-names --only-values -n user.gms.min "$MNT/empty"

@@ -142,7 +142,6 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 	if (write) {
 		caller_start_time(tgid, &st->lock.leader_start);
 		st->last_error[0] = '\0';
-		st->lock.data_only = want == WANT_DATA; /* the session's, from its leader */
 	}
 	*out = write ? HOLD_SESSION : HOLD_READ;
 	if (!write && reader_add(&st->lock, tgid))

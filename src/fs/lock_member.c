@@ -126,7 +126,7 @@ int lock_may_change(struct store *st, pid_t tgid)
 
 int lock_layout_change(struct store *st)
 {
-	if (!st->lock.data_only || !store_in_session(st))
+	if (!st->lock.fsm.data || !store_in_session(st))
 		return 0;
 	store_error(st, "a data-only session (RW_DATA, or the lock opened with O_APPEND) writes the committed "
 			"allocations' bytes: it makes, sizes, removes, tags or writes no allocation or entry");

@@ -43,8 +43,6 @@ struct lock {
 	unsigned inherited;            /* of fsm.readers: holds inherited from a daemon before */
 	int blocked;                   /* -errno: why it cannot be granted now (its move in failed for
 	                                * room): a timed wait ends with it, not -ETIMEDOUT */
-	bool data_only;                /* the session's leader asked for RW_DATA: bytes change, the
-	                                * layout does not (lock_layout_change refuses) */
 };
 
 /* ---- a store's place: moved only by tier.c, whose mover thread a lock wakes ---- */

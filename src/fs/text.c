@@ -47,7 +47,7 @@ int text_state(struct store *st, char **out, size_t *len)
 			 "pages_kept: %llu\nlast_error: %s\n",
 			 st->removed ? "REMOVED" : fsm_state_name(fsm_state(f)), store_readers(st), (int)f->leader,
 			 f->waiting_writers, f->waiting_readers, (unsigned long long)f->generation, f->torn,
-			 store_in_session(st) && store_lock(st)->data_only, f->paused, st->versions.allowed, f->beside,
+			 f->data, f->paused, st->versions.allowed, f->beside,
 			 st->versions.prev_handles, (unsigned long long)(f->prev_held ? st->versions.prev_generation : 0),
 			 (unsigned long long)st->versions.copies, (unsigned long long)st->versions.copied_bytes,
 			 (unsigned long long)st->versions.flips, (unsigned long long)s.allocations, (unsigned long long)s.entries,

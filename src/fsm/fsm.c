@@ -55,30 +55,28 @@ int fsm_reopen_read(struct fsm *f)
 	return 0;
 }
 
-int fsm_open_write(struct fsm *f, pid_t leader)
+/* A session's first handle, once the caller's rule allowed it (e: 0). */
+static int begin(struct fsm *f, pid_t leader, int e, bool data, bool beside)
 {
 	if (leader <= 0)
 		return -EINVAL;
-	int e = fsm_can_write(f);
 	if (e)
 		return e;
 	f->leader = leader;
 	f->session_handles = 1;
+	f->data = data;
+	f->beside = beside;
 	return 0;
+}
+
+int fsm_open_write(struct fsm *f, pid_t leader)
+{
+	return begin(f, leader, fsm_can_write(f), false, false);
 }
 
 int fsm_open_data(struct fsm *f, pid_t leader)
 {
-	if (leader <= 0)
-		return -EINVAL;
-	if (!f->committed)
-		return -ENOENT;
-	if (f->leader || f->readers)
-		return -EAGAIN;
-	f->leader = leader;
-	f->session_handles = 1;
-	f->data = true;
-	return 0;
+	return begin(f, leader, !f->committed ? -ENOENT : f->leader || f->readers ? -EAGAIN : 0, true, false);
 }
 
 int fsm_pause(struct fsm *f)
@@ -107,15 +105,7 @@ int fsm_can_write_beside(const struct fsm *f)
 
 int fsm_open_beside(struct fsm *f, pid_t leader)
 {
-	if (leader <= 0)
-		return -EINVAL;
-	int e = fsm_can_write_beside(f);
-	if (e)
-		return e;
-	f->leader = leader;
-	f->session_handles = 1;
-	f->beside = f->data = true;
-	return 0;
+	return begin(f, leader, fsm_can_write_beside(f), true, true);
 }
 
 int fsm_prev_gone(struct fsm *f)
