@@ -479,3 +479,117 @@ def test_a_reader_paused_across_a_version_maps_the_new_one_at_resume(store):
     assert after["c"] == {"values": [66], "ptr": before["c"]["ptr"]} and after["a"] == before["a"]
     assert state(store)["prev_handles"] == "0"
     r.close()
+
+
+def test_a_paused_writer_resumes_writable_or_read_only_and_its_commit_seals_each_mapping(store):
+    """A committed writer that pauses and resumes as a data-only writer maps its memory
+    writable again (or, keep_read_only, read-only until protect makes each writable), and
+    its commit makes it read-only again: a write after it faults.  protect refuses what
+    the handle may not do, with words."""
+    code = r"""
+import ctypes, gmsfs, sys
+c = gmsfs.connect(sys.argv[1], "rw", timeout=5)
+for name in ("a", "b"):
+    m = c.create(name, 1 << 20)
+c.commit()
+def say(what):
+    print(what, sorted((m.name, m.writable) for m in c.mappings), flush=True)
+say("committed")
+c.pause(); c.resume("data", 5)
+say("resumed")
+c.buffer(c.find("a").ptr, 1 << 20, writable=True)[:4] = b"abcd"
+c.commit()
+say("committed again")
+c.pause(); c.resume("data", 5, keep_read_only=True)
+say("kept read-only")
+c.protect("b", True)
+say("b writable")
+c.buffer(c.find("b").ptr, 1 << 20, writable=True)[:4] = b"efgh"
+c.protect("b", False)
+say("b sealed")
+for args in (("b", 2), ("nope", True)):
+    try:
+        c._check(gmsfs._lib.lib.gmsfs_protect(c._handle(), args[0].encode(), int(args[1])), "protect")
+    except gmsfs.GmsfsError as e:
+        print("refused", e.errno, str(e), flush=True)
+c.commit()
+c.pause(); c.resume("ro", 5)
+try:
+    c.protect("a", True)
+except gmsfs.GmsfsError as e:
+    print("refused", e.errno, str(e), flush=True)
+print("writing after the commit", flush=True)
+ctypes.memset(c.find(sys.argv[2]).ptr, 0, 4)
+print("wrote", flush=True)
+"""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    other = store + "-2"
+    os.mkdir(other)
+    try:
+        for where, name in ((store, "a"), (other, "b")):  # a write after the commit into each
+            p = subprocess.run([sys.executable, "-c", code, where, name], env=env, capture_output=True, text=True,
+                               timeout=60)
+            lines = p.stdout.splitlines()
+            assert p.returncode == -signal.SIGSEGV, (p.returncode, p.stdout, p.stderr)
+            assert lines[:6] == [
+                "committed [('a', False), ('b', False)]",
+                "resumed [('a', True), ('b', True)]",
+                "committed again [('a', False), ('b', False)]",
+                "kept read-only [('a', False), ('b', False)]",
+                "b writable [('a', False), ('b', True)]",
+                "b sealed [('a', False), ('b', False)]"], lines
+            assert lines[6].startswith("refused %d " % errno.EINVAL) and "writable is 0 or 1" in lines[6], lines
+            assert lines[7].startswith("refused %d " % errno.ENOENT) and "maps no such allocation" in lines[7], lines
+            assert lines[8].startswith("refused %d " % errno.EPERM) and "writer's session" in lines[8], lines
+            assert lines[9:] == ["writing after the commit"], lines
+            with gmsfs.connect(where, "ro", timeout=5) as r:
+                r.import_all()
+                assert bytes(r.buffer(r.find("a").ptr, 4)) == b"abcd"
+                assert bytes(r.buffer(r.find("b").ptr, 4)) == b"efgh"
+            assert state(where)["state"] == "COMMITTED"
+    finally:
+        for _ in range(100):
+            try:
+                os.rmdir(other)
+                break
+            except OSError:
+                time.sleep(0.05)
+
+
+def test_a_paused_writer_killed_after_resuming_as_data_only_writer_leaves_the_store_torn(store):
+    """Its kept mappings let it write the committed bytes with nothing exported: the
+    resume itself says in place, so a crash before its commit is TORN, never served."""
+    code = r"""
+import gmsfs, os, signal, sys
+c = gmsfs.connect(sys.argv[1], "rw", timeout=5)
+c.create("a", 1 << 20)
+c.commit()
+c.pause()
+c.resume("data", 5, keep_read_only=sys.argv[2] == "kept")
+c.protect("a", True)
+c.buffer(c.find("a").ptr, 1 << 20, writable=True)[:512] = b"x" * 512
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    other = store + "-2"
+    os.mkdir(other)
+    try:
+        for where, how in ((store, "writable"), (other, "kept")):
+            p = subprocess.run([sys.executable, "-c", code, where, how], env=env, timeout=60)
+            st = state(where)
+            assert p.returncode == -signal.SIGKILL and (st["state"], st["torn"]) == ("TORN", "1"), st
+            with pytest.raises(gmsfs.GmsfsError) as e:
+                gmsfs.connect(where, "ro", timeout=1)
+            assert e.value.errno == errno.EUCLEAN, e.value
+            with gmsfs.connect(where, "data", timeout=5) as w:  # the next commit heals it
+                w.import_all()
+                w.buffer(w.find("a").ptr, 512, writable=True)[:] = b"y" * 512
+                w.commit()
+            assert state(where)["torn"] == "0"
+    finally:
+        for _ in range(100):
+            try:
+                os.rmdir(other)
+                break
+            except OSError:
+                time.sleep(0.05)

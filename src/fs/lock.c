@@ -270,6 +270,11 @@ static void resumed(struct fs_handle *h)
 	h->remap = h->on_prev || (h->hold == HOLD_SESSION && st->lock.fsm.beside);
 	if (version_leave(st, h))
 		fsm_prev_gone(&st->lock.fsm);
+	/* A writer resumed over the mappings it kept writes the committed bytes through
+	 * them, with no export to tell us: in place from now on (a crash before its commit
+	 * leaves the store TORN).  Beside the readers it writes copies: nothing to say. */
+	if (h->hold == HOLD_SESSION && lock_in_place(st))
+		fuse_log(FUSE_LOG_ERR, "gmsfs: %s: %s\n", st->name, st->last_error);
 }
 
 int lock_granted(struct fs_handle *h, enum lock_want want)
