@@ -235,8 +235,10 @@ void mp_release_all(gmsfs *g);
 void sp_unmap_all(gmsfs *g);
 /* Map them again over the handle's mappings, now mapped (remap_all, reallocate_all). */
 int sp_remap_all(gmsfs *g, bool writable);
-/* Set their access (a writer's commit). */
+/* Set their access (a writer's commit, a resume). */
 void sp_allow_all(gmsfs *g, bool writable);
+/* Set the access of every space's mapping of name (gmsfs_protect). */
+void sp_allow_one(gmsfs *g, const char *name, bool writable);
 /* Is allocation name mapped in a live space? */
 bool sp_uses(const gmsfs *g, const char *name);
 /* Free every space and its record (disconnect). */

@@ -106,10 +106,13 @@ int gm_commit(gmsfs *g, bool unmapping)
 	/* The bytes it publishes have landed first: the work its context queued (a copy from
 	 * pageable memory returns before its DMA is done) would otherwise write after the
 	 * commit, and into a mapping made read-only, where it faults. */
+	double t0 = gm_tracing() ? gm_us() : 0;
 	if (g->be->drain && (e = g->be->drain(g)))
 		return gm_error(g, e, "commit: waiting for the work queued: %s", strerror(-e));
+	double t1 = t0 ? gm_us() : 0;
 	if ((e = gm_call(g, GMSFS_OP_COMMIT, NULL, 0, NULL)))
 		return e;
+	double t2 = t0 ? gm_us() : 0;
 	/* The daemon downgraded the lock; the mappings follow (best effort: the daemon
 	 * hands readers read-only memory whatever this process keeps), unless they are
 	 * about to go: a cuMemSetAccess each costs about what its unmap does (H100, 1000
@@ -122,9 +125,15 @@ int gm_commit(gmsfs *g, bool unmapping)
 		g->maps[i].writable = 0;
 	if (unmapping)
 		return 0; /* gmsfs_commit_unmap_all copies the private entries and unmaps */
+	double t3 = t0 ? gm_us() : 0;
 	if ((e = gm_refresh(g)))
 		return e;
-	return g->meta.loaded ? mt_privatize(g) : 0;
+	e = g->meta.loaded ? mt_privatize(g) : 0;
+	if (t0)
+		fprintf(stderr, "gmsfs commit: %.0f us: queued work drained %.0f us, committed %.0f us, access set "
+			"%.0f us, refreshed %.0f us (from %.0f)\n", gm_us() - t0, t1 - t0, t2 - t1, t3 - t2,
+			gm_us() - t3, gm_trace_clock(t0));
+	return e;
 }
 
 int gmsfs_commit(gmsfs *g)

@@ -186,14 +186,18 @@ int gmsfs_refit(gmsfs *g, const struct gmsfs_tensor *v, size_t n)
 	if (!e && bad)
 		e = gm_error(g, first, "refit %s: %d tensor(s) do not match, nothing was written: %s", g->dir, bad, why);
 	/* Then the bytes: each allocation imported writable where it is not mapped (beside
-	 * the readers, that makes its copy), the tensors copied, the copies done. */
+	 * the readers, that makes its copy), or made writable where a resume kept it
+	 * read-only (while the copies queued before run), the tensors copied, the copies done. */
 	for (size_t i = 0; !e && i < n; i++) {
 		struct gmsfs_mapping m;
 		void *p;
 		if (gmsfs_find(g, alloc[i], &m) && (e = gmsfs_import(g, alloc[i], &p)))
 			break;
-		if (!(e = gmsfs_find(g, alloc[i], &m)) && bytes[i] &&
-		    (e = g->be->copy(g, (char *)m.ptr + at[i], v[i].data, bytes[i])))
+		if ((e = gmsfs_find(g, alloc[i], &m)) || !bytes[i])
+			continue;
+		if (!m.writable && (e = gmsfs_protect(g, alloc[i], 1)))
+			break;
+		if ((e = g->be->copy(g, (char *)m.ptr + at[i], v[i].data, bytes[i])))
 			gm_error(g, e, "refit: copying %s: %s", v[i].name, strerror(-e));
 	}
 	if (!e && g->be->drain && (e = g->be->drain(g)))

@@ -364,9 +364,14 @@ int gmsfs_resume(gmsfs *g, int mode, int timeout_ms)
 		return -EINVAL;
 	if (!g->paused)
 		return gm_error(g, -EINVAL, "resume: the handle is not paused");
+	bool keep_read_only = mode == (GMSFS_RW_DATA | GMSFS_KEEP_READ_ONLY);
+	if (keep_read_only)
+		mode = GMSFS_RW_DATA;
 	if (mode != GMSFS_RO && mode != GMSFS_RW_DATA)
-		return gm_error(g, -EINVAL, "resume: mode %d: GMSFS_RO or GMSFS_RW_DATA", mode);
+		return gm_error(g, -EINVAL, "resume: mode %d: GMSFS_RO, GMSFS_RW_DATA or GMSFS_RW_DATA | "
+				"GMSFS_KEEP_READ_ONLY", mode);
 	int64_t deadline = timeout_ms > 0 ? gm_now_ms() + timeout_ms : 0;
+	double t0 = gm_tracing() ? gm_us() : 0;
 	struct gmsfs_ioc io;
 	for (;;) {
 		int left = timeout_ms > 0 ? (int)(deadline - gm_now_ms()) : timeout_ms;
@@ -382,6 +387,7 @@ int gmsfs_resume(gmsfs *g, int mode, int timeout_ms)
 			return gm_error(g, -e, "%s: resume: %s", g->dir, e == EUCLEAN ? "the store is torn (see its state)"
 										: strerror(e));
 	}
+	double t1 = t0 ? gm_us() : 0;
 	g->paused = false;
 	g->info = io;
 	g->lock = (int)io.lock;
@@ -390,6 +396,7 @@ int gmsfs_resume(gmsfs *g, int mode, int timeout_ms)
 		if ((g->lockfd = openat(g->dirfd, "lock", O_WRONLY | O_CLOEXEC)) < 0)
 			return gm_error(g, -errno, "%s/lock: %s", g->dir, strerror(errno));
 	}
+	double t2 = t0 ? gm_us() : 0;
 	/* The channel is bound to this very handle still: kept (a round trip less for the
 	 * commit); the new ticket binds one only where it went meanwhile. */
 	memcpy(g->ticket, io.ticket, sizeof g->ticket);
@@ -401,7 +408,20 @@ int gmsfs_resume(gmsfs *g, int mode, int timeout_ms)
 		if (!(e = export_all(g, &m)))
 			ch_manifest_free(&m);
 	}
-	if (!e && (g->lock == GMSFS_RW || io.remap) && (e = mp_allow_all(g, false, g->lock == GMSFS_RW)))
+	/* Paused, the mappings were read-only: a writer's become writable (or stay read-only,
+	 * made writable one by one with gmsfs_protect), and say so, that its commit may make
+	 * them read-only again. */
+	bool writable = g->lock == GMSFS_RW && !keep_read_only;
+	if (!e && (writable || io.remap) && (e = mp_allow_all(g, false, writable)))
 		gm_error(g, e, "resume: setting the access of the mapped memory: %s", strerror(-e));
+	if (!e && writable) {
+		sp_allow_all(g, true);
+		for (size_t i = 0; i < g->nmaps; i++)
+			g->maps[i].writable = g->slots[i].mapped;
+	}
+	if (t0)
+		fprintf(stderr, "gmsfs resume: %.0f us: granted after %.0f us, STORE/lock opened %.0f us, "
+			"remapped and access set %.0f us (from %.0f)\n",
+			gm_us() - t0, t1 - t0, t2 - t1, gm_us() - t2, gm_trace_clock(t0));
 	return e;
 }

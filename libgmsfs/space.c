@@ -212,6 +212,15 @@ void sp_allow_all(gmsfs *g, bool writable)
 				g->be->allow(g, s->v[i].ptr, s->v[i].aligned, writable);
 }
 
+void sp_allow_one(gmsfs *g, const char *name, bool writable)
+{
+	for (gmsfs_space *s = g->spaces; s; s = s->next) {
+		struct sp_map *x = find(s, name);
+		if (x && x->mapped)
+			g->be->allow(g, x->ptr, x->aligned, writable);
+	}
+}
+
 bool sp_uses(const gmsfs *g, const char *name)
 {
 	for (gmsfs_space *s = g->spaces; s; s = s->next)

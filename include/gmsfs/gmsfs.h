@@ -211,8 +211,20 @@ GMSFS_API int gmsfs_pause(gmsfs *g);
  * connect): the same mappings at the same addresses, no map call (read-write again for a
  * writer).  A store torn meanwhile is -EUCLEAN, a wait that ran out -ETIMEDOUT: the
  * handle stays paused.  Where the daemon was replaced meanwhile, or a version was
- * committed beside it, the mappings are made again as remap_all makes them. */
+ * committed beside it, the mappings are made again as remap_all makes them.
+ * GMSFS_KEEP_READ_ONLY, OR'ed into GMSFS_RW_DATA: the mappings stay read-only, each made
+ * writable by gmsfs_protect before it is written (see there why). */
+#define GMSFS_KEEP_READ_ONLY 0x200
 GMSFS_API int gmsfs_resume(gmsfs *g, int mode, int timeout_ms);
+/* Set the access of the handle's mapping of name (and of its spaces' mappings of it):
+ * writable 1 needs the handle's writer session (-EPERM), 0 may be asked any time; -ENOENT
+ * where the handle maps no such allocation.  A writer that writes its allocations one
+ * after another makes each writable just before its first write and read-only again once
+ * its last write has landed: on a GPU each change (cuMemSetAccess, about 0.1 ms a GB)
+ * then runs while the copies queued before it run, instead of before and after all of
+ * them (gmsfs.torch.refit does this).  gmsfs_commit makes what is still writable
+ * read-only. */
+GMSFS_API int gmsfs_protect(gmsfs *g, const char *name, int writable);
 
 /* ---- versions: a next version built beside the readers (libgmsfs(3), VERSIONS) ---- */
 /* A reader of a store with user.gms.versions 2 moves to the last commit: the allocations

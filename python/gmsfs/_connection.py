@@ -316,14 +316,25 @@ class Connection:
         self._check(_c.gmsfs_pause(self._handle()), "pause")
         self._paused = True
 
-    def resume(self, mode="ro", timeout=None):
+    def resume(self, mode="ro", timeout=None, keep_read_only=False):
         """Lock again ("ro", or "data" for a trainer's next refit): the same mappings, no
-        map call.  EUCLEAN (the store torn meanwhile) or a timeout leave it paused."""
+        map call.  EUCLEAN (the store torn meanwhile) or a timeout leave it paused.
+        keep_read_only (with "data"): the mappings stay read-only, each made writable by
+        protect() before it is written."""
         if mode not in ("ro", "data"):
             raise ValueError("resume: mode 'ro' or 'data', not %r" % (mode,))
-        g = self._handle()
-        self._check(_waiting(_ms(timeout), lambda ms: _c.gmsfs_resume(g, _MODES[mode], ms), "resume"), "resume")
+        if keep_read_only and mode != "data":
+            raise ValueError("resume: keep_read_only goes with mode 'data'")
+        g, m = self._handle(), _MODES[mode] | (_lib.KEEP_READ_ONLY if keep_read_only else 0)
+        self._check(_waiting(_ms(timeout), lambda ms: _c.gmsfs_resume(g, m, ms), "resume"), "resume")
         self._paused = False
+
+    def protect(self, name, writable):
+        """Set the access of this connection's mapping of allocation name: writable
+        (a writer's session only) or read-only.  A writer that writes its allocations one
+        after another makes each writable just before it writes it and read-only once its
+        writes have landed: on a GPU the access changes then overlap the copies."""
+        self._check(_c.gmsfs_protect(self._handle(), name.encode(), 1 if writable else 0), "protect %s" % name)
 
     @property
     def paused(self):

@@ -15,6 +15,7 @@ NEED_MAJOR, NEED_MINOR = 0, 3
 
 RO, RW, RW_OR_RO, RW_DATA = 1, 2, 3, 4
 EINTR = 0x100  # GMSFS_EINTR: a signal ends a wait with -EINTR; the package retries (PEP 475)
+KEEP_READ_ONLY = 0x200  # GMSFS_KEEP_READ_ONLY: resume as RW_DATA, the mappings left read-only
 BACKEND_HOST, BACKEND_CUDA = 1, 2
 ENTRY_PRIVATE = 1
 
@@ -123,6 +124,7 @@ _protos = {
     "gmsfs_flip": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_size_t)]),
     "gmsfs_pause": (ctypes.c_int, [_P]),
     "gmsfs_resume": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int]),
+    "gmsfs_protect": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_int]),
     "gmsfs_space_new": (ctypes.c_int, [_P, ctypes.POINTER(_P)]),
     "gmsfs_space_map": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(_P)]),
     "gmsfs_space_free": (ctypes.c_int, [_P]),

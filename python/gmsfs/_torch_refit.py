@@ -102,6 +102,37 @@ def _destination(conn, plan, name, device):
     return dst
 
 
+def _copy(conn, plan, sources, device, seal):
+    """source's tensors into the store's, allocation by allocation: each made writable
+    just before its first copy and, with seal (a commit follows), read-only again once
+    its copies have landed.  On a GPU each access change (cuMemSetAccess, about 0.1 ms
+    a GB) runs while the copies queued before it run: made before and after all of them,
+    a 16 GB model's two changes would add 3.7 ms to its 8 ms copy (H200)."""
+    targets = plan["targets"]
+    by_alloc = {}
+    for name, t in sources.items():
+        if t.numel():
+            by_alloc.setdefault(targets[name][0], []).append((name, t))
+    cuda = device.type == "cuda"
+    landed = []
+    with torch.no_grad():
+        for alloc, tensors in by_alloc.items():
+            first = _destination(conn, plan, tensors[0][0], device)  # mapped (imported) now
+            conn.protect(alloc, True)
+            first.copy_(tensors[0][1].detach())
+            for name, t in tensors[1:]:
+                _destination(conn, plan, name, device).copy_(t.detach())
+            if seal and cuda:
+                done = torch.cuda.Event()
+                done.record()
+                landed.append((alloc, done))
+    for alloc, done in landed:
+        done.synchronize()
+        conn.protect(alloc, False)
+    if cuda:
+        torch.cuda.synchronize()
+
+
 def refit(source, store, strict=True, timeout=None, commit=True):
     """Copy source's tensors (a module's parameters and buffers by name, or a dict name ->
     tensor such as a state_dict) into the store's tensors of the same names, in place: the
@@ -131,7 +162,7 @@ def refit(source, store, strict=True, timeout=None, commit=True):
     paused = conn.paused
     try:
         if paused:  # a trainer that keeps its mappings between refits: no import, no map
-            conn.resume("data", timeout)
+            conn.resume("data", timeout, keep_read_only=True)  # each made writable as _copy reaches it
         if conn.lock_mode != "rw":
             raise GmsfsError(errno.EPERM, "refit: %s is not held for writing (%s)" % (conn.store, conn.lock_mode))
         sources = _sources(source)
@@ -146,13 +177,7 @@ def refit(source, store, strict=True, timeout=None, commit=True):
                     conn.import_one(alloc)
             else:
                 conn._import_all()  # the committed allocations, writable: from here on, in place
-        device = _device(conn)
-        with torch.no_grad():
-            for name, t in sources.items():
-                if t.numel():
-                    _destination(conn, plan, name, device).copy_(t.detach())
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        _copy(conn, plan, sources, _device(conn), commit)
         if commit:
             conn.commit()
             if paused:
