@@ -321,13 +321,41 @@ def main():
                 return _f(*a, **k)
             finally:
                 spent.setdefault(_n, []).append(time.perf_counter() - t)
+                marks[_n + "d"] = time.perf_counter()
         setattr(conn, name, timed)
-    paused = []
+    # Marks inside each paused refit: its resume's end, its first copy's launch, its wait
+    # for the copies (what the GPU still had to do).
+    import gmsfs._torch_refit as refit_module
+    marks = {}
+    sync, dest = torch.cuda.synchronize, refit_module._destination
+
+    def timed_sync(*a, **k):
+        marks["sync"] = time.perf_counter()
+        try:
+            return sync(*a, **k)
+        finally:
+            marks["synced"] = time.perf_counter()
+
+    def first_dest(*a, **k):
+        marks.setdefault("first", time.perf_counter())
+        return dest(*a, **k)
+    paused, inside = [], []
     for i in range(4):  # the first maps the trainer's connection once; the rest none
         t = time.time()
         slept = ask_all(engines, "pause")
         t_sleep = max(s["t"] for s in slept)
-        gt.refit(trainer, conn, timeout=30)
+        marks.clear()
+        torch.cuda.synchronize, refit_module._destination = timed_sync, first_dest
+        t_call = time.perf_counter()
+        try:
+            gt.refit(trainer, conn, timeout=30)
+        finally:
+            torch.cuda.synchronize, refit_module._destination = sync, dest
+        t_back = time.perf_counter()
+        # from the call: resumed; the first copy launched; every copy queued (and each
+        # allocation sealed as its copies landed); the GPU's tail; the rest (commit, pause)
+        inside.append((marks["resumed"] - t_call, marks["first"] - marks["resumed"], marks["sync"] - marks["first"],
+                       marks["synced"] - marks["sync"], t_back - marks["synced"]))
         t_refit = time.time()
         woke = ask_all(engines, "resume")
         t_woke = max(w.get("woke", 0) for w in woke)
@@ -335,7 +363,32 @@ def main():
         paused.append((t_woke - t, t_sleep - t, t_refit - t_sleep, t_woke - t_refit, t_gen - t))
         check(all(w.get("logits") == want for w in woke),
               "paused refit %d: every engine's logits after it are the trainer's, bit for bit" % (i + 1))
+    # The floor again, into the store's own memory (the trainer's destinations, in a data-only
+    # session it commits): what the copy costs there, without the refit's calls.
+    check(conn.paused and conn.mappings and not any(m.writable for m in conn.mappings),
+          "after the paused refits the trainer's mappings are read-only (sealed allocation by allocation)")
+    ask_all(engines, "pause")
+    import cProfile
+    import pstats
+    prof = cProfile.Profile()  # where a refit's Python goes (printed at the end)
+    prof.enable()
+    gt.refit(trainer, conn, timeout=30, commit=False)
+    prof.disable()
+    plan = conn._refit_plan
+    pairs = [(plan["dst"][n], t.detach()) for n, t in trainer.state_dict().items() if n in plan["dst"]]
+    into = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for d, s in pairs:
+            d.copy_(s)
+        torch.cuda.synchronize()
+        into.append(time.perf_counter() - t)
+    conn.commit()
     conn.close()
+    into = sorted(into)[2]
+    check(all(w.get("logits") == want for w in ask_all(engines, "resume")),
+          "after the floor into the store's memory, every engine's logits are the trainer's still")
     parts = " ".join("%s %.2f ms" % (n, sorted(v[1:])[len(v[1:]) // 2] * 1e3) for n, v in spent.items())
     after = state(store)
     check((after["allocations"], after["bytes"], after["layout_hash"], after["torn"], after["peak"]) ==
@@ -343,7 +396,8 @@ def main():
           "in place: the store's allocations, bytes, layout and peak of memory as before (no second copy, ever)",
           "%s -> %s" % ({k: before[k] for k in ("allocations", "bytes", "peak")},
                         {k: after[k] for k in ("allocations", "bytes", "peak")}))
-    check(int(after["generation"]) == int(before["generation"]) + 7, "seven refits, seven generations")
+    check(int(after["generation"]) == int(before["generation"]) + 8,
+          "eight commits (seven refits and the floor into the store), eight generations")
 
     # A writer killed with the store's memory writable: TORN, refused, healed by a refit.
     ask_all(engines, "sleep")
@@ -386,6 +440,14 @@ def main():
               pm[0] * 1e3, pm[1] * 1e3, pm[2] * 1e3, pm[3] * 1e3, floor * 1e3, pm[0] / floor, paused[0][0] * 1e3,
               pm[4] * 1e3))
     print("# of the paused refit, the trainer's connection (medians after the first): %s" % parts)
+    med = [sorted(r[k] for r in inside[1:])[1] * 1e3 for k in range(5)]
+    print("# of the paused refit, from its call (medians after the first): resumed %.2f ms, then its first copy "
+          "launched %.2f ms, every copy queued and landed (each allocation read-only again once its copies had) "
+          "%.2f ms, what the GPU still had to do %.2f ms, commit and pause %.2f ms; the raw "
+          "copy loop into the store's own memory %.1f ms (%.2fx the floor)" % (*med, into * 1e3, into / floor))
+    print("# one refit's Python, by its own time (cProfile):")
+    stats = pstats.Stats(prof, stream=sys.stdout)
+    stats.sort_stats("tottime").print_stats(10)
     print("# versions: %s" % versioned)
     print("# what trainers do today, for one engine: %s" % today)
     return done()
