@@ -237,8 +237,6 @@ void sp_unmap_all(gmsfs *g);
 int sp_remap_all(gmsfs *g, bool writable);
 /* Set their access (a writer's commit, a resume). */
 void sp_allow_all(gmsfs *g, bool writable);
-/* Set the access of every space's mapping of name (gmsfs_protect). */
-void sp_allow_one(gmsfs *g, const char *name, bool writable);
 /* Is allocation name mapped in a live space? */
 bool sp_uses(const gmsfs *g, const char *name);
 /* Free every space and its record (disconnect). */

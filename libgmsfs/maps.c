@@ -295,27 +295,6 @@ int mp_allow_all(gmsfs *g, bool only_writable, bool writable)
 
 /* ---- the API ---- */
 
-int gmsfs_protect(gmsfs *g, const char *name, int writable)
-{
-	if (!g || !name)
-		return g ? gm_error(g, -EINVAL, "protect: no name") : -EINVAL;
-	if (writable != 0 && writable != 1)
-		return gm_error(g, -EINVAL, "protect: %s: writable is 0 or 1, not %d", name, writable);
-	struct gmsfs_mapping *m = mp_find(g, name);
-	if (!m || !g->slots[m - g->maps].mapped)
-		return gm_error(g, -ENOENT, "protect: %s: the handle maps no such allocation", name);
-	if (writable && g->lock != GMSFS_RW)
-		return gm_error(g, -EPERM, "protect: %s: only a writer's session makes memory writable", name);
-	if (m->writable == writable)
-		return 0; /* as asked already: no driver call */
-	int e = g->be->allow(g, m->ptr, m->aligned, writable);
-	if (e)
-		return gm_error(g, e, "protect: %s: setting its access: %s", name, strerror(-e));
-	sp_allow_one(g, name, writable);
-	m->writable = writable;
-	return 0;
-}
-
 size_t gmsfs_mappings(const gmsfs *g, const struct gmsfs_mapping **list)
 {
 	if (!g || !list)

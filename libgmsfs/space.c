@@ -212,13 +212,35 @@ void sp_allow_all(gmsfs *g, bool writable)
 				g->be->allow(g, s->v[i].ptr, s->v[i].aligned, writable);
 }
 
-void sp_allow_one(gmsfs *g, const char *name, bool writable)
+static void allow_one(gmsfs *g, const char *name, bool writable)
 {
 	for (gmsfs_space *s = g->spaces; s; s = s->next) {
 		struct sp_map *x = find(s, name);
 		if (x && x->mapped)
 			g->be->allow(g, x->ptr, x->aligned, writable);
 	}
+}
+
+/* One mapping's access and its spaces' mappings', as a commit sets all of them. */
+int gmsfs_protect(gmsfs *g, const char *name, int writable)
+{
+	if (!g || !name)
+		return g ? gm_error(g, -EINVAL, "protect: no name") : -EINVAL;
+	if (writable != 0 && writable != 1)
+		return gm_error(g, -EINVAL, "protect: %s: writable is 0 or 1, not %d", name, writable);
+	struct gmsfs_mapping *m = mp_find(g, name);
+	if (!m || !g->slots[m - g->maps].mapped)
+		return gm_error(g, -ENOENT, "protect: %s: the handle maps no such allocation", name);
+	if (writable && g->lock != GMSFS_RW)
+		return gm_error(g, -EPERM, "protect: %s: only a writer's session makes memory writable", name);
+	if (m->writable == writable)
+		return 0; /* as asked already: no driver call */
+	int e = g->be->allow(g, m->ptr, m->aligned, writable);
+	if (e)
+		return gm_error(g, e, "protect: %s: setting its access: %s", name, strerror(-e));
+	allow_one(g, name, writable);
+	m->writable = writable;
+	return 0;
 }
 
 bool sp_uses(const gmsfs *g, const char *name)
