@@ -138,38 +138,49 @@ def refit(source, store, strict=True, timeout=None, commit=True):
     tensor such as a state_dict) into the store's tensors of the same names, in place: the
     store's layout stays as committed, only its bytes change, and no second copy of the
     model is made on the device.  store: a path, taken for writing in a data-only session
-    (RW_DATA: nothing of its layout can change; the call waits until every engine sleeps,
-    timeout seconds; None: as long as it takes), or a writer's Connection.  Engines see the new weights when they wake (wake(), at the same
-    addresses).
+    (RW_DATA: nothing of its layout can change; the call waits until every engine sleeps
+    or pauses, timeout seconds; None: as long as it takes), or a writer's Connection; or
+    a paused Connection (a trainer that keeps its mappings between refits: resumed as a
+    data-only writer, paused again after its commit, nothing mapped again).  Engines see
+    the new weights when they wake or resume (at the same addresses).
 
     Every name, shape and dtype is checked before a byte is written: a KeyError (names)
     or a RuntimeError (shapes, dtypes) names each difference with both sides, and the
-    store is unchanged.  strict: source must name every tensor of the store (otherwise
-    engines would serve old and new weights side by side); strict=False refits the ones
-    source names.
+    store is unchanged (a paused connection stays paused: it is checked before it
+    resumes).  strict: source must name every tensor of the store (otherwise engines
+    would serve old and new weights side by side); strict=False refits the ones source
+    names.
 
     The bytes go into the committed allocations: a writer that ends without a commit from
     then on (killed, aborted) leaves the store TORN (gmsfs(5)), refused to every reader
     until a later commit, never served half written.  On a store with versions
     (user.gms.versions 2) the call does not wait for the engines: it builds the next
     version beside them, writing copies of only the allocations source's tensors lie in
-    (a killed trainer leaves the last commit whole), and engines move to it with flip().  commit: publish at the end (the
-    connection then holds the read lock); False leaves the session open for more.
-    Returns the connection (the caller closes it)."""
+    (a killed trainer leaves the last commit whole), and engines move to it with flip().
+    commit: publish at the end (the connection then holds the read lock, or is paused
+    again); False leaves the session open for more.  Returns the connection (the caller
+    closes it)."""
     if not isinstance(store, Connection) and read_fields(os.path.join(store, "state")).get("state") == "EMPTY":
         raise GmsfsError(errno.ENOENT, "refit %s: the store has no tensors (publish the model first)" % store)
     conn = store if isinstance(store, Connection) else connect(store, "data", timeout)
     paused = conn.paused
+    # A connection a refit paused kept its layout since (only a data-only session passes a
+    # paused handle): its plan holds, and source is checked against it before the resume.
+    plan = getattr(conn, "_refit_plan", None) if paused else None
+    kept = plan is not None and plan.pop("kept", False)
     try:
-        if paused:  # a trainer that keeps its mappings between refits: no import, no map
-            conn.resume("data", timeout, keep_read_only=True)  # each made writable as _copy reaches it
+        sources = _sources(source)
+        if kept:
+            _check(conn.store, plan["targets"], sources, strict)
+        if paused:  # its mappings kept: no import, no map; each made writable as _copy reaches it
+            conn.resume("data", timeout, keep_read_only=True)
         if conn.lock_mode != "rw":
             raise GmsfsError(errno.EPERM, "refit: %s is not held for writing (%s)" % (conn.store, conn.lock_mode))
-        sources = _sources(source)
-        plan = _plan(conn)
-        targets = plan["targets"]
-        _check(conn.store, targets, sources, strict)
-        if not plan["mapped"]:
+        if not kept:
+            plan = _plan(conn)
+            _check(conn.store, plan["targets"], sources, strict)
+        if not kept and not plan["mapped"]:
+            targets = plan["targets"]
             needed = {targets[name][0] for name, t in sources.items() if t.numel()}
             if read_fields(os.path.join(conn.store, "state")).get("beside") == "1" and needed != {
                     a for a, *_ in targets.values()}:
@@ -182,6 +193,7 @@ def refit(source, store, strict=True, timeout=None, commit=True):
             conn.commit()
             if paused:
                 conn.pause()  # as it came: its mappings kept for the next refit
+                plan["kept"] = True
     except BaseException:
         if conn is not store:
             conn.close()  # nothing written: rolled back whole; written: TORN until a commit

@@ -402,6 +402,18 @@ def test_engines_that_pause_and_a_trainer_that_keeps_its_connection_map_nothing_
             assert (woke["out"], woke["ptrs"]) == (out(trainer), e.first["ptrs"]), woke
     st = state(store)
     assert (st["generation"], st["paused"], st["torn"]) == ("3", "1", "0"), st
+    assert not any(m.writable for m in conn.mappings)  # each sealed as its copies landed
+    # A source that differs is refused before the connection resumes: still paused, the
+    # engines resume to the last refit, nothing torn; the next good one goes through.
+    for e in engines:
+        assert e.ask("pause") == {}
+    with pytest.raises(KeyError) as err:
+        gt.refit({"embed.weight": trained(seed=2).embed.weight}, conn, timeout=5)
+    assert "the source lacks" in str(err.value) and conn.paused
+    st = state(store)
+    assert (st["generation"], st["paused"], st["torn"], st["writer"]) == ("3", "3", "0", "0"), st
+    for e in engines:
+        assert e.ask("resume")["out"] == out(trainer)
     conn.close()
     assert state(store)["paused"] == "0"
     for e in engines:

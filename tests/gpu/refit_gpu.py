@@ -11,6 +11,11 @@
         device-to-device copy of the same tensors in the same run (the floor), and said
         in parts; every engine's logits equal the trainer's own forward, bit for bit; the
         store's allocations and bytes are what they were (no second copy);
+      - paused refit: the engines are told to pause and the trainer calls refit at once
+        with its own connection, paused between refits (its resume waits for the engines;
+        nothing mapped again, each allocation made writable as its copies begin and
+        read-only as they land); said in parts, beside the raw copy into the store's own
+        memory, with a profile of one refit's Python;
       - a writer killed after importing the store writable (in place) leaves it TORN: an
         engine's wake is refused (EUCLEAN); the trainer's next refit heals it.
     Not a gate: the issue's goal (1.5x the copy) is said beside the figure."""
@@ -342,8 +347,8 @@ def main():
     paused, inside = [], []
     for i in range(4):  # the first maps the trainer's connection once; the rest none
         t = time.time()
-        slept = ask_all(engines, "pause")
-        t_sleep = max(s["t"] for s in slept)
+        for e in engines:  # and the trainer's call at once, as an RL loop's: its resume waits for them
+            e.send("pause")
         marks.clear()
         torch.cuda.synchronize, refit_module._destination = timed_sync, first_dest
         t_call = time.perf_counter()
@@ -357,6 +362,7 @@ def main():
         inside.append((marks["resumed"] - t_call, marks["first"] - marks["resumed"], marks["sync"] - marks["first"],
                        marks["synced"] - marks["sync"], t_back - marks["synced"]))
         t_refit = time.time()
+        t_sleep = max(e.read()["t"] for e in engines)
         woke = ask_all(engines, "resume")
         t_woke = max(w.get("woke", 0) for w in woke)
         t_gen = max(w.get("t", 0) for w in woke)
@@ -384,6 +390,19 @@ def main():
             d.copy_(s)
         torch.cuda.synchronize()
         into.append(time.perf_counter() - t)
+    # The refit's own copy (its loop, each allocation made writable as its copies begin and
+    # read-only as they land), and the same loop with the access left as it is.
+    sources = refit_module._sources(trainer)
+    cuda = torch.device("cuda", torch.cuda.current_device())
+    own = {True: [], False: []}
+    for seal in (True, False) * 5:
+        for m in conn.mappings:
+            conn.protect(m.name, not seal)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        refit_module._copy(conn, plan, sources, cuda, seal)  # it ends with a synchronize
+        own[seal].append(time.perf_counter() - t)
+    own = {k: sorted(v)[2] for k, v in own.items()}
     conn.commit()
     conn.close()
     into = sorted(into)[2]
@@ -434,8 +453,9 @@ def main():
                                 floor * 1e3, total_s / floor, med[4] * 1e3))
     print("# every run (s): %s" % " ".join("%.4f" % r[0] for r in runs))
     pm = sorted(paused[1:], key=lambda r: r[0])[1]
-    print("# paused refit (engines pause and resume, the trainer's connection kept), median of the 3 after the "
-          "first: %.1f ms (engines paused %.1f ms, refit %.1f ms, every engine resumed %.1f ms) against the copy "
+    print("# paused refit (engines pause and resume, the trainer's connection kept, its call made as the engines "
+          "are told to pause), median of the 3 after the first: %.1f ms (every engine paused after %.1f ms, the "
+          "refit done %.1f ms after that, every engine resumed %.1f ms later) against the copy "
           "%.1f ms: %.2fx (goal 1.5x); the first %.1f ms; until every engine's first forward is done %.1f ms" % (
               pm[0] * 1e3, pm[1] * 1e3, pm[2] * 1e3, pm[3] * 1e3, floor * 1e3, pm[0] / floor, paused[0][0] * 1e3,
               pm[4] * 1e3))
@@ -444,7 +464,8 @@ def main():
     print("# of the paused refit, from its call (medians after the first): resumed %.2f ms, then its first copy "
           "launched %.2f ms, every copy queued and landed (each allocation read-only again once its copies had) "
           "%.2f ms, what the GPU still had to do %.2f ms, commit and pause %.2f ms; the raw "
-          "copy loop into the store's own memory %.1f ms (%.2fx the floor)" % (*med, into * 1e3, into / floor))
+          "copy loop into the store's own memory %.1f ms (%.2fx the floor); the refit's copy alone %.1f ms, without its "
+          "access changes %.1f ms" % (*med, into * 1e3, into / floor, own[True] * 1e3, own[False] * 1e3))
     print("# one refit's Python, by its own time (cProfile):")
     stats = pstats.Stats(prof, stream=sys.stdout)
     stats.sort_stats("tottime").print_stats(10)
