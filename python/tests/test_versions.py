@@ -1,10 +1,12 @@
-"""Versions (user.gms.versions 2, gmsfs(5) VERSIONS) on the host backend: a data-only
-writer builds the next version while readers keep reading the last commit, untouched;
-only the allocations it writes are copied; its commit leaves each reader on the version
-it maps until that reader flips (the changed allocations mapped again at the same
-addresses); the version before goes with its last reader; a writer killed mid-way leaves
-the last commit whole (never TORN); the copies count against the store's quota.  Readers
-run in processes of their own, as engines do."""
+"""Versions (user.gms.versions 2, gmsfs(5) VERSIONS) and pauses on the host backend: a
+data-only writer builds the next version while readers keep reading the last commit,
+untouched; only the allocations it writes are copied; its commit leaves each reader on
+the version it maps until that reader flips (the changed allocations mapped again at the
+same addresses); the version before goes with its last reader; a writer killed mid-way
+leaves the last commit whole (never TORN); the copies count against the store's quota.
+Paused readers and a trainer that pauses between in-place refits: a trainer killed
+mid-refit leaves the store TORN, never a mix served.  Readers run in processes of their
+own, as engines do."""
 import errno
 import json
 import os
@@ -593,3 +595,103 @@ os.kill(os.getpid(), signal.SIGKILL)
                 break
             except OSError:
                 time.sleep(0.05)
+
+
+def test_kill_storm_of_paused_trainers_and_engines_never_serves_a_torn_byte(store):
+    """In place, no versions: a trainer keeps one connection, resumed as a data-only writer
+    for each refit (its mappings writable at once, or kept read-only and made writable
+    one by one), writes every allocation, commits and pauses; readers pause, resume and
+    read; trainers and readers are killed at random for a few seconds.  Whenever a reader
+    reads, every byte of every allocation is the one its generation's commit wrote;
+    a trainer killed mid-refit leaves the store TORN and every resume refused until the
+    next trainer's commit; no memory is added; at the end all is COMMITTED."""
+    publish(store, (2, 2, 2))  # generation 1; generation g holds byte g % 250 + 1 throughout
+    used = int(state(store)["used"])
+    trainer = r"""
+import gmsfs, random, sys, time
+names, size = sys.argv[2].split(","), int(sys.argv[3])
+rng = random.Random(int(sys.argv[4]))
+c = gmsfs.connect(sys.argv[1], "data", timeout=20)
+c.import_all()
+while True:
+    v = (c.generation + 1) %% 250 + 1  # the bytes of the commit this session makes
+    for name in names:
+        c.protect(name, True)
+        buf = c.buffer(c.find(name).ptr, size, writable=True)
+        for off in range(0, size, 65536):
+            buf[off:off + 65536] = bytes([v]) * 65536
+        if rng.random() < 0.5:
+            c.protect(name, False)
+    c.commit()
+    c.pause()
+    print(c.generation, flush=True)
+    time.sleep(rng.uniform(0, 0.02))
+    c.resume("data", 20, keep_read_only=rng.random() < 0.5)
+"""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    rng = random.Random(11)
+
+    def start_trainer():
+        return subprocess.Popen([sys.executable, "-c", trainer % (), store, ",".join(NAMES), str(SIZE),
+                                 str(rng.randrange(1 << 30))], env=env, stdout=subprocess.DEVNULL)
+
+    def start_reader():  # an engine that serves between refits: paused but while it reads
+        try:
+            r = Reader(store)
+        except AssertionError:  # torn just now: its connect was refused; another turn
+            return None
+        assert r.ask("pause") == {"paused": True}
+        return r
+    readers = [start_reader() for _ in range(3)]
+    seen = [0] * len(readers)
+    reads = refused = kills = 0
+    t = start_trainer()
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        for i, r in enumerate(readers):
+            if r is None or rng.random() < 0.05:  # a reader killed while paused, another comes
+                if r is not None:
+                    r.p.kill()
+                    r.p.wait()
+                readers[i] = start_reader()
+                continue
+            got = r.ask("resume 0.2")
+            if "errno" in got:  # torn (refused), or a refit under way: still paused
+                assert got["errno"] in (errno.EUCLEAN, errno.ETIMEDOUT, errno.EAGAIN), got
+                refused += got["errno"] == errno.EUCLEAN
+                continue
+            view = r.ask("read")
+            g = got["generation"]
+            assert all(view[n]["values"] == [g % 250 + 1] for n in NAMES), (g, view)  # commit g's, whole
+            assert g >= seen[i], (g, seen[i])
+            seen[i] = g
+            reads += 1
+            assert r.ask("pause") == {"paused": True}
+        if rng.random() < 0.15:  # the trainer killed, wherever it is
+            time.sleep(rng.uniform(0, 0.02))
+            t.kill()
+            t.wait()
+            kills += 1
+            t = start_trainer()
+    t.kill()
+    t.wait()
+    # A last trainer commits (healing a torn store), past the paused readers; every
+    # reader then reads its commit.
+    with gmsfs.connect(store, "data", timeout=20) as c:
+        c.import_all()
+        for name in NAMES:
+            c.buffer(c.find(name).ptr, SIZE, writable=True)[:] = bytes([(c.generation + 1) % 250 + 1]) * SIZE
+        c.commit()
+        last = c.generation
+    for r in readers:
+        if r is None:
+            continue
+        assert r.ask("resume 5") == {"generation": last}
+        view = r.ask("read")
+        assert all(view[n]["values"] == [last % 250 + 1] for n in NAMES), view
+        r.close()
+    st = state(store)
+    print("reads", reads, "refused (torn)", refused, "trainers killed", kills, "generation", st["generation"])
+    assert reads >= 20 and kills >= 3 and refused >= 1, (reads, kills, refused)
+    assert (st["state"], st["torn"], st["paused"], st["writer"]) == ("COMMITTED", "0", "0", "0"), st
+    assert int(st["used"]) == used, st  # in place: nothing added, nothing left behind
