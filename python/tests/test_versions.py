@@ -614,7 +614,7 @@ rng = random.Random(int(sys.argv[4]))
 c = gmsfs.connect(sys.argv[1], "data", timeout=20)
 c.import_all()
 while True:
-    v = (c.generation + 1) %% 250 + 1  # the bytes of the commit this session makes
+    v = (c.generation + 1) % 250 + 1  # the bytes of the commit this session makes
     for name in names:
         c.protect(name, True)
         buf = c.buffer(c.find(name).ptr, size, writable=True)
@@ -632,7 +632,7 @@ while True:
     rng = random.Random(11)
 
     def start_trainer():
-        return subprocess.Popen([sys.executable, "-c", trainer % (), store, ",".join(NAMES), str(SIZE),
+        return subprocess.Popen([sys.executable, "-c", trainer, store, ",".join(NAMES), str(SIZE),
                                  str(rng.randrange(1 << 30))], env=env, stdout=subprocess.DEVNULL)
 
     def start_reader():  # an engine that serves between refits: paused but while it reads
