@@ -54,6 +54,13 @@ EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
 LOADER_SRC := loader/json.c loader/safetensors.c loader/copy.c loader/peer.c loader/gms_format.c loader/snap.c loader/store_files.c
 LOAD_SONAME := libgmsfs-load.so.0
+# gmsfs-peer (serve and pull stores between nodes) is built where UCX is (libucx-dev).
+UCX_CFLAGS := $(shell $(PKG_CONFIG) --cflags ucx 2>/dev/null)
+UCX_LIBS := $(shell $(PKG_CONFIG) --libs ucx 2>/dev/null)
+PEER_SRC := loader/net_wire.c loader/net.c loader/serve.c loader/pull.c common/wire.c
+ifneq ($(UCX_LIBS),)
+LOADER += $(B)/gmsfs-peer
+endif
 BENCH := $(B)/bench-import $(B)/bench-minfs $(B)/bench-control $(B)/bench-pages
 ifdef HAVE_CUDA
 BENCH += $(B)/bench-gpu $(B)/bench-load-floor $(B)/bench-duplex
@@ -116,6 +123,10 @@ $(B)/gmsfs-load: loader/load.c $(PUBLIC_HDR) $(B)/libgmsfs-load.so
 
 $(B)/gmsfs-%: loader/%.c $(LOADER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(XXH_CFLAGS) $(LDFLAGS) -o $@ $< $(LOADER_SRC) $(LINK_LIB) -ldl
+
+$(B)/gmsfs-peer: loader/gmsfs_peer.c $(PEER_SRC) $(LOADER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(UCX_CFLAGS) $(MSGPACK_CFLAGS) $(XXH_CFLAGS) $(LDFLAGS) -o $@ $< $(PEER_SRC) \
+		$(LOADER_SRC) $(LINK_LIB) $(UCX_LIBS) $(MSGPACK_LIBS) $(XXH_LIBS) -ldl
 
 # The baseline for the control files: a minimal low-level FUSE file system.
 $(B)/bench-minfs: bench/bench_minfs.c | $(B)
@@ -232,6 +243,8 @@ install: install-node $(LIB) $(LOADER)
 	install -D -m 0755 $(B)/gmsfs-save $(DESTDIR)$(PREFIX)/bin/gmsfs-save
 	install -D -m 0644 man/gmsfs-load.1 $(DESTDIR)$(PREFIX)/share/man/man1/gmsfs-load.1
 	install -D -m 0755 $(B)/gmsfs-snapshot $(DESTDIR)$(PREFIX)/bin/gmsfs-snapshot
+	if [ -x $(B)/gmsfs-peer ]; then install -D -m 0755 $(B)/gmsfs-peer $(DESTDIR)$(PREFIX)/bin/gmsfs-peer && \
+		install -D -m 0644 man/gmsfs-peer.1 $(DESTDIR)$(PREFIX)/share/man/man1/gmsfs-peer.1; fi
 	for n in gmsfs-save gmsfs-snapshot; do echo '.so man1/gmsfs-load.1' > $(DESTDIR)$(PREFIX)/share/man/man1/$$n.1; done
 	install -D -m 0755 tools/gmsfs-mount-all $(DESTDIR)$(PREFIX)/sbin/gmsfs-mount-all
 	# mount -t fuse.gmsfs runs /sbin/mount.fuse.gmsfs (/usr/sbin on a merged /usr)
@@ -271,10 +284,14 @@ $(B)/fuzz_wire: tests/fuzz/fuzz_wire.c $(WIRE_SRC) $(COMMON_HDR) | $(B)
 $(B)/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c loader/safetensors.c loader/json.c loader/*.h | $(B)
 	clang $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_safetensors.c loader/safetensors.c loader/json.c
 
-fuzzers: $(B)/fuzz_meta $(B)/fuzz_wire $(B)/fuzz_safetensors
+$(B)/fuzz_net: tests/fuzz/fuzz_net.c loader/net_wire.c loader/net_wire.h common/wire.c | $(B)
+	clang $(FUZZ_CFLAGS) $(MSGPACK_CFLAGS) -o $@ tests/fuzz/fuzz_net.c loader/net_wire.c common/wire.c $(MSGPACK_LIBS)
 
-fuzz: $(B)/fuzz_meta $(B)/fuzz_wire $(B)/fuzz_safetensors
-	mkdir -p $(B)/fuzz-corpus $(B)/fuzz-wire-corpus $(B)/fuzz-st-corpus
+fuzzers: $(B)/fuzz_meta $(B)/fuzz_wire $(B)/fuzz_safetensors $(B)/fuzz_net
+
+fuzz: $(B)/fuzz_meta $(B)/fuzz_wire $(B)/fuzz_safetensors $(B)/fuzz_net
+	mkdir -p $(B)/fuzz-corpus $(B)/fuzz-wire-corpus $(B)/fuzz-st-corpus $(B)/fuzz-net-corpus
+	$(B)/fuzz_net -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(B)/fuzz-net-corpus tests/fuzz/net-seeds
 	$(B)/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(B)/fuzz-st-corpus tests/fuzz/safetensors-seeds
 	$(B)/fuzz_meta -max_total_time=$(FUZZ_SECONDS) -max_len=2048 $(B)/fuzz-corpus
 	$(B)/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(B)/fuzz-wire-corpus tests/fuzz/wire-seeds

@@ -3,9 +3,10 @@
 # Idempotent: installs only what is missing, and runs apt-get update only then.
 #   demo:   what make demo shows alone: the build, fuse3, attr, python3 with PyTorch (CPU)
 #   (none): everything below, what make check runs
-#   build:  compiler, libfuse3, msgpack-c, xxHash
+#   build:  compiler, libfuse3, msgpack-c, xxHash, UCX (gmsfs-peer)
 #   tests:  fuse3, bats and its libraries, attr and xxhash (shell tools), util-linux
-#           (setpriv, prlimit), valgrind, clang with its sanitizer and libFuzzer runtimes,
+#           (setpriv, prlimit), iproute2 (gmsfs-peer's network namespaces), valgrind,
+#           clang with its sanitizer and libFuzzer runtimes,
 #           python3 with numpy, pytest, torch (CPU), prometheus-client and grpcio (gmsfs-csi), systemd
 #           (systemd-analyze verifies the units), universal-ctags (tests/layout.sh reads
 #           which names each file uses)
@@ -15,7 +16,7 @@
 set -eu
 demo="build-essential pkg-config libfuse3-dev fuse3 libmsgpack-dev libxxhash-dev attr python3 python3-numpy
 python3-torch"
-pkgs="build-essential pkg-config libfuse3-dev fuse3 libmsgpack-dev libxxhash-dev xxhash attr
+pkgs="build-essential pkg-config libfuse3-dev fuse3 libmsgpack-dev libxxhash-dev libucx-dev xxhash attr iproute2
 bats bats-assert bats-support bats-file util-linux passwd valgrind clang libclang-rt-14-dev
 python3 python3-numpy python3-pytest python3-torch python3-prometheus-client python3-grpcio systemd
 debhelper dpkg-dev lintian git dpkg-repack python3-yaml dash universal-ctags

@@ -1,0 +1,31 @@
+/* net: one connection between gmsfs-peer's two sides, through UCX's stream API (nt_):
+ * TCP, or shared memory and RDMA where UCX finds them (UCX_TLS says which).  Every wait
+ * has a deadline: a peer that stops sending or reading costs a connection its timeout,
+ * never a hang. */
+#ifndef GMSFS_LOADER_NET_H
+#define GMSFS_LOADER_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct nt_conn;
+struct nt_listener;
+
+/* Listen on addr (an IPv4 or IPv6 address, or "" for any) and port. */
+int nt_listen(const char *addr, uint16_t port, struct nt_listener **out, char *err, size_t errlen);
+/* The next peer, waiting up to timeout_ms (-1: as long as it takes): -ETIMEDOUT if none.
+ * peer: its address, as words. */
+int nt_accept(struct nt_listener *l, int timeout_ms, struct nt_conn **out, char *peer, size_t peerlen, char *err,
+	      size_t errlen);
+void nt_listener_close(struct nt_listener *l);
+/* Connect to host:port (a name or an address). */
+int nt_connect(const char *host, uint16_t port, int timeout_ms, struct nt_conn **out, char *err, size_t errlen);
+/* Send or receive exactly len bytes within timeout_ms of inactivity: 0, -ETIMEDOUT, or
+ * -ECONNRESET (the peer went). */
+int nt_send(struct nt_conn *c, const void *buf, size_t len, int timeout_ms, char *err, size_t errlen);
+int nt_recv(struct nt_conn *c, void *buf, size_t len, int timeout_ms, char *err, size_t errlen);
+/* A frame (net_wire.h): its 4-byte length, at most max, then its body (malloc'ed). */
+int nt_recv_frame(struct nt_conn *c, size_t max, void **body, size_t *len, int timeout_ms, char *err, size_t errlen);
+void nt_close(struct nt_conn *c);
+
+#endif

@@ -1,0 +1,231 @@
+/* pull: gmsfs-peer pull (pull.h). */
+#include "pull.h"
+#include "copy.h"
+#include "net.h"
+#include "net_wire.h"
+#include "store_files.h"
+
+#include <gmsfs/gmsfs.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+int pl_parse_url(const char *url, char *host, size_t hostlen, uint16_t *port, char *name, size_t namelen)
+{
+	const char *p = url;
+	if (strncmp(p, "gmsfs://", 8))
+		return -EINVAL;
+	p += 8;
+	const char *h = p, *he;
+	if (*p == '[') { /* [IPv6]:PORT */
+		h = ++p;
+		if (!(he = strchr(p, ']')) || he[1] != ':')
+			return -EINVAL;
+		p = he + 2;
+	} else {
+		if (!(he = strchr(p, ':')))
+			return -EINVAL;
+		p = he + 1;
+	}
+	if (he == h || (size_t)(he - h) >= hostlen)
+		return -EINVAL;
+	char *end;
+	unsigned long v = strtoul(p, &end, 10);
+	if (end == p || *end != '/' || !v || v > 65535)
+		return -EINVAL;
+	if (strlen(end + 1) >= namelen || !nw_store_name_ok(end + 1))
+		return -EINVAL;
+	memcpy(host, h, (size_t)(he - h));
+	host[he - h] = '\0';
+	*port = (uint16_t)v;
+	strcpy(name, end + 1);
+	return 0;
+}
+
+static double seconds_since(const struct timespec *t0)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static void show(bool progress, uint64_t done, uint64_t total, const struct timespec *t0)
+{
+	if (!progress)
+		return;
+	double s = seconds_since(t0);
+	fprintf(stderr, "\rgmsfs-peer: %llu of %llu MB, %.0f MB/s   ", (unsigned long long)(done >> 20),
+		(unsigned long long)(total >> 20), s > 0 ? (double)done / 1e6 / s : 0.0);
+}
+
+/* Every allocation's bytes into the store's memory, each one's digest as it passes. */
+static int recv_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, struct gmsfs_new *nv, size_t n,
+		      uint64_t *digests, uint64_t total, bool progress, int timeout_ms, char *err, size_t errlen)
+{
+	char *pinned = NULL;
+	size_t room = 0;
+#ifdef GMSFS_HAVE_CUDA
+	struct cu_api *cu = NULL;
+	CUcontext ctx;
+	if (gmsfs_backend(g) == GMSFS_BACKEND_CUDA && cp_cuda(cp, &cu, &ctx, &pinned, &room)) {
+		snprintf(err, errlen, "no pinned buffer for the GPU's bytes");
+		return -EIO;
+	}
+#else
+	if (gmsfs_backend(g) != GMSFS_BACKEND_HOST) {
+		snprintf(err, errlen, "a store on a GPU, and this build has no CUDA support");
+		return -ENOTSUP;
+	}
+#endif
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	uint64_t done = 0;
+	int e = 0;
+	for (size_t i = 0; !pinned && !e && i < n; i++) { /* host memory: each allocation in one receive */
+		if (!(e = nt_recv(c, nv[i].ptr, nv[i].size, timeout_ms, err, errlen)))
+			digests[i] = XXH3_64bits(nv[i].ptr, nv[i].size);
+		show(progress, done += nv[i].size, total, &t0);
+	}
+	for (size_t i = 0; pinned && !e && i < n; i++) {
+		XXH3_state_t *x = XXH3_createState();
+		if (!x)
+			return -ENOMEM;
+		XXH3_64bits_reset(x);
+		uint64_t chunk = room;
+		for (uint64_t at = 0; !e && at < nv[i].size; at += chunk) {
+			uint64_t len = nv[i].size - at < chunk ? nv[i].size - at : chunk;
+			if ((e = nt_recv(c, pinned, len, timeout_ms, err, errlen)))
+				break;
+			XXH3_64bits_update(x, pinned, len);
+#ifdef GMSFS_HAVE_CUDA
+			CUresult r;
+			if ((r = cu->cuMemcpyHtoD((CUdeviceptr)(uintptr_t)nv[i].ptr + at, pinned, len))) {
+				snprintf(err, errlen, "%s: into the GPU: %s", nv[i].name, cu_name(cu, r));
+				e = -EIO;
+			}
+#endif
+			done += len;
+			show(progress, done, total, &t0);
+		}
+		digests[i] = XXH3_64bits_digest(x);
+		XXH3_freeState(x);
+	}
+	if (progress)
+		fputc('\n', stderr);
+	return e;
+}
+
+/* The peer's answer to HELLO: its layout, or its refusal as -errno with its words. */
+static int ask(struct nt_conn *c, const char *url, const char *name, const uint8_t *token, size_t token_len,
+	       struct nw_layout *l, int timeout_ms, char *err, size_t errlen)
+{
+	struct nw_hello *h = calloc(1, sizeof *h);
+	if (!h)
+		return -ENOMEM;
+	h->version = NW_VERSION;
+	memcpy(h->token, token, token_len);
+	h->token_len = token_len;
+	snprintf(h->store, sizeof h->store, "%s", name);
+	void *f, *body;
+	size_t len;
+	int e = nw_pack_hello(h, &f, &len);
+	free(h);
+	if (!e) {
+		e = nt_send(c, f, len, timeout_ms, err, errlen);
+		free(f);
+	}
+	if (!e)
+		e = nt_recv_frame(c, NW_LAYOUT_MAX, &body, &len, timeout_ms, err, errlen);
+	if (e)
+		return e;
+	char why[256];
+	e = nw_parse_layout(body, len, l, why, sizeof why);
+	free(body);
+	if (e)
+		snprintf(err, errlen, "%s: %s", url, why);
+	else if (l->error)
+		e = -l->error, snprintf(err, errlen, "%s refused: %s", url, l->why);
+	return e;
+}
+
+int pl_pull(const char *url, const char *store, const uint8_t *token, size_t token_len, int timeout_ms,
+	    bool progress, char *how, size_t howlen, char *err, size_t errlen)
+{
+	char host[256], name[NW_NAME_MAX + 1], got[33];
+	uint16_t port;
+	how[0] = err[0] = '\0';
+	if (pl_parse_url(url, host, sizeof host, &port, name, sizeof name)) {
+		snprintf(err, errlen, "%s: not gmsfs://HOST:PORT/STORE", url);
+		return -EINVAL;
+	}
+	struct nt_conn *c = NULL;
+	struct cp *cp = NULL;
+	gmsfs *g = NULL;
+	struct nw_layout l = { 0 };
+	struct gmsfs_new *nv = NULL;
+	struct gmsfs_entry *ev = NULL;
+	uint64_t *digests = NULL, *theirs = NULL, total = 0;
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	/* The target first: a store that cannot take it costs the peer nothing. */
+	int e = cp_open(store, &cp, err, errlen);
+	if (!e && (e = gmsfs_connect(&g, store, GMSFS_RW, timeout_ms)))
+		snprintf(err, errlen, "%s: %s", store, g ? gmsfs_errmsg(g) : gmsfs_strerror(e));
+	if (!e && sf_allocations(store) != 0)
+		e = -EEXIST, snprintf(err, errlen, "%s holds allocations already: pull into an empty store", store);
+	if (!e)
+		e = nt_connect(host, port, timeout_ms, &c, err, errlen);
+	if (!e)
+		e = ask(c, url, name, token, token_len, &l, timeout_ms, err, errlen);
+	if (!e && (!(nv = calloc(l.nallocs + 1, sizeof *nv)) || !(ev = calloc(l.nentries + 1, sizeof *ev)) ||
+		   !(digests = calloc(l.nallocs + 1, sizeof *digests)) || !(theirs = calloc(l.nallocs + 1, sizeof *theirs))))
+		e = -ENOMEM, snprintf(err, errlen, "out of memory");
+	for (size_t i = 0; !e && i < l.nallocs; i++) {
+		nv[i] = (struct gmsfs_new){ .name = l.allocs[i].name, .tag = l.allocs[i].tag, .size = l.allocs[i].size };
+		total += l.allocs[i].size;
+	}
+	if (!e && l.nallocs && (e = gmsfs_create_many(g, nv, l.nallocs)))
+		snprintf(err, errlen, "%s: %s", store, gmsfs_errmsg(g));
+	if (!e)
+		e = recv_bytes(c, cp, g, nv, l.nallocs, digests, total, progress, timeout_ms, err, errlen);
+	void *body = NULL;
+	size_t len;
+	char why[256];
+	if (!e && !(e = nt_recv_frame(c, 64 + 9 * (size_t)l.nallocs, &body, &len, timeout_ms, err, errlen)) &&
+	    (e = nw_parse_trailer(body, len, theirs, l.nallocs, why, sizeof why)))
+		snprintf(err, errlen, "%s: %s", url, why);
+	free(body);
+	for (size_t i = 0; !e && i < l.nallocs; i++)
+		if (digests[i] != theirs[i])
+			e = -EIO, snprintf(err, errlen, "%s: the bytes of %s that came differ from the peer's (xxh3)", url,
+					   l.allocs[i].name);
+	for (size_t i = 0; !e && i < l.nentries; i++)
+		ev[i] = (struct gmsfs_entry){ .key = l.entries[i].key, .alloc = l.entries[i].alloc,
+					      .offset = l.entries[i].offset, .size = l.entries[i].size,
+					      .flags = l.entries[i].flags, .value = l.entries[i].value,
+					      .value_len = l.entries[i].value_len };
+	if (!e && l.nentries && (e = gmsfs_meta_put_many(g, ev, l.nentries)))
+		snprintf(err, errlen, "%s: %s", store, gmsfs_errmsg(g));
+	if (!e && (e = gmsfs_commit(g)))
+		snprintf(err, errlen, "%s: commit: %s", store, gmsfs_errmsg(g));
+	if (!e && (e = gmsfs_layout_hash(g, got)))
+		snprintf(err, errlen, "%s: %s", store, gmsfs_errmsg(g));
+	if (!e && strcmp(got, l.hash))
+		e = -EIO, snprintf(err, errlen, "pulled, but %s's layout hash is %s, not the peer's %s", store, got, l.hash);
+	if (!e)
+		snprintf(how, howlen, "%zu allocations, %llu bytes in %.3f s, layout %s", l.nallocs,
+			 (unsigned long long)total, seconds_since(&t0), got);
+	free(nv);
+	free(ev);
+	free(digests);
+	free(theirs);
+	nw_layout_free(&l);
+	nt_close(c);
+	gmsfs_disconnect(g); /* without a commit: the session rolls back */
+	cp_close(cp);
+	return e;
+}
