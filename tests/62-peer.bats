@@ -1,0 +1,232 @@
+#!/usr/bin/env bats
+# gmsfs-peer between two nodes: two daemons, a server in one network namespace and the
+# pulls in another, joined by a veth pair, UCX over TCP.  A store pulled whole (bytes,
+# entries, layout hash); refusals (token, allow list, not committed, a token file others
+# read); a pull killed, a server killed, a peer that stops reading.
+
+load helpers
+
+PEER=$BUILD/gmsfs-peer
+
+# In namespace A (the server's) or B (the puller's), UCX on that side's veth.  They exec:
+# run in a subshell (run, &), the command is that process, so that $! is its pid.
+in_a() { exec ip netns exec "$NS_A" env UCX_TLS=tcp UCX_NET_DEVICES="$VA" "$@"; }
+in_b() { exec ip netns exec "$NS_B" env UCX_TLS=tcp UCX_NET_DEVICES="$VB" "$@"; }
+
+# serve PORT [ALLOW]: a server in A, its pid in SERVER_PID, its log in $BATS_FILE_TMPDIR/serve.PORT.log.
+serve() {
+	in_a "$PEER" serve "$A" --listen "$ADDR_A:$1" --token "$TOKEN" --allow "${2:-m,big,draft}" -t 3 \
+		>/dev/null 2>"$BATS_FILE_TMPDIR/serve.$1.log" 3>&- &
+	SERVER_PID=$!
+	for _ in $(seq 100); do
+		grep -q serving "$BATS_FILE_TMPDIR/serve.$1.log" && return 0
+		kill -0 "$SERVER_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	cat "$BATS_FILE_TMPDIR/serve.$1.log" >&2
+	return 1
+}
+
+publish() { # STORE BYTES-A-PIECE PIECES
+	"$PYTHON" - "$@" <<'PY'
+import gmsfs, os, sys
+store, size, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with gmsfs.connect(store, "rw", timeout=10) as c:
+    for i in range(n):
+        m = c.create("layers/%d/w" % i, size + i, tag="t%d" % (i % 3))
+        b = c.buffer(m.ptr, m.size, writable=True)
+        b[:min(m.size, 1 << 20)] = os.urandom(min(m.size, 1 << 20))
+        b[m.size - 7:] = b"the end"
+        c.meta_put("torch/layers.%d.weight" % i, "layers/%d/w" % i, offset=0, size=m.size,
+                   value=b'{"dtype": "uint8", "shape": [%d]}' % m.size)
+    c.commit()
+PY
+}
+
+setup_file() {
+	export PYTHONPATH=$ROOT/python
+	[ -x "$PEER" ] || { echo "no $PEER: build with libucx-dev" >&2; return 1; }
+	mount_gmsfs
+	A=$MNT A_PID=$GMSFS_PID
+	mount_gmsfs
+	B=$MNT B_PID=$GMSFS_PID
+	export A A_PID B B_PID
+	n=$(($$ % 200 + 20))
+	export NS_A=gmsfs-a-$$ NS_B=gmsfs-b-$$ VA=gva$$ VB=gvb$$ ADDR_A=10.77.$n.1 ADDR_B=10.77.$n.2
+	ip netns add "$NS_A"
+	ip netns add "$NS_B"
+	ip link add "$VA" type veth peer name "$VB"
+	ip link set "$VA" netns "$NS_A"
+	ip link set "$VB" netns "$NS_B"
+	ip -n "$NS_A" addr add "$ADDR_A/24" dev "$VA"
+	ip -n "$NS_B" addr add "$ADDR_B/24" dev "$VB"
+	for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
+	ip -n "$NS_A" link set "$VA" up
+	ip -n "$NS_B" link set "$VB" up
+	export TOKEN=$BATS_FILE_TMPDIR/token
+	head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TOKEN"
+	chmod 600 "$TOKEN"
+	mkdir "$A/m" "$A/big" "$A/draft" "$A/other"
+	publish "$A/m" 70000 5
+	publish "$A/big" $((64 << 20)) 8
+	publish "$A/other" 4096 1
+	export PORT=$((20000 + $$ % 20000))
+	serve "$PORT"
+	export MAIN_SERVER_PID=$SERVER_PID
+}
+
+teardown_file() {
+	[ -z "${MAIN_SERVER_PID:-}" ] || kill -9 "$MAIN_SERVER_PID" 2>/dev/null || true
+	ip netns del "$NS_A" 2>/dev/null || true
+	ip netns del "$NS_B" 2>/dev/null || true
+	MNT=$B GMSFS_PID=$B_PID unmount_gmsfs
+	MNT=$A GMSFS_PID=$A_PID unmount_gmsfs
+}
+
+same_store() { # SRC DST: layout hash, every allocation's bytes, every entry
+	[ "$(cat "$1/layout_hash")" = "$(cat "$2/layout_hash")" ] || return 1
+	(cd "$1/allocs" && find . -type f | sort) >"$BATS_TEST_TMPDIR/a"
+	(cd "$2/allocs" && find . -type f | sort) >"$BATS_TEST_TMPDIR/b"
+	cmp "$BATS_TEST_TMPDIR/a" "$BATS_TEST_TMPDIR/b" || return 1
+	while read -r f; do cmp "$1/allocs/$f" "$2/allocs/$f" || return 1; done <"$BATS_TEST_TMPDIR/a"
+	(cd "$1/meta" && find . -type f | sort | xargs cat) >"$BATS_TEST_TMPDIR/ma"
+	(cd "$2/meta" && find . -type f | sort | xargs cat) >"$BATS_TEST_TMPDIR/mb"
+	cmp "$BATS_TEST_TMPDIR/ma" "$BATS_TEST_TMPDIR/mb"
+}
+
+@test "a store pulled across the veth is the served one: bytes, entries, layout hash; the server says so" {
+	mkdir "$B/m"
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/m" "$B/m" --token "$TOKEN" -t 5
+	assert_success
+	assert_output --partial "5 allocations"
+	state_is "$B/m" COMMITTED
+	same_store "$A/m" "$B/m"
+	grep -q "sent m (5 allocations" "$BATS_FILE_TMPDIR/serve.$PORT.log"
+	state_is "$A/m" COMMITTED # the server's read lock went with its connection
+	[ "$(state_of "$A/m" readers)" = 0 ]
+}
+
+@test "refused, with words, the target left empty: a wrong token, a store not served, one not committed" {
+	mkdir "$B/r1"
+	head -c 40 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$BATS_TEST_TMPDIR/wrong"
+	chmod 600 "$BATS_TEST_TMPDIR/wrong"
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/m" "$B/r1" --token "$BATS_TEST_TMPDIR/wrong" -t 5
+	assert_failure
+	assert_output --partial "refused: the token is not this server's"
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/other" "$B/r1" --token "$TOKEN" -t 5
+	assert_failure
+	assert_output --partial "refused: other is not served here"
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/draft" "$B/r1" --token "$TOKEN" -t 5
+	assert_failure
+	assert_output --partial "refused: draft is EMPTY, not committed"
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/nope" "$B/r1" --token "$TOKEN" -t 5
+	assert_failure
+	assert_output --partial "not served here"
+	state_is "$B/r1" EMPTY
+	[ "$(grep -c 'refused' "$BATS_FILE_TMPDIR/serve.$PORT.log")" -ge 4 ]
+	# A target that holds allocations already is not touched, and the peer is not asked.
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/m" "$B/m" --token "$TOKEN" -t 5
+	assert_failure
+	assert_output --partial "pull into an empty store"
+}
+
+@test "bad arguments: a token file others may read, a URL, a store name; nothing is served" {
+	cp "$TOKEN" "$BATS_TEST_TMPDIR/open"
+	chmod 644 "$BATS_TEST_TMPDIR/open"
+	run "$PEER" serve "$A" --listen 127.0.0.1:1 --token "$BATS_TEST_TMPDIR/open" --allow m
+	assert_failure
+	assert_output --partial "its owner alone reads (chmod 600)"
+	run "$PEER" pull "gmsfs://$ADDR_A:$PORT/m" "$B/x" --token "$BATS_TEST_TMPDIR/open"
+	assert_failure
+	assert_output --partial "chmod 600"
+	printf 'short' >"$BATS_TEST_TMPDIR/short"
+	chmod 600 "$BATS_TEST_TMPDIR/short"
+	run "$PEER" pull "gmsfs://$ADDR_A:$PORT/m" "$B/x" --token "$BATS_TEST_TMPDIR/short"
+	assert_failure
+	assert_output --partial "a token of 16 to"
+	for url in "http://$ADDR_A:$PORT/m" "gmsfs://$ADDR_A/m" "gmsfs://$ADDR_A:0/m" "gmsfs://$ADDR_A:$PORT/a/b" \
+		"gmsfs://$ADDR_A:$PORT/.." "gmsfs://:$PORT/m"; do
+		run "$PEER" pull "$url" "$B/x" --token "$TOKEN"
+		assert_failure
+		assert_output --partial "not gmsfs://HOST:PORT/STORE"
+	done
+	run "$PEER" serve "$A" --listen "$ADDR_A:$PORT" --token "$TOKEN" --allow ../m
+	assert_failure
+	assert_output --partial "--allow NAME"
+	run "$PEER" serve "$A" --listen nothing --token "$TOKEN" --allow m
+	assert_failure
+	run "$PEER" pull "gmsfs://$ADDR_A:$PORT/m" "$B/x" --token "$TOKEN" -t -1
+	assert_failure
+}
+
+wait_allocations() { # STORE: the pull has made its layout (its bytes are under way)
+	for _ in $(seq 400); do
+		[ "$(state_of "$1" allocations)" != 0 ] && return 0
+		sleep 0.01
+	done
+	return 1
+}
+
+@test "a pull killed mid-way leaves the target uncommitted and the source untouched" {
+	mkdir "$B/k"
+	before=$(cat "$A/big/layout_hash")
+	in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/k" --token "$TOKEN" -t 5 -q 3>&- &
+	pid=$!
+	wait_allocations "$B/k"
+	kill -9 "$pid"
+	wait "$pid" || true
+	wait_until state_is "$B/k" EMPTY
+	[ "$(state_of "$B/k" allocations)" = 0 ]
+	[ "$(cat "$A/big/layout_hash")" = "$before" ]
+	# The server holds its read lock until its send to the dead peer fails (at most its -t).
+	for _ in $(seq 200); do state_is "$A/big" COMMITTED && break; sleep 0.05; done
+	state_is "$A/big" COMMITTED
+	# The server lost that peer and serves the next.
+	mkdir "$B/k2"
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/m" "$B/k2" --token "$TOKEN" -t 10
+	assert_success
+	same_store "$A/m" "$B/k2"
+}
+
+@test "a server killed mid-pull: the pull fails with words, its target uncommitted" {
+	port=$((PORT + 1))
+	serve "$port"
+	mkdir "$B/s"
+	in_b "$PEER" pull "gmsfs://$ADDR_A:$port/big" "$B/s" --token "$TOKEN" -t 5 -q \
+		>"$BATS_TEST_TMPDIR/out" 2>&1 3>&- &
+	pid=$!
+	wait_allocations "$B/s"
+	kill -9 "$SERVER_PID" # this test's own server
+	rc=0
+	wait "$pid" || rc=$?
+	[ "$rc" = 1 ]
+	grep -q "gmsfs-peer: pull: " "$BATS_TEST_TMPDIR/out"
+	wait_until state_is "$B/s" EMPTY
+	state_is "$A/big" COMMITTED
+	[ "$(state_of "$A/big" readers)" = 0 ] # the killed server's read lock went with it
+}
+
+@test "a peer that stops reading loses its connection after the timeout; the next one is served" {
+	mkdir "$B/stop" "$B/next"
+	in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/stop" --token "$TOKEN" -t 60 -q 3>&- &
+	pid=$!
+	wait_allocations "$B/stop"
+	kill -STOP "$pid"
+	start=$(date +%s)
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/m" "$B/next" --token "$TOKEN" -t 20
+	assert_success
+	[ $(($(date +%s) - start)) -lt 15 ]
+	same_store "$A/m" "$B/next"
+	grep -q "big: sending: " "$BATS_FILE_TMPDIR/serve.$PORT.log"
+	kill -9 "$pid"
+	kill -CONT "$pid" 2>/dev/null || true
+	wait "$pid" || true
+	wait_until state_is "$B/stop" EMPTY
+}
+
+@test "a big store pulled whole, every byte and entry" {
+	mkdir "$B/big"
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/big" --token "$TOKEN" -t 10
+	assert_success
+	same_store "$A/big" "$B/big"
+}
