@@ -25,7 +25,7 @@ import re, sys
 text = open(sys.argv[1]).read()
 allowed = ("the commands that run this test", "needs systemd", "needs a GPU", "needs a Kubernetes cluster",
            "tests/debs.sh, tests/wheel.sh and tests/container.sh run these", "tests/container.sh builds and runs",
-           "an outline", "needs the model's files")
+           "an outline", "needs the model's files", "needs two nodes (tests/62-peer.bats")
 out = []
 # The README's Python blocks too (the guides' are fragments of an engine's code).
 langs = "sh|python" if sys.argv[1] == "README.md" else "sh"
