@@ -281,23 +281,53 @@ static int wait_for(struct nt_conn *c, ucs_status_ptr_t r, int timeout_ms, const
 	return said(err, errlen, -ECONNRESET, what, s);
 }
 
-int nt_send(struct nt_conn *c, const void *buf, size_t len, int timeout_ms, char *err, size_t errlen)
+int nt_send_start(struct nt_conn *c, const void *buf, size_t len, void **op, char *err, size_t errlen)
 {
+	*op = NULL;
 	if (!c->ep || c->failed != UCS_OK)
 		return said(err, errlen, -ECONNRESET, "sending", c->failed ? c->failed : UCS_ERR_NOT_CONNECTED);
 	ucp_request_param_t p = { .op_attr_mask = 0 };
-	return wait_for(c, ucp_stream_send_nbx(c->ep, buf, len, &p), timeout_ms, "sending", err, errlen);
+	ucs_status_ptr_t r = ucp_stream_send_nbx(c->ep, buf, len, &p);
+	if (UCS_PTR_IS_ERR(r))
+		return said(err, errlen, -ECONNRESET, "sending", UCS_PTR_STATUS(r));
+	*op = r;
+	return 0;
+}
+
+int nt_recv_start(struct nt_conn *c, void *buf, size_t len, void **op, char *err, size_t errlen)
+{
+	*op = NULL;
+	if (!len)
+		return 0;
+	/* A peer that went after sending: what it sent is still there to receive. */
+	if (!c->ep)
+		return said(err, errlen, -ECONNRESET, "receiving", c->failed ? c->failed : UCS_ERR_NOT_CONNECTED);
+	size_t got = 0;
+	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_STREAM_RECV_FLAG_WAITALL };
+	ucs_status_ptr_t r = ucp_stream_recv_nbx(c->ep, buf, len, &got, &p);
+	if (UCS_PTR_IS_ERR(r))
+		return said(err, errlen, -ECONNRESET, "receiving", UCS_PTR_STATUS(r));
+	*op = r;
+	return 0;
+}
+
+int nt_finish(struct nt_conn *c, void *op, const char *what, int timeout_ms, char *err, size_t errlen)
+{
+	return wait_for(c, op, timeout_ms, what, err, errlen);
+}
+
+int nt_send(struct nt_conn *c, const void *buf, size_t len, int timeout_ms, char *err, size_t errlen)
+{
+	void *op;
+	int e = nt_send_start(c, buf, len, &op, err, errlen);
+	return e ? e : wait_for(c, op, timeout_ms, "sending", err, errlen);
 }
 
 int nt_recv(struct nt_conn *c, void *buf, size_t len, int timeout_ms, char *err, size_t errlen)
 {
-	if (!len)
-		return 0;
-	if (!c->ep || c->failed != UCS_OK)
-		return said(err, errlen, -ECONNRESET, "receiving", c->failed ? c->failed : UCS_ERR_NOT_CONNECTED);
-	size_t got = 0;
-	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_STREAM_RECV_FLAG_WAITALL };
-	return wait_for(c, ucp_stream_recv_nbx(c->ep, buf, len, &got, &p), timeout_ms, "receiving", err, errlen);
+	void *op;
+	int e = nt_recv_start(c, buf, len, &op, err, errlen);
+	return e ? e : wait_for(c, op, timeout_ms, "receiving", err, errlen);
 }
 
 int nt_recv_frame(struct nt_conn *c, size_t max, void **body, size_t *len, int timeout_ms, char *err, size_t errlen)
@@ -320,6 +350,14 @@ int nt_recv_frame(struct nt_conn *c, size_t max, void **body, size_t *len, int t
 	}
 	*len = n;
 	return 0;
+}
+
+void nt_await_close(struct nt_conn *c, int timeout_ms)
+{
+	uint8_t b;
+	char err[128];
+	if (c && c->ep && c->failed == UCS_OK)
+		nt_recv(c, &b, 1, timeout_ms, err, sizeof err); /* ends as the peer goes, or with the time */
 }
 
 void nt_close(struct nt_conn *c)

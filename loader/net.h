@@ -24,8 +24,17 @@ int nt_connect(const char *host, uint16_t port, int timeout_ms, struct nt_conn *
  * -ECONNRESET (the peer went). */
 int nt_send(struct nt_conn *c, const void *buf, size_t len, int timeout_ms, char *err, size_t errlen);
 int nt_recv(struct nt_conn *c, void *buf, size_t len, int timeout_ms, char *err, size_t errlen);
+/* The same, started: *op (NULL when done at once) until nt_finish waits for it, each
+ * started one finished, in order, also after an error.  Sends and receives keep their
+ * order on the connection. */
+int nt_send_start(struct nt_conn *c, const void *buf, size_t len, void **op, char *err, size_t errlen);
+int nt_recv_start(struct nt_conn *c, void *buf, size_t len, void **op, char *err, size_t errlen);
+int nt_finish(struct nt_conn *c, void *op, const char *what, int timeout_ms, char *err, size_t errlen);
 /* A frame (net_wire.h): its 4-byte length, at most max, then its body (malloc'ed). */
 int nt_recv_frame(struct nt_conn *c, size_t max, void **body, size_t *len, int timeout_ms, char *err, size_t errlen);
+/* The last word said: wait (up to timeout_ms) for the peer to close first, so that what
+ * was sent is received before the connection ends (a close of ours could overtake it). */
+void nt_await_close(struct nt_conn *c, int timeout_ms);
 void nt_close(struct nt_conn *c);
 
 #endif

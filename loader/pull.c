@@ -62,7 +62,32 @@ static void show(bool progress, uint64_t done, uint64_t total, const struct time
 		(unsigned long long)(total >> 20), s > 0 ? (double)done / 1e6 / s : 0.0);
 }
 
-/* Every allocation's bytes into the store's memory, each one's digest as it passes. */
+/* One piece of the bytes: allocation i's len bytes at at. */
+struct pl_piece {
+	size_t i;
+	uint64_t at, len;
+};
+
+/* The pieces of n allocations of size, in order: piece bytes each (the last of each
+ * allocation less); *count of them, the caller frees. */
+static struct pl_piece *pieces(const struct gmsfs_new *nv, size_t n, uint64_t piece, size_t *count)
+{
+	size_t k = 0, cap = 0;
+	for (size_t i = 0; i < n; i++)
+		cap += (size_t)((nv[i].size + piece - 1) / piece);
+	struct pl_piece *v = calloc(cap + 1, sizeof *v);
+	for (size_t i = 0; v && i < n; i++)
+		for (uint64_t at = 0; at < nv[i].size; at += piece)
+			v[k++] = (struct pl_piece){ i, at, nv[i].size - at < piece ? nv[i].size - at : piece };
+	*count = k;
+	return v;
+}
+
+#define PL_PIECE (32ull << 20) /* host memory: bytes received a piece */
+
+/* Every allocation's bytes into the store's memory, each one's digest as it passes: the
+ * next piece asked for before this one is hashed (and on a GPU copied in, from one half
+ * of the pinned buffer while the other half fills). */
 static int recv_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, struct gmsfs_new *nv, size_t n,
 		      uint64_t *digests, uint64_t total, bool progress, int timeout_ms, char *err, size_t errlen)
 {
@@ -71,8 +96,11 @@ static int recv_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, struct gmsfs_n
 #ifdef GMSFS_HAVE_CUDA
 	struct cu_api *cu = NULL;
 	CUcontext ctx;
-	if (gmsfs_backend(g) == GMSFS_BACKEND_CUDA && cp_cuda(cp, &cu, &ctx, &pinned, &room)) {
-		snprintf(err, errlen, "no pinned buffer for the GPU's bytes");
+	CUstream s[2] = { NULL, NULL };
+	if (gmsfs_backend(g) == GMSFS_BACKEND_CUDA &&
+	    (cp_cuda(cp, &cu, &ctx, &pinned, &room) || cu->cuStreamCreate(&s[0], CU_STREAM_NON_BLOCKING) ||
+	     cu->cuStreamCreate(&s[1], CU_STREAM_NON_BLOCKING))) {
+		snprintf(err, errlen, "no pinned buffer or stream for the GPU's bytes");
 		return -EIO;
 	}
 #else
@@ -81,41 +109,71 @@ static int recv_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, struct gmsfs_n
 		return -ENOTSUP;
 	}
 #endif
+	uint64_t piece = pinned ? room / 2 : PL_PIECE;
+	size_t count = 0;
+	struct pl_piece *v = pieces(nv, n, piece, &count);
+	XXH3_state_t *x = XXH3_createState();
+	int e = v && x ? 0 : -ENOMEM;
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	uint64_t done = 0;
-	int e = 0;
-	for (size_t i = 0; !pinned && !e && i < n; i++) { /* host memory: each allocation in one receive */
-		if (!(e = nt_recv(c, nv[i].ptr, nv[i].size, timeout_ms, err, errlen)))
-			digests[i] = XXH3_64bits(nv[i].ptr, nv[i].size);
-		show(progress, done += nv[i].size, total, &t0);
-	}
-	for (size_t i = 0; pinned && !e && i < n; i++) {
-		XXH3_state_t *x = XXH3_createState();
-		if (!x)
-			return -ENOMEM;
-		XXH3_64bits_reset(x);
-		uint64_t chunk = room;
-		for (uint64_t at = 0; !e && at < nv[i].size; at += chunk) {
-			uint64_t len = nv[i].size - at < chunk ? nv[i].size - at : chunk;
-			if ((e = nt_recv(c, pinned, len, timeout_ms, err, errlen)))
-				break;
-			XXH3_64bits_update(x, pinned, len);
+	void *op = NULL;
+	/* Where piece j lands: its place in the store's memory, or the half j % 2 of the pinned buffer. */
+#define PL_AT(j) (pinned ? pinned + (size_t)((j) % 2) * piece : (char *)nv[v[j].i].ptr + v[j].at)
+	if (!e && count)
+		e = nt_recv_start(c, PL_AT(0), v[0].len, &op, err, errlen);
+	for (size_t j = 0; !e && j < count; j++) {
+		if ((e = nt_finish(c, op, "receiving", timeout_ms, err, errlen)))
+			break;
+		op = NULL;
 #ifdef GMSFS_HAVE_CUDA
-			CUresult r;
-			if ((r = cu->cuMemcpyHtoD((CUdeviceptr)(uintptr_t)nv[i].ptr + at, pinned, len))) {
-				snprintf(err, errlen, "%s: into the GPU: %s", nv[i].name, cu_name(cu, r));
+		CUresult r = 0;
+		if (pinned && j + 1 < count && (r = cu->cuStreamSynchronize(s[(j + 1) % 2]))) { /* its half is free */
+			snprintf(err, errlen, "into the GPU: %s", cu_name(cu, r));
+			e = -EIO;
+			break;
+		}
+#endif
+		if (j + 1 < count && (e = nt_recv_start(c, PL_AT(j + 1), v[j + 1].len, &op, err, errlen)))
+			break;
+		if (!v[j].at)
+			XXH3_64bits_reset(x);
+		XXH3_64bits_update(x, PL_AT(j), v[j].len);
+		if (v[j].at + v[j].len == nv[v[j].i].size)
+			digests[v[j].i] = XXH3_64bits_digest(x);
+#ifdef GMSFS_HAVE_CUDA
+		if (pinned && (r = cu->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)nv[v[j].i].ptr + v[j].at, PL_AT(j),
+							 v[j].len, s[j % 2]))) {
+			snprintf(err, errlen, "%s: into the GPU: %s", nv[v[j].i].name, cu_name(cu, r));
+			e = -EIO;
+		}
+#endif
+		show(progress, done += v[j].len, total, &t0);
+	}
+#undef PL_AT
+	if (op) { /* started, not finished: waited for (the error stands) */
+		char why[128];
+		nt_finish(c, op, "receiving", timeout_ms, why, sizeof why);
+	}
+#ifdef GMSFS_HAVE_CUDA
+	for (int k = 0; k < 2; k++)
+		if (s[k]) {
+			CUresult r = cu->cuStreamSynchronize(s[k]);
+			if (r && !e) {
+				snprintf(err, errlen, "into the GPU: %s", cu_name(cu, r));
 				e = -EIO;
 			}
-#endif
-			done += len;
-			show(progress, done, total, &t0);
+			cu->cuStreamDestroy(s[k]);
 		}
-		digests[i] = XXH3_64bits_digest(x);
-		XXH3_freeState(x);
-	}
+#endif
 	if (progress)
 		fputc('\n', stderr);
+	/* Allocations of no bytes have no piece: their digest is the empty one's. */
+	for (size_t i = 0; !e && i < n; i++)
+		if (!nv[i].size)
+			digests[i] = XXH3_64bits(NULL, 0);
+	XXH3_freeState(x);
+	free(v);
 	return e;
 }
 
@@ -199,6 +257,8 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 	    (e = nw_parse_trailer(body, len, theirs, l.nallocs, why, sizeof why)))
 		snprintf(err, errlen, "%s: %s", url, why);
 	free(body);
+	nt_close(c); /* all it says is here: the peer is free for the next while this one commits */
+	c = NULL;
 	for (size_t i = 0; !e && i < l.nallocs; i++)
 		if (digests[i] != theirs[i])
 			e = -EIO, snprintf(err, errlen, "%s: the bytes of %s that came differ from the peer's (xxh3)", url,

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,8 +117,48 @@ static int layout_of(gmsfs *g, char **keys, struct gmsfs_meta *m, size_t ne, str
 	return gmsfs_layout_hash(g, l->hash);
 }
 
+/* A run of sends, two at a time: each piece hashed (and on a GPU copied out) while the
+ * piece before it is on its way. */
+struct sv_pipe {
+	struct nt_conn *c;
+	void *op[2];
+	int k;
+	int timeout_ms;
+};
+
+/* The slot k is free again: its send has gone. */
+static int slot_free(struct sv_pipe *p, char *err, size_t errlen)
+{
+	void *op = p->op[p->k];
+	p->op[p->k] = NULL;
+	return op ? nt_finish(p->c, op, "sending", p->timeout_ms, err, errlen) : 0;
+}
+
+static int slot_send(struct sv_pipe *p, const void *buf, uint64_t len, char *err, size_t errlen)
+{
+	int e = nt_send_start(p->c, buf, len, &p->op[p->k], err, errlen);
+	p->k ^= 1;
+	return e;
+}
+
+/* Every send finished (after an error too: each started one is waited for). */
+static int pipe_drain(struct sv_pipe *p, int e, char *err, size_t errlen)
+{
+	for (int n = 0; n < 2; n++, p->k ^= 1) {
+		char why[256];
+		int e2 = slot_free(p, why, sizeof why);
+		if (e2 && !e) {
+			e = e2;
+			snprintf(err, errlen, "%s", why);
+		}
+	}
+	return e;
+}
+
+#define SV_PIECE (32ull << 20) /* host memory: bytes hashed and sent a piece */
+
 /* Every allocation's bytes, in order, and their digests: straight from host memory, or
- * out of the GPU through the pinned buffer of the store's context. */
+ * out of the GPU through the pinned buffer of the store's context, in two halves. */
 static int send_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, uint64_t *digests, int timeout_ms, char *err,
 		      size_t errlen)
 {
@@ -138,34 +179,38 @@ static int send_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, uint64_t *dige
 		return -ENOTSUP;
 	}
 #endif
+	struct sv_pipe p = { .c = c, .timeout_ms = timeout_ms };
+	uint64_t piece = pinned ? room / 2 : SV_PIECE;
 	int e = 0;
-	for (size_t i = 0; !pinned && !e && i < n; i++) { /* host memory: each allocation in one send */
-		digests[i] = XXH3_64bits(v[i].ptr, v[i].size);
-		e = nt_send(c, v[i].ptr, v[i].size, timeout_ms, err, errlen);
-	}
-	for (size_t i = 0; pinned && !e && i < n; i++) {
-		XXH3_state_t *x = XXH3_createState();
-		if (!x)
-			return -ENOMEM;
+	XXH3_state_t *x = XXH3_createState();
+	if (!x)
+		return -ENOMEM;
+	for (size_t i = 0; !e && i < n; i++) {
 		XXH3_64bits_reset(x);
-		uint64_t chunk = room;
-		for (uint64_t at = 0; !e && at < v[i].size; at += chunk) {
-			uint64_t len = v[i].size - at < chunk ? v[i].size - at : chunk;
-#ifdef GMSFS_HAVE_CUDA
-			CUresult r = cu->cuMemcpyDtoH(pinned, (CUdeviceptr)(uintptr_t)v[i].ptr + at, len);
-			if (r) {
-				snprintf(err, errlen, "%s: out of the GPU: %s", v[i].name, cu_name(cu, r));
-				e = -EIO;
+		for (uint64_t at = 0; !e && at < v[i].size; at += piece) {
+			uint64_t len = v[i].size - at < piece ? v[i].size - at : piece;
+			const char *src = (const char *)v[i].ptr + at;
+			if ((e = slot_free(&p, err, errlen)))
 				break;
+#ifdef GMSFS_HAVE_CUDA
+			if (pinned) {
+				char *half = pinned + (size_t)p.k * piece;
+				CUresult r = cu->cuMemcpyDtoH(half, (CUdeviceptr)(uintptr_t)src, len);
+				if (r) {
+					snprintf(err, errlen, "%s: out of the GPU: %s", v[i].name, cu_name(cu, r));
+					e = -EIO;
+					break;
+				}
+				src = half;
 			}
 #endif
-			XXH3_64bits_update(x, pinned, len);
-			e = nt_send(c, pinned, len, timeout_ms, err, errlen);
+			XXH3_64bits_update(x, src, len);
+			e = slot_send(&p, src, len, err, errlen);
 		}
 		digests[i] = XXH3_64bits_digest(x);
-		XXH3_freeState(x);
 	}
-	return e;
+	XXH3_freeState(x);
+	return pipe_drain(&p, e, err, errlen);
 }
 
 static int serve_one(const struct sv_options *o, struct nt_conn *c, const char *peer)
@@ -215,6 +260,7 @@ static int serve_one(const struct sv_options *o, struct nt_conn *c, const char *
 	if (!e && (e = layout_of(g, keys, m, ne, &l)))
 		e = refuse(c, peer, o->timeout_ms, -e, "%s: %s", h->store, gmsfs_errmsg(g));
 	void *f;
+	bool answered = !e; /* the layout goes: what fails from here on is said here, not to the peer */
 	if (!e && !(e = nw_pack_layout(&l, &f, &len)))
 		e = send_frame(c, f, len, o->timeout_ms, err, sizeof err);
 	if (!e && !(digests = calloc(l.nallocs + 1, sizeof *digests)))
@@ -229,8 +275,8 @@ static int serve_one(const struct sv_options *o, struct nt_conn *c, const char *
 	if (!e)
 		logf_(peer, "sent %s (%zu allocations, %llu bytes, layout %s)", h->store, l.nallocs,
 		      (unsigned long long)bytes, l.hash);
-	else if (err[0])
-		logf_(peer, "%s: %s", h->store, err);
+	else if (answered)
+		logf_(peer, "%s: %s", h->store, err[0] ? err : strerror(-e));
 	free(digests);
 	free(l.allocs);
 	free(l.entries);
@@ -260,6 +306,7 @@ int sv_serve(const struct sv_options *o)
 			continue;
 		}
 		serve_one(o, c, peer);
+		nt_await_close(c, o->timeout_ms); /* the peer has read the refusal or the trailer */
 		nt_close(c);
 	}
 }
