@@ -224,6 +224,28 @@ wait_allocations() { # STORE: the pull has made its layout (its bytes are under 
 	wait_until state_is "$B/stop" EMPTY
 }
 
+@test "a writer of the source waits for a pull under way; the pull gets the commit it began with" {
+	mkdir "$B/w"
+	before=$(cat "$A/big/layout_hash")
+	in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/w" --token "$TOKEN" -t 20 -q 3>&- &
+	pid=$!
+	wait_allocations "$B/w"
+	kill -STOP "$pid" # the server holds its read lock while it sends (up to its -t of 3 s)
+	run "$PYTHON" -c 'import gmsfs, sys; gmsfs.connect(sys.argv[1], "rw", timeout=0.5)' "$A/big"
+	kill -CONT "$pid"
+	assert_failure
+	assert_output --partial "not granted within 500 ms"
+	wait "$pid"
+	same_store "$A/big" "$B/w"
+	# Then a writer commits a new layout at the source; the pulled store keeps the old one.
+	"$PYTHON" -c 'import gmsfs, sys
+with gmsfs.connect(sys.argv[1], "rw", timeout=10) as c:
+    c.create("added", 4096)
+    c.commit()' "$A/big"
+	[ "$(cat "$A/big/layout_hash")" != "$before" ]
+	[ "$(cat "$B/w/layout_hash")" = "$before" ]
+}
+
 @test "a big store pulled whole, every byte and entry" {
 	mkdir "$B/big"
 	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/big" --token "$TOKEN" -t 10
