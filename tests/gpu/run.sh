@@ -5,7 +5,7 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|snapshot|peer|gms-snapshot|all] [RUNS]
+#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|snapshot|peer|peer-net|gms-snapshot|all] [RUNS]
 #   gate: every headline figure beside its floor in one run, exit 1 on a miss (tests/gpu/gate.py;
 #     at most 8 minutes; its results in $OUT/gate.json or build/gate.json, for tests/gpu/gate_tables.py)
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
@@ -17,6 +17,9 @@
 #     pinned copies and dd O_DIRECT (tests/gpu/snapshot_gpu.py);
 #   peer: a store copied GPU 0 -> GPU 1 against the driver's peer copy, and snapshots of both
 #     GPUs at once against one's (two GPUs; peer_gpu.py, snapshot2_gpu.py);
+#   peer-net: gmsfs-peer over UCX TCP between the GPU's mount and a host-backend one, both
+#     ways, against ucx_perftest (peer_net_gpu.py; .debs has UCX: libucx0 libucx-dev ucx-utils
+#     libibverbs1 librdmacm1 libnuma1);
 #   keeper: stores through gmsfs-keeper and gmsfs-node, as the DaemonSet keeps them;
 #   cold: cold from_pretrained loads beside host memory made ahead and with no_host_ahead;
 #   pages: elastic KV caches: bench-pages against the raw driver loop, bench/kv_sharing.py
@@ -49,7 +52,8 @@ make -s -j8 all PKG_CONFIG=true CUDA_INC=${CUDA_INC:-/usr/local/cuda/include} \
 	DEPS_CFLAGS="-I$prefix/usr/include/fuse3 -I$prefix/usr/include" \
 	DEPS_LIBS="-L$libdir -lfuse3 -lpthread -lxxhash -lmsgpackc" \
 	MSGPACK_CFLAGS="-I$prefix/usr/include" MSGPACK_LIBS="-L$libdir -lmsgpackc" XXH_CFLAGS="-I$prefix/usr/include" \
-	XXH_LIBS="-L$libdir -lxxhash" >/dev/null || {
+	XXH_LIBS="-L$libdir -lxxhash" UCX_CFLAGS="-I$prefix/usr/include" UCX_LIBS="-L$libdir -lucp -luct -lucs -lucm" \
+	>/dev/null || {
 	echo "Bail out! build failed"
 	exit 1
 }
@@ -269,6 +273,16 @@ if [ "$what" = peer ]; then # a store copied GPU 0 -> GPU 1 (two GPUs: the nvidi
 	mount_gmsfs -o device=1,socket=/tmp/gmsfs-peer1.sock,no_host_ahead || { echo "Bail out! no mount"; exit 1; }
 	timeout 400 python3 tests/gpu/peer_gpu.py "$mnt0" "$mnt" "$top/build" || failed=$((failed + 1))
 	timeout 400 python3 tests/gpu/snapshot2_gpu.py "$mnt0" "$mnt" "$top/build" || failed=$((failed + 1))
+	unmount_gmsfs
+	mnt=$mnt0 pid=$pid0
+	unmount_gmsfs
+fi
+if [ "$what" = peer-net ] || [ "$what" = all ]; then # gmsfs-peer: a store pulled over UCX TCP, GPU <-> host mount
+	export PATH=$prefix/usr/bin:$PATH # ucx_perftest
+	mount_gmsfs -o no_host_ahead || { echo "Bail out! no mount"; exit 1; }
+	mnt0=$mnt pid0=$pid
+	mount_gmsfs -o backend=host,socket=/tmp/gmsfs-net-host.sock || { echo "Bail out! no mount"; exit 1; }
+	timeout 400 python3 tests/gpu/peer_net_gpu.py "$mnt0" "$mnt" "$top/build" || failed=$((failed + 1))
 	unmount_gmsfs
 	mnt=$mnt0 pid=$pid0
 	unmount_gmsfs
