@@ -124,6 +124,16 @@ def versions(store, n):
     os.setxattr(store, "user.gms.versions", str(n).encode())
 
 
+def rmdir_when_let_go(store, tries=100):
+    """A store a test made beside its own, removed once its last process let it go."""
+    for _ in range(tries):
+        try:
+            os.rmdir(store)
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
 def write(c, name, value):
     """The writer's copy of allocation name, filled with value."""
     m = c.import_one(name)
@@ -550,12 +560,7 @@ print("wrote", flush=True)
                 assert bytes(r.buffer(r.find("b").ptr, 4)) == b"efgh"
             assert state(where)["state"] == "COMMITTED"
     finally:
-        for _ in range(100):
-            try:
-                os.rmdir(other)
-                break
-            except OSError:
-                time.sleep(0.05)
+        rmdir_when_let_go(other)
 
 
 def test_a_paused_writer_killed_after_resuming_as_data_only_writer_leaves_the_store_torn(store):
@@ -589,12 +594,7 @@ os.kill(os.getpid(), signal.SIGKILL)
                 w.commit()
             assert state(where)["torn"] == "0"
     finally:
-        for _ in range(100):
-            try:
-                os.rmdir(other)
-                break
-            except OSError:
-                time.sleep(0.05)
+        rmdir_when_let_go(other)
 
 
 def test_kill_storm_of_paused_trainers_and_engines_never_serves_a_torn_byte(store):
