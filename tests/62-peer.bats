@@ -18,6 +18,7 @@ serve() {
 	in_a "$PEER" serve "$A" --listen "$ADDR_A:$1" --token "$TOKEN" --allow "${2:-m,big,draft}" -t 3 \
 		>/dev/null 2>"$BATS_FILE_TMPDIR/serve.$1.log" 3>&- &
 	SERVER_PID=$!
+	[ -z "${BATS_TEST_TMPDIR:-}" ] || echo "$SERVER_PID" >>"$BATS_TEST_TMPDIR/pids" # a test's own
 	for _ in $(seq 100); do
 		grep -q serving "$BATS_FILE_TMPDIR/serve.$1.log" && return 0
 		kill -0 "$SERVER_PID" 2>/dev/null || break
@@ -81,6 +82,21 @@ teardown_file() {
 	ip netns del "$NS_B" 2>/dev/null || true
 	MNT=$B GMSFS_PID=$B_PID unmount_gmsfs
 	MNT=$A GMSFS_PID=$A_PID unmount_gmsfs
+}
+
+# bg CMD...: a pull or server a test starts in the background; its pid in $!, and in the
+# test's list, which teardown continues and kills whatever a failed assertion left.
+bg() {
+	"$@" 3>&- &
+	echo $! >>"$BATS_TEST_TMPDIR/pids"
+}
+
+teardown() {
+	[ -e "$BATS_TEST_TMPDIR/pids" ] || return 0
+	while read -r p; do
+		kill -CONT "$p" 2>/dev/null || true
+		kill -9 "$p" 2>/dev/null || true
+	done <"$BATS_TEST_TMPDIR/pids"
 }
 
 same_store() { # SRC DST: layout hash, every allocation's bytes, every entry
@@ -170,7 +186,7 @@ wait_allocations() { # STORE: the pull has made its layout (its bytes are under 
 @test "a pull killed mid-way leaves the target uncommitted and the source untouched" {
 	mkdir "$B/k"
 	before=$(cat "$A/big/layout_hash")
-	in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/k" --token "$TOKEN" -t 5 -q 3>&- &
+	bg in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/k" --token "$TOKEN" -t 5 -q
 	pid=$!
 	wait_allocations "$B/k"
 	kill -9 "$pid"
@@ -192,8 +208,7 @@ wait_allocations() { # STORE: the pull has made its layout (its bytes are under 
 	port=$((PORT + 1))
 	serve "$port"
 	mkdir "$B/s"
-	in_b "$PEER" pull "gmsfs://$ADDR_A:$port/big" "$B/s" --token "$TOKEN" -t 5 -q \
-		>"$BATS_TEST_TMPDIR/out" 2>&1 3>&- &
+	bg in_b "$PEER" pull "gmsfs://$ADDR_A:$port/big" "$B/s" --token "$TOKEN" -t 5 -q >"$BATS_TEST_TMPDIR/out" 2>&1
 	pid=$!
 	wait_allocations "$B/s"
 	kill -9 "$SERVER_PID" # this test's own server
@@ -208,14 +223,13 @@ wait_allocations() { # STORE: the pull has made its layout (its bytes are under 
 
 @test "a peer that stops reading loses its connection after the timeout; the next one is served" {
 	mkdir "$B/stop" "$B/next"
-	in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/stop" --token "$TOKEN" -t 60 -q 3>&- &
+	bg in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/stop" --token "$TOKEN" -t 60 -q
 	pid=$!
 	wait_allocations "$B/stop"
 	kill -STOP "$pid"
-	start=$(date +%s)
-	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/m" "$B/next" --token "$TOKEN" -t 20
+	# The next peer is served while the first is stopped: the server dropped it.
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/m" "$B/next" --token "$TOKEN" -t 60
 	assert_success
-	[ $(($(date +%s) - start)) -lt 15 ]
 	same_store "$A/m" "$B/next"
 	grep -q "big: sending: " "$BATS_FILE_TMPDIR/serve.$PORT.log"
 	kill -9 "$pid"
@@ -227,7 +241,7 @@ wait_allocations() { # STORE: the pull has made its layout (its bytes are under 
 @test "a writer of the source waits for a pull under way; the pull gets the commit it began with" {
 	mkdir "$B/w"
 	before=$(cat "$A/big/layout_hash")
-	in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/w" --token "$TOKEN" -t 20 -q 3>&- &
+	bg in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/w" --token "$TOKEN" -t 20 -q
 	pid=$!
 	wait_allocations "$B/w"
 	kill -STOP "$pid" # the server holds its read lock while it sends (up to its -t of 3 s)
