@@ -2,6 +2,7 @@
 #include "copy.h"
 #include "store_files.h"
 
+#include <gmsfs/abi.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -564,3 +565,20 @@ int cp_cuda(struct cp *c, struct cu_api **cu, CUcontext *ctx, char **pinned, siz
 	return 0;
 }
 #endif
+
+int cp_stage(struct cp *c, int backend, struct cp_stage *s, char *err, size_t errlen)
+{
+	*s = (struct cp_stage){ 0 };
+	if (backend == GMSFS_BACKEND_HOST)
+		return 0;
+#ifdef GMSFS_HAVE_CUDA
+	CUcontext ctx;
+	if (!cp_cuda(c, &s->cu, &ctx, &s->pinned, &s->room))
+		return 0;
+	snprintf(err, errlen, "no pinned buffer for the GPU's bytes");
+	return -EIO;
+#else
+	snprintf(err, errlen, "a store on a GPU, and this build has no CUDA support");
+	return -ENOTSUP;
+#endif
+}

@@ -46,8 +46,23 @@ int cp_save(struct cp *c, struct cp_put *v, size_t n, void (*progress)(void *arg
 /* len bytes of src (a mapping) to fd at off: one put of cp_save. */
 int cp_store_to_file(struct cp *c, const void *src, uint64_t len, int fd, uint64_t off, char *err, size_t errlen);
 
+/* How a store's bytes pass through host memory to or from elsewhere (a peer): straight on
+ * the host backend (pinned NULL: the mappings are host memory), through c's pinned buffer
+ * (room bytes) on cuda.  cp_stage: 0, or -errno with err said (a GPU store in a build
+ * without CUDA: -ENOTSUP). */
 #ifdef GMSFS_HAVE_CUDA
 #include "cuda_api.h"
+#endif
+struct cp_stage {
+	char *pinned;
+	size_t room;
+#ifdef GMSFS_HAVE_CUDA
+	struct cu_api *cu;
+#endif
+};
+int cp_stage(struct cp *c, int backend, struct cp_stage *s, char *err, size_t errlen);
+
+#ifdef GMSFS_HAVE_CUDA
 /* On cuda: its libcuda, the store's GPU's primary context, and its pinned buffers (for
  * peer.c); -ENODEV on the host backend. */
 int cp_cuda(struct cp *c, struct cu_api **cu, CUcontext *ctx, char **pinned, size_t *pinned_bytes);

@@ -91,29 +91,27 @@ static struct pl_piece *pieces(const struct gmsfs_new *nv, size_t n, uint64_t pi
 static int recv_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, struct gmsfs_new *nv, size_t n,
 		      uint64_t *digests, uint64_t total, bool progress, int timeout_ms, char *err, size_t errlen)
 {
-	char *pinned = NULL;
-	size_t room = 0;
+	struct cp_stage st;
+	int e = cp_stage(cp, gmsfs_backend(g), &st, err, errlen);
+	if (e)
+		return e;
+	char *pinned = st.pinned;
 #ifdef GMSFS_HAVE_CUDA
-	struct cu_api *cu = NULL;
-	CUcontext ctx;
+	struct cu_api *cu = st.cu;
 	CUstream s[2] = { NULL, NULL };
-	if (gmsfs_backend(g) == GMSFS_BACKEND_CUDA &&
-	    (cp_cuda(cp, &cu, &ctx, &pinned, &room) || cu->cuStreamCreate(&s[0], CU_STREAM_NON_BLOCKING) ||
-	     cu->cuStreamCreate(&s[1], CU_STREAM_NON_BLOCKING))) {
-		snprintf(err, errlen, "no pinned buffer or stream for the GPU's bytes");
+	if (pinned &&
+	    (cu->cuStreamCreate(&s[0], CU_STREAM_NON_BLOCKING) || cu->cuStreamCreate(&s[1], CU_STREAM_NON_BLOCKING))) {
+		if (s[0])
+			cu->cuStreamDestroy(s[0]);
+		snprintf(err, errlen, "no stream for the GPU's bytes");
 		return -EIO;
 	}
-#else
-	if (gmsfs_backend(g) != GMSFS_BACKEND_HOST) {
-		snprintf(err, errlen, "a store on a GPU, and this build has no CUDA support");
-		return -ENOTSUP;
-	}
 #endif
-	uint64_t piece = pinned ? room / 2 : PL_PIECE;
+	uint64_t piece = pinned ? st.room / 2 : PL_PIECE;
 	size_t count = 0;
 	struct pl_piece *v = pieces(nv, n, piece, &count);
 	XXH3_state_t *x = XXH3_createState();
-	int e = v && x ? 0 : -ENOMEM;
+	e = v && x ? 0 : -ENOMEM;
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	uint64_t done = 0;

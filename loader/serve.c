@@ -164,24 +164,13 @@ static int send_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, uint64_t *dige
 {
 	const struct gmsfs_mapping *v;
 	size_t n = gmsfs_mappings(g, &v);
-	char *pinned = NULL;
-	size_t room = 0;
-#ifdef GMSFS_HAVE_CUDA
-	struct cu_api *cu = NULL;
-	CUcontext ctx;
-	if (gmsfs_backend(g) == GMSFS_BACKEND_CUDA && cp_cuda(cp, &cu, &ctx, &pinned, &room)) {
-		snprintf(err, errlen, "no pinned buffer for the GPU's bytes");
-		return -EIO;
-	}
-#else
-	if (gmsfs_backend(g) != GMSFS_BACKEND_HOST) {
-		snprintf(err, errlen, "a store on a GPU, and this build has no CUDA support");
-		return -ENOTSUP;
-	}
-#endif
+	struct cp_stage st;
+	int e = cp_stage(cp, gmsfs_backend(g), &st, err, errlen);
+	if (e)
+		return e;
+	char *pinned = st.pinned;
 	struct sv_pipe p = { .c = c, .timeout_ms = timeout_ms };
-	uint64_t piece = pinned ? room / 2 : SV_PIECE;
-	int e = 0;
+	uint64_t piece = pinned ? st.room / 2 : SV_PIECE;
 	XXH3_state_t *x = XXH3_createState();
 	if (!x)
 		return -ENOMEM;
@@ -195,9 +184,9 @@ static int send_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, uint64_t *dige
 #ifdef GMSFS_HAVE_CUDA
 			if (pinned) {
 				char *half = pinned + (size_t)p.k * piece;
-				CUresult r = cu->cuMemcpyDtoH(half, (CUdeviceptr)(uintptr_t)src, len);
+				CUresult r = st.cu->cuMemcpyDtoH(half, (CUdeviceptr)(uintptr_t)src, len);
 				if (r) {
-					snprintf(err, errlen, "%s: out of the GPU: %s", v[i].name, cu_name(cu, r));
+					snprintf(err, errlen, "%s: out of the GPU: %s", v[i].name, cu_name(st.cu, r));
 					e = -EIO;
 					break;
 				}
