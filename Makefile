@@ -57,7 +57,7 @@ LOAD_SONAME := libgmsfs-load.so.0
 # gmsfs-peer (serve and pull stores between nodes) is built where UCX is (libucx-dev).
 UCX_CFLAGS := $(shell $(PKG_CONFIG) --cflags ucx 2>/dev/null)
 UCX_LIBS := $(shell $(PKG_CONFIG) --libs ucx 2>/dev/null)
-PEER_SRC := loader/net_wire.c loader/net.c loader/serve.c loader/pull.c common/wire.c
+PEER_SRC := loader/net_wire.c loader/net.c loader/lane.c loader/serve.c loader/pull.c common/wire.c
 ifneq ($(UCX_LIBS),)
 LOADER += $(B)/gmsfs-peer
 endif

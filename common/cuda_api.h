@@ -61,6 +61,7 @@
 	X(cuStreamCreate, "cuStreamCreate")                             \
 	X(cuStreamDestroy, "cuStreamDestroy_v2")                        \
 	X(cuStreamSynchronize, "cuStreamSynchronize")                   \
+	X(cuStreamQuery, "cuStreamQuery")                               \
 	X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")                    \
 	X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")
 

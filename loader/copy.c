@@ -572,8 +572,7 @@ int cp_stage(struct cp *c, int backend, struct cp_stage *s, char *err, size_t er
 	if (backend == GMSFS_BACKEND_HOST)
 		return 0;
 #ifdef GMSFS_HAVE_CUDA
-	CUcontext ctx;
-	if (!cp_cuda(c, &s->cu, &ctx, &s->pinned, &s->room))
+	if (!cp_cuda(c, &s->cu, &s->ctx, &s->pinned, &s->room))
 		return 0;
 	snprintf(err, errlen, "no pinned buffer for the GPU's bytes");
 	return -EIO;

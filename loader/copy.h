@@ -58,6 +58,7 @@ struct cp_stage {
 	size_t room;
 #ifdef GMSFS_HAVE_CUDA
 	struct cu_api *cu;
+	CUcontext ctx; /* current in a thread that copies */
 #endif
 };
 int cp_stage(struct cp *c, int backend, struct cp_stage *s, char *err, size_t errlen);

@@ -64,12 +64,31 @@ static int context(ucp_context_h *ctx, ucp_worker_h *worker, char *err, size_t e
 	return 0;
 }
 
-/* Progress the worker once; with nothing done, sleep on its descriptor up to ms.  Did
- * anything happen? */
+#define NT_SPIN_NS 200000 /* polled this long before sleeping on the descriptor (ucx_perftest only polls): a sleep per socket event costs rate */
+
+static int64_t now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Progress the worker; with nothing done for a while, sleep on its descriptor up to ms.
+ * Did anything happen? */
 static bool progress(ucp_worker_h w, int ms)
 {
-	if (ucp_worker_progress(w))
-		return true;
+	int64_t end = 0;
+	for (unsigned i = 0;; i++) {
+		if (ucp_worker_progress(w))
+			return true;
+		if (i % 64)
+			continue;
+		int64_t t = now_ns();
+		if (!end)
+			end = t + NT_SPIN_NS;
+		else if (t >= end)
+			break;
+	}
 	if (ms <= 0)
 		return false;
 	int fd;
@@ -309,6 +328,12 @@ int nt_recv_start(struct nt_conn *c, void *buf, size_t len, void **op, char *err
 		return said(err, errlen, -ECONNRESET, "receiving", UCS_PTR_STATUS(r));
 	*op = r;
 	return 0;
+}
+
+void nt_progress(struct nt_conn *c)
+{
+	if (c->ep && c->failed == UCS_OK)
+		ucp_worker_progress(c->worker);
 }
 
 int nt_finish(struct nt_conn *c, void *op, const char *what, int timeout_ms, char *err, size_t errlen)

@@ -30,6 +30,9 @@ int nt_recv(struct nt_conn *c, void *buf, size_t len, int timeout_ms, char *err,
 int nt_send_start(struct nt_conn *c, const void *buf, size_t len, void **op, char *err, size_t errlen);
 int nt_recv_start(struct nt_conn *c, void *buf, size_t len, void **op, char *err, size_t errlen);
 int nt_finish(struct nt_conn *c, void *op, const char *what, int timeout_ms, char *err, size_t errlen);
+/* Move what started along, without waiting: a side that waits for something else (a
+ * lane, lane.h) calls it meanwhile, so that the socket never idles. */
+void nt_progress(struct nt_conn *c);
 /* A frame (net_wire.h): its 4-byte length, at most max, then its body (malloc'ed). */
 int nt_recv_frame(struct nt_conn *c, size_t max, void **body, size_t *len, int timeout_ms, char *err, size_t errlen);
 /* The last word said: wait (up to timeout_ms) for the peer to close first, so that what

@@ -1,6 +1,7 @@
 /* pull: gmsfs-peer pull (pull.h). */
 #include "pull.h"
 #include "copy.h"
+#include "lane.h"
 #include "net.h"
 #include "net_wire.h"
 #include "store_files.h"
@@ -8,9 +9,12 @@
 #include <gmsfs/gmsfs.h>
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <xxhash.h>
 
@@ -85,9 +89,98 @@ static struct pl_piece *pieces(const struct gmsfs_new *nv, size_t n, uint64_t pi
 
 #define PL_PIECE (32ull << 20) /* host memory: bytes received a piece */
 
-/* Every allocation's bytes into the store's memory, each one's digest as it passes: the
- * next piece asked for before this one is hashed (and on a GPU copied in, from one half
- * of the pinned buffer while the other half fills). */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* A host-backend target's pages, made ahead of the bytes by a thread of their own: else
+ * each page's first write (262144 a GB) faults in the middle of the copy out of UCX's
+ * buffers, on the thread that should be receiving (2/3 of a pull's time on the 2-core VM). */
+struct pl_populate {
+	pthread_t t;
+	const struct gmsfs_new *nv;
+	size_t n;
+	atomic_bool stop;
+	bool started;
+};
+
+static void *populate(void *arg)
+{
+	struct pl_populate *p = arg;
+	for (size_t i = 0; i < p->n; i++)
+		for (uint64_t at = 0; at < p->nv[i].size && !atomic_load(&p->stop); at += PL_PIECE) {
+			uint64_t len = p->nv[i].size - at < PL_PIECE ? p->nv[i].size - at : PL_PIECE;
+			if (madvise((char *)p->nv[i].ptr + at, len, MADV_POPULATE_WRITE))
+				return NULL; /* an older kernel, or no memory now: the receive faults them itself */
+		}
+	return NULL;
+}
+
+static void populate_start(struct pl_populate *p, const struct gmsfs_new *nv, size_t n)
+{
+	*p = (struct pl_populate){ .nv = nv, .n = n };
+	p->started = !pthread_create(&p->t, NULL, populate, p);
+}
+
+static void populate_stop(struct pl_populate *p)
+{
+	atomic_store(&p->stop, true);
+	if (p->started)
+		pthread_join(p->t, NULL);
+	p->started = false;
+}
+
+/* The lane's job for one piece: hash it where it landed and, on a GPU, copy it in. */
+struct pl_job {
+	const struct pl_piece *p;
+	const struct gmsfs_new *nv;
+	const char *at;       /* where it landed: its place in the store's memory, or the pinned buffer's */
+	XXH3_state_t *x;      /* the lane's alone: pieces come in order */
+	uint64_t *digests;
+	struct cp_stage *st;
+#ifdef GMSFS_HAVE_CUDA
+	CUstream s;           /* the copy in, beside the hash */
+#endif
+};
+
+static int absorb(void *arg, char *err, size_t errlen)
+{
+	struct pl_job *j = arg;
+	const struct pl_piece *p = j->p;
+#ifdef GMSFS_HAVE_CUDA
+	CUresult r = 0;
+	CUdeviceptr to = (CUdeviceptr)(uintptr_t)j->nv[p->i].ptr + p->at;
+	if (j->st->pinned && (r = j->st->cu->cuMemcpyHtoDAsync(to, j->at, p->len, j->s)))
+		goto fail;
+#endif
+	if (!p->at)
+		XXH3_64bits_reset(j->x);
+	XXH3_64bits_update(j->x, j->at, p->len);
+	if (p->at + p->len == j->nv[p->i].size)
+		j->digests[p->i] = XXH3_64bits_digest(j->x);
+#ifdef GMSFS_HAVE_CUDA
+	if (j->st->pinned && (r = j->st->cu->cuStreamSynchronize(j->s))) /* its half is free again */
+		goto fail;
+	return 0;
+fail:
+	snprintf(err, errlen, "%s: into the GPU: %s", j->nv[p->i].name, cu_name(j->st->cu, r));
+	return -EIO;
+#else
+	return 0;
+#endif
+}
+
+#ifdef GMSFS_HAVE_CUDA
+static void enter_ctx(void *arg)
+{
+	struct cp_stage *st = arg;
+	st->cu->cuCtxSetCurrent(st->ctx);
+}
+#endif
+
+/* Every allocation's bytes into the store's memory, each one's digest as it passes: piece
+ * j+1 received (into its place, or into one half of the pinned buffer) while the lane
+ * hashes piece j (and on a GPU copies it in from the other half). */
 static int recv_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, struct gmsfs_new *nv, size_t n,
 		      uint64_t *digests, uint64_t total, bool progress, int timeout_ms, char *err, size_t errlen)
 {
@@ -96,74 +189,66 @@ static int recv_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, struct gmsfs_n
 	if (e)
 		return e;
 	char *pinned = st.pinned;
-#ifdef GMSFS_HAVE_CUDA
-	struct cu_api *cu = st.cu;
-	CUstream s[2] = { NULL, NULL };
-	if (pinned &&
-	    (cu->cuStreamCreate(&s[0], CU_STREAM_NON_BLOCKING) || cu->cuStreamCreate(&s[1], CU_STREAM_NON_BLOCKING))) {
-		if (s[0])
-			cu->cuStreamDestroy(s[0]);
-		snprintf(err, errlen, "no stream for the GPU's bytes");
-		return -EIO;
-	}
-#endif
 	uint64_t piece = pinned ? st.room / 2 : PL_PIECE;
 	size_t count = 0;
 	struct pl_piece *v = pieces(nv, n, piece, &count);
 	XXH3_state_t *x = XXH3_createState();
-	e = v && x ? 0 : -ENOMEM;
+	struct ln *lane = NULL;
+	void (*enter)(void *) = NULL;
+#ifdef GMSFS_HAVE_CUDA
+	if (pinned)
+		enter = enter_ctx;
+#endif
+	struct pl_job job = { .nv = nv, .x = x, .digests = digests, .st = &st };
+	e = v && x ? ln_start(&lane, enter, &st) : -ENOMEM;
+	if (e)
+		snprintf(err, errlen, "no thread to hash with: %s", strerror(-e));
+#ifdef GMSFS_HAVE_CUDA
+	CUresult r;
+	if (!e && pinned && (r = st.cu->cuStreamCreate(&job.s, CU_STREAM_NON_BLOCKING)))
+		e = -EIO, snprintf(err, errlen, "no stream for the GPU's bytes: %s", cu_name(st.cu, r));
+#endif
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	uint64_t done = 0;
 	void *op = NULL;
+	struct pl_populate pop = { 0 };
+	if (!e && !pinned)
+		populate_start(&pop, nv, n);
 	/* Where piece j lands: its place in the store's memory, or the half j % 2 of the pinned buffer. */
 #define PL_AT(j) (pinned ? pinned + (size_t)((j) % 2) * piece : (char *)nv[v[j].i].ptr + v[j].at)
 	if (!e && count)
 		e = nt_recv_start(c, PL_AT(0), v[0].len, &op, err, errlen);
 	for (size_t j = 0; !e && j < count; j++) {
-		if ((e = nt_finish(c, op, "receiving", timeout_ms, err, errlen)))
-			break;
+		e = nt_finish(c, op, "receiving", timeout_ms, err, errlen);
 		op = NULL;
-#ifdef GMSFS_HAVE_CUDA
-		CUresult r = 0;
-		if (pinned && j + 1 < count && (r = cu->cuStreamSynchronize(s[(j + 1) % 2]))) { /* its half is free */
-			snprintf(err, errlen, "into the GPU: %s", cu_name(cu, r));
-			e = -EIO;
+		if (!e) /* piece j-1 is in: its half is free */
+			e = ln_wait(lane, c, err, errlen);
+		if (!e && j + 1 < count)
+			e = nt_recv_start(c, PL_AT(j + 1), v[j + 1].len, &op, err, errlen);
+		if (e)
 			break;
-		}
-#endif
-		if (j + 1 < count && (e = nt_recv_start(c, PL_AT(j + 1), v[j + 1].len, &op, err, errlen)))
-			break;
-		if (!v[j].at)
-			XXH3_64bits_reset(x);
-		XXH3_64bits_update(x, PL_AT(j), v[j].len);
-		if (v[j].at + v[j].len == nv[v[j].i].size)
-			digests[v[j].i] = XXH3_64bits_digest(x);
-#ifdef GMSFS_HAVE_CUDA
-		if (pinned && (r = cu->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)nv[v[j].i].ptr + v[j].at, PL_AT(j),
-							 v[j].len, s[j % 2]))) {
-			snprintf(err, errlen, "%s: into the GPU: %s", nv[v[j].i].name, cu_name(cu, r));
-			e = -EIO;
-		}
-#endif
+		job.p = &v[j], job.at = PL_AT(j);
+		ln_give(lane, absorb, &job);
 		show(progress, done += v[j].len, total, &t0);
 	}
 #undef PL_AT
+	if (lane) {
+		char why[256];
+		int e2 = ln_wait(lane, c, why, sizeof why);
+		if (e2 && !e)
+			e = e2, snprintf(err, errlen, "%s", why);
+		ln_stop(lane);
+	}
+#ifdef GMSFS_HAVE_CUDA
+	if (job.s)
+		st.cu->cuStreamDestroy(job.s);
+#endif
+	populate_stop(&pop);
 	if (op) { /* started, not finished: waited for (the error stands) */
 		char why[128];
 		nt_finish(c, op, "receiving", timeout_ms, why, sizeof why);
 	}
-#ifdef GMSFS_HAVE_CUDA
-	for (int k = 0; k < 2; k++)
-		if (s[k]) {
-			CUresult r = cu->cuStreamSynchronize(s[k]);
-			if (r && !e) {
-				snprintf(err, errlen, "into the GPU: %s", cu_name(cu, r));
-				e = -EIO;
-			}
-			cu->cuStreamDestroy(s[k]);
-		}
-#endif
 	if (progress)
 		fputc('\n', stderr);
 	/* Allocations of no bytes have no piece: their digest is the empty one's. */
@@ -246,8 +331,10 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 	}
 	if (!e && l.nallocs && (e = gmsfs_create_many(g, nv, l.nallocs)))
 		snprintf(err, errlen, "%s: %s", store, gmsfs_errmsg(g));
+	double ready = seconds_since(&t0), moved = 0;
 	if (!e)
 		e = recv_bytes(c, cp, g, nv, l.nallocs, digests, total, progress, timeout_ms, err, errlen);
+	moved = seconds_since(&t0) - ready;
 	void *body = NULL;
 	size_t len;
 	char why[256];
@@ -275,8 +362,9 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 	if (!e && strcmp(got, l.hash))
 		e = -EIO, snprintf(err, errlen, "pulled, but %s's layout hash is %s, not the peer's %s", store, got, l.hash);
 	if (!e)
-		snprintf(how, howlen, "%zu allocations, %llu bytes in %.3f s, layout %s", l.nallocs,
-			 (unsigned long long)total, seconds_since(&t0), got);
+		snprintf(how, howlen, "%zu allocations, %llu bytes in %.3f s (the layout made in %.3f s, the bytes "
+			 "in %.3f s: %.2f GB/s), layout %s", l.nallocs, (unsigned long long)total, seconds_since(&t0),
+			 ready, moved, moved > 0 ? (double)total / 1e9 / moved : 0.0, got);
 	free(nv);
 	free(ev);
 	free(digests);

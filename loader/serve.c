@@ -3,6 +3,7 @@
  * reading loses its connection after the timeout and the next one is served. */
 #include "serve.h"
 #include "copy.h"
+#include "lane.h"
 #include "net.h"
 #include "net_wire.h"
 #include "store_files.h"
@@ -117,48 +118,104 @@ static int layout_of(gmsfs *g, char **keys, struct gmsfs_meta *m, size_t ne, str
 	return gmsfs_layout_hash(g, l->hash);
 }
 
-/* A run of sends, two at a time: each piece hashed (and on a GPU copied out) while the
- * piece before it is on its way. */
-struct sv_pipe {
-	struct nt_conn *c;
-	void *op[2];
-	int k;
-	int timeout_ms;
+#define SV_PIECE (32ull << 20) /* host memory: bytes hashed and sent a piece */
+#define SV_STEP (4ull << 20)   /* out of the GPU: bytes copied, then hashed, a step */
+#define SV_STEPS 64            /* steps a piece at most (a piece is half the pinned buffer) */
+
+/* One piece of an allocation's bytes, as the lane readies it to be sent: out of the GPU
+ * into a half of the pinned buffer, hashed. */
+struct sv_job {
+	const char *src;      /* in the store's memory */
+	char *stage;          /* a half of the pinned buffer; NULL: sent from src */
+	uint64_t len;
+	bool first, last;     /* of its allocation */
+	XXH3_state_t *x;      /* the lane's alone: pieces go in order */
+	uint64_t *digest;
+	uint64_t *digests;    /* every allocation's: digest is one of them */
+	const char *name;
+	struct cp_stage *st;
+#ifdef GMSFS_HAVE_CUDA
+	CUstream s;           /* the copies out of the GPU */
+	CUevent ev[SV_STEPS]; /* each step's copy done */
+#endif
 };
 
-/* The slot k is free again: its send has gone. */
-static int slot_free(struct sv_pipe *p, char *err, size_t errlen)
+static int ready(void *arg, char *err, size_t errlen)
 {
-	void *op = p->op[p->k];
-	p->op[p->k] = NULL;
-	return op ? nt_finish(p->c, op, "sending", p->timeout_ms, err, errlen) : 0;
-}
-
-static int slot_send(struct sv_pipe *p, const void *buf, uint64_t len, char *err, size_t errlen)
-{
-	int e = nt_send_start(p->c, buf, len, &p->op[p->k], err, errlen);
-	p->k ^= 1;
-	return e;
-}
-
-/* Every send finished (after an error too: each started one is waited for). */
-static int pipe_drain(struct sv_pipe *p, int e, char *err, size_t errlen)
-{
-	for (int n = 0; n < 2; n++, p->k ^= 1) {
-		char why[256];
-		int e2 = slot_free(p, why, sizeof why);
-		if (e2 && !e) {
-			e = e2;
-			snprintf(err, errlen, "%s", why);
+	struct sv_job *j = arg;
+	if (j->first)
+		XXH3_64bits_reset(j->x);
+	if (!j->stage) {
+		XXH3_64bits_update(j->x, j->src, j->len);
+	} else {
+#ifdef GMSFS_HAVE_CUDA
+		/* Out of the GPU a step at a time, each step hashed once its copy is in, while
+		 * the next ones copy. */
+		struct cu_api *cu = j->st->cu;
+		CUresult r = 0;
+		size_t steps = 0;
+		for (uint64_t o = 0; !r && o < j->len; o += SV_STEP, steps++)
+			if (!(r = cu->cuMemcpyDtoHAsync(j->stage + o, (CUdeviceptr)(uintptr_t)j->src + o,
+							 j->len - o < SV_STEP ? j->len - o : SV_STEP, j->s)))
+				r = cu->cuEventRecord(j->ev[steps], j->s);
+		for (size_t k = 0; !r && k < steps; k++) {
+			uint64_t o = (uint64_t)k * SV_STEP;
+			if (!(r = cu->cuEventSynchronize(j->ev[k])))
+				XXH3_64bits_update(j->x, j->stage + o, j->len - o < SV_STEP ? j->len - o : SV_STEP);
 		}
+		if (r) {
+			cu->cuStreamSynchronize(j->s); /* nothing left copying into the stage */
+			snprintf(err, errlen, "%s: out of the GPU: %s", j->name, cu_name(cu, r));
+			return -EIO;
+		}
+#endif
 	}
-	return e;
+	if (j->last)
+		*j->digest = XXH3_64bits_digest(j->x);
+	return 0;
 }
 
-#define SV_PIECE (32ull << 20) /* host memory: bytes hashed and sent a piece */
+#ifdef GMSFS_HAVE_CUDA
+static void enter_ctx(void *arg)
+{
+	struct cp_stage *st = arg;
+	st->cu->cuCtxSetCurrent(st->ctx);
+}
+#endif
+
+
+/* Where send_bytes is: allocation i, at bytes into it. */
+struct sv_cursor {
+	const struct gmsfs_mapping *v;
+	size_t n, i;
+	uint64_t at, piece;
+};
+
+/* The next piece with bytes, as job j (base's lane fields; staged in the half j % 2 of
+ * pinned, if any) into *job: false when none is left. */
+static bool next_piece(struct sv_cursor *q, const struct sv_job *base, char *pinned, size_t j, struct sv_job *job)
+{
+	while (q->i < q->n && q->at >= q->v[q->i].size)
+		q->i++, q->at = 0;
+	if (q->i == q->n)
+		return false;
+	const struct gmsfs_mapping *m = &q->v[q->i];
+	uint64_t len = m->size - q->at < q->piece ? m->size - q->at : q->piece;
+	*job = *base;
+	job->src = (const char *)m->ptr + q->at;
+	job->stage = pinned ? pinned + (j % 2) * q->piece : NULL;
+	job->len = len;
+	job->first = !q->at;
+	job->last = q->at + len == m->size;
+	job->digest = &base->digests[q->i];
+	job->name = m->name;
+	q->at += len;
+	return true;
+}
 
 /* Every allocation's bytes, in order, and their digests: straight from host memory, or
- * out of the GPU through the pinned buffer of the store's context, in two halves. */
+ * out of the GPU through the pinned buffer of the store's context, in two halves.  Piece
+ * j goes while the lane readies piece j+1. */
 static int send_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, uint64_t *digests, int timeout_ms, char *err,
 		      size_t errlen)
 {
@@ -169,37 +226,72 @@ static int send_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, uint64_t *dige
 	if (e)
 		return e;
 	char *pinned = st.pinned;
-	struct sv_pipe p = { .c = c, .timeout_ms = timeout_ms };
 	uint64_t piece = pinned ? st.room / 2 : SV_PIECE;
 	XXH3_state_t *x = XXH3_createState();
-	if (!x)
-		return -ENOMEM;
-	for (size_t i = 0; !e && i < n; i++) {
-		XXH3_64bits_reset(x);
-		for (uint64_t at = 0; !e && at < v[i].size; at += piece) {
-			uint64_t len = v[i].size - at < piece ? v[i].size - at : piece;
-			const char *src = (const char *)v[i].ptr + at;
-			if ((e = slot_free(&p, err, errlen)))
-				break;
+	struct ln *lane = NULL;
+	void (*enter)(void *) = NULL;
 #ifdef GMSFS_HAVE_CUDA
-			if (pinned) {
-				char *half = pinned + (size_t)p.k * piece;
-				CUresult r = st.cu->cuMemcpyDtoH(half, (CUdeviceptr)(uintptr_t)src, len);
-				if (r) {
-					snprintf(err, errlen, "%s: out of the GPU: %s", v[i].name, cu_name(st.cu, r));
-					e = -EIO;
-					break;
-				}
-				src = half;
-			}
+	if (pinned)
+		enter = enter_ctx;
 #endif
-			XXH3_64bits_update(x, src, len);
-			e = slot_send(&p, src, len, err, errlen);
-		}
-		digests[i] = XXH3_64bits_digest(x);
+	struct sv_job base = { .x = x, .st = &st, .digests = digests };
+	e = x ? ln_start(&lane, enter, &st) : -ENOMEM;
+	if (e)
+		snprintf(err, errlen, "no thread to hash with: %s", strerror(-e));
+#ifdef GMSFS_HAVE_CUDA
+	if (!e && pinned && piece > SV_STEPS * SV_STEP)
+		piece = SV_STEPS * SV_STEP;
+	CUresult r = 0;
+	if (!e && pinned && !(r = st.cu->cuStreamCreate(&base.s, CU_STREAM_NON_BLOCKING)))
+		for (size_t k = 0; !r && k < SV_STEPS; k++)
+			r = st.cu->cuEventCreate(&base.ev[k], CU_EVENT_DISABLE_TIMING);
+	if (r)
+		e = -EIO, snprintf(err, errlen, "no stream for the GPU's bytes: %s", cu_name(st.cu, r));
+#endif
+	struct sv_job jobs[2]; /* piece j's in jobs[j % 2]; its stage the half j % 2 */
+	size_t j = 0;
+	void *op = NULL;       /* piece j-1's send */
+	/* Allocations of no bytes: nothing sent, the empty digest. */
+	for (size_t i = 0; i < n; i++)
+		if (!v[i].size)
+			digests[i] = XXH3_64bits(NULL, 0);
+	struct sv_cursor q = { .v = v, .n = n, .piece = piece };
+	bool more = !e && next_piece(&q, &base, pinned, j, &jobs[0]);
+	if (more)
+		ln_give(lane, ready, &jobs[0]);
+	while (more && !e) {
+		e = ln_wait(lane, c, err, errlen); /* piece j ready, piece j-1 moving */
+		if (!e && op) /* piece j-1 gone: its half is free for piece j+1 */
+			e = nt_finish(c, op, "sending", timeout_ms, err, errlen);
+		op = NULL;
+		struct sv_job *now = &jobs[j % 2];
+		if (!e)
+			e = nt_send_start(c, now->stage ? now->stage : now->src, now->len, &op, err, errlen);
+		if (e)
+			break;
+		j++;
+		if ((more = next_piece(&q, &base, pinned, j, &jobs[j % 2])))
+			ln_give(lane, ready, &jobs[j % 2]);
 	}
+	char why[256];
+	int e2 = lane ? ln_wait(lane, NULL, why, sizeof why) : 0;
+	if (!e && e2)
+		e = e2, snprintf(err, errlen, "%s", why);
+	if (op) { /* waited for also after an error: the request ends with it */
+		e2 = nt_finish(c, op, "sending", timeout_ms, why, sizeof why);
+		if (!e && e2)
+			e = e2, snprintf(err, errlen, "%s", why);
+	}
+	ln_stop(lane);
+#ifdef GMSFS_HAVE_CUDA
+	for (size_t k = 0; k < SV_STEPS; k++)
+		if (base.ev[k])
+			st.cu->cuEventDestroy(base.ev[k]);
+	if (base.s)
+		st.cu->cuStreamDestroy(base.s);
+#endif
 	XXH3_freeState(x);
-	return pipe_drain(&p, e, err, errlen);
+	return e;
 }
 
 static int serve_one(const struct sv_options *o, struct nt_conn *c, const char *peer)
@@ -233,12 +325,14 @@ static int serve_one(const struct sv_options *o, struct nt_conn *c, const char *
 		else if (strcmp(state, "COMMITTED") && strcmp(state, "RO"))
 			e = refuse(c, peer, o->timeout_ms, EAGAIN, "%s is %s, not committed", h->store, state);
 	}
-	struct cp *cp = NULL;
+	/* The mount's GPU context and pinned buffer, made for the first peer and kept for the
+	 * next (a context costs some 0.1-0.3 s to make: each peer would wait for it). */
+	static struct cp *cp;
 	gmsfs *g = NULL;
 	char **keys = NULL;
 	struct gmsfs_meta *m = NULL;
 	size_t ne = 0;
-	if (!e && (e = cp_open(path, &cp, err, sizeof err)))
+	if (!e && !cp && (e = cp_open(path, &cp, err, sizeof err)))
 		e = refuse(c, peer, o->timeout_ms, -e, "%s: %s", h->store, err);
 	if (!e && (e = gmsfs_connect(&g, path, GMSFS_RO, o->timeout_ms)))
 		e = refuse(c, peer, o->timeout_ms, -e, "%s: %s", h->store, g ? gmsfs_errmsg(g) : gmsfs_strerror(e));
@@ -272,7 +366,6 @@ static int serve_one(const struct sv_options *o, struct nt_conn *c, const char *
 	if (keys)
 		gmsfs_meta_free_all(keys, m, ne);
 	gmsfs_disconnect(g); /* the read lock goes with the connection */
-	cp_close(cp);
 	free(h);
 	return e;
 }

@@ -281,8 +281,16 @@ if [ "$what" = peer-net ] || [ "$what" = all ]; then # gmsfs-peer: a store pulle
 	export PATH=$prefix/usr/bin:$PATH # ucx_perftest
 	mount_gmsfs -o no_host_ahead || { echo "Bail out! no mount"; exit 1; }
 	mnt0=$mnt pid0=$pid
+	# The other GPU's mount where there are two (the nvidia-h200-x2 kind), else a second
+	# daemon on the same GPU: either way a store pulled from one GPU mount into another.
+	gpus=$(nvidia-smi -L | wc -l)
+	mount_gmsfs -o no_host_ahead,device=$((gpus > 1 ? 1 : 0)),socket=/tmp/gmsfs-net-gpu2.sock ||
+		{ echo "Bail out! no mount"; exit 1; }
+	mnt1=$mnt pid1=$pid
 	mount_gmsfs -o backend=host,socket=/tmp/gmsfs-net-host.sock || { echo "Bail out! no mount"; exit 1; }
-	timeout 400 python3 tests/gpu/peer_net_gpu.py "$mnt0" "$mnt" "$top/build" || failed=$((failed + 1))
+	timeout 500 python3 tests/gpu/peer_net_gpu.py "$mnt0" "$mnt" "$top/build" "$mnt1" || failed=$((failed + 1))
+	unmount_gmsfs
+	mnt=$mnt1 pid=$pid1
 	unmount_gmsfs
 	mnt=$mnt0 pid=$pid0
 	unmount_gmsfs
