@@ -24,7 +24,7 @@ MSGPACK_LIBS := $(shell $(PKG_CONFIG) --libs msgpack 2>/dev/null)
 XXH_LIBS := $(shell $(PKG_CONFIG) --libs libxxhash 2>/dev/null)
 XXH_CFLAGS := $(shell $(PKG_CONFIG) --cflags libxxhash 2>/dev/null)
 
-PUBLIC_HDR := include/gmsfs/gmsfs.h include/gmsfs/abi.h include/gmsfs/torch.h include/gmsfs/load.h
+PUBLIC_HDR := include/gmsfs/gmsfs.h include/gmsfs/abi.h include/gmsfs/torch.h include/gmsfs/load.h include/gmsfs/peer.h
 COMMON_HDR := $(PUBLIC_HDR) $(wildcard common/*.h)
 WIRE_SRC := common/wire.c common/wire_req.c common/wire_reply.c common/wire_image.c
 FSM_SRC := src/fsm/fsm.c
@@ -57,9 +57,11 @@ LOAD_SONAME := libgmsfs-load.so.0
 # gmsfs-peer (serve and pull stores between nodes) is built where UCX is (libucx-dev).
 UCX_CFLAGS := $(shell $(PKG_CONFIG) --cflags ucx 2>/dev/null)
 UCX_LIBS := $(shell $(PKG_CONFIG) --libs ucx 2>/dev/null)
-PEER_SRC := loader/net_wire.c loader/net.c loader/lane.c loader/serve.c loader/pull.c common/wire.c
+PEER_SRC := loader/net_wire.c loader/net.c loader/lane.c loader/serve.c loader/pull.c loader/copy.c loader/store_files.c common/wire.c
+PEER_SONAME := libgmsfs-peer.so.0
 ifneq ($(UCX_LIBS),)
 LOADER += $(B)/gmsfs-peer
+LIB += $(B)/libgmsfs-peer.so
 endif
 BENCH := $(B)/bench-import $(B)/bench-minfs $(B)/bench-control $(B)/bench-pages
 ifdef HAVE_CUDA
@@ -124,9 +126,16 @@ $(B)/gmsfs-load: loader/load.c $(PUBLIC_HDR) $(B)/libgmsfs-load.so
 $(B)/gmsfs-%: loader/%.c $(LOADER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(XXH_CFLAGS) $(LDFLAGS) -o $@ $< $(LOADER_SRC) $(LINK_LIB) -ldl
 
-$(B)/gmsfs-peer: loader/gmsfs_peer.c $(PEER_SRC) $(LOADER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
+# libgmsfs-peer: gmsfs_pull, which gmsfsctl pull and Python engines call in their own process.
+$(B)/libgmsfs-peer.so: loader/peerlib.c $(PEER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(UCX_CFLAGS) $(MSGPACK_CFLAGS) $(XXH_CFLAGS) $(LDFLAGS) -fPIC -fvisibility=hidden \
+		-shared -Wl,-soname,$(PEER_SONAME) -o $(B)/$(PEER_SONAME) loader/peerlib.c $(PEER_SRC) \
+		$(LINK_LIB) $(UCX_LIBS) $(MSGPACK_LIBS) $(XXH_LIBS) -ldl
+	ln -sf $(PEER_SONAME) $@
+
+$(B)/gmsfs-peer: loader/gmsfs_peer.c $(PEER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(UCX_CFLAGS) $(MSGPACK_CFLAGS) $(XXH_CFLAGS) $(LDFLAGS) -o $@ $< $(PEER_SRC) \
-		$(LOADER_SRC) $(LINK_LIB) $(UCX_LIBS) $(MSGPACK_LIBS) $(XXH_LIBS) -ldl
+		$(LINK_LIB) $(UCX_LIBS) $(MSGPACK_LIBS) $(XXH_LIBS) -ldl
 
 # The baseline for the control files: a minimal low-level FUSE file system.
 $(B)/bench-minfs: bench/bench_minfs.c | $(B)
@@ -244,7 +253,10 @@ install: install-node $(LIB) $(LOADER)
 	install -D -m 0644 man/gmsfs-load.1 $(DESTDIR)$(PREFIX)/share/man/man1/gmsfs-load.1
 	install -D -m 0755 $(B)/gmsfs-snapshot $(DESTDIR)$(PREFIX)/bin/gmsfs-snapshot
 	if [ -x $(B)/gmsfs-peer ]; then install -D -m 0755 $(B)/gmsfs-peer $(DESTDIR)$(PREFIX)/bin/gmsfs-peer && \
-		install -D -m 0644 man/gmsfs-peer.1 $(DESTDIR)$(PREFIX)/share/man/man1/gmsfs-peer.1; fi
+		install -D -m 0644 man/gmsfs-peer.1 $(DESTDIR)$(PREFIX)/share/man/man1/gmsfs-peer.1 && \
+		install -D -m 0644 $(B)/$(PEER_SONAME) $(DESTDIR)$(LIBDIR)/$(PEER_SONAME) && \
+		ln -sf $(PEER_SONAME) $(DESTDIR)$(LIBDIR)/libgmsfs-peer.so && \
+		install -D -m 0644 include/gmsfs/peer.h $(DESTDIR)$(PREFIX)/include/gmsfs/peer.h; fi
 	for n in gmsfs-save gmsfs-snapshot; do echo '.so man1/gmsfs-load.1' > $(DESTDIR)$(PREFIX)/share/man/man1/$$n.1; done
 	install -D -m 0755 tools/gmsfs-mount-all $(DESTDIR)$(PREFIX)/sbin/gmsfs-mount-all
 	# mount -t fuse.gmsfs runs /sbin/mount.fuse.gmsfs (/usr/sbin on a merged /usr)

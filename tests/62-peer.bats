@@ -266,3 +266,63 @@ with gmsfs.connect(sys.argv[1], "rw", timeout=10) as c:
 	assert_success
 	same_store "$A/big" "$B/big"
 }
+
+@test "gmsfsctl pull: the served store, the same layout hash; refused with words, the target left empty" {
+	mkdir "$B/ctl" "$B/ctl2"
+	run in_b "$ROOT/tools/gmsfsctl" pull "gmsfs://$ADDR_A:$PORT/m" "$B/ctl" --token "$TOKEN" --timeout 5
+	assert_success
+	assert_output --partial "5 allocations"
+	same_store "$A/m" "$B/ctl"
+	cp "$TOKEN" "$BATS_TEST_TMPDIR/wrong" && echo -n 0123456789abcdef0123 >"$BATS_TEST_TMPDIR/wrong"
+	run in_b "$ROOT/tools/gmsfsctl" pull "gmsfs://$ADDR_A:$PORT/m" "$B/ctl2" --token "$BATS_TEST_TMPDIR/wrong"
+	assert_failure
+	assert_output --partial "gmsfsctl: pull gmsfs://$ADDR_A:$PORT/m into $B/ctl2:"
+	assert_output --partial "refused: the token is not this server's"
+	state_is "$B/ctl2" EMPTY
+	run in_b "$ROOT/tools/gmsfsctl" pull "gmsfs://$ADDR_A/m" "$B/ctl2" --token "$TOKEN"
+	assert_failure
+	assert_output --partial "not gmsfs://HOST:PORT/STORE"
+	run in_b "$ROOT/tools/gmsfsctl" pull "gmsfs://$ADDR_A:$PORT/m" "$B/ctl2" --token "$TOKEN" --timeout 0
+	assert_failure
+	assert_output --partial "timeout is seconds, more than 0"
+	state_is "$B/ctl2" EMPTY
+}
+
+@test "gmsfs.pull in an engine's process: what was done, or GmsfsError with its errno; gmsfs_pull checks its flags" {
+	mkdir "$B/py" "$B/py2"
+	run in_b "$PYTHON" - "gmsfs://$ADDR_A:$PORT" "$B" "$TOKEN" <<'PY'
+import ctypes, errno, sys
+import gmsfs
+from gmsfs import _lib
+url, b, token = sys.argv[1:4]
+how = gmsfs.pull(url + "/big", b + "/py", token, timeout=10)
+print("pulled:", how)
+with gmsfs.connect(b + "/py", "ro", timeout=5) as c:
+    c.import_all()
+    print("entries:", len(c.meta_list("torch/")))
+try:
+    gmsfs.pull(url + "/big", b + "/py", token, timeout=10)
+except gmsfs.GmsfsError as e:
+    print("again:", errno.errorcode[e.errno])
+try:
+    gmsfs.pull(url + "/other", b + "/py2", token, timeout=10)
+except gmsfs.GmsfsError as e:
+    print("not served:", errno.errorcode[e.errno])
+err = ctypes.create_string_buffer(256)
+e = _lib.peer_lib().gmsfs_pull((url + "/big").encode(), (b + "/py2").encode(), token.encode(), 1000, 0x2, None, 0,
+                               err, len(err))
+print("flags:", errno.errorcode[-e], err.value.decode())
+e = _lib.peer_lib().gmsfs_pull((url + "/big").encode(), (b + "/py2").encode(), token.encode(), 0, 0, None, 0,
+                               err, len(err))
+print("timeout:", errno.errorcode[-e], err.value.decode())
+PY
+	assert_success
+	assert_line --regexp "^pulled: [0-9]+ allocations, [0-9]+ bytes"
+	assert_line --regexp "^entries: [0-9]+$"
+	assert_line "again: EEXIST"
+	assert_line "not served: EACCES"
+	assert_line "flags: EINVAL flags 0x2: only GMSFS_PULL_PROGRESS is known"
+	assert_line "timeout: EINVAL a timeout of 0 ms: more than 0"
+	same_store "$A/big" "$B/py"
+	state_is "$B/py2" EMPTY
+}

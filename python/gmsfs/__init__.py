@@ -15,11 +15,11 @@ PyTorch modules; Connection.array gives numpy views on the host backend.
 """
 from ._connection import Connection, Entry, Mapping, connect, prefetch
 from ._errors import GmsfsError, StaleLayoutError
-from ._load import copy, load
+from ._load import copy, load, pull
 from ._ranges import PageAllocator, Pages, Space
 
 __all__ = ["connect", "prefetch", "Connection", "Mapping", "Entry", "Space", "Pages", "PageAllocator", "GmsfsError",
-           "StaleLayoutError", "load", "copy", "version", "version_string", "library_path"]
+           "StaleLayoutError", "load", "copy", "pull", "version", "version_string", "library_path"]
 
 
 def __getattr__(name):

@@ -191,35 +191,52 @@ def __getattr__(name):
         return globals()[name]
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
-_load_lib = None
+_side_libs = {}
 
 
-def load_lib():
-    """libgmsfs-load (gmsfs_load, gmsfs_copy), looked for as libgmsfs is ($GMSFS_LOAD_LIBRARY, the
-    build tree, then beside libgmsfs and the system's), at the first use."""
-    global _load_lib
-    if _load_lib is None:
+def _side_lib(soname, env, protos, why=""):
+    """A library of the package's commands (libgmsfs-load, libgmsfs-peer), looked for as
+    libgmsfs is ($env, the build tree, then beside libgmsfs and the system's), at its first
+    use, its prototypes set."""
+    lib = _side_libs.get(soname)
+    if lib is None:
         _loaded()  # for path, beside which it may lie
         here = os.path.dirname(os.path.abspath(__file__))
-        names = [os.environ.get("GMSFS_LOAD_LIBRARY"), os.path.join(here, "..", "..", "build", "libgmsfs-load.so.0"),
-                 os.path.join(os.path.dirname(path), "libgmsfs-load.so.0"), "libgmsfs-load.so.0"]
+        names = [os.environ.get(env), os.path.join(here, "..", "..", "build", soname),
+                 os.path.join(os.path.dirname(path), soname), soname]
         errors = []
         for name in names:
             if not name or (os.sep in name and not os.path.exists(name)):
                 continue
             try:
-                _load_lib = ctypes.CDLL(name)
+                lib = ctypes.CDLL(name)
                 break
             except OSError as e:
                 errors.append("%s: %s" % (name, e))
         else:
-            raise ImportError("gmsfs: libgmsfs-load.so.0 not found (set GMSFS_LOAD_LIBRARY): " + "; ".join(errors))
-        _load_lib.gmsfs_load.restype = ctypes.c_int
-        _load_lib.gmsfs_load.argtypes = [_P, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint, ctypes.c_char_p,
-                                         ctypes.c_size_t]
-        _load_lib.gmsfs_copy.restype = ctypes.c_int
-        _load_lib.gmsfs_copy.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                                         ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
-    return _load_lib
+            raise ImportError("gmsfs: %s not found%s (set %s): %s" % (soname, why, env, "; ".join(errors)))
+        for fn, (res, args) in protos.items():
+            f = getattr(lib, fn)
+            f.restype = res
+            f.argtypes = args
+        _side_libs[soname] = lib
+    return lib
+
+
+def load_lib():
+    """libgmsfs-load (gmsfs_load, gmsfs_copy)."""
+    return _side_lib("libgmsfs-load.so.0", "GMSFS_LOAD_LIBRARY", {
+        "gmsfs_load": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint, ctypes.c_char_p,
+                                      ctypes.c_size_t]),
+        "gmsfs_copy": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                                      ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t])})
+
+
+def peer_lib():
+    """libgmsfs-peer (gmsfs_pull): built and installed where UCX is (the gmsfs package)."""
+    return _side_lib("libgmsfs-peer.so.0", "GMSFS_PEER_LIBRARY", {
+        "gmsfs_pull": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint,
+                                      ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t])},
+        " (gmsfs-peer is built where UCX is: libucx-dev)")
 
 

@@ -1,6 +1,8 @@
 """gmsfs.load: a safetensors checkpoint into a writer's store, in this process; gmsfs.copy: a
-store into an empty one on another mount (another GPU's)."""
+store into an empty one on another mount (another GPU's); gmsfs.pull: a store that another
+node serves into an empty one here."""
 import ctypes
+import sys
 
 from . import _lib
 from ._errors import GmsfsError, _ms
@@ -31,4 +33,25 @@ def copy(src, dst, timeout=None):
     e = _lib.load_lib().gmsfs_copy(str(src).encode(), str(dst).encode(), _ms(timeout), how, len(how), err, len(err))
     if e:
         raise GmsfsError(-e, "copy %s to %s: %s" % (src, dst, err.value.decode(errors="replace")))
+    return how.value.decode()
+
+
+def pull(url, store, token_file, timeout=30, progress=None):
+    """Pull url (gmsfs://HOST:PORT/NAME, served by `gmsfs-peer serve` on another node) into
+    store, an empty store of this machine's mounts, in this process (libgmsfs-peer): the
+    layout and entries, the bytes (each allocation's xxh3 checked), then the commit, which
+    must give the peer's layout hash.  token_file: the token both sides share, in a file
+    only its owner reads.  timeout: seconds any wait may last with nothing moving.
+    progress: a line on stderr as bytes land (None: where stderr is a terminal).  Returns
+    what was done; on any failure (GmsfsError: EACCES the peer refused, EEXIST store holds
+    allocations, EIO bytes not the peer's, ETIMEDOUT, ECONNRESET) store is as it was."""
+    if timeout is None or not timeout > 0:
+        raise ValueError("pull: timeout is seconds, more than 0 (not %r)" % (timeout,))
+    if progress is None:
+        progress = sys.stderr.isatty()
+    how, err = ctypes.create_string_buffer(512), ctypes.create_string_buffer(1024)
+    e = _lib.peer_lib().gmsfs_pull(str(url).encode(), str(store).encode(), str(token_file).encode(),
+                                   int(timeout * 1000), 1 if progress else 0, how, len(how), err, len(err))
+    if e:
+        raise GmsfsError(-e, "pull %s into %s: %s" % (url, store, err.value.decode(errors="replace")))
     return how.value.decode()

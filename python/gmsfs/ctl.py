@@ -355,6 +355,21 @@ def cmd_copy(args):
     return 0
 
 
+def cmd_pull(args):
+    """A store that another node serves into an empty one here: gmsfs.pull."""
+    from ._load import pull
+    from ._errors import GmsfsError
+    try:
+        how = pull(args.url, args.target, args.token, args.timeout, progress=not args.quiet and sys.stderr.isatty())
+    except GmsfsError as e:
+        return _fail(e.strerror)
+    except (ImportError, ValueError) as e:
+        return _fail(str(e))
+    if not args.quiet:
+        print("%s -> %s: %s" % (args.url, args.target, how))
+    return 0
+
+
 def cmd_metrics(args):
     """Every mount's metrics, merged, into a textfile directory, or served (_ctl_metrics.py)."""
     from ._ctl_metrics import metrics
@@ -396,6 +411,13 @@ def main(argv=None):
     p.add_argument("target", metavar="TARGET")
     p.add_argument("--timeout", type=float, metavar="SECONDS")
     p.set_defaults(fn=cmd_copy)
+    p = sub.add_parser("pull", help="a store that another node serves (gmsfs-peer serve) into an empty one here")
+    p.add_argument("url", metavar="gmsfs://HOST:PORT/NAME")
+    p.add_argument("target", metavar="TARGET")
+    p.add_argument("--token", required=True, metavar="FILE")
+    p.add_argument("--timeout", type=float, default=30, metavar="SECONDS")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(fn=cmd_pull)
     p = sub.add_parser("metrics", help="every mount's metrics, merged, or into a textfile directory")
     p.add_argument("mounts", nargs="*", metavar="MOUNT")
     g = p.add_mutually_exclusive_group()

@@ -1,0 +1,35 @@
+/* gmsfs/peer.h: a committed store pulled from another node that serves it
+ * (`gmsfs-peer serve`), into an empty store of this machine's mounts, over UCX
+ * (libgmsfs-peer, built where UCX is; `gmsfs-peer pull` and `gmsfsctl pull` are commands
+ * around it, and the Python package's gmsfs.pull calls it).  See gmsfs-peer(1). */
+#ifndef GMSFS_PEER_H
+#define GMSFS_PEER_H
+
+#include <stddef.h>
+#include <gmsfs/gmsfs.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GMSFS_PULL_PROGRESS 1u /* bytes and rate on stderr as they land */
+
+/* Pull url (gmsfs://HOST:PORT/NAME, HOST a name, an IPv4 address or [IPv6]) into store,
+ * an empty store of a local mount, showing the peer the token in token_file (a regular
+ * file that its owner alone may read, 16 to 4096 bytes, a trailing newline not counted):
+ * the layout and entries first, then the bytes into the store's memory (each
+ * allocation's xxh3 checked against the peer's), then the commit, which must give the
+ * peer's layout hash.  timeout_ms: how long any wait may last with nothing moving (the
+ * store's writer lock, the peer), more than 0.  0, or -errno with the reason in err:
+ * -EINVAL (a URL, a flag, a timeout), -EACCES (the peer refused the token or the store),
+ * -EEXIST (store holds allocations), -EIO (bytes or layout hash not the peer's),
+ * -ETIMEDOUT, -ECONNRESET; on any failure store is as it was.  how: what was done
+ * (allocations, bytes, seconds, rate, the layout hash). */
+GMSFS_API int gmsfs_pull(const char *url, const char *store, const char *token_file, int timeout_ms, unsigned flags,
+			 char *how, size_t howlen, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
