@@ -566,6 +566,15 @@ int cp_cuda(struct cp *c, struct cu_api **cu, CUcontext *ctx, char **pinned, siz
 }
 #endif
 
+int cp_enter(struct cp *c)
+{
+#ifdef GMSFS_HAVE_CUDA
+	if (c->cuda && c->cu.cuCtxSetCurrent(c->ctx))
+		return -EIO;
+#endif
+	return 0;
+}
+
 int cp_stage(struct cp *c, int backend, struct cp_stage *s, char *err, size_t errlen)
 {
 	*s = (struct cp_stage){ 0 };

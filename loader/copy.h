@@ -19,6 +19,8 @@ struct cp;
  * and allocates the pinned buffers.  *out is freed by cp_close. */
 int cp_open(const char *store, struct cp **out, char *err, size_t errlen);
 void cp_close(struct cp *c);
+/* Its GPU's context current in the calling thread, for a cp opened by another: 0 or -EIO. */
+int cp_enter(struct cp *c);
 /* A file to copy from, opened until cp_close: its number for cp_add, or -errno. */
 int cp_file(struct cp *c, const char *path, char *err, size_t errlen);
 /* Queue len bytes of a file at off for dst (a mapping of the store); cp_run copies all that

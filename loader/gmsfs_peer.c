@@ -1,6 +1,6 @@
 /* gmsfs-peer: committed stores served to peers, and pulled from them, through UCX.
  *
- *   gmsfs-peer serve MOUNT --listen [ADDR:]PORT --token FILE --allow NAME[,NAME...] [-t SECONDS]
+ *   gmsfs-peer serve MOUNT --listen [ADDR:]PORT --token FILE --allow NAME[,NAME...] [--peers N] [-t SECONDS]
  *   gmsfs-peer pull gmsfs://HOST:PORT/NAME STORE --token FILE [-t SECONDS] [-q]
  */
 #include "pull.h"
@@ -15,7 +15,7 @@
 static int usage(void)
 {
 	fprintf(stderr, "usage: gmsfs-peer serve MOUNT --listen [ADDR:]PORT --token FILE --allow NAME[,NAME...] "
-			"[-t SECONDS]\n"
+			"[--peers N] [-t SECONDS]\n"
 			"       gmsfs-peer pull gmsfs://HOST:PORT/NAME STORE --token FILE [-t SECONDS] [-q]\n");
 	return 2;
 }
@@ -69,7 +69,7 @@ int main(int argc, char **argv)
 		return usage();
 	const char *verb = argv[1], *token_file = NULL, *pos[2] = { 0 };
 	char *listen = NULL, *allow = NULL, err[1024], how[512];
-	int timeout_ms = 30000, npos = 0;
+	int timeout_ms = 30000, npos = 0, peers = 4;
 	bool quiet = false;
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--token") && i + 1 < argc)
@@ -78,6 +78,16 @@ int main(int argc, char **argv)
 			listen = argv[++i];
 		else if (!strcmp(argv[i], "--allow") && i + 1 < argc)
 			allow = argv[++i];
+		else if (!strcmp(argv[i], "--peers") && i + 1 < argc) {
+			char *end;
+			long v = strtol(argv[++i], &end, 10);
+			if (end == argv[i] || *end || v < 1 || v > SV_PEERS_MAX) {
+				fprintf(stderr, "gmsfs-peer: --peers %s: peers served at once, 1 to %d\n", argv[i],
+					SV_PEERS_MAX);
+				return 2;
+			}
+			peers = (int)v;
+		}
 		else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
 			if (seconds(argv[++i], &timeout_ms)) {
 				fprintf(stderr, "gmsfs-peer: -t %s: seconds, more than 0\n", argv[i]);
@@ -116,6 +126,7 @@ int main(int argc, char **argv)
 		o.mount = pos[0];
 		o.addr = addr;
 		o.timeout_ms = timeout_ms;
+		o.peers = peers;
 		return sv_serve(&o) ? 1 : 0;
 	}
 	e = pl_pull(pos[0], pos[1], o.token, o.token_len, timeout_ms, !quiet && isatty(2), how, sizeof how, err,

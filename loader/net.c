@@ -25,7 +25,7 @@ struct nt_listener {
 
 struct nt_conn {
 	ucp_context_h ctx; /* owned by a connect; NULL when accepted (the listener's) */
-	ucp_worker_h worker;
+	ucp_worker_h worker; /* its own: a connection is moved by one thread, each by its own */
 	ucp_ep_h ep;
 	ucs_status_t failed; /* the peer went (the endpoint's error), or a wait ran out */
 };
@@ -43,25 +43,32 @@ static int said(char *err, size_t errlen, int e, const char *what, ucs_status_t 
 	return e;
 }
 
+static int new_worker(ucp_context_h ctx, ucp_worker_h *worker, char *err, size_t errlen)
+{
+	ucp_worker_params_t wp = { .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_EVENTS,
+				   .thread_mode = UCS_THREAD_MODE_SINGLE,
+				   .events = UCP_WAKEUP_TX | UCP_WAKEUP_RX };
+	ucs_status_t s = ucp_worker_create(ctx, &wp, worker);
+	return s == UCS_OK ? 0 : said(err, errlen, -EIO, "a UCX worker", s);
+}
+
 static int context(ucp_context_h *ctx, ucp_worker_h *worker, char *err, size_t errlen)
 {
 	ucp_config_t *cfg;
 	ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
 	if (s != UCS_OK)
 		return said(err, errlen, -EIO, "UCX configuration", s);
-	ucp_params_t p = { .field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP };
+	/* Workers of one context in several threads: a listener's connections each have one. */
+	ucp_params_t p = { .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+			   .features = UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP, .mt_workers_shared = 1 };
 	s = ucp_init(&p, cfg, ctx);
 	ucp_config_release(cfg);
 	if (s != UCS_OK)
 		return said(err, errlen, -EIO, "UCX", s);
-	ucp_worker_params_t wp = { .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_EVENTS,
-				   .thread_mode = UCS_THREAD_MODE_SINGLE,
-				   .events = UCP_WAKEUP_TX | UCP_WAKEUP_RX };
-	if ((s = ucp_worker_create(*ctx, &wp, worker)) != UCS_OK) {
+	int e = new_worker(*ctx, worker, err, errlen);
+	if (e)
 		ucp_cleanup(*ctx);
-		return said(err, errlen, -EIO, "a UCX worker", s);
-	}
-	return 0;
+	return e;
 }
 
 #define NT_SPIN_NS 200000 /* polled this long before sleeping on the descriptor (ucx_perftest only polls): a sleep per socket event costs rate */
@@ -205,14 +212,22 @@ int nt_accept(struct nt_listener *l, int timeout_ms, struct nt_conn **out, char 
 		ucp_listener_reject(l->listener, req);
 		return -ENOMEM;
 	}
-	c->worker = l->worker;
+	/* Its own worker: the thread that serves it moves it alone (UCX accepts a request on
+	 * another worker than the listener's). */
+	int e = new_worker(l->ctx, &c->worker, err, errlen);
+	if (e) {
+		ucp_listener_reject(l->listener, req);
+		free(c);
+		return e;
+	}
 	ucp_ep_params_t p = {
 		.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
 			      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
 		.conn_request = req, .err_mode = UCP_ERR_HANDLING_MODE_PEER, .err_handler = { .cb = on_error, .arg = c },
 	};
-	ucs_status_t s = ucp_ep_create(l->worker, &p, &c->ep);
+	ucs_status_t s = ucp_ep_create(c->worker, &p, &c->ep);
 	if (s != UCS_OK) {
+		ucp_worker_destroy(c->worker);
 		free(c);
 		return said(err, errlen, -EIO, "accepting", s);
 	}
@@ -400,9 +415,9 @@ void nt_close(struct nt_conn *c)
 		if (UCS_PTR_IS_PTR(r))
 			ucp_request_free(r);
 	}
-	if (c->ctx) {
+	if (c->worker)
 		ucp_worker_destroy(c->worker);
+	if (c->ctx)
 		ucp_cleanup(c->ctx);
-	}
 	free(c);
 }

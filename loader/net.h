@@ -14,7 +14,8 @@ struct nt_listener;
 /* Listen on addr (an IPv4 or IPv6 address, or "" for any) and port. */
 int nt_listen(const char *addr, uint16_t port, struct nt_listener **out, char *err, size_t errlen);
 /* The next peer, waiting up to timeout_ms (-1: as long as it takes): -ETIMEDOUT if none.
- * peer: its address, as words. */
+ * peer: its address, as words.  The connection has a UCX worker of its own: another
+ * thread than the listener's may move it (one thread at a time), and close it. */
 int nt_accept(struct nt_listener *l, int timeout_ms, struct nt_conn **out, char *peer, size_t peerlen, char *err,
 	      size_t errlen);
 void nt_listener_close(struct nt_listener *l);

@@ -11,6 +11,7 @@
 #include <gmsfs/gmsfs.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -66,14 +67,51 @@ static int allowed(const struct sv_options *o, const char *name)
 	return 0;
 }
 
+/* A line on stderr, whole: peers served at once log at once. */
 static void logf_(const char *peer, const char *fmt, ...)
 {
+	char line[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "gmsfs-peer: %s: ", peer);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
+	fprintf(stderr, "gmsfs-peer: %s: %s\n", peer, line);
+}
+
+/* Per peer served at once: the mount's GPU context and a pinned buffer, made for the first
+ * peer that needs one and kept for the next (a context costs 0.1-0.3 s to make; a peer
+ * would wait for it). */
+static struct {
+	pthread_mutex_t mu;
+	struct cp *cp[SV_PEERS_MAX];
+	bool busy[SV_PEERS_MAX];
+} pool = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static int cp_take(const char *store, struct cp **out, int *slot, char *err, size_t errlen)
+{
+	int e = -EBUSY;
+	pthread_mutex_lock(&pool.mu);
+	for (int i = 0; i < SV_PEERS_MAX; i++) {
+		if (pool.busy[i])
+			continue;
+		e = pool.cp[i] ? cp_enter(pool.cp[i]) : cp_open(store, &pool.cp[i], err, errlen);
+		if (e == -EIO && pool.cp[i])
+			snprintf(err, errlen, "the GPU's context");
+		if (!e)
+			pool.busy[i] = true, *out = pool.cp[i], *slot = i;
+		break;
+	}
+	pthread_mutex_unlock(&pool.mu);
+	if (e == -EBUSY)
+		snprintf(err, errlen, "every pinned buffer in use");
+	return e;
+}
+
+static void cp_give(int slot)
+{
+	pthread_mutex_lock(&pool.mu);
+	pool.busy[slot] = false;
+	pthread_mutex_unlock(&pool.mu);
 }
 
 static int send_frame(struct nt_conn *c, void *frame, size_t len, int timeout_ms, char *err, size_t errlen)
@@ -325,14 +363,13 @@ static int serve_one(const struct sv_options *o, struct nt_conn *c, const char *
 		else if (strcmp(state, "COMMITTED") && strcmp(state, "RO"))
 			e = refuse(c, peer, o->timeout_ms, EAGAIN, "%s is %s, not committed", h->store, state);
 	}
-	/* The mount's GPU context and pinned buffer, made for the first peer and kept for the
-	 * next (a context costs some 0.1-0.3 s to make: each peer would wait for it). */
-	static struct cp *cp;
+	struct cp *cp = NULL;
+	int slot = -1;
 	gmsfs *g = NULL;
 	char **keys = NULL;
 	struct gmsfs_meta *m = NULL;
 	size_t ne = 0;
-	if (!e && !cp && (e = cp_open(path, &cp, err, sizeof err)))
+	if (!e && (e = cp_take(path, &cp, &slot, err, sizeof err)))
 		e = refuse(c, peer, o->timeout_ms, -e, "%s: %s", h->store, err);
 	if (!e && (e = gmsfs_connect(&g, path, GMSFS_RO, o->timeout_ms)))
 		e = refuse(c, peer, o->timeout_ms, -e, "%s: %s", h->store, g ? gmsfs_errmsg(g) : gmsfs_strerror(e));
@@ -366,8 +403,37 @@ static int serve_one(const struct sv_options *o, struct nt_conn *c, const char *
 	if (keys)
 		gmsfs_meta_free_all(keys, m, ne);
 	gmsfs_disconnect(g); /* the read lock goes with the connection */
+	if (slot >= 0)
+		cp_give(slot);
 	free(h);
 	return e;
+}
+
+/* Peers served at once, each by a thread of its own; at most o->peers. */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int n;
+} active = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+struct sv_peer {
+	const struct sv_options *o;
+	struct nt_conn *c;
+	char name[64];
+};
+
+static void *serve_peer(void *arg)
+{
+	struct sv_peer *p = arg;
+	serve_one(p->o, p->c, p->name);
+	nt_await_close(p->c, p->o->timeout_ms); /* the peer has read the refusal or the trailer */
+	nt_close(p->c);
+	free(p);
+	pthread_mutex_lock(&active.mu);
+	active.n--;
+	pthread_cond_signal(&active.cv);
+	pthread_mutex_unlock(&active.mu);
+	return NULL;
 }
 
 int sv_serve(const struct sv_options *o)
@@ -379,16 +445,28 @@ int sv_serve(const struct sv_options *o)
 		fprintf(stderr, "gmsfs-peer: %s\n", err);
 		return e;
 	}
-	fprintf(stderr, "gmsfs-peer: serving %s on %s:%u\n", o->mount, o->addr[0] ? o->addr : "*", o->port);
+	fprintf(stderr, "gmsfs-peer: serving %s on %s:%u, %d peers at once\n", o->mount, o->addr[0] ? o->addr : "*",
+		o->port, o->peers);
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	for (;;) {
-		struct nt_conn *c;
-		char peer[64];
-		if ((e = nt_accept(l, -1, &c, peer, sizeof peer, err, sizeof err))) {
-			fprintf(stderr, "gmsfs-peer: %s\n", err);
+		pthread_mutex_lock(&active.mu); /* a free place first: the others wait in UCX's queue */
+		while (active.n >= o->peers)
+			pthread_cond_wait(&active.cv, &active.mu);
+		pthread_mutex_unlock(&active.mu);
+		struct sv_peer *p = calloc(1, sizeof *p);
+		if (!p || (e = nt_accept(l, -1, &p->c, p->name, sizeof p->name, err, sizeof err))) {
+			fprintf(stderr, "gmsfs-peer: %s\n", p ? err : "out of memory");
+			free(p);
 			continue;
 		}
-		serve_one(o, c, peer);
-		nt_await_close(c, o->timeout_ms); /* the peer has read the refusal or the trailer */
-		nt_close(c);
+		p->o = o;
+		pthread_mutex_lock(&active.mu);
+		active.n++;
+		pthread_mutex_unlock(&active.mu);
+		pthread_t t;
+		if (pthread_create(&t, &attr, serve_peer, p))
+			serve_peer(p); /* no thread: served here */
 	}
 }

@@ -13,18 +13,21 @@ PEER=$BUILD/gmsfs-peer
 in_a() { exec ip netns exec "$NS_A" env UCX_TLS=tcp UCX_NET_DEVICES="$VA" "$@"; }
 in_b() { exec ip netns exec "$NS_B" env UCX_TLS=tcp UCX_NET_DEVICES="$VB" "$@"; }
 
-# serve PORT [ALLOW]: a server in A, its pid in SERVER_PID, its log in $BATS_FILE_TMPDIR/serve.PORT.log.
+# serve PORT [ALLOW [ARG...]]: a server in A, its pid in SERVER_PID, its log in
+# $BATS_FILE_TMPDIR/serve.PORT.log.
 serve() {
-	in_a "$PEER" serve "$A" --listen "$ADDR_A:$1" --token "$TOKEN" --allow "${2:-m,big,draft}" -t 3 \
-		>/dev/null 2>"$BATS_FILE_TMPDIR/serve.$1.log" 3>&- &
+	local port=$1 allow=${2:-m,big,draft}
+	shift $(($# < 2 ? $# : 2))
+	in_a "$PEER" serve "$A" --listen "$ADDR_A:$port" --token "$TOKEN" --allow "$allow" -t 3 "$@" \
+		>/dev/null 2>"$BATS_FILE_TMPDIR/serve.$port.log" 3>&- &
 	SERVER_PID=$!
 	[ -z "${BATS_TEST_TMPDIR:-}" ] || echo "$SERVER_PID" >>"$BATS_TEST_TMPDIR/pids" # a test's own
 	for _ in $(seq 100); do
-		grep -q serving "$BATS_FILE_TMPDIR/serve.$1.log" && return 0
+		grep -q serving "$BATS_FILE_TMPDIR/serve.$port.log" && return 0
 		kill -0 "$SERVER_PID" 2>/dev/null || break
 		sleep 0.05
 	done
-	cat "$BATS_FILE_TMPDIR/serve.$1.log" >&2
+	cat "$BATS_FILE_TMPDIR/serve.$port.log" >&2
 	return 1
 }
 
@@ -221,21 +224,48 @@ wait_allocations() { # STORE: the pull has made its layout (its bytes are under 
 	[ "$(state_of "$A/big" readers)" = 0 ] # the killed server's read lock went with it
 }
 
-@test "a peer that stops reading loses its connection after the timeout; the next one is served" {
+@test "a peer that stops reading holds up no other, and loses its connection after the timeout" {
 	mkdir "$B/stop" "$B/next"
 	bg in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/stop" --token "$TOKEN" -t 60 -q
 	pid=$!
 	wait_allocations "$B/stop"
 	kill -STOP "$pid"
-	# The next peer is served while the first is stopped: the server dropped it.
+	# The next peer is served while the first is stopped; then the server drops the first.
 	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/m" "$B/next" --token "$TOKEN" -t 60
 	assert_success
 	same_store "$A/m" "$B/next"
-	grep -q "big: sending: " "$BATS_FILE_TMPDIR/serve.$PORT.log"
+	wait_until grep -q "big: sending: " "$BATS_FILE_TMPDIR/serve.$PORT.log"
 	kill -9 "$pid"
 	kill -CONT "$pid" 2>/dev/null || true
 	wait "$pid" || true
 	wait_until state_is "$B/stop" EMPTY
+}
+
+@test "peers served at once: three pulls together, each whole; with --peers 1 the next waits its turn" {
+	mkdir "$B/c1" "$B/c2" "$B/c3" "$B/s1" "$B/s2"
+	pids=
+	for t in c1 c2 c3; do
+		bg in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/$t" --token "$TOKEN" -t 20 -q
+		pids="$pids $!"
+	done
+	for p in $pids; do wait "$p"; done
+	for t in c1 c2 c3; do same_store "$A/big" "$B/$t"; done
+	[ "$(state_of "$A/big" readers)" = 0 ]
+	serve $((PORT + 2)) m,big --peers 1
+	bg in_b "$PEER" pull "gmsfs://$ADDR_A:$((PORT + 2))/big" "$B/s1" --token "$TOKEN" -t 60 -q
+	first=$!
+	wait_allocations "$B/s1"
+	kill -STOP "$first"
+	bg in_b "$PEER" pull "gmsfs://$ADDR_A:$((PORT + 2))/m" "$B/s2" --token "$TOKEN" -t 20 -q
+	second=$!
+	sleep 1
+	[ "$(state_of "$B/s2" state)" != COMMITTED ] # its turn is not yet: the first holds the one place for its 3 s
+	wait "$second"
+	same_store "$A/m" "$B/s2"
+	grep -q "big: sending: " "$BATS_FILE_TMPDIR/serve.$((PORT + 2)).log"
+	run "$PEER" serve "$A" --listen "$ADDR_A:1" --token "$TOKEN" --allow m --peers 17
+	[ "$status" -eq 2 ]
+	assert_output --partial "peers served at once, 1 to 16"
 }
 
 @test "a writer of the source waits for a pull under way; the pull gets the commit it began with" {
