@@ -9,6 +9,8 @@
 #include <gmsfs/gmsfs.h>
 
 #include <errno.h>
+#include <netdb.h>
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -293,6 +295,50 @@ static int ask(struct nt_conn *c, const char *url, const char *name, const uint8
 	return e;
 }
 
+/* The first of host's addresses (a name may have several: the pods behind a headless
+ * Service) whose server answers with the store's layout: its connection in *out, the
+ * layout in *l.  A refusal (the store not served there, or not committed; the token not
+ * taken) or a connection that fails: the next address; at the end, the last reason. */
+static int find_peer(const char *url, const char *host, uint16_t port, const char *name, const uint8_t *token,
+		     size_t token_len, int timeout_ms, struct nt_conn **out, struct nw_layout *l, char *err,
+		     size_t errlen)
+{
+	char ps[8];
+	snprintf(ps, sizeof ps, "%u", port);
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai;
+	int r = getaddrinfo(host, ps, &hints, &ai);
+	if (r) {
+		snprintf(err, errlen, "%s: %s", host, gai_strerror(r));
+		return -EHOSTUNREACH;
+	}
+	int e = -EHOSTUNREACH;
+	size_t asked = 0;
+	for (struct addrinfo *a = ai; a && e; a = a->ai_next) {
+		char num[INET6_ADDRSTRLEN];
+		if (getnameinfo(a->ai_addr, a->ai_addrlen, num, sizeof num, NULL, 0, NI_NUMERICHOST))
+			continue;
+		struct nt_conn *c = NULL;
+		asked++;
+		e = nt_connect(num, port, timeout_ms, &c, err, errlen);
+		if (!e)
+			e = ask(c, url, name, token, token_len, l, timeout_ms, err, errlen);
+		if (!e) {
+			*out = c;
+			break;
+		}
+		nt_close(c);
+		nw_layout_free(l);
+		*l = (struct nw_layout){ 0 };
+	}
+	freeaddrinfo(ai);
+	if (e && asked > 1) {
+		char last[512];
+		snprintf(last, sizeof last, "%s", err);
+		snprintf(err, errlen, "none of the %zu addresses of %s served %s; the last: %s", asked, host, name, last);
+	}
+	return e;
+}
+
 int pl_pull(const char *url, const char *store, const uint8_t *token, size_t token_len, int timeout_ms,
 	    bool progress, char *how, size_t howlen, char *err, size_t errlen)
 {
@@ -319,9 +365,7 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 	if (!e && sf_allocations(store) != 0)
 		e = -EEXIST, snprintf(err, errlen, "%s holds allocations already: pull into an empty store", store);
 	if (!e)
-		e = nt_connect(host, port, timeout_ms, &c, err, errlen);
-	if (!e)
-		e = ask(c, url, name, token, token_len, &l, timeout_ms, err, errlen);
+		e = find_peer(url, host, port, name, token, token_len, timeout_ms, &c, &l, err, errlen);
 	if (!e && (!(nv = calloc(l.nallocs + 1, sizeof *nv)) || !(ev = calloc(l.nentries + 1, sizeof *ev)) ||
 		   !(digests = calloc(l.nallocs + 1, sizeof *digests)) || !(theirs = calloc(l.nallocs + 1, sizeof *theirs))))
 		e = -ENOMEM, snprintf(err, errlen, "out of memory");

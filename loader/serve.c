@@ -10,6 +10,7 @@
 
 #include <gmsfs/gmsfs.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
@@ -24,7 +25,9 @@
 
 int sv_read_token(const char *path, uint8_t *token, size_t *len, char *err, size_t errlen)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	/* A symlink is followed (a Kubernetes Secret's files are links into its ..data): the
+	 * file reached must be regular and its owner's alone. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	struct stat st;
 	if (fd < 0 || fstat(fd, &st)) {
 		int e = errno;
@@ -135,6 +138,47 @@ static int refuse(struct nt_conn *c, const char *peer, int timeout_ms, int error
 	if (!nw_pack_layout(&l, &f, &n))
 		send_frame(c, f, n, timeout_ms, err, sizeof err);
 	return -error;
+}
+
+static bool served(const char *state)
+{
+	return !strcmp(state, "COMMITTED") || !strcmp(state, "RO");
+}
+
+/* The store name of mount, or of the first mount under it that has it committed (a
+ * node's /run/gmsfs, a mount per GPU, mounts that come and go: looked for at each
+ * request), into path: 0; -ENOENT where none has it; -EAGAIN where the first that has
+ * it has not committed it (its state in state). */
+static int find_store(const char *mount, const char *name, char *path, size_t pathlen, char *state, size_t statelen)
+{
+	char dev[4096], first[32] = "";
+	snprintf(dev, sizeof dev, "%s/device", mount);
+	if (!access(dev, F_OK)) { /* a mount */
+		snprintf(path, pathlen, "%s/%s", mount, name);
+		if (sf_field(path, "state", "state", state, statelen))
+			return -ENOENT;
+		return served(state) ? 0 : -EAGAIN;
+	}
+	DIR *d = opendir(mount);
+	struct dirent *de;
+	int e = -ENOENT;
+	while (d && e && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(dev, sizeof dev, "%s/%s/device", mount, de->d_name);
+		snprintf(path, pathlen, "%s/%s/%s", mount, de->d_name, name);
+		if (access(dev, F_OK) || sf_field(path, "state", "state", state, statelen))
+			continue;
+		if (served(state))
+			e = 0;
+		else if (!first[0])
+			snprintf(first, sizeof first, "%s", state), e = -EAGAIN;
+	}
+	if (d)
+		closedir(d);
+	if (e == -EAGAIN)
+		snprintf(state, statelen, "%s", first);
+	return e;
 }
 
 /* The store's layout, as LAYOUT says it; its entries' strings are the handle's. */
@@ -356,13 +400,10 @@ static int serve_one(const struct sv_options *o, struct nt_conn *c, const char *
 	else if (!allowed(o, h->store))
 		e = refuse(c, peer, o->timeout_ms, EACCES, "%s is not served here", h->store);
 	char state[32] = "";
-	if (!e) {
-		snprintf(path, sizeof path, "%s/%s", o->mount, h->store);
-		if (sf_field(path, "state", "state", state, sizeof state))
-			e = refuse(c, peer, o->timeout_ms, ENOENT, "%s: no such store", h->store);
-		else if (strcmp(state, "COMMITTED") && strcmp(state, "RO"))
-			e = refuse(c, peer, o->timeout_ms, EAGAIN, "%s is %s, not committed", h->store, state);
-	}
+	if (!e && (e = find_store(o->mount, h->store, path, sizeof path, state, sizeof state)) == -ENOENT)
+		e = refuse(c, peer, o->timeout_ms, ENOENT, "%s: no such store", h->store);
+	else if (e)
+		e = refuse(c, peer, o->timeout_ms, EAGAIN, "%s is %s, not committed", h->store, state);
 	struct cp *cp = NULL;
 	int slot = -1;
 	gmsfs *g = NULL;

@@ -83,6 +83,8 @@ teardown_file() {
 	[ -z "${MAIN_SERVER_PID:-}" ] || kill -9 "$MAIN_SERVER_PID" 2>/dev/null || true
 	ip netns del "$NS_A" 2>/dev/null || true
 	ip netns del "$NS_B" 2>/dev/null || true
+	rm -rf "/etc/netns/$NS_B"
+	rmdir /etc/netns 2>/dev/null || true
 	MNT=$B GMSFS_PID=$B_PID unmount_gmsfs
 	MNT=$A GMSFS_PID=$A_PID unmount_gmsfs
 }
@@ -266,6 +268,61 @@ wait_allocations() { # STORE: the pull has made its layout (its bytes are under 
 	run "$PEER" serve "$A" --listen "$ADDR_A:1" --token "$TOKEN" --allow m --peers 17
 	[ "$status" -eq 2 ]
 	assert_output --partial "peers served at once, 1 to 16"
+}
+
+@test "a name of several addresses (a headless Service's pods): the first that serves the store; else every refusal is counted" {
+	addr_c=${ADDR_A%.1}.3
+	ip -n "$NS_A" addr add "$addr_c/24" dev "$VA"
+	mkdir -p "/etc/netns/$NS_B"
+	printf '%s peers\n%s peers\n' "$addr_c" "$ADDR_A" >"/etc/netns/$NS_B/hosts"
+	port=$((PORT + 3))
+	# On .3 a server of a node with no mount yet (a directory of none); on .1 A's.
+	mkdir "$BATS_TEST_TMPDIR/none"
+	in_a "$PEER" serve "$BATS_TEST_TMPDIR/none" --listen "$addr_c:$port" --token "$TOKEN" --allow '*' -t 3 \
+		>/dev/null 2>"$BATS_TEST_TMPDIR/c.log" 3>&- &
+	echo $! >>"$BATS_TEST_TMPDIR/pids"
+	serve "$port" m
+	wait_until grep -q serving "$BATS_TEST_TMPDIR/c.log"
+	mkdir "$B/several" "$B/several2"
+	run in_b "$PEER" pull "gmsfs://peers:$port/m" "$B/several" --token "$TOKEN" -t 5
+	rm -r "/etc/netns/$NS_B"
+	assert_success
+	same_store "$A/m" "$B/several"
+	wait_until grep -q "refused: m: no such store" "$BATS_TEST_TMPDIR/c.log" # .3, asked first (the longer prefix), has none
+	mkdir -p "/etc/netns/$NS_B"
+	printf '%s peers\n%s peers\n' "$addr_c" "$ADDR_A" >"/etc/netns/$NS_B/hosts"
+	run in_b "$PEER" pull "gmsfs://peers:$port/nope" "$B/several2" --token "$TOKEN" -t 5
+	rm -r "/etc/netns/$NS_B"
+	ip -n "$NS_A" addr del "$addr_c/24" dev "$VA"
+	assert_failure
+	assert_output --partial "none of the 2 addresses of peers served nope; the last: "
+	state_is "$B/several2" EMPTY
+}
+
+@test "a node's mounts served together (a directory of mounts, as /run/gmsfs); a token through a symlink (a Secret's)" {
+	root=$BATS_TEST_TMPDIR/root
+	mkdir "$root" "$B/onlyb" "$B/fromroot" "$B/fromroot2"
+	ln -s "$A" "$root/gpu0"
+	ln -s "$B" "$root/gpu1"
+	publish "$B/onlyb" 4096 2
+	mkdir "$BATS_TEST_TMPDIR/secret"
+	cp "$TOKEN" "$BATS_TEST_TMPDIR/secret/..token"
+	ln -s ..token "$BATS_TEST_TMPDIR/secret/token"
+	port=$((PORT + 4))
+	in_a "$PEER" serve "$root" --listen "$ADDR_A:$port" --token "$BATS_TEST_TMPDIR/secret/token" --allow '*' -t 3 \
+		>/dev/null 2>"$BATS_TEST_TMPDIR/root.log" 3>&- &
+	echo $! >>"$BATS_TEST_TMPDIR/pids"
+	wait_until grep -q serving "$BATS_TEST_TMPDIR/root.log"
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$port/onlyb" "$B/fromroot" --token "$TOKEN" -t 5
+	assert_success
+	same_store "$B/onlyb" "$B/fromroot"
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$port/big" "$B/fromroot2" --token "$TOKEN" -t 5
+	assert_success
+	same_store "$A/big" "$B/fromroot2"
+	mkdir "$B/fromroot3"
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$port/draft" "$B/fromroot3" --token "$TOKEN" -t 5
+	assert_failure
+	assert_output --partial "refused: draft is EMPTY, not committed"
 }
 
 @test "a writer of the source waits for a pull under way; the pull gets the commit it began with" {
