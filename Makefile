@@ -71,7 +71,7 @@ endif
 # Programs linked against the library in $(B)/, found there at run time.
 LINK_LIB := -L$(B) -lgmsfs -Wl,-rpath,'$$ORIGIN'
 
-.PHONY: all check check-quick check-asan check-unit demo bench install install-node deb wheel clean deps fuzz fuzzers
+.PHONY: all check check-quick check-asan check-unit demo bench install install-node install-peer deb wheel clean deps fuzz fuzzers
 all: $(BIN) $(KEEPER) $(MOVER) $(LIB) $(UNIT) $(HELPERS) $(EXAMPLES) $(BENCH) $(LOADER)
 
 $(B):
@@ -229,6 +229,14 @@ install-node: $(BIN) $(KEEPER) $(B)/libgmsfs.so $(MOVER)
 	install -D -m 0644 python/gmsfs/gms_alias/gpu_memory_service/__init__.py \
 		$(DESTDIR)$(PYTHONDIR)/gmsfs/gms_alias/gpu_memory_service/__init__.py
 
+# gmsfs-peer and libgmsfs-peer (gmsfsctl pull, gmsfs.pull), where UCX is: the daemon image
+# serves and pulls with them.
+install-peer: $(filter $(B)/gmsfs-peer $(B)/libgmsfs-peer.so,$(LOADER) $(LIB))
+	@[ -x $(B)/gmsfs-peer ] || { echo "install-peer: no gmsfs-peer: build with UCX (libucx-dev)" >&2; exit 1; }
+	install -D -m 0755 $(B)/gmsfs-peer $(DESTDIR)$(PREFIX)/bin/gmsfs-peer
+	install -D -m 0644 $(B)/$(PEER_SONAME) $(DESTDIR)$(LIBDIR)/$(PEER_SONAME)
+	install -D -m 0644 man/gmsfs-peer.1 $(DESTDIR)$(PREFIX)/share/man/man1/gmsfs-peer.1
+
 install: install-node $(LIB) $(LOADER)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libgmsfs.so
 	install -D -m 0644 $(B)/$(LOAD_SONAME) $(DESTDIR)$(LIBDIR)/$(LOAD_SONAME)
@@ -252,9 +260,7 @@ install: install-node $(LIB) $(LOADER)
 	install -D -m 0755 $(B)/gmsfs-save $(DESTDIR)$(PREFIX)/bin/gmsfs-save
 	install -D -m 0644 man/gmsfs-load.1 $(DESTDIR)$(PREFIX)/share/man/man1/gmsfs-load.1
 	install -D -m 0755 $(B)/gmsfs-snapshot $(DESTDIR)$(PREFIX)/bin/gmsfs-snapshot
-	if [ -x $(B)/gmsfs-peer ]; then install -D -m 0755 $(B)/gmsfs-peer $(DESTDIR)$(PREFIX)/bin/gmsfs-peer && \
-		install -D -m 0644 man/gmsfs-peer.1 $(DESTDIR)$(PREFIX)/share/man/man1/gmsfs-peer.1 && \
-		install -D -m 0644 $(B)/$(PEER_SONAME) $(DESTDIR)$(LIBDIR)/$(PEER_SONAME) && \
+	if [ -x $(B)/gmsfs-peer ]; then $(MAKE) -s install-peer && \
 		ln -sf $(PEER_SONAME) $(DESTDIR)$(LIBDIR)/libgmsfs-peer.so && \
 		install -D -m 0644 include/gmsfs/peer.h $(DESTDIR)$(PREFIX)/include/gmsfs/peer.h; fi
 	for n in gmsfs-save gmsfs-snapshot; do echo '.so man1/gmsfs-load.1' > $(DESTDIR)$(PREFIX)/share/man/man1/$$n.1; done

@@ -346,7 +346,7 @@ teardown() {
 	! grep -q " $T/run/" /proc/mounts
 }
 
-@test "the Kubernetes manifests: gmsfs-node through the keeper, the GPU taint tolerated, requests, probes, OnDelete, metrics over HTTP with a Service and a ServiceMonitor; the engine finds its store by GPU; the images are the Containerfiles'" {
+@test "the Kubernetes manifests: gmsfs-node through the keeper, the GPU taint tolerated, requests, probes, OnDelete, metrics over HTTP with a Service and a ServiceMonitor; the engine finds its store by GPU; stores served to peers and pulled from them; the images are the Containerfiles'" {
 	local version
 	version=$("$GMSFS" --version | awk '$1 == "gmsfs" { print $2 }')
 	"$PYTHON" - "$ROOT/deploy/kubernetes" "$ROOT/deploy/container" "$version" <<'PY'
@@ -412,5 +412,32 @@ assert 'CMD ["/usr/sbin/gmsfs-node"]' in daemon and "install-node" in daemon
 assert "pip install" in open(sys.argv[2] + "/Containerfile.engine").read()
 for f in ("/gmsfs-daemonset.yaml", "/engine-pod.yaml"):
     assert "deploy/container/Containerfile" in open(sys.argv[1] + f).read(), f
+# gmsfs-peer.yaml: the node's folder of mounts served on the port the headless Service
+# names, the token a Secret of mode 0400 where --token reads it, no privilege, the image's;
+# engine-pod-pull.yaml pulls through that Service and port with that token.
+ds, svc = yaml.safe_load_all(open(sys.argv[1] + "/gmsfs-peer.yaml"))
+assert ds["kind"] == "DaemonSet" and svc["kind"] == "Service"
+ps = ds["spec"]["template"]["spec"]
+pc = ps["containers"][0]
+cmd = pc["command"]
+assert cmd[:3] == ["/usr/bin/gmsfs-peer", "serve", "/run/gmsfs"], cmd
+port = int(cmd[cmd.index("--listen") + 1].rsplit(":", 1)[1])
+token = cmd[cmd.index("--token") + 1]
+assert pc["ports"] == [{"name": "peer", "containerPort": port}]
+assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["selector"] == ds["spec"]["template"]["metadata"]["labels"]
+assert svc["spec"]["ports"] == [{"name": "peer", "port": port, "targetPort": "peer"}]
+secret = [v for v in ps["volumes"] if "secret" in v][0]
+assert secret["secret"]["defaultMode"] == 0o400
+assert {m["name"]: m["mountPath"] for m in pc["volumeMounts"]}[secret["name"]] + "/token" == token
+assert pc["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+assert ps["automountServiceAccountToken"] is False and ps["runtimeClassName"] and "hostPID" not in ps
+assert pc["image"].endswith("/gmsfs:" + version)
+pp = yaml.safe_load(open(sys.argv[1] + "/engine-pod-pull.yaml"))["spec"]
+init = pp["initContainers"][0]
+script = init["args"][0]
+url = "gmsfs://%s.%s.svc.cluster.local:%d/" % (svc["metadata"]["name"], svc["metadata"]["namespace"], port)
+assert url in script and "--token " + token in script and "gmsfsctl path llama" in script, script
+assert init["image"].endswith("/gmsfs:" + version) and pp["automountServiceAccountToken"] is False
+assert [v["secret"]["secretName"] for v in pp["volumes"] if "secret" in v] == [secret["secret"]["secretName"]]
 PY
 }

@@ -413,3 +413,24 @@ PY
 	same_store "$A/big" "$B/py"
 	state_is "$B/py2" EMPTY
 }
+
+@test "engine-pod-pull.yaml's init script: pulls what the node lacks; run again, finds it committed and asks no peer" {
+	script=$("$PYTHON" -c 'import sys, yaml
+print(yaml.safe_load(open(sys.argv[1]))["spec"]["initContainers"][0]["args"][0])' "$ROOT/deploy/kubernetes/engine-pod-pull.yaml")
+	script=${script//gmsfs-peer.kube-system.svc.cluster.local:7470\/llama/$ADDR_A:$PORT\/m}
+	script=${script//\/etc\/gmsfs-peer\/token/$TOKEN}
+	[[ $script != *kube-system* && $script == *"gmsfsctl pull"* ]]
+	mkdir "$BATS_TEST_TMPDIR/bin"
+	# gmsfsctl path asks nvidia-smi for this container's GPU: here, B's mount stands for it.
+	printf '#!/bin/sh\n[ "$1" = path ] && { echo "%s/init-$2"; exit 0; }\nexec %s "$@"\n' "$B" "$ROOT/tools/gmsfsctl" \
+		>"$BATS_TEST_TMPDIR/bin/gmsfsctl"
+	chmod +x "$BATS_TEST_TMPDIR/bin/gmsfsctl"
+	sent=$(grep -c "sent m " "$BATS_FILE_TMPDIR/serve.$PORT.log" || true)
+	run in_b env PATH="$BATS_TEST_TMPDIR/bin:$PATH" sh -c "$script"
+	assert_success
+	same_store "$A/m" "$B/init-llama"
+	[ "$(grep -c "sent m " "$BATS_FILE_TMPDIR/serve.$PORT.log")" = $((sent + 1)) ]
+	run in_b env PATH="$BATS_TEST_TMPDIR/bin:$PATH" sh -c "$script"
+	assert_success
+	[ "$(grep -c "sent m " "$BATS_FILE_TMPDIR/serve.$PORT.log")" = $((sent + 1)) ]
+}

@@ -21,12 +21,13 @@ run=$tmp/run # the node's /run/gmsfs
 node=gmsfs-test-node-$$
 keeper=gmsfs-test-keeper-$$
 metrics=gmsfs-test-metrics-$$
+peer=gmsfs-test-peer-$$
 podman_env "$tmp/containers.conf"
 version=$("$b/gmsfs" --version | awk '$1 == "gmsfs" { print $2 }')
 image=localhost/gmsfs:$version
 engine_image=localhost/gmsfs-engine:$version
 cleanup() {
-	for c in "$node" "$metrics" "$keeper"; do # the daemons first: the keeper outlives them
+	for c in "$peer" "$node" "$metrics" "$keeper"; do # the daemons first: the keeper outlives them
 		if podman container exists "$c" 2>/dev/null; then
 			podman stop -t 30 "$c" >/dev/null 2>&1
 			podman rm -f "$c" >/dev/null 2>&1
@@ -45,10 +46,11 @@ t "scripts/container-base.sh: Debian 12 from the archive, the CUDA header, a Pyt
 t "the daemon image: one podman build of deploy/container/Containerfile" sh -c "
 	podman build --network host \$(cat '$tmp/daemon.args') -f deploy/container/Containerfile -t '$image' . >'$tmp/build.log' 2>&1 ||
 	{ tail -30 '$tmp/build.log'; exit 1; }"
-t "the daemon image holds the node script, the keeper, the daemon, the mover, gmsfsctl, the CSI plugin, and no engine's part" \
+t "the daemon image holds the node script, the keeper, the daemon, the mover, gmsfsctl, the CSI plugin, gmsfs-peer and libgmsfs-peer, and no engine's part" \
 	podman run --rm --network none "$image" sh -c '
 	test -x /usr/sbin/gmsfs-node && test -x /usr/sbin/gmsfs-keeper && test -x /usr/bin/gmsfs && test -x /usr/lib/gmsfs/gmsfs-mover &&
-	gmsfsctl --help >/dev/null && gmsfs-csi --version >/dev/null && python3 -c "import grpc" && ! test -e /usr/bin/gmsfs-load && ! test -e /usr/include/gmsfs'
+	gmsfsctl --help >/dev/null && gmsfs-csi --version >/dev/null && python3 -c "import grpc" && ! test -e /usr/bin/gmsfs-load && ! test -e /usr/include/gmsfs &&
+	{ gmsfs-peer 2>&1 | grep -q "gmsfs-peer serve"; } && python3 -c "import gmsfs._lib as l; l.peer_lib()"'
 t "make wheel, then the engine image: one podman build of deploy/container/Containerfile.engine" sh -c "
 	make -s wheel >/dev/null && podman build --network host \$(cat '$tmp/engine.args') \
 	-f deploy/container/Containerfile.engine -t '$engine_image' . >'$tmp/build-engine.log' 2>&1 ||
@@ -164,6 +166,30 @@ assert 'store="llama"' in text, text
 PY
 }
 t "the metrics container: gmsfsctl metrics --listen serves both GPUs over HTTP, up 1, with dcgm-exporter's labels" served_metrics
+# As gmsfs-peer.yaml serves a node's stores and engine-pod-pull.yaml pulls one: a server
+# container (no privilege) over the node's folder of mounts, a token file of mode 400 (a
+# Secret's); gmsfsctl pull in another container fills a store of the other GPU's mount.
+peer_pulled() {
+	local port=$((17000 + $$ % 1000)) tok=$tmp/peer-token
+	head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tok" && chmod 400 "$tok" || return 1
+	podman run -d --name "$peer" --network host --cap-drop all --security-opt no-new-privileges \
+		-e UCX_TLS=tcp -e UCX_NET_DEVICES=lo -v "$run:/run/gmsfs:rslave" -v "$tok:/etc/gmsfs-peer/token:ro" "$image" \
+		gmsfs-peer serve /run/gmsfs --listen "127.0.0.1:$port" --token /etc/gmsfs-peer/token --allow llama >/dev/null ||
+		return 1
+	for _ in $(seq 100); do podman logs "$peer" 2>&1 | grep -q serving && break; sleep 0.1; done
+	podman run --rm --network host --cap-drop all --security-opt no-new-privileges -e UCX_TLS=tcp -e UCX_NET_DEVICES=lo \
+		-v "$run:/run/gmsfs:rslave" -v "$tok:/etc/gmsfs-peer/token:ro" "$image" sh -c "
+		mkdir /run/gmsfs/host-gpu-a/llama &&
+		gmsfsctl pull gmsfs://127.0.0.1:$port/llama /run/gmsfs/host-gpu-a/llama --token /etc/gmsfs-peer/token" || {
+		podman logs "$peer" 2>&1 | tail -5
+		return 1
+	}
+	[ "$(cat "$run/host-gpu-a/llama/layout_hash")" = "$hash" ] &&
+		cmp "$run/host-gpu-a/llama/allocs/w0" "$run/host-gpu-b/llama/allocs/w0" &&
+		podman logs "$peer" 2>&1 | grep -q "sent llama (1 allocations" &&
+		podman rm -f "$peer" >/dev/null
+}
+t "gmsfs-peer serve in a container over the node's mounts; gmsfsctl pull in another fills the other GPU's store: the same hash and bytes" peer_pulled
 t "SIGTERM to the daemon container: it ends 0, every mount and socket gone, no daemon left" sh -c "
 	podman stop -t 30 '$node' >/dev/null &&
 	test \"\$(podman inspect '$node' --format '{{.State.ExitCode}}')\" = 0 &&
