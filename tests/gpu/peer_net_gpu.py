@@ -102,6 +102,47 @@ def llama(token, port):
     check(torch.equal(a, b), "the pulled Llama gives from_pretrained's logits, bit for bit")
 
 
+def perftest_many(n, size, port):
+    """n ucx_perftest stream_bw pairs at once (ports port..port+n-1): their summed rate, bytes/s."""
+    servers = [subprocess.Popen(["ucx_perftest", "-p", str(port + k)], env=ENV, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL) for k in range(n)]
+    time.sleep(0.5)
+    clients = [subprocess.Popen(["ucx_perftest", "127.0.0.1", "-p", str(port + k), "-t", "stream_bw", "-s", str(size),
+                                 "-n", str(N * 2)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True) for k in range(n)]
+    total = 0.0
+    for c in clients:
+        out = c.communicate(timeout=300)[0]
+        m = re.search(r"Final:\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)", out)
+        total += float(m.group(1)) * MiB if m else 0.0
+    for sv in servers:
+        sv.wait(30)
+    return total
+
+
+def pulls_at_once(n, token, port):
+    """n pulls at once of the first GPU's store from one server (--peers n) into the second
+    GPU mount: (seconds until the last is committed, every one succeeded)."""
+    server = subprocess.Popen([PEER, "serve", gpu_mnt, "--listen", "127.0.0.1:%d" % port, "--token", token, "--allow",
+                               "net-src", "--peers", str(n), "-t", "20"], env=ENV, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    dsts = []
+    for k in range(n):
+        d = os.path.join(gpu2_mnt, "at-once-%d-%d" % (n, k))
+        os.mkdir(d)
+        dsts.append(d)
+    t = time.perf_counter()
+    ps = [subprocess.Popen([PEER, "pull", "gmsfs://127.0.0.1:%d/net-src" % port, d, "--token", token, "-t", "20", "-q"],
+                           env=ENV, stderr=subprocess.PIPE, text=True) for d in dsts]
+    ok = all(p.wait(300) == 0 for p in ps)
+    secs = time.perf_counter() - t
+    server.kill()
+    server.wait()
+    for d in dsts:
+        os.rmdir(d)
+    return secs, ok
+
+
 def pull(src_mnt, name, dst, token, port):
     server = subprocess.Popen([PEER, "serve", src_mnt, "--listen", "127.0.0.1:%d" % port, "--token", token, "--allow",
                                name, "-t", "20"], env=ENV, stderr=subprocess.PIPE, text=True)
@@ -157,11 +198,17 @@ def main():
                                                   (gpu_mnt, "net-src", dst3))):
             os.rmdir(dst_)
             os.mkdir(dst_)
-            r, secs = pull(src_mnt, name, dst_, token, PORT + 4 + 3 * k + i)
+            r, secs = pull(src_mnt, name, dst_, token, PORT + 50 + 3 * k + i)
             if r.returncode == 0 and secs < runs[i][1]:
                 runs[i] = (runs[i][0], secs, r.stdout)
     llama(token, PORT + 3)
     rate_after = perftest(SIZE, PORT + 11)
+    # Several peers at once: pulls of one server against as many ucx_perftest pairs at once.
+    at_once = []
+    for n in (2, 4):
+        secs, ok = pulls_at_once(n, token, PORT + 20 + n)
+        check(ok, "%d pulls at once from one server, each committed" % n)
+        at_once.append((n, secs, perftest_many(n, SIZE, PORT + 30 + 4 * n)))
     print("# bench: %d x %d MiB over UCX TCP (loopback); ucx_perftest stream_bw with %d MiB messages: %.2f GB/s"
           " before, %.2f after (the better is the floor)" % (N, SIZE // MiB, SIZE // MiB, rate_base / 1e9,
                                                              rate_after / 1e9))
@@ -170,6 +217,12 @@ def main():
         rate = total / secs
         print("#   %s: %.2f s, %.2f GB/s, %.2fx ucx_perftest (goal 0.9x); %s"
               % (what, secs, rate / 1e9, rate / rate_base if rate_base else 0, said.strip()[-110:]))
+    one = total / runs[2][1]
+    for n, secs, base in at_once:
+        rate = n * total / secs
+        print("#   %d pulls at once (GPU -> second GPU mount, one server): %.2f s, %.2f GB/s together, %.2fx one pull's "
+              "rate, %.2fx %d ucx_perftest pairs at once (%.2f GB/s)" % (n, secs, rate / 1e9, rate / one,
+                                                                           rate / base if base else 0, n, base / 1e9))
     return done()
 
 
