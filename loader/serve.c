@@ -81,32 +81,47 @@ static void logf_(const char *peer, const char *fmt, ...)
 	fprintf(stderr, "gmsfs-peer: %s: %s\n", peer, line);
 }
 
-/* Per peer served at once: the mount's GPU context and a pinned buffer, made for the first
- * peer that needs one and kept for the next (a context costs 0.1-0.3 s to make; a peer
- * would wait for it). */
+/* Per peer served at once: a GPU's context and a pinned buffer, made for the first peer
+ * that needs one and kept for the next (a context costs 0.1-0.3 s to make; a peer would
+ * wait for it), each for the device of the mount it was made for (a directory of mounts
+ * has a GPU a mount). */
 static struct {
 	pthread_mutex_t mu;
 	struct cp *cp[SV_PEERS_MAX];
+	char dev[SV_PEERS_MAX][128]; /* its mount's device uuid */
 	bool busy[SV_PEERS_MAX];
 } pool = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
+/* A free slot's cp for store's device, its context current in this thread: one kept for
+ * that device, else an empty slot, else one kept for another device, closed. */
 static int cp_take(const char *store, struct cp **out, int *slot, char *err, size_t errlen)
 {
-	int e = -EBUSY;
-	pthread_mutex_lock(&pool.mu);
-	for (int i = 0; i < SV_PEERS_MAX; i++) {
-		if (pool.busy[i])
-			continue;
-		e = pool.cp[i] ? cp_enter(pool.cp[i]) : cp_open(store, &pool.cp[i], err, errlen);
-		if (e == -EIO && pool.cp[i])
-			snprintf(err, errlen, "the GPU's context");
-		if (!e)
-			pool.busy[i] = true, *out = pool.cp[i], *slot = i;
-		break;
+	char dev[128];
+	if (sf_field(store, "../device", "uuid", dev, sizeof dev)) {
+		snprintf(err, errlen, "no ../device");
+		return -ENOENT;
 	}
-	pthread_mutex_unlock(&pool.mu);
-	if (e == -EBUSY)
+	int e = 0, pick = -1;
+	pthread_mutex_lock(&pool.mu);
+	for (int pass = 0; pass < 3 && pick < 0; pass++)
+		for (int i = 0; i < SV_PEERS_MAX && pick < 0; i++)
+			if (!pool.busy[i] && (pass == 2 || (pass == 0 ? pool.cp[i] && !strcmp(pool.dev[i], dev) : !pool.cp[i])))
+				pick = i;
+	if (pick < 0) {
+		e = -EBUSY;
 		snprintf(err, errlen, "every pinned buffer in use");
+	} else if (pool.cp[pick] && !strcmp(pool.dev[pick], dev)) {
+		if ((e = cp_enter(pool.cp[pick])))
+			snprintf(err, errlen, "the GPU's context");
+	} else {
+		cp_close(pool.cp[pick]);
+		pool.cp[pick] = NULL;
+		if (!(e = cp_open(store, &pool.cp[pick], err, errlen)))
+			snprintf(pool.dev[pick], sizeof pool.dev[pick], "%s", dev);
+	}
+	if (!e)
+		pool.busy[pick] = true, *out = pool.cp[pick], *slot = pick;
+	pthread_mutex_unlock(&pool.mu);
 	return e;
 }
 
