@@ -209,6 +209,30 @@ wait_allocations() { # STORE: the pull has made its layout (its bytes are under 
 	same_store "$A/m" "$B/k2"
 }
 
+@test "a pull killed at every stage (hello, layout, bytes, entries, commit): its target empty, or committed whole as the source" {
+	before=$(cat "$A/big/layout_hash")
+	committed=0
+	for i in $(seq 0 13); do
+		mkdir "$B/ks"
+		bg in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/ks" --token "$TOKEN" -t 5 -q
+		pid=$!
+		sleep "$(awk -v i="$i" 'BEGIN { printf "%.2f", i * i * 0.006 }')" # 0 to 1 s, denser early
+		kill -9 "$pid" 2>/dev/null || true
+		wait "$pid" || true
+		wait_until eval '[ "$(state_of "$B/ks" state)" = EMPTY ] || [ "$(state_of "$B/ks" state)" = COMMITTED ]'
+		if state_is "$B/ks" COMMITTED; then
+			same_store "$A/big" "$B/ks"
+			committed=$((committed + 1))
+		else
+			[ "$(state_of "$B/ks" allocations)" = 0 ]
+		fi
+		rmdir "$B/ks"
+	done
+	echo "# $committed of 14 were committed before their kill" >&3
+	[ "$(cat "$A/big/layout_hash")" = "$before" ]
+	wait_until eval '[ "$(state_of "$A/big" readers)" = 0 ]' # each dead peer's read lock goes (at most -t)
+}
+
 @test "a server killed mid-pull: the pull fails with words, its target uncommitted" {
 	port=$((PORT + 1))
 	serve "$port"
