@@ -575,6 +575,17 @@ int cp_enter(struct cp *c)
 	return 0;
 }
 
+void cp_stage_enter(void *stage)
+{
+#ifdef GMSFS_HAVE_CUDA
+	struct cp_stage *s = stage;
+	if (s->pinned)
+		s->cu->cuCtxSetCurrent(s->ctx);
+#else
+	(void)stage;
+#endif
+}
+
 int cp_stage(struct cp *c, int backend, struct cp_stage *s, char *err, size_t errlen)
 {
 	*s = (struct cp_stage){ 0 };

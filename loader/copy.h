@@ -64,6 +64,9 @@ struct cp_stage {
 #endif
 };
 int cp_stage(struct cp *c, int backend, struct cp_stage *s, char *err, size_t errlen);
+/* The stage's GPU context current in the calling thread (a thread that copies: a lane's
+ * first call, lane.h); nothing on the host backend.  stage: a struct cp_stage. */
+void cp_stage_enter(void *stage);
 
 #ifdef GMSFS_HAVE_CUDA
 /* On cuda: its libcuda, the store's GPU's primary context, and its pinned buffers (for

@@ -172,14 +172,6 @@ fail:
 #endif
 }
 
-#ifdef GMSFS_HAVE_CUDA
-static void enter_ctx(void *arg)
-{
-	struct cp_stage *st = arg;
-	st->cu->cuCtxSetCurrent(st->ctx);
-}
-#endif
-
 /* Every allocation's bytes into the store's memory, each one's digest as it passes: piece
  * j+1 received (into its place, or into one half of the pinned buffer) while the lane
  * hashes piece j (and on a GPU copies it in from the other half). */
@@ -196,13 +188,8 @@ static int recv_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, struct gmsfs_n
 	struct pl_piece *v = pieces(nv, n, piece, &count);
 	XXH3_state_t *x = XXH3_createState();
 	struct ln *lane = NULL;
-	void (*enter)(void *) = NULL;
-#ifdef GMSFS_HAVE_CUDA
-	if (pinned)
-		enter = enter_ctx;
-#endif
 	struct pl_job job = { .nv = nv, .x = x, .digests = digests, .st = &st };
-	e = v && x ? ln_start(&lane, enter, &st) : -ENOMEM;
+	e = v && x ? ln_start(&lane, cp_stage_enter, &st) : -ENOMEM;
 	if (e)
 		snprintf(err, errlen, "no thread to hash with: %s", strerror(-e));
 #ifdef GMSFS_HAVE_CUDA

@@ -272,14 +272,6 @@ static int ready(void *arg, char *err, size_t errlen)
 	return 0;
 }
 
-#ifdef GMSFS_HAVE_CUDA
-static void enter_ctx(void *arg)
-{
-	struct cp_stage *st = arg;
-	st->cu->cuCtxSetCurrent(st->ctx);
-}
-#endif
-
 
 /* Where send_bytes is: allocation i, at bytes into it. */
 struct sv_cursor {
@@ -326,13 +318,8 @@ static int send_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, uint64_t *dige
 	uint64_t piece = pinned ? st.room / 2 : SV_PIECE;
 	XXH3_state_t *x = XXH3_createState();
 	struct ln *lane = NULL;
-	void (*enter)(void *) = NULL;
-#ifdef GMSFS_HAVE_CUDA
-	if (pinned)
-		enter = enter_ctx;
-#endif
 	struct sv_job base = { .x = x, .st = &st, .digests = digests };
-	e = x ? ln_start(&lane, enter, &st) : -ENOMEM;
+	e = x ? ln_start(&lane, cp_stage_enter, &st) : -ENOMEM;
 	if (e)
 		snprintf(err, errlen, "no thread to hash with: %s", strerror(-e));
 #ifdef GMSFS_HAVE_CUDA
