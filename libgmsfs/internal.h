@@ -248,6 +248,10 @@ void sp_release_all(gmsfs *g);
 void pg_release_all(gmsfs *g);
 /* Does a range still hold pages or address space?  Then the handle may not sleep. */
 bool pg_live(const gmsfs *g);
+/* Every range's mapped pages read-only or read-write again, as a commit sets the rest: a
+ * page a commit published is the store's committed memory, and the writer that was is
+ * its reader. */
+void pg_allow_all(gmsfs *g, bool writable);
 
 /* meta.c */
 /* Make the manifest's entries the handle's (taking them over). */

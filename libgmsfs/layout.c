@@ -120,6 +120,7 @@ int gm_commit(gmsfs *g, bool unmapping)
 	if (!unmapping) {
 		mp_allow_all(g, true, false);
 		sp_allow_all(g, false);
+		pg_allow_all(g, false);
 	}
 	for (size_t i = 0; i < g->nmaps; i++)
 		g->maps[i].writable = 0;

@@ -515,6 +515,19 @@ bool pg_live(const gmsfs *g)
 	return false;
 }
 
+void pg_allow_all(gmsfs *g, bool writable)
+{
+	for (gmsfs_pages *p = g->pages; p; p = p->next)
+		for (uint64_t i = 0, j; !p->freed && i < p->count; i = j) {
+			for (j = i; j < p->count && (p->mapped[j] & (PG_MAPPED | PG_STAYS)); j++)
+				;
+			if (j > i) /* a run of neighbours: one call */
+				g->be->allow(g, (char *)p->base + i * p->page, (j - i) * p->page, writable);
+			else
+				j = i + 1;
+		}
+}
+
 void pg_release_all(gmsfs *g)
 {
 	while (g->pages) {

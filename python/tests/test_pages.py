@@ -518,3 +518,38 @@ def test_pages_given_back_are_kept_for_the_stores_own_growth(clean):
         s = state(a)
         assert (s["state"], s["allocations"], s["used"], s["pages_kept"]) == ("RO", 2, 2 * MiB, 0)
         assert int(dev()["pages_kept_bytes"]) == 0
+
+
+def test_pages_a_commit_published_are_read_only_to_the_process_that_was_their_writer(clean):
+    """A commit publishes the pages mapped then as allocations of the store: they are its
+    committed memory, and the writer that was is now a reader.  Its pages' mappings become
+    read-only as its other mappings do, so a write after the commit faults instead of
+    changing the committed bytes unseen (before, it changed them, the store still saying
+    COMMITTED and torn 0)."""
+    store = kv(clean, "kv-sealed")
+    code = r"""
+import ctypes, sys, gmsfs
+c = gmsfs.connect(sys.argv[1], "rw", timeout=5)
+p = gmsfs.Pages(c, 8 << 20, 1 << 20)
+p.map([0, 1, 2, 5])
+for i in (0, 1, 2, 5):
+    ctypes.memset(p.ptr(i), 0x41 + i, p.page_size)
+c.commit()
+print("committed", flush=True)
+ctypes.memset(p.ptr(int(sys.argv[2])), 0x7a, 16)
+print("wrote", flush=True)
+"""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    for page in (1, 5):  # within a run of neighbours, and a run of one
+        remove_stores(clean)
+        os.mkdir(store)
+        p = subprocess.run([sys.executable, "-c", code, store, str(page)], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == -signal.SIGSEGV, (p.returncode, p.stdout, p.stderr)
+        assert p.stdout.splitlines() == ["committed"], p.stdout
+        s = state(store)
+        assert (s["state"], s["torn"], s["allocations"]) == ("COMMITTED", 0, 4), s
+        with gmsfs.connect(store, "ro", timeout=5) as r:
+            r.import_all()
+            got = sorted(bytes(r.buffer(m.ptr, 1))[0] for m in r.mappings)
+            assert got == [0x41, 0x42, 0x43, 0x46], got
