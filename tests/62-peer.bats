@@ -122,7 +122,8 @@ same_store() { # SRC DST: layout hash, every allocation's bytes, every entry
 	assert_output --partial "5 allocations"
 	state_is "$B/m" COMMITTED
 	same_store "$A/m" "$B/m"
-	grep -q "sent m (5 allocations" "$BATS_FILE_TMPDIR/serve.$PORT.log"
+	# The server's thread logs once its last send is gone: the pull may be done before.
+	wait_until grep -q "sent m (5 allocations" "$BATS_FILE_TMPDIR/serve.$PORT.log"
 	state_is "$A/m" COMMITTED # the server's read lock went with its connection
 	[ "$(state_of "$A/m" readers)" = 0 ]
 }
@@ -453,8 +454,9 @@ print(yaml.safe_load(open(sys.argv[1]))["spec"]["initContainers"][0]["args"][0])
 	run in_b env PATH="$BATS_TEST_TMPDIR/bin:$PATH" sh -c "$script"
 	assert_success
 	same_store "$A/m" "$B/init-llama"
-	[ "$(grep -c "sent m " "$BATS_FILE_TMPDIR/serve.$PORT.log")" = $((sent + 1)) ]
+	wait_until eval '[ "$(grep -c "sent m " "$BATS_FILE_TMPDIR/serve.$PORT.log")" = $((sent + 1)) ]'
 	run in_b env PATH="$BATS_TEST_TMPDIR/bin:$PATH" sh -c "$script"
 	assert_success
+	sleep 0.2 # a send it would have asked for is logged by now
 	[ "$(grep -c "sent m " "$BATS_FILE_TMPDIR/serve.$PORT.log")" = $((sent + 1)) ]
 }

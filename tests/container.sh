@@ -185,9 +185,12 @@ peer_pulled() {
 		return 1
 	}
 	[ "$(cat "$run/host-gpu-a/llama/layout_hash")" = "$hash" ] &&
-		cmp "$run/host-gpu-a/llama/allocs/w0" "$run/host-gpu-b/llama/allocs/w0" &&
-		podman logs "$peer" 2>&1 | grep -q "sent llama (1 allocations" &&
-		podman rm -f "$peer" >/dev/null
+		cmp "$run/host-gpu-a/llama/allocs/w0" "$run/host-gpu-b/llama/allocs/w0" || return 1
+	for _ in $(seq 50); do # the server's thread logs once its last send is gone
+		podman logs "$peer" 2>&1 | grep -q "sent llama (1 allocations" && break
+		sleep 0.1
+	done
+	podman logs "$peer" 2>&1 | grep -q "sent llama (1 allocations" && podman rm -f "$peer" >/dev/null
 }
 t "gmsfs-peer serve in a container over the node's mounts; gmsfsctl pull in another fills the other GPU's store: the same hash and bytes" peer_pulled
 t "SIGTERM to the daemon container: it ends 0, every mount and socket gone, no daemon left" sh -c "
