@@ -1,6 +1,7 @@
-/* serve: gmsfs-peer serve, committed stores of a mount sent read-only to peers that show
- * the token (serve.h).  One peer at a time, each wait bounded: a peer that stops
- * reading loses its connection after the timeout and the next one is served. */
+/* serve: gmsfs-peer serve, committed stores of a mount (or of a directory of mounts) sent
+ * read-only to peers that show the token (serve.h).  Several peers at once, each by a
+ * thread of its own, each wait bounded: a peer that stops reading loses its connection
+ * after the timeout, and its place. */
 #include "serve.h"
 #include "copy.h"
 #include "lane.h"
@@ -402,9 +403,10 @@ static int serve_one(const struct sv_options *o, struct nt_conn *c, const char *
 	else if (!allowed(o, h->store))
 		e = refuse(c, peer, o->timeout_ms, EACCES, "%s is not served here", h->store);
 	char state[32] = "";
-	if (!e && (e = find_store(o->mount, h->store, path, sizeof path, state, sizeof state)) == -ENOENT)
+	int found = e ? 0 : find_store(o->mount, h->store, path, sizeof path, state, sizeof state);
+	if (found == -ENOENT)
 		e = refuse(c, peer, o->timeout_ms, ENOENT, "%s: no such store", h->store);
-	else if (e)
+	else if (found)
 		e = refuse(c, peer, o->timeout_ms, EAGAIN, "%s is %s, not committed", h->store, state);
 	struct cp *cp = NULL;
 	int slot = -1;
