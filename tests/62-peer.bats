@@ -399,6 +399,9 @@ with gmsfs.connect(sys.argv[1], "rw", timeout=10) as c:
 	run in_b "$ROOT/tools/gmsfsctl" pull "gmsfs://$ADDR_A:$PORT/m" "$B/ctl2" --token "$TOKEN" --timeout 0
 	assert_failure
 	assert_output --partial "timeout is seconds, more than 0"
+	run in_b "$ROOT/tools/gmsfsctl" pull "gmsfs://$ADDR_A:$PORT/m" "$B/ctl2" --token "$TOKEN" --timeout 1e12
+	assert_failure
+	assert_output --partial "at most a day"
 	state_is "$B/ctl2" EMPTY
 }
 

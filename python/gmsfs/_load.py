@@ -45,8 +45,8 @@ def pull(url, store, token_file, timeout=30, progress=None):
     progress: a line on stderr as bytes land (None: where stderr is a terminal).  Returns
     what was done; on any failure (GmsfsError: EACCES the peer refused, EEXIST store holds
     allocations, EIO bytes not the peer's, ETIMEDOUT, ECONNRESET) store is as it was."""
-    if timeout is None or not timeout > 0:
-        raise ValueError("pull: timeout is seconds, more than 0 (not %r)" % (timeout,))
+    if timeout is None or not 0 < timeout <= 86400:
+        raise ValueError("pull: timeout is seconds, more than 0, at most a day (not %r)" % (timeout,))
     if progress is None:
         progress = sys.stderr.isatty()
     how, err = ctypes.create_string_buffer(512), ctypes.create_string_buffer(1024)
