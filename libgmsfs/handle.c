@@ -344,7 +344,6 @@ static int session_lost(gmsfs *g)
 			g->be->allow(g, g->maps[i].ptr, g->maps[i].aligned, false);
 			g->maps[i].writable = 0;
 		}
-	pg_allow_all(g, false);
 	g->lock = GMSFS_RO;
 	return gm_error(g, -EPERM, "%s: the daemon that granted this writer session is gone (killed, or replaced "
 		       "by gmsfs -o takeover): the session was rolled back; connect again to write", g->dir);
