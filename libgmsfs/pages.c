@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
@@ -83,7 +84,7 @@ static void free_names(char **names, size_t n)
 
 /* The daemon frees the allocations numbered num[0..n) (their memory goes once unmapped
  * here too). */
-static int give_back(gmsfs_pages *p, const uint64_t *num, size_t n)
+int pg_give_back(gmsfs_pages *p, const uint64_t *num, size_t n)
 {
 	char **names = names_of(p, num, n);
 	if (!names)
@@ -112,7 +113,7 @@ static int give_back_held(gmsfs *g)
 			num[n++] = pg_let_go_last(p);
 			bytes -= p->page;
 		}
-		int r = num ? give_back(p, num, n) : gm_error(g, -ENOMEM, "out of memory");
+		int r = num ? pg_give_back(p, num, n) : gm_error(g, -ENOMEM, "out of memory");
 		e = e ? e : r;
 		free(num);
 	}
@@ -207,7 +208,7 @@ static int make(gmsfs_pages *p, const uint64_t *idx, size_t n)
 			}
 		while (p->nheld > held_before)
 			pg_let_go_last(p);
-		give_back(p, num, n);
+		pg_give_back(p, num, n);
 		memcpy(p->g->err, keep, sizeof keep);
 	}
 	free(num);
@@ -233,7 +234,7 @@ static void make_to_min(gmsfs_pages *p)
 	memcpy(g->err, keep, sizeof keep);
 }
 
-int gmsfs_pages_reserve(gmsfs *g, uint64_t span, uint64_t page_size, gmsfs_pages **out)
+int pg_new(gmsfs *g, uint64_t span, uint64_t page_size, const char *prefix, gmsfs_pages **out)
 {
 	if (!g || !out)
 		return g ? gm_error(g, -EINVAL, "pages_reserve: no place for the range") : -EINVAL;
@@ -270,14 +271,28 @@ int gmsfs_pages_reserve(gmsfs *g, uint64_t span, uint64_t page_size, gmsfs_pages
 	p->g = g;
 	p->page = page_size;
 	p->count = count;
-	snprintf(p->prefix, sizeof p->prefix, GMSFS_PAGES_PREFIX "%d.%u", (int)getpid(),
-		 __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED));
+	uint32_t salt = 0; /* a kept range outlives its engine: a later one of the same pid (pid 1
+	                    * in a container) must not take its name */
+	if (getrandom(&salt, sizeof salt, GRND_NONBLOCK) != sizeof salt)
+		salt = (uint32_t)gm_now_ms() ^ (uint32_t)(uintptr_t)p;
+	if (prefix)
+		snprintf(p->prefix, sizeof p->prefix, "%s", prefix);
+	else
+		snprintf(p->prefix, sizeof p->prefix, GMSFS_PAGES_PREFIX "%d.%u.%08x", (int)getpid(),
+			 __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED), salt);
 	p->next = g->pages;
 	g->pages = p;
 	tell_reserved(g);
-	make_to_min(p);
 	*out = p;
 	return 0;
+}
+
+int gmsfs_pages_reserve(gmsfs *g, uint64_t span, uint64_t page_size, gmsfs_pages **out)
+{
+	int e = pg_new(g, span, page_size, NULL, out);
+	if (!e)
+		make_to_min(*out);
+	return e;
 }
 
 void *gmsfs_pages_base(const gmsfs_pages *p)
@@ -335,7 +350,7 @@ static int begin(gmsfs_pages *p, const uint64_t *idx, size_t n, bool want, const
 
 /* The access of idx[0..n), mapped by this call: set once for each run of neighbours (the
  * driver's cost is a call's, not a page's: 24 us for one page or 64 on an H100). */
-static int allow_runs(gmsfs_pages *p, const uint64_t *idx, size_t n)
+int pg_allow_runs(gmsfs_pages *p, const uint64_t *idx, size_t n)
 {
 	for (size_t i = 0, j; i < n; i = j) {
 		for (j = i + 1; j < n && idx[j] == idx[j - 1] + 1; j++)
@@ -366,7 +381,7 @@ static void unmap_placed(gmsfs_pages *p, const uint64_t *idx, size_t n, size_t s
 			num[m++] = p->name[idx[i]];
 	}
 	if (m)
-		give_back(p, num, m);
+		pg_give_back(p, num, m);
 	free(num);
 	memcpy(p->g->err, keep, sizeof keep);
 }
@@ -396,7 +411,7 @@ int gmsfs_pages_map(gmsfs_pages *p, const uint64_t *asked, size_t n, int timeout
 		}
 		usleep(wait_us);
 	}
-	if (!e && (e = allow_runs(p, idx + stayed, n - stayed)))
+	if (!e && (e = pg_allow_runs(p, idx + stayed, n - stayed)))
 		unmap_placed(p, idx, n, stayed, k); /* all or nothing */
 	else if (e)
 		unmap_placed(p, idx, k, stayed, k); /* make() undid its own */
@@ -414,7 +429,7 @@ int gmsfs_pages_unmap(gmsfs_pages *p, const uint64_t *idx, size_t n)
 	 * minimum; only those that go need the kernels queued on them done first. */
 	uint64_t bytes = pages_bytes(g), over = bytes > g->pages_min ? bytes - g->pages_min : 0;
 	uint64_t give = (over + p->page - 1) / p->page;
-	size_t keep = give >= n ? 0 : n - (size_t)give, ngive = 0;
+	size_t keep = give >= n || p->kept ? 0 : n - (size_t)give, ngive = 0;
 	if (keep < n && g->be->drain && (e = g->be->drain(g)))
 		return gm_error(g, e, "pages_unmap: the context's queued work failed: %s", strerror(-e));
 	uint64_t *num = malloc(n * sizeof *num);
@@ -426,9 +441,10 @@ int gmsfs_pages_unmap(gmsfs_pages *p, const uint64_t *idx, size_t n)
 		g->be->unmap(g, (char *)p->base + idx[i] * p->page, p->page); /* no access first: */
 		p->mapped[idx[i]] = 0;                                         /* the memory goes next */
 		p->nmapped--;
+		pg_forget_record(p, idx[i]); /* the daemon drops its entry with the allocation */
 		num[ngive++] = p->name[idx[i]];
 	}
-	e = ngive ? give_back(p, num, ngive) : 0;
+	e = ngive ? pg_give_back(p, num, ngive) : 0;
 	free(num);
 	return e;
 }
@@ -461,7 +477,7 @@ int gmsfs_pages_reclaim(gmsfs_pages *p, uint64_t *bytes)
 /* Every page unmapped or let go and given back, the range too; the record stays (as a
  * space's) so that a second free is -EINVAL.  tell: the daemon frees them now (else the
  * session's end does). */
-static int release(gmsfs_pages *p, bool tell)
+int pg_release(gmsfs_pages *p, bool tell)
 {
 	gmsfs *g = p->g;
 	if ((p->nmapped || p->nheld) && g->be->drain)
@@ -481,13 +497,17 @@ static int release(gmsfs_pages *p, bool tell)
 			num[n++] = name;
 	}
 	p->nmapped = 0;
-	int e = !tell || !n || g->lock != GMSFS_RW ? 0 : num ? give_back(p, num, n) : gm_error(g, -ENOMEM, "out of memory");
+	int e = !tell || !n || g->lock != GMSFS_RW ? 0 : num ? pg_give_back(p, num, n) : gm_error(g, -ENOMEM, "out of memory");
 	free(num);
 	g->be->unreserve(g, p->base, p->count * p->page);
 	free(p->mapped);
 	free(p->name);
 	free(p->held);
 	free(p->slot);
+	for (uint64_t i = 0; p->rec && i < p->count; i++)
+		free(p->rec[i].data);
+	free(p->rec);
+	p->rec = NULL;
 	p->mapped = NULL;
 	p->name = NULL;
 	p->held = NULL;
@@ -502,7 +522,7 @@ int gmsfs_pages_free(gmsfs_pages *p)
 		return -EINVAL;
 	if (p->freed)
 		return gm_error(p->g, -EINVAL, "pages_free: freed already");
-	int e = release(p, true);
+	int e = pg_release(p, true);
 	tell_reserved(p->g);
 	return e;
 }
@@ -534,7 +554,7 @@ void pg_release_all(gmsfs *g)
 		gmsfs_pages *p = g->pages;
 		g->pages = p->next;
 		if (!p->freed)
-			release(p, false); /* disconnect: the session's end gives the memory back */
+			pg_release(p, false); /* disconnect: the session's end gives the memory back */
 		free(p);
 	}
 }

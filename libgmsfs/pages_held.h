@@ -26,13 +26,41 @@ struct gmsfs_pages {
 	size_t nnowhere;           /* of held: placed nowhere (at 0) */
 	uint32_t *slot;            /* per page: 1 + the slot in held of the page staying there */
 	bool freed;
+	/* Kept (kept.c, libgmsfs(3), KEPT): the layout committed with the engine's records; an
+	 * unmap gives pages back then, never holds them (a held page reused elsewhere would
+	 * carry the record of its old place). */
+	bool kept;
+	struct pg_record { void *data; size_t len; } *rec; /* per page, NULL until kept */
 };
 
 enum {
 	PG_MAPPED = 1, /* mapped for the engine */
 	PG_ASKED = 2,  /* named by the call being checked (check_idx) */
 	PG_STAYS = 4,  /* a held page stays mapped here, the engine's no more */
+	PG_ENTRY = 8,  /* kept: its entry names the allocation mapped here (kept.c) */
 };
+
+/* The record of page i let go (it was unmapped). */
+static inline void pg_forget_record(gmsfs_pages *p, uint64_t i)
+{
+	if (p->rec) {
+		free(p->rec[i].data);
+		p->rec[i] = (struct pg_record){ 0 };
+	}
+}
+
+/* pages.c, for kept.c */
+/* A new range as gmsfs_pages_reserve makes it, without pages; its allocations named below
+ * prefix (NULL: a new name). */
+int pg_new(gmsfs *g, uint64_t span, uint64_t page_size, const char *prefix, gmsfs_pages **out);
+/* The daemon frees the range's allocations numbered num[0..n). */
+int pg_give_back(gmsfs_pages *p, const uint64_t *num, size_t n);
+/* The access of pages idx[0..n), one call per run of neighbours. */
+int pg_allow_runs(gmsfs_pages *p, const uint64_t *idx, size_t n);
+
+/* Every page unmapped (or let go), the range given back; tell: the daemon frees the pages
+ * (else they stay its: a session's end, or pages another process keeps). */
+int pg_release(gmsfs_pages *p, bool tell);
 
 /* pages_held.c */
 /* One more held page, staying mapped at page at - 1 (at 0: placed nowhere, its hold mem);

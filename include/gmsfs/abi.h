@@ -178,7 +178,9 @@ enum gmsfs_op {
 	GMSFS_OP_HANDOVER = 9,  /* daemon to daemon (gmsfs -o takeover): no body, no ticket */
 	GMSFS_OP_FLIP = 10,     /* a reader of a store with versions: move to the last commit; a
 	                         * manifest of the allocations that changed, read-only (no body) */
-	GMSFS_OP_MAX = 10
+	GMSFS_OP_KEEP = 11,     /* commit, the session going on, kept: its end rolls back to this
+	                         * layout, never torn (an elastic store's pages only; no body) */
+	GMSFS_OP_MAX = 11
 };
 
 #define GMSFS_FDS_PER_MSG 253        /* SCM_MAX_FD */

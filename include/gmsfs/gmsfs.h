@@ -298,6 +298,35 @@ GMSFS_API int gmsfs_pages_reclaim(gmsfs_pages *p, uint64_t *bytes);
  * small record until disconnect, so that a second free is -EINVAL, not a crash. */
 GMSFS_API int gmsfs_pages_free(gmsfs_pages *p);
 
+/* ---- kept caches: pages that outlive their engine (libgmsfs(3), KEPT) ---- */
+/* The engine's record of what a page holds (a prefix hash, a sequence's place), kept
+ * with it; len 0: none, the page's bytes are not to be trusted. */
+struct gmsfs_page_record {
+	uint64_t idx;
+	const void *data;
+	size_t len;         /* at most GMSFS_VALUE_MAX */
+};
+/* Commit the layout while the engine goes on writing (GMS's commit_layout): every page
+ * mapped now in every range of the handle, at its index, with its record: rec[0..n) (each
+ * mapped, none twice) replace those of their pages, a page mapped since the last keep
+ * has none.  From here the engine's death keeps the pages, their bytes and records, and
+ * rolls back to this keep (what it mapped or gave back since); the next writer adopts
+ * them.  A kept range's unmap gives its pages back (none held).  Clear a page's record
+ * (a keep) before writing it again: its old record is trusted until then.  One or two
+ * round trips (the entries in batches of 4096, then the commit). */
+GMSFS_API int gmsfs_pages_keep(gmsfs_pages *p, const struct gmsfs_page_record *rec, size_t n);
+/* A range of span bytes of page_size pages (0: the kept pages' size), as reserve makes it,
+ * holding the pages of the first range the store kept (by name) that no range of this
+ * handle holds, mapped at the same indices with their bytes and records; none kept: an
+ * empty range.  The handle's session is kept from the call on.  *adopted (may be NULL):
+ * the pages it holds.  -EINVAL: a kept page past the span or of another size. */
+GMSFS_API int gmsfs_pages_adopt(gmsfs *g, uint64_t span, uint64_t page_size, gmsfs_pages **out, uint64_t *adopted);
+/* Page idx's record (*data NULL, *len 0: none): valid until its next keep or unmap.
+ * -ENOENT: not mapped. */
+GMSFS_API int gmsfs_pages_record(const gmsfs_pages *p, uint64_t idx, const void **data, size_t *len);
+/* The range's name (its entries are meta/pages/NAME/INDEX). */
+GMSFS_API const char *gmsfs_pages_name(const gmsfs_pages *p);
+
 /* ---- a memory pool for CUDA graphs: N captured shapes in the memory of the largest ---- */
 /* Graphs captured for different shapes never run at the same time (an engine replays one
  * per step), so they may share memory: each capture gets a range space over the same

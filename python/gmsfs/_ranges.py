@@ -64,13 +64,23 @@ class Pages(_Range):
     user.gms.quota, user.gms.min and user.gms.priority say how far it may grow, what is kept
     for it, and who gives pages back when the budget is short.  Pages within the minimum
     are made at once and stay in this process when unmapped, to map again with no request.
-    A context manager: leaving it frees the range."""
+    A context manager: leaving it frees the range.
+
+    Kept (libgmsfs(3) KEPT): keep() commits the pages and the engine's records while it goes
+    on writing, so that its death keeps them; Pages.adopt() in the next writer maps them at
+    the same indices (adopted: how many), records() says what each holds."""
 
     _free_name = "gmsfs_pages_free"
 
-    def __init__(self, conn, span, page_size=0):
+    def __init__(self, conn, span, page_size=0, adopt=False):
         super().__init__(conn)
-        conn._check(_c.gmsfs_pages_reserve(conn._handle(), span, page_size, ctypes.byref(self._r)), "pages reserve")
+        n = ctypes.c_uint64()
+        if adopt:
+            conn._check(_c.gmsfs_pages_adopt(conn._handle(), span, page_size, ctypes.byref(self._r), ctypes.byref(n)),
+                        "pages adopt")
+        else:
+            conn._check(_c.gmsfs_pages_reserve(conn._handle(), span, page_size, ctypes.byref(self._r)), "pages reserve")
+        self.adopted = n.value
         self.base = _c.gmsfs_pages_base(self._r)
         self.page_size = _c.gmsfs_pages_size(self._r)
         self.count = _c.gmsfs_pages_count(self._r)
@@ -105,12 +115,55 @@ class Pages(_Range):
         self._conn._check(_c.gmsfs_pages_reclaim(self._range(), ctypes.byref(n)), "pages reclaim")
         return n.value
 
+    @classmethod
+    def adopt(cls, conn, span, page_size=0):
+        """The pages of the first range the store kept (that this connection holds none
+        of), at the same indices of a new range of span bytes, bytes and records as the dead
+        writer left them; an empty range where none was kept.  The session is kept from now."""
+        return cls(conn, span, page_size, adopt=True)
+
+    @property
+    def name(self):
+        """The range's name: its entries are meta/pages/NAME/INDEX."""
+        return _c.gmsfs_pages_name(self._range()).decode()
+
+    def keep(self, records=None):
+        """Commit the layout while the engine goes on writing (GMS's commit_layout): every
+        mapped page at its index, records ({index: bytes}, b"" clears one: its bytes are not
+        to be trusted) replacing those of their pages.  Clear a page's record before writing
+        it again."""
+        records = dict(records or {})
+        arr = (_PageRecord * max(len(records), 1))()
+        for k, (i, data) in enumerate(records.items()):
+            data = bytes(data)
+            arr[k].idx, arr[k].len = i, len(data)
+            arr[k].data = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p) if data else None
+        keep_alive = list(records.values())  # noqa: F841 (the bytes live through the call)
+        self._conn._check(_c.gmsfs_pages_keep(self._range(), ctypes.cast(arr, ctypes.c_void_p), len(records)),
+                          "pages keep (%d records)" % len(records))
+
+    def records(self):
+        """{index: record bytes, or None where the page has none} for every mapped page."""
+        out, data, n = {}, ctypes.c_void_p(), ctypes.c_size_t()
+        r = self._range()
+        for i in range(self.count):
+            e = _c.gmsfs_pages_record(r, i, ctypes.byref(data), ctypes.byref(n))
+            if e == -_errno.ENOENT:
+                continue
+            self._conn._check(e, "pages record")
+            out[i] = ctypes.string_at(data.value, n.value) if n.value else None
+        return out
+
     def ptr(self, index):
         """The address of page index."""
         if not 0 <= index < self.count:
             raise IndexError(index)
         return self.base + index * self.page_size
 
+
+
+class _PageRecord(ctypes.Structure):
+    _fields_ = [("idx", ctypes.c_uint64), ("data", ctypes.c_void_p), ("len", ctypes.c_size_t)]
 
 
 class PageAllocator:

@@ -421,6 +421,54 @@ int lock_commit(struct store *st)
 	return 0;
 }
 
+/* An allocation outside pages/ in a kept layout: its bytes would be trusted after a death
+ * that nothing marks (keep is for a cache of pages and the engine's entries). */
+static int not_a_page(struct meta_node *n, void *arg)
+{
+	if (n->kind != META_ALLOC)
+		return 0;
+	char path[GMSFS_PATH_MAX + 1];
+	if (meta_path(n, path, sizeof path) < 0 || strncmp(path, GMSFS_PAGES_PREFIX, strlen(GMSFS_PAGES_PREFIX))) {
+		snprintf(arg, 256, "%.200s", path);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int lock_keep(struct store *st)
+{
+	if (st->fs->handing_over) {
+		store_error(st, "keep: the daemon is being replaced (gmsfs -o takeover): keep after it");
+		return -ESTALE;
+	}
+	if (st->lock.fsm.data || st->lock.fsm.beside) {
+		store_error(st, "keep: a data-only session, or one beside readers, cannot keep its layout");
+		return -EINVAL;
+	}
+	char bad[256] = "";
+	if (meta_walk(meta_root(st->meta, META_AREA_ALLOCS), not_a_page, bad)) {
+		store_error(st, "keep: allocation '%s' is not an elastic store's page (" GMSFS_PAGES_PREFIX
+				"...): a kept layout holds pages and entries only", bad);
+		return -EINVAL;
+	}
+	char err[sizeof st->last_error - 16];
+	int e = meta_commit(st->meta, err, sizeof err);
+	if (e) {
+		snprintf(st->last_error, sizeof st->last_error, "keep: %s", err[0] ? err : strerror(-e));
+		lock_changed(st);
+		return e;
+	}
+	int kept = fsm_keep(&st->lock.fsm);
+	assert(kept == 0); /* a session that is neither data-only nor beside */
+	(void)kept;
+	st->lock.commits++;
+	st->last_error[0] = '\0';
+	store_changed(st, "keep"); /* write-ahead, as a commit's: before what the session freed goes */
+	store_room_changed(st->fs);
+	lock_changed(st);
+	return 0;
+}
+
 int lock_flip(struct fs_handle *h)
 {
 	struct store *st = h->store;

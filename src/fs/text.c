@@ -39,7 +39,7 @@ int text_state(struct store *st, char **out, size_t *len)
 	const struct fsm *f = &store_lock(st)->fsm;
 	int n = asprintf(out,
 			 "state: %s\nreaders: %u\nwriter: %d\nwaiting_writers: %u\nwaiting_readers: %u\n"
-			 "generation: %llu\ntorn: %d\ndata_only: %d\npaused: %u\nversions: %u\nbeside: %d\nprev_handles: %u\n"
+			 "generation: %llu\ntorn: %d\ndata_only: %d\nkept: %d\npaused: %u\nversions: %u\nbeside: %d\nprev_handles: %u\n"
 			 "prev_generation: %llu\nversion_copies: %llu\nversion_copied_bytes: %llu\nflips: %llu\nallocations: %llu\nentries: %llu\nbytes: %llu\n"
 			 "aligned_bytes: %llu\n"
 			 "layout_hash: %s\nrequests: %llu\nsocket_requests: %llu\ntier: %s\nquota: %llu\n"
@@ -47,7 +47,7 @@ int text_state(struct store *st, char **out, size_t *len)
 			 "pages_kept: %llu\nlast_error: %s\n",
 			 st->removed ? "REMOVED" : fsm_state_name(fsm_state(f)), store_readers(st), (int)f->leader,
 			 f->waiting_writers, f->waiting_readers, (unsigned long long)f->generation, f->torn,
-			 f->data, f->paused, st->versions.allowed, f->beside,
+			 f->data, f->kept, f->paused, st->versions.allowed, f->beside,
 			 st->versions.prev_handles, (unsigned long long)(f->prev_held ? st->versions.prev_generation : 0),
 			 (unsigned long long)st->versions.copies, (unsigned long long)st->versions.copied_bytes,
 			 (unsigned long long)st->versions.flips, (unsigned long long)s.allocations, (unsigned long long)s.entries,

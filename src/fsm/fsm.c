@@ -128,8 +128,9 @@ int fsm_write_in_place(struct fsm *f)
 {
 	if (!f->leader)
 		return -EINVAL;
-	if (f->in_place || !f->committed || f->beside)
-		return 0; /* a session beside readers writes copies, never the commit */
+	if (f->in_place || !f->committed || f->beside || f->kept)
+		return 0; /* a session beside readers writes copies, never the commit; a kept one's
+		           * pages are its engine's to mark */
 	f->in_place = true;
 	return 1;
 }
@@ -149,7 +150,7 @@ int fsm_release_session(struct fsm *f)
 	if (--f->session_handles)
 		return 0;
 	f->leader = 0;
-	f->beside = f->data = false;
+	f->beside = f->data = f->kept = false;
 	f->torn |= f->in_place;
 	f->in_place = false;
 	return 1;
@@ -160,11 +161,21 @@ int fsm_commit(struct fsm *f)
 	if (!f->leader)
 		return -EINVAL;
 	f->prev_held = f->beside && (f->readers || f->paused);
-	f->beside = f->data = false;
+	f->beside = f->data = f->kept = false;
 	f->readers += f->session_handles;
 	f->session_handles = 0;
 	f->leader = 0;
 	f->committed = true;
+	f->generation++;
+	f->in_place = f->torn = false;
+	return 0;
+}
+
+int fsm_keep(struct fsm *f)
+{
+	if (!f->leader || f->data || f->beside)
+		return -EINVAL;
+	f->committed = f->kept = true;
 	f->generation++;
 	f->in_place = f->torn = false;
 	return 0;
@@ -213,6 +224,8 @@ int fsm_check(const struct fsm *f)
 		return -EPROTO; /* paused over a commit, and only a data-only session goes past them */
 	if (f->data && !f->leader)
 		return -EPROTO;
+	if (f->kept && (!f->leader || !f->committed || f->data || f->beside || f->in_place))
+		return -EPROTO; /* kept: a session over its own commit, never in place */
 	if (!!f->leader != !!f->session_handles)
 		return -EPROTO;
 	if (f->in_place && (!f->leader || !f->committed))

@@ -6,10 +6,11 @@
 
 /* The reachable situations, each built from EMPTY by legal events only. */
 enum sit { S_EMPTY, S_RW, S_COMMITTED, S_RO, S_RO_WAITW, S_RW_WAITW, S_RW_IN_PLACE, S_TORN, S_BESIDE, S_PREV, S_PAUSED,
-	   S_DATA_PAUSED, S_N };
+	   S_DATA_PAUSED, S_KEPT, S_N };
 static const char *sit_name[] = { "EMPTY", "RW", "COMMITTED", "RO", "RO+waiting writer", "RW(committed before)",
 				  "RW(writing in place)", "TORN", "RW beside a reader", "RO(a reader on the version before)",
-				  "COMMITTED(a reader paused)", "RW(data-only, a reader paused)" };
+				  "COMMITTED(a reader paused)", "RW(data-only, a reader paused)",
+				  "RW(kept: its layout committed, going on)" };
 
 static struct fsm make(enum sit s)
 {
@@ -27,16 +28,17 @@ static struct fsm make(enum sit s)
 	case S_PREV: f = make(S_BESIDE); fsm_commit(&f); break;
 	case S_PAUSED: f = make(S_RO); fsm_pause(&f); break;
 	case S_DATA_PAUSED: f = make(S_PAUSED); fsm_open_data(&f, 200); break;
+	case S_KEPT: f = make(S_RW); fsm_keep(&f); break;
 	default: break;
 	}
 	return f;
 }
 
 enum ev { E_READ, E_WRITE, E_JOIN, E_REL_READ, E_REL_SESSION, E_COMMIT, E_ABORT, E_REMOVE, E_REREAD, E_IN_PLACE,
-	  E_BESIDE, E_PREV_GONE, E_PAUSE, E_UNPAUSE, E_DATA, E_N };
+	  E_BESIDE, E_PREV_GONE, E_PAUSE, E_UNPAUSE, E_DATA, E_KEEP, E_N };
 static const char *ev_name[] = { "open_read", "open_write", "join", "release_read", "release_session", "commit", "abort",
 				 "remove", "reopen_read", "write_in_place", "open_beside", "prev_gone", "pause", "unpause",
-				 "open_data" };
+				 "open_data", "keep" };
 
 static int apply(struct fsm *f, enum ev e)
 {
@@ -56,6 +58,7 @@ static int apply(struct fsm *f, enum ev e)
 	case E_PAUSE: return fsm_pause(f);
 	case E_UNPAUSE: return fsm_unpause(f);
 	case E_DATA: return fsm_open_data(f, 300);
+	case E_KEEP: return fsm_keep(f);
 	default: return -999;
 	}
 }
@@ -72,6 +75,7 @@ static const struct want table[S_N][E_N] = {
 		[E_IN_PLACE] = { -EINVAL, FSM_EMPTY },
 		[E_BESIDE] = { -ENOENT, FSM_EMPTY }, [E_PREV_GONE] = { -EINVAL, FSM_EMPTY },
 		[E_PAUSE] = { -EINVAL, FSM_EMPTY }, [E_UNPAUSE] = { -EINVAL, FSM_EMPTY }, [E_DATA] = { -ENOENT, FSM_EMPTY },
+		[E_KEEP] = { -EINVAL, FSM_EMPTY },
 	},
 	[S_RW] = {
 		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
@@ -82,6 +86,7 @@ static const struct want table[S_N][E_N] = {
 		[E_IN_PLACE] = { 0, FSM_RW }, /* nothing committed to tear */
 		[E_BESIDE] = { -ENOENT, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RW },
 		[E_PAUSE] = { -EINVAL, FSM_RW }, [E_UNPAUSE] = { -EINVAL, FSM_RW }, [E_DATA] = { -ENOENT, FSM_RW },
+		[E_KEEP] = { 0, FSM_RW },
 	},
 	[S_COMMITTED] = {
 		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { 0, FSM_RW },
@@ -92,6 +97,7 @@ static const struct want table[S_N][E_N] = {
 		[E_IN_PLACE] = { -EINVAL, FSM_COMMITTED },
 		[E_BESIDE] = { 0, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_COMMITTED },
 		[E_PAUSE] = { -EINVAL, FSM_COMMITTED }, [E_UNPAUSE] = { -EINVAL, FSM_COMMITTED }, [E_DATA] = { 0, FSM_RW },
+		[E_KEEP] = { -EINVAL, FSM_COMMITTED },
 	},
 	[S_RO] = {
 		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_RO },
@@ -102,6 +108,7 @@ static const struct want table[S_N][E_N] = {
 		[E_IN_PLACE] = { -EINVAL, FSM_RO },
 		[E_BESIDE] = { 0, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RO },
 		[E_PAUSE] = { 0, FSM_COMMITTED }, [E_UNPAUSE] = { -EINVAL, FSM_RO }, [E_DATA] = { -EAGAIN, FSM_RO },
+		[E_KEEP] = { -EINVAL, FSM_RO },
 	},
 	[S_RO_WAITW] = {
 		[E_READ] = { -EAGAIN, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_RO },
@@ -112,6 +119,7 @@ static const struct want table[S_N][E_N] = {
 		[E_IN_PLACE] = { -EINVAL, FSM_RO },
 		[E_BESIDE] = { 0, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RO },
 		[E_PAUSE] = { 0, FSM_COMMITTED }, [E_UNPAUSE] = { -EINVAL, FSM_RO }, [E_DATA] = { -EAGAIN, FSM_RO },
+		[E_KEEP] = { -EINVAL, FSM_RO },
 	},
 	[S_RW_WAITW] = {
 		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
@@ -122,6 +130,7 @@ static const struct want table[S_N][E_N] = {
 		[E_IN_PLACE] = { 1, FSM_RW },
 		[E_BESIDE] = { -EAGAIN, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RW },
 		[E_PAUSE] = { -EINVAL, FSM_RW }, [E_UNPAUSE] = { -EINVAL, FSM_RW }, [E_DATA] = { -EAGAIN, FSM_RW },
+		[E_KEEP] = { 0, FSM_RW },
 	},
 	[S_RW_IN_PLACE] = {
 		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
@@ -131,6 +140,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REREAD] = { -EINVAL, FSM_RW }, [E_IN_PLACE] = { 0, FSM_RW },
 		[E_BESIDE] = { -EAGAIN, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RW },
 		[E_PAUSE] = { -EINVAL, FSM_RW }, [E_UNPAUSE] = { -EINVAL, FSM_RW }, [E_DATA] = { -EAGAIN, FSM_RW },
+		[E_KEEP] = { 0, FSM_RW },
 	},
 	[S_TORN] = {
 		[E_READ] = { -EUCLEAN, FSM_TORN }, [E_WRITE] = { 0, FSM_RW },
@@ -140,6 +150,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REREAD] = { -EINVAL, FSM_TORN }, [E_IN_PLACE] = { -EINVAL, FSM_TORN },
 		[E_BESIDE] = { 0, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_TORN },
 		[E_PAUSE] = { -EINVAL, FSM_TORN }, [E_UNPAUSE] = { -EINVAL, FSM_TORN }, [E_DATA] = { 0, FSM_RW },
+		[E_KEEP] = { -EINVAL, FSM_TORN },
 	},
 	[S_BESIDE] = {
 		[E_READ] = { 0, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
@@ -149,6 +160,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REREAD] = { -EINVAL, FSM_RW }, [E_IN_PLACE] = { 0, FSM_RW }, /* copies: never in place */
 		[E_BESIDE] = { -EAGAIN, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RW },
 		[E_PAUSE] = { 0, FSM_RW }, [E_UNPAUSE] = { -EINVAL, FSM_RW }, [E_DATA] = { -EAGAIN, FSM_RW },
+		[E_KEEP] = { -EINVAL, FSM_RW },
 	},
 	[S_PREV] = {
 		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_RO },
@@ -158,6 +170,7 @@ static const struct want table[S_N][E_N] = {
 		[E_REREAD] = { 0, FSM_RO }, [E_IN_PLACE] = { -EINVAL, FSM_RO },
 		[E_BESIDE] = { -EAGAIN, FSM_RO }, [E_PREV_GONE] = { 0, FSM_RO },
 		[E_PAUSE] = { 0, FSM_RO }, [E_UNPAUSE] = { -EINVAL, FSM_RO }, [E_DATA] = { -EAGAIN, FSM_RO },
+		[E_KEEP] = { -EINVAL, FSM_RO },
 	},
 	[S_PAUSED] = {
 		[E_READ] = { 0, FSM_RO }, [E_WRITE] = { -EAGAIN, FSM_COMMITTED }, /* paused: no writer that replaces */
@@ -168,6 +181,7 @@ static const struct want table[S_N][E_N] = {
 		[E_BESIDE] = { 0, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_COMMITTED },
 		[E_PAUSE] = { -EINVAL, FSM_COMMITTED }, [E_UNPAUSE] = { 0, FSM_COMMITTED },
 		[E_DATA] = { 0, FSM_RW }, /* in place, past the paused */
+		[E_KEEP] = { -EINVAL, FSM_COMMITTED },
 	},
 	[S_DATA_PAUSED] = {
 		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
@@ -178,6 +192,18 @@ static const struct want table[S_N][E_N] = {
 		[E_BESIDE] = { -EAGAIN, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RW },
 		[E_PAUSE] = { -EINVAL, FSM_RW }, [E_UNPAUSE] = { 0, FSM_RW },
 		[E_DATA] = { -EAGAIN, FSM_RW },
+		[E_KEEP] = { -EINVAL, FSM_RW },
+	},
+	[S_KEPT] = {
+		[E_READ] = { -EAGAIN, FSM_RW }, [E_WRITE] = { -EAGAIN, FSM_RW },
+		[E_JOIN] = { 0, FSM_RW }, [E_REL_READ] = { -EINVAL, FSM_RW },
+		[E_REL_SESSION] = { 1, FSM_COMMITTED }, /* back to what it kept: never torn */
+		[E_COMMIT] = { 0, FSM_RO },
+		[E_ABORT] = { 0, FSM_RW }, [E_REMOVE] = { -EBUSY, FSM_RW },
+		[E_REREAD] = { -EINVAL, FSM_RW }, [E_IN_PLACE] = { 0, FSM_RW }, /* its pages: the engine's marks */
+		[E_BESIDE] = { -EAGAIN, FSM_RW }, [E_PREV_GONE] = { -EINVAL, FSM_RW },
+		[E_PAUSE] = { -EINVAL, FSM_RW }, [E_UNPAUSE] = { -EINVAL, FSM_RW },
+		[E_DATA] = { -EAGAIN, FSM_RW }, [E_KEEP] = { 0, FSM_RW },
 	},
 };
 int main(void)
@@ -248,6 +274,21 @@ int main(void)
 	fsm_open_write(&f, 9);
 	fsm_release_session(&f);
 	is_int(fsm_state(&f), FSM_COMMITTED, "a session without in-place writes rolls back to COMMITTED");
+	/* Kept: each keep is a commit the session stays in; its end goes back to the last. */
+	f = (struct fsm){0};
+	fsm_open_write(&f, 9);
+	is_int(fsm_keep(&f), 0, "keep");
+	ok(f.committed && f.kept && f.generation == 1 && fsm_state(&f) == FSM_RW, "kept: committed, generation 1, still RW");
+	is_int(fsm_write_in_place(&f), 0, "a kept session's writes to its pages are not in place");
+	is_int(fsm_keep(&f), 0, "keep again");
+	is_int(f.generation, 2, "each keep a generation");
+	is_int(fsm_release_session(&f), 1, "the engine dies");
+	ok(!f.torn && !f.kept && fsm_state(&f) == FSM_COMMITTED, "the cache stays COMMITTED, not torn (%s)",
+	   fsm_state_name(fsm_state(&f)));
+	fsm_open_write(&f, 10);
+	is_int(fsm_write_in_place(&f), 1, "a new writer is not kept until it keeps");
+	is_int(fsm_keep(&f), 0, "the adopter keeps");
+	ok(!f.in_place && fsm_check(&f) == 0, "keeping clears in place");
 	struct fsm bad = { .committed = true, .torn = true, .readers = 1 };
 	is_int(fsm_check(&bad), -EPROTO, "invariant: nobody reads a torn store");
 	return tap_done();

@@ -359,7 +359,7 @@ static struct fs_handle *bound(struct fs *fs, const struct rpc_req *r, bool writ
 		*err = -EPERM;
 		return NULL;
 	}
-	if (write && r->op != GMSFS_OP_COMMIT && (*err = lock_layout_change(h->store))) {
+	if (write && r->op != GMSFS_OP_COMMIT && r->op != GMSFS_OP_KEEP && (*err = lock_layout_change(h->store))) {
 		snprintf(why, whylen, "%s", h->store->last_error); /* CREATE, FREE, META_PUT, META_DELETE */
 		return NULL;
 	}
@@ -478,7 +478,7 @@ static int do_flip(struct fs *fs, const struct rpc_req *r, struct xset *s, char 
 	return e ? why_fmt(why, whylen, e, "%s", strerror(-e)) : 0;
 }
 
-/* FREE, META_PUT, META_DELETE, COMMIT: under fs->mu through the bound writer handle. */
+/* FREE, META_PUT, META_DELETE, COMMIT, KEEP: under fs->mu through the bound writer handle. */
 static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_body *b, char *why, size_t whylen)
 {
 	int e = 0;
@@ -500,8 +500,8 @@ static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_b
 		case GMSFS_OP_META_DELETE:
 			e = meta_delete_entries(st->meta, names, b->nnames, why, whylen);
 			break;
-		default:
-			if ((e = lock_commit(st))) /* its image is written before it returns */
+		default: /* COMMIT, KEEP (the session staying): the image is written before it returns */
+			if ((e = r->op == GMSFS_OP_KEEP ? lock_keep(st) : lock_commit(st)))
 				snprintf(why, whylen, "%s", st->last_error);
 			break;
 		}

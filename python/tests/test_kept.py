@@ -1,0 +1,297 @@
+"""Kept KV caches (issue 62, host backend): an elastic store's layout committed while its
+engine goes on writing (gmsfs_pages_keep), the engine's death keeping the pages, their
+bytes and records, the next writer adopting them (gmsfs_pages_adopt); a kill storm of
+engines that write, keep and adopt.  A mount of its own: a 64 MiB device, 1 MiB pages."""
+import ctypes
+import errno
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from conftest import mounted, remove_stores, ROOT, let_go_of_mount
+from manager import Manager
+import gmsfs
+from gmsfs.ctl import read_fields
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def small():
+    yield from mounted("backend=host", "max_bytes=64M")
+
+
+@pytest.fixture
+def clean(small):
+    yield small
+    remove_stores(small)
+
+
+def state(store):
+    return {k: (int(v) if v.lstrip("-").isdigit() else v) for k, v in read_fields(os.path.join(store, "state")).items()}
+
+
+def used(mnt):
+    return int(read_fields(os.path.join(mnt, "device"))["used_bytes"])
+
+
+def engine(store, code, timeout=60):
+    """code run by a fresh process holding store's writer session as c (an engine); its
+    output.  It ends without a word to the daemon: os._exit, as a crash would."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    prog = "import ctypes, os, sys, gmsfs\nMiB = 1 << 20\nc = gmsfs.connect(sys.argv[1], 'rw')\n" + code + \
+        "\nsys.stdout.flush()\nos._exit(0)\n"
+    r = subprocess.run([sys.executable, "-c", prog, store], env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_a_dead_engines_pages_are_adopted_with_bytes_and_records(clean):
+    """The pages kept, their bytes and records, are the next writer's at the same indices;
+    what the engine did after its last keep is rolled back (a page mapped since is gone, a
+    page given back since is back); the store stays COMMITTED, never TORN."""
+    store = os.path.join(clean, "kv")
+    os.mkdir(store)
+    engine(store, """
+p = gmsfs.Pages(c, 16 * MiB, MiB)
+p.map(range(6))
+for i in range(6):
+    ctypes.memset(p.ptr(i), 0x40 + i, MiB)
+p.keep({0: b"seq 7 tokens 0-15", 1: b"seq 7 tokens 16-31"})
+assert open(sys.argv[1] + "/state").read().count("kept: 1") == 1
+p.map([9])             # after the keep: rolled back
+p.unmap([5])           # after the keep: back again
+""")
+    st = state(store)
+    assert (st["state"], st["torn"], st["kept"], st["allocations"], st["entries"]) == ("COMMITTED", 0, 0, 6, 6)
+    assert st["used"] == 6 * MiB
+    with gmsfs.connect(store, "rw") as c:
+        p = gmsfs.Pages.adopt(c, 16 * MiB)
+        assert (p.adopted, p.page_size, p.count, p.mapped) == (6, MiB, 16, 6)
+        recs = p.records()
+        assert recs == {0: b"seq 7 tokens 0-15", 1: b"seq 7 tokens 16-31", 2: None, 3: None, 4: None, 5: None}
+        for i in range(6):
+            assert ctypes.string_at(p.ptr(i), MiB) == bytes([0x40 + i]) * MiB
+        assert state(store)["kept"] == 1
+        # The adopter goes on: a new page, a record cleared, then its own end.
+        p.map([9])
+        p.keep({9: b"seq 8", 1: b""})
+        p.unmap([0])
+    with gmsfs.connect(store, "rw") as c:
+        p = gmsfs.Pages.adopt(c, 16 * MiB)
+        assert p.records() == {0: b"seq 7 tokens 0-15", 1: None, 2: None, 3: None, 4: None, 5: None, 9: b"seq 8"}
+    assert used(clean) == 7 * MiB
+    os.rmdir(store)
+    assert used(clean) == 0, "a dropped cache's pages come back"
+
+
+def test_bad_keeps_and_adoptions_are_refused_and_change_nothing(clean):
+    store = os.path.join(clean, "kv")
+    os.mkdir(store)
+    with gmsfs.connect(store, "rw") as c:
+        p = gmsfs.Pages(c, 8 * MiB, MiB)
+        p.map([0, 1])
+        for recs, err in (({2: b"x"}, errno.ENOENT), ({9: b"x"}, errno.EINVAL),
+                          ({0: b"x" * ((1 << 20) + 1)}, errno.EINVAL)):
+            with pytest.raises(gmsfs.GmsfsError) as e:
+                p.keep(recs)
+            assert e.value.errno == err
+        assert state(store)["generation"] == 0
+        p.keep({0: b"a"})
+        assert state(store)["generation"] == 1
+        # A layout with another allocation cannot be kept: its bytes would be trusted
+        # after a death nothing marks.
+        c.create("weights", MiB)
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            p.keep()
+        assert e.value.errno == errno.EINVAL and "weights" in str(e.value) and "not an elastic store's page" in str(e.value)
+        st = state(store)
+        assert (st["generation"], st["kept"]) == (1, 1)
+    with gmsfs.connect(store, "rw") as c:
+        for span, size, why in ((MiB, 0, "past a span"), (8 * MiB, 2 * MiB, "not a kept page")):
+            with pytest.raises(gmsfs.GmsfsError) as e:
+                gmsfs.Pages.adopt(c, span, size)
+            assert e.value.errno == errno.EINVAL and why in str(e.value), str(e.value)
+        p = gmsfs.Pages.adopt(c, 8 * MiB)
+        assert p.records() == {0: b"a", 1: None}
+
+
+def test_a_kept_cache_counts_against_its_quota_and_an_empty_store_adopts_nothing(clean):
+    store = os.path.join(clean, "kv")
+    os.mkdir(store)
+    os.setxattr(store, "user.gms.quota", str(4 * MiB).encode())
+    with gmsfs.connect(store, "rw") as c:
+        p = gmsfs.Pages.adopt(c, 8 * MiB, MiB)
+        assert (p.adopted, p.mapped) == (0, 0)
+        p.map(range(4))
+        p.keep()
+    with gmsfs.connect(store, "rw") as c:
+        p = gmsfs.Pages.adopt(c, 8 * MiB)
+        assert p.adopted == 4
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            p.map([4])
+        assert e.value.errno in (errno.ENOSPC, errno.EDQUOT)
+        p.unmap([3])  # a kept page: its memory is the store's until the next keep (a death
+        with pytest.raises(gmsfs.GmsfsError):  # before it brings the page back)
+            p.map([4])
+        p.keep()
+        p.map([4])
+        p.keep()
+    assert used(clean) == 4 * MiB
+
+
+def test_a_daemon_restart_keeps_a_kept_cache(request):
+    mnt = os.path.realpath(tempfile.mkdtemp(prefix="gmsfs-kept."))
+    state_dir = mnt + ".state"
+    os.mkdir(state_dir)
+    m = Manager()
+    try:
+        m.start(mnt, "backend=host", "state=" + state_dir)
+        store = os.path.join(mnt, "kv")
+        os.mkdir(store)
+        engine(store, """
+p = gmsfs.Pages(c, 8 * MiB, MiB)
+p.map([1, 3])
+ctypes.memset(p.ptr(1), 0x31, MiB)
+ctypes.memset(p.ptr(3), 0x33, MiB)
+p.keep({1: b"one", 3: b"three"})
+""")
+        m.kill(signal.SIGKILL)
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+        m.start(mnt, "backend=host", "state=" + state_dir)
+        assert state(store)["state"] == "COMMITTED"
+        with gmsfs.connect(store, "rw") as c:
+            p = gmsfs.Pages.adopt(c, 8 * MiB)
+            assert p.records() == {1: b"one", 3: b"three"}
+            assert ctypes.string_at(p.ptr(1), MiB) == b"\x31" * MiB and ctypes.string_at(p.ptr(3), MiB) == b"\x33" * MiB
+    finally:
+        m.close()
+        let_go_of_mount(mnt, request, 60)
+        subprocess.run(["rm", "-rf", state_dir])
+
+
+# An engine of the storm: it adopts what the last one kept, checks every page whose record
+# says it is whole (its bytes: the record's seed), then writes, keeps, rewrites, unmaps and
+# maps at random until it is killed.  Before a page is written again its record is cleared
+# by a keep; a record is set by a keep after its bytes are written.
+STORM_ENGINE = r"""
+import ctypes, hashlib, os, random, sys, time
+import gmsfs
+PAGE = 1 << 20
+def fill(p, i, seed):
+    ctypes.memmove(p.ptr(i), hashlib.sha256(seed).digest() * (PAGE // 32), PAGE)
+c = gmsfs.connect(sys.argv[1], "rw", timeout=60)
+p = gmsfs.Pages.adopt(c, 24 * PAGE, PAGE)
+bad = 0
+recs = p.records()
+for i, r in recs.items():
+    if r is not None and ctypes.string_at(p.ptr(i), PAGE) != hashlib.sha256(r).digest() * (PAGE // 32):
+        bad += 1
+print("adopted %d whole %d bad %d at %.6f" % (p.adopted, sum(r is not None for r in recs.values()), bad,
+                                              time.monotonic()), flush=True)
+rng = random.Random(os.getpid())
+n = 0
+while True:
+    n += 1
+    mapped = [i for i in range(p.count) if i in recs]
+    act = rng.random()
+    if act < 0.3 and len(mapped) < 20:
+        new = rng.sample([i for i in range(p.count) if i not in recs], rng.randint(1, 3))
+        p.map(new)
+        for i in new:
+            recs[i] = None
+            seed = b"%d.%d.%d" % (os.getpid(), n, i)
+            fill(p, i, seed)
+        p.keep({i: b"%d.%d.%d" % (os.getpid(), n, i) for i in new})
+        for i in new:
+            recs[i] = b"%d.%d.%d" % (os.getpid(), n, i)
+    elif act < 0.7 and mapped:
+        i = rng.choice(mapped)
+        p.keep({i: b""})                  # cleared before the bytes change
+        recs[i] = None
+        seed = b"%d.%d.%d" % (os.getpid(), n, i)
+        fill(p, i, seed)
+        if rng.random() < 0.8:
+            p.keep({i: seed})
+            recs[i] = seed
+    elif mapped:
+        gone = rng.sample(mapped, min(len(mapped), rng.randint(1, 2)))
+        p.unmap(gone)
+        for i in gone:
+            del recs[i]
+        if rng.random() < 0.5:
+            p.keep()
+"""
+
+
+def test_kill_storm_of_engines_keeping_and_adopting(clean):
+    """Engines killed at random points: every adopted page whose record says whole holds
+    what its last writer wrote; the next engine adopts only after the last one's death
+    (one writer at a time); the store is never TORN; the accounting is the pages it holds;
+    an rmdir gives every page back."""
+    store = os.path.join(clean, "kv")
+    os.mkdir(store)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    rng = random.Random(62)
+    rounds = int(os.environ.get("GMSFS_KEPT_STORM", "25"))
+    start = lambda: subprocess.Popen([sys.executable, "-c", STORM_ENGINE, store], env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+    cur = start()
+    adopted_total = whole_total = 0
+    for k in range(rounds):
+        line = cur.stdout.readline()
+        assert line.startswith("adopted"), (line, cur.stderr.read() if cur.poll() is not None else "")
+        f = line.split()
+        assert f[5] == "0", "round %d: %s pages whose record says whole differ from it" % (k, f[5])
+        adopted_total += int(f[1])
+        whole_total += int(f[3])
+        nxt = start()  # waits for the writer session meanwhile
+        time.sleep(rng.uniform(0.01, 0.3))
+        assert cur.poll() is None, cur.stderr.read()
+        cur.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        cur.wait()
+        cur.stdout.close()
+        cur.stderr.close()
+        nline = nxt.stdout.readline()
+        assert nline.startswith("adopted"), (nline, nxt.stderr.read() if nxt.poll() is not None else "")
+        assert float(nline.split()[-1]) > killed, "adopted before the last writer died"
+        cur = nxt
+        cur_line = nline
+        # the next loop iteration reads this engine's line again: keep it
+        cur.stdout = _Replay(cur_line, cur.stdout)
+        st = state(store)
+        assert st["torn"] == 0 and st["state"] == "RW"
+    cur.send_signal(signal.SIGKILL)
+    cur.wait()
+    cur.stdout.close()
+    cur.stderr.close()
+    st = state(store)
+    assert st["state"] == "COMMITTED" and st["torn"] == 0
+    assert st["used"] == st["allocations"] * MiB == st["bytes"], st
+    assert used(clean) == st["used"]
+    assert adopted_total > rounds and whole_total > 0, (adopted_total, whole_total)
+    os.rmdir(store)
+    assert used(clean) == 0
+
+
+class _Replay:
+    """A pipe whose first line was read already: readline gives it again, then the pipe's."""
+
+    def __init__(self, line, pipe):
+        self.line, self.pipe = line, pipe
+
+    def readline(self):
+        if self.line is not None:
+            line, self.line = self.line, None
+            return line
+        return self.pipe.readline()
+
+    def close(self):
+        self.pipe.close()
