@@ -162,6 +162,10 @@ int gmsfs_pages_keep(gmsfs_pages *p, const struct gmsfs_page_record *rec, size_t
 		e = gm_error(g, -ENOMEM, "out of memory");
 	if (!e)
 		e = give_back_held(g);
+	/* The bytes a record vouches for have landed: the work this thread's context queued
+	 * (the kernels that wrote them) is waited for first, as a commit's is. */
+	if (!e && g->be->drain && (e = g->be->drain(g)))
+		e = gm_error(g, e, "pages_keep: the context's queued work failed: %s", strerror(-e));
 	for (size_t at = 0; !e && at < u.n; at += PUT_BATCH)
 		e = gmsfs_meta_put_many(g, u.v + at, u.n - at < PUT_BATCH ? u.n - at : PUT_BATCH);
 	if (!e)

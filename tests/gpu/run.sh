@@ -5,7 +5,7 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|snapshot|peer|peer-net|gms-snapshot|all] [RUNS]
+#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|snapshot|peer|peer-net|gms-snapshot|kept|all] [RUNS]
 #   gate: every headline figure beside its floor in one run, exit 1 on a miss (tests/gpu/gate.py;
 #     at most 8 minutes; its results in $OUT/gate.json or build/gate.json, for tests/gpu/gate_tables.py)
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
@@ -22,6 +22,8 @@
 #     libibverbs1 librdmacm1 libnuma1);
 #   keeper: stores through gmsfs-keeper and gmsfs-node, as the DaemonSet keeps them;
 #   cold: cold from_pretrained loads beside host memory made ahead and with no_host_ahead;
+#   kept: a kept KV cache: a paged transformers Llama's engine SIGKILLed mid-decode, a shadow
+#     adopts its 16 GiB cache and finishes every sequence (bench/kv_kept.py; KEPT_ARGS);
 #   pages: elastic KV caches: bench-pages against the raw driver loop, bench/kv_sharing.py
 #          (cache drivers, then engines running a decoder over their caches);
 #   graphs: CUDA graphs of 8 shapes in gmsfs.torch.GraphPool against PyTorch's pools
@@ -370,6 +372,11 @@ if [ "$what" = pages ]; then # elastic KV caches (issue 46): page maps against t
 		timeout 300 python3 bench/kv_sharing.py "$mnt" --model 1024,8,8,8192 --page-mib 2 --seconds 12 \
 			--trace $trace || failed=$((failed + 1))
 	done
+	unmount_gmsfs
+fi
+if [ "$what" = kept ]; then # a kept KV cache (issue 62): an engine killed mid-decode, a shadow adopts
+	mount_gmsfs
+	timeout 500 python3 bench/kv_kept.py "$mnt" ${KEPT_ARGS:-} || failed=$((failed + 1))
 	unmount_gmsfs
 fi
 if [ "$what" = cold ]; then # cold loads beside host memory made ahead, and without it: the same times
