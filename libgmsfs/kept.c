@@ -188,6 +188,18 @@ int gmsfs_pages_keep(gmsfs_pages *p, const struct gmsfs_page_record *rec, size_t
 	return e;
 }
 
+int gmsfs_commit_layout(gmsfs *g)
+{
+	if (!g)
+		return -EINVAL;
+	int e = gm_need_lock(g, GMSFS_RW);
+	if (e)
+		return e;
+	if (g->be->drain && (e = g->be->drain(g)))
+		return gm_error(g, e, "commit_layout: the context's queued work failed: %s", strerror(-e));
+	return gm_call(g, GMSFS_OP_KEEP, NULL, 0, NULL);
+}
+
 /* ---- adoption ---- */
 
 struct kept_page {

@@ -299,6 +299,12 @@ GMSFS_API int gmsfs_pages_reclaim(gmsfs_pages *p, uint64_t *bytes);
 GMSFS_API int gmsfs_pages_free(gmsfs_pages *p);
 
 /* ---- kept caches: pages that outlive their engine (libgmsfs(3), KEPT) ---- */
+/* Commit the session's layout while it goes on writing bytes (GMS's commit_layout): the
+ * lock stays the writer's; its end without commit rolls back to this layout.  Where every
+ * allocation is an elastic store's page, that end keeps the store COMMITTED (the pages'
+ * records say what to trust: gmsfs_pages_keep); else it leaves it TORN, the layout kept
+ * for a writer (a data-only one: GMSFS_RW_DATA) to fill and commit. */
+GMSFS_API int gmsfs_commit_layout(gmsfs *g);
 /* The engine's record of what a page holds (a prefix hash, a sequence's place), kept
  * with it; len 0: none, the page's bytes are not to be trusted. */
 struct gmsfs_page_record {

@@ -294,6 +294,13 @@ class Connection:
         else:
             self._check(_c.gmsfs_commit(self._handle()), "commit")
 
+    def commit_layout(self):
+        """Publish the layout while this writer goes on writing bytes (GMS's commit_layout):
+        the lock stays; its end without commit goes back to this layout, COMMITTED where
+        every allocation is a page of gmsfs.Pages (their records say what to trust), TORN
+        otherwise (the layout kept for a writer to fill and commit)."""
+        self._check(_c.gmsfs_commit_layout(self._handle()), "commit_layout")
+
     def unmap_all(self):
         """Unmap everything, keep every address reserved, give the lock back."""
         self._check(_c.gmsfs_unmap_all(self._handle()), "unmap_all")

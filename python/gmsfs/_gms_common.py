@@ -14,11 +14,13 @@ class RequestedLockType(str, enum.Enum):
     RW = "rw"
     RO = "ro"
     RW_OR_RO = "rw_or_ro"
+    RW_DATA = "rw_data"  # the committed layout's bytes, no allocation changed (after commit_layout)
 
 
 class GrantedLockType(str, enum.Enum):
     RW = "rw"
     RO = "ro"
+    RW_DATA = "rw_data"
 
 
 _RW = GrantedLockType.RW  # for the hot paths' checks (an enum's class attribute is a descriptor call)

@@ -40,7 +40,8 @@ class _Transport:
         return self._socket is not None and self._socket._session._c is not None
 
 
-_MODES = {RequestedLockType.RO: "ro", RequestedLockType.RW: "rw", RequestedLockType.RW_OR_RO: "auto"}
+_MODES = {RequestedLockType.RO: "ro", RequestedLockType.RW: "rw", RequestedLockType.RW_OR_RO: "auto",
+          RequestedLockType.RW_DATA: "data"}
 _NOT_A_STORE = (errno.ENOENT, errno.ENOTDIR, errno.ENOTTY)  # gmsfs.connect's errors for a path that is no store
 
 
@@ -67,8 +68,9 @@ class _GMSClientSession:
             if e.errno in (errno.ETIMEDOUT, errno.EAGAIN):
                 raise TimeoutError("Timeout waiting for lock") from e
             raise
-        granted = self._c.lock_mode if mode == "auto" else mode  # RO and RW are granted as asked
-        self._granted_lock_type = GrantedLockType.RW if granted == "rw" else GrantedLockType.RO
+        granted = self._c.lock_mode if mode == "auto" else mode  # RO, RW and RW_DATA are granted as asked
+        self._granted_lock_type = {"rw": GrantedLockType.RW, "data": GrantedLockType.RW_DATA}.get(granted,
+                                                                                                GrantedLockType.RO)
         self._transport = _Transport(self)
         # Whether the store had a committed layout, as the grant said (no round trip:
         # asking for the layout hash here cost a writer's connect 0.13 ms of its 0.7).
@@ -82,7 +84,8 @@ class _GMSClientSession:
             # maps nothing until it creates or imports: its first slot is 0.
             self._by_name = {}
             self._next_slot = 0
-        else:  # the table of mappings by name from import_all's list (a model has hundreds)
+        else:  # the table of mappings by name from import_all's list (a model has hundreds);
+            # RW_DATA's writable, to fill the layout a commit_layout kept
             self._by_name = {m.name: m for m in self._c.import_all()}
         if logger.isEnabledFor(logging.INFO):
             logger.info("Connected with %s lock (granted=%s), committed=%s", self._requested_lock_type.value,
@@ -120,9 +123,10 @@ class _GMSClientSession:
         except KeyError:
             raise RuntimeError("%sunknown allocation_id %s" % (what, name)) from None
 
-    def _need_rw(self, what):
-        if self._granted_lock_type != GrantedLockType.RW:
-            raise RuntimeError("%s not allowed for RO session" % what)
+    def _need_rw(self, what, data=False):
+        if self._granted_lock_type != GrantedLockType.RW and not (data and self._granted_lock_type ==
+                                                                  GrantedLockType.RW_DATA):
+            raise RuntimeError("%s not allowed for %s session" % (what, self._granted_lock_type.name))
 
     @property
     def committed(self) -> bool:
@@ -253,7 +257,7 @@ class _GMSClientSession:
         return self._conn().layout_hash
 
     def commit(self) -> bool:
-        self._need_rw("commit")
+        self._need_rw("commit", data=True)
         self._conn().commit()
         self._committed = True
         self._end()

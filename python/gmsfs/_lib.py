@@ -139,6 +139,7 @@ _protos = {
     "gmsfs_pages_reclaim": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_uint64)]),
     "gmsfs_pages_free": (ctypes.c_int, [_P]),
     "gmsfs_pages_keep": (ctypes.c_int, [_P, _P, ctypes.c_size_t]),
+    "gmsfs_commit_layout": (ctypes.c_int, [_P]),
     "gmsfs_pages_adopt": (ctypes.c_int, [_P, ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(_P),
                                          ctypes.POINTER(ctypes.c_uint64)]),
     "gmsfs_pages_record": (ctypes.c_int, [_P, ctypes.c_uint64, ctypes.POINTER(_P), ctypes.POINTER(ctypes.c_size_t)]),

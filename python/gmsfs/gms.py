@@ -19,7 +19,12 @@ GMS's semantics where they differ from gmsfs's own, as GMS's client gives them:
   - commit() publishes, then unmaps the writer and disconnects it (VAs kept);
   - RW_OR_RO, timeouts as TimeoutError("Timeout waiting for lock"), RO sessions refuse
     writes with RuntimeError("... not allowed for RO session");
-  - remap_all_vas() raises StaleMemoryLayoutError when the committed structure changed.
+  - remap_all_vas() raises StaleMemoryLayoutError when the committed structure changed;
+  - commit_layout() publishes the layout and leaves the writer RW_DATA (its bytes next); a
+    death then leaves the layout (LAYOUT_COMMITTED: gmsfs's TORN, reads refused) for an
+    RW_DATA writer to fill and commit.  Where every allocation is a page of gmsfs.Pages,
+    gmsfs keeps more than GMS: the store stays COMMITTED and the pages' records say which
+    bytes to trust (gmsfs.Pages.adopt).
 What remains different, and why:
   - allocation ids are the layout slots' names (slot000000, ...): gmsfs's layout hash
     covers allocation names, so a rewrite of the same structure (RL weight refresh)
@@ -214,13 +219,24 @@ class GMSClientMemoryManager:
 
     def commit(self) -> bool:
         """Publish, then unmap this writer (addresses kept) and disconnect, as GMS does."""
-        self._require_rw()
+        self._require_rw(data=True)
         c = self._client_rpc._conn()
         c.commit(unmap=True)
         self._client._c = None
         self._client = None
         self._granted_lock_type = None
         self._sleep(c, unmapped=True)
+        return True
+
+    def commit_layout(self) -> bool:
+        """Publish the layout while this writer goes on writing bytes (GMS's commit_layout):
+        the lock becomes RW_DATA (no allocation changes; commit() publishes the bytes).  A
+        death from here keeps the layout: the store is TORN until a writer (RW_DATA) fills
+        and commits it, or, where every allocation is a page of gmsfs.Pages, COMMITTED with
+        the pages' records (gmsfs(5), KEPT)."""
+        self._require_rw()
+        self._client_rpc._conn().commit_layout()
+        self._granted_lock_type = self._client._granted_lock_type = GrantedLockType.RW_DATA
         return True
 
     # ---- Tier 2 ----
@@ -337,8 +353,9 @@ class GMSClientMemoryManager:
             raise RuntimeError("Memory manager is not connected")
         return self._client
 
-    def _require_rw(self) -> None:
-        if self._granted_lock_type != GrantedLockType.RW:
+    def _require_rw(self, data=False) -> None:
+        if self._granted_lock_type != GrantedLockType.RW and not (data and self._granted_lock_type ==
+                                                                  GrantedLockType.RW_DATA):
             raise RuntimeError("Operation requires RW mode")
 
     def _track(self, m: LocalMapping) -> None:

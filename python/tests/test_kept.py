@@ -105,14 +105,7 @@ def test_bad_keeps_and_adoptions_are_refused_and_change_nothing(clean):
         assert state(store)["generation"] == 0
         p.keep({0: b"a"})
         assert state(store)["generation"] == 1
-        # A layout with another allocation cannot be kept: its bytes would be trusted
-        # after a death nothing marks.
-        c.create("weights", MiB)
-        with pytest.raises(gmsfs.GmsfsError) as e:
-            p.keep()
-        assert e.value.errno == errno.EINVAL and "weights" in str(e.value) and "not an elastic store's page" in str(e.value)
-        st = state(store)
-        assert (st["generation"], st["kept"]) == (1, 1)
+        assert state(store)["kept"] == 1
     with gmsfs.connect(store, "rw") as c:
         for span, size, why in ((MiB, 0, "past a span"), (8 * MiB, 2 * MiB, "not a kept page")):
             with pytest.raises(gmsfs.GmsfsError) as e:
@@ -120,6 +113,67 @@ def test_bad_keeps_and_adoptions_are_refused_and_change_nothing(clean):
             assert e.value.errno == errno.EINVAL and why in str(e.value), str(e.value)
         p = gmsfs.Pages.adopt(c, 8 * MiB)
         assert p.records() == {0: b"a", 1: None}
+
+
+def test_a_kept_layout_with_other_allocations_is_torn_by_its_writers_death(clean):
+    """GMS's commit_layout of any layout: its bytes are not marked, so the writer's death
+    leaves the layout for a data-only writer to fill and commit (TORN: reads refused)."""
+    store = os.path.join(clean, "w")
+    os.mkdir(store)
+    engine(store, """
+ptr = c.create("weights", MiB).ptr
+ctypes.memset(ptr, 7, MiB)
+c.commit_layout()
+assert "leaves the layout TORN" in open(sys.argv[1] + "/state").read()
+ctypes.memset(ptr, 8, MiB // 2)   # half the new bytes, then the death
+""")
+    st = state(store)
+    assert (st["state"], st["torn"], st["allocations"]) == ("TORN", 1, 1)
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs.connect(store, "ro", timeout=0)
+    assert e.value.errno == errno.EUCLEAN
+    with gmsfs.connect(store, "data") as c:
+        m = c.import_all()[0]
+        ctypes.memset(m.ptr, 9, MiB)
+        c.commit()
+    with gmsfs.connect(store, "ro") as c:
+        assert ctypes.string_at(c.import_all()[0].ptr, MiB) == b"\x09" * MiB
+
+
+def test_gms_commit_layout_then_rw_data(clean):
+    """gmsfs.gms: commit_layout() leaves the writer RW_DATA (no new allocations); after its
+    death an RW_DATA client maps the kept layout writable and commits its bytes."""
+    store = os.path.join(clean, "g")
+    os.mkdir(store)
+    engine(store, """
+c.close()
+from gmsfs.gms import GMSClientMemoryManager, RequestedLockType, GrantedLockType
+w = GMSClientMemoryManager(sys.argv[1])
+w.connect(RequestedLockType.RW)
+va = w.create_mapping(size=MiB, tag="kv")
+w.metadata_put("layer.0", w.mappings[va].allocation_id, 0, b"k")
+assert w.commit_layout() and w.granted_lock_type == GrantedLockType.RW_DATA
+try:
+    w.create_mapping(size=MiB, tag="kv")
+    raise SystemExit("a new allocation after commit_layout")
+except RuntimeError:
+    pass
+ctypes.memset(va, 5, MiB)
+""")
+    assert state(store)["state"] == "TORN"
+    from gmsfs.gms import GMSClientMemoryManager, RequestedLockType, GrantedLockType
+    d = GMSClientMemoryManager(store)
+    d.connect(RequestedLockType.RW_DATA)
+    assert d.granted_lock_type == GrantedLockType.RW_DATA
+    (aid,) = [a.allocation_id for a in d._client.list_allocations()]
+    va = d.create_mapping(aid)
+    assert ctypes.string_at(va, 4) == b"\x05" * 4  # the dead writer's bytes, there to finish
+    ctypes.memset(va, 6, MiB)
+    assert d.commit()
+    d.close()
+    with gmsfs.connect(store, "ro") as c:
+        (m,) = c.import_all()
+        assert ctypes.string_at(m.ptr, MiB) == b"\x06" * MiB and c.meta_get("layer.0").value == b"k"
 
 
 def test_a_kept_cache_counts_against_its_quota_and_an_empty_store_adopts_nothing(clean):

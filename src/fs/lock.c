@@ -421,8 +421,8 @@ int lock_commit(struct store *st)
 	return 0;
 }
 
-/* An allocation outside pages/ in a kept layout: its bytes would be trusted after a death
- * that nothing marks (keep is for a cache of pages and the engine's entries). */
+/* An allocation outside pages/ in a kept layout: no record marks its bytes, so the
+ * session's end leaves the store TORN. */
 static int not_a_page(struct meta_node *n, void *arg)
 {
 	if (n->kind != META_ALLOC)
@@ -446,11 +446,7 @@ int lock_keep(struct store *st)
 		return -EINVAL;
 	}
 	char bad[256] = "";
-	if (meta_walk(meta_root(st->meta, META_AREA_ALLOCS), not_a_page, bad)) {
-		store_error(st, "keep: allocation '%s' is not an elastic store's page (" GMSFS_PAGES_PREFIX
-				"...): a kept layout holds pages and entries only", bad);
-		return -EINVAL;
-	}
+	bool marked = !meta_walk(meta_root(st->meta, META_AREA_ALLOCS), not_a_page, bad);
 	char err[sizeof st->last_error - 16];
 	int e = meta_commit(st->meta, err, sizeof err);
 	if (e) {
@@ -458,11 +454,15 @@ int lock_keep(struct store *st)
 		lock_changed(st);
 		return e;
 	}
-	int kept = fsm_keep(&st->lock.fsm);
+	int kept = fsm_keep(&st->lock.fsm, marked);
 	assert(kept == 0); /* a session that is neither data-only nor beside */
 	(void)kept;
 	st->lock.commits++;
-	st->last_error[0] = '\0';
+	if (marked)
+		st->last_error[0] = '\0';
+	else /* said, as a write in place is: the image says torn before a byte changes */
+		snprintf(st->last_error, sizeof st->last_error, "keep: allocation '%s' is not an elastic store's page: the "
+			 "session's end without commit leaves the layout TORN (GMS's LAYOUT_COMMITTED)", bad);
 	store_changed(st, "keep"); /* write-ahead, as a commit's: before what the session freed goes */
 	store_room_changed(st->fs);
 	lock_changed(st);

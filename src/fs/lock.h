@@ -99,8 +99,9 @@ int lock_control_write(fuse_req_t req, struct fs_handle *h);
 /* Validate, hash, publish; the session's handles become read handles at once. */
 int lock_commit(struct store *st);
 /* GMSFS_OP_KEEP (gmsfs(5), KEPT): validate, hash, publish, and the session goes on, kept:
- * its end without commit rolls back to this layout and never tears it.  -EINVAL for a
- * data-only session or one beside readers, or a layout with an allocation outside pages/. */
+ * its end without commit rolls back to this layout, never torn when every allocation is
+ * an elastic store's page (the engine's records mark them), else TORN.  -EINVAL for a
+ * data-only session or one beside readers. */
 int lock_keep(struct store *st);
 /* GMSFS_OP_FLIP: read handle h leaves the version before for the last commit (gmsfs(5),
  * VERSIONS); the last to leave it gives its memory back.  1: it was on it, 0: it was not

@@ -171,13 +171,14 @@ int fsm_commit(struct fsm *f)
 	return 0;
 }
 
-int fsm_keep(struct fsm *f)
+int fsm_keep(struct fsm *f, bool marked)
 {
 	if (!f->leader || f->data || f->beside)
 		return -EINVAL;
 	f->committed = f->kept = true;
 	f->generation++;
-	f->in_place = f->torn = false;
+	f->torn = false;
+	f->in_place = !marked; /* unmarked: its writes from here are in place, said at once */
 	return 0;
 }
 
@@ -224,8 +225,8 @@ int fsm_check(const struct fsm *f)
 		return -EPROTO; /* paused over a commit, and only a data-only session goes past them */
 	if (f->data && !f->leader)
 		return -EPROTO;
-	if (f->kept && (!f->leader || !f->committed || f->data || f->beside || f->in_place))
-		return -EPROTO; /* kept: a session over its own commit, never in place */
+	if (f->kept && (!f->leader || !f->committed || f->data || f->beside))
+		return -EPROTO; /* kept: a session over its own commit */
 	if (!!f->leader != !!f->session_handles)
 		return -EPROTO;
 	if (f->in_place && (!f->leader || !f->committed))

@@ -36,9 +36,11 @@ struct fsm {
 	 * would change their memory (another writer, a move) goes until they resume or go. */
 	unsigned paused;
 	bool data;                 /* the session is data-only (its layout stays) */
-	/* Kept (gmsfs(5), KEPT): the session committed its layout and goes on (a KV cache whose
-	 * engine keeps writing its pages): its end without commit rolls back to that layout,
-	 * never torn (the engine's records say which pages to trust). */
+	/* Kept (gmsfs(5), KEPT): the session committed its layout and goes on writing bytes
+	 * (GMS's commit_layout): its end without commit rolls back to that layout.  Marked (a
+	 * KV cache whose engine's records say which pages to trust): never torn; unmarked, it
+	 * writes in place from the keep on and its end leaves the store TORN (GMS's
+	 * LAYOUT_COMMITTED: the layout stays, its bytes wait for a writer's commit). */
 	bool kept;
 };
 
@@ -89,9 +91,9 @@ int fsm_release_session(struct fsm *f);
 /* Commit: the session's handles become read handles in one step; torn no more.  A
  * session beside readers leaves them on the version before (prev_held) if there were any. */
 int fsm_commit(struct fsm *f);
-/* Keep: commit and stay the session, kept from now on (-EINVAL without a session, or for
- * a data-only one or one beside readers). */
-int fsm_keep(struct fsm *f);
+/* Keep: commit and stay the session, kept from now on, marked or not (-EINVAL without a
+ * session, or for a data-only one or one beside readers). */
+int fsm_keep(struct fsm *f, bool marked);
 /* Abort written by a member: the session stays; the store is torn if it wrote in place
  * (a rollback cannot bring those bytes back). */
 int fsm_abort(struct fsm *f);

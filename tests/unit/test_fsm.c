@@ -28,7 +28,7 @@ static struct fsm make(enum sit s)
 	case S_PREV: f = make(S_BESIDE); fsm_commit(&f); break;
 	case S_PAUSED: f = make(S_RO); fsm_pause(&f); break;
 	case S_DATA_PAUSED: f = make(S_PAUSED); fsm_open_data(&f, 200); break;
-	case S_KEPT: f = make(S_RW); fsm_keep(&f); break;
+	case S_KEPT: f = make(S_RW); fsm_keep(&f, true); break;
 	default: break;
 	}
 	return f;
@@ -58,7 +58,7 @@ static int apply(struct fsm *f, enum ev e)
 	case E_PAUSE: return fsm_pause(f);
 	case E_UNPAUSE: return fsm_unpause(f);
 	case E_DATA: return fsm_open_data(f, 300);
-	case E_KEEP: return fsm_keep(f);
+	case E_KEEP: return fsm_keep(f, true);
 	default: return -999;
 	}
 }
@@ -277,18 +277,30 @@ int main(void)
 	/* Kept: each keep is a commit the session stays in; its end goes back to the last. */
 	f = (struct fsm){0};
 	fsm_open_write(&f, 9);
-	is_int(fsm_keep(&f), 0, "keep");
+	is_int(fsm_keep(&f, true), 0, "keep");
 	ok(f.committed && f.kept && f.generation == 1 && fsm_state(&f) == FSM_RW, "kept: committed, generation 1, still RW");
 	is_int(fsm_write_in_place(&f), 0, "a kept session's writes to its pages are not in place");
-	is_int(fsm_keep(&f), 0, "keep again");
+	is_int(fsm_keep(&f, true), 0, "keep again");
 	is_int(f.generation, 2, "each keep a generation");
 	is_int(fsm_release_session(&f), 1, "the engine dies");
 	ok(!f.torn && !f.kept && fsm_state(&f) == FSM_COMMITTED, "the cache stays COMMITTED, not torn (%s)",
 	   fsm_state_name(fsm_state(&f)));
 	fsm_open_write(&f, 10);
 	is_int(fsm_write_in_place(&f), 1, "a new writer is not kept until it keeps");
-	is_int(fsm_keep(&f), 0, "the adopter keeps");
+	is_int(fsm_keep(&f, true), 0, "the adopter keeps");
 	ok(!f.in_place && fsm_check(&f) == 0, "keeping clears in place");
+	fsm_release_session(&f);
+	/* Unmarked (GMS's commit_layout of any layout): the layout stays, its bytes are torn. */
+	fsm_open_write(&f, 11);
+	is_int(fsm_keep(&f, false), 0, "an unmarked keep");
+	ok(f.in_place && fsm_check(&f) == 0, "in place from the keep on");
+	is_int(fsm_write_in_place(&f), 0, "said already");
+	is_int(fsm_release_session(&f), 1, "its writer dies");
+	ok(f.torn && f.committed && fsm_state(&f) == FSM_TORN, "TORN: the layout kept, its bytes untrusted (%s)",
+	   fsm_state_name(fsm_state(&f)));
+	is_int(fsm_open_data(&f, 12), 0, "a data-only writer attaches to the kept layout");
+	is_int(fsm_commit(&f), 0, "and commits its bytes");
+	ok(!f.torn && fsm_state(&f) == FSM_RO, "whole again");
 	struct fsm bad = { .committed = true, .torn = true, .readers = 1 };
 	is_int(fsm_check(&bad), -EPROTO, "invariant: nobody reads a torn store");
 	return tap_done();
