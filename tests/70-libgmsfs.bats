@@ -62,6 +62,7 @@ scenario() {
 	[ -z "${GMSFS_DAEMON_LOGS:-}" ] || cp "$m.log" "$GMSFS_DAEMON_LOGS/daemon.pages.log"
 	assert_success
 }
+@test "kept: a dead engine's pages adopted at the same indices with their bytes and records, what it did after its last keep gone, never TORN; dropped, they come back" { scenario kept; }
 @test "a writer killed after creating 256 MiB: memory comes back, the last commit stands" { scenario dead_holder_memory; }
 @test "100 create-and-leave cycles leak nothing" { scenario abort_cycles; }
 

@@ -376,6 +376,7 @@ if [ "$what" = pages ]; then # elastic KV caches (issue 46): page maps against t
 fi
 if [ "$what" = kept ]; then # a kept KV cache (issue 62): an engine killed mid-decode, a shadow adopts
 	mount_gmsfs
+	t "kept on cuda: a dead engine's pages adopted at the same indices with their bytes and records, never TORN; dropped, they come back" scenario kept
 	timeout 500 python3 bench/kv_kept.py "$mnt" ${KEPT_ARGS:-} || failed=$((failed + 1))
 	unmount_gmsfs
 fi

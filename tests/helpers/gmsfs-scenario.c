@@ -1650,6 +1650,84 @@ static int sc_pages(void)
 	return 0;
 }
 
+/* ---- kept caches (gmsfs(5), KEPT) ---- */
+
+/* __kept STORE: an engine that maps pages 0..7 of 16, writes 100 + i into each, keeps
+ * them with records "page i", clears page 3's record (a keep), maps page 12 and dies. */
+static int role_kept(char **argv)
+{
+	const uint64_t page = 2ull << 20;
+	uint64_t idx[9] = { 0, 1, 2, 3, 4, 5, 6, 7, 12 };
+	struct gmsfs_page_record rec[8], clear = { .idx = 3 };
+	char text[8][16];
+	gmsfs *g;
+	gmsfs_pages *p;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 2000));
+	CALL(g, gmsfs_pages_reserve(g, 16 * page, page, &p));
+	CALL(g, gmsfs_pages_map(p, idx, 8, 0));
+	char *base = gmsfs_pages_base(p);
+	for (uint64_t i = 0; i < 8; i++) {
+		uint64_t v = 100 + i;
+		CHECK(!mem_write(base + i * page + page - 8, &v, 8), "write page %llu", (unsigned long long)i);
+		snprintf(text[i], sizeof text[i], "page %d", (int)i);
+		rec[i] = (struct gmsfs_page_record){ .idx = i, .data = text[i], .len = strlen(text[i]) };
+	}
+	CALL(g, gmsfs_pages_keep(p, rec, 8));
+	CALL(g, gmsfs_pages_keep(p, &clear, 1));
+	CALL(g, gmsfs_pages_map(p, idx + 8, 1, 0));
+	_exit(0); /* a crash: nothing said to the daemon */
+}
+
+/* The engine's pages adopted by the next writer at the same indices, bytes and records
+ * as it kept them; what it mapped after its last keep gone; the store COMMITTED, not
+ * TORN; the adopter frees them and keeps: the memory comes back. */
+static int sc_kept(void)
+{
+	const uint64_t page = 2ull << 20;
+	pid_t pid = fork();
+	CHECK(pid >= 0, "fork: %s", strerror(errno));
+	if (!pid) {
+		execl(self, self, "__kept", store, (char *)NULL);
+		_exit(127);
+	}
+	int status = 0;
+	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && !WEXITSTATUS(status), "the engine: status %d",
+	      status);
+	gmsfs *g;
+	gmsfs_pages *p;
+	uint64_t n = 0, v;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 5000)); /* its session ends at the release */
+	CHECK(file_val(store, "state", "torn") == 0 && file_val(store, "state", "used") == (long long)(8 * page),
+	      "after the death: torn %lld, used %lld", file_val(store, "state", "torn"), file_val(store, "state", "used"));
+	CALL(g, gmsfs_pages_adopt(g, 16 * page, 0, &p, &n));
+	CHECK(n == 8 && gmsfs_pages_size(p) == page && gmsfs_pages_count(p) == 16 && gmsfs_pages_mapped(p) == 8,
+	      "adopted %llu", (unsigned long long)n);
+	char *base = gmsfs_pages_base(p);
+	for (uint64_t i = 0; i < 8; i++) {
+		const void *d;
+		size_t len;
+		char want[16];
+		snprintf(want, sizeof want, "page %d", (int)i);
+		CHECK(!mem_read(&v, base + i * page + page - 8, 8) && v == 100 + i, "page %llu holds %llu",
+		      (unsigned long long)i, (unsigned long long)v);
+		CALL(g, gmsfs_pages_record(p, i, &d, &len));
+		CHECK(i == 3 ? !d && !len : len == strlen(want) && !memcmp(d, want, len), "page %llu's record",
+		      (unsigned long long)i);
+	}
+	const void *d;
+	size_t len;
+	CHECK(gmsfs_pages_record(p, 12, &d, &len) == -ENOENT, "the page mapped after the last keep is gone");
+	gmsfs_pages *more;
+	CHECK(gmsfs_pages_adopt(g, 16 * page, page, &more, &n) == 0 && n == 0 && gmsfs_pages_mapped(more) == 0,
+	      "nothing more kept: an empty range");
+	CALL(g, gmsfs_pages_free(more));
+	CALL(g, gmsfs_pages_free(p));
+	CALL(g, gmsfs_commit_layout(g));
+	gmsfs_disconnect(g);
+	CHECK(file_val(store, "state", "used") == 0, "dropped: used %lld", file_val(store, "state", "used"));
+	return 0;
+}
+
 /* ---- refit, pause, versions (gmsfs(5): LOCKS, Pause, Versions) ---- */
 
 /* Does allocation name of g hold build(salt)'s bytes, at the address it had? */
@@ -1886,6 +1964,7 @@ static const struct {
 	{ "refit_by_name", sc_refit_by_name },
 	{ "pause_resume", sc_pause_resume },
 	{ "versions_flip", sc_versions_flip },
+	{ "kept", sc_kept },
 };
 
 int main(int argc, char **argv)
@@ -1914,6 +1993,8 @@ int main(int argc, char **argv)
 		return role_flipper(argv);
 	if (!strcmp(argv[1], "__hog") && argc == 5)
 		return role_hog(argv);
+	if (!strcmp(argv[1], "__kept") && argc == 3)
+		return role_kept(argv);
 	for (size_t i = 0; i < sizeof scenarios / sizeof *scenarios; i++)
 		if (!strcmp(argv[1], scenarios[i].name))
 			return scenarios[i].fn();
