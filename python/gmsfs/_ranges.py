@@ -171,7 +171,8 @@ class PageAllocator:
     block numbers, mapping the pages they fall in first; free(blocks) gives blocks back and
     unmaps pages that hold no block any more (shrink=True) or keeps them for the next alloc.
     give_back() unmaps free pages until the daemon's reclaim is met, for an engine to call
-    from its loop."""
+    from its loop.  Over adopted pages (Pages.adopt) their blocks start free: claim() takes
+    back those the engine's index (the pages' records) says hold its sequences."""
 
     def __init__(self, pages, block_bytes, timeout_ms=1000):
         if block_bytes <= 0 or pages.page_size % block_bytes:
@@ -182,6 +183,23 @@ class PageAllocator:
         self.mapped = [False] * pages.count
         self.free_blocks = []                  # free blocks of mapped pages
         self.in_use = set()
+        for p in (pages.records() if pages.mapped else ()):  # adopted: mapped, every block free
+            self.mapped[p] = True
+            self.free_blocks.extend(range(p * self.per_page, (p + 1) * self.per_page))
+
+    def claim(self, blocks):
+        """Take the blocks (free ones of mapped pages: an adopted cache's, by its records)
+        into use, all or none (ValueError naming one that is not free)."""
+        blocks = list(blocks)
+        free = set(self.free_blocks)
+        for b in blocks:
+            if b not in free:
+                raise ValueError("block %d is not a free block of a mapped page" % b)
+            free.discard(b)
+        self.free_blocks = [b for b in self.free_blocks if b in free]
+        for b in blocks:
+            self.used[b // self.per_page] += 1
+            self.in_use.add(b)
 
     def alloc(self, n):
         """n block numbers; OSError(ENOSPC) when no page can be had (nothing changes then)."""

@@ -91,6 +91,28 @@ p.unmap([5])           # after the keep: back again
     assert used(clean) == 0, "a dropped cache's pages come back"
 
 
+def test_a_page_allocator_over_adopted_pages(clean):
+    """PageAllocator over an adopted cache: its pages mapped, their blocks free until the
+    engine claims those its index names; alloc maps new pages past them."""
+    store = os.path.join(clean, "kv")
+    os.mkdir(store)
+    engine(store, """
+p = gmsfs.Pages(c, 8 * MiB, MiB)
+a = gmsfs.PageAllocator(p, MiB // 4)
+blocks = a.alloc(6)   # two pages
+p.keep({b // 4: b"seq 1" for b in blocks})
+""")
+    with gmsfs.connect(store, "rw") as c:
+        p = gmsfs.Pages.adopt(c, 8 * MiB)
+        a = gmsfs.PageAllocator(p, MiB // 4)
+        assert sorted(i for i, m in enumerate(a.mapped) if m) == sorted(p.records()) and len(a.free_blocks) == 8
+        a.claim([0, 1])
+        with pytest.raises(ValueError):
+            a.claim([1])
+        assert len(a.alloc(6)) == 6 and p.mapped == 2
+        assert len(a.alloc(4)) == 4 and p.mapped == 3
+
+
 def test_bad_keeps_and_adoptions_are_refused_and_change_nothing(clean):
     store = os.path.join(clean, "kv")
     os.mkdir(store)
