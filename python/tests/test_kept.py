@@ -24,7 +24,7 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def small():
-    yield from mounted("backend=host", "max_bytes=64M")
+    yield from mounted("backend=host", "max_bytes=64M", "host_bytes=32M")
 
 
 @pytest.fixture
@@ -220,6 +220,32 @@ def test_a_kept_cache_counts_against_its_quota_and_an_empty_store_adopts_nothing
         p.map([4])
         p.keep()
     assert used(clean) == 4 * MiB
+
+
+def test_an_idle_kept_cache_moves_to_the_host_tier_and_back_for_its_adopter(clean):
+    """Kept for nobody, a cache is an idle store: it gives way to the host tier as any
+    (here asked through its tier file) and its adopter's open brings it back, bytes and
+    records whole."""
+    store = os.path.join(clean, "kv")
+    os.mkdir(store)
+    engine(store, """
+p = gmsfs.Pages(c, 8 * MiB, MiB)
+p.map([2, 5])
+ctypes.memset(p.ptr(2), 0x22, MiB)
+ctypes.memset(p.ptr(5), 0x55, MiB)
+p.keep({2: b"two", 5: b"five"})
+""")
+    with open(os.path.join(store, "tier"), "w") as f:
+        f.write("host\n")
+    t0 = time.monotonic()
+    while state(store)["tier"] != "host":
+        assert time.monotonic() - t0 < 10, state(store)
+        time.sleep(0.01)
+    assert used(clean) == 0
+    with gmsfs.connect(store, "rw", timeout=10) as c:
+        p = gmsfs.Pages.adopt(c, 8 * MiB)
+        assert state(store)["tier"] == "device" and p.records() == {2: b"two", 5: b"five"}
+        assert ctypes.string_at(p.ptr(2), MiB) == b"\x22" * MiB and ctypes.string_at(p.ptr(5), MiB) == b"\x55" * MiB
 
 
 def test_a_daemon_restart_keeps_a_kept_cache(request):
