@@ -84,7 +84,6 @@ def decode(dec, seqs, nxt, blocks, steps, on_step=None):
 
 
 def primary(a):
-    import torch
     import gmsfs
     import gmsfs.torch as gt
     import kv_model

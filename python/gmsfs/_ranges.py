@@ -132,15 +132,13 @@ class Pages(_Range):
         mapped page at its index, records ({index: bytes}, b"" clears one: its bytes are not
         to be trusted) replacing those of their pages.  Clear a page's record before writing
         it again."""
-        records = dict(records or {})
-        arr = (_PageRecord * max(len(records), 1))()
-        for k, (i, data) in enumerate(records.items()):
-            data = bytes(data)
+        items = [(i, bytes(d)) for i, d in (records or {}).items()]  # alive through the call
+        arr = (_PageRecord * max(len(items), 1))()
+        for k, (i, data) in enumerate(items):
             arr[k].idx, arr[k].len = i, len(data)
             arr[k].data = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p) if data else None
-        keep_alive = list(records.values())  # noqa: F841 (the bytes live through the call)
-        self._conn._check(_c.gmsfs_pages_keep(self._range(), ctypes.cast(arr, ctypes.c_void_p), len(records)),
-                          "pages keep (%d records)" % len(records))
+        self._conn._check(_c.gmsfs_pages_keep(self._range(), ctypes.cast(arr, ctypes.c_void_p), len(items)),
+                          "pages keep (%d records)" % len(items))
 
     def records(self):
         """{index: record bytes, or None where the page has none} for every mapped page."""

@@ -52,6 +52,17 @@ def engine(store, code, timeout=60):
     return r.stdout
 
 
+def kept_by_a_dead_engine(store, records):
+    """An engine keeps pages {index: record} of an 8-page range, each page full of byte
+    0x30 + its index, and dies."""
+    engine(store, "p = gmsfs.Pages(c, 8 * MiB, MiB)\np.map(%r)\nfor i in %r:\n    ctypes.memset(p.ptr(i), 0x30 + i, MiB)\n"
+           "p.keep(%r)\n" % (sorted(records), sorted(records), records))
+
+
+def holds_its_index(p, i):
+    return ctypes.string_at(p.ptr(i), MiB) == bytes([0x30 + i]) * MiB
+
+
 def test_a_dead_engines_pages_are_adopted_with_bytes_and_records(clean):
     """The pages kept, their bytes and records, are the next writer's at the same indices;
     what the engine did after its last keep is rolled back (a page mapped since is gone, a
@@ -228,13 +239,7 @@ def test_an_idle_kept_cache_moves_to_the_host_tier_and_back_for_its_adopter(clea
     records whole."""
     store = os.path.join(clean, "kv")
     os.mkdir(store)
-    engine(store, """
-p = gmsfs.Pages(c, 8 * MiB, MiB)
-p.map([2, 5])
-ctypes.memset(p.ptr(2), 0x22, MiB)
-ctypes.memset(p.ptr(5), 0x55, MiB)
-p.keep({2: b"two", 5: b"five"})
-""")
+    kept_by_a_dead_engine(store, {2: b"two", 5: b"five"})
     with open(os.path.join(store, "tier"), "w") as f:
         f.write("host\n")
     t0 = time.monotonic()
@@ -245,7 +250,7 @@ p.keep({2: b"two", 5: b"five"})
     with gmsfs.connect(store, "rw", timeout=10) as c:
         p = gmsfs.Pages.adopt(c, 8 * MiB)
         assert state(store)["tier"] == "device" and p.records() == {2: b"two", 5: b"five"}
-        assert ctypes.string_at(p.ptr(2), MiB) == b"\x22" * MiB and ctypes.string_at(p.ptr(5), MiB) == b"\x55" * MiB
+        assert holds_its_index(p, 2) and holds_its_index(p, 5)
 
 
 def test_a_daemon_restart_keeps_a_kept_cache(request):
@@ -257,13 +262,7 @@ def test_a_daemon_restart_keeps_a_kept_cache(request):
         m.start(mnt, "backend=host", "state=" + state_dir)
         store = os.path.join(mnt, "kv")
         os.mkdir(store)
-        engine(store, """
-p = gmsfs.Pages(c, 8 * MiB, MiB)
-p.map([1, 3])
-ctypes.memset(p.ptr(1), 0x31, MiB)
-ctypes.memset(p.ptr(3), 0x33, MiB)
-p.keep({1: b"one", 3: b"three"})
-""")
+        kept_by_a_dead_engine(store, {1: b"one", 3: b"three"})
         m.kill(signal.SIGKILL)
         subprocess.run(["umount", "-l", mnt], capture_output=True)
         m.start(mnt, "backend=host", "state=" + state_dir)
@@ -271,7 +270,7 @@ p.keep({1: b"one", 3: b"three"})
         with gmsfs.connect(store, "rw") as c:
             p = gmsfs.Pages.adopt(c, 8 * MiB)
             assert p.records() == {1: b"one", 3: b"three"}
-            assert ctypes.string_at(p.ptr(1), MiB) == b"\x31" * MiB and ctypes.string_at(p.ptr(3), MiB) == b"\x33" * MiB
+            assert holds_its_index(p, 1) and holds_its_index(p, 3)
     finally:
         m.close()
         let_go_of_mount(mnt, request, 60)
@@ -345,9 +344,9 @@ def test_kill_storm_of_engines_keeping_and_adopting(clean):
     start = lambda: subprocess.Popen([sys.executable, "-c", STORM_ENGINE, store], env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
     cur = start()
+    line = cur.stdout.readline()
     adopted_total = whole_total = 0
     for k in range(rounds):
-        line = cur.stdout.readline()
         assert line.startswith("adopted"), (line, cur.stderr.read() if cur.poll() is not None else "")
         f = line.split()
         assert f[5] == "0", "round %d: %s pages whose record says whole differ from it" % (k, f[5])
@@ -356,18 +355,14 @@ def test_kill_storm_of_engines_keeping_and_adopting(clean):
         nxt = start()  # waits for the writer session meanwhile
         time.sleep(rng.uniform(0.01, 0.3))
         assert cur.poll() is None, cur.stderr.read()
-        cur.send_signal(signal.SIGKILL)
         killed = time.monotonic()
+        cur.send_signal(signal.SIGKILL)
         cur.wait()
         cur.stdout.close()
         cur.stderr.close()
-        nline = nxt.stdout.readline()
-        assert nline.startswith("adopted"), (nline, nxt.stderr.read() if nxt.poll() is not None else "")
-        assert float(nline.split()[-1]) > killed, "adopted before the last writer died"
-        cur = nxt
-        cur_line = nline
-        # the next loop iteration reads this engine's line again: keep it
-        cur.stdout = _Replay(cur_line, cur.stdout)
+        cur, line = nxt, nxt.stdout.readline()
+        assert line.startswith("adopted"), (line, cur.stderr.read() if cur.poll() is not None else "")
+        assert float(line.split()[-1]) > killed, "adopted before the last writer was killed"
         st = state(store)
         assert st["torn"] == 0 and st["state"] == "RW"
     cur.send_signal(signal.SIGKILL)
@@ -382,18 +377,3 @@ def test_kill_storm_of_engines_keeping_and_adopting(clean):
     os.rmdir(store)
     assert used(clean) == 0
 
-
-class _Replay:
-    """A pipe whose first line was read already: readline gives it again, then the pipe's."""
-
-    def __init__(self, line, pipe):
-        self.line, self.pipe = line, pipe
-
-    def readline(self):
-        if self.line is not None:
-            line, self.line = self.line, None
-            return line
-        return self.pipe.readline()
-
-    def close(self):
-        self.pipe.close()
