@@ -145,10 +145,12 @@ struct wire_image {
 	uint64_t nreaders;
 };
 /* A process that reads a store, in an image: its pid, start time (/proc/PID/stat, field
- * 22) and how many read locks it holds. */
+ * 22) and how many read locks it holds; or a kept session's leader (writer), held as a
+ * reader across the restart so that no other writer maps its pages while it lives. */
 struct wire_reader {
 	uint32_t pid, count;
 	uint64_t start;
+	uint32_t writer; /* 1: a kept session's leader (gmsfs(5), Kept caches): its own RW takes it back */
 };
 /* The next record at *off of buf: 0, or -1 when none is whole there. */
 int wire_image_next(const void *buf, size_t len, size_t *off, const void **rec, size_t *reclen);

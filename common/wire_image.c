@@ -107,10 +107,12 @@ int wire_pack_image(msgpack_sbuffer *sb, const struct wire_image *h)
 		wire_pack_str(&p.pk, K_READERS);
 		msgpack_pack_array(&p.pk, h->nreaders);
 		for (uint64_t i = 0; i < h->nreaders; i++) {
-			msgpack_pack_array(&p.pk, 3);
+			msgpack_pack_array(&p.pk, h->readers[i].writer ? 4 : 3);
 			msgpack_pack_uint32(&p.pk, h->readers[i].pid);
 			msgpack_pack_uint64(&p.pk, h->readers[i].start);
 			msgpack_pack_uint32(&p.pk, h->readers[i].count);
+			if (h->readers[i].writer)
+				msgpack_pack_uint32(&p.pk, 1);
 		}
 	}
 	return record_end(sb, at, err ? err : p.err);
@@ -164,7 +166,8 @@ static int parse_fdnames(const msgpack_object *v, struct wire_image *h)
 	return (int)n;
 }
 
-/* [[pid, start, count], ...]: pids of 1..INT32_MAX, counts of at least 1. */
+/* [[pid, start, count(, 1: a kept session's leader)], ...]: pids of 1..INT32_MAX, counts
+ * of at least 1. */
 static int parse_readers(const msgpack_object *v, struct wire_image *h)
 {
 	if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > IMAGE_READERS_MAX)
@@ -174,12 +177,15 @@ static int parse_readers(const msgpack_object *v, struct wire_image *h)
 		return -1;
 	for (uint32_t i = 0; i < n; i++) {
 		const msgpack_object *r = &v->via.array.ptr[i];
-		uint64_t pid, start, count;
-		if (r->type != MSGPACK_OBJECT_ARRAY || r->via.array.size != 3 || wire_get_u64(&r->via.array.ptr[0], &pid) ||
-		    wire_get_u64(&r->via.array.ptr[1], &start) || wire_get_u64(&r->via.array.ptr[2], &count) ||
-		    !pid || pid > INT32_MAX || !count || count > UINT32_MAX)
+		uint64_t pid, start, count, writer = 0;
+		if (r->type != MSGPACK_OBJECT_ARRAY || r->via.array.size < 3 || r->via.array.size > 4 ||
+		    wire_get_u64(&r->via.array.ptr[0], &pid) || wire_get_u64(&r->via.array.ptr[1], &start) ||
+		    wire_get_u64(&r->via.array.ptr[2], &count) ||
+		    (r->via.array.size == 4 && (wire_get_u64(&r->via.array.ptr[3], &writer) || writer != 1)) || !pid ||
+		    pid > INT32_MAX || !count || count > UINT32_MAX)
 			return -1;
-		h->readers[i] = (struct wire_reader){ .pid = (uint32_t)pid, .start = start, .count = (uint32_t)count };
+		h->readers[i] = (struct wire_reader){ .pid = (uint32_t)pid, .start = start, .count = (uint32_t)count,
+						      .writer = (uint32_t)writer };
 	}
 	h->nreaders = n;
 	return 0;

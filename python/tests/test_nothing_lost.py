@@ -726,3 +726,56 @@ def test_random_changes_and_restarts_never_bring_back_zeros(mnt, manager, tmp_pa
     print("%s: %d steps, %d restarts, %d store checks (seed %d)" % (how, steps, restarts, counts, seed0))
     reader.end()
     d.stop()
+
+
+KEPT_ENGINE = r"""
+import ctypes, sys, gmsfs
+MiB = 1 << 20
+c = gmsfs.connect(sys.argv[1], "rw")
+p = gmsfs.Pages(c, 8 * MiB, MiB)
+p.map([0, 1])
+ctypes.memset(p.ptr(0), 0x30, MiB)
+p.keep({0: b"zero"})
+print("kept", flush=True)
+sys.stdin.readline()  # the daemon restarts meanwhile: this session ends, the process lives
+again = gmsfs.connect(sys.argv[1], "rw", timeout=10)
+q = gmsfs.Pages.adopt(again, 8 * MiB)
+print("adopted %d %r" % (q.adopted, q.records().get(0)), flush=True)
+q.keep({0: b"zero again"})
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("how", ["sigkill", "takeover"])
+def test_a_kept_caches_engine_alive_across_a_restart_stays_its_only_writer(mnt, manager, tmp_path, how):
+    """A restart ends a kept cache's session while its engine lives on (its kernels may
+    still write the pages): no other writer gets the pages until that engine ends, and its
+    own writer's connect takes them back first (gmsfs(5), Kept caches)."""
+    sd = str(tmp_path / "state")
+    if how == "sigkill":
+        start(manager, mnt, sd)
+    else:
+        serve(mnt, "backend=host")
+    kv = os.path.join(mnt, "kv")
+    os.mkdir(kv)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    engine = subprocess.Popen([sys.executable, "-c", KEPT_ENGINE, kv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=env)
+    LIVE.append(engine)
+    assert engine.stdout.readline() == "kept\n"
+    if how == "sigkill":
+        restart(manager, mnt, sd)
+    else:
+        _, old = takeover(mnt)
+        assert until(lambda: ended(old))
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs.connect(kv, "rw", timeout=0.3)  # another writer: it waits for the engine
+    assert e.value.errno in (errno.ETIMEDOUT, errno.EAGAIN), e.value
+    engine.stdin.write("\n")
+    engine.stdin.flush()
+    assert engine.stdout.readline() == "adopted 2 b'zero'\n"
+    engine.stdin.write("\n")
+    engine.stdin.flush()
+    assert engine.wait(10) == 0
+    with gmsfs.connect(kv, "rw", timeout=10) as c:  # the engine gone: the next adopts
+        assert gmsfs.Pages.adopt(c, 8 << 20).records() == {0: b"zero again", 1: None}

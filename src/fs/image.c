@@ -190,7 +190,8 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, con
 		e = -ENOMEM;
 	for (size_t i = 0; !e && i < nreaders; i++)
 		h.readers[h.nreaders++] = (struct wire_reader){ .pid = (uint32_t)readers[i].pid, .start = readers[i].start,
-								.count = readers[i].handles + readers[i].inherited };
+								.count = readers[i].handles + readers[i].inherited,
+								.writer = readers[i].writer };
 	free(readers);
 	const char **names = NULL;
 	const char *(*fdname)(void *arg, int fd) = o->fdname;
@@ -442,7 +443,7 @@ int image_restore(struct fs *fs, const uint8_t *buf, size_t len, size_t *off, co
 					"writer commits", (unsigned long long)r.h.generation);
 		for (uint64_t i = 0; i < r.h.nreaders; i++) {
 			struct lock_reader rd = { .pid = (pid_t)r.h.readers[i].pid, .start = r.h.readers[i].start,
-						  .handles = r.h.readers[i].count };
+						  .handles = r.h.readers[i].count, .writer = r.h.readers[i].writer };
 			lock_inherit(st, &rd, 1);
 		}
 		*out = st;

@@ -293,7 +293,8 @@ static int by_pid(const void *a, const void *b)
 	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
-/* DIR/NAME.readers: "PID START COUNT" lines, the processes that hold read locks on st,
+/* DIR/NAME.readers: "PID START COUNT" lines (" writer" after a kept session's leader), the
+ * processes that hold read locks on st,
  * written again when they change, so that the next daemon keeps their holds. */
 void keep_readers(struct store *st)
 {
@@ -307,7 +308,7 @@ void keep_readers(struct store *st)
 		return; /* out of memory: the file says what it said */
 	}
 	for (size_t i = 0; i < n; i++)
-		now[i] = (struct wire_reader){ (uint32_t)v[i].pid, v[i].handles + v[i].inherited, v[i].start };
+		now[i] = (struct wire_reader){ (uint32_t)v[i].pid, v[i].handles + v[i].inherited, v[i].start, v[i].writer };
 	free(v);
 	if (n)
 		qsort(now, n, sizeof *now, by_pid); /* now is NULL for none */
@@ -319,7 +320,8 @@ void keep_readers(struct store *st)
 	size_t len = 0;
 	FILE *f = open_memstream(&text, &len);
 	for (size_t i = 0; f && i < n; i++)
-		fprintf(f, "%u %llu %u\n", now[i].pid, (unsigned long long)now[i].start, now[i].count);
+		fprintf(f, "%u %llu %u%s\n", now[i].pid, (unsigned long long)now[i].start, now[i].count,
+			now[i].writer ? " writer" : "");
 	readers_path(k, st->name, "", path, sizeof path);
 	readers_path(k, st->name, ".new", tmp, sizeof tmp);
 	int e = !f || fclose(f) ? -ENOMEM : n ? write_file(path, tmp, text, len) : (unlink(path) && errno != ENOENT ? -errno : 0);

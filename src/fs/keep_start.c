@@ -136,11 +136,12 @@ static void inherit_readers(struct keep *k, int dirfd, const char *name, struct 
 			*next++ = '\0';
 		unsigned pid, count;
 		unsigned long long start;
-		char end;
-		if (sscanf(line, "%u %llu %u%c", &pid, &start, &count, &end) != 3 || !pid || pid > INT32_MAX || !count)
+		char end, word[8] = "";
+		int got = sscanf(line, "%u %llu %u %7s%c", &pid, &start, &count, word, &end);
+		if ((got != 3 && (got != 4 || strcmp(word, "writer"))) || !pid || pid > INT32_MAX || !count)
 			bad++;
 		else
-			v[n++] = (struct lock_reader){ .pid = (pid_t)pid, .start = start, .handles = count };
+			v[n++] = (struct lock_reader){ .pid = (pid_t)pid, .start = start, .handles = count, .writer = got == 4 };
 	}
 	if (bad)
 		fuse_log(FUSE_LOG_WARNING, "gmsfs: keep: %s: %zu malformed lines ignored\n", file, bad);

@@ -173,6 +173,12 @@ static int try_lock(struct store *st, enum lock_want want, pid_t tgid, enum lock
 	 * handle's, past waiting writers (they wait for this very process). */
 	struct fsm *f = &st->lock.fsm;
 	struct lock_reader *was = st->lock.inherited ? lock_reader_find(&st->lock, tgid) : NULL;
+	if (was && was->inherited && was->writer && lock_wants_write(st, want)) {
+		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: pid %d, whose kept session the restart ended, takes its lock back\n",
+			 st->name, (int)tgid);
+		lock_inherited_go(st, was, was->inherited, false); /* its own lock next: no waiter slips in */
+		was = NULL;
+	}
 	if (was && was->inherited) {
 		if (lock_wants_write(st, want))
 			return -EDEADLK;
@@ -215,6 +221,31 @@ int lock_open(fuse_req_t req, struct fs_handle *h, enum lock_want want, int time
 		return store_cannot_tell(h->store, e);
 	}
 	return lock_open_as(h, tgid, want, timeout_ms);
+}
+
+void lock_inherited_go(struct store *st, struct lock_reader *r, unsigned k, bool tell)
+{
+	struct lock *l = &st->lock;
+	pid_t pid = r->pid;
+	bool last = k >= r->inherited, gone = false;
+	assert(k <= r->inherited && k <= l->inherited);
+	for (unsigned i = 0; i < k; i++) {
+		int released = fsm_release_read(&l->fsm);
+		assert(released == 0); /* an inherited hold is one of the FSM's readers */
+		(void)released;
+		l->inherited--;
+		gone |= lock_reader_drop(l, pid, true);
+	}
+	if (gone)
+		store_readers_changed(st);
+	if (st->removed && st->meta && !l->fsm.readers && !l->fsm.paused)
+		store_free_layout(st);
+	if (tell) {
+		store_room_changed(st->fs);
+		lock_changed(st);
+	}
+	if (last)
+		store_put(st, 1); /* lock_inherit's */
 }
 
 int lock_open_as(struct fs_handle *h, pid_t tgid, enum lock_want want, int timeout_ms)
@@ -331,7 +362,7 @@ int lock_pause(struct fs_handle *h)
 void lock_release(struct fs_handle *h)
 {
 	struct store *st = h->store;
-	bool room = false;
+	bool room = false, kept = false;
 	if (h->paused) { /* a paused handle goes: its mappings went, or its process */
 		fsm_unpause(&st->lock.fsm);
 		h->paused = false;
@@ -350,7 +381,8 @@ void lock_release(struct fs_handle *h)
 		if (lock_reader_drop(&st->lock, h->tgid, false))
 			store_readers_changed(st);
 		room = !st->lock.fsm.readers; /* idle now: it may give way */
-	} else if (h->hold == HOLD_SESSION && fsm_release_session(&st->lock.fsm) == 1 && st->meta) {
+	} else if (h->hold == HOLD_SESSION && (kept = st->lock.fsm.kept, fsm_release_session(&st->lock.fsm) == 1) &&
+		   st->meta) {
 		/* The session's last handle went without commit (a crash included): abort.  Its
 		 * allocations were never in an image: their memory goes at once. */
 		fault_point("rollback", "give");
@@ -360,6 +392,8 @@ void lock_release(struct fs_handle *h)
 		st->lock.aborts++;
 		st->tier.reserved = st->tier.reclaim_asked = 0; /* an elastic store's pages went with it */
 		rolled_back(st, "writer left without commit");
+		if (kept)
+			store_readers_changed(st); /* its engine is no reader to keep any more */
 	}
 	h->hold = HOLD_NONE;
 	h->writable = false;
@@ -391,6 +425,7 @@ int lock_commit(struct store *st)
 	/* Beside the readers: the copies become the allocations' memory, the readers stay on
 	 * the version before (before the session's handles become readers too). */
 	unsigned on_prev = st->lock.fsm.beside ? version_commit(st) : 0;
+	bool was_kept = st->lock.fsm.kept;
 	int committed = fsm_commit(&st->lock.fsm);
 	assert(committed == 0); /* only the session's members commit */
 	(void)committed;
@@ -414,7 +449,7 @@ int lock_commit(struct store *st)
 	 * before that memory goes (a failure leaves it held and says why). */
 	store_changed(st, "commit");
 	vmm_pool_drop_spares_later(st->pool); /* the session's end (after what it freed went, spares) */
-	if (new_readers)
+	if (new_readers || was_kept) /* a kept session's engine held across a restart no more */
 		store_readers_changed(st);
 	store_room_changed(st->fs);
 	lock_changed(st);
@@ -454,6 +489,7 @@ int lock_keep(struct store *st)
 		lock_changed(st);
 		return e;
 	}
+	bool first = !st->lock.fsm.kept;
 	int kept = fsm_keep(&st->lock.fsm, marked);
 	assert(kept == 0); /* a session that is neither data-only nor beside */
 	(void)kept;
@@ -464,6 +500,8 @@ int lock_keep(struct store *st)
 		snprintf(st->last_error, sizeof st->last_error, "keep: allocation '%s' is not an elastic store's page: the "
 			 "session's end without commit leaves the layout TORN (GMS's LAYOUT_COMMITTED)", bad);
 	store_changed(st, "keep"); /* write-ahead, as a commit's: before what the session freed goes */
+	if (first && marked)
+		store_readers_changed(st); /* its engine is held across a restart (lock_readers) */
 	store_room_changed(st->fs);
 	lock_changed(st);
 	return 0;

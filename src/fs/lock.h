@@ -126,8 +126,13 @@ struct lock_reader *lock_reader_find(struct lock *l, pid_t pid);
 bool lock_reader_drop(struct lock *l, pid_t pid, bool inherited);
 
 /* ---- readers across a restart (gmsfs(5), RESTART): lock_restart.c ---- */
+/* k of r's inherited holds given back (fs->mu held).  The last one of a process lets the
+ * store go (store_put): the caller holds its own reference.  tell: waiters may go now (not
+ * when the caller takes the lock itself next: a kept session's leader, r->writer). */
+void lock_inherited_go(struct store *st, struct lock_reader *r, unsigned k, bool tell);
 /* The processes that read st now, each with its start time (those whose process is
- * gone are left out); *out is the caller's to free.  0 or -ENOMEM. */
+ * gone are left out), and a kept session's leader (writer: gmsfs(5), Kept caches); *out
+ * is the caller's to free.  0 or -ENOMEM. */
 int lock_readers(struct store *st, struct lock_reader **out, size_t *n);
 /* A restored store: the holds the daemon before this one granted, kept for the processes
  * that still live (the same start time): st stays in use for them (no move, eviction or

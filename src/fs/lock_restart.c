@@ -20,11 +20,18 @@ int lock_readers(struct store *st, struct lock_reader **out, size_t *n)
 	struct lock *l = &st->lock;
 	*out = NULL;
 	*n = 0;
-	if (!l->nreaders)
+	/* A kept cache's engine (gmsfs(5), Kept caches): after a restart no other writer may
+	 * map its pages while it lives, so it is kept as a reader that may take them back. */
+	bool keeper = l->fsm.kept && l->fsm.leader && !l->fsm.in_place;
+	if (!l->nreaders && !keeper)
 		return 0;
-	struct lock_reader *v = malloc(l->nreaders * sizeof *v);
+	struct lock_reader *v = malloc((l->nreaders + 1) * sizeof *v);
 	if (!v)
 		return -ENOMEM;
+	if (keeper && !caller_start_time(l->fsm.leader, &v[0].start)) {
+		v[0] = (struct lock_reader){ .pid = l->fsm.leader, .start = v[0].start, .handles = 1, .writer = true };
+		(*n)++;
+	}
 	for (size_t i = 0; i < l->nreaders; i++) {
 		struct lock_reader *r = &l->readers[i];
 		if (!r->start && caller_start_time(r->pid, &r->start))
@@ -45,7 +52,8 @@ void lock_inherit(struct store *st, const struct lock_reader *v, size_t n)
 			continue; /* ended meanwhile (or its pid is another process's now) */
 		if (lock_reader_find(l, v[i].pid) || GROW(l->readers, l->nreaders, l->readers_cap, 8))
 			continue;
-		l->readers[l->nreaders++] = (struct lock_reader){ .pid = v[i].pid, .start = start, .inherited = holds };
+		l->readers[l->nreaders++] = (struct lock_reader){ .pid = v[i].pid, .start = start, .inherited = holds,
+								  .writer = v[i].writer };
 		l->fsm.readers += holds;
 		l->inherited += holds;
 		store_get(st); /* as a handle would: a removed store lives while it is read */
@@ -54,29 +62,9 @@ void lock_inherit(struct store *st, const struct lock_reader *v, size_t n)
 	}
 }
 
-/* k of pid's inherited holds given back (fs->mu held).  The last one of a process lets
- * the store go (store_put): the caller holds its own reference. */
 static void inherited_go(struct store *st, struct lock_reader *r, unsigned k)
 {
-	struct lock *l = &st->lock;
-	pid_t pid = r->pid;
-	bool last = k >= r->inherited, gone = false;
-	assert(k <= r->inherited && k <= l->inherited);
-	for (unsigned i = 0; i < k; i++) {
-		int released = fsm_release_read(&l->fsm);
-		assert(released == 0); /* an inherited hold is one of the FSM's readers */
-		(void)released;
-		l->inherited--;
-		gone |= lock_reader_drop(l, pid, true);
-	}
-	if (gone)
-		store_readers_changed(st);
-	if (st->removed && st->meta && !l->fsm.readers && !l->fsm.paused)
-		store_free_layout(st);
-	store_room_changed(st->fs);
-	lock_changed(st);
-	if (last)
-		store_put(st, 1); /* lock_inherit's */
+	lock_inherited_go(st, r, k, true);
 }
 
 int lock_let_go(struct store *st, pid_t tgid)

@@ -23,6 +23,8 @@ struct lock_reader {
 	uint64_t start;                /* its start time (/proc/PID/stat): 0 until asked for */
 	unsigned handles, inherited;
 	unsigned bridged;              /* of inherited: kept across an open the kernel makes again */
+	bool writer;                   /* a kept session's leader before a restart (its hold is one
+	                                * inherited read): its own RW takes the lock back */
 	uint64_t bridge_until;         /* CLOCK_MONOTONIC ns: then they go, if not taken over */
 };
 
