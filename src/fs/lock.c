@@ -489,7 +489,6 @@ int lock_keep(struct store *st)
 		lock_changed(st);
 		return e;
 	}
-	bool first = !st->lock.fsm.kept;
 	int kept = fsm_keep(&st->lock.fsm, marked);
 	assert(kept == 0); /* a session that is neither data-only nor beside */
 	(void)kept;
@@ -500,8 +499,7 @@ int lock_keep(struct store *st)
 		snprintf(st->last_error, sizeof st->last_error, "keep: allocation '%s' is not an elastic store's page: the "
 			 "session's end without commit leaves the layout TORN (GMS's LAYOUT_COMMITTED)", bad);
 	store_changed(st, "keep"); /* write-ahead, as a commit's: before what the session freed goes */
-	if (first && marked)
-		store_readers_changed(st); /* its engine is held across a restart (lock_readers) */
+	store_readers_changed(st); /* marked, its engine is held across a restart (lock_readers) */
 	store_room_changed(st->fs);
 	lock_changed(st);
 	return 0;
