@@ -169,7 +169,17 @@ def shadow(a):
     if any(x is None for x in nxt) or len(set(resumed)) != 1:
         raise SystemExit("kv_kept: the kept blocks do not resume every sequence at one place: %s" % resumed)
     dec = kv_model.PagedDecoder(model, shape, gt.pages_tensor(p), a.tpb)
-    recomputed = 0  # prompt tokens fed again: none, the whole blocks are the cache
+    # Every token the shadow feeds is counted: those at a place the kept blocks held
+    # already were recomputed (the goal: none; each step feeds one new token a sequence).
+    fed = {"recomputed": 0}
+    step = dec.step
+
+    def counted(batch):
+        for i, (toks, first, _) in enumerate(batch):
+            fed["recomputed"] += max(0, min(first + len(toks), resumed[i]) - first)
+        return step(batch)
+
+    dec.step = counted
     decode(dec, seqs, nxt, blocks, 1)
     if dev.type == "cuda":
         torch.cuda.synchronize()
@@ -198,7 +208,7 @@ def shadow(a):
     print(json.dumps({"grant": t_grant, "adopt": t_adopt - t_grant, "records": t_records - t_adopt,
                       "first": t_first, "adopted": p.adopted, "pages": p.count, "page": page,
                       "whole": sum(r is not None for r in recs.values()), "resumed_at": resumed[0],
-                      "recomputed": recomputed, "equal": got == want,
+                      "recomputed": fed["recomputed"], "equal": got == want,
                       "differ": sum(x != y for g, w in zip(got, want) for x, y in zip(g, w)),
                       "tokens": sum(len(g) for g in got), "recompute_s": t_recompute,
                       "recompute_tokens": sum(resumed), "hf": hf, "device": str(dev)}), flush=True)

@@ -128,6 +128,20 @@ static int ensure_records(gmsfs *g)
 	return 0;
 }
 
+/* The bytes a commit vouches for have landed: the work this thread's context queued (the
+ * kernels that wrote them) is waited for first, as gmsfs_commit does. */
+int gmsfs_commit_layout(gmsfs *g)
+{
+	if (!g)
+		return -EINVAL;
+	int e = gm_need_lock(g, GMSFS_RW);
+	if (e)
+		return e;
+	if (g->be->drain && (e = g->be->drain(g)))
+		return gm_error(g, e, "commit_layout: the context's queued work failed: %s", strerror(-e));
+	return gm_call(g, GMSFS_OP_KEEP, NULL, 0, NULL);
+}
+
 int gmsfs_pages_keep(gmsfs_pages *p, const struct gmsfs_page_record *rec, size_t n)
 {
 	if (!p)
@@ -162,14 +176,10 @@ int gmsfs_pages_keep(gmsfs_pages *p, const struct gmsfs_page_record *rec, size_t
 		e = gm_error(g, -ENOMEM, "out of memory");
 	if (!e)
 		e = give_back_held(g);
-	/* The bytes a record vouches for have landed: the work this thread's context queued
-	 * (the kernels that wrote them) is waited for first, as a commit's is. */
-	if (!e && g->be->drain && (e = g->be->drain(g)))
-		e = gm_error(g, e, "pages_keep: the context's queued work failed: %s", strerror(-e));
 	for (size_t at = 0; !e && at < u.n; at += PUT_BATCH)
 		e = gmsfs_meta_put_many(g, u.v + at, u.n - at < PUT_BATCH ? u.n - at : PUT_BATCH);
 	if (!e)
-		e = gm_call(g, GMSFS_OP_KEEP, NULL, 0, NULL); /* its reason in the handle */
+		e = gmsfs_commit_layout(g); /* the kernels that wrote what the records vouch for first */
 	if (!e) {
 		for (gmsfs_pages *q = g->pages; q; q = q->next)
 			q->kept = !q->freed;
@@ -186,18 +196,6 @@ int gmsfs_pages_keep(gmsfs_pages *p, const struct gmsfs_page_record *rec, size_t
 	free(copy);
 	puts_free(&u);
 	return e;
-}
-
-int gmsfs_commit_layout(gmsfs *g)
-{
-	if (!g)
-		return -EINVAL;
-	int e = gm_need_lock(g, GMSFS_RW);
-	if (e)
-		return e;
-	if (g->be->drain && (e = g->be->drain(g)))
-		return gm_error(g, e, "commit_layout: the context's queued work failed: %s", strerror(-e));
-	return gm_call(g, GMSFS_OP_KEEP, NULL, 0, NULL);
 }
 
 /* ---- adoption ---- */

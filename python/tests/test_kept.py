@@ -377,3 +377,15 @@ def test_kill_storm_of_engines_keeping_and_adopting(clean):
     os.rmdir(store)
     assert used(clean) == 0
 
+
+
+def test_a_paged_decoder_killed_mid_decode_is_finished_by_its_shadow(clean):
+    """bench/kv_kept.py, small, on the host: a paged decoder over a kept cache SIGKILLed
+    mid-decode, a shadow waiting in its connect adopts it and finishes every sequence with
+    every token equal to an uninterrupted run and no prompt token recomputed."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "kv_kept.py"), clean, "--cache-mib", "8",
+                        "--batch", "2", "--prompt", "40", "--steps", "20", "--kill-at", "10", "--tpb", "16",
+                        "--shape", "128,4,2,512", "--goal", "30"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "tokens: 42 of 42 equal" in r.stdout and "prompt tokens recomputed: 0" in r.stdout, r.stdout

@@ -405,6 +405,19 @@ void lock_release(struct fs_handle *h)
 	lock_changed(st);
 }
 
+/* Validate, hash and publish the session's layout (a commit's or a keep's); last_error
+ * says why not. */
+static int publish(struct store *st, const char *what)
+{
+	char err[sizeof st->last_error - 16];
+	int e = meta_commit(st->meta, err, sizeof err);
+	if (e) {
+		snprintf(st->last_error, sizeof st->last_error, "%s: %s", what, err[0] ? err : strerror(-e));
+		lock_changed(st);
+	}
+	return e;
+}
+
 int lock_commit(struct store *st)
 {
 	if (st->fs->handing_over) {
@@ -415,13 +428,9 @@ int lock_commit(struct store *st)
 		store_error(st, "commit: the session's copies of allocations are still being made: commit after them");
 		return -EBUSY;
 	}
-	char err[sizeof st->last_error - 16];
-	int e = meta_commit(st->meta, err, sizeof err);
-	if (e) {
-		snprintf(st->last_error, sizeof st->last_error, "commit: %s", err[0] ? err : strerror(-e));
-		lock_changed(st);
+	int e = publish(st, "commit");
+	if (e)
 		return e;
-	}
 	/* Beside the readers: the copies become the allocations' memory, the readers stay on
 	 * the version before (before the session's handles become readers too). */
 	unsigned on_prev = st->lock.fsm.beside ? version_commit(st) : 0;
@@ -482,13 +491,9 @@ int lock_keep(struct store *st)
 	}
 	char bad[256] = "";
 	bool marked = !meta_walk(meta_root(st->meta, META_AREA_ALLOCS), not_a_page, bad);
-	char err[sizeof st->last_error - 16];
-	int e = meta_commit(st->meta, err, sizeof err);
-	if (e) {
-		snprintf(st->last_error, sizeof st->last_error, "keep: %s", err[0] ? err : strerror(-e));
-		lock_changed(st);
+	int e = publish(st, "keep");
+	if (e)
 		return e;
-	}
 	int kept = fsm_keep(&st->lock.fsm, marked);
 	assert(kept == 0); /* a session that is neither data-only nor beside */
 	(void)kept;
