@@ -318,9 +318,10 @@ struct gmsfs_page_record {
  * has none.  From here the engine's death keeps the pages, their bytes and records, and
  * rolls back to this keep (what it mapped or gave back since); the next writer adopts
  * them.  A kept range's unmap gives its pages back (none held).  Clear a page's record
- * (a keep) before writing it again: its old record is trusted until then.  Waits first
- * for the work this thread's CUDA context queued (the kernels that wrote what the records
- * vouch for).  One or two round trips (the entries in batches of 4096, then the commit).
+ * (a keep) before writing it again: its old record is trusted until then.  Before its
+ * commit (gmsfs_commit_layout) it waits for the work this thread's CUDA context queued
+ * (the kernels that wrote what the records vouch for).  One or two round trips (the
+ * entries in batches of 4096, then the commit).
  * The memory of a kept page unmapped since the last keep is the store's until the next
  * (a death before it brings the page back). */
 GMSFS_API int gmsfs_pages_keep(gmsfs_pages *p, const struct gmsfs_page_record *rec, size_t n);
