@@ -391,12 +391,10 @@ int gmsfs_resume(gmsfs *g, int mode, int timeout_ms)
 	g->paused = false;
 	g->info = io;
 	g->lock = (int)io.lock;
-	if (g->lock == GMSFS_RW) {
-		g->granted_rw = true;
-		if ((g->lockfd = openat(g->dirfd, "lock", O_WRONLY | O_CLOEXEC)) < 0)
-			return gm_error(g, -errno, "%s/lock: %s", g->dir, strerror(errno));
-	}
-	double t2 = t0 ? gm_us() : 0;
+	/* A resumed writer's session is held by this handle (its process the leader): no
+	 * STORE/lock is opened for children, as connect opens one (a round trip and, at the
+	 * pause, two more, on a refit's path).  A child it starts joins by opening lock. */
+	g->granted_rw |= g->lock == GMSFS_RW;
 	/* The channel is bound to this very handle still: kept (a round trip less for the
 	 * commit); the new ticket binds one only where it went meanwhile. */
 	memcpy(g->ticket, io.ticket, sizeof g->ticket);
@@ -420,8 +418,8 @@ int gmsfs_resume(gmsfs *g, int mode, int timeout_ms)
 			g->maps[i].writable = g->slots[i].mapped;
 	}
 	if (t0)
-		fprintf(stderr, "gmsfs resume: %.0f us: granted after %.0f us, STORE/lock opened %.0f us, "
+		fprintf(stderr, "gmsfs resume: %.0f us: granted after %.0f us, "
 			"remapped and access set %.0f us (from %.0f)\n",
-			gm_us() - t0, t1 - t0, t2 - t1, gm_us() - t2, gm_trace_clock(t0));
+			gm_us() - t0, t1 - t0, gm_us() - t1, gm_trace_clock(t0));
 	return e;
 }

@@ -597,6 +597,44 @@ os.kill(os.getpid(), signal.SIGKILL)
         rmdir_when_let_go(other)
 
 
+def open_files():
+    """The paths of this process's descriptors."""
+    out = []
+    for f in os.listdir("/proc/self/fd"):
+        try:
+            out.append(os.readlink("/proc/self/fd/" + f))
+        except FileNotFoundError:  # listdir's own
+            pass
+    return out
+
+
+def test_a_resumed_writer_holds_its_session_by_its_handle_alone(store):
+    """A resume opens no STORE/lock (connect does, for the children a writer leaves
+    behind: a round trip on a refit's path, two more at its pause): the handle holds the
+    session, a child the writer starts joins it by opening lock, and the commit and the
+    pause after it work as before."""
+    lock = os.path.join(store, "lock")
+    with gmsfs.connect(store, "rw", timeout=5) as c:
+        assert lock in open_files()  # connect's, for children
+        c.create("a", 4096)
+        c.commit()
+        c.pause()
+        assert lock not in open_files()
+        c.resume("data", 5)
+        assert lock not in open_files() and c.lock_mode == "rw"
+        child = subprocess.run(["sh", "-c", 'exec 9>"$1/lock" && echo joined', "sh", store],
+                               capture_output=True, text=True, timeout=20)
+        assert child.returncode == 0 and child.stdout.strip() == "joined", child
+        c.buffer(c.find("a").ptr, 4096, writable=True)[:4] = b"done"
+        c.commit()
+        c.pause()
+        assert c.paused and state(store)["paused"] == "1"
+    with gmsfs.connect(store, "ro", timeout=5) as r:
+        r.import_all()
+        assert bytes(r.buffer(r.find("a").ptr, 4)) == b"done"
+    assert (state(store)["torn"], state(store)["paused"]) == ("0", "0")
+
+
 def test_kill_storm_of_paused_trainers_and_engines_never_serves_a_torn_byte(store):
     """In place, no versions: a trainer keeps one connection, resumed as a data-only writer
     for each refit (its mappings writable at once, or kept read-only and made writable
