@@ -213,7 +213,9 @@ GMSFS_API int gmsfs_pause(gmsfs *g);
  * handle stays paused.  Where the daemon was replaced meanwhile, or a version was
  * committed beside it, the mappings are made again as remap_all makes them.
  * GMSFS_KEEP_READ_ONLY, OR'ed into GMSFS_RW_DATA: the mappings stay read-only, each made
- * writable by gmsfs_protect before it is written (see there why). */
+ * writable by gmsfs_protect before it is written (see there why).  A resumed writer's
+ * session is the handle's: no STORE/lock is opened for children, as connect opens one (a
+ * child joins by opening lock itself). */
 #define GMSFS_KEEP_READ_ONLY 0x200
 GMSFS_API int gmsfs_resume(gmsfs *g, int mode, int timeout_ms);
 /* Set the access of the handle's mapping of name (and of its spaces' mappings of it):
