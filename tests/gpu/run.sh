@@ -16,7 +16,8 @@
 #   snapshot: gmsfs-snapshot save and restore on tmpfs and on the disk, checked, against
 #     pinned copies and dd O_DIRECT (tests/gpu/snapshot_gpu.py);
 #   peer: a store copied GPU 0 -> GPU 1 against the driver's peer copy, and snapshots of both
-#     GPUs at once against one's (two GPUs; peer_gpu.py, snapshot2_gpu.py; PEER_ONLY=1: the copy);
+#     GPUs at once against one's (two GPUs; peer_gpu.py, snapshot2_gpu.py; PEER_ONLY=1: the copy;
+#     PEER_PROBE=1: probe/grant_probe.py, the peer grants way by way);
 #   peer-net: gmsfs-peer over UCX TCP between the GPU's mount and a host-backend one, both
 #     ways, against ucx_perftest (peer_net_gpu.py; .debs has UCX: libucx0 libucx-dev ucx-utils
 #     libibverbs1 librdmacm1 libnuma1);
@@ -273,8 +274,12 @@ if [ "$what" = peer ]; then # a store copied GPU 0 -> GPU 1 (two GPUs: the nvidi
 	mount_gmsfs -o device=0,socket=/tmp/gmsfs-peer0.sock,no_host_ahead || { echo "Bail out! no mount"; exit 1; }
 	mnt0=$mnt pid0=$pid
 	mount_gmsfs -o device=1,socket=/tmp/gmsfs-peer1.sock,no_host_ahead || { echo "Bail out! no mount"; exit 1; }
-	timeout 400 python3 tests/gpu/peer_gpu.py "$mnt0" "$mnt" "$top/build" || failed=$((failed + 1))
-	[ -n "${PEER_ONLY:-}" ] || timeout 400 python3 tests/gpu/snapshot2_gpu.py "$mnt0" "$mnt" "$top/build" || failed=$((failed + 1))
+	if [ -n "${PEER_PROBE:-}" ]; then # the peer grants' cost, way by way (probe/grant_probe.py)
+		timeout 400 python3 probe/grant_probe.py "$mnt0" -- ${PEER_PROBE_WAYS:-} || failed=$((failed + 1))
+	else
+		timeout 400 python3 tests/gpu/peer_gpu.py "$mnt0" "$mnt" "$top/build" || failed=$((failed + 1))
+	fi
+	[ -n "${PEER_ONLY:-}${PEER_PROBE:-}" ] || timeout 400 python3 tests/gpu/snapshot2_gpu.py "$mnt0" "$mnt" "$top/build" || failed=$((failed + 1))
 	unmount_gmsfs
 	mnt=$mnt0 pid=$pid0
 	unmount_gmsfs
