@@ -27,7 +27,6 @@
 #define CP_CHUNK CP_PIECE /* a chunk is a hashed piece (copy.h) */
 #define CP_PAGE 4096ull
 #define CP_BUF (CP_CHUNK + 2 * CP_PAGE) /* a chunk widened to whole pages, for O_DIRECT */
-#define CP_THREADS 14
 
 struct cp_file {
 	int fd;          /* through the page cache */
@@ -100,8 +99,34 @@ static int cuda_open(struct cp *c, const char *uuid, char *err, size_t errlen)
 }
 #endif
 
+/* GMSFS_COPY_THREADS as a count of 1 to CP_THREADS, 0 when unset, -1 when it is not one. */
+static int threads_asked(void)
+{
+	const char *s = getenv("GMSFS_COPY_THREADS");
+	if (!s || !*s)
+		return 0;
+	char *end;
+	errno = 0;
+	long n = strtol(s, &end, 10);
+	return errno || *end || n < 1 || n > CP_THREADS ? -1 : (int)n;
+}
+
+size_t cp_threads(void)
+{
+	int asked = threads_asked();
+	if (asked > 0)
+		return (size_t)asked;
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	return cores < 1 ? 1 : cores > CP_THREADS ? CP_THREADS : (size_t)cores;
+}
+
 int cp_open(const char *store, struct cp **out, char *err, size_t errlen)
 {
+	if (threads_asked() < 0) {
+		snprintf(err, errlen, "GMSFS_COPY_THREADS=%s: not a count of threads from 1 to %d", getenv("GMSFS_COPY_THREADS"),
+			 CP_THREADS);
+		return -EINVAL;
+	}
 	char backend[64], uuid[128];
 	struct cp *c = calloc(1, sizeof *c);
 	if (!c)
@@ -395,7 +420,7 @@ int cp_run(struct cp *c, void (*progress)(void *arg, uint64_t done), void *arg, 
 	atomic_store(&c->done, 0);
 	pthread_mutex_init(&c->mu, NULL);
 	c->err = 0;
-	for (; nt < CP_THREADS && nt < c->n; nt++)
+	for (size_t most = cp_threads(); nt < most && nt < c->n; nt++)
 		if (w[nt] = (struct cp_worker){ c, nt }, pthread_create(&t[nt], NULL, worker, &w[nt]))
 			break;
 	if (c->n && !nt)
@@ -531,7 +556,7 @@ int cp_save(struct cp *c, struct cp_put *v, size_t n, void (*progress)(void *arg
 	pthread_t t[CP_THREADS];
 	struct cp_save_worker w[CP_THREADS];
 	size_t nt = 0;
-	for (; nt < CP_THREADS && nt < s.nruns; nt++)
+	for (size_t most = cp_threads(); nt < most && nt < s.nruns; nt++)
 		if (w[nt] = (struct cp_save_worker){ &s, nt }, pthread_create(&t[nt], NULL, save_worker, &w[nt]))
 			break;
 	if (s.nruns && !nt)

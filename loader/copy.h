@@ -23,6 +23,12 @@ void cp_close(struct cp *c);
 int cp_enter(struct cp *c);
 /* A file to copy from, opened until cp_close: its number for cp_add, or -errno. */
 int cp_file(struct cp *c, const char *path, char *err, size_t errlen);
+/* Threads that copy at once, each with its pinned buffers: at most 16 (the GPU machines'
+ * cores: a save's 16 shards of 1 GiB go in one round, where tmpfs takes one writer a file
+ * at a time; with 14, two threads wrote two shards and the save took 1.75x), no more than
+ * the cores here, or GMSFS_COPY_THREADS (1 to 16; cp_open refuses another value). */
+#define CP_THREADS 16
+size_t cp_threads(void);
 /* Queue len bytes of a file at off for dst (a mapping of the store); cp_run copies all that
  * is queued with CP_THREADS threads (page-cache reads are bound by one core's memcpy),
  * each with two pinned buffers and two streams on cuda.  digests (NULL: none): the xxh3

@@ -33,7 +33,7 @@
 
 #define DATA_ALIGN 4096u
 #define FORMAT "gmsfs-snapshot 2"
-#define SHARDS_MAX 14 /* files written at once: a shard a thread (CP_THREADS) */
+#define SHARDS_MAX CP_THREADS /* files written at once: a shard a thread (cp_threads) */
 
 static uint64_t align_up(uint64_t n)
 {
@@ -106,7 +106,7 @@ static int by_size_down(const void *a, const void *b, void *v)
 static size_t plan(const struct gmsfs_mapping *v, size_t na, unsigned *shard, uint64_t *off, uint64_t *sizes,
 		   size_t *order)
 {
-	size_t ns = na < SHARDS_MAX ? (na ? na : 1) : SHARDS_MAX, count[SHARDS_MAX] = { 0 }, at[SHARDS_MAX];
+	size_t most = cp_threads(), ns = na < most ? (na ? na : 1) : most, count[SHARDS_MAX] = { 0 }, at[SHARDS_MAX];
 	size_t *by = calloc(na + 1, sizeof *by);
 	for (size_t i = 0; by && i < na; i++)
 		by[i] = i;
@@ -184,7 +184,11 @@ static int write_manifest(const char *dir, const char *hash, const struct gmsfs_
 	return e;
 }
 
-/* The shards: opened (made), written by cp_save, synced. */
+/* The shards: those of an earlier save past ns removed (gigabytes nothing would name);
+ * the others opened, made or written again in place (the manifest is gone already, so
+ * nothing restores from them meanwhile), each cut first where longer than it will be, so
+ * that the folder never holds more than the new save; written by cp_save, each
+ * allocation's tail up to the next 4096 bytes zeroed, cut to size, synced. */
 static int write_shards(struct cp *c, const char *dir, const struct gmsfs_mapping *v, size_t na,
 			const unsigned *shard, const uint64_t *off, const size_t *order, uint64_t **dig, size_t ns,
 			const uint64_t *sizes, bool quiet, char *err, size_t errlen)
@@ -194,11 +198,23 @@ static int write_shards(struct cp *c, const char *dir, const struct gmsfs_mappin
 	int e = puts_ ? 0 : -ENOMEM;
 	size_t k = 0, opened = 0;
 	uint64_t total = 0;
+	char path[4200];
+	for (size_t j = ns; !e && j < 1000; j++) {
+		snprintf(path, sizeof path, "%s/shard-%03zu.bin", dir, j);
+		if (unlink(path))
+			if (errno != ENOENT || j >= SHARDS_MAX) /* past any save's count: none left */
+				e = errno == ENOENT ? 0 : -errno, j = 1000;
+	}
+	if (e)
+		snprintf(err, errlen, "%s: %s", path, strerror(-e));
 	for (; !e && opened < ns; opened++) {
-		char path[4200];
 		snprintf(path, sizeof path, "%s/shard-%03zu.bin", dir, opened);
-		if ((fds[opened] = sf_create(path)) < 0)
+		struct stat st;
+		if ((fds[opened] = sf_overwrite(path)) < 0)
 			e = fds[opened], snprintf(err, errlen, "%s: %s", path, strerror(-e));
+		else if (!fstat(fds[opened], &st) && (uint64_t)st.st_size > sizes[opened] &&
+			 ftruncate(fds[opened], (off_t)sizes[opened])) /* no more room than the new save needs */
+			e = -errno, snprintf(err, errlen, "%s: %s", path, strerror(errno));
 	}
 	for (size_t o = 0; !e && o < na; o++) { /* each shard's puts together, in file order */
 		size_t i = order[o];
@@ -209,6 +225,12 @@ static int write_shards(struct cp *c, const char *dir, const struct gmsfs_mappin
 	clock_gettime(CLOCK_MONOTONIC, &p.t0);
 	if (!e)
 		e = cp_save(c, puts_, k, p.on ? show : NULL, &p, err, errlen);
+	static const char zeros[DATA_ALIGN];
+	for (size_t i = 0; !e && i < na; i++) {
+		uint64_t pad = align_up(v[i].size) - v[i].size;
+		if (pad && pwrite(fds[shard[i]], zeros, pad, (off_t)(off[i] + v[i].size)) != (ssize_t)pad)
+			e = errno ? -errno : -EIO, snprintf(err, errlen, "%s/shard-%03u.bin: %s", dir, shard[i], strerror(-e));
+	}
 	for (size_t j = 0; j < opened; j++) {
 		if (!e && (ftruncate(fds[j], (off_t)sizes[j]) || fsync(fds[j])))
 			e = -errno, snprintf(err, errlen, "%s/shard-%03zu.bin: %s", dir, j, strerror(errno));

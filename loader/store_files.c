@@ -43,7 +43,7 @@ int sf_mkdir(const char *dir)
 	return mkdir(dir, 0700) && errno != EEXIST ? -errno : 0;
 }
 
-int sf_create(const char *path)
+static int made(const char *path, int trunc)
 {
 	char dir[4096];
 	const char *slash = strrchr(path, '/');
@@ -52,7 +52,7 @@ int sf_create(const char *path)
 	if (stat(dir[0] ? dir : "/", &d))
 		return -errno;
 	mode_t mode = d.st_mode & 0666;
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	int fd = open(path, O_WRONLY | O_CREAT | trunc | O_CLOEXEC, mode);
 	if (fd < 0)
 		return -errno;
 	if (!fstat(fd, &f) && (f.st_mode & 0777 & ~mode) && fchmod(fd, f.st_mode & mode)) {
@@ -61,6 +61,16 @@ int sf_create(const char *path)
 		return e;
 	}
 	return fd;
+}
+
+int sf_create(const char *path)
+{
+	return made(path, O_TRUNC);
+}
+
+int sf_overwrite(const char *path)
+{
+	return made(path, 0);
 }
 
 FILE *sf_fcreate(const char *path)

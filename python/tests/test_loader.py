@@ -257,6 +257,80 @@ def test_snapshot_restores_the_same_layout_hash(store, tmp_path):
     assert r.returncode == 1 and "holds allocations already" in r.stderr
 
 
+def test_copy_threads_bound_the_shards_and_a_bad_count_is_refused(store, tmp_path):
+    """GMSFS_COPY_THREADS: a save with 3 threads writes 3 shards, restored by 1 thread to the
+    same hash; 0, 17 or a word is refused with a message before anything is written."""
+    want = snapshot_source(store)
+    snap = tmp_path / "snap"
+    env = dict(os.environ, GMSFS_COPY_THREADS="3")
+    r = subprocess.run([SNAP, "save", "-q", store, str(snap)], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads((snap / "manifest.json").read_text())["shards"]) == 3
+    other = empty_store(store, "one")
+    env["GMSFS_COPY_THREADS"] = "1"
+    r = subprocess.run([SNAP, "restore", "-q", other, str(snap)], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and state(other)["layout_hash"] == want, r.stderr
+    target = empty_store(store, "bad")
+    for bad in ("0", "17", "many", "3x"):
+        env["GMSFS_COPY_THREADS"] = bad
+        r = subprocess.run([SNAP, "save", "-q", store, str(tmp_path / ("s" + bad))], capture_output=True, text=True,
+                           timeout=60, env=env)
+        assert r.returncode == 1 and "GMSFS_COPY_THREADS=%s: not a count of threads from 1 to 16" % bad in r.stderr
+        assert not (tmp_path / ("s" + bad) / "manifest.json").exists()
+        r = subprocess.run([SNAP, "restore", "-q", target, str(snap)], capture_output=True, text=True, timeout=60,
+                           env=env)
+        refused_and_untouched(target, r, "GMSFS_COPY_THREADS=%s" % bad)
+
+
+def test_a_save_over_an_old_snapshot_writes_what_a_fresh_one_would(store, tmp_path):
+    """Saved again into a folder of an earlier save (written in place, not truncated): its
+    shards byte for byte a fresh save's, though every old byte was garbage; fewer shards
+    than before: the old ones past them removed."""
+    want = snapshot_source(store)
+    fresh, again = tmp_path / "fresh", tmp_path / "again"
+    env = dict(os.environ, GMSFS_COPY_THREADS="4")
+    for d in (fresh, again):
+        r = subprocess.run([SNAP, "save", "-q", store, str(d)], capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 0, r.stderr
+    man = json.loads((again / "manifest.json").read_text())
+    for sh in man["shards"]:  # every byte of the old save garbage, and longer than before
+        (again / sh["file"]).write_bytes(b"\xff" * (sh["size"] + 100000))
+    r = subprocess.run([SNAP, "save", "-q", store, str(again)], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    for sh in man["shards"]:
+        assert (again / sh["file"]).read_bytes() == (fresh / sh["file"]).read_bytes(), sh["file"]
+    env["GMSFS_COPY_THREADS"] = "2"
+    r = subprocess.run([SNAP, "save", "-q", store, str(again)], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(again)) == ["manifest.json", "shard-000.bin", "shard-001.bin"]
+    other = empty_store(store, "again")
+    r = run(SNAP, "restore", other, str(again))
+    assert r.returncode == 0 and state(other)["layout_hash"] == want, r.stderr
+
+
+def test_a_save_again_needs_no_more_room_than_itself(store, tmp_path):
+    """Saved in 2 shards on a small tmpfs, then again in 4 over them: the old shards are cut
+    before the new bytes go in, so the second save fits where the larger of the two does
+    (written in place and cut only at the end, it would need half as much again)."""
+    want = snapshot_source(store)
+    fs = tmp_path / "fs"
+    fs.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=27M", "tmpfs", str(fs)], check=True)
+    try:
+        snap = fs / "snap"
+        for k in ("2", "4"):
+            env = dict(os.environ, GMSFS_COPY_THREADS=k)
+            r = subprocess.run([SNAP, "save", "-q", store, str(snap)], capture_output=True, text=True, timeout=60,
+                               env=env)
+            assert r.returncode == 0, (k, r.stderr)
+        assert len(json.loads((snap / "manifest.json").read_text())["shards"]) == 4
+        other = empty_store(store, "room")
+        r = run(SNAP, "restore", other, str(snap))
+        assert r.returncode == 0 and state(other)["layout_hash"] == want, r.stderr
+    finally:
+        subprocess.run(["umount", str(fs)], check=True)
+
+
 def test_a_snapshot_that_differs_is_refused_and_restores_nothing(store, tmp_path):
     """A changed byte, a shard cut short, a manifest missing or mangled: each refused with
     what is wrong, the target store as it was (no session left, nothing committed)."""

@@ -5,11 +5,13 @@
         allocations of random bytes, saved and restored with gmsfs-snapshot, each a fresh
         process, beside floors measured in the same run:
       - on tmpfs (RAM, standing in for an array of NVMe drives): save against pinned
-        device-to-host copies of the same bytes, restore against pinned host-to-device;
+        device-to-host copies of the same bytes, restore against pinned host-to-device,
+        and both against what the tmpfs itself takes and gives (16 threads, from memory);
       - on the machine's disk (4 GiB of it, the page cache dropped before a restore):
         against dd with O_DIRECT writing and reading as many bytes (Debian's fio pulls in
         Ceph's and Gluster's libraries, which the GPU machine has not);
-      each restore checked: every allocation's checksum and the layout hash."""
+      each restore checked: every allocation's checksum and the layout hash.
+    SNAP_THREADS="8 12 16": also each save and restore with GMSFS_COPY_THREADS at each count."""
 import json
 import os
 import shutil
@@ -51,9 +53,9 @@ def make_store(name, count):
         return path, want, c.layout_hash
 
 
-def timed(*args):
+def timed(*args, env=None):
     t = time.perf_counter()
-    r = subprocess.run([SNAP] + list(args) + ["-q", "-v"], capture_output=True, text=True)
+    r = subprocess.run([SNAP] + list(args) + ["-q", "-v"], capture_output=True, text=True, env=env)
     if r.returncode == 0:  # its phases (-v), as comments
         print("".join("# %s %s\n" % (args[0], line) for line in r.stderr.splitlines()), end="")
     return time.perf_counter() - t, r
@@ -80,6 +82,45 @@ def pinned_floor_of(nbytes):
     return out
 
 
+def tmpfs_floor(d, nbytes, threads=16, chunk=2 << 20):
+    """What the tmpfs itself takes and gives back, best of 2: as many bytes written from
+    memory by 16 threads, a file each, 2 MiB a pwrite (a thread a file: tmpfs lets one
+    writer into a file at a time), then read back so (pread into memory)."""
+    import threading
+    per = nbytes // threads // chunk * chunk
+    bufs = [bytearray(os.urandom(1) * chunk) for _ in range(threads)]
+    best_w = best_r = 1e9
+    for _ in range(2):
+        paths = [os.path.join(d, "floor.%d" % i) for i in range(threads)]
+
+        def write(i):
+            fd = os.open(paths[i], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            for at in range(0, per, chunk):
+                os.pwrite(fd, bufs[i], at)
+            os.close(fd)
+
+        def read(i):
+            fd = os.open(paths[i], os.O_RDONLY)
+            for at in range(0, per, chunk):
+                os.preadv(fd, [bufs[i]], at)
+            os.close(fd)
+        for fn in (write, read):
+            ts = [threading.Thread(target=fn, args=(i,)) for i in range(threads)]
+            t = time.perf_counter()
+            for x in ts:
+                x.start()
+            for x in ts:
+                x.join()
+            took = (time.perf_counter() - t) * nbytes / (per * threads)
+            if fn is write:
+                best_w = min(best_w, took)
+            else:
+                best_r = min(best_r, took)
+        for x in paths:
+            os.unlink(x)
+    return best_w, best_r
+
+
 def dd(args):
     t = time.perf_counter()
     subprocess.run(["dd", "status=none"] + args, check=True)
@@ -96,6 +137,7 @@ def main():
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dG" % (n + 2), "tmpfs", ram], check=True)
     target = os.path.join(mount, "snap-dst")
     try:
+        fw, fr = tmpfs_floor(ram, n * GiB)
         snap = os.path.join(ram, "snap")
         saves, restores, ok = [], [], True
         for _ in range(2):
@@ -107,6 +149,18 @@ def main():
             check(r.returncode == 0, "restore from tmpfs", r.stderr)
             restores.append(s)
             ok &= restored_ok(target, want, h)
+        for k in os.environ.get("SNAP_THREADS", "").split():  # GMSFS_COPY_THREADS=k, best of 2 each
+            env = dict(os.environ, GMSFS_COPY_THREADS=k)
+            ks, kr = [], []
+            for _ in range(2):
+                for argv, times in ((("save", store, snap), ks), (("restore", target, snap), kr)):
+                    if argv[0] == "restore":
+                        empty(target)
+                    took, r = timed(*argv, env=env)
+                    times.append(took if r.returncode == 0 else float("nan"))
+                    if r.returncode:
+                        print("# %s with %s threads: %s" % (argv[0], k, r.stderr.strip()))
+            print("bench: %s threads: save in place %.3f s, restore %.3f s" % (k, min(ks), min(kr)))
         man = json.load(open(os.path.join(snap, "manifest.json")))
         check(ok, "restored from tmpfs: every allocation's checksum and the layout hash (%d shards)"
               % len(man["shards"]))
@@ -130,6 +184,11 @@ def main():
           "restore %.3f s (%.1f GB/s, %.2fx pinned H2D %.3f s)"
           % (gb, n, s_best, gb / s_best, floor["d2h"] / s_best, floor["d2h"], r_best, gb / r_best,
              floor["h2d"] / r_best, floor["h2d"]))
+    print("bench: the two saves: into a new folder %.3f s, again over the first (in place) %.3f s" % tuple(saves))
+    print("bench: the tmpfs itself, as many bytes from memory by 16 threads (a file each): written %.3f s (%.1f GB/s, "
+          "%.2fx pinned D2H), read %.3f s (%.1f GB/s, %.2fx pinned H2D); the save at %.2fx of its writes, "
+          "the restore at %.2fx of its reads"
+          % (fw, gb / fw, floor["d2h"] / fw, fr, gb / fr, floor["h2d"] / fr, fw / s_best, fr / r_best))
 
     # The machine's disk: 4 GiB of the same store's bytes, against dd O_DIRECT.
     small, want4, h4 = make_store("snap-4", 4)
