@@ -75,11 +75,12 @@ def again(ptrs):
     return out
 
 
-def own():
+def own(dev=0):
+    """N x 1 GiB of VMM memory this process makes on dev, mapped (no access yet)."""
     base = C.c_uint64()
     ck(cu.cuMemAddressReserve(C.byref(base), C.c_size_t(N * GiB), C.c_size_t(0), C.c_uint64(0), C.c_uint64(0)),
        "reserve")
-    prop = Prop(1, 1, Loc(DEVICE, 0), None, 0)  # pinned, POSIX fd, GPU 0
+    prop = Prop(1, 1, Loc(DEVICE, dev), None, 0)  # pinned, POSIX fd
     out = []
     for i in range(N):
         h = C.c_uint64()
@@ -192,16 +193,7 @@ def copies(name, src, imp):
     import threading
     ctx0, ctx1 = ctx_of(0), ctx_of(1)
     cu.cuCtxSetCurrent(ctx1)
-    base = C.c_uint64()
-    ck(cu.cuMemAddressReserve(C.byref(base), C.c_size_t(N * GiB), C.c_size_t(0), C.c_uint64(0), C.c_uint64(0)), "r")
-    prop = Prop(1, 1, Loc(DEVICE, 1), None, 0)
-    dst = []
-    for i in range(N):
-        h = C.c_uint64()
-        ck(cu.cuMemCreate(C.byref(h), C.c_size_t(GiB), C.byref(prop), C.c_uint64(0)), "create")
-        ck(cu.cuMemMap(C.c_uint64(base.value + i * GiB), C.c_size_t(GiB), C.c_size_t(0), h, C.c_uint64(0)), "map")
-        cu.cuMemRelease(h)
-        dst.append(base.value + i * GiB)
+    dst = own(1)
     grant(dst, [1], RW)
 
     def run(ctx, pairs, dev, flags, mark):
