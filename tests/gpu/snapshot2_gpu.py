@@ -74,7 +74,8 @@ def main():
             u1 = min(u1, t)
             os.rmdir(stores[0][0])
             t, r = timed("restore", "--all", os.path.join(ram, "two"), m0, m1)
-            hashes = [open(os.path.join(p, "layout_hash")).read().strip() for p, _ in stores] if not r.returncode else []
+            hashes = [] if r.returncode else [open(os.path.join(p, "layout_hash")).read().strip()
+                                              for p, _ in stores]
             check(hashes == [h for _, h in stores], "restore --all, GPUs 0 and 1 at once: both layout hashes", r.stderr)
             u2 = min(u2, t)
     finally:
