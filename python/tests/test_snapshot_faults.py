@@ -71,13 +71,16 @@ def served(request, tmp_path):
         s.close()
 
 
-def killed_midway(argv, daemon, again=None, may_finish=False, delays=(0.02, 0.05, 0.1, 0.2, 0.4, 0.8)):
+def killed_midway(argv, daemon, again=None, may_finish=False, delays=(0.02, 0.05, 0.1, 0.2, 0.4, 0.8),
+                  before=None):
     """Run argv and SIGKILL daemon's daemon after each delay in turn until a kill lands while
     argv still runs; argv must then end within 30 s, failing (or, may_finish, as it will).
-    The daemon is started again after each kill; again() undoes a run that finished first.
-    Returns (argv's exit status, its stderr), or None if every run finished before its
-    kill."""
+    The daemon is started again after each kill; again() undoes a run that finished first;
+    before() is called before each run.  Returns (argv's exit status, its stderr), or None
+    if every run finished before its kill."""
     for delay in delays:
+        if before:
+            before()
         p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(delay)
         running = p.poll() is None
@@ -107,15 +110,26 @@ def test_a_save_whose_daemon_dies_leaves_no_manifest_or_a_whole_snapshot(served,
     dst = os.path.join(d2.mnt, "dst")
     os.mkdir(dst)
     out = str(tmp_path / "snap")
+    manifest = os.path.join(out, "manifest.json")
     runs = {0: 0, 1: 0}
+    seen = {}
+
+    def note_manifest():  # an earlier run's, if one finished: the save about to run finds it
+        seen["before"] = os.stat(manifest) if os.path.exists(manifest) else None
     for _ in range(4):  # both ends, where the timing gives them
-        got = killed_midway([SNAP, "save", "-q", src, out], d, may_finish=True)
+        got = killed_midway([SNAP, "save", "-q", src, out], d, may_finish=True, before=note_manifest)
         assert got is not None, "the save always finished before the kill"
         rc, err = got
         runs[rc != 0] += 1
         r = subprocess.run([SNAP, "restore", "-q", dst, out], capture_output=True, text=True, timeout=60)
-        if rc:  # failed: no manifest, nothing restores from it, the target untouched
-            assert not os.path.exists(os.path.join(out, "manifest.json"))
+        old = seen["before"]
+        if rc and os.path.exists(manifest):  # failed before it touched the folder (the daemon died
+            now = os.stat(manifest)          # under its connect): the earlier whole save, as it was
+            assert old and (now.st_ino, now.st_mtime_ns) == (old.st_ino, old.st_mtime_ns), err
+            assert r.returncode == 0 and state(dst)["layout_hash"] == h, r.stderr
+            os.rmdir(dst)
+            os.mkdir(dst)
+        elif rc:  # failed: no manifest, nothing restores from it, the target untouched
             assert r.returncode != 0 and "manifest" in r.stderr, r.stderr
             assert state(dst)["state"] == "EMPTY"
         else:  # it had the bytes mapped: whole, checked by the restore
