@@ -199,14 +199,11 @@ static int write_shards(struct cp *c, const char *dir, const struct gmsfs_mappin
 	size_t k = 0, opened = 0;
 	uint64_t total = 0;
 	char path[4200];
-	for (size_t j = ns; !e && j < 1000; j++) {
+	for (size_t j = ns; !e && j < SHARDS_MAX; j++) { /* no save writes more than SHARDS_MAX */
 		snprintf(path, sizeof path, "%s/shard-%03zu.bin", dir, j);
-		if (unlink(path))
-			if (errno != ENOENT || j >= SHARDS_MAX) /* past any save's count: none left */
-				e = errno == ENOENT ? 0 : -errno, j = 1000;
+		if (unlink(path) && errno != ENOENT)
+			e = -errno, snprintf(err, errlen, "%s: %s", path, strerror(errno));
 	}
-	if (e)
-		snprintf(err, errlen, "%s: %s", path, strerror(-e));
 	for (; !e && opened < ns; opened++) {
 		snprintf(path, sizeof path, "%s/shard-%03zu.bin", dir, opened);
 		struct stat st;
