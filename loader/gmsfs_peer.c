@@ -1,7 +1,7 @@
 /* gmsfs-peer: committed stores served to peers, and pulled from them, through UCX.
  *
  *   gmsfs-peer serve MOUNT --listen [ADDR:]PORT --token FILE --allow NAME[,NAME...] [--peers N] [-t SECONDS]
- *   gmsfs-peer pull gmsfs://HOST:PORT/NAME STORE --token FILE [-t SECONDS] [-q]
+ *   gmsfs-peer pull gmsfs://HOST:PORT/NAME STORE --token FILE [--stripes N] [-t SECONDS] [-q]
  */
 #include "pull.h"
 #include "serve.h"
@@ -16,7 +16,7 @@ static int usage(void)
 {
 	fprintf(stderr, "usage: gmsfs-peer serve MOUNT --listen [ADDR:]PORT --token FILE --allow NAME[,NAME...] "
 			"[--peers N] [-t SECONDS]\n"
-			"       gmsfs-peer pull gmsfs://HOST:PORT/NAME STORE --token FILE [-t SECONDS] [-q]\n");
+			"       gmsfs-peer pull gmsfs://HOST:PORT/NAME STORE --token FILE [--stripes N] [-t SECONDS] [-q]\n");
 	return 2;
 }
 
@@ -93,6 +93,10 @@ int main(int argc, char **argv)
 				fprintf(stderr, "gmsfs-peer: -t %s: seconds, more than 0\n", argv[i]);
 				return 2;
 			}
+		} else if (!strcmp(argv[i], "--stripes") && i + 1 < argc) {
+			/* the pull reads it where engines set it too (gmsfs_pull) */
+			if (setenv("GMSFS_PEER_STRIPES", argv[++i], 1))
+				return 1;
 		} else if (!strcmp(argv[i], "-q"))
 			quiet = true;
 		else if (argv[i][0] == '-' || npos == 2)

@@ -48,9 +48,13 @@ static int frame(void (*fill)(msgpack_packer *p, const void *arg), const void *a
 static void fill_hello(msgpack_packer *p, const void *arg)
 {
 	const struct nw_hello *h = arg;
-	msgpack_pack_map(p, 3);
+	msgpack_pack_map(p, 5);
 	pack_key(p, "v");
 	msgpack_pack_uint32(p, h->version);
+	pack_key(p, "stripe");
+	msgpack_pack_uint32(p, h->stripe);
+	pack_key(p, "stripes");
+	msgpack_pack_uint32(p, h->stripes);
 	pack_key(p, "token");
 	msgpack_pack_bin(p, h->token_len);
 	msgpack_pack_bin_body(p, h->token, h->token_len);
@@ -61,7 +65,7 @@ static void fill_hello(msgpack_packer *p, const void *arg)
 static void fill_layout(msgpack_packer *p, const void *arg)
 {
 	const struct nw_layout *l = arg;
-	msgpack_pack_map(p, l->error ? 2 : 4);
+	msgpack_pack_map(p, l->error ? 2 : 5);
 	pack_key(p, "error");
 	msgpack_pack_int32(p, l->error);
 	if (l->error) {
@@ -71,6 +75,8 @@ static void fill_layout(msgpack_packer *p, const void *arg)
 	}
 	pack_key(p, "hash");
 	pack_str(p, l->hash);
+	pack_key(p, "stripes");
+	msgpack_pack_uint32(p, l->stripes);
 	pack_key(p, "allocs");
 	msgpack_pack_array(p, l->nallocs);
 	for (size_t i = 0; i < l->nallocs; i++) {
@@ -189,18 +195,24 @@ int nw_parse_hello(const void *buf, size_t len, struct nw_hello *h, char *why, s
 	memset(h, 0, sizeof *h);
 	int e = unpack(buf, len, &u, why, whylen);
 	const msgpack_object *m = &u.data, *t = e ? NULL : field(m, "token");
-	uint64_t v = 0;
+	uint64_t v = 0, stripe = 0, stripes = 0;
 	char *store = NULL;
 	if (!e && (get_u64(field(m, "v"), UINT32_MAX, &v) || v != NW_VERSION))
 		e = bad(why, whylen, "hello: version: not %d", NW_VERSION);
+	if (!e && (get_u64(field(m, "stripes"), NW_STRIPES_MAX, &stripes) || !stripes))
+		e = bad(why, whylen, "hello: stripes: 1 to %d", NW_STRIPES_MAX);
+	if (!e && (get_u64(field(m, "stripe"), stripes - 1, &stripe)))
+		e = bad(why, whylen, "hello: stripe: 0 to stripes - 1 (%llu)", (unsigned long long)stripes - 1);
 	if (!e && (!t || t->type != MSGPACK_OBJECT_BIN || !t->via.bin.size || t->via.bin.size > NW_TOKEN_MAX))
 		e = bad(why, whylen, "hello: token: 1 to %d bytes", NW_TOKEN_MAX);
 	if (!e && (get_str(field(m, "store"), NW_NAME_MAX, &store) || !nw_store_name_ok(store)))
 		e = bad(why, whylen, "hello: store: a store's name (one path component)");
-	if (!e && m->via.map.size != 3)
-		e = bad(why, whylen, "hello: %u fields, not 3", m->via.map.size);
+	if (!e && m->via.map.size != 5)
+		e = bad(why, whylen, "hello: %u fields, not 5", m->via.map.size);
 	if (!e) {
 		h->version = (uint32_t)v;
+		h->stripe = (uint32_t)stripe;
+		h->stripes = (uint32_t)stripes;
 		memcpy(h->token, t->via.bin.ptr, t->via.bin.size);
 		h->token_len = t->via.bin.size;
 		strcpy(h->store, store);
@@ -289,6 +301,10 @@ int nw_parse_layout(const void *buf, size_t len, struct nw_layout *l, char *why,
 			e = bad(why, whylen, "layout: hash: 32 hex digits");
 		else
 			memcpy(l->hash, s, 33);
+		uint64_t n = 0;
+		if (!e && (get_u64(field(m, "stripes"), NW_STRIPES_MAX, &n) || !n))
+			e = bad(why, whylen, "layout: stripes: 1 to %d", NW_STRIPES_MAX);
+		l->stripes = (uint32_t)n;
 		if (!e)
 			e = parse_allocs(field(m, "allocs"), l, why, whylen);
 		if (!e)
@@ -307,12 +323,64 @@ int nw_parse_trailer(const void *buf, size_t len, uint64_t *digests, size_t n, c
 	int e = unpack(buf, len, &u, why, whylen);
 	const msgpack_object *a = e ? NULL : field(&u.data, "xxh3");
 	if (!e && (!a || a->type != MSGPACK_OBJECT_ARRAY || a->via.array.size != n))
-		e = bad(why, whylen, "trailer: xxh3: one a allocation (%zu)", n);
+		e = bad(why, whylen, "trailer: xxh3: one a segment (%zu)", n);
 	for (size_t i = 0; !e && i < n; i++)
 		if (get_u64(&a->via.array.ptr[i], UINT64_MAX, &digests[i]))
 			e = bad(why, whylen, "trailer: xxh3 %zu: a number", i);
 	msgpack_unpacked_destroy(&u);
 	return e;
+}
+
+/* ---- stripes ---- */
+
+/* A stripe's bytes: all of them in count parts, each whole NW_STRIPE_ALIGN units (the
+ * last the rest). */
+static uint64_t stripe_bytes(const struct nw_layout *l, uint32_t count, uint64_t *total)
+{
+	uint64_t t = 0;
+	for (size_t i = 0; i < l->nallocs; i++)
+		t += l->allocs[i].size; /* each at most 2^48 (parse_allocs), at most 2^20 of them */
+	*total = t;
+	uint64_t units = (t + NW_STRIPE_ALIGN - 1) / NW_STRIPE_ALIGN;
+	return (units + count - 1) / count * NW_STRIPE_ALIGN;
+}
+
+int nw_stripe(const struct nw_layout *l, uint32_t k, uint32_t count, struct nw_segment **out, size_t *n)
+{
+	uint64_t total, per = stripe_bytes(l, count, &total);
+	uint64_t from = (uint64_t)k * per, to = from + per;
+	if (from > total)
+		from = total;
+	if (to > total)
+		to = total;
+	*out = NULL;
+	*n = 0;
+	size_t cap = 0;
+	for (uint64_t base = 0, i = 0; i < l->nallocs; base += l->allocs[i++].size)
+		cap += base < to && base + l->allocs[i].size > from;
+	if (!cap)
+		return 0;
+	struct nw_segment *v = calloc(cap, sizeof *v);
+	if (!v)
+		return -ENOMEM;
+	for (uint64_t base = 0, i = 0; i < l->nallocs; base += l->allocs[i++].size) {
+		uint64_t lo = base > from ? base : from, hi = base + l->allocs[i].size < to ? base + l->allocs[i].size : to;
+		if (lo < hi)
+			v[(*n)++] = (struct nw_segment){ .i = i, .at = lo - base, .len = hi - lo };
+	}
+	*out = v;
+	return 0;
+}
+
+uint32_t nw_stripes_for(const struct nw_layout *l, uint32_t wanted)
+{
+	uint32_t count = wanted < l->stripes ? wanted : l->stripes;
+	if (count < 1)
+		count = 1;
+	uint64_t total;
+	while (count > 1 && (uint64_t)(count - 1) * stripe_bytes(l, count, &total) >= total)
+		count--; /* its last stripe would hold no bytes */
+	return count;
 }
 
 void nw_layout_free(struct nw_layout *l)

@@ -1,8 +1,10 @@
 /* net_wire: the messages gmsfs-peer's two sides exchange (nw_), each a frame of a 4-byte
  * little-endian length and a msgpack map.  The puller says HELLO (the token, the store);
- * the server answers LAYOUT (an errno and why, or the store's layout hash, allocations
- * and entries), then sends every allocation's bytes in order, raw, then the TRAILER (the
- * xxh3 of each allocation's bytes).  Every parse checks every field, count and size: a
+ * the server answers LAYOUT (an errno and why, or the store's layout hash, allocations,
+ * entries and the stripes it serves at once), then sends its stripe's bytes in order, raw,
+ * then the TRAILER (the xxh3 of each of the stripe's segments).  A pull of several stripes
+ * has a connection a stripe, each saying HELLO with its number: one TCP stream (one core
+ * copying on each side) carries 3-5 GB/s, a link carries more.  Every parse checks every field, count and size: a
  * peer's message is untrusted input (fuzz_net). */
 #ifndef GMSFS_LOADER_NET_WIRE_H
 #define GMSFS_LOADER_NET_WIRE_H
@@ -10,19 +12,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define NW_VERSION 1
+#define NW_VERSION 2
 #define NW_HELLO_MAX 8192           /* a HELLO frame's most bytes */
 #define NW_LAYOUT_MAX (256u << 20)  /* a LAYOUT frame's */
 #define NW_TOKEN_MAX 4096
 #define NW_NAME_MAX 255
 #define NW_ALLOCS_MAX (1u << 20)
 #define NW_ENTRIES_MAX (1u << 22)
+#define NW_STRIPES_MAX 16
+#define NW_STRIPE_ALIGN (2ull << 20) /* where the stripes are cut */
 
 struct nw_hello {
 	uint32_t version;
 	uint8_t token[NW_TOKEN_MAX];
 	size_t token_len;
 	char store[NW_NAME_MAX + 1];
+	uint32_t stripe, stripes; /* this connection's stripe of the pull's stripes (0 of 1: one) */
 };
 
 struct nw_alloc {
@@ -46,6 +51,13 @@ struct nw_layout {
 	size_t nallocs;
 	struct nw_entry *entries;
 	size_t nentries;
+	uint32_t stripes; /* connections the server serves at once: a pull's most stripes */
+};
+
+/* A part of a stripe: allocation i's len bytes from at; each has its xxh3 in the trailer. */
+struct nw_segment {
+	size_t i;
+	uint64_t at, len;
 };
 
 /* Each pack makes one whole frame (length and body) in *out (malloc'ed, *len bytes). */
@@ -57,6 +69,14 @@ int nw_parse_hello(const void *buf, size_t len, struct nw_hello *h, char *why, s
 int nw_parse_layout(const void *buf, size_t len, struct nw_layout *l, char *why, size_t whylen);
 int nw_parse_trailer(const void *buf, size_t len, uint64_t *digests, size_t n, char *why, size_t whylen);
 void nw_layout_free(struct nw_layout *l);
+/* Stripe k of count: the layout's bytes, the allocations end to end, cut in count parts
+ * at NW_STRIPE_ALIGN; part k as its segments in order (one an allocation it touches; an
+ * allocation of no bytes has none): *out (malloc'ed; NULL with none) and *n.  Both sides
+ * compute it.  0 or -ENOMEM. */
+int nw_stripe(const struct nw_layout *l, uint32_t k, uint32_t count, struct nw_segment **out, size_t *n);
+/* The stripes a pull of the layout uses: wanted, at most the server's and as many as
+ * hold bytes (at least 1). */
+uint32_t nw_stripes_for(const struct nw_layout *l, uint32_t wanted);
 /* A store's name as a peer may ask for it: one path component, no dot names. */
 int nw_store_name_ok(const char *name);
 

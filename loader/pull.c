@@ -68,28 +68,33 @@ static void show(bool progress, uint64_t done, uint64_t total, const struct time
 		(unsigned long long)(total >> 20), s > 0 ? (double)done / 1e6 / s : 0.0);
 }
 
-/* One piece of the bytes: allocation i's len bytes at at. */
+/* One piece of a stripe's bytes: allocation i's len bytes at at, in segment seg. */
 struct pl_piece {
-	size_t i;
+	size_t i, seg;
 	uint64_t at, len;
+	bool first, last; /* of its segment */
 };
 
-/* The pieces of n allocations of size, in order: piece bytes each (the last of each
- * allocation less); *count of them, the caller frees. */
-static struct pl_piece *pieces(const struct gmsfs_new *nv, size_t n, uint64_t piece, size_t *count)
+/* The pieces of a stripe's segments, in order: piece bytes each (the last of each segment
+ * less); *count of them, the caller frees. */
+static struct pl_piece *pieces(const struct nw_segment *s, size_t nseg, uint64_t piece, size_t *count)
 {
 	size_t k = 0, cap = 0;
-	for (size_t i = 0; i < n; i++)
-		cap += (size_t)((nv[i].size + piece - 1) / piece);
+	for (size_t j = 0; j < nseg; j++)
+		cap += (size_t)((s[j].len + piece - 1) / piece);
 	struct pl_piece *v = calloc(cap + 1, sizeof *v);
-	for (size_t i = 0; v && i < n; i++)
-		for (uint64_t at = 0; at < nv[i].size; at += piece)
-			v[k++] = (struct pl_piece){ i, at, nv[i].size - at < piece ? nv[i].size - at : piece };
+	for (size_t j = 0; v && j < nseg; j++)
+		for (uint64_t o = 0; o < s[j].len; o += piece) {
+			uint64_t len = s[j].len - o < piece ? s[j].len - o : piece;
+			v[k++] = (struct pl_piece){ .i = s[j].i, .seg = j, .at = s[j].at + o, .len = len, .first = !o,
+						    .last = o + len == s[j].len };
+		}
 	*count = k;
 	return v;
 }
 
 #define PL_PIECE (32ull << 20) /* host memory: bytes received a piece */
+#define PL_STRIPES 4           /* a pull's stripes unless GMSFS_PEER_STRIPES says */
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
@@ -101,6 +106,7 @@ static struct pl_piece *pieces(const struct gmsfs_new *nv, size_t n, uint64_t pi
 struct pl_populate {
 	pthread_t t;
 	const struct gmsfs_new *nv;
+	const struct pl_piece *v;
 	size_t n;
 	atomic_bool stop;
 	bool started;
@@ -109,18 +115,15 @@ struct pl_populate {
 static void *populate(void *arg)
 {
 	struct pl_populate *p = arg;
-	for (size_t i = 0; i < p->n; i++)
-		for (uint64_t at = 0; at < p->nv[i].size && !atomic_load(&p->stop); at += PL_PIECE) {
-			uint64_t len = p->nv[i].size - at < PL_PIECE ? p->nv[i].size - at : PL_PIECE;
-			if (madvise((char *)p->nv[i].ptr + at, len, MADV_POPULATE_WRITE))
-				return NULL; /* an older kernel, or no memory now: the receive faults them itself */
-		}
+	for (size_t j = 0; j < p->n && !atomic_load(&p->stop); j++)
+		if (madvise((char *)p->nv[p->v[j].i].ptr + p->v[j].at, p->v[j].len, MADV_POPULATE_WRITE))
+			return NULL; /* an older kernel, or no memory now: the receive faults them itself */
 	return NULL;
 }
 
-static void populate_start(struct pl_populate *p, const struct gmsfs_new *nv, size_t n)
+static void populate_start(struct pl_populate *p, const struct gmsfs_new *nv, const struct pl_piece *v, size_t n)
 {
-	*p = (struct pl_populate){ .nv = nv, .n = n };
+	*p = (struct pl_populate){ .nv = nv, .v = v, .n = n };
 	p->started = !pthread_create(&p->t, NULL, populate, p);
 }
 
@@ -138,7 +141,7 @@ struct pl_job {
 	const struct gmsfs_new *nv;
 	const char *at;       /* where it landed: its place in the store's memory, or the pinned buffer's */
 	XXH3_state_t *x;      /* the lane's alone: pieces come in order */
-	uint64_t *digests;
+	uint64_t *digests;    /* a segment's each */
 	struct cp_stage *st;
 #ifdef GMSFS_HAVE_CUDA
 	CUstream s;           /* the copy in, beside the hash */
@@ -155,11 +158,11 @@ static int absorb(void *arg, char *err, size_t errlen)
 	if (j->st->pinned && (r = j->st->cu->cuMemcpyHtoDAsync(to, j->at, p->len, j->s)))
 		goto fail;
 #endif
-	if (!p->at)
+	if (p->first)
 		XXH3_64bits_reset(j->x);
 	XXH3_64bits_update(j->x, j->at, p->len);
-	if (p->at + p->len == j->nv[p->i].size)
-		j->digests[p->i] = XXH3_64bits_digest(j->x);
+	if (p->last)
+		j->digests[p->seg] = XXH3_64bits_digest(j->x);
 #ifdef GMSFS_HAVE_CUDA
 	if (j->st->pinned && (r = j->st->cu->cuStreamSynchronize(j->s))) /* its half is free again */
 		goto fail;
@@ -172,38 +175,38 @@ fail:
 #endif
 }
 
-/* Every allocation's bytes into the store's memory, each one's digest as it passes: piece
- * j+1 received (into its place, or into one half of the pinned buffer) while the lane
- * hashes piece j (and on a GPU copies it in from the other half). */
-static int recv_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, struct gmsfs_new *nv, size_t n,
-		      uint64_t *digests, uint64_t total, bool progress, int timeout_ms, char *err, size_t errlen)
+/* What a pull's stripes share: the bytes in so far (the progress line), and a stop that
+ * a failed stripe raises so that the others end too. */
+struct pl_shared {
+	atomic_uint_least64_t done;
+	atomic_bool stop;
+};
+
+/* A stripe's segments' bytes into the store's memory, each one's digest as it passes:
+ * piece j+1 received (into its place, or into one half of the stripe's part of the pinned
+ * buffer) while the lane hashes piece j (and on a GPU copies it in from the other half). */
+static int recv_bytes(struct nt_conn *c, struct cp_stage *st, struct gmsfs_new *nv, const struct nw_segment *segs,
+		      size_t nseg, uint64_t *digests, struct pl_shared *sh, int timeout_ms, char *err, size_t errlen)
 {
-	struct cp_stage st;
-	int e = cp_stage(cp, gmsfs_backend(g), &st, err, errlen);
-	if (e)
-		return e;
-	char *pinned = st.pinned;
-	uint64_t piece = pinned ? st.room / 2 : PL_PIECE;
+	char *pinned = st->pinned;
+	uint64_t piece = pinned ? st->room / 2 : PL_PIECE;
 	size_t count = 0;
-	struct pl_piece *v = pieces(nv, n, piece, &count);
+	struct pl_piece *v = pieces(segs, nseg, piece, &count);
 	XXH3_state_t *x = XXH3_createState();
 	struct ln *lane = NULL;
-	struct pl_job job = { .nv = nv, .x = x, .digests = digests, .st = &st };
-	e = v && x ? ln_start(&lane, cp_stage_enter, &st) : -ENOMEM;
+	struct pl_job job = { .nv = nv, .x = x, .digests = digests, .st = st };
+	int e = v && x ? ln_start(&lane, cp_stage_enter, st) : -ENOMEM;
 	if (e)
 		snprintf(err, errlen, "no thread to hash with: %s", strerror(-e));
 #ifdef GMSFS_HAVE_CUDA
 	CUresult r;
-	if (!e && pinned && (r = st.cu->cuStreamCreate(&job.s, CU_STREAM_NON_BLOCKING)))
-		e = -EIO, snprintf(err, errlen, "no stream for the GPU's bytes: %s", cu_name(st.cu, r));
+	if (!e && pinned && (r = st->cu->cuStreamCreate(&job.s, CU_STREAM_NON_BLOCKING)))
+		e = -EIO, snprintf(err, errlen, "no stream for the GPU's bytes: %s", cu_name(st->cu, r));
 #endif
-	struct timespec t0;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	uint64_t done = 0;
 	void *op = NULL;
 	struct pl_populate pop = { 0 };
 	if (!e && !pinned)
-		populate_start(&pop, nv, n);
+		populate_start(&pop, nv, v, count);
 	/* Where piece j lands: its place in the store's memory, or the half j % 2 of the pinned buffer. */
 #define PL_AT(j) (pinned ? pinned + (size_t)((j) % 2) * piece : (char *)nv[v[j].i].ptr + v[j].at)
 	if (!e && count)
@@ -213,13 +216,15 @@ static int recv_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, struct gmsfs_n
 		op = NULL;
 		if (!e) /* piece j-1 is in: its half is free */
 			e = ln_wait(lane, c, err, errlen);
+		if (!e && atomic_load(&sh->stop))
+			e = -ECANCELED, snprintf(err, errlen, "another stripe failed");
 		if (!e && j + 1 < count)
 			e = nt_recv_start(c, PL_AT(j + 1), v[j + 1].len, &op, err, errlen);
 		if (e)
 			break;
 		job.p = &v[j], job.at = PL_AT(j);
 		ln_give(lane, absorb, &job);
-		show(progress, done += v[j].len, total, &t0);
+		atomic_fetch_add(&sh->done, v[j].len);
 	}
 #undef PL_AT
 	if (lane) {
@@ -231,19 +236,13 @@ static int recv_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, struct gmsfs_n
 	}
 #ifdef GMSFS_HAVE_CUDA
 	if (job.s)
-		st.cu->cuStreamDestroy(job.s);
+		st->cu->cuStreamDestroy(job.s);
 #endif
 	populate_stop(&pop);
 	if (op) { /* started, not finished: waited for (the error stands) */
 		char why[128];
 		nt_finish(c, op, "receiving", timeout_ms, why, sizeof why);
 	}
-	if (progress)
-		fputc('\n', stderr);
-	/* Allocations of no bytes have no piece: their digest is the empty one's. */
-	for (size_t i = 0; !e && i < n; i++)
-		if (!nv[i].size)
-			digests[i] = XXH3_64bits(NULL, 0);
 	XXH3_freeState(x);
 	free(v);
 	return e;
@@ -251,12 +250,14 @@ static int recv_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, struct gmsfs_n
 
 /* The peer's answer to HELLO: its layout, or its refusal as -errno with its words. */
 static int ask(struct nt_conn *c, const char *url, const char *name, const uint8_t *token, size_t token_len,
-	       struct nw_layout *l, int timeout_ms, char *err, size_t errlen)
+	       uint32_t stripe, uint32_t stripes, struct nw_layout *l, int timeout_ms, char *err, size_t errlen)
 {
 	struct nw_hello *h = calloc(1, sizeof *h);
 	if (!h)
 		return -ENOMEM;
 	h->version = NW_VERSION;
+	h->stripe = stripe;
+	h->stripes = stripes;
 	memcpy(h->token, token, token_len);
 	h->token_len = token_len;
 	snprintf(h->store, sizeof h->store, "%s", name);
@@ -283,12 +284,12 @@ static int ask(struct nt_conn *c, const char *url, const char *name, const uint8
 }
 
 /* The first of host's addresses (a name may have several: the pods behind a headless
- * Service) whose server answers with the store's layout: its connection in *out, the
- * layout in *l.  A refusal (the store not served there, or not committed; the token not
+ * Service) whose server answers with the store's layout: its connection in *out (the
+ * first of `stripes`), its address in num, the layout in *l.  A refusal (the store not served there, or not committed; the token not
  * taken) or a connection that fails: the next address; at the end, the last reason. */
 static int find_peer(const char *url, const char *host, uint16_t port, const char *name, const uint8_t *token,
-		     size_t token_len, int timeout_ms, struct nt_conn **out, struct nw_layout *l, char *err,
-		     size_t errlen)
+		     size_t token_len, uint32_t stripes, int timeout_ms, struct nt_conn **out, char *num,
+		     struct nw_layout *l, char *err, size_t errlen)
 {
 	char ps[8];
 	snprintf(ps, sizeof ps, "%u", port);
@@ -301,14 +302,13 @@ static int find_peer(const char *url, const char *host, uint16_t port, const cha
 	int e = -EHOSTUNREACH;
 	size_t asked = 0;
 	for (struct addrinfo *a = ai; a && e; a = a->ai_next) {
-		char num[INET6_ADDRSTRLEN];
-		if (getnameinfo(a->ai_addr, a->ai_addrlen, num, sizeof num, NULL, 0, NI_NUMERICHOST))
+		if (getnameinfo(a->ai_addr, a->ai_addrlen, num, INET6_ADDRSTRLEN, NULL, 0, NI_NUMERICHOST))
 			continue;
 		struct nt_conn *c = NULL;
 		asked++;
 		e = nt_connect(num, port, timeout_ms, &c, err, errlen);
 		if (!e)
-			e = ask(c, url, name, token, token_len, l, timeout_ms, err, errlen);
+			e = ask(c, url, name, token, token_len, 0, stripes, l, timeout_ms, err, errlen);
 		if (!e) {
 			*out = c;
 			break;
@@ -326,35 +326,182 @@ static int find_peer(const char *url, const char *host, uint16_t port, const cha
 	return e;
 }
 
+/* One stripe of a pull: its connection (the first: find_peer's), its part of the pinned
+ * buffer, its segments' bytes received and checked against the peer's trailer. */
+struct pl_stripe {
+	pthread_t t;
+	bool started;
+	uint32_t k, count, wanted; /* the peer cuts `wanted` as count stripes too (nw_stripes_for) */
+	struct nt_conn *c;
+	const char *url, *addr, *name;
+	uint16_t port;
+	const uint8_t *token;
+	size_t token_len;
+	const struct nw_layout *l;
+	struct gmsfs_new *nv;
+	struct cp_stage st;
+	struct pl_shared *sh;
+	int timeout_ms;
+	int e;
+	char err[512];
+};
+
+static int stripe_pull(struct pl_stripe *s)
+{
+	int e = 0;
+	char *err = s->err;
+	size_t errlen = sizeof s->err;
+	if (!s->c) { /* its own connection, which must find the same commit */
+		struct nw_layout l2 = { 0 };
+		e = nt_connect(s->addr, s->port, s->timeout_ms, &s->c, err, errlen);
+		if (!e)
+			e = ask(s->c, s->url, s->name, s->token, s->token_len, s->k, s->wanted, &l2, s->timeout_ms, err,
+				errlen);
+		if (!e && (strcmp(l2.hash, s->l->hash) || l2.stripes != s->l->stripes))
+			e = -ESTALE, snprintf(err, errlen, "%s was committed again during the pull (layout %s, not %s): pull "
+					     "again", s->url, l2.hash, s->l->hash);
+		nw_layout_free(&l2);
+	}
+	struct nw_segment *segs = NULL;
+	size_t nseg = 0;
+	uint64_t *mine = NULL, *theirs = NULL;
+	if (!e && (e = nw_stripe(s->l, s->k, s->count, &segs, &nseg)) == 0 &&
+	    (!(mine = calloc(nseg + 1, sizeof *mine)) || !(theirs = calloc(nseg + 1, sizeof *theirs))))
+		e = -ENOMEM;
+	if (e == -ENOMEM)
+		snprintf(err, errlen, "out of memory");
+	if (!e)
+		e = recv_bytes(s->c, &s->st, s->nv, segs, nseg, mine, s->sh, s->timeout_ms, err, errlen);
+	void *body = NULL;
+	size_t len;
+	char why[256];
+	if (!e && !(e = nt_recv_frame(s->c, 64 + 9 * nseg, &body, &len, s->timeout_ms, err, errlen)) &&
+	    (e = nw_parse_trailer(body, len, theirs, nseg, why, sizeof why)))
+		snprintf(err, errlen, "%s: %s", s->url, why);
+	free(body);
+	nt_close(s->c); /* all it says is here: the peer is free for the next while this one commits */
+	s->c = NULL;
+	for (size_t k = 0; !e && k < nseg; k++)
+		if (mine[k] != theirs[k])
+			e = -EIO, snprintf(err, errlen, "%s: the bytes of %s that came differ from the peer's (xxh3)", s->url,
+					   s->l->allocs[segs[k].i].name);
+	free(segs);
+	free(mine);
+	free(theirs);
+	return e;
+}
+
+static void *stripe_run(void *arg)
+{
+	struct pl_stripe *s = arg;
+	if ((s->e = stripe_pull(s)) != 0)
+		atomic_store(&s->sh->stop, true);
+	return NULL;
+}
+
+/* The stripes a pull asks for: GMSFS_PEER_STRIPES (1 to NW_STRIPES_MAX), else PL_STRIPES;
+ * it gets as many as the server serves at once and the store's bytes fill. */
+static int stripes_wanted(uint32_t *out, char *err, size_t errlen)
+{
+	const char *v = getenv("GMSFS_PEER_STRIPES");
+	*out = PL_STRIPES;
+	if (!v || !*v)
+		return 0;
+	char *end;
+	unsigned long n = strtoul(v, &end, 10);
+	if (*end || !n || n > NW_STRIPES_MAX) {
+		snprintf(err, errlen, "GMSFS_PEER_STRIPES=%s: connections a pull, 1 to %d", v, NW_STRIPES_MAX);
+		return -EINVAL;
+	}
+	*out = (uint32_t)n;
+	return 0;
+}
+
+/* The bytes of every stripe, each stripe in a thread of its own on its connection (the
+ * first: c, find_peer's) and its part of the pinned buffer; the progress line meanwhile.
+ * The first stripe's error, else another's. */
+static int recv_stripes(struct nt_conn **c, uint32_t wanted, const char *url, const char *addr, uint16_t port,
+			const char *name, const uint8_t *token, size_t token_len, const struct nw_layout *l,
+			uint32_t count, struct cp *cp, gmsfs *g, struct gmsfs_new *nv, uint64_t total, bool progress,
+			int timeout_ms, char *err, size_t errlen)
+{
+	struct cp_stage st;
+	int e = cp_stage(cp, gmsfs_backend(g), &st, err, errlen);
+	if (e)
+		return e;
+	struct pl_shared sh = { 0 };
+	struct pl_stripe *v = calloc(count, sizeof *v);
+	if (!v)
+		return -ENOMEM;
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (uint32_t k = 0; k < count; k++) {
+		struct pl_stripe *s = &v[k];
+		*s = (struct pl_stripe){ .k = k, .count = count, .wanted = wanted, .c = k ? NULL : *c, .url = url, .addr = addr,
+					 .name = name, .port = port, .token = token, .token_len = token_len, .l = l,
+					 .nv = nv, .st = st, .sh = &sh, .timeout_ms = timeout_ms };
+		if (st.pinned) { /* its part of the pinned buffer, in whole pages */
+			s->st.room = st.room / count / 8192 * 8192;
+			s->st.pinned = st.pinned + k * s->st.room;
+		}
+		s->started = !pthread_create(&s->t, NULL, stripe_run, s);
+		if (!s->started)
+			stripe_run(s); /* no thread: this one here */
+	}
+	*c = NULL; /* the first stripe's now */
+	for (uint32_t k = 0; k < count; k++) {
+		while (progress && v[k].started && pthread_tryjoin_np(v[k].t, NULL) == EBUSY) {
+			show(progress, atomic_load(&sh.done), total, &t0);
+			nanosleep(&(struct timespec){ .tv_nsec = 100000000 }, NULL);
+		}
+		if (v[k].started && !progress)
+			pthread_join(v[k].t, NULL);
+	}
+	show(progress, atomic_load(&sh.done), total, &t0);
+	if (progress)
+		fputc('\n', stderr);
+	/* The most telling failure: another commit found, else a stripe's own, else one it caused. */
+	e = 0;
+	for (uint32_t pass = 0; pass < 3 && !e; pass++)
+		for (uint32_t k = 0; k < count && !e; k++)
+			if (v[k].e && (pass == 2 || (pass == 1 && v[k].e != -ECANCELED) || v[k].e == -ESTALE))
+				e = v[k].e, snprintf(err, errlen, "%s", v[k].err);
+	free(v);
+	return e;
+}
+
 int pl_pull(const char *url, const char *store, const uint8_t *token, size_t token_len, int timeout_ms,
 	    bool progress, char *how, size_t howlen, char *err, size_t errlen)
 {
-	char host[256], name[NW_NAME_MAX + 1], got[33];
+	char host[256], name[NW_NAME_MAX + 1], got[33], addr[INET6_ADDRSTRLEN] = "";
 	uint16_t port;
 	how[0] = err[0] = '\0';
 	if (pl_parse_url(url, host, sizeof host, &port, name, sizeof name)) {
 		snprintf(err, errlen, "%s: not gmsfs://HOST:PORT/STORE", url);
 		return -EINVAL;
 	}
+	uint32_t wanted, count = 1;
+	int e = stripes_wanted(&wanted, err, errlen);
+	if (e)
+		return e;
 	struct nt_conn *c = NULL;
 	struct cp *cp = NULL;
 	gmsfs *g = NULL;
 	struct nw_layout l = { 0 };
 	struct gmsfs_new *nv = NULL;
 	struct gmsfs_entry *ev = NULL;
-	uint64_t *digests = NULL, *theirs = NULL, total = 0;
+	uint64_t total = 0;
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	/* The target first: a store that cannot take it costs the peer nothing. */
-	int e = cp_open(store, &cp, err, errlen);
+	e = cp_open(store, &cp, err, errlen);
 	if (!e && (e = gmsfs_connect(&g, store, GMSFS_RW, timeout_ms)))
 		snprintf(err, errlen, "%s: %s", store, g ? gmsfs_errmsg(g) : gmsfs_strerror(e));
 	if (!e && sf_allocations(store) != 0)
 		e = -EEXIST, snprintf(err, errlen, "%s holds allocations already: pull into an empty store", store);
 	if (!e)
-		e = find_peer(url, host, port, name, token, token_len, timeout_ms, &c, &l, err, errlen);
-	if (!e && (!(nv = calloc(l.nallocs + 1, sizeof *nv)) || !(ev = calloc(l.nentries + 1, sizeof *ev)) ||
-		   !(digests = calloc(l.nallocs + 1, sizeof *digests)) || !(theirs = calloc(l.nallocs + 1, sizeof *theirs))))
+		e = find_peer(url, host, port, name, token, token_len, wanted, timeout_ms, &c, addr, &l, err, errlen);
+	if (!e && (!(nv = calloc(l.nallocs + 1, sizeof *nv)) || !(ev = calloc(l.nentries + 1, sizeof *ev))))
 		e = -ENOMEM, snprintf(err, errlen, "out of memory");
 	for (size_t i = 0; !e && i < l.nallocs; i++) {
 		nv[i] = (struct gmsfs_new){ .name = l.allocs[i].name, .tag = l.allocs[i].tag, .size = l.allocs[i].size };
@@ -363,22 +510,12 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 	if (!e && l.nallocs && (e = gmsfs_create_many(g, nv, l.nallocs)))
 		snprintf(err, errlen, "%s: %s", store, gmsfs_errmsg(g));
 	double ready = seconds_since(&t0), moved = 0;
-	if (!e)
-		e = recv_bytes(c, cp, g, nv, l.nallocs, digests, total, progress, timeout_ms, err, errlen);
+	if (!e) {
+		count = nw_stripes_for(&l, wanted);
+		e = recv_stripes(&c, wanted, url, addr, port, name, token, token_len, &l, count, cp, g, nv, total,
+				 progress, timeout_ms, err, errlen);
+	}
 	moved = seconds_since(&t0) - ready;
-	void *body = NULL;
-	size_t len;
-	char why[256];
-	if (!e && !(e = nt_recv_frame(c, 64 + 9 * (size_t)l.nallocs, &body, &len, timeout_ms, err, errlen)) &&
-	    (e = nw_parse_trailer(body, len, theirs, l.nallocs, why, sizeof why)))
-		snprintf(err, errlen, "%s: %s", url, why);
-	free(body);
-	nt_close(c); /* all it says is here: the peer is free for the next while this one commits */
-	c = NULL;
-	for (size_t i = 0; !e && i < l.nallocs; i++)
-		if (digests[i] != theirs[i])
-			e = -EIO, snprintf(err, errlen, "%s: the bytes of %s that came differ from the peer's (xxh3)", url,
-					   l.allocs[i].name);
 	for (size_t i = 0; !e && i < l.nentries; i++)
 		ev[i] = (struct gmsfs_entry){ .key = l.entries[i].key, .alloc = l.entries[i].alloc,
 					      .offset = l.entries[i].offset, .size = l.entries[i].size,
@@ -394,12 +531,11 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 		e = -EIO, snprintf(err, errlen, "pulled, but %s's layout hash is %s, not the peer's %s", store, got, l.hash);
 	if (!e)
 		snprintf(how, howlen, "%zu allocations, %llu bytes in %.3f s (the layout made in %.3f s, the bytes "
-			 "in %.3f s: %.2f GB/s), layout %s", l.nallocs, (unsigned long long)total, seconds_since(&t0),
-			 ready, moved, moved > 0 ? (double)total / 1e9 / moved : 0.0, got);
+			 "in %.3f s over %u connection%s: %.2f GB/s), layout %s", l.nallocs, (unsigned long long)total,
+			 seconds_since(&t0), ready, moved, count, count > 1 ? "s" : "",
+			 moved > 0 ? (double)total / 1e9 / moved : 0.0, got);
 	free(nv);
 	free(ev);
-	free(digests);
-	free(theirs);
 	nw_layout_free(&l);
 	nt_close(c);
 	gmsfs_disconnect(g); /* without a commit: the session rolls back */

@@ -274,43 +274,45 @@ static int ready(void *arg, char *err, size_t errlen)
 }
 
 
-/* Where send_bytes is: allocation i, at bytes into it. */
+/* Where send_bytes is: segment k, at bytes into it. */
 struct sv_cursor {
 	const struct gmsfs_mapping *v;
-	size_t n, i;
+	const struct nw_segment *s;
+	size_t nseg, k;
 	uint64_t at, piece;
 };
 
-/* The next piece with bytes, as job j (base's lane fields; staged in the half j % 2 of
- * pinned, if any) into *job: false when none is left. */
+/* The next piece, as job j (base's lane fields; staged in the half j % 2 of pinned, if
+ * any) into *job: false when none is left.  Segments hold bytes (nw_stripe). */
 static bool next_piece(struct sv_cursor *q, const struct sv_job *base, char *pinned, size_t j, struct sv_job *job)
 {
-	while (q->i < q->n && q->at >= q->v[q->i].size)
-		q->i++, q->at = 0;
-	if (q->i == q->n)
+	if (q->k < q->nseg && q->at == q->s[q->k].len)
+		q->k++, q->at = 0;
+	if (q->k == q->nseg)
 		return false;
-	const struct gmsfs_mapping *m = &q->v[q->i];
-	uint64_t len = m->size - q->at < q->piece ? m->size - q->at : q->piece;
+	const struct nw_segment *s = &q->s[q->k];
+	const struct gmsfs_mapping *m = &q->v[s->i];
+	uint64_t len = s->len - q->at < q->piece ? s->len - q->at : q->piece;
 	*job = *base;
-	job->src = (const char *)m->ptr + q->at;
+	job->src = (const char *)m->ptr + s->at + q->at;
 	job->stage = pinned ? pinned + (j % 2) * q->piece : NULL;
 	job->len = len;
 	job->first = !q->at;
-	job->last = q->at + len == m->size;
-	job->digest = &base->digests[q->i];
+	job->last = q->at + len == s->len;
+	job->digest = &base->digests[q->k];
 	job->name = m->name;
 	q->at += len;
 	return true;
 }
 
-/* Every allocation's bytes, in order, and their digests: straight from host memory, or
- * out of the GPU through the pinned buffer of the store's context, in two halves.  Piece
- * j goes while the lane readies piece j+1. */
-static int send_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, uint64_t *digests, int timeout_ms, char *err,
-		      size_t errlen)
+/* A stripe's bytes (its segments), in order, and each segment's digest: straight from
+ * host memory, or out of the GPU through the pinned buffer of the store's context, in two
+ * halves.  Piece j goes while the lane readies piece j+1. */
+static int send_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, const struct nw_segment *segs, size_t nseg,
+		      uint64_t *digests, int timeout_ms, char *err, size_t errlen)
 {
 	const struct gmsfs_mapping *v;
-	size_t n = gmsfs_mappings(g, &v);
+	gmsfs_mappings(g, &v);
 	struct cp_stage st;
 	int e = cp_stage(cp, gmsfs_backend(g), &st, err, errlen);
 	if (e)
@@ -336,11 +338,7 @@ static int send_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, uint64_t *dige
 	struct sv_job jobs[2]; /* piece j's in jobs[j % 2]; its stage the half j % 2 */
 	size_t j = 0;
 	void *op = NULL;       /* piece j-1's send */
-	/* Allocations of no bytes: nothing sent, the empty digest. */
-	for (size_t i = 0; i < n; i++)
-		if (!v[i].size)
-			digests[i] = XXH3_64bits(NULL, 0);
-	struct sv_cursor q = { .v = v, .n = n, .piece = piece };
+	struct sv_cursor q = { .v = v, .s = segs, .nseg = nseg, .piece = piece };
 	bool more = !e && next_piece(&q, &base, pinned, j, &jobs[0]);
 	if (more)
 		ln_give(lane, ready, &jobs[0]);
@@ -426,22 +424,33 @@ static int serve_one(const struct sv_options *o, struct nt_conn *c, const char *
 		e = refuse(c, peer, o->timeout_ms, -e, "%s: %s", h->store, gmsfs_errmsg(g));
 	void *f;
 	bool answered = !e; /* the layout goes: what fails from here on is said here, not to the peer */
+	l.stripes = o->peers < NW_STRIPES_MAX ? (uint32_t)o->peers : NW_STRIPES_MAX;
 	if (!e && !(e = nw_pack_layout(&l, &f, &len)))
 		e = send_frame(c, f, len, o->timeout_ms, err, sizeof err);
-	if (!e && !(digests = calloc(l.nallocs + 1, sizeof *digests)))
+	struct nw_segment *segs = NULL;
+	size_t nseg = 0;
+	uint32_t count = nw_stripes_for(&l, h->stripes); /* as the peer counts them */
+	if (!e && h->stripe >= count) /* the layout went: the peer sees the cut, and goes */
+		e = -EPROTO, snprintf(err, sizeof err, "stripe %u of %u asked for", h->stripe + 1, count);
+	if (!e && (e = nw_stripe(&l, h->stripe, count, &segs, &nseg)) == 0 &&
+	    !(digests = calloc(nseg + 1, sizeof *digests)))
 		e = -ENOMEM;
 	uint64_t bytes = 0;
-	for (size_t i = 0; i < l.nallocs; i++)
-		bytes += l.allocs[i].size;
+	for (size_t k = 0; k < nseg; k++)
+		bytes += segs[k].len;
 	if (!e)
-		e = send_bytes(c, cp, g, digests, o->timeout_ms, err, sizeof err);
-	if (!e && !(e = nw_pack_trailer(digests, l.nallocs, &f, &len)))
+		e = send_bytes(c, cp, g, segs, nseg, digests, o->timeout_ms, err, sizeof err);
+	if (!e && !(e = nw_pack_trailer(digests, nseg, &f, &len)))
 		e = send_frame(c, f, len, o->timeout_ms, err, sizeof err);
+	char part[48] = "";
+	if (count > 1)
+		snprintf(part, sizeof part, ", stripe %u of %u", h->stripe + 1, count);
 	if (!e)
-		logf_(peer, "sent %s (%zu allocations, %llu bytes, layout %s)", h->store, l.nallocs,
-		      (unsigned long long)bytes, l.hash);
+		logf_(peer, "sent %s (%zu allocations, %llu bytes%s, layout %s)", h->store, l.nallocs,
+		      (unsigned long long)bytes, part, l.hash);
 	else if (answered)
-		logf_(peer, "%s: %s", h->store, err[0] ? err : strerror(-e));
+		logf_(peer, "%s: %s (%s)", h->store, err[0] ? err : strerror(-e), part[0] ? part + 2 : "one stripe");
+	free(segs);
 	free(digests);
 	free(l.allocs);
 	free(l.entries);

@@ -373,6 +373,33 @@ with gmsfs.connect(sys.argv[1], "rw", timeout=10) as c:
 	same_store "$A/big" "$B/big"
 }
 
+@test "a pull in stripes, a connection each: the same bytes; as many as the server serves at once; a bad count refused" {
+	mkdir "$B/s3" "$B/s8" "$B/bad"
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/s3" --token "$TOKEN" --stripes 3 -t 10
+	assert_success
+	assert_output --partial "over 3 connections"
+	same_store "$A/big" "$B/s3"
+	wait_until grep -q "sent big (8 allocations, [0-9]* bytes, stripe 3 of 3" "$BATS_FILE_TMPDIR/serve.$PORT.log"
+	# A server of 2 at once cuts 8 asked for in 2; a store of one 2 MiB unit is one stripe.
+	serve $((PORT + 5)) big,m --peers 2
+	run in_b env GMSFS_PEER_STRIPES=8 "$PEER" pull "gmsfs://$ADDR_A:$((PORT + 5))/big" "$B/s8" --token "$TOKEN" -t 10
+	assert_success
+	assert_output --partial "over 2 connections"
+	same_store "$A/big" "$B/s8"
+	run in_b env GMSFS_PEER_STRIPES=8 "$PEER" pull "gmsfs://$ADDR_A:$((PORT + 5))/m" "$B/bad" --token "$TOKEN" -t 10
+	assert_success
+	assert_output --partial "over 1 connection:"
+	same_store "$A/m" "$B/bad"
+	wait_until grep -q "sent m (5 allocations, [0-9]* bytes, layout" "$BATS_FILE_TMPDIR/serve.$((PORT + 5)).log"
+	for n in 0 17 x; do
+		mkdir "$B/bad$n"
+		run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/bad$n" --token "$TOKEN" --stripes $n -t 10
+		assert_failure
+		assert_output --partial "GMSFS_PEER_STRIPES=$n: connections a pull, 1 to 16"
+		state_is "$B/bad$n" EMPTY
+	done
+}
+
 @test "gmsfsctl pull: the served store, the same layout hash; refused with words, the target left empty" {
 	mkdir "$B/ctl" "$B/ctl2"
 	run in_b "$ROOT/tools/gmsfsctl" pull "gmsfs://$ADDR_A:$PORT/m" "$B/ctl" --token "$TOKEN" --timeout 5

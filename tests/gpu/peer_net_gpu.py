@@ -11,7 +11,9 @@
         the same logits as from_pretrained of its files.  Each checked (the pull's own xxh3 of every allocation, the
         layout hash, and on the GPU a checksum of every allocation against the source's),
         each timed in a fresh process (best of PEER_RUNS, 3) against ucx_perftest's stream_bw over the same
-        transport with messages of the same size, in this run (the issue's goal: 0.9x)."""
+        transport with messages of the same size, in this run (the issue's goal: 0.9x).  Then the
+        GPU-to-GPU pull in PEER_STRIPES stripes (default "1 2 4 8"; a connection each, best of 2)
+        against one ucx_perftest pair and against as many pairs at once as stripes."""
 import os
 import re
 import subprocess
@@ -120,7 +122,7 @@ def perftest_many(n, size, port):
     return total
 
 
-def pulls_at_once(n, token, port):
+def pulls_at_once(n, token, port):  # each in one stripe: n connections, as n perftest pairs
     """n pulls at once of the first GPU's store from one server (--peers n) into the second
     GPU mount: (seconds until the last is committed, every one succeeded)."""
     server = subprocess.Popen([PEER, "serve", gpu_mnt, "--listen", "127.0.0.1:%d" % port, "--token", token, "--allow",
@@ -133,7 +135,7 @@ def pulls_at_once(n, token, port):
         dsts.append(d)
     t = time.perf_counter()
     ps = [subprocess.Popen([PEER, "pull", "gmsfs://127.0.0.1:%d/net-src" % port, d, "--token", token, "-t", "20", "-q"],
-                           env=ENV, stderr=subprocess.PIPE, text=True) for d in dsts]
+                           env=dict(ENV, GMSFS_PEER_STRIPES="1"), stderr=subprocess.PIPE, text=True) for d in dsts]
     ok = all(p.wait(300) == 0 for p in ps)
     secs = time.perf_counter() - t
     server.kill()
@@ -143,13 +145,16 @@ def pulls_at_once(n, token, port):
     return secs, ok
 
 
-def pull(src_mnt, name, dst, token, port):
+def pull(src_mnt, name, dst, token, port, stripes=None):
+    """A pull in a fresh process (its default stripes, or `stripes`), from a fresh server."""
+    peers = str(max(4, stripes or 0))
     server = subprocess.Popen([PEER, "serve", src_mnt, "--listen", "127.0.0.1:%d" % port, "--token", token, "--allow",
-                               name, "-t", "20"], env=ENV, stderr=subprocess.PIPE, text=True)
+                               name, "-t", "20", "--peers", peers], env=ENV, stderr=subprocess.PIPE, text=True)
     time.sleep(0.5)
+    env = dict(ENV, GMSFS_PEER_STRIPES=str(stripes)) if stripes else ENV
     t = time.perf_counter()
     r = subprocess.run([PEER, "pull", "gmsfs://127.0.0.1:%d/%s" % (port, name), dst, "--token", token, "-t", "20"],
-                       env=ENV, capture_output=True, text=True, timeout=300)
+                       env=env, capture_output=True, text=True, timeout=300)
     secs = time.perf_counter() - t
     server.kill()
     server.wait()
@@ -202,6 +207,21 @@ def main():
             if r.returncode == 0 and secs < runs[i][1]:
                 runs[i] = (runs[i][0], secs, r.stdout)
     llama(token, PORT + 3)
+    # The GPU-to-GPU pull in stripes (a connection each), best of 2 each.
+    swept = []
+    for k, n in enumerate(int(x) for x in os.environ.get("PEER_STRIPES", "1 2 4 8").split()):
+        best = None
+        for j in range(2):
+            os.rmdir(dst3)
+            os.mkdir(dst3)
+            r, secs = pull(gpu_mnt, "net-src", dst3, token, PORT + 100 + 4 * k + j, stripes=n)
+            check(r.returncode == 0 and "over %d connection" % n in r.stdout, "the GPU store pulled in %d stripes" % n,
+                  (r.stderr + r.stdout)[-400:])
+            if r.returncode == 0 and (best is None or secs < best[0]):
+                best = (secs, r.stdout)
+        check(sums_of(dst3, device_of(gpu2_mnt)) == want, "every byte, pulled in %d stripes" % n)
+        pairs = perftest_many(n, SIZE, PORT + 200 + 16 * k) if n > 1 else None
+        swept.append((n, best, pairs))
     rate_after = perftest(SIZE, PORT + 11)
     # Several peers at once: pulls of one server against as many ucx_perftest pairs at once.
     at_once = []
@@ -217,6 +237,17 @@ def main():
         rate = total / secs
         print("#   %s: %.2f s, %.2f GB/s, %.2fx ucx_perftest (goal 0.9x); %s"
               % (what, secs, rate / 1e9, rate / rate_base if rate_base else 0, said.strip()[-110:]))
+    for n, best, pairs in swept:
+        if not best:
+            continue
+        rate = total / best[0]
+        said = re.search(r"the bytes in ([\d.]+) s", best[1])
+        alone = total / float(said.group(1)) if said else 0
+        print("#   GPU -> second GPU mount in %d stripes: %.2f s, %.2f GB/s, %.2fx one ucx_perftest pair; the bytes "
+              "alone %.2f GB/s, %.2fx one pair%s" % (n, best[0], rate / 1e9, rate / rate_base, alone / 1e9,
+                                                     alone / rate_base, "" if not pairs else
+                                                     ", %.2fx %d pairs at once (%.2f GB/s)" % (alone / pairs, n,
+                                                                                               pairs / 1e9)))
     one = total / runs[2][1]
     for n, secs, base in at_once:
         rate = n * total / secs
