@@ -394,6 +394,7 @@ static int stripe_pull(struct pl_stripe *s)
 static void *stripe_run(void *arg)
 {
 	struct pl_stripe *s = arg;
+	cp_stage_enter(&s->st); /* its stream is made in the store's GPU context */
 	if ((s->e = stripe_pull(s)) != 0)
 		atomic_store(&s->sh->stop, true);
 	return NULL;
