@@ -248,11 +248,12 @@ def main():
                                                      alone / rate_base, "" if not pairs else
                                                      ", %.2fx %d pairs at once (%.2f GB/s)" % (alone / pairs, n,
                                                                                                pairs / 1e9)))
-    one = total / runs[2][1]
+    one = [total / b[0] for n, b, _ in swept if n == 1 and b]  # the pulls at once are of one stripe each
+    one = one[0] if one else total / runs[2][1]
     for n, secs, base in at_once:
         rate = n * total / secs
-        print("#   %d pulls at once (GPU -> second GPU mount, one server): %.2f s, %.2f GB/s together, %.2fx one pull's "
-              "rate, %.2fx %d ucx_perftest pairs at once (%.2f GB/s)" % (n, secs, rate / 1e9, rate / one,
+        print("#   %d pulls at once, one stripe each (GPU -> second GPU mount, one server): %.2f s, %.2f GB/s together, "
+              "%.2fx one such pull's rate, %.2fx %d ucx_perftest pairs at once (%.2f GB/s)" % (n, secs, rate / 1e9, rate / one,
                                                                            rate / base if base else 0, n, base / 1e9))
     return done()
 
