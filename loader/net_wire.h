@@ -1,11 +1,11 @@
 /* net_wire: the messages gmsfs-peer's two sides exchange (nw_), each a frame of a 4-byte
- * little-endian length and a msgpack map.  The puller says HELLO (the token, the store);
- * the server answers LAYOUT (an errno and why, or the store's layout hash, allocations,
- * entries and the stripes it serves at once), then sends its stripe's bytes in order, raw,
- * then the TRAILER (the xxh3 of each of the stripe's segments).  A pull of several stripes
- * has a connection a stripe, each saying HELLO with its number: one TCP stream (one core
- * copying on each side) carries 3-5 GB/s, a link carries more.  Every parse checks every field, count and size: a
- * peer's message is untrusted input (fuzz_net). */
+ * little-endian length and a msgpack map.  The puller says HELLO (the token, the store,
+ * the stripe); the server answers LAYOUT (an errno and why, or the store's layout hash,
+ * allocations, entries and the stripes it serves at once), then sends the stripe's bytes
+ * in order, raw, then the TRAILER (the xxh3 of each of the stripe's segments).  A pull
+ * has a connection a stripe: one TCP stream (one core copying on each side) carries 3-5
+ * GB/s, a link may carry more.  Every parse checks every field, count and size: a peer's
+ * message is untrusted input (fuzz_net). */
 #ifndef GMSFS_LOADER_NET_WIRE_H
 #define GMSFS_LOADER_NET_WIRE_H
 
@@ -27,7 +27,8 @@ struct nw_hello {
 	uint8_t token[NW_TOKEN_MAX];
 	size_t token_len;
 	char store[NW_NAME_MAX + 1];
-	uint32_t stripe, stripes; /* this connection's stripe of the pull's stripes (0 of 1: one) */
+	uint32_t stripe, stripes; /* the stripe this connection asks for, of the stripes the pull
+				   * wants; both sides cut nw_stripes_for(layout, stripes) */
 };
 
 struct nw_alloc {

@@ -17,9 +17,10 @@ extern "C" {
 /* Pull url (gmsfs://HOST:PORT/NAME, HOST a name, an IPv4 address or [IPv6]) into store,
  * an empty store of a local mount, showing the peer the token in token_file (a regular
  * file that its owner alone may read, 16 to 4096 bytes, a trailing newline not counted):
- * the layout and entries first, then the bytes into the store's memory (each
- * allocation's xxh3 checked against the peer's), then the commit, which must give the
- * peer's layout hash.  timeout_ms: how long any wait may last with nothing moving (the
+ * the layout and entries first, then the bytes into the store's memory in stripes, a
+ * connection each (GMSFS_PEER_STRIPES in the environment: 1 to 16, default 4; see
+ * gmsfs-peer(1)), each part's xxh3 checked against the peer's, then the commit, which
+ * must give the peer's layout hash.  timeout_ms: how long any wait may last with nothing moving (the
  * store's writer lock, the peer), more than 0.  0, or -errno with the reason in err:
  * -EINVAL (a URL, a flag, a timeout), -EACCES (the peer refused the token or the store),
  * -EEXIST (store holds allocations), -EIO (bytes or layout hash not the peer's),
