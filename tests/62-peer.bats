@@ -427,7 +427,7 @@ with gmsfs.connect(sys.argv[1], "rw", timeout=10) as c:
 @test "gmsfs.pull in an engine's process: what was done, or GmsfsError with its errno; gmsfs_pull checks its flags" {
 	mkdir "$B/py" "$B/py2"
 	run in_b "$PYTHON" - "gmsfs://$ADDR_A:$PORT" "$B" "$TOKEN" <<'PY'
-import ctypes, errno, sys
+import ctypes, errno, os, sys
 import gmsfs
 from gmsfs import _lib
 url, b, token = sys.argv[1:4]
@@ -451,6 +451,11 @@ print("flags:", errno.errorcode[-e], err.value.decode())
 e = _lib.peer_lib().gmsfs_pull((url + "/big").encode(), (b + "/py2").encode(), token.encode(), 0, 0, None, 0,
                                err, len(err))
 print("timeout:", errno.errorcode[-e], err.value.decode())
+os.environ["GMSFS_PEER_STRIPES"] = "99"
+try:
+    gmsfs.pull(url + "/big", b + "/py2", token, timeout=10)
+except gmsfs.GmsfsError as e:
+    print("stripes:", errno.errorcode[e.errno], e.strerror)
 PY
 	assert_success
 	assert_line --regexp "^pulled: [0-9]+ allocations, [0-9]+ bytes"
@@ -459,6 +464,8 @@ PY
 	assert_line "not served: EACCES"
 	assert_line "flags: EINVAL flags 0x2: only GMSFS_PULL_PROGRESS is known"
 	assert_line "timeout: EINVAL a timeout of 0 ms: more than 0"
+	assert_line --partial "stripes: EINVAL"
+	assert_output --partial "GMSFS_PEER_STRIPES=99: connections a pull, 1 to 16"
 	same_store "$A/big" "$B/py"
 	state_is "$B/py2" EMPTY
 }
