@@ -40,6 +40,8 @@ RUNS = int(os.environ.get("PEER_RUNS", "3"))
 
 def fill(store, device):
     """N allocations of random bytes; their checksums (sum of int64 words)."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # libgmsfs maps in the thread's current context
     sums = []
     with gmsfs.connect(store, "rw", 30) as c:
         for i in range(N):
@@ -57,6 +59,9 @@ def fill(store, device):
 
 
 def sums_of(store, device):
+    """The checksums of a store's allocations, read on its own device (current while it maps them)."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     with gmsfs.connect(store, "ro", 30) as c:
         c.import_all()
         return [int(_bytes_at(c.find("layers/%d" % i).ptr, SIZE, device).view(torch.int64).sum()) for i in range(N)]
@@ -96,6 +101,7 @@ def llama(token, port):
     check(r.returncode == 0, "a transformers Llama loaded into the first GPU mount", r.stderr[-300:])
     r, _ = pull(gpu_mnt, "llama", dst, token, port)
     check(r.returncode == 0, "the Llama pulled into the second GPU mount", r.stderr[-500:])
+    torch.cuda.set_device(device_of(gpu2_mnt))  # the pulled store's GPU, where gmsfs maps it
     ref = LlamaForCausalLM.from_pretrained(files, torch_dtype=torch.bfloat16).to(device_of(gpu2_mnt)).eval()
     mine = gtf.from_pretrained(dst, files, read_only=True).eval()
     ids = torch.randint(0, cfg.vocab_size, (2, 32), generator=torch.Generator().manual_seed(1)).to(device_of(gpu2_mnt))
