@@ -339,7 +339,7 @@ static uint64_t stripe_bytes(const struct nw_layout *l, uint32_t count, uint64_t
 {
 	uint64_t t = 0;
 	for (size_t i = 0; i < l->nallocs; i++)
-		t += l->allocs[i].size; /* each at most 2^48 (parse_allocs), at most 2^20 of them */
+		t += l->allocs[i].size; /* fits: the puller asks once its store made the sizes, the server of its own */
 	*total = t;
 	uint64_t units = (t + NW_STRIPE_ALIGN - 1) / NW_STRIPE_ALIGN;
 	return (units + count - 1) / count * NW_STRIPE_ALIGN;

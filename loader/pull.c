@@ -420,7 +420,7 @@ static int stripes_wanted(uint32_t *out, char *err, size_t errlen)
 
 /* The bytes of every stripe, each stripe in a thread of its own on its connection (the
  * first: c, find_peer's) and its part of the pinned buffer; the progress line meanwhile.
- * The first stripe's error, else another's. */
+ * 0, or the most telling stripe's error. */
 static int recv_stripes(struct nt_conn **c, uint32_t wanted, const char *url, const char *addr, uint16_t port,
 			const char *name, const uint8_t *token, size_t token_len, const struct nw_layout *l,
 			uint32_t count, struct cp *cp, gmsfs *g, struct gmsfs_new *nv, uint64_t total, bool progress,
