@@ -93,9 +93,17 @@ int main(int argc, char **argv)
 				fprintf(stderr, "gmsfs-peer: -t %s: seconds, more than 0\n", argv[i]);
 				return 2;
 			}
-		} else if (!strcmp(argv[i], "--stripes") && i + 1 < argc) {
-			/* the pull reads it where engines set it too (gmsfs_pull) */
-			if (setenv("GMSFS_PEER_STRIPES", argv[++i], 1))
+		} else if (!strcmp(argv[i], "--stripes") && i + 1 < argc && !strcmp(verb, "pull")) {
+			/* Checked here, a bad argument (2); the pull reads the variable, as it does
+			 * where engines set it (gmsfs_pull). */
+			char *end;
+			long v = strtol(argv[++i], &end, 10);
+			if (end == argv[i] || *end || v < 1 || v > NW_STRIPES_MAX) {
+				fprintf(stderr, "gmsfs-peer: --stripes %s: connections a pull, 1 to %d\n", argv[i],
+					NW_STRIPES_MAX);
+				return 2;
+			}
+			if (setenv("GMSFS_PEER_STRIPES", argv[i], 1))
 				return 1;
 		} else if (!strcmp(argv[i], "-q"))
 			quiet = true;

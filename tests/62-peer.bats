@@ -394,10 +394,19 @@ with gmsfs.connect(sys.argv[1], "rw", timeout=10) as c:
 	for n in 0 17 x; do
 		mkdir "$B/bad$n"
 		run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/bad$n" --token "$TOKEN" --stripes $n -t 10
-		assert_failure
+		assert_failure 2 # a bad argument, as gmsfs-peer(1) says
+		assert_output --partial "--stripes $n: connections a pull, 1 to 16"
+		state_is "$B/bad$n" EMPTY
+		# the variable, as engines set it, is refused by the pull itself
+		run in_b env GMSFS_PEER_STRIPES=$n "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/bad$n" --token "$TOKEN" -t 10
+		assert_failure 1
 		assert_output --partial "GMSFS_PEER_STRIPES=$n: connections a pull, 1 to 16"
 		state_is "$B/bad$n" EMPTY
 	done
+	# a server has no stripes of its own to set (--peers is what it serves at once)
+	run "$PEER" serve "$A" --listen 127.0.0.1:1 --token "$TOKEN" --allow m --stripes 2
+	assert_failure 2
+	assert_output --partial "usage: gmsfs-peer"
 }
 
 @test "gmsfsctl pull: the served store, the same layout hash; refused with words, the target left empty" {
