@@ -431,6 +431,18 @@ with gmsfs.connect(sys.argv[1], "rw", timeout=10) as c:
 	assert_failure
 	assert_output --partial "at most a day"
 	state_is "$B/ctl2" EMPTY
+	# --stripes: the connections asked for, as gmsfs-peer pull's; a bad count is a bad argument
+	mkdir "$B/ctl3"
+	run in_b "$ROOT/tools/gmsfsctl" pull "gmsfs://$ADDR_A:$PORT/big" "$B/ctl3" --token "$TOKEN" --stripes 3
+	assert_success
+	assert_output --partial "over 3 connections"
+	same_store "$A/big" "$B/ctl3"
+	for n in 0 17 x; do
+		run in_b "$ROOT/tools/gmsfsctl" pull "gmsfs://$ADDR_A:$PORT/big" "$B/ctl2" --token "$TOKEN" --stripes $n
+		assert_failure 2
+		assert_output --partial "--stripes: $n: connections a pull, 1 to 16"
+	done
+	state_is "$B/ctl2" EMPTY
 }
 
 @test "gmsfs.pull in an engine's process: what was done, or GmsfsError with its errno; gmsfs_pull checks its flags" {

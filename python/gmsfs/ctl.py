@@ -355,10 +355,19 @@ def cmd_copy(args):
     return 0
 
 
+def _stripes(v):
+    """--stripes: the connections a pull asks for, as gmsfs-peer pull takes them."""
+    if not v.isdigit() or not 1 <= int(v) <= 16:
+        raise argparse.ArgumentTypeError("%s: connections a pull, 1 to 16" % v)
+    return int(v)
+
+
 def cmd_pull(args):
     """A store that another node serves into an empty one here: gmsfs.pull."""
     from ._load import pull
     from ._errors import GmsfsError
+    if args.stripes:  # the pull reads it (libgmsfs-peer); this process has no other thread
+        os.environ["GMSFS_PEER_STRIPES"] = str(args.stripes)
     try:
         how = pull(args.url, args.target, args.token, args.timeout, progress=not args.quiet and sys.stderr.isatty())
     except GmsfsError as e:
@@ -416,6 +425,7 @@ def main(argv=None):
     p.add_argument("target", metavar="TARGET")
     p.add_argument("--token", required=True, metavar="FILE")
     p.add_argument("--timeout", type=float, default=30, metavar="SECONDS")
+    p.add_argument("--stripes", type=_stripes, metavar="N")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(fn=cmd_pull)
     p = sub.add_parser("metrics", help="every mount's metrics, merged, or into a textfile directory")
