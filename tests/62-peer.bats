@@ -2,7 +2,8 @@
 # gmsfs-peer between two nodes: two daemons, a server in one network namespace and the
 # pulls in another, joined by a veth pair, UCX over TCP.  A store pulled whole (bytes,
 # entries, layout hash); refusals (token, allow list, not committed, a token file others
-# read); a pull killed, a server killed, a peer that stops reading.
+# read); a pull killed, a server killed, a peer that stops reading; a pull in stripes, and
+# a source committed again between its stripes.
 
 load helpers
 
@@ -407,6 +408,54 @@ with gmsfs.connect(sys.argv[1], "rw", timeout=10) as c:
 	run "$PEER" serve "$A" --listen 127.0.0.1:1 --token "$TOKEN" --allow m --stripes 2
 	assert_failure 2
 	assert_output --partial "usage: gmsfs-peer"
+}
+
+@test "a source committed again between stripes: the pull fails with words, its target uncommitted" {
+	# A server of two places: one held by a stopped pull of big, the other by this pull's
+	# first stripe, so its second waits in the queue until the first is done.  A writer
+	# waits meanwhile and, writers first, commits before the second stripe's read lock:
+	# that stripe finds another layout hash.
+	mkdir "$A/stale" "$B/blk" "$B/stale"
+	publish "$A/stale" $((64 << 20)) 8
+	before=$(cat "$A/stale/layout_hash")
+	serve $((PORT + 7)) big,stale --peers 2 -t 30
+	bg in_b env GMSFS_PEER_STRIPES=1 "$PEER" pull "gmsfs://$ADDR_A:$((PORT + 7))/big" "$B/blk" --token "$TOKEN" -t 60 -q
+	blocker=$!
+	wait_allocations "$B/blk"
+	kill -STOP "$blocker"
+	in_b "$PEER" pull "gmsfs://$ADDR_A:$((PORT + 7))/stale" "$B/stale" --token "$TOKEN" --stripes 2 -t 60 -q \
+		2>"$BATS_TEST_TMPDIR/pull.err" 3>&- &
+	pid=$!
+	echo "$pid" >>"$BATS_TEST_TMPDIR/pids"
+	for _ in $(seq 1000); do # the first stripe's read lock, taken at its hello: stopped there
+		[ "$(state_of "$A/stale" readers)" = 1 ] && break
+		sleep 0.01
+	done
+	kill -STOP "$pid"
+	[ "$(state_of "$A/stale" readers)" = 1 ]
+	"$PYTHON" -c 'import gmsfs, sys
+with gmsfs.connect(sys.argv[1], "rw", timeout=30) as c:
+    c.create("added", 4096)
+    c.commit()' "$A/stale" 3>&- &
+	writer=$!
+	writer_waits() { [ "$(state_of "$A/stale" waiting_writers)" = 1 ]; }
+	wait_until writer_waits
+	kill -CONT "$pid"
+	wait "$writer"
+	[ "$(cat "$A/stale/layout_hash")" != "$before" ]
+	st=0
+	wait "$pid" || st=$?
+	[ "$st" -eq 1 ]
+	run cat "$BATS_TEST_TMPDIR/pull.err"
+	assert_output --partial "was committed again during the pull (layout"
+	assert_output --partial "pull again"
+	state_is "$B/stale" EMPTY
+	grep -q "stripe 1 of 2, layout $before" "$BATS_FILE_TMPDIR/serve.$((PORT + 7)).log"
+	kill -9 "$blocker"
+	kill -CONT "$blocker" 2>/dev/null || true
+	wait "$blocker" || true
+	wait_until state_is "$B/blk" EMPTY
+	[ "$(state_of "$A/stale" readers)" = 0 ]
 }
 
 @test "gmsfsctl pull: the served store, the same layout hash; refused with words, the target left empty" {
