@@ -68,15 +68,25 @@ def sums_of(store, device):
 
 
 def perftest(size, port):
-    """ucx_perftest stream_bw, SIZE-byte messages, N of them (MB/s, as it says)."""
-    server = subprocess.Popen(["ucx_perftest", "-p", str(port)], env=ENV, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    time.sleep(0.5)
-    out = subprocess.run(["ucx_perftest", "127.0.0.1", "-p", str(port), "-t", "stream_bw", "-s", str(size), "-n",
-                          str(N * 2)], env=ENV, capture_output=True, text=True, timeout=120).stdout
-    server.wait(30)
-    m = re.search(r"Final:\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)", out)
-    return float(m.group(1)) * MiB if m else 0.0  # bytes/s (ucx_perftest counts MB of 2^20 bytes)
+    """ucx_perftest stream_bw, SIZE-byte messages, N of them: bytes/s.  A run that gives no
+    figure (the two-GPU machine's once did, silently) is tried again on another port, twice;
+    then its words are said and the check fails."""
+    for k in range(3):
+        server = subprocess.Popen(["ucx_perftest", "-p", str(port + 1000 * k)], env=ENV, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        r = subprocess.run(["ucx_perftest", "127.0.0.1", "-p", str(port + 1000 * k), "-t", "stream_bw", "-s",
+                            str(size), "-n", str(N * 2)], env=ENV, capture_output=True, text=True, timeout=120)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        m = re.search(r"Final:\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)", r.stdout)
+        if m:
+            return float(m.group(1)) * MiB  # ucx_perftest counts MB of 2^20 bytes
+    check(False, "ucx_perftest gave a figure (port %d)" % port, (r.stderr + r.stdout)[-400:])
+    return 0.0
 
 
 def device_of(mnt):
@@ -118,14 +128,17 @@ def perftest_many(n, size, port):
     clients = [subprocess.Popen(["ucx_perftest", "127.0.0.1", "-p", str(port + k), "-t", "stream_bw", "-s", str(size),
                                  "-n", str(N * 2)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 text=True) for k in range(n)]
-    total = 0.0
+    total, missing = 0.0, 0
     for c in clients:
         out = c.communicate(timeout=300)[0]
         m = re.search(r"Final:\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)", out)
         total += float(m.group(1)) * MiB if m else 0.0
+        missing += not m
     for sv in servers:
         sv.wait(30)
-    return total
+    # a pair without a figure would make the others' sum look like the floor
+    check(not missing, "%d ucx_perftest pairs at once, each gave a figure" % n, "%d gave none" % missing)
+    return total if not missing else 0.0
 
 
 def pulls_at_once(n, token, port):  # each in one stripe: n connections, as n perftest pairs
@@ -249,7 +262,7 @@ def main():
         rate = total / best[0]
         said = re.search(r"the bytes in ([\d.]+) s", best[1])
         alone = total / float(said.group(1)) if said else 0
-        print("#   GPU -> second GPU mount in %d stripes: %.2f s, %.2f GB/s, %.2fx one ucx_perftest pair; the bytes "
+        print("#   GPU -> second GPU mount in %d stripe(s): %.2f s, %.2f GB/s, %.2fx one ucx_perftest pair; the bytes "
               "alone %.2f GB/s, %.2fx one pair%s" % (n, best[0], rate / 1e9, rate / rate_base, alone / 1e9,
                                                      alone / rate_base, "" if not pairs else
                                                      ", %.2fx %d pairs at once (%.2f GB/s)" % (alone / pairs, n,
