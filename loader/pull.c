@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 int pl_parse_url(const char *url, char *host, size_t hostlen, uint16_t *port, char *name, size_t namelen)
@@ -93,11 +94,16 @@ static struct pl_piece *pieces(const struct nw_segment *s, size_t nseg, uint64_t
 	return v;
 }
 
-/* A host-backend target's piece (a half of its stripe's bounce buffer).  Received into
- * such a buffer and copied into place by the lane, a 4 GiB pull out of an H200 took 1.59 s
- * where received in place (32 MiB pieces) it took 2.02-2.08 s: the socket's copy lands in
- * memory the caches hold, not in fresh pages (2 MiB halves: 1.67 s; 32 MiB: 2.04 s). */
+/* A host-backend target's piece: received in place (PL_PIECE), or into a half of its
+ * stripe's bounce buffer (PL_BOUNCE) and copied into place by the lane.  The bounce adds a
+ * copy a byte and lands the socket's copy in memory the caches hold, not in fresh pages:
+ * on a 16-core H200 machine a 4 GiB pull took 1.59 s with it, 2.02-2.08 s in place (2 MiB
+ * halves 1.67 s, 32 MiB 2.04 s); on a 2-core VM, where the copies are what the cores
+ * spend, 512 MiB took 1.90 s with it and 1.47 s in place.  So it is taken where the
+ * machine has PL_BOUNCE_CPUS cores or more, unless GMSFS_PEER_BOUNCE says (0 or 1). */
+#define PL_PIECE (32ull << 20)
 #define PL_BOUNCE (8ull << 20)
+#define PL_BOUNCE_CPUS 8
 #define PL_STRIPES 4           /* a pull's stripes unless GMSFS_PEER_STRIPES says */
 
 #ifndef MADV_POPULATE_WRITE
@@ -187,22 +193,24 @@ fail:
 struct pl_shared {
 	atomic_uint_least64_t done;
 	atomic_bool stop;
+	bool bounce; /* a host-backend target's bytes through bounce buffers (PL_BOUNCE) */
 };
 
 /* A stripe's segments' bytes into the store's memory, each one's digest as it passes:
  * piece j+1 received into one half of the stripe's buffer (its part of the pinned buffer
  * on a GPU, a bounce buffer of its own on the host backend) while the lane hashes piece j
- * in the other half and copies it into its place (cuMemcpyHtoDAsync, or memcpy). */
+ * in the other half and copies it into its place (cuMemcpyHtoDAsync, or memcpy); or, on
+ * the host backend without a bounce, received into its place and hashed there. */
 static int recv_bytes(struct nt_conn *c, struct cp_stage *st, struct gmsfs_new *nv, const struct nw_segment *segs,
 		      size_t nseg, uint64_t *digests, struct pl_shared *sh, int timeout_ms, char *err, size_t errlen)
 {
 	char *pinned = st->pinned, *bounce = NULL;
-	if (!pinned && !(bounce = aligned_alloc(4096, 2 * PL_BOUNCE))) {
+	if (!pinned && sh->bounce && !(bounce = aligned_alloc(4096, 2 * PL_BOUNCE))) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	char *stage = pinned ? pinned : bounce; /* where pieces land, by halves */
-	uint64_t piece = pinned ? st->room / 2 : PL_BOUNCE;
+	char *stage = pinned ? pinned : bounce; /* where pieces land, by halves; NULL: in place */
+	uint64_t piece = pinned ? st->room / 2 : bounce ? PL_BOUNCE : PL_PIECE;
 	size_t count = 0;
 	struct pl_piece *v = pieces(segs, nseg, piece, &count);
 	XXH3_state_t *x = XXH3_createState();
@@ -220,8 +228,8 @@ static int recv_bytes(struct nt_conn *c, struct cp_stage *st, struct gmsfs_new *
 	struct pl_populate pop = { 0 };
 	if (!e && !pinned)
 		populate_start(&pop, nv, v, count);
-	/* Where piece j lands: the half j % 2 of the stripe's buffer. */
-#define PL_AT(j) (stage + (size_t)((j) % 2) * piece)
+	/* Where piece j lands: the half j % 2 of the stripe's buffer, or its place. */
+#define PL_AT(j) (stage ? stage + (size_t)((j) % 2) * piece : (char *)nv[v[j].i].ptr + v[j].at)
 	if (!e && count)
 		e = nt_recv_start(c, PL_AT(0), v[0].len, &op, err, errlen);
 	for (size_t j = 0; !e && j < count; j++) {
@@ -432,19 +440,34 @@ static int stripes_wanted(uint32_t *out, char *err, size_t errlen)
 	return 0;
 }
 
+/* Whether a host-backend target's bytes come through bounce buffers (PL_BOUNCE). */
+static int bounce_wanted(bool *out, char *err, size_t errlen)
+{
+	const char *v = getenv("GMSFS_PEER_BOUNCE");
+	*out = sysconf(_SC_NPROCESSORS_ONLN) >= PL_BOUNCE_CPUS;
+	if (!v || !*v)
+		return 0;
+	if (strcmp(v, "0") && strcmp(v, "1")) {
+		snprintf(err, errlen, "GMSFS_PEER_BOUNCE=%s: 0 or 1 (a host mount's bytes through a buffer)", v);
+		return -EINVAL;
+	}
+	*out = *v == '1';
+	return 0;
+}
+
 /* The bytes of every stripe, each stripe in a thread of its own on its connection (the
  * first: c, find_peer's) and its part of the pinned buffer; the progress line meanwhile.
  * 0, or the most telling stripe's error. */
 static int recv_stripes(struct nt_conn **c, uint32_t wanted, const char *url, const char *addr, uint16_t port,
 			const char *name, const uint8_t *token, size_t token_len, const struct nw_layout *l,
 			uint32_t count, struct cp *cp, gmsfs *g, struct gmsfs_new *nv, uint64_t total, bool progress,
-			int timeout_ms, char *err, size_t errlen)
+			bool bounce, int timeout_ms, char *err, size_t errlen)
 {
 	struct cp_stage st;
 	int e = cp_stage(cp, gmsfs_backend(g), &st, err, errlen);
 	if (e)
 		return e;
-	struct pl_shared sh = { 0 };
+	struct pl_shared sh = { .bounce = bounce };
 	struct pl_stripe *v = calloc(count, sizeof *v);
 	if (!v)
 		return -ENOMEM;
@@ -496,7 +519,10 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 		return -EINVAL;
 	}
 	uint32_t wanted, count = 1;
+	bool bounce;
 	int e = stripes_wanted(&wanted, err, errlen);
+	if (!e)
+		e = bounce_wanted(&bounce, err, errlen);
 	if (e)
 		return e;
 	struct nt_conn *c = NULL;
@@ -528,7 +554,7 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 	if (!e) {
 		count = nw_stripes_for(&l, wanted);
 		e = recv_stripes(&c, wanted, url, addr, port, name, token, token_len, &l, count, cp, g, nv, total,
-				 progress, timeout_ms, err, errlen);
+				 progress, bounce, timeout_ms, err, errlen);
 	}
 	moved = seconds_since(&t0) - ready;
 	for (size_t i = 0; !e && i < l.nentries; i++)
@@ -546,9 +572,10 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 		e = -EIO, snprintf(err, errlen, "pulled, but %s's layout hash is %s, not the peer's %s", store, got, l.hash);
 	if (!e)
 		snprintf(how, howlen, "%zu allocations, %llu bytes in %.3f s (the layout made in %.3f s, the bytes "
-			 "in %.3f s over %u connection%s: %.2f GB/s), layout %s", l.nallocs, (unsigned long long)total,
+			 "in %.3f s over %u connection%s: %.2f GB/s%s), layout %s", l.nallocs, (unsigned long long)total,
 			 seconds_since(&t0), ready, moved, count, count > 1 ? "s" : "",
-			 moved > 0 ? (double)total / 1e9 / moved : 0.0, got);
+			 moved > 0 ? (double)total / 1e9 / moved : 0.0,
+			 bounce && gmsfs_backend(g) == GMSFS_BACKEND_HOST ? ", through bounce buffers" : "", got);
 	free(nv);
 	free(ev);
 	nw_layout_free(&l);

@@ -392,6 +392,22 @@ with gmsfs.connect(sys.argv[1], "rw", timeout=10) as c:
 	assert_output --partial "over 1 connection:"
 	same_store "$A/m" "$B/bad"
 	wait_until grep -q "sent m (5 allocations, [0-9]* bytes, layout" "$BATS_FILE_TMPDIR/serve.$((PORT + 5)).log"
+	# A host mount's bytes through bounce buffers (taken by itself where the machine has 8
+	# cores or more), or in place: the same bytes either way; another value refused.
+	mkdir "$B/b1" "$B/b0" "$B/bx"
+	run in_b env GMSFS_PEER_BOUNCE=1 "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/b1" --token "$TOKEN" --stripes 3 -t 10
+	assert_success
+	assert_output --partial "over 3 connections: "
+	assert_output --partial ", through bounce buffers), layout"
+	same_store "$A/big" "$B/b1"
+	run in_b env GMSFS_PEER_BOUNCE=0 "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/b0" --token "$TOKEN" -t 10
+	assert_success
+	refute_output --partial "through bounce buffers"
+	same_store "$A/big" "$B/b0"
+	run in_b env GMSFS_PEER_BOUNCE=yes "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/bx" --token "$TOKEN" -t 10
+	assert_failure 1
+	assert_output --partial "GMSFS_PEER_BOUNCE=yes: 0 or 1"
+	state_is "$B/bx" EMPTY
 	for n in 0 17 x; do
 		mkdir "$B/bad$n"
 		run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/bad$n" --token "$TOKEN" --stripes $n -t 10
