@@ -121,24 +121,35 @@ def llama(token, port):
 
 
 def perftest_many(n, size, port):
-    """n ucx_perftest stream_bw pairs at once (ports port..port+n-1): their summed rate, bytes/s."""
-    servers = [subprocess.Popen(["ucx_perftest", "-p", str(port + k)], env=ENV, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL) for k in range(n)]
-    time.sleep(0.5)
-    clients = [subprocess.Popen(["ucx_perftest", "127.0.0.1", "-p", str(port + k), "-t", "stream_bw", "-s", str(size),
-                                 "-n", str(N * 2)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                text=True) for k in range(n)]
-    total, missing = 0.0, 0
-    for c in clients:
-        out = c.communicate(timeout=300)[0]
-        m = re.search(r"Final:\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)", out)
-        total += float(m.group(1)) * MiB if m else 0.0
-        missing += not m
-    for sv in servers:
-        sv.wait(30)
-    # a pair without a figure would make the others' sum look like the floor
-    check(not missing, "%d ucx_perftest pairs at once, each gave a figure" % n, "%d gave none" % missing)
-    return total if not missing else 0.0
+    """n ucx_perftest stream_bw pairs at once (ports port..port+n-1): their summed rate, bytes/s.
+    A pair without a figure would make the others' sum look like the floor: then all of them
+    again (on other ports, the servers given longer to listen), twice at most."""
+    for attempt in range(3):
+        at = port + 1000 * attempt
+        servers = [subprocess.Popen(["ucx_perftest", "-p", str(at + k)], env=ENV, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL) for k in range(n)]
+        time.sleep(0.5 * (attempt + 1))
+        clients = [subprocess.Popen(["ucx_perftest", "127.0.0.1", "-p", str(at + k), "-t", "stream_bw", "-s",
+                                     str(size), "-n", str(N * 2)], env=ENV, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for k in range(n)]
+        total, missing, said = 0.0, 0, ""
+        for c in clients:
+            out, err = c.communicate(timeout=300)
+            m = re.search(r"Final:\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)", out)
+            total += float(m.group(1)) * MiB if m else 0.0
+            missing += not m
+            said = said or ("" if m else (err + out)[-300:])
+        for sv in servers:
+            try:
+                sv.wait(30)
+            except subprocess.TimeoutExpired:
+                sv.kill()
+                sv.wait()
+        if not missing:
+            return total
+        print("# %d ucx_perftest pairs at once: %d gave no figure (%s); again" % (n, missing, said.strip()))
+    check(False, "%d ucx_perftest pairs at once, each gave a figure" % n, "%d gave none" % missing)
+    return 0.0
 
 
 def pulls_at_once(n, token, port):  # each in one stripe: n connections, as n perftest pairs
