@@ -357,7 +357,7 @@ def cmd_copy(args):
 
 def _stripes(v):
     """--stripes: the connections a pull asks for, as gmsfs-peer pull takes them."""
-    if not v.isdigit() or not 1 <= int(v) <= 16:
+    if not (v.isascii() and v.isdigit()) or not 1 <= int(v) <= 16:
         raise argparse.ArgumentTypeError("%s: connections a pull, 1 to 16" % v)
     return int(v)
 
