@@ -105,6 +105,10 @@ teardown() {
 	done <"$BATS_TEST_TMPDIR/pids"
 }
 
+# A server's read lock goes when its thread disconnects, after its last log line and after
+# the peer may have gone: waited for, never read at once.
+no_readers() { [ "$(state_of "$1" readers)" = 0 ]; }
+
 same_store() { # SRC DST: layout hash, every allocation's bytes, every entry
 	[ "$(cat "$1/layout_hash")" = "$(cat "$2/layout_hash")" ] || return 1
 	(cd "$1/allocs" && find . -type f | sort) >"$BATS_TEST_TMPDIR/a"
@@ -126,7 +130,7 @@ same_store() { # SRC DST: layout hash, every allocation's bytes, every entry
 	# The server's thread logs once its last send is gone: the pull may be done before.
 	wait_until grep -q "sent m (5 allocations" "$BATS_FILE_TMPDIR/serve.$PORT.log"
 	state_is "$A/m" COMMITTED # the server's read lock went with its connection
-	[ "$(state_of "$A/m" readers)" = 0 ]
+	wait_until no_readers "$A/m"
 }
 
 @test "refused, with words, the target left empty: a wrong token, a store not served, one not committed" {
@@ -234,7 +238,7 @@ wait_allocations() { # STORE: the pull has made its layout (its bytes are under 
 	done
 	echo "# $committed of 14 were committed before their kill" >&3
 	[ "$(cat "$A/big/layout_hash")" = "$before" ]
-	wait_until eval '[ "$(state_of "$A/big" readers)" = 0 ]' # each dead peer's read lock goes (at most -t)
+	wait_until no_readers "$A/big" # each dead peer's read lock goes (at most -t)
 }
 
 @test "a server killed mid-pull: the pull fails with words, its target uncommitted" {
@@ -251,7 +255,7 @@ wait_allocations() { # STORE: the pull has made its layout (its bytes are under 
 	grep -q "gmsfs-peer: pull: " "$BATS_TEST_TMPDIR/out"
 	wait_until state_is "$B/s" EMPTY
 	state_is "$A/big" COMMITTED
-	[ "$(state_of "$A/big" readers)" = 0 ] # the killed server's read lock went with it
+	wait_until no_readers "$A/big" # the killed server's read lock goes with it
 }
 
 @test "a peer that stops reading holds up no other, and loses its connection after the timeout" {
@@ -280,7 +284,7 @@ wait_allocations() { # STORE: the pull has made its layout (its bytes are under 
 	done
 	for p in $pids; do wait "$p"; done
 	for t in c1 c2 c3; do same_store "$A/big" "$B/$t"; done
-	[ "$(state_of "$A/big" readers)" = 0 ]
+	wait_until no_readers "$A/big"
 	serve $((PORT + 2)) m,big --peers 1
 	bg in_b "$PEER" pull "gmsfs://$ADDR_A:$((PORT + 2))/big" "$B/s1" --token "$TOKEN" -t 60 -q
 	first=$!
@@ -471,7 +475,7 @@ with gmsfs.connect(sys.argv[1], "rw", timeout=30) as c:
 	kill -CONT "$blocker" 2>/dev/null || true
 	wait "$blocker" || true
 	wait_until state_is "$B/blk" EMPTY
-	[ "$(state_of "$A/stale" readers)" = 0 ]
+	wait_until no_readers "$A/stale"
 }
 
 @test "gmsfsctl pull: the served store, the same layout hash; refused with words, the target left empty" {
