@@ -30,6 +30,14 @@ static int seconds(const char *s, int *ms)
 	return 0;
 }
 
+/* A count given to an option: 1 to max in decimal, else -1. */
+static long count_arg(const char *s, long max)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+	return end == s || *end || v < 1 || v > max ? -1 : v;
+}
+
 /* [ADDR:]PORT, ADDR an IPv4 address, a name, or [IPv6]. */
 static int listen_at(const char *s, char *addr, size_t addrlen, uint16_t *port)
 {
@@ -69,7 +77,7 @@ int main(int argc, char **argv)
 		return usage();
 	const char *verb = argv[1], *token_file = NULL, *pos[2] = { 0 };
 	char *listen = NULL, *allow = NULL, err[1024], how[512];
-	int timeout_ms = 30000, npos = 0, peers = 4;
+	int timeout_ms = 30000, npos = 0, peers = 4, stripes = 0;
 	bool quiet = false;
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--token") && i + 1 < argc)
@@ -79,32 +87,22 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--allow") && i + 1 < argc)
 			allow = argv[++i];
 		else if (!strcmp(argv[i], "--peers") && i + 1 < argc) {
-			char *end;
-			long v = strtol(argv[++i], &end, 10);
-			if (end == argv[i] || *end || v < 1 || v > SV_PEERS_MAX) {
+			if ((peers = (int)count_arg(argv[++i], SV_PEERS_MAX)) < 0) {
 				fprintf(stderr, "gmsfs-peer: --peers %s: peers served at once, 1 to %d\n", argv[i],
 					SV_PEERS_MAX);
 				return 2;
 			}
-			peers = (int)v;
-		}
-		else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
+		} else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
 			if (seconds(argv[++i], &timeout_ms)) {
 				fprintf(stderr, "gmsfs-peer: -t %s: seconds, more than 0\n", argv[i]);
 				return 2;
 			}
 		} else if (!strcmp(argv[i], "--stripes") && i + 1 < argc && !strcmp(verb, "pull")) {
-			/* Checked here, a bad argument (2); the pull reads the variable, as it does
-			 * where engines set it (gmsfs_pull). */
-			char *end;
-			long v = strtol(argv[++i], &end, 10);
-			if (end == argv[i] || *end || v < 1 || v > NW_STRIPES_MAX) {
+			if ((stripes = (int)count_arg(argv[++i], NW_STRIPES_MAX)) < 0) {
 				fprintf(stderr, "gmsfs-peer: --stripes %s: connections a pull, 1 to %d\n", argv[i],
 					NW_STRIPES_MAX);
 				return 2;
 			}
-			if (setenv("GMSFS_PEER_STRIPES", argv[i], 1))
-				return 1;
 		} else if (!strcmp(argv[i], "-q"))
 			quiet = true;
 		else if (argv[i][0] == '-' || npos == 2)
@@ -141,8 +139,8 @@ int main(int argc, char **argv)
 		o.peers = peers;
 		return sv_serve(&o) ? 1 : 0;
 	}
-	e = pl_pull(pos[0], pos[1], o.token, o.token_len, timeout_ms, !quiet && isatty(2), how, sizeof how, err,
-		    sizeof err);
+	e = pl_pull(pos[0], pos[1], o.token, o.token_len, timeout_ms, (uint32_t)stripes, !quiet && isatty(2), how,
+		    sizeof how, err, sizeof err);
 	if (e) {
 		fprintf(stderr, "gmsfs-peer: pull: %s\n", err[0] ? err : strerror(-e));
 		return 1;

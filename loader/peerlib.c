@@ -17,8 +17,13 @@ GMSFS_API int gmsfs_pull(const char *url, const char *store, const char *token_f
 		how = none, howlen = sizeof none;
 	if (!url || !store || !token_file || !err || !errlen)
 		return -EINVAL;
-	if (flags & ~GMSFS_PULL_PROGRESS) {
-		snprintf(err, errlen, "flags 0x%x: only GMSFS_PULL_PROGRESS is known", flags);
+	if (flags & ~(GMSFS_PULL_PROGRESS | GMSFS_PULL_STRIPES_MASK)) {
+		snprintf(err, errlen, "flags 0x%x: only GMSFS_PULL_PROGRESS and GMSFS_PULL_STRIPES(n) are known", flags);
+		return -EINVAL;
+	}
+	unsigned stripes = (flags & GMSFS_PULL_STRIPES_MASK) >> 8;
+	if (stripes > NW_STRIPES_MAX) {
+		snprintf(err, errlen, "GMSFS_PULL_STRIPES(%u): connections a pull, 1 to %d", stripes, NW_STRIPES_MAX);
 		return -EINVAL;
 	}
 	if (timeout_ms <= 0) {
@@ -29,6 +34,7 @@ GMSFS_API int gmsfs_pull(const char *url, const char *store, const char *token_f
 	size_t len;
 	int e = sv_read_token(token_file, token, &len, err, errlen);
 	if (!e)
-		e = pl_pull(url, store, token, len, timeout_ms, flags & GMSFS_PULL_PROGRESS, how, howlen, err, errlen);
+		e = pl_pull(url, store, token, len, timeout_ms, stripes, flags & GMSFS_PULL_PROGRESS, how, howlen, err,
+			    errlen);
 	return e;
 }

@@ -104,7 +104,7 @@ static struct pl_piece *pieces(const struct nw_segment *s, size_t nseg, uint64_t
 #define PL_PIECE (32ull << 20)
 #define PL_BOUNCE (8ull << 20)
 #define PL_BOUNCE_CPUS 8
-#define PL_STRIPES 4           /* a pull's stripes unless GMSFS_PEER_STRIPES says */
+#define PL_STRIPES 4           /* a pull's stripes unless its caller or GMSFS_PEER_STRIPES says */
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
@@ -422,13 +422,17 @@ static void *stripe_run(void *arg)
 	return NULL;
 }
 
-/* The stripes a pull asks for: GMSFS_PEER_STRIPES (1 to NW_STRIPES_MAX), else PL_STRIPES;
- * it gets as many as the server serves at once and the store's bytes fill. */
-static int stripes_wanted(uint32_t *out, char *err, size_t errlen)
+/* The stripes a pull asks for: the caller's (1 to NW_STRIPES_MAX), else GMSFS_PEER_STRIPES,
+ * else PL_STRIPES; it gets as many as the server serves at once and the store's bytes fill. */
+static int stripes_wanted(uint32_t asked, uint32_t *out, char *err, size_t errlen)
 {
+	if (asked > NW_STRIPES_MAX) {
+		snprintf(err, errlen, "%u stripes: connections a pull, 1 to %d", asked, NW_STRIPES_MAX);
+		return -EINVAL;
+	}
 	const char *v = getenv("GMSFS_PEER_STRIPES");
-	*out = PL_STRIPES;
-	if (!v || !*v)
+	*out = asked ? asked : PL_STRIPES;
+	if (asked || !v || !*v)
 		return 0;
 	char *end;
 	unsigned long n = strtoul(v, &end, 10);
@@ -509,7 +513,7 @@ static int recv_stripes(struct nt_conn **c, uint32_t wanted, const char *url, co
 }
 
 int pl_pull(const char *url, const char *store, const uint8_t *token, size_t token_len, int timeout_ms,
-	    bool progress, char *how, size_t howlen, char *err, size_t errlen)
+	    uint32_t stripes, bool progress, char *how, size_t howlen, char *err, size_t errlen)
 {
 	char host[256], name[NW_NAME_MAX + 1], got[33], addr[INET6_ADDRSTRLEN] = "";
 	uint16_t port;
@@ -520,7 +524,7 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 	}
 	uint32_t wanted, count = 1;
 	bool bounce;
-	int e = stripes_wanted(&wanted, err, errlen);
+	int e = stripes_wanted(stripes, &wanted, err, errlen);
 	if (!e)
 		e = bounce_wanted(&bounce, err, errlen);
 	if (e)

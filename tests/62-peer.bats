@@ -380,7 +380,8 @@ with gmsfs.connect(sys.argv[1], "rw", timeout=10) as c:
 
 @test "a pull in stripes, a connection each: the same bytes; as many as the server serves at once; a bad count refused" {
 	mkdir "$B/s3" "$B/s8" "$B/bad"
-	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/s3" --token "$TOKEN" --stripes 3 -t 10
+	# the argument, not the environment's count
+	run in_b env GMSFS_PEER_STRIPES=99 "$PEER" pull "gmsfs://$ADDR_A:$PORT/big" "$B/s3" --token "$TOKEN" --stripes 3 -t 10
 	assert_success
 	assert_output --partial "over 3 connections"
 	same_store "$A/big" "$B/s3"
@@ -502,7 +503,7 @@ with gmsfs.connect(sys.argv[1], "rw", timeout=30) as c:
 	state_is "$B/ctl2" EMPTY
 	# --stripes: the connections asked for, as gmsfs-peer pull's; a bad count is a bad argument
 	mkdir "$B/ctl3"
-	run in_b "$ROOT/tools/gmsfsctl" pull "gmsfs://$ADDR_A:$PORT/big" "$B/ctl3" --token "$TOKEN" --stripes 3
+	run in_b env GMSFS_PEER_STRIPES=99 "$ROOT/tools/gmsfsctl" pull "gmsfs://$ADDR_A:$PORT/big" "$B/ctl3" --token "$TOKEN" --stripes 3
 	assert_success
 	assert_output --partial "over 3 connections"
 	same_store "$A/big" "$B/ctl3"
@@ -515,7 +516,7 @@ with gmsfs.connect(sys.argv[1], "rw", timeout=30) as c:
 }
 
 @test "gmsfs.pull in an engine's process: what was done, or GmsfsError with its errno; gmsfs_pull checks its flags" {
-	mkdir "$B/py" "$B/py2"
+	mkdir "$B/py" "$B/py2" "$B/py3"
 	run in_b "$PYTHON" - "gmsfs://$ADDR_A:$PORT" "$B" "$TOKEN" <<'PY'
 import ctypes, errno, os, sys
 import gmsfs
@@ -538,6 +539,15 @@ err = ctypes.create_string_buffer(256)
 e = _lib.peer_lib().gmsfs_pull((url + "/big").encode(), (b + "/py2").encode(), token.encode(), 1000, 0x2, None, 0,
                                err, len(err))
 print("flags:", errno.errorcode[-e], err.value.decode())
+for flags in (17 << 8, 1 << 16):  # GMSFS_PULL_STRIPES(17); a bit above the stripes' byte
+    e = _lib.peer_lib().gmsfs_pull((url + "/big").encode(), (b + "/py2").encode(), token.encode(), 1000, flags,
+                                   None, 0, err, len(err))
+    print("flags 0x%x:" % flags, errno.errorcode[-e], err.value.decode())
+for n in (0, 17, True, "2", 2.0):
+    try:
+        gmsfs.pull(url + "/big", b + "/py2", token, timeout=10, stripes=n)
+    except ValueError as e:
+        print("stripes=%r:" % (n,), e)
 e = _lib.peer_lib().gmsfs_pull((url + "/big").encode(), (b + "/py2").encode(), token.encode(), 0, 0, None, 0,
                                err, len(err))
 print("timeout:", errno.errorcode[-e], err.value.decode())
@@ -546,17 +556,25 @@ try:
     gmsfs.pull(url + "/big", b + "/py2", token, timeout=10)
 except gmsfs.GmsfsError as e:
     print("stripes:", errno.errorcode[e.errno], e.strerror)
+print("stripes=2:", gmsfs.pull(url + "/big", b + "/py3", token, timeout=10, stripes=2))  # the argument wins
 PY
 	assert_success
 	assert_line --regexp "^pulled: [0-9]+ allocations, [0-9]+ bytes"
 	assert_line --regexp "^entries: [0-9]+$"
 	assert_line "again: EEXIST"
 	assert_line "not served: EACCES"
-	assert_line "flags: EINVAL flags 0x2: only GMSFS_PULL_PROGRESS is known"
+	assert_line "flags: EINVAL flags 0x2: only GMSFS_PULL_PROGRESS and GMSFS_PULL_STRIPES(n) are known"
+	assert_line "flags 0x1100: EINVAL GMSFS_PULL_STRIPES(17): connections a pull, 1 to 16"
+	assert_line "flags 0x10000: EINVAL flags 0x10000: only GMSFS_PULL_PROGRESS and GMSFS_PULL_STRIPES(n) are known"
+	for n in 0 17 True "'2'" 2.0; do
+		assert_line "stripes=$n: pull: stripes is the connections asked for, 1 to 16 (not $n)"
+	done
+	assert_line --regexp "^stripes=2: [0-9]+ allocations, .* over 2 connections"
 	assert_line "timeout: EINVAL a timeout of 0 ms: more than 0"
 	assert_line --partial "stripes: EINVAL"
 	assert_output --partial "GMSFS_PEER_STRIPES=99: connections a pull, 1 to 16"
 	same_store "$A/big" "$B/py"
+	same_store "$A/big" "$B/py3"
 	state_is "$B/py2" EMPTY
 }
 

@@ -36,22 +36,29 @@ def copy(src, dst, timeout=None):
     return how.value.decode()
 
 
-def pull(url, store, token_file, timeout=30, progress=None):
+def pull(url, store, token_file, timeout=30, progress=None, stripes=None):
     """Pull url (gmsfs://HOST:PORT/NAME, served by `gmsfs-peer serve` on another node) into
     store, an empty store of this machine's mounts, in this process (libgmsfs-peer): the
     layout and entries, the bytes (each allocation's xxh3 checked), then the commit, which
     must give the peer's layout hash.  token_file: the token both sides share, in a file
     only its owner reads.  timeout: seconds any wait may last with nothing moving.
-    progress: a line on stderr as bytes land (None: where stderr is a terminal).  Returns
-    what was done; on any failure (GmsfsError: EACCES the peer refused, EEXIST store holds
-    allocations, EIO bytes not the peer's, ETIMEDOUT, ECONNRESET) store is as it was."""
+    progress: a line on stderr as bytes land (None: where stderr is a terminal).
+    stripes: the connections asked for, 1 to 16 (None: GMSFS_PEER_STRIPES, else 4); a host
+    mount's bytes go through bounce buffers on 8 cores or more unless GMSFS_PEER_BOUNCE
+    (0 or 1) says (gmsfs-peer(1)).  Returns what was done; on any failure (GmsfsError:
+    EACCES the peer refused, EEXIST store holds allocations, EIO bytes not the peer's,
+    ESTALE the peer's store committed again meanwhile, ETIMEDOUT, ECONNRESET) store is as
+    it was."""
     if timeout is None or not 0 < timeout <= 86400:
         raise ValueError("pull: timeout is seconds, more than 0, at most a day (not %r)" % (timeout,))
+    if stripes is not None and (type(stripes) is not int or not 1 <= stripes <= 16):
+        raise ValueError("pull: stripes is the connections asked for, 1 to 16 (not %r)" % (stripes,))
     if progress is None:
         progress = sys.stderr.isatty()
+    flags = (1 if progress else 0) | ((stripes or 0) << 8)  # GMSFS_PULL_PROGRESS | GMSFS_PULL_STRIPES(n)
     how, err = ctypes.create_string_buffer(512), ctypes.create_string_buffer(1024)
     e = _lib.peer_lib().gmsfs_pull(str(url).encode(), str(store).encode(), str(token_file).encode(),
-                                   int(timeout * 1000), 1 if progress else 0, how, len(how), err, len(err))
+                                   int(timeout * 1000), flags, how, len(how), err, len(err))
     if e:
         raise GmsfsError(-e, "pull %s into %s: %s" % (url, store, err.value.decode(errors="replace")))
     return how.value.decode()

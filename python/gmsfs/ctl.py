@@ -366,10 +366,9 @@ def cmd_pull(args):
     """A store that another node serves into an empty one here: gmsfs.pull."""
     from ._load import pull
     from ._errors import GmsfsError
-    if args.stripes:  # the pull reads it (libgmsfs-peer); this process has no other thread
-        os.environ["GMSFS_PEER_STRIPES"] = str(args.stripes)
     try:
-        how = pull(args.url, args.target, args.token, args.timeout, progress=not args.quiet and sys.stderr.isatty())
+        how = pull(args.url, args.target, args.token, args.timeout, progress=not args.quiet and sys.stderr.isatty(),
+                   stripes=args.stripes)
     except GmsfsError as e:
         return _fail(e.strerror)
     except (ImportError, ValueError) as e:
