@@ -1,8 +1,8 @@
 /* pull: gmsfs-peer pull (pl_), a store filled from a peer's served store: the layout and
  * entries first, then the bytes into the store's memory in stripes (a connection and a
  * thread each), each part's xxh3 checked, then the commit, which must give the peer's
- * layout hash.  Anything that fails before
- * the commit leaves the store as it was (its session rolls back). */
+ * layout hash.  Anything that fails before the commit leaves the store as it was (its
+ * session rolls back). */
 #ifndef GMSFS_LOADER_PULL_H
 #define GMSFS_LOADER_PULL_H
 

@@ -25,8 +25,9 @@ extern "C" {
  * the layout and entries first, then the bytes into the store's memory in stripes, a
  * connection each (GMSFS_PULL_STRIPES(n) in flags, else GMSFS_PEER_STRIPES in the
  * environment, else 4; see gmsfs-peer(1)), each part's xxh3 checked against the peer's,
- * then the commit, which must give the peer's layout hash.  timeout_ms: how long any wait may last with nothing moving (the
- * store's writer lock, the peer), more than 0.  0, or -errno with the reason in err:
+ * then the commit, which must give the peer's layout hash.  timeout_ms: how long any wait
+ * may last with nothing moving (the store's writer lock, the peer), more than 0.  0, or
+ * -errno with the reason in err:
  * -EINVAL (a URL, a flag, a timeout), -EACCES (the peer refused the token or the store),
  * -EEXIST (store holds allocations), -EIO (bytes or layout hash not the peer's), -ESTALE
  * (the peer's store was committed again during the pull: pull again),
