@@ -208,12 +208,17 @@ for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             break
         time.sleep(0.05)
     # A stop taken by a helper thread ended nothing (1 in ~40 stops hung): only the main
-    # thread, where libfuse's loop waits, may take one.
+    # thread, where libfuse's loop waits, may take one.  The main thread lets them in just
+    # before that loop, a little after the mount shows (a stop sent before waits for it).
     stops = (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGHUP - 1))
-    masks = {}
-    for tid in os.listdir("/proc/%d/task" % d.pid):
-        status = open("/proc/%d/task/%s/status" % (d.pid, tid)).read()
-        masks[int(tid)] = int(status.split("SigBlk:")[1].split()[0], 16) & stops
+    for _ in range(200):
+        masks = {}
+        for tid in os.listdir("/proc/%d/task" % d.pid):
+            status = open("/proc/%d/task/%s/status" % (d.pid, tid)).read()
+            masks[int(tid)] = int(status.split("SigBlk:")[1].split()[0], 16) & stops
+        if masks[d.pid] == 0:
+            break
+        time.sleep(0.05)
     if len(masks) < 4 or any((blk == stops) != (tid != d.pid) for tid, blk in masks.items()):
         d.kill()
         d.wait()
