@@ -422,14 +422,11 @@ static void *stripe_run(void *arg)
 	return NULL;
 }
 
-/* The stripes a pull asks for: the caller's (1 to NW_STRIPES_MAX), else GMSFS_PEER_STRIPES,
- * else PL_STRIPES; it gets as many as the server serves at once and the store's bytes fill. */
+/* The stripes a pull asks for: the caller's (checked by it, as an argument or a flag),
+ * else GMSFS_PEER_STRIPES (1 to NW_STRIPES_MAX), else PL_STRIPES; it gets as many as the
+ * server serves at once and the store's bytes fill. */
 static int stripes_wanted(uint32_t asked, uint32_t *out, char *err, size_t errlen)
 {
-	if (asked > NW_STRIPES_MAX) {
-		snprintf(err, errlen, "%u stripes: connections a pull, 1 to %d", asked, NW_STRIPES_MAX);
-		return -EINVAL;
-	}
 	const char *v = getenv("GMSFS_PEER_STRIPES");
 	*out = asked ? asked : PL_STRIPES;
 	if (asked || !v || !*v)
