@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_py
 
 
 def fields(store):
@@ -251,6 +251,73 @@ class Outsider(threading.Thread):
             if not any(self.expect(layout(self.seed, v), op, n) == seen for v in range(g0, g1 + 1)):
                 self.violations.append("%s %s saw %r, generations %d..%d committed %r" % (
                     op, n, seen, g0, g1, [self.expect(layout(self.seed, v), op, n) for v in range(g0, g1 + 1)]))
+
+
+PUBLISH_NAMES = r"""
+import os, sys
+store, names = sys.argv[1], sys.argv[2:]
+meta = os.path.join(store, "meta")
+with open(os.path.join(store, "lock"), "w"):
+    with open(os.path.join(store, "allocs", "a"), "wb") as f:
+        f.truncate(4096)
+    for n in set(os.listdir(meta)) - set(names):
+        os.unlink(os.path.join(meta, n))
+    for n in names:
+        with open(os.path.join(meta, n), "w") as f:
+            f.write(n)
+        os.setxattr(os.path.join(meta, n), "user.gms.alloc", b"a")
+    with open(os.path.join(store, "commit"), "w") as f:
+        f.write("commit\n")
+"""
+
+
+def publish_names(store, names):
+    """A commit whose meta/ holds exactly names, by another process: this one stays outside."""
+    r = run_py(PUBLISH_NAMES, store, *names)
+    assert r.returncode == 0, r.stderr
+    wait_state(store, "COMMITTED")
+
+
+@pytest.mark.parametrize("before,after", [
+    (["e5", "e3"], ["e5", "e2", "e4"]),  # CI's case: the listing's last call came after the commit
+    (["a%04d-%s" % (i, "x" * 200) for i in range(600)], ["b%04d-%s" % (i, "y" * 200) for i in range(900)]),
+], ids=["end-of-listing", "mid-listing"])
+def test_one_listing_begun_before_a_commit_is_the_commit_it_began_in(store, before, after):
+    """gmsfs(5): an outsider sees exactly the last commit, readdir too.  One listing that
+    spans a commit (its first getdents before, the rest after) is the listing it began with,
+    not the old commit's first part and the new one's rest; the next listing is the new
+    commit's."""
+    meta = os.path.join(store, "meta")
+    publish_names(store, before)
+    with os.scandir(meta) as it:
+        first = next(it)
+        publish_names(store, after)
+        got = [first.name] + [e.name for e in it]
+    assert sorted(got) == sorted(before)
+    assert len(got) == len(set(got))
+    assert sorted(os.listdir(meta)) == sorted(after)
+    for n in after:
+        assert os.stat(os.path.join(meta, n)).st_size == len(n)
+
+
+def test_a_writers_listing_is_the_layout_it_began_with(store):
+    """In the writer's session too: names removed while its listing runs neither hide
+    others (a removal moves the directory's last child into its place) nor come twice."""
+    meta = os.path.join(store, "meta")
+    names = ["a%04d-%s" % (i, "x" * 200) for i in range(600)]
+    publish_names(store, names)
+    with open(os.path.join(store, "lock"), "w"):
+        with os.scandir(meta) as it:
+            seen = [next(it).name]
+            seen += [next(it).name for _ in range(20)]
+            for n in seen:
+                os.unlink(os.path.join(meta, n))
+            seen += [e.name for e in it]
+        assert sorted(seen) == sorted(names)
+        assert sorted(os.listdir(meta)) == sorted(set(names) - set(seen[:21]))
+        commit(store)
+    wait_state(store, "COMMITTED")
+    assert len(os.listdir(meta)) == 600 - 21
 
 
 def publish_first(store, lay):

@@ -34,6 +34,11 @@ struct fs_handle {
 	/* What cat reads of a status file (text.c), made at offset 0. */
 	char *text;
 	size_t text_len;
+	/* A layout directory's children as its listing began (readdir at offset 0, ops_tree.c):
+	 * the rest of one listing comes from it, so one ls sees one commit.  Each counted as a
+	 * kernel lookup, which keeps the node, not an allocation's memory.  NULL: not taken. */
+	struct meta_node **listing;
+	size_t nlisting;
 	struct export_handle *x;       /* its ticket and socket connections (export/); NULL if none */
 };
 

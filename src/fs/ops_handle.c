@@ -36,11 +36,22 @@ void ops_drop_refused(struct fs_handle *h)
 	store_notify(h->store);
 }
 
+void ops_listing_drop(struct fs *fs, struct fs_handle *h)
+{
+	for (size_t i = 0; i < h->nlisting; i++)
+		node_forget(fs, node_ino(fs, h->listing[i]), 1);
+	free(h->listing);
+	h->listing = NULL;
+	h->nlisting = 0;
+}
+
 void ops_handle_free(struct fs_handle *h)
 {
 	if (!h)
 		return;
 	struct store *st = h->store;
+	if (h->listing)
+		ops_listing_drop(st->fs, h);
 	if (h->x)
 		export_handle_free(st->fs, h);
 	ops_drop_refused(h);

@@ -12,7 +12,9 @@
 int ops_resolve(fuse_req_t req, struct fs *fs, fuse_ino_t ino, struct obj *o);
 /* A handle of st (NULL: the root's), holding st. */
 struct fs_handle *ops_handle_new(struct store *st);
-/* Give back its lock, ticket, connections and poller; the last handle of a removed store frees it. */
+/* Give back a directory handle's listing: its references, then the list. */
+void ops_listing_drop(struct fs *fs, struct fs_handle *h);
+/* Give back its lock, listing, ticket, connections and poller; the last handle of a removed store frees it. */
 void ops_handle_free(struct fs_handle *h);
 /* A file its open made, refused a size and never sized since: removed (a session's
  * change), at the close of its descriptor or its release: truncate -s N of a new file

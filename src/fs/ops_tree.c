@@ -316,8 +316,9 @@ static int do_opendir(struct fs *fs, fuse_ino_t ino, struct fs_handle **out)
 	if (o.m ? o.m->kind != META_DIR : o.f->kind != FS_ROOT && o.f->kind != FS_STORE)
 		return -ENOTDIR;
 	*out = NULL;
-	if (o.f && o.f->kind == FS_STORE) {
-		/* A store directory's handle can hold the store's lock (GMSFS_IOC_LOCK). */
+	if (o.m || o.f->kind == FS_STORE) {
+		/* A store directory's handle can hold the store's lock (GMSFS_IOC_LOCK); a
+		 * layout directory's keeps its listing (do_readdir). */
 		struct fs_handle *h = ops_handle_new(o.st);
 		if (!h)
 			return -ENOMEM;
@@ -353,8 +354,7 @@ struct dirbuf {
 	struct obj *taken; /* plus: the references taken, given back if the reply does not arrive */
 	size_t ntaken, taken_cap;
 	bool oom;
-	struct meta_node **seen; /* a layout directory's children in the last commit's view */
-	size_t nseen;
+	struct fs_handle *h; /* a layout directory's: its listing */
 };
 
 /* Add one entry; false when the buffer is full.  With plus, o's entry (node_entry takes
@@ -392,9 +392,9 @@ static bool dir_child(struct fs *fs, const struct obj *dir, const struct dirbuf 
 {
 	*o = (struct obj){ .st = dir->st, .committed = dir->committed };
 	if (dir->m) {
-		if (k >= (dir->committed ? d->nseen : dir->m->nkids))
+		if (k >= d->h->nlisting)
 			return false;
-		o->m = dir->committed ? d->seen[k] : dir->m->kids[k];
+		o->m = d->h->listing[k];
 		*name = o->m->name;
 		return true;
 	}
@@ -425,13 +425,40 @@ static bool dir_child(struct fs *fs, const struct obj *dir, const struct dirbuf 
 	return true;
 }
 
+/* Layout directory dir's children as the caller sees them (the last commit's, outside a
+ * writer session) into h's listing, each with a lookup reference: a commit between one
+ * listing's calls then changes neither its names nor its nodes. */
+static int listing_take(struct fs *fs, const struct obj *dir, struct fs_handle *h)
+{
+	struct meta_node **v;
+	size_t n = 0;
+	if (dir->committed) {
+		int e = meta_committed_children(dir->m, &v, &n);
+		if (e)
+			return e;
+	} else {
+		n = dir->m->nkids;
+		if (!(v = malloc((n ? n : 1) * sizeof *v)))
+			return -ENOMEM;
+		if (n)
+			memcpy(v, dir->m->kids, n * sizeof *v);
+	}
+	for (size_t i = 0; i < n; i++)
+		meta_lookup_ref(v[i]);
+	ops_listing_drop(fs, h);
+	h->listing = v;
+	h->nlisting = n;
+	return 0;
+}
+
 static int do_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, off_t off, struct dirbuf *d)
 {
 	struct obj dir = {0};
 	int e = ops_resolve(req, fs, ino, &dir);
-	if (!e && dir.committed && dir.m->kind == META_DIR)
-		e = meta_committed_children(dir.m, &d->seen, &d->nseen);
 	if (e)
+		return e;
+	/* One listing is one view: taken at its start (offset 0), read from there on. */
+	if (dir.m && (off == 0 || !d->h->listing) && (e = listing_take(fs, &dir, d->h)))
 		return e;
 	/* Offsets: 1 and 2 for "." and "..", then 3 + index of the child. */
 	size_t i = (size_t)off;
@@ -447,15 +474,16 @@ static int do_readdir(fuse_req_t req, struct fs *fs, fuse_ino_t ino, off_t off, 
 	return d->oom && !d->used ? -ENOMEM : 0;
 }
 
-static void reply_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
+static void reply_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus,
+			  struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
-	struct dirbuf d = { .req = req, .plus = plus, .size = size, .buf = malloc(size) };
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	struct dirbuf d = { .req = req, .plus = plus, .size = size, .buf = malloc(size), .h = h };
 	if (!d.buf)
 		return (void)fuse_reply_err(req, ENOMEM);
 	pthread_mutex_lock(&fs->mu);
-	int e = do_readdir(req, fs, ino, off, &d);
-	free(d.seen);
+	int e = h || ino == FUSE_ROOT_ID ? do_readdir(req, fs, ino, off, &d) : -EBADF;
 	pthread_mutex_unlock(&fs->mu);
 	if (e) {
 		fuse_reply_err(req, -e);
@@ -472,13 +500,13 @@ static void reply_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off
 
 void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	reply_readdir(req, ino, size, off, false);
+	reply_readdir(req, ino, size, off, false, fi);
 }
 
 /* ls -l: the names with their attributes in one request, not a lookup for each. */
 void fs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	reply_readdir(req, ino, size, off, true);
+	reply_readdir(req, ino, size, off, true, fi);
 }
 
 /* df: the device's budget; in a store with a quota, the quota (no more than the budget)

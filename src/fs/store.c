@@ -39,6 +39,7 @@ static void forget_handles(struct store *st)
 			fuse_pollhandle_destroy(h->ph);
 		if (h->node)
 			meta_drop(h->node);
+		free(h->listing); /* its lookups go with the graveyard */
 		free(h->x);
 		free(h->text);
 		free(h);

@@ -423,7 +423,8 @@ int text_metrics(struct fs *fs, char **out, size_t *len)
 	dev_labels(f, v);
 	fprintf(f, "} %llu\n", (unsigned long long)v->max_bytes);
 	header(f, "gmsfs_kernel_nodes", GAUGE,
-	       "Layout nodes the kernel holds (lookups, readdirplus); one out of every store is freed at its forget.");
+	       "Layout nodes the kernel holds (lookups, readdirplus) or an open directory's listing names; "
+	       "one out of every store is freed at its forget.");
 	fputs("gmsfs_kernel_nodes{", f);
 	dev_labels(f, v);
 	fprintf(f, "} %zu\n", fs->grave.known);
