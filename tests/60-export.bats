@@ -98,6 +98,13 @@ still_serves() {
 	assert_output ENOTTY
 	run "$PROBE" ioctl "$MNT/m/meta/tensors/layer0" export
 	assert_output ENOTTY
+	# A layout directory's handle keeps its listing, and nothing an ioctl could use.
+	for d in allocs meta meta/tensors; do
+		for cmd in info lock export export_all unlock; do
+			run "$PROBE" ioctl "$MNT/m/$d" $cmd
+			assert_output ENOTTY
+		done
+	done
 	run "$PROBE" ioctl "$MNT/m" export_all
 	assert_output ENOLCK
 	run "$PROBE" ioctl "lock:1:$MNT/m" lock mode=1

@@ -125,8 +125,8 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 	int e = ioc_check(cmd, io);
 	if (e)
 		return e;
-	if (!h || !h->store)
-		return -ENOTTY; /* not a file of a store */
+	if (!h || !h->store || (!h->fnode && !h->node))
+		return -ENOTTY; /* not a file of a store (a layout directory's handle keeps a listing only) */
 	node_count(h->store, h->fnode);
 	/* Who asks (a file of /proc, tens of microseconds): only where it is recorded or
 	 * checked; INFO and UNLOCK act on the handle's own hold, which its descriptor proves. */
