@@ -354,7 +354,7 @@ struct dirbuf {
 	struct obj *taken; /* plus: the references taken, given back if the reply does not arrive */
 	size_t ntaken, taken_cap;
 	bool oom;
-	struct fs_handle *h; /* a layout directory's: its listing */
+	struct fs_handle *h; /* the directory's handle (NULL: the root's); a layout directory's keeps its listing */
 };
 
 /* Add one entry; false when the buffer is full.  With plus, o's entry (node_entry takes
