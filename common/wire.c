@@ -194,9 +194,11 @@ static const char *const tier_name[] = { "store", "device", "host" };
 
 void wire_pack_alloc(msgpack_packer *pk, const struct wire_alloc *a)
 {
-	msgpack_pack_map(pk, 6 + (a->tier != WIRE_TIER_STORE) + (a->npieces ? 2 : 0));
+	msgpack_pack_map(pk, 6 + (a->tier != WIRE_TIER_STORE) + (a->npieces ? 2 : 0) + a->ro);
 	if (a->tier != WIRE_TIER_STORE)
 		wire_pack_str(pk, WIRE_K_TIER), wire_pack_str(pk, tier_name[a->tier]);
+	if (a->ro)
+		wire_pack_str(pk, GMSFS_K_RO), msgpack_pack_true(pk);
 	wire_pack_str(pk, GMSFS_K_PATH), wire_pack_str(pk, a->path);
 	wire_pack_str(pk, GMSFS_K_SIZE), msgpack_pack_uint64(pk, a->size);
 	wire_pack_str(pk, GMSFS_K_ALIGNED), msgpack_pack_uint64(pk, a->aligned);
@@ -310,6 +312,9 @@ int wire_parse_alloc(const msgpack_object *o, struct wire_alloc *a, uint64_t nfd
 				return -1;
 		} else if (wire_key_is(k, GMSFS_K_PIECES)) {
 			if (SEEN(8) || parse_pieces(v, a, nfds, image))
+				return -1;
+		} else if (!image && wire_key_is(k, GMSFS_K_RO)) {
+			if (SEEN(9) || wire_get_bool(v, &a->ro))
 				return -1;
 		} else {
 			return -1;

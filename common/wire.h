@@ -40,6 +40,7 @@ struct wire_alloc {
 	uint64_t piece;
 	struct wire_piece *pieces;
 	uint32_t npieces;
+	bool ro;                /* manifests: the last commit's, read-only to its writer (GMSFS_K_RO) */
 };
 /* What a parsed allocation owns (path, tag, pieces). */
 void wire_alloc_free(struct wire_alloc *a);
@@ -75,6 +76,7 @@ struct wire_body {
 	size_t nnames;
 	bool has_names;
 	bool fds, meta;              /* EXPORT */
+	bool in_place;               /* EXPORT: writable, into the last commit's bytes */
 };
 int wire_parse_body(enum gmsfs_op op, const void *buf, size_t len, struct wire_body *out, char *why, size_t whylen);
 void wire_body_free(struct wire_body *b);
@@ -86,6 +88,8 @@ int wire_pack_entries(msgpack_sbuffer *sb, const struct entry_rec *v, size_t n);
 int wire_pack_names(msgpack_sbuffer *sb, const char *key, const char *const *names, size_t n);
 /* paths NULL: the whole layout. */
 int wire_pack_export(msgpack_sbuffer *sb, const char *const *paths, size_t n, bool fds, bool meta);
+/* The same, with inplace (GMSFS_K_IN_PLACE) said. */
+int wire_pack_export_in_place(msgpack_sbuffer *sb, const char *const *paths, size_t n, bool fds);
 
 /* ---- replies ---- */
 struct wire_head {

@@ -209,6 +209,7 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 	g->info = io;
 	g->lock = (int)io.lock;
 	g->imported_all = false;
+	g->said_in_place = false;
 	g->granted_rw |= g->lock == GMSFS_RW;
 	memcpy(g->ticket, io.ticket, sizeof g->ticket);
 	g->have_ticket = true;
@@ -272,6 +273,7 @@ void gm_release_lock(gmsfs *g)
 	g->dirfd = g->lockfd = -1;
 	g->lock = 0;
 	g->imported_all = false;
+	g->said_in_place = false;
 	g->have_ticket = false;
 }
 

@@ -58,6 +58,10 @@ void ch_close(struct ch *c);
 /* ---- how a client maps the descriptors of one backend; -errno, words in err ---- */
 struct gm_backend {
 	const char *name;
+	/* A descriptor carries its access (host: an open file's mode): memory mapped from a
+	 * read-only one is made writable by mapping a writable one in its place.  (cuda: the
+	 * access is the mapping's alone, set by allow.) */
+	bool fd_has_access;
 	/* Ready to map in this thread?  (cuda: a current context.) */
 	int (*attach)(gmsfs *g, char *err, size_t errlen);
 	/* Reserve len bytes of address space, mapped to nothing, at a multiple of align (0:
@@ -121,6 +125,8 @@ struct mp_slot {
 	bool mapped;            /* mapped now (else only reserved) */
 	struct mp_res *res;
 	uint64_t piece;         /* an allocation in pieces: each one's size but the last's; 0: one */
+	bool ro;                /* mapped read-only as it came (a reader's, or the last commit's to
+				 * its writer): written only once the daemon is told (sp_write_in_place) */
 };
 
 struct gmsfs {
@@ -138,6 +144,7 @@ struct gmsfs {
 	bool imported_all;      /* a reader's import_all succeeded under the lock it holds now:
 				 * the layout cannot change until it lets go, so another is free */
 	int unmapped_lock;      /* the lock given up by unmap_all */
+	bool said_in_place;     /* the session told the daemon it writes the last commit in place */
 	struct gmsfs_ioc info;  /* the latest facts from the daemon */
 	uint8_t ticket[GMSFS_TICKET_LEN]; /* the LOCK reply's ticket, until bound */
 	bool have_ticket;
@@ -226,6 +233,11 @@ int mp_import(void *ctx, struct ch_manifest *m, size_t from, size_t to);
 /* Set the access of the mapped mappings (only the writable ones if only_writable),
  * neighbours in one reservation with one call. */
 int mp_allow_all(gmsfs *g, bool only_writable, bool writable);
+/* Tell the daemon, ahead, that the session writes the last commit's bytes of names (NULL:
+ * every mapping) in place; mappings that came read-only where descriptors carry their
+ * access (host) are mapped again writable.  Asked once a session where no descriptor is
+ * needed.  0, or -errno with the reason in the handle. */
+int sp_write_in_place(gmsfs *g, const char *const *names, size_t n);
 void mp_unmap_mapped(gmsfs *g);
 void mp_drop(gmsfs *g, size_t i);  /* maps[i] unmapped and out of the table */
 void mp_release_all(gmsfs *g);

@@ -112,6 +112,7 @@ int gm_commit(gmsfs *g, bool unmapping)
 	double t1 = t0 ? gm_us() : 0;
 	if ((e = gm_call(g, GMSFS_OP_COMMIT, NULL, 0, NULL)))
 		return e;
+	g->said_in_place = false; /* the session ended */
 	double t2 = t0 ? gm_us() : 0;
 	/* The daemon downgraded the lock; the mappings follow (best effort: the daemon
 	 * hands readers read-only memory whatever this process keeps), unless they are

@@ -132,6 +132,7 @@ static int host_copy(gmsfs *g, void *dst, const void *src, uint64_t size)
 
 const struct gm_backend gm_host_backend = {
 	.name = "host",
+	.fd_has_access = true,
 	.attach = host_attach,
 	.reserve = host_reserve,
 	.unreserve = host_unreserve,

@@ -225,14 +225,25 @@ int mp_map(gmsfs *g, struct wire_alloc *a, const int *fd, size_t n, bool writabl
 	r->refs = n;
 	char why[256] = "", *va = r->base;
 	size_t done = 0;
+	/* The last commit's allocations come read-only to their writer (ro): its session
+	 * writes them only once it says so (gmsfs_protect). */
 	for (; done < n; va += a[done++].aligned)
-		if ((e = mp_map_alloc(g, va, &a[done], fd[done], writable, why, sizeof why))) {
+		if ((e = mp_map_alloc(g, va, &a[done], fd[done], writable && !a[done].ro, why, sizeof why))) {
 			gm_error(g, e, "%s: %s", a[done].path, why[0] ? why : strerror(-e));
 			break;
 		}
-	if (!e && (e = g->be->allow(g, r->base, total, writable)))
-		gm_error(g, e, "%s%s: setting its access: %s", a[0].path, n > 1 ? " and its neighbours" : "",
-			 strerror(-e));
+	/* The access, neighbours alike in one call (on CUDA one costs what sixteen do). */
+	va = r->base;
+	for (size_t k = 0, end; !e && k < n; k = end) {
+		uint64_t len = 0;
+		bool w = writable && !a[k].ro;
+		for (end = k; end < n && (writable && !a[end].ro) == w; end++)
+			len += a[end].aligned;
+		if ((e = g->be->allow(g, va, len, w)))
+			gm_error(g, e, "%s%s: setting its access: %s", a[k].path, end - k > 1 ? " and its neighbours" : "",
+				 strerror(-e));
+		va += len;
+	}
 	if (e) {
 		unmap_first(g, a, done, r->base);
 		g->be->unreserve(g, r->base, total);
@@ -241,10 +252,12 @@ int mp_map(gmsfs *g, struct wire_alloc *a, const int *fd, size_t n, bool writabl
 	}
 	va = r->base;
 	for (size_t k = 0; k < n; va += a[k++].aligned) {
-		g->slots[g->nmaps] = (struct mp_slot){ .mapped = true, .res = r, .piece = a[k].npieces ? a[k].piece : 0 };
+		bool w = writable && !a[k].ro;
+		g->slots[g->nmaps] = (struct mp_slot){ .mapped = true, .res = r, .piece = a[k].npieces ? a[k].piece : 0,
+						       .ro = !w };
 		g->maps[g->nmaps++] = (struct gmsfs_mapping){ .name = a[k].path, .tag = a[k].tag, .ptr = va,
 							      .size = a[k].size, .aligned = a[k].aligned,
-							      .writable = writable };
+							      .writable = w };
 		a[k].path = a[k].tag = NULL; /* the table owns them now */
 		index_put(g, g->nmaps - 1);
 	}
@@ -270,21 +283,23 @@ int mp_import(void *ctx, struct ch_manifest *m, size_t from, size_t to)
 	return 0;
 }
 
-static bool chosen(const gmsfs *g, size_t i, bool only_writable)
+/* Mapped, and (only_writable) writable now; made writable, not one that came read-only
+ * (ro: the daemon is told first, sp_write_in_place). */
+static bool chosen(const gmsfs *g, size_t i, bool only_writable, bool writable)
 {
-	return g->slots[i].mapped && (!only_writable || g->maps[i].writable);
+	return g->slots[i].mapped && (!only_writable || g->maps[i].writable) && !(writable && g->slots[i].ro);
 }
 
 int mp_allow_all(gmsfs *g, bool only_writable, bool writable)
 {
 	for (size_t i = 0; i < g->nmaps;) {
-		if (!chosen(g, i, only_writable)) {
+		if (!chosen(g, i, only_writable, writable)) {
 			i++;
 			continue;
 		}
 		char *start = g->maps[i].ptr, *end = start + g->maps[i].aligned;
 		struct mp_res *r = g->slots[i].res;
-		for (i++; i < g->nmaps && chosen(g, i, only_writable) && g->slots[i].res == r && g->maps[i].ptr == end; i++)
+		for (i++; i < g->nmaps && chosen(g, i, only_writable, writable) && g->slots[i].res == r && g->maps[i].ptr == end; i++)
 			end += g->maps[i].aligned;
 		int e = g->be->allow(g, start, (uint64_t)(end - start), writable);
 		if (e)

@@ -84,12 +84,14 @@ static int map_again(gmsfs *g, struct ch_manifest *m, size_t from, size_t to, bo
 			e = gm_error(g, stale, "%s is not what was unmapped", m->allocs[i].path);
 		else if (m->fd[i] < 0)
 			e = gm_error(g, -EPROTO, "no descriptor came for %s", m->allocs[i].path);
-		else if ((e = mp_map_alloc(g, p->ptr, &m->allocs[i], m->fd[i], writable, why, sizeof why)))
+		else if ((e = mp_map_alloc(g, p->ptr, &m->allocs[i], m->fd[i], writable && !m->allocs[i].ro, why,
+					   sizeof why)))
 			gm_error(g, e, "%s: %s", m->allocs[i].path, why[0] ? why : strerror(-e));
 		else {
 			g->slots[p - g->maps].mapped = true;
 			g->slots[p - g->maps].piece = m->allocs[i].npieces ? m->allocs[i].piece : 0;
-			p->writable = writable;
+			g->slots[p - g->maps].ro = !writable || m->allocs[i].ro;
+			p->writable = writable && !m->allocs[i].ro;
 		}
 	}
 	return e;
@@ -267,6 +269,7 @@ static int flip_batch(void *ctx, struct ch_manifest *m, size_t from, size_t to)
 			return gm_error(g, e, "flip: %s: %s", p->name, why[0] ? why : strerror(-e));
 		slot->mapped = true;
 		slot->piece = m->allocs[i].npieces ? m->allocs[i].piece : 0;
+		slot->ro = g->lock != GMSFS_RW || m->allocs[i].ro;
 		f->n++;
 	}
 	return e;
@@ -338,6 +341,7 @@ int gmsfs_pause(gmsfs *g)
 	g->lock = 0;
 	g->paused = true;
 	g->imported_all = false;
+	g->said_in_place = false;
 	return 0;
 }
 
@@ -356,6 +360,11 @@ static int resume_anew(gmsfs *g, int mode, int timeout_ms)
 	memcpy(g->saved_hash, g->info.layout_hash, sizeof g->saved_hash);
 	g->unmapped_lock = mode;
 	return gmsfs_remap_all(g, timeout_ms);
+}
+
+int gmsfs_paused(const gmsfs *g)
+{
+	return g && g->paused;
 }
 
 int gmsfs_resume(gmsfs *g, int mode, int timeout_ms)
@@ -377,7 +386,10 @@ int gmsfs_resume(gmsfs *g, int mode, int timeout_ms)
 		int left = timeout_ms > 0 ? (int)(deadline - gm_now_ms()) : timeout_ms;
 		if (timeout_ms > 0 && left <= 0)
 			return gm_error(g, -ETIMEDOUT, "%s: resume: not granted within %d ms", g->dir, timeout_ms);
-		io = (struct gmsfs_ioc){ .size = sizeof io, .mode = (uint32_t)mode, .timeout_ms = left };
+		/* Its mappings are made writable below, or by gmsfs_protect, each after the daemon
+		 * is told (sp_write_in_place): the grant itself writes nothing in place. */
+		io = (struct gmsfs_ioc){ .size = sizeof io, .flags = GMSFS_LOCK_ASKS_IN_PLACE, .mode = (uint32_t)mode,
+					 .timeout_ms = left };
 		if (!ioctl(g->dirfd, GMSFS_IOC_LOCK, &io))
 			break;
 		int e = errno;
@@ -410,6 +422,8 @@ int gmsfs_resume(gmsfs *g, int mode, int timeout_ms)
 	 * made writable one by one with gmsfs_protect), and say so, that its commit may make
 	 * them read-only again. */
 	bool writable = g->lock == GMSFS_RW && !keep_read_only;
+	if (!e && writable)
+		e = sp_write_in_place(g, NULL, 0);
 	if (!e && (writable || io.remap) && (e = mp_allow_all(g, false, writable)))
 		gm_error(g, e, "resume: setting the access of the mapped memory: %s", strerror(-e));
 	if (!e && writable) {
@@ -421,5 +435,14 @@ int gmsfs_resume(gmsfs *g, int mode, int timeout_ms)
 		fprintf(stderr, "gmsfs resume: %.0f us: granted after %.0f us, "
 			"remapped and access set %.0f us (from %.0f)\n",
 			gm_us() - t0, t1 - t0, gm_us() - t1, gm_trace_clock(t0));
+	if (e) { /* after the grant: the lock goes back untouched (nothing was written in place
+		  * by this call: the store stays as it was), the mappings with it, as
+		  * unmap_all leaves them: remap_all maps them again, under a read lock */
+		char why[sizeof g->err];
+		memcpy(why, g->err, sizeof why);
+		gmsfs_unmap_all(g);
+		g->unmapped_lock = GMSFS_RO;
+		memcpy(g->err, why, sizeof why);
+	}
 	return e;
 }

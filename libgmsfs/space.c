@@ -221,6 +221,81 @@ static void allow_one(gmsfs *g, const char *name, bool writable)
 	}
 }
 
+/* The spaces' mappings of name made again from its mapping (mapped anew at its address). */
+static int realias(gmsfs *g, struct gmsfs_mapping *m, bool writable)
+{
+	int e = 0;
+	for (gmsfs_space *s = g->spaces; s && !e; s = s->next) {
+		struct sp_map *x = find(s, m->name);
+		if (!x || !x->mapped)
+			continue;
+		if ((e = mp_unmap_alloc(g, x->ptr, x->aligned, x->piece)))
+			return e;
+		x->mapped = false;
+		e = alias(g, m, x, writable);
+	}
+	return e;
+}
+
+/* The consume of an in-place ask with descriptors: each mapping that came read-only
+ * mapped again, writable, over itself (its address stays). */
+static int map_writable(void *ctx, struct ch_manifest *m, size_t from, size_t to)
+{
+	gmsfs *g = ctx;
+	for (size_t i = from; i < to; i++) {
+		struct gmsfs_mapping *x = mp_find(g, m->allocs[i].path);
+		struct mp_slot *slot = x ? &g->slots[x - g->maps] : NULL;
+		if (!x || !slot->mapped || !slot->ro)
+			continue;
+		char why[256] = "";
+		int e = x->aligned != m->allocs[i].aligned || m->fd[i] < 0 || m->allocs[i].ro ? -EPROTO : 0;
+		if (!e && !(e = mp_map_alloc(g, x->ptr, &m->allocs[i], m->fd[i], true, why, sizeof why))) {
+			slot->ro = false;
+			x->writable = true;
+			e = realias(g, x, true);
+		}
+		if (e)
+			return gm_error(g, e, "%s: mapping it writable: %s", x->name, why[0] ? why : strerror(-e));
+	}
+	return 0;
+}
+
+static bool needs_descriptor(const gmsfs *g, const char *const *names, size_t n)
+{
+	if (!g->be->fd_has_access)
+		return false;
+	for (size_t i = 0; i < (names ? n : g->nmaps); i++) {
+		const struct gmsfs_mapping *m = names ? mp_find((gmsfs *)g, names[i]) : &g->maps[i];
+		if (m && g->slots[m - g->maps].mapped && g->slots[m - g->maps].ro)
+			return true;
+	}
+	return false;
+}
+
+int sp_write_in_place(gmsfs *g, const char *const *names, size_t n)
+{
+	bool fds = needs_descriptor(g, names, n);
+	if (!fds && g->said_in_place)
+		return 0; /* said for this session: the daemon's mark is the session's */
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	struct ch_manifest m = { .consume = fds ? map_writable : NULL, .ctx = g };
+	int e = wire_pack_export_in_place(&sb, names, n, fds) ? gm_error(g, -ENOMEM, "out of memory")
+							       : gm_call(g, GMSFS_OP_EXPORT, sb.data, sb.size, &m);
+	msgpack_sbuffer_destroy(&sb);
+	if (e)
+		return e;
+	ch_manifest_free(&m);
+	g->said_in_place = true;
+	/* Without descriptors (cuda) the mappings it has are made writable by allow. */
+	for (size_t i = 0; i < (names ? n : g->nmaps); i++) {
+		struct gmsfs_mapping *x = names ? mp_find(g, names[i]) : &g->maps[i];
+		if (x && g->slots[x - g->maps].mapped && !fds)
+			g->slots[x - g->maps].ro = false;
+	}
+	return 0;
+}
+
 /* One mapping's access and its spaces' mappings', as a commit sets all of them. */
 int gmsfs_protect(gmsfs *g, const char *name, int writable)
 {
@@ -235,7 +310,13 @@ int gmsfs_protect(gmsfs *g, const char *name, int writable)
 		return gm_error(g, -EPERM, "protect: %s: only a writer's session makes memory writable", name);
 	if (m->writable == writable)
 		return 0; /* as asked already: no driver call */
-	int e = g->be->allow(g, m->ptr, m->aligned, writable);
+	/* The last commit's bytes, or a reader's mapping resumed: the daemon is told first. */
+	int e = writable ? sp_write_in_place(g, &name, 1) : 0;
+	if (e)
+		return e;
+	if (m->writable == writable)
+		return 0; /* mapped writable again */
+	e = g->be->allow(g, m->ptr, m->aligned, writable);
 	if (e)
 		return gm_error(g, e, "protect: %s: setting its access: %s", name, strerror(-e));
 	allow_one(g, name, writable);

@@ -64,6 +64,7 @@ scenario() {
 }
 @test "kept: a dead engine's pages adopted at the same indices with their bytes and records, what it did after its last keep gone, never TORN; dropped, they come back" { scenario kept; }
 @test "a writer killed after creating 256 MiB: memory comes back, the last commit stands" { scenario dead_holder_memory; }
+@test "a writer killed after importing the last commit (read-only to it) and creating 256 MiB: COMMITTED, not TORN; a reader waiting behind it gets the last commit" { scenario importer_killed; }
 @test "100 create-and-leave cycles leak nothing" { scenario abort_cycles; }
 
 @test "a reader's import_all + meta_get of 1000 keys, a writer's bulk put of 1000: at most 4 daemon requests each" {

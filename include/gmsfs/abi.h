@@ -121,7 +121,7 @@ static inline bool gmsfs_tag_valid(const char *tag, size_t len)
 struct gmsfs_ioc {
 	/* in */
 	uint32_t size;          /* sizeof(struct gmsfs_ioc) */
-	uint32_t flags;         /* none defined: 0 */
+	uint32_t flags;         /* LOCK: GMSFS_LOCK_ASKS_IN_PLACE or 0; others: 0 */
 	uint32_t mode;          /* LOCK: GMSFS_RO, GMSFS_RW or GMSFS_RW_OR_RO; others: 0 */
 	int32_t timeout_ms;     /* LOCK: -1 waits as long as it takes, 0 tries once; others: 0 */
 	uint64_t reserved[4];   /* 0 */
@@ -141,6 +141,11 @@ struct gmsfs_ioc {
 	uint32_t remap;         /* LOCK that resumed a paused handle: 1 when its memory changed
 	                         * since it paused (a version committed beside it): map again */
 };
+
+/* LOCK's flags: a paused handle resumed into a writer's session says before it writes the
+ * last commit's bytes through the mappings it kept (EXPORT with GMSFS_K_IN_PLACE); without
+ * it the resume itself counts as such a write (TORN if the session ends without commit). */
+#define GMSFS_LOCK_ASKS_IN_PLACE 0x1u
 
 #define GMSFS_IOC_INFO       _IOWR(GMSFS_IOC_MAGIC, 1, struct gmsfs_ioc)
 #define GMSFS_IOC_LOCK       _IOWR(GMSFS_IOC_MAGIC, 2, struct gmsfs_ioc)
@@ -224,6 +229,12 @@ enum gmsfs_op {
 #define GMSFS_K_VALUE_OFF "voff"    /* where this chunk starts in the value */
 #define GMSFS_K_FDS "fds"           /* EXPORT: send descriptors (false: the manifest only) */
 #define GMSFS_K_WANT_META "withmeta" /* EXPORT: include the metadata entries */
+#define GMSFS_K_IN_PLACE "inplace"  /* EXPORT (a writer's): the named allocations writable, to write
+                                     * the last commit's bytes in place (said ahead: TORN if the
+                                     * session then ends without commit) */
+#define GMSFS_K_RO "ro"             /* manifest (optional, true): a writer's allocation of the last
+                                     * commit, sent read-only: map it read-only until an EXPORT
+                                     * with inplace asks for it writable */
 #define GMSFS_K_ENTRIES "entries"   /* META_PUT: array of entry maps */
 
 #ifdef __cplusplus

@@ -218,9 +218,19 @@ GMSFS_API int gmsfs_pause(gmsfs *g);
  * child joins by opening lock itself). */
 #define GMSFS_KEEP_READ_ONLY 0x200
 GMSFS_API int gmsfs_resume(gmsfs *g, int mode, int timeout_ms);
+/* 1 while the handle is paused (from gmsfs_pause until a resume is granted), else 0.  A
+ * resume that fails after its grant (telling the daemon, or mapping writable) gives the
+ * lock back and leaves the handle unmapped, as unmap_all does (remap_all maps it again,
+ * read-only); nothing was written in place, the store is as it was. */
+GMSFS_API int gmsfs_paused(const gmsfs *g);
 /* Set the access of the handle's mapping of name (and of its spaces' mappings of it):
  * writable 1 needs the handle's writer session (-EPERM), 0 may be asked any time; -ENOENT
- * where the handle maps no such allocation.  A writer that writes its allocations one
+ * where the handle maps no such allocation.  A writer's mappings of the last commit's
+ * allocations (imported, not created) come read-only: writable 1 first tells the daemon
+ * that the session writes them in place (a round trip, once a session where the mapping
+ * can change its access; on the host backend each such mapping is mapped again,
+ * writable, at its address), so that a writer that only read them leaves the last commit
+ * whole when it dies, and one that wrote leaves the store TORN (gmsfs(5)).  A writer that writes its allocations one
  * after another makes each writable just before its first write and read-only again once
  * its last write has landed: on a GPU each change (cuMemSetAccess, about 0.1 ms a GB)
  * then runs while the copies queued before it run, instead of before and after all of

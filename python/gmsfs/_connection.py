@@ -321,20 +321,19 @@ class Connection:
         a data-only writer may write them in place meanwhile (an in-place refit); nothing
         else changes that memory until resume().  Read nothing through them meanwhile."""
         self._check(_c.gmsfs_pause(self._handle()), "pause")
-        self._paused = True
 
     def resume(self, mode="ro", timeout=None, keep_read_only=False):
         """Lock again ("ro", or "data" for a trainer's next refit): the same mappings, no
-        map call.  EUCLEAN (the store torn meanwhile) or a timeout leave it paused.
-        keep_read_only (with "data"): the mappings stay read-only, each made writable by
-        protect() before it is written."""
+        map call.  EUCLEAN (the store torn meanwhile) or a timeout leave it paused; a
+        failure after the grant gives the lock back untouched and leaves it unmapped
+        (remap_all maps it again).  keep_read_only (with "data"): the mappings stay
+        read-only, each made writable by protect() before it is written."""
         if mode not in ("ro", "data"):
             raise ValueError("resume: mode 'ro' or 'data', not %r" % (mode,))
         if keep_read_only and mode != "data":
             raise ValueError("resume: keep_read_only goes with mode 'data'")
         g, m = self._handle(), _MODES[mode] | (_lib.KEEP_READ_ONLY if keep_read_only else 0)
         self._check(_waiting(_ms(timeout), lambda ms: _c.gmsfs_resume(g, m, ms), "resume"), "resume")
-        self._paused = False
 
     def protect(self, name, writable):
         """Set the access of this connection's mapping of allocation name: writable
@@ -345,7 +344,7 @@ class Connection:
 
     @property
     def paused(self):
-        return getattr(self, "_paused", False)
+        return bool(self._g and _c.gmsfs_paused(self._g))
 
     def flip(self):
         """A reader of a store with versions (user.gms.versions 2) moves to the last

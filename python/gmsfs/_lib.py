@@ -124,6 +124,7 @@ _protos = {
     "gmsfs_flip": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_size_t)]),
     "gmsfs_pause": (ctypes.c_int, [_P]),
     "gmsfs_resume": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int]),
+    "gmsfs_paused": (ctypes.c_int, [_P]),
     "gmsfs_protect": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_int]),
     "gmsfs_space_new": (ctypes.c_int, [_P, ctypes.POINTER(_P)]),
     "gmsfs_space_map": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(_P)]),

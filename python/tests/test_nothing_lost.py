@@ -481,6 +481,35 @@ def test_takeover_keeps_the_old_daemons_options(mnt, tmp_path):
     new2.wait(20)
 
 
+def test_a_takeover_that_rolls_back_a_writer_that_only_read_keeps_the_last_commit(mnt):
+    """The writer imported the last commit (read-only to it) and made an allocation of its
+    own; a takeover rolls its session back: COMMITTED, readers get the last commit."""
+    daemon = serve(mnt, "backend=host")
+    s = os.path.join(mnt, "s")
+    v, h = publish(s, 1)
+    writer = subprocess.Popen([sys.executable, "-c", r"""
+import gmsfs, sys
+c = gmsfs.connect(sys.argv[1], "rw", timeout=20)
+c.import_all()
+assert not any(m.writable for m in c.mappings)
+c.create("mine", 4096)
+print("mapped", flush=True)
+sys.stdin.readline()
+""", s], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV)
+    assert writer.stdout.readline().strip() == "mapped"
+    new, old = takeover(mnt)
+    assert until(lambda: ended(old))
+    assert until(lambda: state(s)["writer"] == "0")
+    st = state(s)
+    assert (st["state"], st["torn"]) == ("COMMITTED", "0"), st
+    assert read_all(s) == (v, h)
+    writer.stdin.write("go\n")
+    writer.stdin.flush()
+    writer.wait(20)
+    subprocess.run(["umount", mnt])
+    new.wait(20)
+
+
 def test_the_rolled_back_writer_cannot_change_what_readers_map(mnt):
     daemon = serve(mnt, "backend=host")
     s = os.path.join(mnt, "s")
@@ -488,7 +517,9 @@ def test_the_rolled_back_writer_cannot_change_what_readers_map(mnt):
     writer = subprocess.Popen([sys.executable, "-c", r"""
 import gmsfs, sys
 c = gmsfs.connect(sys.argv[1], "rw", timeout=20)
-c.import_all()  # the committed allocations, writable: an in-place update
+c.import_all()
+for m in c.mappings:  # the committed allocations, made writable: an in-place update
+    c.protect(m.name, True)
 print("mapped", flush=True)
 sys.stdin.readline()
 for m in c.mappings:

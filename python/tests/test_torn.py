@@ -89,7 +89,8 @@ sys.stdin.readline()
 LIB_WRITER = r"""
 import sys, gmsfs
 c = gmsfs.connect(sys.argv[1], "rw", timeout=10)
-c.import_all()  # the committed allocation, writable: what a refit does
+c.import_all()  # the committed allocation, read-only to its writer ...
+c.protect("w", True)  # ... until it says it writes it in place: what a refit does
 m = c.find("w")
 c.buffer(m.ptr, m.size // 2, writable=True)[:] = b"\xff" * (m.size // 2)
 print("half", flush=True)
@@ -166,6 +167,166 @@ sys.stdin.readline()
         assert [m.name for m in c.mappings] == ["w"]
         assert bytes(c.buffer(c.mappings[0].ptr, MiB)) == bytes(MiB)
     unmount(mnt, daemon)
+
+
+# Writers that never wrote the last commit's bytes: killed, the store stays COMMITTED
+# (gmsfs(5), TORN: only a write in place tears it).
+IMPORTER = {
+    # GMS's and a publisher's flow: the old model read first, then a new allocation.
+    "library": r"""
+import sys, gmsfs
+c = gmsfs.connect(sys.argv[1], "rw", timeout=10)
+c.import_all()
+m = c.find("w")
+assert not m.writable and bytes(c.buffer(m.ptr, 16)) == bytes(16)
+x = c.create("extra", 4096)
+c.buffer(x.ptr, 4096, writable=True)[:] = b"\xee" * 4096
+print("ready", flush=True)
+sys.stdin.readline()
+""",
+    # gmsfs.torch.publish into a connection that imported the last commit.
+    "torch": r"""
+import sys, torch, gmsfs, gmsfs.torch as gt
+c = gmsfs.connect(sys.argv[1], "rw", timeout=10)
+c.import_all()
+gt.publish(torch.nn.Linear(4, 4), c, commit=False)
+print("ready", flush=True)
+sys.stdin.readline()
+""",
+    # The file system: an O_RDWR open of the committed allocation, posix_fallocate (which
+    # the mount refuses: glibc then writes a zero into each block, zeros over zeros) and a
+    # write of the bytes that are there already.
+    "file": r"""
+import os, sys
+s = sys.argv[1]
+lock = os.open(s + "/lock", os.O_WRONLY)
+fd = os.open(s + "/allocs/w", os.O_RDWR)
+try:
+    os.posix_fallocate(fd, 0, 1 << 20)
+except OSError:
+    pass
+os.pwrite(fd, bytes(65536), 4096)
+print("ready", flush=True)
+sys.stdin.readline()
+""",
+}
+
+
+@pytest.mark.parametrize("how", sorted(IMPORTER))
+def test_a_writer_that_only_read_the_last_commit_dies_leaving_it_committed(mnt, how):
+    daemon = serve(mnt)
+    s = os.path.join(mnt, "s")
+    commit_zeros(s)
+    w = subprocess.Popen([sys.executable, "-c", IMPORTER[how], s], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True, env=ENV)
+    assert w.stdout.readline().strip() == "ready"
+    assert state(s)["torn"] == "0"
+    waiter = subprocess.Popen([sys.executable, "-c", "import os, sys\ntry:\n"
+                               "    os.close(os.open(sys.argv[1] + '/allocs/w', os.O_RDONLY))\n    print('granted')\n"
+                               "except OSError as e:\n    print(e.errno)", s], stdout=subprocess.PIPE, text=True)
+    assert until(lambda: state(s)["waiting_readers"] == "1")
+    w.send_signal(signal.SIGKILL)
+    w.wait()
+    assert waiter.communicate(timeout=10)[0].strip() == "granted"  # the last commit, not EUCLEAN
+    assert until(lambda: state(s)["writer"] == "0")
+    st = state(s)
+    assert (st["state"], st["torn"], st["generation"]) == ("COMMITTED", "0", "1"), st
+    assert "TORN" not in st["last_error"], st
+    with gmsfs.connect(s, "ro", timeout=5) as c:
+        c.import_all()
+        assert [m.name for m in c.mappings] == ["w"]
+        assert bytes(c.buffer(c.mappings[0].ptr, MiB)) == bytes(MiB)
+    unmount(mnt, daemon)
+
+
+def test_a_write_that_changes_a_byte_still_tears(mnt):
+    """The rule above is about bytes: one changed byte through a file, or a mapping made
+    writable by protect (the daemon told first), and the session's end tears the store."""
+    daemon = serve(mnt)
+    s = os.path.join(mnt, "s")
+    commit_zeros(s)
+    for script in ['exec 9>"$0/lock"; printf "\\0\\0\\1" | dd of="$0/allocs/w" conv=notrunc status=none',
+                   None]:
+        if script:
+            subprocess.run(["bash", "-ec", script, s], check=True)
+        else:
+            subprocess.run([sys.executable, "-c", "import sys, gmsfs\nc = gmsfs.connect(sys.argv[1], 'rw', timeout=5)\n"
+                            "c.import_all()\nc.protect('w', True)\nassert c.find('w').writable\n"
+                            "import os; os._exit(0)", s], check=True, env=ENV)
+        assert until(lambda: state(s)["writer"] == "0")
+        refused(s)
+        subprocess.run(["bash", "-ec", 'exec 9>"$0/lock"; dd if=/dev/zero of="$0/allocs/w" bs=64k count=16 '
+                        'conv=notrunc status=none; echo > "$0/commit"', s], check=True)
+        assert state(s)["state"] == "COMMITTED"
+    unmount(mnt, daemon)
+
+
+def test_a_paused_reader_resumes_as_the_data_writer_on_the_host_backend(mnt):
+    """An engine's own connection becomes the trainer of an in-place refit (gmsfs(5),
+    Pause), mappings writable at once or one by one (keep_read_only + protect)."""
+    daemon = serve(mnt)
+    s = os.path.join(mnt, "s")
+    commit_zeros(s)
+    c = gmsfs.connect(s, "ro", timeout=5)
+    c.import_all()
+    w = c.find("w")
+    for round_, keep in enumerate([False, True]):
+        c.pause()
+        assert c.paused and state(s)["paused"] == "1"
+        c.resume("data", timeout=5, keep_read_only=keep)
+        assert not c.paused and c.lock_mode == "rw"
+        assert state(s)["torn"] == "0"  # granted: nothing written in place yet
+        if keep:
+            assert not c.find("w").writable
+            c.protect("w", True)
+        assert c.find("w").writable and c.find("w").ptr == w.ptr  # the same address
+        c.buffer(w.ptr, MiB, writable=True)[:] = bytes([round_ + 1]) * MiB
+        c.commit()
+        with gmsfs.connect(s, "ro", timeout=5) as r:
+            r.import_all()
+            assert bytes(r.buffer(r.find("w").ptr, MiB)) == bytes([round_ + 1]) * MiB
+    c.close()
+    unmount(mnt, daemon)
+
+
+def test_a_resume_whose_grant_came_and_whose_next_step_failed_changes_nothing(mnt, manager, tmp_path):
+    """The daemon keeps its stores' images on a disk that is full when a paused reader
+    resumes as the data writer: granted, then the daemon cannot write ahead that the
+    session writes in place, so it refuses (EIO), and the resume gives the lock back
+    untouched: the handle unmapped (remap_all maps it again), the store COMMITTED at its
+    generation, never TORN, its bytes the last commit's."""
+    disk = tmp_path / "state"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], check=True)
+    try:
+        start(manager, mnt, str(disk))
+        assert until(lambda: os.path.exists(os.path.join(mnt, "device")))
+        s = os.path.join(mnt, "s")
+        commit_zeros(s)
+        c = gmsfs.connect(s, "ro", timeout=5)
+        c.import_all()
+        c.pause()
+        gen = state(s)["generation"]
+        fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)  # the disk full
+        try:
+            while os.write(fd, bytes(4096)):
+                pass
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+        os.close(fd)
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            c.resume("data", timeout=5)
+        assert e.value.errno == errno.EIO, e.value
+        assert not c.paused and c.lock_mode is None
+        st = state(s)
+        assert (st["state"], st["torn"], st["generation"], st["writer"]) == ("COMMITTED", "0", gen, "0"), st
+        os.unlink(disk / "filler")
+        c.remap_all(timeout=5)
+        assert c.lock_mode == "ro" and bytes(c.buffer(c.find("w").ptr, MiB)) == bytes(MiB)
+        c.close()
+        manager.kill(signal.SIGTERM)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)])
 
 
 def test_abort_after_an_in_place_write_keeps_the_session_and_says_torn(mnt):

@@ -302,9 +302,10 @@ static void resumed(struct fs_handle *h)
 	if (version_leave(st, h))
 		fsm_prev_gone(&st->lock.fsm);
 	/* A writer resumed over the mappings it kept writes the committed bytes through
-	 * them, with no export to tell us: in place from now on (a crash before its commit
-	 * leaves the store TORN).  Beside the readers it writes copies: nothing to say. */
-	if (h->hold == HOLD_SESSION && lock_in_place(st))
+	 * them: in place from now on (a crash before its commit leaves the store TORN),
+	 * unless its caller says so itself before it makes them writable (an EXPORT with
+	 * inplace: GMSFS_LOCK_ASKS_IN_PLACE).  Beside the readers it writes copies. */
+	if (h->hold == HOLD_SESSION && !h->asks_in_place && lock_in_place(st))
 		fuse_log(FUSE_LOG_ERR, "gmsfs: %s: %s\n", st->name, st->last_error);
 }
 
@@ -336,12 +337,20 @@ static void rollback(struct store *st)
  * the session wrote them in place (TORN). */
 static void rolled_back(struct store *st, const char *how)
 {
+	/* The session's own last error (its session began with none) is kept behind: a
+	 * writer that left after ENOSPC still says why. */
+	char was[sizeof st->last_error / 2];
+	memcpy(was, st->last_error, sizeof was - 1); /* its first half: the rest is said around it */
+	was[sizeof was - 1] = '\0';
+	const char *open = was[0] ? " (its last error: " : "", *close = was[0] ? ")" : "";
 	if (st->lock.fsm.torn)
 		snprintf(st->last_error, sizeof st->last_error,
 			 "%s: TORN: it wrote into generation %llu's bytes in place; reads and imports are refused "
-			 "(EUCLEAN) until a writer commits", how, (unsigned long long)st->lock.fsm.generation);
+			 "(EUCLEAN) until a writer commits%s%s%s", how, (unsigned long long)st->lock.fsm.generation, open,
+			 was, close);
 	else
-		snprintf(st->last_error, sizeof st->last_error, "%s: rolled back to the last committed layout", how);
+		snprintf(st->last_error, sizeof st->last_error, "%s: rolled back to the last committed layout%s%s%s", how,
+			 open, was, close);
 }
 
 int lock_pause(struct fs_handle *h)
@@ -540,12 +549,21 @@ int lock_abort(struct store *st)
 	return 0;
 }
 
+bool lock_would_write_in_place(const struct store *st)
+{
+	return fsm_would_write_in_place(&st->lock.fsm);
+}
+
 int lock_in_place(struct store *st)
 {
 	if (fsm_write_in_place(&st->lock.fsm) != 1)
 		return 0; /* said before, or nothing committed to tear */
-	/* Write-ahead: the image says torn before a byte changes (a commit's image clears it). */
+	/* Write-ahead: the image says torn before a byte changes (a commit's image clears it).
+	 * Not written: the caller is refused, no byte changes, and the mark goes too (else the
+	 * session's end would tear a store nobody wrote). */
 	int e = store_changed(st, "inplace");
+	if (e)
+		fsm_write_in_place_undo(&st->lock.fsm);
 	return e ? -EIO : 0;
 }
 

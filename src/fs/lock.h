@@ -114,6 +114,9 @@ int lock_abort(struct store *st);
  * so first, so that its end without commit, a crash of the daemon's included, leaves
  * the store TORN.  0, or -errno (the image could not be written: last_error). */
 int lock_in_place(struct store *st);
+/* Whether lock_in_place would say something now (a write into the last commit's bytes
+ * that the session has not said yet). */
+bool lock_would_write_in_place(const struct store *st);
 
 /* The store cannot be granted for a while (e: -ENOSPC, its move in failed; last_error
  * says why): a wait that times out meanwhile ends with e.  Unblocked once it moved in. */

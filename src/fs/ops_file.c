@@ -440,12 +440,24 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	free(data);
 }
 
-/* 0 with *buf set when the bytes go to an allocation after mu is released. */
+/* Whether b holds data at off already (read off fs->mu: a backend call). */
+static bool same_bytes(struct vmm_buf *b, const char *data, size_t n, uint64_t off)
+{
+	char *have = malloc(n ? n : 1);
+	bool same = have && vmm_pread(b, have, n, off) == (ssize_t)n && !memcmp(have, data, n);
+	free(have);
+	return same;
+}
+
+/* 0 with *buf set when the bytes go to an allocation after mu is released; *last_commit
+ * when they go into the last commit's bytes and the session has not said so yet (the
+ * caller says it once they differ from what is there: see fs_write). */
 static int do_write(fuse_req_t req, struct fs_handle *h, const char *data, size_t size, off_t off,
-		    struct vmm_buf **buf, size_t *n)
+		    struct vmm_buf **buf, size_t *n, bool *last_commit)
 {
 	*buf = NULL;
 	*n = size;
+	*last_commit = false;
 	node_count(h->store, h->fnode);
 	if (h->fnode && h->fnode->kind == FS_TIER)
 		return h->store->removed ? -ENOENT : tier_request(h->store, data, size);
@@ -469,8 +481,8 @@ static int do_write(fuse_req_t req, struct fs_handle *h, const char *data, size_
 	int e = 0;
 	if (version_needs_copy(h->store, h, m)) /* beside the readers: into a copy (lets fs->mu go) */
 		e = version_copy(h->store, h, &m, 1, NULL, 0);
-	else if (meta_committed(m))
-		e = lock_in_place(h->store); /* into the last commit's bytes */
+	else
+		*last_commit = meta_committed(m) && lock_would_write_in_place(h->store);
 	if (e)
 		return e;
 	*n = m->size - (uint64_t)off < size ? (size_t)(m->size - (uint64_t)off) : size;
@@ -485,9 +497,25 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off
 	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
 	struct vmm_buf *b;
 	size_t n;
+	bool last_commit;
 	pthread_mutex_lock(&fs->mu);
-	int e = do_write(req, h, data, size, off, &b, &n);
+	int e = do_write(req, h, data, size, off, &b, &n, &last_commit);
 	pthread_mutex_unlock(&fs->mu);
+	/* Into the last commit's bytes: said (write-ahead) only where they change.  A write of
+	 * what is there already (posix_fallocate's zeros over zeros, a cp of the same file)
+	 * leaves the last commit whole, and a crash after it no store TORN. */
+	if (!e && b && last_commit && !same_bytes(b, data, n, (uint64_t)off)) {
+		pthread_mutex_lock(&fs->mu);
+		e = h->hold != HOLD_SESSION ? -EROFS : lock_in_place(h->store);
+		pthread_mutex_unlock(&fs->mu);
+		if (e) {
+			vmm_buf_put(b);
+			return (void)fuse_reply_err(req, -e);
+		}
+	} else if (!e && b && last_commit) {
+		vmm_buf_put(b);
+		return (void)fuse_reply_write(req, n);
+	}
 	if (!e && h->fnode && h->fnode->kind == FS_ABORT)
 		inval_flush(fs); /* the rolled-back names are gone from the kernel before abort returns */
 	if (e)

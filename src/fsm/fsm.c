@@ -124,15 +124,25 @@ int fsm_join(struct fsm *f)
 	return 0;
 }
 
+bool fsm_would_write_in_place(const struct fsm *f)
+{
+	return f->leader && !f->in_place && f->committed && !f->beside && !f->kept;
+}
+
 int fsm_write_in_place(struct fsm *f)
 {
 	if (!f->leader)
 		return -EINVAL;
-	if (f->in_place || !f->committed || f->beside || f->kept)
+	if (!fsm_would_write_in_place(f))
 		return 0; /* a session beside readers writes copies, never the commit; a kept one's
 		           * pages are its engine's to mark */
 	f->in_place = true;
 	return 1;
+}
+
+void fsm_write_in_place_undo(struct fsm *f)
+{
+	f->in_place = false;
 }
 
 int fsm_release_read(struct fsm *f)

@@ -80,6 +80,11 @@ int fsm_reopen_read(struct fsm *f);
  * that a crash leaves the store torn), 0 when said before or nothing is committed yet,
  * -EINVAL without a session. */
 int fsm_write_in_place(struct fsm *f);
+/* A first fsm_write_in_place whose write could not begin after all (its record was not
+ * written): the session is as before it. */
+void fsm_write_in_place_undo(struct fsm *f);
+/* Whether fsm_write_in_place would return 1 now (nothing changes). */
+bool fsm_would_write_in_place(const struct fsm *f);
 
 /* Release a read handle.  -EINVAL if there is none. */
 int fsm_release_read(struct fsm *f);

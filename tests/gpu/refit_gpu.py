@@ -422,6 +422,7 @@ def main():
     ask_all(engines, "sleep")
     k = subprocess.run([sys.executable, "-c", "import gmsfs, os, signal, sys\n"
                         "c = gmsfs.connect(sys.argv[1], 'rw', 30); c.import_all()\n"
+                        "[c.protect(m.name, True) for m in c.mappings]\n"
                         "os.kill(os.getpid(), signal.SIGKILL)", store],
                        env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python")))
     st = state(store)

@@ -1102,14 +1102,17 @@ static int sc_graph_pool(void)
 	return 0;
 }
 
-/* __hog STORE OUT BYTES: a writer that creates BYTES (in allocations of at most
- * 1 GiB), fills them, reports on OUT and waits to be killed. */
-static int role_hog(char **argv)
+/* __hog STORE OUT BYTES [import]: a writer that creates BYTES (in allocations of at most
+ * 1 GiB), fills them, reports on OUT and waits to be killed; with import, it maps the
+ * last commit first (read-only to it: it never says it writes it in place). */
+static int role_hog(int argc, char **argv)
 {
 	int out = atoi(argv[3]);
 	uint64_t left = strtoull(argv[4], NULL, 0);
 	gmsfs *g;
 	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 1000));
+	if (argc > 5)
+		CALL(g, gmsfs_import_all(g));
 	for (int k = 0; left; k++) {
 		uint64_t n = left < (1ull << 30) ? left : 1ull << 30;
 		char name[32];
@@ -1126,8 +1129,10 @@ static int role_hog(char **argv)
 }
 
 /* A writer killed with SIGKILL: the memory it held through its mappings comes back
- * once it is gone, and the store is exactly at its last commit. */
-static int sc_dead_holder_memory(void)
+ * once it is gone, and the store is exactly at its last commit.  import: the writer
+ * mapped the last commit too (a publisher that reads the old model first): COMMITTED
+ * still, not TORN, and a reader that waited behind it is granted. */
+static int dead_holder(bool import)
 {
 	const uint64_t size = cuda ? 4ull << 30 : 256ull << 20;
 	char h1[33], h2[33];
@@ -1143,7 +1148,7 @@ static int sc_dead_holder_memory(void)
 		char out[16], bytes[32];
 		snprintf(out, sizeof out, "%d", p[1]);
 		snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)size);
-		execl(self, self, "__hog", store, out, bytes, (char *)NULL);
+		execl(self, self, "__hog", store, out, bytes, import ? "import" : NULL, (char *)NULL);
 		_exit(127);
 	}
 	close(p[1]);
@@ -1151,15 +1156,23 @@ static int sc_dead_holder_memory(void)
 	CHECK(read(p[0], &c, 1) == 1, "writer filled its allocations");
 	close(p[0]);
 	long long during = mem_used();
+	pid_t r = import ? fork() : 0;
+	if (r == 0 && import) { /* a reader behind the writer: granted the last commit once it dies */
+		gmsfs *x;
+		_exit(gmsfs_connect(&x, store, GMSFS_RO, 10000) || gmsfs_import_all(x) || verify(x, 2, 12));
+	}
+	CHECK(!import || wait_for(state_val, "waiting_readers", 1, 5000), "a reader waits behind the writer");
 	kill(w, SIGKILL);
 	waitpid(w, NULL, 0);
+	int st = 0;
+	CHECK(!import || (waitpid(r, &st, 0) == r && WIFEXITED(st) && !WEXITSTATUS(st)), "the waiting reader got the last commit");
 	CHECK(wait_for(state_val, "writer", 0, 5000) && state_is("COMMITTED"), "writer gone, store COMMITTED");
 	long long after = mem_used();
-	for (int t = 0; t < 250 && after - before > (64 << 20); t++, msleep(20))
+	for (int t = 0; t < 250 && !import && after - before > (64 << 20); t++, msleep(20))
 		after = mem_used();
 	printf("memory in use: %lld MiB before, %lld during, %lld after\n", before >> 20, during >> 20, after >> 20);
 	CHECK(during - before >= (long long)size * 9 / 10, "the allocation showed: %lld -> %lld", before, during);
-	CHECK(after - before < (64 << 20), "memory back: %lld before, %lld during, %lld after", before, during, after);
+	CHECK(import || after - before < (64 << 20), "memory back: %lld before, %lld during, %lld after", before, during, after);
 	gmsfs *g;
 	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 1000));
 	CALL(g, gmsfs_import_all(g));
@@ -1169,6 +1182,16 @@ static int sc_dead_holder_memory(void)
 		return 1;
 	gmsfs_disconnect(g);
 	return 0;
+}
+
+static int sc_dead_holder_memory(void)
+{
+	return dead_holder(false);
+}
+
+static int sc_importer_killed(void)
+{
+	return dead_holder(true);
 }
 
 /* 100 writers create and leave without commit: nothing leaks, in the daemon or the device. */
@@ -1276,6 +1299,8 @@ static int sc_shared_range(void)
 	CALL(g, gmsfs_find(g, "w/3", &w3));
 	CALL(g, gmsfs_free(g, w1.ptr));
 	CALL(g, gmsfs_free(g, w3.ptr));
+	/* The last commit's bytes come read-only to their writer, until it says it writes them. */
+	CALL(g, gmsfs_protect(g, "w/2", 1));
 	if (verify(g, N - 2, 7) || fill(w2.ptr, 2, size, 9)) /* the rest: whole, and w/2 writable */
 		return 1;
 	CALL(g, gmsfs_commit(g));
@@ -1952,6 +1977,7 @@ static const struct {
 	{ "dead_holder_memory", sc_dead_holder_memory },
 	{ "abort_cycles", sc_abort_cycles },
 	{ "daemon_killed", sc_daemon_killed },
+	{ "importer_killed", sc_importer_killed },
 	{ "requests", sc_requests },
 	{ "one_rw_per_session", sc_one_rw_per_session },
 	{ "bad_args", sc_bad_args },
@@ -1991,8 +2017,8 @@ int main(int argc, char **argv)
 		return role_reader(argv);
 	if (!strcmp(argv[1], "__flipper") && argc == 5)
 		return role_flipper(argv);
-	if (!strcmp(argv[1], "__hog") && argc == 5)
-		return role_hog(argv);
+	if (!strcmp(argv[1], "__hog") && (argc == 5 || argc == 6))
+		return role_hog(argc, argv);
 	if (!strcmp(argv[1], "__kept") && argc == 3)
 		return role_kept(argv);
 	for (size_t i = 0; i < sizeof scenarios / sizeof *scenarios; i++)

@@ -10,6 +10,10 @@
  *   gmsfs-storm libinplace STORE SEED   libgmsfs writer in a loop: connect, write a seed
  *                                       of its own over the committed w* in place, commit
  *                                       (killed mid-write: the store is TORN)
+ *   gmsfs-storm libimporter STORE SEED  libgmsfs writer in a loop: connect, import the
+ *                                       last commit (read-only to it), read it, make one
+ *                                       allocation of its own, leave without commit
+ *                                       (killed anywhere: never TORN)
  *   gmsfs-storm libreader STORE         libgmsfs reader in a loop: connect, import,
  *                                       check every byte against the seed in meta/seed
  * A blocking open that has not returned after 10 s counts as stuck (SIGALRM). */
@@ -255,6 +259,8 @@ static int libinplace(unsigned seed)
 				continue; /* a shell writer's */
 			uint8_t *p = m[j].ptr;
 			int k = atoi(m[j].name + 1);
+			if (gmsfs_protect(g, m[j].name, 1)) /* said before the first byte */
+				break;
 			for (uint64_t i = 0; i < m[j].size; i++)
 				p[i] = pattern(s, k, i);
 		}
@@ -263,6 +269,32 @@ static int libinplace(unsigned seed)
 		if (!gmsfs_meta_put(g, "seed", "w0", 0, v, (size_t)len))
 			gmsfs_commit(g);
 		gmsfs_disconnect(g);
+	}
+	return 0;
+}
+
+static int libimporter(unsigned seed)
+{
+	for (unsigned round = 0;; round++) {
+		gmsfs *g;
+		void *mine;
+		if (gmsfs_connect(&g, store, GMSFS_RW, -1) || gmsfs_import_all(g)) {
+			gmsfs_disconnect(g);
+			usleep(1000);
+			continue;
+		}
+		const struct gmsfs_mapping *m;
+		size_t n = gmsfs_mappings(g, &m);
+		volatile unsigned sum = 0;
+		for (size_t j = 0; j < n; j++) /* reads the old model, as a publisher does */
+			for (uint64_t i = 0; i < m[j].size; i += 512)
+				sum += ((const volatile uint8_t *)m[j].ptr)[i];
+		char name[32];
+		snprintf(name, sizeof name, "imp%u", seed % 1000);
+		if (!gmsfs_create(g, name, 4096, NULL, &mine))
+			memset(mine, (int)(round + sum), 4096);
+		usleep(1000 * (round % 5));
+		gmsfs_disconnect(g); /* without commit: rolls back, never torn */
 	}
 	return 0;
 }
@@ -328,6 +360,8 @@ int main(int argc, char **argv)
 		return libwriter((unsigned)atoi(argv[3]));
 	if (!strcmp(argv[1], "libinplace") && argc == 4)
 		return libinplace((unsigned)atoi(argv[3]));
+	if (!strcmp(argv[1], "libimporter") && argc == 4)
+		return libimporter((unsigned)atoi(argv[3]));
 	if (!strcmp(argv[1], "libreader"))
 		return libreader();
 	fprintf(stderr, "usage: see the top of gmsfs-storm.c\n");

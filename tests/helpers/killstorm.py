@@ -2,11 +2,14 @@
 """killstorm MOUNT DAEMON_PID KILLS BUILD: SIGKILL writers and readers at random points.
 
 Shell writers (exec 9>STORE/lock), libgmsfs writers (new allocations, or the committed
-ones written in place) and libgmsfs readers run side by side on one store; one of them is
-killed every few milliseconds and replaced, KILLS times.  After each kill the state must
-never show a writer together with readers.  An in-place writer killed mid-write leaves
-the store TORN: readers are refused (EUCLEAN) until a writer that writes every byte
-commits; shell writers, which do not, leave a torn store as they found it.
+ones written in place), libgmsfs writers that import the last commit and write only
+allocations of their own, and libgmsfs readers run side by side on one store; one of them
+is killed every few milliseconds and replaced, KILLS times.  After each kill the state
+must never show a writer together with readers.  An in-place writer killed mid-write
+leaves the store TORN: readers are refused (EUCLEAN) until a writer that writes every byte
+commits; shell writers, which do not, leave a torn store as they found it.  No other
+writer ever tears it: a store seen TORN with no in-place writer killed since the last
+heal fails.
 Every 50 kills everything is stopped and checked (a torn store first shown refusing
 reads, then emptied by a session that commits):
   - the layout hash, recomputed from the tree with the encoding of gmsfs(5), is the
@@ -59,7 +62,7 @@ def spawn(kind):
     env = dict(os.environ, S=store)
     if kind == "shell":
         cmd = ["bash", "-c", SHELL_WRITER]
-    elif kind in ("libwriter", "libinplace"):
+    elif kind in ("libwriter", "libinplace", "libimporter"):
         cmd = [storm, kind, store, str(random.randrange(1, 1 << 20))]
     else:
         cmd = [storm, "libreader", store]
@@ -151,9 +154,12 @@ def quiesce(live):
 def heal_torn(n, s):
     """A torn store refuses readers and says why; a session that removes everything and
     commits makes it whole (and empty).  True when it was torn."""
-    global torn
+    global torn, inplace_killed
     if s["state"] != "TORN":
         return False
+    if not inplace_killed:
+        fail("after %d kills the store is TORN, yet no in-place writer was killed since the last heal" % n)
+    inplace_killed = False
     torn += 1
     if "TORN" not in s["last_error"] or s["torn"] != "1":
         fail("after %d kills: state TORN, yet %s" % (n, s))
@@ -202,8 +208,8 @@ os.mkdir(store)
 subprocess.run(["bash", "-c", 'exec 9>"$S/lock"; truncate -s 4096 "$S/allocs/w0"; echo > "$S/commit"'],
                env=dict(os.environ, S=store), check=True)
 base_fds = daemon_fds()
-live, kills, checks, torn, tearing = [], 0, 0, 0, 0
-kinds = ["shell", "shell", "libwriter", "libinplace", "libreader", "libreader"]
+live, kills, checks, torn, tearing, inplace_killed = [], 0, 0, 0, 0, False
+kinds = ["shell", "shell", "libwriter", "libinplace", "libimporter", "libreader", "libreader"]
 while kills < kills_wanted:
     while len(live) < 4:
         live.append(spawn(random.choice(kinds)))
@@ -217,7 +223,11 @@ while kills < kills_wanted:
     live.remove(victim)
     reap(victim, True)
     kills += 1
+    inplace_killed |= victim.args[1] == "libinplace"
     s = state()
+    if s["torn"] == "1" and not inplace_killed:
+        fail("after kill %d (%s): the store is TORN, yet no in-place writer was killed since the last heal" %
+             (kills, victim.args[1] if victim.args[0] == storm else "shell writer"))
     if s["writer"] != "0" and s["readers"] != "0":
         fail("after kill %d: a writer (%s) together with %s readers" % (kills, s["writer"], s["readers"]))
     tearing += victim.args[1] == "libinplace" and s["torn"] == "1"

@@ -5,6 +5,7 @@
  * opened for writing.  Manifests go out in messages of at most RPC_FDS_PER_MSG
  * descriptors and GMSFS_MSG_MAX bytes; readers only ever get read-only descriptors. */
 #include "export_internal.h"
+#include "rpc_reply.h"
 #include "../handover.h"
 #include "../inval.h"
 #include "../lock.h"
@@ -22,46 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Descriptors per message: few, so a client that maps and closes each message's
- * descriptors before the next keeps its descriptor table small.  Growing that table
- * in a process with threads (every CUDA process) waits for an RCU grace period, and
- * 128 descriptors in one message cost a fresh CUDA process (which holds ~38 already)
- * 15-30 ms on an H100 machine, 16 at a time under 2 ms in all (bench-gpu). */
-#define RPC_FDS_PER_MSG 16
-
-/* ---- what a reply carries, copied under fs->mu and sent after ---- */
-
-struct xalloc {
-	char *path, *tag;
-	uint64_t size, aligned;
-	struct vmm_buf *buf; /* a reference, put when sent */
-};
-
-struct xset {
-	struct xalloc *a;
-	size_t na, cap_a;
-	struct entry_rec *e;
-	size_t ne, cap_e;
-	bool read_only, fds;
-	bool in_place; /* a committed allocation's memory, writable: the session may write it in place */
-	const struct fs_handle *h; /* whose view: which version's memory (version_buf) */
-	bool has_gen;  /* a flip's reply says the generation it shows */
-	uint64_t gen;
-};
-
-static void xset_free(struct xset *s)
-{
-	for (size_t i = 0; i < s->na; i++) {
-		free(s->a[i].path);
-		free(s->a[i].tag);
-		vmm_buf_put(s->a[i].buf);
-	}
-	entry_recs_clear(s->e, s->ne);
-	free(s->a);
-	free(s->e);
-	memset(s, 0, sizeof *s);
-}
 
 static int add_alloc(struct meta_node *n, void *arg)
 {
@@ -82,9 +43,12 @@ static int add_alloc(struct meta_node *n, void *arg)
 	}
 	vmm_buf_get(x->buf);
 	s->na++;
-	/* Only memory handed out can be written: a writer's look at the metadata (no
-	 * descriptors) leaves the committed bytes as they are. */
-	s->in_place |= s->fds && !s->read_only && meta_committed(n);
+	bool theirs = !s->read_only && meta_committed(n); /* the last commit's bytes, to a writer */
+	x->ro = theirs && s->guard && !s->ask_in_place;
+	/* Only memory handed out writable can be written: a writer's look at the metadata (no
+	 * descriptors), or its read-only import, leaves the committed bytes as they are.  An
+	 * ask without descriptors (CUDA's: the mapping it has can be made writable) counts. */
+	s->in_place |= theirs && !x->ro && (s->fds || s->ask_in_place);
 	return 0;
 }
 
@@ -113,145 +77,17 @@ static int add_entry(struct meta_node *n, void *arg)
 	return 0;
 }
 
-/* ---- sending a manifest ---- */
-
-static int send_reply(int sock, const struct wire_head *h)
-{
-	msgpack_sbuffer sb;
-	msgpack_sbuffer_init(&sb);
-	int e = wire_pack_reply(&sb, h, NULL, 0, NULL, 0);
-	if (!e)
-		e = sock_send(sock, sb.data, sb.size, NULL, 0);
-	msgpack_sbuffer_destroy(&sb);
-	return e;
-}
-
-static int send_error(int sock, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int send_error(int sock, int err, const char *fmt, ...)
-{
-	char why[512];
-	va_list ap;
-	va_start(ap, fmt);
-	why_vfmt(why, sizeof why, 0, fmt, ap);
-	va_end(ap);
-	struct wire_head h = { .err = err < 0 ? -err : err, .msg = why };
-	return send_reply(sock, &h);
-}
-
-/* One message's worth: allocations from *ai (distinct descriptors at most
- * RPC_FDS_PER_MSG, or the pieces of one allocation), then entry chunks from (*ei, *voff),
- * within GMSFS_MSG_MAX. */
-#define RPC_PIECES_PER_MSG 512
-struct batch {
-	struct wire_alloc a[GMSFS_FDS_PER_MSG];
-	size_t na;
-	struct wire_chunk c[512];
-	size_t nc;
-	int fds[GMSFS_PIECES_MAX > RPC_FDS_PER_MSG ? GMSFS_PIECES_MAX : RPC_FDS_PER_MSG];
-	size_t nfds;
-	struct wire_piece p[RPC_PIECES_PER_MSG]; /* the allocations' pieces, theirs in order */
-	size_t np;
-	size_t bytes;
-};
-
-/* The slot of each piece of x's memory among the message's descriptors, added where new:
- * false when they do not fit (the message is full; nothing of x was added). */
-static int batch_fds(struct batch *b, const struct xset *s, const struct xalloc *x, uint32_t *slot, bool *fit)
-{
-	size_t had = b->nfds, room = b->na ? RPC_FDS_PER_MSG : sizeof b->fds / sizeof b->fds[0];
-	*fit = false;
-	for (size_t k = 0; k < vmm_npieces(x->buf); k++) {
-		int fd = vmm_export(vmm_piece(x->buf, k), s->read_only);
-		if (fd < 0)
-			return fd;
-		for (slot[k] = 0; slot[k] < b->nfds && b->fds[slot[k]] != fd; slot[k]++)
-			;
-		if (slot[k] == b->nfds) {
-			if (b->nfds == room) {
-				b->nfds = had;
-				return 0;
-			}
-			b->fds[b->nfds++] = fd;
-		}
-	}
-	*fit = true;
-	return 0;
-}
-
-static int batch_allocs(struct batch *b, const struct xset *s, size_t *ai)
-{
-	for (; *ai < s->na && b->na < GMSFS_FDS_PER_MSG; ++*ai) {
-		const struct xalloc *x = &s->a[*ai];
-		size_t n = x->buf->npieces, cost = wire_alloc_cost(x->path, x->tag) + n * 24;
-		if (b->na && (b->bytes + cost > GMSFS_MSG_MAX || b->np + n > RPC_PIECES_PER_MSG))
-			break;
-		uint32_t slot[GMSFS_PIECES_MAX] = {0};
-		bool fit = true;
-		int e = s->fds ? batch_fds(b, s, x, slot, &fit) : 0;
-		if (e || !fit)
-			return e ? e : b->na ? 0 : -E2BIG; /* the next message; none holds more pieces */
-		for (size_t k = 0; k < n; k++) /* in pieces: each its descriptor and offset */
-			b->p[b->np + k] = (struct wire_piece){ .fd = slot[k], .fd_offset = x->buf->pieces[k]->offset };
-		struct vmm_buf *first = vmm_piece(x->buf, 0);
-		b->a[b->na++] = (struct wire_alloc){ .path = x->path, .tag = x->tag, .size = x->size, .aligned = x->aligned,
-						     .fd = slot[0], .fd_offset = first->offset,
-						     .piece = n ? first->size : 0, .pieces = n ? &b->p[b->np] : NULL,
-						     .npieces = (uint32_t)n };
-		b->np += n;
-		b->bytes += cost;
-	}
-	return 0;
-}
-
-static void batch_entries(struct batch *b, const struct xset *s, size_t *ei, size_t *voff)
-{
-	while (*ei < s->ne && b->nc < sizeof b->c / sizeof b->c[0]) {
-		const struct entry_rec *x = &s->e[*ei];
-		size_t fixed = wire_chunk_cost(x->key, x->alloc, 0);
-		if (b->bytes + fixed + (x->value_len - *voff ? 1 : 0) > GMSFS_MSG_MAX)
-			break;
-		size_t room = GMSFS_MSG_MAX - b->bytes - fixed, n = x->value_len - *voff < room ? x->value_len - *voff : room;
-		b->c[b->nc++] = (struct wire_chunk){ .key = x->key, .alloc = x->alloc, .offset = x->offset,
-						     .size = x->size, .flags = x->flags, .value_len = x->value_len,
-						     .voff = *voff, .bytes = (uint8_t *)x->value + *voff, .nbytes = n };
-		b->bytes += fixed + n;
-		*voff += n;
-		if (*voff == x->value_len) {
-			++*ei;
-			*voff = 0;
-		}
-	}
-}
-
-static int send_set(int sock, const struct xset *s)
-{
-	struct batch *b = malloc(sizeof *b);
-	/* One buffer for every message, reserved once: a big manifest is thousands of them. */
-	msgpack_sbuffer sb = { .data = malloc(GMSFS_MSG_MAX + 4096), .alloc = GMSFS_MSG_MAX + 4096 };
-	int e = b && sb.data ? 0 : -ENOMEM;
-	size_t ai = 0, ei = 0, voff = 0;
-	while (!e) {
-		b->na = b->nc = b->nfds = b->np = 0;
-		b->bytes = WIRE_HEAD_COST;
-		size_t first = ai;
-		if ((e = batch_allocs(b, s, &ai)))
-			break;
-		if (ai == s->na)
-			batch_entries(b, s, &ei, &voff);
-		struct wire_head h = { .manifest = true, .total = s->na, .nentries = s->ne, .first = first,
-				       .last = ai == s->na && ei == s->ne, .has_gen = s->has_gen, .gen = s->gen };
-		msgpack_sbuffer_clear(&sb);
-		if (!(e = wire_pack_reply(&sb, &h, b->a, b->na, b->c, b->nc)))
-			e = sock_send(sock, sb.data, sb.size, b->fds, b->nfds);
-		if (h.last)
-			break;
-	}
-	msgpack_sbuffer_destroy(&sb);
-	free(b);
-	return e;
-}
 
 /* ---- requests ---- */
+
+/* Whether h's exports of the last commit's allocations go read-only: a plain writer's
+ * session.  A data-only one asked to write in place by its mode; a kept one writes its
+ * own layout (its engine's pages). */
+static bool export_guarded(const struct fs_handle *h)
+{
+	const struct fsm *f = &store_lock(h->store)->fsm;
+	return lock_writes(h) && !f->data && !f->kept && !f->beside;
+}
 
 /* The export of a handle's view: everything, or the named allocations; fs->mu held. */
 static int collect(struct fs_handle *h, const struct wire_body *body, struct xset *s, char *why, size_t whylen)
@@ -260,6 +96,8 @@ static int collect(struct fs_handle *h, const struct wire_body *body, struct xse
 	s->read_only = !lock_writes(h);
 	s->fds = body ? body->fds : true;
 	s->h = h;
+	s->guard = export_guarded(h);
+	s->ask_in_place = body && body->in_place;
 	int e = 0;
 	if (body && body->has_names) {
 		for (size_t i = 0; i < body->nnames && !e; i++) {
@@ -316,6 +154,7 @@ static int do_redeem(struct fs *fs, const struct rpc_req *r, struct xset *s, cha
 	s->read_only = !lock_writes(h);
 	s->fds = true;
 	s->h = h;
+	s->guard = export_guarded(h);
 	if (!h->node->linked) {
 		snprintf(why, whylen, "the allocation was removed");
 		return -ESTALE;
@@ -445,6 +284,8 @@ static int do_export(struct fs *fs, const struct rpc_req *r, const struct wire_b
 {
 	int e = 0;
 	struct fs_handle *h = bound(fs, r, false, true, &e, why, whylen);
+	if (h && body->in_place && !lock_writes(h))
+		return why_fmt(why, whylen, -EPERM, "inplace: only the writer's session writes the last commit in place");
 	if (h && lock_writes(h) && version_beside(h->store) && body->fds &&
 	    !(e = version_copy_named(h->store, h, body->has_names ? body->names : NULL, body->nnames, why, whylen)))
 		h = bound(fs, r, false, false, &e, why, whylen);
@@ -521,7 +362,7 @@ static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 	fs_busy(fs);
 	int e = wire_parse_body(r->op, r->body, r->body_len, &body, why, sizeof why);
 	if (e) {
-		send_error(r->sock, e, "%s", why);
+		reply_error(r->sock, e, "%s", why);
 		return 0; /* malformed: drop the connection */
 	}
 	size_t items = body.nallocs + body.nentries + body.nnames;
@@ -570,21 +411,21 @@ static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 	int se;
 	if (e) {
 		fuse_log(FUSE_LOG_DEBUG, "gmsfs: socket: pid %d op %d: %s\n", (int)r->pid, (int)r->op, why);
-		se = send_error(r->sock, e, "%s", why[0] ? why : strerror(-e));
+		se = reply_error(r->sock, e, "%s", why[0] ? why : strerror(-e));
 	} else if (manifest) {
-		se = send_set(r->sock, &s);
+		se = reply_set(r->sock, &s);
 		if (t[0]) /* GMSFS_TRACE_RPC: an export's wait for fs->mu, collection, send */
 			fuse_log(FUSE_LOG_INFO, "gmsfs: socket: an export waited %.0f us for the daemon's mutex, collected in "
 				 "%.0f us, sent in %.0f us\n", (t[1] - t[0]) / 1e3, (t[2] - t[1]) / 1e3, (clock_mono_ns() - t[2]) / 1e3);
 	} else {
 		struct wire_head h = {0};
-		se = send_reply(r->sock, &h);
+		se = reply_plain(r->sock, &h);
 	}
 	if (se) /* a client gone before its reply (it exited) is no fault of the daemon's */
 		fuse_log(se == -EPIPE || se == -ECONNRESET ? FUSE_LOG_DEBUG : FUSE_LOG_WARNING,
 			 "gmsfs: socket: pid %d: sending the reply: %s\n", (int)r->pid, strerror(-se));
 	items += s.na + s.ne;
-	xset_free(&s);
+	reply_free(&s);
 	/* A call of many items (a big export, a bulk put) leaves large free blocks in
 	 * malloc's arenas: give them back, or the daemon keeps them for good. */
 	if (items >= FS_TRIM_ITEMS)
