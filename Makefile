@@ -37,7 +37,7 @@ override CFLAGS += -DGMSFS_HAVE_CUDA -I$(CUDA_INC)
 HAVE_CUDA := 1
 endif
 FS_SRC := $(addprefix src/fs/,main.c options.c node.c memory.c ops.c ops_handle.c ops_tree.c ops_file.c ops_xattr.c ops_ioctl.c fault.c version.c \
-	store.c lock.c lock_restart.c lock_member.c wait.c inval.c caller.c text.c mnt.c log.c tier.c tier_move.c tier_room.c image.c handover.c keep.c keep_start.c keep_watch.c export/ticket.c export/sock.c export/sock_accept.c export/rpc.c)
+	store.c lock.c lock_restart.c lock_member.c wait.c inval.c caller.c text.c mnt.c log.c tier.c tier_move.c tier_room.c image.c handover.c keep.c keep_start.c keep_watch.c export/ticket.c export/sock.c export/sock_accept.c export/rpc_reply.c export/rpc.c)
 DAEMON_SRC := $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(WIRE_SRC)
 DAEMON_HDR := $(COMMON_HDR) $(wildcard src/*/*.h src/*/*/*.h)
 
@@ -52,7 +52,7 @@ UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-session $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
-LOADER_SRC := loader/json.c loader/safetensors.c loader/copy.c loader/peer.c loader/gms_format.c loader/snap.c loader/store_files.c
+LOADER_SRC := loader/json.c loader/layout_hash.c loader/safetensors.c loader/copy.c loader/peer.c loader/gms_format.c loader/snap.c loader/store_files.c
 LOAD_SONAME := libgmsfs-load.so.0
 # gmsfs-peer (serve and pull stores between nodes) is built where UCX is (libucx-dev).
 UCX_CFLAGS := $(shell $(PKG_CONFIG) --cflags ucx 2>/dev/null)
@@ -179,20 +179,24 @@ check-unit: $(UNIT)
 	prove $(UNIT)
 
 ASAN_CFLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-QUICK_TESTS := $(UNIT) tests/layout.sh tests/*.bats tests/python.sh tests/memory.sh tests/docs.sh tests/wheel.sh
-# The whole suite, one prove run: C unit tests are TAP programs, mount tests are bats
-# files; then the mount tests again on an ASan+UBSan build and with the daemon under
-# valgrind, every fuzzer for 30 s, the Debian packages (built, installed, used,
-# purged: tests/debs.sh) and the container images (built and run: tests/container.sh).
-# Installs what is missing first, then builds in a sub-make (pkg-config must see the
-# packages).  make check-quick: the first part only.
+# The longest files first, so that two at a time end together (tests/README.md has the times).
+LONG_BATS := tests/62-peer.bats tests/58-faults.bats tests/25-waiting.bats tests/57-operations.bats
+QUICK_TESTS := tests/python.sh $(LONG_BATS) $(filter-out $(LONG_BATS),$(wildcard tests/*.bats)) tests/wheel.sh \
+	tests/memory.sh tests/docs.sh tests/layout.sh $(UNIT)
+# The whole suite, one prove run, two files at a time (tests/check.sh, which then names
+# the slowest files and tests, and fails past 45 minutes): C unit tests are TAP programs,
+# mount tests are bats files; the mount tests again with the daemon under valgrind and on
+# an ASan+UBSan build, the container images (built and run: tests/container.sh), every
+# fuzzer for 30 s, and last, alone, the Debian packages (built, installed, used, purged:
+# tests/debs.sh).  Installs what is missing first, then builds in a sub-make (pkg-config
+# must see the packages).  make check-quick: the first part only, within 5 minutes.
 check: deps
 	$(MAKE) all fuzzers
 	$(MAKE) all B=build-asan CFLAGS="$(ASAN_CFLAGS)"
-	prove --exec tests/tap-exec $(QUICK_TESTS) tests/sanitizers.sh tests/valgrind.sh tests/fuzz.sh tests/debs.sh tests/container.sh
+	bash tests/check.sh tests/valgrind.sh tests/sanitizers.sh tests/container.sh $(QUICK_TESTS) tests/fuzz.sh tests/debs.sh
 
 check-quick: all
-	prove --exec tests/tap-exec $(QUICK_TESTS)
+	GMSFS_CHECK_LIMIT_S=300 bash tests/check.sh $(QUICK_TESTS)
 
 check-asan:
 	$(MAKE) all B=build-asan CFLAGS="$(ASAN_CFLAGS)"

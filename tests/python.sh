@@ -15,7 +15,7 @@ for c in cases:
     n += 1
     bad = c.find("failure") if c.find("failure") is not None else c.find("error")
     skip = c.find("skipped")
-    name = "%s %s" % (c.get("classname", "").rsplit(".", 1)[-1], c.get("name"))
+    name = "%s %s in %dms" % (c.get("classname", "").rsplit(".", 1)[-1], c.get("name"), float(c.get("time", 0)) * 1000)
     if bad is not None:
         failed += 1
         print("not ok %d - %s" % (n, name))

@@ -26,12 +26,18 @@ valgrind)
 	;;
 esac
 export GMSFS_DAEMON_LOGS=$logs
-files=$(ls tests/*.bats)
+files=${GMSFS_VARIANT_FILES:-$(ls tests/*.bats)}
 # Under valgrind, 58-faults.bats's daemons run unwrapped (it times the bounds of commands
 # on a stopped daemon): a second plain run of it would check nothing more.
 [ "$kind" = valgrind ] && files=$(printf '%s\n' "$files" | grep -v '/58-faults\.bats$')
-# shellcheck disable=SC2086
-out=$(bats --tap $files 2>&1)
+# One bats run per file, each timed (bats --timing: each test's own time on its line), so that
+# the checker's cost is seen file by file (tests/check.sh lists the slowest).
+# Numbered anew across the files, as one TAP stream.
+out=$(for f in $files; do
+	t0=$EPOCHREALTIME
+	bats --tap --timing "$f" 2>&1
+	echo "# time ${f##*/}: $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
+done | awk '/^(not )?ok [0-9]+/ { n++; sub(/ok [0-9]+/, "ok " n) } { print }')
 printf '%s\n' "$out" >"$logs/tap.out"
 printf '%s\n' "$out" | grep -v '^1\.\.[0-9]*$'
 n=$(printf '%s\n' "$out" | grep -c '^\(not \)\?ok ')

@@ -6,10 +6,11 @@ t() { # t NAME CMD...: one TAP line; the command's output as comments when it fa
 	local name=$1 out rc
 	shift
 	n=$((n + 1))
+	local t0=$EPOCHREALTIME
 	out=$("$@" 2>&1)
 	rc=$?
 	if [ $rc -eq 0 ]; then
-		echo "ok $n - $name"
+		echo "ok $n - $name in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%d", (b - a) * 1000 }')ms"
 	else
 		echo "not ok $n - $name (exit $rc)"
 		# On stderr too: prove shows a script's stderr, not its comments, so CI's log says why.
