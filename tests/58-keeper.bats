@@ -297,3 +297,31 @@ PY
 	grep -q '"keep": {"armed": true' "$T/m/status.json"
 	umount "$T/m"
 }
+
+@test "gmsfs-keeper killed and started again at once, twice in a row (its socket may get the same inode number): every store handed again; the daemon's SIGKILL then loses nothing" {
+	start_keeper
+	mkdir "$T/m"
+	run_daemon
+	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
+	mkdir "$T/m/llama" "$T/m/qwen"
+	commit_store "$T/m/llama" "weights1"
+	commit_store "$T/m/qwen" "weights2"
+	hash=$(cat "$T/m/llama/layout_hash")
+	for round in 1 2; do
+		before=$(grep -c "every store handed to the service manager again" "$T/daemon.log" || true)
+		kill -9 "$KEEPER_PID"
+		wait "$KEEPER_PID" || true
+		start_keeper # at once: within the daemon's look at its socket, once a second
+		wait_until eval '[ "$(grep -c "every store handed to the service manager again" "$T/daemon.log")" -gt "$before" ]'
+		run "$KEEPER" --check "$T/keep"
+		assert_output --partial "daemons, descriptors: 1 3" # round $round: two stores, the mark
+	done
+	old=$(daemon_pid "$T/m")
+	kill -9 "$old"
+	run_daemon
+	wait_until served_by_other "$T/m" "$old"
+	assert_equal "$(cat "$T/m/llama/layout_hash")" "$hash"
+	assert_equal "$(head -c 8 "$T/m/llama/allocs/w")" weights1
+	assert_equal "$(head -c 8 "$T/m/qwen/allocs/w")" weights2
+	umount "$T/m"
+}

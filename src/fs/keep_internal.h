@@ -57,6 +57,7 @@ struct keep {
 	char why[256];
 	dev_t sock_dev;
 	ino_t sock_ino;
+	struct timespec sock_ctime; /* with the inode: a socket bound anew at once may reuse its number */
 	unsigned retry_s, retry_in_s; /* a failed hand-over is tried again after these seconds */
 	pthread_t watch;
 	pthread_cond_t wake;

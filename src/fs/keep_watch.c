@@ -3,7 +3,9 @@
  * is killed and restarted by the kubelet, and what it held went with it, while this daemon
  * serves on.  Every KEEP_WATCH_MS this thread looks at the manager's socket: nobody bound
  * to it (a connect, no message), the stores are not kept (said in the log, status.json
- * and gmsfs_keep_armed); another file there (a new keeper binds it again at its start),
+ * and gmsfs_keep_armed); another file there (a new keeper binds it again at its start: told
+ * by its inode and the time it was made, for a keeper back within a second may be given the
+ * inode number of the one before),
  * or a manager back after a message that failed, and every store's image is written again
  * with every descriptor handed to it anew.  An abstract socket ("@name") has no file: a
  * manager back there is taken as a new one. */
@@ -48,6 +50,17 @@ static size_t hand_all(struct fs *fs, struct keep *k)
 }
 
 /* k->mu held: the manager's socket file now; false where it is gone (or abstract). */
+static bool same_file(const struct keep *k, const struct stat *s)
+{
+	return s->st_ino == k->sock_ino && s->st_dev == k->sock_dev && s->st_ctim.tv_sec == k->sock_ctime.tv_sec &&
+	       s->st_ctim.tv_nsec == k->sock_ctime.tv_nsec;
+}
+
+static void remember(struct keep *k, const struct stat *s)
+{
+	k->sock_dev = s->st_dev, k->sock_ino = s->st_ino, k->sock_ctime = s->st_ctim;
+}
+
 static bool sock_file(struct keep *k, struct stat *s)
 {
 	return k->addr.sun_path[0] && !stat(k->addr.sun_path, s) && S_ISSOCK(s->st_mode);
@@ -73,7 +86,7 @@ static void *watch(void *arg)
 		struct timespec t = clock_after_ms(CLOCK_REALTIME, KEEP_WATCH_MS);
 		pthread_cond_timedwait(&k->wake, &k->mu, &t);
 		struct stat s;
-		bool there = sock_file(k, &s), other = there && (s.st_ino != k->sock_ino || s.st_dev != k->sock_dev);
+		bool there = sock_file(k, &s), other = there && !same_file(k, &s);
 		int dead = sock_alive(k);
 		if (k->stopping)
 			break;
@@ -91,8 +104,10 @@ static void *watch(void *arg)
 		size_t n = fs->stores->n;
 		pthread_mutex_unlock(&fs->mu);
 		pthread_mutex_lock(&k->mu);
-		if (other)
-			k->sock_dev = s.st_dev, k->sock_ino = s.st_ino, k->retry_s = 0;
+		if (other) {
+			remember(k, &s);
+			k->retry_s = 0;
+		}
 		if (failed || !k->armed) {
 			k->retry_s = k->retry_s ? (2 * k->retry_s > KEEP_RETRY_MAX_S ? KEEP_RETRY_MAX_S : 2 * k->retry_s) : 1;
 			k->retry_in_s = k->retry_s;
@@ -115,7 +130,7 @@ int keep_watch_start(struct fs *fs)
 	struct stat s;
 	pthread_cond_init(&k->wake, NULL);
 	if (sock_file(k, &s))
-		k->sock_dev = s.st_dev, k->sock_ino = s.st_ino;
+		remember(k, &s);
 	int e = pthread_create(&k->watch, NULL, watch, fs);
 	k->watching = !e;
 	return -e;
