@@ -7,6 +7,7 @@
 #include "serve.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,18 @@ static int split_allow(char *list, struct sv_options *o)
 		o->allow[o->nallow++] = t;
 	}
 	return o->nallow ? 0 : -1;
+}
+
+/* serve ends on SIGTERM or SIGINT with status 0, as gmsfs-peer(1) says: a pull under way
+ * loses its connection and leaves its target uncommitted; the read locks go with the
+ * process.  (Only write(2) and _exit here: a signal handler's.) */
+static void stop_serving(int sig)
+{
+	static const char msg[] = "gmsfs-peer: stopped serving (SIGTERM or SIGINT)\n";
+	ssize_t w = write(2, msg, sizeof msg - 1);
+	(void)w;
+	(void)sig;
+	_exit(0);
 }
 
 int main(int argc, char **argv)
@@ -137,6 +150,9 @@ int main(int argc, char **argv)
 		o.addr = addr;
 		o.timeout_ms = timeout_ms;
 		o.peers = peers;
+		struct sigaction sa = { .sa_handler = stop_serving };
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGINT, &sa, NULL);
 		return sv_serve(&o) ? 1 : 0;
 	}
 	e = pl_pull(pos[0], pos[1], o.token, o.token_len, timeout_ms, (uint32_t)stripes, !quiet && isatty(2), how,

@@ -32,7 +32,7 @@ int main(int argc, char **argv)
 			flags |= GMSFS_LOAD_VERBOSE;
 		} else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
 			double t = strtod(argv[++i], &end);
-			if (*end || t < 0 || t > 86400)
+			if (end == argv[i] || *end || !(t >= 0 && t <= 86400)) /* nan too */
 				return usage();
 			timeout_ms = (int)(t * 1000);
 		} else if (!strcmp(argv[i], "--slab") && i + 1 < argc) {

@@ -142,8 +142,15 @@ GMSFS_API int gmsfs_copy(const char *src, const char *dst, int timeout_ms, char 
 	size_t ne = 0, na = 0;
 	const struct gmsfs_mapping *v = NULL;
 	how[0] = err[0] = '\0';
+	/* A target that holds a committed layout is refused at once, before any wait (source
+	 * and target swapped: the empty source's read lock would wait for a first commit);
+	 * checked again under its lock below. */
+	int e = sf_allocations(dst) > 0 ? -EEXIST : 0;
+	if (e)
+		snprintf(err, errlen, "%s holds allocations already: copy into an empty store", dst);
 	/* Each side connects and maps in its own GPU's context (cp_open makes it current). */
-	int e = cp_open(src, &from, err, errlen);
+	if (!e)
+		e = cp_open(src, &from, err, errlen);
 	if (!e && (e = gmsfs_connect(&gs, src, GMSFS_RO, timeout_ms)))
 		snprintf(err, errlen, "%s: %s", src, gs ? gmsfs_errmsg(gs) : gmsfs_strerror(e));
 	if (!e && ((e = gmsfs_import_all(gs)) || (e = gmsfs_meta_get_all(gs, "", &keys, &m, &ne)) ||

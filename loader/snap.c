@@ -16,6 +16,7 @@
 #include "copy.h"
 #include "store_files.h"
 #include "json.h"
+#include "layout_hash.h"
 
 #include <gmsfs/gmsfs.h>
 
@@ -467,9 +468,19 @@ int snap_restore(const char *store, const char *dir, int timeout_ms, bool quiet,
 		if (!(dig[i] = calloc(pieces(nv[i].size) + 1, sizeof **dig)))
 			e = -ENOMEM;
 	}
+	/* What will be committed hashes to what the manifest records, before anything is: an
+	 * edited name, size, tag, key or value is refused here, the target left as it was. */
+	char mine[33];
+	const char *want = e ? "" : field(&root, "layout_hash", JS_STRING)->s;
+	if (!e && !(e = lh_of(nv, na, ev, ne, mine)) && strcmp(mine, want))
+		e = -EINVAL, snprintf(err, errlen, "%s/manifest.json: its allocations and entries hash to %s, not the "
+						   "layout hash it records (%s): edited or damaged, nothing restored", dir,
+				      mine, want);
 	struct cp *c = NULL;
 	gmsfs *g = NULL;
 	phase(&t, "the manifest and the shards' sizes checked");
+	if (!e && sf_allocations(store) > 0) /* at once, before any wait (checked again under the lock) */
+		e = -EEXIST, snprintf(err, errlen, "%s holds allocations already: restore into an empty store", store);
 	if (!e)
 		e = cp_open(store, &c, err, errlen);
 	phase(&t, "the device's context and pinned buffers");
@@ -500,8 +511,8 @@ int snap_restore(const char *store, const char *dir, int timeout_ms, bool quiet,
 		snprintf(err, errlen, "%s", gmsfs_errmsg(g));
 	if (!e && (e = gmsfs_commit(g)))
 		snprintf(err, errlen, "commit: %s", gmsfs_errmsg(g));
-	/* The same allocations and entries give the same hash; say so if they did not. */
-	const char *want = e ? "" : field(&root, "layout_hash", JS_STRING)->s;
+	/* The same allocations and entries give the same hash, checked above: said if the
+	 * daemon's differs all the same. */
 	if (!e && (e = gmsfs_layout_hash(g, hash)))
 		snprintf(err, errlen, "%s", gmsfs_errmsg(g));
 	if (!e && strcmp(hash, want))

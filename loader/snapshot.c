@@ -109,6 +109,31 @@ static void *gpu_main(void *arg)
 	return NULL;
 }
 
+/* restore --all: the GPUs DIR holds that no mount here serves, each said: 1 each. */
+static int skipped(const char *dir, const struct gpu *g, size_t n)
+{
+	DIR *d = opendir(dir);
+	struct dirent *x;
+	int missed = 0;
+	while (d && (x = readdir(d))) {
+		char sub[8800];
+		snprintf(sub, sizeof sub, "%s/%s", dir, x->d_name);
+		if (x->d_name[0] == '.' || !is_dir(sub))
+			continue;
+		size_t i = 0;
+		while (i < n && strcmp(g[i].uuid, x->d_name))
+			i++;
+		if (i == n) {
+			fprintf(stderr, "gmsfs-snapshot: %s: no mount here serves GPU %s: its stores were not restored\n", sub,
+				x->d_name);
+			missed++;
+		}
+	}
+	if (d)
+		closedir(d);
+	return missed;
+}
+
 /* --all: every mount named (none: every gmsfs mount), a thread each. */
 static int all(bool save, const char *dir, char **named, int nnamed, int timeout_ms, bool quiet)
 {
@@ -139,8 +164,11 @@ static int all(bool save, const char *dir, char **named, int nnamed, int timeout
 			failed++;
 			continue;
 		}
-		if (!save && !is_dir(sub)) /* nothing of this GPU's in DIR */
+		if (!save && !is_dir(sub)) { /* nothing of this GPU's in DIR */
+			if (!quiet)
+				printf("%s (GPU %s): nothing of it in %s\n", found[i], g[i].uuid, dir);
 			continue;
+		}
 		if (pthread_create(&t[i], NULL, gpu_main, &g[i]))
 			gpu_main(&g[i]);
 	}
@@ -149,6 +177,8 @@ static int all(bool save, const char *dir, char **named, int nnamed, int timeout
 			pthread_join(t[i], NULL);
 		failed += g[i].failed;
 	}
+	if (!save)
+		failed += skipped(dir, g, n);
 	free(g);
 	free(t);
 	return failed ? 1 : 0;
@@ -169,9 +199,15 @@ int main(int argc, char **argv)
 			gms = true;
 		else if (!strcmp(argv[i], "--all"))
 			every = true;
-		else if (!strcmp(argv[i], "-t") && i + 1 < argc)
-			timeout_ms = (int)(atof(argv[++i]) * 1000);
-		else if (n < 64)
+		else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
+			char *end; /* seconds, 0 to a day: nan, inf, a negative or a typo refused (exit 2) */
+			double v = strtod(argv[++i], &end);
+			if (end == argv[i] || *end || !(v >= 0 && v <= 86400)) {
+				fprintf(stderr, "gmsfs-snapshot: -t %s: seconds from 0 to 86400\n", argv[i]);
+				return 2;
+			}
+			timeout_ms = (int)(v * 1000);
+		} else if (n < 64)
 			pos[n++] = argv[i];
 		else
 			n = 65;

@@ -79,6 +79,18 @@ def test_a_target_with_allocations_is_refused_and_left_as_it_was(pair):
     assert state(dst)["layout_hash"] == h and state(dst)["writer"] == "0"
 
 
+def test_source_and_target_swapped_is_refused_at_once(pair):
+    """The committed store given as the target and the empty one as the source: refused at
+    once (EEXIST), not left waiting for the empty source's first commit; nothing changes."""
+    src, dst = pair
+    h = state(src)["layout_hash"]
+    t = time.monotonic()
+    r = subprocess.run([CTL, "copy", dst, src], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "holds allocations already" in r.stderr, r.stderr
+    assert time.monotonic() - t < 5
+    assert state(src)["layout_hash"] == h and state(dst)["state"] == "EMPTY"
+
+
 def test_the_commands_say_how_the_bytes_went(pair):
     src, dst = pair
     r = subprocess.run([CTL, "copy", src, dst], capture_output=True, text=True, timeout=60)
@@ -192,8 +204,29 @@ def test_every_store_of_every_gpu_in_one_command(gpu_a, gpu_b, tmp_path):
     for s, h in hashes.items():
         if not s.endswith("/y"):
             assert state(s)["layout_hash"] == h, s
+    # Only gpu_a's mount named: gpu_b's stores in the snapshot are skipped, said, exit 1.
+    for s in hashes:
+        if not s.endswith("/y"):
+            os.rmdir(s)
+    r = subprocess.run([SNAP, "restore", "--all", str(snap), gpu_a], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "no mount here serves GPU host-snap-b: its stores were not restored" in r.stderr, \
+        r.stderr
+    assert "/x <- " in r.stdout and state(os.path.join(gpu_a, "x"))["layout_hash"] == hashes[os.path.join(gpu_a, "x")]
+    # A mount the snapshot has nothing of is said on stdout, and is no failure.
+    os.rmdir(os.path.join(gpu_a, "x"))
+    os.rmdir(os.path.join(gpu_a, "y"))
+    os.mkdir(os.path.join(gpu_a, "y"))
+    r = subprocess.run([SNAP, "restore", "--all", str(snap / "host-snap-a" / ".."), gpu_b], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and "GPU host-snap-a" in r.stderr and "/z <- " in r.stdout, (r.stdout, r.stderr)
+    empty = tmp_path / "none"
+    (empty / "host-other").mkdir(parents=True)
+    r = subprocess.run([SNAP, "restore", "--all", str(empty), gpu_b], capture_output=True, text=True, timeout=60)
+    assert "%s (GPU host-snap-b): nothing of it in %s" % (gpu_b, empty) in r.stdout, r.stdout
     r = subprocess.run([SNAP, "save", "--all"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "usage" in r.stderr
+    os.rmdir(os.path.join(gpu_a, "y"))
     for s in hashes:
-        os.rmdir(s)
+        if os.path.isdir(s):
+            os.rmdir(s)
     os.rmdir(os.path.join(gpu_a, "empty"))

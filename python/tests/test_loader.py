@@ -356,6 +356,17 @@ def test_a_snapshot_that_differs_is_refused_and_restores_nothing(store, tmp_path
     (snap / "manifest.json").write_text(text.replace('"shard": %d, "offset": %d' % (victim["shard"], victim["offset"]),
                                                      '"shard": %d, "offset": %d' % (victim["shard"], len(good))))
     refused_and_untouched(target, run(SNAP, "restore", target, str(snap)), "lies outside its shard")
+    # Edited by one hex digit or one letter where every field still parses: an entry's value,
+    # a tag, a key, the layout hash itself.  Refused before the commit (it was committed,
+    # then refused, before), the target as it was.
+    edits = [('"value": "00ff10"', '"value": "00ff11"'), ('"tag": "%s"' % victim["tag"], '"tag": "%sx"' % victim["tag"]),
+             ('"key": "', '"key": "x'), ('"layout_hash": "%s' % man["layout_hash"][:31],
+                                         '"layout_hash": "%s' % man["layout_hash"][:30] +
+                                         ("0" if man["layout_hash"][30] != "0" else "1"))]
+    for old_, new_ in edits:
+        assert old_ in text, old_
+        (snap / "manifest.json").write_text(text.replace(old_, new_, 1))
+        refused_and_untouched(target, run(SNAP, "restore", target, str(snap)), "edited or damaged, nothing restored")
     (snap / "manifest.json").unlink()
     refused_and_untouched(target, run(SNAP, "restore", target, str(snap)), "a save that did not finish leaves none")
     (snap / "layout.json").write_text("{}")  # what format 1 wrote

@@ -1,0 +1,92 @@
+/* layout_hash: the layout hash of gmsfs(5) (XXH3-128 over the canonical encoding, as the
+ * daemon's src/meta/layout_hash.c computes it at a commit) of a layout given as the
+ * allocations and entries a client is about to make: a restore checks what its manifest
+ * records before anything is committed. */
+#include "layout_hash.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#define XXH_INLINE_ALL /* header only: the loader links nothing more */
+#include <xxhash.h>
+
+static void put_u32(XXH3_state_t *st, uint32_t v)
+{
+	uint8_t b[4] = { v, v >> 8, v >> 16, v >> 24 };
+	XXH3_128bits_update(st, b, 4);
+}
+
+static void put_u64(XXH3_state_t *st, uint64_t v)
+{
+	uint8_t b[8];
+	for (int i = 0; i < 8; i++)
+		b[i] = v >> (8 * i);
+	XXH3_128bits_update(st, b, 8);
+}
+
+static void put_bytes(XXH3_state_t *st, const void *p, size_t len)
+{
+	put_u32(st, (uint32_t)len);
+	if (len)
+		XXH3_128bits_update(st, p, len);
+}
+
+static void put_str(XXH3_state_t *st, const char *s)
+{
+	put_bytes(st, s ? s : "", s ? strlen(s) : 0);
+}
+
+static const struct gmsfs_new *sort_nv;
+static const struct gmsfs_entry *sort_ev;
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(sort_nv[*(const size_t *)a].name, sort_nv[*(const size_t *)b].name);
+}
+
+static int by_key(const void *a, const void *b)
+{
+	return strcmp(sort_ev[*(const size_t *)a].key, sort_ev[*(const size_t *)b].key);
+}
+
+int lh_of(const struct gmsfs_new *nv, size_t na, const struct gmsfs_entry *ev, size_t ne, char hex[33])
+{
+	size_t *ia = malloc((na ? na : 1) * sizeof *ia), *ie = malloc((ne ? ne : 1) * sizeof *ie);
+	XXH3_state_t *st = XXH3_createState();
+	if (!ia || !ie || !st) {
+		free(ia), free(ie), XXH3_freeState(st);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < na; i++)
+		ia[i] = i;
+	for (size_t i = 0; i < ne; i++)
+		ie[i] = i;
+	sort_nv = nv, sort_ev = ev; /* the loader's one thread */
+	qsort(ia, na, sizeof *ia, by_name);
+	qsort(ie, ne, sizeof *ie, by_key);
+	XXH3_128bits_reset(st);
+	XXH3_128bits_update(st, "GMSFSLH2", 8);
+	put_u64(st, na);
+	for (size_t i = 0; i < na; i++) {
+		put_str(st, nv[ia[i]].name);
+		put_u64(st, nv[ia[i]].size);
+		put_str(st, nv[ia[i]].tag ? nv[ia[i]].tag : "default");
+	}
+	put_u64(st, ne);
+	for (size_t i = 0; i < ne; i++) {
+		const struct gmsfs_entry *x = &ev[ie[i]];
+		put_str(st, x->key);
+		put_str(st, x->alloc);
+		put_u64(st, x->offset);
+		put_u64(st, x->size);
+		put_u32(st, x->flags);
+		put_bytes(st, x->value, x->value_len);
+	}
+	XXH128_canonical_t c;
+	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+	for (int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", c.digest[i]);
+	XXH3_freeState(st);
+	free(ia), free(ie);
+	return 0;
+}
