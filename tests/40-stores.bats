@@ -156,6 +156,9 @@ given_back() {
 	assert_equal "$(cat "$BATS_TEST_TMPDIR/w.rc")" 0
 	release w
 	wait_until state_is "$MNT/big" EMPTY
+	# The writer gone, its session's last error is still said behind the rollback.
+	run state_of "$MNT/big" last_error
+	assert_output --regexp "^writer left without commit: rolled back to the last committed layout \(its last error: .*allocs/.*\)$"
 	run df -B1 --output=used "$MNT"
 	assert_line --regexp '^ *0$'
 }

@@ -122,6 +122,28 @@ assert len(list(text_string_to_metric_families(open(sys.argv[1]).read()))) > 5' 
 	done
 }
 
+@test "metrics --textfile after a clean stop: the mount gone is up 0 with no other series, said, exit 1" {
+	local m2 p2 f
+	m2=$(mktemp -d "$BATS_TEST_TMPDIR/m2.XXXXXX")
+	"$GMSFS" -f -o "device=host-stopping,socket=$m2.sock" "$m2" 2>/dev/null 3>&- &
+	p2=$!
+	EXTRA+=("$m2")
+	wait_until grep -q " $m2 fuse.gmsfs " /proc/mounts
+	mkdir "$m2/s" "$BATS_TEST_TMPDIR/tf"
+	f=$BATS_TEST_TMPDIR/tf/gmsfs-host-stopping.prom
+	ctl metrics --textfile "$BATS_TEST_TMPDIR/tf" || true # every mount of the machine (others may be stopped)
+	grep -q "^gmsfs_up{.*mount=\"$m2\"} 1$" "$f"
+	grep -q "^gmsfs_store_state{device=\"host-stopping\"" "$f"
+	umount "$m2" # a clean stop: the daemon ends, the mount is gone
+	wait $p2
+	run ctl metrics --textfile "$BATS_TEST_TMPDIR/tf"
+	assert_failure
+	assert_output --partial "$m2: its mount is gone (gmsfs_up 0)"
+	run cat "$f"
+	refute_output --partial gmsfs_store_state
+	assert_output --partial "mount=\"$m2\"} 0"
+}
+
 @test "metrics with a dead mount: gmsfs_up 0 for it and nothing stale, the live one written, exit 1; --version; --textfile must exist" {
 	local m2 p2
 	m2=$(mktemp -d "$BATS_TEST_TMPDIR/m2.XXXXXX")

@@ -84,6 +84,15 @@ within() {
 	assert_output --partial "does not answer within"
 	within 14 "${CTL[@]}" switch "$T/stuck/b" --timeout 2
 	assert_failure 1
+	# tier as a plain query waits for no move: the read's bound alone, not --timeout's 600 s.
+	within 8 "${CTL[@]}" tier "$T/stuck/b"
+	assert_failure 1
+	assert_output --partial "does not answer within 5 s"
+	# copy --timeout 2 out of the stopped mount: within it and the read's bound.
+	mkdir "$T/good/copied"
+	within 10 "${CTL[@]}" copy "$T/stuck/b" "$T/good/copied" --timeout 2
+	assert_failure 1
+	assert_output --partial "does not answer within 7 s"
 	within 8 "$GMSFS" -f -o takeover "$T/stuck"
 	assert_failure 1
 	assert_output --partial "does not answer within 5 s (stopped, or stuck): nothing was taken over"
@@ -203,4 +212,26 @@ PY
 	"$BUILD/gmsfs-example" read "$T/m/s" >/dev/null 2>&1 || "$PYTHON" -c "
 import sys; sys.path.insert(0, '$ROOT/python'); import gmsfs
 with gmsfs.connect('$T/m/s', 'ro') as c: c.import_all(); assert c.mappings"
+}
+
+@test "gmsfsctl --timeout: nan, inf, a negative or an absurd number of seconds refused with words, exit 2" {
+	for bad in nan inf -inf -1 1e12 soon; do
+		for verb in "wait $T/x" "tier $T/x" "switch $T/x" "copy $T/x $T/y"; do
+			# shellcheck disable=SC2086
+			run "${CTL[@]}" $verb "--timeout=$bad"
+			assert_failure 2
+			assert_output --regexp "argument --timeout: $bad: (seconds from 0 to 604800 \(a week\)|not a number of seconds)"
+		done
+		run "$BUILD/gmsfs-snapshot" save "$T/x" "$T/snap" -t "$bad"
+		assert_failure 2
+		assert_output "gmsfs-snapshot: -t $bad: seconds from 0 to 86400"
+		run "$BUILD/gmsfs-load" -t "$bad" "$T/x" "$T/model.safetensors"
+		assert_failure 2
+		run env PYTHONPATH="$ROOT/python" "$PYTHON" -c 'import sys, gmsfs
+try:
+    gmsfs.connect(sys.argv[1], "ro", timeout=float(sys.argv[2]) if sys.argv[2] != "soon" else sys.argv[2])
+except (ValueError, TypeError) as e:
+    print("refused:", e)' "$T/x" "$bad"
+		assert_output --partial "refused: timeout"
+	done
 }

@@ -60,6 +60,21 @@ def _dead_device(textfile, mount):
     return _mount_source(mount), None
 
 
+def _gone(textfile, written):
+    """The .prom files in textfile of mounts not written now (a clean stop lifted them, or
+    the mount is no more): {path: up-0 line}, from the up line each was written with."""
+    out = {}
+    for name in sorted(os.listdir(textfile)):
+        path = os.path.join(textfile, name)
+        if not (name.startswith("gmsfs-") and name.endswith(".prom")) or path in written:
+            continue
+        with open(path) as f:
+            ups = [line.rstrip("\n") for line in f if line.startswith("gmsfs_up{")]
+        if ups:
+            out[path] = ups[0].rsplit(" ", 1)[0] + " 0"
+    return out
+
+
 def _mount_source(mount):
     with open("/proc/self/mounts") as f:
         for line in f:
@@ -119,12 +134,20 @@ def metrics(args):
         files = {m: (dev[0], text + "\n".join(_UP_HEAD + [ups[m]]) + "\n") for m, (dev, text) in texts.items()}
         for m in dead:
             files[m] = (devs[m][0], "\n".join(_UP_HEAD + [ups[m]]) + "\n")
-        for m, (uuid, text) in files.items():
-            path = os.path.join(args.textfile, "gmsfs-%s.prom" % uuid)
+        paths = {os.path.join(args.textfile, "gmsfs-%s.prom" % uuid): text for uuid, text in files.values()}
+        # A mount written before and not now (a clean stop, a GPU no more): up 0 and no
+        # other series, not its last scrape's.  Named mounts only write what they name.
+        gone = {} if args.mounts else _gone(args.textfile, paths)
+        paths.update({p: "\n".join(_UP_HEAD + [up]) + "\n" for p, up in gone.items()})
+        for path, text in paths.items():
             tmp = "%s.%d.tmp" % (path, os.getpid())  # node_exporter reads *.prom only
             with open(tmp, "w") as f:
                 f.write(text)
             os.rename(tmp, path)  # never a half-written file for the collector
+        for path, up in gone.items():
+            print("gmsfsctl: %s: its mount is gone (gmsfs_up 0)" % up.split('mount="', 1)[-1].split('"', 1)[0],
+                  file=sys.stderr)
+        dead += list(gone)
     else:
         sys.stdout.write(_merge([text for _, text in texts.values()], [ups[m] for m in where]))
     for m in dead:

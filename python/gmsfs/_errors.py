@@ -1,5 +1,6 @@
 """What a failed call raises, and the waits a signal interrupts (PEP 475)."""
 import errno as _errno
+import numbers as _numbers
 import time as _time
 
 from ._lib import lib as _c
@@ -20,11 +21,16 @@ def _raise(e, what, g=None):
     raise cls(e, "%s: %s" % (what, msg or _c.gmsfs_strerror(-e).decode()))
 
 
+_TIMEOUT_MAX_S = 7 * 86400  # a week, within a C int of milliseconds
+
+
 def _ms(timeout):
     if timeout is None:
         return -1
-    if timeout < 0:
-        raise ValueError("timeout: seconds >= 0, or None to wait as long as it takes")
+    if isinstance(timeout, bool) or not isinstance(timeout, _numbers.Real) or not (0 <= timeout <= _TIMEOUT_MAX_S):
+        # nan fails both comparisons; inf, and past a C int of milliseconds, the second
+        raise ValueError("timeout %r: seconds from 0 to %d, or None to wait as long as it takes" %
+                         (timeout, _TIMEOUT_MAX_S))
     return int(timeout * 1000)
 
 

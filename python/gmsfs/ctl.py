@@ -210,8 +210,8 @@ def cmd_tier(args, quiet=False):
     """Where a store's memory is; with WHERE, move it there and wait until it is.  A move
     that failed leaves the store where it was: said with the store's last_error.  The whole
     of it within --timeout (and READ_S), whatever the daemon does."""
-    try:
-        return bounded(_tier, args, quiet, seconds=args.timeout + READ_S)
+    try:  # a plain query waits for no move: READ_S alone
+        return bounded(_tier, args, quiet, seconds=(args.timeout if args.where else 0) + READ_S)
     except NotAnswering as e:
         return _fail("%s: %s" % (args.store, e.strerror))
 
@@ -345,14 +345,32 @@ def cmd_copy(args):
     from ._load import copy
     from ._errors import GmsfsError
     t = time.monotonic()
-    try:
-        how = copy(args.source, args.target, args.timeout)
+    try:  # with --timeout, whole within it (and READ_S), whatever either daemon does
+        how = copy(args.source, args.target, args.timeout) if args.timeout is None else \
+            bounded(copy, args.source, args.target, args.timeout, seconds=args.timeout + READ_S)
+    except NotAnswering as e:
+        return _fail("%s -> %s: %s" % (args.source, args.target, e.strerror))
     except GmsfsError as e:
         return _fail(e.strerror)
     except ImportError as e:
         return _fail(str(e))
     print("%s -> %s: %s, in %.3f s" % (args.source, args.target, how, time.monotonic() - t))
     return 0
+
+
+TIMEOUT_MAX = 7 * 86400  # a week: past it a timeout is a typo, not a wait
+
+
+def _seconds(v):
+    """--timeout: seconds, a number from 0 to a week (nan, inf, a negative or a larger one
+    refused with words: exit 2)."""
+    try:
+        s = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%s: not a number of seconds" % v)
+    if not (0 <= s <= TIMEOUT_MAX):  # nan fails both
+        raise argparse.ArgumentTypeError("%s: seconds from 0 to %d (a week)" % (v, TIMEOUT_MAX))
+    return s
 
 
 def _stripes(v):
@@ -394,7 +412,7 @@ def main(argv=None):
     p.set_defaults(fn=cmd_list)
     p = sub.add_parser("wait", help="wait until a store has a committed layout; print its hash")
     p.add_argument("store", metavar="STORE")
-    p.add_argument("--timeout", type=float, metavar="SECONDS")
+    p.add_argument("--timeout", type=_seconds, metavar="SECONDS")
     p.set_defaults(fn=cmd_wait)
     p = sub.add_parser("show", help="a store's layout: allocations and entries")
     p.add_argument("store", metavar="STORE")
@@ -408,22 +426,22 @@ def main(argv=None):
     p = sub.add_parser("tier", help="where a store's memory is: device or host; move it")
     p.add_argument("store", metavar="STORE")
     p.add_argument("where", nargs="?", choices=("device", "host"))
-    p.add_argument("--timeout", type=float, default=600, metavar="SECONDS")
+    p.add_argument("--timeout", type=_seconds, default=600, metavar="SECONDS")
     p.set_defaults(fn=cmd_tier)
     p = sub.add_parser("switch", help="a store onto the device, those that give way out at once")
     p.add_argument("store", metavar="STORE")
-    p.add_argument("--timeout", type=float, default=600, metavar="SECONDS")
+    p.add_argument("--timeout", type=_seconds, default=600, metavar="SECONDS")
     p.set_defaults(fn=cmd_switch)
     p = sub.add_parser("copy", help="a committed store into an empty one on another mount (another GPU's)")
     p.add_argument("source", metavar="SOURCE")
     p.add_argument("target", metavar="TARGET")
-    p.add_argument("--timeout", type=float, metavar="SECONDS")
+    p.add_argument("--timeout", type=_seconds, metavar="SECONDS")
     p.set_defaults(fn=cmd_copy)
     p = sub.add_parser("pull", help="a store that another node serves (gmsfs-peer serve) into an empty one here")
     p.add_argument("url", metavar="gmsfs://HOST:PORT/NAME")
     p.add_argument("target", metavar="TARGET")
     p.add_argument("--token", required=True, metavar="FILE")
-    p.add_argument("--timeout", type=float, default=30, metavar="SECONDS")
+    p.add_argument("--timeout", type=_seconds, default=30, metavar="SECONDS")
     p.add_argument("--stripes", type=_stripes, metavar="N")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(fn=cmd_pull)
