@@ -325,3 +325,23 @@ PY
 	assert_equal "$(head -c 8 "$T/m/qwen/allocs/w")" weights2
 	umount "$T/m"
 }
+
+@test "a takeover of a daemon under the keeper is refused with words: the old one serves on, its stores kept" {
+	start_keeper
+	mkdir "$T/m"
+	run_daemon
+	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
+	mkdir "$T/m/llama"
+	commit_store "$T/m/llama" "weights1"
+	old=$(daemon_pid "$T/m")
+	run timeout 30 "$GMSFS" -f -o takeover "$T/m"
+	assert_failure
+	assert_output --partial "keeps its stores under a service manager (state=$T/keep/state/gpu-a)"
+	assert_output --partial "restart it through its manager instead"
+	assert_equal "$(daemon_pid "$T/m")" "$old"
+	kill -9 "$old" # and its stores still come back through the keeper
+	run_daemon
+	wait_until served_by_other "$T/m" "$old"
+	assert_equal "$(head -c 8 "$T/m/llama/allocs/w")" weights1
+	umount "$T/m"
+}

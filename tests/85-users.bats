@@ -1,13 +1,14 @@
 #!/usr/bin/env bats
 # Another user, on a mount with allow_other: no more than its file permissions give, by
 # any path (open, ioctl, socket), and no way to deny the socket to anyone else.  The test
-# makes the user (gmsfs-other) and removes it.
+# makes the user (gmsfs-other-PID) and removes it.
 
 load helpers
 
-OTHER=gmsfs-other
-
 setup_file() {
+	# A user of this run's own: the same file under another checker at the same time
+	# (make check runs two files at once) makes and removes its own.
+	export OTHER=gmsfs-other-$$
 	if ! id "$OTHER" >/dev/null 2>&1; then
 		useradd --system --no-create-home --shell /usr/sbin/nologin "$OTHER"
 		touch "$BATS_FILE_TMPDIR/made-user"

@@ -373,6 +373,17 @@ def _seconds(v):
     return s
 
 
+def _pull_seconds(v):
+    """pull's --timeout: each step's, as gmsfs-peer's -t (more than 0, at most a day)."""
+    try:
+        s = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%s: not a number of seconds" % v)
+    if not (0 < s <= 86400):
+        raise argparse.ArgumentTypeError("%s: timeout is seconds, more than 0, at most a day" % v)
+    return s
+
+
 def _stripes(v):
     """--stripes: the connections a pull asks for, as gmsfs-peer pull takes them."""
     if not (v.isascii() and v.isdigit()) or not 1 <= int(v) <= 16:
@@ -441,7 +452,7 @@ def main(argv=None):
     p.add_argument("url", metavar="gmsfs://HOST:PORT/NAME")
     p.add_argument("target", metavar="TARGET")
     p.add_argument("--token", required=True, metavar="FILE")
-    p.add_argument("--timeout", type=_seconds, default=30, metavar="SECONDS")
+    p.add_argument("--timeout", type=_pull_seconds, default=30, metavar="SECONDS")
     p.add_argument("--stripes", type=_stripes, metavar="N")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(fn=cmd_pull)

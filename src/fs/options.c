@@ -158,6 +158,14 @@ int options_inherit(struct options *o, struct fuse_args *args, const struct hand
 		return 2;
 	}
 	fuse_opt_free_args(&a);
+	/* Its stores kept by a service manager (systemd, gmsfs-keeper), which this daemon,
+	 * started by hand, is not under: it would serve them and keep none. */
+	if (old.state)
+		fprintf(stderr, "gmsfs: takeover: the daemon serving this mount keeps its stores under a service manager "
+				"(state=%s): a daemon taking over would keep none across its own restart; restart it "
+				"through its manager instead (systemctl restart, or kill it and gmsfs-node or "
+				"gmsfs-keeper --exec starts it again with every store)\n", old.state);
+	bool kept = old.state;
 #define TAKE(f) do { if (!o->f && old.f) { o->f = old.f; old.f = NULL; } } while (0)
 	TAKE(max_bytes);
 	TAKE(host_bytes);
@@ -190,6 +198,8 @@ int options_inherit(struct options *o, struct fuse_args *args, const struct hand
 	free(old.backend);
 	free(old.device);
 	free(old.state);
+	if (kept)
+		return 2;
 	if (o->max_bytes && (size_parse(o->max_bytes, max_bytes) || !*max_bytes))
 		return 2;
 	if (peer->options[0])
@@ -219,6 +229,7 @@ char *options_text(const struct fs *fs, const struct options *o)
 	}
 	const struct { const char *key, *value; } given[] = {
 		{ "fsname", o->fsname }, { "socket", o->socket }, { "mover", o->mover },
+		{ "state", o->state }, /* a takeover refuses it (options_inherit) */
 	};
 	for (size_t i = 0; i < sizeof given / sizeof given[0]; i++)
 		if (given[i].value) {
