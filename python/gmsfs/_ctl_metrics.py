@@ -5,7 +5,7 @@ import sys
 import threading
 import time
 
-from .ctl import FSTYPE, READ_S, _fail, _read_status, _unescape, ask_all, mounts
+from ._mounts import FSTYPE, _fail, _read_status, _unescape, ask_all, mounts
 
 
 def _families(text):

@@ -1,0 +1,86 @@
+"""The gmsfs mounts this process sees, and reads of them bounded in time: what gmsfsctl's
+verbs and its metrics (_ctl_metrics.py) share, below both."""
+import errno
+import json
+import os
+import sys
+import threading
+import time
+
+READ_S = 5.0  # what one read of a mount may take before it is said down (gmsfsctl(8))
+
+FSTYPE = "fuse.gmsfs"
+
+
+def _unescape(field):
+    """/proc/mounts writes space, tab, newline and backslash as octal escapes."""
+    for code, ch in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, ch)
+    return field
+
+
+def mounts():
+    """The gmsfs mount points this process sees, in /proc/self/mounts order."""
+    with open("/proc/self/mounts") as f:
+        return [_unescape(line.split()[1]) for line in f if line.split()[2:3] == [FSTYPE]]
+
+
+class NotAnswering(OSError):
+    """A mount's daemon did not answer within READ_S (stopped or stuck)."""
+
+
+def bounded(fn, *args, seconds=None):
+    """fn(*args), given seconds (READ_S): a daemon that is stopped or stuck holds the
+    thread that asked in the kernel, not gmsfsctl (a daemon thread: the process's end
+    ends its request).  NotAnswering when it does not return in time."""
+    seconds = READ_S if seconds is None else seconds
+    box = {}
+
+    def run():
+        try:
+            box["v"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 (raised again in the caller's thread)
+            box["e"] = e
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        raise NotAnswering(errno.ETIMEDOUT, "does not answer within %g s (its daemon stopped or stuck?)" % seconds)
+    if "e" in box:
+        raise box["e"]
+    return box["v"]
+
+
+def ask_all(fn, items, seconds=None):
+    """fn(item) for every item at once, all given seconds (READ_S): {item: result or the
+    exception}; one that does not answer is NotAnswering."""
+    seconds = READ_S if seconds is None else seconds
+    out = {}
+
+    def run(x):
+        try:
+            out[x] = fn(x)
+        except BaseException as e:  # noqa: BLE001
+            out[x] = e
+    threads = [threading.Thread(target=run, args=(x,), daemon=True) for x in items]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + seconds
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return {x: out.get(x, NotAnswering(errno.ETIMEDOUT, "does not answer within %g s (its daemon stopped or "
+                                                       "stuck?)" % seconds)) for x in items}
+
+
+def _read_status(mount):
+    with open(os.path.join(mount, "status.json")) as f:
+        return json.load(f)
+
+
+def status(mount):
+    return bounded(_read_status, mount)
+
+
+def _fail(msg):
+    print("gmsfsctl: " + msg, file=sys.stderr)
+    return 1
