@@ -73,7 +73,10 @@ setup_file() {
 	chmod 600 "$TOKEN"
 	mkdir "$A/m" "$A/big" "$A/draft" "$A/other"
 	publish "$A/m" 70000 5
-	publish "$A/big" $((64 << 20)) 8
+	# big: allocations of more than one 32 MiB piece each (PL_PIECE, SV_PIECE), 80 units of
+	# 2 MiB for stripes, and long enough to stop a pull mid-way: 4 of 40 MiB (8 of 64 MiB
+	# cost this file minutes, most of them copying through the veth two files at a time).
+	publish "$A/big" $((40 << 20)) 4
 	publish "$A/other" 4096 1
 	export PORT=$((20000 + $$ % 20000))
 	serve "$PORT"
@@ -453,7 +456,7 @@ with gmsfs.connect(sys.argv[1], "rw", timeout=10) as c:
 	# waits meanwhile and, writers first, commits before the second stripe's read lock:
 	# that stripe finds another layout hash.
 	mkdir "$A/stale" "$B/blk" "$B/stale"
-	publish "$A/stale" $((64 << 20)) 8
+	publish "$A/stale" $((40 << 20)) 4
 	before=$(cat "$A/stale/layout_hash")
 	serve $((PORT + 7)) big,stale --peers 2 -t 30
 	bg in_b env GMSFS_PEER_STRIPES=1 "$PEER" pull "gmsfs://$ADDR_A:$((PORT + 7))/big" "$B/blk" --token "$TOKEN" -t 60 -q
@@ -617,7 +620,7 @@ print(yaml.safe_load(open(sys.argv[1]))["spec"]["initContainers"][0]["args"][0])
 }
 
 @test "a server's SIGTERM ends it with status 0, said, as gmsfs-peer(1) says; it can listen again at once" {
-	local port=$((PORT + 7)) rc=0
+	local port=$((PORT + 9)) rc=0
 	serve "$port" m
 	kill -TERM "$SERVER_PID"
 	wait "$SERVER_PID" || rc=$?
