@@ -144,6 +144,7 @@ for s in commit_publishes abort_on_disconnect rw_or_ro writer_blocks_readers rw_
 	t "GMS scenario on cuda: $s" scenario "$s"
 done
 t "a writer killed after creating 4 GiB: device memory comes back, the last commit stands" scenario dead_holder_memory
+t "a writer killed after importing the last commit (read-only to it) and creating 4 GiB: COMMITTED, not TORN" scenario importer_killed
 t "100 create/abort cycles of 2 x 64 MiB leak nothing" scenario abort_cycles
 oom_check() {
 	mkdir "$mnt/oom" || return 1
