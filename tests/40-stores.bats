@@ -37,6 +37,9 @@ teardown_file() { unmount_gmsfs; }
 	assert_success
 	[ ! -e "$MNT/gone" ]
 	grep -q '"removing": true' "$MNT/status.json"
+	# The metrics say what status.json says: REMOVED, not the RO its reader holds.
+	grep -qx 'gmsfs_store_state{.*store="gone",state="REMOVED"} 1' "$MNT/metrics"
+	grep -qx 'gmsfs_store_state{.*store="gone",state="RO"} 0' "$MNT/metrics"
 	assert_equal "$(used_bytes)" $((used + 8388608))
 	mkdir "$MNT/gone" # a new store of the same name at once
 	release r

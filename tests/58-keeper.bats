@@ -281,10 +281,12 @@ PY
 	# Within a couple of seconds, without a commit: said in status.json, the metric, the log.
 	wait_until grep -q '"keep": {"armed": false, "error": "the service manager.s socket .*gpu-a.notify does not answer' "$T/m/status.json"
 	grep -qx 'gmsfs_keep_armed{.*} 0' "$T/m/metrics"
+	grep -q '"descriptors": 0,' "$T/m/status.json" # what the dead keeper held went with it
 	grep -q "stores are not kept across a restart" "$T/daemon.log"
 	start_keeper # the kubelet's restart: it binds gpu-a.notify again, and the daemon hands everything anew
 	wait_until grep -q '"keep": {"armed": true' "$T/m/status.json"
-	grep -q "every store handed to the service manager again (2 stores, 2 descriptors)" "$T/daemon.log"
+	# armed is said as the handing begins; its line in the log when it is done
+	wait_until grep -q "every store handed to the service manager again (2 stores, 2 descriptors)" "$T/daemon.log"
 	run "$KEEPER" --check "$T/keep"
 	assert_output --partial "daemons, descriptors: 1 3" # two stores, the mark
 	old=$(daemon_pid "$T/m")

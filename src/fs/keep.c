@@ -360,8 +360,8 @@ void keep_status(struct fs *fs, FILE *f)
 	fprintf(f, ",\n \"keep\": {\"armed\": %s, \"error\": \"", k->armed ? "true" : "false");
 	for (const char *c = k->why; *c; c++)
 		fprintf(f, *c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 0x20 ? "\\u%04x" : "%c", *c);
-	fprintf(f, "\", \"descriptors\": %u, \"max_descriptors\": %u, \"restored\": %zu, \"failed\": [", k->nkept,
-		k->max_fds, k->restored);
+	fprintf(f, "\", \"descriptors\": %u, \"max_descriptors\": %u, \"restored\": %zu, \"failed\": [",
+		k->gone ? 0 : k->nkept, k->max_fds, k->restored);
 	for (size_t i = 0; i < k->nfailed; i++) {
 		fputs(i ? ", {\"store\": \"" : "{\"store\": \"", f);
 		for (const char *c = k->failed[i].store; *c; c++)

@@ -38,6 +38,8 @@ struct keep {
 	pthread_mutex_t mu;         /* everything below */
 	char dir[3584];
 	unsigned max_fds, nkept;
+	bool gone;                  /* the manager's socket does not answer: what it held went with it
+	                             * (status.json says 0 kept until everything is handed anew) */
 	struct kept_fd *fds;
 	size_t nfds;
 	struct pending *pending;

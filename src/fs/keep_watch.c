@@ -37,6 +37,7 @@ static size_t hand_all(struct fs *fs, struct keep *k)
 	k->nkept = 0;
 	k->npending = 0;
 	k->armed = true; /* until a message fails below */
+	k->gone = false;
 	k->why[0] = '\0';
 	pthread_mutex_unlock(&k->mu);
 	size_t failed = keep_mark_service(k) != 0; /* the new manager's store is marked too */
@@ -91,6 +92,7 @@ static void *watch(void *arg)
 		if (k->stopping)
 			break;
 		if (dead) {
+			k->gone = true;
 			if (k->armed)
 				keep_broken(k, "the service manager's socket %s%s does not answer: %s", k->addr.sun_path[0] ? "" : "@",
 					    k->addr.sun_path + !k->addr.sun_path[0], strerror(-dead));

@@ -375,11 +375,15 @@ int text_metrics(struct fs *fs, char **out, size_t *len)
 		if (st[i]->meta)
 			meta_stats(st[i]->meta, &m[i]);
 
-	header(f, "gmsfs_store_state", GAUGE, "1 for the state the store is in, 0 for the others.");
-	for (size_t i = 0; m && i < n; i++)
+	header(f, "gmsfs_store_state", GAUGE, "1 for the state the store is in, 0 for the others (REMOVED: removed "
+					      "while held, as status.json says).");
+	for (size_t i = 0; m && i < n; i++) {
+		bool removed = st[i]->removed;
 		for (size_t k = 0; k < sizeof states / sizeof *states; k++)
 			sample(f, "gmsfs_store_state", st[i], "state", fsm_state_name(states[k]),
-			       fsm_state(&store_lock(st[i])->fsm) == states[k]);
+			       !removed && fsm_state(&store_lock(st[i])->fsm) == states[k]);
+		sample(f, "gmsfs_store_state", st[i], "state", "REMOVED", removed);
+	}
 	header(f, "gmsfs_store_readers", GAUGE, "Processes holding a read lock.");
 	for (size_t i = 0; m && i < n; i++)
 		sample(f, "gmsfs_store_readers", st[i], NULL, NULL, store_readers(st[i]));
