@@ -28,6 +28,7 @@ struct nt_conn {
 	ucp_worker_h worker; /* its own: a connection is moved by one thread, each by its own */
 	ucp_ep_h ep;
 	ucs_status_t failed; /* the peer went (the endpoint's error), or a wait ran out */
+	bool answered;       /* a receive completed: somebody is there */
 };
 
 static int64_t now_ms(void)
@@ -285,10 +286,13 @@ int nt_connect(const char *host, uint16_t port, int timeout_ms, struct nt_conn *
 static int wait_for(struct nt_conn *c, ucs_status_ptr_t r, int timeout_ms, const char *what, char *err,
 		    size_t errlen)
 {
+	bool receive = !strcmp(what, "receiving");
 	if (UCS_PTR_IS_ERR(r))
 		return said(err, errlen, -ECONNRESET, what, UCS_PTR_STATUS(r));
-	if (!r)
+	if (!r) {
+		c->answered |= receive;
 		return 0;
+	}
 	int64_t end = now_ms() + timeout_ms;
 	ucs_status_t s;
 	while ((s = ucp_request_check_status(r)) == UCS_INPROGRESS && c->failed == UCS_OK) {
@@ -308,8 +312,10 @@ static int wait_for(struct nt_conn *c, ucs_status_ptr_t r, int timeout_ms, const
 		s = c->failed;
 	}
 	ucp_request_free(r);
-	if (s == UCS_OK)
+	if (s == UCS_OK) {
+		c->answered |= receive;
 		return 0;
+	}
 	if (s == UCS_ERR_TIMED_OUT)
 		return said(err, errlen, -ETIMEDOUT, what, s);
 	return said(err, errlen, -ECONNRESET, what, s);
@@ -343,6 +349,11 @@ int nt_recv_start(struct nt_conn *c, void *buf, size_t len, void **op, char *err
 		return said(err, errlen, -ECONNRESET, "receiving", UCS_PTR_STATUS(r));
 	*op = r;
 	return 0;
+}
+
+bool nt_never_answered(const struct nt_conn *c)
+{
+	return c && !c->answered;
 }
 
 void nt_progress(struct nt_conn *c)

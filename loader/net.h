@@ -5,6 +5,7 @@
 #ifndef GMSFS_LOADER_NET_H
 #define GMSFS_LOADER_NET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,6 +22,9 @@ int nt_accept(struct nt_listener *l, int timeout_ms, struct nt_conn **out, char 
 void nt_listener_close(struct nt_listener *l);
 /* Connect to host:port (a name or an address). */
 int nt_connect(const char *host, uint16_t port, int timeout_ms, struct nt_conn **out, char *err, size_t errlen);
+/* Whether nothing was ever received on c (a connection refused shows only as a send or
+ * receive that fails: UCX connects in the background). */
+bool nt_never_answered(const struct nt_conn *c);
 /* Send or receive exactly len bytes within timeout_ms of inactivity: 0, -ETIMEDOUT, or
  * -ECONNRESET (the peer went). */
 int nt_send(struct nt_conn *c, const void *buf, size_t len, int timeout_ms, char *err, size_t errlen);

@@ -331,6 +331,13 @@ static int find_peer(const char *url, const char *host, uint16_t port, const cha
 		e = nt_connect(num, port, timeout_ms, &c, err, errlen);
 		if (!e)
 			e = ask(c, url, name, token, token_len, 0, stripes, l, timeout_ms, err, errlen);
+		if (e == -ECONNRESET && nt_never_answered(c)) { /* UCX says "Endpoint is not connected" */
+			char why[512];
+			snprintf(why, sizeof why, "%s", err);
+			snprintf(err, errlen, "nobody answers at %s port %u (no gmsfs-peer serve listens there, or it is not "
+					      "reachable): %s", num, (unsigned)port, why);
+			e = -ECONNREFUSED;
+		}
 		if (!e) {
 			*out = c;
 			break;

@@ -156,6 +156,9 @@ same_store() { # SRC DST: layout hash, every allocation's bytes, every entry
 @test "refused, with words, the target left empty: a wrong token, a store not served, one not committed" {
 	before=$(grep -c 'refused' "$BATS_FILE_TMPDIR/serve.$PORT.log" || true)
 	mkdir "$B/r1"
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$((PORT + 11))/m" "$B/r1" --token "$TOKEN" -t 5 # nobody listens there
+	assert_failure 1
+	assert_output --partial "nobody answers at $ADDR_A port $((PORT + 11)) (no gmsfs-peer serve listens there"
 	head -c 40 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$BATS_TEST_TMPDIR/wrong"
 	chmod 600 "$BATS_TEST_TMPDIR/wrong"
 	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/m" "$B/r1" --token "$BATS_TEST_TMPDIR/wrong" -t 5
