@@ -440,11 +440,14 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	free(data);
 }
 
-/* Whether b holds data at off already (read off fs->mu: a backend call). */
-static bool same_bytes(struct vmm_buf *b, const char *data, size_t n, uint64_t off)
+/* 1 where b holds data at off already, 0 where it does not, -errno where its bytes cannot
+ * be read (a backend without I/O: cuda, where the write would fail the same way).  Off
+ * fs->mu: a backend call. */
+static int same_bytes(struct vmm_buf *b, const char *data, size_t n, uint64_t off)
 {
 	char *have = malloc(n ? n : 1);
-	bool same = have && vmm_pread(b, have, n, off) == (ssize_t)n && !memcmp(have, data, n);
+	ssize_t r = have ? vmm_pread(b, have, n, off) : -ENOMEM;
+	int same = r < 0 ? (int)r : r == (ssize_t)n && !memcmp(have, data, n);
 	free(have);
 	return same;
 }
@@ -504,7 +507,12 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off
 	/* Into the last commit's bytes: said (write-ahead) only where they change.  A write of
 	 * what is there already (posix_fallocate's zeros over zeros, a cp of the same file)
 	 * leaves the last commit whole, and a crash after it no store TORN. */
-	if (!e && b && last_commit && !same_bytes(b, data, n, (uint64_t)off)) {
+	int same = !e && b && last_commit ? same_bytes(b, data, n, (uint64_t)off) : 0;
+	if (same) { /* as there already: nothing to write; or unreadable: nothing written, said */
+		vmm_buf_put(b);
+		return same > 0 ? (void)fuse_reply_write(req, n) : (void)fuse_reply_err(req, -same);
+	}
+	if (!e && b && last_commit) {
 		pthread_mutex_lock(&fs->mu);
 		e = h->hold != HOLD_SESSION ? -EROFS : lock_in_place(h->store);
 		pthread_mutex_unlock(&fs->mu);
@@ -512,9 +520,6 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off
 			vmm_buf_put(b);
 			return (void)fuse_reply_err(req, -e);
 		}
-	} else if (!e && b && last_commit) {
-		vmm_buf_put(b);
-		return (void)fuse_reply_write(req, n);
 	}
 	if (!e && h->fnode && h->fnode->kind == FS_ABORT)
 		inval_flush(fs); /* the rolled-back names are gone from the kernel before abort returns */
