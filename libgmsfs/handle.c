@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +101,89 @@ static const struct gm_backend *backend_of(uint32_t backend)
 }
 
 
+/* An open of the store directory given ms (more than 0): a daemon that is stopped or stuck
+ * never answers its lookup, and holds the thread that asked in the kernel.  That thread is
+ * a helper of ours, left behind (it closes what it opens late, and frees itself); the
+ * caller gets -ETIMEDOUT and *stuck.  Without a thread to spare, a plain open. */
+struct dir_open {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	char *path;
+	int fd, err;
+	bool done, abandoned;
+};
+
+static void dir_open_free(struct dir_open *d)
+{
+	pthread_mutex_destroy(&d->mu);
+	pthread_cond_destroy(&d->cv);
+	free(d->path);
+	free(d);
+}
+
+static void *dir_open_run(void *arg)
+{
+	struct dir_open *d = arg;
+	int fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), err = fd < 0 ? errno : 0;
+	pthread_mutex_lock(&d->mu);
+	bool late = d->abandoned;
+	d->fd = fd, d->err = err, d->done = true;
+	pthread_cond_signal(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+	if (late) {
+		if (fd >= 0)
+			close(fd);
+		dir_open_free(d);
+	}
+	return NULL;
+}
+
+static int open_dir_within(const char *dir, int ms, bool *stuck)
+{
+	struct dir_open *d = calloc(1, sizeof *d);
+	pthread_attr_t attr;
+	pthread_t t;
+	if (!d || !(d->path = strdup(dir)) || pthread_attr_init(&attr)) {
+		free(d ? d->path : NULL);
+		free(d);
+		int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		return fd < 0 ? -errno : fd;
+	}
+	pthread_mutex_init(&d->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&d->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	int started = !pthread_create(&t, &attr, dir_open_run, d);
+	pthread_attr_destroy(&attr);
+	if (!started) {
+		dir_open_free(d);
+		int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		return fd < 0 ? -errno : fd;
+	}
+	struct timespec end;
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	end.tv_sec += ms / 1000;
+	end.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (end.tv_nsec >= 1000000000)
+		end.tv_sec++, end.tv_nsec -= 1000000000;
+	pthread_mutex_lock(&d->mu);
+	while (!d->done && pthread_cond_timedwait(&d->cv, &d->mu, &end) != ETIMEDOUT)
+		;
+	if (!d->done) {
+		d->abandoned = true; /* the helper frees it */
+		pthread_mutex_unlock(&d->mu);
+		*stuck = true;
+		return -ETIMEDOUT;
+	}
+	int fd = d->fd < 0 ? -d->err : d->fd;
+	pthread_mutex_unlock(&d->mu);
+	dir_open_free(d);
+	return fd;
+}
+
 /* The store directory's handle with the lock in mode, waiting up to timeout_ms.  A signal
  * ends the daemon's wait (FUSE answers EINTR): the wait goes on with what is left of the
  * timeout, as Python retries since PEP 475, unless the handle asked for -EINTR.  A daemon
@@ -108,7 +192,7 @@ static const struct gm_backend *backend_of(uint32_t backend)
  * handle kept since the last lock went (g->sleepfd) is asked first: a remap_all saves the
  * open's round trip.  Where it no longer leads to the store the path names (its daemon
  * gone or replaced, the store removed, perhaps made again), the directory is opened. */
-static int lock_dir(gmsfs *g, int mode, int timeout_ms, struct gmsfs_ioc *io)
+static int lock_dir(gmsfs *g, int mode, int timeout_ms, struct gmsfs_ioc *io, bool *stuck)
 {
 	int64_t deadline = timeout_ms > 0 ? gm_now_ms() + timeout_ms : 0;
 	for (int replaced = 0;;) {
@@ -116,10 +200,12 @@ static int lock_dir(gmsfs *g, int mode, int timeout_ms, struct gmsfs_ioc *io)
 		if (timeout_ms > 0 && (left = (int)(deadline - gm_now_ms())) <= 0)
 			return -ETIMEDOUT;
 		bool kept = g->sleepfd >= 0;
-		int fd = kept ? g->sleepfd : open(g->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		int fd = kept	       ? g->sleepfd
+			 : left > 0 ? open_dir_within(g->dir, left, stuck) /* a timeout is kept on a stopped daemon */
+				    : open(g->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		g->sleepfd = -1;
 		if (fd < 0)
-			return -errno;
+			return left > 0 ? fd : -errno; /* open_dir_within says its own errno */
 		*io = (struct gmsfs_ioc){ .size = sizeof *io, .mode = (uint32_t)mode, .timeout_ms = left };
 		if (!ioctl(fd, GMSFS_IOC_LOCK, io))
 			return fd;
@@ -160,11 +246,15 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 {
 	struct gmsfs_ioc io;
 	double t0 = gm_tracing() ? gm_us() : 0;
-	int fd = lock_dir(g, mode, timeout_ms, &io);
+	bool stuck = false;
+	int fd = lock_dir(g, mode, timeout_ms, &io, &stuck);
 	if (fd < 0) {
 		int e = -fd;
 		switch (e) {
-		case ETIMEDOUT: return gm_error(g, -e, "%s: lock not granted within %d ms", g->dir, timeout_ms);
+		case ETIMEDOUT:
+			return stuck ? gm_error(g, -e, "%s: its daemon does not answer within %d ms (stopped, or stuck)",
+						g->dir, timeout_ms)
+				     : gm_error(g, -e, "%s: lock not granted within %d ms", g->dir, timeout_ms);
 		case EAGAIN: return gm_error(g, -e, "%s: the lock is taken", g->dir);
 		case ENOTTY: return gm_error(g, -e, "%s: not a store of a gmsfs mount", g->dir);
 		case EACCES: return gm_error(g, -e, "%s: no %s permission on its lock", g->dir,

@@ -93,6 +93,17 @@ within() {
 	within 10 "${CTL[@]}" copy "$T/stuck/b" "$T/good/copied" --timeout 2
 	assert_failure 1
 	assert_output --partial "does not answer within 7 s"
+	# An engine's connect with a timeout keeps it on a stopped daemon (libgmsfs: its open of
+	# the store waits in a helper of its own, left behind).
+	within 8 env PYTHONPATH="$ROOT/python" "$PYTHON" -c 'import sys, gmsfs
+try:
+    gmsfs.connect(sys.argv[1], "ro", timeout=2)
+except gmsfs.GmsfsError as e:
+    print(e.errno, e)
+    sys.exit(1)' "$T/stuck/b"
+	assert_failure 1
+	assert_output --partial "110 "
+	assert_output --partial "its daemon does not answer within 2000 ms (stopped, or stuck)"
 	within 8 "$GMSFS" -f -o takeover "$T/stuck"
 	assert_failure 1
 	assert_output --partial "does not answer within 5 s (stopped, or stuck): nothing was taken over"

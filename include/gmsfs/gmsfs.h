@@ -37,7 +37,8 @@ GMSFS_API const char *gmsfs_version_string(void);
 
 /* Connect to store_dir (e.g. /run/gmsfs/GPU-.../llama) and take its lock, waiting up to
  * timeout_ms (-1: as long as it takes; 0: one try, -EAGAIN if taken).  -ETIMEDOUT when
- * the wait ran out.  A new RW writer starts from the last committed layout.  A writer
+ * the wait ran out, or when the store's daemon (stopped, or stuck) did not answer the open
+ * of its directory within it (a helper thread waits for that open, and is left behind).  A new RW writer starts from the last committed layout.  A writer
  * session has one RW connection: an RW connect by a process whose session holds the store
  * (it or an ancestor is the writer) fails at once with -EBUSY; anyone else's waits like any
  * other writer.  A process that holds a read lock gets -EDEADLK.  As with sqlite3_open, *out is set
