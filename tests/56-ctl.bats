@@ -139,6 +139,7 @@ assert len(list(text_string_to_metric_families(open(sys.argv[1]).read()))) > 5' 
 	run ctl metrics --textfile "$BATS_TEST_TMPDIR/tf"
 	assert_failure
 	assert_output --partial "$m2: its mount is gone (gmsfs_up 0)"
+	refute_output --partial ".prom: its daemon does not answer"
 	run cat "$f"
 	refute_output --partial gmsfs_store_state
 	assert_output --partial "mount=\"$m2\"} 0"

@@ -114,7 +114,7 @@ def metrics(args):
     where = [os.path.abspath(m) for m in args.mounts] or live
     if args.textfile and not os.path.isdir(args.textfile):
         return _fail("--textfile %s: not a directory" % args.textfile)
-    texts, dead = {}, []
+    texts, dead, gone = {}, [], {}
     got = ask_all(_read_mount, where)  # every mount at once, each given READ_S
     for m in where:
         r = got[m]
@@ -147,12 +147,11 @@ def metrics(args):
         for path, up in gone.items():
             print("gmsfsctl: %s: its mount is gone (gmsfs_up 0)" % up.split('mount="', 1)[-1].split('"', 1)[0],
                   file=sys.stderr)
-        dead += list(gone)
     else:
         sys.stdout.write(_merge([text for _, text in texts.values()], [ups[m] for m in where]))
     for m in dead:
         print("gmsfsctl: %s: its daemon does not answer (gmsfs_up 0)" % m, file=sys.stderr)
-    return 1 if dead else 0
+    return 1 if dead or gone else 0
 
 
 class _Scraper:
