@@ -135,7 +135,11 @@ int cp_open(const char *store, struct cp **out, char *err, size_t errlen)
 	if (!e)
 		e = sf_field(store, "../device", "uuid", uuid, sizeof uuid);
 	if (e) {
-		snprintf(err, errlen, "%s: not a store of a gmsfs mount (no ../device)", store);
+		if (e == -ETIMEDOUT)
+			snprintf(err, errlen, "%s: its daemon does not answer within %d s (stopped, or stuck)", store,
+				 SF_READ_MS / 1000);
+		else
+			snprintf(err, errlen, "%s: not a store of a gmsfs mount (no ../device)", store);
 		free(c);
 		return e;
 	}

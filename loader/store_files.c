@@ -3,29 +3,104 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* A text file of the mount read by a thread of its own, given SF_READ_MS: a daemon that
+ * is stopped or stuck holds that thread in the kernel, not the tool (it is left behind, and
+ * frees what it holds once the daemon answers). */
+struct sf_read {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	char path[4096], text[16384];
+	int e;
+	bool done, abandoned;
+};
+
+static void *sf_reader(void *arg)
+{
+	struct sf_read *r = arg;
+	int fd = open(r->path, O_RDONLY | O_CLOEXEC), e = fd < 0 ? -errno : 0;
+	size_t got = 0;
+	for (ssize_t n = 1; !e && n > 0 && got < sizeof r->text - 1; got += n > 0 ? (size_t)n : 0)
+		if ((n = read(fd, r->text + got, sizeof r->text - 1 - got)) < 0)
+			e = -errno;
+	if (fd >= 0)
+		close(fd);
+	pthread_mutex_lock(&r->mu);
+	r->text[got] = '\0';
+	r->e = e;
+	r->done = true;
+	bool late = r->abandoned;
+	pthread_cond_signal(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	if (late)
+		free(r);
+	return NULL;
+}
+
+/* path's text into a new sf_read (the caller frees it), or -errno; -ETIMEDOUT when the
+ * daemon did not answer within SF_READ_MS. */
+static int sf_read_within(const char *path, struct sf_read **out)
+{
+	struct sf_read *r = calloc(1, sizeof *r);
+	pthread_t t;
+	pthread_attr_t attr;
+	if (!r || pthread_attr_init(&attr)) {
+		free(r);
+		return -ENOMEM;
+	}
+	snprintf(r->path, sizeof r->path, "%s", path);
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->cv, NULL);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	int started = !pthread_create(&t, &attr, sf_reader, r);
+	pthread_attr_destroy(&attr);
+	if (!started) {
+		sf_reader(r); /* no thread to spare: read here, unbounded */
+	} else {
+		struct timespec end;
+		clock_gettime(CLOCK_REALTIME, &end);
+		end.tv_sec += SF_READ_MS / 1000;
+		pthread_mutex_lock(&r->mu);
+		while (!r->done && pthread_cond_timedwait(&r->cv, &r->mu, &end) != ETIMEDOUT)
+			;
+		bool done = r->done;
+		r->abandoned = !done;
+		pthread_mutex_unlock(&r->mu);
+		if (!done)
+			return -ETIMEDOUT; /* the reader frees it */
+	}
+	int e = r->e;
+	if (e)
+		free(r);
+	else
+		*out = r;
+	return e;
+}
+
 int sf_field(const char *store, const char *name, const char *key, char *out, size_t len)
 {
-	char path[4096], line[512];
+	char path[4096];
 	snprintf(path, sizeof path, "%s/%s", store, name);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -errno;
+	struct sf_read *r = NULL;
+	int e = sf_read_within(path, &r);
+	if (e)
+		return e;
 	size_t klen = strlen(key);
-	int e = -ENOENT;
-	while (fgets(line, sizeof line, f))
+	e = -ENOENT;
+	for (char *line = r->text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
 		if (!strncmp(line, key, klen) && line[klen] == ':' && line[klen + 1] == ' ') {
-			snprintf(out, len, "%s", line + klen + 2);
-			out[strcspn(out, "\n")] = '\0';
+			snprintf(out, len, "%.*s", (int)strcspn(line + klen + 2, "\n"), line + klen + 2);
 			e = 0;
 			break;
 		}
-	fclose(f);
+	free(r);
 	return e;
 }
 

@@ -7,7 +7,9 @@
 #include <stdio.h>
 
 /* The value of "key: value" in STORE/NAME ("state"), or in STORE/../NAME ("../device");
- * 0, or -errno (-ENOENT: no such key). */
+ * 0, or -errno (-ENOENT: no such key; -ETIMEDOUT: the mount's daemon did not answer
+ * within SF_READ_MS, stopped or stuck: the read is left to a thread of its own). */
+#define SF_READ_MS 5000
 int sf_field(const char *store, const char *name, const char *key, char *out, size_t len);
 /* The layout's allocations as STORE/state counts them, or -1. */
 long sf_allocations(const char *store);
