@@ -105,11 +105,13 @@ except gmsfs.GmsfsError as e:
 	assert_output --partial "110 "
 	assert_output --partial "its daemon does not answer within 2000 ms (stopped, or stuck)"
 	# The loader's tools with -t: the mount's text files they read first are given 5 s each.
-	within 8 "$BUILD/gmsfs-snapshot" save "$T/stuck/b" "$T/snap" -t 2
+	# Their reader thread is left in the kernel, where LeakSanitizer's check at exit (an
+	# ASan build) would wait for it to stop, for ever: not asked here.
+	local nolsan=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+	within 8 env ASAN_OPTIONS="$nolsan" "$BUILD/gmsfs-snapshot" save "$T/stuck/b" "$T/snap" -t 2
 	assert_failure 1
 	assert_output --partial "$T/stuck/b: its daemon does not answer within 5 s (stopped, or stuck)"
-	mkdir "$T/good/loaded"
-	within 8 "$BUILD/gmsfs-load" -t 2 "$T/stuck/b" "$T/model.safetensors"
+	within 8 env ASAN_OPTIONS="$nolsan" "$BUILD/gmsfs-load" -t 2 "$T/stuck/b" "$T/model.safetensors"
 	assert_failure 1
 	assert_output --partial "its daemon does not answer within 5 s"
 	within 8 "$GMSFS" -f -o takeover "$T/stuck"
