@@ -161,6 +161,16 @@ static bool served(const char *state)
 	return !strcmp(state, "COMMITTED") || !strcmp(state, "RO");
 }
 
+/* Served, or a writer's session over a commit (generation past 0): the read lock waits for
+ * its end, as a reader's does, and the layout then read is the one served (a stripe of a
+ * pull whose source was committed again meanwhile says so, not "not committed"). */
+static bool served_at(const char *path, const char *state)
+{
+	char gen[32];
+	return served(state) ||
+	       (!strcmp(state, "RW") && !sf_field(path, "state", "generation", gen, sizeof gen) && strcmp(gen, "0"));
+}
+
 /* The store name of mount, or of the first mount under it that has it committed (a
  * node's /run/gmsfs, a mount per GPU, mounts that come and go: looked for at each
  * request), into path: 0; -ENOENT where none has it; -EAGAIN where the first that has
@@ -173,7 +183,7 @@ static int find_store(const char *mount, const char *name, char *path, size_t pa
 		snprintf(path, pathlen, "%s/%s", mount, name);
 		if (sf_field(path, "state", "state", state, statelen))
 			return -ENOENT;
-		return served(state) ? 0 : -EAGAIN;
+		return served_at(path, state) ? 0 : -EAGAIN;
 	}
 	DIR *d = opendir(mount);
 	struct dirent *de;
@@ -185,7 +195,7 @@ static int find_store(const char *mount, const char *name, char *path, size_t pa
 		snprintf(path, pathlen, "%s/%s/%s", mount, de->d_name, name);
 		if (access(dev, F_OK) || sf_field(path, "state", "state", state, statelen))
 			continue;
-		if (served(state))
+		if (served_at(path, state))
 			e = 0;
 		else if (!first[0])
 			snprintf(first, sizeof first, "%s", state), e = -EAGAIN;
