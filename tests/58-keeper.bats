@@ -47,6 +47,17 @@ run_daemon() { # the mount $T/m's daemon, in the background under the keeper
 		2>>"$T/daemon.log" 3>&- &
 }
 
+# A keeper, the daemon of $T/m under it, and two committed stores: llama and qwen.
+keeper_daemon_two_stores() {
+	start_keeper
+	mkdir "$T/m"
+	run_daemon
+	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
+	mkdir "$T/m/llama" "$T/m/qwen"
+	commit_store "$T/m/llama" "weights1"
+	commit_store "$T/m/qwen" "weights2"
+}
+
 daemon_pid() { sed -n 's/^pid: //p' "$1/device" 2>/dev/null; }
 served_by_other() { local p; p=$(daemon_pid "$1"); [ -n "$p" ] && [ "$p" != "$2" ]; }
 
@@ -260,13 +271,7 @@ PY
 }
 
 @test "gmsfs-keeper killed and started again under a running daemon: persistence off is said, then every store handed again; the daemon's SIGKILL then loses nothing" {
-	start_keeper
-	mkdir "$T/m"
-	run_daemon
-	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
-	mkdir "$T/m/llama" "$T/m/qwen"
-	commit_store "$T/m/llama" "weights1"
-	commit_store "$T/m/qwen" "weights2"
+	keeper_daemon_two_stores
 	hash=$(cat "$T/m/llama/layout_hash")
 	run "$KEEPER" --check "$T/keep"
 	assert_success
@@ -301,13 +306,7 @@ PY
 }
 
 @test "gmsfs-keeper killed and started again at once, twice in a row (its socket may get the same inode number): every store handed again; the daemon's SIGKILL then loses nothing" {
-	start_keeper
-	mkdir "$T/m"
-	run_daemon
-	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
-	mkdir "$T/m/llama" "$T/m/qwen"
-	commit_store "$T/m/llama" "weights1"
-	commit_store "$T/m/qwen" "weights2"
+	keeper_daemon_two_stores
 	hash=$(cat "$T/m/llama/layout_hash")
 	for round in 1 2; do
 		before=$(grep -c "every store handed to the service manager again" "$T/daemon.log" || true)
