@@ -37,7 +37,7 @@ override CFLAGS += -DGMSFS_HAVE_CUDA -I$(CUDA_INC)
 HAVE_CUDA := 1
 endif
 FS_SRC := $(addprefix src/fs/,main.c options.c node.c memory.c ops.c ops_handle.c ops_tree.c ops_file.c ops_xattr.c ops_ioctl.c fault.c version.c \
-	store.c lock.c lock_restart.c lock_member.c wait.c inval.c caller.c text.c mnt.c log.c tier.c tier_move.c tier_room.c image.c handover.c keep.c keep_start.c keep_watch.c export/ticket.c export/sock.c export/sock_accept.c export/rpc_reply.c export/rpc.c)
+	store.c lock.c lock_restart.c lock_member.c wait.c inval.c caller.c text.c mnt.c log.c tier.c tier_move.c tier_room.c image.c handover.c keep_disk.c keep.c keep_start.c keep_watch.c export/ticket.c export/sock.c export/sock_accept.c export/rpc_reply.c export/rpc.c)
 DAEMON_SRC := $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(WIRE_SRC)
 DAEMON_HDR := $(COMMON_HDR) $(wildcard src/*/*.h src/*/*/*.h)
 
@@ -123,7 +123,7 @@ $(B)/libgmsfs-load.so: loader/loadlib.c $(LOADER_SRC) loader/*.h $(PUBLIC_HDR) c
 $(B)/gmsfs-load: loader/load.c $(PUBLIC_HDR) $(B)/libgmsfs-load.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< -L$(B) -lgmsfs-load $(LINK_LIB)
 
-$(B)/gmsfs-%: loader/%.c $(LOADER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
+$(B)/gmsfs-%: loader/%.c $(LOADER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h common/unheld.h $(B)/libgmsfs.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(XXH_CFLAGS) $(LDFLAGS) -o $@ $< $(LOADER_SRC) $(LINK_LIB) -ldl
 
 # libgmsfs-peer: gmsfs_pull, which gmsfsctl pull and Python engines call in their own process.

@@ -20,6 +20,7 @@ teardown() {
 		wait "$NODE_PID" 2>/dev/null || true
 	fi
 	touch "$T/go"
+	[ -z "${FROZEN:-}" ] || fsfreeze -u "$FROZEN"
 	for m in $(awk -v r="$T/" 'index($2, r) == 1 { print $2 }' /proc/mounts); do umount -l "$m"; done
 	if [ -n "$KEEPER_PID" ]; then kill -TERM "$KEEPER_PID" 2>/dev/null || true; fi
 	wait 2>/dev/null || true
@@ -42,9 +43,9 @@ commit_store() { # commit_store STORE TEXT: one allocation of 64 KiB starting wi
 	)
 }
 
-run_daemon() { # the mount $T/m's daemon, in the background under the keeper
-	"$KEEPER" --exec "$T/keep" gpu-a "$GMSFS" -f -o "backend=host,socket=$T/s,state=$T/keep/state/gpu-a" "$T/m" \
-		2>>"$T/daemon.log" 3>&- &
+run_daemon() { # the mount $T/m's daemon, in the background under the keeper (its images in $STATE)
+	"$KEEPER" --exec "$T/keep" gpu-a "$GMSFS" -f -o "backend=host,socket=$T/s,state=${STATE:-$T/keep/state/gpu-a}" \
+		"$T/m" 2>>"$T/daemon.log" 3>&- &
 }
 
 # A keeper, the daemon of $T/m under it, and two committed stores: llama and qwen.
@@ -344,5 +345,51 @@ PY
 	run_daemon
 	wait_until served_by_other "$T/m" "$old"
 	assert_equal "$(head -c 8 "$T/m/llama/allocs/w")" weights1
+	umount "$T/m"
+}
+
+@test "state= on a file system that stops answering (fsfreeze of a loop device): mkdir, commit, reads, the probes and the keeper's check return, and it is said; a write in place is refused (nothing torn); thawed, every image is written again, and a SIGKILL loses nothing committed while it was frozen" {
+	truncate -s 32M "$T/disk.img"
+	mkfs.ext4 -q -F "$T/disk.img"
+	mkdir "$T/disk"
+	mount -o loop "$T/disk.img" "$T/disk"
+	STATE=$T/disk/state
+	keeper_daemon_two_stores # llama and qwen, their images on the loop device
+	hash=$(cat "$T/m/llama/layout_hash")
+	fsfreeze -f "$T/disk"
+	FROZEN=$T/disk
+	# The first write waits GMSFS_KEEP_DISK_MS (1 s) and is left; later ones do not wait.
+	run timeout 20 mkdir "$T/m/gemma"
+	assert_success
+	run timeout 20 bash -c "$(declare -f commit_store); commit_store '$T/m/gemma' weights3"
+	assert_success
+	# A write in place must say TORN on disk before a byte changes: refused, nothing torn.
+	run timeout 20 bash -c "exec 9>'$T/m/qwen/lock'; printf weights4 | dd of='$T/m/qwen/allocs/w' conv=notrunc status=none"
+	assert_failure
+	assert_output --partial "Input/output error"
+	assert_equal "$(timeout 5 head -c 8 "$T/m/qwen/allocs/w")" weights2
+	assert_equal "$(timeout 5 head -c 8 "$T/m/llama/allocs/w")" weights1
+	run timeout 5 cat "$T/m/status.json"
+	assert_output --partial '"keep": {"armed": false, "error": "the state directory does not answer: writing '"$T"'/disk/state/'
+	run timeout 5 grep -x 'gmsfs_keep_armed{.*} 0' "$T/m/metrics"
+	assert_success
+	run timeout 20 "$KEEPER" --check "$T/keep"
+	assert_success
+	run timeout 20 "$PYTHON" "$ROOT/tools/gmsfsctl" list "$T/m"
+	assert_success
+	grep -q "has not been written within 1000 ms: the state directory does not answer" "$T/daemon.log"
+	fsfreeze -u "$T/disk"
+	FROZEN=
+	wait_until grep -q "answers again: every store's image written again (3 stores)" "$T/daemon.log"
+	grep -q '"keep": {"armed": true, "error": ""' "$T/m/status.json"
+	old=$(daemon_pid "$T/m")
+	kill -9 "$old"
+	run_daemon
+	wait_until served_by_other "$T/m" "$old"
+	assert_equal "$(cat "$T/m/llama/layout_hash")" "$hash"
+	assert_equal "$(head -c 8 "$T/m/llama/allocs/w")" weights1
+	assert_equal "$(head -c 8 "$T/m/qwen/allocs/w")" weights2
+	[ "$(sed -n 's/^state: //p' "$T/m/qwen/state")" = COMMITTED ]
+	assert_equal "$(head -c 8 "$T/m/gemma/allocs/w")" weights3
 	umount "$T/m"
 }

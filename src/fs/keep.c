@@ -169,27 +169,6 @@ static void readers_path(const struct keep *k, const char *store, const char *su
 	snprintf(out, size, "%s/%s.readers%s", k->dir, store, suffix);
 }
 
-static int write_file(const char *path, const char *tmp, const void *data, size_t len)
-{
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
-	const char *p = data;
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n <= 0) {
-			int e = n ? -errno : -EIO;
-			close(fd);
-			unlink(tmp);
-			return e;
-		}
-		p += n, len -= (size_t)n;
-	}
-	if (close(fd) || rename(tmp, path)) /* whole or not at all */
-		return -errno;
-	return 0;
-}
-
 /* ---- the hooks the stores call (fs->persist) ---- */
 
 struct kept_store *keep_record(struct store *st)
@@ -224,8 +203,32 @@ static bool names(const struct store *st, const struct vmm_buf *b)
 	return r && r->nnamed && bsearch(&key, r->named, r->nnamed, sizeof key, by_ref);
 }
 
+/* r->named and refs, sorted, each once (refs freed): what an image that may or may not
+ * have landed names, beside the one before it. */
+static void name_both(struct kept_store *r, struct image_ref *refs, size_t n)
+{
+	struct image_ref *v = malloc((r->nnamed + n) * sizeof *v + 1);
+	if (!v) { /* out of memory: the new image's names, which a stuck write lands last */
+		keep_set_named(r, refs, n);
+		return;
+	}
+	memcpy(v, r->named, r->nnamed * sizeof *v);
+	memcpy(v + r->nnamed, refs, n * sizeof *v);
+	size_t all = r->nnamed + n, kept = 0;
+	free(refs);
+	if (all)
+		qsort(v, all, sizeof *v, by_ref);
+	for (size_t i = 0; i < all; i++)
+		if (!kept || by_ref(&v[kept - 1], &v[i]))
+			v[kept++] = v[i];
+	free(r->named);
+	r->named = v;
+	r->nnamed = kept;
+}
+
 /* st's image, written whole (by rename) with every descriptor it names in the manager's
- * store; then the memory it no longer names may go (store_changed). */
+ * store; then the memory it no longer names may go (store_changed).  The write itself is
+ * keep_disk's, without keep's mutex: a disk that does not answer holds neither. */
 static int save(struct store *st)
 {
 	struct keep *k = st->fs->keep;
@@ -243,24 +246,32 @@ static int save(struct store *st)
 	pthread_mutex_lock(&k->mu);
 	k->stamp++;
 	int e = image_pack(st, &sb, &fds, &(struct image_pack_opts){ .fdname = fdname, .arg = k });
+	for (size_t i = 0; !e && i < fds.n; i++) /* from now on it may be on disk: closed, it stays in the store */
+		k->fds[fds.v[i]].owner = st;
+	pthread_mutex_unlock(&k->mu);
 	if (!e)
-		e = write_file(path, tmp, sb.data, sb.size);
+		e = keep_disk_write(k->disk, path, tmp, sb.data, sb.size);
+	pthread_mutex_lock(&k->mu);
 	if (!e) {
-		for (size_t i = 0; i < fds.n; i++)
-			k->fds[fds.v[i]].owner = st;
-		settle(k, st, false);
+		settle(k, st, false); /* saves are one at a time (fs->mu): k->stamp is this image's */
 		keep_set_named(r, fds.refs, fds.nrefs);
 		fds.refs = NULL;
+	} else if (e == -ETIMEDOUT) { /* it may land yet: what both images name stays */
+		name_both(r, fds.refs, fds.nrefs);
+		fds.refs = NULL;
 	}
-	pthread_mutex_unlock(&k->mu);
 	if (e) {
 		/* The image on disk is the last one written: a restart brings that back, and the
 		 * memory it names stays until one that does not is written. */
-		pthread_mutex_lock(&k->mu);
-		store_error(st, "keep: %s: %s", path, e == -ENOSPC && k->why[0] ? k->why : strerror(-e));
-		pthread_mutex_unlock(&k->mu);
+		char why[300];
+		if (e == -ETIMEDOUT)
+			keep_disk_stuck(k->disk, why, sizeof why);
+		else
+			snprintf(why, sizeof why, "%s", e == -ENOSPC && k->why[0] ? k->why : strerror(-e));
+		store_error(st, "keep: %s: %s", path, why);
 		fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: %s\n", st->name, st->last_error);
 	}
+	pthread_mutex_unlock(&k->mu);
 	image_fds_free(&fds);
 	msgpack_sbuffer_destroy(&sb);
 	return e;
@@ -271,13 +282,16 @@ static int drop(struct store *st)
 	struct keep *k = st->fs->keep;
 	char path[4096];
 	keep_path(k, st->name, "", path, sizeof path);
-	if (unlink(path) && errno != ENOENT) {
-		int e = -errno;
-		store_error(st, "keep: %s: %s: the store stays", path, strerror(-e));
-		return e;
+	int e = keep_disk_unlink(k->disk, path);
+	if (e) {
+		char why[300];
+		if (e != -ETIMEDOUT || !keep_disk_stuck(k->disk, why, sizeof why))
+			snprintf(why, sizeof why, "%s", strerror(-e));
+		store_error(st, "keep: %s: %s: the store stays", path, why);
+		return e == -ETIMEDOUT ? -EIO : e;
 	}
 	readers_path(k, st->name, "", path, sizeof path);
-	unlink(path);
+	keep_disk_unlink(k->disk, path); /* a readers file without its image names nothing */
 	pthread_mutex_lock(&k->mu);
 	settle(k, st, true);
 	pthread_mutex_unlock(&k->mu);
@@ -296,7 +310,7 @@ static int by_pid(const void *a, const void *b)
 /* DIR/NAME.readers: "PID START COUNT" lines (" writer" after a kept session's leader), the
  * processes that hold read locks on st,
  * written again when they change, so that the next daemon keeps their holds. */
-void keep_readers(struct store *st)
+void keep_readers_file(struct store *st, bool again)
 {
 	struct keep *k = st->fs->keep;
 	struct kept_store *r = keep_record(st);
@@ -312,7 +326,7 @@ void keep_readers(struct store *st)
 	free(v);
 	if (n)
 		qsort(now, n, sizeof *now, by_pid); /* now is NULL for none */
-	if (n == r->nreaders && (!n || !memcmp(now, r->readers, n * sizeof *now))) {
+	if (!again && n == r->nreaders && (!n || !memcmp(now, r->readers, n * sizeof *now))) {
 		free(now);
 		return;
 	}
@@ -324,16 +338,22 @@ void keep_readers(struct store *st)
 			now[i].writer ? " writer" : "");
 	readers_path(k, st->name, "", path, sizeof path);
 	readers_path(k, st->name, ".new", tmp, sizeof tmp);
-	int e = !f || fclose(f) ? -ENOMEM : n ? write_file(path, tmp, text, len) : (unlink(path) && errno != ENOENT ? -errno : 0);
+	int e = !f || fclose(f) ? -ENOMEM : n ? keep_disk_write(k->disk, path, tmp, text, len) : keep_disk_unlink(k->disk, path);
 	free(text);
 	if (e) {
-		fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: keep: %s: %s\n", st->name, path, strerror(-e));
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: keep: %s: %s\n", st->name, path,
+			 e == -ETIMEDOUT ? "the state directory does not answer (written again once it does)" : strerror(-e));
 		free(now);
 		return;
 	}
 	free(r->readers);
 	r->readers = now;
 	r->nreaders = n;
+}
+
+void keep_readers(struct store *st)
+{
+	keep_readers_file(st, false);
 }
 
 static void forget_store(struct store *st)
@@ -351,14 +371,27 @@ const struct fs_persist keep_hooks = {
 	.save = save, .drop = drop, .names = names, .readers = keep_readers, .forget = forget_store,
 };
 
+/* k->mu held: whether the stores are kept now, and if not why (k->why, or the disk's;
+ * why may be NULL). */
+static bool armed_now(struct keep *k, char *why, size_t whylen)
+{
+	if (keep_disk_stuck(k->disk, why, whylen))
+		return false;
+	if (why)
+		snprintf(why, whylen, "%s", k->why);
+	return k->armed;
+}
+
 void keep_status(struct fs *fs, FILE *f)
 {
 	struct keep *k = fs->keep;
 	if (!k)
 		return;
 	pthread_mutex_lock(&k->mu);
-	fprintf(f, ",\n \"keep\": {\"armed\": %s, \"error\": \"", k->armed ? "true" : "false");
-	for (const char *c = k->why; *c; c++)
+	char why[sizeof k->why + 64];
+	bool armed = armed_now(k, why, sizeof why);
+	fprintf(f, ",\n \"keep\": {\"armed\": %s, \"error\": \"", armed ? "true" : "false");
+	for (const char *c = why; *c; c++)
 		fprintf(f, *c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 0x20 ? "\\u%04x" : "%c", *c);
 	fprintf(f, "\", \"descriptors\": %u, \"max_descriptors\": %u, \"restored\": %zu, \"failed\": [",
 		k->gone ? 0 : k->nkept, k->max_fds, k->restored);
@@ -381,7 +414,7 @@ int keep_armed(struct fs *fs)
 	if (!k)
 		return -1;
 	pthread_mutex_lock(&k->mu);
-	int armed = k->armed;
+	int armed = armed_now(k, NULL, 0);
 	pthread_mutex_unlock(&k->mu);
 	return armed;
 }
@@ -408,8 +441,10 @@ void keep_free(struct fs *fs)
 	free(k->failed);
 	free(k->pending);
 	free(k->fds);
+	fs->keep = NULL;
+	if (!keep_disk_stop(k->disk))
+		return; /* a write that never returned still has k (keep_watch_disk_back) */
 	close(k->sock);
 	pthread_mutex_destroy(&k->mu);
 	free(k);
-	fs->keep = NULL;
 }

@@ -5,6 +5,7 @@
 #define GMSFS_FS_KEEP_INTERNAL_H
 
 #include "keep.h"
+#include "keep_disk.h"
 #include "image.h"
 #include "lock.h"
 #include "store.h"
@@ -64,6 +65,11 @@ struct keep {
 	pthread_t watch;
 	pthread_cond_t wake;
 	bool watching, stopping;
+	/* The state directory's writes (keep_disk.h): while one has not returned, the stores
+	 * are not kept (said beside armed); once it has (disk_back), keep_watch writes every
+	 * store's image again. */
+	struct keep_disk *disk;
+	bool disk_back;
 };
 
 /* keep's record of a store (st->kept). */
@@ -91,6 +97,9 @@ struct kept_store *keep_record(struct store *st);
 void keep_set_named(struct kept_store *r, struct image_ref *refs, size_t n);
 /* The stores' hook: DIR/NAME.readers written again if who reads st changed. */
 void keep_readers(struct store *st);
+/* The same, written even when unchanged if again (what was written before may not have
+ * landed: keep_watch, once the disk answers again). */
+void keep_readers_file(struct store *st, bool again);
 /* The backends' closing hook (vmm->closing): a descriptor that held memory is closed,
  * from any thread; it leaves the manager's store once no image on disk names it. */
 void keep_on_close(void *arg, int fd);
@@ -107,6 +116,8 @@ void keep_free(struct fs *fs);
 /* keep_watch.c: a thread that looks at the manager's socket every second and hands every
  * store's descriptors again to a new one, or after a failure. */
 int keep_watch_start(struct fs *fs);
+/* keep_disk's back: a write given up on returned; the watch writes every image again. */
+void keep_watch_disk_back(void *arg);
 void keep_watch_stop(struct fs *fs);
 
 #endif

@@ -321,6 +321,10 @@ int keep_start(struct fs *fs, const char *dir, unsigned max_fds, char *err, size
 					   "holds memory will read as a stop, and the empty stores go\n", strerror(-me));
 	/* From now on a memory descriptor that closes may leave the manager's store, and
 	 * the stores write what a restart needs. */
+	if (!(k->disk = keep_disk_start(keep_watch_disk_back, k))) {
+		snprintf(err, errlen, "state=%s: no thread to write it", dir);
+		return -ENOMEM;
+	}
 	fs->vmm->closing_arg = k;
 	fs->vmm->closing = keep_on_close;
 	pthread_mutex_lock(&fs->mu);

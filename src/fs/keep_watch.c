@@ -50,6 +50,37 @@ static size_t hand_all(struct fs *fs, struct keep *k)
 	return failed;
 }
 
+/* The state directory answers again: every store's image and readers written again
+ * (what was asked while it did not answer was not written, or may have been). */
+static void rewrite_all(struct fs *fs, struct keep *k)
+{
+	pthread_mutex_lock(&fs->mu);
+	size_t failed = 0, n = fs->stores->n;
+	for (size_t i = 0; i < n; i++) {
+		struct store *st = fs->stores->v[i];
+		if (keep_hooks.save(st))
+			failed++;
+		else
+			keep_readers_file(st, true);
+	}
+	pthread_mutex_unlock(&fs->mu);
+	if (failed)
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: keep: %s: %zu of %zu stores' images could not be written again\n", k->dir,
+			 failed, n);
+	else
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: keep: %s answers again: every store's image written again (%zu stores): "
+					   "stores are kept across a restart again\n", k->dir, n);
+}
+
+void keep_watch_disk_back(void *arg)
+{
+	struct keep *k = arg;
+	pthread_mutex_lock(&k->mu);
+	k->disk_back = true;
+	pthread_cond_signal(&k->wake);
+	pthread_mutex_unlock(&k->mu);
+}
+
 /* k->mu held: the manager's socket file now; false where it is gone (or abstract). */
 static bool same_file(const struct keep *k, const struct stat *s)
 {
@@ -91,6 +122,18 @@ static void *watch(void *arg)
 		int dead = sock_alive(k);
 		if (k->stopping)
 			break;
+		if (k->disk_back) {
+			k->disk_back = false;
+			k->retry_in_s = 0; /* a manager to hand everything to anew was waiting for the disk */
+			if (k->armed) {
+				pthread_mutex_unlock(&k->mu); /* keep never takes fs->mu under its own */
+				rewrite_all(fs, k);
+				pthread_mutex_lock(&k->mu);
+				continue;
+			}
+		}
+		if (keep_disk_stuck(k->disk, NULL, 0))
+			continue; /* names handed anew need images that say them */
 		if (dead) {
 			k->gone = true;
 			if (k->armed)

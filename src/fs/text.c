@@ -174,7 +174,7 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 		return -ENOMEM;
 	fputs("{\"version\": ", f);
 	json_str(f, GMSFS_VERSION);
-	fprintf(f, ",\n \"device\": {\"index\": %d, \"uuid\": ", v->dev.index);
+	fprintf(f, ",\n \"device\": {\"index\": %d, \"gpu\": %d, \"uuid\": ", v->dev.index, v->dev.gpu);
 	json_str(f, v->dev.uuid);
 	fputs(", \"name\": ", f);
 	json_str(f, v->dev.name);
@@ -263,7 +263,7 @@ static void dev_labels(FILE *f, const struct vmm *v)
 {
 	fputs("device=", f);
 	label(f, v->dev.uuid);
-	fprintf(f, ",gpu=\"%d\",UUID=", v->dev.index);
+	fprintf(f, ",gpu=\"%d\",UUID=", v->dev.gpu);
 	label(f, v->dev.uuid);
 }
 
@@ -353,7 +353,8 @@ static void tier_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 	int armed = keep_armed(fs);
 	if (armed >= 0) {
 		header(f, "gmsfs_keep_armed", GAUGE, "1 while every store is kept across a restart (state=), 0 when the "
-						     "service manager's descriptor store went or refused one (status.json says why).");
+						     "service manager's descriptor store went or refused one, or the state directory "
+						     "does not answer (status.json says why).");
 		device_sample(f, "gmsfs_keep_armed", v, NULL, (unsigned long long)armed);
 	}
 }
