@@ -3,6 +3,8 @@
  * One writer session: gmsfs_load (loadlib.c: every tensor of the checkpoint packed into
  * slabs, an entry "torch/NAME" per tensor), then commit.  Any error leaves the store at
  * its last commit.  On a terminal, progress; quiet otherwise.  See gmsfs-load(1). */
+#include "unheld.h"
+
 #include <gmsfs/gmsfs.h>
 #include <gmsfs/load.h>
 #include <gmsfs/torch.h>
@@ -19,7 +21,7 @@ static int usage(void)
 	return 2;
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
 	unsigned flags = isatty(2) ? GMSFS_LOAD_PROGRESS : 0;
 	uint64_t slab = GMSFS_TORCH_SLAB_BYTES;
@@ -61,4 +63,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	return unheld_run(run, argc, argv); /* a daemon that does not answer holds a child, not the command */
 }

@@ -6,6 +6,7 @@
 #include "copy.h"
 #include "json.h"
 #include "safetensors.h"
+#include "unheld.h"
 
 #include <gmsfs/gmsfs.h>
 #include <gmsfs/torch.h>
@@ -100,7 +101,7 @@ static char *header(struct out *o, size_t n, size_t *len)
 	return fclose(f) ? (free(s), NULL) : s;
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
 	int timeout_ms = 60000, i = 1;
 	if (argc == 5 && !strcmp(argv[1], "-t")) {
@@ -171,4 +172,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	return unheld_run(run, argc, argv); /* a daemon that does not answer holds a child, not the command */
 }

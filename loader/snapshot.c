@@ -10,6 +10,7 @@
 #include "gms_format.h"
 #include "snap.h"
 #include "store_files.h"
+#include "unheld.h"
 
 #include <gmsfs/gmsfs.h>
 #include <gmsfs/load.h>
@@ -184,7 +185,7 @@ static int all(bool save, const char *dir, char **named, int nnamed, int timeout
 	return failed ? 1 : 0;
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
 	int timeout_ms = 60000;
 	bool quiet = false, gms = false, every = false;
@@ -241,4 +242,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	return unheld_run(run, argc, argv); /* a daemon that does not answer holds a child, not the command */
 }

@@ -51,6 +51,68 @@ def bounded(fn, *args, seconds=None):
     return box["v"]
 
 
+def unheld(work):
+    """work() in a child process, whose exit status this process returns the moment work
+    returns.  A daemon that read a request and does not answer (stuck in a driver call,
+    its lock held) holds the thread that asked in the kernel, where no signal ends it, and
+    a process with such a thread cannot be reaped: its parent (a shell, a probe, timeout)
+    would wait with it, whatever bound bounded() kept.  The child, its output closed,
+    ends with the daemon.  SIGINT, SIGTERM and SIGHUP are passed on, and a SIGKILL of the
+    command ends the child too (PR_SET_PDEATHSIG)."""
+    import signal
+    sys.stdout.flush()
+    sys.stderr.flush()
+    r, w = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            import ctypes
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the command killed, its work ends
+        except (OSError, AttributeError):
+            pass
+        if os.getppid() != parent:
+            os._exit(137)  # it already was
+        try:
+            rc = work()
+        except SystemExit as e:
+            rc = e.code
+        except BaseException:  # noqa: BLE001 (said as Python says it, exit 1)
+            import traceback
+            traceback.print_exc()
+            rc = 1
+        if rc is None:
+            rc = 0
+        elif not isinstance(rc, int):
+            print(rc, file=sys.stderr)
+            rc = 1
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            pass
+        sys.stderr.flush()
+        os.write(w, bytes([rc & 255]))
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):  # a thread left in the kernel would keep them, and our reader waiting
+            os.dup2(null, fd)
+        os._exit(rc & 255)
+    os.close(w)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda s, _f: os.kill(pid, s))
+    got = os.read(r, 1)
+    if got:
+        # Its end: the pipe's other end closes with its last thread, and with it every file
+        # it held (its read locks too), at once unless a thread is left in the kernel.
+        import select
+        if select.select([r], [], [], 1.0)[0] and not os.read(r, 1):
+            os.waitpid(pid, 0)
+        return got[0]  # else reaped by whoever outlives us
+    _, st = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(st)
+    return code if code >= 0 else 128 - code  # killed by a signal: as a shell says it
+
+
 def ask_all(fn, items, seconds=None):
     """fn(item) for every item at once, all given seconds (READ_S): {item: result or the
     exception}; one that does not answer is NotAnswering."""

@@ -28,7 +28,7 @@ import time
 from ._fields import read_fields
 # Below both gmsfsctl's verbs and its metrics; FSTYPE, _unescape and status are this
 # module's names too, as they were before _mounts.py.
-from ._mounts import (FSTYPE, READ_S, NotAnswering, _fail, _read_status, _unescape, ask_all,  # noqa: F401
+from ._mounts import (FSTYPE, READ_S, NotAnswering, _fail, _read_status, _unescape, ask_all, unheld,  # noqa: F401
                       bounded, mounts, status)
 
 
@@ -388,11 +388,14 @@ def main(argv=None):
     p.add_argument("--root", default="/run/gmsfs", metavar="DIR")
     p.set_defaults(fn=cmd_metrics)
     args = ap.parse_args(argv)
-    try:
-        return args.fn(args)
-    except BrokenPipeError:  # | head: not an error
-        sys.stderr.close()
-        return 0
+
+    def work():
+        try:
+            return args.fn(args)
+        except BrokenPipeError:  # | head: not an error
+            sys.stderr.close()
+            return 0
+    return unheld(work) if argv is None else work()  # the command, not a caller's call
 
 
 if __name__ == "__main__":

@@ -295,7 +295,7 @@ static int same_daemon(const struct handover_peer *p, char *err, size_t errlen)
 
 /* The device file of the gmsfs mount on dir, read by a child given HO_READ_S: a daemon
  * stopped or stuck would hold a reader in the kernel for good (a child killed ends its
- * request).  0 and its text; -ETIMEDOUT, -EXDEV (not that mount's file), or -errno. */
+ * request, or, where the daemon read it and holds it, stays behind alone).  0 and its text; -ETIMEDOUT, -EXDEV (not that mount's file), or -errno. */
 static int read_device(const char *dir, const char *path, char *text, size_t size)
 {
 	int fds[2];
@@ -303,6 +303,9 @@ static int read_device(const char *dir, const char *path, char *text, size_t siz
 		return -errno;
 	pid_t pid = fork();
 	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+		for (int i = 0; null >= 0 && i <= 2; i++)
+			dup2(null, i); /* left in the kernel, it would keep the output of whoever reads ours */
 		int fd = open(path, O_RDONLY | O_CLOEXEC), n;
 		struct statfs fsb;
 		struct stat at, top;
@@ -336,9 +339,11 @@ static int read_device(const char *dir, const char *path, char *text, size_t siz
 			break;
 	}
 	close(fds[0]);
-	if (e)
-		kill(pid, SIGKILL); /* its request ends with it */
-	waitpid(pid, NULL, 0);
+	if (e) /* its request ends with it, unless the daemon read it and holds it: then the child
+		* stays in the kernel until that daemon ends, and is not waited for */
+		kill(pid, SIGKILL), waitpid(pid, NULL, WNOHANG);
+	else
+		waitpid(pid, NULL, 0);
 	if (!e && !got)
 		e = -EIO;
 	if (!e && text[0])
