@@ -10,12 +10,13 @@ load helpers
 
 setup() {
 	T=$(mktemp -d "$BATS_TEST_TMPDIR/faults.XXXXXX")
-	STOPPED= NODE_PID= KEEPER_PID=
+	STOPPED= NODE_PID= KEEPER_PID= HUNG=
 	CTL=("$PYTHON" "$ROOT/tools/gmsfsctl")
 }
 
 teardown() {
 	[ -z "$STOPPED" ] || kill -CONT "$STOPPED" 2>/dev/null || true
+	[ -z "$HUNG" ] || kill -KILL "$HUNG" 2>/dev/null || true # its hung thread never lets it end otherwise
 	if [ -n "$NODE_PID" ] && kill -0 "$NODE_PID" 2>/dev/null; then
 		kill -TERM "$NODE_PID"
 		wait "$NODE_PID" 2>/dev/null || true
@@ -27,10 +28,13 @@ teardown() {
 	wait 2>/dev/null || true
 }
 
-# daemon NAME: a daemon on $T/NAME (socket $T/NAME.sock); its pid in $T/NAME.pid.
+# daemon NAME [ENV=VALUE...]: a daemon on $T/NAME (socket $T/NAME.sock); its pid in $T/NAME.pid.
 daemon() {
+	local name=$1
+	shift
+	set -- "$name" "$@"
 	mkdir -p "$T/$1"
-	"$GMSFS" -f -o "backend=host,device=host-$1,socket=$T/$1.sock" "$T/$1" 2>"$T/$1.log" 3>&- &
+	env "${@:2}" "$GMSFS" -f -o "backend=host,device=host-$1,socket=$T/$1.sock" "$T/$1" 2>"$T/$1.log" 3>&- &
 	echo $! >"$T/$1.pid"
 	wait_until grep -q " $T/$1 fuse.gmsfs " /proc/mounts
 }
@@ -127,6 +131,43 @@ except gmsfs.GmsfsError as e:
 	assert_equal "$(head -c 7 "$T/stuck/b/allocs/w")" weights
 }
 
+@test "a daemon whose requests do not return (hung in a commit, its lock held: a reader waits in the kernel, unkillable) beside a healthy one: list, metrics, show, tier, the loader's tools and takeover return within their bounds, say it down, go on with the other" {
+	daemon good
+	daemon hung GMSFS_FAULT=commit.image:hang
+	HUNG=$(cat "$T/hung.pid")
+	commit_store "$T/good/a"
+	mkdir "$T/hung/b"
+	( exec 9>"$T/hung/b/lock"; echo >"$T/hung/b/commit" ) 3>&- 2>/dev/null &
+	wait_until grep -q "GMSFS_FAULT: hung at commit.image" "$T/hung.log"
+	# Each command's read of the hung mount stays in the kernel, in a process of its own
+	# the command does not wait for: the command returns by its bound, and its parent too.
+	within 8 "${CTL[@]}" list "$T/good" "$T/hung"
+	assert_failure 1
+	assert_output --partial "$T/hung: not answering (does not answer within 5 s"
+	assert_output --regexp "$T/good +host host-good +a +COMMITTED"
+	within 8 "${CTL[@]}" metrics --textfile "$T" "$T/good" "$T/hung"
+	assert_failure 1
+	assert_output --partial "$T/hung: its daemon does not answer (gmsfs_up 0)"
+	grep -q '^gmsfs_up{device="host-good",gpu="0",UUID="host-good",mount="'"$T"'/good"} 1$' "$T/gmsfs-host-good.prom"
+	within 8 "${CTL[@]}" show "$T/hung/b"
+	assert_failure 1
+	assert_output --partial "does not answer within 5 s"
+	within 8 "${CTL[@]}" tier "$T/hung/b"
+	assert_failure 1
+	local nolsan=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 # LeakSanitizer would wait for the reader left behind
+	within 8 env ASAN_OPTIONS="$nolsan" "$BUILD/gmsfs-snapshot" save "$T/hung/b" "$T/snap" -t 2
+	assert_failure 1
+	assert_output --partial "$T/hung/b: its daemon does not answer within 5 s (stopped, or stuck)"
+	within 8 env ASAN_OPTIONS="$nolsan" "$BUILD/gmsfs-load" -t 2 "$T/hung/b" "$T/model.safetensors"
+	assert_failure 1
+	assert_output --partial "its daemon does not answer within 5 s"
+	within 8 "$GMSFS" -f -o takeover "$T/hung"
+	assert_failure 1
+	assert_output --partial "does not answer within 5 s (stopped, or stuck): nothing was taken over"
+	run "${CTL[@]}" list "$T/good"
+	assert_success
+}
+
 # A stub nvidia-smi listing two "GPUs" the host backend serves (device=host-...).
 node() { # node [ENV=VALUE...]: gmsfs-node in the background with the keeper; sets NODE_PID
 	mkdir -p "$T/bin"
@@ -174,9 +215,51 @@ PY
 	assert_output --partial 'gmsfs_daemon_replaced_total{device="host-gpu-b",gpu="1",UUID="host-gpu-b",mount="'"$T"'/run/host-gpu-b"} 0'
 }
 
+@test "gmsfs-node replaces a daemon whose requests do not return (hung in a commit with its lock held: its readers wait in the kernel, unkillable), and meanwhile starts the other GPU's daemon that died" {
+	keeper
+	node GMSFS_HUNG_S=5 GMSFS_FAULT=commit.image:hang
+	mkdir "$T/run/host-gpu-a/llama"
+	old=$(pid_of "$T/run/host-gpu-a")
+	other=$(pid_of "$T/run/host-gpu-b")
+	sleep 5 # past the start's grace (GMSFS_HUNG_S, at most 10 s): asked every 5 s from now on
+	(
+		exec 9>"$T/run/host-gpu-a/llama/lock"
+		truncate -s 4096 "$T/run/host-gpu-a/llama/allocs/w"
+		echo >"$T/run/host-gpu-a/llama/commit" # hangs in the daemon, holding the mount's lock
+	) 3>&- 2>/dev/null &
+	wait_until grep -q "GMSFS_FAULT: hung at commit.image" "$T/node.log"
+	kill -9 "$other"
+	# Each ask of GPU a's mount now stays in the kernel until its daemon ends; GPU b's
+	# daemon is started again, and GPU a's replaced, by the same loop.
+	wait_until grep -q "the daemon of host-gpu-b started again" "$T/node.log"
+	for _ in $(seq 300); do grep -q "the daemon of host-gpu-a (pid $old) has not answered" "$T/node.log" && break; sleep 0.1; done
+	grep -q "the daemon of host-gpu-a (pid $old) has not answered for 5s (stopped or stuck): replacing it" "$T/node.log"
+	wait_until served_by_other "$T/run/host-gpu-a" "$old"
+	wait_until served_by_other "$T/run/host-gpu-b" "$other"
+	test -d "$T/run/host-gpu-a/llama" # its mkdir's image, through the keeper
+	assert_equal "$(sed -n 's/^state: //p' "$T/run/host-gpu-a/llama/state")" EMPTY
+	assert_equal "$(cat "$T/run/.gmsfs-node-replaced")" "host-gpu-a 1"
+	kill -TERM "$NODE_PID" # and its stop ends too: the asks left in the kernel ended with the hung daemon
+	for _ in $(seq 300); do [ "$(awk '{print $3}' "/proc/$NODE_PID/stat" 2>/dev/null)" = S ] || break; sleep 0.1; done
+	[ "$(awk '{print $3}' "/proc/$NODE_PID/stat" 2>/dev/null)" != S ]
+	wait "$NODE_PID"
+	NODE_PID=
+}
+
 @test "metrics after a clean stop of gmsfs-node: gmsfs_up stays, at 0, for every GPU it listed, with the labels it had alive (gpu too, for a fresh metrics server)" {
 	keeper
 	node
+	# Alive, each daemon's series carry the gpu label of its place in nvidia-smi's list
+	# (the host backend's device index is 0 for both): one label per GPU, up or down.
+	grep -q '^gmsfs_host_tier_bytes{device="host-gpu-b",gpu="1",UUID="host-gpu-b"} ' "$T/run/host-gpu-b/metrics"
+	grep -q '"index": 0, "gpu": 1,' "$T/run/host-gpu-b/status.json"
+	run "$PYTHON" - "$ROOT" "$T/run" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1] + "/python")
+from gmsfs._ctl_metrics import _Scraper
+print(_Scraper([], sys.argv[2]).scrape())
+PY
+	assert_output --partial 'gmsfs_up{device="host-gpu-b",gpu="1",UUID="host-gpu-b",mount="'"$T"'/run/host-gpu-b"} 1'
 	kill -TERM "$NODE_PID"
 	wait "$NODE_PID"
 	NODE_PID=
@@ -191,7 +274,7 @@ PY
 	assert_output --partial 'gmsfs_up{device="host-gpu-b",gpu="1",UUID="host-gpu-b",mount="'"$T"'/run/host-gpu-b"} 0'
 }
 
-@test "the small ones: gmsfs-node's unknown argument, a file as mount point, an unknown option's status, host-NAME, a store given to list, a takeover keeps a default socket's name" {
+@test "the small ones: gmsfs-node's unknown argument, a file as mount point, an unknown option's status, host-NAME, gpu= out of range, a store given to list, a takeover keeps a default socket's name" {
 	run dash "$ROOT/tools/gmsfs-node" --bogus
 	assert_failure 2
 	assert_output --partial "unknown argument: --bogus"
@@ -209,6 +292,10 @@ PY
 	run "$GMSFS" -f -o backend=host,device=GPU-1234 "$T/m"
 	assert_failure 1
 	assert_output --partial "or host-NAME"
+	run "$GMSFS" -f -o backend=host,gpu=4096 "$T/m"
+	assert_failure 2
+	assert_output --partial "gpu=4096: a GPU's number, 0 to 4095"
+	! grep -q " $T/m " /proc/mounts
 	# gmsfs --version says its own line first; gmsfs-csi installed (no source tree beside it)
 	# reads the version from it, not libfuse's words.
 	version=$(sed -n 's/^#define GMSFS_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2/p' "$ROOT/include/gmsfs/gmsfs.h" | paste -sd.)

@@ -90,7 +90,7 @@ def _read_mount(m):
     with open(os.path.join(m, "metrics")) as f:
         text = f.read()
     dev = _read_status(m)["device"]
-    return dev["uuid"], dev.get("index"), text
+    return dev["uuid"], dev.get("gpu", dev.get("index")), text  # gpu: the label (an older daemon: index)
 
 
 def _merge(texts, ups):

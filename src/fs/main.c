@@ -310,6 +310,8 @@ static int prepare(struct fs *fs, struct options *opts, struct fuse_args *args, 
 		if (opts->piece_bytes)
 			size_parse(opts->piece_bytes, &piece); /* checked by options_parse; 0: never */
 		fs->vmm->piece_bytes = vmm_align(fs->vmm, piece);
+		if (opts->gpu >= 0)
+			fs->vmm->dev.gpu = opts->gpu;
 		if (!device && !strncmp(fs->vmm->dev.uuid, "host-", 5))
 			host_apart(fs->vmm, cmd->mountpoint);
 		e = export_start(fs, opts->socket ? socket_path : NULL, err, errlen);
@@ -329,7 +331,7 @@ int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts cmd = {0};
-	struct options opts = { .ready_fd = -1, .detach_fd = -1, .fdstore = 16384, .host_ahead = -1 }; /* max_threads 0: 256 */
+	struct options opts = { .ready_fd = -1, .detach_fd = -1, .fdstore = 16384, .host_ahead = -1, .gpu = -1 }; /* max_threads 0: 256 */
 	struct fs fs = {
 		.mu = PTHREAD_MUTEX_INITIALIZER,
 		.root = { FS_NODE_MAGIC, FS_ROOT, NULL },

@@ -24,6 +24,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("fsname=%s", fsname),
 	OPT("ready_fd=%d", ready_fd),
 	OPT("max_threads=%d", max_threads),
+	OPT("gpu=%d", gpu),
 	OPT("takeover", takeover),
 	OPT("state=%s", state),
 	OPT("fdstore=%u", fdstore),
@@ -46,6 +47,9 @@ static void usage(const char *prog)
 	       "    -o socket=PATH         export socket (default: /run/gmsfs/gmsfs-PID.sock as root)\n"
 	       "    -o ready_fd=N          write a newline to fd N once the mount is live\n"
 	       "    -o max_threads=N       worker threads (default 256); waiting opens hold none\n"
+	       "    -o gpu=N               the GPU's number in the metrics' gpu label, as nvidia-smi and\n"
+	       "                           dcgm-exporter number it (default: the device's index; gmsfs-node\n"
+	       "                           gives its place in nvidia-smi's list)\n"
 	       "    -o takeover            replace the daemon serving MOUNTPOINT: its stores come over, with\n"
 	       "                           no copy (root; backend and device default to that daemon's)\n"
 	       "    -o state=DIR           under systemd (FileDescriptorStoreMax=): keep every store across a\n"
@@ -138,6 +142,10 @@ int options_parse(struct fuse_args *args, struct options *opts, struct fuse_cmdl
 			opts->piece_bytes);
 		return 2;
 	}
+	if (opts->gpu < -1 || opts->gpu > 4095) {
+		fprintf(stderr, "gmsfs: gpu=%d: a GPU's number, 0 to 4095\n", opts->gpu);
+		return 2;
+	}
 	if (opts->max_threads && (opts->max_threads < 2 || opts->max_threads > 100000)) {
 		fprintf(stderr, "gmsfs: max_threads=%d: between 2 and 100000\n", opts->max_threads);
 		return 2;
@@ -150,7 +158,7 @@ int options_parse(struct fuse_args *args, struct options *opts, struct fuse_cmdl
  * mount's budgets, name or socket.  0, or 2 (the old options do not parse). */
 int options_inherit(struct options *o, struct fuse_args *args, const struct handover_peer *peer, uint64_t *max_bytes)
 {
-	struct options old = { .ready_fd = -1, .detach_fd = -1, .host_ahead = -1 };
+	struct options old = { .ready_fd = -1, .detach_fd = -1, .host_ahead = -1, .gpu = -1 };
 	char *argv[] = { "gmsfs", "-o", (char *)peer->options, NULL };
 	struct fuse_args a = FUSE_ARGS_INIT(peer->options[0] ? 3 : 1, argv);
 	if (fuse_opt_parse(&a, &old, option_spec, option_seen)) {
@@ -184,6 +192,8 @@ int options_inherit(struct options *o, struct fuse_args *args, const struct hand
 		o->max_threads = old.max_threads;
 	if (o->host_ahead < 0)
 		o->host_ahead = old.host_ahead;
+	if (o->gpu < 0)
+		o->gpu = old.gpu;
 	if (old.allow_other && !o->allow_other) {
 		o->allow_other = 1;
 		if (fuse_opt_add_arg(args, "-oallow_other"))
@@ -223,6 +233,10 @@ char *options_text(const struct fs *fs, const struct options *o)
 	e |= fuse_opt_add_opt(&t, o->host_ahead ? "host_ahead" : "no_host_ahead");
 	if (o->allow_other)
 		e |= fuse_opt_add_opt(&t, "allow_other");
+	if (o->gpu >= 0) {
+		snprintf(kv, sizeof kv, "gpu=%d", o->gpu);
+		e |= fuse_opt_add_opt(&t, kv);
+	}
 	if (o->max_threads != 256) {
 		snprintf(kv, sizeof kv, "max_threads=%d", o->max_threads);
 		e |= fuse_opt_add_opt(&t, kv);

@@ -23,6 +23,7 @@ struct options {
 	int ready_fd;
 	int detach_fd;         /* without -f: where the waiting parent learns that the mount is live */
 	int max_threads;
+	int gpu;               /* the gpu label of the metrics (-1: the device's index) */
 	int takeover;          /* take the stores of the daemon serving the mount point over */
 	char *state;           /* keep what a restart needs here (and in the service manager) */
 	unsigned fdstore;      /* descriptors the service manager keeps (FileDescriptorStoreMax=) */

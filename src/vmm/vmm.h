@@ -72,6 +72,8 @@ static inline struct vmm_buf *vmm_piece(struct vmm_buf *b, size_t i)
 
 struct vmm_device {
 	int index;
+	int gpu;              /* its number in the metrics' gpu label (dcgm-exporter's: nvidia-smi's
+	                       * index): -o gpu=N, else index */
 	char uuid[64];
 	char name[128];
 	const char *backend;

@@ -120,7 +120,7 @@ static int cuda_open(struct vmm *v, const char *device, char *err, size_t errlen
 	pthread_mutex_init(&p->mover_mu, NULL);
 	pthread_mutex_init(&p->forget_mu, NULL);
 	p->mover_sock = -1;
-	v->dev.index = index;
+	v->dev.index = v->dev.gpu = index;
 	v->dev.backend = "cuda";
 	v->dev.granularity = gran;
 	v->dev.total_bytes = total;

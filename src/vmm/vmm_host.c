@@ -42,7 +42,7 @@ static int host_open(struct vmm *v, const char *device, char *err, size_t errlen
 		return -ENODEV;
 	}
 	long page = sysconf(_SC_PAGESIZE), pages = sysconf(_SC_PHYS_PAGES);
-	v->dev.index = 0;
+	v->dev.index = v->dev.gpu = 0;
 	v->dev.backend = "host";
 	v->dev.granularity = page > 0 ? (uint64_t)page : 4096;
 	v->dev.total_bytes = (uint64_t)pages * v->dev.granularity;

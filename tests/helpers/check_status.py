@@ -30,7 +30,7 @@ with open(os.path.join(mount, "metrics")) as f:
 device = kv(os.path.join(mount, "device"))
 stores = sorted(d for d in os.listdir(mount) if os.path.isdir(os.path.join(mount, d)))
 
-for k in ("index", "uuid", "name", "backend", "total_bytes", "used_bytes", "granularity"):
+for k in ("index", "gpu", "uuid", "name", "backend", "total_bytes", "used_bytes", "granularity"):
     same("status.json device.%s" % k, status["device"][k], device[k])
 same("status.json version", status["version"], device["version"])
 same("status.json stores", [s["name"] for s in status["stores"]], stores)
@@ -48,7 +48,7 @@ def metric(family, store, **labels):
 
 
 # device, and dcgm-exporter's gpu and UUID: every series has them.
-DEVICE_LABELS = (device["uuid"], device["index"], device["uuid"])
+DEVICE_LABELS = (device["uuid"], device["gpu"], device["uuid"])
 
 for name, js in zip(stores, status["stores"]):
     st = kv(os.path.join(mount, name, "state"))
@@ -79,7 +79,7 @@ for name, js in zip(stores, status["stores"]):
 for fam in ("gmsfs_device_used_bytes", "gmsfs_device_total_bytes"):
     smp = families[fam].samples
     same("metrics %s" % fam, [(s.labels, s.value) for s in smp],
-         [({"device": device["uuid"], "gpu": device["index"], "UUID": device["uuid"]}, float(device[fam[13:]]))])
+         [({"device": device["uuid"], "gpu": device["gpu"], "UUID": device["uuid"]}, float(device[fam[13:]]))])
 for want in sys.argv[2:]:
     where, value = want.split("=")
     store, counter = where.rsplit(":", 1)
