@@ -53,12 +53,17 @@ static int new_worker(ucp_context_h ctx, ucp_worker_h *worker, char *err, size_t
 	return s == UCS_OK ? 0 : said(err, errlen, -EIO, "a UCX worker", s);
 }
 
-static int context(ucp_context_h *ctx, ucp_worker_h *worker, char *err, size_t errlen)
+/* listening: a server killed mid-pull leaves its port's connections in TIME_WAIT, and
+ * UCX binds its listener without SO_REUSEADDR unless told (CM_REUSEADDR): a new server
+ * would be refused the port for a minute ("Device is busy"). */
+static int context(ucp_context_h *ctx, ucp_worker_h *worker, bool listening, char *err, size_t errlen)
 {
 	ucp_config_t *cfg;
 	ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
 	if (s != UCS_OK)
 		return said(err, errlen, -EIO, "UCX configuration", s);
+	if (listening && !getenv("UCX_CM_REUSEADDR"))
+		ucp_config_modify(cfg, "CM_REUSEADDR", "y"); /* an older UCX without it listens as before */
 	/* Workers of one context in several threads: a listener's connections each have one. */
 	ucp_params_t p = { .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
 			   .features = UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP, .mt_workers_shared = 1 };
@@ -164,7 +169,7 @@ int nt_listen(const char *addr, uint16_t port, struct nt_listener **out, char *e
 	if (!l)
 		return -ENOMEM;
 	int e = sockaddr_of(addr, port, true, &ss, &sl, err, errlen);
-	if (!e && !(e = context(&l->ctx, &l->worker, err, errlen))) {
+	if (!e && !(e = context(&l->ctx, &l->worker, true, err, errlen))) {
 		ucp_listener_params_t p = {
 			.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
 			.sockaddr = { .addr = (struct sockaddr *)&ss, .addrlen = sl },
@@ -258,7 +263,7 @@ int nt_connect(const char *host, uint16_t port, int timeout_ms, struct nt_conn *
 	if (!c)
 		return -ENOMEM;
 	int e = sockaddr_of(host, port, false, &ss, &sl, err, errlen);
-	if (!e && !(e = context(&c->ctx, &c->worker, err, errlen))) {
+	if (!e && !(e = context(&c->ctx, &c->worker, false, err, errlen))) {
 		ucp_ep_params_t p = {
 			.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLER |
 				      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,

@@ -269,7 +269,7 @@ wait_allocations() { # STORE: the pull has made its layout (its bytes are under 
 	wait_until no_readers "$A/big" # each dead peer's read lock goes (at most -t)
 }
 
-@test "a server killed mid-pull: the pull fails with words, its target uncommitted" {
+@test "a server killed mid-pull: the pull fails with words, its target uncommitted; a server started again at once listens on the same port" {
 	port=$((PORT + 1))
 	serve "$port"
 	mkdir "$B/s"
@@ -284,6 +284,13 @@ wait_allocations() { # STORE: the pull has made its layout (its bytes are under 
 	wait_until state_is "$B/s" EMPTY
 	state_is "$A/big" COMMITTED
 	wait_until no_readers "$A/big" # the killed server's read lock goes with it
+	# A server started again at once listens on the same port (its connections in
+	# TIME_WAIT: UCX's listener binds with SO_REUSEADDR) and serves.
+	serve "$port" m
+	mkdir "$B/relisten"
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$port/m" "$B/relisten" --token "$TOKEN" -t 10 -q
+	assert_success
+	same_store "$A/m" "$B/relisten"
 }
 
 @test "a peer that stops reading holds up no other, and loses its connection after the timeout" {
