@@ -29,7 +29,7 @@ COMMON_HDR := $(PUBLIC_HDR) $(wildcard common/*.h)
 WIRE_SRC := common/wire.c common/wire_req.c common/wire_reply.c common/wire_image.c
 FSM_SRC := src/fsm/fsm.c
 META_SRC := src/meta/node.c src/meta/store.c src/meta/entry.c src/meta/commit.c src/meta/undo.c src/meta/intern.c src/meta/layout_hash.c src/meta/batch.c src/meta/view.c
-VMM_SRC := src/vmm/vmm_release.c src/vmm/vmm_account.c src/vmm/vmm_spare.c src/vmm/vmm_buf.c src/vmm/vmm_move.c src/vmm/vmm_open.c src/vmm/vmm_pieces.c src/vmm/vmm_pages.c src/vmm/vmm_switch.c src/vmm/vmm_fork.c src/vmm/vmm_host.c src/vmm/vmm_cuda.c
+VMM_SRC := src/vmm/vmm_release.c src/vmm/vmm_account.c src/vmm/vmm_spare.c src/vmm/vmm_buf.c src/vmm/vmm_move.c src/vmm/vmm_open.c src/vmm/vmm_pieces.c src/vmm/vmm_pages.c src/vmm/vmm_switch.c src/vmm/vmm_copy.c src/vmm/vmm_host.c src/vmm/vmm_cuda.c
 # cuda.h only: libcuda is loaded at run time (dlopen), never linked.
 CUDA_INC ?= /usr/local/cuda/include
 ifneq ($(wildcard $(CUDA_INC)/cuda.h),)

@@ -19,7 +19,7 @@ import time
 import pytest
 
 import gmsfs
-from conftest import ROOT
+from conftest import ROOT, mounted, remove_stores
 
 NAMES = ["a", "b", "c"]
 SIZE = 1 << 20
@@ -269,13 +269,43 @@ def test_the_copies_count_against_the_quota(store):
         write(w, "a", 7)  # 4 MiB: room for one copy
         with pytest.raises(gmsfs.GmsfsError) as e:
             w.import_one("b")
-        assert e.value.errno in (errno.EDQUOT, errno.ENOSPC), e.value
-        assert "quota" in str(e.value) and "quota" in state(store)["last_error"], e.value
+        # The door's errno and words, as a create past the quota gets them.
+        assert e.value.errno == errno.ENOSPC, e.value
+        assert "the store's quota is %d bytes" % (4 * SIZE) in str(e.value), e.value
+        assert "a copy for the next version: allocs/b: " in state(store)["last_error"], state(store)["last_error"]
         assert state(store)["version_copies"] == "1"
         w.commit()
     assert r.ask("flip")["changed"] == 1
     assert [r.ask("read")[n]["values"] for n in NAMES] == [[7], [2], [3]]
     r.close()
+
+
+def test_a_copy_asks_the_door_for_room_as_a_create_does():
+    """A version's copy is memory made through the daemon's one door: where the mount is
+    full, an idle store moves to the host tier to make room for it, as for a create; where
+    nothing can give way, the same ENOSPC and words as a create's."""
+    for mnt in mounted("backend=host", "max_bytes=4M", "host_bytes=64M"):
+        idle, store = os.path.join(mnt, "idle"), os.path.join(mnt, "v")
+        for d in (idle, store):
+            os.mkdir(d)
+        with gmsfs.connect(idle, "rw", timeout=5) as c:
+            c.create("w", SIZE)
+            c.commit()
+        publish(store)  # 4 MiB of 4 used
+        versions(store, 2)
+        r = Reader(store)
+        with gmsfs.connect(store, "data", timeout=0) as w:
+            write(w, "a", 7)  # its copy: the idle store went out for it
+            assert state(idle)["tier"] == "host" and state(store)["version_copies"] == "1"
+            with pytest.raises(gmsfs.GmsfsError) as e:
+                w.import_one("b")  # nothing else may give way
+            assert e.value.errno == errno.ENOSPC, e.value
+            assert "allocs/b: 1048576 bytes: 1048576 bytes more do not fit (used 4194304 of 4194304" in str(e.value), e.value
+            w.commit()
+        assert r.ask("flip")["changed"] == 1
+        assert values(r.ask("read")) == {"a": [7], "b": [2], "c": [3]}
+        r.close()
+        remove_stores(mnt)
 
 
 def test_a_shell_builds_a_version_beside_a_reader(store):

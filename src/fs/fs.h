@@ -82,6 +82,16 @@ struct tier;        /* tier.h */
 struct keep;        /* keep.h */
 struct vmm_buf;
 
+/* One buffer asked of the door for memory (memory.h): its path under allocs/ (said in why;
+ * under GMSFS_PAGES_PREFIX, an elastic store's page: one it kept is taken first) and its
+ * size in bytes; or, like set, a buffer of like's shape (its pieces: a copy of it for the
+ * next version; size is its). */
+struct memory_ask {
+	const char *path;
+	uint64_t size;
+	const struct vmm_buf *like;
+};
+
 /* What a restart keeps, as the stores see it (gmsfs(5), RESTART): keep.c fills it in
  * under -o state= (NULL without), so that nothing below keep calls keep.  Every hook
  * runs under fs->mu. */
@@ -118,6 +128,10 @@ struct fs {
 	/* wait.c's, set at its start: grant st's parked requests that can go now.  A lock
 	 * change calls it (lock_changed): the lock stays below its queue. */
 	void (*grant_waiters)(struct store *st);
+	/* memory.c's door (memory_make_waiting), set at the start: a lower module's memory (a
+	 * version's copies) is asked of it as every other, fs->mu not held. */
+	int (*make_memory)(struct fs *fs, struct store *st, const struct memory_ask *ask, size_t n,
+			   struct vmm_buf **out, char *why, size_t whylen);
 	/* Bumped when memory may have come free on either tier (a release, a commit, a move,
 	 * a removal): a move that failed for room is tried again (tier.c). */
 	uint64_t room_gen;

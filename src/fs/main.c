@@ -1,4 +1,5 @@
 /* gmsfs: one daemon and one mount per GPU.  See gmsfs(8). */
+#include "memory.h"
 #include "fs.h"
 #include "handover.h"
 #include "inval.h"
@@ -338,6 +339,7 @@ int main(int argc, char *argv[])
 		.device = { FS_NODE_MAGIC, FS_DEVICE, NULL },
 		.status = { FS_NODE_MAGIC, FS_STATUS, NULL },
 		.metrics = { FS_NODE_MAGIC, FS_METRICS, NULL },
+		.make_memory = memory_make_waiting, /* the one door, for the modules below it too */
 	};
 	uint64_t max_bytes = 0;
 	char err[256] = "";

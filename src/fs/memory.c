@@ -3,17 +3,19 @@
 #include "store.h"
 #include "tier.h"
 
+#include "clock.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 /* No room even with idle stores moved out: what only elastic stores' pages hold is asked
  * back of them (tier_ask_back), and the caller is told to try again (-EAGAIN) while
  * their engines give pages back; -ENOSPC stands when nobody may give.  fs->mu held. */
 static int ask_back(struct fs *fs, struct store *self, uint64_t bytes, char *why, size_t whylen)
 {
-	uint64_t free_now = vmm_room_for(fs->vmm, self->pool);
-	uint64_t asked = tier_ask_back(fs, self, bytes > free_now ? bytes - free_now : bytes);
+	uint64_t asked = tier_ask_back(fs, self, bytes);
 	if (!asked)
 		return -ENOSPC;
 	snprintf(why, whylen, "%llu bytes asked back of elastic stores, which have %d ms to give them: try again",
@@ -39,6 +41,14 @@ static int room_for(struct fs *fs, struct store *st, uint64_t bytes, const struc
 static bool is_page(const char *path)
 {
 	return !strncmp(path, GMSFS_PAGES_PREFIX, strlen(GMSFS_PAGES_PREFIX));
+}
+
+/* One buffer, as asked: of another's shape, an elastic store's page, or a plain one. */
+static int make_one(struct vmm_pool *pool, const struct memory_ask *ask, struct vmm_buf **out)
+{
+	if (ask->like)
+		return vmm_alloc_like(pool, ask->like, out);
+	return is_page(ask->path) ? vmm_alloc_page(pool, ask->size, out) : vmm_alloc(pool, ask->size, out);
 }
 
 /* The first asked past the room the store has now: the one a failure names. */
@@ -70,14 +80,12 @@ int memory_make(struct fs *fs, struct store *st, const struct memory_ask *ask, s
 		i = first_past(v, pool, ask, n);
 	for (; made < n && !e; made++) {
 		i = made;
-		int (*alloc)(struct vmm_pool *, uint64_t, struct vmm_buf **) = is_page(ask[i].path) ? vmm_alloc_page
-												       : vmm_alloc;
-		if ((e = alloc(pool, ask[i].size, &out[i])) == -ENOSPC) {
+		if ((e = make_one(pool, &ask[i], &out[i])) == -ENOSPC) {
 			uint64_t rest = 0;
 			for (size_t k = i; k < n; k++)
 				rest += vmm_align(v, ask[k].size);
 			if (!(e = room_for(fs, st, rest, check, reason, sizeof reason)))
-				e = alloc(pool, ask[i].size, &out[i]);
+				e = make_one(pool, &ask[i], &out[i]);
 		}
 		if (e)
 			break;
@@ -90,4 +98,14 @@ int memory_make(struct fs *fs, struct store *st, const struct memory_ask *ask, s
 		vmm_pool_why(pool, e, ask[i].size, reason, sizeof reason);
 	snprintf(why, whylen, "allocs/%.200s: %llu bytes: %s", ask[i].path, (unsigned long long)ask[i].size, reason);
 	return e == -EDQUOT ? -ENOSPC : e;
+}
+
+int memory_make_waiting(struct fs *fs, struct store *st, const struct memory_ask *ask, size_t n,
+			struct vmm_buf **out, char *why, size_t whylen)
+{
+	uint64_t until = clock_mono_ns() + (uint64_t)TIER_RECLAIM_MS * 1000000;
+	int e;
+	while ((e = memory_make(fs, st, ask, n, out, NULL, why, whylen)) == -EAGAIN && clock_mono_ns() < until)
+		usleep(5000);
+	return e == -EAGAIN ? -ENOSPC : e; /* nobody gave in time: why says who was asked */
 }

@@ -1,5 +1,6 @@
 /* memory: the one door through which a store's memory is made, for every path that makes
- * it (a truncate, the socket's create and create_many, an elastic store's pages): room
+ * it (a truncate, the socket's create and create_many, an elastic store's pages, a copy
+ * for a store's next version through fs->make_memory): room
  * first where it lacks (idle stores moved to the host tier, then elastic stores asked for
  * pages back), then each buffer, never under fs->mu (making and exporting memory is a
  * backend call of milliseconds, and every request of the mount waits for fs->mu).  A
@@ -9,6 +10,8 @@
 #ifndef GMSFS_FS_MEMORY_H
 #define GMSFS_FS_MEMORY_H
 
+#include "fs.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,12 +19,7 @@ struct fs;
 struct store;
 struct vmm_buf;
 
-/* One buffer asked for: its path under allocs/ (said in why; under GMSFS_PAGES_PREFIX, an
- * elastic store's page: one it kept is taken first) and its size in bytes. */
-struct memory_ask {
-	const char *path;
-	uint64_t size;
-};
+/* struct memory_ask, one buffer asked for: fs.h (fs->make_memory's). */
 
 /* Whether the asker may still have the memory, under fs->mu (its session may end while
  * others move out for it): 0, or -errno with why. */
@@ -38,5 +36,10 @@ struct memory_check {
  * TIER_RECLAIM_MS), -EMFILE/-ENFILE, or the check's error.  check may be NULL. */
 int memory_make(struct fs *fs, struct store *st, const struct memory_ask *ask, size_t n, struct vmm_buf **out,
 		const struct memory_check *check, char *why, size_t whylen);
+/* memory_make for a caller that cannot be told to ask again (a truncate, a write that
+ * copies): elastic stores asked for pages are waited for TIER_RECLAIM_MS, then -ENOSPC
+ * with why naming who was asked.  fs->mu not held.  fs->make_memory is this. */
+int memory_make_waiting(struct fs *fs, struct store *st, const struct memory_ask *ask, size_t n,
+			struct vmm_buf **out, char *why, size_t whylen);
 
 #endif

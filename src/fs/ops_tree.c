@@ -111,18 +111,13 @@ static int size_alloc(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t siz
 		return -EPERM; /* sized once: the size never changes */
 	char path[GMSFS_PATH_MAX + 1] = "", why[600] = "";
 	meta_path(m, path, sizeof path);
-	struct memory_ask ask = { path, size };
+	struct memory_ask ask = { path, size, NULL };
 	struct vmm_buf *b = NULL;
 	store_get(st);
 	meta_hold(m);
 	pthread_mutex_unlock(&fs->mu);
-	uint64_t until = clock_mono_ns() + (uint64_t)TIER_RECLAIM_MS * 1000000;
-	int e;
-	while ((e = memory_make(fs, st, &ask, 1, &b, NULL, why, sizeof why)) == -EAGAIN && clock_mono_ns() < until)
-		usleep(5000);
+	int e = memory_make_waiting(fs, st, &ask, 1, &b, why, sizeof why);
 	pthread_mutex_lock(&fs->mu);
-	if (e == -EAGAIN)
-		e = -ENOSPC; /* nobody gave in time: why says who was asked */
 	bool taken = false; /* b is the node's */
 	if (e)
 		store_error(st, "%s", why);

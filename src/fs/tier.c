@@ -261,8 +261,7 @@ static void *mover_thread(void *arg)
 			 * for a create (memory.c), and the move is tried again as they are given. */
 			uint64_t asked = 0;
 			if (e == -ENOSPC && !st->removed && st->tier.at == TIER_HOST) {
-				uint64_t room_now = vmm_room_for(fs->vmm, st->pool);
-				asked = tier_ask_back(fs, st, bytes > room_now ? bytes - room_now : bytes);
+				asked = tier_ask_back(fs, st, bytes);
 			}
 			if (asked) {
 				store_error(st, "moving to the device tier: %llu bytes asked back of elastic stores, "
@@ -474,8 +473,10 @@ static uint64_t may_give_back(const struct store *st, const struct store *self, 
 	return used > min + left ? used - min - left : 0;
 }
 
-uint64_t tier_ask_back(struct fs *fs, struct store *self, uint64_t bytes)
+uint64_t tier_ask_back(struct fs *fs, struct store *self, uint64_t need)
 {
+	/* What the room lacks; all of it where it has none (a quota's room, not the device's) */
+	uint64_t room = vmm_room_for(fs->vmm, self->pool), bytes = need > room ? need - room : need;
 	uint64_t used = atomic_load(&self->pool->used), min = atomic_load(&self->pool->min);
 	bool within_min = used + bytes <= min;
 	struct store_table *t = fs->stores;

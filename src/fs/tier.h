@@ -43,11 +43,13 @@ bool tier_xattr_known(const char *name);
 #define TIER_RECLAIM_MS 2000
 /* What st was asked to give back and has not yet (0 once given or past its time). */
 uint64_t tier_reclaim_left(const struct store *st);
-/* Room for self's growth of bytes that only elastic stores' pages hold: ask those that may
- * give (lower priority, above their minimum; any above its minimum while self grows
- * within its own), lowest priority first; their engines see it in state and give pages
- * back.  Returns the bytes asked (0: nobody may give).  fs->mu held. */
-uint64_t tier_ask_back(struct fs *fs, struct store *self, uint64_t bytes);
+/* Room for self's growth of need bytes that only elastic stores' pages hold: what the
+ * room lacks (all of need where there is none) is asked of those that may give (lower
+ * priority, above their minimum; any above its minimum while self grows within its own),
+ * lowest priority first; their engines see it in state and give pages back.  The one
+ * function that asks back room: a create, a version's copy, a move in.  Returns the
+ * bytes asked (0: nobody may give).  fs->mu held. */
+uint64_t tier_ask_back(struct fs *fs, struct store *self, uint64_t need);
 
 /* What metrics and status.json show of the mount. */
 void tier_stats_read(struct fs *fs, struct tier_stats *out);

@@ -68,6 +68,46 @@ static void pairs_release(struct store *st, struct version_pair *v, size_t n, ui
 static int copy(struct store *st, const struct fs_handle *h, struct meta_node *const *nodes, size_t n, char *why,
 		size_t whylen);
 
+/* todo's copies: their memory asked of the daemon's one door (room made as for any
+ * allocation, the same errno and words for the same shortage), then each filled, fs->mu
+ * let go meanwhile (an allocation's memory does not change in a data-only session).
+ * fs->mu held on entry and return.  0, or -errno with why, none made. */
+static int copies(struct store *st, struct version_pair *todo, size_t k, char *why, size_t whylen)
+{
+	struct fs *fs = st->fs;
+	struct memory_ask *ask = calloc(k, sizeof *ask);
+	char (*paths)[256] = calloc(k, sizeof *paths);
+	struct vmm_buf **made = calloc(k, sizeof *made);
+	if (!ask || !paths || !made) {
+		free(ask), free(paths), free(made);
+		return why_fmt(why, whylen, -ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < k; i++) {
+		meta_path(todo[i].node, paths[i], sizeof paths[i]);
+		const struct vmm_buf *b = todo[i].node->buf;
+		ask[i] = (struct memory_ask){ paths[i], b->size, b };
+	}
+	pthread_mutex_unlock(&fs->mu);
+	char msg[600] = "", err[256] = "";
+	int e = fs->make_memory(fs, st, ask, k, made, msg, sizeof msg);
+	bool made_all = !e; /* all or none */
+	size_t i = 0;
+	for (; !e && i < k; i += !e)
+		e = vmm_copy(todo[i].node->buf, made[i], err, sizeof err);
+	pthread_mutex_lock(&fs->mu);
+	if (e && made_all)
+		why_fmt(why, whylen, e, "a copy of allocs/%s for the next version: %s", paths[i], err[0] ? err : strerror(-e));
+	else if (e)
+		why_fmt(why, whylen, e, "a copy for the next version: %s", msg);
+	for (size_t j = 0; j < k; j++)
+		if (e && made[j])
+			vmm_buf_put(made[j]);
+		else
+			todo[j].buf = made[j];
+	free(ask), free(paths), free(made);
+	return e;
+}
+
 int version_copy(struct store *st, const struct fs_handle *h, struct meta_node *const *nodes, size_t n, char *why,
 		 size_t whylen)
 {
@@ -109,19 +149,9 @@ static int copy(struct store *st, const struct fs_handle *h, struct meta_node *c
 	if (k) {
 		v->copying = true;
 		store_get(st);
-		pthread_mutex_unlock(&fs->mu);
-		/* An allocation's memory does not change in a data-only session: read without the lock. */
-		char err[256] = "";
-		size_t made = 0;
-		for (; made < k && !e; made += !e)
-			e = vmm_fork(todo[made].node->buf, &todo[made].buf, err, sizeof err);
-		pthread_mutex_lock(&fs->mu);
+		e = copies(st, todo, k, why, whylen);
 		v->copying = false;
-		if (e) {
-			char path[256] = "";
-			meta_path(todo[made].node, path, sizeof path);
-			why_fmt(why, whylen, e, "a copy of allocs/%s for the next version: %s", path, err[0] ? err : strerror(-e));
-		} else if (st->removed || v->session != session || !version_beside(st)) {
+		if (!e && (st->removed || v->session != session || !version_beside(st))) {
 			e = why_fmt(why, whylen, -ENOLCK, "the session ended while its copies were made");
 		}
 		store_put(st, 1);

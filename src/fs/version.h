@@ -1,6 +1,7 @@
 /* version: a store's next version built beside its readers (user.gms.versions 2,
  * gmsfs(5) VERSIONS).  A data-only session granted while readers read never writes the
- * committed memory: an allocation's first writable use in it makes a copy (vmm_fork),
+ * committed memory: an allocation's first writable use in it makes a copy (its memory asked of the
+ * daemon's one door, fs->make_memory, then filled by vmm_copy),
  * which the session's members see and write.  Its commit swaps each copy in: the
  * allocation's buffer takes the new memory, and the memory before is the version before,
  * kept for the read handles the commit found (h->on_prev) until each flips

@@ -275,11 +275,14 @@ int vmm_switch(struct vmm_buf *const *outs, size_t nout, struct vmm_buf *const *
  * mappings memory of their own this way.  All or nothing; the time of a copy. */
 int vmm_renew(struct vmm_buf *const *bufs, size_t n, struct vmm_buf ***old, char *err, size_t errlen);
 void vmm_unrenew(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n);
-/* A copy of b (a store's next version, gmsfs(5) VERSIONS): new device memory of b's
- * shape (its pieces), counted as an allocation of b's pool (-EDQUOT past its quota,
- * -ENOSPC past the device's budget: why in err), b's bytes copied in.  b stays as it is.
- * The time of a copy: call it without the caller's locks. */
-int vmm_fork(struct vmm_buf *b, struct vmm_buf **out, char *err, size_t errlen);
+/* New device memory of like's shape (its pieces, each of its size), counted as an
+ * allocation of p (-EDQUOT past its quota, -ENOSPC past the device's budget): a store's
+ * next version's copy, made through the daemon's door (src/fs/memory.h).  -EINVAL: like
+ * is on the host tier. */
+int vmm_alloc_like(struct vmm_pool *p, const struct vmm_buf *like, struct vmm_buf **out);
+/* from's bytes copied into to, of its shape (vmm_alloc_like); from stays as it is.  The
+ * time of a copy: call it without the caller's locks.  0 or -errno and err. */
+int vmm_copy(struct vmm_buf *from, struct vmm_buf *to, char *err, size_t errlen);
 /* A list of buffers, one reference each, given back together (vmm_bufs_release) where
  * nobody waits for it: releasing pinned or device memory takes time. */
 struct vmm_bufs {

@@ -243,7 +243,7 @@ static int do_create(struct fs *fs, const struct rpc_req *r, const struct wire_b
 	struct vmm_buf **bufs = calloc(b->nallocs ? b->nallocs : 1, sizeof *bufs);
 	e = ask && bufs ? 0 : -ENOMEM;
 	for (size_t i = 0; !e && i < b->nallocs; i++)
-		ask[i] = (struct memory_ask){ b->allocs[i].path, b->allocs[i].size };
+		ask[i] = (struct memory_ask){ b->allocs[i].path, b->allocs[i].size, NULL };
 	if (!e)
 		e = memory_make(fs, st, ask, b->nallocs, bufs, &(struct memory_check){ still_bound, (void *)r }, why, whylen);
 	for (size_t i = 0; !e && i < b->nallocs; i++) {
