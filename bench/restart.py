@@ -294,7 +294,7 @@ def settle(mnt, nbytes, limit=120):
         except OSError:
             time.sleep(0.05)
             continue
-        if "no_host_ahead" in dev.get("options", "") or int(dev.get("host_kept_bytes", 0)) >= nbytes:
+        if "no_host_ahead" in dev.get("options", "") or int(dev.get("host_standby_bytes", 0)) >= nbytes:
             break
         time.sleep(0.05)
     time.sleep(1.5)  # and quiet: the copier's first use of it done

@@ -153,7 +153,7 @@ def fields(path):
 def settle(mnt, kept, limit=120):
     """Until the daemon keeps host memory for `kept` bytes, then a quiet second more."""
     t0 = time.time()
-    while time.time() - t0 < limit and int(fields(os.path.join(mnt, "device")).get("host_kept_bytes", 0)) < kept:
+    while time.time() - t0 < limit and int(fields(os.path.join(mnt, "device")).get("host_standby_bytes", 0)) < kept:
         time.sleep(0.05)
     time.sleep(1.5)
     return time.time() - t0

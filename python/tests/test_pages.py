@@ -91,7 +91,7 @@ def test_pages_at_their_place_and_back(clean):
         p.unmap([7])
         assert p.mapped == 2 and state(store)["used"] == 2 * MiB and state(store)["peak"] == 3 * MiB
         p.map([7])  # the page it gave back, kept for its growth, again at that place
-        assert ctypes.string_at(p.ptr(7), 1) == b"\x08" and state(store)["pages_kept"] == 0
+        assert ctypes.string_at(p.ptr(7), 1) == b"\x08" and state(store)["pages_spare"] == 0
     s = state(store)
     assert (s["used"], s["reserved"], s["allocations"]) == (0, 0, 0)  # the session's end gave all back
 
@@ -485,39 +485,39 @@ def test_pages_given_back_are_kept_for_the_stores_own_growth(clean):
             ctypes.memset(pa.ptr(i), 0xA0, MiB)
         pa.unmap(range(4, 24))
         s = state(a)
-        assert (s["used"], s["pages_kept"], s["allocations"]) == (4 * MiB, 20 * MiB, 4)
-        assert (int(dev()["used_bytes"]), int(dev()["pages_kept_bytes"])) == (4 * MiB, 20 * MiB)
+        assert (s["used"], s["pages_spare"], s["allocations"]) == (4 * MiB, 20 * MiB, 4)
+        assert (int(dev()["used_bytes"]), int(dev()["pages_spare_bytes"])) == (4 * MiB, 20 * MiB)
         pa.map(range(4, 24))  # the kept ones again: within the quota, which counts them as used
         s = state(a)
-        assert (s["used"], s["pages_kept"]) == (24 * MiB, 0)
+        assert (s["used"], s["pages_spare"]) == (24 * MiB, 0)
         with pytest.raises(gmsfs.GmsfsError) as e:  # still the quota's limit, kept or not
             gmsfs.Pages(ca, MiB, MiB).map([0])
         assert e.value.errno == errno.ENOSPC
         pa.unmap(range(24))
-        assert (state(a)["used"], state(a)["pages_kept"]) == (0, 24 * MiB)
+        assert (state(a)["used"], state(a)["pages_spare"]) == (0, 24 * MiB)
         # Another store's 56 MiB: more than the 40 free; kept pages give up what it lacks.
         with gmsfs.connect(b, "rw") as cb, gmsfs.Pages(cb, 56 * MiB, MiB) as pb:
             pb.map(range(56))
             for i in range(56):  # its own memory, whatever a's was
                 ctypes.memset(pb.ptr(i), 0x0B, MiB)
-            kept = state(a)["pages_kept"]
+            kept = state(a)["pages_spare"]
             assert kept == 8 * MiB and int(dev()["used_bytes"]) == 56 * MiB  # what it lacked, no more
-            assert int(dev()["used_bytes"]) + int(dev()["pages_kept_bytes"]) <= 64 * MiB
+            assert int(dev()["used_bytes"]) + int(dev()["pages_spare_bytes"]) <= 64 * MiB
             with pytest.raises(gmsfs.GmsfsError):  # a's growth past what it kept: no room
                 pa.map(range(kept // MiB + 1))
             assert state(a)["used"] == 0
     s = state(a)
-    assert (s["used"], s["pages_kept"]) == (0, 0) and int(dev()["pages_kept_bytes"]) == 0
+    assert (s["used"], s["pages_spare"]) == (0, 0) and int(dev()["pages_spare_bytes"]) == 0
     assert int(dev()["used_bytes"]) == 0
     # A session that commits ends too: what it kept goes, what it committed stays.
     with gmsfs.connect(a, "rw") as ca, gmsfs.Pages(ca, 8 * MiB, MiB) as pa:
         pa.map(range(4))
         pa.unmap([2, 3])
-        assert state(a)["pages_kept"] == 2 * MiB
+        assert state(a)["pages_spare"] == 2 * MiB
         ca.commit()
         s = state(a)
-        assert (s["state"], s["allocations"], s["used"], s["pages_kept"]) == ("RO", 2, 2 * MiB, 0)
-        assert int(dev()["pages_kept_bytes"]) == 0
+        assert (s["state"], s["allocations"], s["used"], s["pages_spare"]) == ("RO", 2, 2 * MiB, 0)
+        assert int(dev()["pages_spare_bytes"]) == 0
 
 
 def test_pages_a_commit_published_are_read_only_to_the_process_that_was_their_writer(clean):

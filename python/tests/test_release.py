@@ -86,20 +86,20 @@ def test_a_rolled_back_session_releases_off_the_mutex(slow):
 
 def test_a_sessions_spare_pages_go_off_the_mutex(slow):
     """The pages an elastic store's engine gave back (spares, kept for its growth) go when
-    its session ends: out of pages_kept at once, their memory on the releaser thread."""
+    its session ends: out of pages_spare at once, their memory on the releaser thread."""
     store, other = os.path.join(slow, "kv"), committed(slow, "other2")
     os.mkdir(store)
     import gmsfs
     with gmsfs.connect(store, "rw") as c, gmsfs.Pages(c, 4 << 20, 1 << 20) as p:
         p.map(range(2))
         p.unmap(range(2))
-        assert int(read_fields(os.path.join(store, "state"))["pages_kept"]) == 2 << 20
+        assert int(read_fields(os.path.join(store, "state"))["pages_spare"]) == 2 << 20
         t0 = time.monotonic()
     ended = time.monotonic() - t0  # the session's end: two slow releases
     t1 = time.monotonic()
     st = read_fields(os.path.join(other, "state"))
     took = time.monotonic() - t1
     assert ended < SLOW_MS / 1000 and took < SLOW_MS / 2000, (ended, took)
-    assert int(read_fields(os.path.join(store, "state"))["pages_kept"]) == 0 and st["state"] == "COMMITTED"
+    assert int(read_fields(os.path.join(store, "state"))["pages_spare"]) == 0 and st["state"] == "COMMITTED"
     os.rmdir(store)
     os.rmdir(other)

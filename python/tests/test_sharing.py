@@ -138,11 +138,11 @@ def test_a_store_moves_to_the_host_tier_and_back_unchanged(clean):
     assert tier(store) == "device" and got == data and h2 == h and w == b"value"
     # Its host memory is kept for the next move out, which copies into it.
     d = device(clean)
-    assert int(d["host_used_bytes"]) == 12 * MiB and int(d["host_kept_bytes"]) == 12 * MiB
+    assert int(d["host_used_bytes"]) == 12 * MiB and int(d["host_standby_bytes"]) == 12 * MiB
     set_tier(store, "host")
     wait_tier(store, "host")
     d = device(clean)
-    assert int(d["host_used_bytes"]) == 12 * MiB and int(d["host_kept_bytes"]) == 0
+    assert int(d["host_used_bytes"]) == 12 * MiB and int(d["host_standby_bytes"]) == 0
     assert read_all(store) == (data, h, b"value")
 
 
@@ -153,14 +153,14 @@ def test_kept_host_memory_is_given_up_when_the_host_tier_needs_room(clean):
     wait_tier(a, "host")
     set_tier(a, "device")
     wait_tier(a, "device")
-    assert int(device(clean)["host_kept_bytes"]) == 32 * MiB
+    assert int(device(clean)["host_standby_bytes"]) == 32 * MiB
     b, data_b, hb = publish(clean, "kept_b", [24 * MiB], 4)
     set_tier(b, "host")
     wait_tier(b, "host")
     d = device(clean)
-    assert int(d["host_kept_bytes"]) == 0 and int(d["host_used_bytes"]) == 24 * MiB
+    assert int(d["host_standby_bytes"]) == 0 and int(d["host_used_bytes"]) == 24 * MiB
     status = json.load(open(os.path.join(clean, "status.json")))
-    assert status["device"]["host_kept_bytes"] == 0
+    assert status["device"]["host_standby_bytes"] == 0
     assert read_all(a) == (data_a, ha, b"value") and read_all(b) == (data_b, hb, b"value")
 
 
@@ -327,8 +327,8 @@ def test_gmsfsctl_tier_and_prefetch(clean):
 
 def wait_kept(mnt, n, timeout=10):
     t = time.time()
-    while int(device(mnt)["host_kept_bytes"]) != n:
-        assert time.time() - t < timeout, "host_kept_bytes %s, not %d" % (device(mnt)["host_kept_bytes"], n)
+    while int(device(mnt)["host_standby_bytes"]) != n:
+        assert time.time() - t < timeout, "host_standby_bytes %s, not %d" % (device(mnt)["host_standby_bytes"], n)
         time.sleep(0.02)
 
 
@@ -342,11 +342,11 @@ def test_host_ahead_makes_host_memory_before_the_first_move_out_within_host_byte
         os.setxattr(a, "user.gms.priority", b"5")
         b, data_b, hb = publish(mnt, "ahead_b", [16 * MiB], 6)
         time.sleep(2.5)  # b's 16 MiB does not fit beside a's 12: nothing given up for it
-        assert int(device(mnt)["host_kept_bytes"]) == 12 * MiB
+        assert int(device(mnt)["host_standby_bytes"]) == 12 * MiB
         set_tier(a, "host")  # the first move out copies into what was made
         wait_tier(a, "host")
         d = device(mnt)
-        assert int(d["host_kept_bytes"]) == 0 and int(d["host_used_bytes"]) == 12 * MiB
+        assert int(d["host_standby_bytes"]) == 0 and int(d["host_used_bytes"]) == 12 * MiB
         set_tier(a, "device")
         wait_tier(a, "device")
         assert read_all(a) == (data_a, ha, b"value") and read_all(b) == (data_b, hb, b"value")
@@ -360,7 +360,7 @@ def test_host_ahead_makes_host_memory_before_the_first_move_out_within_host_byte
         assert ",no_host_ahead," in "," + device(mnt)["options"] + ","
         publish(mnt, "not_ahead", [4 * MiB], 7)
         time.sleep(1.5)  # the mover thread looks every second when it makes memory ahead
-        assert int(device(mnt)["host_kept_bytes"]) == 0
+        assert int(device(mnt)["host_standby_bytes"]) == 0
         remove_stores(mnt)
 
 
@@ -374,7 +374,7 @@ def test_host_ahead_waits_for_a_quiet_mount_at_most_10_s():
         while time.time() - t0 < 14 and kept_at is None:  # a client connecting every 0.2 s
             with gmsfs.connect(busy, "ro", timeout=5):
                 pass
-            if int(device(mnt)["host_kept_bytes"]) == 4 * MiB:
+            if int(device(mnt)["host_standby_bytes"]) == 4 * MiB:
                 kept_at = time.time() - t0
             time.sleep(0.2)
         assert kept_at is not None and 9 <= kept_at <= 13, kept_at

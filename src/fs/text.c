@@ -16,15 +16,18 @@ int text_device(struct fs *fs, char **out, size_t *len)
 {
 	const struct vmm *v = fs->vmm;
 	int n = asprintf(out,
-			 "index: %d\nuuid: %s\nname: %s\nbackend: %s\ntotal_bytes: %llu\nused_bytes: %llu\n"
+			 "index: %d\ngpu: %d\nuuid: %s\nname: %s\nbackend: %s\ntotal_bytes: %llu\nused_bytes: %llu\n"
 			 "granularity: %llu\nversion: %s\nhost_bytes: %llu\nhost_used_bytes: %llu\n"
-			 "host_kept_bytes: %llu\npages_kept_bytes: %llu\nsocket: %s\npid: %d\noptions: %s\n",
-			 v->dev.index, v->dev.uuid, v->dev.name, v->dev.backend,
+			 "host_standby_bytes: %llu\npages_spare_bytes: %llu\nsocket: %s\npid: %d\noptions: %s\n"
+			 /* the names before 0.3 (kept one release, gmsfs(5)): */
+			 "host_kept_bytes: %llu\npages_kept_bytes: %llu\n",
+			 v->dev.index, v->dev.gpu, v->dev.uuid, v->dev.name, v->dev.backend,
 			 (unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->used_bytes),
 			 (unsigned long long)v->dev.granularity, GMSFS_VERSION, (unsigned long long)v->host_bytes,
 			 (unsigned long long)atomic_load(&v->host_used), (unsigned long long)atomic_load(&v->host_standby),
 			 (unsigned long long)atomic_load(&v->pages_spare), export_socket(fs), (int)getpid(),
-			 fs->options ? fs->options : "");
+			 fs->options ? fs->options : "", (unsigned long long)atomic_load(&v->host_standby),
+			 (unsigned long long)atomic_load(&v->pages_spare));
 	if (n < 0)
 		return -ENOMEM;
 	*len = (size_t)n;
@@ -44,7 +47,7 @@ int text_state(struct store *st, char **out, size_t *len)
 			 "aligned_bytes: %llu\n"
 			 "layout_hash: %s\nrequests: %llu\nsocket_requests: %llu\ntier: %s\nquota: %llu\n"
 			 "priority: %d\nmin: %llu\nreserved: %llu\nused: %llu\npeak: %llu\nreclaim: %llu\n"
-			 "pages_kept: %llu\nlast_error: %s\n",
+			 "pages_spare: %llu\nlast_error: %s\npages_kept: %llu\n" /* pages_kept: pages_spare's name before 0.3 */,
 			 st->removed ? "REMOVED" : fsm_state_name(fsm_state(f)), store_readers(st), (int)f->leader,
 			 f->waiting_writers, f->waiting_readers, (unsigned long long)f->generation, f->torn,
 			 f->data, f->kept, f->paused, st->versions.allowed, f->beside,
@@ -58,7 +61,7 @@ int text_state(struct store *st, char **out, size_t *len)
 			 (unsigned long long)atomic_load(&st->pool->min), (unsigned long long)st->tier.reserved,
 			 (unsigned long long)atomic_load(&st->pool->used), (unsigned long long)atomic_load(&st->pool->peak),
 			 (unsigned long long)tier_reclaim_left(st), (unsigned long long)atomic_load(&st->pool->pages_spare),
-			 st->last_error);
+			 st->last_error, (unsigned long long)atomic_load(&st->pool->pages_spare));
 	if (n < 0)
 		return -ENOMEM;
 	*len = (size_t)n;
@@ -183,11 +186,13 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 	struct tier_stats ts;
 	tier_stats_read(fs, &ts);
 	fprintf(f, ", \"total_bytes\": %llu, \"used_bytes\": %llu, \"granularity\": %llu, \"host_bytes\": %llu, "
-		   "\"host_used_bytes\": %llu, \"host_kept_bytes\": %llu, \"pages_kept_bytes\": %llu, "
+		   "\"host_used_bytes\": %llu, \"host_standby_bytes\": %llu, \"pages_spare_bytes\": %llu, "
+		   "\"host_kept_bytes\": %llu, \"pages_kept_bytes\": %llu, " /* their names before 0.3 */
 		   "\"moves_to_host\": %llu, \"moves_to_device\": %llu, \"evictions\": %llu, \"move_failures\": %llu},\n \"stores\": [",
 		(unsigned long long)v->max_bytes, (unsigned long long)atomic_load(&v->used_bytes),
 		(unsigned long long)v->dev.granularity, (unsigned long long)ts.host_bytes,
 		(unsigned long long)ts.host_used, (unsigned long long)ts.host_standby,
+		(unsigned long long)atomic_load(&v->pages_spare), (unsigned long long)ts.host_standby,
 		(unsigned long long)atomic_load(&v->pages_spare), (unsigned long long)ts.moves_out,
 		(unsigned long long)ts.moves_in, (unsigned long long)ts.evictions, (unsigned long long)ts.failures);
 	for (size_t i = 0; i < n; i++) {
@@ -205,11 +210,11 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 		fprintf(f, ", \"quota\": %llu, \"priority\": %d", (unsigned long long)atomic_load(&s->pool->quota),
 			s->tier.priority);
 		fprintf(f, ", \"min\": %llu, \"reserved\": %llu, \"used\": %llu, \"peak\": %llu, \"reclaim\": %llu, "
-			   "\"pages_kept\": %llu, \"pieces\": %u",
+			   "\"pages_spare\": %llu, \"pages_kept\": %llu, \"pieces\": %u",
 			(unsigned long long)atomic_load(&s->pool->min), (unsigned long long)s->tier.reserved,
 			(unsigned long long)atomic_load(&s->pool->used), (unsigned long long)atomic_load(&s->pool->peak),
 			(unsigned long long)tier_reclaim_left(s), (unsigned long long)atomic_load(&s->pool->pages_spare),
-			atomic_load(&s->pool->pieces));
+			(unsigned long long)atomic_load(&s->pool->pages_spare), atomic_load(&s->pool->pieces));
 		fprintf(f,
 			", \"readers\": %u, \"writer\": %d, \"waiting_writers\": %u, \"waiting_readers\": %u, "
 			"\"generation\": %llu, \"torn\": %d, \"allocations\": %llu, \"entries\": %llu, \"bytes\": %llu, "
@@ -340,8 +345,11 @@ static void tier_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 	device_sample(f, "gmsfs_host_tier_bytes", v, NULL, ts.host_bytes);
 	header(f, "gmsfs_host_tier_used_bytes", GAUGE, "Host memory the host tier holds.");
 	device_sample(f, "gmsfs_host_tier_used_bytes", v, NULL, ts.host_used);
-	header(f, "gmsfs_host_tier_kept_bytes", GAUGE,
+	header(f, "gmsfs_host_tier_standby_bytes", GAUGE,
 	       "Of the host tier's use: host memory on standby from stores' last move in, for their next move out.");
+	device_sample(f, "gmsfs_host_tier_standby_bytes", v, NULL, ts.host_standby);
+	header(f, "gmsfs_host_tier_kept_bytes", GAUGE, "gmsfs_host_tier_standby_bytes under its name before 0.3 (kept one "
+						       "release).");
 	device_sample(f, "gmsfs_host_tier_kept_bytes", v, NULL, ts.host_standby);
 	header(f, "gmsfs_tier_bytes_moved_total", COUNTER, "Bytes moved between the device and the host tier.");
 	device_sample(f, "gmsfs_tier_bytes_moved_total", v, "host", ts.bytes_out);

@@ -62,7 +62,7 @@ def wait_kept(mount, nbytes, timeout=120):
     """Until the daemon keeps nbytes of host memory made ahead: the background's work after
     a commit.  Seconds waited."""
     t = time.perf_counter()
-    while int(fields(os.path.join(mount, "device"))["host_kept_bytes"]) < nbytes:
+    while int(fields(os.path.join(mount, "device"))["host_standby_bytes"]) < nbytes:
         if time.perf_counter() - t > timeout:
             break
         time.sleep(0.05)

@@ -170,7 +170,7 @@ def main():
     if ahead:  # the daemon makes the store's host memory while nobody asks anything of the tier
         t, most = time.perf_counter(), 0
         while int(dict(line.rstrip("\n").split(": ", 1) for line in open(os.path.join(mount, "device")))
-                  ["host_kept_bytes"]) != size:
+                  ["host_standby_bytes"]) != size:
             if time.perf_counter() - t > 120:
                 break
             most = max(most, int(dict(line.rstrip("\n").split(": ", 1) for line in open(os.path.join(store, "state")))
@@ -194,7 +194,7 @@ def main():
         times["out"].append(move("host"))
         d = dict(line.rstrip("\n").split(": ", 1) for line in open(os.path.join(mount, "device")))
         check(int(d["used_bytes"]) == used - size and int(d["host_used_bytes"]) == size and
-              int(d["host_kept_bytes"]) == 0,
+              int(d["host_standby_bytes"]) == 0,
               "moved out: device used %s -> %s, host tier %s" % (used, d["used_bytes"], d["host_used_bytes"]))
         times["in"].append(move("device"))
     ok, smi = daemon_has_no_context()

@@ -33,6 +33,11 @@ stores = sorted(d for d in os.listdir(mount) if os.path.isdir(os.path.join(mount
 for k in ("index", "gpu", "uuid", "name", "backend", "total_bytes", "used_bytes", "granularity"):
     same("status.json device.%s" % k, status["device"][k], device[k])
 same("status.json version", status["version"], device["version"])
+# The names before 0.3, kept one release: the same values as the names that say what they are.
+for new, old in (("host_standby_bytes", "host_kept_bytes"), ("pages_spare_bytes", "pages_kept_bytes")):
+    same("device %s (%s's alias)" % (old, new), device[old], device[new])
+    same("status.json device.%s" % new, status["device"][new], device[new])
+    same("status.json device.%s" % old, status["device"][old], device[new])
 same("status.json stores", [s["name"] for s in status["stores"]], stores)
 
 
@@ -54,9 +59,10 @@ for name, js in zip(stores, status["stores"]):
     st = kv(os.path.join(mount, name, "state"))
     for k in ("state", "readers", "writer", "waiting_writers", "waiting_readers", "generation", "torn", "allocations",
               "entries", "bytes", "aligned_bytes", "layout_hash", "requests", "socket_requests", "last_error",
-              "quota", "priority", "min", "reserved", "used", "peak", "reclaim", "pages_kept"):
+              "quota", "priority", "min", "reserved", "used", "peak", "reclaim", "pages_spare", "pages_kept"):
         if k not in ("requests",):  # reading state does not count, reading status.json does not either
             same("status.json %s.%s" % (name, k), js[k], st.get(k, ""))
+    same("state %s pages_kept (pages_spare's alias)" % name, st["pages_kept"], st["pages_spare"])
     for s in ("EMPTY", "RW", "COMMITTED", "RO", "TORN"):
         same("metrics %s state %s" % (name, s), metric("gmsfs_store_state", name, state=s),
              1.0 if st["state"] == s else 0.0)
@@ -80,6 +86,8 @@ for fam in ("gmsfs_device_used_bytes", "gmsfs_device_total_bytes"):
     smp = families[fam].samples
     same("metrics %s" % fam, [(s.labels, s.value) for s in smp],
          [({"device": device["uuid"], "gpu": device["gpu"], "UUID": device["uuid"]}, float(device[fam[13:]]))])
+for fam in ("gmsfs_host_tier_standby_bytes", "gmsfs_host_tier_kept_bytes"):  # the second: its alias before 0.3
+    same("metrics %s" % fam, [s.value for s in families[fam].samples], [float(device["host_standby_bytes"])])
 for want in sys.argv[2:]:
     where, value = want.split("=")
     store, counter = where.rsplit(":", 1)
