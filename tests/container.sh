@@ -159,8 +159,8 @@ served_metrics() {
 	python3 - "$port" <<'PY'
 import sys, urllib.request
 text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=10).read().decode()
-for gpu in ("host-gpu-a", "host-gpu-b"):
-    want = 'gmsfs_up{device="%s",gpu="0",UUID="%s",mount="/run/gmsfs/%s"} 1' % (gpu, gpu, gpu)
+for i, gpu in enumerate(("host-gpu-a", "host-gpu-b")):  # gpu: its place in nvidia-smi's list (gpu=)
+    want = 'gmsfs_up{device="%s",gpu="%d",UUID="%s",mount="/run/gmsfs/%s"} 1' % (gpu, i, gpu, gpu)
     assert want in text, text
 assert 'store="llama"' in text, text
 PY
