@@ -26,7 +26,7 @@ XXH_CFLAGS := $(shell $(PKG_CONFIG) --cflags libxxhash 2>/dev/null)
 
 PUBLIC_HDR := include/gmsfs/gmsfs.h include/gmsfs/abi.h include/gmsfs/torch.h include/gmsfs/load.h include/gmsfs/peer.h
 COMMON_HDR := $(PUBLIC_HDR) $(wildcard common/*.h)
-WIRE_SRC := common/wire.c common/wire_req.c common/wire_reply.c common/wire_image.c
+WIRE_SRC := common/wire_msgpack.c common/wire_req.c common/wire_reply.c common/wire_image.c
 FSM_SRC := src/fsm/fsm.c
 META_SRC := src/meta/node.c src/meta/store.c src/meta/entry.c src/meta/commit.c src/meta/undo.c src/meta/intern.c src/meta/layout_hash.c src/meta/batch.c src/meta/view.c
 VMM_SRC := src/vmm/vmm_release.c src/vmm/vmm_account.c src/vmm/vmm_spare.c src/vmm/vmm_buf.c src/vmm/vmm_move.c src/vmm/vmm_open.c src/vmm/vmm_pieces.c src/vmm/vmm_pages.c src/vmm/vmm_switch.c src/vmm/vmm_copy.c src/vmm/vmm_host.c src/vmm/vmm_cuda.c
@@ -52,12 +52,12 @@ UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-session $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
-LOADER_SRC := loader/json.c loader/layout_hash.c loader/safetensors.c loader/copy.c loader/peer.c loader/gms_format.c loader/snap.c loader/store_files.c
+LOADER_SRC := loader/json.c loader/layout_hash.c loader/safetensors.c loader/copy.c loader/copy_save.c loader/peer.c loader/gms_format.c loader/snap.c loader/store_files.c
 LOAD_SONAME := libgmsfs-load.so.0
 # gmsfs-peer (serve and pull stores between nodes) is built where UCX is (libucx-dev).
 UCX_CFLAGS := $(shell $(PKG_CONFIG) --cflags ucx 2>/dev/null)
 UCX_LIBS := $(shell $(PKG_CONFIG) --libs ucx 2>/dev/null)
-PEER_SRC := loader/net_wire.c loader/net.c loader/lane.c loader/serve.c loader/pull.c loader/copy.c loader/store_files.c common/wire.c
+PEER_SRC := loader/net_wire.c loader/net.c loader/lane.c loader/serve.c loader/pull.c loader/copy.c loader/copy_save.c loader/store_files.c common/wire_msgpack.c
 PEER_SONAME := libgmsfs-peer.so.0
 ifneq ($(UCX_LIBS),)
 LOADER += $(B)/gmsfs-peer
@@ -306,8 +306,8 @@ $(B)/fuzz_wire: tests/fuzz/fuzz_wire.c $(WIRE_SRC) $(COMMON_HDR) | $(B)
 $(B)/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c loader/safetensors.c loader/json.c loader/*.h | $(B)
 	clang $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_safetensors.c loader/safetensors.c loader/json.c
 
-$(B)/fuzz_net: tests/fuzz/fuzz_net.c loader/net_wire.c loader/net_wire.h common/wire.c | $(B)
-	clang $(FUZZ_CFLAGS) $(MSGPACK_CFLAGS) -o $@ tests/fuzz/fuzz_net.c loader/net_wire.c common/wire.c $(MSGPACK_LIBS)
+$(B)/fuzz_net: tests/fuzz/fuzz_net.c loader/net_wire.c loader/net_wire.h common/wire_msgpack.c | $(B)
+	clang $(FUZZ_CFLAGS) $(MSGPACK_CFLAGS) -o $@ tests/fuzz/fuzz_net.c loader/net_wire.c common/wire_msgpack.c $(MSGPACK_LIBS)
 
 fuzzers: $(B)/fuzz_meta $(B)/fuzz_wire $(B)/fuzz_safetensors $(B)/fuzz_net
 

@@ -21,48 +21,8 @@
 #include "cuda_api.h"
 #endif
 
-/* Per pinned buffer.  From the page cache on the H100 host, 14 threads: 2 MiB 40-42 GB/s,
- * 1 MiB 34-37, 4 MiB 20-43, 8 MiB 24-26 (page-cache memcpy and the DMA share memory
- * bandwidth; smaller chunks stay in the caches). */
-#define CP_CHUNK CP_PIECE /* a chunk is a hashed piece (copy.h) */
-#define CP_PAGE 4096ull
-#define CP_BUF (CP_CHUNK + 2 * CP_PAGE) /* a chunk widened to whole pages, for O_DIRECT */
-
-struct cp_file {
-	int fd;          /* through the page cache */
-	int dfd;         /* O_DIRECT; -1 on the host backend or where the file system has none */
-	char *map;       /* the file, mapped for mincore only (never touched); NULL with dfd -1 */
-	uint64_t size;
-};
-
-struct cp_chunk {
-	size_t file;
-	uint64_t off, len;
-	char *dst;
-	uint64_t *digest; /* where its bytes' xxh3 goes, as they pass through host memory (NULL: none) */
-};
-
-struct cp {
-	bool cuda;
-	struct cp_file *files;  /* what cp_file opened */
-	size_t nfiles, fcap;
-	struct cp_chunk *q;     /* what cp_add queued */
-	size_t n, cap;
-	/* while cp_run runs */
-	atomic_size_t next;
-	atomic_uint_fast64_t done, direct;
-	pthread_mutex_t mu;
-	int err;
-	char why[512];
 #ifdef GMSFS_HAVE_CUDA
-	struct cu_api cu;
-	CUcontext ctx;
-	char *pinned;           /* CP_THREADS x 2 x CP_BUF: allocated once, with the context */
-#endif
-};
-
-#ifdef GMSFS_HAVE_CUDA
-static int cu_fail(struct cp *c, char *err, size_t errlen, const char *what, CUresult r)
+int cp_cu_fail(struct cp *c, char *err, size_t errlen, const char *what, CUresult r)
 {
 	snprintf(err, errlen, "%s: %s", what, cu_name(&c->cu, r));
 	return -EIO;
@@ -76,7 +36,7 @@ static int cuda_open(struct cp *c, const char *uuid, char *err, size_t errlen)
 	CUresult r = c->cu.cuInit(0);
 	int n = 0;
 	if (r || (r = c->cu.cuDeviceGetCount(&n)))
-		return cu_fail(c, err, errlen, "cuInit", r);
+		return cp_cu_fail(c, err, errlen, "cuInit", r);
 	for (int i = 0; i < n; i++) {
 		CUdevice d;
 		CUuuid u;
@@ -89,9 +49,9 @@ static int cuda_open(struct cp *c, const char *uuid, char *err, size_t errlen)
 		if (strcmp(s, uuid))
 			continue;
 		if ((r = c->cu.cuDevicePrimaryCtxRetain(&c->ctx, d)) || (r = c->cu.cuCtxSetCurrent(c->ctx)))
-			return cu_fail(c, err, errlen, "the GPU's context", r);
+			return cp_cu_fail(c, err, errlen, "the GPU's context", r);
 		if ((r = c->cu.cuMemHostAlloc((void **)&c->pinned, CP_THREADS * 2 * CP_BUF, 0)))
-			return cu_fail(c, err, errlen, "pinned buffers", r);
+			return cp_cu_fail(c, err, errlen, "pinned buffers", r);
 		return 0;
 	}
 	snprintf(err, errlen, "the store's GPU %s is not among this process's %d CUDA devices", uuid, n);
@@ -236,7 +196,7 @@ static int full_pread(int fd, void *p, uint64_t len, uint64_t off, char *err, si
 	return 0;
 }
 
-static int full_pwrite(int fd, const void *p, uint64_t len, uint64_t off, char *err, size_t errlen)
+int cp_full_pwrite(int fd, const void *p, uint64_t len, uint64_t off, char *err, size_t errlen)
 {
 	for (uint64_t done = 0; done < len;) {
 		ssize_t r = pwrite(fd, (const char *)p + done, len - done, (off_t)(off + done));
@@ -247,12 +207,6 @@ static int full_pwrite(int fd, const void *p, uint64_t len, uint64_t off, char *
 		done += (uint64_t)r;
 	}
 	return 0;
-}
-
-int cp_store_to_file(struct cp *c, const void *src, uint64_t len, int fd, uint64_t off, char *err, size_t errlen)
-{
-	struct cp_put p = { fd, off, src, len, NULL };
-	return cp_save(c, &p, 1, NULL, NULL, err, errlen);
 }
 
 int cp_add(struct cp *c, int file, uint64_t off, void *dst, uint64_t len, uint64_t *digests)
@@ -274,7 +228,7 @@ int cp_add(struct cp *c, int file, uint64_t off, void *dst, uint64_t len, uint64
 	return 0;
 }
 
-static void set_error(struct cp *c, int e, const char *fmt, const char *what)
+void cp_set_error(struct cp *c, int e, const char *fmt, const char *what)
 {
 	pthread_mutex_lock(&c->mu);
 	if (!c->err) {
@@ -346,7 +300,7 @@ static void cuda_worker(struct cp *c, size_t me)
 	for (int k = 0; !r && k < 2; k++)
 		r = c->cu.cuStreamCreate(&st[k], CU_STREAM_NON_BLOCKING);
 	if (r)
-		set_error(c, -EIO, "streams: %s", cu_name(&c->cu, r));
+		cp_set_error(c, -EIO, "streams: %s", cu_name(&c->cu, r));
 	uint64_t pending[2] = { 0 };
 	for (int b = 0;; b ^= 1) {
 		size_t i = atomic_fetch_add(&c->next, 1);
@@ -354,20 +308,20 @@ static void cuda_worker(struct cp *c, size_t me)
 			break;
 		const struct cp_chunk *k = &c->q[i];
 		if ((r = c->cu.cuStreamSynchronize(st[b]))) { /* this buffer's last copy is done */
-			set_error(c, -EIO, "copy to the GPU: %s", cu_name(&c->cu, r));
+			cp_set_error(c, -EIO, "copy to the GPU: %s", cu_name(&c->cu, r));
 			break;
 		}
 		atomic_fetch_add(&c->done, pending[b]);
 		pending[b] = 0;
 		char why[256], *src;
 		if (read_chunk(c, k, buf[b], &src, why, sizeof why)) {
-			set_error(c, -EIO, "%s", why);
+			cp_set_error(c, -EIO, "%s", why);
 			break;
 		}
 		if (k->digest)
 			*k->digest = XXH3_64bits(src, k->len);
 		if ((r = c->cu.cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)k->dst, src, k->len, st[b]))) {
-			set_error(c, -EIO, "copy to the GPU: %s", cu_name(&c->cu, r));
+			cp_set_error(c, -EIO, "copy to the GPU: %s", cu_name(&c->cu, r));
 			break;
 		}
 		pending[b] = k->len;
@@ -377,7 +331,7 @@ static void cuda_worker(struct cp *c, size_t me)
 			continue;
 		CUresult s2 = c->cu.cuStreamSynchronize(st[k]);
 		if (s2)
-			set_error(c, -EIO, "copy to the GPU: %s", cu_name(&c->cu, s2));
+			cp_set_error(c, -EIO, "copy to the GPU: %s", cu_name(&c->cu, s2));
 		else
 			atomic_fetch_add(&c->done, pending[k]);
 		c->cu.cuStreamDestroy(st[k]);
@@ -405,7 +359,7 @@ static void *worker(void *arg)
 			break;
 		char why[256];
 		if (full_pread(c->files[c->q[i].file].fd, c->q[i].dst, c->q[i].len, c->q[i].off, why, sizeof why)) {
-			set_error(c, -EIO, "%s", why);
+			cp_set_error(c, -EIO, "%s", why);
 			break;
 		}
 		if (c->q[i].digest)
@@ -428,7 +382,7 @@ int cp_run(struct cp *c, void (*progress)(void *arg, uint64_t done), void *arg, 
 		if (w[nt] = (struct cp_worker){ c, nt }, pthread_create(&t[nt], NULL, worker, &w[nt]))
 			break;
 	if (c->n && !nt)
-		set_error(c, -EAGAIN, "%s", "no thread to copy with");
+		cp_set_error(c, -EAGAIN, "%s", "no thread to copy with");
 	for (size_t i = 0; progress && i < nt;) { /* progress while they work */
 		struct timespec ts = { 0, 100 * 1000 * 1000 };
 		if (pthread_tryjoin_np(t[i], NULL) == 0) {
@@ -444,142 +398,6 @@ int cp_run(struct cp *c, void (*progress)(void *arg, uint64_t done), void *arg, 
 		progress(arg, atomic_load(&c->done));
 	pthread_mutex_destroy(&c->mu);
 	c->n = 0;
-	if (c->err)
-		snprintf(err, errlen, "%s", c->why);
-	return c->err;
-}
-
-/* ---- out of the store, into files: cp_save ---- */
-
-struct cp_saver {
-	struct cp *c;
-	struct cp_put *v;
-	size_t n;
-	atomic_size_t next_file;  /* the next run of puts to one file a thread takes */
-	size_t *runs, nruns;      /* where each file's run of v starts; runs[nruns] = n */
-	atomic_uint_fast64_t done;
-};
-
-/* One put: its pieces out of the store (on cuda into two pinned buffers, the next piece's
- * copy running while this one is hashed and written), each hashed and written in order. */
-static int put_one(struct cp_saver *s, size_t me, const struct cp_put *p, char *why, size_t whylen)
-{
-	struct cp *c = s->c;
-	uint64_t npieces = (p->len + CP_PIECE - 1) / CP_PIECE;
-	if (!c->cuda) {
-		for (uint64_t k = 0; k < npieces; k++) {
-			uint64_t at = k * CP_PIECE, len = p->len - at < CP_PIECE ? p->len - at : CP_PIECE;
-			if (p->digests)
-				p->digests[k] = XXH3_64bits((const char *)p->src + at, len);
-			int e = full_pwrite(p->fd, (const char *)p->src + at, len, p->off + at, why, whylen);
-			if (e)
-				return e;
-			atomic_fetch_add(&s->done, len);
-		}
-		return 0;
-	}
-#ifdef GMSFS_HAVE_CUDA
-	char *buf[2] = { c->pinned + (2 * me) * CP_BUF, c->pinned + (2 * me + 1) * CP_BUF };
-	CUstream st[2] = { 0 };
-	CUresult r = c->cu.cuCtxSetCurrent(c->ctx);
-	for (int b = 0; !r && b < 2; b++)
-		r = c->cu.cuStreamCreate(&st[b], CU_STREAM_NON_BLOCKING);
-	int e = r ? cu_fail(c, why, whylen, "streams", r) : 0;
-	for (uint64_t k = 0; !e && k <= npieces; k++) {
-		if (k < npieces) { /* piece k's copy starts */
-			uint64_t at = k * CP_PIECE, len = p->len - at < CP_PIECE ? p->len - at : CP_PIECE;
-			if ((r = c->cu.cuMemcpyDtoHAsync(buf[k & 1], (CUdeviceptr)(uintptr_t)p->src + at, len, st[k & 1])))
-				e = cu_fail(c, why, whylen, "copy from the GPU", r);
-		}
-		if (!e && k) { /* piece k - 1, copied: hashed and written */
-			uint64_t j = k - 1, at = j * CP_PIECE, len = p->len - at < CP_PIECE ? p->len - at : CP_PIECE;
-			if ((r = c->cu.cuStreamSynchronize(st[j & 1])))
-				e = cu_fail(c, why, whylen, "copy from the GPU", r);
-			if (!e) {
-				if (p->digests)
-					p->digests[j] = XXH3_64bits(buf[j & 1], len);
-				e = full_pwrite(p->fd, buf[j & 1], len, p->off + at, why, whylen);
-				atomic_fetch_add(&s->done, len);
-			}
-		}
-	}
-	for (int b = 0; b < 2; b++)
-		if (st[b]) {
-			c->cu.cuStreamSynchronize(st[b]);
-			c->cu.cuStreamDestroy(st[b]);
-		}
-	return e;
-#else
-	(void)me;
-	return -ENOTSUP;
-#endif
-}
-
-struct cp_save_worker {
-	struct cp_saver *s;
-	size_t me;
-};
-
-static void *save_worker(void *arg)
-{
-	struct cp_saver *s = ((struct cp_save_worker *)arg)->s;
-	size_t me = ((struct cp_save_worker *)arg)->me;
-	for (;;) {
-		size_t f = atomic_fetch_add(&s->next_file, 1);
-		if (f >= s->nruns)
-			break;
-		for (size_t i = s->runs[f]; i < s->runs[f + 1]; i++) {
-			char why[512];
-			int e = put_one(s, me, &s->v[i], why, sizeof why);
-			if (e) {
-				set_error(s->c, e, "%s", why);
-				atomic_store(&s->next_file, s->nruns);
-				return NULL;
-			}
-			if (s->c->err)
-				return NULL;
-		}
-	}
-	return NULL;
-}
-
-int cp_save(struct cp *c, struct cp_put *v, size_t n, void (*progress)(void *arg, uint64_t done), void *arg,
-	    char *err, size_t errlen)
-{
-	struct cp_saver s = { .c = c, .v = v, .n = n };
-	s.runs = calloc(n + 1, sizeof *s.runs);
-	if (!s.runs)
-		return snprintf(err, errlen, "out of memory"), -ENOMEM;
-	for (size_t i = 0; i < n; i++)
-		if (!i || v[i].fd != v[i - 1].fd)
-			s.runs[s.nruns++] = i;
-	s.runs[s.nruns] = n;
-	pthread_mutex_init(&c->mu, NULL);
-	c->err = 0;
-	c->n = 0; /* set_error's stop: nothing queued for cp_run */
-	pthread_t t[CP_THREADS];
-	struct cp_save_worker w[CP_THREADS];
-	size_t nt = 0;
-	for (size_t most = cp_threads(); nt < most && nt < s.nruns; nt++)
-		if (w[nt] = (struct cp_save_worker){ &s, nt }, pthread_create(&t[nt], NULL, save_worker, &w[nt]))
-			break;
-	if (s.nruns && !nt)
-		set_error(c, -EAGAIN, "%s", "no thread to copy with");
-	for (size_t i = 0; progress && i < nt;) {
-		struct timespec ts = { 0, 100 * 1000 * 1000 };
-		if (pthread_tryjoin_np(t[i], NULL) == 0) {
-			i++;
-			continue;
-		}
-		progress(arg, atomic_load(&s.done));
-		nanosleep(&ts, NULL);
-	}
-	for (size_t i = progress ? nt : 0; i < nt; i++)
-		pthread_join(t[i], NULL);
-	if (progress)
-		progress(arg, atomic_load(&s.done));
-	pthread_mutex_destroy(&c->mu);
-	free(s.runs);
 	if (c->err)
 		snprintf(err, errlen, "%s", c->why);
 	return c->err;

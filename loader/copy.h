@@ -5,6 +5,9 @@
 #ifndef GMSFS_LOADER_COPY_H
 #define GMSFS_LOADER_COPY_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -78,6 +81,58 @@ void cp_stage_enter(void *stage);
 /* On cuda: its libcuda, the store's GPU's primary context, and its pinned buffers (for
  * peer.c); -ENODEV on the host backend. */
 int cp_cuda(struct cp *c, struct cu_api **cu, CUcontext *ctx, char **pinned, size_t *pinned_bytes);
+#endif
+
+/* ---- copy's own, shared by copy.c (into a store) and copy_save.c (out of one); no
+ * other file uses it ---- */
+
+/* Per pinned buffer.  From the page cache on the H100 host, 14 threads: 2 MiB 40-42 GB/s,
+ * 1 MiB 34-37, 4 MiB 20-43, 8 MiB 24-26 (page-cache memcpy and the DMA share memory
+ * bandwidth; smaller chunks stay in the caches). */
+#define CP_CHUNK CP_PIECE /* a chunk is a hashed piece (copy.h) */
+#define CP_PAGE 4096ull
+#define CP_BUF (CP_CHUNK + 2 * CP_PAGE) /* a chunk widened to whole pages, for O_DIRECT */
+
+struct cp_file {
+	int fd;          /* through the page cache */
+	int dfd;         /* O_DIRECT; -1 on the host backend or where the file system has none */
+	char *map;       /* the file, mapped for mincore only (never touched); NULL with dfd -1 */
+	uint64_t size;
+};
+
+struct cp_chunk {
+	size_t file;
+	uint64_t off, len;
+	char *dst;
+	uint64_t *digest; /* where its bytes' xxh3 goes, as they pass through host memory (NULL: none) */
+};
+
+struct cp {
+	bool cuda;
+	struct cp_file *files;  /* what cp_file opened */
+	size_t nfiles, fcap;
+	struct cp_chunk *q;     /* what cp_add queued */
+	size_t n, cap;
+	/* while cp_run runs */
+	atomic_size_t next;
+	atomic_uint_fast64_t done, direct;
+	pthread_mutex_t mu;
+	int err;
+	char why[512];
+#ifdef GMSFS_HAVE_CUDA
+	struct cu_api cu;
+	CUcontext ctx;
+	char *pinned;           /* CP_THREADS x 2 x CP_BUF: allocated once, with the context */
+#endif
+};
+
+/* c's first error, said once (fmt with what); the other threads stop at their next chunk. */
+void cp_set_error(struct cp *c, int e, const char *fmt, const char *what);
+/* len bytes of p at off of fd, whole: 0, or -errno with err. */
+int cp_full_pwrite(int fd, const void *p, uint64_t len, uint64_t off, char *err, size_t errlen);
+#ifdef GMSFS_HAVE_CUDA
+/* A driver call that failed, said in err: -EIO. */
+int cp_cu_fail(struct cp *c, char *err, size_t errlen, const char *what, CUresult r);
 #endif
 
 #endif

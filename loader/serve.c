@@ -387,9 +387,13 @@ static int send_bytes(struct nt_conn *c, struct cp *cp, gmsfs *g, const struct n
 	return e;
 }
 
-static int serve_one(const struct sv_options *o, struct nt_conn *c, const char *peer)
+/* The peer's hello, read and checked: its token, a store served here and committed (its
+ * path in path).  0 with *out (the caller frees it), or -errno: refused, said to the peer
+ * where it sent a hello (*out then NULL, or the hello refused). */
+static int hello_checked(const struct sv_options *o, struct nt_conn *c, const char *peer, struct nw_hello **out,
+			 char *path, size_t pathlen)
 {
-	char err[512] = "", path[4096];
+	char err[512] = "";
 	void *body;
 	size_t len;
 	int e = nt_recv_frame(c, NW_HELLO_MAX, &body, &len, o->timeout_ms, err, sizeof err);
@@ -397,7 +401,7 @@ static int serve_one(const struct sv_options *o, struct nt_conn *c, const char *
 		logf_(peer, "refused: hello: %s", err);
 		return e;
 	}
-	struct nw_hello *h = malloc(sizeof *h);
+	struct nw_hello *h = *out = malloc(sizeof *h);
 	if (!h) {
 		free(body);
 		return -ENOMEM;
@@ -411,11 +415,22 @@ static int serve_one(const struct sv_options *o, struct nt_conn *c, const char *
 	else if (!allowed(o, h->store))
 		e = refuse(c, peer, o->timeout_ms, EACCES, "%s is not served here", h->store);
 	char state[32] = "";
-	int found = e ? 0 : find_store(o->mount, h->store, path, sizeof path, state, sizeof state);
+	int found = e ? 0 : find_store(o->mount, h->store, path, pathlen, state, sizeof state);
 	if (found == -ENOENT)
 		e = refuse(c, peer, o->timeout_ms, ENOENT, "%s: no such store", h->store);
 	else if (found)
 		e = refuse(c, peer, o->timeout_ms, EAGAIN, "%s is %s, not committed", h->store, state);
+	return e;
+}
+
+static int serve_one(const struct sv_options *o, struct nt_conn *c, const char *peer)
+{
+	char err[512] = "", path[4096];
+	size_t len;
+	struct nw_hello *h = NULL;
+	int e = hello_checked(o, c, peer, &h, path, sizeof path);
+	if (!h)
+		return e;
 	struct cp *cp = NULL;
 	int slot = -1;
 	gmsfs *g = NULL;

@@ -430,6 +430,54 @@ static int check_bytes(const struct js_value *a, uint64_t **dig, const char *dir
 	return 0;
 }
 
+/* The manifest's entries, as gmsfs_meta_put_many takes them (their values unhexed into
+ * vals[i]).  0, or -EINVAL with err. */
+static int entries_of(const struct js_value *en, size_t ne, struct gmsfs_entry *ev, unsigned char **vals, char *err,
+		      size_t errlen)
+{
+	for (size_t i = 0; i < ne; i++) {
+		const struct js_value *x = &en->v[i];
+		size_t vl = 0;
+		if (unhex(field(x, "value", JS_STRING)->s, &vals[i], &vl))
+			return snprintf(err, errlen, "manifest.json: entries[%zu]: the value is not hex", i), -EINVAL;
+		ev[i] = (struct gmsfs_entry){ .key = field(x, "key", JS_STRING)->s, .alloc = field(x, "alloc", JS_STRING)->s,
+					      .offset = field(x, "offset", JS_NUMBER)->u,
+					      .size = field(x, "size", JS_NUMBER)->u,
+					      .flags = (uint32_t)field(x, "flags", JS_NUMBER)->u, .value = vals[i],
+					      .value_len = vl };
+	}
+	return 0;
+}
+
+/* The manifest's allocations, as gmsfs_create_many takes them, with room for each one's
+ * pieces' digests (dig[i]) and their sum in *total.  0 or -ENOMEM. */
+static int allocations_of(const struct js_value *a, size_t na, struct gmsfs_new *nv, uint64_t **dig, uint64_t *total)
+{
+	for (size_t i = 0; i < na; i++) {
+		nv[i] = (struct gmsfs_new){ .name = field(&a->v[i], "name", JS_STRING)->s,
+					    .tag = field(&a->v[i], "tag", JS_STRING)->s,
+					    .size = field(&a->v[i], "size", JS_NUMBER)->u };
+		*total += nv[i].size;
+		if (!(dig[i] = calloc(pieces(nv[i].size) + 1, sizeof **dig)))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* What will be committed hashes to what the manifest records (want), before anything is:
+ * an edited name, size, tag, key or value is refused here, the target left as it was. */
+static int hash_checked(const struct gmsfs_new *nv, size_t na, const struct gmsfs_entry *ev, size_t ne,
+			const char *want, const char *dir, char *err, size_t errlen)
+{
+	char mine[33];
+	int e = lh_of(nv, na, ev, ne, mine);
+	if (!e && strcmp(mine, want))
+		e = -EINVAL, snprintf(err, errlen, "%s/manifest.json: its allocations and entries hash to %s, not the "
+						   "layout hash it records (%s): edited or damaged, nothing restored", dir,
+				      mine, want);
+	return e;
+}
+
 int snap_restore(const char *store, const char *dir, int timeout_ms, bool quiet, char *err, size_t errlen)
 {
 	char hash[33];
@@ -447,35 +495,13 @@ int snap_restore(const char *store, const char *dir, int timeout_ms, bool quiet,
 	int *files = calloc(ns ? ns : 1, sizeof *files);
 	if (!e && (!nv || !ev || !vals || !dig || !files))
 		e = -ENOMEM;
-	for (size_t i = 0; !e && i < ne; i++) {
-		const struct js_value *x = &en->v[i];
-		size_t vl = 0;
-		if (unhex(field(x, "value", JS_STRING)->s, &vals[i], &vl)) {
-			e = -EINVAL, snprintf(err, errlen, "manifest.json: entries[%zu]: the value is not hex", i);
-			break;
-		}
-		ev[i] = (struct gmsfs_entry){ .key = field(x, "key", JS_STRING)->s, .alloc = field(x, "alloc", JS_STRING)->s,
-					      .offset = field(x, "offset", JS_NUMBER)->u,
-					      .size = field(x, "size", JS_NUMBER)->u,
-					      .flags = (uint32_t)field(x, "flags", JS_NUMBER)->u, .value = vals[i],
-					      .value_len = vl };
-	}
-	for (size_t i = 0; !e && i < na; i++) {
-		nv[i] = (struct gmsfs_new){ .name = field(&a->v[i], "name", JS_STRING)->s,
-					    .tag = field(&a->v[i], "tag", JS_STRING)->s,
-					    .size = field(&a->v[i], "size", JS_NUMBER)->u };
-		total += nv[i].size;
-		if (!(dig[i] = calloc(pieces(nv[i].size) + 1, sizeof **dig)))
-			e = -ENOMEM;
-	}
-	/* What will be committed hashes to what the manifest records, before anything is: an
-	 * edited name, size, tag, key or value is refused here, the target left as it was. */
-	char mine[33];
+	if (!e)
+		e = entries_of(en, ne, ev, vals, err, errlen);
+	if (!e)
+		e = allocations_of(a, na, nv, dig, &total);
 	const char *want = e ? "" : field(&root, "layout_hash", JS_STRING)->s;
-	if (!e && !(e = lh_of(nv, na, ev, ne, mine)) && strcmp(mine, want))
-		e = -EINVAL, snprintf(err, errlen, "%s/manifest.json: its allocations and entries hash to %s, not the "
-						   "layout hash it records (%s): edited or damaged, nothing restored", dir,
-				      mine, want);
+	if (!e)
+		e = hash_checked(nv, na, ev, ne, want, dir, err, errlen);
 	struct cp *c = NULL;
 	gmsfs *g = NULL;
 	phase(&t, "the manifest and the shards' sizes checked");

@@ -1,4 +1,4 @@
-/* libFuzzer target for the wire codec (common/wire.c), linked alone: request headers
+/* libFuzzer target for the wire codec (common/wire_msgpack.c), linked alone: request headers
  * and bodies as the daemon parses them, replies as the library parses them, and store
  * images (a state file, a handover) record by record as the daemon reads them.  What
  * it accepts must be consistent: counts within bounds, paths valid, sizes sane. */

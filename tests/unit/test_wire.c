@@ -1,4 +1,4 @@
-/* The wire codec alone (common/wire.c): what one side packs the other parses back,
+/* The wire codec alone (common/wire_msgpack.c): what one side packs the other parses back,
  * and bytes built here by hand that no daemon or library would send are refused.
  * Seeds for the fuzzer are in tests/fuzz/wire-seeds. */
 #include "tap.h"

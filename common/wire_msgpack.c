@@ -1,4 +1,4 @@
-/* wire: the guard in front of msgpack-c, the readers of fields, the packer
+/* wire_msgpack: the guard in front of msgpack-c, the readers of fields, the packer
  * (wire_msgpack.h); the messages themselves are in wire_req.c and wire_reply.c. */
 #include "wire_msgpack.h"
 
