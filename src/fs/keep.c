@@ -212,8 +212,10 @@ static void name_both(struct kept_store *r, struct image_ref *refs, size_t n)
 		keep_set_named(r, refs, n);
 		return;
 	}
-	memcpy(v, r->named, r->nnamed * sizeof *v);
-	memcpy(v + r->nnamed, refs, n * sizeof *v);
+	if (r->nnamed)
+		memcpy(v, r->named, r->nnamed * sizeof *v);
+	if (n)
+		memcpy(v + r->nnamed, refs, n * sizeof *v);
 	size_t all = r->nnamed + n, kept = 0;
 	free(refs);
 	if (all)
