@@ -20,6 +20,7 @@ teardown() {
 		wait "$NODE_PID" 2>/dev/null || true
 	fi
 	touch "$T/go"
+	touch "$T/thawed" # its guard ends
 	[ -z "${FROZEN:-}" ] || fsfreeze -u "$FROZEN"
 	for m in $(awk -v r="$T/" 'index($2, r) == 1 { print $2 }' /proc/mounts); do umount -l "$m"; done
 	if [ -n "$KEEPER_PID" ]; then kill -TERM "$KEEPER_PID" 2>/dev/null || true; fi
