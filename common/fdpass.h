@@ -13,10 +13,27 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #define FDPASS_MAX 253 /* SCM_MAX_FD: the kernel's limit for one message */
+
+/* $NOTIFY_SOCKET, the service manager's (systemd's, gmsfs-keeper's) datagram socket, as an
+ * address: a path, or an abstract name after '@'.  Its length, or 0 when it is unset or
+ * not one (a is then as it was). */
+static inline socklen_t fdpass_notify_addr(struct sockaddr_un *a)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	size_t n = path ? strlen(path) : 0;
+	if (!n || n >= sizeof a->sun_path || (path[0] != '/' && path[0] != '@'))
+		return 0;
+	a->sun_family = AF_UNIX;
+	memcpy(a->sun_path, path, n);
+	if (path[0] == '@')
+		a->sun_path[0] = '\0';
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+}
 
 /* len bytes and nfds (at most FDPASS_MAX) descriptors in one message.  0 or -errno. */
 static inline int fdpass_send(int sock, const void *data, size_t len, const int *fds, size_t nfds)

@@ -3,6 +3,7 @@
  * the stores keep what a restart needs through keep.c's hooks, and keep_watch.c watches
  * the manager; and the stop. */
 #include "keep_internal.h"
+#include "fdpass.h"
 #include "grow.h"
 
 #include <dirent.h>
@@ -277,22 +278,15 @@ void keep_stop(struct fs *fs)
 
 int keep_start(struct fs *fs, const char *dir, unsigned max_fds, char *err, size_t errlen)
 {
-	const char *ns = getenv("NOTIFY_SOCKET");
-	size_t n = ns ? strlen(ns) : 0;
 	struct keep *k = calloc(1, sizeof *k);
 	if (!k)
 		return -ENOMEM;
-	k->addr.sun_family = AF_UNIX;
-	if (!n || n >= sizeof k->addr.sun_path || (ns[0] != '/' && ns[0] != '@')) {
+	if (!(k->alen = fdpass_notify_addr(&k->addr))) {
 		free(k);
 		snprintf(err, errlen, "state=%s: no service manager to keep descriptors (NOTIFY_SOCKET; systemd with "
 				      "FileDescriptorStoreMax=)", dir);
 		return -ENOTSUP;
 	}
-	memcpy(k->addr.sun_path, ns, n);
-	if (ns[0] == '@')
-		k->addr.sun_path[0] = '\0';
-	k->alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
 	snprintf(k->dir, sizeof k->dir, "%s", dir);
 	k->max_fds = max_fds;
 	struct timespec t;

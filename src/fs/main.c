@@ -1,16 +1,17 @@
 /* gmsfs: one daemon and one mount per GPU.  See gmsfs(8). */
-#include "memory.h"
 #include "fs.h"
 #include "handover.h"
 #include "inval.h"
 #include "keep.h"
 #include "log.h"
+#include "memory.h"
 #include "mnt.h"
 #include "options.h"
 #include "store.h"
 #include "tier.h"
 #include "wait.h"
 #include "export/export.h"
+#include "fdpass.h"
 #include "fault.h"
 #include "size.h"
 #include "clock.h"
@@ -60,19 +61,12 @@ static void raise_nofile(void)
  * $NOTIFY_SOCKET (a path, or an abstract name after '@').  Nothing when it is unset. */
 static void notify_systemd(const char *state)
 {
-	const char *path = getenv("NOTIFY_SOCKET");
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	size_t n = path ? strlen(path) : 0;
-	if (!n || n >= sizeof a.sun_path || (path[0] != '/' && path[0] != '@'))
-		return;
-	memcpy(a.sun_path, path, n);
-	if (path[0] == '@')
-		a.sun_path[0] = '\0';
-	int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	socklen_t alen = fdpass_notify_addr(&a);
+	int s = alen ? socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0) : -1;
 	if (s < 0)
 		return;
-	if (sendto(s, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&a,
-		   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) < 0)
+	if (sendto(s, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&a, alen) < 0)
 		perror("gmsfs: NOTIFY_SOCKET");
 	close(s);
 }
