@@ -94,6 +94,9 @@ root=$(grep -cvE '^\s*(#|$)' python/gmsfs/__init__.py)
 check "python/gmsfs/__init__.py is a short list of public names (at most 60 lines of code)" \
 	"$([ "$root" -gt 60 ] && echo "python/gmsfs/__init__.py: $root lines of code")"
 
+# docs/inside.md's map of the parts is drawn from the layers files, never written by hand.
+check "docs/inside.md's map of the layers is what the layers files say" "$(python3 tests/helpers/inside_map.py --check)"
+
 # Functions open with "{" and close with "}" alone in column 0.
 long=$(find src libgmsfs common loader -name '*.c' | sort | while read -r f; do
 	awk -v f="$f" '
