@@ -57,8 +57,7 @@ enum fs_kind {
 	FS_LOCK, FS_COMMIT, FS_ABORT, FS_STATE, FS_HASH, FS_TIER, FS_PREFETCH, FS_GEN,
 	FS_NKINDS
 };
-#define FS_STORE_FILES 8 /* lock, commit, abort, state, layout_hash, tier, prefetch, generation */
-extern const char *const fs_store_file_names[FS_STORE_FILES];
+#define FS_STORE_FILES (FS_NKINDS - FS_LOCK) /* a store's files: FS_LOCK on (node.h's table names them) */
 
 /* The daemon's own nodes (the root, its files, a store's directory and files): fixed for
  * their life.  Inode numbers are object addresses: every object starts with a magic word

@@ -8,12 +8,26 @@
 #include <string.h>
 #include <unistd.h>
 
-const char *const fs_store_file_names[FS_STORE_FILES] = { "lock", "commit", "abort", "state", "layout_hash", "tier",
-								  "prefetch", "generation" };
+const struct fs_kind_row fs_kinds[FS_NKINDS] = {
+	/*               name           mode   open           text   truncates watched */
+	[FS_ROOT]     = { "",           0755, FS_OPEN_DIR,   false, false,    false },
+	[FS_DEVICE]   = { "device",     0444, FS_OPEN_TEXT,  true,  false,    false },
+	[FS_STATUS]   = { "status.json", 0444, FS_OPEN_TEXT, true,  false,    false },
+	[FS_METRICS]  = { "metrics",    0444, FS_OPEN_TEXT,  true,  false,    false },
+	[FS_STORE]    = { "",           0755, FS_OPEN_DIR,   false, false,    false },
+	[FS_LOCK]     = { "lock",       0644, FS_OPEN_LOCK,  false, true,     false },
+	[FS_COMMIT]   = { "commit",     0200, FS_OPEN_WRITE, false, true,     false },
+	[FS_ABORT]    = { "abort",      0200, FS_OPEN_WRITE, false, true,     false },
+	[FS_STATE]    = { "state",      0444, FS_OPEN_TEXT,  true,  false,    true },
+	[FS_HASH]     = { "layout_hash", 0444, FS_OPEN_TEXT, true,  false,    false },
+	[FS_TIER]     = { "tier",       0644, FS_OPEN_WRITE, true,  true,     false },
+	[FS_PREFETCH] = { "prefetch",   0200, FS_OPEN_WRITE, false, true,     false },
+	[FS_GEN]      = { "generation", 0444, FS_OPEN_TEXT,  true,  false,    true },
+};
 
 void node_count(struct store *st, const struct fs_node *f)
 {
-	if (st && !(f && (f->kind == FS_STATE || f->kind == FS_GEN))) /* watching it is not using it */
+	if (st && !(f && fs_kinds[f->kind].watched)) /* watching it is not using it */
 		st->requests++;
 }
 
@@ -88,27 +102,16 @@ void node_attr(struct fs *fs, const struct obj *o, struct stat *s)
 		s->st_nlink = 2;
 		return;
 	}
-	switch (o->f->kind) {
-	case FS_LOCK:
-	case FS_TIER:
-		s->st_mode = S_IFREG | 0644;
-		break;
-	case FS_COMMIT:
-	case FS_ABORT:
-	case FS_PREFETCH:
-		s->st_mode = S_IFREG | 0200;
-		break;
-	default: /* device, status.json, metrics, state, layout_hash: made when read (direct_io) */
-		s->st_mode = S_IFREG | 0444;
-		break;
-	}
+	s->st_mode = S_IFREG | fs_kinds[o->f->kind].mode; /* a text's size is 0: made when read (direct_io) */
 }
 
 struct fs_node *node_root_file(struct fs *fs, const char *name)
 {
-	return !strcmp(name, "device") ? &fs->device :
-	       !strcmp(name, "status.json") ? &fs->status :
-	       !strcmp(name, "metrics") ? &fs->metrics : NULL;
+	struct fs_node *files[] = { &fs->device, &fs->status, &fs->metrics };
+	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+		if (!strcmp(name, fs_kinds[files[i]->kind].name))
+			return files[i];
+	return NULL;
 }
 
 int node_child(struct fs *fs, const struct obj *dir, const char *name, struct obj *out)
@@ -132,7 +135,7 @@ int node_child(struct fs *fs, const struct obj *dir, const char *name, struct ob
 	if (dir->f->kind != FS_STORE)
 		return -ENOTDIR;
 	for (int i = 0; i < FS_STORE_FILES; i++)
-		if (!strcmp(name, fs_store_file_names[i])) {
+		if (!strcmp(name, fs_kinds[FS_LOCK + i].name)) {
 			out->f = &dir->st->files[i];
 			return 0;
 		}

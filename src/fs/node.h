@@ -13,6 +13,25 @@
 struct fs;
 struct store;
 
+/* The daemon's own nodes, a row per kind: the one place that says what each is and does
+ * (gmsfs(5), THE TREE).  The tree, the file ops and the lock look a kind's behaviour up
+ * here instead of naming kinds. */
+enum fs_open_does {
+	FS_OPEN_DIR,   /* a directory: open is EISDIR */
+	FS_OPEN_TEXT,  /* read-only text, made when read at offset 0: a write open is EACCES */
+	FS_OPEN_LOCK,  /* opening it takes the store's lock, as its mode asks */
+	FS_OPEN_WRITE, /* a write does the work (commit, abort, tier, prefetch) */
+};
+struct fs_kind_row {
+	const char *name;       /* in its directory ("" for the root, a store's is its name) */
+	unsigned mode;          /* the file's permission bits (a directory's: 0755) */
+	enum fs_open_does open;
+	bool text;              /* read: a text made at offset 0 (one cat, one consistent text) */
+	bool truncates;         /* truncate and O_TRUNC take it as a no-op (echo > commit); else EACCES */
+	bool watched;           /* reading it is watching, not using; poll is readable once it changed */
+};
+extern const struct fs_kind_row fs_kinds[FS_NKINDS];
+
 /* What an inode number stands for: a daemon node or a layout node, and how the caller
  * sees it: committed, for a caller outside the store's writer session (lock_outside),
  * which sees the layout of the last commit (meta's committed view), not the session's. */

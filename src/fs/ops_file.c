@@ -165,24 +165,19 @@ static int open_control(fuse_req_t req, struct obj *o, struct fs_handle *h, int 
 {
 	bool wr = (flags & O_ACCMODE) != O_RDONLY;
 	h->fnode = o->f;
-	switch (o->f->kind) {
-	case FS_ROOT:
-	case FS_STORE:
+	switch (fs_kinds[o->f->kind].open) {
+	case FS_OPEN_DIR:
 		return -EISDIR;
-	case FS_DEVICE:
-	case FS_STATUS:
-	case FS_METRICS:
-	case FS_STATE:
-	case FS_HASH:
-	case FS_GEN:
+	case FS_OPEN_TEXT:
 		return wr ? -EACCES : 0;
-	case FS_LOCK:
+	case FS_OPEN_LOCK:
 		*want = lock_want_of_open(flags, true);
 		return lock_open(req, h, *want, timeout_of(flags));
-	default: /* commit, abort, tier, prefetch: the write does the work */
+	case FS_OPEN_WRITE:
 		h->writable = wr;
 		return 0;
 	}
+	return -EINVAL;
 }
 
 static int open_layout(fuse_req_t req, struct obj *o, struct fs_handle *h, int flags, enum lock_want *want)
@@ -211,7 +206,7 @@ static int do_open(fuse_req_t req, struct fs *fs, fuse_ino_t ino, int flags, str
 	if (!h)
 		return -ENOMEM;
 	*want = WANT_READ;
-	bool locks = o.f ? o.f->kind == FS_LOCK : true;
+	bool locks = o.f ? fs_kinds[o.f->kind].open == FS_OPEN_LOCK : true;
 	e = o.f ? open_control(req, &o, h, flags, want) : open_layout(req, &o, h, flags, want);
 	if (!e && locks)
 		e = opened(h, *want, flags);
@@ -390,9 +385,7 @@ static int do_read(struct fs *fs, struct fs_handle *h, size_t size, off_t off, s
 	*r = (struct read_plan){0};
 	node_count(h->store, h->fnode);
 	if (h->fnode) {
-		enum fs_kind k = h->fnode->kind;
-		if (k != FS_DEVICE && k != FS_STATUS && k != FS_METRICS && k != FS_STATE && k != FS_HASH && k != FS_TIER &&
-		    k != FS_GEN)
+		if (!fs_kinds[h->fnode->kind].text)
 			return 0;
 		int e = status_text(fs, h, off);
 		if (!e)
@@ -541,7 +534,7 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off
  * offset 0. */
 static unsigned do_poll(struct fs_handle *h, struct fuse_pollhandle **ph)
 {
-	if (!h->fnode || (h->fnode->kind != FS_STATE && h->fnode->kind != FS_GEN))
+	if (!h->fnode || !fs_kinds[h->fnode->kind].watched)
 		return POLLIN | POLLRDNORM;
 	uint64_t now = h->fnode->kind == FS_GEN ? store_lock(h->store)->fsm.generation : h->store->events;
 	if (h->seen_events != now || h->store->removed)

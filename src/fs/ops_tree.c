@@ -143,11 +143,8 @@ static int size_alloc(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t siz
 static int do_truncate(fuse_req_t req, struct fs *fs, struct obj *o, uint64_t size, struct fuse_file_info *fi)
 {
 	if (o->f) {
-		if (o->f->kind != FS_ROOT && o->f->kind != FS_STORE && o->f->kind != FS_LOCK &&
-		    o->f->kind != FS_COMMIT && o->f->kind != FS_ABORT && o->f->kind != FS_TIER &&
-		    o->f->kind != FS_PREFETCH)
-			return -EACCES;
-		return o->f->kind == FS_ROOT || o->f->kind == FS_STORE ? -EISDIR : 0;
+		const struct fs_kind_row *k = &fs_kinds[o->f->kind];
+		return k->open == FS_OPEN_DIR ? -EISDIR : k->truncates ? 0 : -EACCES;
 	}
 	if (o->m->kind == META_DIR)
 		return -EISDIR;
@@ -411,7 +408,7 @@ static bool dir_child(struct fs *fs, const struct obj *dir, const struct dirbuf 
 	if (k >= FS_STORE_FILES + 2)
 		return false;
 	if (k < FS_STORE_FILES) {
-		*name = fs_store_file_names[k];
+		*name = fs_kinds[FS_LOCK + k].name;
 		o->f = &dir->st->files[k];
 		return true;
 	}
