@@ -57,7 +57,7 @@ LOAD_SONAME := libgmsfs-load.so.0
 # gmsfs-peer (serve and pull stores between nodes) is built where UCX is (libucx-dev).
 UCX_CFLAGS := $(shell $(PKG_CONFIG) --cflags ucx 2>/dev/null)
 UCX_LIBS := $(shell $(PKG_CONFIG) --libs ucx 2>/dev/null)
-PEER_SRC := loader/net_wire.c loader/net.c loader/lane.c loader/serve.c loader/pull.c loader/copy.c loader/copy_save.c loader/store_files.c common/wire_msgpack.c
+PEER_SRC := peer/net_wire.c peer/net.c peer/lane.c peer/serve.c peer/pull.c loader/copy.c loader/copy_save.c loader/store_files.c common/wire_msgpack.c
 PEER_SONAME := libgmsfs-peer.so.0
 ifneq ($(UCX_LIBS),)
 LOADER += $(B)/gmsfs-peer
@@ -127,13 +127,13 @@ $(B)/gmsfs-%: loader/%.c $(LOADER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(XXH_CFLAGS) $(LDFLAGS) -o $@ $< $(LOADER_SRC) $(LINK_LIB) -ldl
 
 # libgmsfs-peer: gmsfs_pull, which gmsfsctl pull and Python engines call in their own process.
-$(B)/libgmsfs-peer.so: loader/peerlib.c $(PEER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
+$(B)/libgmsfs-peer.so: peer/peerlib.c $(PEER_SRC) peer/*.h loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(UCX_CFLAGS) $(MSGPACK_CFLAGS) $(XXH_CFLAGS) $(LDFLAGS) -fPIC -fvisibility=hidden \
-		-shared -Wl,-soname,$(PEER_SONAME) -o $(B)/$(PEER_SONAME) loader/peerlib.c $(PEER_SRC) \
+		-shared -Wl,-soname,$(PEER_SONAME) -o $(B)/$(PEER_SONAME) peer/peerlib.c $(PEER_SRC) \
 		$(LINK_LIB) $(UCX_LIBS) $(MSGPACK_LIBS) $(XXH_LIBS) -ldl
 	ln -sf $(PEER_SONAME) $@
 
-$(B)/gmsfs-peer: loader/gmsfs_peer.c $(PEER_SRC) loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
+$(B)/gmsfs-peer: peer/gmsfs_peer.c $(PEER_SRC) peer/*.h loader/*.h $(PUBLIC_HDR) common/cuda_api.h $(B)/libgmsfs.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(UCX_CFLAGS) $(MSGPACK_CFLAGS) $(XXH_CFLAGS) $(LDFLAGS) -o $@ $< $(PEER_SRC) \
 		$(LINK_LIB) $(UCX_LIBS) $(MSGPACK_LIBS) $(XXH_LIBS) -ldl
 
@@ -306,8 +306,8 @@ $(B)/fuzz_wire: tests/fuzz/fuzz_wire.c $(WIRE_SRC) $(COMMON_HDR) | $(B)
 $(B)/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c loader/safetensors.c loader/json.c loader/*.h | $(B)
 	clang $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_safetensors.c loader/safetensors.c loader/json.c
 
-$(B)/fuzz_net: tests/fuzz/fuzz_net.c loader/net_wire.c loader/net_wire.h common/wire_msgpack.c | $(B)
-	clang $(FUZZ_CFLAGS) $(MSGPACK_CFLAGS) -o $@ tests/fuzz/fuzz_net.c loader/net_wire.c common/wire_msgpack.c $(MSGPACK_LIBS)
+$(B)/fuzz_net: tests/fuzz/fuzz_net.c peer/net_wire.c peer/net_wire.h common/wire_msgpack.c | $(B)
+	clang $(FUZZ_CFLAGS) $(MSGPACK_CFLAGS) -o $@ tests/fuzz/fuzz_net.c peer/net_wire.c common/wire_msgpack.c $(MSGPACK_LIBS)
 
 fuzzers: $(B)/fuzz_meta $(B)/fuzz_wire $(B)/fuzz_safetensors $(B)/fuzz_net
 

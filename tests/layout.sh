@@ -8,7 +8,7 @@
 #    only those below (per file, from the names it uses); src/fs's headers include each
 #    other without a cycle; only the lock's files touch a store's lock;
 #  - the public headers include only the system's and each other;
-#  - no C file over 600 lines, no function over 80 (src, libgmsfs, loader, common); no Python module over 600 lines,
+#  - no C file over 600 lines, no function over 80 (src, libgmsfs, loader, peer, common); no Python module over 600 lines,
 #    and the package's root a short list of names.
 # Each #include "x" is resolved as the compiler would (the file's folder, then -Iinclude
 # -Icommon), so a path that climbs out with ../ is caught too.
@@ -54,7 +54,10 @@ check "src/meta includes neither src/fs, src/fsm nor src/vmm" "$(includes src/me
 check "src/vmm includes neither src/fs, src/fsm nor src/meta" "$(includes src/vmm | grep -E ' -> src/(fs|fsm|meta)/')"
 check "loader/ includes nothing under src/ or libgmsfs/ (the library's public API only)" \
 	"$(includes loader | grep -E ' -> (src|libgmsfs)/')"
-check "libgmsfs/ and common/ include nothing under loader/" "$( (includes libgmsfs; includes common) | grep ' -> loader/')"
+check "libgmsfs/ and common/ include nothing under loader/ or peer/" "$( (includes libgmsfs; includes common) | grep -E ' -> (loader|peer)/')"
+check "peer/ includes nothing under src/ or libgmsfs/, and of loader/ only copy.h and store_files.h" \
+	"$(includes peer | grep -E ' -> (src|libgmsfs)/|-> loader/' | grep -vE ' -> loader/(copy|store_files)\.h$')"
+check "loader/ includes nothing under peer/" "$(includes loader | grep ' -> peer/')"
 
 # src/fs's headers: FILE HEADER pairs, both under src/fs; a cycle is reported by tsort.
 hdr_cycles=$(includes src/fs | grep '^src/fs/[a-z_/]*\.h -> src/fs/' | sed 's/ -> / /' | tsort 2>&1 >/dev/null)
@@ -63,7 +66,7 @@ check "src/fs: its headers include each other without a cycle" "$hdr_cycles"
 # Each part's files in layers, written once in its folder's layers file and checked file
 # by file from the names each file uses (tests/helpers/layers.py, with ctags): an upward
 # or sideways use, a file the list misses, a name no file has, all fail.
-parts="src/fsm src/meta src/vmm src/fs src/keeper src/mover libgmsfs loader common"
+parts="src/fsm src/meta src/vmm src/fs src/keeper src/mover libgmsfs loader peer common"
 check "every file of $parts stands in its part's layers file, using only the layers below its own" \
 	"$(python3 tests/helpers/layers.py $parts 2>&1)"
 
@@ -78,11 +81,11 @@ check "the public headers include only <system> headers and each other" \
 check "the public headers include no private ones" \
 	"$(grep -n '#[[:space:]]*include[[:space:]]*<gmsfs/' include/gmsfs/*.h | grep -v '<gmsfs/\(abi\|gmsfs\|torch\|load\)\.h>')"
 
-big=$(find src libgmsfs common loader -name '*.c' | sort | while read -r f; do
+big=$(find src libgmsfs common loader peer -name '*.c' | sort | while read -r f; do
 	l=$(wc -l <"$f")
 	[ "$l" -gt 600 ] && echo "$f: $l lines"
 done)
-check "no C file of the daemon, library, loader or common code over 600 lines" "$big"
+check "no C file of the daemon, library, loader, peer or common code over 600 lines" "$big"
 
 bigpy=$(find python/gmsfs -name '*.py' | sort | while read -r f; do
 	l=$(wc -l <"$f")
@@ -98,14 +101,14 @@ check "python/gmsfs/__init__.py is a short list of public names (at most 60 line
 check "docs/inside.md's map of the layers is what the layers files say" "$(python3 tests/helpers/inside_map.py --check)"
 
 # Functions open with "{" and close with "}" alone in column 0.
-long=$(find src libgmsfs common loader -name '*.c' | sort | while read -r f; do
+long=$(find src libgmsfs common loader peer -name '*.c' | sort | while read -r f; do
 	awk -v f="$f" '
 		/^[a-z].*\(/ { name = $0 }
 		/^\{$/ { start = NR }
 		/^\}/ && start { if (NR - start > 80) printf "%s:%d: %d lines: %s\n", f, start, NR - start, name; start = 0 }
 	' "$f"
 done)
-check "no function of the daemon, library, loader or common code over 80 lines" "$long"
+check "no function of the daemon, library, loader, peer or common code over 80 lines" "$long"
 
 echo "1..$n"
 [ "$failed" -eq 0 ]

@@ -1,8 +1,8 @@
-/* libFuzzer: gmsfs-peer's messages (loader/net_wire.c), a peer's untrusted input.  The
+/* libFuzzer: gmsfs-peer's messages (peer/net_wire.c), a peer's untrusted input.  The
  * first byte picks the parser (hello, layout, trailer); the rest is a frame's body.
  * Anything is either an error or a message whose every field is within its limits, and
  * packed again it parses to the same message. */
-#include "../../loader/net_wire.h"
+#include "../../peer/net_wire.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@ import os
 import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-PARTS = ["common", "src/fsm", "src/meta", "src/vmm", "src/fs", "src/mover", "src/keeper", "libgmsfs", "loader"]
+PARTS = ["common", "src/fsm", "src/meta", "src/vmm", "src/fs", "src/mover", "src/keeper", "libgmsfs", "loader", "peer"]
 BEGIN = "<!-- the layers files, as tests/helpers/inside_map.py draws them: edit those, then run it with --write -->"
 END = "<!-- end of the layers files -->"
 

@@ -3,11 +3,11 @@
  * thread of its own, each wait bounded: a peer that stops reading loses its connection
  * after the timeout, and its place. */
 #include "serve.h"
-#include "copy.h"
+#include "../loader/copy.h"
 #include "lane.h"
 #include "net.h"
 #include "net_wire.h"
-#include "store_files.h"
+#include "../loader/store_files.h"
 
 #include <gmsfs/gmsfs.h>
 

@@ -1,10 +1,10 @@
 /* pull: gmsfs-peer pull (pull.h). */
 #include "pull.h"
-#include "copy.h"
+#include "../loader/copy.h"
 #include "lane.h"
 #include "net.h"
 #include "net_wire.h"
-#include "store_files.h"
+#include "../loader/store_files.h"
 
 #include <gmsfs/gmsfs.h>
 
