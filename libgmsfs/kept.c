@@ -71,28 +71,6 @@ static int add_put(struct puts *u, gmsfs_pages *p, uint64_t i, const void *data,
 	return 0;
 }
 
-/* Held pages go back first: a kept layout names every page by its index, and a held one
- * has none (a kept range holds no more after this). */
-static int give_back_held(gmsfs *g)
-{
-	int e = 0;
-	for (gmsfs_pages *p = g->pages; p; p = p->next) {
-		if (p->freed || !p->nheld)
-			continue;
-		uint64_t *num = malloc(p->nheld * sizeof *num);
-		if (!num)
-			return gm_error(g, -ENOMEM, "out of memory");
-		size_t n = 0;
-		pg_drain_staying(p);
-		while (p->nheld)
-			num[n++] = pg_let_go_last(p);
-		int r = pg_give_back(p, num, n);
-		e = e ? e : r;
-		free(num);
-	}
-	return e;
-}
-
 /* rec[0..n) for p: each index in the range, mapped, named once, a value not too long. */
 static int check_records(gmsfs_pages *p, const struct gmsfs_page_record *rec, size_t n)
 {
@@ -175,7 +153,7 @@ int gmsfs_pages_keep(gmsfs_pages *p, const struct gmsfs_page_record *rec, size_t
 	if (e)
 		e = gm_error(g, -ENOMEM, "out of memory");
 	if (!e)
-		e = give_back_held(g);
+		e = pg_give_back_held(g, 0); /* a kept layout names pages by index: a held one has none */
 	for (size_t at = 0; !e && at < u.n; at += PUT_BATCH)
 		e = gmsfs_meta_put_many(g, u.v + at, u.n - at < PUT_BATCH ? u.n - at : PUT_BATCH);
 	if (!e)

@@ -98,18 +98,17 @@ int pg_give_back(gmsfs_pages *p, const uint64_t *num, size_t n)
 	return e;
 }
 
-/* Held pages past the minimum (it was lowered) go back to the daemon. */
-static int give_back_held(gmsfs *g)
+int pg_give_back_held(gmsfs *g, uint64_t keep)
 {
 	int e = 0;
 	for (gmsfs_pages *p = g->pages; p; p = p->next) {
 		uint64_t bytes = pages_bytes(g);
-		if (p->freed || !p->nheld || bytes <= g->pages_min)
+		if (p->freed || !p->nheld || bytes <= keep)
 			continue;
 		size_t n = 0;
 		uint64_t *num = malloc(p->nheld * sizeof *num);
 		pg_drain_staying(p);
-		while (num && p->nheld && bytes > g->pages_min) {
+		while (num && p->nheld && bytes > keep) {
 			num[n++] = pg_let_go_last(p);
 			bytes -= p->page;
 		}
@@ -471,7 +470,7 @@ int gmsfs_pages_reclaim(gmsfs_pages *p, uint64_t *bytes)
 		*bytes = strtoull(at + 10, NULL, 10);
 	if (min) /* a minimum lowered: what is held past it goes back now */
 		p->g->pages_min = strtoull(min + 6, NULL, 10);
-	return give_back_held(p->g);
+	return pg_give_back_held(p->g, p->g->pages_min); /* what is held past the minimum */
 }
 
 /* Every page unmapped or let go and given back, the range too; the record stays (as a

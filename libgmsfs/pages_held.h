@@ -55,6 +55,10 @@ static inline void pg_forget_record(gmsfs_pages *p, uint64_t i)
 int pg_new(gmsfs *g, uint64_t span, uint64_t page_size, const char *prefix, gmsfs_pages **out);
 /* The daemon frees the range's allocations numbered num[0..n). */
 int pg_give_back(gmsfs_pages *p, const uint64_t *num, size_t n);
+/* Held pages go back to the daemon, the last held first, until the handle's pages hold
+ * keep bytes or less (0: every held page: a keep names pages by index, and a held one has
+ * none).  0, or the first -errno. */
+int pg_give_back_held(gmsfs *g, uint64_t keep);
 /* The access of pages idx[0..n), one call per run of neighbours. */
 int pg_allow_runs(gmsfs_pages *p, const uint64_t *idx, size_t n);
 
