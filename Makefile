@@ -101,8 +101,10 @@ $(B)/gmsfs.pc: libgmsfs/gmsfs.pc.in | $(B)
 $(B)/gmsfs-example: examples/weights.c $(B)/libgmsfs.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LINK_LIB)
 
-$(B)/gmsfs-scenario: tests/helpers/gmsfs-scenario.c common/cuda_api.h $(B)/libgmsfs.so
-	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LINK_LIB) -ldl
+SCENARIO_SRC := $(wildcard tests/helpers/scenario/*.c)
+$(B)/gmsfs-scenario: tests/helpers/gmsfs-scenario.c $(SCENARIO_SRC) tests/helpers/scenario/scenario.h common/cuda_api.h \
+		$(B)/libgmsfs.so
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(SCENARIO_SRC) $(LINK_LIB) -ldl
 
 $(B)/gmsfs-storm: tests/helpers/gmsfs-storm.c $(B)/libgmsfs.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LINK_LIB)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # libgmsfs against a live mount: GMS's runtime scenarios and the issue's bars.
-# Each scenario is a small multi-process C program (tests/helpers/gmsfs-scenario.c)
+# Each scenario is a small multi-process C program (tests/helpers/gmsfs-scenario.c, a file per family in tests/helpers/scenario/)
 # run on a fresh store.
 
 load helpers
