@@ -1,6 +1,7 @@
 /* json: see json.h.  Recursive descent with a depth limit; every length is checked
  * against the bytes left before anything is allocated. */
 #include "json.h"
+#include "why.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -320,15 +321,10 @@ void js_write_str(FILE *f, const char *s)
 
 int js_read_file(const char *path, struct js_value *out, char *err, size_t errlen)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	struct stat st;
-	if (fd < 0 || fstat(fd, &st)) {
-		int e = errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(e));
-		if (fd >= 0)
-			close(fd);
-		return -e;
-	}
+	int fd = why_open_read(path, &st, err, errlen);
+	if (fd < 0)
+		return fd;
 	size_t len = (size_t)st.st_size;
 	char *text = malloc(len ? len : 1);
 	int e = text && pread(fd, text, len, 0) == (ssize_t)len ? 0 : -EIO;

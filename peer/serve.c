@@ -8,6 +8,7 @@
 #include "net.h"
 #include "net_wire.h"
 #include "../loader/store_files.h"
+#include "why.h"
 
 #include <gmsfs/gmsfs.h>
 
@@ -28,15 +29,10 @@ int sv_read_token(const char *path, uint8_t *token, size_t *len, char *err, size
 {
 	/* A symlink is followed (a Kubernetes Secret's files are links into its ..data): the
 	 * file reached must be regular and its owner's alone. */
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	struct stat st;
-	if (fd < 0 || fstat(fd, &st)) {
-		int e = errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(e));
-		if (fd >= 0)
-			close(fd);
-		return -e;
-	}
+	int fd = why_open_read(path, &st, err, errlen);
+	if (fd < 0)
+		return fd;
 	int e = 0;
 	if (!S_ISREG(st.st_mode) || (st.st_mode & 077))
 		e = -EPERM, snprintf(err, errlen, "%s: a token file is a regular file its owner alone reads (chmod 600)",
