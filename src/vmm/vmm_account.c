@@ -10,18 +10,17 @@
 /* The pools with a minimum: few (elastic stores), looked at by every reservation while
  * there is one. */
 struct mins {
-	pthread_mutex_t mu;
-	struct vmm_pool **v;
-	size_t n, cap;
-	atomic_size_t count; /* n, read without mu: 0 keeps reservations lock-free */
+	struct vmm_pool_set *set;
+	atomic_size_t count; /* set->n, read without its mutex: 0 keeps reservations lock-free */
 };
 
 int vmm_mins_open(struct vmm *v)
 {
 	struct mins *m = calloc(1, sizeof *m);
-	if (!m)
+	if (!m || !(m->set = vmm_pool_set_new())) {
+		free(m);
 		return -ENOMEM;
-	pthread_mutex_init(&m->mu, NULL);
+	}
 	v->mins = m;
 	return 0;
 }
@@ -31,8 +30,7 @@ void vmm_mins_close(struct vmm *v)
 	struct mins *m = v->mins;
 	if (!m)
 		return;
-	free(m->v);
-	pthread_mutex_destroy(&m->mu);
+	vmm_pool_set_free(m->set);
 	free(m);
 	v->mins = NULL;
 }
@@ -51,9 +49,9 @@ bool vmm_reserve(atomic_uint_fast64_t *used, uint64_t limit, uint64_t n)
 static uint64_t short_of(struct mins *m, const struct vmm_pool *pool)
 {
 	uint64_t lack = 0;
-	for (size_t i = 0; i < m->n; i++) {
-		uint64_t min = atomic_load(&m->v[i]->min), used = atomic_load(&m->v[i]->used);
-		if (m->v[i] != pool && used < min)
+	for (size_t i = 0; i < m->set->n; i++) {
+		uint64_t min = atomic_load(&m->set->v[i]->min), used = atomic_load(&m->set->v[i]->used);
+		if (m->set->v[i] != pool && used < min)
 			lack += min - used;
 	}
 	return lack;
@@ -64,9 +62,9 @@ uint64_t vmm_mins_short(struct vmm *v, const struct vmm_pool *pool)
 	struct mins *m = v->mins;
 	if (!atomic_load(&m->count)) /* no minimum anywhere: every create asks, none waits on mu */
 		return 0;
-	pthread_mutex_lock(&m->mu);
+	pthread_mutex_lock(&m->set->mu);
 	uint64_t lack = short_of(m, pool);
-	pthread_mutex_unlock(&m->mu);
+	pthread_mutex_unlock(&m->set->mu);
 	return lack;
 }
 
@@ -80,35 +78,23 @@ int vmm_pool_set_min(struct vmm_pool *pool, uint64_t min)
 {
 	struct vmm *v = pool->vmm;
 	struct mins *m = v->mins;
-	pthread_mutex_lock(&m->mu);
-	size_t at = m->n;
+	struct vmm_pool_set *set = m->set;
+	pthread_mutex_lock(&set->mu);
 	uint64_t others = 0;
-	for (size_t i = 0; i < m->n; i++)
-		if (m->v[i] == pool)
-			at = i;
-		else
-			others += atomic_load(&m->v[i]->min);
+	for (size_t i = 0; i < set->n; i++)
+		if (set->v[i] != pool)
+			others += atomic_load(&set->v[i]->min);
 	int e = 0;
-	if (min && (min > v->max_bytes || others > v->max_bytes - min)) {
+	if (min && (min > v->max_bytes || others > v->max_bytes - min))
 		e = -EINVAL;
-	} else if (min && at == m->n) {
-		if (m->n == m->cap) {
-			size_t cap = m->cap ? 2 * m->cap : 8;
-			struct vmm_pool **nv = realloc(m->v, cap * sizeof *nv);
-			if (!nv)
-				e = -ENOMEM;
-			else
-				m->v = nv, m->cap = cap;
-		}
-		if (!e)
-			m->v[m->n++] = pool;
-	} else if (!min && at < m->n) {
-		m->v[at] = m->v[--m->n];
-	}
+	else if (min)
+		e = vmm_pool_set_add(set, pool);
+	else
+		vmm_pool_set_remove(set, pool);
 	if (!e)
 		atomic_store(&pool->min, min);
-	atomic_store(&m->count, m->n);
-	pthread_mutex_unlock(&m->mu);
+	atomic_store(&m->count, set->n);
+	pthread_mutex_unlock(&set->mu);
 	return e;
 }
 
@@ -120,11 +106,11 @@ bool vmm_device_take(struct vmm *v, struct vmm_pool *pool, uint64_t n, uint64_t 
 	struct mins *m = v->mins;
 	if (!atomic_load(&m->count))
 		return held < v->max_bytes && vmm_reserve(&v->used_bytes, v->max_bytes - held, n);
-	pthread_mutex_lock(&m->mu);
+	pthread_mutex_lock(&m->set->mu);
 	uint64_t lack = short_of(m, pool);
 	bool ok = lack < v->max_bytes - held && held < v->max_bytes &&
 		  vmm_reserve(&v->used_bytes, v->max_bytes - held - lack, n);
-	pthread_mutex_unlock(&m->mu);
+	pthread_mutex_unlock(&m->set->mu);
 	return ok;
 }
 

@@ -4,6 +4,64 @@
 
 #include "vmm.h"
 
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A set of pools under its mutex, made at the device's open and freed at its end: the
+ * pools with a minimum (vmm_account.c), those with spare pages (vmm_spare.c).  add and
+ * remove with mu held. */
+struct vmm_pool_set {
+	pthread_mutex_t mu;
+	struct vmm_pool **v;
+	size_t n, cap;
+};
+
+static inline struct vmm_pool_set *vmm_pool_set_new(void)
+{
+	struct vmm_pool_set *s = calloc(1, sizeof *s);
+	if (s)
+		pthread_mutex_init(&s->mu, NULL);
+	return s;
+}
+
+static inline void vmm_pool_set_free(struct vmm_pool_set *s)
+{
+	if (!s)
+		return;
+	free(s->v);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+/* p in s (there already: nothing).  0 or -ENOMEM, s as it was. */
+static inline int vmm_pool_set_add(struct vmm_pool_set *s, struct vmm_pool *p)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (s->v[i] == p)
+			return 0;
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 8;
+		struct vmm_pool **v = (struct vmm_pool **)realloc(s->v, cap * sizeof *v);
+		if (!v)
+			return -ENOMEM;
+		s->v = v, s->cap = cap;
+	}
+	s->v[s->n++] = p;
+	return 0;
+}
+
+/* p out of s (not in it: nothing). */
+static inline void vmm_pool_set_remove(struct vmm_pool_set *s, const struct vmm_pool *p)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (s->v[i] == p) {
+			s->v[i] = s->v[--s->n];
+			return;
+		}
+}
+
 /* vmm_release.c: fn(arg) run on the releaser thread (now, where there is none). */
 int vmm_release_open(struct vmm *v);
 void vmm_release_close(struct vmm *v);

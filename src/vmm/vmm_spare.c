@@ -12,13 +12,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-/* The pools with spare pages (vmm_alloc_page).  Lock order: this, then a pool's. */
-struct spare_pools {
-	pthread_mutex_t mu;
-	struct vmm_pool **v;
-	size_t n, cap;
-};
-
 /* A pool's spare pages. */
 struct pool_spares {
 	pthread_mutex_t mu;
@@ -26,24 +19,16 @@ struct pool_spares {
 	bool listed; /* in the device's spare_pools */
 };
 
+/* The pools with spare pages (v->spare_pools, vmm_alloc_page): a vmm_pool_set.  Lock
+ * order: its mutex, then a pool's. */
 int vmm_spare_open(struct vmm *v)
 {
-	struct spare_pools *reg = calloc(1, sizeof *reg);
-	if (!reg)
-		return -ENOMEM;
-	pthread_mutex_init(&reg->mu, NULL);
-	v->spare_pools = reg;
-	return 0;
+	return (v->spare_pools = vmm_pool_set_new()) ? 0 : -ENOMEM;
 }
 
 void vmm_spare_close(struct vmm *v)
 {
-	struct spare_pools *reg = v->spare_pools;
-	if (!reg)
-		return;
-	free(reg->v);
-	pthread_mutex_destroy(&reg->mu);
-	free(reg);
+	vmm_pool_set_free(v->spare_pools);
 	v->spare_pools = NULL;
 }
 
@@ -64,7 +49,7 @@ static void release_spare(struct vmm_buf *b)
 /* Every spare page of p off its list into *l; unlist: p ends, it leaves the list too. */
 static void take_spares(struct vmm_pool *p, bool unlist, struct vmm_bufs *l)
 {
-	struct spare_pools *reg = p->vmm->spare_pools;
+	struct vmm_pool_set *reg = p->vmm->spare_pools;
 	struct pool_spares *k = p->spare_list;
 	*l = (struct vmm_bufs){ 0 };
 	if (!k)
@@ -74,9 +59,7 @@ static void take_spares(struct vmm_pool *p, bool unlist, struct vmm_bufs *l)
 	*l = k->l;
 	k->l = (struct vmm_bufs){ 0 };
 	if (unlist && k->listed) {
-		for (size_t i = 0; i < reg->n; i++)
-			if (reg->v[i] == p)
-				reg->v[i] = reg->v[--reg->n];
+		vmm_pool_set_remove(reg, p);
 		k->listed = false;
 	}
 	pthread_mutex_unlock(&k->mu);
@@ -113,7 +96,7 @@ void vmm_spares_detach(struct vmm_pool *p, struct vmm_bufs *out)
  * there were none.  Under the list's lock: no pool ends meanwhile. */
 bool vmm_give_up_spares(struct vmm *v, uint64_t n)
 {
-	struct spare_pools *reg = v->spare_pools;
+	struct vmm_pool_set *reg = v->spare_pools;
 	if (!atomic_load(&v->pages_spare))
 		return false;
 	uint64_t gone = 0;
@@ -143,7 +126,7 @@ bool vmm_spare_page(struct vmm_buf *b)
 {
 	struct vmm *v = b->vmm;
 	struct vmm_pool *pool = b->pool;
-	struct spare_pools *reg = v->spare_pools;
+	struct vmm_pool_set *reg = v->spare_pools;
 	if (b->host || b->standby || atomic_load(&v->frozen) || v->keep_memory || atomic_load(&pool->refs) < 2)
 		return false;
 	pthread_mutex_lock(&reg->mu);
@@ -153,16 +136,8 @@ bool vmm_spare_page(struct vmm_buf *b)
 		pool->spare_list = k;
 	}
 	bool ok = k != NULL;
-	if (ok && !k->listed) {
-		if (reg->n == reg->cap) {
-			size_t cap = reg->cap ? 2 * reg->cap : 8;
-			struct vmm_pool **nv = realloc(reg->v, cap * sizeof *nv);
-			if (nv)
-				reg->v = nv, reg->cap = cap;
-		}
-		if ((ok = reg->n < reg->cap))
-			reg->v[reg->n++] = pool, k->listed = true;
-	}
+	if (ok && !k->listed && (ok = !vmm_pool_set_add(reg, pool)))
+		k->listed = true;
 	if (ok) {
 		pthread_mutex_lock(&k->mu);
 		if ((ok = !vmm_bufs_push(&k->l, b))) {
