@@ -78,7 +78,9 @@ setup_file() {
 	# cost this file minutes, most of them copying through the veth two files at a time).
 	publish "$A/big" $((40 << 20)) 4
 	publish "$A/other" 4096 1
-	export PORT=$((20000 + $$ % 20000))
+	# Below the ephemeral ports (32768 on): UCX's TCP transport listens on one per worker,
+	# and a test's port that met one of the main server's was "Device is busy".
+	export PORT=$((20000 + $$ % 12000))
 	serve "$PORT"
 	export MAIN_SERVER_PID=$SERVER_PID
 }
