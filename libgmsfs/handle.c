@@ -37,9 +37,26 @@ int gm_error(gmsfs *g, int e, const char *fmt, ...)
 	return e;
 }
 
+/* The words of the calling thread's last call that takes no handle (gmsfs_errmsg(NULL)). */
+static __thread char thread_err[1024];
+
 const char *gmsfs_errmsg(const gmsfs *g)
 {
-	return g ? g->err : "no handle";
+	return g ? g->err : thread_err;
+}
+
+int gmsfs_seterr(gmsfs *g, int err, const char *fmt, ...)
+{
+	char *to = g ? g->err : thread_err;
+	size_t len = g ? sizeof g->err : sizeof thread_err;
+	to[0] = '\0';
+	if (fmt) {
+		va_list ap;
+		va_start(ap, fmt);
+		why_vfmt(to, len, err, fmt, ap);
+		va_end(ap);
+	}
+	return err;
 }
 
 const char *gmsfs_strerror(int err)

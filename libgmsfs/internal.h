@@ -165,7 +165,7 @@ struct gmsfs {
 	struct gmsfs_space *spaces; /* every space made, freed ones too (space.c) */
 	gmsfs_pages *pages;         /* every pages range made, freed ones too (pages.c) */
 	uint64_t pages_min;         /* the store's minimum (user.gms.min): pages within it stay here */
-	char err[512];
+	char err[1024];
 };
 
 /* GMSFS_TRACE_IMPORT: import_all and the remap cycle say where their time went (stderr). */

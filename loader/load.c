@@ -50,11 +50,16 @@ static int run(int argc, char **argv)
 	const char *store = argv[i], *path = argv[i + 1];
 	char err[1024] = "";
 	gmsfs *g = NULL;
-	int e = gmsfs_load_context(store, err, sizeof err); /* libgmsfs maps in the current context */
+	struct gmsfs_load_options o = GMSFS_LOAD_OPTIONS;
+	o.flags = flags;
+	o.slab_bytes = slab;
+	int e = gmsfs_load_context(store); /* libgmsfs maps in the current context */
+	if (e)
+		snprintf(err, sizeof err, "%s", gmsfs_errmsg(NULL));
 	if (!e && (e = gmsfs_connect(&g, store, GMSFS_RW, timeout_ms)))
 		snprintf(err, sizeof err, "%s", g ? gmsfs_errmsg(g) : gmsfs_strerror(e));
-	if (!e)
-		e = gmsfs_load(g, path, slab, flags, err, sizeof err);
+	if (!e && (e = gmsfs_load(g, path, &o)))
+		snprintf(err, sizeof err, "%s", gmsfs_errmsg(g));
 	if (!e && (e = gmsfs_commit(g)))
 		snprintf(err, sizeof err, "commit: %s", gmsfs_errmsg(g));
 	gmsfs_disconnect(g); /* without a commit: rolled back */

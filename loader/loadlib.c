@@ -8,7 +8,6 @@
 #include "json.h"
 #include "store_files.h"
 #include "safetensors.h"
-#include "why.h"
 
 #include <gmsfs/gmsfs.h>
 #include <gmsfs/load.h>
@@ -272,21 +271,33 @@ static int load(struct job *j, gmsfs *g, struct cp *c)
 	return e;
 }
 
-int gmsfs_load(gmsfs *g, const char *path, uint64_t slab_bytes, unsigned flags, char *err, size_t errlen)
+int gmsfs_load(gmsfs *g, const char *path, const struct gmsfs_load_options *opt)
 {
-	struct job j = { .progress = flags & GMSFS_LOAD_PROGRESS, .verbose = flags & GMSFS_LOAD_VERBOSE };
-	j.t_start = j.t_begin = now_s();
-	if (errlen)
-		err[0] = '\0';
-	if (!g || !path || (flags & ~(GMSFS_LOAD_PROGRESS | GMSFS_LOAD_VERBOSE)))
-		return why_fmt(err, errlen, -EINVAL, "gmsfs_load: no handle, no path, or unknown flags");
+	struct gmsfs_load_options o = GMSFS_LOAD_OPTIONS;
+	if (!g)
+		return gmsfs_seterr(NULL, -EINVAL, "gmsfs_load: no handle");
+	gmsfs_seterr(g, 0, NULL);
+	if (opt && opt->size != sizeof o)
+		return gmsfs_seterr(g, -EINVAL, "gmsfs_load: options of %u bytes: this libgmsfs-load knows %zu "
+				    "(set .size, or start from GMSFS_LOAD_OPTIONS)", opt->size, sizeof o);
+	if (opt)
+		o = *opt;
+	if (!path || (o.flags & ~(GMSFS_LOAD_PROGRESS | GMSFS_LOAD_VERBOSE)))
+		return gmsfs_seterr(g, -EINVAL, "gmsfs_load: no path, or flags 0x%x (GMSFS_LOAD_PROGRESS and "
+				    "GMSFS_LOAD_VERBOSE are known)", o.flags);
+	if (o.slab_bytes && o.slab_bytes < GMSFS_TORCH_ALIGN)
+		return gmsfs_seterr(g, -EINVAL, "gmsfs_load: slabs of %llu bytes: at least %llu (GMSFS_TORCH_ALIGN), "
+				    "or 0 for %llu", (unsigned long long)o.slab_bytes,
+				    (unsigned long long)GMSFS_TORCH_ALIGN, (unsigned long long)GMSFS_TORCH_SLAB_BYTES);
 	if (gmsfs_lock_mode(g) != GMSFS_RW)
-		return why_fmt(err, errlen, -EPERM, "gmsfs_load: the handle does not hold the writer session");
+		return gmsfs_seterr(g, -EPERM, "gmsfs_load: the handle does not hold the writer session");
+	struct job j = { .progress = o.flags & GMSFS_LOAD_PROGRESS, .verbose = o.flags & GMSFS_LOAD_VERBOSE };
+	j.t_start = j.t_begin = now_s();
 	j.store = gmsfs_store_path(g);
 	struct cp *c = NULL;
 	int e = open_files(&j, path);
 	if (!e)
-		e = place(&j, slab_bytes ? slab_bytes : GMSFS_TORCH_SLAB_BYTES);
+		e = place(&j, o.slab_bytes ? o.slab_bytes : GMSFS_TORCH_SLAB_BYTES);
 	phase(&j, "headers read and checked");
 	if (!e)
 		e = cp_open(j.store, &c, j.err, sizeof j.err);
@@ -305,18 +316,20 @@ int gmsfs_load(gmsfs *g, const char *path, uint64_t slab_bytes, unsigned flags, 
 	free(j.files);
 	free(j.p);
 	free(j.slab_size);
-	if (e)
-		why_fmt(err, errlen, e, "%s", j.err[0] ? j.err : gmsfs_strerror(e));
-	return e;
+	return e ? gmsfs_seterr(g, e, "%s", j.err[0] ? j.err : gmsfs_strerror(e)) : 0;
 }
 
-int gmsfs_load_context(const char *store, char *err, size_t errlen)
+int gmsfs_load_context(const char *store)
 {
 	static struct cp *kept; /* its context and the driver library stay for the process */
 	struct cp *c;
-	int e = cp_open(store, &c, err, errlen);
+	char err[1024] = "";
+	gmsfs_seterr(NULL, 0, NULL);
+	if (!store)
+		return gmsfs_seterr(NULL, -EINVAL, "gmsfs_load_context: no store");
+	int e = cp_open(store, &c, err, sizeof err);
 	if (e)
-		return e;
+		return gmsfs_seterr(NULL, e, "%s", err[0] ? err : gmsfs_strerror(e));
 	if (!kept)
 		kept = c;
 	else

@@ -6,6 +6,7 @@
  * target as it was (its session rolls back) and the source untouched. */
 #include "copy.h"
 #include "store_files.h"
+#include "clock.h"
 
 #include <gmsfs/gmsfs.h>
 #include <gmsfs/load.h>
@@ -130,9 +131,11 @@ static int layout_of(const struct gmsfs_mapping *v, size_t na, char **keys, cons
 	return 0;
 }
 
-GMSFS_API int gmsfs_copy(const char *src, const char *dst, int timeout_ms, char *how, size_t howlen, char *err,
-			 size_t errlen)
+static int copy_store(const char *src, const char *dst, int timeout_ms, struct gmsfs_report *out, char *err,
+		      size_t errlen)
 {
+	char *how = out->how;
+	size_t howlen = sizeof out->how;
 	struct cp *from = NULL, *to = NULL;
 	gmsfs *gs = NULL, *gd = NULL;
 	char **keys = NULL, hash[33], got[33];
@@ -173,18 +176,20 @@ GMSFS_API int gmsfs_copy(const char *src, const char *dst, int timeout_ms, char 
 		ptrs[i] = nv[i].ptr;
 	if (!e && !ptrs)
 		e = -ENOMEM, snprintf(err, errlen, "out of memory");
-	struct timespec t0, t1;
+	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (!e)
 		e = copy_bytes(from, to, ptrs, v, na, gmsfs_backend(gs), gmsfs_backend(gd), how, howlen, err, errlen);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
+	out->bytes_seconds = clock_since_s(&t0);
 	uint64_t bytes = 0;
 	for (size_t i = 0; !e && i < na; i++)
 		bytes += v[i].size;
+	out->allocations = na;
+	out->bytes = bytes;
 	size_t said = strlen(how);
 	if (!e && said < howlen) /* the bytes' own time: what a peer copy of them costs the driver */
 		snprintf(how + said, howlen - said, "; %llu bytes in %.4f s", (unsigned long long)bytes,
-			 (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+			 out->bytes_seconds);
 	free(ptrs);
 	if (!e && ne && (e = gmsfs_meta_put_many(gd, ev, ne)))
 		snprintf(err, errlen, "%s: %s", dst, gmsfs_errmsg(gd));
@@ -194,6 +199,8 @@ GMSFS_API int gmsfs_copy(const char *src, const char *dst, int timeout_ms, char 
 		snprintf(err, errlen, "%s: %s", dst, gmsfs_errmsg(gd));
 	if (!e && strcmp(got, hash))
 		e = -EIO, snprintf(err, errlen, "copied, but %s's layout hash is %s, not the source's %s", dst, got, hash);
+	if (!e)
+		memcpy(out->layout_hash, got, sizeof got);
 	free(nv);
 	free(ev);
 	if (keys)
@@ -203,4 +210,35 @@ GMSFS_API int gmsfs_copy(const char *src, const char *dst, int timeout_ms, char 
 	cp_close(to);
 	cp_close(from);
 	return e;
+}
+
+GMSFS_API int gmsfs_copy(const char *src, const char *dst, const struct gmsfs_copy_options *opt,
+			 struct gmsfs_report *out)
+{
+	struct gmsfs_copy_options o = GMSFS_COPY_OPTIONS;
+	struct gmsfs_report r = GMSFS_REPORT;
+	gmsfs_seterr(NULL, 0, NULL);
+	if (!src || !dst)
+		return gmsfs_seterr(NULL, -EINVAL, "gmsfs_copy: no source or no target");
+	if (opt && opt->size != sizeof o)
+		return gmsfs_seterr(NULL, -EINVAL, "gmsfs_copy: options of %u bytes: this libgmsfs-load knows %zu "
+				    "(set .size, or start from GMSFS_COPY_OPTIONS)", opt->size, sizeof o);
+	if (out && out->size != sizeof r)
+		return gmsfs_seterr(NULL, -EINVAL, "gmsfs_copy: a report of %u bytes: this libgmsfs-load knows %zu "
+				    "(start from GMSFS_REPORT)", out->size, sizeof r);
+	if (opt)
+		o = *opt;
+	if (o.flags || o.reserved)
+		return gmsfs_seterr(NULL, -EINVAL, "gmsfs_copy: flags 0x%x, reserved 0x%x: none is known yet, both 0",
+				    o.flags, o.reserved);
+	char err[1024] = "";
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int e = copy_store(src, dst, o.timeout_ms, &r, err, sizeof err);
+	r.seconds = clock_since_s(&t0);
+	if (e)
+		return gmsfs_seterr(NULL, e, "%s", err[0] ? err : gmsfs_strerror(e));
+	if (out)
+		*out = r;
+	return 0;
 }

@@ -17,6 +17,7 @@
 #include "store_files.h"
 #include "json.h"
 #include "layout_hash.h"
+#include "clock.h"
 
 #include <gmsfs/gmsfs.h>
 
@@ -70,25 +71,18 @@ struct progress {
 
 bool snap_verbose;
 
-double snap_since(const struct timespec *t0)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
-}
-
 /* -v: the phase that ended now, and its time since *t (then reset). */
 static void phase(struct timespec *t, const char *what)
 {
 	if (snap_verbose)
-		fprintf(stderr, "gmsfs-snapshot: %s %.3f s\n", what, snap_since(t));
+		fprintf(stderr, "gmsfs-snapshot: %s %.3f s\n", what, clock_since_s(t));
 	clock_gettime(CLOCK_MONOTONIC, t);
 }
 
 static void show(void *arg, uint64_t done)
 {
 	struct progress *p = arg;
-	double s = snap_since(&p->t0), rate = s > 0 ? (double)done / s : 0;
+	double s = clock_since_s(&p->t0), rate = s > 0 ? (double)done / s : 0;
 	fprintf(stderr, "\r%s: %.2f of %.2f GB, %.2f GB/s, %.0f s left   %s", p->what, (double)done / 1e9,
 		(double)p->total / 1e9, rate / 1e9, rate > 0 ? (double)(p->total - done) / rate : 0.0,
 		done == p->total ? "\n" : "");

@@ -6,12 +6,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-#include <time.h>
 
 /* -v: each phase's time on stderr. */
 extern bool snap_verbose;
-/* Seconds since *t0 (CLOCK_MONOTONIC). */
-double snap_since(const struct timespec *t0);
 /* The committed layout of store into dir (made if missing); 0 or -errno with err. */
 int snap_save(const char *store, const char *dir, int timeout_ms, bool quiet, char *err, size_t errlen);
 /* dir's snapshot into the empty store, checked before the commit; 0 or -errno with err. */

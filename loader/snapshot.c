@@ -9,6 +9,7 @@
  * a store from another mount's (gmsfs_copy, peer.c).  See gmsfs-load(1). */
 #include "gms_format.h"
 #include "snap.h"
+#include "clock.h"
 #include "store_files.h"
 #include "unheld.h"
 
@@ -76,7 +77,7 @@ static void one(struct gpu *g, const char *store, const char *dir)
 		fprintf(stderr, "gmsfs-snapshot: %s: %s\n", store, err[0] ? err : strerror(-e));
 		g->failed++;
 	} else if (!g->quiet) {
-		printf("%s %s %s, in %.3f s\n", store, g->save ? "->" : "<-", dir, snap_since(&t0));
+		printf("%s %s %s, in %.3f s\n", store, g->save ? "->" : "<-", dir, clock_since_s(&t0));
 	}
 }
 
@@ -223,20 +224,25 @@ static int run(int argc, char **argv)
 	}
 	if (every)
 		return all(pos[0][0] == 's', pos[1], pos + 2, n - 2, timeout_ms, quiet);
-	char err[8400] = "", how[256] = "";
+	char err[8400] = "";
+	struct gmsfs_report r = GMSFS_REPORT;
+	struct gmsfs_copy_options o = GMSFS_COPY_OPTIONS;
+	o.timeout_ms = timeout_ms;
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int e;
-	if (!strcmp(pos[0], "copy"))
-		e = gmsfs_copy(pos[1], pos[2], timeout_ms, how, sizeof how, err, sizeof err);
-	else if (pos[0][0] == 's')
+	if (!strcmp(pos[0], "copy")) {
+		if ((e = gmsfs_copy(pos[1], pos[2], &o, &r)))
+			snprintf(err, sizeof err, "%s", gmsfs_errmsg(NULL));
+	} else if (pos[0][0] == 's') {
 		e = gms ? gmsfmt_save(pos[1], pos[2], timeout_ms, err, sizeof err)
 			: snap_save(pos[1], pos[2], timeout_ms, quiet, err, sizeof err);
-	else /* a GMS snapshot is known by its gms_metadata.json */
+	} else { /* a GMS snapshot is known by its gms_metadata.json */
 		e = gmsfmt_is(pos[2]) ? gmsfmt_restore(pos[1], pos[2], timeout_ms, err, sizeof err)
 				      : snap_restore(pos[1], pos[2], timeout_ms, quiet, err, sizeof err);
-	if (!e && how[0] && !quiet)
-		printf("%s -> %s: %s, in %.3f s\n", pos[1], pos[2], how, snap_since(&t0));
+	}
+	if (!e && r.how[0] && !quiet)
+		printf("%s -> %s: %s, in %.3f s\n", pos[1], pos[2], r.how, clock_since_s(&t0));
 	if (e) {
 		fprintf(stderr, "gmsfs-snapshot: %s\n", err[0] ? err : strerror(-e));
 		return 1;

@@ -6,6 +6,8 @@
 #include "pull.h"
 #include "serve.h"
 
+#include <gmsfs/load.h> /* struct gmsfs_report */
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -89,7 +91,7 @@ int main(int argc, char **argv)
 	if (argc < 3)
 		return usage();
 	const char *verb = argv[1], *token_file = NULL, *pos[2] = { 0 };
-	char *listen = NULL, *allow = NULL, err[1024], how[512];
+	char *listen = NULL, *allow = NULL, err[1024];
 	int timeout_ms = 30000, npos = 0, peers = 4, stripes = 0;
 	bool quiet = false;
 	for (int i = 2; i < argc; i++) {
@@ -155,13 +157,14 @@ int main(int argc, char **argv)
 		sigaction(SIGINT, &sa, NULL);
 		return sv_serve(&o) ? 1 : 0;
 	}
-	e = pl_pull(pos[0], pos[1], o.token, o.token_len, timeout_ms, (uint32_t)stripes, !quiet && isatty(2), how,
-		    sizeof how, err, sizeof err);
+	struct gmsfs_report r = GMSFS_REPORT;
+	e = pl_pull(pos[0], pos[1], o.token, o.token_len, timeout_ms, (uint32_t)stripes, !quiet && isatty(2), &r, err,
+		    sizeof err);
 	if (e) {
 		fprintf(stderr, "gmsfs-peer: pull: %s\n", err[0] ? err : strerror(-e));
 		return 1;
 	}
 	if (!quiet)
-		printf("pulled %s into %s: %s\n", pos[0], pos[1], how);
+		printf("pulled %s into %s: %s\n", pos[0], pos[1], r.how);
 	return 0;
 }

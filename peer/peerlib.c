@@ -7,34 +7,42 @@
 #include <gmsfs/peer.h>
 
 #include <errno.h>
-#include <stdio.h>
 
-GMSFS_API int gmsfs_pull(const char *url, const char *store, const char *token_file, int timeout_ms, unsigned flags,
-			 char *how, size_t howlen, char *err, size_t errlen)
+GMSFS_API int gmsfs_pull(const char *url, const char *store, const struct gmsfs_pull_options *opt,
+			 struct gmsfs_report *out)
 {
-	char none[1];
-	if (!how || !howlen)
-		how = none, howlen = sizeof none;
-	if (!url || !store || !token_file || !err || !errlen)
-		return -EINVAL;
-	if (flags & ~(GMSFS_PULL_PROGRESS | GMSFS_PULL_STRIPES_MASK)) {
-		snprintf(err, errlen, "flags 0x%x: only GMSFS_PULL_PROGRESS and GMSFS_PULL_STRIPES(n) are known", flags);
-		return -EINVAL;
-	}
-	unsigned stripes = (flags & GMSFS_PULL_STRIPES_MASK) >> 8;
-	if (stripes > NW_STRIPES_MAX) {
-		snprintf(err, errlen, "GMSFS_PULL_STRIPES(%u): connections a pull, 1 to %d", stripes, NW_STRIPES_MAX);
-		return -EINVAL;
-	}
-	if (timeout_ms <= 0) {
-		snprintf(err, errlen, "a timeout of %d ms: more than 0", timeout_ms);
-		return -EINVAL;
-	}
+	struct gmsfs_pull_options o = GMSFS_PULL_OPTIONS;
+	struct gmsfs_report r = GMSFS_REPORT;
+	gmsfs_seterr(NULL, 0, NULL);
+	if (!url || !store)
+		return gmsfs_seterr(NULL, -EINVAL, "gmsfs_pull: no URL or no store");
+	if (opt && opt->size != sizeof o)
+		return gmsfs_seterr(NULL, -EINVAL, "gmsfs_pull: options of %u bytes: this libgmsfs-peer knows %zu "
+				    "(set .size, or start from GMSFS_PULL_OPTIONS)", opt->size, sizeof o);
+	if (out && out->size != sizeof r)
+		return gmsfs_seterr(NULL, -EINVAL, "gmsfs_pull: a report of %u bytes: this libgmsfs-peer knows %zu "
+				    "(start from GMSFS_REPORT)", out->size, sizeof r);
+	if (opt)
+		o = *opt;
+	if (o.flags & ~GMSFS_PULL_PROGRESS)
+		return gmsfs_seterr(NULL, -EINVAL, "gmsfs_pull: flags 0x%x: only GMSFS_PULL_PROGRESS is known", o.flags);
+	if (o.stripes > NW_STRIPES_MAX)
+		return gmsfs_seterr(NULL, -EINVAL, "gmsfs_pull: %u stripes: connections a pull, 1 to %d (0: "
+				    "GMSFS_PEER_STRIPES, else 4)", o.stripes, NW_STRIPES_MAX);
+	if (o.timeout_ms <= 0)
+		return gmsfs_seterr(NULL, -EINVAL, "gmsfs_pull: a timeout of %d ms: more than 0", (int)o.timeout_ms);
+	if (!o.token_file)
+		return gmsfs_seterr(NULL, -EINVAL, "gmsfs_pull: no token_file: the token the peer is shown");
 	uint8_t token[NW_TOKEN_MAX + 1];
 	size_t len;
-	int e = sv_read_token(token_file, token, &len, err, errlen);
+	char err[1024] = "";
+	int e = sv_read_token(o.token_file, token, &len, err, sizeof err);
 	if (!e)
-		e = pl_pull(url, store, token, len, timeout_ms, stripes, flags & GMSFS_PULL_PROGRESS, how, howlen, err,
-			    errlen);
-	return e;
+		e = pl_pull(url, store, token, len, o.timeout_ms, o.stripes, o.flags & GMSFS_PULL_PROGRESS, &r, err,
+			    sizeof err);
+	if (e)
+		return gmsfs_seterr(NULL, e, "%s", err[0] ? err : gmsfs_strerror(e));
+	if (out)
+		*out = r;
+	return 0;
 }

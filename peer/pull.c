@@ -5,8 +5,10 @@
 #include "net.h"
 #include "net_wire.h"
 #include "../loader/store_files.h"
+#include "clock.h"
 
 #include <gmsfs/gmsfs.h>
+#include <gmsfs/load.h> /* struct gmsfs_report */
 
 #include <errno.h>
 #include <netdb.h>
@@ -53,18 +55,11 @@ int pl_parse_url(const char *url, char *host, size_t hostlen, uint16_t *port, ch
 	return 0;
 }
 
-static double seconds_since(const struct timespec *t0)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
-}
-
 static void show(bool progress, uint64_t done, uint64_t total, const struct timespec *t0)
 {
 	if (!progress)
 		return;
-	double s = seconds_since(t0);
+	double s = clock_since_s(t0);
 	fprintf(stderr, "\rgmsfs-peer: %llu of %llu MB, %.0f MB/s   ", (unsigned long long)(done >> 20),
 		(unsigned long long)(total >> 20), s > 0 ? (double)done / 1e6 / s : 0.0);
 }
@@ -517,11 +512,11 @@ static int recv_stripes(struct nt_conn **c, uint32_t wanted, const char *url, co
 }
 
 int pl_pull(const char *url, const char *store, const uint8_t *token, size_t token_len, int timeout_ms,
-	    uint32_t stripes, bool progress, char *how, size_t howlen, char *err, size_t errlen)
+	    uint32_t stripes, bool progress, struct gmsfs_report *out, char *err, size_t errlen)
 {
 	char host[256], name[NW_NAME_MAX + 1], got[33], addr[INET6_ADDRSTRLEN] = "";
 	uint16_t port;
-	how[0] = err[0] = '\0';
+	out->how[0] = err[0] = '\0';
 	if (pl_parse_url(url, host, sizeof host, &port, name, sizeof name)) {
 		snprintf(err, errlen, "%s: not gmsfs://HOST:PORT/STORE", url);
 		return -EINVAL;
@@ -558,13 +553,13 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 	}
 	if (!e && l.nallocs && (e = gmsfs_create_many(g, nv, l.nallocs)))
 		snprintf(err, errlen, "%s: %s", store, gmsfs_errmsg(g));
-	double ready = seconds_since(&t0), moved = 0;
+	double ready = clock_since_s(&t0), moved = 0;
 	if (!e) {
 		count = nw_stripes_for(&l, wanted);
 		e = recv_stripes(&c, wanted, url, addr, port, name, token, token_len, &l, count, cp, g, nv, total,
 				 progress, bounce, timeout_ms, err, errlen);
 	}
-	moved = seconds_since(&t0) - ready;
+	moved = clock_since_s(&t0) - ready;
 	for (size_t i = 0; !e && i < l.nentries; i++)
 		ev[i] = (struct gmsfs_entry){ .key = l.entries[i].key, .alloc = l.entries[i].alloc,
 					      .offset = l.entries[i].offset, .size = l.entries[i].size,
@@ -578,12 +573,18 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 		snprintf(err, errlen, "%s: %s", store, gmsfs_errmsg(g));
 	if (!e && strcmp(got, l.hash))
 		e = -EIO, snprintf(err, errlen, "pulled, but %s's layout hash is %s, not the peer's %s", store, got, l.hash);
-	if (!e)
-		snprintf(how, howlen, "%zu allocations, %llu bytes in %.3f s (the layout made in %.3f s, the bytes "
-			 "in %.3f s over %u connection%s: %.2f GB/s%s), layout %s", l.nallocs, (unsigned long long)total,
-			 seconds_since(&t0), ready, moved, count, count > 1 ? "s" : "",
+	if (!e) {
+		out->allocations = l.nallocs;
+		out->bytes = total;
+		out->seconds = clock_since_s(&t0);
+		out->bytes_seconds = moved;
+		memcpy(out->layout_hash, got, sizeof got);
+		snprintf(out->how, sizeof out->how, "%zu allocations, %llu bytes in %.3f s (the layout made in %.3f s, "
+			 "the bytes in %.3f s over %u connection%s: %.2f GB/s%s), layout %s", l.nallocs,
+			 (unsigned long long)total, out->seconds, ready, moved, count, count > 1 ? "s" : "",
 			 moved > 0 ? (double)total / 1e9 / moved : 0.0,
 			 bounce && gmsfs_backend(g) == GMSFS_BACKEND_HOST ? ", through bounce buffers" : "", got);
+	}
 	free(nv);
 	free(ev);
 	nw_layout_free(&l);

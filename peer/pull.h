@@ -10,13 +10,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct gmsfs_report;
+
 /* gmsfs://HOST:PORT/NAME ([IPv6]:PORT too) into host, *port and name. */
 int pl_parse_url(const char *url, char *host, size_t hostlen, uint16_t *port, char *name, size_t namelen);
 /* Pull url into store (an empty store of a local mount).  stripes: the connections asked
  * for, 1 to NW_STRIPES_MAX (the caller's check), or 0 for GMSFS_PEER_STRIPES (else
- * PL_STRIPES).  how: what was done (bytes, seconds).  progress: a line on stderr as bytes
- * land. */
+ * PL_STRIPES).  out: what was done (allocations, bytes, seconds, the layout hash, and in
+ * words).  progress: a line on stderr as bytes land. */
 int pl_pull(const char *url, const char *store, const uint8_t *token, size_t token_len, int timeout_ms,
-	    uint32_t stripes, bool progress, char *how, size_t howlen, char *err, size_t errlen);
+	    uint32_t stripes, bool progress, struct gmsfs_report *out, char *err, size_t errlen);
 
 #endif

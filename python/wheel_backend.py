@@ -3,7 +3,7 @@ make (pyproject.toml names it, so `pip install .` works offline), and `make whee
 builder (python3 python/wheel_backend.py DIR).
 
 The wheel holds the package and, in gmsfs/_native/, the client library it speaks to
-(libgmsfs.so.0, libgmsfs-load.so.0) with the one library they need that engine images
+(libgmsfs.so.0, libgmsfs-load.so.1) with the one library they need that engine images
 lack (libmsgpackc.so.2): the package and its library are always the same version, and
 an engine image needs no Debian package and no environment variable.  Built with CUDA's
 header present (as `make` builds it), the library works on the host backend and on
@@ -21,7 +21,7 @@ import tarfile
 import zipfile
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NATIVE = ("libgmsfs.so.0", "libgmsfs-load.so.0")
+NATIVE = ("libgmsfs.so.0", "libgmsfs-load.so.1")
 CARRIED = ("libmsgpackc.so.2",)  # what the libraries need beyond glibc
 
 

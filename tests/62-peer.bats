@@ -552,7 +552,7 @@ with gmsfs.connect(sys.argv[1], "rw", timeout=30) as c:
 	state_is "$B/ctl2" EMPTY
 }
 
-@test "gmsfs.pull in an engine's process: what was done, or GmsfsError with its errno; gmsfs_pull checks its flags" {
+@test "gmsfs.pull in an engine's process: what was done, or GmsfsError with its errno; gmsfs_pull checks its options" {
 	mkdir "$B/py" "$B/py2" "$B/py3"
 	run in_b "$PYTHON" - "gmsfs://$ADDR_A:$PORT" "$B" "$TOKEN" <<'PY'
 import ctypes, errno, os, sys
@@ -572,22 +572,27 @@ try:
     gmsfs.pull(url + "/other", b + "/py2", token, timeout=10)
 except gmsfs.GmsfsError as e:
     print("not served:", errno.errorcode[e.errno])
-err = ctypes.create_string_buffer(256)
-e = _lib.peer_lib().gmsfs_pull((url + "/big").encode(), (b + "/py2").encode(), token.encode(), 1000, 0x2, None, 0,
-                               err, len(err))
-print("flags:", errno.errorcode[-e], err.value.decode())
-for flags in (17 << 8, 1 << 16):  # GMSFS_PULL_STRIPES(17); a bit above the stripes' byte
-    e = _lib.peer_lib().gmsfs_pull((url + "/big").encode(), (b + "/py2").encode(), token.encode(), 1000, flags,
-                                   None, 0, err, len(err))
-    print("flags 0x%x:" % flags, errno.errorcode[-e], err.value.decode())
+lib = _lib.peer_lib()
+def raw(**fields):  # gmsfs_pull as a C caller calls it: an options struct, the words in gmsfs_errmsg(NULL)
+    opt = _lib.sized(_lib.PullOptions, token_file=token.encode(), timeout_ms=1000)
+    for k, v in fields.items():
+        setattr(opt, k, v)
+    e = lib.gmsfs_pull((url + "/big").encode(), (b + "/py2").encode(), ctypes.byref(opt), None)
+    return errno.errorcode.get(-e, e), _lib.side_errmsg(lib)
+print("flags:", *raw(flags=0x2))
+print("stripes 17:", *raw(stripes=17))
+print("size:", *raw(size=8))
+print("no token:", *raw(token_file=None))
 for n in (0, 17, True, "2", 2.0):
     try:
         gmsfs.pull(url + "/big", b + "/py2", token, timeout=10, stripes=n)
     except ValueError as e:
         print("stripes=%r:" % (n,), e)
-e = _lib.peer_lib().gmsfs_pull((url + "/big").encode(), (b + "/py2").encode(), token.encode(), 0, 0, None, 0,
-                               err, len(err))
-print("timeout:", errno.errorcode[-e], err.value.decode())
+print("timeout:", *raw(timeout_ms=0))
+report = _lib.sized(_lib.Report)
+report.size = 4
+e = lib.gmsfs_pull((url + "/big").encode(), (b + "/py2").encode(), None, ctypes.byref(report))
+print("report:", errno.errorcode[-e], _lib.side_errmsg(lib))
 os.environ["GMSFS_PEER_STRIPES"] = "99"
 try:
     gmsfs.pull(url + "/big", b + "/py2", token, timeout=10)
@@ -600,14 +605,16 @@ PY
 	assert_line --regexp "^entries: [0-9]+$"
 	assert_line "again: EEXIST"
 	assert_line "not served: EACCES"
-	assert_line "flags: EINVAL flags 0x2: only GMSFS_PULL_PROGRESS and GMSFS_PULL_STRIPES(n) are known"
-	assert_line "flags 0x1100: EINVAL GMSFS_PULL_STRIPES(17): connections a pull, 1 to 16"
-	assert_line "flags 0x10000: EINVAL flags 0x10000: only GMSFS_PULL_PROGRESS and GMSFS_PULL_STRIPES(n) are known"
+	assert_line "flags: EINVAL gmsfs_pull: flags 0x2: only GMSFS_PULL_PROGRESS is known"
+	assert_line "stripes 17: EINVAL gmsfs_pull: 17 stripes: connections a pull, 1 to 16 (0: GMSFS_PEER_STRIPES, else 4)"
+	assert_line --regexp "^size: EINVAL gmsfs_pull: options of 8 bytes: this libgmsfs-peer knows [0-9]+ \(set .size, or start from GMSFS_PULL_OPTIONS\)$"
+	assert_line "no token: EINVAL gmsfs_pull: no token_file: the token the peer is shown"
+	assert_line --regexp "^report: EINVAL gmsfs_pull: a report of 4 bytes: this libgmsfs-peer knows [0-9]+ \(start from GMSFS_REPORT\)$"
 	for n in 0 17 True "'2'" 2.0; do
 		assert_line "stripes=$n: pull: stripes is the connections asked for, 1 to 16 (not $n)"
 	done
 	assert_line --regexp "^stripes=2: [0-9]+ allocations, .* over 2 connections"
-	assert_line "timeout: EINVAL a timeout of 0 ms: more than 0"
+	assert_line "timeout: EINVAL gmsfs_pull: a timeout of 0 ms: more than 0"
 	assert_line --partial "stripes: EINVAL"
 	assert_output --partial "GMSFS_PEER_STRIPES=99: connections a pull, 1 to 16"
 	same_store "$A/big" "$B/py"

@@ -74,7 +74,7 @@ metadata() {
 	[ -L /etc/systemd/system/multi-user.target.wants/gmsfs.target ]
 	[ -L /etc/systemd/system/gmsfs.target.wants/gmsfs-mount-all.service ]
 	[ -x /usr/sbin/gmsfs-node ]
-	ls /usr/lib/*/libgmsfs-load.so.0
+	ls /usr/lib/*/libgmsfs-load.so.1
 	# Built with the cuda backend (cuda.h is here), and said so.
 	grep -q 'building the cuda and host backends' "$tmp/deb.log" "$tmp"/b/deb/build.log
 	# Hardening: _FORTIFY_SOURCE reaches the compiler (CPPFLAGS).

@@ -29,7 +29,7 @@ wheel=$(make -s wheel 2>&1 | tail -1)
 t "make wheel builds dist/gmsfs-VERSION-py3-none-linux_ARCH.whl, offline" test -f "$wheel"
 t "the wheel carries the package, its libraries and what they need but glibc" sh -c "
 	unzip -l '$wheel' | grep -q 'gmsfs/_native/libgmsfs.so.0' &&
-	unzip -l '$wheel' | grep -q 'gmsfs/_native/libgmsfs-load.so.0' &&
+	unzip -l '$wheel' | grep -q 'gmsfs/_native/libgmsfs-load.so.1' &&
 	unzip -l '$wheel' | grep -q 'gmsfs/_native/libmsgpackc.so.2' &&
 	unzip -l '$wheel' | grep -q 'gmsfs/gms_alias/gpu_memory_service/__init__.py' &&
 	unzip -l '$wheel' | grep -q 'gmsfs-[0-9.]*.dist-info/RECORD'"

@@ -4,7 +4,8 @@
  * mount) and holds that store's lock.  Every call returns 0 or a negative errno
  * (-EAGAIN, -ETIMEDOUT, -ESTALE, ...); gmsfs_errmsg() says what went wrong in
  * words.  A handle is used by one thread at a time.  Descriptors are opened
- * O_CLOEXEC.  Nothing is global.
+ * O_CLOEXEC.  Nothing is global but, per thread, the words of the last call that takes
+ * no handle (gmsfs_errmsg(NULL)), as errno is.
  *
  * Ownership: strings and lists returned through out-parameters are the
  * caller's (free them with the matching gmsfs_*_free); pointers into the
@@ -66,8 +67,14 @@ GMSFS_API int gmsfs_layout_hash(gmsfs *g, char hex[33]);
 /* The store's commits so far as the handle last learned them (at each grant of its lock,
  * its commit, gmsfs_layout_hash), 0 when nothing was committed: no round trip. */
 GMSFS_API uint64_t gmsfs_generation(const gmsfs *g);
+/* What went wrong in words: g's last failed call; g NULL: the calling thread's last failed
+ * call that takes no handle (gmsfs_copy, gmsfs_pull, gmsfs_load_context), "" when it
+ * succeeded.  Valid until the next call on g, or in the thread. */
 GMSFS_API const char *gmsfs_errmsg(const gmsfs *g);
 GMSFS_API const char *gmsfs_strerror(int err);
+/* For libraries built on libgmsfs (libgmsfs-load, libgmsfs-peer): set the words that
+ * gmsfs_errmsg(g) returns (g NULL: the calling thread's; fmt NULL: "") and return err. */
+GMSFS_API int gmsfs_seterr(gmsfs *g, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* One mapping: ptr stays valid (mapped, or reserved while unmapped) until it is freed
  * or the handle is disconnected. */

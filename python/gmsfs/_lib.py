@@ -230,20 +230,56 @@ def _side_lib(soname, env, protos, why=""):
     return lib
 
 
+class LoadOptions(ctypes.Structure):
+    """struct gmsfs_load_options (<gmsfs/load.h>)."""
+    _fields_ = [("size", ctypes.c_uint32), ("flags", ctypes.c_uint32), ("slab_bytes", ctypes.c_uint64)]
+
+
+class CopyOptions(ctypes.Structure):
+    """struct gmsfs_copy_options."""
+    _fields_ = [("size", ctypes.c_uint32), ("flags", ctypes.c_uint32), ("timeout_ms", ctypes.c_int32),
+                ("reserved", ctypes.c_uint32)]
+
+
+class PullOptions(ctypes.Structure):
+    """struct gmsfs_pull_options (<gmsfs/peer.h>)."""
+    _fields_ = [("size", ctypes.c_uint32), ("flags", ctypes.c_uint32), ("token_file", ctypes.c_char_p),
+                ("timeout_ms", ctypes.c_int32), ("stripes", ctypes.c_uint32)]
+
+
+class Report(ctypes.Structure):
+    """struct gmsfs_report: what a copy or a pull did."""
+    _fields_ = [("size", ctypes.c_uint32), ("reserved", ctypes.c_uint32), ("allocations", ctypes.c_uint64),
+                ("bytes", ctypes.c_uint64), ("seconds", ctypes.c_double), ("bytes_seconds", ctypes.c_double),
+                ("layout_hash", ctypes.c_char * 33), ("how", ctypes.c_char * 351)]
+
+
+def sized(struct, **fields):
+    """A struct of the side libraries with its size set, as the C initializers do."""
+    return struct(size=ctypes.sizeof(struct), **fields)
+
+
+def side_errmsg(lib, handle=None):
+    """gmsfs_errmsg as the side library lib sees it (the libgmsfs it was bound to): handle's
+    words, or the calling thread's for a call that takes no handle."""
+    f = lib.gmsfs_errmsg
+    f.restype, f.argtypes = ctypes.c_char_p, [_P]
+    return (f(handle) or b"").decode(errors="replace")
+
+
 def load_lib():
     """libgmsfs-load (gmsfs_load, gmsfs_copy)."""
-    return _side_lib("libgmsfs-load.so.0", "GMSFS_LOAD_LIBRARY", {
-        "gmsfs_load": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint, ctypes.c_char_p,
-                                      ctypes.c_size_t]),
-        "gmsfs_copy": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                                      ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t])})
+    return _side_lib("libgmsfs-load.so.1", "GMSFS_LOAD_LIBRARY", {
+        "gmsfs_load": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(LoadOptions)]),
+        "gmsfs_copy": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(CopyOptions),
+                                      ctypes.POINTER(Report)])})
 
 
 def peer_lib():
     """libgmsfs-peer (gmsfs_pull): built and installed where UCX is (the gmsfs package)."""
-    return _side_lib("libgmsfs-peer.so.0", "GMSFS_PEER_LIBRARY", {
-        "gmsfs_pull": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint,
-                                      ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t])},
+    return _side_lib("libgmsfs-peer.so.1", "GMSFS_PEER_LIBRARY", {
+        "gmsfs_pull": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(PullOptions),
+                                      ctypes.POINTER(Report)])},
         " (gmsfs-peer is built where UCX is: libucx-dev)")
 
 

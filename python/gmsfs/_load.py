@@ -14,11 +14,11 @@ def load(conn, path, slab_bytes=0, progress=False, verbose=False):
     in this process (libgmsfs-load): slabs, every tensor copied in, an entry "torch/NAME"
     per tensor (gmsfs(5), "Tensors").  No commit: the caller commits, or closes and nothing
     stays.  Every header is checked before the store is touched."""
-    err = ctypes.create_string_buffer(1024)
-    flags = (1 if progress else 0) | (2 if verbose else 0)
-    e = _lib.load_lib().gmsfs_load(conn._handle(), str(path).encode(), slab_bytes, flags, err, len(err))
+    lib = _lib.load_lib()
+    opt = _lib.sized(_lib.LoadOptions, flags=(1 if progress else 0) | (2 if verbose else 0), slab_bytes=slab_bytes)
+    e = lib.gmsfs_load(conn._handle(), str(path).encode(), ctypes.byref(opt))
     if e:
-        raise GmsfsError(-e, "load %s into %s: %s" % (path, conn.store, err.value.decode(errors="replace")))
+        raise GmsfsError(-e, "load %s into %s: %s" % (path, conn.store, _lib.side_errmsg(lib, conn._handle())))
 
 
 def copy(src, dst, timeout=None):
@@ -29,11 +29,12 @@ def copy(src, dst, timeout=None):
     can reach it, else through pinned host memory), then the entries and the commit, which
     must give src's layout hash.  Returns how the bytes went.  On any failure dst is as it
     was and src untouched (GmsfsError with the reason: EEXIST when dst holds allocations)."""
-    how, err = ctypes.create_string_buffer(256), ctypes.create_string_buffer(1024)
-    e = _lib.load_lib().gmsfs_copy(str(src).encode(), str(dst).encode(), _ms(timeout), how, len(how), err, len(err))
+    lib = _lib.load_lib()
+    opt, out = _lib.sized(_lib.CopyOptions, timeout_ms=_ms(timeout)), _lib.sized(_lib.Report)
+    e = lib.gmsfs_copy(str(src).encode(), str(dst).encode(), ctypes.byref(opt), ctypes.byref(out))
     if e:
-        raise GmsfsError(-e, "copy %s to %s: %s" % (src, dst, err.value.decode(errors="replace")))
-    return how.value.decode()
+        raise GmsfsError(-e, "copy %s to %s: %s" % (src, dst, _lib.side_errmsg(lib)))
+    return out.how.decode()
 
 
 def pull(url, store, token_file, timeout=30, progress=None, stripes=None):
@@ -55,10 +56,11 @@ def pull(url, store, token_file, timeout=30, progress=None, stripes=None):
         raise ValueError("pull: stripes is the connections asked for, 1 to 16 (not %r)" % (stripes,))
     if progress is None:
         progress = sys.stderr.isatty()
-    flags = (1 if progress else 0) | ((stripes or 0) << 8)  # GMSFS_PULL_PROGRESS | GMSFS_PULL_STRIPES(n)
-    how, err = ctypes.create_string_buffer(512), ctypes.create_string_buffer(1024)
-    e = _lib.peer_lib().gmsfs_pull(str(url).encode(), str(store).encode(), str(token_file).encode(),
-                                   int(timeout * 1000), flags, how, len(how), err, len(err))
+    lib = _lib.peer_lib()
+    opt = _lib.sized(_lib.PullOptions, flags=1 if progress else 0, token_file=str(token_file).encode(),
+                     timeout_ms=int(timeout * 1000), stripes=stripes or 0)  # 1: GMSFS_PULL_PROGRESS
+    out = _lib.sized(_lib.Report)
+    e = lib.gmsfs_pull(str(url).encode(), str(store).encode(), ctypes.byref(opt), ctypes.byref(out))
     if e:
-        raise GmsfsError(-e, "pull %s into %s: %s" % (url, store, err.value.decode(errors="replace")))
-    return how.value.decode()
+        raise GmsfsError(-e, "pull %s into %s: %s" % (url, store, _lib.side_errmsg(lib)))
+    return out.how.decode()

@@ -67,6 +67,38 @@ def test_gmsfs_copy_fills_an_empty_store_with_the_same_layout(pair):
     assert "host memory" in how and state(dst)["state"] == "COMMITTED" and same(src, dst)
 
 
+def test_gmsfs_copy_reports_what_it_did_and_checks_its_options(pair):
+    """The C call as a C program makes it: an options struct and a report, each with its
+    size; a wrong size, a flag or a reserved field is EINVAL with words in
+    gmsfs_errmsg(NULL), and nothing is copied."""
+    from gmsfs import _lib
+    lib, src, dst = _lib.load_lib(), pair[0], pair[1]
+
+    def copy(report=None, **fields):
+        opt = _lib.sized(_lib.CopyOptions, timeout_ms=10000)
+        for k, v in fields.items():
+            setattr(opt, k, v)
+        e = lib.gmsfs_copy(src.encode(), dst.encode(), ctypes.byref(opt), report and ctypes.byref(report))
+        return errno.errorcode.get(-e, e), _lib.side_errmsg(lib)
+
+    assert copy(size=12) == ("EINVAL", "gmsfs_copy: options of 12 bytes: this libgmsfs-load knows %d (set .size, "
+                             "or start from GMSFS_COPY_OPTIONS)" % ctypes.sizeof(_lib.CopyOptions))
+    assert copy(flags=1) == ("EINVAL", "gmsfs_copy: flags 0x1, reserved 0x0: none is known yet, both 0")
+    assert copy(reserved=7)[0] == "EINVAL"
+    small = _lib.sized(_lib.Report)
+    small.size = 100
+    assert copy(small)[0] == "EINVAL" and "a report of 100 bytes" in copy(small)[1]
+    assert state(dst)["state"] == "EMPTY"
+    report = _lib.sized(_lib.Report)
+    assert copy(report) == (0, "")
+    with gmsfs.connect(src, "ro") as c:
+        c.import_all()
+        assert report.layout_hash.decode() == c.layout_hash and report.allocations == len(c.mappings) == 2
+        assert report.bytes == sum(m.size for m in c.mappings) and report.seconds >= report.bytes_seconds > 0
+    assert report.how.decode().startswith("host memory to host memory; %d bytes in " % report.bytes)
+    assert copy()[0] == "EEXIST" and "holds allocations already" in _lib.side_errmsg(lib)
+
+
 def test_a_target_with_allocations_is_refused_and_left_as_it_was(pair):
     src, dst = pair
     with gmsfs.connect(dst, "rw") as c:

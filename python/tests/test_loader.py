@@ -1,3 +1,5 @@
+import ctypes
+import errno
 """gmsfs-load and gmsfs-save (host backend): safetensors files written here with struct
 and json (several dtypes, an empty tensor, a sharded index), loaded into a store,
 materialized into a torch module with the right values, saved back identical; malformed
@@ -606,6 +608,33 @@ def test_load_in_this_process_at_gmsfs_loads_speed_then_commit(store, tmp_path):
         got = dict(m.named_parameters(), **dict(m.named_buffers()))[name]
         assert np.array_equal(got.numpy(), a), name
     m._gmsfs.close()
+
+
+def test_gmsfs_load_checks_its_options_and_says_why_in_the_handles_words(store, tmp_path):
+    """The C call: a wrong options size, an unknown flag, a slab below GMSFS_TORCH_ALIGN or a
+    reader's handle is refused with words in gmsfs_errmsg(handle); NULL options are the
+    defaults."""
+    from gmsfs import _lib
+    lib = _lib.load_lib()
+    f = tmp_path / "model.safetensors"
+    write_st(f, model_tensors(3))
+
+    def load(c, opt):
+        e = lib.gmsfs_load(c._handle(), str(f).encode(), opt and ctypes.byref(opt))
+        return errno.errorcode.get(-e, e), _lib.side_errmsg(lib, c._handle())
+
+    with gmsfs.connect(store, "rw") as c:
+        bad = _lib.sized(_lib.LoadOptions)
+        bad.size = 4
+        assert load(c, bad) == ("EINVAL", "gmsfs_load: options of 4 bytes: this libgmsfs-load knows 16 (set .size, "
+                                "or start from GMSFS_LOAD_OPTIONS)")
+        assert load(c, _lib.sized(_lib.LoadOptions, flags=4))[1].startswith("gmsfs_load: no path, or flags 0x4")
+        assert load(c, _lib.sized(_lib.LoadOptions, slab_bytes=100))[1].startswith("gmsfs_load: slabs of 100 bytes")
+        assert state(store)["allocations"] == "0"
+        assert load(c, None) == (0, "")
+        c.commit()
+    with gmsfs.connect(store, "ro") as c:
+        assert load(c, None) == ("EPERM", "gmsfs_load: the handle does not hold the writer session")
 
 
 def gms_snapshot(path, allocations, metadata, layout_hash="0" * 64):
