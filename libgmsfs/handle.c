@@ -223,7 +223,8 @@ static int lock_dir(gmsfs *g, int mode, int timeout_ms, struct gmsfs_ioc *io, bo
 		g->sleepfd = -1;
 		if (fd < 0)
 			return left > 0 ? fd : -errno; /* open_dir_within says its own errno */
-		*io = (struct gmsfs_ioc){ .size = sizeof *io, .mode = (uint32_t)mode, .timeout_ms = left };
+		*io = (struct gmsfs_ioc){ .size = sizeof *io, .flags = g->own ? GMSFS_LOCK_OWN : 0, .mode = (uint32_t)mode,
+					  .timeout_ms = left };
 		if (!ioctl(fd, GMSFS_IOC_LOCK, io))
 			return fd;
 		int e = errno;
@@ -485,7 +486,7 @@ int gmsfs_connect(gmsfs **out, const char *store_dir, int mode, int timeout_ms)
 	*out = NULL;
 	int flags = mode & ~GMSFS_LOCK_MASK;
 	mode &= GMSFS_LOCK_MASK;
-	if (!store_dir || mode < GMSFS_RO || mode > GMSFS_RW_DATA || timeout_ms < -1 || (flags & ~GMSFS_EINTR))
+	if (!store_dir || mode < GMSFS_RO || mode > GMSFS_RW_DATA || timeout_ms < -1 || (flags & ~(GMSFS_EINTR | GMSFS_OWN)))
 		return -EINVAL;
 	gmsfs *g = calloc(1, sizeof *g);
 	if (!g || !(g->dir = strdup(store_dir))) {
@@ -496,6 +497,7 @@ int gmsfs_connect(gmsfs **out, const char *store_dir, int mode, int timeout_ms)
 	g->ch.sock = -1;
 	g->mode = mode;
 	g->eintr = flags & GMSFS_EINTR;
+	g->own = flags & GMSFS_OWN;
 	*out = g; /* even on failure: gmsfs_errmsg says why */
 	return gm_take_lock(g, mode, timeout_ms);
 }

@@ -138,6 +138,7 @@ struct gmsfs {
 				 * holds the session by this descriptor (gmsfs(5)); -1 if none */
 	int mode;               /* what connect asked for */
 	bool eintr;             /* GMSFS_EINTR: a signal ends a wait with -EINTR, no retry */
+	bool own;               /* GMSFS_OWN: every lock it takes is a session of its own */
 	int lock;               /* GMSFS_RO, GMSFS_RW or 0 */
 	bool granted_rw;        /* it held the writer session once: reallocate_all may */
 	bool paused;            /* gmsfs_pause: lock given back, mappings kept, dirfd the paused handle */

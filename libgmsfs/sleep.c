@@ -388,8 +388,8 @@ int gmsfs_resume(gmsfs *g, int mode, int timeout_ms)
 			return gm_error(g, -ETIMEDOUT, "%s: resume: not granted within %d ms", g->dir, timeout_ms);
 		/* Its mappings are made writable below, or by gmsfs_protect, each after the daemon
 		 * is told (sp_write_in_place): the grant itself writes nothing in place. */
-		io = (struct gmsfs_ioc){ .size = sizeof io, .flags = GMSFS_LOCK_ASKS_IN_PLACE, .mode = (uint32_t)mode,
-					 .timeout_ms = left };
+		io = (struct gmsfs_ioc){ .size = sizeof io, .flags = GMSFS_LOCK_ASKS_IN_PLACE | (g->own ? GMSFS_LOCK_OWN : 0),
+					 .mode = (uint32_t)mode, .timeout_ms = left };
 		if (!ioctl(g->dirfd, GMSFS_IOC_LOCK, &io))
 			break;
 		int e = errno;

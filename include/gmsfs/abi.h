@@ -121,7 +121,7 @@ static inline bool gmsfs_tag_valid(const char *tag, size_t len)
 struct gmsfs_ioc {
 	/* in */
 	uint32_t size;          /* sizeof(struct gmsfs_ioc) */
-	uint32_t flags;         /* LOCK: GMSFS_LOCK_ASKS_IN_PLACE or 0; others: 0 */
+	uint32_t flags;         /* LOCK: GMSFS_LOCK_ASKS_IN_PLACE, GMSFS_LOCK_OWN; others: 0 */
 	uint32_t mode;          /* LOCK: GMSFS_RO, GMSFS_RW or GMSFS_RW_OR_RO; others: 0 */
 	int32_t timeout_ms;     /* LOCK: -1 waits as long as it takes, 0 tries once; others: 0 */
 	uint64_t reserved[4];   /* 0 */
@@ -146,6 +146,12 @@ struct gmsfs_ioc {
  * last commit's bytes through the mappings it kept (EXPORT with GMSFS_K_IN_PLACE); without
  * it the resume itself counts as such a write (TORN if the session ends without commit). */
 #define GMSFS_LOCK_ASKS_IN_PLACE 0x1u
+/* LOCK: the handle is a session of its own, as a GMS connection is (gmsfs(5), "Sessions of
+ * their own"): it waits as another process's request would.  It does not join its
+ * process's writer session, a read does not pass waiting writers because its process
+ * reads already, and a write waits for its own process's reads (it is a waiting writer,
+ * granted when they end) where a plain request is refused with EDEADLK at once. */
+#define GMSFS_LOCK_OWN 0x2u
 
 #define GMSFS_IOC_INFO       _IOWR(GMSFS_IOC_MAGIC, 1, struct gmsfs_ioc)
 #define GMSFS_IOC_LOCK       _IOWR(GMSFS_IOC_MAGIC, 2, struct gmsfs_ioc)

@@ -53,6 +53,11 @@ GMSFS_API int gmsfs_connect(gmsfs **out, const char *store_dir, int mode, int ti
  * wait goes on with what is left of the timeout. */
 #define GMSFS_LOCK_MASK 0xff
 #define GMSFS_EINTR 0x100
+/* GMSFS_OWN: the handle is a session of its own, as a GMS connection is (gmsfs(5),
+ * "Sessions of their own"): granted as another process's request would be, whatever this
+ * process holds; an RW connect waits for this process's read locks (timeout_ms bounds it)
+ * where it would fail with -EDEADLK, and never joins this process's writer session. */
+#define GMSFS_OWN 0x200
 /* Unmap everything, give the address ranges back and release the lock.  A writer
  * that did not commit is rolled back to the last committed layout.  NULL is fine. */
 GMSFS_API void gmsfs_disconnect(gmsfs *g);

@@ -20,7 +20,7 @@ _MODES = {"ro": _lib.RO, "rw": _lib.RW, "auto": _lib.RW_OR_RO, "data": _lib.RW_D
 _NAMES = {_lib.RO: "ro", _lib.RW: "rw"}
 
 
-def connect(store, mode="ro", timeout=None):
+def connect(store, mode="ro", timeout=None, own=False):
     """Connect to store (a directory of a gmsfs mount) and take its lock.
 
     mode: "ro" (a reader: waits for a committed layout and for the writer), "rw" (the
@@ -29,10 +29,13 @@ def connect(store, mode="ro", timeout=None):
     allocations' bytes only, as GMS's RW_DATA: making, freeing or sizing allocations and
     putting or deleting entries fail with EPERM; it waits for a first commit; the
     connection's mode then reads "rw").  timeout: seconds to wait for the lock, 0 for
-    one try (EAGAIN), None for as long as it takes."""
+    one try (EAGAIN), None for as long as it takes.  own: the connection is a session
+    of its own, as a GMS connection is (gmsfs(5), "Sessions of their own"): a thread
+    that asks for "rw" while another thread of this process reads waits for that read
+    (a waiting writer) instead of EDEADLK, and never joins this process's writer."""
     if mode not in _MODES:
         raise ValueError("mode: 'ro', 'rw', 'auto' or 'data', not %r" % (mode,))
-    return Connection(store, _MODES[mode], _ms(timeout))
+    return Connection(store, _MODES[mode] | (_lib.OWN if own else 0), _ms(timeout))
 
 
 def prefetch(store):

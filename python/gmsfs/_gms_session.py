@@ -58,12 +58,12 @@ class _GMSClientSession:
         self._store = socket_path
         try:
             try:  # a store's path, most often: no stat to tell first
-                self._c = gmsfs.connect(socket_path, mode, timeout)
+                self._c = gmsfs.connect(socket_path, mode, timeout, own=True)
             except GmsfsError as e:
                 if e.errno not in _NOT_A_STORE:
                     raise
                 self._store = _store_of(socket_path)  # a GMS socket's path, or the error that says it is neither
-                self._c = gmsfs.connect(self._store, mode, timeout)
+                self._c = gmsfs.connect(self._store, mode, timeout, own=True)
         except GmsfsError as e:
             if e.errno in (errno.ETIMEDOUT, errno.EAGAIN):
                 raise TimeoutError("Timeout waiting for lock") from e
@@ -149,7 +149,7 @@ class _GMSClientSession:
         s = _state(self._store)
         committed = int(s.get("generation", "0")) > 0
         return GetLockStateResponse(state=s["state"], has_rw_session=s.get("writer", "0") != "0",
-                                    ro_session_count=int(s.get("readers", 0)),
+                                    ro_session_count=int(s.get("read_handles", s.get("readers", 0))),
                                     waiting_writers=int(s.get("waiting_writers", 0)), committed=committed,
                                     is_ready=committed)
 

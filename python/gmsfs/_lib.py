@@ -15,6 +15,7 @@ NEED_MAJOR, NEED_MINOR = 0, 3
 
 RO, RW, RW_OR_RO, RW_DATA = 1, 2, 3, 4
 EINTR = 0x100  # GMSFS_EINTR: a signal ends a wait with -EINTR; the package retries (PEP 475)
+OWN = 0x200  # GMSFS_OWN: a session of its own, as a GMS connection is
 KEEP_READ_ONLY = 0x200  # GMSFS_KEEP_READ_ONLY: resume as RW_DATA, the mappings left read-only
 BACKEND_HOST, BACKEND_CUDA = 1, 2
 ENTRY_PRIVATE = 1

@@ -25,6 +25,12 @@ GMS's semantics where they differ from gmsfs's own, as GMS's client gives them:
     RW_DATA writer to fill and commit.  Where every allocation is a page of gmsfs.Pages,
     gmsfs keeps more than GMS: the store stays COMMITTED and the pages' records say which
     bytes to trust (gmsfs.Pages.adopt).
+  - sessions are connections, as GMS's: each session (a manager's, a _GMSClientSession)
+    is a lock of its own (gmsfs.connect(own=True), gmsfs(5) "Sessions of their own"), so
+    a thread that asks for RW while another thread of the process reads waits for that
+    read as a waiting writer, and two readers of one process are two RO sessions (the
+    state's read_handles).  gmsfs's own connections and the shell keep the process's
+    rules (a reader that asks to write gets EDEADLK at once).
 What remains different, and why:
   - allocation ids are the layout slots' names (slot000000, ...): gmsfs's layout hash
     covers allocation names, so a rewrite of the same structure (RL weight refresh)
@@ -38,12 +44,6 @@ What remains different, and why:
     until abort(); the next connect() takes it again when remap_all_vas() or
     reallocate_all_handles() maps (at the same addresses);
   - reallocate_all_handles() keeps the allocations' ids (the names of their slots);
-  - locks are a process's, as gmsfs's (gmsfs(5)): a session that asks for RW while
-    another session of the same process reads the store fails at once (EDEADLK: it
-    would wait for itself) where GMS queues it, and the readers that the store's state
-    and get_lock_state() count are processes, not sessions.  An engine holds one
-    session per store; the threads of one test process that play reader and writer
-    are what meets it (tests/upstream/run.sh lists GMS's tests that do).
 On the host backend (no GPU) the same calls work on host memory: CI runs them."""
 import logging
 import os

@@ -1,6 +1,7 @@
 """gmsfs.gms, GMS's client API on gmsfs (host backend): the flows of GMS's own
 test_runtime_flows.py that need no CUDA (lock types, metadata, commit, hash, stale
 detection, timeouts), through the same classes, and the import alias."""
+import errno
 import os
 import subprocess
 import sys
@@ -89,8 +90,8 @@ s.close()
 
 
 def test_a_waiting_writer_holds_new_readers_back_until_the_last_reader_goes(store):
-    # gmsfs's locks are a process's (the kernel names processes): the reader is another
-    # process here, where GMS's own test uses a thread of the same one.
+    # The reader is another process here; the test after this one has it a thread of this
+    # one, as GMS's own test does.
     Session(store, RequestedLockType.RW, None).commit()
     reader = subprocess.Popen([sys.executable, "-c", HOLD_READ, store], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
@@ -113,6 +114,61 @@ def test_a_waiting_writer_holds_new_readers_back_until_the_last_reader_goes(stor
     t.join(5)
     assert got["session"].lock_type == GrantedLockType.RW
     got["session"].close()
+
+
+def test_sessions_are_connections_as_gms_has_them_threads_of_one_process_included(store):
+    """GMS's own test, as it is written: the reader is a thread of this process.  Its
+    sessions are its connections' (GMSFS_OWN): the writer waits for the same process's
+    read, counted as a waiting writer, new readers wait behind it, and it is granted when
+    the read ends; two readers of one process are two RO sessions."""
+    Session(store, RequestedLockType.RW, None).commit()
+    reader = Session(store, RequestedLockType.RO, None)
+    other = Session(store, RequestedLockType.RO, None)
+    assert reader.get_lock_state().ro_session_count == 2
+    other.close()
+    got = {}
+
+    def open_writer():
+        try:
+            got["session"] = Session(store, RequestedLockType.RW, 5000)
+        except Exception as e:
+            got["error"] = e
+    t = threading.Thread(target=open_writer)
+    t.start()
+    wait_writers(store, 1)
+    assert t.is_alive() and reader.get_lock_state().waiting_writers == 1
+    with pytest.raises(TimeoutError, match="Timeout waiting for lock"):
+        Session(store, RequestedLockType.RO, 100)
+    reader.close()
+    t.join(5)
+    assert "error" not in got and got["session"].lock_type == GrantedLockType.RW
+    got["session"].close()
+
+
+def test_a_session_of_its_own_keeps_the_process_rules_for_everything_else(store):
+    """gmsfs.connect(own=True) beside the process's own locks: a plain reader that asks to
+    write still gets EDEADLK at once (a shell never waits for itself); an own writer in the
+    same thread waits its timeout out, counted while it waits, then nothing changed; an own
+    reader does not join this process's writer session."""
+    import gmsfs
+    with gmsfs.connect(store, "rw") as w:
+        w.create("x", 4096)
+        w.commit()
+    r = gmsfs.connect(store, "ro")
+    t0 = time.monotonic()
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs.connect(store, "rw", timeout=5)
+    assert e.value.errno == errno.EDEADLK and time.monotonic() - t0 < 2
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs.connect(store, "rw", timeout=0.3, own=True)
+    assert e.value.errno == errno.ETIMEDOUT
+    assert read_fields(os.path.join(store, "state"))["waiting_writers"] == "0"
+    r.close()
+    w = gmsfs.connect(store, "rw")
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs.connect(store, "ro", timeout=0.3, own=True)  # a plain one would join the session
+    assert e.value.errno == errno.ETIMEDOUT
+    w.close()
 
 
 def test_a_reader_refuses_writes_and_states_follow_the_store(store):

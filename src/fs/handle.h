@@ -29,6 +29,7 @@ struct fs_handle {
 	bool paused;                   /* its read lock given back, its process's mappings kept (lock_pause) */
 	bool remap;                    /* resumed onto other memory: the caller maps again (lock_granted) */
 	bool asks_in_place;            /* its last LOCK said GMSFS_LOCK_ASKS_IN_PLACE (lock_granted) */
+	bool own;                      /* its last LOCK said GMSFS_LOCK_OWN: a session of its own */
 	/* poll on state (ops_file.c). */
 	uint64_t seen_events;
 	struct fuse_pollhandle *ph;    /* a poller waiting for the next change */

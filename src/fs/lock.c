@@ -153,12 +153,13 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 }
 
 /* The lock for tgid now: members join their session at once; a process that holds a
- * read handle gets another past waiting writers; anyone else goes by the FSM. */
-static int try_lock(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold *out)
+ * read handle gets another past waiting writers; anyone else goes by the FSM.  A handle
+ * of its own (GMSFS_LOCK_OWN) goes by the FSM whatever its process holds. */
+static int try_lock(struct store *st, enum lock_want want, pid_t tgid, bool own, enum lock_hold *out)
 {
 	if (st->removed)
 		return -ENOENT;
-	int r = lock_is_member(st, tgid);
+	int r = own ? 0 : lock_is_member(st, tgid);
 	if (r < 0)
 		return store_cannot_tell(st, r);
 	if (r) {
@@ -195,7 +196,7 @@ static int try_lock(struct store *st, enum lock_want want, pid_t tgid, enum lock
 	}
 	/* Only a read that would wait (a writer waits) or a write asks whether the caller
 	 * holds a read handle: a granted read needs no look at its descriptors. */
-	bool ask = f->readers && (lock_wants_write(st, want) || fsm_can_read(f));
+	bool ask = !own && f->readers && (lock_wants_write(st, want) || fsm_can_read(f));
 	if (ask && (r = lock_holds_read(st, tgid)) < 0)
 		return r;
 	if (ask && r) {
@@ -251,7 +252,7 @@ void lock_inherited_go(struct store *st, struct lock_reader *r, unsigned k, bool
 int lock_open_as(struct fs_handle *h, pid_t tgid, enum lock_want want, int timeout_ms)
 {
 	h->tgid = tgid;
-	int e = try_lock(h->store, want, tgid, &h->hold);
+	int e = try_lock(h->store, want, tgid, h->own, &h->hold);
 	if (e == -EAGAIN && timeout_ms)
 		return LOCK_PARK;
 	if (e == -EAGAIN && h->store->tier.at != TIER_DEVICE)
@@ -278,8 +279,8 @@ int lock_ioctl(fuse_req_t req, struct fs_handle *h, uint32_t mode, int timeout_m
 	if ((e = caller_may(req, lock_attr.st_mode, *want == WANT_READ ? 4 : 2)))
 		return e;
 	/* One RW connection per writer session: the library could not make a second
-	 * handle's mappings read-only when the first commits. */
-	if (*want != WANT_READ && st->lock.fsm.leader &&
+	 * handle's mappings read-only when the first commits.  A session of its own waits. */
+	if (*want != WANT_READ && st->lock.fsm.leader && !h->own &&
 	    (*want == WANT_WRITE || *want == WANT_DATA || !st->lock.fsm.committed) &&
 	    (e = lock_is_member(st, tgid)))
 		return e < 0 ? e : -EBUSY;

@@ -41,7 +41,7 @@ static void ioc_fill(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io)
 
 static int ioc_check(unsigned cmd, const struct gmsfs_ioc *io)
 {
-	if (io->size != sizeof *io || (io->flags & ~(cmd == GMSFS_IOC_LOCK ? GMSFS_LOCK_ASKS_IN_PLACE : 0u)))
+	if (io->size != sizeof *io || (io->flags & ~(cmd == GMSFS_IOC_LOCK ? GMSFS_LOCK_ASKS_IN_PLACE | GMSFS_LOCK_OWN : 0u)))
 		return -EINVAL;
 	for (int i = 0; i < 4; i++)
 		if (io->reserved[i])
@@ -145,6 +145,7 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 		break;
 	case GMSFS_IOC_LOCK:
 		h->asks_in_place = io->flags & GMSFS_LOCK_ASKS_IN_PLACE;
+		h->own = io->flags & GMSFS_LOCK_OWN;
 		if ((e = lock_ioctl(req, h, io->mode, io->timeout_ms, tgid, want)))
 			return e; /* LOCK_PARK too */
 		return locked(fs, h, io, tgid, uid);

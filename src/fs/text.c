@@ -47,7 +47,8 @@ int text_state(struct store *st, char **out, size_t *len)
 			 "aligned_bytes: %llu\n"
 			 "layout_hash: %s\nrequests: %llu\nsocket_requests: %llu\ntier: %s\nquota: %llu\n"
 			 "priority: %d\nmin: %llu\nreserved: %llu\nused: %llu\npeak: %llu\nreclaim: %llu\n"
-			 "pages_spare: %llu\nlast_error: %s\npages_kept: %llu\n" /* pages_kept: pages_spare's name before 0.3 */,
+			 "pages_spare: %llu\nlast_error: %s\npages_kept: %llu\n" /* pages_kept: pages_spare's name before 0.3 */
+			 "read_handles: %u\n",
 			 st->removed ? "REMOVED" : fsm_state_name(fsm_state(f)), store_readers(st), (int)f->leader,
 			 f->waiting_writers, f->waiting_readers, (unsigned long long)f->generation, f->torn,
 			 f->data, f->kept, f->paused, st->versions.allowed, f->beside,
@@ -61,7 +62,7 @@ int text_state(struct store *st, char **out, size_t *len)
 			 (unsigned long long)atomic_load(&st->pool->min), (unsigned long long)st->tier.reserved,
 			 (unsigned long long)atomic_load(&st->pool->used), (unsigned long long)atomic_load(&st->pool->peak),
 			 (unsigned long long)tier_reclaim_left(st), (unsigned long long)atomic_load(&st->pool->pages_spare),
-			 st->last_error, (unsigned long long)atomic_load(&st->pool->pages_spare));
+			 st->last_error, (unsigned long long)atomic_load(&st->pool->pages_spare), f->readers);
 	if (n < 0)
 		return -ENOMEM;
 	*len = (size_t)n;
@@ -216,10 +217,11 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 			(unsigned long long)tier_reclaim_left(s), (unsigned long long)atomic_load(&s->pool->pages_spare),
 			(unsigned long long)atomic_load(&s->pool->pages_spare), atomic_load(&s->pool->pieces));
 		fprintf(f,
-			", \"readers\": %u, \"writer\": %d, \"waiting_writers\": %u, \"waiting_readers\": %u, "
+			", \"readers\": %u, \"read_handles\": %u, \"writer\": %d, \"waiting_writers\": %u, "
+			"\"waiting_readers\": %u, "
 			"\"generation\": %llu, \"torn\": %d, \"allocations\": %llu, \"entries\": %llu, \"bytes\": %llu, "
 			"\"aligned_bytes\": %llu, \"layout_hash\": ",
-			store_readers(s), (int)q->leader, q->waiting_writers, q->waiting_readers,
+			store_readers(s), q->readers, (int)q->leader, q->waiting_writers, q->waiting_readers,
 			(unsigned long long)q->generation, q->torn, (unsigned long long)m.allocations,
 			(unsigned long long)m.entries, (unsigned long long)m.bytes, (unsigned long long)m.aligned_bytes);
 		json_str(f, s->meta ? meta_hash_hex(s->meta) : "");

@@ -91,7 +91,7 @@ class StoreView:
 
     def snapshot(self):
         s = _state(self.store)
-        return types.SimpleNamespace(waiting_writers=int(s["waiting_writers"]), ro_session_count=int(s["readers"]))
+        return types.SimpleNamespace(waiting_writers=int(s["waiting_writers"]), ro_session_count=int(s["read_handles"]))
 
     @property
     def allocation_count(self):
