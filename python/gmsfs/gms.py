@@ -366,7 +366,8 @@ class GMSClientMemoryManager:
 # ---- import gpu_memory_service: these modules ----
 
 _PACKAGES = ("gpu_memory_service", "gpu_memory_service.client", "gpu_memory_service.common",
-             "gpu_memory_service.common.protocol", "gpu_memory_service.client.torch")
+             "gpu_memory_service.common.protocol", "gpu_memory_service.client.torch",
+             "gpu_memory_service.failover_lock", "gpu_memory_service.failover_lock.flock")
 _MODULES = {
     "gpu_memory_service.client.memory_manager": "gmsfs.gms",
     "gpu_memory_service.client.session": "gmsfs.gms",
@@ -376,6 +377,13 @@ _MODULES = {
     "gpu_memory_service.client.torch.allocator": "gmsfs.gms_torch",
     "gpu_memory_service.client.torch.module": "gmsfs.gms_torch",
     "gpu_memory_service.client.torch.tensor": "gmsfs.gms_torch",
+    "gpu_memory_service.failover_lock.interface": "gmsfs.gms_failover",
+    "gpu_memory_service.failover_lock.flock.lock": "gmsfs.gms_failover",
+}
+# What GMS's packages give from their modules, as its __init__ files do.
+_PACKAGE_NAMES = {
+    "gpu_memory_service.failover_lock": ("gmsfs.gms_failover", ("FailoverLock", "FailoverLockError")),
+    "gpu_memory_service.failover_lock.flock": ("gmsfs.gms_failover", ("FlockFailoverLock",)),
 }
 
 
@@ -397,6 +405,10 @@ class _Finder:
         m.__path__ = []
         if spec.name == "gpu_memory_service.client":
             m.GMSClientMemoryManager = GMSClientMemoryManager
+        if spec.name in _PACKAGE_NAMES:
+            source, names = _PACKAGE_NAMES[spec.name]
+            source = importlib.import_module(source)
+            m.__dict__.update({n: getattr(source, n) for n in names}, __all__=list(names))
         return m
 
     def exec_module(self, module):
@@ -405,7 +417,8 @@ class _Finder:
 
 def install():
     """From now on `import gpu_memory_service...` (the client side: memory_manager,
-    session, common.locks, common.utils, the torch helpers) gives gmsfs.gms.  Idempotent."""
+    session, common.locks, common.utils, the torch helpers, the failover lock) gives
+    gmsfs's.  Idempotent."""
     if any(isinstance(f, _Finder) for f in sys.meta_path):
         return
     alias = alias_path()

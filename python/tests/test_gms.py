@@ -372,3 +372,51 @@ def test_granularity_is_the_mounts_device_and_may_be_set(store):
     assert mm.granularity == 1 << 21
     mm.close()
     assert GMSClientMemoryManager("/nonexistent/store").granularity == 2 << 20  # no store: a CUDA device's
+
+
+HOLD_FAILOVER = """
+import asyncio, sys
+import gmsfs.gms
+gmsfs.gms.install()
+from gpu_memory_service.failover_lock.flock import FlockFailoverLock
+asyncio.run(FlockFailoverLock(sys.argv[1]).acquire("engine-a"))  # held until this process dies
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_gms_failover_lock_elects_one_engine_and_a_death_hands_it_on(tmp_path):
+    """gpu_memory_service.failover_lock on gmsfs.gms: the active engine holds it until it
+    releases or dies; a standby waits (or times out with FailoverLockError), then takes it
+    and says so in the file; owner() reads who took it last."""
+    import asyncio
+    gms.install()
+    from gpu_memory_service.failover_lock import FailoverLock, FailoverLockError
+    from gpu_memory_service.failover_lock.flock import FlockFailoverLock
+    path = str(tmp_path / "engine.lock")
+    standby = FlockFailoverLock(path)
+    assert isinstance(standby, FailoverLock) and asyncio.run(standby.owner()) is None
+    active = subprocess.Popen([sys.executable, "-c", HOLD_FAILOVER, path], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+    try:
+        assert active.stdout.readline().strip() == "held"
+        assert asyncio.run(standby.owner()) == "engine-a"
+        with pytest.raises(FailoverLockError, match="not acquired within"):
+            asyncio.run(standby.acquire("engine-b", poll_interval=0.01, timeout=0.2))
+        assert standby._fd is None
+        active.kill()  # its flock goes with it
+        active.wait()
+
+        async def take_and_give_back():
+            await standby.acquire("engine-b", poll_interval=0.01, timeout=10)
+            assert await standby.owner() == "engine-b"
+            with pytest.raises(FailoverLockError, match="held already"):
+                await standby.acquire("engine-b")
+            await standby.release()
+            assert standby._fd is None and await standby.owner() == "engine-b"  # the last holder's words
+        asyncio.run(take_and_give_back())
+    finally:
+        active.kill()
+        active.wait()
+

@@ -2,9 +2,12 @@
 # GMS's own client-flow tests against gmsfs (issue 28), through gmsfs.gms:
 #   tests/upstream/run.sh [DIR] [pytest args]
 # DIR (default .upstream/gms, git-ignored: upstream code is never committed) holds
-# test_runtime_flows.py and test_torch_integration.py of NVIDIA Dynamo's
-# lib/gpu_memory_service/tests (a public fork that tracks upstream: zinuga/dynamo):
-#   git -C dynamo show HEAD:lib/gpu_memory_service/tests/test_runtime_flows.py >.upstream/gms/test_runtime_flows.py
+# test_runtime_flows.py, test_torch_integration.py and test_failover_lock.py of NVIDIA
+# Dynamo's lib/gpu_memory_service/tests (a public fork that tracks upstream: zinuga/dynamo):
+#   for f in test_runtime_flows.py test_torch_integration.py test_failover_lock.py; do
+#     git -C dynamo show HEAD:lib/gpu_memory_service/tests/$f >.upstream/gms/$f; done
+# The async tests need pytest-asyncio (Debian's python3-pytest-asyncio; tests/gpu/run.sh's
+# prefix has it from .debs, put on PYTHONPATH here).
 # They run on a copy in build/upstream-gms with conftest.py beside them, which mounts gmsfs
 # (GMSFS_BACKEND: host by default, cuda on the GPU machine) where upstream's fixture
 # started GMS's server in-process; the one change made to the copies is that fixture's
@@ -20,37 +23,39 @@
 #     loop; on gmsfs memory comes back when the last holder's descriptor closes
 #     (tests/gpu/run.sh: "memory is given back").
 #
-# Measured on the host backend (2026-11-23, upstream df888f68): of the 17 runtime flows
-# that apply, 10 pass; test_torch_integration.py needs CUDA (the GPU machine).  The 7
-# that fail test two differences that stay (gmsfs.gms's docstring says why):
-#   locks are a process's: a thread that asks for RW while another thread of the same
-#     process reads fails at once with EDEADLK where GMS queues it (the 4 tests that wait
-#     for "waiting writers ... 1"), and two RO sessions of one process are one reader
-#     (test_multiple_readers_hold_committed_state_until_last_disconnect);
-#   allocation ids are layout slots, the same in the next layout of the same shape
-#     (test_remap_all_vas_accepts_new_layout_with_same_structural_layout,
-#     test_reallocate_all_handles_reuses_preserved_vas_in_new_layout: "id != old id";
-#     the latter also expects EMPTY after a writer that closes without committing, where
-#     gmsfs keeps the last commit: a crashed writer never loses the published model).
+# Measured on the host backend (2026-11-28, upstream df888f68): of the 23 runtime flows
+# and failover-lock tests that apply, 21 pass; test_torch_integration.py needs CUDA (the
+# GPU machine).  Sessions are connections on gmsfs.gms as in GMS (gmsfs(5), "Sessions of
+# their own"), so the tests where a thread waits to write behind another thread's read
+# pass.  The 2 that fail test allocation ids that GMS makes new for each allocation: on
+# gmsfs.gms they are the layout slots' names, the same in the next layout of the same
+# shape (test_remap_all_vas_accepts_new_layout_with_same_structural_layout,
+# test_reallocate_all_handles_reuses_preserved_vas_in_new_layout: "id != old id"; the
+# latter also expects EMPTY after a writer that closes without committing, where gmsfs
+# keeps the last commit: a crashed writer never loses the published model).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 root=$(pwd)
 src=${1:-.upstream/gms}
 [ $# -gt 0 ] && shift
-for f in test_runtime_flows.py test_torch_integration.py; do
+files="test_runtime_flows.py test_torch_integration.py test_failover_lock.py"
+for f in $files; do
 	[ -f "$src/$f" ] || { echo "run.sh: $src/$f is missing (see this script's header)" >&2; exit 2; }
 done
 work=build/upstream-gms
 rm -rf "$work"
 mkdir -p "$work"
 cp tests/upstream/conftest.py "$work/"
-for f in test_runtime_flows.py test_torch_integration.py; do
+for f in $files; do
 	sed 's/^def running_gms(/def _upstream_running_gms(/' "$src/$f" >"$work/$f"
-	grep -q '^def _upstream_running_gms(' "$work/$f" || { echo "run.sh: no running_gms fixture in $f" >&2; exit 2; }
+	[ "$f" = test_failover_lock.py ] || grep -q '^def _upstream_running_gms(' "$work/$f" ||
+		{ echo "run.sh: no running_gms fixture in $f" >&2; exit 2; }
 done
+site=$root/.gpu/prefix/usr/lib/python3/dist-packages # pytest-asyncio, where tests/gpu/run.sh unpacked it
+[ -d "$site/pytest_asyncio" ] && export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
 cd "$work" || exit 1
 GMSFS_ROOT=$root exec "${PYTHON:-/usr/bin/python3}" -m pytest -p no:cacheprovider -q -rs \
 	--deselect test_runtime_flows.py::test_runtime_state_and_event_history_are_side_effect_free \
 	--deselect test_runtime_flows.py::test_allocation_manager_caches_exported_fd \
 	--deselect test_runtime_flows.py::test_large_allocation_unblocks_after_export_fd_holder_dies \
-	"$@" test_runtime_flows.py test_torch_integration.py
+	"$@" $files
