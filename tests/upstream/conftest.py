@@ -141,5 +141,5 @@ def running_gms(request, gmsfs_mount):
 
 def pytest_configure(config):
     # Upstream's marks (its CI's selectors and plugins): known here, with no effect.
-    for mark in ("pre_merge", "integration", "none", "gpu_1", "timeout(seconds)", "asyncio"):
+    for mark in ("pre_merge", "integration", "unit", "none", "gpu_0", "gpu_1", "timeout(seconds)", "asyncio"):
         config.addinivalue_line("markers", mark + ": upstream's (no effect on gmsfs)")

@@ -54,7 +54,7 @@ done
 site=$root/.gpu/prefix/usr/lib/python3/dist-packages # pytest-asyncio, where tests/gpu/run.sh unpacked it
 [ -d "$site/pytest_asyncio" ] && export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
 cd "$work" || exit 1
-GMSFS_ROOT=$root exec "${PYTHON:-/usr/bin/python3}" -m pytest -p no:cacheprovider -q -rs \
+GMSFS_ROOT=$root exec "${PYTHON:-/usr/bin/python3}" -m pytest -p no:cacheprovider --rootdir=. -q -rs \
 	--deselect test_runtime_flows.py::test_runtime_state_and_event_history_are_side_effect_free \
 	--deselect test_runtime_flows.py::test_allocation_manager_caches_exported_fd \
 	--deselect test_runtime_flows.py::test_large_allocation_unblocks_after_export_fd_holder_dies \
