@@ -72,9 +72,14 @@ int lh_of(const struct gmsfs_new *nv, size_t na, const struct gmsfs_entry *ev, s
 		put_u64(st, nv[ia[i]].size);
 		put_str(st, nv[ia[i]].tag ? nv[ia[i]].tag : "default");
 	}
-	put_u64(st, ne);
+	size_t hashed = 0; /* notes are left out (gmsfs(5), LAYOUT HASH) */
+	for (size_t i = 0; i < ne; i++)
+		hashed += !(ev[i].flags & GMSFS_ENTRY_NOTE);
+	put_u64(st, hashed);
 	for (size_t i = 0; i < ne; i++) {
 		const struct gmsfs_entry *x = &ev[ie[i]];
+		if (x->flags & GMSFS_ENTRY_NOTE)
+			continue;
 		put_str(st, x->key);
 		put_str(st, x->alloc);
 		put_u64(st, x->offset);

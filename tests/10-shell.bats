@@ -114,6 +114,29 @@ build_vector() {
 	done
 }
 
+@test "a note (user.gms.note) is left out of the hash: added, changed or removed, the hash stays" {
+	base=bbef1f4b892576134837a2dbf79ceecd
+	S=$MNT/noted
+	build_vector "$S" 0
+	assert_equal "$(cat "$S/layout_hash")" "$base"
+	run bash -ec "S=$S; exec 9>\$S/lock
+		echo -n token-1 > \$S/meta/ids
+		setfattr -n user.gms.alloc -v w/b \$S/meta/ids
+		setfattr -n user.gms.note -v 1 \$S/meta/ids
+		echo > \$S/commit"
+	assert_success
+	assert_equal "$(cat "$S/layout_hash")" "$base"
+	assert_equal "$(getfattr --only-values -n user.gms.note "$S/meta/ids")" 1
+	getfattr -d "$S/meta/ids" | grep -q '^user.gms.note="1"'
+	run bash -ec "S=$S; exec 9>\$S/lock; echo -n token-2 > \$S/meta/ids; echo > \$S/commit"
+	assert_equal "$(cat "$S/layout_hash")" "$base"
+	run setfattr -n user.gms.note -v 2 "$S/meta/ids" # outside a session, and a bad value
+	assert_failure
+	run bash -ec "S=$S; exec 9>\$S/lock; setfattr -x user.gms.note \$S/meta/ids; echo > \$S/commit"
+	assert_success
+	[ "$(cat "$S/layout_hash")" != "$base" ] || fail "the same entry, no longer a note, left the hash as it was"
+}
+
 @test "ls -l, stat, du and df show the layout and the device" {
 	run ls "$MNT"
 	assert_line device

@@ -71,6 +71,7 @@
 #define GMSFS_XATTR_OFFSET "user.gms.offset"   /* entry: decimal byte offset in it */
 #define GMSFS_XATTR_SIZE "user.gms.size"       /* entry: decimal bytes of its extent (optional) */
 #define GMSFS_XATTR_PRIVATE "user.gms.private" /* entry: "1": each importer gets its own copy */
+#define GMSFS_XATTR_NOTE "user.gms.note"       /* entry: "1": a note, which the layout hash leaves out */
 #define GMSFS_XATTR_QUOTA "user.gms.quota"       /* store directory: most bytes its allocations hold */
 #define GMSFS_XATTR_PRIORITY "user.gms.priority" /* store directory: -1000..1000, who stays on the device */
 #define GMSFS_XATTR_MIN "user.gms.min"           /* store directory: bytes kept free for it while it holds less */
@@ -79,7 +80,10 @@
 
 /* Entry flags (the hash covers them). */
 #define GMSFS_ENTRY_PRIVATE 1u
-#define GMSFS_ENTRY_FLAGS 1u /* every flag defined */
+/* A note about the layout, which its hash leaves out (gmsfs(5), "Notes"): what a client
+ * keeps beside the layout and may change without changing it (GMS's allocation ids). */
+#define GMSFS_ENTRY_NOTE 2u
+#define GMSFS_ENTRY_FLAGS 3u /* every flag defined */
 
 /* A path below allocs/ or meta/: components of 1..GMSFS_NAME_MAX bytes, no "", ".", ".."
  * or NUL; no leading, trailing or doubled '/'.  The kernel would resolve a ".." before

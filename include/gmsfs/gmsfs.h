@@ -127,7 +127,8 @@ struct gmsfs_entry {
 	const char *alloc;
 	uint64_t offset;
 	uint64_t size;
-	uint32_t flags;     /* GMSFS_ENTRY_PRIVATE: each importer gets its own copy of the extent */
+	uint32_t flags;     /* GMSFS_ENTRY_PRIVATE: each importer gets its own copy of the extent;
+	                     * GMSFS_ENTRY_NOTE: the layout hash leaves it out */
 	const void *value;
 	size_t value_len;   /* at most GMSFS_VALUE_MAX */
 };

@@ -45,12 +45,12 @@ def prefetch(store):
         f.write("\n")
 
 
-def _entry(key, alloc, offset, value, size, private):
+def _entry(key, alloc, offset, value, size, private, note=False):
     """An entry for gmsfs_meta_put_many; a str value is UTF-8."""
     if type(value) is not bytes:
         value = value.encode() if isinstance(value, str) else bytes(value)
-    return _lib.Entry(key.encode(), alloc.encode(), offset, size, _lib.ENTRY_PRIVATE if private else 0, value,
-                      len(value))
+    flags = (_lib.ENTRY_PRIVATE if private else 0) | (_lib.ENTRY_NOTE if note else 0)
+    return _lib.Entry(key.encode(), alloc.encode(), offset, size, flags, value, len(value))
 
 
 class Connection:
@@ -220,10 +220,11 @@ class Connection:
         return self.find(name)
 
     # ---- metadata ----
-    def meta_put(self, key, alloc, offset=0, value=b"", size=0, private=False):
+    def meta_put(self, key, alloc, offset=0, value=b"", size=0, private=False, note=False):
         """One entry, meta_put_many's fields: a GMS-style writer puts one per tensor, so
-        this is meta_put_many's work without its lists."""
-        self._check(_c.gmsfs_meta_put_many(self._handle(), _entry(key, alloc, offset, value, size, private), 1),
+        this is meta_put_many's work without its lists.  note: an entry about the layout
+        that its hash leaves out (gmsfs(5), user.gms.note)."""
+        self._check(_c.gmsfs_meta_put_many(self._handle(), _entry(key, alloc, offset, value, size, private, note), 1),
                     "meta_put")
 
     def meta_put_many(self, entries):

@@ -5,6 +5,7 @@ gmsfs.gms re-exports all of it."""
 import enum
 import os
 import re
+import uuid
 from dataclasses import dataclass
 
 from gmsfs._fields import read_fields
@@ -107,6 +108,42 @@ def _rehandle(mappings, handle):
 # ---- stores: where GMS says socket ----
 
 SLOT_PREFIX = "slot"
+
+# A layout's allocation ids are its allocations' names with the token of the writer
+# session that made them ("slot000000-3f9c..."), new for each layout as GMS's uuids are.
+# The token is a note of the layout (gmsfs(5), user.gms.note: the layout hash leaves it
+# out, so a layout written again with the same structure has the same hash, as GMS's
+# structural hash has), on the layout's first allocation.  Its key is one no GMS key maps
+# to ("%" then no hex).
+IDS_NOTE = "%gms.ids"
+
+
+def _new_ids_token() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def _ids_token_of(store: str) -> str:
+    """The token of the layout the caller's lock on store sees, "" when it has none (a
+    layout no GMS writer made).  Read through the mount, not from libgmsfs's table of
+    entries: a remap keeps that table when the layout hash is the same, and a note may
+    have changed with the hash the same."""
+    try:
+        with open(os.path.join(store, "meta", IDS_NOTE), "rb") as f:
+            return f.read().decode()
+    except FileNotFoundError:
+        return ""
+
+
+def _id_of(name: str, token: str) -> str:
+    return name + "-" + token if token else name
+
+
+def _name_of(allocation_id: str, token: str) -> str:
+    """The allocation's name for an id of the layout whose token is token; another
+    layout's id stays as it is (no allocation has that name: "unknown allocation_id")."""
+    if token and allocation_id.endswith(token) and allocation_id[-len(token) - 1:-len(token)] == "-":
+        return allocation_id[:-len(token) - 1]
+    return allocation_id
 
 
 def _slot_of(name: str) -> int:

@@ -9,8 +9,8 @@ import gmsfs
 from gmsfs import GmsfsError
 from gmsfs._gms_common import (
     AllocateResponse, GetAllocationResponse, GetAllocationStateResponse,
-    GetLockStateResponse, GrantedLockType, RequestedLockType, SLOT_PREFIX, _key_of,
-    _key_path, _metadata_get, _RW, _slot_of, _state, _store_of)
+    GetLockStateResponse, GrantedLockType, IDS_NOTE, RequestedLockType, SLOT_PREFIX, _id_of, _ids_token_of,
+    _key_of, _key_path, _metadata_get, _name_of, _new_ids_token, _RW, _slot_of, _state, _store_of)
 
 logger = logging.getLogger("gmsfs.gms")  # its messages are gmsfs.gms's
 
@@ -50,6 +50,8 @@ class _GMSClientSession:
 
     _next_slot = None  # the slot after the highest held, once counted
     _by_name = None  # the session's mappings by name, once asked for
+    _token = None  # the token of this layout's allocation ids (_gms_common): None until read
+    _token_unwritten = False  # a writer's new token, put as the layout's note before its commit
 
     def __init__(self, socket_path: str, lock_type: RequestedLockType, timeout_ms: Optional[int]):
         self._requested_lock_type = RequestedLockType(lock_type)
@@ -78,6 +80,7 @@ class _GMSClientSession:
         if self._granted_lock_type == GrantedLockType.RW:
             if self._committed:
                 self._clear()  # GMS: a writer starts from nothing (the store is empty when nothing is committed)
+            self._token, self._token_unwritten = _new_ids_token(), True  # its allocations' ids are new
             # The table of mappings by name, kept by allocate and free from now on (made
             # at the first metadata_put instead, it would cost a writer of 1000
             # allocations a Mapping object each again, 4 us a put).  A new connection
@@ -123,6 +126,29 @@ class _GMSClientSession:
         except KeyError:
             raise RuntimeError("%sunknown allocation_id %s" % (what, name)) from None
 
+    def _ids(self) -> str:
+        t = self._token
+        if t is None:
+            self._conn()  # says so when the session is closed
+            t = self._token = _ids_token_of(self._store)
+        return t
+
+    def _id(self, name: str) -> str:
+        """GMS's allocation id of the allocation name in this layout."""
+        return _id_of(name, self._token if self._token is not None else self._ids())
+
+    def _name(self, allocation_id: str) -> str:
+        return _name_of(allocation_id, self._token if self._token is not None else self._ids())
+
+    def _write_ids(self, c) -> None:
+        """Before a commit: a writer's new ids' token, as the layout's note (an entry names
+        an allocation: the first; a layout of none needs no ids)."""
+        if self._token_unwritten:
+            first = min((m.name for m in c.mappings), default=None)
+            if first is not None:
+                c.meta_put(IDS_NOTE, first, 0, self._token, note=True)
+            self._token_unwritten = False
+
     def _need_rw(self, what, data=False):
         if self._granted_lock_type != GrantedLockType.RW and not (data and self._granted_lock_type ==
                                                                   GrantedLockType.RW_DATA):
@@ -157,7 +183,7 @@ class _GMSClientSession:
         return GetAllocationStateResponse(allocation_count=len(self.list_allocations()))
 
     def _info(self, m) -> GetAllocationResponse:
-        return GetAllocationResponse(allocation_id=m.name, size=m.size, aligned_size=m.aligned, tag=m.tag,
+        return GetAllocationResponse(allocation_id=self._id(m.name), size=m.size, aligned_size=m.aligned, tag=m.tag,
                                      layout_slot=_slot_of(m.name))
 
     def allocate_info(self, size: int, tag: str = "default") -> AllocateResponse:
@@ -166,7 +192,8 @@ class _GMSClientSession:
     def _allocate(self, size, tag):
         """(AllocateResponse, its gmsfs Mapping)."""
         m, slot = self._create(size, tag)
-        return AllocateResponse(allocation_id=m.name, size=m.size, aligned_size=m.aligned, layout_slot=slot), m
+        return AllocateResponse(allocation_id=self._id(m.name), size=m.size, aligned_size=m.aligned,
+                                layout_slot=slot), m
 
     def _create(self, size, tag):
         """(gmsfs Mapping, layout slot) of a new allocation: what allocate and
@@ -193,7 +220,7 @@ class _GMSClientSession:
         raise NotImplementedError("gmsfs.gms: descriptors stay inside libgmsfs; map with create_mapping")
 
     def get_allocation(self, allocation_id: str) -> GetAllocationResponse:
-        return self._info(self._mapping(allocation_id))
+        return self._info(self._mapping(self._name(allocation_id)))
 
     def list_allocations(self, tag: Optional[str] = None) -> List[GetAllocationResponse]:
         infos = [self._info(m) for m in self._conn().mappings if tag is None or m.tag == tag]
@@ -201,13 +228,14 @@ class _GMSClientSession:
 
     def free(self, allocation_id: str) -> bool:
         self._need_rw("free")
+        name = self._name(allocation_id)
         try:
-            self._conn().free(allocation_id)  # and the entries naming it
+            self._conn().free(name)  # and the entries naming it
         except KeyError:
             return False
         self._next_slot = None  # the highest may have gone: its slot is the next again
         if self._by_name is not None:
-            self._by_name.pop(allocation_id, None)
+            self._by_name.pop(name, None)
         return True
 
     def metadata_put(self, key: str, allocation_id: str, offset_bytes: int, value: bytes) -> bool:
@@ -217,9 +245,11 @@ class _GMSClientSession:
         # Python, timed by turns: most likely cache misses on the table's objects between
         # round trips.)
         c = self._c
+        t = self._token
+        name = _name_of(allocation_id, t if t is not None else self._ids())
         if c is not None and type(offset_bytes) is int:
             try:
-                c.meta_put(_key_path(key), allocation_id, offset_bytes, value)
+                c.meta_put(_key_path(key), name, offset_bytes, value)
                 return True
             except GmsfsError:
                 pass
@@ -227,17 +257,18 @@ class _GMSClientSession:
             self._need_rw("metadata_put")
             c = self._conn()
         by_name = self._by_name
-        m = by_name.get(allocation_id) if by_name is not None else None
+        m = by_name.get(name) if by_name is not None else None
         if m is None:  # the table made, or the error said
-            m = self._mapping(allocation_id, "metadata_put %s: " % key)
+            m = self._mapping(name, "metadata_put %s: " % key)
         if not 0 <= offset_bytes < m.aligned:
             raise RuntimeError("metadata_put %s: offset %d out of range for %s (%d bytes)"
                                % (key, offset_bytes, allocation_id, m.aligned))
-        c.meta_put(_key_path(key), allocation_id, int(offset_bytes), value)
+        c.meta_put(_key_path(key), name, int(offset_bytes), value)
         return True
 
     def metadata_get(self, key: str):
-        return _metadata_get(self._conn(), key)
+        r = _metadata_get(self._conn(), key)
+        return r if r is None or not r[0] else (self._id(r[0]), r[1], r[2])
 
     def metadata_delete(self, key: str) -> bool:
         self._need_rw("metadata_delete")
@@ -250,7 +281,7 @@ class _GMSClientSession:
         return True
 
     def metadata_list(self, prefix: str = "") -> List[str]:
-        keys = [_key_of(p) if p[:1] == "%" else p for p in self._conn().meta_list()]
+        keys = [_key_of(p) if p[:1] == "%" else p for p in self._conn().meta_list() if p != IDS_NOTE]
         return sorted(k for k in keys if k.startswith(prefix)) if prefix else sorted(keys)
 
     def get_memory_layout_hash(self) -> str:
@@ -258,6 +289,7 @@ class _GMSClientSession:
 
     def commit(self) -> bool:
         self._need_rw("commit", data=True)
+        self._write_ids(self._conn())
         self._conn().commit()
         self._committed = True
         self._end()

@@ -19,6 +19,7 @@ OWN = 0x200  # GMSFS_OWN: a session of its own, as a GMS connection is
 KEEP_READ_ONLY = 0x200  # GMSFS_KEEP_READ_ONLY: resume as RW_DATA, the mappings left read-only
 BACKEND_HOST, BACKEND_CUDA = 1, 2
 ENTRY_PRIVATE = 1
+ENTRY_NOTE = 2  # a note: the layout hash leaves it out
 
 
 class Mapping(ctypes.Structure):

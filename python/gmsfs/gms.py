@@ -31,11 +31,13 @@ GMS's semantics where they differ from gmsfs's own, as GMS's client gives them:
     read as a waiting writer, and two readers of one process are two RO sessions (the
     state's read_handles).  gmsfs's own connections and the shell keep the process's
     rules (a reader that asks to write gets EDEADLK at once).
+  - allocation ids are new for each layout, as GMS's uuids: the layout slot's name and
+    the token of the writer session that made it ("slot000000-3f9c0a..."), the token kept
+    in a note of the layout (gmsfs(5), user.gms.note), which its hash leaves out; so a
+    layout written again with the same structure (an RL weight refresh) has the same hash,
+    remap_all_vas() accepts it and the mappings take its ids, and
+    reallocate_all_handles() gives new ids at once;
 What remains different, and why:
-  - allocation ids are the layout slots' names (slot000000, ...): gmsfs's layout hash
-    covers allocation names, so a rewrite of the same structure (RL weight refresh)
-    keeps the hash that remap_all_vas() accepts only if it keeps the names; GMS gives each
-    allocation a fresh uuid and hashes slots;
   - mapping is libgmsfs's (one bulk import per reader, one reservation per batch), so the
     Tier-1 calls that hand out raw descriptors or map at chosen addresses (export_handle,
     reserve_va, map_va, free_va) raise NotImplementedError; handle in LocalMapping is 1
@@ -43,7 +45,6 @@ What remains different, and why:
   - unmap_all_vas() gives the lock back at once (gmsfs's unmap_all), where GMS holds it
     until abort(); the next connect() takes it again when remap_all_vas() or
     reallocate_all_handles() maps (at the same addresses);
-  - reallocate_all_handles() keeps the allocations' ids (the names of their slots);
 On the host backend (no GPU) the same calls work on host memory: CI runs them."""
 import logging
 import os
@@ -64,7 +65,8 @@ __all__ = ["RequestedLockType", "GrantedLockType", "StaleMemoryLayoutError", "Lo
 from gmsfs._gms_common import (  # noqa: F401
     AllocateResponse, get_socket_path, get_socket_path_in, GetAllocationResponse, GetAllocationStateResponse,
     GetLockStateResponse, GrantedLockType, LocalMapping, RequestedLockType, SLOT_PREFIX, StaleMemoryLayoutError)
-from gmsfs._gms_common import _local, _metadata_get, _rehandle, _RW, _slot_of, _store_of
+from gmsfs._gms_common import (_id_of, _local, _metadata_get, _name_of, _new_ids_token, _rehandle, _RW, _slot_of,
+                               _store_of)
 from gmsfs._gms_session import _GMSClientSession, _Transport
 
 
@@ -86,6 +88,8 @@ class GMSClientMemoryManager:
         self._store: Optional[str] = None  # the store's path, once a session found it
         self._mappings: Dict[int, LocalMapping] = {}
         self._inverse_mapping: Dict[str, int] = {}
+        self._names: Dict[int, str] = {}  # each mapping's allocation name (its id is the layout's: _gms_common)
+        self._realloc_token: Optional[str] = None  # the ids' token of a reallocation, until its session wakes
         self._unmapped = False
         self._va_preserved = False
         self._granted_lock_type: Optional[GrantedLockType] = None
@@ -171,7 +175,7 @@ class GMSClientMemoryManager:
     def allocate_handle(self, size: int, tag: str = "default"):
         self._require_rw()
         r, m = self._client_rpc._allocate(size, tag)
-        self._track(_local(r.allocation_id, m.ptr, m.size, m.aligned, 1, tag, r.layout_slot))
+        self._track(_local(r.allocation_id, m.ptr, m.size, m.aligned, 1, tag, r.layout_slot), m.name)
         return r.allocation_id, r.layout_slot
 
     def export_handle(self, allocation_id: str) -> int:
@@ -209,7 +213,8 @@ class GMSClientMemoryManager:
         c = s._c if s is not None else None
         if c is None:
             return self._client_rpc.metadata_get(key)  # says why not
-        return _metadata_get(c, key)
+        r = _metadata_get(c, key)
+        return r if r is None or not r[0] else (s._id(r[0]), r[1], r[2])
 
     def metadata_list(self, prefix: str = "") -> List[str]:
         return self._client_rpc.metadata_list(prefix)
@@ -221,6 +226,7 @@ class GMSClientMemoryManager:
         """Publish, then unmap this writer (addresses kept) and disconnect, as GMS does."""
         self._require_rw(data=True)
         c = self._client_rpc._conn()
+        self._client._write_ids(c)
         c.commit(unmap=True)
         self._client._c = None
         self._client = None
@@ -235,6 +241,7 @@ class GMSClientMemoryManager:
         and commits it, or, where every allocation is a page of gmsfs.Pages, COMMITTED with
         the pages' records (gmsfs(5), KEPT)."""
         self._require_rw()
+        self._client._write_ids(self._client_rpc._conn())
         self._client_rpc._conn().commit_layout()
         self._granted_lock_type = self._client._granted_lock_type = GrantedLockType.RW_DATA
         return True
@@ -249,22 +256,26 @@ class GMSClientMemoryManager:
                                        "restore." % (allocation_id, va))
                 return va
             s = self._client or self._client_rpc
+            name = s._name(allocation_id)
             by_name = s._by_name
-            m = by_name.get(allocation_id) if by_name is not None else None
+            m = by_name.get(name) if by_name is not None else None
             if m is None:  # the table made, or the error said
-                m = s._mapping(allocation_id)
+                m = s._mapping(name)
             va = m.ptr
-            self._mappings[va] = _local(allocation_id, va, m.size, m.aligned, 1, m.tag, _slot_of(allocation_id))
+            self._mappings[va] = _local(allocation_id, va, m.size, m.aligned, 1, m.tag, _slot_of(name))
             self._inverse_mapping[allocation_id] = va
+            self._names[va] = name
             return va
         if size <= 0:
             raise ValueError("size must be > 0 when allocation_id is None")
         if self._granted_lock_type is not _RW:
             self._require_rw()  # says so
-        m, slot = (self._client or self._client_rpc)._create(size, tag)  # allocate_handle's, without its response
-        va = m.ptr
-        self._mappings[va] = _local(m.name, va, m.size, m.aligned, 1, tag, slot)
-        self._inverse_mapping[m.name] = va
+        s = self._client or self._client_rpc
+        m, slot = s._create(size, tag)  # allocate_handle's, without its response
+        va, aid = m.ptr, s._id(m.name)
+        self._mappings[va] = _local(aid, va, m.size, m.aligned, 1, tag, slot)
+        self._inverse_mapping[aid] = va
+        self._names[va] = m.name
         return va
 
     def destroy_mapping(self, va: int) -> None:
@@ -275,6 +286,7 @@ class GMSClientMemoryManager:
             self.free_handle(m.allocation_id)
         self._mappings.pop(va, None)
         self._inverse_mapping.pop(m.allocation_id, None)
+        self._names.pop(va, None)
 
     def unmap_all_vas(self) -> None:
         """Unmap everything, addresses kept; the lock goes back (gmsfs's unmap_all)."""
@@ -310,7 +322,11 @@ class GMSClientMemoryManager:
         self._client._c = c
         self._client._granted_lock_type = GrantedLockType.RW if c.lock_mode == "rw" else GrantedLockType.RO
         self._client._transport = _Transport(self._client)
+        if self._realloc_token is not None:  # the reallocation's ids, for its commit
+            self._client._token, self._client._token_unwritten = self._realloc_token, True
+            self._realloc_token = None
         self._granted_lock_type = self._client._granted_lock_type
+        self._reid(self._client._ids())  # a layout written again since: its ids
         _rehandle(self._mappings, 1)
         self._va_preserved = self._unmapped = False
         self._requested = None
@@ -324,6 +340,19 @@ class GMSClientMemoryManager:
             raise RuntimeError("Operation requires RW mode")
         self._asleep.reallocate_all(None if self._timeout_ms is None else self._timeout_ms / 1000.0)
         self._realloc_pending = True  # mapped already: remap_all_vas marks them
+        self._realloc_token = _new_ids_token()  # fresh memory: new ids, as GMS's
+        self._reid(self._realloc_token)
+
+    def _reid(self, token: str) -> None:
+        """Every mapping's id as the layout whose ids' token is token names it (GMS's
+        with_server_identity after a remap of a layout written again)."""
+        for va, m in list(self._mappings.items()):
+            name = self._names.get(va, m.allocation_id)
+            aid = _id_of(name, token)
+            if aid != m.allocation_id:
+                self._inverse_mapping.pop(m.allocation_id, None)
+                self._mappings[va] = m.with_server_identity(aid, m.layout_slot)
+                self._inverse_mapping[aid] = va
 
     def close(self, *, best_effort: bool = False) -> None:
         for c in (self._client._c if self._client else None, self._asleep):
@@ -332,6 +361,8 @@ class GMSClientMemoryManager:
         self._client = self._asleep = None
         self._mappings.clear()
         self._inverse_mapping.clear()
+        self._names.clear()
+        self._realloc_token = None
         self._granted_lock_type = None
         self._unmapped = self._va_preserved = False
         registry = sys.modules.get("gmsfs.gms_torch")  # as GMS's: a closed manager is no tag's
@@ -358,9 +389,10 @@ class GMSClientMemoryManager:
                                                                   GrantedLockType.RW_DATA):
             raise RuntimeError("Operation requires RW mode")
 
-    def _track(self, m: LocalMapping) -> None:
+    def _track(self, m: LocalMapping, name: Optional[str] = None) -> None:
         self._mappings[m.va] = m
         self._inverse_mapping[m.allocation_id] = m.va
+        self._names[m.va] = name or m.allocation_id
 
 
 # ---- import gpu_memory_service: these modules ----

@@ -228,7 +228,11 @@ def test_remap_after_the_same_structure_and_after_another(store):
     r.remap_all_vas()
     assert r.mappings[va].handle and r.mappings[va].va == va
     assert bytes(r._client._conn().buffer(va, 4)) == b"two!"
-    assert r.metadata_get("tensor.0") == (aid, 0, b"shape")
+    new = r.mappings[va].allocation_id  # a new layout's allocation: a new id, as GMS's
+    assert new != aid and new.startswith("slot000000-") and r.metadata_get("tensor.0") == (new, 0, b"shape")
+    assert r.list_handles()[0].allocation_id == new and "%gms.ids" not in r.metadata_list()
+    with pytest.raises(RuntimeError, match="unknown allocation_id " + aid):
+        r.get_handle_info(aid)  # the old layout's id
     r.unmap_all_vas()
     r.abort()
     publish(8192, b"big!")  # another structure
@@ -291,7 +295,7 @@ def test_a_gms_socket_path_of_the_mounts_device_is_its_store_of_the_tag(mount, t
     w.create_mapping(size=4096, tag="weights")
     assert w.commit() and os.path.isfile(os.path.join(mount, "weights", "allocs", "slot000000"))
     r = Session(os.path.join(mount, "weights"), RequestedLockType.RO, None)  # the store's own path: the same store
-    assert [a.allocation_id for a in r.list_allocations()] == ["slot000000"]
+    assert [a.allocation_id.split("-")[0] for a in r.list_allocations()] == ["slot000000"]
     r.close()
     w.close()
     os.rmdir(os.path.join(mount, "weights"))

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/xattr.h>
 
-enum xattr { X_NONE, X_TAG, X_ALLOC, X_OFFSET, X_SIZE, X_PRIVATE };
+enum xattr { X_NONE, X_TAG, X_ALLOC, X_OFFSET, X_SIZE, X_PRIVATE, X_NOTE };
 
 static enum xattr xattr_of(const struct meta_node *m, const char *name)
 {
@@ -29,7 +29,9 @@ static enum xattr xattr_of(const struct meta_node *m, const char *name)
 		return X_OFFSET;
 	if (!strcmp(name, GMSFS_XATTR_SIZE))
 		return X_SIZE;
-	return !strcmp(name, GMSFS_XATTR_PRIVATE) ? X_PRIVATE : X_NONE;
+	if (!strcmp(name, GMSFS_XATTR_PRIVATE))
+		return X_PRIVATE;
+	return !strcmp(name, GMSFS_XATTR_NOTE) ? X_NOTE : X_NONE;
 }
 
 /* The value's length (written into buf when it fits), or -ENODATA when it has none, as
@@ -52,6 +54,8 @@ static int xattr_value(const struct obj *o, enum xattr x, char *buf, size_t size
 		return f.extent ? snprintf(buf, size, "%llu", (unsigned long long)f.extent) : -ENODATA;
 	case X_PRIVATE:
 		return f.flags & GMSFS_ENTRY_PRIVATE ? snprintf(buf, size, "1") : -ENODATA;
+	case X_NOTE:
+		return f.flags & GMSFS_ENTRY_NOTE ? snprintf(buf, size, "1") : -ENODATA;
 	default:
 		return -ENODATA;
 	}
@@ -118,7 +122,7 @@ static int do_listxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, char *lis
 {
 	static const char *const names[] = { [X_TAG] = GMSFS_XATTR_TAG, [X_ALLOC] = GMSFS_XATTR_ALLOC,
 					     [X_OFFSET] = GMSFS_XATTR_OFFSET, [X_SIZE] = GMSFS_XATTR_SIZE,
-					     [X_PRIVATE] = GMSFS_XATTR_PRIVATE };
+					     [X_PRIVATE] = GMSFS_XATTR_PRIVATE, [X_NOTE] = GMSFS_XATTR_NOTE };
 	struct obj o = {0};
 	int e = ops_resolve(req, fs, ino, &o);
 	size_t n = 0;
@@ -138,7 +142,7 @@ static int do_listxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, char *lis
 	}
 	if (e || !o.m)
 		return e;
-	for (enum xattr x = X_TAG; x <= X_PRIVATE; x++) {
+	for (enum xattr x = X_TAG; x <= X_NOTE; x++) {
 		if (xattr_of(o.m, names[x]) != x || xattr_value(&o, x, tmp, sizeof tmp) < 0)
 			continue;
 		size_t l = strlen(names[x]) + 1;
@@ -170,8 +174,10 @@ static int set_value(struct meta_node *m, enum xattr x, const char *value, size_
 		return meta_entry_set_offset(m, value, size);
 	case X_SIZE:
 		return meta_entry_set_extent(m, value, size);
+	case X_PRIVATE:
+		return meta_entry_set_flag(m, GMSFS_ENTRY_PRIVATE, value, size);
 	default:
-		return meta_entry_set_private(m, value, size);
+		return meta_entry_set_flag(m, GMSFS_ENTRY_NOTE, value, size);
 	}
 }
 
@@ -284,8 +290,11 @@ static int do_removexattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const c
 	case X_SIZE:
 		e = meta_entry_unset(o.m, META_ATTR_EXTENT);
 		break;
-	default:
+	case X_PRIVATE:
 		e = meta_entry_unset(o.m, META_ATTR_PRIVATE);
+		break;
+	default:
+		e = meta_entry_unset(o.m, META_ATTR_NOTE);
 		break;
 	}
 	if (!e)

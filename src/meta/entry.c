@@ -58,14 +58,14 @@ int meta_entry_set_extent(struct meta_node *n, const char *text, size_t len)
 	return set_number(n, &n->extent, text, len);
 }
 
-int meta_entry_set_private(struct meta_node *n, const char *text, size_t len)
+int meta_entry_set_flag(struct meta_node *n, uint32_t flag, const char *text, size_t len)
 {
 	if (n->kind != META_ENTRY || len != 1 || (text[0] != '0' && text[0] != '1'))
 		return -EINVAL;
 	int e = meta_save(n);
 	if (e)
 		return e;
-	n->flags = text[0] == '1' ? n->flags | GMSFS_ENTRY_PRIVATE : n->flags & ~GMSFS_ENTRY_PRIVATE;
+	n->flags = text[0] == '1' ? n->flags | flag : n->flags & ~flag;
 	return 0;
 }
 
@@ -88,6 +88,9 @@ int meta_entry_unset(struct meta_node *n, enum meta_entry_attr what)
 		break;
 	case META_ATTR_PRIVATE:
 		n->flags &= ~GMSFS_ENTRY_PRIVATE;
+		break;
+	case META_ATTR_NOTE:
+		n->flags &= ~GMSFS_ENTRY_NOTE;
 		break;
 	}
 	return 0;

@@ -37,8 +37,8 @@ struct items {
 static int gather(struct meta_node *n, void *arg)
 {
 	struct items *it = arg;
-	if (n->kind != it->kind)
-		return 0;
+	if (n->kind != it->kind || (n->kind == META_ENTRY && (n->flags & GMSFS_ENTRY_NOTE)))
+		return 0; /* a note is about the layout, not of it */
 	char path[GMSFS_PATH_MAX + 1];
 	int e = meta_path(n, path, sizeof path);
 	if (e)

@@ -108,10 +108,10 @@ int meta_entry_set_alloc(struct meta_node *n, const char *path, size_t len);
 /* Decimal text, as the xattrs carry it. */
 int meta_entry_set_offset(struct meta_node *n, const char *text, size_t len);
 int meta_entry_set_extent(struct meta_node *n, const char *text, size_t len);
-/* "1" or "0". */
-int meta_entry_set_private(struct meta_node *n, const char *text, size_t len);
-/* removexattr of an entry's attribute: back to none (alloc, size, private) or 0 (offset). */
-enum meta_entry_attr { META_ATTR_ALLOC, META_ATTR_OFFSET, META_ATTR_EXTENT, META_ATTR_PRIVATE };
+/* A flag of the entry (GMSFS_ENTRY_PRIVATE or GMSFS_ENTRY_NOTE) from "1" or "0". */
+int meta_entry_set_flag(struct meta_node *n, uint32_t flag, const char *text, size_t len);
+/* removexattr of an entry's attribute: back to none (alloc, size, a flag) or 0 (offset). */
+enum meta_entry_attr { META_ATTR_ALLOC, META_ATTR_OFFSET, META_ATTR_EXTENT, META_ATTR_PRIVATE, META_ATTR_NOTE };
 int meta_entry_unset(struct meta_node *n, enum meta_entry_attr what);
 int meta_entry_write(struct meta_node *n, uint64_t off, const void *data, size_t len);
 int meta_entry_truncate(struct meta_node *n, uint64_t len);

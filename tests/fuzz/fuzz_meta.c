@@ -57,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (meta_entry_set_extent(e, buf, len) && e->extent != extent)
 				abort();
 			break;
-		case 9: meta_entry_set_private(e, buf, len); break;
+		case 9: meta_entry_set_flag(e, GMSFS_ENTRY_PRIVATE, buf, len); break;
 		case 10: {
 			/* A batch of two: one good, one from the bytes; refused means unchanged. */
 			struct entry_rec p[2] = { { .key = "ok", .alloc = "a", .value = "v", .value_len = 1 },

@@ -58,7 +58,7 @@ static struct meta_node *vector_entry(struct meta_store *s, const char *key, con
 	struct meta_node *n = entry(s, key, a, off, val);
 	if (n) {
 		meta_entry_set_extent(n, extent, strlen(extent));
-		meta_entry_set_private(n, priv, strlen(priv));
+		meta_entry_set_flag(n, GMSFS_ENTRY_PRIVATE, priv, strlen(priv));
 	}
 	return n;
 }
@@ -285,6 +285,19 @@ int main(void)
 		ok(strcmp(hash(u), VECTOR) != 0, "changing the %s changes the hash", cases[i].what);
 		meta_store_free(u);
 	}
+	{
+		/* A note (GMSFS_ENTRY_NOTE) is left out, whatever it says; the same entry
+		 * without the flag is hashed. */
+		struct meta_store *u = vector(0);
+		struct meta_node *n = entry(u, "gms/ids", NULL, "0", "token-1");
+		meta_entry_set_flag(n, GMSFS_ENTRY_NOTE, "1", 1);
+		is_str(hash(u), VECTOR, "a note leaves the hash as it is");
+		meta_entry_write(n, 0, "token-2", 7);
+		is_str(hash(u), VECTOR, "so does a note's new value");
+		meta_entry_set_flag(n, GMSFS_ENTRY_NOTE, "0", 1);
+		ok(strcmp(hash(u), VECTOR) != 0, "the same entry, not a note, moves it");
+		meta_store_free(u);
+	}
 	struct meta_store *empty = meta_store_new(release_buf, NULL);
 	ok(strcmp(hash(empty), VECTOR) != 0, "the empty layout has its own hash");
 	is_str(meta_hash_hex(empty), "", "no committed hash before the first commit");
@@ -359,7 +372,7 @@ int main(void)
 		case 1: meta_entry_set_alloc(kk, "w/b", 3); break;
 		case 2: meta_entry_set_offset(kk, "8", 1); break;
 		case 3: meta_entry_set_extent(kk, "8", 1); break;
-		case 4: meta_entry_set_private(kk, "0", 1); break;
+		case 4: meta_entry_set_flag(kk, GMSFS_ENTRY_PRIVATE, "0", 1); break;
 		case 5: meta_entry_write(kk, 0, "J", 1); break;
 		case 6: meta_entry_truncate(kk, 2); break;
 		case 7: meta_remove(kk); break;
@@ -481,8 +494,8 @@ int main(void)
 	for (size_t i = 0; i < sizeof badoff / sizeof *badoff; i++)
 		is_int(meta_entry_set_offset(k, badoff[i], strlen(badoff[i])), -EINVAL, "offset '%s' refused", badoff[i]);
 	is_int(k->offset, 16, "refused offsets changed nothing");
-	is_int(meta_entry_set_private(k, "2", 1), -EINVAL, "private '2' refused");
-	is_int(meta_entry_set_private(k, "11", 2), -EINVAL, "private '11' refused");
+	is_int(meta_entry_set_flag(k, GMSFS_ENTRY_PRIVATE, "2", 1), -EINVAL, "private '2' refused");
+	is_int(meta_entry_set_flag(k, GMSFS_ENTRY_PRIVATE, "11", 2), -EINVAL, "private '11' refused");
 	is_int(meta_entry_set_extent(k, "1e3", 3), -EINVAL, "size '1e3' refused");
 	is_int(k->extent, 64, "refused sizes changed nothing");
 	is_int(meta_set_tag(a, "", 0), -EINVAL, "empty tag refused");

@@ -24,15 +24,13 @@
 #     (tests/gpu/run.sh: "memory is given back").
 #
 # Measured on the host backend (2026-11-28, upstream df888f68): of the 23 runtime flows
-# and failover-lock tests that apply, 21 pass; test_torch_integration.py needs CUDA (the
-# GPU machine).  Sessions are connections on gmsfs.gms as in GMS (gmsfs(5), "Sessions of
-# their own"), so the tests where a thread waits to write behind another thread's read
-# pass.  The 2 that fail test allocation ids that GMS makes new for each allocation: on
-# gmsfs.gms they are the layout slots' names, the same in the next layout of the same
-# shape (test_remap_all_vas_accepts_new_layout_with_same_structural_layout,
-# test_reallocate_all_handles_reuses_preserved_vas_in_new_layout: "id != old id"; the
-# latter also expects EMPTY after a writer that closes without committing, where gmsfs
-# keeps the last commit: a crashed writer never loses the published model).
+# and failover-lock tests that apply, 22 pass; test_torch_integration.py needs CUDA (the
+# GPU machine, where its 3 pass).  Sessions are connections on gmsfs.gms as in GMS
+# (gmsfs(5), "Sessions of their own"), and allocation ids are new for each layout (a
+# note of the layout, which its hash leaves out).  The one that fails,
+# test_reallocate_all_handles_reuses_preserved_vas_in_new_layout, expects EMPTY after a
+# writer that closes without committing, where gmsfs keeps the last commit: a crashed
+# writer never loses the published model.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 root=$(pwd)
