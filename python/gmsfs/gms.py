@@ -434,7 +434,10 @@ class _Finder:
         if spec.name in _MODULES:
             return importlib.import_module(_MODULES[spec.name])
         m = types.ModuleType(spec.name, "gmsfs.gms: GMS's %s on gmsfs" % spec.name)
-        m.__path__ = []
+        # Where GMS itself is installed too, what gmsfs does not stand in for (its
+        # integrations for vLLM, SGLang and TRT-LLM, its server) is found in GMS's own
+        # package, and takes the client from here.
+        m.__path__ = _gms_dirs(spec.name)
         if spec.name == "gpu_memory_service.client":
             m.GMSClientMemoryManager = GMSClientMemoryManager
         if spec.name in _PACKAGE_NAMES:
@@ -447,10 +450,22 @@ class _Finder:
         pass
 
 
+def _gms_dirs(package: str) -> List[str]:
+    """The directories of GMS's own package on sys.path (not gmsfs's alias of it)."""
+    alias, parts = alias_path(), package.split(".")
+    dirs = []
+    for entry in sys.path:
+        d = os.path.join(entry or ".", *parts)
+        if os.path.abspath(entry or ".") != alias and os.path.isfile(os.path.join(d, "__init__.py")) and d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
 def install():
     """From now on `import gpu_memory_service...` (the client side: memory_manager,
     session, common.locks, common.utils, the torch helpers, the failover lock) gives
-    gmsfs's.  Idempotent."""
+    gmsfs's; where GMS is installed too, its other modules (integrations, server) are
+    its own, on gmsfs's client.  Idempotent."""
     if any(isinstance(f, _Finder) for f in sys.meta_path):
         return
     alias = alias_path()
