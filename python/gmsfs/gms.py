@@ -187,6 +187,9 @@ class GMSClientMemoryManager:
     def map_va(self, *args, **kwargs) -> int:
         raise NotImplementedError("gmsfs.gms: libgmsfs reserves and maps; use create_mapping")
 
+    def unmap_va(self, va: int) -> None:
+        raise NotImplementedError("gmsfs.gms: libgmsfs maps and unmaps; use destroy_mapping or unmap_all_vas")
+
     def free_va(self, va: int) -> None:
         raise NotImplementedError("gmsfs.gms: addresses go with destroy_mapping or close")
 
@@ -478,6 +481,26 @@ def install():
 
 def invalidate_uuid_cache() -> None:
     """GMS's: the device's mount is looked up at each get_socket_path."""
+
+
+def wait_for_weights_socket(device: int) -> None:
+    """GMS's: block until the device's weights can be asked for: on gmsfs, until a mount
+    serves the device (its daemon up), checked every 0.1 s as GMS checks its socket."""
+    import time
+    from gmsfs._gms_common import _mount_of_device
+    while True:
+        try:
+            _mount_of_device(device)
+            return
+        except FileNotFoundError:
+            time.sleep(0.1)
+
+
+def fail(message: str, *args, exc_info=None) -> "NoReturn":
+    """GMS's: a fatal error, said at CRITICAL, then the process ends at once (os._exit(1))."""
+    logger.critical(message, *args, exc_info=exc_info)
+    logging.shutdown()
+    os._exit(1)
 
 
 def alias_path() -> str:

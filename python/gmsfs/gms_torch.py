@@ -81,6 +81,36 @@ class TensorMetadata:
 
 # ---- modules ----
 
+@dataclass(frozen=True)
+class GMSTensorSpec:
+    """One tensor's entry of the store, as GMS's GMSTensorSpec: its key (the tensor's
+    name), allocation id, offset and metadata."""
+    key: str
+    name: str
+    allocation_id: str
+    offset_bytes: int
+    meta: TensorMetadata
+
+    @classmethod
+    def load_all(cls, gms_client_memory_manager: GMSClientMemoryManager) -> Dict[str, "GMSTensorSpec"]:
+        """Every entry of the manager's store: name -> spec."""
+        specs: Dict[str, GMSTensorSpec] = {}
+        for key in gms_client_memory_manager.metadata_list():
+            got = gms_client_memory_manager.metadata_get(key)
+            if got is None:
+                raise RuntimeError("Metadata key disappeared: %s" % key)
+            allocation_id, offset_bytes, value = got
+            specs[key] = cls(key, key, str(allocation_id), int(offset_bytes), TensorMetadata.from_bytes(value))
+        return specs
+
+    def materialize(self, gms_client_memory_manager: GMSClientMemoryManager, device_index: int) -> torch.Tensor:
+        """A tensor over the store's memory at its place (mapped if it was not), no copy."""
+        base = gms_client_memory_manager.create_mapping(allocation_id=self.allocation_id)
+        return _tensor_from_pointer(int(base) + self.offset_bytes, list(self.meta.shape), list(self.meta.stride),
+                                    self.meta.dtype, device_index,
+                                    _device_of(gms_client_memory_manager, device_index))
+
+
 def _iter_module_tensors(module: torch.nn.Module, prefix: str = "") -> Iterator[Tuple[str, torch.Tensor, str]]:
     """(qualified name, tensor, parameter|buffer) of every parameter and buffer."""
     for name, p in module._parameters.items():

@@ -346,8 +346,25 @@ def test_torch_helpers_publish_and_materialize_a_module(store):
     x = torch.randn(3, 8)
     assert torch.equal(fresh(x), ref(x))
     assert sorted(r.metadata_list()) == sorted(n for n, _ in ref.named_parameters())
+    specs = gtm.GMSTensorSpec.load_all(r)  # GMS's other way: a spec per tensor, each materialized alone
+    assert sorted(specs) == sorted(n for n, _ in ref.named_parameters())
+    for name, q in ref.named_parameters():
+        assert specs[name].allocation_id == r.list_handles()[0].allocation_id and torch.equal(
+            specs[name].materialize(r, 0), q.detach())
     r.close()
     w.close()
+
+
+def test_gms_common_utils_that_gms_itself_imports():
+    """What GMS's own modules (its server's, its CUDA helpers) take from common.utils and the
+    manager's calls that hand out raw addresses: there, with GMS's contract."""
+    gms.install()
+    from gpu_memory_service.common.utils import fail, wait_for_weights_socket  # noqa: F401
+    r = subprocess.run([sys.executable, "-c", "import gmsfs.gms as g; g.fail('the end: %s', 'said')"],
+                       env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")), capture_output=True, text=True)
+    assert r.returncode == 1 and "the end: said" in r.stderr
+    with pytest.raises(NotImplementedError, match="destroy_mapping or unmap_all_vas"):
+        GMSClientMemoryManager("/nowhere").unmap_va(0)
 
 
 def test_key_paths_fast_and_pattern_agree():
@@ -423,4 +440,15 @@ def test_gms_failover_lock_elects_one_engine_and_a_death_hands_it_on(tmp_path):
     finally:
         active.kill()
         active.wait()
+
+
+def test_docs_gms_table_says_only_what_gmsfs_gives():
+    """docs/gms.md's table of GMS's client: every name it says gmsfs gives is there
+    (tests/upstream/run.sh checks the other way, against GMS's tree)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("api_table", os.path.join(ROOT, "tests", "upstream", "api_table.py"))
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    assert len(table.rows()) > 70
+    assert table.missing_in_gmsfs() == []
 

@@ -6,6 +6,8 @@
 # Dynamo's lib/gpu_memory_service/tests (a public fork that tracks upstream: zinuga/dynamo):
 #   for f in test_runtime_flows.py test_torch_integration.py test_failover_lock.py; do
 #     git -C dynamo show HEAD:lib/gpu_memory_service/tests/$f >.upstream/gms/$f; done
+# Where GMS's lib/ is fetched too (.upstream/lib: git -C dynamo archive HEAD lib/gpu_memory_service |
+# tar -x -C .upstream), docs/gms.md's table is checked against its client first (api_table.py).
 # The async tests need pytest-asyncio (Debian's python3-pytest-asyncio; tests/gpu/run.sh's
 # prefix has it from .debs, put on PYTHONPATH here).
 # They run on a copy in build/upstream-gms with conftest.py beside them, which mounts gmsfs
@@ -51,9 +53,16 @@ for f in $files; do
 done
 site=$root/.gpu/prefix/usr/lib/python3/dist-packages # pytest-asyncio, where tests/gpu/run.sh unpacked it
 [ -d "$site/pytest_asyncio" ] && export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+table=0 # docs/gms.md against GMS's client, where its tree is fetched (.upstream/lib, or $GMS_LIB)
+lib=${GMS_LIB:-.upstream/lib}
+if [ -d "$lib/gpu_memory_service" ]; then
+	"${PYTHON:-/usr/bin/python3}" tests/upstream/api_table.py "$lib" || table=1
+fi
 cd "$work" || exit 1
-GMSFS_ROOT=$root exec "${PYTHON:-/usr/bin/python3}" -m pytest -p no:cacheprovider --rootdir=. -q -rs \
+GMSFS_ROOT=$root "${PYTHON:-/usr/bin/python3}" -m pytest -p no:cacheprovider --rootdir=. -q -rs \
 	--deselect test_runtime_flows.py::test_runtime_state_and_event_history_are_side_effect_free \
 	--deselect test_runtime_flows.py::test_allocation_manager_caches_exported_fd \
 	--deselect test_runtime_flows.py::test_large_allocation_unblocks_after_export_fd_holder_dies \
 	"$@" $files
+rc=$?
+exit $((rc ? rc : table))
