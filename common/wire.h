@@ -142,6 +142,8 @@ struct wire_image {
 	                                  * that has not committed (packed only when true) */
 	uint64_t versions;               /* user.gms.versions: packed only when 2 (0 read: 1) */
 	uint8_t hash[GMSFS_HASH_LEN];    /* the committed layout's */
+	bool has_content;                /* the committed bytes' hash is known (packed only then) */
+	uint8_t content[GMSFS_HASH_LEN]; /* ... for generation (gmsfs(5), CONTENT HASH) */
 	uint64_t ndirs, nallocs, nentries, nfds;
 	char **fdnames;                  /* a state file's: each descriptor's name in the service manager's
 	                                  * store, nfds of them and a NULL */

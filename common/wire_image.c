@@ -25,6 +25,7 @@
 #define K_VERSIONS "versions"
 #define K_MIN "min"
 #define K_TORN "torn"
+#define K_CONTENT "content_hash"
 #define K_TIER WIRE_K_TIER
 #define K_NDIRS "dirs"
 #define K_NALLOCS "allocs"
@@ -76,7 +77,8 @@ int wire_pack_image(msgpack_sbuffer *sb, const struct wire_image *h)
 	size_t at = record_begin(sb, &err);
 	struct wire_packer p;
 	wire_packer_init(&p, sb);
-	msgpack_pack_map(&p.pk, 14 + (h->fdnames != NULL) + (h->nreaders != 0) + (h->min != 0) + h->torn + (h->versions > 1));
+	msgpack_pack_map(&p.pk, 14 + (h->fdnames != NULL) + (h->nreaders != 0) + (h->min != 0) + h->torn + (h->versions > 1) +
+				       h->has_content);
 	wire_pack_str(&p.pk, K_IMAGE), msgpack_pack_int(&p.pk, IMAGE_V);
 	wire_pack_str(&p.pk, K_STORE), wire_pack_str(&p.pk, h->store);
 	wire_pack_str(&p.pk, K_DEVICE), wire_pack_str(&p.pk, h->device);
@@ -92,6 +94,8 @@ int wire_pack_image(msgpack_sbuffer *sb, const struct wire_image *h)
 		wire_pack_str(&p.pk, K_TORN), msgpack_pack_true(&p.pk);
 	if (h->versions > 1)
 		wire_pack_str(&p.pk, K_VERSIONS), msgpack_pack_uint64(&p.pk, h->versions);
+	if (h->has_content) /* of the image's generation */
+		wire_pack_str(&p.pk, K_CONTENT), wire_pack_bin(&p.pk, h->content, sizeof h->content);
 	wire_pack_str(&p.pk, K_TIER), wire_pack_str(&p.pk, h->host ? "host" : "device");
 	wire_pack_str(&p.pk, K_NDIRS), msgpack_pack_uint64(&p.pk, h->ndirs);
 	wire_pack_str(&p.pk, K_NALLOCS), msgpack_pack_uint64(&p.pk, h->nallocs);
@@ -242,6 +246,12 @@ static int image_field(struct wire_image *h, const msgpack_object *k, const msgp
 		e = SEEN(17) || v->type != MSGPACK_OBJECT_BOOLEAN || !(h->torn = v->via.boolean);
 	else if (wire_key_is(k, K_VERSIONS)) /* only ever 2: a daemon before it reads images without */
 		e = SEEN(18) || wire_get_u64(v, &h->versions) || h->versions != 2;
+	else if (wire_key_is(k, K_CONTENT)) { /* a daemon before it reads images without */
+		e = SEEN(19) || wire_get_bytes(v, sizeof h->content, &hash, &hlen) || hlen != sizeof h->content;
+		if (!e)
+			memcpy(h->content, hash, sizeof h->content), h->has_content = true;
+		free(hash);
+	}
 	*seenp = seen;
 	return e ? -1 : 0;
 }

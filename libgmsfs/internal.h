@@ -97,6 +97,11 @@ struct gm_backend {
 	int (*private_alloc)(gmsfs *g, uint64_t size, void **p);
 	void (*private_free)(gmsfs *g, void *p);
 	int (*copy)(gmsfs *g, void *dst, const void *src, uint64_t size);
+	/* Mapped bytes into host memory (NULL: the mapping is host memory, read in place). */
+	int (*read)(gmsfs *g, void *host, const void *src, uint64_t size);
+	/* Host memory for read() to copy into fast (cuda: pinned), and its release. */
+	int (*host_alloc)(gmsfs *g, uint64_t size, void **p);
+	void (*host_free)(gmsfs *g, void *p);
 };
 extern const struct gm_backend gm_host_backend;
 #ifdef GMSFS_HAVE_CUDA

@@ -182,6 +182,24 @@ static int cuda_copy(gmsfs *g, void *dst, const void *src, uint64_t size)
 	return r == CUDA_SUCCESS ? 0 : CU_ERR(r);
 }
 
+static int cuda_read(gmsfs *g, void *host, const void *src, uint64_t size)
+{
+	CUresult r = g->cu.cuMemcpyDtoH(host, (CUdeviceptr)(uintptr_t)src, size);
+	return r == CUDA_SUCCESS ? 0 : CU_ERR(r);
+}
+
+static int cuda_host_alloc(gmsfs *g, uint64_t size, void **p)
+{
+	CUresult r = g->cu.cuMemHostAlloc(p, size, 0);
+	return r == CUDA_SUCCESS ? 0 : CU_ERR(r);
+}
+
+static void cuda_host_free(gmsfs *g, void *p)
+{
+	if (p)
+		g->cu.cuMemFreeHost(p);
+}
+
 const struct gm_backend gm_cuda_backend = {
 	.name = "cuda",
 	.attach = cuda_attach,
@@ -199,5 +217,8 @@ const struct gm_backend gm_cuda_backend = {
 	.private_alloc = cuda_private_alloc,
 	.private_free = cuda_private_free,
 	.copy = cuda_copy,
+	.read = cuda_read,
+	.host_alloc = cuda_host_alloc,
+	.host_free = cuda_host_free,
 };
 #endif

@@ -137,12 +137,93 @@ build_vector() {
 	[ "$(cat "$S/layout_hash")" != "$base" ] || fail "the same entry, no longer a note, left the hash as it was"
 }
 
+@test "content_hash: unknown until gmsfsctl digest tells it, then the recipe's hash of the files; any commit makes it unknown" {
+	S=$MNT/content
+	mkdir "$S"
+	run cat "$S/content_hash"
+	assert_output "unknown: nothing is committed"
+	bash -ec "exec 9>'$S/lock'; truncate -s 5000 '$S/allocs/b'; truncate -s 4096 '$S/allocs/a'
+		printf hello >'$S/allocs/a'; printf tail | dd of='$S/allocs/b' bs=1 seek=4996 conv=notrunc status=none
+		echo >'$S/commit'"
+	run cat "$S/content_hash"
+	assert_output --partial "unknown: not computed for this commit"
+	run "$ROOT/tools/gmsfsctl" digest "$S" --no-record
+	assert_success
+	h=${output%% *}
+	assert_output --partial "not recorded"
+	run cat "$S/content_hash"
+	assert_output --partial "unknown: not computed"
+	run "$ROOT/tools/gmsfsctl" digest "$S"
+	assert_success
+	assert_equal "${output%% *}" "$h"
+	assert_equal "$(cat "$S/content_hash")" "$h"
+	assert_equal "$(getfattr --only-values -n user.gms.content_hash "$S")" "1 $h"
+	"$PYTHON" -c 'import json, sys; s = [s for s in json.load(open(sys.argv[1]))["stores"] if s["name"] == "content"][0]
+assert s["content_hash"] == sys.argv[2], s' "$MNT/status.json" "$h"
+	# The recipe of gmsfs(5), from the mount's files and xxhsum alone.
+	unhex() { "$PYTHON" -c 'import sys; sys.stdout.buffer.write(bytes.fromhex(sys.stdin.read().split()[0]))'; }
+	recipe=$( {
+		printf GMSFSCH1
+		unhex <"$S/layout_hash"
+		printf '\x02\0\0\0\0\0\0\0'
+		for a in a b; do
+			printf '\x01\0\0\0%s' "$a"
+			"$PYTHON" -c 'import os, struct, sys; sys.stdout.buffer.write(struct.pack("<Q", os.path.getsize(sys.argv[1])))' "$S/allocs/$a"
+			xxhsum -H2 "$S/allocs/$a" | unhex
+		done
+	} | xxhsum -H2 | cut -d' ' -f1)
+	assert_equal "$recipe" "$h"
+	# A data-only writer changes a byte in place and commits: unknown, never the old hash.
+	bash -ec "exec 9>>'$S/lock'; printf J | dd of='$S/allocs/a' bs=1 conv=notrunc status=none; echo >'$S/commit'"
+	run cat "$S/content_hash"
+	assert_output "unknown: committed again since it was computed (gmsfsctl digest STORE)"
+	run getfattr -n user.gms.content_hash "$S"
+	assert_failure
+	run "$ROOT/tools/gmsfsctl" digest "$S"
+	assert_success
+	[ "${output%% *}" != "$h" ] || fail "a changed byte gave the same content hash"
+	run setfattr -x user.gms.content_hash "$S"
+	assert_success
+	run cat "$S/content_hash"
+	assert_output --partial "unknown: not computed"
+}
+
+@test "user.gms.content_hash: a bad form, another generation, a running session or a torn store are refused and change nothing" {
+	S=$MNT/content2
+	mkdir "$S"
+	bash -ec "exec 9>'$S/lock'; truncate -s 4096 '$S/allocs/a'; echo >'$S/commit'"
+	h=00112233445566778899aabbccddeeff
+	for bad in "$h" "1 $h extra" "1  $h" "x $h" "1 ${h^^}" "1 ${h:0:30}" "-1 $h" "1 ${h}0"; do
+		run setfattr -n user.gms.content_hash -v "$bad" "$S"
+		assert_failure
+		assert_output --partial "Invalid argument"
+	done
+	assert_equal "$(cat "$S/content_hash")" "unknown: not computed for this commit (gmsfsctl digest STORE computes it)"
+	run setfattr -n user.gms.content_hash -v "2 $h" "$S"
+	assert_output --partial "Stale file handle"
+	grep -q "^last_error: user.gms.content_hash: computed on generation 2, the store's is 1" "$S/state"
+	run bash -c "exec 9>'$S/lock'; setfattr -n user.gms.content_hash -v '1 $h' '$S'"
+	assert_failure
+	assert_output --partial "Device or resource busy"
+	run setfattr -n user.gms.content_hash -v "1 $h" "$S" # the session is gone: taken
+	assert_success
+	assert_equal "$(cat "$S/content_hash")" "$h"
+	# A writer writes in place and ends without commit: torn, the hash unknown, and refused.
+	bash -c "exec 9>>'$S/lock'; printf x | dd of='$S/allocs/a' bs=1 conv=notrunc status=none"
+	grep -q '^torn: 1' "$S/state"
+	assert_equal "$(cat "$S/content_hash")" "unknown: the store is torn: a writer wrote into its bytes and did not commit"
+	run setfattr -n user.gms.content_hash -v "1 $h" "$S"
+	assert_failure
+	run "$ROOT/tools/gmsfsctl" digest "$S"
+	assert_failure
+}
+
 @test "ls -l, stat, du and df show the layout and the device" {
 	run ls "$MNT"
 	assert_line device
 	assert_line model
 	run ls "$MNT/model"
-	assert_output "$(printf '%s\n' abort allocs commit generation layout_hash lock meta prefetch state tier)"
+	assert_output "$(printf '%s\n' abort allocs commit content_hash generation layout_hash lock meta prefetch state tier)"
 	run stat -c '%s %F' "$MNT/model/allocs/layers/0/weight"
 	assert_output '1048576 regular file'
 	run du -sk "$MNT/model/allocs"

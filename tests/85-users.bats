@@ -56,6 +56,11 @@ teardown() {
 	assert_output EACCES
 	run as_other "$BASE/bin/gmsfs-open" -w -write x "$S/allocs/layers/0/weight"
 	assert_output EACCES
+	# Nor say what its bytes are: the content hash is told by who could change them.
+	run as_other setfattr -n user.gms.content_hash -v "$(cat "$S/generation") 00112233445566778899aabbccddeeff" "$S"
+	assert_failure
+	assert_output --partial "Permission denied"
+	assert_equal "$(head -c 8 "$S/content_hash")" "unknown:"
 	assert_equal "$(state_of "$S" state)" COMMITTED
 	assert_equal "$(cat "$S/layout_hash")" "$before"
 	run "$BASE/bin/gmsfs-example" read "$S"

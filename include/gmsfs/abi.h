@@ -77,6 +77,7 @@
 #define GMSFS_XATTR_MIN "user.gms.min"           /* store directory: bytes kept free for it while it holds less */
 #define GMSFS_XATTR_VERSIONS "user.gms.versions" /* store directory: 1, or 2: a next version is built beside its readers */
 #define GMSFS_XATTR_RESERVED "user.gms.reserved" /* store directory: address space its pages may fill (shown) */
+#define GMSFS_XATTR_CONTENT "user.gms.content_hash" /* store directory: "GENERATION HEX", its bytes' hash (gmsfs(5)) */
 
 /* Entry flags (the hash covers them). */
 #define GMSFS_ENTRY_PRIVATE 1u

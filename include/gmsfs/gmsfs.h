@@ -178,6 +178,16 @@ GMSFS_API int gmsfs_meta_get_all(gmsfs *g, const char *prefix, char ***keys, str
 				 size_t *count);
 GMSFS_API void gmsfs_meta_free_all(char **keys, struct gmsfs_meta *entries, size_t count);
 
+/* ---- content: the hash of the committed bytes (gmsfs(5), CONTENT HASH) ---- */
+#define GMSFS_DIGEST_RECORD 1u /* tell the daemon (needs write permission on the store) */
+/* A reader's handle: the content hash of the committed layout it holds, as 32 hex digits
+ * in hex: every allocation imported (as gmsfs_import_all) and read (GPU memory through
+ * pinned host memory).  With GMSFS_DIGEST_RECORD the daemon is told, for the commit it
+ * was computed on, and `cat STORE/content_hash` says it until the store changes; a refusal
+ * (-EACCES: no write permission; -EBUSY: a writer session runs beside the readers) leaves
+ * hex filled and gmsfs_errmsg saying why.  -EPERM on a writer's handle. */
+GMSFS_API int gmsfs_digest(gmsfs *g, unsigned flags, char hex[33]);
+
 /* ---- sleep and wake ---- */
 /* Unmap everything but keep every address range reserved, and release the lock. */
 GMSFS_API int gmsfs_unmap_all(gmsfs *g);

@@ -38,6 +38,23 @@ def connect(store, mode="ro", timeout=None, own=False):
     return Connection(store, _MODES[mode] | (_lib.OWN if own else 0), _ms(timeout))
 
 
+def digest(store, record=True, timeout=None):
+    """The content hash of store's committed bytes (gmsfs(5), CONTENT HASH), computed under
+    a read lock (timeout: seconds to wait for it) and, with record, told to the daemon
+    (write permission on the store needed: GmsfsError EACCES otherwise), so that
+    STORE/content_hash says it until the store changes."""
+    with connect(store, "ro", timeout) as c:
+        return c.digest(record)
+
+
+def content_hash(store):
+    """What the daemon knows of store's content hash: 32 hex digits, or None when it is
+    not known now (STORE/content_hash says why)."""
+    with open(_os.path.join(store, "content_hash")) as f:
+        text = f.read().strip()
+    return None if text.startswith("unknown") else text
+
+
 def prefetch(store):
     """Ask for a store on the host tier to come back to the device, without waiting (an
     adapter needed soon).  Nothing to do for a store on the device."""
@@ -204,6 +221,14 @@ class Connection:
             return self._check(_c.gmsfs_free_name(self._handle(), what.encode()), "free %s" % what)
         ptr = what.ptr if isinstance(what, Mapping) else what
         self._check(_c.gmsfs_free(self._handle(), ctypes.c_void_p(ptr)), "free")
+
+    def digest(self, record=False):
+        """A reader's: the content hash of the committed layout it holds (gmsfs(5), CONTENT
+        HASH), 32 hex digits: every allocation imported and read.  record: tell the daemon
+        (write permission on the store needed), so that STORE/content_hash says it."""
+        buf = ctypes.create_string_buffer(33)
+        self._check(_c.gmsfs_digest(self._handle(), _lib.DIGEST_RECORD if record else 0, buf), "digest")
+        return buf.value.decode()
 
     def import_all(self):
         """Map every allocation of the layout and load its metadata (one round trip)."""

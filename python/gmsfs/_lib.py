@@ -16,6 +16,7 @@ NEED_MAJOR, NEED_MINOR = 0, 3
 RO, RW, RW_OR_RO, RW_DATA = 1, 2, 3, 4
 EINTR = 0x100  # GMSFS_EINTR: a signal ends a wait with -EINTR; the package retries (PEP 475)
 OWN = 0x200  # GMSFS_OWN: a session of its own, as a GMS connection is
+DIGEST_RECORD = 1  # GMSFS_DIGEST_RECORD: tell the daemon the content hash
 KEEP_READ_ONLY = 0x200  # GMSFS_KEEP_READ_ONLY: resume as RW_DATA, the mappings left read-only
 BACKEND_HOST, BACKEND_CUDA = 1, 2
 ENTRY_PRIVATE = 1
@@ -110,6 +111,7 @@ _protos = {
     "gmsfs_meta_delete": (ctypes.c_int, [_P, ctypes.c_char_p]),
     "gmsfs_commit": (ctypes.c_int, [_P]),
     "gmsfs_import_all": (ctypes.c_int, [_P]),
+    "gmsfs_digest": (ctypes.c_int, [_P, ctypes.c_uint, ctypes.c_char_p]),
     "gmsfs_import": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(_P)]),
     "gmsfs_meta_get": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(Meta)]),
     "gmsfs_meta_free": (None, [ctypes.POINTER(Meta)]),

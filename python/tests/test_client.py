@@ -252,3 +252,31 @@ def test_the_c_allocator_carves_tensors_out_of_slabs(store):
         c.commit()
     with gmsfs.connect(store, "ro", timeout=5) as r:
         assert lib.gmsfs_torch_use(r._handle(), 0) == -errno.EPERM
+
+
+def test_digest_is_a_readers_and_the_daemon_keeps_it_for_its_commit(store):
+    """gmsfs.digest / Connection.digest (gmsfs(5), CONTENT HASH; 10-shell.bats checks the
+    hash against the recipe's, from the mount's files): recorded, STORE/content_hash says
+    it; a writer's handle is refused; a commit makes it unknown; a changed byte changes it."""
+    with gmsfs.connect(store, "rw") as c:
+        a, b = c.create("a", 4096 + 7), c.create("dir/b", 1 << 20)
+        ctypes.memset(a.ptr, 1, a.size)
+        ctypes.memset(b.ptr, 2, b.size)
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            c.digest()
+        assert e.value.errno == errno.EPERM and "a reader's" in e.value.strerror
+        c.commit()
+    assert gmsfs.content_hash(store) is None
+    with gmsfs.connect(store, "ro") as r:
+        h = r.digest()  # not recorded
+        assert len(h) == 32 and gmsfs.content_hash(store) is None
+        assert r.digest(record=True) == h
+    assert gmsfs.content_hash(store) == h == gmsfs.digest(store)
+    with gmsfs.connect(store, "data") as w:  # a byte changed in place, then committed
+        w.import_all()
+        ctypes.memset(w.find("dir/b").ptr + 5, 3, 1)
+        w.commit()
+    assert gmsfs.content_hash(store) is None
+    assert "committed again" in open(os.path.join(store, "content_hash")).read()
+    h2 = gmsfs.digest(store)
+    assert h2 != h and gmsfs.content_hash(store) == h2

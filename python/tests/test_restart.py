@@ -259,6 +259,30 @@ def test_committed_stores_come_back_after_sigkill_and_after_a_restart(mnt, manag
     manager.kill(signal.SIGTERM)
 
 
+def test_a_content_hash_comes_back_with_its_store_and_stays_through_moves(mnt, manager, tmp_path):
+    """gmsfs(5), CONTENT HASH: kept with the store's image (a SIGKILL and a takeover-free
+    restart keep it), and a move to the host tier and back changes no byte: it stays."""
+    state = str(tmp_path / "state")
+    manager.start(mnt, "backend=host", "state=" + state)
+    store = os.path.join(mnt, "h")
+    publish(store, 7)
+    h = gmsfs.digest(store)
+    other = os.path.join(mnt, "o")
+    publish(other, 8)  # not computed: unknown after the restart too
+    restart(manager, mnt, state)
+    assert gmsfs.content_hash(store) == h and gmsfs.content_hash(other) is None
+    with open(os.path.join(store, "tier"), "w") as f:
+        f.write("host\n")
+    for _ in range(500):
+        if open(os.path.join(store, "tier")).read().strip() == "host":
+            break
+        time.sleep(0.01)
+    assert gmsfs.content_hash(store) == h
+    restart(manager, mnt, state)
+    assert gmsfs.content_hash(store) == h == gmsfs.digest(store, record=False)  # brought back: the same bytes
+    manager.kill(signal.SIGTERM)
+
+
 def test_many_descriptors_come_back_from_3_on(mnt, manager, tmp_path):
     """More kept descriptors than 3-9 (a store each here; an allocation each on cuda): each
     reaches the new daemon at its place.  bash's exec, which placed them, makes 10 and up

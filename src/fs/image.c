@@ -1,5 +1,6 @@
 /* image: a committed store as records and descriptors, and back (image.h). */
 #include "image.h"
+#include "content.h"
 #include "lock.h"
 #include "store.h"
 #include "tier.h"
@@ -183,6 +184,10 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, con
 				.torn = committed && (store_lock(st)->fsm.torn || store_lock(st)->fsm.in_place),
 				.ndirs = w.ndirs, .nallocs = w.nallocs, .nentries = w.nentries, .nfds = fds->n - w.base };
 	meta_hash(st->meta, h.hash);
+	const char *unknown;
+	const uint8_t *content = committed ? content_known(st, &unknown) : NULL;
+	if (content)
+		h.has_content = true, memcpy(h.content, content, sizeof h.content);
 	struct lock_reader *readers = NULL;
 	size_t nreaders = 0;
 	if (!e && o->readers && !(e = lock_readers(st, &readers, &nreaders)) && nreaders &&
@@ -437,6 +442,8 @@ int image_restore(struct fs *fs, const uint8_t *buf, size_t len, size_t *off, co
 		st->versions.allowed = r.h.versions > 1 ? 2 : 1;
 		st->tier.at = r.h.host ? TIER_HOST : TIER_DEVICE;
 		restore_min(st, r.h.min);
+		if (r.h.has_content)
+			content_restore(st, r.h.generation, r.h.content);
 		if (r.h.torn)
 			store_error(st, "TORN since before the restart: a writer's session wrote into generation %llu's bytes "
 					"in place and did not commit; reads and imports are refused (EUCLEAN) until a "

@@ -4,6 +4,7 @@
  * its process's membership at once, lock_closed); every other close costs no round
  * trip (noflush). */
 #include "ops.h"
+#include "content.h"
 #include "inval.h"
 #include "lock.h"
 #include "version.h"
@@ -360,6 +361,8 @@ static int status_text(struct fs *fs, struct fs_handle *h, off_t off)
 		h->seen_events = store_lock(h->store)->fsm.generation; /* poll: until another commit */
 		return text_generation(h->store, &h->text, &h->text_len);
 	}
+	if (k == FS_CONTENT)
+		return content_text(h->store, &h->text, &h->text_len);
 	return text_hash(h->store, &h->text, &h->text_len);
 }
 

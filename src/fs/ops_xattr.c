@@ -4,6 +4,7 @@
  * answer ENOTSUP, as a kernel filesystem without their handlers does: ls -l then asks once
  * per mount for a file's SELinux label and ACL, not twice per file. */
 #include "ops.h"
+#include "content.h"
 #include "lock.h"
 #include "caller.h"
 #include "store.h"
@@ -90,6 +91,8 @@ static int do_getxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 		return e;
 	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_VERSIONS))
 		return snprintf(val, size, "%u", o.st->versions.allowed);
+	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_CONTENT))
+		return content_xattr_get(o.st, val, size);
 	if (store_dir(&o))
 		return tier_xattr_get(o.st, name, val, size);
 	return o.m ? xattr_value(&o, xattr_of(o.m, name), val, size) : -ENODATA;
@@ -126,13 +129,16 @@ static int do_listxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, char *lis
 	struct obj o = {0};
 	int e = ops_resolve(req, fs, ino, &o);
 	size_t n = 0;
-	char tmp[32];
+	char tmp[64];
 	if (!e && store_dir(&o)) {
 		static const char *const store_names[] = { GMSFS_XATTR_QUOTA, GMSFS_XATTR_PRIORITY, GMSFS_XATTR_MIN,
-							   GMSFS_XATTR_RESERVED, GMSFS_XATTR_VERSIONS };
+							   GMSFS_XATTR_RESERVED, GMSFS_XATTR_VERSIONS, GMSFS_XATTR_CONTENT };
 		for (size_t i = 0; i < sizeof store_names / sizeof *store_names; i++) {
 			size_t l = strlen(store_names[i]) + 1;
-			if (strcmp(store_names[i], GMSFS_XATTR_VERSIONS) && tier_xattr_get(o.st, store_names[i], tmp, sizeof tmp) < 0)
+			bool content = !strcmp(store_names[i], GMSFS_XATTR_CONTENT);
+			if (content ? content_xattr_get(o.st, tmp, sizeof tmp) < 0
+				    : strcmp(store_names[i], GMSFS_XATTR_VERSIONS) &&
+					      tier_xattr_get(o.st, store_names[i], tmp, sizeof tmp) < 0)
 				continue;
 			if (n + l <= size)
 				memcpy(list + n, store_names[i], l);
@@ -156,7 +162,7 @@ static int do_listxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, char *lis
 void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct fs *fs = fs_of(req);
-	char list[128];
+	char list[256];
 	pthread_mutex_lock(&fs->mu);
 	int n = do_listxattr(req, fs, ino, list, sizeof list);
 	pthread_mutex_unlock(&fs->mu);
@@ -217,6 +223,17 @@ static int do_setxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 			return -EEXIST; /* it always exists: 1 unless set */
 		return may_set_store(req, o.st) ?: set_versions(o.st, value, size);
 	}
+	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_CONTENT)) {
+		/* The hash of the committed bytes, as a client that may write the store computed
+		 * it (gmsfs(5), CONTENT HASH): whoever could change the bytes may say what they are. */
+		if (flags & (XATTR_CREATE | XATTR_REPLACE))
+			return -EINVAL;
+		if (!(e = may_set_store(req, o.st) ?: content_xattr_set(o.st, value, size))) {
+			store_notify(o.st);
+			store_changed(o.st, "xattr");
+		}
+		return e;
+	}
 	if (store_dir(&o) && tier_xattr_known(name)) {
 		char tmp[32];
 		bool exists = tier_xattr_get(o.st, name, tmp, sizeof tmp) >= 0;
@@ -264,6 +281,14 @@ static int do_removexattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const c
 		return e;
 	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_VERSIONS))
 		return may_set_store(req, o.st) ?: set_versions(o.st, "1", 1);
+	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_CONTENT)) {
+		if ((e = may_set_store(req, o.st)))
+			return e;
+		content_forget(o.st);
+		store_notify(o.st);
+		store_changed(o.st, "xattr");
+		return 0;
+	}
 	if (store_dir(&o) && tier_xattr_known(name)) {
 		if (!(e = may_set_store(req, o.st) ?: tier_xattr_remove(o.st, name)))
 			store_changed(o.st, "xattr");

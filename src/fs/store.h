@@ -28,6 +28,13 @@ struct lock_reader {
 	uint64_t bridge_until;         /* CLOCK_MONOTONIC ns: then they go, if not taken over */
 };
 
+/* The hash of a store's committed bytes, as a client told it (content.c), under fs->mu. */
+struct store_content {
+	bool set;
+	uint64_t generation;           /* the commit it was computed on */
+	uint8_t hash[GMSFS_HASH_LEN];
+};
+
 /* A store's lock state (in struct store), under fs->mu. */
 struct lock {
 	struct fsm fsm;                /* counts of holders and waiters; the state derives from them */
@@ -156,6 +163,7 @@ struct store {
 	 * disk still names, given back once an image that does not is written. */
 	struct vmm_bufs limbo;
 	void *kept;                    /* keep.c's record of it (fs->persist), opaque here */
+	struct store_content content;  /* content.c: the hash of its committed bytes, as told */
 };
 
 /* The mount's stores, under fs->mu. */

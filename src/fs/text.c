@@ -1,6 +1,7 @@
 /* text: the content of the files that cat reads: device, status.json, metrics, state,
  * layout_hash.  Called under fs->mu, so every number of one text is of one moment. */
 #include "text.h"
+#include "content.h"
 #include "export/export.h"
 #include "keep.h"
 #include "store.h"
@@ -225,6 +226,7 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 			(unsigned long long)q->generation, q->torn, (unsigned long long)m.allocations,
 			(unsigned long long)m.entries, (unsigned long long)m.bytes, (unsigned long long)m.aligned_bytes);
 		json_str(f, s->meta ? meta_hash_hex(s->meta) : "");
+		content_json(s, f);
 		fprintf(f,
 			", \"commits\": %llu, \"aborts\": %llu, \"lock_waits\": %llu, \"exports\": %llu, "
 			"\"requests\": %llu, \"socket_requests\": %llu, \"last_error\": ",

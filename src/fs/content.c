@@ -1,0 +1,126 @@
+/* content: a store's content hash, as a client told it (content.h). */
+#include "content.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const uint8_t *content_known(const struct store *st, const char **why)
+{
+	const struct fsm *f = &store_lock(st)->fsm;
+	const struct store_content *c = &st->content;
+	*why = !f->committed ? "nothing is committed"
+	       : f->torn     ? "the store is torn: a writer wrote into its bytes and did not commit"
+	       : f->in_place ? "a writer session writes into its bytes in place"
+	       : !c->set     ? "not computed for this commit (gmsfsctl digest STORE computes it)"
+	       : c->generation != f->generation ? "committed again since it was computed (gmsfsctl digest STORE)"
+					     : NULL;
+	return *why ? NULL : c->hash;
+}
+
+static void hex_of(const uint8_t *h, char out[2 * GMSFS_HASH_LEN + 1])
+{
+	for (int i = 0; i < GMSFS_HASH_LEN; i++)
+		snprintf(out + 2 * i, 3, "%02x", h[i]);
+}
+
+int content_text(const struct store *st, char **out, size_t *len)
+{
+	const char *why;
+	const uint8_t *h = content_known(st, &why);
+	char hex[2 * GMSFS_HASH_LEN + 1];
+	if (h)
+		hex_of(h, hex);
+	int n = h ? asprintf(out, "%s\n", hex) : asprintf(out, "unknown: %s\n", why);
+	if (n < 0)
+		return -ENOMEM;
+	*len = (size_t)n;
+	return 0;
+}
+
+void content_json(const struct store *st, FILE *f)
+{
+	const char *why;
+	const uint8_t *h = content_known(st, &why);
+	char hex[2 * GMSFS_HASH_LEN + 1];
+	if (h) {
+		hex_of(h, hex);
+		fprintf(f, ", \"content_hash\": \"%s\"", hex);
+	} else { /* why is one of content_known's words: nothing to escape */
+		fprintf(f, ", \"content_hash\": null, \"content_hash_why\": \"%s\"", why);
+	}
+}
+
+int content_xattr_get(const struct store *st, char *buf, size_t size)
+{
+	const char *why;
+	const uint8_t *h = content_known(st, &why);
+	if (!h)
+		return -ENODATA;
+	char hex[2 * GMSFS_HASH_LEN + 1];
+	hex_of(h, hex);
+	return snprintf(buf, size, "%llu %s", (unsigned long long)st->content.generation, hex);
+}
+
+static int hex_digit(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int content_xattr_set(struct store *st, const char *value, size_t size)
+{
+	char text[64];
+	uint8_t h[GMSFS_HASH_LEN];
+	if (size && value[size - 1] == '\n')
+		size--;
+	bool ok = size > 2 * GMSFS_HASH_LEN + 1 && size < sizeof text && !memchr(value, '\0', size);
+	if (ok) {
+		memcpy(text, value, size);
+		text[size] = '\0';
+	}
+	const char *hex = ok ? strchr(text, ' ') : NULL;
+	char *end = NULL;
+	unsigned long long gen = hex && text[0] >= '0' && text[0] <= '9' ? strtoull(text, &end, 10) : 0;
+	ok = hex && end == hex && strlen(hex + 1) == 2 * GMSFS_HASH_LEN;
+	for (int i = 0; ok && i < GMSFS_HASH_LEN; i++) {
+		int a = hex_digit(hex[1 + 2 * i]), b = hex_digit(hex[2 + 2 * i]);
+		ok = a >= 0 && b >= 0;
+		h[i] = (uint8_t)(a << 4 | b);
+	}
+	if (!ok) {
+		store_error(st, "%s: \"GENERATION HEX\" (the commit it was computed on, then 32 lowercase hex digits)",
+			    GMSFS_XATTR_CONTENT);
+		return -EINVAL;
+	}
+	const struct fsm *f = &store_lock(st)->fsm;
+	if (!f->committed || gen != f->generation) {
+		store_error(st, "%s: computed on generation %llu, the store's is %llu: compute it again", GMSFS_XATTR_CONTENT,
+			    gen, (unsigned long long)f->generation);
+		return -ESTALE;
+	}
+	if (f->torn) {
+		store_error(st, "%s: the store is torn: its bytes are not the commit's", GMSFS_XATTR_CONTENT);
+		return -EUCLEAN;
+	}
+	if (f->leader) {
+		store_error(st, "%s: a writer session runs: the bytes may change under it", GMSFS_XATTR_CONTENT);
+		return -EBUSY;
+	}
+	st->content = (struct store_content){ .set = true, .generation = gen };
+	memcpy(st->content.hash, h, sizeof h);
+	return 0;
+}
+
+void content_forget(struct store *st)
+{
+	st->content.set = false;
+}
+
+void content_restore(struct store *st, uint64_t generation, const uint8_t hash[GMSFS_HASH_LEN])
+{
+	if (!generation || generation != store_lock(st)->fsm.generation)
+		return;
+	st->content = (struct store_content){ .set = true, .generation = generation };
+	memcpy(st->content.hash, hash, GMSFS_HASH_LEN);
+}
