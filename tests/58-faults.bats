@@ -244,7 +244,7 @@ PY
 	# runs the leak check: up to a minute.
 	# Ended: gone, or a zombie for this shell to reap (not merely awake for a moment: a
 	# check for "not sleeping" once met it running).
-	ended() { local st; st=$(awk '{print $3}' "/proc/$NODE_PID/stat" 2>/dev/null); [ -z "$st" ] || [ "$st" = Z ]; }
+	ended() { local st; st=$(awk '{print $3}' "/proc/$NODE_PID/stat" 2>/dev/null || true); [ -z "$st" ] || [ "$st" = Z ]; }
 	for _ in $(seq 600); do ended && break; sleep 0.1; done
 	ended
 	wait "$NODE_PID"
