@@ -14,7 +14,8 @@
 #include <string.h>
 #include <sys/xattr.h>
 
-#define DIGEST_CHUNK (64ull << 20) /* GPU memory read a chunk at a time */
+#define DIGEST_PIECE (2ull << 20)  /* an allocation is hashed in pieces (gmsfs(5)): they can go at once */
+#define DIGEST_CHUNK (64ull << 20) /* GPU memory read a chunk at a time, a whole number of pieces */
 
 static void put_le(XXH3_state_t *st, uint64_t v, int bytes)
 {
@@ -24,21 +25,26 @@ static void put_le(XXH3_state_t *st, uint64_t v, int bytes)
 	XXH3_128bits_update(st, b, (size_t)bytes);
 }
 
-/* XXH3-128 of the first size bytes of the mapping at ptr, in canonical (big-endian) form. */
+/* An allocation's digest: XXH3-128 over the canonical XXH3-128 of each DIGEST_PIECE of its
+ * first size bytes (the last piece shorter), in canonical (big-endian) form. */
 static int hash_mapping(gmsfs *g, const void *ptr, uint64_t size, void *buf, XXH3_state_t *st,
 			uint8_t out[GMSFS_HASH_LEN])
 {
 	XXH3_128bits_reset(st);
 	for (uint64_t off = 0; off < size;) {
 		uint64_t n = size - off < DIGEST_CHUNK ? size - off : DIGEST_CHUNK;
-		const void *from = (const char *)ptr + off;
+		const char *from = (const char *)ptr + off;
 		if (g->be->read) {
 			int e = g->be->read(g, buf, from, n);
 			if (e)
 				return e;
 			from = buf;
 		}
-		XXH3_128bits_update(st, from, (size_t)n);
+		for (uint64_t at = 0; at < n; at += DIGEST_PIECE) {
+			XXH128_canonical_t piece;
+			XXH128_canonicalFromHash(&piece, XXH3_128bits(from + at, n - at < DIGEST_PIECE ? n - at : DIGEST_PIECE));
+			XXH3_128bits_update(st, piece.digest, sizeof piece.digest);
+		}
 		off += n;
 	}
 	XXH128_canonical_t c;

@@ -142,8 +142,8 @@ build_vector() {
 	mkdir "$S"
 	run cat "$S/content_hash"
 	assert_output "unknown: nothing is committed"
-	bash -ec "exec 9>'$S/lock'; truncate -s 5000 '$S/allocs/b'; truncate -s 4096 '$S/allocs/a'
-		printf hello >'$S/allocs/a'; printf tail | dd of='$S/allocs/b' bs=1 seek=4996 conv=notrunc status=none
+	bash -ec "exec 9>'$S/lock'; truncate -s 5000000 '$S/allocs/b'; truncate -s 4096 '$S/allocs/a'
+		printf hello >'$S/allocs/a'; printf tail | dd of='$S/allocs/b' bs=1 seek=4999996 conv=notrunc status=none
 		echo >'$S/commit'"
 	run cat "$S/content_hash"
 	assert_output --partial "unknown: not computed for this commit"
@@ -160,8 +160,13 @@ build_vector() {
 	assert_equal "$(getfattr --only-values -n user.gms.content_hash "$S")" "1 $h"
 	"$PYTHON" -c 'import json, sys; s = [s for s in json.load(open(sys.argv[1]))["stores"] if s["name"] == "content"][0]
 assert s["content_hash"] == sys.argv[2], s' "$MNT/status.json" "$h"
-	# The recipe of gmsfs(5), from the mount's files and xxhsum alone.
+	# The recipe of gmsfs(5), from the mount's files, split and xxhsum (b is 3 pieces of 2 MiB).
 	unhex() { "$PYTHON" -c 'import sys; sys.stdout.buffer.write(bytes.fromhex(sys.stdin.read().split()[0]))'; }
+	digest_of() { # an allocation's: the hash of its 2 MiB pieces' hashes
+		rm -rf "$BATS_TEST_TMPDIR/p" && mkdir "$BATS_TEST_TMPDIR/p"
+		split -b 2M "$1" "$BATS_TEST_TMPDIR/p/piece."
+		for p in "$BATS_TEST_TMPDIR"/p/piece.*; do xxhsum -H2 "$p" | unhex; done | xxhsum -H2 | unhex
+	}
 	recipe=$( {
 		printf GMSFSCH1
 		unhex <"$S/layout_hash"
@@ -169,9 +174,10 @@ assert s["content_hash"] == sys.argv[2], s' "$MNT/status.json" "$h"
 		for a in a b; do
 			printf '\x01\0\0\0%s' "$a"
 			"$PYTHON" -c 'import os, struct, sys; sys.stdout.buffer.write(struct.pack("<Q", os.path.getsize(sys.argv[1])))' "$S/allocs/$a"
-			xxhsum -H2 "$S/allocs/$a" | unhex
+			digest_of "$S/allocs/$a"
 		done
 	} | xxhsum -H2 | cut -d' ' -f1)
+	assert_equal "$(ls "$BATS_TEST_TMPDIR/p" | wc -l)" 3
 	assert_equal "$recipe" "$h"
 	# A data-only writer changes a byte in place and commits: unknown, never the old hash.
 	bash -ec "exec 9>>'$S/lock'; printf J | dd of='$S/allocs/a' bs=1 conv=notrunc status=none; echo >'$S/commit'"
