@@ -20,7 +20,7 @@ _MODES = {"ro": _lib.RO, "rw": _lib.RW, "auto": _lib.RW_OR_RO, "data": _lib.RW_D
 _NAMES = {_lib.RO: "ro", _lib.RW: "rw"}
 
 
-def connect(store, mode="ro", timeout=None, own=False):
+def connect(store, mode="ro", timeout=None, own=False, expect=None):
     """Connect to store (a directory of a gmsfs mount) and take its lock.
 
     mode: "ro" (a reader: waits for a committed layout and for the writer), "rw" (the
@@ -32,10 +32,34 @@ def connect(store, mode="ro", timeout=None, own=False):
     one try (EAGAIN), None for as long as it takes.  own: the connection is a session
     of its own, as a GMS connection is (gmsfs(5), "Sessions of their own"): a thread
     that asks for "rw" while another thread of this process reads waits for that read
-    (a waiting writer) instead of EDEADLK, and never joins this process's writer."""
+    (a waiting writer) instead of EDEADLK, and never joins this process's writer.
+    expect: a reader's: the content hash (gmsfs(5), CONTENT HASH) the store's committed
+    bytes must have, 32 hex digits; the daemon's word when it knows it, else computed
+    under this lock (every byte read once); another is GmsfsError EIO, the lock given
+    back: an engine is never served bytes it did not ask for."""
     if mode not in _MODES:
         raise ValueError("mode: 'ro', 'rw', 'auto' or 'data', not %r" % (mode,))
-    return Connection(store, _MODES[mode] | (_lib.OWN if own else 0), _ms(timeout))
+    if expect is not None and (mode != "ro" or not isinstance(expect, str) or len(expect) != 32 or
+                               expect.strip("0123456789abcdef")):
+        raise ValueError("expect: a reader's (mode 'ro'), 32 lowercase hex digits, not %r" % (expect,))
+    c = Connection(store, _MODES[mode] | (_lib.OWN if own else 0), _ms(timeout))
+    if expect is not None:
+        try:  # the daemon's word, if it is of the commit this lock holds (a reader on the
+            # version before, beside a data-only writer's commit, holds another)
+            try:
+                gen, _, known = _os.getxattr(str(store), "user.gms.content_hash").decode().partition(" ")
+                known = known if int(gen) == c.generation else None
+            except OSError:
+                known = None
+            got = known if known is not None else c.digest()
+        except BaseException:
+            c.close()
+            raise
+        if got != expect:
+            c.close()
+            raise GmsfsError(_errno.EIO, "%s: its bytes' content hash is %s, not the %s asked for%s" % (
+                store, got, expect, "" if known is not None else " (computed: the daemon knew none)"))
+    return c
 
 
 def digest(store, record=True, timeout=None):

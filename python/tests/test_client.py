@@ -280,3 +280,22 @@ def test_digest_is_a_readers_and_the_daemon_keeps_it_for_its_commit(store):
     assert "committed again" in open(os.path.join(store, "content_hash")).read()
     h2 = gmsfs.digest(store)
     assert h2 != h and gmsfs.content_hash(store) == h2
+    # An engine asks for the bytes it wants by their hash: given, or refused with EIO.
+    with gmsfs.connect(store, "ro", expect=h2) as r:
+        assert r.generation == 2
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs.connect(store, "ro", expect=h)
+    assert e.value.errno == errno.EIO and "not the %s asked for" % h in e.value.strerror
+    os.removexattr(store, "user.gms.content_hash")  # unknown: computed under the reader's lock
+    with pytest.raises(gmsfs.GmsfsError, match="computed: the daemon knew none"):
+        gmsfs.connect(store, "ro", expect=h)
+    with gmsfs.connect(store, "ro", expect=h2):
+        pass
+    for bad in ("x" * 32, h2.upper(), h2[:30], 5):
+        with pytest.raises(ValueError):
+            gmsfs.connect(store, "ro", expect=bad)
+    with pytest.raises(ValueError):
+        gmsfs.connect(store, "rw", expect=h2)
+    state = open(os.path.join(store, "state")).read()
+    assert "\nreaders: 0\n" in state and "\nread_handles: 0\n" in state  # every refusal gave its lock back
+
