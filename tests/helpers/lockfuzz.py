@@ -6,7 +6,8 @@ got an answer in time.
 
 Each sequence drives four actor processes on one new store.  An actor does one thing at a
 time: open STORE/lock read-only, for writing or O_RDWR (RW_OR_RO), blocking or with
-O_NONBLOCK; take the lock with the ioctl and a timeout; make an allocation; write commit or
+O_NONBLOCK; take the lock with the ioctl and a timeout (a session of its own, GMSFS_LOCK_OWN,
+in some); make an allocation; write commit or
 abort; close what it holds.  The driver also kills actors with SIGKILL.  After each step it
 reads the store's state until the rule holds (the kernel reports closes late, so a rule
 may hold a moment later), and fails if it does not within two seconds:
@@ -39,7 +40,7 @@ for line in sys.stdin:
         elif op == "ioctl":
             fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY)
             buf = bytearray(248)
-            struct.pack_into("<IIIi", buf, 0, 248, 0, c["mode"], c["timeout"])
+            struct.pack_into("<IIIi", buf, 0, 248, 2 if c.get("own") else 0, c["mode"], c["timeout"])  # GMSFS_LOCK_OWN
             try:
                 fcntl.ioctl(fd, IOC_LOCK, buf)
             except OSError:
@@ -158,7 +159,11 @@ def random_step(rng, actors):
     if k < 0.40:  # RW_OR_RO most: engines start so, and its waiters are the ones that change kind
         return i, {"op": "open", "mode": rng.choice(["r", "w", "rw", "rw", "rw"]), "nb": rng.random() < 0.15}
     if k < 0.55:
-        return i, {"op": "ioctl", "mode": rng.choice([RO, RW, RW_OR_RO]), "timeout": rng.choice([-1, 50, 300])}
+        # A session of its own (GMSFS_LOCK_OWN) waits as another process's would, for its own
+        # actor's reads too: timed, as GMS's are (untimed, an actor could wait for itself).
+        own = rng.random() < 0.3
+        return i, {"op": "ioctl", "mode": rng.choice([RO, RW, RW_OR_RO]), "own": own,
+                   "timeout": rng.choice([50, 300] if own else [-1, 50, 300])}
     if k < 0.63:
         return i, {"op": "alloc"}
     if k < 0.78:
