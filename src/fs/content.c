@@ -13,6 +13,7 @@ const uint8_t *content_known(const struct store *st, const char **why)
 	*why = !f->committed ? "nothing is committed"
 	       : f->torn     ? "the store is torn: a writer wrote into its bytes and did not commit"
 	       : f->in_place ? "a writer session writes into its bytes in place"
+	       : f->leader && f->kept ? "an engine's kept session writes its pages (gmsfs(5), KEPT)"
 	       : !c->set     ? "not computed for this commit (gmsfsctl digest STORE computes it)"
 	       : c->generation != f->generation ? "committed again since it was computed (gmsfsctl digest STORE)"
 					     : NULL;
