@@ -81,7 +81,7 @@
 
 /* Entry flags (the hash covers them). */
 #define GMSFS_ENTRY_PRIVATE 1u
-/* A note about the layout, which its hash leaves out (gmsfs(5), "Notes"): what a client
+/* A note about the layout, which its hash leaves out (gmsfs(5), user.gms.note): what a client
  * keeps beside the layout and may change without changing it (GMS's allocation ids). */
 #define GMSFS_ENTRY_NOTE 2u
 #define GMSFS_ENTRY_FLAGS 3u /* every flag defined */

@@ -180,8 +180,8 @@ GMSFS_API void gmsfs_meta_free_all(char **keys, struct gmsfs_meta *entries, size
 
 /* ---- content: the hash of the committed bytes (gmsfs(5), CONTENT HASH) ---- */
 #define GMSFS_DIGEST_RECORD 1u /* tell the daemon (needs write permission on the store) */
-/* A reader's handle: the content hash of the committed layout it holds, as 32 hex digits
- * in hex: every allocation imported (as gmsfs_import_all) and read (GPU memory through
+/* A reader's handle: the content hash of the committed layout it holds, 32 hex digits
+ * into hex: every allocation imported (as gmsfs_import_all) and read (GPU memory through
  * pinned host memory).  With GMSFS_DIGEST_RECORD the daemon is told, for the commit it
  * was computed on, and `cat STORE/content_hash` says it until the store changes; a refusal
  * (-EACCES: no write permission; -EBUSY: a writer session runs beside the readers) leaves
