@@ -87,7 +87,7 @@ int content_xattr_set(struct store *st, const char *value, size_t size)
 	for (int i = 0; ok && i < GMSFS_HASH_LEN; i++) {
 		int a = hex_digit(hex[1 + 2 * i]), b = hex_digit(hex[2 + 2 * i]);
 		ok = a >= 0 && b >= 0;
-		h[i] = (uint8_t)(a << 4 | b);
+		h[i] = ok ? (uint8_t)(a << 4 | b) : 0; /* no shift of a bad digit's -1 */
 	}
 	if (!ok) {
 		store_error(st, "%s: \"GENERATION HEX\" (the commit it was computed on, then 32 lowercase hex digits)",
