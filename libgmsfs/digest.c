@@ -9,10 +9,13 @@
 #include <xxhash.h>
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #define DIGEST_PIECE (2ull << 20)  /* an allocation is hashed in pieces (gmsfs(5)): they can go at once */
 #define DIGEST_CHUNK (64ull << 20) /* GPU memory read a chunk at a time, a whole number of pieces */
@@ -26,7 +29,8 @@ static void put_le(XXH3_state_t *st, uint64_t v, int bytes)
 }
 
 /* An allocation's digest: XXH3-128 over the canonical XXH3-128 of each DIGEST_PIECE of its
- * first size bytes (the last piece shorter), in canonical (big-endian) form. */
+ * first size bytes (the last piece shorter), in canonical (big-endian) form; GPU memory,
+ * read a chunk at a time into host memory. */
 static int hash_mapping(gmsfs *g, const void *ptr, uint64_t size, void *buf, XXH3_state_t *st,
 			uint8_t out[GMSFS_HASH_LEN])
 {
@@ -53,6 +57,64 @@ static int hash_mapping(gmsfs *g, const void *ptr, uint64_t size, void *buf, XXH
 	return 0;
 }
 
+/* Host memory is hashed in place, its pieces by as many threads as there are cores (at
+ * most DIGEST_THREADS): each piece's hash into its slot, then each allocation's over its
+ * slots in order, as hash_mapping does one after the other. */
+#define DIGEST_THREADS 16
+struct pieces {
+	const char **at;
+	uint64_t *len;
+	XXH128_canonical_t *out;
+	size_t n;
+	atomic_size_t next;
+};
+
+static void *hash_pieces(void *arg)
+{
+	struct pieces *p = arg;
+	for (size_t i; (i = atomic_fetch_add(&p->next, 1)) < p->n;)
+		XXH128_canonicalFromHash(&p->out[i], XXH3_128bits(p->at[i], p->len[i]));
+	return NULL;
+}
+
+static int hash_host(gmsfs *g, const struct gmsfs_mapping *const *order, size_t n, XXH3_state_t *st,
+		     uint8_t (*digests)[GMSFS_HASH_LEN])
+{
+	size_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		total += (size_t)((order[i]->size + DIGEST_PIECE - 1) / DIGEST_PIECE);
+	struct pieces p = { .at = calloc(total + 1, sizeof *p.at), .len = calloc(total + 1, sizeof *p.len),
+			    .out = calloc(total + 1, sizeof *p.out), .n = total };
+	if (!p.at || !p.len || !p.out) {
+		free(p.at), free(p.len), free(p.out);
+		return gm_error(g, -ENOMEM, "out of memory");
+	}
+	for (size_t i = 0, k = 0; i < n; i++)
+		for (uint64_t off = 0; off < order[i]->size; off += DIGEST_PIECE, k++) {
+			p.at[k] = (const char *)order[i]->ptr + off;
+			p.len[k] = order[i]->size - off < DIGEST_PIECE ? order[i]->size - off : DIGEST_PIECE;
+		}
+	atomic_init(&p.next, 0);
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t want = cores < 1 ? 1 : cores > DIGEST_THREADS ? DIGEST_THREADS : (size_t)cores, started = 0;
+	pthread_t t[DIGEST_THREADS];
+	while (started + 1 < want && started + 1 < total && !pthread_create(&t[started], NULL, hash_pieces, &p))
+		started++; /* a thread that cannot start leaves its share to the others */
+	hash_pieces(&p);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	for (size_t i = 0, k = 0; i < n; i++) {
+		XXH3_128bits_reset(st);
+		for (uint64_t off = 0; off < order[i]->size; off += DIGEST_PIECE, k++)
+			XXH3_128bits_update(st, p.out[k].digest, sizeof p.out[k].digest);
+		XXH128_canonical_t c;
+		XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+		memcpy(digests[i], c.digest, GMSFS_HASH_LEN);
+	}
+	free(p.at), free(p.len), free(p.out);
+	return 0;
+}
+
 static int by_name(const void *a, const void *b)
 {
 	return strcmp((*(const struct gmsfs_mapping *const *)a)->name, (*(const struct gmsfs_mapping *const *)b)->name);
@@ -73,9 +135,10 @@ int gmsfs_digest(gmsfs *g, unsigned flags, char hex[33])
 		return e;
 	uint64_t generation = g->info.generation;
 	const struct gmsfs_mapping **order = calloc(g->nmaps + 1, sizeof *order);
+	uint8_t (*digests)[GMSFS_HASH_LEN] = calloc(g->nmaps + 1, sizeof *digests);
 	XXH3_state_t *one = XXH3_createState(), *all = XXH3_createState();
 	void *buf = NULL;
-	if (!order || !one || !all)
+	if (!order || !digests || !one || !all)
 		e = gm_error(g, -ENOMEM, "out of memory");
 	if (!e && g->be->read && (e = g->be->host_alloc(g, DIGEST_CHUNK, &buf)))
 		gm_error(g, e, "digest: %llu bytes of host memory to read into: %s", DIGEST_CHUNK, strerror(-e));
@@ -83,6 +146,8 @@ int gmsfs_digest(gmsfs *g, unsigned flags, char hex[33])
 		order[i] = &g->maps[i];
 	if (!e && g->nmaps)
 		qsort(order, g->nmaps, sizeof *order, by_name);
+	if (!e && !g->be->read) /* host memory: every piece at once */
+		e = hash_host(g, order, g->nmaps, one, digests);
 	if (!e) {
 		XXH3_128bits_reset(all);
 		XXH3_128bits_update(all, "GMSFSCH1", 8);
@@ -91,8 +156,7 @@ int gmsfs_digest(gmsfs *g, unsigned flags, char hex[33])
 	}
 	for (size_t i = 0; !e && i < g->nmaps; i++) {
 		const struct gmsfs_mapping *m = order[i];
-		uint8_t h[GMSFS_HASH_LEN];
-		if ((e = hash_mapping(g, m->ptr, m->size, buf, one, h))) {
+		if (g->be->read && (e = hash_mapping(g, m->ptr, m->size, buf, one, digests[i]))) {
 			gm_error(g, e, "digest: reading %s: %s", m->name, strerror(-e));
 			break;
 		}
@@ -100,7 +164,7 @@ int gmsfs_digest(gmsfs *g, unsigned flags, char hex[33])
 		put_le(all, len, 4);
 		XXH3_128bits_update(all, m->name, len);
 		put_le(all, m->size, 8);
-		XXH3_128bits_update(all, h, sizeof h);
+		XXH3_128bits_update(all, digests[i], GMSFS_HASH_LEN);
 	}
 	if (!e) {
 		XXH128_canonical_t c;
@@ -112,6 +176,7 @@ int gmsfs_digest(gmsfs *g, unsigned flags, char hex[33])
 		g->be->host_free(g, buf);
 	XXH3_freeState(one);
 	XXH3_freeState(all);
+	free(digests);
 	free(order);
 	if (e || !(flags & GMSFS_DIGEST_RECORD))
 		return e;
