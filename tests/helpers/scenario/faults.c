@@ -69,7 +69,10 @@ static int dead_holder(bool import)
 	waitpid(w, NULL, 0);
 	int st = 0;
 	CHECK(!waiter || (waitpid(r, &st, 0) == r && WIFEXITED(st) && !WEXITSTATUS(st)), "the waiting reader got the last commit");
-	CHECK(wait_for(state_val, "writer", 0, 5000) && state_is("COMMITTED"), "writer gone, store COMMITTED");
+	/* The waiting reader's read lock goes with the kernel's release of its files, after its
+	 * exit (valgrind's daemon met it still there): RO until then. */
+	CHECK(wait_for(state_val, "writer", 0, 5000) && wait_for(state_val, "readers", 0, 5000) && state_is("COMMITTED"),
+	      "writer gone, store COMMITTED");
 	long long after = mem_used();
 	for (int t = 0; t < 250 && after - before > (64 << 20); t++, msleep(20))
 		after = mem_used();
