@@ -29,6 +29,20 @@ def wait_writers(store, n, timeout=5):
         time.sleep(0.01)
 
 
+def writer_in_thread(store):
+    """A thread that asks for RW (5 s): the thread, and what it got ("session" or "error")."""
+    got = {}
+
+    def open_writer():
+        try:
+            got["session"] = Session(store, RequestedLockType.RW, 5000)
+        except Exception as e:
+            got["error"] = e
+    t = threading.Thread(target=open_writer)
+    t.start()
+    return t, got
+
+
 def test_commit_publishes_allocations_metadata_and_hash_and_ends_the_writer(store):
     w = GMSClientMemoryManager(store)
     w.connect(RequestedLockType.RW)
@@ -96,15 +110,7 @@ def test_a_waiting_writer_holds_new_readers_back_until_the_last_reader_goes(stor
     reader = subprocess.Popen([sys.executable, "-c", HOLD_READ, store], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
     assert reader.stdout.readline().strip() == "held"
-    got = {}
-
-    def open_writer():
-        try:
-            got["session"] = Session(store, RequestedLockType.RW, 5000)
-        except Exception as e:
-            got["error"] = e
-    t = threading.Thread(target=open_writer)
-    t.start()
+    t, got = writer_in_thread(store)
     wait_writers(store, 1)
     with pytest.raises(TimeoutError, match="Timeout waiting for lock"):
         Session(store, RequestedLockType.RO, 100)
@@ -126,15 +132,7 @@ def test_sessions_are_connections_as_gms_has_them_threads_of_one_process_include
     other = Session(store, RequestedLockType.RO, None)
     assert reader.get_lock_state().ro_session_count == 2
     other.close()
-    got = {}
-
-    def open_writer():
-        try:
-            got["session"] = Session(store, RequestedLockType.RW, 5000)
-        except Exception as e:
-            got["error"] = e
-    t = threading.Thread(target=open_writer)
-    t.start()
+    t, got = writer_in_thread(store)
     wait_writers(store, 1)
     assert t.is_alive() and reader.get_lock_state().waiting_writers == 1
     with pytest.raises(TimeoutError, match="Timeout waiting for lock"):

@@ -205,6 +205,16 @@ def kept(manager):
     return [n for n in names if n != "gmsfs-service"]
 
 
+def move_to_host(store):
+    """Ask for a move to the host tier and wait until the store is there."""
+    with open(os.path.join(store, "tier"), "w") as f:
+        f.write("host\n")
+    for _ in range(500):
+        if open(os.path.join(store, "tier")).read().strip() == "host":
+            break
+        time.sleep(0.01)
+
+
 def restart(manager, mnt, state, sig=signal.SIGKILL, *options):
     manager.kill(sig)
     subprocess.run(["umount", "-l", mnt], capture_output=True)  # a crash leaves a dead mount
@@ -271,12 +281,7 @@ def test_a_content_hash_comes_back_with_its_store_and_stays_through_moves(mnt, m
     publish(other, 8)  # not computed: unknown after the restart too
     restart(manager, mnt, state)
     assert gmsfs.content_hash(store) == h and gmsfs.content_hash(other) is None
-    with open(os.path.join(store, "tier"), "w") as f:
-        f.write("host\n")
-    for _ in range(500):
-        if open(os.path.join(store, "tier")).read().strip() == "host":
-            break
-        time.sleep(0.01)
+    move_to_host(store)
     assert gmsfs.content_hash(store) == h
     restart(manager, mnt, state)
     assert gmsfs.content_hash(store) == h == gmsfs.digest(store, record=False)  # brought back: the same bytes
@@ -305,12 +310,7 @@ def test_a_store_on_the_host_tier_comes_back_there(mnt, manager, tmp_path):
     manager.start(mnt, "backend=host", "state=" + state)
     store = os.path.join(mnt, "t")
     data, h = publish(store, 6)
-    with open(os.path.join(store, "tier"), "w") as f:
-        f.write("host\n")
-    for _ in range(500):
-        if open(os.path.join(store, "tier")).read().strip() == "host":
-            break
-        time.sleep(0.01)
+    move_to_host(store)
     restart(manager, mnt, state)
     assert open(os.path.join(store, "tier")).read().strip() == "host"
     assert read_all(store)[:2] == (data, h)  # an open brings it back to the device
