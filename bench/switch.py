@@ -2,7 +2,10 @@
 """bench/switch.py BUILD GIB one|many [SWITCHES]: a warm switch of two models, each served by
 an engine of its own (a fresh process with its CUDA context), on a mount whose budget holds
 one (max_bytes = 1.25 x a model), against the copy engines both ways at once (bench-duplex,
-a fresh process with the driver alone, the same bytes) measured in the same run.  Not a
+a fresh process with the driver alone, the same bytes) measured in the same run, into device
+memory made just before: a switch's ins go into new memory (a store's memory is never
+reused for another's: its readers may keep its descriptors), and the driver's first use of
+new memory is slower (~10% on an H200).  Not a
 test: it prints, and says "gate:" lines for tests/gpu/gate.py.
 
 A model is GIB GiB in one allocation (one: what gmsfs.torch.publish makes of a module built
@@ -24,6 +27,7 @@ every wake at both ends of each region.
     whatever the threads, 3.2 s for 16 GiB on an H200), said for what it is.
 """
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -183,11 +187,11 @@ def main():
             time.sleep(0.01)
         dev = fields(os.path.join(mnt, "device"))
         cuda = dev["backend"] == "cuda"
-        floor = None
-        if cuda:
+        floor = duplex = None
+        if cuda:  # the copy engines both ways at once, into new device memory as a switch's ins
             r = subprocess.run([os.path.join(build, "bench-duplex"), str(NBYTES)], capture_output=True, text=True)
             if r.returncode == 0:
-                floor = float(r.stdout.split()[2])
+                duplex, floor = (float(x) for x in r.stdout.split()[2:4])
         a, b = os.path.join(mnt, "a"), os.path.join(mnt, "b")
         t_pub_a = publish(a, 1)
         ea = Engine(a, 1)
@@ -229,9 +233,11 @@ def main():
             layout, NBYTES / 1e9, "one" if layout == "one" else "16", "" if layout == "one" else "s", budget / 1e9,
             dev["backend"], dev["name"], waited))
         if floor:
-            print("#   the copy engines both ways at once (bench-duplex, fresh process): %.3f s" % floor)
+            print("#   the copy engines both ways at once (bench-duplex, fresh process): %.3f s; into device memory "
+                  "made just before, as a switch's ins: %.3f s (%.2fx)" % (duplex, floor, floor / duplex))
         print("#   warm switch, median of %d: %.3f s%s; the first %.3f s (%.2fx the median)" % (
-            len(times) - 1, warm, " (%.2fx the copy engines)" % (warm / floor) if floor else "", first, first / warm))
+            len(times) - 1, warm, " (%.2fx the copy engines into new memory, %.2fx into memory used before)" % (
+                warm / floor, warm / duplex) if floor else "", first, first / warm))
         print("#   publish: the first model %.3f s; the second, on the full budget, %.3f s (the first's host memory "
               "made ahead in %.1f s); later %.3f s (%.2fx)" % (t_pub_a, t_pub_first, settled_a, t_pub_later,
                                                                t_pub_first / t_pub_later))
@@ -243,7 +249,7 @@ def main():
         what = "in one allocation" if layout == "one" else "in 16 allocations"
         if floor:
             print("gate: switch-%s-warm %.4f %.4f 1.2 a warm switch, two models %s, against the copy engines both "
-                  "ways at once (s)" % (layout, warm, floor, what))
+                  "ways at once into new device memory (s)" % (layout, warm, floor, what))
         print("gate: switch-%s-first %.4f %.4f 1.2 the first switch, models %s, against the warm ones (s)" % (
             layout, first, warm, what))
         print("gate: publish-%s-first %.4f %.4f 1.2 the first publish on a full budget, models %s, against a later "
@@ -259,7 +265,10 @@ def main():
         subprocess.run(["umount", "-l", mnt], capture_output=True)
         os.rmdir(mnt)
         log.close()
-        if os.environ.get("GMSFS_BENCH_KEEP_LOG"):
+        keep = os.environ.get("GMSFS_BENCH_KEEP_LOG")  # a folder: the daemon's whole log kept there
+        if keep and os.path.isdir(keep):
+            shutil.copy(mnt + ".log", os.path.join(keep, "switch-%s.log" % layout))
+        elif keep:
             print(open(mnt + ".log").read()[-3000:])
         os.unlink(mnt + ".log")
 

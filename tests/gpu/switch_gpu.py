@@ -260,7 +260,7 @@ def main():
     # The copy engines' limit: the same bytes both ways at once, the driver alone.
     r = subprocess.run(["build/bench-duplex", str(nbytes)], capture_output=True, text=True)
     check(r.returncode == 0, "bench-duplex: the driver's copies, one way and both", r.stderr.strip())
-    d2h, h2d_raw, duplex = (float(x) for x in r.stdout.split()) if r.returncode == 0 else (1, 1, 1)
+    d2h, h2d_raw, duplex, fresh = (float(x) for x in r.stdout.split()) if r.returncode == 0 else (1, 1, 1, 1)
     # The engine alone (vLLM's sleep mode level 1): its own copies to pinned memory and back.
     alone, alone_ok = engine_alone(dirs, ids, ref, kw)
     check(alone_ok, "the engine alone (copies to pinned memory and back): each woken model has its logits")
@@ -335,11 +335,11 @@ def main():
     floor = min(h2d)
     alone_med = sorted(alone)[len(alone) // 2]
     print("bench: switching between two 8B-shaped models (%.2f GB each) on a budget that holds one, in-process:" % gb)
-    print("bench:   the copy engines (bench-duplex, fresh process): D2H %.3f s, H2D %.3f s, both at once %.3f s"
-          % (d2h, h2d_raw, duplex))
+    print("bench:   the copy engines (bench-duplex, fresh process): D2H %.3f s, H2D %.3f s, both at once %.3f s, "
+          "into device memory made just before %.3f s" % (d2h, h2d_raw, duplex, fresh))
     print("bench:   pinned host-to-device copy of the same bytes (PyTorch) %7.3f s" % floor)
-    print("bench:   warm: gmsfs.torch.switch A to B (B on the host tier), median %7.3f s  (%.2fx both ways at once; "
-          "goal 1.2x)" % (later, later / duplex))
+    print("bench:   warm: gmsfs.torch.switch A to B (B on the host tier), median %7.3f s  (%.2fx both ways at once into new "
+          "memory; goal 1.2x)" % (later, later / fresh))
     print("bench:   warm, the first (host memory made %.1f s after commit) %7.3f s  (%.2fx the median; goal 1.2x)"
           % (ahead_wait, warm[0], warm[0] / later))
     print("bench:   warm, gmsfs-mover SIGKILLed mid-way                %7.3f s" % killed_switch)
