@@ -58,6 +58,8 @@
 	/* for the loader (gmsfs-load, gmsfs-save): pinned buffers, streams */ \
 	X(cuMemHostAlloc, "cuMemHostAlloc")                             \
 	X(cuMemFreeHost, "cuMemFreeHost")                               \
+	X(cuMemHostRegister, "cuMemHostRegister_v2")                    \
+	X(cuMemHostUnregister, "cuMemHostUnregister")                   \
 	X(cuStreamCreate, "cuStreamCreate")                             \
 	X(cuStreamDestroy, "cuStreamDestroy_v2")                        \
 	X(cuStreamSynchronize, "cuStreamSynchronize")                   \

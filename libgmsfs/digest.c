@@ -18,7 +18,12 @@
 #include <unistd.h>
 
 #define DIGEST_PIECE (2ull << 20)  /* an allocation is hashed in pieces (gmsfs(5)): they can go at once */
-#define DIGEST_CHUNK (64ull << 20) /* GPU memory read a chunk at a time, a whole number of pieces */
+/* GPU memory read a chunk at a time (a whole number of pieces) into DIGEST_BUFS pinned
+ * buffers: some being read while the others are hashed.  Few and small: new pinned
+ * memory costs ~0.2 ms a MiB to make (an H200's host; 64 MiB: ~4% of reading 16 GiB). */
+#define DIGEST_CHUNK (16ull << 20)
+#define DIGEST_BUFS 4
+#define DIGEST_THREADS 16
 
 static void put_le(XXH3_state_t *st, uint64_t v, int bytes)
 {
@@ -28,91 +33,260 @@ static void put_le(XXH3_state_t *st, uint64_t v, int bytes)
 	XXH3_128bits_update(st, b, (size_t)bytes);
 }
 
-/* An allocation's digest: XXH3-128 over the canonical XXH3-128 of each DIGEST_PIECE of its
- * first size bytes (the last piece shorter), in canonical (big-endian) form; GPU memory,
- * read a chunk at a time into host memory. */
-static int hash_mapping(gmsfs *g, const void *ptr, uint64_t size, void *buf, XXH3_state_t *st,
-			uint8_t out[GMSFS_HASH_LEN])
-{
-	XXH3_128bits_reset(st);
-	for (uint64_t off = 0; off < size;) {
-		uint64_t n = size - off < DIGEST_CHUNK ? size - off : DIGEST_CHUNK;
-		const char *from = (const char *)ptr + off;
-		if (g->be->read) {
-			int e = g->be->read(g, buf, from, n);
-			if (e)
-				return e;
-			from = buf;
-		}
-		for (uint64_t at = 0; at < n; at += DIGEST_PIECE) {
-			XXH128_canonical_t piece;
-			XXH128_canonicalFromHash(&piece, XXH3_128bits(from + at, n - at < DIGEST_PIECE ? n - at : DIGEST_PIECE));
-			XXH3_128bits_update(st, piece.digest, sizeof piece.digest);
-		}
-		off += n;
-	}
-	XXH128_canonical_t c;
-	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
-	memcpy(out, c.digest, GMSFS_HASH_LEN);
-	return 0;
-}
-
-/* Host memory is hashed in place, its pieces by as many threads as there are cores (at
- * most DIGEST_THREADS): each piece's hash into its slot, then each allocation's over its
- * slots in order, as hash_mapping does one after the other. */
-#define DIGEST_THREADS 16
-struct pieces {
-	const char **at;
+/* The pieces of every allocation (in the order of the hash), each hashed into its slot by
+ * as many threads as there are cores, then each allocation's digest over its slots in
+ * order.  Host memory is hashed in place; GPU memory is read a chunk at a time by the
+ * calling thread (its CUDA context) into DIGEST_BUFS pinned buffers, round robin, copies
+ * queued ahead on a stream of its own so the copy engine never waits for a thread, while
+ * the threads hash the chunks read before: the copy engine, not the hash, sets the pace.
+ * A thread sleeps only when it must, and is woken only when it sleeps. */
+struct digest_job {
+	gmsfs *g;
+	size_t npieces, nchunks;
+	const char **at;          /* a piece's bytes where they are mapped */
 	uint64_t *len;
-	XXH128_canonical_t *out;
-	size_t n;
-	atomic_size_t next;
+	size_t *chunk;            /* the chunk a piece is in */
+	XXH128_canonical_t *out;  /* its hash */
+	const char **chunk_at;    /* a chunk's first byte, mapped */
+	uint64_t *chunk_len;
+	size_t *chunk_pieces;
+	atomic_size_t *chunk_done; /* its pieces hashed */
+	char *buf[DIGEST_BUFS];   /* NULL: hashed in place */
+	void *reader;             /* the backend's queue of reads (NULL: copied at once) */
+	atomic_size_t next;       /* the next piece to hash */
+	atomic_size_t read;       /* chunks read (all of them in place) */
+	atomic_bool failed;
+	pthread_mutex_t mu;       /* for sleeping: */
+	pthread_cond_t cv;
+	size_t sleepers;          /* hashing threads waiting for a chunk to be read */
+	atomic_bool reader_sleeps; /* the reading thread waiting for a buffer */
+	double us_read, us_waited; /* GMSFS_TRACE_IMPORT: the reading's time, and its waits for a buffer */
 };
+
+/* A piece's bytes, once its chunk is read: false when the reading failed. */
+static bool piece_ready(struct digest_job *j, size_t k, const char **bytes)
+{
+	size_t c = j->chunk[k];
+	if (!j->buf[0]) {
+		*bytes = j->at[k];
+		return true;
+	}
+	if (atomic_load(&j->read) <= c && !atomic_load(&j->failed)) {
+		pthread_mutex_lock(&j->mu);
+		j->sleepers++;
+		while (atomic_load(&j->read) <= c && !atomic_load(&j->failed))
+			pthread_cond_wait(&j->cv, &j->mu);
+		j->sleepers--;
+		pthread_mutex_unlock(&j->mu);
+	}
+	*bytes = j->buf[c % DIGEST_BUFS] + (j->at[k] - j->chunk_at[c]);
+	return !atomic_load(&j->failed);
+}
 
 static void *hash_pieces(void *arg)
 {
-	struct pieces *p = arg;
-	for (size_t i; (i = atomic_fetch_add(&p->next, 1)) < p->n;)
-		XXH128_canonicalFromHash(&p->out[i], XXH3_128bits(p->at[i], p->len[i]));
+	struct digest_job *j = arg;
+	const char *bytes;
+	for (size_t k; (k = atomic_fetch_add(&j->next, 1)) < j->npieces && piece_ready(j, k, &bytes);) {
+		XXH128_canonicalFromHash(&j->out[k], XXH3_128bits(bytes, j->len[k]));
+		size_t c = j->chunk[k];
+		/* Its buffer free for the chunk DIGEST_BUFS on: the reader told, if it waits
+		 * (seq_cst both ways: it sees this count, or this sees it wait). */
+		if (atomic_fetch_add(&j->chunk_done[c], 1) + 1 == j->chunk_pieces[c] && atomic_load(&j->reader_sleeps)) {
+			pthread_mutex_lock(&j->mu);
+			pthread_cond_broadcast(&j->cv);
+			pthread_mutex_unlock(&j->mu);
+		}
+	}
 	return NULL;
 }
 
-static int hash_host(gmsfs *g, const struct gmsfs_mapping *const *order, size_t n, XXH3_state_t *st,
-		     uint8_t (*digests)[GMSFS_HASH_LEN])
+/* GPU memory read into host memory through the backend's queue; host memory copied at
+ * once where GMSFS_DIGEST_COPY is set (the tests' way through this path on the host). */
+static int chunk_queue(struct digest_job *j, size_t c)
 {
-	size_t total = 0;
-	for (size_t i = 0; i < n; i++)
-		total += (size_t)((order[i]->size + DIGEST_PIECE - 1) / DIGEST_PIECE);
-	struct pieces p = { .at = calloc(total + 1, sizeof *p.at), .len = calloc(total + 1, sizeof *p.len),
-			    .out = calloc(total + 1, sizeof *p.out), .n = total };
-	if (!p.at || !p.len || !p.out) {
-		free(p.at), free(p.len), free(p.out);
-		return gm_error(g, -ENOMEM, "out of memory");
+	void *to = j->buf[c % DIGEST_BUFS];
+	if (!j->reader) {
+		memcpy(to, j->chunk_at[c], j->chunk_len[c]);
+		return 0;
 	}
-	for (size_t i = 0, k = 0; i < n; i++)
-		for (uint64_t off = 0; off < order[i]->size; off += DIGEST_PIECE, k++) {
-			p.at[k] = (const char *)order[i]->ptr + off;
-			p.len[k] = order[i]->size - off < DIGEST_PIECE ? order[i]->size - off : DIGEST_PIECE;
+	return j->g->be->read_queue(j->g, j->reader, (int)(c % DIGEST_BUFS), to, j->chunk_at[c], j->chunk_len[c]);
+}
+
+static int chunk_alloc(gmsfs *g, uint64_t n, void **p)
+{
+	if (g->be->host_alloc)
+		return g->be->host_alloc(g, n, p);
+	return (*p = malloc(n)) ? 0 : -ENOMEM;
+}
+
+static void chunk_free(gmsfs *g, void *p)
+{
+	if (g->be->host_free)
+		g->be->host_free(g, p, DIGEST_CHUNK);
+	else
+		free(p);
+}
+
+static bool hashed(struct digest_job *j, size_t c)
+{
+	return atomic_load(&j->chunk_done[c]) == j->chunk_pieces[c];
+}
+
+/* The hashing threads told that chunks up to n are read (or that reading failed). */
+static void publish(struct digest_job *j, size_t n, int e)
+{
+	atomic_store(&j->read, n);
+	if (e)
+		atomic_store(&j->failed, true);
+	pthread_mutex_lock(&j->mu);
+	if (j->sleepers || e)
+		pthread_cond_broadcast(&j->cv);
+	pthread_mutex_unlock(&j->mu);
+}
+
+/* The calling thread's part when GPU memory is read: each chunk queued into its buffer
+ * once the chunk DIGEST_BUFS before it is hashed, the oldest waited for when nothing
+ * more can be queued.  0 or -errno (then the threads stop). */
+static int read_chunks(struct digest_job *j)
+{
+	const struct gm_backend *be = j->g->be;
+	size_t queued = 0, copied = 0;
+	int e = 0;
+	while (copied < j->nchunks && !e) {
+		double t0 = gm_us();
+		if (queued < j->nchunks && (queued < DIGEST_BUFS || hashed(j, queued - DIGEST_BUFS))) {
+			e = chunk_queue(j, queued++);
+		} else if (copied < queued) {
+			if (j->reader)
+				e = be->read_wait(j->g, j->reader, (int)(copied % DIGEST_BUFS));
+			publish(j, copied += !e, e);
+			j->us_read += gm_us() - t0;
+		} else { /* every buffer read and not yet hashed */
+			pthread_mutex_lock(&j->mu);
+			atomic_store(&j->reader_sleeps, true);
+			while (!hashed(j, queued - DIGEST_BUFS))
+				pthread_cond_wait(&j->cv, &j->mu);
+			atomic_store(&j->reader_sleeps, false);
+			pthread_mutex_unlock(&j->mu);
+			j->us_waited += gm_us() - t0;
 		}
-	atomic_init(&p.next, 0);
+	}
+	if (e)
+		publish(j, copied, e);
+	return e;
+}
+
+static void job_free(struct digest_job *j)
+{
+	if (j->reader)
+		j->g->be->reader_close(j->g, j->reader);
+	for (int b = 0; b < DIGEST_BUFS; b++)
+		if (j->buf[b])
+			chunk_free(j->g, j->buf[b]);
+	free(j->at), free(j->len), free(j->chunk), free(j->out);
+	free(j->chunk_at), free(j->chunk_len), free(j->chunk_pieces), free(j->chunk_done);
+}
+
+/* The job's pieces and chunks over the mappings in order; its buffers where GPU memory
+ * must be read.  0 or -errno, said. */
+static int job_plan(gmsfs *g, const struct gmsfs_mapping *const *order, size_t n, struct digest_job *j)
+{
+	*j = (struct digest_job){ .g = g };
+	for (size_t i = 0; i < n; i++) {
+		j->npieces += (size_t)((order[i]->size + DIGEST_PIECE - 1) / DIGEST_PIECE);
+		j->nchunks += (size_t)((order[i]->size + DIGEST_CHUNK - 1) / DIGEST_CHUNK);
+	}
+	j->at = calloc(j->npieces + 1, sizeof *j->at);
+	j->len = calloc(j->npieces + 1, sizeof *j->len);
+	j->chunk = calloc(j->npieces + 1, sizeof *j->chunk);
+	j->out = calloc(j->npieces + 1, sizeof *j->out);
+	j->chunk_at = calloc(j->nchunks + 1, sizeof *j->chunk_at);
+	j->chunk_len = calloc(j->nchunks + 1, sizeof *j->chunk_len);
+	j->chunk_pieces = calloc(j->nchunks + 1, sizeof *j->chunk_pieces);
+	j->chunk_done = calloc(j->nchunks + 1, sizeof *j->chunk_done);
+	if (!j->at || !j->len || !j->chunk || !j->out || !j->chunk_at || !j->chunk_len || !j->chunk_pieces ||
+	    !j->chunk_done)
+		return gm_error(g, -ENOMEM, "out of memory");
+	size_t k = 0, c = 0;
+	for (size_t i = 0; i < n; i++)
+		for (uint64_t off = 0; off < order[i]->size; off += DIGEST_CHUNK, c++) {
+			uint64_t left = order[i]->size - off;
+			j->chunk_at[c] = (const char *)order[i]->ptr + off;
+			j->chunk_len[c] = left < DIGEST_CHUNK ? left : DIGEST_CHUNK;
+			for (uint64_t at = 0; at < j->chunk_len[c]; at += DIGEST_PIECE, k++) {
+				j->at[k] = j->chunk_at[c] + at;
+				j->len[k] = j->chunk_len[c] - at < DIGEST_PIECE ? j->chunk_len[c] - at : DIGEST_PIECE;
+				j->chunk[k] = c;
+				j->chunk_pieces[c]++;
+			}
+		}
+	atomic_init(&j->read, j->nchunks);
+	size_t bufs = j->nchunks < DIGEST_BUFS ? j->nchunks : DIGEST_BUFS;
+	bool copy = g->be->read_queue || getenv("GMSFS_DIGEST_COPY");
+	int e = copy && bufs && g->be->read_queue ? g->be->reader_open(g, DIGEST_BUFS, &j->reader) : 0;
+	if (e)
+		return gm_error(g, e, "digest: a stream to read GPU memory on: %s", strerror(-e));
+	for (size_t b = 0; copy && b < bufs; b++) {
+		if ((e = chunk_alloc(g, DIGEST_CHUNK, (void **)&j->buf[b])))
+			return gm_error(g, e, "digest: %llu bytes of host memory to read into: %s", DIGEST_CHUNK,
+					strerror(-e));
+		atomic_store(&j->read, 0);
+	}
+	return 0;
+}
+
+/* Every allocation's digest into digests[i]: XXH3-128 over the canonical XXH3-128 of each
+ * DIGEST_PIECE of its bytes (the last piece shorter). */
+static int hash_all(gmsfs *g, const struct gmsfs_mapping *const *order, size_t n, XXH3_state_t *st,
+		    uint8_t (*digests)[GMSFS_HASH_LEN])
+{
+	struct digest_job j;
+	double t0 = gm_us();
+	int e = job_plan(g, order, n, &j);
+	double t1 = gm_us();
+	if (e) {
+		job_free(&j);
+		return e;
+	}
+	pthread_mutex_init(&j.mu, NULL);
+	pthread_cond_init(&j.cv, NULL);
+	atomic_init(&j.next, 0);
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t want = cores < 1 ? 1 : cores > DIGEST_THREADS ? DIGEST_THREADS : (size_t)cores, started = 0;
+	/* Reading, this thread waits for the copies (the driver may spin): the others hash. */
+	bool reads = j.buf[0] != NULL;
+	size_t hashers = want > 1 ? want - 1 : 1;
 	pthread_t t[DIGEST_THREADS];
-	while (started + 1 < want && started + 1 < total && !pthread_create(&t[started], NULL, hash_pieces, &p))
+	while (started < hashers && started < j.npieces && !pthread_create(&t[started], NULL, hash_pieces, &j))
 		started++; /* a thread that cannot start leaves its share to the others */
-	hash_pieces(&p);
+	if (reads && !started)
+		e = gm_error(g, -EAGAIN, "digest: no thread to hash with");
+	else if (reads && (e = read_chunks(&j)))
+		gm_error(g, e, "digest: reading GPU memory: %s", strerror(-e));
+	else if (!reads)
+		hash_pieces(&j);
+	if (e) /* the threads stop at their next piece */
+		atomic_store(&j.next, j.npieces);
 	for (size_t i = 0; i < started; i++)
 		pthread_join(t[i], NULL);
-	for (size_t i = 0, k = 0; i < n; i++) {
+	if (gm_tracing())
+		fprintf(stderr, "gmsfs: digest: %zu pieces in %zu chunks, %zu threads hashing%s: buffers %.0f us, "
+			"then %.0f us (reading %.0f us, waiting for a free buffer %.0f us)\n", j.npieces, j.nchunks,
+			started + !reads, reads ? " while this one reads" : "", t1 - t0, gm_us() - t1, j.us_read,
+			j.us_waited);
+	for (size_t i = 0, k = 0; !e && i < n; i++) {
 		XXH3_128bits_reset(st);
 		for (uint64_t off = 0; off < order[i]->size; off += DIGEST_PIECE, k++)
-			XXH3_128bits_update(st, p.out[k].digest, sizeof p.out[k].digest);
+			XXH3_128bits_update(st, j.out[k].digest, sizeof j.out[k].digest);
 		XXH128_canonical_t c;
 		XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
 		memcpy(digests[i], c.digest, GMSFS_HASH_LEN);
 	}
-	free(p.at), free(p.len), free(p.out);
-	return 0;
+	pthread_cond_destroy(&j.cv);
+	pthread_mutex_destroy(&j.mu);
+	job_free(&j);
+	return e;
 }
 
 static int by_name(const void *a, const void *b)
@@ -137,17 +311,14 @@ int gmsfs_digest(gmsfs *g, unsigned flags, char hex[33])
 	const struct gmsfs_mapping **order = calloc(g->nmaps + 1, sizeof *order);
 	uint8_t (*digests)[GMSFS_HASH_LEN] = calloc(g->nmaps + 1, sizeof *digests);
 	XXH3_state_t *one = XXH3_createState(), *all = XXH3_createState();
-	void *buf = NULL;
 	if (!order || !digests || !one || !all)
 		e = gm_error(g, -ENOMEM, "out of memory");
-	if (!e && g->be->read && (e = g->be->host_alloc(g, DIGEST_CHUNK, &buf)))
-		gm_error(g, e, "digest: %llu bytes of host memory to read into: %s", DIGEST_CHUNK, strerror(-e));
 	for (size_t i = 0; !e && i < g->nmaps; i++)
 		order[i] = &g->maps[i];
 	if (!e && g->nmaps)
 		qsort(order, g->nmaps, sizeof *order, by_name);
-	if (!e && !g->be->read) /* host memory: every piece at once */
-		e = hash_host(g, order, g->nmaps, one, digests);
+	if (!e)
+		e = hash_all(g, order, g->nmaps, one, digests);
 	if (!e) {
 		XXH3_128bits_reset(all);
 		XXH3_128bits_update(all, "GMSFSCH1", 8);
@@ -156,10 +327,6 @@ int gmsfs_digest(gmsfs *g, unsigned flags, char hex[33])
 	}
 	for (size_t i = 0; !e && i < g->nmaps; i++) {
 		const struct gmsfs_mapping *m = order[i];
-		if (g->be->read && (e = hash_mapping(g, m->ptr, m->size, buf, one, digests[i]))) {
-			gm_error(g, e, "digest: reading %s: %s", m->name, strerror(-e));
-			break;
-		}
 		size_t len = strlen(m->name);
 		put_le(all, len, 4);
 		XXH3_128bits_update(all, m->name, len);
@@ -172,8 +339,6 @@ int gmsfs_digest(gmsfs *g, unsigned flags, char hex[33])
 		for (int i = 0; i < GMSFS_HASH_LEN; i++)
 			snprintf(hex + 2 * i, 3, "%02x", c.digest[i]);
 	}
-	if (buf)
-		g->be->host_free(g, buf);
 	XXH3_freeState(one);
 	XXH3_freeState(all);
 	free(digests);

@@ -97,11 +97,16 @@ struct gm_backend {
 	int (*private_alloc)(gmsfs *g, uint64_t size, void **p);
 	void (*private_free)(gmsfs *g, void *p);
 	int (*copy)(gmsfs *g, void *dst, const void *src, uint64_t size);
-	/* Mapped bytes into host memory (NULL: the mapping is host memory, read in place). */
-	int (*read)(gmsfs *g, void *host, const void *src, uint64_t size);
+	/* Mapped bytes read into host memory (NULL: the mapping is host memory, read in
+	 * place), in order, on a queue of the caller's thread: read_queue starts a read into
+	 * one of the queue's slots (fewer than slots in flight), read_wait waits for a slot's. */
+	int (*reader_open)(gmsfs *g, int slots, void **reader);
+	int (*read_queue)(gmsfs *g, void *reader, int slot, void *host, const void *src, uint64_t size);
+	int (*read_wait)(gmsfs *g, void *reader, int slot);
+	void (*reader_close)(gmsfs *g, void *reader);
 	/* Host memory for read() to copy into fast (cuda: pinned), and its release. */
 	int (*host_alloc)(gmsfs *g, uint64_t size, void **p);
-	void (*host_free)(gmsfs *g, void *p);
+	void (*host_free)(gmsfs *g, void *p, uint64_t size);
 };
 extern const struct gm_backend gm_host_backend;
 #ifdef GMSFS_HAVE_CUDA

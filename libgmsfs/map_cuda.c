@@ -9,7 +9,9 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define CU_ERR(r) ((r) == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : (r) == CUDA_ERROR_INVALID_CONTEXT ? -ENXIO : -EIO)
 
@@ -182,21 +184,93 @@ static int cuda_copy(gmsfs *g, void *dst, const void *src, uint64_t size)
 	return r == CUDA_SUCCESS ? 0 : CU_ERR(r);
 }
 
-static int cuda_read(gmsfs *g, void *host, const void *src, uint64_t size)
+/* A stream of its own (the caller's default one may be busy) and an event per slot. */
+#define READ_SLOTS 8
+struct cuda_reader {
+	CUstream stream;
+	CUevent done[READ_SLOTS];
+};
+
+static void cuda_reader_close(gmsfs *g, void *reader)
 {
-	CUresult r = g->cu.cuMemcpyDtoH(host, (CUdeviceptr)(uintptr_t)src, size);
-	return r == CUDA_SUCCESS ? 0 : CU_ERR(r);
+	struct cuda_reader *r = reader;
+	if (!r)
+		return;
+	if (r->stream) {
+		g->cu.cuStreamSynchronize(r->stream); /* no read still writes into what the caller frees */
+		g->cu.cuStreamDestroy(r->stream);
+	}
+	for (int i = 0; i < READ_SLOTS; i++)
+		if (r->done[i])
+			g->cu.cuEventDestroy(r->done[i]);
+	free(r);
 }
+
+static int cuda_reader_open(gmsfs *g, int slots, void **reader)
+{
+	struct cuda_reader *r = calloc(1, sizeof *r);
+	if (!r || slots < 1 || slots > READ_SLOTS)
+		return free(r), r ? -EINVAL : -ENOMEM;
+	CUresult e = g->cu.cuStreamCreate(&r->stream, CU_STREAM_NON_BLOCKING);
+	for (int i = 0; !e && i < slots; i++)
+		e = g->cu.cuEventCreate(&r->done[i], CU_EVENT_DISABLE_TIMING);
+	if (e) {
+		cuda_reader_close(g, r);
+		return CU_ERR(e);
+	}
+	*reader = r;
+	return 0;
+}
+
+static int cuda_read_queue(gmsfs *g, void *reader, int slot, void *host, const void *src, uint64_t size)
+{
+	struct cuda_reader *r = reader;
+	CUresult e = g->cu.cuMemcpyDtoHAsync(host, (CUdeviceptr)(uintptr_t)src, size, r->stream);
+	if (!e)
+		e = g->cu.cuEventRecord(r->done[slot], r->stream);
+	return e == CUDA_SUCCESS ? 0 : CU_ERR(e);
+}
+
+static int cuda_read_wait(gmsfs *g, void *reader, int slot)
+{
+	CUresult e = g->cu.cuEventSynchronize(((struct cuda_reader *)reader)->done[slot]);
+	return e == CUDA_SUCCESS ? 0 : CU_ERR(e);
+}
+
+/* Pinned host memory for reads: huge pages where the kernel gives them, registered with
+ * the driver (fresh pages are faulted in and zeroed: 2 MiB ones ~3x faster than
+ * cuMemHostAlloc's 4 KiB ones, 128 MiB in ~25 ms against ~75 ms with its release on an
+ * H200's host); cuMemHostAlloc where registering is refused. */
+#define HUGE_PAGE (2ull << 20)
 
 static int cuda_host_alloc(gmsfs *g, uint64_t size, void **p)
 {
+	uint64_t len = (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+	char *m = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m != MAP_FAILED) {
+		char *at = (char *)(((uintptr_t)m + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+		if (at > m) /* aligned: huge pages need whole 2 MiB ranges */
+			munmap(m, (size_t)(at - m));
+		if (at + len < m + len + HUGE_PAGE)
+			munmap(at + len, (size_t)(m + len + HUGE_PAGE - (at + len)));
+		(void)madvise(at, len, MADV_HUGEPAGE);
+		if (g->cu.cuMemHostRegister(at, len, 0) == CUDA_SUCCESS) {
+			*p = at;
+			return 0;
+		}
+		munmap(at, len);
+	}
 	CUresult r = g->cu.cuMemHostAlloc(p, size, 0);
 	return r == CUDA_SUCCESS ? 0 : CU_ERR(r);
 }
 
-static void cuda_host_free(gmsfs *g, void *p)
+static void cuda_host_free(gmsfs *g, void *p, uint64_t size)
 {
-	if (p)
+	if (!p)
+		return;
+	if (g->cu.cuMemHostUnregister(p) == CUDA_SUCCESS)
+		munmap(p, (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
+	else
 		g->cu.cuMemFreeHost(p);
 }
 
@@ -217,7 +291,10 @@ const struct gm_backend gm_cuda_backend = {
 	.private_alloc = cuda_private_alloc,
 	.private_free = cuda_private_free,
 	.copy = cuda_copy,
-	.read = cuda_read,
+	.reader_open = cuda_reader_open,
+	.read_queue = cuda_read_queue,
+	.read_wait = cuda_read_wait,
+	.reader_close = cuda_reader_close,
 	.host_alloc = cuda_host_alloc,
 	.host_free = cuda_host_free,
 };

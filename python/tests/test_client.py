@@ -254,6 +254,31 @@ def test_the_c_allocator_carves_tensors_out_of_slabs(store):
         assert lib.gmsfs_torch_use(r._handle(), 0) == -errno.EPERM
 
 
+def test_digest_read_in_chunks_is_the_digest_in_place(store, monkeypatch):
+    """GPU memory is read a chunk at a time (32 MiB, four buffers round robin) while threads
+    hash the chunks before; GMSFS_DIGEST_COPY takes the host backend through that path: the
+    same hash as hashing in place, for allocations over many chunks and of odd sizes."""
+    sizes = {"a": (100 << 20) + 5, "b": 70 << 20, "c/d": 1, "e": (32 << 20) - 1}
+    with gmsfs.connect(store, "rw") as c:
+        for i, (name, size) in enumerate(sorted(sizes.items())):
+            m = c.create(name, size)
+            for off in range(0, size, 1 << 20):  # each MiB its own byte
+                ctypes.memset(m.ptr + off, (i * 7 + off // (1 << 20)) & 0xff, min(1 << 20, size - off))
+        c.commit()
+    with gmsfs.connect(store, "ro") as r:
+        in_place = r.digest()
+        monkeypatch.setenv("GMSFS_DIGEST_COPY", "1")
+        assert r.digest() == in_place
+    with gmsfs.connect(store, "data") as w:  # the last byte of "a", in its fourth chunk
+        w.import_all()
+        ctypes.memset(w.find("a").ptr + sizes["a"] - 1, 0xee, 1)
+        w.commit()
+    with gmsfs.connect(store, "ro") as r:
+        copied = r.digest()
+        monkeypatch.delenv("GMSFS_DIGEST_COPY")
+        assert r.digest() == copied != in_place
+
+
 def test_digest_is_a_readers_and_the_daemon_keeps_it_for_its_commit(store):
     """gmsfs.digest / Connection.digest (gmsfs(5), CONTENT HASH; 10-shell.bats checks the
     hash against the recipe's, from the mount's files): recorded, STORE/content_hash says

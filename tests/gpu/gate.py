@@ -19,8 +19,9 @@ docs/benchmarks.md's tables, with the machine and the date.
              of the ratios of pairs of runs by turns (a floor that moves between runs moves
              the import with it)
   switch     bench/switch.py: two models served by engines of their own, one allocation
-             each and 16 each: warm switches against the copy engines both ways at once,
-             the first against the warm ones, a publish on a full budget right after the
+             each and 16 each: warm switches against the copy engines both ways at once
+             into device memory made just before (as a switch's ins are, as the tier's
+             move back is measured), the first against the warm ones, a publish on a full budget right after the
              first model against a later one (1.2x each)
   tier       tests/gpu/tier_gpu.py ahead: moves to the host tier and back (0.9x pinned: out,
              the first, against pinned D2H; back against the driver loop of a move back,
@@ -30,6 +31,9 @@ docs/benchmarks.md's tables, with the machine and the date.
   pages      bench-pages: pages within a store's minimum (0.9x the raw driver loop)
   graphs     tests/gpu/graph_gpu.py: 8 CUDA graphs in a GraphPool (the largest shape alone)
   engines    tests/gpu/engines_gpu.py gate: 8 engines at once (the publisher + 1 s)
+  digest     tests/gpu/digest_gpu.py: a reader's content hash of a model against the pinned
+             device-to-host copy of its bytes (1.2x), by turns; and the GPU's hash the
+             host backend's for the same bytes
 
 Models are 16 GiB, or a fifth of a smaller device."""
 import datetime
@@ -156,6 +160,7 @@ def main():
         ("pages", [b("bench-pages"), "MOUNT/kv", "256"], 90, True, lambda m: os.mkdir(os.path.join(m.dir, "kv"))),
         ("graphs", [PY, "tests/gpu/graph_gpu.py", "MOUNT"], 150, True, None),
         ("engines", [PY, "tests/gpu/engines_gpu.py", "MOUNT", "gate"], 240, True, None),
+        ("digest", [PY, "tests/gpu/digest_gpu.py", BUILD], 120, False, None),
     ]
     only = os.environ.get("GMSFS_GATE_ONLY")  # a comma list of parts, to look at one again
     results, broken, took = [], [], {}
