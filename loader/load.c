@@ -1,8 +1,10 @@
-/* gmsfs-load [-q] [-v] [-t SECONDS] [--slab BYTES] STORE FILE.safetensors | DIR
+/* gmsfs-load [-q] [-v] [-t SECONDS] [--slab BYTES] [--replace] STORE FILE.safetensors | DIR
  *
  * One writer session: gmsfs_load (loadlib.c: every tensor of the checkpoint packed into
- * slabs, an entry "torch/NAME" per tensor), then commit.  Any error leaves the store at
- * its last commit.  On a terminal, progress; quiet otherwise.  See gmsfs-load(1). */
+ * slabs, an entry "torch/NAME" per tensor, the checkpoint's files in a note), then
+ * commit; a store that holds the checkpoint already is left as it is (no copy, no
+ * commit).  Any error leaves the store at its last commit.  On a terminal, progress;
+ * quiet otherwise.  See gmsfs-load(1). */
 #include "unheld.h"
 
 #include <gmsfs/gmsfs.h>
@@ -17,19 +19,24 @@
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: gmsfs-load [-q] [-v] [-t SECONDS] [--slab BYTES] STORE FILE.safetensors|DIR\n");
+	fprintf(stderr, "usage: gmsfs-load [-q] [-v] [-t SECONDS] [--slab BYTES] [--replace] STORE "
+		"FILE.safetensors|DIR\n");
 	return 2;
 }
 
 static int run(int argc, char **argv)
 {
 	unsigned flags = isatty(2) ? GMSFS_LOAD_PROGRESS : 0;
+	bool quiet = false;
 	uint64_t slab = GMSFS_TORCH_SLAB_BYTES;
 	int timeout_ms = 60000, i = 1;
 	for (; i < argc && argv[i][0] == '-'; i++) {
 		char *end;
 		if (!strcmp(argv[i], "-q")) {
 			flags &= ~GMSFS_LOAD_PROGRESS;
+			quiet = true;
+		} else if (!strcmp(argv[i], "--replace")) {
+			flags |= GMSFS_LOAD_REPLACE;
 		} else if (!strcmp(argv[i], "-v")) {
 			flags |= GMSFS_LOAD_VERBOSE;
 		} else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
@@ -58,9 +65,14 @@ static int run(int argc, char **argv)
 		snprintf(err, sizeof err, "%s", gmsfs_errmsg(NULL));
 	if (!e && (e = gmsfs_connect(&g, store, GMSFS_RW, timeout_ms)))
 		snprintf(err, sizeof err, "%s", g ? gmsfs_errmsg(g) : gmsfs_strerror(e));
-	if (!e && (e = gmsfs_load(g, path, &o)))
+	bool held = false;
+	if (!e && (e = gmsfs_load(g, path, &o)) == GMSFS_LOAD_HELD)
+		held = true, e = 0; /* the last commit stands: no new generation of the same bytes */
+	else if (e)
 		snprintf(err, sizeof err, "%s", gmsfs_errmsg(g));
-	if (!e && (e = gmsfs_commit(g)))
+	if (held && !quiet)
+		printf("%s holds %s already (the same files, sizes, times and inodes): nothing copied\n", store, path);
+	if (!e && !held && (e = gmsfs_commit(g)))
 		snprintf(err, sizeof err, "commit: %s", gmsfs_errmsg(g));
 	gmsfs_disconnect(g); /* without a commit: rolled back */
 	if (e) {

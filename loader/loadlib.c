@@ -42,6 +42,7 @@ struct job {
 	uint64_t bytes;
 	bool progress, verbose;
 	double t0, t_start, t_begin;
+	char *source;  /* the note GMSFS_LOAD_SOURCE_NOTE: the checkpoint's files */
 	char err[1024];
 };
 
@@ -89,6 +90,85 @@ static int open_files(struct job *j, const char *path)
 	free(names);
 	if (e == -ENOMEM)
 		snprintf(j->err, sizeof j->err, "out of memory");
+	return e;
+}
+
+static int by_path(const void *a, const void *b)
+{
+	return strcmp((*(const struct st_file *const *)a)->path, (*(const struct st_file *const *)b)->path);
+}
+
+/* The checkpoint's files as the source note says them: {"files": [{"name", "size",
+ * "mtime_ns", "ino"}, ...]}, by name (a file's name without its folder).  A file changed
+ * in place gets a new mtime; one replaced, a new inode. */
+static int source_of(struct job *j)
+{
+	const struct st_file **f = calloc(j->nfiles + 1, sizeof *f);
+	size_t len = 0;
+	FILE *out = f ? open_memstream(&j->source, &len) : NULL;
+	if (!out) {
+		free(f);
+		snprintf(j->err, sizeof j->err, "out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < j->nfiles; i++)
+		f[i] = &j->files[i];
+	qsort(f, j->nfiles, sizeof *f, by_path);
+	int e = 0;
+	fputs("{\"files\": [", out);
+	for (size_t i = 0; i < j->nfiles && !e; i++) {
+		struct stat s;
+		const char *slash = strrchr(f[i]->path, '/');
+		if (stat(f[i]->path, &s)) {
+			e = -errno;
+			snprintf(j->err, sizeof j->err, "%s: %s", f[i]->path, strerror(errno));
+			break;
+		}
+		fputs(i ? ", {\"name\": " : "{\"name\": ", out);
+		js_write_str(out, slash ? slash + 1 : f[i]->path);
+		fprintf(out, ", \"size\": %llu, \"mtime_ns\": %llu, \"ino\": %llu}", (unsigned long long)s.st_size,
+			(unsigned long long)s.st_mtim.tv_sec * 1000000000ull + (unsigned long long)s.st_mtim.tv_nsec,
+			(unsigned long long)s.st_ino);
+	}
+	fputs("]}", out);
+	if (fclose(out) && !e) {
+		snprintf(j->err, sizeof j->err, "out of memory");
+		e = -ENOMEM;
+	}
+	free(f);
+	return e;
+}
+
+/* A store whose last commit holds allocations: GMSFS_LOAD_HELD when its source note is
+ * this checkpoint's; with GMSFS_LOAD_REPLACE its allocations freed (their entries go with
+ * them) and 0; else -EEXIST, said. */
+static int held(struct job *j, gmsfs *g, bool replace)
+{
+	struct gmsfs_meta m = { 0 };
+	bool noted = !gmsfs_meta_get(g, GMSFS_LOAD_SOURCE_NOTE, &m);
+	bool same = noted && m.value_len == strlen(j->source) && !memcmp(m.value, j->source, m.value_len);
+	gmsfs_meta_free(&m);
+	if (same)
+		return GMSFS_LOAD_HELD;
+	if (!replace) {
+		snprintf(j->err, sizeof j->err, "%s holds allocations already, %s: load into an empty store, or replace "
+			 "them (gmsfs-load --replace)", j->store, noted ? "of another checkpoint, or of files changed "
+			 "since (its note " GMSFS_LOAD_SOURCE_NOTE " says which)" : "of no checkpoint gmsfs-load recorded");
+		return -EEXIST;
+	}
+	int e = gmsfs_import_all(g);
+	const struct gmsfs_mapping *list;
+	size_t n = e ? 0 : gmsfs_mappings(g, &list);
+	char **names = calloc(n + 1, sizeof *names);
+	for (size_t i = 0; !e && i < n; i++)
+		e = (names[i] = strdup(list[i].name)) ? 0 : -ENOMEM;
+	for (size_t i = 0; !e && i < n; i++) /* by name: the list changes as they go */
+		e = gmsfs_free_name(g, names[i]);
+	for (size_t i = 0; names && i < n; i++)
+		free(names[i]);
+	free(names);
+	if (e)
+		snprintf(j->err, sizeof j->err, "replacing what %s holds: %s", j->store, gmsfs_errmsg(g));
 	return e;
 }
 
@@ -216,7 +296,7 @@ static int load(struct job *j, gmsfs *g, struct cp *c)
 {
 	struct gmsfs_new *v = calloc(j->nslabs ? j->nslabs : 1, sizeof *v);
 	char (*names)[48] = calloc(j->nslabs ? j->nslabs : 1, sizeof *names);
-	struct gmsfs_entry *ent = calloc(j->n ? j->n : 1, sizeof *ent);
+	struct gmsfs_entry *ent = calloc(j->n + 1, sizeof *ent);
 	char **keys = calloc(j->n ? j->n : 1, sizeof *keys), **vals = calloc(j->n ? j->n : 1, sizeof *vals);
 	int e = v && names && ent && keys && vals ? 0 : -ENOMEM;
 	for (size_t i = 0; !e && i < j->nslabs; i++) {
@@ -254,7 +334,11 @@ static int load(struct job *j, gmsfs *g, struct cp *c)
 	if (j->progress && !e)
 		fputc('\n', stderr);
 	free(file);
-	if (!e && j->n && (e = gmsfs_meta_put_many(g, ent, j->n)))
+	size_t nent = j->n;
+	if (!e && j->nslabs) /* the checkpoint's files, beside its first slab */
+		ent[nent++] = (struct gmsfs_entry){ .key = GMSFS_LOAD_SOURCE_NOTE, .alloc = names[0], .flags = GMSFS_ENTRY_NOTE,
+						    .value = j->source, .value_len = strlen(j->source) };
+	if (!e && nent && (e = gmsfs_meta_put_many(g, ent, nent)))
 		snprintf(j->err, sizeof j->err, "%s", gmsfs_errmsg(g));
 	phase(j, "entries put");
 	for (size_t i = 0; keys && vals && i < j->n; i++) {
@@ -282,9 +366,9 @@ int gmsfs_load(gmsfs *g, const char *path, const struct gmsfs_load_options *opt)
 				    "(set .size, or start from GMSFS_LOAD_OPTIONS)", opt->size, sizeof o);
 	if (opt)
 		o = *opt;
-	if (!path || (o.flags & ~(GMSFS_LOAD_PROGRESS | GMSFS_LOAD_VERBOSE)))
-		return gmsfs_seterr(g, -EINVAL, "gmsfs_load: no path, or flags 0x%x (GMSFS_LOAD_PROGRESS and "
-				    "GMSFS_LOAD_VERBOSE are known)", o.flags);
+	if (!path || (o.flags & ~(GMSFS_LOAD_PROGRESS | GMSFS_LOAD_VERBOSE | GMSFS_LOAD_REPLACE)))
+		return gmsfs_seterr(g, -EINVAL, "gmsfs_load: no path, or flags 0x%x (GMSFS_LOAD_PROGRESS, "
+				    "GMSFS_LOAD_VERBOSE and GMSFS_LOAD_REPLACE are known)", o.flags);
 	if (o.slab_bytes && o.slab_bytes < GMSFS_TORCH_ALIGN)
 		return gmsfs_seterr(g, -EINVAL, "gmsfs_load: slabs of %llu bytes: at least %llu (GMSFS_TORCH_ALIGN), "
 				    "or 0 for %llu", (unsigned long long)o.slab_bytes,
@@ -297,15 +381,15 @@ int gmsfs_load(gmsfs *g, const char *path, const struct gmsfs_load_options *opt)
 	struct cp *c = NULL;
 	int e = open_files(&j, path);
 	if (!e)
+		e = source_of(&j);
+	if (!e)
 		e = place(&j, o.slab_bytes ? o.slab_bytes : GMSFS_TORCH_SLAB_BYTES);
 	phase(&j, "headers read and checked");
 	if (!e)
 		e = cp_open(j.store, &c, j.err, sizeof j.err);
 	phase(&j, "device opened (CUDA context)");
-	if (!e && sf_allocations(j.store) != 0) {
-		snprintf(j.err, sizeof j.err, "%s holds allocations already: load into an empty store", j.store);
-		e = -EEXIST;
-	}
+	if (!e && sf_allocations(j.store) != 0)
+		e = held(&j, g, o.flags & GMSFS_LOAD_REPLACE);
 	if (!e)
 		e = load(&j, g, c);
 	if (j.verbose)
@@ -316,6 +400,9 @@ int gmsfs_load(gmsfs *g, const char *path, const struct gmsfs_load_options *opt)
 	free(j.files);
 	free(j.p);
 	free(j.slab_size);
+	free(j.source);
+	if (e == GMSFS_LOAD_HELD)
+		return e;
 	return e ? gmsfs_seterr(g, e, "%s", j.err[0] ? j.err : gmsfs_strerror(e)) : 0;
 }
 

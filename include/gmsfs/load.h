@@ -14,13 +14,21 @@ extern "C" {
 
 #define GMSFS_LOAD_PROGRESS 1u /* bytes, rate and time left on stderr */
 #define GMSFS_LOAD_VERBOSE 2u  /* each phase's time on stderr */
+#define GMSFS_LOAD_REPLACE 4u  /* a store that holds another checkpoint: its layout freed first */
+
+/* gmsfs_load's answer when the store's last commit holds path already (its source note
+ * names the same files, sizes, modification times and inodes): nothing was done, and the
+ * caller should not commit (a commit would make a new generation of the same bytes). */
+#define GMSFS_LOAD_HELD 1
+/* The note (GMSFS_ENTRY_NOTE) in which gmsfs_load records a checkpoint's files. */
+#define GMSFS_LOAD_SOURCE_NOTE "%gmsfs.source"
 
 /* Each options struct and the report start with their size, which the caller sets (the
  * GMSFS_*_OPTIONS initializers do): a later libgmsfs-load with more fields still knows
  * what an older caller passed.  A size it does not know is -EINVAL. */
 struct gmsfs_load_options {
 	uint32_t size;       /* sizeof(struct gmsfs_load_options) */
-	uint32_t flags;      /* GMSFS_LOAD_PROGRESS | GMSFS_LOAD_VERBOSE */
+	uint32_t flags;      /* GMSFS_LOAD_PROGRESS | GMSFS_LOAD_VERBOSE | GMSFS_LOAD_REPLACE */
 	uint64_t slab_bytes; /* 0: GMSFS_TORCH_SLAB_BYTES; else at least GMSFS_TORCH_ALIGN */
 };
 #define GMSFS_LOAD_OPTIONS { sizeof(struct gmsfs_load_options), 0, 0 }
@@ -47,14 +55,18 @@ struct gmsfs_report {
 #define GMSFS_REPORT { sizeof(struct gmsfs_report), 0, 0, 0, 0, 0, "", "" }
 
 /* Load path (FILE.safetensors, or a folder with model.safetensors.index.json and its
- * shards, or with model.safetensors) into g, which holds the writer session of a store
- * with no allocations: every header checked before the store is touched, then slabs of
- * opt->slab_bytes with every tensor copied in, GMSFS_TORCH_ALIGN apart, and an entry per
- * tensor (gmsfs(5), "Tensors").  opt NULL: the defaults (GMSFS_LOAD_OPTIONS).  No commit: the caller
- * commits, or disconnects and nothing stays.  On cuda the store's GPU's primary context
- * is made current in the calling thread (the one PyTorch uses).  0 or -errno, the reason
- * in gmsfs_errmsg(g) (-EEXIST: the store holds allocations; -EPERM: g is not a writer's;
- * -EINVAL: an option). */
+ * shards, or with model.safetensors) into g, which holds the writer session of a store:
+ * every header checked before the store is touched, then slabs of opt->slab_bytes with
+ * every tensor copied in, GMSFS_TORCH_ALIGN apart, an entry per tensor (gmsfs(5),
+ * "Tensors"), and the note GMSFS_LOAD_SOURCE_NOTE naming the checkpoint's files (name,
+ * size, mtime_ns, ino: as make and rsync judge a file, without reading it).  A store whose
+ * last commit holds allocations: GMSFS_LOAD_HELD where its source note names the same
+ * files (nothing done); else -EEXIST, unless opt->flags has GMSFS_LOAD_REPLACE (its
+ * allocations freed in the session first).  opt NULL: the defaults (GMSFS_LOAD_OPTIONS).
+ * No commit: the caller commits, or disconnects and nothing stays.  On cuda the store's
+ * GPU's primary context is made current in the calling thread (the one PyTorch uses).  0,
+ * GMSFS_LOAD_HELD, or -errno, the reason in gmsfs_errmsg(g) (-EEXIST: the store holds
+ * another layout; -EPERM: g is not a writer's; -EINVAL: an option). */
 GMSFS_API int gmsfs_load(gmsfs *g, const char *path, const struct gmsfs_load_options *opt);
 
 /* Make the primary context of the GPU that serves store current in the calling thread

@@ -2,23 +2,84 @@
 store into an empty one on another mount (another GPU's); gmsfs.pull: a store that another
 node serves into an empty one here."""
 import ctypes
+import json
+import os
 import sys
 
 from . import _lib
 from ._errors import GmsfsError, _ms
 
 
-def load(conn, path, slab_bytes=0, progress=False, verbose=False):
+def load(conn, path, slab_bytes=0, progress=False, verbose=False, replace=False):
     """Load a safetensors checkpoint (a file, or a folder with its index and shards) into
-    conn, a writer's connection to a store with no allocations, at gmsfs-load's speed and
-    in this process (libgmsfs-load): slabs, every tensor copied in, an entry "torch/NAME"
-    per tensor (gmsfs(5), "Tensors").  No commit: the caller commits, or closes and nothing
-    stays.  Every header is checked before the store is touched."""
+    conn, a writer's connection, at gmsfs-load's speed and in this process (libgmsfs-load):
+    slabs, every tensor copied in, an entry "torch/NAME" per tensor (gmsfs(5), "Tensors"),
+    and the note "%gmsfs.source" naming the checkpoint's files.  Every header is checked
+    before the store is touched.  True when loaded: the caller commits, or closes and
+    nothing stays.  False when the store's last commit holds this checkpoint already (its
+    note names the same files, sizes, times and inodes): nothing done, nothing to commit.
+    A store that holds another layout: GmsfsError EEXIST, unless replace (its allocations
+    freed in the session first)."""
     lib = _lib.load_lib()
-    opt = _lib.sized(_lib.LoadOptions, flags=(1 if progress else 0) | (2 if verbose else 0), slab_bytes=slab_bytes)
+    flags = (1 if progress else 0) | (2 if verbose else 0) | (4 if replace else 0)
+    opt = _lib.sized(_lib.LoadOptions, flags=flags, slab_bytes=slab_bytes)
     e = lib.gmsfs_load(conn._handle(), str(path).encode(), ctypes.byref(opt))
-    if e:
+    if e < 0:
         raise GmsfsError(-e, "load %s into %s: %s" % (path, conn.store, _lib.side_errmsg(lib, conn._handle())))
+    return e == 0
+
+
+SOURCE_NOTE = "%gmsfs.source"
+
+
+def _checkpoint_files(path):
+    """The files gmsfs_load reads for path: a folder's index's shards, or its
+    model.safetensors, or the file itself."""
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        return [path]
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            return [os.path.join(path, n) for n in sorted(set(json.load(f)["weight_map"].values()))]
+    return [os.path.join(path, "model.safetensors")]
+
+
+def source(path):
+    """What gmsfs_load records of path in the note "%gmsfs.source": its files by name, each
+    with its size, modification time (ns) and inode."""
+    files = []
+    for p in _checkpoint_files(path):
+        st = os.stat(p)
+        files.append({"name": os.path.basename(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino})
+    return {"files": sorted(files, key=lambda f: f["name"])}
+
+
+def source_differs(conn, path):
+    """Why the layout conn holds is not path's checkpoint as gmsfs_load recorded it (its
+    source note names other files, or these files changed since), or None: the same, or
+    a layout with no source note (published otherwise: nothing to judge by)."""
+    try:
+        noted = json.loads(conn.meta_get(SOURCE_NOTE).value)
+    except KeyError:
+        return None
+    except ValueError as e:
+        return "its note %s is not gmsfs-load's (%s)" % (SOURCE_NOTE, e)
+    now = source(path)
+    if noted == now:
+        return None
+    files = noted.get("files") if isinstance(noted, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in files):
+        return "its note %s is not gmsfs-load's" % SOURCE_NOTE
+    was = {f["name"]: f for f in files}
+    for f in now["files"]:
+        old = was.pop(f["name"], None)
+        if old is None:
+            return "%s is not among the files it was loaded from" % f["name"]
+        for k in ("size", "mtime_ns", "ino"):
+            if old.get(k) != f[k]:
+                return "%s's %s was %s when it was loaded, is %s now" % (f["name"], k, old.get(k), f[k])
+    return "it was loaded from files this checkpoint lacks: %s" % ", ".join(sorted(was))
 
 
 def copy(src, dst, timeout=None):

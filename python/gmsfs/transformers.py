@@ -17,6 +17,7 @@ process whose recipe is the same views them, one whose recipe differs computes i
 The model comes back in eval mode, on the store's device, with the same logits, bit for
 bit, as transformers' from_pretrained of the folder.
 """
+import errno
 import hashlib
 import os
 
@@ -27,6 +28,7 @@ import gmsfs._torch_layout as _tl
 import gmsfs._torch_materialize as _tm
 
 from . import torch as gt
+from ._load import source_differs
 
 
 def _dtype_of(config, dtype):
@@ -96,14 +98,18 @@ def materialize(model, conn, made_from):
 
 
 def from_pretrained(store, path, *, model_class=None, dtype=None, timeout=None, read_only=False, config=None,
-                    **config_kwargs):
+                    expect=None, **config_kwargs):
     """A model of the checkpoint folder path, its weights in store (a directory of a gmsfs
     mount).  The first process loads path into the store and commits; every process then
     materializes the model from it.  model_class: an AutoModel class or a model class
     (default AutoModelForCausalLM); dtype: the model's (default: the checkpoint's);
     timeout: seconds to wait for the store (None: as long as it takes); read_only: never
     load (ENOENT at once if nothing is committed); config: a config object instead of
-    path's; config_kwargs go to AutoConfig.from_pretrained.  model._gmsfs is the store's
+    path's; expect: the content hash the store's bytes must have (gmsfs(5), CONTENT HASH;
+    a reader's: never loads; GmsfsError EIO for other bytes); config_kwargs go to
+    AutoConfig.from_pretrained.  A store that gmsfs.load filled from other files than
+    path's, or from path's files before they changed, is refused (GmsfsError ESTALE):
+    weights are never served for a checkpoint they are not.  model._gmsfs is the store's
     connection (it holds the read lock), model._gmsfs_published whether this process
     loaded."""
     import transformers
@@ -113,8 +119,16 @@ def from_pretrained(store, path, *, model_class=None, dtype=None, timeout=None, 
         config = transformers.AutoConfig.from_pretrained(path, **config_kwargs)
     model = build_meta(config, model_class, dtype)  # before the wait: an engine builds while one loads
     made_from = recipe(path, model, dtype, config_kwargs, given)
-    conn = gmsfs.connect(store, "ro" if read_only else "auto", 0 if read_only else timeout)
+    if expect is not None:
+        conn = gmsfs.connect(store, "ro", timeout, expect=expect)
+    else:
+        conn = gmsfs.connect(store, "ro" if read_only else "auto", 0 if read_only else timeout)
     published = conn.lock_mode == "rw"
+    why = None if published else source_differs(conn, path)
+    if why:
+        conn.close()
+        raise gmsfs.GmsfsError(errno.ESTALE, "%s holds other weights than %s: %s (gmsfs-load --replace %s %s "
+                               "loads it in their place)" % (store, path, why, store, path))
     if published:
         try:
             gmsfs.load(conn, path)

@@ -90,7 +90,7 @@ def test_load_materialize_save_round_trip(store, tmp_path):
     write_st(tmp_path / "model.safetensors", t)
     r = run(LOAD, store, str(tmp_path / "model.safetensors"))
     assert r.returncode == 0 and r.stderr == "", r.stderr  # quiet when not on a terminal
-    assert state(store)["state"] == "COMMITTED" and state(store)["entries"] == str(len(t))
+    assert state(store)["state"] == "COMMITTED" and state(store)["entries"] == str(len(t) + 1)  # and the source note
     m = Model()
     with gmsfs.connect(store, "ro") as c:
         gt.materialize(m, c)
@@ -188,12 +188,47 @@ def test_malformed_files_are_refused_and_change_nothing(store, tmp_path, what, r
 
 def test_a_store_with_allocations_is_refused(store, tmp_path):
     write_st(tmp_path / "m.safetensors", {"a": ("U8", np.arange(3, dtype=np.uint8))})
-    assert run(LOAD, store, str(tmp_path / "m.safetensors")).returncode == 0
+    with gmsfs.connect(store, "rw") as c:  # a layout of no checkpoint gmsfs-load recorded
+        c.create("x", 4096)
+        c.commit()
     r = run(LOAD, store, str(tmp_path / "m.safetensors"))
-    assert r.returncode == 1 and "holds allocations already" in r.stderr
+    assert r.returncode == 1 and "holds allocations already, of no checkpoint gmsfs-load recorded" in r.stderr
     r = run(LOAD, store, str(tmp_path / "none.safetensors"))
     assert r.returncode == 1 and "none.safetensors: No such file" in r.stderr
     assert run(LOAD, store).returncode == 2
+
+
+def test_the_same_checkpoint_again_copies_nothing_and_another_needs_replace(store, tmp_path):
+    """gmsfs-load records the checkpoint's files in the note %gmsfs.source (names, sizes,
+    times, inodes): the same checkpoint again is no copy and no commit; the file rewritten
+    in place with the same shapes (other bytes) is refused, then loaded with --replace."""
+    path = tmp_path / "m.safetensors"
+    write_st(path, {"a": ("U8", np.arange(3, dtype=np.uint8)), "b": ("F32", np.ones(4, dtype=np.float32))})
+    assert run(LOAD, store, str(path)).returncode == 0
+    source = json.loads(open(os.path.join(store, "meta", "%gmsfs.source"), "rb").read())
+    st = os.stat(path)
+    assert source == {"files": [{"name": "m.safetensors", "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                                 "ino": st.st_ino}]}
+    before = state(store)
+    r = run(LOAD, store, str(path))
+    assert r.returncode == 0 and "nothing copied" in r.stdout, r.stderr
+    assert run(LOAD, "-q", store, str(path)).stdout == ""
+    assert state(store)["generation"] == before["generation"] and state(store)["state"] == "COMMITTED"
+
+    write_st(path, {"a": ("U8", np.arange(7, 10, dtype=np.uint8)), "b": ("F32", np.ones(4, dtype=np.float32))})
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # the same shapes: only its time tells
+    r = run(LOAD, store, str(path))
+    assert r.returncode == 1 and "of another checkpoint, or of files changed since" in r.stderr, r.stderr
+    assert state(store)["generation"] == before["generation"]
+    r = run(LOAD, "--replace", store, str(path))
+    assert r.returncode == 0, r.stderr
+    assert int(state(store)["generation"]) == int(before["generation"]) + 1
+    with gmsfs.connect(store, "ro") as c:
+        c.import_all()
+        e = c.meta_get("torch/a")
+        assert ctypes.string_at(e.ptr, 3) == bytes([7, 8, 9])
+        assert [m.name for m in c.mappings] == ["torch/load00000"]
+    assert run(LOAD, store, str(path)).stdout.endswith("nothing copied\n")
 
 
 SNAP = os.path.join(BUILD, "gmsfs-snapshot")
@@ -567,7 +602,22 @@ def test_transformers_readers_view_the_loaders_buffers_when_their_recipe_is_the_
     assert not other._gmsfs.find_ptr(other.rotary.inv_freq.data_ptr()), "another recipe: its own"
     assert torch.allclose(other.rotary.inv_freq, 1.0 / (500.0 ** (torch.arange(0, 8, 2).float() / 8)))
     assert other._gmsfs.find_ptr(other.proj.weight.data_ptr())
-    for m in (loader, same, other):
+    # By its bytes: the content hash asked for is given; other bytes are refused.
+    h = gmsfs.digest(store)
+    by_hash = gtf.from_pretrained(store, str(folder), expect=h)
+    assert not by_hash._gmsfs_published and torch.equal(by_hash.proj.weight, loader.proj.weight)
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gtf.from_pretrained(store, str(folder), expect="0" * 32)
+    assert e.value.errno == errno.EIO
+    # The checkpoint rewritten in place (the same shapes): the store's weights are not its.
+    files = gmsfs._load._checkpoint_files(str(folder))
+    st = os.stat(files[0])
+    os.utime(files[0], ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gtf.from_pretrained(store, str(folder))
+    assert e.value.errno == errno.ESTALE and "holds other weights than" in str(e.value)
+    assert "mtime_ns was %d when it was loaded" % st.st_mtime_ns in str(e.value)
+    for m in (loader, same, other, by_hash):
         m._gmsfs.close()
 
 
@@ -601,12 +651,25 @@ def test_load_in_this_process_at_gmsfs_loads_speed_then_commit(store, tmp_path):
             bad = tmp_path / "bad.safetensors"
             write_st(bad, model_tensors(3), raw=lambda d: d[:-5])
             gmsfs.load(c, bad)
-        gmsfs.load(c, f)
+        assert gmsfs.load(c, f) is True
         c.commit()
     m = gt.materialize(Model(), store)
     for name, (dt, a) in model_tensors(3).items():
         got = dict(m.named_parameters(), **dict(m.named_buffers()))[name]
         assert np.array_equal(got.numpy(), a), name
+    m._gmsfs.close()
+    with gmsfs.connect(store, "rw") as c:  # held already: nothing done, nothing to commit
+        assert gmsfs.load(c, f) is False
+        other = tmp_path / "other.safetensors"
+        write_st(other, model_tensors(4))
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            gmsfs.load(c, other)
+        assert e.value.errno == errno.EEXIST and "of another checkpoint" in str(e.value)
+        assert gmsfs.load(c, other, replace=True) is True
+        c.commit()
+    assert state(store)["generation"] == "2"
+    m = gt.materialize(Model(), store)
+    assert np.array_equal(m.embed.weight.detach().numpy(), model_tensors(4)["embed.weight"][1])
     m._gmsfs.close()
 
 
@@ -628,7 +691,7 @@ def test_gmsfs_load_checks_its_options_and_says_why_in_the_handles_words(store, 
         bad.size = 4
         assert load(c, bad) == ("EINVAL", "gmsfs_load: options of 4 bytes: this libgmsfs-load knows 16 (set .size, "
                                 "or start from GMSFS_LOAD_OPTIONS)")
-        assert load(c, _lib.sized(_lib.LoadOptions, flags=4))[1].startswith("gmsfs_load: no path, or flags 0x4")
+        assert load(c, _lib.sized(_lib.LoadOptions, flags=8))[1].startswith("gmsfs_load: no path, or flags 0x8")
         assert load(c, _lib.sized(_lib.LoadOptions, slab_bytes=100))[1].startswith("gmsfs_load: slabs of 100 bytes")
         assert state(store)["allocations"] == "0"
         assert load(c, None) == (0, "")
