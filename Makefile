@@ -52,7 +52,7 @@ UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-session $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
-LOADER_SRC := loader/json.c loader/layout_hash.c loader/safetensors.c loader/copy.c loader/copy_save.c loader/peer.c loader/gms_format.c loader/snap.c loader/store_files.c
+LOADER_SRC := loader/json.c loader/layout_hash.c loader/safetensors.c loader/copy.c loader/copy_save.c loader/peer.c loader/gms_format.c loader/snap.c loader/snap_save.c loader/store_files.c
 LOAD_SONAME := libgmsfs-load.so.1
 # gmsfs-peer (serve and pull stores between nodes) is built where UCX is (libucx-dev).
 UCX_CFLAGS := $(shell $(PKG_CONFIG) --cflags ucx 2>/dev/null)

@@ -46,7 +46,7 @@ struct digest_job {
 	const char **at;          /* a piece's bytes where they are mapped */
 	uint64_t *len;
 	size_t *chunk;            /* the chunk a piece is in */
-	XXH128_canonical_t *out;  /* its hash */
+	XXH64_canonical_t *out;   /* its hash: XXH3-64, canonical (big-endian) */
 	const char **chunk_at;    /* a chunk's first byte, mapped */
 	uint64_t *chunk_len;
 	size_t *chunk_pieces;
@@ -88,7 +88,7 @@ static void *hash_pieces(void *arg)
 	struct digest_job *j = arg;
 	const char *bytes;
 	for (size_t k; (k = atomic_fetch_add(&j->next, 1)) < j->npieces && piece_ready(j, k, &bytes);) {
-		XXH128_canonicalFromHash(&j->out[k], XXH3_128bits(bytes, j->len[k]));
+		XXH64_canonicalFromHash(&j->out[k], XXH3_64bits(bytes, j->len[k]));
 		size_t c = j->chunk[k];
 		/* Its buffer free for the chunk DIGEST_BUFS on: the reader told, if it waits
 		 * (seq_cst both ways: it sees this count, or this sees it wait). */
@@ -236,8 +236,9 @@ static int job_plan(gmsfs *g, const struct gmsfs_mapping *const *order, size_t n
 	return 0;
 }
 
-/* Every allocation's digest into digests[i]: XXH3-128 over the canonical XXH3-128 of each
- * DIGEST_PIECE of its bytes (the last piece shorter). */
+/* Every allocation's digest into digests[i]: XXH3-128 over the canonical XXH3-64 of each
+ * DIGEST_PIECE of its bytes (the last piece shorter): the pieces' hashes gmsfs-snapshot
+ * keeps, so that a snapshot's save and restore know the content hash with no second pass. */
 static int hash_all(gmsfs *g, const struct gmsfs_mapping *const *order, size_t n, XXH3_state_t *st,
 		    uint8_t (*digests)[GMSFS_HASH_LEN])
 {

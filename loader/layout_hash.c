@@ -95,3 +95,64 @@ int lh_of(const struct gmsfs_new *nv, size_t na, const struct gmsfs_entry *ev, s
 	free(ia), free(ie);
 	return 0;
 }
+
+/* An allocation's digest (gmsfs(5), CONTENT HASH): XXH3-128 over its pieces' XXH3-64s in
+ * canonical (big-endian) form. */
+static void alloc_digest(const uint64_t *pieces, size_t n, XXH3_state_t *st, uint8_t out[16])
+{
+	XXH3_128bits_reset(st);
+	for (size_t i = 0; i < n; i++) {
+		XXH64_canonical_t c;
+		XXH64_canonicalFromHash(&c, pieces[i]);
+		XXH3_128bits_update(st, c.digest, sizeof c.digest);
+	}
+	XXH128_canonical_t c;
+	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+	memcpy(out, c.digest, 16);
+}
+
+static const char *const *sort_names;
+
+static int by_name_at(const void *a, const void *b)
+{
+	return strcmp(sort_names[*(const size_t *)a], sort_names[*(const size_t *)b]);
+}
+
+int lh_content_of(const char *layout, const char *const *names, const uint64_t *sizes, uint64_t *const *pieces,
+		  size_t n, char hex[33])
+{
+	uint8_t lh[16], d[16];
+	for (int i = 0; i < 16; i++) {
+		unsigned v;
+		if (!layout || sscanf(layout + 2 * i, "%2x", &v) != 1)
+			return -EINVAL;
+		lh[i] = (uint8_t)v;
+	}
+	XXH3_state_t *st = XXH3_createState(), *one = XXH3_createState();
+	size_t *ia = calloc(n + 1, sizeof *ia);
+	if (!st || !one || !ia) {
+		XXH3_freeState(st), XXH3_freeState(one), free(ia);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		ia[i] = i;
+	sort_names = names; /* the loader hashes from one thread */
+	qsort(ia, n, sizeof *ia, by_name_at);
+	XXH3_128bits_reset(st);
+	XXH3_128bits_update(st, "GMSFSCH1", 8);
+	XXH3_128bits_update(st, lh, 16);
+	put_u64(st, n);
+	for (size_t k = 0; k < n; k++) {
+		size_t i = ia[k];
+		put_str(st, names[i]);
+		put_u64(st, sizes[i]);
+		alloc_digest(pieces[i], (size_t)((sizes[i] + LH_PIECE - 1) / LH_PIECE), one, d);
+		XXH3_128bits_update(st, d, 16);
+	}
+	XXH128_canonical_t c;
+	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+	for (int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", c.digest[i]);
+	XXH3_freeState(st), XXH3_freeState(one), free(ia);
+	return 0;
+}

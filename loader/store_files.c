@@ -1,6 +1,8 @@
 /* store_files: see store_files.h. */
 #include "store_files.h"
 
+#include <gmsfs/abi.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -9,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 /* A text file of the mount read by a thread of its own, given SF_READ_MS: a daemon that
@@ -157,4 +160,11 @@ FILE *sf_fcreate(const char *path)
 	else if (!f)
 		close(fd);
 	return f;
+}
+
+int sf_set_content_hash(const char *store, unsigned long long gen, const char *hex)
+{
+	char value[64];
+	snprintf(value, sizeof value, "%llu %s", gen, hex);
+	return setxattr(store, GMSFS_XATTR_CONTENT, value, strlen(value), 0) ? -errno : 0;
 }

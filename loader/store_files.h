@@ -13,6 +13,9 @@
 int sf_field(const char *store, const char *name, const char *key, char *out, size_t len);
 /* The layout's allocations as STORE/state counts them, or -1. */
 long sf_allocations(const char *store);
+/* The daemon told that commit gen's bytes have the content hash hex (user.gms.content_hash,
+ * gmsfs(5) CONTENT HASH; needs write permission on the store).  0 or -errno. */
+int sf_set_content_hash(const char *store, unsigned long long gen, const char *hex);
 
 /* A snapshot holds a model's bytes: a folder it makes is its owner's alone (0700), and
  * its files are readable by whom their folder lets in, nobody else (the folder's mode

@@ -162,10 +162,11 @@ build_vector() {
 assert s["content_hash"] == sys.argv[2], s' "$MNT/status.json" "$h"
 	# The recipe of gmsfs(5), from the mount's files, split and xxhsum (b is 3 pieces of 2 MiB).
 	unhex() { "$PYTHON" -c 'import sys; sys.stdout.buffer.write(bytes.fromhex(sys.stdin.read().split()[0]))'; }
-	digest_of() { # an allocation's: the hash of its 2 MiB pieces' hashes
+	digest_of() { # an allocation's: the XXH3-128 of its 2 MiB pieces' XXH3-64s
 		rm -rf "$BATS_TEST_TMPDIR/p" && mkdir "$BATS_TEST_TMPDIR/p"
 		split -b 2M "$1" "$BATS_TEST_TMPDIR/p/piece."
-		for p in "$BATS_TEST_TMPDIR"/p/piece.*; do xxhsum -H2 "$p" | unhex; done | xxhsum -H2 | unhex
+		for p in "$BATS_TEST_TMPDIR"/p/piece.*; do xxhsum -H3 "$p" | sed 's/.* //; s/^XXH3_//' | unhex; done |
+			xxhsum -H2 | unhex
 	}
 	recipe=$( {
 		printf GMSFSCH1

@@ -292,6 +292,31 @@ def test_snapshot_restores_the_same_layout_hash(store, tmp_path):
         assert (e.private, e.value, e.size) == (True, b"\x00\xff\x10", 4)
     r = run(SNAP, "restore", other, str(snap))  # not into a store with a layout
     assert r.returncode == 1 and "holds allocations already" in r.stderr
+    # The content hash, from the pieces the copies hashed as they passed: recorded in the
+    # manifest, told to the daemon on both sides, the one gmsfs_digest computes.
+    assert man["content_hash"] == gmsfs.content_hash(store) == gmsfs.content_hash(other)
+    assert gmsfs.digest(other, record=False) == man["content_hash"]
+
+
+def test_a_snapshot_without_a_content_hash_restores_and_tells_it(store, tmp_path):
+    """A manifest of a save before the content hash restores, its hash told all the same;
+    one whose content_hash is edited (every allocation's bytes as saved) or not hex is
+    refused, nothing restored."""
+    snapshot_source(store)
+    snap = tmp_path / "snap"
+    assert run(SNAP, "save", store, str(snap)).returncode == 0
+    text = (snap / "manifest.json").read_text()
+    man = json.loads(text)
+    h = man["content_hash"]
+    target = empty_store(store, "t")
+    for bad, why in [(h[:31] + ("0" if h[31] != "0" else "1"), "edited or damaged, nothing restored"),
+                     ("xyz", "content_hash is not 32 hex digits")]:
+        (snap / "manifest.json").write_text(text.replace('"content_hash": "%s"' % h, '"content_hash": "%s"' % bad))
+        refused_and_untouched(target, run(SNAP, "restore", target, str(snap)), why)
+    (snap / "manifest.json").write_text(text.replace('"content_hash": "%s", ' % h, ""))
+    r = run(SNAP, "restore", target, str(snap))
+    assert r.returncode == 0, r.stderr
+    assert gmsfs.content_hash(target) == h
 
 
 def test_copy_threads_bound_the_shards_and_a_bad_count_is_refused(store, tmp_path):
