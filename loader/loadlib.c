@@ -98,9 +98,9 @@ static int by_path(const void *a, const void *b)
 	return strcmp((*(const struct st_file *const *)a)->path, (*(const struct st_file *const *)b)->path);
 }
 
-/* The checkpoint's files as the source note says them: {"files": [{"name", "size",
- * "mtime_ns", "ino"}, ...]}, by name (a file's name without its folder).  A file changed
- * in place gets a new mtime; one replaced, a new inode. */
+/* The checkpoint's files as the source note says them: [{"name", "size", "mtime_ns",
+ * "ino"}, ...], by name (a file's name without its folder).  A file changed in place gets
+ * a new mtime; one replaced, a new inode. */
 static int source_of(struct job *j)
 {
 	const struct st_file **f = calloc(j->nfiles + 1, sizeof *f);
@@ -115,7 +115,7 @@ static int source_of(struct job *j)
 		f[i] = &j->files[i];
 	qsort(f, j->nfiles, sizeof *f, by_path);
 	int e = 0;
-	fputs("{\"files\": [", out);
+	fputc('[', out);
 	for (size_t i = 0; i < j->nfiles && !e; i++) {
 		struct stat s;
 		const char *slash = strrchr(f[i]->path, '/');
@@ -130,7 +130,7 @@ static int source_of(struct job *j)
 			(unsigned long long)s.st_mtim.tv_sec * 1000000000ull + (unsigned long long)s.st_mtim.tv_nsec,
 			(unsigned long long)s.st_ino);
 	}
-	fputs("]}", out);
+	fputc(']', out);
 	if (fclose(out) && !e) {
 		snprintf(j->err, sizeof j->err, "out of memory");
 		e = -ENOMEM;
@@ -139,21 +139,34 @@ static int source_of(struct job *j)
 	return e;
 }
 
+/* The source note of a load committed as generation gen: {"generation", "files"}.  A
+ * later commit (a refit in place, a version flipped to) moves the generation past it:
+ * the bytes may not be the files' any more. */
+static char *note_of(const struct job *j, uint64_t gen)
+{
+	char *v = NULL;
+	return asprintf(&v, "{\"generation\": %llu, \"files\": %s}", (unsigned long long)gen, j->source) < 0 ? NULL : v;
+}
+
 /* A store whose last commit holds allocations: GMSFS_LOAD_HELD when its source note is
- * this checkpoint's; with GMSFS_LOAD_REPLACE its allocations freed (their entries go with
- * them) and 0; else -EEXIST, said. */
+ * this checkpoint's, of that commit, and the store is not torn; with GMSFS_LOAD_REPLACE
+ * its allocations freed (their entries go with them) and 0; else -EEXIST, said. */
 static int held(struct job *j, gmsfs *g, bool replace)
 {
 	struct gmsfs_meta m = { 0 };
+	char torn[8] = "", *want = note_of(j, gmsfs_generation(g));
 	bool noted = !gmsfs_meta_get(g, GMSFS_LOAD_SOURCE_NOTE, &m);
-	bool same = noted && m.value_len == strlen(j->source) && !memcmp(m.value, j->source, m.value_len);
+	bool same = noted && want && m.value_len == strlen(want) && !memcmp(m.value, want, m.value_len) &&
+		    !sf_field(j->store, "state", "torn", torn, sizeof torn) && !strcmp(torn, "0");
 	gmsfs_meta_free(&m);
+	free(want);
 	if (same)
 		return GMSFS_LOAD_HELD;
 	if (!replace) {
 		snprintf(j->err, sizeof j->err, "%s holds allocations already, %s: load into an empty store, or replace "
-			 "them (gmsfs-load --replace)", j->store, noted ? "of another checkpoint, or of files changed "
-			 "since (its note " GMSFS_LOAD_SOURCE_NOTE " says which)" : "of no checkpoint gmsfs-load recorded");
+			 "them (gmsfs-load --replace)", j->store, noted ? "of another checkpoint, of files changed "
+			 "since, or committed again since (its note " GMSFS_LOAD_SOURCE_NOTE " says which)"
+							    : "of no checkpoint gmsfs-load recorded");
 		return -EEXIST;
 	}
 	int e = gmsfs_import_all(g);
@@ -335,12 +348,16 @@ static int load(struct job *j, gmsfs *g, struct cp *c)
 		fputc('\n', stderr);
 	free(file);
 	size_t nent = j->n;
-	if (!e && j->nslabs) /* the checkpoint's files, beside its first slab */
+	char *note = NULL; /* the checkpoint's files, beside its first slab, of the commit to come */
+	if (!e && j->nslabs && !(note = note_of(j, gmsfs_generation(g) + 1)))
+		e = -ENOMEM;
+	if (!e && j->nslabs)
 		ent[nent++] = (struct gmsfs_entry){ .key = GMSFS_LOAD_SOURCE_NOTE, .alloc = names[0], .flags = GMSFS_ENTRY_NOTE,
-						    .value = j->source, .value_len = strlen(j->source) };
+						    .value = note, .value_len = strlen(note) };
 	if (!e && nent && (e = gmsfs_meta_put_many(g, ent, nent)))
 		snprintf(j->err, sizeof j->err, "%s", gmsfs_errmsg(g));
 	phase(j, "entries put");
+	free(note);
 	for (size_t i = 0; keys && vals && i < j->n; i++) {
 		free(keys[i]);
 		free(vals[i]);

@@ -16,9 +16,10 @@ extern "C" {
 #define GMSFS_LOAD_VERBOSE 2u  /* each phase's time on stderr */
 #define GMSFS_LOAD_REPLACE 4u  /* a store that holds another checkpoint: its layout freed first */
 
-/* gmsfs_load's answer when the store's last commit holds path already (its source note
- * names the same files, sizes, modification times and inodes): nothing was done, and the
- * caller should not commit (a commit would make a new generation of the same bytes). */
+/* gmsfs_load's answer when the store's last commit holds path already (its source note is
+ * of that commit and names the same files, sizes, modification times and inodes): nothing
+ * was done, and the caller should not commit (a commit would make a new generation of the
+ * same bytes). */
 #define GMSFS_LOAD_HELD 1
 /* The note (GMSFS_ENTRY_NOTE) in which gmsfs_load records a checkpoint's files. */
 #define GMSFS_LOAD_SOURCE_NOTE "%gmsfs.source"
@@ -58,11 +59,12 @@ struct gmsfs_report {
  * shards, or with model.safetensors) into g, which holds the writer session of a store:
  * every header checked before the store is touched, then slabs of opt->slab_bytes with
  * every tensor copied in, GMSFS_TORCH_ALIGN apart, an entry per tensor (gmsfs(5),
- * "Tensors"), and the note GMSFS_LOAD_SOURCE_NOTE naming the checkpoint's files (name,
- * size, mtime_ns, ino: as make and rsync judge a file, without reading it).  A store whose
- * last commit holds allocations: GMSFS_LOAD_HELD where its source note names the same
- * files (nothing done); else -EEXIST, unless opt->flags has GMSFS_LOAD_REPLACE (its
- * allocations freed in the session first).  opt NULL: the defaults (GMSFS_LOAD_OPTIONS).
+ * "Tensors"), and the note GMSFS_LOAD_SOURCE_NOTE naming the commit to come and the
+ * checkpoint's files (name, size, mtime_ns, ino: as make and rsync judge a file, without
+ * reading it).  A store whose last commit holds allocations: GMSFS_LOAD_HELD where its
+ * source note is of that commit and names the same files, and the store is not torn
+ * (nothing done); else -EEXIST, unless opt->flags has GMSFS_LOAD_REPLACE (its allocations
+ * freed in the session first).  opt NULL: the defaults (GMSFS_LOAD_OPTIONS).
  * No commit: the caller commits, or disconnects and nothing stays.  On cuda the store's
  * GPU's primary context is made current in the calling thread (the one PyTorch uses).  0,
  * GMSFS_LOAD_HELD, or -errno, the reason in gmsfs_errmsg(g) (-EEXIST: the store holds

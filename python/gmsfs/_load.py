@@ -46,33 +46,38 @@ def _checkpoint_files(path):
 
 
 def source(path):
-    """What gmsfs_load records of path in the note "%gmsfs.source": its files by name, each
-    with its size, modification time (ns) and inode."""
+    """The files gmsfs_load records of path in the note "%gmsfs.source" (beside the
+    generation its commit got): by name, each with its size, modification time (ns) and
+    inode."""
     files = []
     for p in _checkpoint_files(path):
         st = os.stat(p)
         files.append({"name": os.path.basename(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino})
-    return {"files": sorted(files, key=lambda f: f["name"])}
+    return sorted(files, key=lambda f: f["name"])
 
 
 def source_differs(conn, path):
     """Why the layout conn holds is not path's checkpoint as gmsfs_load recorded it (its
-    source note names other files, or these files changed since), or None: the same, or
-    a layout with no source note (published otherwise: nothing to judge by)."""
+    source note names other files, these files changed since, or the store was committed
+    again since: a refit, a version flipped to), or None: the same, or a layout with no
+    source note (published otherwise: nothing to judge by)."""
     try:
         noted = json.loads(conn.meta_get(SOURCE_NOTE).value)
     except KeyError:
         return None
     except ValueError as e:
         return "its note %s is not gmsfs-load's (%s)" % (SOURCE_NOTE, e)
-    now = source(path)
-    if noted == now:
-        return None
     files = noted.get("files") if isinstance(noted, dict) else None
     if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in files):
         return "its note %s is not gmsfs-load's" % SOURCE_NOTE
+    if noted.get("generation") != conn.generation:
+        return "it was loaded as commit %s and committed again since (commit %d now)" % (noted.get("generation"),
+                                                                                           conn.generation)
+    now = source(path)
+    if files == now:
+        return None
     was = {f["name"]: f for f in files}
-    for f in now["files"]:
+    for f in now:
         old = was.pop(f["name"], None)
         if old is None:
             return "%s is not among the files it was loaded from" % f["name"]

@@ -207,8 +207,8 @@ def test_the_same_checkpoint_again_copies_nothing_and_another_needs_replace(stor
     assert run(LOAD, store, str(path)).returncode == 0
     source = json.loads(open(os.path.join(store, "meta", "%gmsfs.source"), "rb").read())
     st = os.stat(path)
-    assert source == {"files": [{"name": "m.safetensors", "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                                 "ino": st.st_ino}]}
+    assert source == {"generation": 1, "files": [{"name": "m.safetensors", "size": st.st_size,
+                                                  "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}]}
     before = state(store)
     r = run(LOAD, store, str(path))
     assert r.returncode == 0 and "nothing copied" in r.stdout, r.stderr
@@ -218,7 +218,7 @@ def test_the_same_checkpoint_again_copies_nothing_and_another_needs_replace(stor
     write_st(path, {"a": ("U8", np.arange(7, 10, dtype=np.uint8)), "b": ("F32", np.ones(4, dtype=np.float32))})
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # the same shapes: only its time tells
     r = run(LOAD, store, str(path))
-    assert r.returncode == 1 and "of another checkpoint, or of files changed since" in r.stderr, r.stderr
+    assert r.returncode == 1 and "of another checkpoint, of files changed since" in r.stderr, r.stderr
     assert state(store)["generation"] == before["generation"]
     r = run(LOAD, "--replace", store, str(path))
     assert r.returncode == 0, r.stderr
@@ -228,6 +228,16 @@ def test_the_same_checkpoint_again_copies_nothing_and_another_needs_replace(stor
         e = c.meta_get("torch/a")
         assert ctypes.string_at(e.ptr, 3) == bytes([7, 8, 9])
         assert [m.name for m in c.mappings] == ["torch/load00000"]
+    assert run(LOAD, store, str(path)).stdout.endswith("nothing copied\n")
+    # Committed again since (a data-only writer's change in place, as a refit): not the
+    # checkpoint's bytes any more, whatever the files say.
+    with gmsfs.connect(store, "data") as w:
+        w.import_all()
+        ctypes.memset(w.meta_get("torch/a").ptr, 0, 1)
+        w.commit()
+    r = run(LOAD, store, str(path))
+    assert r.returncode == 1 and "or committed again since" in r.stderr, r.stderr
+    assert run(LOAD, "-q", "--replace", store, str(path)).returncode == 0
     assert run(LOAD, store, str(path)).stdout.endswith("nothing copied\n")
 
 
@@ -644,6 +654,13 @@ def test_transformers_readers_view_the_loaders_buffers_when_their_recipe_is_the_
     assert "mtime_ns was %d when it was loaded" % st.st_mtime_ns in str(e.value)
     for m in (loader, same, other, by_hash):
         m._gmsfs.close()
+    os.utime(files[0], ns=(st.st_atime_ns, st.st_mtime_ns))  # the files as loaded; the store committed again
+    assert gtf.from_pretrained(store, str(folder))._gmsfs.close() is None
+    with gmsfs.connect(store, "data") as w:
+        w.commit()
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gtf.from_pretrained(store, str(folder))
+    assert e.value.errno == errno.ESTALE and "committed again since" in str(e.value)
 
 
 def test_shapes_and_dtypes_are_checked_before_the_module_is_touched(store, tmp_path):
