@@ -64,32 +64,11 @@ int content_xattr_get(const struct store *st, char *buf, size_t size)
 	return snprintf(buf, size, "%llu %s", (unsigned long long)st->content.generation, hex);
 }
 
-static int hex_digit(char c)
-{
-	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 int content_xattr_set(struct store *st, const char *value, size_t size)
 {
-	char text[64];
 	uint8_t h[GMSFS_HASH_LEN];
-	if (size && value[size - 1] == '\n')
-		size--;
-	bool ok = size > 2 * GMSFS_HASH_LEN + 1 && size < sizeof text && !memchr(value, '\0', size);
-	if (ok) {
-		memcpy(text, value, size);
-		text[size] = '\0';
-	}
-	const char *hex = ok ? strchr(text, ' ') : NULL;
-	char *end = NULL;
-	unsigned long long gen = hex && text[0] >= '0' && text[0] <= '9' ? strtoull(text, &end, 10) : 0;
-	ok = hex && end == hex && strlen(hex + 1) == 2 * GMSFS_HASH_LEN;
-	for (int i = 0; ok && i < GMSFS_HASH_LEN; i++) {
-		int a = hex_digit(hex[1 + 2 * i]), b = hex_digit(hex[2 + 2 * i]);
-		ok = a >= 0 && b >= 0;
-		h[i] = ok ? (uint8_t)(a << 4 | b) : 0; /* no shift of a bad digit's -1 */
-	}
-	if (!ok) {
+	uint64_t gen = 0;
+	if (meta_content_parse(value, size, &gen, h)) {
 		store_error(st, "%s: \"GENERATION HEX\" (the commit it was computed on, then 32 lowercase hex digits)",
 			    GMSFS_XATTR_CONTENT);
 		return -EINVAL;
@@ -97,7 +76,7 @@ int content_xattr_set(struct store *st, const char *value, size_t size)
 	const struct fsm *f = &store_lock(st)->fsm;
 	if (!f->committed || gen != f->generation) {
 		store_error(st, "%s: computed on generation %llu, the store's is %llu: compute it again", GMSFS_XATTR_CONTENT,
-			    gen, (unsigned long long)f->generation);
+			    (unsigned long long)gen, (unsigned long long)f->generation);
 		return -ESTALE;
 	}
 	if (f->torn) {

@@ -165,3 +165,35 @@ int meta_layout_hash(struct meta_store *s, uint8_t out[GMSFS_HASH_LEN])
 	items_free(&entries);
 	return 0;
 }
+
+static int hex_digit(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int meta_content_parse(const char *value, size_t size, uint64_t *gen, uint8_t hash[GMSFS_HASH_LEN])
+{
+	char text[64];
+	if (size && value[size - 1] == '\n')
+		size--;
+	if (size <= 2 * GMSFS_HASH_LEN + 1 || size >= sizeof text || memchr(value, '\0', size))
+		return -EINVAL;
+	memcpy(text, value, size);
+	text[size] = '\0';
+	const char *hex = strchr(text, ' ');
+	char *end = NULL;
+	if (!hex || text[0] < '0' || text[0] > '9')
+		return -EINVAL;
+	errno = 0;
+	unsigned long long g = strtoull(text, &end, 10);
+	if (end != hex || errno || strlen(hex + 1) != 2 * GMSFS_HASH_LEN)
+		return -EINVAL;
+	for (int i = 0; i < GMSFS_HASH_LEN; i++) {
+		int a = hex_digit(hex[1 + 2 * i]), b = hex_digit(hex[2 + 2 * i]);
+		if (a < 0 || b < 0) /* no shift of a bad digit's -1 */
+			return -EINVAL;
+		hash[i] = (uint8_t)(a << 4 | b);
+	}
+	*gen = g;
+	return 0;
+}

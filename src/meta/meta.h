@@ -157,6 +157,10 @@ const char *meta_hash_hex(const struct meta_store *s);
 bool meta_hash(const struct meta_store *s, uint8_t out[GMSFS_HASH_LEN]);
 /* Hash of the live layout (what a commit would publish), into 16 bytes. */
 int meta_layout_hash(struct meta_store *s, uint8_t out[GMSFS_HASH_LEN]);
+/* user.gms.content_hash's value, "GENERATION HEX" (a newline at its end allowed: the
+ * commit it was computed on, then 32 lowercase hex digits), into *gen and hash: 0, or
+ * -EINVAL for anything else (untrusted input: fuzzed). */
+int meta_content_parse(const char *value, size_t size, uint64_t *gen, uint8_t hash[GMSFS_HASH_LEN]);
 
 struct meta_stats { uint64_t allocations, entries, bytes, aligned_bytes; };
 void meta_stats(const struct meta_store *s, struct meta_stats *out);

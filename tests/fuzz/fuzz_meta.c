@@ -1,5 +1,6 @@
 /* libFuzzer target: every input parser of a store (names, allocation paths,
- * offsets, extents, the private flag, tags, value writes, batches of entries)
+ * offsets, extents, the private flag, tags, value writes, batches of entries, the
+ * content hash's attribute: what it takes, written again, reads back the same)
  * driven by arbitrary bytes, removals, then commit and rollback.  Invariants: no crash, no leak, a refused call
  * changes nothing, a committed hash survives any rollback.  The nodes a and e stay (the loop points at them). */
 #include "../../src/meta/meta.h"
@@ -39,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct meta_node *n;
 		const char *one[1] = { buf };
 		uint8_t d0[16], d1[16];
-		switch (op % 14) {
+		switch (op % 15) {
 		case 0:
 			if (meta_entry_set_offset(e, buf, len) && e->offset != before)
 				abort();
@@ -87,6 +88,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					abort();
 			}
 			break;
+		case 14: {
+			uint64_t g, g2;
+			uint8_t h[16], h2[16];
+			char again[64];
+			if (meta_content_parse(buf, len, &g, h))
+				break;
+			int at = snprintf(again, sizeof again, "%llu ", (unsigned long long)g);
+			for (int k = 0; k < 16; k++)
+				at += snprintf(again + at, sizeof again - (size_t)at, "%02x", h[k]);
+			if (meta_content_parse(again, (size_t)at, &g2, h2) || g2 != g || memcmp(h, h2, 16))
+				abort();
+			break;
+		}
 		case 7:
 			meta_rollback(s);
 			if (strcmp(hash, meta_hash_hex(s)))
