@@ -68,7 +68,7 @@ static int run(int argc, char **argv)
 	bool held = false;
 	if (!e && (e = gmsfs_load(g, path, &o)) == GMSFS_LOAD_HELD)
 		held = true, e = 0; /* the last commit stands: no new generation of the same bytes */
-	else if (e)
+	else if (e && !err[0])
 		snprintf(err, sizeof err, "%s", gmsfs_errmsg(g));
 	if (held && !quiet)
 		printf("%s holds %s already (the same files, sizes, times and inodes): nothing copied\n", store, path);
