@@ -176,6 +176,8 @@ struct gmsfs {
 	struct gmsfs_space *spaces; /* every space made, freed ones too (space.c) */
 	gmsfs_pages *pages;         /* every pages range made, freed ones too (pages.c) */
 	uint64_t pages_min;         /* the store's minimum (user.gms.min): pages within it stay here */
+	char *tie;                  /* the weights its pages are computed with (tie.c), put at each keep */
+	bool untied;                /* a tie taken back: the next keep deletes its note */
 	char err[1024];
 };
 

@@ -7,6 +7,7 @@
  * records read back.  A page's bytes are as trustworthy as its record says: the engine
  * clears a record (a keep) before it writes a page again. */
 #include "pages_held.h"
+#include "tie.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -156,6 +157,8 @@ int gmsfs_pages_keep(gmsfs_pages *p, const struct gmsfs_page_record *rec, size_t
 		e = pg_give_back_held(g, 0); /* a kept layout names pages by index: a held one has none */
 	for (size_t at = 0; !e && at < u.n; at += PUT_BATCH)
 		e = gmsfs_meta_put_many(g, u.v + at, u.n - at < PUT_BATCH ? u.n - at : PUT_BATCH);
+	if (!e) /* the weights the pages are computed with, where the engine said */
+		e = tie_put(g, u.n ? u.v[0].alloc : NULL);
 	if (!e)
 		e = gmsfs_commit_layout(g); /* the kernels that wrote what the records vouch for first */
 	if (!e) {

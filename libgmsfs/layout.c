@@ -156,6 +156,7 @@ void gmsfs_disconnect(gmsfs *g)
 #ifdef GMSFS_HAVE_CUDA
 	cu_unload(&g->cu);
 #endif
+	free(g->tie);
 	free(g->dir);
 	free(g);
 }

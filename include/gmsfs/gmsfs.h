@@ -372,6 +372,17 @@ GMSFS_API int gmsfs_pages_adopt(gmsfs *g, uint64_t span, uint64_t page_size, gms
 GMSFS_API int gmsfs_pages_record(const gmsfs_pages *p, uint64_t idx, const void **data, size_t *len);
 /* The range's name (its entries are meta/pages/NAME/INDEX). */
 GMSFS_API const char *gmsfs_pages_name(const gmsfs_pages *p);
+/* KV tied to the weights that made it (libgmsfs(3), KEPT).  gmsfs_pages_tie: the pages of
+ * g (a writer's handle of a KV store) are computed with the weights weights holds (a
+ * handle of the weights store, with its read lock: the store, its commit, the content
+ * hash where the daemon knows it); each later gmsfs_pages_keep records it in the note
+ * GMSFS_PAGES_WEIGHTS_NOTE (NULL: untied, the next keep removes it).  Call it again after
+ * the engine flips or remaps to other weights.  gmsfs_pages_tied: before adopting, whether
+ * the store's kept pages were computed with weights: 0; -ESTALE (other weights, both
+ * named in gmsfs_errmsg(g)); -ENOENT (kept without a tie: nothing says). */
+#define GMSFS_PAGES_WEIGHTS_NOTE "%gmsfs.weights"
+GMSFS_API int gmsfs_pages_tie(gmsfs *g, gmsfs *weights);
+GMSFS_API int gmsfs_pages_tied(gmsfs *g, gmsfs *weights);
 
 /* ---- a memory pool for CUDA graphs: N captured shapes in the memory of the largest ---- */
 /* Graphs captured for different shapes never run at the same time (an engine replays one

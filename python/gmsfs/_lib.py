@@ -149,6 +149,8 @@ _protos = {
                                          ctypes.POINTER(ctypes.c_uint64)]),
     "gmsfs_pages_record": (ctypes.c_int, [_P, ctypes.c_uint64, ctypes.POINTER(_P), ctypes.POINTER(ctypes.c_size_t)]),
     "gmsfs_pages_name": (ctypes.c_char_p, [_P]),
+    "gmsfs_pages_tie": (ctypes.c_int, [_P, _P]),
+    "gmsfs_pages_tied": (ctypes.c_int, [_P, _P]),
     "gmsfs_graph_use": (ctypes.c_int, [_P, ctypes.c_uint64, ctypes.c_uint64]),
     "gmsfs_graph_begin": (ctypes.c_int, []),
     "gmsfs_graph_alloc": (_P, [ctypes.c_ssize_t, ctypes.c_int, _P]),

@@ -81,6 +81,7 @@ class Pages(_Range):
         else:
             conn._check(_c.gmsfs_pages_reserve(conn._handle(), span, page_size, ctypes.byref(self._r)), "pages reserve")
         self.adopted = n.value
+        self.stale = None  # adopt(stale="mark"): why the adopted pages' records were cleared
         self.base = _c.gmsfs_pages_base(self._r)
         self.page_size = _c.gmsfs_pages_size(self._r)
         self.count = _c.gmsfs_pages_count(self._r)
@@ -116,11 +117,40 @@ class Pages(_Range):
         return n.value
 
     @classmethod
-    def adopt(cls, conn, span, page_size=0):
+    def adopt(cls, conn, span, page_size=0, weights=None, stale="refuse"):
         """The pages of the first range the store kept (that this connection holds none
         of), at the same indices of a new range of span bytes, bytes and records as the dead
-        writer left them; an empty range where none was kept.  The session is kept from now."""
-        return cls(conn, span, page_size, adopt=True)
+        writer left them; an empty range where none was kept.  The session is kept from now.
+
+        weights: the Connection of the weights this engine serves (a reader's).  The pages
+        were kept with the weights that computed them (tie()): where those were other
+        weights, or nothing says, stale="refuse" raises GmsfsError (ESTALE, or ENOENT),
+        nothing adopted; stale="mark" adopts them with every record cleared (kept so: no
+        page is trusted, the engine refills them), and .stale says why.  Either way the
+        pages are tied to weights from then on."""
+        if stale not in ("refuse", "mark"):
+            raise ValueError("stale: 'refuse' or 'mark', not %r" % (stale,))
+        why = None
+        if weights is not None:
+            e = _c.gmsfs_pages_tied(conn._handle(), weights._handle())
+            if e and (stale == "refuse" or e not in (-_errno.ESTALE, -_errno.ENOENT)):
+                conn._check(e, "pages adopt")
+            why = _c.gmsfs_errmsg(conn._handle()).decode(errors="replace") if e else None
+        pages = cls(conn, span, page_size, adopt=True)
+        pages.stale = why
+        if weights is not None:
+            pages.tie(weights)
+        if why and pages.adopted:
+            pages.keep({i: b"" for i in pages.records()})  # nothing they say is trusted
+        return pages
+
+    def tie(self, weights):
+        """The pages are computed with the weights weights (a reader's Connection of the
+        weights store) holds: each keep records them (the store, its commit, its content
+        hash), so that an adopter serving other weights is refused them.  None: untied.
+        Call it again after flipping or remapping to other weights."""
+        self._conn._check(_c.gmsfs_pages_tie(self._conn._handle(), weights._handle() if weights is not None
+                                             else None), "pages tie")
 
     @property
     def name(self):

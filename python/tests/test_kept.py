@@ -102,6 +102,64 @@ p.unmap([5])           # after the keep: back again
     assert used(clean) == 0, "a dropped cache's pages come back"
 
 
+def weights_store(mnt, name, byte):
+    """A committed weights store of one 1 MiB allocation full of byte."""
+    w = os.path.join(mnt, name)
+    os.mkdir(w)
+    with gmsfs.connect(w, "rw") as c:
+        ctypes.memset(c.create("w", MiB).ptr, byte, MiB)
+        c.commit()
+    return w
+
+
+def test_kv_is_tied_to_the_weights_that_made_it(clean):
+    """An engine ties its KV pages to its weights (Pages.tie): each keep records the store,
+    its commit and content hash.  An adopter serving the same weights takes the pages; one
+    serving other weights (another store, or the same store committed again: a refit) is
+    refused them (ESTALE), or adopts them with every record cleared (stale="mark"); pages
+    kept with no tie are refused to an adopter that says its weights (ENOENT)."""
+    a, b = weights_store(clean, "wa", 1), weights_store(clean, "wb", 2)
+    gmsfs.digest(a)  # its content hash known too: part of what the pages record
+    kv = os.path.join(clean, "kv")
+    os.mkdir(kv)
+    engine(kv, "w = gmsfs.connect(%r, 'ro')\np = gmsfs.Pages(c, 8 * MiB, MiB)\np.tie(w)\np.map([0, 1])\n"
+               "p.keep({0: b'seq 1', 1: b'seq 2'})\n" % a)
+    note = open(os.path.join(kv, "meta", "%gmsfs.weights")).read()
+    assert "store %s\n" % os.path.realpath(a) in note and "content_hash %s\n" % gmsfs.content_hash(a) in note
+    with gmsfs.connect(kv, "rw") as c, gmsfs.connect(b, "ro") as wb:
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            gmsfs.Pages.adopt(c, 8 * MiB, weights=wb)
+        assert e.value.errno == errno.ESTALE and "computed with the weights of %s" % os.path.realpath(a) in str(e.value)
+        assert state(kv)["kept"] == 0, "refused: nothing adopted"
+    with gmsfs.connect(kv, "rw") as c, gmsfs.connect(a, "ro") as wa:
+        p = gmsfs.Pages.adopt(c, 8 * MiB, weights=wa)
+        assert p.adopted == 2 and p.stale is None and p.records() == {0: b"seq 1", 1: b"seq 2"}
+        p.keep()  # tied to a still: the next adopter checks against it
+    with gmsfs.connect(a, "data") as w:  # a refit in place: the same store, a new commit
+        w.import_all()
+        ctypes.memset(w.find("w").ptr, 9, 1)
+        w.commit()
+    with gmsfs.connect(kv, "rw") as c, gmsfs.connect(a, "ro") as wa:
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            gmsfs.Pages.adopt(c, 8 * MiB, weights=wa)
+        assert e.value.errno == errno.ESTALE
+        p = gmsfs.Pages.adopt(c, 8 * MiB, weights=wa, stale="mark")
+        assert p.adopted == 2 and "other weights" in p.stale and p.records() == {0: None, 1: None}
+    with gmsfs.connect(kv, "rw") as c, gmsfs.connect(a, "ro") as wa:  # cleared and tied anew: the same weights
+        p = gmsfs.Pages.adopt(c, 8 * MiB, weights=wa)
+        assert p.stale is None and p.records() == {0: None, 1: None}
+        p.tie(None)
+        p.keep()
+    assert not os.path.exists(os.path.join(kv, "meta", "%gmsfs.weights"))
+    with gmsfs.connect(kv, "rw") as c, gmsfs.connect(a, "ro") as wa:
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            gmsfs.Pages.adopt(c, 8 * MiB, weights=wa)
+        assert e.value.errno == errno.ENOENT and "without gmsfs_pages_tie" in str(e.value)
+        with pytest.raises(ValueError):
+            gmsfs.Pages.adopt(c, 8 * MiB, weights=wa, stale="maybe")
+        assert gmsfs.Pages.adopt(c, 8 * MiB).adopted == 2, "no weights said: adopted as before"
+
+
 def test_a_page_allocator_over_adopted_pages(clean):
     """PageAllocator over an adopted cache: its pages mapped, their blocks free until the
     engine claims those its index names; alloc maps new pages past them."""
