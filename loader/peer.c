@@ -131,6 +131,21 @@ static int layout_of(const struct gmsfs_mapping *v, size_t na, char **keys, cons
 	return 0;
 }
 
+/* What the copy moved, into out: allocations, bytes and, copied, the bytes' own time (what
+ * a peer copy of them costs the driver) after how the bytes went. */
+static void report(struct gmsfs_report *out, const struct gmsfs_mapping *v, size_t na, bool copied)
+{
+	uint64_t bytes = 0;
+	for (size_t i = 0; copied && i < na; i++)
+		bytes += v[i].size;
+	out->allocations = na;
+	out->bytes = bytes;
+	size_t said = strlen(out->how);
+	if (copied && said < sizeof out->how)
+		snprintf(out->how + said, sizeof out->how - said, "; %llu bytes in %.4f s", (unsigned long long)bytes,
+			 out->bytes_seconds);
+}
+
 static int copy_store(const char *src, const char *dst, int timeout_ms, struct gmsfs_report *out, char *err,
 		      size_t errlen)
 {
@@ -159,6 +174,8 @@ static int copy_store(const char *src, const char *dst, int timeout_ms, struct g
 	if (!e && ((e = gmsfs_import_all(gs)) || (e = gmsfs_meta_get_all(gs, "", &keys, &m, &ne)) ||
 		   (e = gmsfs_layout_hash(gs, hash))))
 		snprintf(err, errlen, "%s: %s", src, gmsfs_errmsg(gs));
+	char content[33]; /* the source's, where its daemon knows it for the commit read: the bytes copied are it */
+	bool known = !e && !sf_content_hash(src, gmsfs_generation(gs), content);
 	if (!e)
 		na = gmsfs_mappings(gs, &v);
 	if (!e)
@@ -181,15 +198,7 @@ static int copy_store(const char *src, const char *dst, int timeout_ms, struct g
 	if (!e)
 		e = copy_bytes(from, to, ptrs, v, na, gmsfs_backend(gs), gmsfs_backend(gd), how, howlen, err, errlen);
 	out->bytes_seconds = clock_since_s(&t0);
-	uint64_t bytes = 0;
-	for (size_t i = 0; !e && i < na; i++)
-		bytes += v[i].size;
-	out->allocations = na;
-	out->bytes = bytes;
-	size_t said = strlen(how);
-	if (!e && said < howlen) /* the bytes' own time: what a peer copy of them costs the driver */
-		snprintf(how + said, howlen - said, "; %llu bytes in %.4f s", (unsigned long long)bytes,
-			 out->bytes_seconds);
+	report(out, v, na, !e);
 	free(ptrs);
 	if (!e && ne && (e = gmsfs_meta_put_many(gd, ev, ne)))
 		snprintf(err, errlen, "%s: %s", dst, gmsfs_errmsg(gd));
@@ -201,11 +210,14 @@ static int copy_store(const char *src, const char *dst, int timeout_ms, struct g
 		e = -EIO, snprintf(err, errlen, "copied, but %s's layout hash is %s, not the source's %s", dst, got, hash);
 	if (!e)
 		memcpy(out->layout_hash, got, sizeof got);
+	uint64_t gen = e ? 0 : gmsfs_generation(gd);
 	free(nv);
 	free(ev);
 	if (keys)
 		gmsfs_meta_free_all(keys, m, ne);
 	gmsfs_disconnect(gd); /* without a commit: the target's session rolls back */
+	if (!e && known) /* once its session is over; a refusal leaves it unknown */
+		sf_set_content_hash(dst, gen, content);
 	gmsfs_disconnect(gs);
 	cp_close(to);
 	cp_close(from);

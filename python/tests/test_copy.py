@@ -67,6 +67,24 @@ def test_gmsfs_copy_fills_an_empty_store_with_the_same_layout(pair):
     assert "host memory" in how and state(dst)["state"] == "COMMITTED" and same(src, dst)
 
 
+def test_a_copy_carries_the_content_hash_its_source_knows(pair, mount, second):
+    """A source whose daemon knows its content hash: the target is known by it after the
+    copy (the same bytes), the value gmsfs_digest computes from the target's own bytes; a
+    source whose hash is not known leaves the target's unknown, never guessed."""
+    src, dst = pair
+    h = gmsfs.digest(src)
+    gmsfs.copy(src, dst, timeout=10)
+    assert gmsfs.content_hash(dst) == h == gmsfs.digest(dst, record=False)
+    other = os.path.join(second, "copy-dst2")
+    os.mkdir(other)
+    try:
+        os.removexattr(src, "user.gms.content_hash")
+        gmsfs.copy(src, other, timeout=10)
+        assert gmsfs.content_hash(other) is None and gmsfs.digest(other, record=False) == h
+    finally:
+        os.rmdir(other)
+
+
 def test_gmsfs_copy_reports_what_it_did_and_checks_its_options(pair):
     """The C call as a C program makes it: an options struct and a report, each with its
     size; a wrong size, a flag or a reserved field is EINVAL with words in
