@@ -65,7 +65,7 @@ static void fill_hello(msgpack_packer *p, const void *arg)
 static void fill_layout(msgpack_packer *p, const void *arg)
 {
 	const struct nw_layout *l = arg;
-	msgpack_pack_map(p, l->error ? 2 : 5);
+	msgpack_pack_map(p, l->error ? 2 : l->content[0] ? 6 : 5);
 	pack_key(p, "error");
 	msgpack_pack_int32(p, l->error);
 	if (l->error) {
@@ -75,6 +75,10 @@ static void fill_layout(msgpack_packer *p, const void *arg)
 	}
 	pack_key(p, "hash");
 	pack_str(p, l->hash);
+	if (l->content[0]) { /* optional: a puller before it ignores it */
+		pack_key(p, "content");
+		pack_str(p, l->content);
+	}
 	pack_key(p, "stripes");
 	msgpack_pack_uint32(p, l->stripes);
 	pack_key(p, "allocs");
@@ -301,6 +305,13 @@ int nw_parse_layout(const void *buf, size_t len, struct nw_layout *l, char *why,
 			e = bad(why, whylen, "layout: hash: 32 hex digits");
 		else
 			memcpy(l->hash, s, 33);
+		const msgpack_object *c = field(m, "content"); /* optional: a server before it sends none */
+		char *cs = NULL;
+		if (!e && c && (get_str(c, 32, &cs) || strlen(cs) != 32 || strspn(cs, "0123456789abcdef") != 32))
+			e = bad(why, whylen, "layout: content: 32 hex digits");
+		else if (!e && c)
+			memcpy(l->content, cs, 33);
+		free(cs);
 		uint64_t n = 0;
 		if (!e && (get_u64(field(m, "stripes"), NW_STRIPES_MAX, &n) || !n))
 			e = bad(why, whylen, "layout: stripes: 1 to %d", NW_STRIPES_MAX);

@@ -48,6 +48,8 @@ struct nw_layout {
 	int error;       /* 0, or the errno of the refusal */
 	char why[512];   /* its words */
 	char hash[33];   /* the layout hash, 32 hex digits */
+	char content[33]; /* the content hash where the server's daemon knows it for the commit
+			   * served, 32 hex digits; "" (and no key sent) otherwise */
 	struct nw_alloc *allocs;
 	size_t nallocs;
 	struct nw_entry *entries;

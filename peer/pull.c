@@ -90,12 +90,10 @@ static struct pl_piece *pieces(const struct nw_segment *s, size_t nseg, uint64_t
 }
 
 /* A host-backend target's piece: received in place (PL_PIECE), or into a half of its
- * stripe's bounce buffer (PL_BOUNCE) and copied into place by the lane.  The bounce adds a
- * copy a byte and lands the socket's copy in memory the caches hold, not in fresh pages:
- * on a 16-core H200 machine a 4 GiB pull took 1.59 s with it, 2.02-2.08 s in place (2 MiB
- * halves 1.67 s, 32 MiB 2.04 s); on a 2-core VM, where the copies are what the cores
- * spend, 512 MiB took 1.90 s with it and 1.47 s in place.  So it is taken where the
- * machine has PL_BOUNCE_CPUS cores or more, unless GMSFS_PEER_BOUNCE says (0 or 1). */
+ * stripe's bounce buffer (PL_BOUNCE) and copied into place by the lane: a copy more a byte,
+ * the socket's landing in cached memory, not fresh pages (16-core H200 host, 4 GiB: 1.59 s
+ * with it, 2.02-2.08 s in place; 2-core VM, 512 MiB: 1.90 s with it, 1.47 s in place).  So
+ * it is taken with PL_BOUNCE_CPUS cores or more, unless GMSFS_PEER_BOUNCE says (0 or 1). */
 #define PL_PIECE (32ull << 20)
 #define PL_BOUNCE (8ull << 20)
 #define PL_BOUNCE_CPUS 8
@@ -511,6 +509,13 @@ static int recv_stripes(struct nt_conn **c, uint32_t wanted, const char *url, co
 	return e;
 }
 
+/* An entry of the peer's layout as gmsfs_meta_put_many takes it (its strings the layout's). */
+static struct gmsfs_entry entry_of(const struct nw_entry *x)
+{
+	return (struct gmsfs_entry){ .key = x->key, .alloc = x->alloc, .offset = x->offset, .size = x->size,
+				     .flags = x->flags, .value = x->value, .value_len = x->value_len };
+}
+
 int pl_pull(const char *url, const char *store, const uint8_t *token, size_t token_len, int timeout_ms,
 	    uint32_t stripes, bool progress, struct gmsfs_report *out, char *err, size_t errlen)
 {
@@ -561,10 +566,7 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 	}
 	moved = clock_since_s(&t0) - ready;
 	for (size_t i = 0; !e && i < l.nentries; i++)
-		ev[i] = (struct gmsfs_entry){ .key = l.entries[i].key, .alloc = l.entries[i].alloc,
-					      .offset = l.entries[i].offset, .size = l.entries[i].size,
-					      .flags = l.entries[i].flags, .value = l.entries[i].value,
-					      .value_len = l.entries[i].value_len };
+		ev[i] = entry_of(&l.entries[i]);
 	if (!e && l.nentries && (e = gmsfs_meta_put_many(g, ev, l.nentries)))
 		snprintf(err, errlen, "%s: %s", store, gmsfs_errmsg(g));
 	if (!e && (e = gmsfs_commit(g)))
@@ -573,6 +575,7 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 		snprintf(err, errlen, "%s: %s", store, gmsfs_errmsg(g));
 	if (!e && strcmp(got, l.hash))
 		e = -EIO, snprintf(err, errlen, "pulled, but %s's layout hash is %s, not the peer's %s", store, got, l.hash);
+	uint64_t gen = e ? 0 : gmsfs_generation(g); /* every byte checked against the peer's: its content hash is ours */
 	if (!e) {
 		out->allocations = l.nallocs;
 		out->bytes = total;
@@ -590,6 +593,8 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 	nw_layout_free(&l);
 	nt_close(c);
 	gmsfs_disconnect(g); /* without a commit: the session rolls back */
+	if (!e && l.content[0]) /* once the session is over; a refusal leaves it unknown */
+		sf_set_content_hash(store, gen, l.content);
 	cp_close(cp);
 	return e;
 }

@@ -142,13 +142,18 @@ same_store() { # SRC DST: layout hash, every allocation's bytes, every entry
 	cmp "$BATS_TEST_TMPDIR/ma" "$BATS_TEST_TMPDIR/mb"
 }
 
-@test "a store pulled across the veth is the served one: bytes, entries, layout hash; the server says so" {
+@test "a store pulled across the veth is the served one: bytes, entries, layout hash, content hash; the server says so" {
 	mkdir "$B/m"
+	run "$ROOT/tools/gmsfsctl" digest "$A/m" # known to the server's daemon: the puller's is told it
+	assert_success
 	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/m" "$B/m" --token "$TOKEN" -t 5
 	assert_success
 	assert_output --partial "5 allocations"
 	state_is "$B/m" COMMITTED
 	same_store "$A/m" "$B/m"
+	assert_equal "$(cat "$B/m/content_hash")" "$(cat "$A/m/content_hash")"
+	run "$ROOT/tools/gmsfsctl" digest "$B/m" --no-record # and it is the pulled bytes' own
+	assert_equal "${output%% *}" "$(cat "$A/m/content_hash")"
 	# The server's thread logs once its last send is gone: the pull may be done before.
 	wait_until grep -q "sent m (5 allocations" "$BATS_FILE_TMPDIR/serve.$PORT.log"
 	state_is "$A/m" COMMITTED # the server's read lock went with its connection
