@@ -254,6 +254,16 @@ class Reader:
         self.p.wait(20)
 
 
+def unmount(mnt, daemon):
+    """mnt unmounted, then its daemon's end waited for.  umount answers EBUSY while the
+    kernel still releases the files of a client that just ended: tried again until it
+    takes (20 s at most)."""
+    end = time.monotonic() + 20
+    while subprocess.run(["umount", mnt], capture_output=True).returncode and time.monotonic() < end:
+        time.sleep(0.05)
+    daemon.wait(20)
+
+
 def serve(mnt, options):
     """A daemon of the build on mnt (gmsfs -f -o OPTIONS), its log beside it; once mounted."""
     with open(mnt + ".log", "a") as log:
@@ -331,8 +341,7 @@ def test_a_reader_mapped_across_a_restart_keeps_its_bytes(mnt, manager, tmp_path
     if how == "sigkill":
         manager.kill(signal.SIGTERM)
     else:
-        subprocess.run(["umount", mnt])
-        daemon.wait(20)
+        unmount(mnt, daemon)
 
 
 def test_a_reader_that_ends_gives_its_kept_lock_back(mnt, manager, tmp_path):
@@ -413,8 +422,7 @@ def test_a_waiting_open_is_granted_once_room_comes(mnt):
     assert waiter.communicate(timeout=20)[0].strip() == str(128 * KiB)
     assert time.monotonic() - t0 < 15
     assert read_all(a)[0] == va
-    subprocess.run(["umount", mnt])
-    daemon.wait(20)
+    unmount(mnt, daemon)
 
 
 def test_a_timed_wait_for_a_store_that_cannot_come_back_says_why(mnt):
@@ -434,8 +442,7 @@ def test_a_timed_wait_for_a_store_that_cannot_come_back_says_why(mnt):
     assert "b holds" in str(e.value) and "in use" in str(e.value), str(e.value)
     assert 1.4 < time.monotonic() - t0 < 10
     rb.end()
-    subprocess.run(["umount", mnt])
-    daemon.wait(20)
+    unmount(mnt, daemon)
 
 
 # ---- takeover: a live gmsfs mount only, with its options ----
@@ -456,8 +463,7 @@ def test_takeover_of_a_copy_of_a_mount_is_refused(mnt, tmp_path):
             assert (" %s tmpfs " % fake) in f.read()  # and the tmpfs stays where it was
     finally:
         subprocess.run(["umount", str(fake)])
-    subprocess.run(["umount", mnt])
-    daemon.wait(20)
+    unmount(mnt, daemon)
 
 
 def test_takeover_keeps_the_old_daemons_options(mnt, tmp_path):
@@ -477,8 +483,7 @@ def test_takeover_keeps_the_old_daemons_options(mnt, tmp_path):
     new2, old2 = takeover(mnt, "max_bytes=128M")
     assert until(lambda: ended(old2))
     assert read_fields(os.path.join(mnt, "device"))["total_bytes"] == str(128 << 20)
-    subprocess.run(["umount", mnt])
-    new2.wait(20)
+    unmount(mnt, new2)
 
 
 def test_a_takeover_that_rolls_back_a_writer_that_only_read_keeps_the_last_commit(mnt):
@@ -506,8 +511,7 @@ sys.stdin.readline()
     writer.stdin.write("go\n")
     writer.stdin.flush()
     writer.wait(20)
-    subprocess.run(["umount", mnt])
-    new.wait(20)
+    unmount(mnt, new)
 
 
 def test_the_rolled_back_writer_cannot_change_what_readers_map(mnt):
@@ -550,8 +554,7 @@ except gmsfs.GmsfsError as e:
     subprocess.run(["bash", "-ec", 'exec 9>"$0/lock"; echo > "$0/commit"', s], check=True)
     assert read_all(s) == (v, h)
     writer.wait(20)
-    subprocess.run(["umount", mnt])
-    new.wait(20)
+    unmount(mnt, new)
 
 
 # ---- a removed store's reader, and the small ones ----
@@ -568,8 +571,7 @@ def test_a_reader_of_a_removed_store_can_sleep(mnt):
     assert until(lambda: status(mnt)["stores"] == [])
     assert read_fields(os.path.join(mnt, "device"))["used_bytes"] == "0"
     r.end()
-    subprocess.run(["umount", mnt])
-    daemon.wait(20)
+    unmount(mnt, daemon)
 
 
 def test_small_inputs_are_refused_with_reasons(mnt):
@@ -620,8 +622,7 @@ open(s + "/commit", "w").write("1")
 """, s], capture_output=True, text=True, timeout=20)
     assert w.stdout.split("\n")[:2] == ["refused ENOSPC True", "sized 8192"], (w.stdout, w.stderr)
     assert sorted(os.listdir(os.path.join(s, "allocs"))) == ["x", "y"] and os.path.getsize(s + "/allocs/x") == 8192
-    subprocess.run(["umount", mnt])
-    daemon.wait(20)
+    unmount(mnt, daemon)
 
 
 # ---- the property test ----
