@@ -75,9 +75,16 @@ int gmsfs_pages_tied(gmsfs *g, gmsfs *weights)
 	if (!g || !weights)
 		return g ? gm_error(g, -EINVAL, "pages_tied: no weights") : -EINVAL;
 	struct gmsfs_meta m = { 0 };
-	if (gmsfs_meta_get(g, GMSFS_PAGES_WEIGHTS_NOTE, &m))
+	char **keys = NULL;
+	size_t kept_pages = 0;
+	if (gmsfs_meta_get(g, GMSFS_PAGES_WEIGHTS_NOTE, &m)) {
+		int e = gmsfs_meta_list(g, GMSFS_PAGES_PREFIX, &keys, &kept_pages);
+		gmsfs_list_free(keys, kept_pages);
+		if (e || !kept_pages) /* nothing kept: nothing computed by other weights */
+			return e;
 		return gm_error(g, -ENOENT, "the kept pages were kept without gmsfs_pages_tie: nothing says which "
 				"weights computed them");
+	}
 	char *kept = strndup(m.value, m.value_len), *now = NULL;
 	gmsfs_meta_free(&m);
 	int e = kept ? identity(g, weights, &now) : gm_error(g, -ENOMEM, "out of memory");

@@ -378,8 +378,9 @@ GMSFS_API const char *gmsfs_pages_name(const gmsfs_pages *p);
  * hash where the daemon knows it); each later gmsfs_pages_keep records it in the note
  * GMSFS_PAGES_WEIGHTS_NOTE (NULL: untied, the next keep removes it).  Call it again after
  * the engine flips or remaps to other weights.  gmsfs_pages_tied: before adopting, whether
- * the store's kept pages were computed with weights: 0; -ESTALE (other weights, both
- * named in gmsfs_errmsg(g)); -ENOENT (kept without a tie: nothing says). */
+ * the store's kept pages were computed with weights: 0 (or nothing is kept); -ESTALE
+ * (other weights, both named in gmsfs_errmsg(g)); -ENOENT (kept without a tie: nothing
+ * says). */
 #define GMSFS_PAGES_WEIGHTS_NOTE "%gmsfs.weights"
 GMSFS_API int gmsfs_pages_tie(gmsfs *g, gmsfs *weights);
 GMSFS_API int gmsfs_pages_tied(gmsfs *g, gmsfs *weights);

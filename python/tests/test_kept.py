@@ -122,6 +122,8 @@ def test_kv_is_tied_to_the_weights_that_made_it(clean):
     gmsfs.digest(a)  # its content hash known too: part of what the pages record
     kv = os.path.join(clean, "kv")
     os.mkdir(kv)
+    with gmsfs.connect(kv, "rw") as c, gmsfs.connect(a, "ro") as wa:  # nothing kept: one call starts an engine
+        assert gmsfs.Pages.adopt(c, 8 * MiB, weights=wa).adopted == 0
     engine(kv, "w = gmsfs.connect(%r, 'ro')\np = gmsfs.Pages(c, 8 * MiB, MiB)\np.tie(w)\np.map([0, 1])\n"
                "p.keep({0: b'seq 1', 1: b'seq 2'})\n" % a)
     note = open(os.path.join(kv, "meta", "%gmsfs.weights")).read()
