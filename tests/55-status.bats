@@ -34,7 +34,9 @@ waiting_readers_are() { [ "$(state_of "$1" waiting_readers)" = "$2" ]; }
 	wait_until waiting_readers_are "$MNT/w" 1
 	"$BUILD/gmsfs-example" write "$MNT/q\"uo\\te" >/dev/null
 	"$BUILD/gmsfs-example" read "$MNT/q\"uo\\te" >/dev/null
-	run check r:commits=2 r:aborts=0 e:aborts=1 e:commits=0 w:lock_waits=1 w:commits=1 'q"uo\te:exports=1'
+	"$ROOT/tools/gmsfsctl" digest "$MNT/q\"uo\\te" >/dev/null # its content hash known: a label of gmsfs_store_info
+	grep -q 'content_hash="[0-9a-f]\{32\}"' "$MNT/metrics"
+	run check r:commits=2 r:aborts=0 e:aborts=1 e:commits=0 w:lock_waits=1 w:commits=1 'q"uo\te:exports=2' # the reader and the digest imported it
 	assert_success
 	assert_output --partial '4 stores checked, 0 differences'
 	release wr

@@ -53,6 +53,16 @@ void content_json(const struct store *st, FILE *f)
 	}
 }
 
+void content_label(const struct store *st, char out[2 * GMSFS_HASH_LEN + 1])
+{
+	const char *why;
+	const uint8_t *h = content_known(st, &why);
+	if (h)
+		hex_of(h, out);
+	else
+		snprintf(out, 2 * GMSFS_HASH_LEN + 1, "unknown");
+}
+
 int content_xattr_get(const struct store *st, char *buf, size_t size)
 {
 	const char *why;

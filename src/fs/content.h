@@ -19,6 +19,8 @@ const uint8_t *content_known(const struct store *st, const char **why);
 int content_text(const struct store *st, char **out, size_t *len);
 /* status.json: `, "content_hash": "HEX"`, or null and "content_hash_why". */
 void content_json(const struct store *st, FILE *f);
+/* The content hash as 32 hex digits, or "unknown" (a metrics label). */
+void content_label(const struct store *st, char out[2 * GMSFS_HASH_LEN + 1]);
 /* user.gms.content_hash: "GENERATION HEX" (value's length), -ENODATA when not known. */
 int content_xattr_get(const struct store *st, char *buf, size_t size);
 /* Set it from value, "GENERATION HEX" (32 hex digits): -EINVAL (not that), -ESTALE (not the

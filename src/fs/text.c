@@ -371,6 +371,24 @@ static void tier_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 	}
 }
 
+/* What each store holds, as labels: its committed layout hash and its content hash. */
+static void info_series(FILE *f, struct fs *fs, struct store **st, size_t n)
+{
+	header(f, "gmsfs_store_info", GAUGE, "1, labelled with the store's committed layout hash (\"\" before a "
+					     "commit) and its content hash (\"unknown\" where it is not known).");
+	for (size_t i = 0; i < n; i++) {
+		char content[2 * GMSFS_HASH_LEN + 1];
+		content_label(st[i], content);
+		fputs("gmsfs_store_info{", f);
+		dev_labels(f, fs->vmm);
+		fputs(",store=", f);
+		label(f, st[i]->name);
+		fputs(",layout_hash=", f);
+		label(f, st[i]->meta ? meta_hash_hex(st[i]->meta) : "");
+		fprintf(f, ",content_hash=\"%s\"} 1\n", content);
+	}
+}
+
 int text_metrics(struct fs *fs, char **out, size_t *len)
 {
 	static const enum fsm_state states[] = { FSM_EMPTY, FSM_RW, FSM_COMMITTED, FSM_RO, FSM_TORN };
@@ -418,6 +436,7 @@ int text_metrics(struct fs *fs, char **out, size_t *len)
 	for (size_t i = 0; m && i < n; i++)
 		sample(f, "gmsfs_store_bytes", st[i], NULL, NULL, m[i].aligned_bytes);
 	tier_series(f, fs, st, m ? n : 0);
+	info_series(f, fs, st, m ? n : 0);
 	header(f, "gmsfs_store_commits_total", COUNTER, "Commits published.");
 	for (size_t i = 0; m && i < n; i++)
 		sample(f, "gmsfs_store_commits_total", st[i], NULL, NULL, store_lock(st[i])->commits);

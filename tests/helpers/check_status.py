@@ -82,6 +82,11 @@ for name, js in zip(stores, status["stores"]):
     for c in ("commits", "aborts", "lock_waits", "exports"):
         same("metrics %s %s_total against status.json" % (name, c), metric("gmsfs_store_%s" % c, name),
              float(js[c]))
+    # The hashes as labels: the committed layout's, and the content hash or "unknown".
+    with open(os.path.join(mount, name, "layout_hash")) as f:
+        lh = f.read().strip()
+    same("metrics %s info" % name, metric("gmsfs_store_info", name, layout_hash=lh,
+                                          content_hash=js.get("content_hash") or "unknown"), 1.0)
 for fam in ("gmsfs_device_used_bytes", "gmsfs_device_total_bytes"):
     smp = families[fam].samples
     same("metrics %s" % fam, [(s.labels, s.value) for s in smp],
