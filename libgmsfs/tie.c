@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/xattr.h>
 
 #include "pages_held.h"
 
@@ -21,7 +20,7 @@
  * generation N\ncontent_hash HEX|unknown\n".  0 or -errno (said in g). */
 static int identity(gmsfs *g, gmsfs *w, char **out)
 {
-	char path[PATH_MAX], hash[33], xv[80] = "", content[33] = "unknown";
+	char path[PATH_MAX], hash[33], content[33];
 	struct stat st;
 	if (!realpath(w->dir, path) || stat(path, &st))
 		return gm_error(g, -errno, "pages_tie: %s: %s", w->dir, strerror(errno));
@@ -31,11 +30,8 @@ static int identity(gmsfs *g, gmsfs *w, char **out)
 	if (e)
 		return gm_error(g, e, "pages_tie: the weights' layout hash: %s", gmsfs_errmsg(w));
 	uint64_t gen = gmsfs_generation(w);
-	ssize_t n = getxattr(w->dir, GMSFS_XATTR_CONTENT, xv, sizeof xv - 1);
-	unsigned long long xgen = 0;
-	char xhex[33];
-	if (n > 0 && (xv[n] = '\0', sscanf(xv, "%llu %32s", &xgen, xhex) == 2) && xgen == gen && strlen(xhex) == 32)
-		memcpy(content, xhex, sizeof content); /* the daemon's word, for this very commit */
+	if (gmsfs_content_hash(w, content)) /* the daemon's word, for this very commit */
+		snprintf(content, sizeof content, "unknown");
 	if (asprintf(out, "store %s\nino %llu\nlayout_hash %s\ngeneration %" PRIu64 "\ncontent_hash %s\n", path,
 		     (unsigned long long)st.st_ino, hash, gen, content) < 0)
 		return gm_error(g, -ENOMEM, "out of memory");

@@ -175,7 +175,7 @@ static int copy_store(const char *src, const char *dst, int timeout_ms, struct g
 		   (e = gmsfs_layout_hash(gs, hash))))
 		snprintf(err, errlen, "%s: %s", src, gmsfs_errmsg(gs));
 	char content[33]; /* the source's, where its daemon knows it for the commit read: the bytes copied are it */
-	bool known = !e && !sf_content_hash(src, gmsfs_generation(gs), content);
+	bool known = !e && !gmsfs_content_hash(gs, content);
 	if (!e)
 		na = gmsfs_mappings(gs, &v);
 	if (!e)

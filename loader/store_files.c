@@ -168,18 +168,3 @@ int sf_set_content_hash(const char *store, unsigned long long gen, const char *h
 	snprintf(value, sizeof value, "%llu %s", gen, hex);
 	return setxattr(store, GMSFS_XATTR_CONTENT, value, strlen(value), 0) ? -errno : 0;
 }
-
-int sf_content_hash(const char *store, unsigned long long gen, char hex[33])
-{
-	char v[80];
-	ssize_t n = getxattr(store, GMSFS_XATTR_CONTENT, v, sizeof v - 1);
-	if (n < 0)
-		return -errno;
-	v[n] = '\0';
-	unsigned long long g;
-	char h[33];
-	if (sscanf(v, "%llu %32s", &g, h) != 2 || g != gen || strlen(h) != 32)
-		return -ENODATA;
-	memcpy(hex, h, 33);
-	return 0;
-}

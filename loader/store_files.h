@@ -16,9 +16,6 @@ long sf_allocations(const char *store);
 /* The daemon told that commit gen's bytes have the content hash hex (user.gms.content_hash,
  * gmsfs(5) CONTENT HASH; needs write permission on the store).  0 or -errno. */
 int sf_set_content_hash(const char *store, unsigned long long gen, const char *hex);
-/* The content hash the daemon knows for commit gen of store (hex: 32 digits): 0, or
- * -ENODATA (none known for that commit) or another -errno. */
-int sf_content_hash(const char *store, unsigned long long gen, char hex[33]);
 
 /* A snapshot holds a model's bytes: a folder it makes is its owner's alone (0700), and
  * its files are readable by whom their folder lets in, nobody else (the folder's mode

@@ -219,8 +219,7 @@ static int layout_of(gmsfs *g, char **keys, struct gmsfs_meta *m, size_t ne, str
 						   .offset = m[i].offset, .size = m[i].size, .flags = m[i].flags,
 						   .value = (char *)m[i].value, .value_len = m[i].value_len };
 	l->nentries = ne;
-	if (sf_content_hash(gmsfs_store_path(g), gmsfs_generation(g), l->content)) /* the puller may tell its daemon */
-		l->content[0] = '\0';
+	gmsfs_content_hash(g, l->content); /* "" where unknown; else the puller may tell its daemon */
 	return gmsfs_layout_hash(g, l->hash);
 }
 

@@ -187,6 +187,10 @@ GMSFS_API void gmsfs_meta_free_all(char **keys, struct gmsfs_meta *entries, size
  * (-EACCES: no write permission; -EBUSY: a writer session runs beside the readers) leaves
  * hex filled and gmsfs_errmsg saying why.  -EPERM on a writer's handle. */
 GMSFS_API int gmsfs_digest(gmsfs *g, unsigned flags, char hex[33]);
+/* The daemon's word: the content hash it was told for the commit g holds (its lock's
+ * generation), 32 hex digits into hex, without reading a byte.  -ENODATA: none known for
+ * that commit (not computed, or committed again since: gmsfs_digest computes it). */
+GMSFS_API int gmsfs_content_hash(gmsfs *g, char hex[33]);
 
 /* ---- sleep and wake ---- */
 /* Unmap everything but keep every address range reserved, and release the lock. */

@@ -46,11 +46,8 @@ def connect(store, mode="ro", timeout=None, own=False, expect=None):
     if expect is not None:
         try:  # the daemon's word, if it is of the commit this lock holds (a reader on the
             # version before, beside a data-only writer's commit, holds another)
-            try:
-                gen, _, known = _os.getxattr(str(store), "user.gms.content_hash").decode().partition(" ")
-                known = known if int(gen) == c.generation else None
-            except OSError:
-                known = None
+            word = ctypes.create_string_buffer(33)
+            known = word.value.decode() if _c.gmsfs_content_hash(c._handle(), word) == 0 else None
             got = known if known is not None else c.digest()
         except BaseException:
             c.close()

@@ -112,6 +112,7 @@ _protos = {
     "gmsfs_commit": (ctypes.c_int, [_P]),
     "gmsfs_import_all": (ctypes.c_int, [_P]),
     "gmsfs_digest": (ctypes.c_int, [_P, ctypes.c_uint, ctypes.c_char_p]),
+    "gmsfs_content_hash": (ctypes.c_int, [_P, ctypes.c_char_p]),
     "gmsfs_import": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(_P)]),
     "gmsfs_meta_get": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(Meta)]),
     "gmsfs_meta_free": (None, [ctypes.POINTER(Meta)]),

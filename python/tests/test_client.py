@@ -297,12 +297,18 @@ def test_digest_is_a_readers_and_the_daemon_keeps_it_for_its_commit(store):
         assert len(h) == 32 and gmsfs.content_hash(store) is None
         assert r.digest(record=True) == h
     assert gmsfs.content_hash(store) == h == gmsfs.digest(store)
+    from gmsfs._lib import lib as _c
+    with gmsfs.connect(store, "ro") as r:  # the C call that reads the daemon's word for the handle's commit
+        buf = ctypes.create_string_buffer(33)
+        assert _c.gmsfs_content_hash(r._handle(), buf) == 0 and buf.value.decode() == h
     with gmsfs.connect(store, "data") as w:  # a byte changed in place, then committed
         w.import_all()
         ctypes.memset(w.find("dir/b").ptr + 5, 3, 1)
         w.commit()
     assert gmsfs.content_hash(store) is None
     assert "committed again" in open(os.path.join(store, "content_hash")).read()
+    with gmsfs.connect(store, "ro") as r:
+        assert _c.gmsfs_content_hash(r._handle(), buf) == -errno.ENODATA and buf.value == b""
     h2 = gmsfs.digest(store)
     assert h2 != h and gmsfs.content_hash(store) == h2
     # An engine asks for the bytes it wants by their hash: given, or refused with EIO.
