@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/xattr.h>
 #include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
@@ -529,6 +530,26 @@ bool gm_device_ok(const gmsfs *g, int device)
 uint64_t gmsfs_generation(const gmsfs *g)
 {
 	return g ? g->info.generation : 0;
+}
+
+int gmsfs_content_hash(gmsfs *g, char hex[33])
+{
+	if (!g || !hex)
+		return g ? gm_error(g, -EINVAL, "content_hash: no place for the hash") : -EINVAL;
+	hex[0] = '\0';
+	char v[80];
+	ssize_t n = getxattr(g->dir, GMSFS_XATTR_CONTENT, v, sizeof v - 1);
+	if (n < 0)
+		return errno == ENODATA ? -ENODATA : gm_error(g, -errno, "content_hash: %s", strerror(errno));
+	v[n] = '\0';
+	unsigned long long gen;
+	char h[33];
+	if (sscanf(v, "%llu %32s", &gen, h) != 2 || strlen(h) != 32 || strspn(h, "0123456789abcdef") != 32)
+		return gm_error(g, -EIO, "content_hash: the daemon said \"%s\"", v);
+	if (gen != g->info.generation)
+		return -ENODATA; /* of another commit than the one this handle holds */
+	memcpy(hex, h, 33);
+	return 0;
 }
 
 int gmsfs_layout_hash(gmsfs *g, char hex[33])
