@@ -28,7 +28,7 @@ PUBLIC_HDR := include/gmsfs/gmsfs.h include/gmsfs/abi.h include/gmsfs/torch.h in
 COMMON_HDR := $(PUBLIC_HDR) $(wildcard common/*.h)
 WIRE_SRC := common/wire_msgpack.c common/wire_req.c common/wire_reply.c common/wire_image.c
 FSM_SRC := src/fsm/fsm.c
-META_SRC := src/meta/node.c src/meta/store.c src/meta/entry.c src/meta/commit.c src/meta/undo.c src/meta/intern.c src/meta/layout_hash.c src/meta/batch.c src/meta/view.c
+META_SRC := src/meta/node.c src/meta/store.c src/meta/entry.c src/meta/commit.c src/meta/undo.c src/meta/intern.c src/meta/layout_hash.c src/meta/batch.c src/meta/view.c src/meta/version_name.c
 VMM_SRC := src/vmm/vmm_release.c src/vmm/vmm_account.c src/vmm/vmm_spare.c src/vmm/vmm_buf.c src/vmm/vmm_move.c src/vmm/vmm_open.c src/vmm/vmm_pieces.c src/vmm/vmm_pages.c src/vmm/vmm_switch.c src/vmm/vmm_copy.c src/vmm/vmm_host.c src/vmm/vmm_cuda.c
 # cuda.h only: libcuda is loaded at run time (dlopen), never linked.
 CUDA_INC ?= /usr/local/cuda/include
@@ -36,12 +36,12 @@ ifneq ($(wildcard $(CUDA_INC)/cuda.h),)
 override CFLAGS += -DGMSFS_HAVE_CUDA -I$(CUDA_INC)
 HAVE_CUDA := 1
 endif
-FS_SRC := $(addprefix src/fs/,main.c options.c node.c content.c memory.c ops.c ops_handle.c ops_tree.c ops_file.c ops_xattr.c ops_ioctl.c fault.c version.c \
+FS_SRC := $(addprefix src/fs/,main.c options.c node.c content.c named.c memory.c ops.c ops_handle.c ops_tree.c ops_file.c ops_xattr.c ops_ioctl.c fault.c version.c \
 	store.c lock.c lock_restart.c lock_member.c wait.c inval.c caller.c text.c mnt.c log.c tier.c tier_move.c tier_room.c image.c handover.c keep_disk.c keep.c keep_start.c keep_watch.c export/ticket.c export/sock.c export/sock_accept.c export/rpc_reply.c export/rpc.c)
 DAEMON_SRC := $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(WIRE_SRC)
 DAEMON_HDR := $(COMMON_HDR) $(wildcard src/*/*.h src/*/*/*.h)
 
-LIB_SRC := $(addprefix libgmsfs/,handle.c channel.c maps.c meta.c layout.c refit.c sleep.c space.c pages.c pages_held.c kept.c tie.c graph.c torch.c manifest.c digest.c map_host.c map_cuda.c) $(WIRE_SRC)
+LIB_SRC := $(addprefix libgmsfs/,handle.c channel.c maps.c meta.c layout.c refit.c sleep.c space.c pages.c pages_held.c kept.c tie.c version.c graph.c torch.c manifest.c digest.c map_host.c map_cuda.c) $(WIRE_SRC)
 LIB_HDR := $(COMMON_HDR) libgmsfs/internal.h
 LIB_SONAME := libgmsfs.so.0
 

@@ -144,6 +144,8 @@ struct wire_image {
 	uint8_t hash[GMSFS_HASH_LEN];    /* the committed layout's */
 	bool has_content;                /* the committed bytes' hash is known (packed only then) */
 	uint8_t content[GMSFS_HASH_LEN]; /* ... for generation (gmsfs(5), CONTENT HASH) */
+	char *named;                     /* its named versions, "GENERATION NAME\n" each, oldest first
+	                                  * (gmsfs(5), NAMED VERSIONS; packed only when some) */
 	uint64_t ndirs, nallocs, nentries, nfds;
 	char **fdnames;                  /* a state file's: each descriptor's name in the service manager's
 	                                  * store, nfds of them and a NULL */

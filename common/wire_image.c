@@ -26,6 +26,8 @@
 #define K_MIN "min"
 #define K_TORN "torn"
 #define K_CONTENT "content_hash"
+#define K_NAMED "named"
+#define NAMED_MAX 4096 /* 32 names of 64 characters, with their generations */
 #define K_TIER WIRE_K_TIER
 #define K_NDIRS "dirs"
 #define K_NALLOCS "allocs"
@@ -78,7 +80,7 @@ int wire_pack_image(msgpack_sbuffer *sb, const struct wire_image *h)
 	struct wire_packer p;
 	wire_packer_init(&p, sb);
 	msgpack_pack_map(&p.pk, 14 + (h->fdnames != NULL) + (h->nreaders != 0) + (h->min != 0) + h->torn + (h->versions > 1) +
-				       h->has_content);
+				       h->has_content + (h->named != NULL));
 	wire_pack_str(&p.pk, K_IMAGE), msgpack_pack_int(&p.pk, IMAGE_V);
 	wire_pack_str(&p.pk, K_STORE), wire_pack_str(&p.pk, h->store);
 	wire_pack_str(&p.pk, K_DEVICE), wire_pack_str(&p.pk, h->device);
@@ -96,6 +98,8 @@ int wire_pack_image(msgpack_sbuffer *sb, const struct wire_image *h)
 		wire_pack_str(&p.pk, K_VERSIONS), msgpack_pack_uint64(&p.pk, h->versions);
 	if (h->has_content) /* of the image's generation */
 		wire_pack_str(&p.pk, K_CONTENT), wire_pack_bin(&p.pk, h->content, sizeof h->content);
+	if (h->named)
+		wire_pack_str(&p.pk, K_NAMED), wire_pack_str(&p.pk, h->named);
 	wire_pack_str(&p.pk, K_TIER), wire_pack_str(&p.pk, h->host ? "host" : "device");
 	wire_pack_str(&p.pk, K_NDIRS), msgpack_pack_uint64(&p.pk, h->ndirs);
 	wire_pack_str(&p.pk, K_NALLOCS), msgpack_pack_uint64(&p.pk, h->nallocs);
@@ -131,6 +135,7 @@ void wire_image_free(struct wire_image *h)
 		free(h->fdnames[i]);
 	free(h->fdnames);
 	free(h->readers);
+	free(h->named);
 	memset(h, 0, sizeof *h);
 }
 
@@ -251,7 +256,8 @@ static int image_field(struct wire_image *h, const msgpack_object *k, const msgp
 		if (!e)
 			memcpy(h->content, hash, sizeof h->content), h->has_content = true;
 		free(hash);
-	}
+	} else if (wire_key_is(k, K_NAMED)) /* a daemon before it reads images without; the lines: named.c */
+		e = SEEN(20) || !(h->named = wire_get_str(v, NAMED_MAX));
 	*seenp = seen;
 	return e ? -1 : 0;
 }

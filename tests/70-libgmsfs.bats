@@ -94,4 +94,4 @@ scenario() {
 }
 @test "refit by name in C: every name, dtype and shape checked first, both sides said, nothing written; then the bytes" { scenario refit_by_name; }
 @test "pause: a data-only writer writes in place past a paused reader, which resumes with no map to the new bytes" { scenario pause_resume; }
-@test "versions: a data-only writer beside a reader copies what it imports; the reader flips when it chooses" { scenario versions_flip; }
+@test "versions: a data-only writer beside a reader copies what it imports; the reader flips to its name (gmsfs_commit_version, gmsfs_flip_to) when it chooses" { scenario versions_flip; }

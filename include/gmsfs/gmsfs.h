@@ -276,6 +276,28 @@ GMSFS_API int gmsfs_protect(gmsfs *g, const char *name, int writable);
  * is mapped in a space too. */
 GMSFS_API int gmsfs_flip(gmsfs *g, size_t *changed);
 
+/* ---- named versions: a commit called by a name (gmsfs(5), NAMED VERSIONS) ---- */
+#define GMSFS_VERSION_NAME_MAX 64 /* A-Z a-z 0-9 . _ - : + @, the first a letter or digit */
+/* A writer: gmsfs_commit, the commit named name (a trainer's step, a checkpoint's tag).
+ * -EINVAL (not a name), -EEXIST (a commit of the store had it: a name is a store's once),
+ * and gmsfs_commit's errors; a failure commits nothing. */
+GMSFS_API int gmsfs_commit_version(gmsfs *g, const char *name);
+/* The name of the commit g holds (the one gmsfs_generation says), into name (at least
+ * GMSFS_VERSION_NAME_MAX + 1 bytes): 0, or -ENODATA where it has none ("" then). */
+GMSFS_API int gmsfs_version_name(gmsfs *g, char *name);
+/* A reader: gmsfs_flip, only to the commit named name, or nothing changes: 0 (*changed as
+ * gmsfs_flip's; 0 where g holds it already), -ESTALE (the store's last commit is another:
+ * a later one, or name's is not committed yet; gmsfs_wait_version waits for it), -ENOENT
+ * (no commit of the store had that name).  An engine's ranks can flip in lockstep: each
+ * asks first (gmsfs_wait_version with timeout 0), and a flip of a reader on the version
+ * before to the last commit cannot meet a later one (the next session waits for it). */
+GMSFS_API int gmsfs_flip_to(gmsfs *g, const char *name, size_t *changed);
+/* Without a lock: wait until store's last commit is the one named name (poll(2) on
+ * STORE/version).  0; -ESTALE when the store committed past it; -ETIMEDOUT after
+ * timeout_ms (0: one look; negative: no limit); -EINVAL (not a name); -ENOENT (no such
+ * store). */
+GMSFS_API int gmsfs_wait_version(const char *store, const char *name, int timeout_ms);
+
 /* ---- virtual spaces: one allocation at several addresses ---- */
 /* A space is address ranges of its own over allocations its handle has imported (or
  * created): the same memory at another address, as a CUDA graph captured for another

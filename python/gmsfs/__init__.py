@@ -13,12 +13,13 @@ Errors raise GmsfsError (an OSError: errno, and the library's words in strerror)
 a layout that changed under remap_all raises StaleLayoutError.  gmsfs.torch shares
 PyTorch modules; Connection.array gives numpy views on the host backend.
 """
-from ._connection import Connection, Entry, Mapping, connect, content_hash, digest, prefetch
+from ._connection import (Connection, Entry, Mapping, committed_version, connect, content_hash, digest, prefetch,
+                          versions, wait_version)
 from ._errors import GmsfsError, StaleLayoutError
 from ._load import copy, load, pull
 from ._ranges import PageAllocator, Pages, Space
 
-__all__ = ["connect", "prefetch", "digest", "content_hash", "Connection", "Mapping", "Entry", "Space", "Pages", "PageAllocator", "GmsfsError",
+__all__ = ["connect", "prefetch", "digest", "content_hash", "committed_version", "versions", "wait_version", "Connection", "Mapping", "Entry", "Space", "Pages", "PageAllocator", "GmsfsError",
            "StaleLayoutError", "load", "copy", "pull", "version", "version_string", "library_path"]
 
 

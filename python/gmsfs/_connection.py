@@ -20,7 +20,7 @@ _MODES = {"ro": _lib.RO, "rw": _lib.RW, "auto": _lib.RW_OR_RO, "data": _lib.RW_D
 _NAMES = {_lib.RO: "ro", _lib.RW: "rw"}
 
 
-def connect(store, mode="ro", timeout=None, own=False, expect=None):
+def connect(store, mode="ro", timeout=None, own=False, expect=None, version=None):
     """Connect to store (a directory of a gmsfs mount) and take its lock.
 
     mode: "ro" (a reader: waits for a committed layout and for the writer), "rw" (the
@@ -36,13 +36,25 @@ def connect(store, mode="ro", timeout=None, own=False, expect=None):
     expect: a reader's: the content hash (gmsfs(5), CONTENT HASH) the store's committed
     bytes must have, 32 hex digits; the daemon's word when it knows it, else computed
     under this lock (every byte read once); another is GmsfsError EIO, the lock given
-    back: an engine is never served bytes it did not ask for."""
+    back: an engine is never served bytes it did not ask for.  version: a reader's: the
+    name of the commit it must hold (gmsfs(5), NAMED VERSIONS), waited for first (timeout
+    seconds, the same limit); a store committed past it is GmsfsError ESTALE, the lock
+    given back."""
     if mode not in _MODES:
         raise ValueError("mode: 'ro', 'rw', 'auto' or 'data', not %r" % (mode,))
     if expect is not None and (mode != "ro" or not isinstance(expect, str) or len(expect) != 32 or
                                expect.strip("0123456789abcdef")):
         raise ValueError("expect: a reader's (mode 'ro'), 32 lowercase hex digits, not %r" % (expect,))
+    if version is not None:
+        if mode != "ro":
+            raise ValueError("version: a reader's (mode 'ro')")
+        wait_version(store, version, timeout)
     c = Connection(store, _MODES[mode] | (_lib.OWN if own else 0), _ms(timeout))
+    if version is not None and c.version != version:
+        got = c.version
+        c.close()
+        raise GmsfsError(_errno.ESTALE, "%s: committed past version %s meanwhile (it holds %s)" % (
+            store, version, got or "a commit with no name"))
     if expect is not None:
         try:  # the daemon's word, if it is of the commit this lock holds (a reader on the
             # version before, beside a data-only writer's commit, holds another)
@@ -74,6 +86,40 @@ def content_hash(store):
     with open(_os.path.join(store, "content_hash")) as f:
         text = f.read().strip()
     return None if text.startswith("unknown") else text
+
+
+def wait_version(store, name, timeout=None):
+    """Wait, holding no lock, until store's last commit is the one named name (gmsfs(5),
+    NAMED VERSIONS): timeout seconds, 0 for one look, None for as long as it takes.
+    GmsfsError ETIMEDOUT, or ESTALE when the store has committed past it."""
+    if not isinstance(name, str):
+        raise TypeError("wait_version: a name is a str, not %s" % type(name).__name__)
+    e = _c.gmsfs_wait_version(str(store).encode(), name.encode(), -1 if timeout is None else _ms(timeout))
+    if e in (-_errno.ESTALE, -_errno.ETIMEDOUT):
+        raise GmsfsError(-e, "wait_version %s: %s" % (store, "committed past version %s" % name if e == -_errno.ESTALE
+                                                      else "no version %s committed within %ss" % (name, timeout)))
+    if e:
+        _raise(e, "wait_version %s %s" % (store, name))
+
+
+def committed_version(store):
+    """The name of store's last commit, or None where it has none (STORE/version; gmsfs.version
+    is libgmsfs's own)."""
+    with open(_os.path.join(store, "version")) as f:
+        text = f.read().strip()
+    return None if text.startswith("none:") else text
+
+
+def versions(store):
+    """The store's named commits it keeps, oldest first: [(generation, name, state)], state
+    "serving" (the last commit), "held N" (the version before, N readers on it) or
+    "gone"."""
+    out = []
+    with open(_os.path.join(store, "versions")) as f:
+        for line in f:
+            gen, name, state = line.rstrip("\n").split(" ", 2)
+            out.append((int(gen), name, state))
+    return out
 
 
 def prefetch(store):
@@ -335,11 +381,17 @@ class Connection:
         return _json.loads(self.meta_get(key).value)
 
     # ---- publishing, sleeping ----
-    def commit(self, unmap=False):
+    def commit(self, unmap=False, version=None):
         """Validate and publish; the mappings become read-only, the lock a read lock.
         unmap=True: then unmap_all at once, the mappings not made read-only in between
-        (GMS's commit, which unmaps its writer; half the CUDA calls of the two)."""
-        if unmap:
+        (GMS's commit, which unmaps its writer; half the CUDA calls of the two).
+        version: the commit's name (gmsfs(5), NAMED VERSIONS), a store's once: GmsfsError
+        EEXIST when a commit of the store had it, EINVAL when it is not a name."""
+        if version is not None:
+            self._check(_c.gmsfs_commit_version(self._handle(), str(version).encode()), "commit %s" % version)
+            if unmap:
+                self.unmap_all()
+        elif unmap:
             self._check(_c.gmsfs_commit_unmap_all(self._handle()), "commit")
         else:
             self._check(_c.gmsfs_commit(self._handle()), "commit")
@@ -396,14 +448,30 @@ class Connection:
     def paused(self):
         return bool(self._g and _c.gmsfs_paused(self._g))
 
-    def flip(self):
+    def flip(self, version=None):
         """A reader of a store with versions (user.gms.versions 2) moves to the last
         commit: the allocations that changed are mapped again at the same addresses
         (tensors over them see the new bytes), the rest stay.  Returns how many were
-        mapped again (0: it was on the last commit already)."""
+        mapped again (0: it was on the last commit already).  version: only to the commit
+        of that name, or nothing changes: GmsfsError ESTALE (the last commit is another:
+        gmsfs.wait_version waits for it), ENOENT (no commit had the name)."""
         n = ctypes.c_size_t(0)
-        self._check(_c.gmsfs_flip(self._handle(), ctypes.byref(n)), "flip")
+        if version is not None:
+            self._check(_c.gmsfs_flip_to(self._handle(), str(version).encode(), ctypes.byref(n)),
+                        "flip to %s" % version)
+        else:
+            self._check(_c.gmsfs_flip(self._handle(), ctypes.byref(n)), "flip")
         return n.value
+
+    @property
+    def version(self):
+        """The name of the commit this connection holds (gmsfs(5), NAMED VERSIONS), or None."""
+        buf = ctypes.create_string_buffer(_lib.VERSION_NAME_MAX + 1)
+        e = _c.gmsfs_version_name(self._handle(), buf)
+        if e == -_errno.ENODATA:
+            return None
+        self._check(e, "version")
+        return buf.value.decode()
 
     def space(self, span=None):
         """A new virtual space: this connection's allocations at addresses of their own

@@ -16,6 +16,7 @@ NEED_MAJOR, NEED_MINOR = 0, 3
 RO, RW, RW_OR_RO, RW_DATA = 1, 2, 3, 4
 EINTR = 0x100  # GMSFS_EINTR: a signal ends a wait with -EINTR; the package retries (PEP 475)
 OWN = 0x200  # GMSFS_OWN: a session of its own, as a GMS connection is
+VERSION_NAME_MAX = 64  # GMSFS_VERSION_NAME_MAX
 DIGEST_RECORD = 1  # GMSFS_DIGEST_RECORD: tell the daemon the content hash
 KEEP_READ_ONLY = 0x200  # GMSFS_KEEP_READ_ONLY: resume as RW_DATA, the mappings left read-only
 BACKEND_HOST, BACKEND_CUDA = 1, 2
@@ -127,6 +128,10 @@ _protos = {
     "gmsfs_remap_all": (ctypes.c_int, [_P, ctypes.c_int]),
     "gmsfs_reallocate_all": (ctypes.c_int, [_P, ctypes.c_int]),
     "gmsfs_flip": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_size_t)]),
+    "gmsfs_commit_version": (ctypes.c_int, [_P, ctypes.c_char_p]),
+    "gmsfs_version_name": (ctypes.c_int, [_P, ctypes.c_char_p]),
+    "gmsfs_flip_to": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]),
+    "gmsfs_wait_version": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]),
     "gmsfs_pause": (ctypes.c_int, [_P]),
     "gmsfs_resume": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int]),
     "gmsfs_paused": (ctypes.c_int, [_P]),

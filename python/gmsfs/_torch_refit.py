@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from gmsfs import Connection, GmsfsError, connect
+from gmsfs import Connection, GmsfsError, connect, versions
 from gmsfs._fields import read_fields
 from gmsfs._torch_layout import PREFIX, _bytes_at, _device, _DTYPES, _ITEMSIZE, _where
 from gmsfs._torch_materialize import _DTYPE_NAMES, _names_differ
@@ -133,7 +133,7 @@ def _copy(conn, plan, sources, device, seal):
         torch.cuda.synchronize()
 
 
-def refit(source, store, strict=True, timeout=None, commit=True):
+def refit(source, store, strict=True, timeout=None, commit=True, version=None):
     """Copy source's tensors (a module's parameters and buffers by name, or a dict name ->
     tensor such as a state_dict) into the store's tensors of the same names, in place: the
     store's layout stays as committed, only its bytes change, and no second copy of the
@@ -158,8 +158,12 @@ def refit(source, store, strict=True, timeout=None, commit=True):
     version beside them, writing copies of only the allocations source's tensors lie in
     (a killed trainer leaves the last commit whole), and engines move to it with flip().
     commit: publish at the end (the connection then holds the read lock, or is paused
-    again); False leaves the session open for more.  Returns the connection (the caller
-    closes it)."""
+    again); False leaves the session open for more.  version: the commit's name (a
+    trainer's step; gmsfs(5), NAMED VERSIONS), a store's once: refused (GmsfsError EEXIST)
+    before anything is written when the store had a commit of that name.  Returns the
+    connection (the caller closes it)."""
+    if version is not None and not commit:
+        raise ValueError("refit: version names the commit, and commit=False makes none")
     if not isinstance(store, Connection) and read_fields(os.path.join(store, "state")).get("state") == "EMPTY":
         raise GmsfsError(errno.ENOENT, "refit %s: the store has no tensors (publish the model first)" % store)
     conn = store if isinstance(store, Connection) else connect(store, "data", timeout)
@@ -170,6 +174,9 @@ def refit(source, store, strict=True, timeout=None, commit=True):
     kept = plan is not None and plan.pop("kept", False)
     try:
         sources = _sources(source)
+        if version is not None and any(v[1] == version for v in versions(conn.store)):
+            raise GmsfsError(errno.EEXIST, "refit %s: a commit of the store was version %s already (%s/versions)"
+                             % (conn.store, version, conn.store))
         if kept:
             _check(conn.store, plan["targets"], sources, strict)
         if paused:  # its mappings kept: no import, no map; each made writable as _copy reaches it
@@ -190,7 +197,7 @@ def refit(source, store, strict=True, timeout=None, commit=True):
                 conn._import_all()  # the committed allocations, writable: from here on, in place
         _copy(conn, plan, sources, _device(conn), commit)
         if commit:
-            conn.commit()
+            conn.commit(version=version)
             if paused:
                 conn.pause()  # as it came: its mappings kept for the next refit
                 plan["kept"] = True

@@ -259,14 +259,16 @@ def resume(module, timeout=None):
     module._gmsfs.resume("ro", timeout)
 
 
-def flip(module):
+def flip(module, version=None):
     """An engine of a store with versions (user.gms.versions 2; gmsfs(5) VERSIONS) that
     kept serving while a trainer built the next version (gmsfs.torch.refit): move to the
     last commit between two steps, with no sleep: the tensors whose allocations changed
     see the new bytes at the same addresses (the work queued on the old ones is waited
     for first), the rest are untouched.  Returns how many allocations changed (0: it
-    served the last commit already)."""
-    return module._gmsfs.flip()
+    served the last commit already).  version: only to the commit of that name (gmsfs(5),
+    NAMED VERSIONS), or nothing changes (GmsfsError ESTALE: another is the last commit;
+    ENOENT: none had the name)."""
+    return module._gmsfs.flip(version)
 
 
 def switch(module, to, timeout=None):

@@ -66,8 +66,8 @@ for line in sys.stdin:
         elif line.strip() == "resume":
             gt.resume(m, 5)
             say()
-        elif line.strip() == "flip":
-            n = gt.flip(m)
+        elif line.split()[0] == "flip":  # "flip [VERSION]"
+            n = gt.flip(m, *line.split()[1:])
             print(json.dumps({"out": m(x).tolist(), "ptrs": [p.data_ptr() for p in m.parameters()],
                               "changed": n}), flush=True)
         elif line.startswith("follow"):
@@ -375,6 +375,38 @@ os.kill(os.getpid(), signal.SIGKILL)""", store)
         e.close()
     st = state(store)
     assert (st["state"], st["torn"], st["prev_handles"], st["used"]) == ("COMMITTED", "0", "0", used), st
+
+
+def test_a_named_refit_and_engines_that_flip_to_that_name_only(store):
+    """gmsfs(5), NAMED VERSIONS: gt.refit(version=) names its commit; an engine's
+    gt.flip(m, NAME) goes to that commit or changes nothing; a name is refused again
+    before a byte is written."""
+    publish(store)
+    os.setxattr(store, "user.gms.versions", b"2")
+    e = Engine(store)
+    old = e.first["out"]
+    got = e.ask("flip step-1")
+    assert got["errno"] == errno.ENOENT  # not committed yet
+    trainer = trained()
+    gt.refit(trainer, store, timeout=0, version="step-1").close()
+    assert gmsfs.committed_version(store) == "step-1"
+    got = e.ask("flip step-1")
+    assert (got["out"], got["ptrs"], got["changed"] > 0) == (out(trainer), e.first["ptrs"], True), got
+    with pytest.raises(gmsfs.GmsfsError) as err:
+        gt.refit(ns["build"](seed=5), store, timeout=0, version="step-1")
+    assert err.value.errno == errno.EEXIST and state(store)["generation"] == "2"
+    gt.refit(ns["build"](seed=1), store, timeout=0, version="step-2").close()
+    got = e.ask("flip step-1")  # the one it serves: nothing to do
+    assert (got["changed"], got["out"]) == (0, out(trainer)), got
+    got = e.ask("flip step-2")
+    assert got["out"] == old, got
+    got = e.ask("flip step-1")  # gone by: refused, served as it was
+    assert got["errno"] == errno.ESTALE
+    got = e.ask("flip step-2")
+    assert (got["changed"], got["out"], got["ptrs"]) == (0, old, e.first["ptrs"]), got
+    e.close()
+    with pytest.raises(ValueError):
+        gt.refit(trainer, store, commit=False, version="step-3")
 
 
 def test_engines_that_pause_and_a_trainer_that_keeps_its_connection_map_nothing_again(store):

@@ -288,6 +288,53 @@ def test_a_content_hash_comes_back_with_its_store_and_stays_through_moves(mnt, m
     manager.kill(signal.SIGTERM)
 
 
+def name_commits(store):
+    """Commits named step-1, none, step-3 after a first: what a store's image must keep."""
+    for name in ("step-1", None, "step-3"):
+        with gmsfs.connect(store, "rw", timeout=5) as c:
+            c.commit(version=name)
+    want = [(2, "step-1", "gone"), (4, "step-3", "serving")]
+    assert gmsfs.versions(store) == want
+    return want
+
+
+def still_the_stores_once(store):
+    with gmsfs.connect(store, "rw", timeout=5) as c:
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            c.commit(version="step-1")
+        assert e.value.errno == errno.EEXIST
+        c.commit(version="step-5")
+    assert gmsfs.committed_version(store) == "step-5"
+
+
+def test_named_versions_come_back_with_their_store_after_a_crash(mnt, manager, tmp_path):
+    """gmsfs(5), NAMED VERSIONS: the names a store keeps are in its image: a SIGKILL and a
+    restart keep them, and a name stays the store's once."""
+    state = str(tmp_path / "state")
+    manager.start(mnt, "backend=host", "state=" + state)
+    store = os.path.join(mnt, "n")
+    publish(store, 5)
+    want = name_commits(store)
+    restart(manager, mnt, state)
+    assert gmsfs.versions(store) == want and gmsfs.committed_version(store) == "step-3"
+    still_the_stores_once(store)
+    manager.kill(signal.SIGTERM)
+
+
+def test_named_versions_stay_through_a_takeover(mnt):
+    daemon = start(mnt)
+    assert wait_mounted(mnt)
+    store = os.path.join(mnt, "n")
+    publish(store, 5)
+    want = name_commits(store)
+    new = start(mnt, "takeover")
+    daemon.wait(20)  # the old one ends once the new one serves
+    assert pid_of(mnt) == new.pid and gmsfs.versions(store) == want
+    still_the_stores_once(store)
+    new.terminate()
+    new.wait(20)
+
+
 def test_many_descriptors_come_back_from_3_on(mnt, manager, tmp_path):
     """More kept descriptors than 3-9 (a store each here; an allocation each on cuda): each
     reaches the new daemon at its place.  bash's exec, which placed them, makes 10 and up

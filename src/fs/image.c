@@ -1,6 +1,7 @@
 /* image: a committed store as records and descriptors, and back (image.h). */
 #include "image.h"
 #include "content.h"
+#include "named.h"
 #include "lock.h"
 #include "store.h"
 #include "tier.h"
@@ -188,6 +189,7 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, con
 	const uint8_t *content = committed ? content_known(st, &unknown) : NULL;
 	if (content)
 		h.has_content = true, memcpy(h.content, content, sizeof h.content);
+	h.named = named_history(st);
 	struct lock_reader *readers = NULL;
 	size_t nreaders = 0;
 	if (!e && o->readers && !(e = lock_readers(st, &readers, &nreaders)) && nreaders &&
@@ -223,6 +225,7 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, con
 		free((char *)names[i]);
 	free(names);
 	free(h.readers);
+	free(h.named);
 	free(w.slot);
 	msgpack_sbuffer_destroy(&w.dirs);
 	msgpack_sbuffer_destroy(&w.allocs);
@@ -444,6 +447,8 @@ int image_restore(struct fs *fs, const uint8_t *buf, size_t len, size_t *off, co
 		restore_min(st, r.h.min);
 		if (r.h.has_content)
 			content_restore(st, r.h.generation, r.h.content);
+		if (r.h.named)
+			named_restore(st, r.h.named, strlen(r.h.named));
 		if (r.h.torn)
 			store_error(st, "TORN since before the restart: a writer's session wrote into generation %llu's bytes "
 					"in place and did not commit; reads and imports are refused (EUCLEAN) until a "

@@ -4,6 +4,7 @@
  * FSM or waits (wait.c).  Everything runs under fs->mu and never sleeps. */
 #include "lock.h"
 #include "version.h"
+#include "named.h"
 #include "caller.h"
 #include "clock.h"
 #include "fault.h"
@@ -397,6 +398,7 @@ void lock_release(struct fs_handle *h)
 		 * allocations were never in an image: their memory goes at once. */
 		fault_point("rollback", "give");
 		version_drop_next(st);
+		named_drop_pending(st);
 		rollback(st);
 		room = true;
 		st->lock.aborts++;
@@ -448,6 +450,7 @@ int lock_commit(struct store *st)
 	int committed = fsm_commit(&st->lock.fsm);
 	assert(committed == 0); /* only the session's members commit */
 	(void)committed;
+	named_commit(st); /* the name its session gave it, with its generation */
 	if (st->lock.fsm.prev_held && !on_prev)
 		fsm_prev_gone(&st->lock.fsm); /* only readers from before a restart: not held to it */
 	st->lock.commits++;
@@ -543,6 +546,7 @@ int lock_abort(struct store *st)
 		return e;
 	fault_point("rollback", "give");
 	version_drop_next(st);
+	named_drop_pending(st);
 	rollback(st);
 	store_room_changed(st->fs);
 	rolled_back(st, "aborted");

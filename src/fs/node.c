@@ -24,6 +24,8 @@ const struct fs_kind_row fs_kinds[FS_NKINDS] = {
 	[FS_PREFETCH] = { "prefetch",   0200, FS_OPEN_WRITE, false, true,     false },
 	[FS_GEN]      = { "generation", 0444, FS_OPEN_TEXT,  true,  false,    true },
 	[FS_CONTENT]  = { "content_hash", 0444, FS_OPEN_TEXT, true, false,    false },
+	[FS_VERSION]  = { "version",    0444, FS_OPEN_TEXT,  true,  false,    true },
+	[FS_VERSIONS] = { "versions",   0444, FS_OPEN_TEXT,  true,  false,    false },
 };
 
 void node_count(struct store *st, const struct fs_node *f)

@@ -6,6 +6,7 @@
 #include "ops.h"
 #include "content.h"
 #include "inval.h"
+#include "named.h"
 #include "lock.h"
 #include "version.h"
 #include "store.h"
@@ -357,10 +358,14 @@ static int status_text(struct fs *fs, struct fs_handle *h, off_t off)
 	}
 	if (k == FS_TIER)
 		return text_tier(h->store, &h->text, &h->text_len);
-	if (k == FS_GEN) {
-		h->seen_events = store_lock(h->store)->fsm.generation; /* poll: until another commit */
+	if (k == FS_GEN || k == FS_VERSION) /* poll: until another commit */
+		h->seen_events = store_lock(h->store)->fsm.generation;
+	if (k == FS_GEN)
 		return text_generation(h->store, &h->text, &h->text_len);
-	}
+	if (k == FS_VERSION)
+		return named_text(h->store, &h->text, &h->text_len);
+	if (k == FS_VERSIONS)
+		return named_list_text(h->store, &h->text, &h->text_len);
 	if (k == FS_CONTENT)
 		return content_text(h->store, &h->text, &h->text_len);
 	return text_hash(h->store, &h->text, &h->text_len);
@@ -539,7 +544,8 @@ static unsigned do_poll(struct fs_handle *h, struct fuse_pollhandle **ph)
 {
 	if (!h->fnode || !fs_kinds[h->fnode->kind].watched)
 		return POLLIN | POLLRDNORM;
-	uint64_t now = h->fnode->kind == FS_GEN ? store_lock(h->store)->fsm.generation : h->store->events;
+	bool by_commit = h->fnode->kind == FS_GEN || h->fnode->kind == FS_VERSION;
+	uint64_t now = by_commit ? store_lock(h->store)->fsm.generation : h->store->events;
 	if (h->seen_events != now || h->store->removed)
 		return POLLIN | POLLRDNORM;
 	if (*ph) {

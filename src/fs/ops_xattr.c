@@ -5,6 +5,7 @@
  * per mount for a file's SELinux label and ACL, not twice per file. */
 #include "ops.h"
 #include "content.h"
+#include "named.h"
 #include "lock.h"
 #include "caller.h"
 #include "store.h"
@@ -93,6 +94,8 @@ static int do_getxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 		return snprintf(val, size, "%u", o.st->versions.allowed);
 	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_CONTENT))
 		return content_xattr_get(o.st, val, size);
+	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_VERSION))
+		return named_xattr_get(o.st, val, size);
 	if (store_dir(&o))
 		return tier_xattr_get(o.st, name, val, size);
 	return o.m ? xattr_value(&o, xattr_of(o.m, name), val, size) : -ENODATA;
@@ -132,13 +135,16 @@ static int do_listxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, char *lis
 	char tmp[64];
 	if (!e && store_dir(&o)) {
 		static const char *const store_names[] = { GMSFS_XATTR_QUOTA, GMSFS_XATTR_PRIORITY, GMSFS_XATTR_MIN,
-							   GMSFS_XATTR_RESERVED, GMSFS_XATTR_VERSIONS, GMSFS_XATTR_CONTENT };
+							   GMSFS_XATTR_RESERVED, GMSFS_XATTR_VERSIONS, GMSFS_XATTR_CONTENT,
+							   GMSFS_XATTR_VERSION };
 		for (size_t i = 0; i < sizeof store_names / sizeof *store_names; i++) {
 			size_t l = strlen(store_names[i]) + 1;
-			bool content = !strcmp(store_names[i], GMSFS_XATTR_CONTENT);
-			if (content ? content_xattr_get(o.st, tmp, sizeof tmp) < 0
-				    : strcmp(store_names[i], GMSFS_XATTR_VERSIONS) &&
-					      tier_xattr_get(o.st, store_names[i], tmp, sizeof tmp) < 0)
+			const char *sn = store_names[i];
+			int got = !strcmp(sn, GMSFS_XATTR_CONTENT)   ? content_xattr_get(o.st, tmp, sizeof tmp)
+				  : !strcmp(sn, GMSFS_XATTR_VERSION)  ? named_xattr_get(o.st, tmp, sizeof tmp)
+				  : !strcmp(sn, GMSFS_XATTR_VERSIONS) ? 0
+								      : tier_xattr_get(o.st, sn, tmp, sizeof tmp);
+			if (got < 0)
 				continue;
 			if (n + l <= size)
 				memcpy(list + n, store_names[i], l);
@@ -162,7 +168,7 @@ static int do_listxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, char *lis
 void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct fs *fs = fs_of(req);
-	char list[256];
+	char list[320];
 	pthread_mutex_lock(&fs->mu);
 	int n = do_listxattr(req, fs, ino, list, sizeof list);
 	pthread_mutex_unlock(&fs->mu);
@@ -211,6 +217,23 @@ static int set_versions(struct store *st, const char *value, size_t size)
 	return 0;
 }
 
+/* user.gms.version: the name a member of the writer session gives the commit it will
+ * make (gmsfs(5), NAMED VERSIONS); anyone else is refused, as a write of STORE/commit is. */
+static int name_commit(fuse_req_t req, struct store *st, const char *value, size_t size, bool drop)
+{
+	pid_t tgid;
+	int e = caller_tgid(req, &tgid);
+	if (e || (e = lock_is_member(st, tgid)) < 0)
+		return e;
+	if (!e) {
+		store_error(st, "%s: only a member of the writer session names the commit it makes", GMSFS_XATTR_VERSION);
+		return -EPERM;
+	}
+	if (drop)
+		named_drop_pending(st);
+	return drop ? 0 : named_set_pending(st, value, size);
+}
+
 static int do_setxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char *name, const char *value,
 		       size_t size, int flags)
 {
@@ -234,6 +257,8 @@ static int do_setxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 		}
 		return e;
 	}
+	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_VERSION))
+		return flags & (XATTR_CREATE | XATTR_REPLACE) ? -EINVAL : name_commit(req, o.st, value, size, false);
 	if (store_dir(&o) && tier_xattr_known(name)) {
 		char tmp[32];
 		bool exists = tier_xattr_get(o.st, name, tmp, sizeof tmp) >= 0;
@@ -289,6 +314,8 @@ static int do_removexattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const c
 		store_changed(o.st, "xattr");
 		return 0;
 	}
+	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_VERSION))
+		return name_commit(req, o.st, NULL, 0, true);
 	if (store_dir(&o) && tier_xattr_known(name)) {
 		if (!(e = may_set_store(req, o.st) ?: tier_xattr_remove(o.st, name)))
 			store_changed(o.st, "xattr");

@@ -35,6 +35,18 @@ struct store_content {
 	uint8_t hash[GMSFS_HASH_LEN];
 };
 
+/* A store's named versions (named.c), under fs->mu: the name its writer session gives
+ * its commit, and the names of the last commits that had one, oldest first. */
+#define STORE_NAMED_KEEP 32
+struct store_named {
+	char pending[META_VERSION_NAME_MAX + 1];
+	struct store_name {
+		uint64_t generation;
+		char name[META_VERSION_NAME_MAX + 1];
+	} past[STORE_NAMED_KEEP];
+	size_t n;
+};
+
 /* A store's lock state (in struct store), under fs->mu. */
 struct lock {
 	struct fsm fsm;                /* counts of holders and waiters; the state derives from them */
@@ -164,6 +176,7 @@ struct store {
 	struct vmm_bufs limbo;
 	void *kept;                    /* keep.c's record of it (fs->persist), opaque here */
 	struct store_content content;  /* content.c: the hash of its committed bytes, as told */
+	struct store_named named;      /* named.c: its commits' version names */
 };
 
 /* The mount's stores, under fs->mu. */

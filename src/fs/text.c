@@ -2,6 +2,7 @@
  * layout_hash.  Called under fs->mu, so every number of one text is of one moment. */
 #include "text.h"
 #include "content.h"
+#include "named.h"
 #include "export/export.h"
 #include "keep.h"
 #include "store.h"
@@ -227,6 +228,7 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 			(unsigned long long)m.entries, (unsigned long long)m.bytes, (unsigned long long)m.aligned_bytes);
 		json_str(f, s->meta ? meta_hash_hex(s->meta) : "");
 		content_json(s, f);
+		named_json(s, f);
 		fprintf(f,
 			", \"commits\": %llu, \"aborts\": %llu, \"lock_waits\": %llu, \"exports\": %llu, "
 			"\"requests\": %llu, \"socket_requests\": %llu, \"last_error\": ",
@@ -371,11 +373,13 @@ static void tier_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 	}
 }
 
-/* What each store holds, as labels: its committed layout hash and its content hash. */
+/* What each store holds, as labels: its committed layout hash, its content hash and the
+ * last commit's version name. */
 static void info_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 {
 	header(f, "gmsfs_store_info", GAUGE, "1, labelled with the store's committed layout hash (\"\" before a "
-					     "commit) and its content hash (\"unknown\" where it is not known).");
+					     "commit), its content hash (\"unknown\" where it is not known) and "
+					     "the last commit's version name (\"\" where it has none).");
 	for (size_t i = 0; i < n; i++) {
 		char content[2 * GMSFS_HASH_LEN + 1];
 		content_label(st[i], content);
@@ -385,7 +389,8 @@ static void info_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 		label(f, st[i]->name);
 		fputs(",layout_hash=", f);
 		label(f, st[i]->meta ? meta_hash_hex(st[i]->meta) : "");
-		fprintf(f, ",content_hash=\"%s\"} 1\n", content);
+		const char *why, *version = named_current(st[i], &why);
+		fprintf(f, ",content_hash=\"%s\",version=\"%s\"} 1\n", content, version ? version : "");
 	}
 }
 

@@ -161,6 +161,13 @@ int meta_layout_hash(struct meta_store *s, uint8_t out[GMSFS_HASH_LEN]);
  * commit it was computed on, then 32 lowercase hex digits), into *gen and hash: 0, or
  * -EINVAL for anything else (untrusted input: fuzzed). */
 int meta_content_parse(const char *value, size_t size, uint64_t *gen, uint8_t hash[GMSFS_HASH_LEN]);
+/* A version name (gmsfs(5), NAMED VERSIONS): 1 to 64 of A-Z a-z 0-9 . _ - : + @, the first a
+ * letter or digit (a newline at its end allowed), into name: 0, or -EINVAL. */
+#define META_VERSION_NAME_MAX 64
+int meta_version_name(const char *value, size_t size, char name[META_VERSION_NAME_MAX + 1]);
+/* "GENERATION NAME" (user.gms.version's value, a line of an image's history): the commit
+ * (1 on, no leading zero) and its name: 0, or -EINVAL.  Both are untrusted input: fuzzed. */
+int meta_version_parse(const char *value, size_t size, uint64_t *gen, char name[META_VERSION_NAME_MAX + 1]);
 
 struct meta_stats { uint64_t allocations, entries, bytes, aligned_bytes; };
 void meta_stats(const struct meta_store *s, struct meta_stats *out);

@@ -40,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct meta_node *n;
 		const char *one[1] = { buf };
 		uint8_t d0[16], d1[16];
-		switch (op % 15) {
+		switch (op % 16) {
 		case 0:
 			if (meta_entry_set_offset(e, buf, len) && e->offset != before)
 				abort();
@@ -79,10 +79,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		case 12:
 		case 13:
-			if (!strcmp(buf, op % 14 == 12 ? "e" : "a") || (e->alloc && !strcmp(buf, e->alloc)))
+			if (!strcmp(buf, op % 16 == 12 ? "e" : "a") || (e->alloc && !strcmp(buf, e->alloc)))
 				break; /* freeing e's allocation would remove e */
 			meta_layout_hash(s, d0);
-			if ((op % 14 == 12 ? meta_delete_entries : meta_free_allocs)(s, one, 1, err, sizeof err)) {
+			if ((op % 16 == 12 ? meta_delete_entries : meta_free_allocs)(s, one, 1, err, sizeof err)) {
 				meta_layout_hash(s, d1);
 				if (memcmp(d0, d1, 16))
 					abort();
@@ -98,6 +98,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			for (int k = 0; k < 16; k++)
 				at += snprintf(again + at, sizeof again - (size_t)at, "%02x", h[k]);
 			if (meta_content_parse(again, (size_t)at, &g2, h2) || g2 != g || memcmp(h, h2, 16))
+				abort();
+			break;
+		}
+		case 15: { /* a version name and its "GENERATION NAME": read back as written */
+			uint64_t g, g2;
+			char name[META_VERSION_NAME_MAX + 1], name2[META_VERSION_NAME_MAX + 1], again[96];
+			if (!meta_version_name(buf, len, name) && (strlen(name) > META_VERSION_NAME_MAX || strchr(name, ' ')))
+				abort();
+			if (meta_version_parse(buf, len, &g, name))
+				break;
+			int at = snprintf(again, sizeof again, "%llu %s", (unsigned long long)g, name);
+			if (!g || meta_version_parse(again, (size_t)at, &g2, name2) || g2 != g || strcmp(name, name2))
 				abort();
 			break;
 		}

@@ -260,6 +260,32 @@ static void big_layout_hash(void)
 	free(v);
 }
 
+/* Version names (gmsfs(5), NAMED VERSIONS): what a commit may be called, and its
+ * "GENERATION NAME". */
+static void version_names(void)
+{
+	char name[META_VERSION_NAME_MAX + 1];
+	uint64_t g = 0;
+	ok(!meta_version_name("step-1200\n", 10, name) && !strcmp(name, "step-1200"), "a name, its newline dropped");
+	ok(!meta_version_name("v1.2_rc+3:a@b", 13, name), "dots, underscores, dashes, colons, pluses, at signs");
+	const char *bad[] = { "", "-step", ".hidden", "a b", "a/b", "tab\t", "\n" };
+	int refused = 0;
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+		refused += meta_version_name(bad[i], strlen(bad[i]), name) == -EINVAL;
+	is_int(refused, 7, "empty, a leading dash or dot, spaces, slashes, control characters: refused");
+	char longest[META_VERSION_NAME_MAX + 2];
+	memset(longest, 'x', sizeof longest);
+	ok(!meta_version_name(longest, META_VERSION_NAME_MAX, name) &&
+		   meta_version_name(longest, META_VERSION_NAME_MAX + 1, name) == -EINVAL, "64 characters at most");
+	ok(!meta_version_parse("12 step-1200", 12, &g, name) && g == 12 && !strcmp(name, "step-1200"),
+	   "\"GENERATION NAME\"");
+	const char *badv[] = { "0 a", "012 a", "12", "12 ", " 12 a", "x a", "99999999999999999999999 a", "1 a b" };
+	refused = 0;
+	for (size_t i = 0; i < sizeof badv / sizeof *badv; i++)
+		refused += meta_version_parse(badv[i], strlen(badv[i]), &g, name) == -EINVAL;
+	is_int(refused, 8, "generation 0, leading zeros, no name, an overflow, two words: refused");
+}
+
 int main(void)
 {
 	char err[512];
@@ -530,6 +556,7 @@ int main(void)
 	is_int(big->nkids, 2500, "2500 children listed");
 
 	batches(s);
+	version_names();
 
 	released = 0;
 	meta_store_free(s);

@@ -127,8 +127,9 @@ int sc_pause_resume(void)
 	return 0;
 }
 
-/* __flipper STORE DONE GO: import all, report on DONE, on GO's byte flip: one
- * allocation (w/1) changed, mapped again where it was; the others untouched. */
+/* __flipper STORE DONE GO: import all, report on DONE, on GO's byte flip to the commit
+ * named v2 (gmsfs(5), NAMED VERSIONS): one allocation (w/1) changed, mapped again where
+ * it was; the others untouched. */
 int role_flipper(char **argv)
 {
 	int done = atoi(argv[3]), go = atoi(argv[4]);
@@ -143,9 +144,15 @@ int role_flipper(char **argv)
 	if (holds(g, "w/1", 1, 1, was[1])) /* committed beside it: not flipped yet, untouched */
 		return 1;
 	size_t changed = 0;
-	CALL(g, gmsfs_flip(g, &changed));
+	char name[GMSFS_VERSION_NAME_MAX + 1];
+	CHECK(gmsfs_version_name(g, name) == -ENODATA && !name[0], "the first commit has no name: \"%s\"", name);
+	CHECK(gmsfs_wait_version(store, "v2", 0) == 0 && gmsfs_wait_version(store, "v3", 0) == -ETIMEDOUT,
+	      "the last commit is v2, not v3");
+	CHECK(gmsfs_flip_to(g, "v3", &changed) == -ENOENT && gmsfs_generation(g) == 1, "no v3: nothing changed");
+	CALL(g, gmsfs_flip_to(g, "v2", &changed));
 	CHECK(changed == 1 && gmsfs_generation(g) == 2, "changed %zu, generation %llu", changed,
 	      (unsigned long long)gmsfs_generation(g));
+	CHECK(gmsfs_version_name(g, name) == 0 && !strcmp(name, "v2"), "it holds v2: \"%s\"", name);
 	int bad = holds(g, "w/0", 0, 1, was[0]) || holds(g, "w/1", 1, 2, was[1]) || holds(g, "w/2", 2, 1, was[2]);
 	gmsfs_disconnect(g);
 	return bad;
@@ -183,7 +190,8 @@ int sc_versions_flip(void)
 	 * read-only: a DMA still on its way would fault). */
 	if (fill(p, 1, 8192, 2))
 		return 1;
-	CALL(w, gmsfs_commit(w));
+	CHECK(gmsfs_commit_version(w, "bad name") == -EINVAL, "a bad name refused");
+	CALL(w, gmsfs_commit_version(w, "v2"));
 	gmsfs_disconnect(w);
 	CHECK(state_val("prev_handles") == 1, "prev_handles %ld", state_val("prev_handles"));
 	gmsfs *n; /* a reader that comes now maps the new version */

@@ -1,0 +1,169 @@
+/* version: named versions, a client's side (gmsfs(5), NAMED VERSIONS).  The daemon keeps
+ * the names: a member of the writer session names its commit (user.gms.version, set on
+ * the store directory), and STORE/version and STORE/versions say what is committed;
+ * polling STORE/version wakes at each commit.  The names are checked by the daemon. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#define NAME_WORDS "1 to 64 of A-Z a-z 0-9 . _ - : + @, the first a letter or digit"
+
+/* What the open file fd says now (read at offset 0: the daemon makes its text again),
+ * NUL-terminated in buf: its length, or -errno. */
+static ssize_t read_now(int fd, char *buf, size_t size)
+{
+	ssize_t n = pread(fd, buf, size - 1, 0);
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	return n;
+}
+
+/* The same of the store directory dir's file name. */
+static ssize_t read_store_file(const char *dir, const char *name, char *buf, size_t size)
+{
+	char path[4096];
+	if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+		return -ENAMETOOLONG;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = read_now(fd, buf, size);
+	close(fd);
+	return n;
+}
+
+/* In STORE/versions' text ("GENERATION NAME STATE" lines): the generation of the commit
+ * named name (0: none), and the name of generation gen into of (may be NULL). */
+static uint64_t find(const char *text, const char *name, uint64_t gen, char *of)
+{
+	uint64_t found = 0;
+	for (const char *line = text; *line;) {
+		unsigned long long g;
+		char n[GMSFS_VERSION_NAME_MAX + 1];
+		if (sscanf(line, "%llu %64s", &g, n) == 2) {
+			if (name && !strcmp(n, name))
+				found = g;
+			if (of && g == gen)
+				strcpy(of, n);
+		}
+		const char *nl = strchr(line, '\n');
+		line = nl ? nl + 1 : line + strlen(line);
+	}
+	return found;
+}
+
+int gmsfs_commit_version(gmsfs *g, const char *name)
+{
+	if (!g)
+		return -EINVAL;
+	if (!name || !*name || strlen(name) > GMSFS_VERSION_NAME_MAX)
+		return gm_error(g, -EINVAL, "commit_version: a name is " NAME_WORDS);
+	int e = gm_need_lock(g, GMSFS_RW);
+	if (e)
+		return e;
+	if (setxattr(g->dir, GMSFS_XATTR_VERSION, name, strlen(name), 0)) {
+		e = -errno;
+		return gm_error(g, e, "commit_version %s: %s", name,
+				e == -EINVAL ? "not a version name: " NAME_WORDS
+				: e == -EEXIST ? "a commit of the store had that name (STORE/versions): a name is a store's once"
+					       : strerror(-e));
+	}
+	if ((e = gm_commit(g, false)))
+		removexattr(g->dir, GMSFS_XATTR_VERSION); /* nothing committed: no name kept for another */
+	return e;
+}
+
+int gmsfs_version_name(gmsfs *g, char *name)
+{
+	if (!g || !name)
+		return -EINVAL;
+	name[0] = '\0';
+	char text[4096];
+	ssize_t n = read_store_file(g->dir, "versions", text, sizeof text);
+	if (n < 0)
+		return gm_error(g, (int)n, "version_name: reading %s/versions: %s", g->dir, strerror((int)-n));
+	find(text, NULL, g->info.generation, name);
+	return name[0] ? 0 : -ENODATA;
+}
+
+int gmsfs_flip_to(gmsfs *g, const char *name, size_t *changed)
+{
+	if (changed)
+		*changed = 0;
+	if (!g || !name)
+		return -EINVAL;
+	if (g->lock != GMSFS_RO)
+		return gm_error(g, -EINVAL, "flip_to: a reader's call");
+	char text[4096], last[96];
+	ssize_t n = read_store_file(g->dir, "versions", text, sizeof text);
+	if (n < 0)
+		return gm_error(g, (int)n, "flip_to: reading %s/versions: %s", g->dir, strerror((int)-n));
+	uint64_t gen = find(text, name, 0, NULL);
+	if (!gen)
+		return gm_error(g, -ENOENT, "flip_to %s: no commit of %s had that name", name, g->dir);
+	if (gen == g->info.generation)
+		return 0;
+	ssize_t l = getxattr(g->dir, GMSFS_XATTR_VERSION, last, sizeof last - 1);
+	last[l > 0 ? l : 0] = '\0';
+	unsigned long long lg = 0;
+	char ln[GMSFS_VERSION_NAME_MAX + 1] = "";
+	if (l <= 0 || sscanf(last, "%llu %64s", &lg, ln) != 2 || lg != gen || strcmp(ln, name))
+		return gm_error(g, -ESTALE, "flip_to %s: the store's last commit is another (%s)", name,
+				l > 0 ? last : "one with no name");
+	int e = gmsfs_flip(g, changed);
+	if (!e && g->info.generation != gen) /* only a reader from before a daemon restart can meet this */
+		return gm_error(g, -ESTALE, "flip_to %s: the store was committed again meanwhile (generation %llu)", name,
+				(unsigned long long)g->info.generation);
+	return e;
+}
+
+int gmsfs_wait_version(const char *store, const char *name, int timeout_ms)
+{
+	if (!store || !name || !*name || strlen(name) > GMSFS_VERSION_NAME_MAX || strchr(name, ' '))
+		return -EINVAL;
+	char path[4096], text[4096];
+	if (snprintf(path, sizeof path, "%s/version", store) >= (int)sizeof path)
+		return -ENAMETOOLONG;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int64_t end = timeout_ms >= 0 ? gm_now_ms() + timeout_ms : 0;
+	int e;
+	for (;;) {
+		ssize_t n = read_now(fd, text, sizeof text);
+		if (n < 0) {
+			e = (int)n;
+			break;
+		}
+		if (n > 0 && text[n - 1] == '\n')
+			text[n - 1] = '\0';
+		if (!strcmp(text, name)) {
+			e = 0;
+			break;
+		}
+		if ((n = read_store_file(store, "versions", text, sizeof text)) >= 0 && find(text, name, 0, NULL)) {
+			e = -ESTALE; /* named once, committed past since */
+			break;
+		}
+		int left = timeout_ms < 0 ? -1 : (int)(end - gm_now_ms());
+		if (timeout_ms >= 0 && left <= 0) {
+			e = -ETIMEDOUT;
+			break;
+		}
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, left) < 0 && errno != EINTR) {
+			e = -errno;
+			break;
+		}
+	}
+	close(fd);
+	return e;
+}

@@ -1,0 +1,253 @@
+"""Named versions (gmsfs(5), NAMED VERSIONS) on the host backend: a commit may carry a
+name (a trainer's step), a store's once; STORE/version, user.gms.version, STORE/versions,
+status.json and the metrics say it; readers wait for a name, connect to it, flip to it or
+are refused with nothing changed; a writer that ends without commit leaves no name for
+the next; gmsfs.torch's refit names its commit and flip goes to a name.  Readers and
+writers run in processes of their own where the lock's owner matters, as engines do."""
+import errno
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import gmsfs
+from conftest import ROOT
+
+SIZE = 1 << 16
+
+# A writer in a process of its own: "write NAME VALUE", "commit [VERSION]"; one JSON line each.
+WRITER = r"""
+import gmsfs, json, sys
+c = gmsfs.connect(sys.argv[1], sys.argv[2], timeout=10)
+print(json.dumps({"ready": c.generation}), flush=True)
+for line in sys.stdin:
+    w = line.split()
+    try:
+        if w[0] == "write":
+            m = c.import_one(w[1])
+            c.buffer(m.ptr, m.size, writable=True)[:] = bytes([int(w[2])]) * m.size
+        elif w[0] == "commit":
+            c.commit(version=w[1] if len(w) > 1 else None)
+        print(json.dumps({"generation": c.generation, "version": c.version}), flush=True)
+    except gmsfs.GmsfsError as e:
+        print(json.dumps({"errno": e.errno, "error": str(e)}), flush=True)
+"""
+
+
+class Writer:
+    def __init__(self, store, mode="data"):
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+        self.p = subprocess.Popen([sys.executable, "-c", WRITER, store, mode], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env=env)
+        self.ready = self._read()
+
+    def _read(self):
+        line = self.p.stdout.readline()
+        assert line, "the writer ended"
+        return json.loads(line)
+
+    def ask(self, what):
+        self.p.stdin.write(what + "\n")
+        self.p.stdin.flush()
+        return self._read()
+
+    def close(self):
+        self.p.stdin.close()
+        assert self.p.wait(20) == 0
+
+    def kill(self):
+        self.p.kill()
+        self.p.wait()
+
+
+def publish(store, value=1, version=None):
+    with gmsfs.connect(store, "rw", timeout=5) as c:
+        for name in ("a", "b"):
+            m = c.create(name, SIZE)
+            c.buffer(m.ptr, SIZE, writable=True)[:] = bytes([value]) * SIZE
+        c.commit(version=version)
+
+
+def text(store, name):
+    with open(os.path.join(store, name)) as f:
+        return f.read()
+
+
+def status_of(store):
+    with open(os.path.join(os.path.dirname(store), "status.json")) as f:
+        return next(s for s in json.load(f)["stores"] if s["name"] == os.path.basename(store))
+
+
+def test_a_commit_carries_its_name_and_every_view_says_it(store):
+    publish(store, version="step-100")
+    assert text(store, "version") == "step-100\n"
+    assert os.getxattr(store, "user.gms.version") == b"1 step-100"
+    assert "user.gms.version" in os.listxattr(store)
+    assert gmsfs.committed_version(store) == "step-100" and status_of(store)["version"] == "step-100"
+    assert gmsfs.versions(store) == [(1, "step-100", "serving")]
+    metrics = text(os.path.dirname(store), "metrics")
+    assert 'store="%s",' % os.path.basename(store) in metrics and 'version="step-100"} 1' in metrics
+    # A shell names the commit it makes, as a member of its session.
+    subprocess.run(["sh", "-c", 'exec 3>"$1/lock"; setfattr -n user.gms.version -v step-200 "$1" && echo > "$1/commit"',
+                    "sh", store], check=True)
+    assert text(store, "version") == "step-200\n"
+    # A commit with no name: none now, the names before listed, their memory gone.
+    with gmsfs.connect(store, "rw", timeout=5) as c:
+        c.commit()
+        assert c.version is None
+    assert text(store, "version") == "none: the last commit was not named\n"
+    assert gmsfs.committed_version(store) is None and status_of(store)["version"] is None
+    with pytest.raises(OSError) as e:
+        os.getxattr(store, "user.gms.version")
+    assert e.value.errno == errno.ENODATA and "user.gms.version" not in os.listxattr(store)
+    assert gmsfs.versions(store) == [(1, "step-100", "gone"), (2, "step-200", "gone")]
+
+
+def test_names_are_checked_a_stores_once_and_only_its_writer_gives_them(store):
+    publish(store, version="v1")
+    with gmsfs.connect(store, "rw", timeout=5) as c:
+        for bad in ("", "a b", "-x", ".x", "x/y", "é", "x" * 65):
+            with pytest.raises((gmsfs.GmsfsError, OSError)) as e:
+                c.commit(version=bad)
+            assert e.value.errno == errno.EINVAL, bad
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            c.commit(version="v1")
+        assert e.value.errno == errno.EEXIST and "a name is a store's once" in str(e.value)
+        assert c.lock_mode == "rw"  # refused: nothing committed, the session goes on
+        c.commit(version="x" * 64)
+    assert gmsfs.versions(store)[-1] == (2, "x" * 64, "serving")
+    # Outside any session, and beside another process's session (this one is not its
+    # child): refused, and said why.
+    w = None
+    for _ in range(2):
+        with pytest.raises(OSError) as e:
+            os.setxattr(store, "user.gms.version", b"theirs")
+        assert e.value.errno == errno.EPERM
+        assert "only a member of the writer session" in status_of(store)["last_error"]
+        w = w or Writer(store, "rw")
+    assert w.ask("commit")["version"] is None  # the name refused was never its
+    w.close()
+
+
+def test_an_abort_drops_the_name_with_the_rest(store):
+    publish(store, version="v1")
+    code = ("import gmsfs,os,sys\nc=gmsfs.connect(sys.argv[1],'rw')\nos.setxattr(sys.argv[1],'user.gms.version',b'v2')\n"
+            "open(os.path.join(sys.argv[1],'abort'),'w').write('\\n')\nc.commit()\nprint(c.version)\n")
+    out = subprocess.run([sys.executable, "-c", code, store], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "None"  # the commit after the abort: no name
+    assert gmsfs.versions(store) == [(1, "v1", "gone")]
+    with gmsfs.connect(store, "rw", timeout=5) as c:  # v2 was never committed: free
+        c.commit(version="v2")
+    assert gmsfs.committed_version(store) == "v2"
+
+
+def test_a_killed_writer_that_named_its_commit_leaves_no_name(store):
+    publish(store, version="v1")
+    code = ("import gmsfs,os,sys\nc=gmsfs.connect(sys.argv[1],'rw')\nos.setxattr(sys.argv[1],'user.gms.version',b'v2')\n"
+            "print('named', flush=True)\nsys.stdin.read()\n")
+    p = subprocess.Popen([sys.executable, "-c", code, store], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+    assert p.stdout.readline().strip() == "named"
+    p.kill()
+    p.wait()
+    with gmsfs.connect(store, "rw", timeout=5) as c:
+        c.commit()
+    assert gmsfs.committed_version(store) is None
+    assert [v[1] for v in gmsfs.versions(store)] == ["v1"]
+
+
+def test_readers_wait_for_a_name_connect_to_it_or_are_refused(store):
+    publish(store, version="v1")
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        gmsfs.wait_version(store, "v2", timeout=0)
+    assert e.value.errno == errno.ETIMEDOUT
+    w = Writer(store, "rw")
+    woke = {}
+    t = threading.Thread(target=lambda: woke.update(r=gmsfs.wait_version(store, "v2", timeout=20) or "woke"))
+    t.start()
+    w.ask("commit")  # an unnamed commit does not wake it for good
+    w.close()
+    w = Writer(store, "rw")
+    assert w.ask("commit v2")["version"] == "v2"
+    w.close()
+    t.join(20)
+    assert woke == {"r": "woke"}
+    with gmsfs.connect(store, "ro", version="v2", timeout=5) as r:
+        assert r.version == "v2" and r.generation == 3
+    with pytest.raises(gmsfs.GmsfsError) as e:  # a name committed past
+        gmsfs.connect(store, "ro", version="v1", timeout=5)
+    assert e.value.errno == errno.ESTALE and "committed past version v1" in str(e.value)
+    with pytest.raises(ValueError):
+        gmsfs.connect(store, "rw", version="v2")
+
+
+def test_a_reader_flips_to_a_name_or_nothing_changes(store):
+    publish(store, value=1, version="v1")
+    os.setxattr(store, "user.gms.versions", b"2")
+    r = gmsfs.connect(store, "ro", timeout=5)
+    r.import_all()
+    a = r.find("a")
+    w = Writer(store, "data")
+    w.ask("write a 7")
+    for name, err in (("v2", errno.ENOENT), ("v1", 0)):  # not committed yet; the one it holds
+        if err:
+            with pytest.raises(gmsfs.GmsfsError) as e:
+                r.flip(version=name)
+            assert e.value.errno == err
+        else:
+            assert r.flip(version=name) == 0
+    assert w.ask("commit v2")["version"] == "v2"
+    w.close()
+    assert gmsfs.versions(store) == [(1, "v1", "held 1"), (2, "v2", "serving")]
+    assert bytes(r.buffer(a.ptr, 4)) == b"\x01" * 4 and r.version == "v1"
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        r.flip(version="v3")
+    assert e.value.errno == errno.ENOENT and r.generation == 1
+    assert r.flip(version="v2") == 1
+    assert r.version == "v2" and bytes(r.buffer(a.ptr, 4)) == b"\x07" * 4 and r.find("a").ptr == a.ptr
+    assert gmsfs.versions(store) == [(1, "v1", "gone"), (2, "v2", "serving")]
+    # A next version built, then the reader asks for the one before it: refused, unchanged.
+    w = Writer(store, "data")
+    w.ask("write b 9")
+    w.ask("commit v3")
+    w.close()
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        r.flip(version="v1")
+    assert e.value.errno == errno.ESTALE and r.version == "v2"
+    assert r.flip(version="v3") == 1 and r.version == "v3"
+    r.close()
+
+
+def test_the_version_file_wakes_a_poller_at_each_commit(store):
+    publish(store, version="v1")
+    fd = os.open(os.path.join(store, "version"), os.O_RDONLY)
+    try:
+        assert os.pread(fd, 80, 0) == b"v1\n"
+        p = select.poll()
+        p.register(fd, select.POLLIN)
+        assert p.poll(100) == []
+        with gmsfs.connect(store, "rw", timeout=5) as c:
+            c.commit(version="v2")
+        assert p.poll(2000) == [(fd, select.POLLIN)]
+        assert os.pread(fd, 80, 0) == b"v2\n" and p.poll(50) == []
+    finally:
+        os.close(fd)
+
+
+def test_a_store_keeps_its_last_32_names(store):
+    publish(store, version="s0")
+    with gmsfs.connect(store, "rw", timeout=5) as c:
+        c.commit()
+        for i in range(1, 40):
+            c.close()
+            c = gmsfs.connect(store, "rw", timeout=5)
+            c.commit(version="s%d" % i)
+    got = gmsfs.versions(store)
+    assert len(got) == 32 and got[0][1] == "s8" and got[-1] == (41, "s39", "serving")
+    assert [g for g, _, _ in got] == sorted(g for g, _, _ in got)
