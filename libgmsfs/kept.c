@@ -166,7 +166,8 @@ int gmsfs_pages_keep(gmsfs_pages *p, const struct gmsfs_page_record *rec, size_t
 			q->kept = !q->freed;
 		for (size_t i = 0; i < u.n; i++)
 			u.of[i]->mapped[u.idx[i]] |= PG_ENTRY;
-		for (size_t i = 0; i < n; i++) { /* the record is the page's now */
+		for (size_t i = 0; i < n; i++) { /* the record is the page's now: new, never old */
+			p->mapped[rec[i].idx] &= (uint8_t)~PG_OLD;
 			free(p->rec[rec[i].idx].data);
 			p->rec[rec[i].idx] = (struct pg_record){ .data = copy[i], .len = rec[i].len };
 			copy[i] = NULL;

@@ -38,6 +38,7 @@ enum {
 	PG_ASKED = 2,  /* named by the call being checked (check_idx) */
 	PG_STAYS = 4,  /* a held page stays mapped here, the engine's no more */
 	PG_ENTRY = 8,  /* kept: its entry names the allocation mapped here (kept.c) */
+	PG_OLD = 16,   /* computed with the weights tied before the last tie (tie.c) */
 };
 
 /* The record of page i let go (it was unmapped). */

@@ -410,6 +410,13 @@ GMSFS_API const char *gmsfs_pages_name(const gmsfs_pages *p);
 #define GMSFS_PAGES_WEIGHTS_NOTE "%gmsfs.weights"
 GMSFS_API int gmsfs_pages_tie(gmsfs *g, gmsfs *weights);
 GMSFS_API int gmsfs_pages_tied(gmsfs *g, gmsfs *weights);
+/* After a gmsfs_pages_tie that names other weights than the tie before (another store, or
+ * the same one committed again: the engine flipped to a refit), every page mapped then was
+ * computed with the old ones: "old" until a keep gives it a record or it is unmapped, and
+ * its record (what the engine said it holds) cleared at the next keep, so that no adopter
+ * trusts it.  The old pages of p: the first cap indices into idx (NULL with cap 0: only
+ * count), how many in *n.  0 or -EINVAL. */
+GMSFS_API int gmsfs_pages_old(gmsfs_pages *p, uint64_t *idx, size_t cap, size_t *n);
 
 /* ---- a memory pool for CUDA graphs: N captured shapes in the memory of the largest ---- */
 /* Graphs captured for different shapes never run at the same time (an engine replays one

@@ -146,11 +146,26 @@ class Pages(_Range):
 
     def tie(self, weights):
         """The pages are computed with the weights weights (a reader's Connection of the
-        weights store) holds: each keep records them (the store, its commit, its content
-        hash), so that an adopter serving other weights is refused them.  None: untied.
-        Call it again after flipping or remapping to other weights."""
+        weights store) holds: each keep records them (the store, its commit, its version
+        name, its content hash), so that an adopter serving other weights is refused them.
+        None: untied.  Call it again after flipping or remapping to other weights: every
+        page mapped then was computed with the old ones, and is returned (the indices of
+        this range's; the others' in their .old): old until a keep gives it a record or it
+        is unmapped, its record cleared at the next keep (no adopter trusts it)."""
         self._conn._check(_c.gmsfs_pages_tie(self._conn._handle(), weights._handle() if weights is not None
                                              else None), "pages tie")
+        return self.old
+
+    @property
+    def old(self):
+        """Indices of this range's pages computed with the weights tied before the last
+        tie() to other weights (see tie)."""
+        n = ctypes.c_size_t()
+        r = self._range()
+        self._conn._check(_c.gmsfs_pages_old(r, None, 0, ctypes.byref(n)), "pages old")
+        arr = (ctypes.c_uint64 * max(n.value, 1))()
+        self._conn._check(_c.gmsfs_pages_old(r, arr, n.value, ctypes.byref(n)), "pages old")
+        return list(arr[:n.value])
 
     @property
     def name(self):

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import mounted, remove_stores, ROOT, let_go_of_mount
+from conftest import mounted, remove_stores, ROOT, let_go_of_mount, run_py
 from manager import Manager
 import gmsfs
 from gmsfs.ctl import read_fields
@@ -160,6 +160,47 @@ def test_kv_is_tied_to_the_weights_that_made_it(clean):
         with pytest.raises(ValueError):
             gmsfs.Pages.adopt(c, 8 * MiB, weights=wa, stale="maybe")
         assert gmsfs.Pages.adopt(c, 8 * MiB).adopted == 2, "no weights said: adopted as before"
+
+
+def test_after_a_flip_the_engine_is_told_which_pages_are_the_old_weights(clean):
+    """An engine serving weights with versions flips to a trainer's refit and ties its
+    pages anew: the pages it held are named old (Pages.tie returns them, Pages.old), their
+    records cleared at its next keep; a page kept again with a record is new; an adopter
+    of the new weights takes the pages, trusting only those.  The note names the version."""
+    a = os.path.join(clean, "wv")
+    os.mkdir(a)
+    os.setxattr(a, "user.gms.versions", b"2")
+    with gmsfs.connect(a, "rw") as c:
+        ctypes.memset(c.create("w", MiB).ptr, 1, MiB)
+        c.commit(version="step-1")
+    kv = os.path.join(clean, "kv")
+    os.mkdir(kv)
+    wa = gmsfs.connect(a, "ro")
+    wa.import_all()
+    c = gmsfs.connect(kv, "rw")
+    p = gmsfs.Pages(c, 8 * MiB, MiB)
+    assert p.tie(wa) == []  # the first tie: nothing before it
+    p.map([0, 1, 2])
+    p.keep({0: b"s0", 1: b"s1", 2: b"s2"})
+    assert "version step-1\n" in open(os.path.join(kv, "meta", "%gmsfs.weights")).read()
+    trainer = run_py("import gmsfs, ctypes, sys\nw = gmsfs.connect(sys.argv[1], 'data', timeout=5)\n"
+                     "ctypes.memset(w.import_one('w').ptr, 2, 1 << 20)\nw.commit(version='step-2')\n", a)
+    assert trainer.returncode == 0, trainer.stderr
+    assert p.tie(wa) == [] and p.old == []  # the same weights (the engine has not flipped)
+    assert wa.flip(version="step-2") == 1
+    assert p.tie(wa) == [0, 1, 2] and p.old == [0, 1, 2]
+    p.keep({1: b"s1 again"})  # page 1 computed anew; 0 and 2 are still the old weights'
+    assert p.old == [0, 2] and p.records() == {0: None, 1: b"s1 again", 2: None}
+    p.unmap([2])
+    assert p.old == [0]
+    p.keep()
+    c.close()
+    with gmsfs.connect(kv, "rw") as c2:
+        q = gmsfs.Pages.adopt(c2, 8 * MiB, weights=wa)  # the weights it was tied to at the last keep
+        assert q.adopted == 2 and q.stale is None and q.records() == {0: None, 1: b"s1 again"}
+    note = open(os.path.join(kv, "meta", "%gmsfs.weights")).read()
+    assert "version step-2\n" in note and "generation 2\n" in note
+    wa.close()
 
 
 def test_a_page_allocator_over_adopted_pages(clean):

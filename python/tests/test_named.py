@@ -206,6 +206,7 @@ def test_a_reader_flips_to_a_name_or_nothing_changes(store):
     w.close()
     assert gmsfs.versions(store) == [(1, "v1", "held 1"), (2, "v2", "serving")]
     assert bytes(r.buffer(a.ptr, 4)) == b"\x01" * 4 and r.version == "v1"
+    assert r.layout_hash and r.generation == 1  # asked again of the daemon: the commit it holds
     with pytest.raises(gmsfs.GmsfsError) as e:
         r.flip(version="v3")
     assert e.value.errno == errno.ENOENT and r.generation == 1

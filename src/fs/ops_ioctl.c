@@ -26,7 +26,10 @@ static void ioc_fill(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io)
 	h->remap = false;
 	io->backend = strcmp(v->dev.backend, "cuda") ? GMSFS_BACKEND_HOST : GMSFS_BACKEND_CUDA;
 	io->device = v->dev.index;
-	io->generation = store_lock(st)->fsm.generation;
+	/* The commit the handle holds: a reader on the version before holds that one (a data-only
+	 * session's commit beside it did not move it: gmsfs(5), Versions). */
+	io->generation = h->on_prev && store_lock(st)->fsm.prev_held ? st->versions.prev_generation
+								   : store_lock(st)->fsm.generation;
 	io->granularity = v->dev.granularity;
 	snprintf(io->socket, sizeof io->socket, "%s", export_socket(fs));
 	if (!st->meta)
