@@ -60,6 +60,7 @@ uint64_t snap_pieces(uint64_t size)
 }
 
 bool snap_verbose;
+const char *snap_version;
 
 /* -v: the phase that ended now, and its time since *t (then reset). */
 void snap_phase(struct timespec *t, const char *what)
@@ -354,7 +355,7 @@ int snap_restore(const char *store, const char *dir, int timeout_ms, bool quiet,
 	snap_phase(&t, "the bytes copied and checked");
 	if (!e && ne && (e = gmsfs_meta_put_many(g, ev, ne)))
 		snprintf(err, errlen, "%s", gmsfs_errmsg(g));
-	if (!e && (e = gmsfs_commit(g)))
+	if (!e && (e = snap_version ? gmsfs_commit_version(g, snap_version) : gmsfs_commit(g)))
 		snprintf(err, errlen, "commit: %s", gmsfs_errmsg(g));
 	/* The same allocations and entries give the same hash, checked above: said if the
 	 * daemon's differs all the same. */

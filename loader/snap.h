@@ -13,6 +13,8 @@
 
 /* -v: each phase's time on stderr. */
 extern bool snap_verbose;
+/* restore: the name its commit carries (gmsfs(5), NAMED VERSIONS); NULL: none. */
+extern const char *snap_version;
 /* The committed layout of store into dir (made if missing); 0 or -errno with err. */
 int snap_save(const char *store, const char *dir, int timeout_ms, bool quiet, char *err, size_t errlen);
 /* dir's snapshot into the empty store, checked before the commit; 0 or -errno with err. */

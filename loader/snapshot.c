@@ -201,6 +201,8 @@ static int run(int argc, char **argv)
 			gms = true;
 		else if (!strcmp(argv[i], "--all"))
 			every = true;
+		else if (!strcmp(argv[i], "--version") && i + 1 < argc)
+			snap_version = argv[++i];
 		else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
 			char *end; /* seconds, 0 to a day: nan, inf, a negative or a typo refused (exit 2) */
 			double v = strtod(argv[++i], &end);
@@ -215,9 +217,10 @@ static int run(int argc, char **argv)
 			n = 65;
 	}
 	bool verb = n >= 1 && (!strcmp(pos[0], "save") || !strcmp(pos[0], "restore") || !strcmp(pos[0], "copy"));
-	if (!verb || (every ? n < 2 || n > 64 || !strcmp(pos[0], "copy") || gms : n != 3) || (gms && pos[0][0] != 's')) {
+	if (!verb || (every ? n < 2 || n > 64 || !strcmp(pos[0], "copy") || gms : n != 3) || (gms && pos[0][0] != 's') ||
+	    (snap_version && (every || strcmp(pos[0], "restore")))) {
 		fprintf(stderr, "usage: gmsfs-snapshot save [--gms] STORE DIR [-t SECONDS] [-q] [-v]\n"
-				"       gmsfs-snapshot restore STORE DIR [-t SECONDS] [-q] [-v]\n"
+				"       gmsfs-snapshot restore STORE DIR [--version NAME] [-t SECONDS] [-q] [-v]\n"
 				"       gmsfs-snapshot save|restore --all DIR [MOUNT...] [-t SECONDS] [-q]\n"
 				"       gmsfs-snapshot copy SOURCE TARGET [-t SECONDS] [-q]\n");
 		return 2;
@@ -237,6 +240,8 @@ static int run(int argc, char **argv)
 	} else if (pos[0][0] == 's') {
 		e = gms ? gmsfmt_save(pos[1], pos[2], timeout_ms, err, sizeof err)
 			: snap_save(pos[1], pos[2], timeout_ms, quiet, err, sizeof err);
+	} else if (snap_version && gmsfmt_is(pos[2])) {
+		e = -EINVAL, snprintf(err, sizeof err, "--version: GMS's snapshots are restored as GMS wrote them, unnamed");
 	} else { /* a GMS snapshot is known by its gms_metadata.json */
 		e = gmsfmt_is(pos[2]) ? gmsfmt_restore(pos[1], pos[2], timeout_ms, err, sizeof err)
 				      : snap_restore(pos[1], pos[2], timeout_ms, quiet, err, sizeof err);

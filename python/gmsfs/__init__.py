@@ -18,8 +18,9 @@ from ._connection import (Connection, Entry, Mapping, committed_version, connect
 from ._errors import GmsfsError, StaleLayoutError
 from ._load import copy, load, pull
 from ._ranges import PageAllocator, Pages, Space
+from .group import Group
 
-__all__ = ["connect", "prefetch", "digest", "content_hash", "committed_version", "versions", "wait_version", "Connection", "Mapping", "Entry", "Space", "Pages", "PageAllocator", "GmsfsError",
+__all__ = ["connect", "prefetch", "digest", "content_hash", "committed_version", "versions", "wait_version", "Group", "Connection", "Mapping", "Entry", "Space", "Pages", "PageAllocator", "GmsfsError",
            "StaleLayoutError", "load", "copy", "pull", "version", "version_string", "library_path"]
 
 

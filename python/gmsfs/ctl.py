@@ -398,6 +398,8 @@ def main(argv=None):
     p.add_argument("--stripes", type=_stripes, metavar="N")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(fn=cmd_pull)
+    from ._ctl_group import add_parser as add_group
+    add_group(sub, _seconds)
     p = sub.add_parser("metrics", help="every mount's metrics, merged, or into a textfile directory")
     p.add_argument("mounts", nargs="*", metavar="MOUNT")
     g = p.add_mutually_exclusive_group()

@@ -1,0 +1,156 @@
+"""gmsfsctl group: a model over N GPUs as one command (gmsfs.Group): its status, its
+tier, a switch, and a snapshot of every rank at once under one manifest."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+from .group import Group
+
+GROUP_FORMAT = "gmsfs-group 1"
+
+
+def _fail(msg):
+    print("gmsfsctl group: %s" % msg, file=sys.stderr)
+    return 1
+
+
+def _each(fn, items):
+    """fn(i, item) for every item at once (a thread each): the results, in order."""
+    out = [None] * len(items)
+
+    def run(i, x):
+        try:
+            out[i] = fn(i, x)
+        except Exception as e:  # said with its rank, never lost in a thread
+            out[i] = e
+    ts = [threading.Thread(target=run, args=(i, x)) for i, x in enumerate(items)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return out
+
+
+def _snapshot_tool():
+    found = shutil.which("gmsfs-snapshot")
+    if found:
+        return found
+    from . import _lib  # beside the library it came with (a build tree)
+    return os.path.join(os.path.dirname(_lib.path), "gmsfs-snapshot")
+
+
+def status(g):
+    for r, (store, name, gen) in enumerate(g.status()):
+        print("rank %d %s: %s (generation %d)" % (r, store, name or "no name", gen))
+    p = g.pending()
+    print("group: %s%s" % (g.version() or "no version on every rank",
+                           "; %s on ranks %s only" % (p[0], p[1]) if p else ""))
+    return 0
+
+
+def tier(g, where, timeout):
+    from .ctl import cmd_tier
+    import argparse
+    said = _each(lambda r, s: cmd_tier(argparse.Namespace(store=s, where=where, timeout=timeout), quiet=True),
+                 g.stores)
+    for r, (s, rc) in enumerate(zip(g.stores, said)):
+        with open(os.path.join(s, "tier")) as f:
+            print("rank %d %s: %s%s" % (r, s, f.read().strip(), "" if rc == 0 else " (%s)" % rc))
+    return 0 if all(rc == 0 for rc in said) else 1
+
+
+def snapshot(g, out, timeout):
+    """Every rank saved at once into OUT/rank-N, then OUT/group.json last: the group's
+    version and each rank's store and hashes.  Refused where the group has no version
+    every rank serves, or where a rank was committed during the save (nothing then says
+    the ranks are one version: no group.json)."""
+    v = g.version()
+    before = g.status()
+    if v is None or g.pending() or any(name != v for _, name, _ in before):
+        return _fail("%s: the ranks serve %s: a snapshot takes one version on every rank (gmsfsctl group status)"
+                     % (out, [name for _, name, _ in before]))
+    os.makedirs(out, exist_ok=True)
+    tool = _snapshot_tool()
+    t = time.monotonic()
+    args = ["-t", str(timeout)] if timeout else []
+    runs = _each(lambda r, s: subprocess.run([tool, "save", s, os.path.join(out, "rank-%d" % r), "-q"] + args,
+                                             capture_output=True, text=True), g.stores)
+    bad = [(r, x) for r, x in enumerate(runs) if isinstance(x, Exception) or x.returncode]
+    if bad:
+        return _fail("; ".join("rank %d: %s" % (r, x if isinstance(x, Exception) else x.stderr.strip())
+                               for r, x in bad))
+    if g.status() != before:
+        return _fail("%s: a rank was committed during the save: the ranks' snapshots are not one version; "
+                     "no group.json written" % out)
+    ranks = []
+    for r, s in enumerate(g.stores):
+        with open(os.path.join(out, "rank-%d" % r, "manifest.json")) as f:
+            m = json.load(f)
+        ranks.append({"store": s, "dir": "rank-%d" % r, "layout_hash": m["layout_hash"],
+                      "content_hash": m.get("content_hash")})
+    tmp = os.path.join(out, "group.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump({"format": GROUP_FORMAT, "version": v, "ranks": ranks}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, os.path.join(out, "group.json"))
+    print("%s: %d ranks of version %s saved in %.3f s" % (out, len(ranks), v, time.monotonic() - t))
+    return 0
+
+
+def restore(g, src, timeout):
+    """Every rank restored at once from SRC/rank-N, each checked by gmsfs-snapshot against
+    its manifest before it commits, the commit named the group's version: engines of the
+    group (gmsfs.Group.connect) see that version on every rank, or none."""
+    try:
+        with open(os.path.join(src, "group.json")) as f:
+            man = json.load(f)
+    except (OSError, ValueError) as e:
+        return _fail("%s: no group manifest (group.json): %s" % (src, e))
+    if man.get("format") != GROUP_FORMAT or len(man.get("ranks", [])) != len(g):
+        return _fail("%s: a snapshot of %d ranks (%s); the group has %d" % (
+            src, len(man.get("ranks", [])), man.get("format"), len(g)))
+    tool = _snapshot_tool()
+    t = time.monotonic()
+    args = ["-t", str(timeout)] if timeout else []
+    runs = _each(lambda r, s: subprocess.run([tool, "restore", s, os.path.join(src, man["ranks"][r]["dir"]),
+                                              "--version", man["version"], "-q"] + args, capture_output=True, text=True),
+                 g.stores)
+    bad = [(r, x) for r, x in enumerate(runs) if isinstance(x, Exception) or x.returncode]
+    if bad:
+        return _fail("; ".join("rank %d: %s" % (r, x if isinstance(x, Exception) else x.stderr.strip())
+                               for r, x in bad) + " (the group has no version until every rank is restored)")
+    print("%s: %d ranks of version %s restored in %.3f s" % (src, len(g), man["version"], time.monotonic() - t))
+    return 0
+
+
+def cmd_group(args):
+    try:
+        g = Group.open(args.group)
+    except (OSError, ValueError) as e:
+        return _fail(str(e))
+    if args.what == "status":
+        return status(g)
+    if args.what == "tier":
+        if args.arg not in (None, "device", "host"):
+            return _fail("tier: device or host, not %s" % args.arg)
+        return tier(g, args.arg, args.timeout)
+    if args.what == "switch":
+        return tier(g, "device", args.timeout)
+    if not args.arg:
+        return _fail("%s: a directory" % args.what)
+    return snapshot(g, args.arg, args.timeout) if args.what == "snapshot" else restore(g, args.arg, args.timeout)
+
+
+def add_parser(sub, seconds):
+    p = sub.add_parser("group", help="a model over N GPUs (a group file: a store a line): status, tier, switch, "
+                                     "snapshot, restore")
+    p.add_argument("what", choices=("status", "tier", "switch", "snapshot", "restore"))
+    p.add_argument("group", metavar="GROUP")
+    p.add_argument("arg", nargs="?", metavar="WHERE|DIR")
+    p.add_argument("--timeout", type=seconds, default=600, metavar="SECONDS")
+    p.set_defaults(fn=cmd_group)

@@ -1,0 +1,202 @@
+"""gmsfs.Group: a model over N GPUs as one (gmsfs(5), NAMED VERSIONS, "Groups").
+
+A group names one store per rank, on as many mounts: a text file of store paths, one a
+line in rank order ('#' starts a comment), which an operator reads and an engine opens:
+
+    # llama-70b, tensor parallel over 4 H200
+    /run/gmsfs/gpu0/llama-70b
+    /run/gmsfs/gpu1/llama-70b
+    ...
+
+Every rank serves version V or none does.  Each store has user.gms.versions 2, so that a
+trainer's rank builds the next version beside the engines; the group's version is the
+newest name committed on every rank, and an engine's rank flips to it only once it is (a
+flip that cannot then fail, and fails before anything changed where it is not), so that
+engines that agree on it through their own collectives flip in lockstep.  A trainer killed
+after refitting some ranks leaves every engine on the version before; the next refit of
+the same name completes it (the ranks that have it are skipped) and a refit of another
+name is refused until it is.  A fresh engine's rank connects to the group's version, and
+waits while its own store holds a name the group does not have yet."""
+import errno
+import os
+import select
+import time
+
+from ._connection import committed_version, connect, versions
+from ._errors import GmsfsError
+
+
+class Group:
+    def __init__(self, stores):
+        self.stores = [os.path.abspath(str(s)) for s in stores]
+        if not self.stores:
+            raise ValueError("a group names one store per rank: none given")
+        if len(set(self.stores)) != len(self.stores):
+            raise ValueError("a group names each store once: %s" % self.stores)
+
+    @classmethod
+    def open(cls, path):
+        """The group a file names (one store path a line, in rank order)."""
+        with open(path) as f:
+            stores = [line.split("#", 1)[0].strip() for line in f]
+        stores = [s for s in stores if s]
+        if not stores:
+            raise ValueError("%s: no store named (one store path a line, in rank order)" % path)
+        return cls(stores)
+
+    def __len__(self):
+        return len(self.stores)
+
+    def __repr__(self):
+        return "Group(%r)" % (self.stores,)
+
+    def names(self):
+        """Each rank's named commits kept, oldest first: [[(generation, name, state)], ...]."""
+        return [versions(s) for s in self.stores]
+
+    def committed(self, name):
+        """The ranks whose store had a commit named name."""
+        return [r for r, v in enumerate(self.names()) if any(n == name for _, n, _ in v)]
+
+    def ready(self, name):
+        """Was name committed on every rank?  Once it is, it stays so."""
+        return len(self.committed(name)) == len(self.stores)
+
+    def version(self):
+        """The group's version: the newest name committed on every rank (newest by rank
+        0's commits), or None."""
+        names = self.names()
+        common = set(n for _, n, _ in names[0])
+        for v in names[1:]:
+            common &= set(n for _, n, _ in v)
+        newest = [n for _, n, _ in names[0] if n in common]
+        return newest[-1] if newest else None
+
+    def pending(self):
+        """A name some ranks committed after the group's version and others not yet:
+        (name, [ranks that have it]), or None."""
+        done = self.version()
+        for r, v in enumerate(self.names()):
+            later = [n for _, n, _ in v]
+            later = later[later.index(done) + 1:] if done in later else later
+            for name in later:
+                have = self.committed(name)
+                if len(have) < len(self.stores):
+                    return name, have
+        return None
+
+    def status(self):
+        """Per rank: (store, the last commit's name or None, its generation)."""
+        out = []
+        for s in self.stores:
+            with open(os.path.join(s, "generation")) as f:
+                out.append((s, committed_version(s), int(f.read())))
+        return out
+
+    def wait(self, name, timeout=None):
+        """Wait until name is committed on every rank (timeout seconds; None: as long as it
+        takes): GmsfsError ETIMEDOUT."""
+        end = None if timeout is None else time.monotonic() + timeout
+        with _Commits(self.stores) as commits:
+            while not self.ready(name):
+                if not commits.wait(end):
+                    raise GmsfsError(errno.ETIMEDOUT, "group: version %s is committed on ranks %s of %d within %ss"
+                                     % (name, self.committed(name), len(self.stores), timeout))
+
+    # ---- a trainer's rank ----
+    def refit(self, rank, source, version, timeout=None, **kw):
+        """Rank rank's part of the group's next version: source into its store, the commit
+        named version.  source: a callable given a data-only Connection of the store, which
+        writes its bytes (imports what it writes), or what gmsfs.torch.refit takes (kw go
+        to it).  A rank whose store has version committed is skipped (a refit killed on
+        some ranks is completed by running it again): returns False then, True when it
+        committed.  Refused (GmsfsError EBUSY, nothing written) while the group has
+        another name committed on some ranks only."""
+        store = self._store(rank)
+        if version in (n for _, n, _ in versions(store)):
+            return False
+        p = self.pending()
+        if p and p[0] != version:
+            raise GmsfsError(errno.EBUSY, "group: version %s is committed on ranks %s of %d only: refit it again to "
+                             "complete it before %s" % (p[0], p[1], len(self.stores), version))
+        if callable(source):
+            with connect(store, "data", timeout) as c:
+                source(c)
+                c.commit(version=version)
+        else:
+            from .torch import refit
+            refit(source, store, timeout=timeout, version=version, **kw).close()
+        return True
+
+    # ---- an engine's rank ----
+    def connect(self, rank, timeout=None):
+        """A reader of rank's store at the group's version: waits (timeout seconds) while the
+        group has none, or while this rank's store holds a name the others lack; then a
+        read lock on exactly that commit (GmsfsError ETIMEDOUT, or ESTALE where it moved
+        on meanwhile)."""
+        store = self._store(rank)
+        end = None if timeout is None else time.monotonic() + timeout
+        with _Commits(self.stores) as commits:
+            while True:
+                v = self.version()
+                if v is not None and committed_version(store) == v:
+                    left = None if end is None else max(0.0, end - time.monotonic())
+                    return connect(store, "ro", left, version=v)
+                if not commits.wait(end):
+                    raise GmsfsError(errno.ETIMEDOUT, "group: rank %d: no version committed on every rank and "
+                                     "served by its store within %ss (%s)" % (rank, timeout, self.status()))
+
+    def flip(self, rank, conn, name=None):
+        """Rank rank's engine (conn: its reader of the rank's store, or a module gmsfs.torch
+        materialized) moves to name (None: the group's version), only if every rank has it
+        committed: GmsfsError EAGAIN otherwise, nothing changed.  Returns how many
+        allocations were mapped again."""
+        self._store(rank)
+        conn = getattr(conn, "_gmsfs", conn)
+        name = self.version() if name is None else name
+        if name is None or not self.ready(name):
+            raise GmsfsError(errno.EAGAIN, "group: version %s is committed on ranks %s of %d: not yet"
+                             % (name, self.committed(name) if name else [], len(self.stores)))
+        return conn.flip(version=name)
+
+    def _store(self, rank):
+        if not isinstance(rank, int) or not 0 <= rank < len(self.stores):
+            raise ValueError("rank: 0 to %d, not %r" % (len(self.stores) - 1, rank))
+        return self.stores[rank]
+
+
+class _Commits:
+    """The stores' commits, watched from here on (poll(2) on their version files, opened
+    before the caller looks, so that a commit between its look and its wait wakes it)."""
+
+    def __init__(self, stores):
+        self.fds, self.poll = [], select.poll()
+        try:
+            for s in stores:
+                fd = os.open(os.path.join(s, "version"), os.O_RDONLY)
+                self.fds.append(fd)
+                os.pread(fd, 128, 0)  # read: readable again at the next commit
+                self.poll.register(fd, select.POLLIN)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def wait(self, end):
+        """Sleep until a store commits or end (monotonic; None: no end); False at the end."""
+        left = None if end is None else end - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        for fd, _ in self.poll.poll(None if left is None else max(1, int(left * 1000))):
+            os.pread(fd, 128, 0)
+        return end is None or time.monotonic() < end
