@@ -2,9 +2,10 @@
  * save in snap_save.c.
  *
  * save: under a read lock, the committed layout whole, into DIR: the allocations' bytes
- * in shards (DIR/shard-NNN.bin, each allocation at a 4096-byte boundary, written at once
+ * in shards (DIR/shard-NNN.bin, each allocation at a 4096-byte boundary, whole or, past
+ * a shard's even share, in parts of whole pieces over several: format 3; written at once
  * by a thread a shard), then, last, DIR/manifest.json: every allocation's name, size,
- * tag, shard, offset and xxh3, every entry (key, allocation, offset, extent, flags,
+ * tag, shard and offset (or its parts) and xxh3, every entry (key, allocation, offset, extent, flags,
  * value in hex), every shard's size and xxh3, the layout hash and the content hash
  * (gmsfs(5), CONTENT HASH: from the same pieces' hashes, no second pass; told to the
  * daemon too where the saver may write the store).  A save that stops
@@ -15,7 +16,7 @@
  * snapshot that differs anywhere is refused, and the store is left as it was (the
  * session rolls back); the content hash recorded is checked the same way and told to
  * the daemon after the commit.  xxh3 of an allocation: XXH3-64 of its CP_PIECE pieces'
- * XXH3-64s (little-endian); of a shard: of its allocations' in its order.  See
+ * XXH3-64s (little-endian); of a shard: of its allocations' (parts') in its order.  See
  * gmsfs-load(1). */
 #include "snap.h"
 #include "copy.h"
@@ -135,8 +136,9 @@ static int check_manifest(const char *dir, const struct js_value *root, char *er
 			      *en = field(root, "entries", JS_ARRAY), *sh = field(root, "shards", JS_ARRAY),
 			      *h = field(root, "layout_hash", JS_STRING), *pb = field(root, "piece_bytes", JS_NUMBER);
 	uint64_t d;
-	if (!fmt || strcmp(fmt->s, SNAP_FORMAT))
-		return snprintf(err, errlen, "manifest.json: not a \"%s\" manifest", SNAP_FORMAT), -EINVAL;
+	if (!fmt || (strcmp(fmt->s, SNAP_FORMAT) && strcmp(fmt->s, SNAP_FORMAT_PARTS)))
+		return snprintf(err, errlen, "manifest.json: not a \"%s\" or \"%s\" manifest", SNAP_FORMAT,
+				SNAP_FORMAT_PARTS), -EINVAL;
 	if (!a || !en || !sh || !h || !pb)
 		return snprintf(err, errlen, "manifest.json: not {layout_hash, piece_bytes, shards, allocations, entries}"),
 		       -EINVAL;
@@ -159,17 +161,34 @@ static int check_manifest(const char *dir, const struct js_value *root, char *er
 			return snprintf(err, errlen, "%s: %llu bytes, not the %llu the manifest says", path,
 					(unsigned long long)st.st_size, (unsigned long long)z->u), -EIO;
 	}
+	bool parted = !strcmp(fmt->s, SNAP_FORMAT_PARTS);
 	for (size_t i = 0; i < a->n; i++) {
-		const struct js_value *s = field(&a->v[i], "shard", JS_NUMBER), *o = field(&a->v[i], "offset", JS_NUMBER),
-				      *z = field(&a->v[i], "size", JS_NUMBER), *x = field(&a->v[i], "xxh3", JS_STRING);
-		if (!field(&a->v[i], "name", JS_STRING) || !field(&a->v[i], "tag", JS_STRING) || !s || !o || !z || !x ||
+		const struct js_value *z = field(&a->v[i], "size", JS_NUMBER), *x = field(&a->v[i], "xxh3", JS_STRING),
+				      *parts = parted ? field(&a->v[i], "parts", JS_ARRAY) : NULL;
+		if (!field(&a->v[i], "name", JS_STRING) || !field(&a->v[i], "tag", JS_STRING) || !z || !x ||
 		    !parse_digest(x->s, &d))
-			return snprintf(err, errlen, "manifest.json: allocations[%zu] is not {name, tag, size, shard, offset, "
-						     "xxh3}", i), -EINVAL;
-		uint64_t have = s->u < sh->n ? field(&sh->v[s->u], "size", JS_NUMBER)->u : 0;
-		if (s->u >= sh->n || o->u > have || z->u > have - o->u)
-			return snprintf(err, errlen, "manifest.json: allocations[%zu] (%s) lies outside its shard", i,
-					field(&a->v[i], "name", JS_STRING)->s), -EINVAL;
+			return snprintf(err, errlen, "manifest.json: allocations[%zu] is not {name, tag, size, shard, offset "
+						     "(or parts), xxh3}", i), -EINVAL;
+		size_t np = parts ? parts->n : 1;
+		uint64_t sum = 0;
+		for (size_t k = 0; k < np; k++) { /* each part inside its shard, whole pieces but the last */
+			const struct js_value *q = parts ? &parts->v[k] : &a->v[i], *s = field(q, "shard", JS_NUMBER),
+					      *o = field(q, "offset", JS_NUMBER), *n = parts ? field(q, "size", JS_NUMBER) : z;
+			if (!s || !o || !n)
+				return snprintf(err, errlen, "manifest.json: allocations[%zu] is not {name, tag, size, shard, "
+						"offset (or parts of shard, offset, size), xxh3}", i), -EINVAL;
+			uint64_t have = s->u < sh->n ? field(&sh->v[s->u], "size", JS_NUMBER)->u : 0;
+			if (s->u >= sh->n || o->u > have || n->u > have - o->u ||
+			    (k + 1 < np && (!n->u || n->u % CP_PIECE)) || n->u > z->u - sum)
+				return snprintf(err, errlen, "manifest.json: allocations[%zu] (%s): a part lies outside its shard, "
+						"or its parts are not the allocation in whole pieces", i,
+						field(&a->v[i], "name", JS_STRING)->s), -EINVAL;
+			sum += n->u;
+		}
+		if (sum != z->u || (parts && !np))
+			return snprintf(err, errlen, "manifest.json: allocations[%zu] (%s): its parts are %llu bytes, not its %llu",
+					i, field(&a->v[i], "name", JS_STRING)->s, (unsigned long long)sum,
+					(unsigned long long)z->u), -EINVAL;
 	}
 	const struct js_value *ch = js_get(root, "content_hash"); /* saves before it have none */
 	if (ch && (ch->kind != JS_STRING || strlen(ch->s) != 32 || strspn(ch->s, "0123456789abcdef") != 32))
@@ -208,11 +227,13 @@ static int check_bytes(const struct js_value *a, uint64_t **dig, const char *dir
 	for (size_t i = 0; i < a->n; i++) {
 		uint64_t want, size = field(&a->v[i], "size", JS_NUMBER)->u;
 		parse_digest(field(&a->v[i], "xxh3", JS_STRING)->s, &want);
+		const struct js_value *s = field(&a->v[i], "shard", JS_NUMBER);
+		char where[64] = "its shards";
+		if (s)
+			snprintf(where, sizeof where, "shard-%03llu.bin", (unsigned long long)s->u);
 		if (snap_digest_of(dig[i], snap_pieces(size)) != want)
-			return snprintf(err, errlen, "%s/shard-%03llu.bin: the bytes of allocs/%s differ from the saved ones "
-						     "(xxh3): nothing restored", dir,
-					(unsigned long long)field(&a->v[i], "shard", JS_NUMBER)->u,
-					field(&a->v[i], "name", JS_STRING)->s), -EIO;
+			return snprintf(err, errlen, "%s/%s: the bytes of allocs/%s differ from the saved ones (xxh3): nothing "
+						     "restored", dir, where, field(&a->v[i], "name", JS_STRING)->s), -EIO;
 	}
 	return 0;
 }
@@ -262,6 +283,27 @@ static int hash_checked(const struct gmsfs_new *nv, size_t na, const struct gmsf
 		e = -EINVAL, snprintf(err, errlen, "%s/manifest.json: its allocations and entries hash to %s, not the "
 						   "layout hash it records (%s): edited or damaged, nothing restored", dir,
 				      mine, want);
+	return e;
+}
+
+/* An allocation's copies queued: its one run (shard, offset), or each of its parts (the
+ * pieces' digests of each from where it starts). */
+static int add_parts(struct cp *c, const int *files, const struct js_value *a, const struct gmsfs_new *nv,
+		     uint64_t *dig, bool parted)
+{
+	const struct js_value *parts = parted ? js_get(a, "parts") : NULL; /* as check_manifest read it */
+	if (!parts || parts->kind != JS_ARRAY)
+		return cp_add(c, files[field(a, "shard", JS_NUMBER)->u], field(a, "offset", JS_NUMBER)->u, nv->ptr,
+			      nv->size, dig);
+	int e = 0;
+	uint64_t at = 0;
+	for (size_t k = 0; !e && k < parts->n; k++) {
+		const struct js_value *q = &parts->v[k];
+		uint64_t n = field(q, "size", JS_NUMBER)->u;
+		e = cp_add(c, files[field(q, "shard", JS_NUMBER)->u], field(q, "offset", JS_NUMBER)->u, (char *)nv->ptr + at,
+			   n, dig + at / CP_PIECE);
+		at += n;
+	}
 	return e;
 }
 
@@ -341,8 +383,8 @@ int snap_restore(const char *store, const char *dir, int timeout_ms, bool quiet,
 	if (!e && na && (e = gmsfs_create_many(g, nv, na)))
 		snprintf(err, errlen, "%s", gmsfs_errmsg(g));
 	for (size_t i = 0; !e && i < na; i++)
-		e = cp_add(c, files[field(&a->v[i], "shard", JS_NUMBER)->u], field(&a->v[i], "offset", JS_NUMBER)->u,
-			   nv[i].ptr, nv[i].size, dig[i]);
+		e = add_parts(c, files, &a->v[i], &nv[i], dig[i],
+			      !strcmp(field(&root, "format", JS_STRING)->s, SNAP_FORMAT_PARTS));
 	snap_phase(&t, "the lock and the allocations");
 	struct snap_progress p = { !quiet && isatty(2), total, { 0, 0 }, "restore" };
 	clock_gettime(CLOCK_MONOTONIC, &p.t0);

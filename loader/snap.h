@@ -22,6 +22,9 @@ int snap_restore(const char *store, const char *dir, int timeout_ms, bool quiet,
 
 /* What the save (snap_save.c) and the restore (snap.c) share. */
 #define SNAP_FORMAT "gmsfs-snapshot 2"
+/* ... where an allocation is cut into parts over several shards ("parts" in place of its
+ * "shard" and "offset"): a gmsfs-snapshot before it refuses the manifest, never misreads it. */
+#define SNAP_FORMAT_PARTS "gmsfs-snapshot 3"
 #define SNAP_DATA_ALIGN 4096u
 #define SNAP_SHARDS_MAX CP_THREADS /* files written at once: a shard a thread (cp_threads) */
 

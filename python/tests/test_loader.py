@@ -403,6 +403,59 @@ def test_a_save_again_needs_no_more_room_than_itself(store, tmp_path):
         subprocess.run(["umount", str(fs)], check=True)
 
 
+def test_an_allocation_larger_than_a_shards_share_is_saved_in_parts(store, tmp_path):
+    """One allocation of most of a store (gmsfs.torch.publish's one allocation of a model)
+    goes into several shards, written at once, not through one writer: format 3, its
+    "parts" in whole pieces; restored with the same bytes, layout hash and content hash;
+    a byte changed in one part, or parts edited to other sizes, refused, nothing restored."""
+    MiB = 1 << 20
+    with gmsfs.connect(store, "rw") as c:
+        big = c.create("model", 24 * MiB)
+        c.buffer(big.ptr, big.size)[:] = bytes(range(251)) * (big.size // 251) + bytes(big.size % 251)
+        for i in range(3):
+            m = c.create("small/%d" % i, 4096 * (i + 1))
+            c.buffer(m.ptr, m.size)[:] = bytes([i + 7]) * m.size
+        c.commit()
+        want = c.layout_hash
+    content = gmsfs.digest(store, record=False)
+    snap = tmp_path / "snap"
+    env = dict(os.environ, GMSFS_COPY_THREADS="4")
+    r = subprocess.run([SNAP, "save", "-q", store, str(snap)], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    man = json.loads((snap / "manifest.json").read_text())
+    model = next(a for a in man["allocations"] if a["name"] == "model")
+    assert man["format"] == "gmsfs-snapshot 3" and len(man["shards"]) == 4 and "shard" not in model
+    assert [p["size"] for p in model["parts"]] == [8 * MiB] * 3 and len({p["shard"] for p in model["parts"]}) == 3
+    assert all("parts" not in a for a in man["allocations"] if a["name"] != "model")
+    assert man["content_hash"] == content
+    other = empty_store(store, "parts")
+    r = run(SNAP, "restore", other, str(snap))
+    assert r.returncode == 0, r.stderr
+    assert state(other)["layout_hash"] == want and gmsfs.content_hash(other) == content
+    with gmsfs.connect(other, "ro") as c:
+        m = c.import_one("model")
+        assert bytes(c.buffer(m.ptr, m.size)) == bytes(range(251)) * (m.size // 251) + bytes(m.size % 251)
+    target = empty_store(store, "t")
+    second = model["parts"][1]
+    shard = snap / man["shards"][second["shard"]]["file"]
+    good = shard.read_bytes()
+    with open(shard, "r+b") as f:
+        f.seek(second["offset"] + 3 * MiB + 5)
+        f.write(b"\xff\x00")
+    refused_and_untouched(target, run(SNAP, "restore", target, str(snap)),
+                          "its shards: the bytes of allocs/model differ from the saved ones")
+    shard.write_bytes(good)
+    text = (snap / "manifest.json").read_text()
+    first = '"size": %d}' % (8 * MiB)
+    for old_, new_, words in ((first, '"size": %d}' % (8 * MiB - 4096), "whole pieces"),  # not whole pieces
+                              ('"size": %d, "parts"' % (24 * MiB), '"size": %d, "parts"' % (24 * MiB + 4096),
+                               "its parts are %d bytes, not its %d" % (24 * MiB, 24 * MiB + 4096)),
+                              ('"gmsfs-snapshot 3"', '"gmsfs-snapshot 2"', "is not {name, tag, size, shard")):
+        assert old_ in text, old_
+        (snap / "manifest.json").write_text(text.replace(old_, new_, 1))
+        refused_and_untouched(target, run(SNAP, "restore", target, str(snap)), words)
+
+
 def test_a_snapshot_that_differs_is_refused_and_restores_nothing(store, tmp_path):
     """A changed byte, a shard cut short, a manifest missing or mangled: each refused with
     what is wrong, the target store as it was (no session left, nothing committed)."""

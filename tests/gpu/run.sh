@@ -5,7 +5,7 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|snapshot|peer|peer-net|gms-snapshot|kept|digest|all] [RUNS]
+#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|snapshot|peer|peer-net|gms-snapshot|kept|digest|group|all] [RUNS]
 #   gate: every headline figure beside its floor in one run, exit 1 on a miss (tests/gpu/gate.py;
 #     at most 8 minutes; its results in $OUT/gate.json or build/gate.json, for tests/gpu/gate_tables.py)
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
@@ -27,6 +27,9 @@
 #     adopts its 16 GiB cache and finishes every sequence (bench/kv_kept.py; KEPT_ARGS);
 #   pages: elastic KV caches: bench-pages against the raw driver loop, bench/kv_sharing.py
 #          (cache drivers, then engines running a decoder over their caches);
+#   group: a model's MLPs over two stores on one GPU as one group (gmsfs.Group): refitted and
+#     flipped together, a step on one rank only refused to both, snapshots of the group
+#     (tests/gpu/group_gpu.py);
 #   digest: the content hash of a store on the GPU against the same bytes' on a host mount, and
 #     its speed against the pinned copy of the bytes (tests/gpu/digest_gpu.py);
 #   graphs: CUDA graphs of 8 shapes in gmsfs.torch.GraphPool against PyTorch's pools
@@ -452,6 +455,12 @@ if [ "$what" = refit ] || [ "$what" = all ]; then # a trainer refits 4 engines' 
 	mount_gmsfs
 	timeout 400 python3 tests/gpu/refit_gpu.py "$mnt" || failed=$((failed + 1))
 	unmount_gmsfs
+fi
+if [ "$what" = group ] || [ "$what" = all ]; then # a model over two stores as one group, flipped together (group_gpu.py)
+	mount_gmsfs -o no_host_ahead
+	timeout 400 python3 tests/gpu/group_gpu.py "$mnt" "$top/build" || failed=$((failed + 1))
+	unmount_gmsfs
+	rm -f "$mnt.group" "$mnt.restored.group"
 fi
 if [ "$what" = digest ] || [ "$what" = all ]; then # the content hash: the GPU's against the host's, and its speed
 	timeout 400 python3 tests/gpu/digest_gpu.py "$top/build" || failed=$((failed + 1))
