@@ -35,7 +35,7 @@
 #   graphs: CUDA graphs of 8 shapes in gmsfs.torch.GraphPool against PyTorch's pools
 #   gms: GMS's client flows on GMS itself, through gmsfs.gms and on gmsfs (bench/gms_flows.py),
 #     then GMS's own tests through gmsfs.gms (tests/upstream/run.sh), where .upstream has them,
-#     and GMS's vLLM model loader on gmsfs.gms (tests/upstream/integrations_gpu.py), where
+#     and GMS's vLLM and TRT-LLM model loaders on gmsfs.gms (tests/upstream/integrations_gpu.py), where
 #     .upstream/lib has GMS's tree; integrations: that last part alone
 #   multi: on a machine with two GPUs or more (the nvidia-h200-x2 kind)
 # With $OUT set (the device machine), everything printed is also kept in $OUT/gpu-WHAT.log.
@@ -428,7 +428,7 @@ if [ "$what" = gms ] || [ "$what" = all ]; then # GMS's client flows: GMS itself
 		GMSFS_BACKEND=cuda PYTHON=python3 timeout 300 bash tests/upstream/run.sh || failed=$((failed + 1))
 	fi
 fi
-if [ "$what" = gms ] || [ "$what" = integrations ]; then # GMS's vLLM model loader on gmsfs.gms
+if [ "$what" = gms ] || [ "$what" = integrations ]; then # GMS's vLLM and TRT-LLM model loaders on gmsfs.gms
 	if [ -d .upstream/lib/gpu_memory_service/integrations ]; then
 		mount_gmsfs
 		timeout 400 python3 tests/upstream/integrations_gpu.py "$mnt" .upstream/lib || failed=$((failed + 1))
