@@ -161,6 +161,27 @@ int gmsfs_remap_all(gmsfs *g, int timeout_ms)
 
 /* Free the old allocations and create the same names, sizes and tags again, keeping
  * the metadata entries that named them: three requests. */
+/* A FREE of the names that the layout has now: a writer's unmap_all of a session it did
+ * not commit rolled back what it made (GMS's abort), and a reallocation makes them anew.
+ * (All at once first: one lookup a name only where that was refused.) */
+static int free_those_there(gmsfs *g, const char **names, size_t n, msgpack_sbuffer *sb)
+{
+	const char **there = calloc(n ? n : 1, sizeof *there);
+	size_t k = 0;
+	char path[8192];
+	if (!there)
+		return gm_error(g, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) /* a member sees its session's layout */
+		if (snprintf(path, sizeof path, "%s/allocs/%s", g->dir, names[i]) < (int)sizeof path && !access(path, F_OK))
+			there[k++] = names[i];
+	msgpack_sbuffer_clear(sb);
+	int e = k && wire_pack_names(sb, GMSFS_K_PATHS, there, k) ? gm_error(g, -ENOMEM, "out of memory") : 0;
+	if (!e && k)
+		e = gm_call(g, GMSFS_OP_FREE, sb->data, sb->size, NULL);
+	free(there);
+	return e;
+}
+
 static int recreate(gmsfs *g, struct ch_manifest *made)
 {
 	msgpack_sbuffer sb;
@@ -188,6 +209,8 @@ static int recreate(gmsfs *g, struct ch_manifest *made)
 		e = gm_error(g, -ENOMEM, "out of memory");
 	if (!e && g->nmaps)
 		e = gm_call(g, GMSFS_OP_FREE, sb.data, sb.size, NULL);
+	if (e == -ENOENT) /* some went with the session that made them (unmapped uncommitted): the others */
+		e = free_those_there(g, names, g->nmaps, &sb);
 	msgpack_sbuffer_clear(&sb);
 	if (!e && g->nmaps && wire_pack_create(&sb, a, g->nmaps))
 		e = gm_error(g, -ENOMEM, "out of memory");

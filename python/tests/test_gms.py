@@ -255,6 +255,29 @@ def test_reallocate_all_handles_puts_fresh_memory_behind_the_kept_addresses(stor
     m.close()
 
 
+def test_a_kv_cache_paused_uncommitted_resumes_on_fresh_memory_at_its_addresses(store):
+    """SGLang's KV cache through GMS's memory saver: a writer that never commits pauses
+    (unmap_all_vas, abort: its session rolls back, the memory goes) and resumes (connect
+    RW, reallocate_all_handles, remap_all_vas): fresh memory at the same addresses, though
+    the allocations it names went with the rolled-back session."""
+    m = GMSClientMemoryManager(store)
+    m.connect(RequestedLockType.RW)
+    vas = [m.create_mapping(size=8192, tag="kv_cache") for _ in range(3)]
+    m._client._conn().buffer(vas[0], 4, writable=True)[:] = b"kv!!"
+    m.unmap_all_vas()
+    m.abort()
+    assert read_fields(os.path.join(store, "state"))["state"] == "EMPTY"  # rolled back: nothing held
+    m.connect(RequestedLockType.RW)
+    m.reallocate_all_handles(tag="kv_cache")
+    m.remap_all_vas()
+    assert [m.mappings[va].va for va in vas] == vas and all(m.mappings[va].handle for va in vas)
+    assert m.granted_lock_type == GrantedLockType.RW
+    c = m._client._conn()
+    c.buffer(vas[2], 4, writable=True)[:] = b"new!"
+    assert bytes(c.buffer(vas[2], 4)) == b"new!" and bytes(c.buffer(vas[0], 4)) == b"\0\0\0\0"
+    m.close()
+
+
 def test_metadata_keys_that_are_no_paths_round_trip(store):
     w = Session(store, RequestedLockType.RW, None)
     aid, _ = w.allocate(4096)

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""tests/upstream/integrations_gpu.py MOUNT GMS_LIB: GMS's own integrations for vLLM and
-TensorRT-LLM (their model loaders, lib/gpu_memory_service/integrations/{vllm,trtllm}/
-model_loader.py, as fetched into GMS_LIB) on gmsfs, on the GPU machine: GMS's modules from its tree, gmsfs.gms standing in
+"""tests/upstream/integrations_gpu.py MOUNT GMS_LIB: GMS's own integrations for vLLM,
+TensorRT-LLM and SGLang (lib/gpu_memory_service/integrations/{vllm,trtllm,sglang}: their
+model loaders, and SGLang's memory saver and patches, as fetched into GMS_LIB) on gmsfs,
+on the GPU machine: GMS's modules from its tree, gmsfs.gms standing in
 for its client (gmsfs.gms.install()), and the engines, which are not installable here,
-stubbed at their boundaries only: vLLM's loader registry, TRT-LLM's ModelLoader, the
-model's construction (a transformers Llama of its own config) and the loading of its
+stubbed at their boundaries only: vLLM's loader registry, TRT-LLM's ModelLoader, SGLang's
+loaders, ModelRunner and torch_memory_saver's singleton, the model's construction (a transformers Llama of its own config) and the loading of its
 weights from a safetensors checkpoint.  Nothing of gmsfs or GMS is stubbed.
 
 For each, two engines start one after the other, each a fresh process, with `--load-format
@@ -217,6 +218,154 @@ print(json.dumps({"granted": manager.granted_lock_type.name, "bytes": gms_loader
 """
 
 
+# SGLang at its boundary: its loaders (DefaultModelLoader, get_model), ModelRunner's
+# init_memory_pool, the scheduler's static-state export, and torch_memory_saver (the
+# singleton SGLang's memory saver adapter calls: region, pause, resume), as SGLang 0.5.9
+# and torch_memory_saver give them, with nothing behind them.
+SGLANG_STUB = {
+    "sglang/__init__.py": "",
+    "sglang/srt/__init__.py": "",
+    "sglang/srt/model_loader/__init__.py": """
+        import torch
+        from transformers import LlamaForCausalLM
+
+        def get_model(*, model_config, load_config, device_config):
+            before = torch.get_default_dtype()
+            torch.set_default_dtype(torch.bfloat16)
+            try:
+                return LlamaForCausalLM(model_config.hf_config).eval()
+            finally:
+                torch.set_default_dtype(before)
+    """,
+    "sglang/srt/model_loader/loader.py": """
+        import os
+        import torch
+        from safetensors.torch import load_file
+        from transformers import LlamaForCausalLM
+
+        class DefaultModelLoader:
+            def __init__(self, load_config):
+                self.load_config = load_config
+
+            def load_model(self, *, model_config, device_config):
+                before = torch.get_default_dtype()
+                torch.set_default_dtype(torch.bfloat16)
+                try:
+                    with torch.device("cuda"):
+                        model = LlamaForCausalLM(model_config.hf_config).eval()
+                finally:
+                    torch.set_default_dtype(before)
+                tensors = load_file(os.path.join(model_config.model_path, "model.safetensors"))
+                with torch.no_grad():
+                    for name, p in model.named_parameters():
+                        p.copy_(tensors[name])
+                return model
+    """,
+    "sglang/srt/model_loader/utils.py": """
+        def process_model_weights_after_loading(model, model_config):
+            pass
+    """,
+    "sglang/srt/model_executor/__init__.py": "",
+    "sglang/srt/model_executor/model_runner.py": """
+        class ModelRunner:
+            def init_memory_pool(self, total_gpu_memory, max_num_reqs=None):
+                return total_gpu_memory
+    """,
+    "sglang/srt/managers/__init__.py": "",
+    "sglang/srt/managers/scheduler_update_weights_mixin.py": """
+        def _export_static_state(model):
+            return dict(buffers=[(n, b.detach().clone()) for n, b in model.named_buffers()])
+
+        def _import_static_state(model, static_params):
+            pass
+    """,
+    "torch_memory_saver/__init__.py": """
+        import contextlib
+        from .entrypoint import TorchMemorySaver
+
+        torch_memory_saver = TorchMemorySaver()
+
+        @contextlib.contextmanager
+        def configure_subprocess():
+            yield
+    """,
+    "torch_memory_saver/entrypoint.py": """
+        class TorchMemorySaver:
+            def __init__(self):
+                self._impl = None
+                self._impl_ctor_kwargs = {}
+
+            def _ensure_initialized(self):
+                raise RuntimeError("torch_memory_saver's own hooks need its LD_PRELOAD library")
+
+            def region(self, tag, enable_cpu_backup=False):
+                self._ensure_initialized()
+                return self._impl.region(tag, enable_cpu_backup)
+
+            def pause(self, tag=None):
+                self._ensure_initialized()
+                self._impl.pause(tag)
+
+            def resume(self, tag=None):
+                self._ensure_initialized()
+                self._impl.resume(tag)
+    """,
+}
+
+ENGINE_SGLANG = """
+import dataclasses, json, sys, types
+import torch
+import gmsfs.gms
+gmsfs.gms.install()
+from transformers import LlamaConfig
+from gpu_memory_service.integrations.sglang import setup_gms
+
+@dataclasses.dataclass
+class LoadConfig:
+    load_format: str = "gms"
+    model_loader_extra_config: dict = dataclasses.field(default_factory=dict)
+
+ckpt, out = sys.argv[1:3]
+torch.cuda.set_device(0)
+Loader = setup_gms(types.SimpleNamespace(load_format="gms", model_loader_extra_config="{}"))
+import torch_memory_saver
+tms = torch_memory_saver.torch_memory_saver
+config = LlamaConfig.from_pretrained(ckpt)
+model_config = types.SimpleNamespace(model_path=ckpt, hf_config=config, dtype=torch.bfloat16)
+with tms.region("weights"):  # as SGLang's ModelRunner wraps its load
+    model = Loader(LoadConfig()).load_model(model_config=model_config, device_config=types.SimpleNamespace(device="cuda"))
+impl = tms.gms_impl
+with tms.region("kv_cache"):  # its KV cache: always a writer's
+    kv = torch.empty(1 << 29, device="cuda", dtype=torch.bfloat16)
+kv.fill_(3)
+ids = torch.arange(0, 64, device="cuda").reshape(2, 32) % config.vocab_size
+def logits():
+    with torch.no_grad():
+        return model(input_ids=ids).logits.float().cpu()
+before = logits()
+torch.save(before, out)
+ptrs = [p.data_ptr() for p in model.parameters()] + [kv.data_ptr()]
+torch.cuda.synchronize()
+free0 = torch.cuda.mem_get_info()[0]
+tms.pause()  # SGLang's release_memory_occupation
+free1 = torch.cuda.mem_get_info()[0]
+tms.resume()  # resume_memory_occupation: the same addresses
+kv.fill_(5)
+after = logits()
+from sglang.srt.model_executor.model_runner import ModelRunner
+from sglang.srt.managers import scheduler_update_weights_mixin as mixin
+total_gib = torch.cuda.get_device_properties(0).total_memory / (1 << 30)
+from gpu_memory_service.client.torch.allocator import get_gms_client_memory_manager
+print(json.dumps({"granted": impl.allocators["weights"].granted_lock_type.name, "bytes": impl.imported_weights_bytes,
+                  "on_gpu": all(p.is_cuda for p in model.parameters()),
+                  "same_ptrs": ptrs == [p.data_ptr() for p in model.parameters()] + [kv.data_ptr()],
+                  "same_logits": torch.equal(before, after), "kv_freed": free1 - free0, "kv_bytes": kv.numel() * 2,
+                  "kv_after": kv[:4].float().tolist(),
+                  "pool_baseline": ModelRunner().init_memory_pool(1.0) == total_gib,
+                  "static_noop": mixin._export_static_state(model) == {"buffers": []}}))
+"""
+
+
 def main():
     mount, gms_lib = sys.argv[1], os.path.abspath(sys.argv[2])
     n, failed = 0, 0
@@ -250,7 +399,8 @@ def main():
             fields[k] = v.strip()
         return fields
 
-    for engine_name, stub, engine_code in (("vLLM", VLLM_STUB, ENGINE), ("TRT-LLM", TRTLLM_STUB, ENGINE_TRTLLM)):
+    for engine_name, stub, engine_code in (("vLLM", VLLM_STUB, ENGINE), ("TRT-LLM", TRTLLM_STUB, ENGINE_TRTLLM),
+                                           ("SGLang", SGLANG_STUB, ENGINE_SGLANG)):
         for rel, text in stub.items():
             path = os.path.join(work, engine_name, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -292,6 +442,21 @@ def main():
         if engine_name == "TRT-LLM":
             t(second[0].get("storage") == second[0].get("bytes") and first[0].get("tag") == "model_weights",
               "TRT-LLM: its rank storage is the bytes imported (GMS's patch), its memory tag put back after the load")
+        if engine_name == "SGLang":
+            f, g = first[0], second[0]
+            t(all(x.get("same_ptrs") and x.get("same_logits") for x in (f, g)),
+              "SGLang: torch_memory_saver's pause and resume (release and resume memory occupation): the weights "
+              "and the KV cache at the same addresses, the same logits, in both engines")
+            t(all(x.get("kv_freed", 0) >= 0.9 * x.get("kv_bytes", 1) and x.get("kv_after") == [5.0] * 4
+                  for x in (f, g)),
+              "SGLang: the paused KV cache's memory went back to the device (%s of %s bytes), and it is written "
+              "again after the resume" % ([x.get("kv_freed") for x in (f, g)], f.get("kv_bytes")))
+            t(all(x.get("pool_baseline") and x.get("static_noop") for x in (f, g)),
+              "SGLang: GMS's patches of ModelRunner.init_memory_pool (the device's whole memory as the baseline) "
+              "and of the scheduler's static state (a no-op) are in place")
+            kv_store = os.path.join(mount, "kv_cache")
+            if os.path.isdir(kv_store):
+                os.rmdir(kv_store)
         os.rmdir(store)  # the next integration starts from an empty store
     print("1..%d" % n)
     print("%d passed, %d failed" % (n - failed, failed))
