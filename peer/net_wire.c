@@ -65,7 +65,7 @@ static void fill_hello(msgpack_packer *p, const void *arg)
 static void fill_layout(msgpack_packer *p, const void *arg)
 {
 	const struct nw_layout *l = arg;
-	msgpack_pack_map(p, l->error ? 2 : l->content[0] ? 6 : 5);
+	msgpack_pack_map(p, l->error ? 2 : 5 + (l->content[0] != 0) + (l->version[0] != 0));
 	pack_key(p, "error");
 	msgpack_pack_int32(p, l->error);
 	if (l->error) {
@@ -78,6 +78,10 @@ static void fill_layout(msgpack_packer *p, const void *arg)
 	if (l->content[0]) { /* optional: a puller before it ignores it */
 		pack_key(p, "content");
 		pack_str(p, l->content);
+	}
+	if (l->version[0]) { /* optional too */
+		pack_key(p, "version");
+		pack_str(p, l->version);
 	}
 	pack_key(p, "stripes");
 	msgpack_pack_uint32(p, l->stripes);
@@ -185,6 +189,20 @@ static int get_str(const msgpack_object *o, size_t max, char **out)
 	if (!(*out = strndup(o->via.str.ptr, o->via.str.size)))
 		return -1;
 	return 0;
+}
+
+int nw_version_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+	if (!n || n > 64)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+		if (!alnum && (i == 0 || !strchr("._-:+@", c)))
+			return 0;
+	}
+	return 1;
 }
 
 int nw_store_name_ok(const char *name)
@@ -312,6 +330,13 @@ int nw_parse_layout(const void *buf, size_t len, struct nw_layout *l, char *why,
 		else if (!e && c)
 			memcpy(l->content, cs, 33);
 		free(cs);
+		const msgpack_object *vn = field(m, "version"); /* optional: a server before it sends none */
+		char *vs = NULL;
+		if (!e && vn && (get_str(vn, 64, &vs) || !nw_version_name_ok(vs)))
+			e = bad(why, whylen, "layout: version: a version name");
+		else if (!e && vn)
+			snprintf(l->version, sizeof l->version, "%s", vs);
+		free(vs);
 		uint64_t n = 0;
 		if (!e && (get_u64(field(m, "stripes"), NW_STRIPES_MAX, &n) || !n))
 			e = bad(why, whylen, "layout: stripes: 1 to %d", NW_STRIPES_MAX);

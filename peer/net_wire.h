@@ -50,6 +50,8 @@ struct nw_layout {
 	char hash[33];   /* the layout hash, 32 hex digits */
 	char content[33]; /* the content hash where the server's daemon knows it for the commit
 			   * served, 32 hex digits; "" (and no key sent) otherwise */
+	char version[65]; /* that commit's version name (gmsfs(5), NAMED VERSIONS); "" (and no
+			   * key sent) where it has none */
 	struct nw_alloc *allocs;
 	size_t nallocs;
 	struct nw_entry *entries;
@@ -80,6 +82,9 @@ int nw_stripe(const struct nw_layout *l, uint32_t k, uint32_t count, struct nw_s
 /* The stripes a pull of the layout uses: wanted, at most the server's and as many as
  * hold bytes (at least 1). */
 uint32_t nw_stripes_for(const struct nw_layout *l, uint32_t wanted);
+/* A version name as gmsfs(5) has it: 1 to 64 of A-Z a-z 0-9 . _ - : + @, the first a
+ * letter or digit. */
+int nw_version_name_ok(const char *name);
 /* A store's name as a peer may ask for it: one path component, no dot names. */
 int nw_store_name_ok(const char *name);
 

@@ -528,9 +528,7 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 	}
 	uint32_t wanted, count = 1;
 	bool bounce;
-	int e = stripes_wanted(stripes, &wanted, err, errlen);
-	if (!e)
-		e = bounce_wanted(&bounce, err, errlen);
+	int e = stripes_wanted(stripes, &wanted, err, errlen) ?: bounce_wanted(&bounce, err, errlen);
 	if (e)
 		return e;
 	struct nt_conn *c = NULL;
@@ -569,7 +567,8 @@ int pl_pull(const char *url, const char *store, const uint8_t *token, size_t tok
 		ev[i] = entry_of(&l.entries[i]);
 	if (!e && l.nentries && (e = gmsfs_meta_put_many(g, ev, l.nentries)))
 		snprintf(err, errlen, "%s: %s", store, gmsfs_errmsg(g));
-	if (!e && (e = gmsfs_commit(g)))
+	int named = !e && l.version[0] ? gmsfs_commit_version(g, l.version) : -EEXIST; /* a store's once: none */
+	if (!e && named && (e = named == -EEXIST ? gmsfs_commit(g) : named))
 		snprintf(err, errlen, "%s: commit: %s", store, gmsfs_errmsg(g));
 	if (!e && (e = gmsfs_layout_hash(g, got)))
 		snprintf(err, errlen, "%s: %s", store, gmsfs_errmsg(g));

@@ -220,6 +220,7 @@ static int layout_of(gmsfs *g, char **keys, struct gmsfs_meta *m, size_t ne, str
 						   .value = (char *)m[i].value, .value_len = m[i].value_len };
 	l->nentries = ne;
 	gmsfs_content_hash(g, l->content); /* "" where unknown; else the puller may tell its daemon */
+	gmsfs_version_name(g, l->version); /* "" where that commit has none; else the puller's commit has it */
 	return gmsfs_layout_hash(g, l->hash);
 }
 

@@ -17,7 +17,7 @@ in_b() { exec ip netns exec "$NS_B" env UCX_TLS=tcp UCX_NET_DEVICES="$VB" "$@"; 
 # serve PORT [ALLOW [ARG...]]: a server in A, its pid in SERVER_PID, its log in
 # $BATS_FILE_TMPDIR/serve.PORT.log.
 serve() {
-	local port=$1 allow=${2:-m,big,draft}
+	local port=$1 allow=${2:-m,big,draft,named,g0,g1}
 	shift $(($# < 2 ? $# : 2))
 	in_a "$PEER" serve "$A" --listen "$ADDR_A:$port" --token "$TOKEN" --allow "$allow" -t 3 "$@" \
 		>/dev/null 2>"$BATS_FILE_TMPDIR/serve.$port.log" 3>&- &
@@ -158,6 +158,25 @@ same_store() { # SRC DST: layout hash, every allocation's bytes, every entry
 	wait_until grep -q "sent m (5 allocations" "$BATS_FILE_TMPDIR/serve.$PORT.log"
 	state_is "$A/m" COMMITTED # the server's read lock went with its connection
 	wait_until no_readers "$A/m"
+}
+
+@test "a pull carries the source commit's version name, where the target never had one of that name" {
+	mkdir "$A/named" "$B/named" "$B/had"
+	publish "$A/named" 4096 2
+	commit_named() { "$PYTHON" -c 'import gmsfs, sys
+with gmsfs.connect(sys.argv[1], "rw", timeout=10) as c:
+    c.commit(version=sys.argv[2])' "$1" "$2"; }
+	commit_named "$A/named" step-7
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/named" "$B/named" --token "$TOKEN" -t 5
+	assert_success
+	assert_equal "$(cat "$B/named/version")" step-7
+	same_store "$A/named" "$B/named"
+	commit_named "$B/had" step-7 # an empty commit of that name: the store had it once
+	run in_b "$PEER" pull "gmsfs://$ADDR_A:$PORT/named" "$B/had" --token "$TOKEN" -t 5
+	assert_success
+	assert_equal "$(cat "$B/had/version")" "none: the last commit was not named"
+	same_store "$A/named" "$B/had"
+	wait_until no_readers "$A/named"
 }
 
 @test "refused, with words, the target left empty: a wrong token, a store not served, one not committed" {
@@ -519,6 +538,39 @@ with gmsfs.connect(sys.argv[1], "rw", timeout=30) as c:
 	wait "$blocker" || true
 	wait_until state_is "$B/blk" EMPTY
 	wait_until no_readers "$A/stale"
+}
+
+@test "gmsfsctl group pull: every rank of another node's group at once, one version; ranks of two versions refused" {
+	for s in g0 g1; do
+		mkdir "$A/$s" "$B/$s" "$B/h$s"
+		publish "$A/$s" 8192 2
+		"$PYTHON" -c 'import gmsfs, sys
+with gmsfs.connect(sys.argv[1], "rw", timeout=10) as c:
+    c.commit(version="step-3")' "$A/$s"
+	done
+	printf '%s\n' "$B/g0" "$B/g1" >"$BATS_TEST_TMPDIR/local.group"
+	printf 'gmsfs://%s:%s/%s\n' "$ADDR_A" "$PORT" g0 "$ADDR_A" "$PORT" g1 >"$BATS_TEST_TMPDIR/sources"
+	run in_b "$ROOT/tools/gmsfsctl" group pull "$BATS_TEST_TMPDIR/local.group" "$BATS_TEST_TMPDIR/sources" \
+		--token "$TOKEN" --timeout 5
+	assert_success
+	assert_output --partial "2 ranks of version step-3 pulled"
+	same_store "$A/g0" "$B/g0"
+	same_store "$A/g1" "$B/g1"
+	# The source group mid-refit: rank 1 is at step-4 already.
+	"$PYTHON" -c 'import gmsfs, sys
+with gmsfs.connect(sys.argv[1], "rw", timeout=10) as c:
+    c.commit(version="step-4")' "$A/g1"
+	printf '%s\n' "$B/hg0" "$B/hg1" >"$BATS_TEST_TMPDIR/other.group"
+	run in_b "$ROOT/tools/gmsfsctl" group pull "$BATS_TEST_TMPDIR/other.group" "$BATS_TEST_TMPDIR/sources" \
+		--token "$TOKEN" --timeout 5
+	assert_failure
+	assert_output --partial "the ranks pulled are versions ['step-3', 'step-4'], not one"
+	head -1 "$BATS_TEST_TMPDIR/sources" >"$BATS_TEST_TMPDIR/one"
+	run in_b "$ROOT/tools/gmsfsctl" group pull "$BATS_TEST_TMPDIR/local.group" "$BATS_TEST_TMPDIR/one" --token "$TOKEN"
+	assert_failure
+	assert_output --partial "1 URLs for a group of 2 ranks"
+	wait_until no_readers "$A/g0"
+	wait_until no_readers "$A/g1"
 }
 
 @test "gmsfsctl pull: the served store, the same layout hash; refused with words, the target left empty" {

@@ -1,5 +1,6 @@
 """gmsfsctl group: a model over N GPUs as one command (gmsfs.Group): its status, its
-tier, a switch, and a snapshot of every rank at once under one manifest."""
+tier, a switch, a snapshot of every rank at once under one manifest, and a pull of every
+rank from another node's."""
 import json
 import os
 import shutil
@@ -128,6 +129,34 @@ def restore(g, src, timeout):
     return 0
 
 
+def pull(g, sources, token, timeout):
+    """Every rank pulled at once from another node's group: SOURCES names one gmsfs:// URL
+    a line, in rank order; each pull carries its source commit's version name.  Refused
+    (exit status 1) where the pulls do not give every rank one version (the source group
+    was mid-refit, or a rank failed): its engines then connect to none."""
+    from ._load import pull as pull_one
+    try:
+        with open(sources) as f:
+            urls = [line.split("#", 1)[0].strip() for line in f]
+    except OSError as e:
+        return _fail("%s: %s" % (sources, e.strerror))
+    urls = [u for u in urls if u]
+    if len(urls) != len(g):
+        return _fail("%s: %d URLs for a group of %d ranks (one a line, in rank order)" % (sources, len(urls), len(g)))
+    t = time.monotonic()
+    said = _each(lambda r, s: pull_one(urls[r], s, token, min(timeout, 86400), progress=False), g.stores)
+    bad = [(r, x) for r, x in enumerate(said) if isinstance(x, Exception)]
+    if bad:
+        return _fail("; ".join("rank %d: %s" % (r, getattr(x, "strerror", None) or x) for r, x in bad) +
+                     " (the group has no version until every rank is pulled)")
+    names = [name for _, name, _ in g.status()]
+    if g.version() is None or any(n != names[0] for n in names):
+        return _fail("the ranks pulled are versions %s, not one: the source group was not one version (pull again "
+                     "once it is)" % names)
+    print("%d ranks of version %s pulled in %.3f s" % (len(g), names[0], time.monotonic() - t))
+    return 0
+
+
 def cmd_group(args):
     try:
         g = Group.open(args.group)
@@ -142,15 +171,20 @@ def cmd_group(args):
     if args.what == "switch":
         return tier(g, "device", args.timeout)
     if not args.arg:
-        return _fail("%s: a directory" % args.what)
+        return _fail("%s: %s" % (args.what, "a file of URLs" if args.what == "pull" else "a directory"))
+    if args.what == "pull":
+        if not args.token:
+            return _fail("pull: --token FILE (the token the peers share)")
+        return pull(g, args.arg, args.token, args.timeout)
     return snapshot(g, args.arg, args.timeout) if args.what == "snapshot" else restore(g, args.arg, args.timeout)
 
 
 def add_parser(sub, seconds):
     p = sub.add_parser("group", help="a model over N GPUs (a group file: a store a line): status, tier, switch, "
-                                     "snapshot, restore")
-    p.add_argument("what", choices=("status", "tier", "switch", "snapshot", "restore"))
+                                     "snapshot, restore, pull")
+    p.add_argument("what", choices=("status", "tier", "switch", "snapshot", "restore", "pull"))
     p.add_argument("group", metavar="GROUP")
-    p.add_argument("arg", nargs="?", metavar="WHERE|DIR")
+    p.add_argument("arg", nargs="?", metavar="WHERE|DIR|URLS")
+    p.add_argument("--token", metavar="FILE", help="pull: the token the peers share")
     p.add_argument("--timeout", type=seconds, default=600, metavar="SECONDS")
     p.set_defaults(fn=cmd_group)

@@ -73,13 +73,16 @@ static void check_layout(const uint8_t *d, size_t n)
 			abort();
 	if (!l.error && (!l.stripes || l.stripes > NW_STRIPES_MAX))
 		abort();
+	if (l.version[0] && !nw_version_name_ok(l.version))
+		abort();
 	if (!l.error && l.nallocs <= 64)
 		check_stripes(&l);
 	void *f;
 	size_t len;
 	if (!nw_pack_layout(&l, &f, &len)) {
 		if (nw_parse_layout((char *)f + 4, len - 4, &l2, why, sizeof why) || l2.error != l.error ||
-		    l2.nallocs != l.nallocs || l2.nentries != l.nentries || l2.stripes != l.stripes)
+		    l2.nallocs != l.nallocs || l2.nentries != l.nentries || l2.stripes != l.stripes ||
+		    strcmp(l2.version, l.version) || strcmp(l2.content, l.content))
 			abort();
 		for (size_t i = 0; i < l.nentries; i++)
 			if (l2.entries[i].value_len != l.entries[i].value_len ||
