@@ -1,8 +1,10 @@
 /* version: named versions, a client's side (gmsfs(5), NAMED VERSIONS).  The daemon keeps
  * the names: a member of the writer session names its commit (user.gms.version, set on
  * the store directory), and STORE/version and STORE/versions say what is committed;
- * polling STORE/version wakes at each commit.  The names are checked by the daemon. */
+ * polling STORE/version wakes at each commit.  A name is checked here before it is asked
+ * for, and by the daemon. */
 #include "internal.h"
+#include "version_name.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,8 +14,6 @@
 #include <string.h>
 #include <sys/xattr.h>
 #include <unistd.h>
-
-#define NAME_WORDS "1 to 64 of A-Z a-z 0-9 . _ - : + @, the first a letter or digit"
 
 /* What the open file fd says now (read at offset 0: the daemon makes its text again),
  * NUL-terminated in buf: its length, or -errno. */
@@ -64,15 +64,15 @@ int gmsfs_commit_version(gmsfs *g, const char *name)
 {
 	if (!g)
 		return -EINVAL;
-	if (!name || !*name || strlen(name) > GMSFS_VERSION_NAME_MAX)
-		return gm_error(g, -EINVAL, "commit_version: a name is " NAME_WORDS);
+	if (!name || !gmsfs_version_name_valid(name, strlen(name)))
+		return gm_error(g, -EINVAL, "commit_version: a name is " GMSFS_VERSION_NAME_WORDS);
 	int e = gm_need_lock(g, GMSFS_RW);
 	if (e)
 		return e;
 	if (setxattr(g->dir, GMSFS_XATTR_VERSION, name, strlen(name), 0)) {
 		e = -errno;
 		return gm_error(g, e, "commit_version %s: %s", name,
-				e == -EINVAL ? "not a version name: " NAME_WORDS
+				e == -EINVAL ? "not a version name: " GMSFS_VERSION_NAME_WORDS
 				: e == -EEXIST ? "a commit of the store had that name (STORE/versions): a name is a store's once"
 					       : strerror(-e));
 	}
@@ -127,7 +127,7 @@ int gmsfs_flip_to(gmsfs *g, const char *name, size_t *changed)
 
 int gmsfs_wait_version(const char *store, const char *name, int timeout_ms)
 {
-	if (!store || !name || !*name || strlen(name) > GMSFS_VERSION_NAME_MAX || strchr(name, ' '))
+	if (!store || !name || !gmsfs_version_name_valid(name, strlen(name)))
 		return -EINVAL;
 	char path[4096], text[4096];
 	if (snprintf(path, sizeof path, "%s/version", store) >= (int)sizeof path)

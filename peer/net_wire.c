@@ -1,6 +1,7 @@
 /* net_wire: gmsfs-peer's messages (net_wire.h). */
 #include "net_wire.h"
 #include "wire_msgpack.h"
+#include "version_name.h"
 
 #include <errno.h>
 #include <msgpack.h>
@@ -193,16 +194,7 @@ static int get_str(const msgpack_object *o, size_t max, char **out)
 
 int nw_version_name_ok(const char *name)
 {
-	size_t n = strlen(name);
-	if (!n || n > 64)
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-		bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-		if (!alnum && (i == 0 || !strchr("._-:+@", c)))
-			return 0;
-	}
-	return 1;
+	return gmsfs_version_name_valid(name, strlen(name));
 }
 
 int nw_store_name_ok(const char *name)

@@ -79,6 +79,7 @@
 #define GMSFS_XATTR_RESERVED "user.gms.reserved" /* store directory: address space its pages may fill (shown) */
 #define GMSFS_XATTR_CONTENT "user.gms.content_hash" /* store directory: "GENERATION HEX", its bytes' hash (gmsfs(5)) */
 #define GMSFS_XATTR_VERSION "user.gms.version" /* store directory: "GENERATION NAME", the last commit's name (gmsfs(5)) */
+#define GMSFS_VERSION_NAME_MAX 64 /* a version name's bytes: A-Z a-z 0-9 . _ - : + @, the first a letter or digit */
 
 /* Entry flags (the hash covers them). */
 #define GMSFS_ENTRY_PRIVATE 1u

@@ -277,7 +277,6 @@ GMSFS_API int gmsfs_protect(gmsfs *g, const char *name, int writable);
 GMSFS_API int gmsfs_flip(gmsfs *g, size_t *changed);
 
 /* ---- named versions: a commit called by a name (gmsfs(5), NAMED VERSIONS) ---- */
-#define GMSFS_VERSION_NAME_MAX 64 /* A-Z a-z 0-9 . _ - : + @, the first a letter or digit */
 /* A writer: gmsfs_commit, the commit named name (a trainer's step, a checkpoint's tag).
  * -EINVAL (not a name), -EEXIST (a commit of the store had it: a name is a store's once),
  * and gmsfs_commit's errors; a failure commits nothing. */

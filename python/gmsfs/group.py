@@ -108,13 +108,16 @@ class Group:
         """Rank rank's part of the group's next version: source into its store, the commit
         named version.  source: a callable given a data-only Connection of the store, which
         writes its bytes (imports what it writes), or what gmsfs.torch.refit takes (kw go
-        to it).  A rank whose store has version committed is skipped (a refit killed on
-        some ranks is completed by running it again): returns False then, True when it
-        committed.  Refused (GmsfsError EBUSY, nothing written) while the group has
-        another name committed on some ranks only."""
+        to it).  A rank whose last commit is version is skipped (a refit killed on some
+        ranks is completed by running it again): returns False then, True when it
+        committed.  Refused, nothing written: GmsfsError EBUSY while the group has another
+        name committed on some ranks only, ESTALE where the rank committed past version."""
         store = self._store(rank)
         if version in (n for _, n, _ in versions(store)):
-            return False
+            if committed_version(store) == version:
+                return False
+            raise GmsfsError(errno.ESTALE, "group: rank %d committed past version %s (it serves %s)"
+                             % (rank, version, committed_version(store)))
         p = self.pending()
         if p and p[0] != version:
             raise GmsfsError(errno.EBUSY, "group: version %s is committed on ranks %s of %d only: refit it again to "

@@ -177,6 +177,7 @@ def test_a_rank_left_behind_holds_every_engine_back_until_its_refit_completes(gr
     assert train(group, 2, ranks=[1])[0].startswith("errno %d" % errno.EBUSY)
     assert train(group, 1) == ["skipped", "committed", "skipped"]
     assert g.version() == "step-1" and g.pending() is None
+    assert train(group, 0, ranks=[2])[0].startswith("errno %d" % errno.ESTALE)  # past it: not skipped silently
     for e in engines:
         assert e.ask("flip")["changed"] == 1
     serve_one_version(engines, 1)

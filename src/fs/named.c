@@ -1,5 +1,6 @@
 /* named: a store's named versions (named.h). */
 #include "named.h"
+#include "version_name.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -80,8 +81,7 @@ int named_set_pending(struct store *st, const char *value, size_t size)
 {
 	char name[META_VERSION_NAME_MAX + 1];
 	if (meta_version_name(value, size, name)) {
-		store_error(st, "%s: a version name is 1 to %d of A-Z a-z 0-9 . _ - : + @, the first a letter or digit",
-			    GMSFS_XATTR_VERSION, META_VERSION_NAME_MAX);
+		store_error(st, "%s: a version name is " GMSFS_VERSION_NAME_WORDS, GMSFS_XATTR_VERSION);
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < st->named.n; i++)

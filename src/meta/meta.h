@@ -163,7 +163,7 @@ int meta_layout_hash(struct meta_store *s, uint8_t out[GMSFS_HASH_LEN]);
 int meta_content_parse(const char *value, size_t size, uint64_t *gen, uint8_t hash[GMSFS_HASH_LEN]);
 /* A version name (gmsfs(5), NAMED VERSIONS): 1 to 64 of A-Z a-z 0-9 . _ - : + @, the first a
  * letter or digit (a newline at its end allowed), into name: 0, or -EINVAL. */
-#define META_VERSION_NAME_MAX 64
+#define META_VERSION_NAME_MAX GMSFS_VERSION_NAME_MAX
 int meta_version_name(const char *value, size_t size, char name[META_VERSION_NAME_MAX + 1]);
 /* "GENERATION NAME" (user.gms.version's value, a line of an image's history): the commit
  * (1 on, no leading zero) and its name: 0, or -EINVAL.  Both are untrusted input: fuzzed. */

@@ -2,27 +2,18 @@
  * step, a checkpoint's tag), and "GENERATION NAME", the form user.gms.version and a
  * store's image give them.  Untrusted input: fuzzed (tests/fuzz/fuzz_meta.c). */
 #include "meta.h"
+#include "version_name.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-static bool name_char(char c, bool first)
-{
-	if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-		return true;
-	return !first && (c == '.' || c == '_' || c == '-' || c == ':' || c == '+' || c == '@');
-}
-
 int meta_version_name(const char *value, size_t size, char name[META_VERSION_NAME_MAX + 1])
 {
 	if (size && value[size - 1] == '\n')
 		size--;
-	if (!size || size > META_VERSION_NAME_MAX)
+	if (!gmsfs_version_name_valid(value, size))
 		return -EINVAL;
-	for (size_t i = 0; i < size; i++)
-		if (!name_char(value[i], i == 0))
-			return -EINVAL;
 	memcpy(name, value, size);
 	name[size] = '\0';
 	return 0;
