@@ -46,6 +46,11 @@ def group(mounts, tmp_path):
     path = tmp_path / "model.group"
     path.write_text("# a model over %d ranks\n%s\n" % (RANKS, "\n".join(stores)))
     yield str(path)
+    remove_when_let_go(stores)
+
+
+def remove_when_let_go(stores):
+    """Stores a test made, removed once their last process let them go."""
     for s in stores:
         for _ in range(200):
             try:
@@ -287,10 +292,4 @@ def test_one_command_each_for_the_whole_group(group, tmp_path):
     r = ctl("restore", str(other), snap)
     assert r.returncode == 1 and "rank 2:" in r.stderr and "no version until every rank" in r.stderr
     assert o.version() is None and gmsfs.committed_version(stores[2]) is None
-    for s in stores:
-        for _ in range(200):
-            try:
-                os.rmdir(s)
-                break
-            except OSError:
-                time.sleep(0.02)
+    remove_when_let_go(stores)

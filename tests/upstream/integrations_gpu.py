@@ -82,14 +82,14 @@ VLLM_STUB = {
     """,
 }
 
-ENGINE = """
+# What every engine script starts with: gmsfs.gms standing in for GMS's client, the
+# loader config an engine passes, the checkpoint and where its logits go, the GPU.
+PRELUDE = """
 import dataclasses, json, sys, types
 import torch
 import gmsfs.gms
 gmsfs.gms.install()
 from transformers import LlamaConfig
-from gpu_memory_service.integrations.vllm import model_loader as gms_loader
-from vllm.model_executor.model_loader import LOADERS
 
 @dataclasses.dataclass
 class LoadConfig:
@@ -98,6 +98,11 @@ class LoadConfig:
 
 ckpt, out = sys.argv[1:3]
 torch.cuda.set_device(0)
+"""
+
+ENGINE = PRELUDE + """
+from gpu_memory_service.integrations.vllm import model_loader as gms_loader
+from vllm.model_executor.model_loader import LOADERS
 gms_loader.register_gms_loader("gms")
 config = LlamaConfig.from_pretrained(ckpt)
 model_config = types.SimpleNamespace(model=ckpt, dtype=torch.bfloat16, hf_config=config)
@@ -192,17 +197,10 @@ TRTLLM_STUB = {
     """,
 }
 
-ENGINE_TRTLLM = """
-import json, sys
-import torch
-import gmsfs.gms
-gmsfs.gms.install()
+ENGINE_TRTLLM = PRELUDE + """
 from gpu_memory_service.integrations.trtllm import setup_gms
 from gpu_memory_service.integrations.trtllm import model_loader as gms_loader
 import tensorrt_llm._torch.pyexecutor.model_loader as trt
-
-ckpt, out = sys.argv[1:3]
-torch.cuda.set_device(0)
 setup_gms({})
 loader = trt.ModelLoader()
 model, balancer = loader.load(ckpt, None)
@@ -312,21 +310,8 @@ SGLANG_STUB = {
     """,
 }
 
-ENGINE_SGLANG = """
-import dataclasses, json, sys, types
-import torch
-import gmsfs.gms
-gmsfs.gms.install()
-from transformers import LlamaConfig
+ENGINE_SGLANG = PRELUDE + """
 from gpu_memory_service.integrations.sglang import setup_gms
-
-@dataclasses.dataclass
-class LoadConfig:
-    load_format: str = "gms"
-    model_loader_extra_config: dict = dataclasses.field(default_factory=dict)
-
-ckpt, out = sys.argv[1:3]
-torch.cuda.set_device(0)
 Loader = setup_gms(types.SimpleNamespace(load_format="gms", model_loader_extra_config="{}"))
 import torch_memory_saver
 tms = torch_memory_saver.torch_memory_saver
