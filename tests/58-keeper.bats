@@ -189,6 +189,7 @@ two_mounts() { [ "$(grep -c " $T/run/host-gpu-[ab] fuse.gmsfs " /proc/mounts)" =
 	wait "$NODE_PID" 2>/dev/null || true
 	node # the container started again: the stale mounts lifted, the stores restored
 	wait_until served_by_other "$T/run/host-gpu-a" "$a"
+	wait_until served_by_other "$T/run/host-gpu-b" "$b" # each daemon in its own time
 	assert_equal "$(cat "$T/run/host-gpu-a/llama/layout_hash")" "$ha"
 	assert_equal "$(cat "$T/run/host-gpu-b/qwen/layout_hash")" "$hb"
 	assert_equal "$(head -c 7 "$T/run/host-gpu-b/qwen/allocs/w")" qwen-v1
