@@ -399,8 +399,9 @@ def test_kill_storm_of_engines_growing_and_shrinking(clean, tmp_path):
             os.kill(procs[i][0].pid, signal.SIGKILL)
             procs[i][0].wait()
             deaths += 1
-            for _ in range(200):  # its session rolls back: every page back
-                if state(stores[i])["used"] == 0:
+            for _ in range(200):  # its session rolls back: every page back, the writer gone
+                st = state(stores[i])
+                if st["used"] == 0 and st["writer"] == 0:
                     break
                 time.sleep(0.01)
             assert state(stores[i])["used"] == 0 and state(stores[i])["writer"] == 0, state(stores[i])
