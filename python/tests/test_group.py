@@ -12,6 +12,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -180,7 +181,15 @@ def test_a_rank_left_behind_holds_every_engine_back_until_its_refit_completes(gr
     late.close()
     # Another name is refused until step-1 is complete; the same name completes it.
     assert train(group, 2, ranks=[1])[0].startswith("errno %d" % errno.EBUSY)
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        g.wait("step-1", timeout=0.2)
+    assert e.value.errno == errno.ETIMEDOUT and "ranks [0, 2] of 3" in str(e.value)
+    waited = []
+    t = threading.Thread(target=lambda: waited.append(g.wait("step-1", timeout=30) or "complete"))
+    t.start()
     assert train(group, 1) == ["skipped", "committed", "skipped"]
+    t.join(30)
+    assert waited == ["complete"]
     assert g.version() == "step-1" and g.pending() is None
     assert train(group, 0, ranks=[2])[0].startswith("errno %d" % errno.ESTALE)  # past it: not skipped silently
     for e in engines:

@@ -429,8 +429,10 @@ def test_an_allocation_larger_than_a_shards_share_is_saved_in_parts(store, tmp_p
     assert all("parts" not in a for a in man["allocations"] if a["name"] != "model")
     assert man["content_hash"] == content
     other = empty_store(store, "parts")
-    r = run(SNAP, "restore", other, str(snap))
-    assert r.returncode == 0, r.stderr
+    r = run(SNAP, "save", "--version", "v1", store, str(tmp_path / "no"))  # a name is a restore's to give
+    assert r.returncode == 2 and "usage" in r.stderr and not (tmp_path / "no").exists()
+    r = run(SNAP, "restore", other, str(snap), "--version", "v1")
+    assert r.returncode == 0 and gmsfs.committed_version(other) == "v1", r.stderr
     assert state(other)["layout_hash"] == want and gmsfs.content_hash(other) == content
     with gmsfs.connect(other, "ro") as c:
         m = c.import_one("model")

@@ -16,13 +16,15 @@ import pytest
 
 import gmsfs
 from conftest import ROOT
+from test_versions import Reader
 
 SIZE = 1 << 16
 
-# A writer in a process of its own: "write NAME VALUE", "commit [VERSION]"; one JSON line each.
+# A writer in a process of its own (test_versions' Reader runs it): "write NAME VALUE",
+# "commit [VERSION]"; one JSON line each.  MODE: the lock it takes.
 WRITER = r"""
 import gmsfs, json, sys
-c = gmsfs.connect(sys.argv[1], sys.argv[2], timeout=10)
+c = gmsfs.connect(sys.argv[1], "MODE", timeout=10)
 print(json.dumps({"ready": c.generation}), flush=True)
 for line in sys.stdin:
     w = line.split()
@@ -38,30 +40,8 @@ for line in sys.stdin:
 """
 
 
-class Writer:
-    def __init__(self, store, mode="data"):
-        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
-        self.p = subprocess.Popen([sys.executable, "-c", WRITER, store, mode], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True, env=env)
-        self.ready = self._read()
-
-    def _read(self):
-        line = self.p.stdout.readline()
-        assert line, "the writer ended"
-        return json.loads(line)
-
-    def ask(self, what):
-        self.p.stdin.write(what + "\n")
-        self.p.stdin.flush()
-        return self._read()
-
-    def close(self):
-        self.p.stdin.close()
-        assert self.p.wait(20) == 0
-
-    def kill(self):
-        self.p.kill()
-        self.p.wait()
+def Writer(store, mode="data"):
+    return Reader(store, WRITER.replace('"MODE"', repr(mode)))
 
 
 def publish(store, value=1, version=None):
@@ -118,8 +98,13 @@ def test_names_are_checked_a_stores_once_and_only_its_writer_gives_them(store):
             c.commit(version="v1")
         assert e.value.errno == errno.EEXIST and "a name is a store's once" in str(e.value)
         assert c.lock_mode == "rw"  # refused: nothing committed, the session goes on
+        os.setxattr(store, "user.gms.version", b"taken-back")  # a member names, then takes it back
+        os.removexattr(store, "user.gms.version")
+        c.commit()
+        assert c.version is None and gmsfs.committed_version(store) is None
+    with gmsfs.connect(store, "rw", timeout=5) as c:
         c.commit(version="x" * 64)
-    assert gmsfs.versions(store)[-1] == (2, "x" * 64, "serving")
+    assert gmsfs.versions(store)[-1] == (3, "x" * 64, "serving")
     # Outside any session, and beside another process's session (this one is not its
     # child): refused, and said why.
     w = None
