@@ -140,6 +140,7 @@ void cp_close(struct cp *c)
 	}
 	free(c->files);
 	free(c->q);
+	free(c->parts);
 	free(c);
 }
 
@@ -209,22 +210,85 @@ int cp_full_pwrite(int fd, const void *p, uint64_t len, uint64_t off, char *err,
 	return 0;
 }
 
+/* Room for one more chunk in the queue: 0 or -ENOMEM. */
+static int queue_room(struct cp *c)
+{
+	if (c->n < c->cap)
+		return 0;
+	size_t cap = c->cap ? 2 * c->cap : 256;
+	struct cp_chunk *q = realloc(c->q, cap * sizeof *q);
+	if (!q)
+		return -ENOMEM;
+	c->q = q;
+	c->cap = cap;
+	return 0;
+}
+
 int cp_add(struct cp *c, int file, uint64_t off, void *dst, uint64_t len, uint64_t *digests)
 {
 	if (file < 0 || (size_t)file >= c->nfiles)
 		return -EBADF;
 	for (uint64_t at = 0; at < len; at += CP_CHUNK) {
-		if (c->n == c->cap) {
-			size_t cap = c->cap ? 2 * c->cap : 256;
-			struct cp_chunk *q = realloc(c->q, cap * sizeof *q);
-			if (!q)
-				return -ENOMEM;
-			c->q = q;
-			c->cap = cap;
-		}
-		c->q[c->n++] = (struct cp_chunk){ (size_t)file, off + at, len - at < CP_CHUNK ? len - at : CP_CHUNK,
-						  (char *)dst + at, digests ? &digests[at / CP_CHUNK] : NULL };
+		if (queue_room(c))
+			return -ENOMEM;
+		c->q[c->n++] = (struct cp_chunk){ .file = (size_t)file, .off = off + at,
+						  .len = len - at < CP_CHUNK ? len - at : CP_CHUNK, .dst = (char *)dst + at,
+						  .digest = digests ? &digests[at / CP_CHUNK] : NULL };
 	}
+	return 0;
+}
+
+int cp_add_piece(struct cp *c, void *dst, uint64_t len, const struct cp_part *parts, size_t n, uint64_t *digest)
+{
+	if (!len || len > CP_PIECE)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (parts[i].file < 0 || (size_t)parts[i].file >= c->nfiles)
+			return -EBADF;
+		else if (!parts[i].len || parts[i].at + parts[i].len > len ||
+			 (i && parts[i].at < parts[i - 1].at + parts[i - 1].len))
+			return -EINVAL;
+	if (queue_room(c))
+		return -ENOMEM;
+	if (c->np + n > c->pcap) {
+		size_t cap = c->pcap ? 2 * c->pcap : 256;
+		while (cap < c->np + n)
+			cap *= 2;
+		struct cp_part *v = realloc(c->parts, cap * sizeof *v);
+		if (!v)
+			return -ENOMEM;
+		c->parts = v;
+		c->pcap = cap;
+	}
+	memcpy(c->parts + c->np, parts, n * sizeof *parts);
+	c->q[c->n++] = (struct cp_chunk){ .len = len, .dst = dst, .digest = digest, .piece = true, .part = c->np,
+					  .nparts = n };
+	c->np += n;
+	return 0;
+}
+
+/* The file's bytes a chunk carries (a piece's parts, not its zeros): what progress counts. */
+static uint64_t chunk_bytes(const struct cp *c, const struct cp_chunk *k)
+{
+	uint64_t n = k->piece ? 0 : k->len;
+	for (size_t i = 0; k->piece && i < k->nparts; i++)
+		n += c->parts[k->part + i].len;
+	return n;
+}
+
+/* A piece's bytes at p (k->len of them): every part but part skip (read already by the
+ * caller; k->nparts: none) read in place, the bytes between and after them zeros. */
+static int fill_piece(struct cp *c, const struct cp_chunk *k, char *p, size_t skip, char *why, size_t whylen)
+{
+	const struct cp_part *v = &c->parts[k->part];
+	uint64_t end = 0;
+	for (size_t i = 0; i < k->nparts; i++) {
+		memset(p + end, 0, v[i].at - end);
+		end = v[i].at + v[i].len;
+		if (i != skip && full_pread(c->files[v[i].file].fd, p + v[i].at, v[i].len, v[i].off, why, whylen))
+			return -EIO;
+	}
+	memset(p + end, 0, k->len - end);
 	return 0;
 }
 
@@ -290,6 +354,29 @@ static int read_chunk(struct cp *c, const struct cp_chunk *k, char *buf, char **
 	return full_pread(f->fd, *src, k->len, k->off, why, whylen);
 }
 
+/* A piece into buf (CP_BUF bytes, page-aligned); *piece: where its first byte landed.
+ * The piece is placed so that its largest part's O_DIRECT read lands where it goes (its
+ * file offset and its place in the piece alike within a page); the other parts are read
+ * in place after it. */
+static int read_piece(struct cp *c, const struct cp_chunk *k, char *buf, char **piece, char *why, size_t whylen)
+{
+	const struct cp_part *v = &c->parts[k->part];
+	size_t big = 0;
+	for (size_t i = 1; i < k->nparts; i++)
+		if (v[i].len > v[big].len)
+			big = i;
+	if (!k->nparts) {
+		*piece = buf;
+		return fill_piece(c, k, buf, 0, why, whylen);
+	}
+	uint64_t delta = v[big].off & (CP_PAGE - 1);
+	char *p = buf + ((delta - v[big].at) & (CP_PAGE - 1)), *src;
+	struct cp_chunk one = { .file = (size_t)v[big].file, .off = v[big].off, .len = v[big].len };
+	*piece = p;
+	int e = read_chunk(c, &one, p + v[big].at - delta, &src, why, whylen);
+	return e ? e : fill_piece(c, k, p, big, why, whylen);
+}
+
 /* One worker on cuda: read a chunk into one of its two pinned buffers while the other
  * buffer's copy runs on its own stream. */
 static void cuda_worker(struct cp *c, size_t me)
@@ -314,7 +401,8 @@ static void cuda_worker(struct cp *c, size_t me)
 		atomic_fetch_add(&c->done, pending[b]);
 		pending[b] = 0;
 		char why[256], *src;
-		if (read_chunk(c, k, buf[b], &src, why, sizeof why)) {
+		if (k->piece ? read_piece(c, k, buf[b], &src, why, sizeof why)
+			     : read_chunk(c, k, buf[b], &src, why, sizeof why)) {
 			cp_set_error(c, -EIO, "%s", why);
 			break;
 		}
@@ -324,7 +412,7 @@ static void cuda_worker(struct cp *c, size_t me)
 			cp_set_error(c, -EIO, "copy to the GPU: %s", cu_name(&c->cu, r));
 			break;
 		}
-		pending[b] = k->len;
+		pending[b] = chunk_bytes(c, k);
 	}
 	for (int k = 0; k < 2; k++) {
 		if (!st[k])
@@ -357,14 +445,16 @@ static void *worker(void *arg)
 		size_t i = atomic_fetch_add(&c->next, 1);
 		if (i >= c->n)
 			break;
+		const struct cp_chunk *k = &c->q[i];
 		char why[256];
-		if (full_pread(c->files[c->q[i].file].fd, c->q[i].dst, c->q[i].len, c->q[i].off, why, sizeof why)) {
+		if (k->piece ? fill_piece(c, k, k->dst, k->nparts, why, sizeof why)
+			     : full_pread(c->files[k->file].fd, k->dst, k->len, k->off, why, sizeof why)) {
 			cp_set_error(c, -EIO, "%s", why);
 			break;
 		}
-		if (c->q[i].digest)
-			*c->q[i].digest = XXH3_64bits(c->q[i].dst, c->q[i].len);
-		atomic_fetch_add(&c->done, c->q[i].len);
+		if (k->digest)
+			*k->digest = XXH3_64bits(k->dst, k->len);
+		atomic_fetch_add(&c->done, chunk_bytes(c, k));
 	}
 	return NULL;
 }
@@ -397,7 +487,7 @@ int cp_run(struct cp *c, void (*progress)(void *arg, uint64_t done), void *arg, 
 	if (progress)
 		progress(arg, atomic_load(&c->done));
 	pthread_mutex_destroy(&c->mu);
-	c->n = 0;
+	c->n = c->np = 0;
 	if (c->err)
 		snprintf(err, errlen, "%s", c->why);
 	return c->err;

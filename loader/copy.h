@@ -37,6 +37,17 @@ size_t cp_threads(void);
  * each with two pinned buffers and two streams on cuda.  digests (NULL: none): the xxh3
  * of each CP_PIECE bytes from off, as they pass through host memory, one a piece. */
 int cp_add(struct cp *c, int file, uint64_t off, void *dst, uint64_t len, uint64_t *digests);
+/* One part of a piece for cp_add_piece: len bytes of a file at off, at offset at of the piece. */
+struct cp_part {
+	int file;
+	uint32_t at;
+	uint64_t off, len;
+};
+/* Queue one piece of an allocation made of parts of files (gmsfs-load's slabs, whose
+ * tensors lie GMSFS_TORCH_ALIGN apart): dst its first byte, len at most CP_PIECE, parts
+ * in order of at and not overlapping (copied, n of them); the bytes between and after
+ * them are zeros.  The piece goes whole, and *digest is its bytes' xxh3 as they pass. */
+int cp_add_piece(struct cp *c, void *dst, uint64_t len, const struct cp_part *parts, size_t n, uint64_t *digest);
 /* How many of the bytes copied so far came past the page cache (O_DIRECT). */
 uint64_t cp_direct_bytes(const struct cp *c);
 /* 0, or the first error (the others stop soon after); *done grows as bytes land. */
@@ -105,14 +116,18 @@ struct cp_chunk {
 	uint64_t off, len;
 	char *dst;
 	uint64_t *digest; /* where its bytes' xxh3 goes, as they pass through host memory (NULL: none) */
+	bool piece;       /* cp_add_piece's: parts[part] on, nparts of them (file and off unused) */
+	size_t part, nparts;
 };
 
 struct cp {
 	bool cuda;
 	struct cp_file *files;  /* what cp_file opened */
 	size_t nfiles, fcap;
-	struct cp_chunk *q;     /* what cp_add queued */
+	struct cp_chunk *q;     /* what cp_add and cp_add_piece queued */
 	size_t n, cap;
+	struct cp_part *parts;  /* cp_add_piece's */
+	size_t np, pcap;
 	/* while cp_run runs */
 	atomic_size_t next;
 	atomic_uint_fast64_t done, direct;

@@ -1,8 +1,8 @@
-/* gmsfs-load [-q] [-v] [-t SECONDS] [--slab BYTES] [--replace] STORE FILE.safetensors | DIR
+/* gmsfs-load [-q] [-v] [-t SECONDS] [--slab BYTES] [--replace] [--no-digest] STORE FILE.safetensors | DIR
  *
  * One writer session: gmsfs_load (loadlib.c: every tensor of the checkpoint packed into
  * slabs, an entry "torch/NAME" per tensor, the checkpoint's files in a note), then
- * commit; a store that holds the checkpoint already is left as it is (no copy, no
+ * commit, the daemon told the bytes' content hash (hashed as they passed); a store that holds the checkpoint already is left as it is (no copy, no
  * commit).  Any error leaves the store at its last commit.  On a terminal, progress;
  * quiet otherwise.  See gmsfs-load(1). */
 #include "unheld.h"
@@ -19,14 +19,14 @@
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: gmsfs-load [-q] [-v] [-t SECONDS] [--slab BYTES] [--replace] STORE "
+	fprintf(stderr, "usage: gmsfs-load [-q] [-v] [-t SECONDS] [--slab BYTES] [--replace] [--no-digest] STORE "
 		"FILE.safetensors|DIR\n");
 	return 2;
 }
 
 static int run(int argc, char **argv)
 {
-	unsigned flags = isatty(2) ? GMSFS_LOAD_PROGRESS : 0;
+	unsigned flags = GMSFS_LOAD_COMMIT | (isatty(2) ? GMSFS_LOAD_PROGRESS : 0);
 	bool quiet = false;
 	uint64_t slab = GMSFS_TORCH_SLAB_BYTES;
 	int timeout_ms = 60000, i = 1;
@@ -37,6 +37,8 @@ static int run(int argc, char **argv)
 			quiet = true;
 		} else if (!strcmp(argv[i], "--replace")) {
 			flags |= GMSFS_LOAD_REPLACE;
+		} else if (!strcmp(argv[i], "--no-digest")) {
+			flags |= GMSFS_LOAD_NO_DIGEST;
 		} else if (!strcmp(argv[i], "-v")) {
 			flags |= GMSFS_LOAD_VERBOSE;
 		} else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
@@ -72,9 +74,7 @@ static int run(int argc, char **argv)
 		snprintf(err, sizeof err, "%s", gmsfs_errmsg(g));
 	if (held && !quiet)
 		printf("%s holds %s already (the same files, sizes, times and inodes): nothing copied\n", store, path);
-	if (!e && !held && (e = gmsfs_commit(g)))
-		snprintf(err, sizeof err, "commit: %s", gmsfs_errmsg(g));
-	gmsfs_disconnect(g); /* without a commit: rolled back */
+	gmsfs_disconnect(g); /* without a commit (an error): rolled back */
 	if (e) {
 		fprintf(stderr, "gmsfs-load: %s\n", err[0] ? err : gmsfs_strerror(e));
 		return 1;

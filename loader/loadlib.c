@@ -6,6 +6,7 @@
  * and what a Python engine calls in its own process (gmsfs.load). */
 #include "copy.h"
 #include "json.h"
+#include "layout_hash.h"
 #include "store_files.h"
 #include "safetensors.h"
 
@@ -40,9 +41,10 @@ struct job {
 	uint64_t *slab_size;
 	size_t nslabs;
 	uint64_t bytes;
-	bool progress, verbose;
+	bool progress, verbose, digest, commit;
 	double t0, t_start, t_begin;
 	char *source;  /* the note GMSFS_LOAD_SOURCE_NOTE: the checkpoint's files */
+	uint64_t **dig; /* per slab, its pieces' xxh3 as they passed (NULL: GMSFS_LOAD_NO_DIGEST) */
 	char err[1024];
 };
 
@@ -98,9 +100,28 @@ static int by_path(const void *a, const void *b)
 	return strcmp((*(const struct st_file *const *)a)->path, (*(const struct st_file *const *)b)->path);
 }
 
+/* A file's own digest where its publisher named it: a Hugging Face hub cache's files are
+ * links to blobs named by their SHA-256 (snapshots/REV/NAME -> ../../blobs/HEX).  Written
+ * as `, "sha256": "HEX"`, or nothing. */
+static void hub_digest(FILE *out, const char *path)
+{
+	char t[4096];
+	ssize_t n = readlink(path, t, sizeof t - 1);
+	if (n <= 0)
+		return;
+	t[n] = 0;
+	const char *base = strrchr(t, '/');
+	if (!base || base - t < 5 || strncmp(base - 5, "blobs", 5) || (base - t > 5 && base[-6] != '/'))
+		return;
+	base++;
+	if (strlen(base) != 64 || strspn(base, "0123456789abcdef") != 64)
+		return;
+	fprintf(out, ", \"sha256\": \"%s\"", base);
+}
+
 /* The checkpoint's files as the source note says them: [{"name", "size", "mtime_ns",
- * "ino"}, ...], by name (a file's name without its folder).  A file changed in place gets
- * a new mtime; one replaced, a new inode. */
+ * "ino"[, "sha256"]}, ...], by name (a file's name without its folder).  A file changed in
+ * place gets a new mtime; one replaced, a new inode; a hub's, its SHA-256 (hub_digest). */
 static int source_of(struct job *j)
 {
 	const struct st_file **f = calloc(j->nfiles + 1, sizeof *f);
@@ -126,9 +147,11 @@ static int source_of(struct job *j)
 		}
 		fputs(i ? ", {\"name\": " : "{\"name\": ", out);
 		js_write_str(out, slash ? slash + 1 : f[i]->path);
-		fprintf(out, ", \"size\": %llu, \"mtime_ns\": %llu, \"ino\": %llu}", (unsigned long long)s.st_size,
+		fprintf(out, ", \"size\": %llu, \"mtime_ns\": %llu, \"ino\": %llu", (unsigned long long)s.st_size,
 			(unsigned long long)s.st_mtim.tv_sec * 1000000000ull + (unsigned long long)s.st_mtim.tv_nsec,
 			(unsigned long long)s.st_ino);
+		hub_digest(out, f[i]->path);
+		fputc('}', out);
 	}
 	fputc(']', out);
 	if (fclose(out) && !e) {
@@ -304,7 +327,118 @@ static void phase(struct job *j, const char *what)
 	j->t_start = t;
 }
 
-/* Create the slabs, copy, put the entries: all or nothing (the caller commits). */
+static int by_slab(const void *a, const void *b)
+{
+	const struct placed *x = *(const struct placed *const *)a, *y = *(const struct placed *const *)b;
+	return x->slab != y->slab ? (x->slab < y->slab ? -1 : 1) : x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* A slab's piece before it is queued: its parts, and the file bytes it starts with. */
+struct piece {
+	size_t slab, part, nparts;
+	uint64_t at;
+	int file;
+	uint64_t off;
+};
+
+static int by_first_byte(const void *a, const void *b)
+{
+	const struct piece *x = a, *y = b;
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* A slab piece's parts: the tensors of slab s that lie in [at, end), from *t on (sorted by
+ * slab and offset; *t moves past those that end before at). */
+static size_t parts_of(const struct job *j, const struct placed *const *o, size_t *t, size_t s, uint64_t at,
+		       uint64_t end, const int *file, struct cp_part *out)
+{
+	size_t n = 0;
+	while (*t < j->n && (o[*t]->slab < s || (o[*t]->slab == s && o[*t]->off + (o[*t]->t->end - o[*t]->t->begin) <= at)))
+		(*t)++;
+	for (size_t u = *t; u < j->n && o[u]->slab == s && o[u]->off < end; u++) {
+		uint64_t off = o[u]->off, hi = off + (o[u]->t->end - o[u]->t->begin), lo = off > at ? off : at;
+		hi = hi < end ? hi : end;
+		if (hi > lo)
+			out[n++] = (struct cp_part){ file[o[u]->f - j->files], (uint32_t)(lo - at),
+						     o[u]->f->data_start + o[u]->t->begin + (lo - off), hi - lo };
+	}
+	return n;
+}
+
+/* Every slab queued piece by piece (CP_PIECE bytes, a slab's last shorter): a piece's
+ * tensors read into host memory, the bytes between them zeros, the piece hashed there and
+ * copied whole (the content hash with no second pass).  Pieces in the order of the file
+ * bytes they start with: each file is read from its start to its end. */
+static int queue_pieces(struct job *j, struct cp *c, const struct gmsfs_new *v, const int *file)
+{
+	size_t np = 0;
+	for (size_t s = 0; s < j->nslabs; s++)
+		np += (size_t)((v[s].size + CP_PIECE - 1) / CP_PIECE);
+	const struct placed **o = malloc((j->n + 1) * sizeof *o);
+	struct cp_part *parts = malloc((j->n + np + 1) * sizeof *parts);
+	struct piece *pc = malloc((np + 1) * sizeof *pc);
+	uint64_t *flat = calloc(np + 1, sizeof *flat);
+	int e = o && parts && pc && flat && (j->dig = calloc(j->nslabs + 1, sizeof *j->dig)) ? 0 : -ENOMEM;
+	for (size_t i = 0; !e && i < j->n; i++)
+		o[i] = &j->p[i];
+	if (!e)
+		qsort(o, j->n, sizeof *o, by_slab);
+	size_t k = 0, npart = 0, t = 0;
+	for (size_t s = 0; !e && s < j->nslabs; s++) {
+		j->dig[s] = flat + k; /* dig[0] owns the array */
+		for (uint64_t at = 0; at < v[s].size; at += CP_PIECE, k++) {
+			uint64_t end = at + CP_PIECE < v[s].size ? at + CP_PIECE : v[s].size;
+			size_t n = parts_of(j, o, &t, s, at, end, file, parts + npart);
+			pc[k] = (struct piece){ s, npart, n, at, n ? parts[npart].file : -1, n ? parts[npart].off : 0 };
+			npart += n;
+		}
+	}
+	if (!e)
+		qsort(pc, np, sizeof *pc, by_first_byte);
+	for (size_t i = 0; !e && i < np; i++) {
+		uint64_t len = v[pc[i].slab].size - pc[i].at < CP_PIECE ? v[pc[i].slab].size - pc[i].at : CP_PIECE;
+		e = cp_add_piece(c, (char *)v[pc[i].slab].ptr + pc[i].at, len, parts + pc[i].part, pc[i].nparts,
+				 &j->dig[pc[i].slab][pc[i].at / CP_PIECE]);
+	}
+	if (!j->dig || !j->nslabs)
+		free(flat);
+	free(o);
+	free(parts);
+	free(pc);
+	return e;
+}
+
+/* After the commit of the slabs (GMSFS_LOAD_COMMIT): the daemon told their bytes' content
+ * hash, from the pieces' hashes the copies made, when the commit holds the slabs and
+ * nothing else (another allocation's bytes were not hashed).  Not told: it stays unknown
+ * (gmsfsctl digest computes it), said with -v. */
+static void tell_content(struct job *j, gmsfs *g, const struct gmsfs_new *v)
+{
+	char layout[33], hex[33] = "";
+	const char **names = calloc(j->nslabs + 1, sizeof *names);
+	uint64_t *sizes = calloc(j->nslabs + 1, sizeof *sizes);
+	int e = names && sizes ? 0 : -ENOMEM;
+	for (size_t i = 0; !e && i < j->nslabs; i++)
+		names[i] = v[i].name, sizes[i] = v[i].size;
+	if (!e && sf_allocations(j->store) != (long)j->nslabs)
+		e = -ESTALE;
+	if (!e)
+		e = gmsfs_layout_hash(g, layout);
+	if (!e)
+		e = lh_content_of(layout, names, sizes, j->dig, j->nslabs, hex);
+	if (!e)
+		e = sf_set_content_hash(j->store, gmsfs_generation(g), hex);
+	if (j->verbose)
+		fprintf(stderr, e ? "gmsfs-load: the content hash not told to the daemon: %s\n"
+				  : "gmsfs-load: content hash %s\n", e ? strerror(-e) : hex);
+	free(names);
+	free(sizes);
+}
+
+/* Create the slabs, copy, put the entries: all or nothing (the caller commits, or with
+ * GMSFS_LOAD_COMMIT this does, and tells the daemon the bytes' content hash). */
 static int load(struct job *j, gmsfs *g, struct cp *c)
 {
 	struct gmsfs_new *v = calloc(j->nslabs ? j->nslabs : 1, sizeof *v);
@@ -325,10 +459,14 @@ static int load(struct job *j, gmsfs *g, struct cp *c)
 	for (size_t i = 0; !e && i < j->nfiles; i++)
 		if ((file[i] = cp_file(c, j->files[i].path, j->err, sizeof j->err)) < 0)
 			e = file[i];
+	if (!e && j->digest)
+		e = queue_pieces(j, c, v, file);
 	for (size_t i = 0; !e && i < j->n; i++) {
 		const struct placed *p = &j->p[i];
 		uint64_t len = p->t->end - p->t->begin;
-		e = cp_add(c, file[p->f - j->files], p->f->data_start + p->t->begin, (char *)v[p->slab].ptr + p->off, len, NULL);
+		if (!j->digest) /* each tensor as it lies, the bytes between them as the device gave them */
+			e = cp_add(c, file[p->f - j->files], p->f->data_start + p->t->begin, (char *)v[p->slab].ptr + p->off,
+				   len, NULL);
 		if (!e && (asprintf(&keys[i], GMSFS_TORCH_PREFIX "%s", p->t->name) < 0 || !(vals[i] = value_of(p))))
 			e = -ENOMEM;
 		if (!e)
@@ -357,6 +495,12 @@ static int load(struct job *j, gmsfs *g, struct cp *c)
 	if (!e && nent && (e = gmsfs_meta_put_many(g, ent, nent)))
 		snprintf(j->err, sizeof j->err, "%s", gmsfs_errmsg(g));
 	phase(j, "entries put");
+	if (!e && j->commit && (e = gmsfs_commit(g)))
+		snprintf(j->err, sizeof j->err, "commit: %s", gmsfs_errmsg(g));
+	if (!e && j->commit && j->digest)
+		tell_content(j, g, v);
+	if (!e && j->commit)
+		phase(j, "committed");
 	free(note);
 	for (size_t i = 0; keys && vals && i < j->n; i++) {
 		free(keys[i]);
@@ -383,16 +527,18 @@ int gmsfs_load(gmsfs *g, const char *path, const struct gmsfs_load_options *opt)
 				    "(set .size, or start from GMSFS_LOAD_OPTIONS)", opt->size, sizeof o);
 	if (opt)
 		o = *opt;
-	if (!path || (o.flags & ~(GMSFS_LOAD_PROGRESS | GMSFS_LOAD_VERBOSE | GMSFS_LOAD_REPLACE)))
+	if (!path || (o.flags & ~GMSFS_LOAD_FLAGS))
 		return gmsfs_seterr(g, -EINVAL, "gmsfs_load: no path, or flags 0x%x (GMSFS_LOAD_PROGRESS, "
-				    "GMSFS_LOAD_VERBOSE and GMSFS_LOAD_REPLACE are known)", o.flags);
+				    "GMSFS_LOAD_VERBOSE, GMSFS_LOAD_REPLACE, GMSFS_LOAD_COMMIT and GMSFS_LOAD_NO_DIGEST "
+				    "are known)", o.flags);
 	if (o.slab_bytes && o.slab_bytes < GMSFS_TORCH_ALIGN)
 		return gmsfs_seterr(g, -EINVAL, "gmsfs_load: slabs of %llu bytes: at least %llu (GMSFS_TORCH_ALIGN), "
 				    "or 0 for %llu", (unsigned long long)o.slab_bytes,
 				    (unsigned long long)GMSFS_TORCH_ALIGN, (unsigned long long)GMSFS_TORCH_SLAB_BYTES);
 	if (gmsfs_lock_mode(g) != GMSFS_RW)
 		return gmsfs_seterr(g, -EPERM, "gmsfs_load: the handle does not hold the writer session");
-	struct job j = { .progress = o.flags & GMSFS_LOAD_PROGRESS, .verbose = o.flags & GMSFS_LOAD_VERBOSE };
+	struct job j = { .progress = o.flags & GMSFS_LOAD_PROGRESS, .verbose = o.flags & GMSFS_LOAD_VERBOSE,
+			 .digest = !(o.flags & GMSFS_LOAD_NO_DIGEST), .commit = o.flags & GMSFS_LOAD_COMMIT };
 	j.t_start = j.t_begin = now_s();
 	j.store = gmsfs_store_path(g);
 	struct cp *c = NULL;
@@ -418,6 +564,8 @@ int gmsfs_load(gmsfs *g, const char *path, const struct gmsfs_load_options *opt)
 	free(j.p);
 	free(j.slab_size);
 	free(j.source);
+	if (j.dig)
+		free(j.nslabs ? j.dig[0] : NULL), free(j.dig);
 	if (e == GMSFS_LOAD_HELD)
 		return e;
 	return e ? gmsfs_seterr(g, e, "%s", j.err[0] ? j.err : gmsfs_strerror(e)) : 0;

@@ -15,6 +15,9 @@ extern "C" {
 #define GMSFS_LOAD_PROGRESS 1u /* bytes, rate and time left on stderr */
 #define GMSFS_LOAD_VERBOSE 2u  /* each phase's time on stderr */
 #define GMSFS_LOAD_REPLACE 4u  /* a store that holds another checkpoint: its layout freed first */
+#define GMSFS_LOAD_COMMIT 8u   /* commit, and tell the daemon the bytes' content hash (below) */
+#define GMSFS_LOAD_NO_DIGEST 16u /* each tensor copied as it lies, unhashed: no content hash */
+#define GMSFS_LOAD_FLAGS 31u
 
 /* gmsfs_load's answer when the store's last commit holds path already (its source note is
  * of that commit and names the same files, sizes, modification times and inodes): nothing
@@ -29,7 +32,7 @@ extern "C" {
  * what an older caller passed.  A size it does not know is -EINVAL. */
 struct gmsfs_load_options {
 	uint32_t size;       /* sizeof(struct gmsfs_load_options) */
-	uint32_t flags;      /* GMSFS_LOAD_PROGRESS | GMSFS_LOAD_VERBOSE | GMSFS_LOAD_REPLACE */
+	uint32_t flags;      /* GMSFS_LOAD_* above */
 	uint64_t slab_bytes; /* 0: GMSFS_TORCH_SLAB_BYTES; else at least GMSFS_TORCH_ALIGN */
 };
 #define GMSFS_LOAD_OPTIONS { sizeof(struct gmsfs_load_options), 0, 0 }
@@ -65,7 +68,11 @@ struct gmsfs_report {
  * source note is of that commit and names the same files, and the store is not torn
  * (nothing done); else -EEXIST, unless opt->flags has GMSFS_LOAD_REPLACE (its allocations
  * freed in the session first).  opt NULL: the defaults (GMSFS_LOAD_OPTIONS).
- * No commit: the caller commits, or disconnects and nothing stays.  On cuda the store's
+ * Each slab's 2 MiB pieces are read into host memory, the bytes between tensors zeros,
+ * and hashed there as they pass (XXH3-64, the pieces gmsfs_digest hashes).  No commit: the
+ * caller commits, or disconnects and nothing stays; with GMSFS_LOAD_COMMIT this commits and
+ * tells the daemon the committed bytes' content hash (gmsfs(5), CONTENT HASH: no second
+ * pass), when the commit holds the slabs and nothing else.  On cuda the store's
  * GPU's primary context is made current in the calling thread (the one PyTorch uses).  0,
  * GMSFS_LOAD_HELD, or -errno, the reason in gmsfs_errmsg(g) (-EEXIST: the store holds
  * another layout; -EPERM: g is not a writer's; -EINVAL: an option). */

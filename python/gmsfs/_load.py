@@ -10,18 +10,22 @@ from . import _lib
 from ._errors import GmsfsError, _ms
 
 
-def load(conn, path, slab_bytes=0, progress=False, verbose=False, replace=False):
+def load(conn, path, slab_bytes=0, progress=False, verbose=False, replace=False, commit=False, digest=True):
     """Load a safetensors checkpoint (a file, or a folder with its index and shards) into
     conn, a writer's connection, at gmsfs-load's speed and in this process (libgmsfs-load):
     slabs, every tensor copied in, an entry "torch/NAME" per tensor (gmsfs(5), "Tensors"),
     and the note "%gmsfs.source" naming the checkpoint's files.  Every header is checked
     before the store is touched.  True when loaded: the caller commits, or closes and
-    nothing stays.  False when the store's last commit holds this checkpoint already (its
-    note names the same files, sizes, times and inodes): nothing done, nothing to commit.
-    A store that holds another layout: GmsfsError EEXIST, unless replace (its allocations
-    freed in the session first)."""
+    nothing stays; with commit=True this commits and tells the daemon the bytes' content
+    hash, hashed as they passed through host memory (gmsfs.content_hash says it; a caller
+    that commits itself leaves it unknown until gmsfs.digest).  digest=False: the tensors
+    copied as they lie, unhashed.  False when the store's last commit holds this checkpoint
+    already (its note names the same files, sizes, times and inodes): nothing done,
+    nothing to commit.  A store that holds another layout: GmsfsError EEXIST, unless
+    replace (its allocations freed in the session first)."""
     lib = _lib.load_lib()
-    flags = (1 if progress else 0) | (2 if verbose else 0) | (4 if replace else 0)
+    flags = (1 if progress else 0) | (2 if verbose else 0) | (4 if replace else 0) | (8 if commit else 0) | \
+        (0 if digest else 16)
     opt = _lib.sized(_lib.LoadOptions, flags=flags, slab_bytes=slab_bytes)
     e = lib.gmsfs_load(conn._handle(), str(path).encode(), ctypes.byref(opt))
     if e < 0:
@@ -45,14 +49,31 @@ def _checkpoint_files(path):
     return [os.path.join(path, "model.safetensors")]
 
 
+def _hub_digest(p):
+    """A file's SHA-256 where a Hugging Face hub cache names it (the file a link to
+    blobs/HEX), else None: as gmsfs_load records it."""
+    try:
+        target = os.readlink(p)
+    except OSError:
+        return None
+    folder, base = os.path.split(target)
+    hexdigits = set("0123456789abcdef")
+    if os.path.basename(folder) != "blobs" or len(base) != 64 or not set(base) <= hexdigits:
+        return None
+    return base
+
+
 def source(path):
     """The files gmsfs_load records of path in the note "%gmsfs.source" (beside the
-    generation its commit got): by name, each with its size, modification time (ns) and
-    inode."""
+    generation its commit got): by name, each with its size, modification time (ns),
+    inode, and its SHA-256 where a hub cache names it (its link's blob)."""
     files = []
     for p in _checkpoint_files(path):
         st = os.stat(p)
-        files.append({"name": os.path.basename(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino})
+        f = {"name": os.path.basename(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+        if _hub_digest(p):
+            f["sha256"] = _hub_digest(p)
+        files.append(f)
     return sorted(files, key=lambda f: f["name"])
 
 
@@ -81,9 +102,9 @@ def source_differs(conn, path):
         old = was.pop(f["name"], None)
         if old is None:
             return "%s is not among the files it was loaded from" % f["name"]
-        for k in ("size", "mtime_ns", "ino"):
-            if old.get(k) != f[k]:
-                return "%s's %s was %s when it was loaded, is %s now" % (f["name"], k, old.get(k), f[k])
+        for k in ("size", "mtime_ns", "ino", "sha256"):
+            if old.get(k) != f.get(k):
+                return "%s's %s was %s when it was loaded, is %s now" % (f["name"], k, old.get(k), f.get(k))
     return "it was loaded from files this checkpoint lacks: %s" % ", ".join(sorted(was))
 
 

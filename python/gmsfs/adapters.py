@@ -68,8 +68,7 @@ class AdapterPool:
         os.mkdir(store)
         try:
             with connect(store, "rw", self.timeout) as c:
-                load(c, path)
-                c.commit()
+                load(c, path, commit=True)  # and its content hash told
         except BaseException:
             os.rmdir(store)
             raise

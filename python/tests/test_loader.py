@@ -241,6 +241,60 @@ def test_the_same_checkpoint_again_copies_nothing_and_another_needs_replace(stor
     assert run(LOAD, store, str(path)).stdout.endswith("nothing copied\n")
 
 
+def test_a_load_tells_the_content_hash_of_the_bytes_as_they_passed(store, tmp_path):
+    """gmsfs-load hashes each slab's 2 MiB pieces as they pass through host memory (tensors
+    from two shards crossing pieces and slabs, the bytes between them zeros) and tells the
+    daemon the content hash after its commit: what gmsfs.digest computes from the store's
+    own bytes.  --no-digest, or a caller that commits itself, leaves it unknown."""
+    r = np.random.default_rng(7)
+    shards = {}
+    for k in range(2):
+        t = {"s%d.t%d" % (k, i): ("F32", r.standard_normal(int(r.integers(1, 3 << 20)) // 4).astype(np.float32))
+             for i in range(5)}
+        t["s%d.tiny" % k] = ("U8", np.arange(3, dtype=np.uint8))
+        write_st(tmp_path / ("m-%d.safetensors" % k), t)
+        shards.update({n: "m-%d.safetensors" % k for n in t})
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": shards}))
+    p = run(LOAD, "-v", "--slab", str(5 << 20), store, str(tmp_path))
+    assert p.returncode == 0 and "content hash " in p.stderr, p.stderr
+    told = gmsfs.content_hash(store)
+    assert told and told == gmsfs.digest(store, record=False) and state(store)["allocations"] != "1"
+    with gmsfs.connect(store, "ro") as c:
+        c.import_all()
+        for name in shards:  # the values as the files hold them
+            e = c.meta_get("torch/" + name)
+            assert ctypes.string_at(e.ptr, e.size) == read_st(tmp_path / shards[name])[name][2], name
+
+    other = empty_store(store, "bare")
+    p = run(LOAD, "-v", "--no-digest", "--slab", str(5 << 20), other, str(tmp_path))
+    assert p.returncode == 0 and "content hash" not in p.stderr, p.stderr
+    assert gmsfs.content_hash(other) is None and gmsfs.digest(other, record=False) == told
+    for commit in (True, False):  # in this process: told when gmsfs.load commits, not when the caller does
+        mine = empty_store(store, "py%d" % commit)
+        with gmsfs.connect(mine, "rw") as c:
+            assert gmsfs.load(c, tmp_path, commit=commit)
+            if not commit:
+                c.commit()
+        assert gmsfs.content_hash(mine) == (gmsfs.digest(mine, record=False) if commit else None)
+
+
+def test_a_hub_caches_files_are_noted_with_their_sha256(store, tmp_path):
+    """A checkpoint in a Hugging Face hub cache (snapshots/REV/NAME links to blobs/SHA256):
+    the source note records each file's SHA-256 as the hub names it, the same checkpoint
+    again copies nothing, and Python's view of the source agrees."""
+    from gmsfs._load import source
+    blob = tmp_path / "blobs" / ("%064x" % 0xabc)
+    blob.parent.mkdir()
+    write_st(blob, {"a": ("U8", np.arange(3, dtype=np.uint8))})
+    snap = tmp_path / "snapshots" / "rev"
+    snap.mkdir(parents=True)
+    os.symlink(os.path.join("..", "..", "blobs", blob.name), snap / "model.safetensors")
+    assert run(LOAD, store, str(snap)).returncode == 0
+    noted = json.loads(open(os.path.join(store, "meta", "%gmsfs.source"), "rb").read())
+    assert noted["files"][0]["sha256"] == blob.name and noted["files"] == source(snap)
+    assert run(LOAD, store, str(snap)).stdout.endswith("nothing copied\n")
+
+
 SNAP = os.path.join(BUILD, "gmsfs-snapshot")
 
 
@@ -788,7 +842,7 @@ def test_gmsfs_load_checks_its_options_and_says_why_in_the_handles_words(store, 
         bad.size = 4
         assert load(c, bad) == ("EINVAL", "gmsfs_load: options of 4 bytes: this libgmsfs-load knows 16 (set .size, "
                                 "or start from GMSFS_LOAD_OPTIONS)")
-        assert load(c, _lib.sized(_lib.LoadOptions, flags=8))[1].startswith("gmsfs_load: no path, or flags 0x8")
+        assert load(c, _lib.sized(_lib.LoadOptions, flags=32))[1].startswith("gmsfs_load: no path, or flags 0x20")
         assert load(c, _lib.sized(_lib.LoadOptions, slab_bytes=100))[1].startswith("gmsfs_load: slabs of 100 bytes")
         assert state(store)["allocations"] == "0"
         assert load(c, None) == (0, "")
