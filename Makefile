@@ -26,6 +26,8 @@ XXH_CFLAGS := $(shell $(PKG_CONFIG) --cflags libxxhash 2>/dev/null)
 
 PUBLIC_HDR := include/gmsfs/gmsfs.h include/gmsfs/abi.h include/gmsfs/torch.h include/gmsfs/load.h include/gmsfs/peer.h
 COMMON_HDR := $(PUBLIC_HDR) $(wildcard common/*.h)
+# XXH3-64 of pieces at the CPU's widest vectors (each kind its own file: its own target).
+PIECE_HASH_SRC := common/piece_hash.c common/piece_hash_avx2.c common/piece_hash_avx512.c
 WIRE_SRC := common/wire_msgpack.c common/wire_req.c common/wire_reply.c common/wire_image.c
 FSM_SRC := src/fsm/fsm.c
 META_SRC := src/meta/node.c src/meta/store.c src/meta/entry.c src/meta/commit.c src/meta/undo.c src/meta/intern.c src/meta/layout_hash.c src/meta/batch.c src/meta/view.c src/meta/version_name.c
@@ -41,23 +43,23 @@ FS_SRC := $(addprefix src/fs/,main.c options.c node.c content.c named.c memory.c
 DAEMON_SRC := $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(WIRE_SRC)
 DAEMON_HDR := $(COMMON_HDR) $(wildcard src/*/*.h src/*/*/*.h)
 
-LIB_SRC := $(addprefix libgmsfs/,handle.c channel.c maps.c meta.c layout.c refit.c sleep.c space.c pages.c pages_held.c kept.c tie.c version.c graph.c torch.c manifest.c digest.c map_host.c map_cuda.c) $(WIRE_SRC)
+LIB_SRC := $(PIECE_HASH_SRC) $(addprefix libgmsfs/,handle.c channel.c maps.c meta.c layout.c refit.c sleep.c space.c pages.c pages_held.c kept.c tie.c version.c graph.c torch.c manifest.c digest.c map_host.c map_cuda.c) $(WIRE_SRC)
 LIB_HDR := $(COMMON_HDR) libgmsfs/internal.h
 LIB_SONAME := libgmsfs.so.0
 
 BIN := $(B)/gmsfs
 KEEPER := $(B)/gmsfs-keeper
 LIB := $(B)/libgmsfs.so $(B)/gmsfs.pc $(B)/libgmsfs-load.so
-UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire
+UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire $(B)/test_piece_hash
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-session $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
-LOADER_SRC := loader/json.c loader/layout_hash.c loader/safetensors.c loader/copy.c loader/copy_save.c loader/peer.c loader/gms_format.c loader/snap.c loader/snap_save.c loader/store_files.c
+LOADER_SRC := $(PIECE_HASH_SRC) loader/json.c loader/layout_hash.c loader/safetensors.c loader/copy.c loader/copy_save.c loader/peer.c loader/gms_format.c loader/snap.c loader/snap_save.c loader/store_files.c
 LOAD_SONAME := libgmsfs-load.so.1
 # gmsfs-peer (serve and pull stores between nodes) is built where UCX is (libucx-dev).
 UCX_CFLAGS := $(shell $(PKG_CONFIG) --cflags ucx 2>/dev/null)
 UCX_LIBS := $(shell $(PKG_CONFIG) --libs ucx 2>/dev/null)
-PEER_SRC := peer/net_wire.c peer/net.c peer/lane.c peer/serve.c peer/pull.c loader/copy.c loader/copy_save.c loader/store_files.c common/wire_msgpack.c
+PEER_SRC := $(PIECE_HASH_SRC) peer/net_wire.c peer/net.c peer/lane.c peer/serve.c peer/pull.c loader/copy.c loader/copy_save.c loader/store_files.c common/wire_msgpack.c
 PEER_SONAME := libgmsfs-peer.so.1
 ifneq ($(UCX_LIBS),)
 LOADER += $(B)/gmsfs-peer
@@ -161,6 +163,10 @@ $(B)/bench-duplex: bench/bench_duplex.c common/cuda_api.h | $(B)
 # The codec alone: no daemon or library internals linked in.
 $(B)/test_wire: tests/unit/test_wire.c $(WIRE_SRC) $(COMMON_HDR) tests/unit/tap.h | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ tests/unit/test_wire.c $(WIRE_SRC) $(MSGPACK_LIBS)
+
+# Each kind of the pieces' hash against libxxhash's own XXH3.
+$(B)/test_piece_hash: tests/unit/test_piece_hash.c $(PIECE_HASH_SRC) common/piece_hash.h tests/unit/tap.h | $(B)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(XXH_CFLAGS) -o $@ tests/unit/test_piece_hash.c $(PIECE_HASH_SRC) $(XXH_LIBS)
 
 $(B)/test_fsm: tests/unit/test_fsm.c $(FSM_SRC) src/fsm/fsm.h tests/unit/tap.h | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ tests/unit/test_fsm.c $(FSM_SRC)

@@ -4,6 +4,7 @@
  * the layout hash and theirs; told to the daemon on request (user.gms.content_hash, which
  * needs write permission on the store), so that `cat STORE/content_hash` says it. */
 #include "internal.h"
+#include "piece_hash.h"
 
 #define XXH_INLINE_ALL /* header only: libgmsfs links nothing more */
 #include <xxhash.h>
@@ -88,7 +89,7 @@ static void *hash_pieces(void *arg)
 	struct digest_job *j = arg;
 	const char *bytes;
 	for (size_t k; (k = atomic_fetch_add(&j->next, 1)) < j->npieces && piece_ready(j, k, &bytes);) {
-		XXH64_canonicalFromHash(&j->out[k], XXH3_64bits(bytes, j->len[k]));
+		XXH64_canonicalFromHash(&j->out[k], piece_hash(bytes, j->len[k]));
 		size_t c = j->chunk[k];
 		/* Its buffer free for the chunk DIGEST_BUFS on: the reader told, if it waits
 		 * (seq_cst both ways: it sees this count, or this sees it wait). */

@@ -1,5 +1,6 @@
 /* copy: see copy.h. */
 #include "copy.h"
+#include "piece_hash.h"
 #include "store_files.h"
 
 #include <gmsfs/abi.h>
@@ -14,8 +15,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#define XXH_INLINE_ALL /* header only: the loader links nothing more */
-#include <xxhash.h>
 
 #ifdef GMSFS_HAVE_CUDA
 #include "cuda_api.h"
@@ -406,12 +405,12 @@ static void cuda_worker(struct cp *c, size_t me)
 			cp_set_error(c, -EIO, "%s", why);
 			break;
 		}
-		if (k->digest)
-			*k->digest = XXH3_64bits(src, k->len);
 		if ((r = c->cu.cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)k->dst, src, k->len, st[b]))) {
 			cp_set_error(c, -EIO, "copy to the GPU: %s", cu_name(&c->cu, r));
 			break;
 		}
+		if (k->digest) /* while the copy engine reads the same bytes */
+			*k->digest = piece_hash(src, k->len);
 		pending[b] = chunk_bytes(c, k);
 	}
 	for (int k = 0; k < 2; k++) {
@@ -453,7 +452,7 @@ static void *worker(void *arg)
 			break;
 		}
 		if (k->digest)
-			*k->digest = XXH3_64bits(k->dst, k->len);
+			*k->digest = piece_hash(k->dst, k->len);
 		atomic_fetch_add(&c->done, chunk_bytes(c, k));
 	}
 	return NULL;

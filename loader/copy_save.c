@@ -1,6 +1,7 @@
 /* copy_save: out of a store, into files (cp_save, copy.h): each file's run of puts on a
  * thread of its own, each piece hashed as it passes through host memory. */
 #include "copy.h"
+#include "piece_hash.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -9,8 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#define XXH_INLINE_ALL /* header only: the loader links nothing more */
-#include <xxhash.h>
 
 struct cp_saver {
 	struct cp *c;
@@ -31,7 +30,7 @@ static int put_one(struct cp_saver *s, size_t me, const struct cp_put *p, char *
 		for (uint64_t k = 0; k < npieces; k++) {
 			uint64_t at = k * CP_PIECE, len = p->len - at < CP_PIECE ? p->len - at : CP_PIECE;
 			if (p->digests)
-				p->digests[k] = XXH3_64bits((const char *)p->src + at, len);
+				p->digests[k] = piece_hash((const char *)p->src + at, len);
 			int e = cp_full_pwrite(p->fd, (const char *)p->src + at, len, p->off + at, why, whylen);
 			if (e)
 				return e;
@@ -58,7 +57,7 @@ static int put_one(struct cp_saver *s, size_t me, const struct cp_put *p, char *
 				e = cp_cu_fail(c, why, whylen, "copy from the GPU", r);
 			if (!e) {
 				if (p->digests)
-					p->digests[j] = XXH3_64bits(buf[j & 1], len);
+					p->digests[j] = piece_hash(buf[j & 1], len);
 				e = cp_full_pwrite(p->fd, buf[j & 1], len, p->off + at, why, whylen);
 				atomic_fetch_add(&s->done, len);
 			}
