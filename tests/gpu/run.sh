@@ -264,6 +264,11 @@ assert {s["name"] for s in d["stores"]} == {"readers64", "several_readers", "rem
 }
 gpu_load() {
 mount_gmsfs
+if [ -n "${LOAD_PROBE:-}" ]; then # the content hash's cost, kind by kind (probe/load_hash_probe.py)
+	python3 probe/load_hash_probe.py "$mnt" "$top/build"
+	unmount_gmsfs
+	return
+fi
 t "gmsfs-load and gmsfs-save: a transformers Llama from save_pretrained, the same logits" \
 	timeout 300 python3 tests/gpu/load_gpu.py test "$mnt" "$top/build"
 python3 tests/gpu/load_gpu.py bench "$mnt" "$top/build"
