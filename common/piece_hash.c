@@ -13,6 +13,14 @@ uint64_t piece_hash_sse2(const void *p, size_t n)
 	return XXH3_64bits(p, n);
 }
 
+void piece_hash_update_sse2(void *xxh3, const void *p, size_t n)
+{
+	XXH3_64bits_update(xxh3, p, n);
+}
+
+_Static_assert(sizeof(XXH3_state_t) <= sizeof(struct piece_hash_state), "XXH3's state fits");
+_Static_assert(_Alignof(XXH3_state_t) <= _Alignof(struct piece_hash_state), "XXH3's state is aligned");
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 static uint64_t (*chosen(void))(const void *, size_t)
 {
@@ -35,12 +43,35 @@ static uint64_t (*chosen(void))(const void *, size_t)
 
 static uint64_t (*_Atomic kind)(const void *, size_t); /* set once; a race sets it twice alike */
 
-uint64_t piece_hash(const void *p, size_t n)
+static uint64_t (*the_kind(void))(const void *, size_t)
 {
 	uint64_t (*f)(const void *, size_t) = kind;
 	if (!f)
 		kind = f = chosen();
-	return f(p, n);
+	return f;
+}
+
+uint64_t piece_hash(const void *p, size_t n)
+{
+	return the_kind()(p, n);
+}
+
+void piece_hash_begin(struct piece_hash_state *s)
+{
+	XXH3_INITSTATE((XXH3_state_t *)s->xxh3);
+	XXH3_64bits_reset((XXH3_state_t *)s->xxh3);
+}
+
+void piece_hash_update(struct piece_hash_state *s, const void *p, size_t n)
+{
+	uint64_t (*f)(const void *, size_t) = the_kind();
+	(f == piece_hash_avx512 ? piece_hash_update_avx512 : f == piece_hash_avx2 ? piece_hash_update_avx2
+										    : piece_hash_update_sse2)(s->xxh3, p, n);
+}
+
+uint64_t piece_hash_end(struct piece_hash_state *s)
+{
+	return XXH3_64bits_digest((XXH3_state_t *)s->xxh3);
 }
 
 const char *piece_hash_kind(void)

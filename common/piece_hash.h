@@ -11,10 +11,22 @@
 
 uint64_t piece_hash(const void *p, size_t n);
 
+/* The same over bytes given in runs (each hashed as it lands, while in the core's cache):
+ * begin, update for each run in order, end.  The state is XXH3's, opaque here. */
+struct piece_hash_state {
+	_Alignas(64) unsigned char xxh3[640];
+};
+void piece_hash_begin(struct piece_hash_state *s);
+void piece_hash_update(struct piece_hash_state *s, const void *p, size_t n);
+uint64_t piece_hash_end(struct piece_hash_state *s);
+
 /* What piece_hash chooses from, for piece_hash.c and the tests only. */
 uint64_t piece_hash_avx2(const void *p, size_t n);
 uint64_t piece_hash_avx512(const void *p, size_t n);
 uint64_t piece_hash_sse2(const void *p, size_t n);
+void piece_hash_update_avx2(void *xxh3, const void *p, size_t n);
+void piece_hash_update_avx512(void *xxh3, const void *p, size_t n);
+void piece_hash_update_sse2(void *xxh3, const void *p, size_t n);
 /* "avx512", "avx2" or "sse2": what this CPU uses. */
 const char *piece_hash_kind(void);
 

@@ -18,6 +18,11 @@ uint64_t piece_hash_avx512(const void *p, size_t n)
 {
 	return XXH3_64bits(p, n);
 }
+
+void piece_hash_update_avx512(void *xxh3, const void *p, size_t n)
+{
+	XXH3_64bits_update(xxh3, p, n);
+}
 #if defined(__x86_64__) && defined(__clang__)
 #pragma clang attribute pop
 #endif

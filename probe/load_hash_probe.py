@@ -1,6 +1,6 @@
 """gmsfs-load of a 16 GiB checkpoint from the page cache, fresh processes, by turns:
 --no-digest against the content hash with each kind of piece_hash (GMSFS_PIECE_HASH) and
-the hash before or after the copy is queued (GMSFS_COPY_HASH_FIRST).  Medians of the
+each piece hashed whole after its read (GMSFS_COPY_NO_SLICES) or in slices as they land.  Medians of the
 time after the CUDA context.  python3 probe/load_hash_probe.py MOUNT BUILD"""
 import os, re, subprocess, sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu"))
@@ -12,11 +12,11 @@ path = lg.checkpoint(16, 128)
 subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
 variants = [("no-digest", {}, ["--no-digest"])]
 for kind in ("sse2", "avx2", "avx512"):
-    for first in (0, 1):
+    for whole in (0, 1):
         env = {"GMSFS_PIECE_HASH": kind}
-        if first:
-            env["GMSFS_COPY_HASH_FIRST"] = "1"
-        variants.append(("%s %s" % (kind, "before" if first else "after"), env, []))
+        if whole:
+            env["GMSFS_COPY_NO_SLICES"] = "1"
+        variants.append(("%s %s" % (kind, "whole" if whole else "sliced"), env, []))
 times = {v[0]: [] for v in variants}
 for i in range(int(os.environ.get("RUNS", "5"))):
     for name, env, flags in variants:

@@ -44,6 +44,18 @@ int main(void)
 	ok(piece_hash(b, 2u << 20) == XXH3_64bits(b, 2u << 20), "piece_hash (%s here): a 2 MiB piece's XXH3_64bits",
 	   piece_hash_kind());
 	ok(cpu_has(piece_hash_kind()), "the kind piece_hash chose is one this CPU has");
+	int same = 1;
+	for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) { /* in runs of 1, 7, 4096 and 65536 + 3 */
+		static const size_t runs[] = { 1, 7, 4096, 65539 };
+		for (size_t r = 0; r < 4; r++) {
+			struct piece_hash_state st;
+			piece_hash_begin(&st);
+			for (size_t at = 0; at < lens[i]; at += runs[r])
+				piece_hash_update(&st, b + 5 + at, lens[i] - at < runs[r] ? lens[i] - at : runs[r]);
+			same &= piece_hash_end(&st) == XXH3_64bits(b + 5, lens[i]);
+		}
+	}
+	ok(same, "begin, update in runs, end: the same as one XXH3_64bits");
 	free(b);
 	return tap_done();
 }
