@@ -1,8 +1,9 @@
 /* piece_hash: XXH3-64 of a store's 2 MiB pieces with the CPU's widest vectors.  xxhash's
  * header, as the loader and libgmsfs include it (nothing linked), compiles for SSE2 only:
  * 21 GB/s a core where AVX2 hashes 64 and AVX-512 92 (a 2 MiB piece in cache, an EPYC).
- * The loader, the snapshots and gmsfs_digest hash every byte they move: at SSE2's speed
- * the hash cost a load 7-8% beside its copies.  The same value whichever is used. */
+ * The loader, the snapshots and gmsfs_digest hash every byte they move: a quarter of the
+ * CPU time, for cores an engine's host shares.  The same value whichever is used;
+ * GMSFS_PIECE_HASH=sse2|avx2 asks for a narrower kind than the CPU has. */
 #ifndef GMSFS_COMMON_PIECE_HASH_H
 #define GMSFS_COMMON_PIECE_HASH_H
 

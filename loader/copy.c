@@ -366,8 +366,9 @@ static bool all_cached(const struct cp *c, const struct cp_chunk *k)
 #endif
 
 /* Slices of a read that are hashed as they land: a slice is still in the core's cache,
- * where a whole 2 MiB hashed after its read came from memory again (on the H200's host a
- * load took 1.08x with the hash after the read, 1.25x with it beside the copy). */
+ * where a whole 2 MiB hashed after its read came from memory again.  A 16 GiB load on the
+ * H200's host (probe/load_hash_probe.py): 1.02-1.03x the load without a hash, sliced;
+ * 1.07x hashed whole after the read; 1.25x hashed beside its copy to the GPU. */
 #define CP_SLICE (256u << 10)
 
 static int pread_hashed(int fd, char *p, uint64_t len, uint64_t off, struct piece_hash_state *h, char *why,
@@ -454,7 +455,7 @@ static void cuda_worker(struct cp *c, size_t me)
 		atomic_fetch_add(&c->done, pending[b]);
 		pending[b] = 0;
 		char why[256], *src = buf[b];
-		bool hashed = k->digest && !getenv("GMSFS_COPY_NO_SLICES") /* PROBE */ && all_cached(c, k); /* else O_DIRECT, then hashed */
+		bool hashed = k->digest && all_cached(c, k); /* else O_DIRECT, hashed after */
 		if (hashed ? read_hashed(c, k, src, why, sizeof why)
 			   : k->piece ? read_piece(c, k, buf[b], &src, why, sizeof why)
 				      : read_chunk(c, k, buf[b], &src, why, sizeof why)) {
