@@ -230,7 +230,7 @@ assert s["content_hash"] == sys.argv[2], s' "$MNT/status.json" "$h"
 	assert_line device
 	assert_line model
 	run ls "$MNT/model"
-	assert_output "$(printf '%s\n' abort allocs commit content_hash generation layout_hash lock meta prefetch state tier version versions)"
+	assert_output "$(printf '%s\n' abort allocs commit content_hash generation history layout_hash lock meta prefetch state tier version versions)"
 	run stat -c '%s %F' "$MNT/model/allocs/layers/0/weight"
 	assert_output '1048576 regular file'
 	run du -sk "$MNT/model/allocs"

@@ -130,3 +130,47 @@ MESS='set -e
 		assert_equal "$(getfattr --only-values -n user.gms.offset "$S/meta/cfg/k")" 16
 	done
 }
+
+@test "history: each session's start and end in order, with its writer's pid and the generation after it" {
+	S=$MNT/hist
+	mkdir "$S"
+	bash -c "exec 9>$S/lock; echo > $S/commit"  # rw_connected, committed
+	bash -c "exec 9>$S/lock; echo > $S/abort"   # rw_connected, aborted; then its end: left
+	hold w w "$S/lock"                           # rw_connected; killed: left
+	wait_held w
+	kill -9 "$w_pid"
+	wait "$w_pid" || true
+	wait_until state_is "$S" COMMITTED
+	# A data-only writer that writes into the committed bytes in place and dies: torn.
+	bash -c "exec 9>$S/lock; truncate -s 4096 $S/allocs/a; echo > $S/commit"
+	bash -c "exec 9>>$S/lock; printf x | dd of=$S/allocs/a conv=notrunc status=none"
+	bash -c "exec 9>$S/lock; echo > $S/commit"  # a writer commits it whole again
+	run awk '{print $1, $3, $5}' "$S/history"
+	assert_output "1 rw_connected 0
+2 committed 1
+3 rw_connected 1
+4 aborted 1
+5 left 1
+6 rw_connected 1
+7 left 1
+8 rw_connected 1
+9 committed 2
+10 data_connected 2
+11 torn 2
+12 rw_connected 2
+13 committed 3"
+	assert_equal "$(awk 'NR == 6 {print $4}' "$S/history")" "$w_pid"
+	# Times never go back, and are this machine's clock now.
+	awk -v now="$(date +%s)" 'prev > $2 || $2 < now - 60 || $2 > now + 60 {exit 1} {prev = $2}' "$S/history"
+	# Reading it changes nothing: no lock, no session.
+	assert_equal "$(state_of "$S" readers) $(state_of "$S" writer)" "0 0"
+}
+
+@test "history keeps a store's last 64 events, numbered on" {
+	S=$MNT/hist64
+	mkdir "$S"
+	for _ in $(seq 40); do bash -c "exec 9>$S/lock; echo > $S/commit"; done
+	assert_equal "$(wc -l < "$S/history")" 64
+	assert_equal "$(head -n1 "$S/history" | cut -d' ' -f1) $(tail -n1 "$S/history" | cut -d' ' -f1)" "17 80"
+	assert_equal "$(tail -n1 "$S/history" | cut -d' ' -f3,5)" "committed 40"
+}

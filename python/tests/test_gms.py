@@ -473,3 +473,79 @@ def test_docs_gms_table_says_only_what_gmsfs_gives():
     assert len(table.rows()) > 70
     assert table.missing_in_gmsfs() == []
 
+
+
+def test_the_transport_answers_runtime_state_and_event_history_from_the_stores_files(store):
+    """GMS's _GMSRPCTransport on a store: the runtime state (the state file) and the event
+    history (STORE/history, in GMS's words) with no session taken and nothing changed;
+    an abort and its session's end are one rw_aborted, as is a killed writer; session
+    requests are refused, saying whose they are."""
+    from gmsfs._gms_rpc import (_GMSRPCTransport, GetEventHistoryRequest, GetEventHistoryResponse,
+                                GetRuntimeStateRequest, GetRuntimeStateResponse, GetStateHashRequest,
+                                GetStateHashResponse)
+
+    def ask(req, resp):
+        with _GMSRPCTransport(store) as t:
+            t.connect()
+            return t.request(req, resp)
+
+    def kinds():
+        return [e.kind for e in ask(GetEventHistoryRequest(), GetEventHistoryResponse).events]
+
+    empty = ask(GetRuntimeStateRequest(), GetRuntimeStateResponse)
+    assert (empty.state, empty.committed, empty.is_ready, empty.memory_layout_hash) == ("EMPTY", False, False, "")
+    w = GMSClientMemoryManager(store)
+    w.connect(RequestedLockType.RW)
+    w.create_mapping(size=4096, tag="weights")
+    during = ask(GetRuntimeStateRequest(), GetRuntimeStateResponse)
+    assert during.state == "RW" and during.has_rw_session and not during.committed
+    assert w.commit()
+    s = ask(GetRuntimeStateRequest(), GetRuntimeStateResponse)
+    assert (s.state, s.committed, s.is_ready, s.ro_session_count, s.waiting_writers, s.allocation_count) == \
+        ("COMMITTED", True, True, 0, 0, 1)
+    assert s.memory_layout_hash == open(os.path.join(store, "layout_hash")).read().strip() != ""
+    assert ask(GetStateHashRequest(), GetStateHashResponse).memory_layout_hash == s.memory_layout_hash
+    assert kinds() == ["rw_connected", "committed"]
+    assert read_fields(os.path.join(store, "state"))["read_handles"] == "0"  # asking took no read
+
+    w2 = GMSClientMemoryManager(store)
+    w2.connect(RequestedLockType.RW)
+    w2.abort()
+    assert kinds() == ["rw_connected", "committed", "rw_connected", "rw_aborted"]
+    subprocess.run(["bash", "-c", "exec 9>$0/lock; echo > $0/abort", store], check=True)  # aborted, then left
+    assert kinds()[4:] == ["rw_connected", "rw_aborted"]
+    child = subprocess.Popen([sys.executable, "-c", "import os, sys, time; fd = os.open(sys.argv[1], os.O_WRONLY); "
+                              "print(flush=True); time.sleep(60)", os.path.join(store, "lock")],
+                             stdout=subprocess.PIPE)
+    child.stdout.readline()  # it holds the writer's lock
+    child.kill()
+    child.wait()
+    wait_writers(store, 0)
+    end = time.time() + 5
+    while len(kinds()) < 8:
+        assert time.time() < end, kinds()
+        time.sleep(0.01)
+    assert kinds()[6:] == ["rw_connected", "rw_aborted"]
+
+    with _GMSRPCTransport(store) as t:
+        with pytest.raises(RuntimeError, match="disconnected"):
+            t.request(GetRuntimeStateRequest(), GetRuntimeStateResponse)
+        t.connect()
+        with pytest.raises(NotImplementedError, match="GMSClientMemoryManager"):
+            t.request(object(), object)
+    with pytest.raises(ConnectionError, match="not running"):
+        _GMSRPCTransport(os.path.join(store, "no-such")).connect()
+    w.close()
+
+
+def test_gms_modules_for_the_transport_and_messages_are_gmsfs_s(store):
+    """import gpu_memory_service.client.rpc and .common.protocol.messages give gmsfs's
+    transport and GMS's message names (the responses the client returns among them)."""
+    code = ("import gmsfs.gms; gmsfs.gms.install(); "
+            "from gpu_memory_service.client.rpc import _GMSRPCTransport; "
+            "from gpu_memory_service.common.protocol.messages import (GetEventHistoryRequest, "
+            "GetRuntimeStateResponse, GetLockStateResponse, AllocateResponse); "
+            "print(_GMSRPCTransport.__module__, GetLockStateResponse.__module__)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+    assert r.returncode == 0 and r.stdout.split() == ["gmsfs._gms_rpc", "gmsfs._gms_common"], r.stderr

@@ -5,6 +5,7 @@
 #include "lock.h"
 #include "version.h"
 #include "named.h"
+#include "history.h"
 #include "caller.h"
 #include "clock.h"
 #include "fault.h"
@@ -143,6 +144,7 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 	if (write) {
 		caller_start_time(tgid, &st->lock.leader_start);
 		st->last_error[0] = '\0';
+		history_begin(st, want == WANT_DATA ? HISTORY_DATA : HISTORY_RW, tgid);
 	}
 	*out = write ? HOLD_SESSION : HOLD_READ;
 	if (!write && reader_add(&st->lock, tgid))
@@ -336,9 +338,10 @@ static void rollback(struct store *st)
 }
 
 /* last_error after a rollback: the layout is the last commit's; its bytes are not when
- * the session wrote them in place (TORN). */
-static void rolled_back(struct store *st, const char *how)
+ * the session wrote them in place (TORN).  The history says it: kind, or torn. */
+static void rolled_back(struct store *st, const char *how, const char *kind)
 {
+	history_add(st, st->lock.fsm.torn ? HISTORY_TORN : kind);
 	/* The session's own last error (its session began with none) is kept behind: a
 	 * writer that left after ENOSPC still says why. */
 	char was[sizeof st->last_error / 2];
@@ -403,7 +406,7 @@ void lock_release(struct fs_handle *h)
 		room = true;
 		st->lock.aborts++;
 		st->tier.reserved = st->tier.reclaim_asked = 0; /* an elastic store's pages went with it */
-		rolled_back(st, "writer left without commit");
+		rolled_back(st, "writer left without commit", HISTORY_LEFT);
 		if (kept)
 			store_readers_changed(st); /* its engine is no reader to keep any more */
 	}
@@ -451,6 +454,7 @@ int lock_commit(struct store *st)
 	assert(committed == 0); /* only the session's members commit */
 	(void)committed;
 	named_commit(st); /* the name its session gave it, with its generation */
+	history_add(st, HISTORY_COMMITTED);
 	if (st->lock.fsm.prev_held && !on_prev)
 		fsm_prev_gone(&st->lock.fsm); /* only readers from before a restart: not held to it */
 	st->lock.commits++;
@@ -511,6 +515,7 @@ int lock_keep(struct store *st)
 	assert(kept == 0); /* a session that is neither data-only nor beside */
 	(void)kept;
 	st->lock.commits++;
+	history_add(st, HISTORY_KEPT);
 	if (marked)
 		st->last_error[0] = '\0';
 	else /* said, as a write in place is: the image says torn before a byte changes */
@@ -549,7 +554,7 @@ int lock_abort(struct store *st)
 	named_drop_pending(st);
 	rollback(st);
 	store_room_changed(st->fs);
-	rolled_back(st, "aborted");
+	rolled_back(st, "aborted", HISTORY_ABORTED);
 	lock_changed(st);
 	return 0;
 }
@@ -586,14 +591,4 @@ int lock_control_write(fuse_req_t req, struct fs_handle *h)
 	if ((e = lock_is_member(st, tgid)) <= 0)
 		return e < 0 ? e : -EPERM;
 	return h->fnode->kind == FS_COMMIT ? lock_commit(st) : lock_abort(st);
-}
-
-void lock_block(struct store *st, int e)
-{
-	st->lock.blocked = e;
-}
-
-void lock_unblock(struct store *st)
-{
-	st->lock.blocked = 0;
 }

@@ -118,11 +118,6 @@ int lock_in_place(struct store *st);
  * that the session has not said yet). */
 bool lock_would_write_in_place(const struct store *st);
 
-/* The store cannot be granted for a while (e: -ENOSPC, its move in failed; last_error
- * says why): a wait that times out meanwhile ends with e.  Unblocked once it moved in. */
-void lock_block(struct store *st, int e);
-void lock_unblock(struct store *st);
-
 /* ---- who reads, for lock_restart.c: each process once, its handles and inherited holds ---- */
 struct lock_reader *lock_reader_find(struct lock *l, pid_t pid);
 /* One read handle (inherited: one inherited hold) of pid less.  True when pid left. */

@@ -26,6 +26,7 @@ const struct fs_kind_row fs_kinds[FS_NKINDS] = {
 	[FS_CONTENT]  = { "content_hash", 0444, FS_OPEN_TEXT, true, false,    false },
 	[FS_VERSION]  = { "version",    0444, FS_OPEN_TEXT,  true,  false,    true },
 	[FS_VERSIONS] = { "versions",   0444, FS_OPEN_TEXT,  true,  false,    false },
+	[FS_HISTORY]  = { "history",    0444, FS_OPEN_TEXT,  true,  false,    false },
 };
 
 void node_count(struct store *st, const struct fs_node *f)

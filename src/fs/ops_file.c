@@ -7,6 +7,7 @@
 #include "content.h"
 #include "inval.h"
 #include "named.h"
+#include "history.h"
 #include "lock.h"
 #include "version.h"
 #include "store.h"
@@ -366,6 +367,8 @@ static int status_text(struct fs *fs, struct fs_handle *h, off_t off)
 		return named_text(h->store, &h->text, &h->text_len);
 	if (k == FS_VERSIONS)
 		return named_list_text(h->store, &h->text, &h->text_len);
+	if (k == FS_HISTORY)
+		return history_text(h->store, &h->text, &h->text_len);
 	if (k == FS_CONTENT)
 		return content_text(h->store, &h->text, &h->text_len);
 	return text_hash(h->store, &h->text, &h->text_len);

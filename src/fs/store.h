@@ -47,6 +47,21 @@ struct store_named {
 	size_t n;
 };
 
+/* A store's last lock events (history.c, STORE/history), oldest overwritten: in memory
+ * only (a restart starts it anew). */
+#define STORE_HISTORY_KEEP 64
+struct store_history {
+	struct store_event {
+		uint64_t seq;              /* the store's count of events, from 1 */
+		struct timespec when;      /* CLOCK_REALTIME */
+		const char *kind;          /* a string of history.c's */
+		pid_t pid;                 /* the session leader, or the caller */
+		uint64_t generation;       /* the store's committed generation after it */
+	} ev[STORE_HISTORY_KEEP];
+	uint64_t seq;
+	pid_t leader;                  /* the last session's */
+};
+
 /* A store's lock state (in struct store), under fs->mu. */
 struct lock {
 	struct fsm fsm;                /* counts of holders and waiters; the state derives from them */
@@ -177,6 +192,7 @@ struct store {
 	void *kept;                    /* keep.c's record of it (fs->persist), opaque here */
 	struct store_content content;  /* content.c: the hash of its committed bytes, as told */
 	struct store_named named;      /* named.c: its commits' version names */
+	struct store_history history;  /* history.c: its last lock events */
 };
 
 /* The mount's stores, under fs->mu. */

@@ -4,6 +4,7 @@
 #include "tier.h"
 #include "tier_move.h"
 #include "lock.h"
+#include "wait.h"
 #include "store.h"
 #include "size.h"
 #include "clock.h"
@@ -275,13 +276,13 @@ static void *mover_thread(void *arg)
 		if (!e && !st->removed && (to_host || st->tier.at == TIER_HOST))
 			e = tier_move(fs, st, to_host, "move");
 		if (!to_host && !st->removed) {
-			/* Failed: its waiters wait on, told why at their deadline (lock_block); it is
+			/* Failed: its waiters wait on, told why at their deadline (wait_block); it is
 			 * tried again when room may have come free (store_room_changed). */
 			st->tier.failed = e != 0;
 			st->tier.failed_room = room;
 			st->tier.want_device = e != 0 && st->tier.at == TIER_HOST;
 			if (e)
-				lock_block(st, -ENOSPC);
+				wait_block(st, -ENOSPC);
 		}
 		store_put(st, 1);
 	}

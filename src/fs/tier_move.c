@@ -2,6 +2,7 @@
  * bottom of the tier module, under tier.c (the mover thread) and tier_room.c (room). */
 #include "tier_move.h"
 #include "lock.h"
+#include "wait.h"
 #include "store.h"
 #include "clock.h"
 
@@ -143,7 +144,7 @@ int tier_move(struct fs *fs, struct store *st, bool to_host, const char *what)
 		free(old);
 		old = NULL;
 		store_changed(st, what);
-		lock_unblock(st);
+		wait_unblock(st);
 		store_room_changed(fs);
 	}
 	lock_changed(st); /* the waiters for a move in are granted now (or go on waiting) */

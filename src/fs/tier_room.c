@@ -4,6 +4,7 @@
 #include "tier.h"
 #include "tier_move.h"
 #include "lock.h"
+#include "wait.h"
 #include "store.h"
 #include "clock.h"
 
@@ -210,7 +211,7 @@ static void settle(struct switch_run *r)
 				 r->in->name);
 		}
 		store_changed(g, "evict");
-		lock_unblock(g);
+		wait_unblock(g);
 		lock_changed(g);
 		store_put(g, 1);
 	}
@@ -250,7 +251,7 @@ int tier_switch_in(struct fs *fs, struct store *st, uint64_t bytes, char *why, s
 		st->tier.moves_in++;
 		fs->tier->stats.moves_in++, fs->tier->stats.bytes_in += r.in_bytes;
 		store_changed(st, "switch");
-		lock_unblock(st);
+		wait_unblock(st);
 		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: switched in, %" PRIu64 " bytes in and %" PRIu64 " out (%s%s) at once "
 					"in %.3f ms: %" PRIu64 " rounds, copies %.3f ms, new memory %.3f ms, given back "
 					"%.3f ms\n", st->name, r.in_bytes, r.out_bytes, r.gone[0]->name,

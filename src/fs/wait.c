@@ -331,3 +331,13 @@ void wait_deadline(struct fs_waiter *w, int timeout_ms)
 		return;
 	w->deadline = clock_after_ms(CLOCK_MONOTONIC, timeout_ms);
 }
+
+void wait_block(struct store *st, int e)
+{
+	st->lock.blocked = e;
+}
+
+void wait_unblock(struct store *st)
+{
+	st->lock.blocked = 0;
+}

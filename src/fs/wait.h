@@ -37,5 +37,9 @@ void wait_stop(struct fs *fs);
 /* Every parked request answered with e (-ESTALE: the daemon was replaced), and the
  * answers sent; new ones may still park. */
 void wait_answer_all(struct fs *fs, int e);
+/* The store cannot be granted for a while (e: -ENOSPC, its move in failed; last_error
+ * says why): a wait that times out meanwhile ends with e.  Unblocked once it moved in. */
+void wait_block(struct store *st, int e);
+void wait_unblock(struct store *st);
 
 #endif

@@ -60,13 +60,8 @@ _module("gpu_memory_service.server")
 _module("gpu_memory_service.server.fsm", ServerState=ServerState)
 _module("gpu_memory_service.server.allocations", GMSAllocationManager=_internal("GMSAllocationManager"))
 _module("gpu_memory_service.server.rpc", GMSRPCServer=_internal("GMSRPCServer"))
-_module("gpu_memory_service.client.rpc", _GMSRPCTransport=_internal("_GMSRPCTransport"))
-_messages = {n: _internal(n) for n in ("GetEventHistoryRequest", "GetEventHistoryResponse",
-                                        "GetRuntimeStateRequest", "GetRuntimeStateResponse")}
-for _n in dir(gmsfs.gms):
-    if _n.endswith(("Request", "Response")):
-        _messages[_n] = getattr(gmsfs.gms, _n)
-_module("gpu_memory_service.common.protocol.messages", **_messages)
+# gpu_memory_service.client.rpc and .common.protocol.messages are gmsfs.gms's own
+# (gmsfs/_gms_rpc.py): the runtime state and event history read from the store's files.
 try:
     import pynvml  # noqa: F401  (the GPU-memory tests use it; they are deselected off a GPU)
 except ImportError:

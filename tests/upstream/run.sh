@@ -16,17 +16,15 @@
 # name (upstream's running_gms becomes _upstream_running_gms, so that conftest's is used).
 #
 # Tests that cannot apply (deselected, each with what covers it on gmsfs):
-#   test_runtime_state_and_event_history_are_side_effect_free: GMS's RPC transport and its
-#     event history; gmsfs shows the same state in the store's `state` file, read by cat
-#     with no side effect (tests/20-state.bats, python/tests/test_gms.py).
 #   test_allocation_manager_caches_exported_fd: GMS's server-side allocation manager; on
 #     gmsfs the daemon exports each handle on every import (tests/70-libgmsfs.bats).
 #   test_large_allocation_unblocks_after_export_fd_holder_dies: the same manager's retry
 #     loop; on gmsfs memory comes back when the last holder's descriptor closes
 #     (tests/gpu/run.sh: "memory is given back").
 #
-# Measured on the host backend (2026-11-28, upstream df888f68): of the 23 runtime flows
-# and failover-lock tests that apply, 22 pass; test_torch_integration.py needs CUDA (the
+# Measured on the host backend (2026-11-29, upstream df888f68): of the 24 runtime flows
+# and failover-lock tests that apply, 23 pass (the runtime state and event history through
+# GMS's transport are the store's state and history files, gmsfs/_gms_rpc.py); test_torch_integration.py needs CUDA (the
 # GPU machine, where its 3 pass).  Sessions are connections on gmsfs.gms as in GMS
 # (gmsfs(5), "Sessions of their own"), and allocation ids are new for each layout (a
 # note of the layout, which its hash leaves out).  The one that fails,
@@ -60,7 +58,6 @@ if [ -d "$lib/gpu_memory_service" ]; then
 fi
 cd "$work" || exit 1
 GMSFS_ROOT=$root "${PYTHON:-/usr/bin/python3}" -m pytest -p no:cacheprovider --rootdir=. -q -rs \
-	--deselect test_runtime_flows.py::test_runtime_state_and_event_history_are_side_effect_free \
 	--deselect test_runtime_flows.py::test_allocation_manager_caches_exported_fd \
 	--deselect test_runtime_flows.py::test_large_allocation_unblocks_after_export_fd_holder_dies \
 	"$@" $files
