@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tests/upstream/integrations_gpu.py MOUNT GMS_LIB: GMS's own integrations for vLLM,
 TensorRT-LLM and SGLang (lib/gpu_memory_service/integrations/{vllm,trtllm,sglang}: their
-model loaders, and SGLang's memory saver and patches, as fetched into GMS_LIB) on gmsfs,
+model loaders, vLLM's GMSWorker (sleep and wake), SGLang's memory saver and patches, as
+fetched into GMS_LIB) on gmsfs,
 on the GPU machine: GMS's modules from its tree, gmsfs.gms standing in
 for its client (gmsfs.gms.install()), and the engines, which are not installable here,
 stubbed at their boundaries only: vLLM's loader registry, TRT-LLM's ModelLoader, SGLang's
@@ -82,6 +83,32 @@ VLLM_STUB = {
     """,
 }
 
+# vLLM's worker at its boundary, for GMS's GMSWorker (sleep and wake): the loader's
+# stubs above, and Worker (its init_device and load_model: the runner's), the platform's
+# set_device, the KV connector's set-up (none).  The model runner is the engine script's.
+VLLM_WORKER_STUB = dict(VLLM_STUB, **{
+    "vllm/v1/__init__.py": "",
+    "vllm/v1/worker/__init__.py": "",
+    "vllm/v1/worker/gpu_worker.py": """
+        class Worker:
+            def init_device(self):
+                pass
+
+            def load_model(self, *args, **kwargs):
+                self.model_runner.load_model()
+    """,
+    "vllm/platforms/__init__.py": """
+        import types
+        import torch
+        current_platform = types.SimpleNamespace(set_device=torch.cuda.set_device)
+    """,
+    "vllm/distributed/__init__.py": "",
+    "vllm/distributed/kv_transfer/__init__.py": """
+        def ensure_kv_transfer_initialized(vllm_config, kv_cache_config):
+            pass
+    """,
+})
+
 # What every engine script starts with: gmsfs.gms standing in for GMS's client, the
 # loader config an engine passes, the checkpoint and where its logits go, the GPU.
 PRELUDE = """
@@ -115,6 +142,55 @@ with torch.no_grad():
 torch.save(logits, out)
 print(json.dumps({"granted": manager.granted_lock_type.name, "bytes": gms_loader.get_imported_weights_bytes(),
                   "on_gpu": all(p.is_cuda for p in model.parameters())}))
+"""
+
+ENGINE_VLLM_WORKER = PRELUDE + """
+from gpu_memory_service.integrations.vllm.worker import GMSWorker
+from vllm.model_executor.model_loader import LOADERS
+config = LlamaConfig.from_pretrained(ckpt)
+model_config = types.SimpleNamespace(model=ckpt, dtype=torch.bfloat16, hf_config=config, enable_sleep_mode=True)
+
+class Runner:  # vLLM's GPUModelRunner: the model through --load-format gms, its KV cache
+    kv_caches = []
+
+    def load_model(self):
+        self.model = LOADERS["gms"](LoadConfig()).load_model(types.SimpleNamespace(), model_config)
+
+    def initialize_kv_cache(self, kv_cache_config):
+        self.kv_caches = [torch.empty(kv_cache_config.num_bytes // 2, device="cuda", dtype=torch.bfloat16)]
+
+worker = GMSWorker()
+worker.local_rank = 0
+worker.vllm_config = types.SimpleNamespace(load_config=LoadConfig(), model_config=model_config)
+worker.cache_config = types.SimpleNamespace(cache_dtype="auto")
+worker.model_runner = Runner()
+worker.init_device()
+worker.load_model()
+worker.initialize_from_config(types.SimpleNamespace(num_bytes=1 << 30))
+model, kv = worker.model_runner.model, worker.model_runner.kv_caches[0]
+kv.fill_(3)
+ids = torch.arange(0, 64, device="cuda").reshape(2, 32) % config.vocab_size
+def logits():
+    with torch.no_grad():
+        return model(input_ids=ids).logits.float().cpu()
+before = logits()
+torch.save(before, out)
+ptrs = [p.data_ptr() for p in model.parameters()] + [kv.data_ptr()]
+torch.cuda.synchronize()
+free0 = torch.cuda.mem_get_info()[0]
+worker.sleep(1)
+free1 = torch.cuda.mem_get_info()[0]
+worker.wake_up()
+kv.fill_(5)
+after = logits()
+from gpu_memory_service.client.torch.allocator import get_gms_client_memory_manager
+from gpu_memory_service.integrations.vllm import model_loader as gms_loader
+print(json.dumps({"granted": get_gms_client_memory_manager("weights").granted_lock_type.name,
+                  "bytes": gms_loader.get_imported_weights_bytes(), "on_gpu": all(p.is_cuda for p in model.parameters()),
+                  "usage": worker.model_runner.__dict__.get("model_memory_usage"),
+                  "same_ptrs": ptrs == [p.data_ptr() for p in model.parameters()] + [kv.data_ptr()],
+                  "same_logits": torch.equal(before, after), "kv_freed": free1 - free0, "kv_bytes": kv.numel() * 2,
+                  "kv_after": kv[:4].float().tolist()}))
 """
 
 
@@ -384,8 +460,9 @@ def main():
             fields[k] = v.strip()
         return fields
 
-    for engine_name, stub, engine_code in (("vLLM", VLLM_STUB, ENGINE), ("TRT-LLM", TRTLLM_STUB, ENGINE_TRTLLM),
-                                           ("SGLang", SGLANG_STUB, ENGINE_SGLANG)):
+    for engine_name, stub, engine_code in (("vLLM", VLLM_STUB, ENGINE), ("vLLM's worker", VLLM_WORKER_STUB,
+                                                                          ENGINE_VLLM_WORKER),
+                                           ("TRT-LLM", TRTLLM_STUB, ENGINE_TRTLLM), ("SGLang", SGLANG_STUB, ENGINE_SGLANG)):
         for rel, text in stub.items():
             path = os.path.join(work, engine_name, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -427,15 +504,20 @@ def main():
         if engine_name == "TRT-LLM":
             t(second[0].get("storage") == second[0].get("bytes") and first[0].get("tag") == "model_weights",
               "TRT-LLM: its rank storage is the bytes imported (GMS's patch), its memory tag put back after the load")
-        if engine_name == "SGLang":
+        if engine_name in ("SGLang", "vLLM's worker"):
             f, g = first[0], second[0]
-            t(all(x.get("same_ptrs") and x.get("same_logits") for x in (f, g)),
-              "SGLang: torch_memory_saver's pause and resume (release and resume memory occupation): the weights "
-              "and the KV cache at the same addresses, the same logits, in both engines")
-            t(all(x.get("kv_freed", 0) >= 0.9 * x.get("kv_bytes", 1) and x.get("kv_after") == [5.0] * 4
-                  for x in (f, g)),
-              "SGLang: the paused KV cache's memory went back to the device (%s of %s bytes), and it is written "
-              "again after the resume" % ([x.get("kv_freed") for x in (f, g)], f.get("kv_bytes")))
+            t(all(x.get("same_ptrs") and x.get("same_logits") and x.get("kv_freed", 0) >= 0.9 * x.get("kv_bytes", 1)
+                  and x.get("kv_after") == [5.0] * 4 for x in (f, g)),
+              "%s: a sleep and a wake: the weights and the KV cache at the same addresses, the same logits, the KV "
+              "cache's memory given back while asleep (%s of %s bytes) and written again after, in both engines"
+              % (engine_name, [x.get("kv_freed") for x in (f, g)], f.get("kv_bytes")))
+        if engine_name == "vLLM's worker":
+            t(all(x.get("usage") == x.get("bytes") for x in (f, g)),
+              "vLLM's worker: GMSWorker.load_model counts the imported bytes as the model's memory (%s)" % g.get("usage"))
+            kv_store = os.path.join(mount, "kv_cache")
+            if os.path.isdir(kv_store):
+                os.rmdir(kv_store)
+        if engine_name == "SGLang":
             t(all(x.get("pool_baseline") and x.get("static_noop") for x in (f, g)),
               "SGLang: GMS's patches of ModelRunner.init_memory_pool (the device's whole memory as the baseline) "
               "and of the scheduler's static state (a no-op) are in place")
