@@ -45,6 +45,7 @@ struct job {
 	double t0, t_start, t_begin;
 	char *source;  /* the note GMSFS_LOAD_SOURCE_NOTE: the checkpoint's files */
 	uint64_t **dig; /* per slab, its pieces' xxh3 as they passed (NULL: GMSFS_LOAD_NO_DIGEST) */
+	uint64_t *dig_all; /* what dig points into */
 	char err[1024];
 };
 
@@ -355,7 +356,8 @@ static size_t parts_of(const struct job *j, const struct placed *const *o, size_
 		       uint64_t end, const int *file, struct cp_part *out)
 {
 	size_t n = 0;
-	while (*t < j->n && (o[*t]->slab < s || (o[*t]->slab == s && o[*t]->off + (o[*t]->t->end - o[*t]->t->begin) <= at)))
+	while (*t < j->n && (o[*t]->slab < s ||
+			     (o[*t]->slab == s && o[*t]->off + (o[*t]->t->end - o[*t]->t->begin) <= at)))
 		(*t)++;
 	for (size_t u = *t; u < j->n && o[u]->slab == s && o[u]->off < end; u++) {
 		uint64_t off = o[u]->off, hi = off + (o[u]->t->end - o[u]->t->begin), lo = off > at ? off : at;
@@ -379,7 +381,7 @@ static int queue_pieces(struct job *j, struct cp *c, const struct gmsfs_new *v, 
 	const struct placed **o = malloc((j->n + 1) * sizeof *o);
 	struct cp_part *parts = malloc((j->n + np + 1) * sizeof *parts);
 	struct piece *pc = malloc((np + 1) * sizeof *pc);
-	uint64_t *flat = calloc(np + 1, sizeof *flat);
+	uint64_t *flat = j->dig_all = calloc(np + 1, sizeof *flat);
 	int e = o && parts && pc && flat && (j->dig = calloc(j->nslabs + 1, sizeof *j->dig)) ? 0 : -ENOMEM;
 	for (size_t i = 0; !e && i < j->n; i++)
 		o[i] = &j->p[i];
@@ -387,7 +389,7 @@ static int queue_pieces(struct job *j, struct cp *c, const struct gmsfs_new *v, 
 		qsort(o, j->n, sizeof *o, by_slab);
 	size_t k = 0, npart = 0, t = 0;
 	for (size_t s = 0; !e && s < j->nslabs; s++) {
-		j->dig[s] = flat + k; /* dig[0] owns the array */
+		j->dig[s] = flat + k;
 		for (uint64_t at = 0; at < v[s].size; at += CP_PIECE, k++) {
 			uint64_t end = at + CP_PIECE < v[s].size ? at + CP_PIECE : v[s].size;
 			size_t n = parts_of(j, o, &t, s, at, end, file, parts + npart);
@@ -402,8 +404,6 @@ static int queue_pieces(struct job *j, struct cp *c, const struct gmsfs_new *v, 
 		e = cp_add_piece(c, (char *)v[pc[i].slab].ptr + pc[i].at, len, parts + pc[i].part, pc[i].nparts,
 				 &j->dig[pc[i].slab][pc[i].at / CP_PIECE]);
 	}
-	if (!j->dig || !j->nslabs)
-		free(flat);
 	free(o);
 	free(parts);
 	free(pc);
@@ -420,19 +420,21 @@ static void tell_content(struct job *j, gmsfs *g, const struct gmsfs_new *v)
 	const char **names = calloc(j->nslabs + 1, sizeof *names);
 	uint64_t *sizes = calloc(j->nslabs + 1, sizeof *sizes);
 	int e = names && sizes ? 0 : -ENOMEM;
+	const char *why = NULL;
 	for (size_t i = 0; !e && i < j->nslabs; i++)
 		names[i] = v[i].name, sizes[i] = v[i].size;
 	if (!e && sf_allocations(j->store) != (long)j->nslabs)
-		e = -ESTALE;
+		e = -ESTALE, why = "the commit holds allocations besides the slabs, whose bytes were not hashed";
 	if (!e)
 		e = gmsfs_layout_hash(g, layout);
 	if (!e)
 		e = lh_content_of(layout, names, sizes, j->dig, j->nslabs, hex);
 	if (!e)
 		e = sf_set_content_hash(j->store, gmsfs_generation(g), hex);
-	if (j->verbose)
-		fprintf(stderr, e ? "gmsfs-load: the content hash not told to the daemon: %s\n"
-				  : "gmsfs-load: content hash %s\n", e ? strerror(-e) : hex);
+	if (j->verbose && e)
+		fprintf(stderr, "gmsfs-load: the content hash not told to the daemon: %s\n", why ? why : strerror(-e));
+	else if (j->verbose)
+		fprintf(stderr, "gmsfs-load: content hash %s\n", hex);
 	free(names);
 	free(sizes);
 }
@@ -564,8 +566,8 @@ int gmsfs_load(gmsfs *g, const char *path, const struct gmsfs_load_options *opt)
 	free(j.p);
 	free(j.slab_size);
 	free(j.source);
-	if (j.dig)
-		free(j.nslabs ? j.dig[0] : NULL), free(j.dig);
+	free(j.dig);
+	free(j.dig_all);
 	if (e == GMSFS_LOAD_HELD)
 		return e;
 	return e ? gmsfs_seterr(g, e, "%s", j.err[0] ? j.err : gmsfs_strerror(e)) : 0;
