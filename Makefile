@@ -39,7 +39,7 @@ override CFLAGS += -DGMSFS_HAVE_CUDA -I$(CUDA_INC)
 HAVE_CUDA := 1
 endif
 FS_SRC := $(addprefix src/fs/,main.c options.c node.c content.c named.c history.c memory.c ops.c ops_handle.c ops_tree.c ops_file.c ops_xattr.c ops_ioctl.c fault.c version.c \
-	store.c lock.c lock_restart.c lock_member.c wait.c inval.c caller.c text.c mnt.c log.c tier.c tier_move.c tier_room.c image.c handover.c keep_disk.c keep.c keep_start.c keep_watch.c export/ticket.c export/sock.c export/sock_accept.c export/rpc_reply.c export/rpc.c)
+	store.c lock_want.c lock.c lock_restart.c lock_member.c wait.c inval.c caller.c text.c mnt.c log.c tier.c tier_move.c tier_room.c image.c handover.c keep_disk.c keep.c keep_start.c keep_watch.c export/ticket.c export/sock.c export/sock_accept.c export/rpc_reply.c export/rpc.c)
 DAEMON_SRC := $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(WIRE_SRC)
 DAEMON_HDR := $(COMMON_HDR) $(wildcard src/*/*.h src/*/*/*.h)
 

@@ -21,57 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- the forms of a lock mode ---- */
-
-enum lock_want lock_want_of_open(int flags, bool lock_file)
-{
-	int acc = flags & O_ACCMODE;
-	if (acc == O_RDONLY)
-		return WANT_READ;
-	if (lock_file && acc == O_WRONLY && (flags & O_APPEND))
-		return WANT_DATA;
-	return acc == O_RDWR && lock_file ? WANT_RW_OR_RO : WANT_WRITE;
-}
-
-int lock_want_of_mode(uint32_t mode, enum lock_want *out)
-{
-	switch (mode) {
-	case GMSFS_RO: *out = WANT_READ; return 0;
-	case GMSFS_RW: *out = WANT_WRITE; return 0;
-	case GMSFS_RW_OR_RO: *out = WANT_RW_OR_RO; return 0;
-	case GMSFS_RW_DATA: *out = WANT_DATA; return 0;
-	default: return -EINVAL;
-	}
-}
-
-uint32_t lock_mode_of(const struct fs_handle *h)
-{
-	if (h->hold == HOLD_SESSION)
-		return h->writable ? GMSFS_RW : GMSFS_RO;
-	return h->hold == HOLD_READ ? GMSFS_RO : 0;
-}
-
-bool lock_writes(const struct fs_handle *h)
-{
-	return h->hold == HOLD_SESSION && h->writable;
-}
-
-bool lock_wants_write(const struct store *st, enum lock_want want)
-{
-	return want == WANT_WRITE || want == WANT_DATA || (want == WANT_RW_OR_RO && !st->lock.fsm.committed);
-}
-
-/* A data-only session on a store with versions is granted beside its readers. */
-static bool wants_beside(const struct store *st, enum lock_want want)
-{
-	return want == WANT_DATA && st->versions.allowed > 1;
-}
-
-bool lock_waits_as_writer(const struct store *st, enum lock_want want)
-{
-	return lock_wants_write(st, want) && !wants_beside(st, want);
-}
-
 void lock_changed(struct store *st)
 {
 	st->lock.gen++;
@@ -133,7 +82,7 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 	bool write = lock_wants_write(st, want);
 	if (want == WANT_DATA && !f->committed)
 		return -EAGAIN; /* no layout to keep yet: it waits for a first commit, as a read does */
-	int e = wants_beside(st, want) ? fsm_open_beside(f, tgid)
+	int e = lock_wants_beside(st, want) ? fsm_open_beside(f, tgid)
 		: want == WANT_DATA    ? fsm_open_data(f, tgid) /* in place: past paused readers */
 		: write		       ? fsm_open_write(f, tgid)
 				       : fsm_open_read(f);
