@@ -174,3 +174,46 @@ MESS='set -e
 	assert_equal "$(head -n1 "$S/history" | cut -d' ' -f1) $(tail -n1 "$S/history" | cut -d' ' -f1)" "17 80"
 	assert_equal "$(tail -n1 "$S/history" | cut -d' ' -f3,5)" "committed 40"
 }
+
+@test "user.gms.replace: a writer's session begins with the committed layout dropped (GMS's connect), its end without commit leaves EMPTY" {
+	S=$MNT/repl
+	mkdir "$S"
+	run getfattr --absolute-names --only-values -n user.gms.replace "$S"
+	assert_output 0
+	bash -ec "exec 9>$S/lock; truncate -s 1048576 $S/allocs/w; echo -n v > $S/meta/e
+		setfattr -n user.gms.alloc -v w $S/meta/e; echo > $S/commit"
+	run setfattr -n user.gms.replace -v 2 "$S"
+	assert_failure
+	assert_equal "$(state_of "$S" last_error)" "user.gms.replace: 2: 0 or 1"
+	setfattr -n user.gms.replace -v 1 "$S"
+	local used
+	used=$(used_bytes)
+	# A data-only writer keeps the layout: it writes its bytes.
+	bash -c "exec 9>>$S/lock; echo > $S/commit"
+	assert_equal "$(state_of "$S" allocations) $(state_of "$S" generation)" "1 2"
+	hold w w "$S/lock" "ls -A $S/allocs $S/meta | grep -v '^\$' | grep -v ':\$' | wc -l"
+	wait_held w
+	assert_equal "$(cat "$BATS_TEST_TMPDIR/w.out")" 0 # the session begins with nothing
+	assert_equal "$(state_of "$S" state) $(state_of "$S" allocations)" "RW 0"
+	[ "$(used_bytes)" -le $((used - 1048576)) ] || fail "the committed layout's memory did not go at the connect"
+	assert_equal "$(cat "$S/layout_hash")" ""
+	run "$OPEN" -n -r "$S/lock" # a reader: nothing committed to read
+	assert_output EAGAIN
+	kill -9 "$w_pid"
+	wait "$w_pid" || true
+	wait_until state_is "$S" EMPTY
+	assert_equal "$(state_of "$S" generation) $(cat "$S/content_hash")" "2 unknown: nothing is committed"
+	run awk '{print $3}' "$S/history"
+	assert_output "rw_connected
+committed
+data_connected
+committed
+rw_connected
+replaced
+left"
+	# The next writer commits generation 3; taken back (removexattr), a writer keeps it.
+	bash -ec "exec 9>$S/lock; truncate -s 4096 $S/allocs/x; echo > $S/commit"
+	setfattr -x user.gms.replace "$S"
+	bash -c "exec 9>$S/lock; true"
+	assert_equal "$(state_of "$S" state) $(state_of "$S" generation) $(ls "$S/allocs")" "COMMITTED 3 x"
+}
