@@ -50,7 +50,7 @@ LIB_SONAME := libgmsfs.so.0
 BIN := $(B)/gmsfs
 KEEPER := $(B)/gmsfs-keeper
 LIB := $(B)/libgmsfs.so $(B)/gmsfs.pc $(B)/libgmsfs-load.so
-UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire $(B)/test_piece_hash
+UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire $(B)/test_piece_hash $(B)/test_copy
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-session $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
@@ -163,6 +163,10 @@ $(B)/bench-duplex: bench/bench_duplex.c common/cuda_api.h | $(B)
 # The codec alone: no daemon or library internals linked in.
 $(B)/test_wire: tests/unit/test_wire.c $(WIRE_SRC) $(COMMON_HDR) tests/unit/tap.h | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(MSGPACK_CFLAGS) -o $@ tests/unit/test_wire.c $(WIRE_SRC) $(MSGPACK_LIBS)
+
+# Where a loaded piece sits in its pinned buffer (the GPU path's arithmetic, on any host).
+$(B)/test_copy: tests/unit/test_copy.c loader/copy.h tests/unit/tap.h | $(B)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Iloader -o $@ tests/unit/test_copy.c
 
 # Each kind of the pieces' hash against libxxhash's own XXH3.
 $(B)/test_piece_hash: tests/unit/test_piece_hash.c $(PIECE_HASH_SRC) common/piece_hash.h tests/unit/tap.h | $(B)

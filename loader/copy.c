@@ -424,7 +424,7 @@ static int read_piece(struct cp *c, const struct cp_chunk *k, char *buf, char **
 		return fill_piece(c, k, buf, 0, why, whylen);
 	}
 	uint64_t delta = v[big].off & (CP_PAGE - 1);
-	char *p = buf + ((delta - v[big].at) & (CP_PAGE - 1)), *src;
+	char *p = buf + cp_piece_shift(v[big].off, v[big].at), *src;
 	struct cp_chunk one = { .file = (size_t)v[big].file, .off = v[big].off, .len = v[big].len };
 	*piece = p;
 	int e = read_chunk(c, &one, p + v[big].at - delta, &src, why, whylen);

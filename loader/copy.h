@@ -141,6 +141,16 @@ struct cp {
 #endif
 };
 
+/* Where a piece starts in its pinned buffer (an offset below CP_PAGE) so that its part at
+ * offset at, read with O_DIRECT from file offset off, lands where it goes: the read's
+ * first page then starts at (that offset + at - off % CP_PAGE), a multiple of CP_PAGE, not
+ * below the buffer, and the read (widened to whole pages) ends within CP_BUF
+ * (tests/unit/test_copy.c checks it). */
+static inline size_t cp_piece_shift(uint64_t off, uint64_t at)
+{
+	return (size_t)(((off & (CP_PAGE - 1)) - at) & (CP_PAGE - 1));
+}
+
 /* c's first error, said once (fmt with what); the other threads stop at their next chunk. */
 void cp_set_error(struct cp *c, int e, const char *fmt, const char *what);
 /* len bytes of p at off of fd, whole: 0, or -errno with err. */
