@@ -68,12 +68,10 @@ class GetStateHashResponse:
 
 
 # STORE/history's kinds as GMS's server names its events: a session's end without commit
-# (an abort, a crash, one that tore the store) is GMS's rw_aborted; a writer's connect that
-# dropped the committed layout (user.gms.replace) is GMS's allocations_cleared, which GMS
-# records before the rw_connected; data-only sessions and kept layouts are gmsfs's own
-# (GMS records neither).
+# (an abort, a crash, one that tore the store) is GMS's rw_aborted; data-only sessions
+# and kept layouts are gmsfs's own (GMS records neither).
 _GMS_KINDS = {"rw_connected": "rw_connected", "committed": "committed", "aborted": "rw_aborted",
-              "left": "rw_aborted", "torn": "rw_aborted", "replaced": "allocations_cleared"}
+              "left": "rw_aborted", "torn": "rw_aborted"}
 
 
 def runtime_state(store: str) -> GetRuntimeStateResponse:
@@ -95,9 +93,7 @@ def event_history(store: str) -> GetEventHistoryResponse:
         for line in f:
             _seq, _when, kind, pid, _gen = line.split()
             gms = _GMS_KINDS.get(kind)
-            if kind == "replaced" and events and last == ("rw_connected", pid):
-                events.insert(len(events) - 1, GMSRuntimeEvent(kind=gms))
-            elif gms and not (kind == "left" and last == ("aborted", pid)):
+            if gms and not (kind == "left" and last == ("aborted", pid)):
                 events.append(GMSRuntimeEvent(kind=gms))
             last = (kind, pid)
     return GetEventHistoryResponse(events=events)

@@ -527,13 +527,6 @@ def test_the_transport_answers_runtime_state_and_event_history_from_the_stores_f
         time.sleep(0.01)
     assert kinds()[6:] == ["rw_connected", "rw_aborted"]
 
-    os.setxattr(store, "user.gms.replace", b"1")  # GMS's connect: the committed layout cleared first
-    w3 = GMSClientMemoryManager(store)
-    w3.connect(RequestedLockType.RW)
-    w3.abort()
-    assert kinds()[8:] == ["allocations_cleared", "rw_connected", "rw_aborted"]
-    assert ask(GetRuntimeStateRequest(), GetRuntimeStateResponse).state == "EMPTY"
-
     with _GMSRPCTransport(store) as t:
         with pytest.raises(RuntimeError, match="disconnected"):
             t.request(GetRuntimeStateRequest(), GetRuntimeStateResponse)
