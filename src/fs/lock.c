@@ -90,8 +90,6 @@ static int remove_below(struct meta_node *dir)
  * leaves the store EMPTY.  0, or -errno with last_error said and the layout as it was. */
 static int replace_committed(struct store *st)
 {
-	if (st->lock.fsm.prev_held)
-		return -EAGAIN; /* readers on the version before: it waits for them, as for readers */
 	int e = remove_below(meta_root(st->meta, META_AREA_ALLOCS)) ?: remove_below(meta_root(st->meta, META_AREA_META));
 	if (e || (e = publish(st, "replace"))) {
 		meta_rollback(st->meta);
@@ -100,6 +98,7 @@ static int replace_committed(struct store *st)
 	int dropped = fsm_uncommit(&st->lock.fsm);
 	assert(dropped == 0); /* a full writer's session that has just begun, alone */
 	(void)dropped;
+	history_add(st, HISTORY_REPLACED);
 	store_changed(st, "replace"); /* write-ahead: the image without it, then its memory goes */
 	vmm_pool_drop_spares_later(st->pool);
 	store_room_changed(st->fs);
@@ -126,19 +125,17 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 		return e; /* torn: refused until a writer commits (last_error says why) */
 	if (e)
 		return -EAGAIN; /* held, a writer waits, or nothing is committed yet */
-	bool replaced = write && want != WANT_DATA && st->replace && f->committed;
-	if (replaced && (e = replace_committed(st))) {
-		int ended = fsm_release_session(f); /* the grant undone: the store as it was */
-		assert(ended == 1);
-		(void)ended;
-		return e;
-	}
 	if (write) {
 		caller_start_time(tgid, &st->lock.leader_start);
 		st->last_error[0] = '\0';
 		history_begin(st, want == WANT_DATA ? HISTORY_DATA : HISTORY_RW, tgid);
-		if (replaced)
-			history_add(st, HISTORY_REPLACED);
+	}
+	if (write && want != WANT_DATA && st->replace && f->committed && (e = replace_committed(st))) {
+		int ended = fsm_release_session(f); /* the grant undone: the store as it was */
+		assert(ended == 1);
+		(void)ended;
+		history_add(st, HISTORY_LEFT);
+		return e;
 	}
 	*out = write ? HOLD_SESSION : HOLD_READ;
 	if (!write && reader_add(&st->lock, tgid))
