@@ -141,7 +141,6 @@ struct wire_image {
 	bool torn;                       /* the committed bytes were written in place by a session
 	                                  * that has not committed (packed only when true) */
 	uint64_t versions;               /* user.gms.versions: packed only when 2 (0 read: 1) */
-	bool replace;                    /* user.gms.replace (packed only when true) */
 	uint8_t hash[GMSFS_HASH_LEN];    /* the committed layout's */
 	bool has_content;                /* the committed bytes' hash is known (packed only then) */
 	uint8_t content[GMSFS_HASH_LEN]; /* ... for generation (gmsfs(5), CONTENT HASH) */

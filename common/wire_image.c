@@ -23,7 +23,6 @@
 #define K_QUOTA "quota"
 #define K_PRIORITY "priority"
 #define K_VERSIONS "versions"
-#define K_REPLACE "replace"
 #define K_MIN "min"
 #define K_TORN "torn"
 #define K_CONTENT "content_hash"
@@ -81,7 +80,7 @@ int wire_pack_image(msgpack_sbuffer *sb, const struct wire_image *h)
 	struct wire_packer p;
 	wire_packer_init(&p, sb);
 	msgpack_pack_map(&p.pk, 14 + (h->fdnames != NULL) + (h->nreaders != 0) + (h->min != 0) + h->torn + (h->versions > 1) +
-				       h->has_content + (h->named != NULL) + h->replace);
+				       h->has_content + (h->named != NULL));
 	wire_pack_str(&p.pk, K_IMAGE), msgpack_pack_int(&p.pk, IMAGE_V);
 	wire_pack_str(&p.pk, K_STORE), wire_pack_str(&p.pk, h->store);
 	wire_pack_str(&p.pk, K_DEVICE), wire_pack_str(&p.pk, h->device);
@@ -97,8 +96,6 @@ int wire_pack_image(msgpack_sbuffer *sb, const struct wire_image *h)
 		wire_pack_str(&p.pk, K_TORN), msgpack_pack_true(&p.pk);
 	if (h->versions > 1)
 		wire_pack_str(&p.pk, K_VERSIONS), msgpack_pack_uint64(&p.pk, h->versions);
-	if (h->replace)
-		wire_pack_str(&p.pk, K_REPLACE), msgpack_pack_true(&p.pk);
 	if (h->has_content) /* of the image's generation */
 		wire_pack_str(&p.pk, K_CONTENT), wire_pack_bin(&p.pk, h->content, sizeof h->content);
 	if (h->named)
@@ -261,8 +258,6 @@ static int image_field(struct wire_image *h, const msgpack_object *k, const msgp
 		free(hash);
 	} else if (wire_key_is(k, K_NAMED)) /* a daemon before it reads images without; the lines: named.c */
 		e = SEEN(20) || !(h->named = wire_get_str(v, NAMED_MAX));
-	else if (wire_key_is(k, K_REPLACE)) /* only ever true: a daemon before it reads images without */
-		e = SEEN(21) || v->type != MSGPACK_OBJECT_BOOLEAN || !(h->replace = v->via.boolean);
 	*seenp = seen;
 	return e ? -1 : 0;
 }

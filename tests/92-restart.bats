@@ -40,14 +40,13 @@ commit_store() { # commit_store STORE BYTES: one allocation of BYTES of 'x', an 
 	)
 }
 
-@test "takeover: every store comes across with its bytes, metadata, hash and xattrs (the minimum, versions, replace too); a session does not" {
+@test "takeover: every store comes across with its bytes, metadata, hash and xattrs (the minimum, versions too); a session does not" {
 	mkdir "$MNT/a" "$MNT/b" "$MNT/empty"
 	commit_store "$MNT/a" 10000
 	setfattr -n user.gms.priority -v 4 "$MNT/a"
 	setfattr -n user.gms.versions -v 2 "$MNT/a"
 	setfattr -n user.gms.quota -v 1M "$MNT/empty"
 	setfattr -n user.gms.min -v 64K "$MNT/empty"
-	setfattr -n user.gms.replace -v 1 "$MNT/empty"
 	hash=$(cat "$MNT/a/layout_hash")
 	hold w w "$MNT/b/lock" "truncate -s 4096 $MNT/b/allocs/tmp" # a session mid-way
 	wait_held w
@@ -74,10 +73,6 @@ commit_store() { # commit_store STORE BYTES: one allocation of BYTES of 'x', an 
 	assert_output 1048576
 	run getfattr --absolute-names --only-values -n user.gms.min "$MNT/empty"
 	assert_output 65536
-	run getfattr --absolute-names --only-values -n user.gms.replace "$MNT/empty"
-	assert_output 1
-	run getfattr --absolute-names --only-values -n user.gms.replace "$MNT/a"
-	assert_output 0
 	run ls "$MNT/b/allocs"
 	assert_output ""
 	state_is "$MNT/b" EMPTY

@@ -78,7 +78,6 @@
 #define GMSFS_XATTR_VERSIONS "user.gms.versions" /* store directory: 1, or 2: a next version is built beside its readers */
 #define GMSFS_XATTR_RESERVED "user.gms.reserved" /* store directory: address space its pages may fill (shown) */
 #define GMSFS_XATTR_CONTENT "user.gms.content_hash" /* store directory: "GENERATION HEX", its bytes' hash (gmsfs(5)) */
-#define GMSFS_XATTR_REPLACE "user.gms.replace" /* store directory: 1: a writer's session begins with the committed layout dropped (GMS's connect) */
 #define GMSFS_XATTR_VERSION "user.gms.version" /* store directory: "GENERATION NAME", the last commit's name (gmsfs(5)) */
 #define GMSFS_VERSION_NAME_MAX 64 /* a version name's bytes: A-Z a-z 0-9 . _ - : + @, the first a letter or digit */
 

@@ -15,9 +15,7 @@ a GMS socket path (.../gms_GPU-<uuid>_<tag>.sock) maps to that store too.
 GMS's semantics where they differ from gmsfs's own, as GMS's client gives them:
   - a writer's connect starts from nothing (GMS clears the layout), where gmsfs starts
     from the committed layout; a writer that disconnects without committing leaves the
-    last commit in place (GMS: nothing), so a crash never loses the published model,
-    unless the store asks for GMS's way (user.gms.replace=1, gmsfs(5): the layout
-    dropped as the writer connects, EMPTY after it without a commit);
+    last commit in place (GMS: nothing), so a crash never loses the published model;
   - commit() publishes, then unmaps the writer and disconnects it (VAs kept);
   - RW_OR_RO, timeouts as TimeoutError("Timeout waiting for lock"), RO sessions refuse
     writes with RuntimeError("... not allowed for RO session");

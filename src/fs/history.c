@@ -6,8 +6,7 @@
 #include <stdlib.h>
 
 const char HISTORY_RW[] = "rw_connected", HISTORY_DATA[] = "data_connected", HISTORY_COMMITTED[] = "committed",
-	   HISTORY_KEPT[] = "kept", HISTORY_ABORTED[] = "aborted", HISTORY_LEFT[] = "left", HISTORY_TORN[] = "torn",
-	   HISTORY_REPLACED[] = "replaced";
+	   HISTORY_KEPT[] = "kept", HISTORY_ABORTED[] = "aborted", HISTORY_LEFT[] = "left", HISTORY_TORN[] = "torn";
 
 void history_begin(struct store *st, const char *kind, pid_t pid)
 {

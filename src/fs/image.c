@@ -180,7 +180,7 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, con
 	struct wire_image h = { .store = st->name, .device = v->dev.uuid, .backend = (char *)v->dev.backend,
 				.generation = committed ? store_lock(st)->fsm.generation : 0, .commits = store_lock(st)->commits,
 				.quota = atomic_load(&st->pool->quota), .priority = st->tier.priority,
-				.min = atomic_load(&st->pool->min), .host = w.host, .versions = st->versions.allowed, .replace = st->replace,
+				.min = atomic_load(&st->pool->min), .host = w.host, .versions = st->versions.allowed,
 				/* A session writing in place: torn if it never commits (lock_in_place). */
 				.torn = committed && (store_lock(st)->fsm.torn || store_lock(st)->fsm.in_place),
 				.ndirs = w.ndirs, .nallocs = w.nallocs, .nentries = w.nentries, .nfds = fds->n - w.base };
@@ -443,7 +443,6 @@ int image_restore(struct fs *fs, const uint8_t *buf, size_t len, size_t *off, co
 		atomic_store(&st->pool->quota, r.h.quota);
 		st->tier.priority = (int)r.h.priority;
 		st->versions.allowed = r.h.versions > 1 ? 2 : 1;
-		st->replace = r.h.replace;
 		st->tier.at = r.h.host ? TIER_HOST : TIER_DEVICE;
 		restore_min(st, r.h.min);
 		if (r.h.has_content)

@@ -70,41 +70,6 @@ bool lock_reader_drop(struct lock *l, pid_t pid, bool inherited)
 
 /* ---- taking ---- */
 
-static int publish(struct store *st, const char *what);
-
-/* Every live node below dir unlinked, deepest first: 0, or meta_remove's error. */
-static int remove_below(struct meta_node *dir)
-{
-	while (dir->nkids) {
-		struct meta_node *k = dir->kids[dir->nkids - 1];
-		int e = k->kind == META_DIR ? remove_below(k) : 0;
-		if (e || (e = meta_remove(k)))
-			return e;
-	}
-	return 0;
-}
-
-/* A full writer's session on a store that asks it (user.gms.replace, GMS's RW connect)
- * begins with the committed layout dropped: its memory goes now (room for the next
- * model), nothing is committed (readers wait), and the session's end without commit
- * leaves the store EMPTY.  0, or -errno with last_error said and the layout as it was. */
-static int replace_committed(struct store *st)
-{
-	int e = remove_below(meta_root(st->meta, META_AREA_ALLOCS)) ?: remove_below(meta_root(st->meta, META_AREA_META));
-	if (e || (e = publish(st, "replace"))) {
-		meta_rollback(st->meta);
-		return e;
-	}
-	int dropped = fsm_uncommit(&st->lock.fsm);
-	assert(dropped == 0); /* a full writer's session that has just begun, alone */
-	(void)dropped;
-	history_add(st, HISTORY_REPLACED);
-	store_changed(st, "replace"); /* write-ahead: the image without it, then its memory goes */
-	vmm_pool_drop_spares_later(st->pool);
-	store_room_changed(st->fs);
-	return 0;
-}
-
 int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold *out)
 {
 	struct fsm *f = &st->lock.fsm;
@@ -129,13 +94,6 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 		caller_start_time(tgid, &st->lock.leader_start);
 		st->last_error[0] = '\0';
 		history_begin(st, want == WANT_DATA ? HISTORY_DATA : HISTORY_RW, tgid);
-	}
-	if (write && want != WANT_DATA && st->replace && f->committed && (e = replace_committed(st))) {
-		int ended = fsm_release_session(f); /* the grant undone: the store as it was */
-		assert(ended == 1);
-		(void)ended;
-		history_add(st, HISTORY_LEFT);
-		return e;
 	}
 	*out = write ? HOLD_SESSION : HOLD_READ;
 	if (!write && reader_add(&st->lock, tgid))

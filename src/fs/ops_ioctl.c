@@ -34,7 +34,7 @@ static void ioc_fill(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io)
 	snprintf(io->socket, sizeof io->socket, "%s", export_socket(fs));
 	if (!st->meta)
 		return; /* removed, and its last reader gone: its layout went with it */
-	io->has_hash = store_lock(st)->fsm.committed && meta_hash(st->meta, io->layout_hash);
+	io->has_hash = meta_hash(st->meta, io->layout_hash);
 	struct meta_stats ms;
 	meta_stats(st->meta, &ms);
 	io->count = ms.allocations;

@@ -92,8 +92,6 @@ static int do_getxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 		return e;
 	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_VERSIONS))
 		return snprintf(val, size, "%u", o.st->versions.allowed);
-	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_REPLACE))
-		return snprintf(val, size, "%d", o.st->replace);
 	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_CONTENT))
 		return content_xattr_get(o.st, val, size);
 	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_VERSION))
@@ -137,14 +135,14 @@ static int do_listxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, char *lis
 	char tmp[64];
 	if (!e && store_dir(&o)) {
 		static const char *const store_names[] = { GMSFS_XATTR_QUOTA, GMSFS_XATTR_PRIORITY, GMSFS_XATTR_MIN,
-							   GMSFS_XATTR_RESERVED, GMSFS_XATTR_VERSIONS, GMSFS_XATTR_REPLACE,
-							   GMSFS_XATTR_CONTENT, GMSFS_XATTR_VERSION };
+							   GMSFS_XATTR_RESERVED, GMSFS_XATTR_VERSIONS, GMSFS_XATTR_CONTENT,
+							   GMSFS_XATTR_VERSION };
 		for (size_t i = 0; i < sizeof store_names / sizeof *store_names; i++) {
 			size_t l = strlen(store_names[i]) + 1;
 			const char *sn = store_names[i];
 			int got = !strcmp(sn, GMSFS_XATTR_CONTENT)   ? content_xattr_get(o.st, tmp, sizeof tmp)
 				  : !strcmp(sn, GMSFS_XATTR_VERSION)  ? named_xattr_get(o.st, tmp, sizeof tmp)
-				  : !strcmp(sn, GMSFS_XATTR_VERSIONS) || !strcmp(sn, GMSFS_XATTR_REPLACE) ? 0
+				  : !strcmp(sn, GMSFS_XATTR_VERSIONS) ? 0
 								      : tier_xattr_get(o.st, sn, tmp, sizeof tmp);
 			if (got < 0)
 				continue;
@@ -219,24 +217,6 @@ static int set_versions(struct store *st, const char *value, size_t size)
 	return 0;
 }
 
-/* user.gms.replace: "1", a full writer's session drops the committed layout as it begins
- * (GMS's RW connect), or "0"; a session that runs keeps what it began with. */
-static int set_replace(struct store *st, const char *value, size_t size)
-{
-	if (size != 1 || (value[0] != '0' && value[0] != '1')) {
-		store_error(st, "%s: %.*s: 0 or 1", GMSFS_XATTR_REPLACE, (int)(size < 32 ? size : 32), value);
-		return -EINVAL;
-	}
-	if (st->fs->handing_over)
-		return -EAGAIN;
-	if (st->replace != (value[0] == '1')) {
-		st->replace = value[0] == '1';
-		store_notify(st);
-		store_changed(st, "xattr"); /* a failure says why in last_error; the next image has it */
-	}
-	return 0;
-}
-
 /* user.gms.version: the name a member of the writer session gives the commit it will
  * make (gmsfs(5), NAMED VERSIONS); anyone else is refused, as a write of STORE/commit is. */
 static int name_commit(fuse_req_t req, struct store *st, const char *value, size_t size, bool drop)
@@ -265,11 +245,6 @@ static int do_setxattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const char
 		if (flags & XATTR_CREATE)
 			return -EEXIST; /* it always exists: 1 unless set */
 		return may_set_store(req, o.st) ?: set_versions(o.st, value, size);
-	}
-	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_REPLACE)) {
-		if (flags & XATTR_CREATE)
-			return -EEXIST; /* it always exists: 0 unless set */
-		return may_set_store(req, o.st) ?: set_replace(o.st, value, size);
 	}
 	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_CONTENT)) {
 		/* The hash of the committed bytes, as a client that may write the store computed
@@ -331,8 +306,6 @@ static int do_removexattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino, const c
 		return e;
 	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_VERSIONS))
 		return may_set_store(req, o.st) ?: set_versions(o.st, "1", 1);
-	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_REPLACE))
-		return may_set_store(req, o.st) ?: set_replace(o.st, "0", 1);
 	if (store_dir(&o) && !strcmp(name, GMSFS_XATTR_CONTENT)) {
 		if ((e = may_set_store(req, o.st)))
 			return e;

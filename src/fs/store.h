@@ -178,7 +178,6 @@ struct store {
 	struct store_tier tier;        /* tier.c: where its memory is, its priority */
 	struct store_versions versions; /* version.c */
 	unsigned refs;                 /* table + kernel lookups + handles */
-	bool replace;                  /* user.gms.replace: a writer's session drops the committed layout */
 	bool removed;
 	struct fs_handle handles;      /* list head: every open handle of its files */
 	uint64_t events;               /* bumped on every change state shows */

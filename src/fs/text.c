@@ -14,13 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The committed layout's hash, or "" while nothing is committed (a store whose writer
- * dropped it, user.gms.replace, keeps the empty layout's in meta). */
-static const char *committed_hash(const struct store *st)
-{
-	return st->meta && store_lock(st)->fsm.committed ? meta_hash_hex(st->meta) : "";
-}
-
 int text_device(struct fs *fs, char **out, size_t *len)
 {
 	const struct vmm *v = fs->vmm;
@@ -65,7 +58,7 @@ int text_state(struct store *st, char **out, size_t *len)
 			 (unsigned long long)st->versions.copies, (unsigned long long)st->versions.copied_bytes,
 			 (unsigned long long)st->versions.flips, (unsigned long long)s.allocations, (unsigned long long)s.entries,
 			 (unsigned long long)s.bytes, (unsigned long long)s.aligned_bytes,
-			 committed_hash(st), (unsigned long long)st->requests,
+			 st->meta ? meta_hash_hex(st->meta) : "", (unsigned long long)st->requests,
 			 (unsigned long long)st->socket_requests, store_tier_name(&st->tier),
 			 (unsigned long long)atomic_load(&st->pool->quota), st->tier.priority,
 			 (unsigned long long)atomic_load(&st->pool->min), (unsigned long long)st->tier.reserved,
@@ -98,7 +91,7 @@ int text_generation(struct store *st, char **out, size_t *len)
 
 int text_hash(struct store *st, char **out, size_t *len)
 {
-	const char *h = committed_hash(st);
+	const char *h = st->meta ? meta_hash_hex(st->meta) : "";
 	int n = asprintf(out, h[0] ? "%s\n" : "%s", h);
 	if (n < 0)
 		return -ENOMEM;
@@ -233,7 +226,7 @@ int text_status_json(struct fs *fs, char **out, size_t *len)
 			store_readers(s), q->readers, (int)q->leader, q->waiting_writers, q->waiting_readers,
 			(unsigned long long)q->generation, q->torn, (unsigned long long)m.allocations,
 			(unsigned long long)m.entries, (unsigned long long)m.bytes, (unsigned long long)m.aligned_bytes);
-		json_str(f, committed_hash(s));
+		json_str(f, s->meta ? meta_hash_hex(s->meta) : "");
 		content_json(s, f);
 		named_json(s, f);
 		fprintf(f,
@@ -395,7 +388,7 @@ static void info_series(FILE *f, struct fs *fs, struct store **st, size_t n)
 		fputs(",store=", f);
 		label(f, st[i]->name);
 		fputs(",layout_hash=", f);
-		label(f, committed_hash(st[i]));
+		label(f, st[i]->meta ? meta_hash_hex(st[i]->meta) : "");
 		const char *why, *version = named_current(st[i], &why);
 		fprintf(f, ",content_hash=\"%s\",version=\"%s\"} 1\n", content, version ? version : "");
 	}

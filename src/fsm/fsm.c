@@ -181,14 +181,6 @@ int fsm_commit(struct fsm *f)
 	return 0;
 }
 
-int fsm_uncommit(struct fsm *f)
-{
-	if (!f->leader || f->data || f->beside || f->kept || f->readers || f->paused || f->prev_held)
-		return -EINVAL;
-	f->committed = f->torn = f->in_place = false;
-	return 0;
-}
-
 int fsm_keep(struct fsm *f, bool marked)
 {
 	if (!f->leader || f->data || f->beside)

@@ -96,10 +96,6 @@ int fsm_release_session(struct fsm *f);
 /* Commit: the session's handles become read handles in one step; torn no more.  A
  * session beside readers leaves them on the version before (prev_held) if there were any. */
 int fsm_commit(struct fsm *f);
-/* Uncommit (a store that asks it, as GMS's RW connect): a full writer's session that has
- * just begun drops the committed layout; nothing is committed, and its end without commit
- * leaves the store EMPTY.  -EINVAL for another session, or readers (paused ones too). */
-int fsm_uncommit(struct fsm *f);
 /* Keep: commit and stay the session, kept from now on, marked or not (-EINVAL without a
  * session, or for a data-only one or one beside readers). */
 int fsm_keep(struct fsm *f, bool marked);

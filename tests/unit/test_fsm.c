@@ -233,27 +233,6 @@ int main(void)
 	fsm_release_read(&f);
 	is_int(fsm_state(&f), FSM_COMMITTED, "COMMITTED when the last closes");
 
-	/* Uncommit (user.gms.replace): a full writer's session that has just begun drops the
-	 * committed layout; its end without commit leaves EMPTY; anything else is refused. */
-	f = (struct fsm){0};
-	fsm_open_write(&f, 7); fsm_commit(&f); fsm_release_read(&f);
-	fsm_open_write(&f, 8);
-	is_int(fsm_uncommit(&f), 0, "uncommit at a writer's start");
-	is_int(fsm_state(&f), FSM_RW, "RW, nothing committed");
-	is_int(fsm_can_read(&f), -EAGAIN, "a reader waits");
-	is_int(fsm_release_session(&f), 1, "its end without commit");
-	is_int(fsm_state(&f), FSM_EMPTY, "EMPTY after it");
-	is_int(f.generation, 1, "the generation stays counted");
-	is_int(fsm_uncommit(&f), -EINVAL, "no session: refused");
-	fsm_open_write(&f, 9); fsm_commit(&f);
-	struct fsm was = f;
-	is_int(fsm_uncommit(&f), -EINVAL, "readers (the commit's own handle): refused");
-	ok(!memcmp(&f, &was, sizeof f), "the refusal changes nothing");
-	fsm_release_read(&f);
-	fsm_open_data(&f, 10);
-	is_int(fsm_uncommit(&f), -EINVAL, "a data-only session: refused");
-	fsm_release_session(&f);
-
 	/* A session that joined handles ends only with its last one. */
 	f = (struct fsm){0};
 	fsm_open_write(&f, 7); fsm_join(&f);

@@ -125,8 +125,6 @@ def running_gms(request, gmsfs_mount):
     the torch tests the path alone, as upstream's fixtures give."""
     store = os.path.join(gmsfs_mount, "gms-" + uuid.uuid4().hex[:8])
     os.mkdir(store)
-    # GMS's server: a writer's connect drops the committed layout (gmsfs(5), user.gms.replace).
-    os.setxattr(store, "user.gms.replace", b"1")
     yield store if "torch" in request.module.__name__ else (StoreView(store), store)
     for _ in range(100):  # the test's sessions are closed as it ends
         try:

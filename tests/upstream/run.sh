@@ -22,16 +22,15 @@
 #     loop; on gmsfs memory comes back when the last holder's descriptor closes
 #     (tests/gpu/run.sh: "memory is given back").
 #
-# Measured on the host backend (2026-11-29, upstream df888f68): the 24 runtime flows and
-# failover-lock tests that apply pass (the runtime state and event history through GMS's
-# transport are the store's state and history files, gmsfs/_gms_rpc.py; conftest.py's
-# stores ask for GMS's replace, user.gms.replace); test_torch_integration.py needs CUDA (the
+# Measured on the host backend (2026-11-29, upstream df888f68): of the 24 runtime flows
+# and failover-lock tests that apply, 23 pass (the runtime state and event history through
+# GMS's transport are the store's state and history files, gmsfs/_gms_rpc.py); test_torch_integration.py needs CUDA (the
 # GPU machine, where its 3 pass).  Sessions are connections on gmsfs.gms as in GMS
 # (gmsfs(5), "Sessions of their own"), and allocation ids are new for each layout (a
-# note of the layout, which its hash leaves out).  GMS's EMPTY after a writer that
-# closes without committing (test_reallocate_all_handles_reuses_preserved_vas_in_new_layout)
-# is a store's with user.gms.replace=1, which conftest.py sets; gmsfs's default keeps the
-# last commit: a crashed writer never loses the published model.
+# note of the layout, which its hash leaves out).  The one that fails,
+# test_reallocate_all_handles_reuses_preserved_vas_in_new_layout, expects EMPTY after a
+# writer that closes without committing, where gmsfs keeps the last commit: a crashed
+# writer never loses the published model.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 root=$(pwd)
