@@ -20,13 +20,8 @@ class GetRuntimeStateRequest:
 
 
 @dataclass(frozen=True)
-class GetRuntimeStateResponse:
-    state: str
-    has_rw_session: bool
-    ro_session_count: int
-    waiting_writers: int
-    committed: bool
-    is_ready: bool
+class GetRuntimeStateResponse(GetLockStateResponse):
+    """The lock's state, the allocations and the layout hash."""
     allocation_count: int = 0
     memory_layout_hash: str = ""
 

@@ -125,6 +125,28 @@ class LoadConfig:
 
 ckpt, out = sys.argv[1:3]
 torch.cuda.set_device(0)
+
+def sleep_and_wake(model, kv, vocab, sleep, wake):
+    # The logits saved to out; then the engine's sleep and wake (sleep, wake: its calls):
+    # the weights and the KV cache at the same addresses, the same logits, the KV cache's
+    # memory given back while asleep and written again after.
+    kv.fill_(3)
+    ids = torch.arange(0, 64, device=kv.device).reshape(2, 32) % vocab
+    def logits():
+        with torch.no_grad():
+            return model(input_ids=ids).logits.float().cpu()
+    before = logits()
+    torch.save(before, out)
+    ptrs = [p.data_ptr() for p in model.parameters()] + [kv.data_ptr()]
+    torch.cuda.synchronize()
+    free0 = torch.cuda.mem_get_info()[0]
+    sleep()
+    free1 = torch.cuda.mem_get_info()[0]
+    wake()
+    kv.fill_(5)
+    return {"same_ptrs": ptrs == [p.data_ptr() for p in model.parameters()] + [kv.data_ptr()],
+            "same_logits": torch.equal(before, logits()), "kv_freed": free1 - free0, "kv_bytes": kv.numel() * kv.element_size(),
+            "kv_after": kv[:4].float().tolist()}
 """
 
 ENGINE = PRELUDE + """
@@ -168,29 +190,12 @@ worker.init_device()
 worker.load_model()
 worker.initialize_from_config(types.SimpleNamespace(num_bytes=1 << 30))
 model, kv = worker.model_runner.model, worker.model_runner.kv_caches[0]
-kv.fill_(3)
-ids = torch.arange(0, 64, device="cuda").reshape(2, 32) % config.vocab_size
-def logits():
-    with torch.no_grad():
-        return model(input_ids=ids).logits.float().cpu()
-before = logits()
-torch.save(before, out)
-ptrs = [p.data_ptr() for p in model.parameters()] + [kv.data_ptr()]
-torch.cuda.synchronize()
-free0 = torch.cuda.mem_get_info()[0]
-worker.sleep(1)
-free1 = torch.cuda.mem_get_info()[0]
-worker.wake_up()
-kv.fill_(5)
-after = logits()
+slept = sleep_and_wake(model, kv, config.vocab_size, lambda: worker.sleep(1), worker.wake_up)
 from gpu_memory_service.client.torch.allocator import get_gms_client_memory_manager
 from gpu_memory_service.integrations.vllm import model_loader as gms_loader
-print(json.dumps({"granted": get_gms_client_memory_manager("weights").granted_lock_type.name,
-                  "bytes": gms_loader.get_imported_weights_bytes(), "on_gpu": all(p.is_cuda for p in model.parameters()),
-                  "usage": worker.model_runner.__dict__.get("model_memory_usage"),
-                  "same_ptrs": ptrs == [p.data_ptr() for p in model.parameters()] + [kv.data_ptr()],
-                  "same_logits": torch.equal(before, after), "kv_freed": free1 - free0, "kv_bytes": kv.numel() * 2,
-                  "kv_after": kv[:4].float().tolist()}))
+print(json.dumps(dict(slept, granted=get_gms_client_memory_manager("weights").granted_lock_type.name,
+                      bytes=gms_loader.get_imported_weights_bytes(), on_gpu=all(p.is_cuda for p in model.parameters()),
+                      usage=worker.model_runner.__dict__.get("model_memory_usage"))))
 """
 
 
@@ -398,32 +403,15 @@ with tms.region("weights"):  # as SGLang's ModelRunner wraps its load
 impl = tms.gms_impl
 with tms.region("kv_cache"):  # its KV cache: always a writer's
     kv = torch.empty(1 << 29, device="cuda", dtype=torch.bfloat16)
-kv.fill_(3)
-ids = torch.arange(0, 64, device="cuda").reshape(2, 32) % config.vocab_size
-def logits():
-    with torch.no_grad():
-        return model(input_ids=ids).logits.float().cpu()
-before = logits()
-torch.save(before, out)
-ptrs = [p.data_ptr() for p in model.parameters()] + [kv.data_ptr()]
-torch.cuda.synchronize()
-free0 = torch.cuda.mem_get_info()[0]
-tms.pause()  # SGLang's release_memory_occupation
-free1 = torch.cuda.mem_get_info()[0]
-tms.resume()  # resume_memory_occupation: the same addresses
-kv.fill_(5)
-after = logits()
+# SGLang's release_memory_occupation and resume_memory_occupation (the same addresses)
+slept = sleep_and_wake(model, kv, config.vocab_size, tms.pause, tms.resume)
 from sglang.srt.model_executor.model_runner import ModelRunner
 from sglang.srt.managers import scheduler_update_weights_mixin as mixin
 total_gib = torch.cuda.get_device_properties(0).total_memory / (1 << 30)
-from gpu_memory_service.client.torch.allocator import get_gms_client_memory_manager
-print(json.dumps({"granted": impl.allocators["weights"].granted_lock_type.name, "bytes": impl.imported_weights_bytes,
-                  "on_gpu": all(p.is_cuda for p in model.parameters()),
-                  "same_ptrs": ptrs == [p.data_ptr() for p in model.parameters()] + [kv.data_ptr()],
-                  "same_logits": torch.equal(before, after), "kv_freed": free1 - free0, "kv_bytes": kv.numel() * 2,
-                  "kv_after": kv[:4].float().tolist(),
-                  "pool_baseline": ModelRunner().init_memory_pool(1.0) == total_gib,
-                  "static_noop": mixin._export_static_state(model) == {"buffers": []}}))
+print(json.dumps(dict(slept, granted=impl.allocators["weights"].granted_lock_type.name,
+                      bytes=impl.imported_weights_bytes, on_gpu=all(p.is_cuda for p in model.parameters()),
+                      pool_baseline=ModelRunner().init_memory_pool(1.0) == total_gib,
+                      static_noop=mixin._export_static_state(model) == {"buffers": []})))
 """
 
 
