@@ -98,16 +98,23 @@ static struct store *ahead_next(struct fs *fs)
  * while it runs, and an engine that maps or commits meanwhile waits behind it (H100: a
  * cold from_pretrained of 8 GB took 2.2 s beside it, 0.25 s without).  Quiet: no request
  * that maps, makes or commits for a second (fs_busy); after 10 s of waiting it is made
- * anyway, so that a mount never quiet still has it. */
+ * anyway, so that a mount never quiet still has it.  Its first use by the copier (the
+ * touch: the helper's start, its mappings and a copy) is what fresh readers felt (H200,
+ * 16 GiB, a reader every 0.2 s: the pinning left their imports as they were, the touch's
+ * start made two of them 8x and 15x slower): it waits for a quiet mount for 60 s, and
+ * goes in groups of at most AHEAD_TOUCH_BYTES, each after a quiet second. */
 #define AHEAD_QUIET_NS 1000000000ull
 #define AHEAD_WAIT_MAX_NS 10000000000ull
+#define AHEAD_TOUCH_WAIT_MAX_NS 60000000000ull
+#define AHEAD_TOUCH_BYTES (256ull << 20)
 
-/* Under fs->mu: may host memory be made now? */
-static bool ahead_may(struct fs *fs)
+/* Under fs->mu: may host memory be made (touch: used by the copier) now? */
+static bool ahead_may(struct fs *fs, bool touch)
 {
 	struct tier *tr = fs->tier;
 	uint64_t now = clock_mono_ns(), busy = atomic_load_explicit(&fs->busy_ns, memory_order_relaxed);
-	if ((now > busy && now - busy >= AHEAD_QUIET_NS) || (tr->ahead_since && now - tr->ahead_since >= AHEAD_WAIT_MAX_NS))
+	uint64_t quiet = now > busy ? now - busy : 0, waited = tr->ahead_since ? now - tr->ahead_since : 0;
+	if (quiet >= AHEAD_QUIET_NS || waited >= (touch ? AHEAD_TOUCH_WAIT_MAX_NS : AHEAD_WAIT_MAX_NS))
 		return true;
 	if (!tr->ahead_since)
 		tr->ahead_since = now;
@@ -132,14 +139,36 @@ static void tier_nap(struct fs *fs, long ms)
 
 /* Without fs->mu: between two pieces of host memory, wait while the mount is busy.
  * Returns the nanoseconds waited. */
-static uint64_t ahead_pause(struct fs *fs)
+static uint64_t ahead_pause(struct fs *fs, bool touch)
 {
 	uint64_t t0 = clock_mono_ns();
 	pthread_mutex_lock(&fs->mu);
-	while (!fs->tier->stop && !ahead_may(fs) && !move_asked(fs))
+	while (!fs->tier->stop && !ahead_may(fs, touch) && !move_asked(fs))
 		tier_nap(fs, 100);
 	pthread_mutex_unlock(&fs->mu);
 	return clock_mono_ns() - t0;
+}
+
+/* The first use of made[0..n) by the copier, in groups of AHEAD_TOUCH_BYTES (a larger
+ * buffer alone), each after a quiet second (ahead_may).  Only slower without: a failure is
+ * said, not returned.  Returns the nanoseconds waited. */
+static uint64_t touch_ahead(struct fs *fs, const struct store *st, struct vmm_buf **made, size_t n)
+{
+	uint64_t paused = 0;
+	for (size_t i = 0; vmm_touches(fs->vmm) && i < n;) {
+		size_t end = i;
+		uint64_t bytes = 0;
+		while (end < n && (end == i || !made[end] || bytes + made[end]->size <= AHEAD_TOUCH_BYTES))
+			bytes += made[end] ? made[end]->size : 0, end++;
+		paused += ahead_pause(fs, true);
+		char err[300] = "";
+		if (vmm_touch_host(made + i, end - i, err, sizeof err)) {
+			fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: host memory ahead, its first use: %s\n", st->name, err);
+			break;
+		}
+		i = end;
+	}
+	return paused;
 }
 
 /* Make one store's host memory ahead of its first move out (pinning gigabytes takes
@@ -151,7 +180,7 @@ static bool make_ahead(struct fs *fs)
 	struct store *st = ahead_next(fs);
 	if (!st)
 		fs->tier->ahead_since = 0; /* nothing waits */
-	if (!st || !ahead_may(fs))
+	if (!st || !ahead_may(fs, false))
 		return false;
 	st->tier.ahead_tried = store_lock(st)->fsm.generation + 1;
 	struct vmm_bufs c = {0};
@@ -176,16 +205,13 @@ static bool make_ahead(struct fs *fs)
 	struct vmm_buf **made = calloc(c.n, sizeof *made);
 	for (size_t i = 0; made && !e && i < c.n; i++)
 		if (need[i]) {
-			paused += ahead_pause(fs);
+			paused += ahead_pause(fs, false);
 			e = vmm_make_host(c.v[i], &made[i]);
 		}
 	free(need);
 	uint64_t t1 = clock_mono_ns();
-	char err[300] = "";
 	if (made && !e)
-		paused_touch = ahead_pause(fs);
-	if (made && !e && vmm_touch_host(made, c.n, err, sizeof err)) /* only slower without: said, not failed */
-		fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: host memory ahead, its first use: %s\n", st->name, err);
+		paused_touch = touch_ahead(fs, st, made, c.n);
 	pthread_mutex_lock(&fs->mu);
 	fs->tier->ahead_since = 0; /* the pauses between pieces counted in the 10 s too */
 	/* On standby only if the store is as it was: on the device, the same layout (a move or a

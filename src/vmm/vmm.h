@@ -317,6 +317,8 @@ void vmm_copies_ready(struct vmm *v);
  * that a first move out into it is as fast as later ones; 0 where the backend needs
  * nothing.  Takes the time of a copy of their bytes. */
 int vmm_touch_host(struct vmm_buf *const *bufs, size_t n, char *err, size_t errlen);
+/* Whether vmm_touch_host does anything on v's backend (cuda: its copier maps and copies). */
+bool vmm_touches(const struct vmm *v);
 /* What b has on standby, taken off it (NULL: nothing), for vmm_buf_put where nobody waits. */
 struct vmm_buf *vmm_take_standby(struct vmm_buf *b);
 ssize_t vmm_pread(struct vmm_buf *b, void *dst, size_t len, uint64_t off);

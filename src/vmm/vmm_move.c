@@ -157,6 +157,11 @@ void vmm_copies_ready(struct vmm *v)
 		v->ops->copies_ready(v);
 }
 
+bool vmm_touches(const struct vmm *v)
+{
+	return v->ops->touch != NULL;
+}
+
 int vmm_touch_host(struct vmm_buf *const *bufs, size_t n, char *err, size_t errlen)
 {
 	size_t k = 0;
