@@ -41,8 +41,13 @@ struct wire_alloc {
 	struct wire_piece *pieces;
 	uint32_t npieces;
 	bool ro;                /* manifests: the last commit's, read-only to its writer (GMSFS_K_RO) */
+	/* Images only: the host memory made ahead for each piece (npieces of them, or one),
+	 * fd WIRE_NO_FD where a piece has none; NULL (nstandby 0): none at all. */
+	struct wire_piece *standby;
+	uint32_t nstandby;
 };
-/* What a parsed allocation owns (path, tag, pieces). */
+#define WIRE_NO_FD UINT32_MAX
+/* What a parsed allocation owns (path, tag, pieces, standby). */
 void wire_alloc_free(struct wire_alloc *a);
 
 /* A META_PUT request's entries: struct entry_rec (entry.h). */

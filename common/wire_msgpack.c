@@ -194,7 +194,20 @@ static const char *const tier_name[] = { "store", "device", "host" };
 
 void wire_pack_alloc(msgpack_packer *pk, const struct wire_alloc *a)
 {
-	msgpack_pack_map(pk, 6 + (a->tier != WIRE_TIER_STORE) + (a->npieces ? 2 : 0) + a->ro);
+	msgpack_pack_map(pk, 6 + (a->tier != WIRE_TIER_STORE) + (a->npieces ? 2 : 0) + a->ro + (a->nstandby != 0));
+	if (a->nstandby) {
+		/* an image's: each piece's host memory made ahead, [fd, fdoff] or nil */
+		wire_pack_str(pk, WIRE_K_STANDBY), msgpack_pack_array(pk, a->nstandby);
+		for (uint32_t i = 0; i < a->nstandby; i++) {
+			if (a->standby[i].fd == WIRE_NO_FD) {
+				msgpack_pack_nil(pk);
+				continue;
+			}
+			msgpack_pack_array(pk, 2);
+			msgpack_pack_uint32(pk, a->standby[i].fd);
+			msgpack_pack_uint64(pk, a->standby[i].fd_offset);
+		}
+	}
 	if (a->tier != WIRE_TIER_STORE)
 		wire_pack_str(pk, WIRE_K_TIER), wire_pack_str(pk, tier_name[a->tier]);
 	if (a->ro)
@@ -225,9 +238,10 @@ void wire_alloc_free(struct wire_alloc *a)
 	free(a->path);
 	free(a->tag);
 	free(a->pieces);
+	free(a->standby);
 	a->path = a->tag = NULL;
-	a->pieces = NULL;
-	a->npieces = 0;
+	a->pieces = a->standby = NULL;
+	a->npieces = a->nstandby = 0;
 }
 
 static int parse_tier(const msgpack_object *v, enum wire_tier *out)
@@ -259,12 +273,35 @@ static int parse_pieces(const msgpack_object *v, struct wire_alloc *a, uint64_t 
 	return 0;
 }
 
+/* An image's "standby": each [fd, fdoff] or nil (WIRE_NO_FD), fd below nfds. */
+static int parse_standby(const msgpack_object *v, struct wire_alloc *a, uint64_t nfds)
+{
+	if (v->type != MSGPACK_OBJECT_ARRAY || !v->via.array.size || v->via.array.size > GMSFS_PIECES_MAX ||
+	    !(a->standby = calloc(v->via.array.size, sizeof *a->standby)))
+		return -1;
+	a->nstandby = v->via.array.size;
+	for (uint32_t i = 0; i < a->nstandby; i++) {
+		const msgpack_object *p = &v->via.array.ptr[i];
+		uint64_t fd;
+		a->standby[i] = (struct wire_piece){ .fd = WIRE_NO_FD, .tier = WIRE_TIER_HOST };
+		if (p->type == MSGPACK_OBJECT_NIL)
+			continue;
+		if (p->type != MSGPACK_OBJECT_ARRAY || p->via.array.size != 2 || wire_get_u64(&p->via.array.ptr[0], &fd) ||
+		    fd >= nfds || wire_get_u64(&p->via.array.ptr[1], &a->standby[i].fd_offset))
+			return -1;
+		a->standby[i].fd = (uint32_t)fd;
+	}
+	return 0;
+}
+
 /* An allocation's fields agree: aligned holds size; pieces, if any, are as many as piece
  * bytes need, their first where fd and fdoff say, none past the end of numbers. */
 static bool alloc_whole(const struct wire_alloc *a)
 {
 	if (!a->size || a->aligned < a->size || a->fd_offset > UINT64_MAX - a->aligned)
 		return false;
+	if (a->nstandby && a->nstandby != (a->npieces ? a->npieces : 1))
+		return false; /* one a piece */
 	if (!a->npieces)
 		return !a->piece;
 	if (!a->piece || a->piece >= a->aligned ||
@@ -315,6 +352,9 @@ int wire_parse_alloc(const msgpack_object *o, struct wire_alloc *a, uint64_t nfd
 				return -1;
 		} else if (!image && wire_key_is(k, GMSFS_K_RO)) {
 			if (SEEN(9) || wire_get_bool(v, &a->ro))
+				return -1;
+		} else if (image && wire_key_is(k, WIRE_K_STANDBY)) {
+			if (SEEN(10) || parse_standby(v, a, nfds))
 				return -1;
 		} else {
 			return -1;

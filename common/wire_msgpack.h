@@ -52,6 +52,7 @@ void wire_pack_bin(msgpack_packer *pk, const void *p, size_t n);
 void wire_pack_alloc(msgpack_packer *pk, const struct wire_alloc *a);
 /* image: an image's record, which may say its tier (a reply's may not). */
 #define WIRE_K_TIER "tier"
+#define WIRE_K_STANDBY "standby"
 int wire_parse_alloc(const msgpack_object *o, struct wire_alloc *a, uint64_t nfds, bool image);
 void wire_pack_entry(msgpack_packer *pk, const struct entry_rec *e);
 int wire_parse_entry(const msgpack_object *o, struct entry_rec *e);

@@ -81,6 +81,29 @@ commit_store() { # commit_store STORE BYTES: one allocation of BYTES of 'x', an 
 	touch "$BATS_TEST_TMPDIR/w.go"
 }
 
+@test "takeover: the host memory made ahead of a store's first move out comes across, not made again" {
+	standby() { sed -n 's/^host_standby_bytes: //p' "$MNT/device"; }
+	mkdir "$MNT/h"
+	commit_store "$MNT/h" 8192
+	wait_until grep -q "gmsfs: h: 8192 bytes of host memory made ahead" "$MNT.log" # after a quiet second
+	before=$(standby)
+	[ "$before" -ge 8192 ]
+	old=$GMSFS_PID
+	takeover
+	wait_until bash -c "! kill -0 $old"
+	GMSFS_PID=$NEW_PID
+	[ "$(standby)" = "$before" ] # at once: the old daemon's, adopted
+	echo host >"$MNT/h/tier"
+	wait_until grep -qx host "$MNT/h/tier"
+	[ "$(standby)" = $((before - 8192)) ] # the move out copied into it
+	echo device >"$MNT/h/tier"
+	wait_until grep -qx device "$MNT/h/tier"
+	run head -c 5 "$MNT/h/allocs/w"
+	assert_output xxxxx
+	run grep -c "gmsfs: h: 8192 bytes of host memory made ahead" "$MNT.log"
+	assert_output 1
+}
+
 @test "takeover: an open that waited on the old daemon is granted by the new one" {
 	mkdir "$MNT/c"
 	commit_store "$MNT/c" 4096

@@ -335,6 +335,47 @@ def test_named_versions_stay_through_a_takeover(mnt):
     new.wait(20)
 
 
+def device_bytes(mnt, field):
+    return int(read_fields(os.path.join(mnt, "device"))[field])
+
+
+def test_host_memory_made_ahead_comes_with_a_takeover(mnt):
+    """gmsfs(8), no_host_ahead: the host memory made ahead of a store's first move out is
+    handed to the next daemon with the store, not made again (pinning 16 GB took 3-5 s of
+    driver time on an H200); its first move out copies into it, and comes back whole."""
+    daemon = start(mnt, "host_bytes=16M")
+    assert wait_mounted(mnt)
+    store = os.path.join(mnt, "h")
+    data, h = publish(store, 7)
+    size = 64 * KiB + 8 * KiB
+    t = time.time()
+    while device_bytes(mnt, "host_standby_bytes") != size:  # made after a quiet second
+        assert time.time() - t < 10, read_fields(os.path.join(mnt, "device"))
+        time.sleep(0.05)
+    new = start(mnt, "takeover")
+    daemon.wait(20)
+    assert pid_of(mnt) == new.pid
+    assert device_bytes(mnt, "host_standby_bytes") == size  # at once: the old daemon's, adopted
+    assert device_bytes(mnt, "host_used_bytes") == size
+    time.sleep(2.5)  # the tier thread looks every second, after a quiet one: nothing to make
+    with open(mnt + ".log") as f:
+        made = f.read().count("bytes of host memory made ahead of its first move out")
+    assert made == 1, "made again after the takeover"
+    move_to_host(store)
+    assert open(os.path.join(store, "tier")).read().strip() == "host"
+    assert device_bytes(mnt, "host_standby_bytes") == 0 and device_bytes(mnt, "host_used_bytes") == size
+    assert read_all(store)[:2] == (data, h)
+    with open(os.path.join(store, "tier"), "w") as f:
+        f.write("device\n")
+    t = time.time()
+    while open(os.path.join(store, "tier")).read().strip() != "device":
+        assert time.time() - t < 10
+        time.sleep(0.01)
+    assert read_all(store)[:2] == (data, h)
+    new.terminate()
+    new.wait(20)
+
+
 def test_many_descriptors_come_back_from_3_on(mnt, manager, tmp_path):
     """More kept descriptors than 3-9 (a store each here; an allocation each on cuda): each
     reaches the new daemon at its place.  bash's exec, which placed them, makes 10 and up

@@ -98,7 +98,7 @@ static int pack_all(struct fs *fs, msgpack_sbuffer *sb, struct image_fds *fds, c
 		 * they still map the store, which the next daemon must keep for them. */
 		if (st->tier.at == TIER_TO_HOST || st->tier.at == TIER_TO_DEVICE)
 			return why_fmt(why, whylen, -EBUSY, "store %s: moving", st->name);
-		int e = image_pack(st, sb, fds, &(struct image_pack_opts){ .readers = true });
+		int e = image_pack(st, sb, fds, &(struct image_pack_opts){ .readers = true, .standby = true });
 		if (e)
 			return why_fmt(why, whylen, e, "store %s: %s", st->name, strerror(-e));
 	}

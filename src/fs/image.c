@@ -24,6 +24,7 @@ struct walk {
 	uint32_t *slot;             /* by descriptor number: its index + 1 in this image, 0: none yet */
 	size_t nslot;
 	bool host;                  /* the head's tier: host when any allocation is there */
+	bool standby;               /* the host memory made ahead too (image_pack_opts) */
 };
 
 static int fd_index(struct walk *w, int fd, uint32_t *out)
@@ -53,10 +54,19 @@ static int walk_alloc(struct walk *w, struct meta_node *k, const char *path, con
 	if (!k->buf)
 		return -EIO; /* committed allocations are sized */
 	size_t n = vmm_npieces(k->buf);
-	struct wire_piece p[GMSFS_PIECES_MAX];
+	struct wire_piece p[GMSFS_PIECES_MAX], sp[GMSFS_PIECES_MAX];
+	uint32_t nstandby = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct vmm_buf *b = vmm_piece(k->buf, i);
 		uint32_t fd;
+		sp[i] = (struct wire_piece){ .fd = WIRE_NO_FD, .tier = WIRE_TIER_HOST };
+		if (w->standby && b->standby && !b->host) {
+			int e = fd_index(w, b->standby->fd, &sp[i].fd);
+			if (e)
+				return e;
+			sp[i].fd_offset = b->standby->offset;
+			nstandby = (uint32_t)n;
+		}
 		int e = fd_index(w, b->fd, &fd);
 		if (e || (e = GROW(w->fds->refs, w->fds->nrefs, w->fds->refs_cap, 64)))
 			return e;
@@ -67,7 +77,8 @@ static int walk_alloc(struct walk *w, struct meta_node *k, const char *path, con
 	struct wire_alloc a = { .path = (char *)path, .tag = (char *)(f->str ? f->str : "default"), .size = f->size,
 				.aligned = f->aligned, .fd = p[0].fd, .fd_offset = p[0].fd_offset,
 				.tier = n == 1 ? p[0].tier : WIRE_TIER_STORE, .piece = n > 1 ? vmm_piece(k->buf, 0)->size : 0,
-				.pieces = n > 1 ? p : NULL, .npieces = n > 1 ? (uint32_t)n : 0 };
+				.pieces = n > 1 ? p : NULL, .npieces = n > 1 ? (uint32_t)n : 0,
+				.standby = nstandby ? sp : NULL, .nstandby = nstandby };
 	w->nallocs++;
 	return wire_pack_image_alloc(&w->allocs, &a);
 }
@@ -168,7 +179,8 @@ int image_pack(struct store *st, msgpack_sbuffer *sb, struct image_fds *fds, con
 	/* Each allocation's memory as it is now (fs->mu held): a store that moves is named
 	 * where it was until it has moved, and a switch's, piece by piece. */
 	bool committed = store_lock(st)->fsm.committed;
-	struct walk w = { .fds = fds, .base = fds->n, .host = committed && any_host(meta_root(st->meta, META_AREA_ALLOCS)) };
+	struct walk w = { .fds = fds, .base = fds->n, .host = committed && any_host(meta_root(st->meta, META_AREA_ALLOCS)),
+			  .standby = o->standby };
 	msgpack_sbuffer_init(&w.dirs);
 	msgpack_sbuffer_init(&w.allocs);
 	msgpack_sbuffer_init(&w.entries);
@@ -300,6 +312,23 @@ static void restore_free(struct restore *r)
 	wire_image_free(&r->h);
 }
 
+/* The host memory the daemon before made ahead for piece i of a (if any) as its standby
+ * here: only slower without it (made again), so a failure is said, not returned. */
+static void adopt_standby(struct store *st, const struct wire_alloc *a, size_t i, const int *fds, struct vmm_buf *b)
+{
+	const struct wire_piece *k = &a->standby[i];
+	if (k->fd == WIRE_NO_FD || b->host)
+		return;
+	int e = vmm_adopt_standby(b, fds[k->fd], k->fd_offset);
+	if (e) {
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: allocs/%s: the host memory made ahead before the takeover is "
+					   "not kept: %s\n", st->name, a->path, strerror(-e));
+		return;
+	}
+	st->tier.standby = true;
+	st->tier.standby_untouched = true; /* this daemon's copier has not used it yet (tier.c) */
+}
+
 /* An image's allocation as a buffer of this daemon's: its memory at fds, piece by piece. */
 static int adopt_alloc(struct store *st, const struct wire_image *h, const struct wire_alloc *a, const int *fds,
 		       image_adopted_fn *adopted, void *arg, struct vmm_buf **out, char *why, size_t whylen)
@@ -319,6 +348,8 @@ static int adopt_alloc(struct store *st, const struct wire_image *h, const struc
 		else if (adopted)
 			adopted(arg, st, k->fd, v[made]->fd);
 	}
+	for (size_t i = 0; !e && a->nstandby && i < n; i++)
+		adopt_standby(st, a, i, fds, v[i]);
 	if (!e && n > 1 && (e = vmm_compound(v, n, out)))
 		why_fmt(why, whylen, e, "allocs/%s: its %zu pieces do not make one allocation", a->path, n);
 	else if (!e && n == 1)

@@ -32,6 +32,10 @@ struct image_pack_opts {
 	/* A handover's: the processes that hold read locks, so that the next daemon keeps
 	 * their holds (a state file keeps them apart: they change more often). */
 	bool readers;
+	/* A handover's: the host memory made ahead (on standby), so that the next daemon
+	 * does not pin it again (a state file leaves it out: it comes and goes between
+	 * commits, and the next daemon makes it again). */
+	bool standby;
 };
 
 /* Append st's committed layout (what a reader outside any session sees) to sb, its

@@ -171,6 +171,29 @@ static uint64_t touch_ahead(struct fs *fs, const struct store *st, struct vmm_bu
 	return paused;
 }
 
+/* A store whose host memory on standby all came with a takeover (image.c): used once by
+ * this daemon's copier, as memory made here is.  Under fs->mu, released meanwhile. */
+static void touch_taken_over(struct fs *fs, struct store *st, const struct vmm_bufs *c)
+{
+	st->tier.standby_untouched = false;
+	struct vmm_buf **k = vmm_touches(fs->vmm) ? calloc(c->n + 1, sizeof *k) : NULL;
+	if (!k)
+		return;
+	for (size_t i = 0; i < c->n; i++)
+		if ((k[i] = c->v[i]->standby))
+			vmm_buf_get(k[i]); /* given up for room meanwhile, it lives until touched */
+	store_get(st);
+	pthread_mutex_unlock(&fs->mu);
+	uint64_t t0 = clock_mono_ns(), paused = touch_ahead(fs, st, k, c->n);
+	fuse_log(FUSE_LOG_INFO, "gmsfs: %s: host memory made ahead before the takeover, first used by this daemon's "
+				"copier in %.3f s (and %.3f s waiting for a quiet mount)\n",
+		 st->name, (double)(clock_mono_ns() - t0 - paused) / 1e9, (double)paused / 1e9);
+	vmm_copies_ready(fs->vmm);
+	vmm_release_all(k, c->n);
+	pthread_mutex_lock(&fs->mu);
+	store_put(st, 1);
+}
+
 /* Make one store's host memory ahead of its first move out (pinning gigabytes takes
  * seconds: a first move out would otherwise wait for it), within the room host_bytes
  * leaves; nothing others have on standby is given up for it.  Under fs->mu, released while the
@@ -192,6 +215,8 @@ static bool make_ahead(struct fs *fs)
 	struct vmm *v = fs->vmm;
 	uint64_t used = atomic_load(&v->host_used);
 	if (!need || !bytes || used > v->host_bytes || bytes > v->host_bytes - used) {
+		if (need && !bytes && st->tier.standby_untouched)
+			touch_taken_over(fs, st, &c);
 		fs->tier->ahead_since = 0;
 		free(need);
 		pthread_mutex_unlock(&fs->mu);

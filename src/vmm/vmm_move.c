@@ -186,6 +186,24 @@ int vmm_make_host(struct vmm_buf *b, struct vmm_buf **out)
 	return alloc_twin(b, true, true, out);
 }
 
+int vmm_adopt_standby(struct vmm_buf *b, int fd, uint64_t offset)
+{
+	if (b->standby || b->host || b->npieces)
+		return -EINVAL;
+	struct vmm_buf *k;
+	int e = vmm_adopt(b->pool, fd, offset, b->size, true, &k);
+	if (e)
+		return e;
+	/* Not checked against host_bytes: a takeover adopts before it knows its own (the host
+	 * tier's memory too); standby is given up as moves need the room. */
+	struct vmm *v = b->vmm;
+	atomic_fetch_sub(&k->pool->used, k->size); /* on standby: in host_used, not in the pool's use */
+	k->on_standby = true;
+	atomic_fetch_add(&v->host_standby, k->size);
+	b->standby = k;
+	return 0;
+}
+
 void vmm_set_standby(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n)
 {
 	for (size_t i = 0; old && i < n; i++) {

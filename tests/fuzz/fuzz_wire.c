@@ -63,8 +63,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			}
 			if (!wire_parse_image_alloc(rec, n, &a, h.nfds)) {
 				assert(a.size && a.aligned >= a.size && a.fd < h.nfds);
-				free(a.path);
-				free(a.tag);
+				assert(!a.nstandby || a.nstandby == (a.npieces ? a.npieces : 1));
+				for (uint32_t i = 0; i < a.nstandby; i++)
+					assert(a.standby[i].fd == WIRE_NO_FD || a.standby[i].fd < h.nfds);
+				wire_alloc_free(&a);
 			}
 			if (!wire_parse_image_entry(rec, n, &x)) {
 				assert(x.value_len <= GMSFS_VALUE_MAX);

@@ -3,6 +3,7 @@
  * Seeds for the fuzzer are in tests/fuzz/wire-seeds. */
 #include "tap.h"
 #include "wire.h"
+#include "wire_msgpack.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -241,6 +242,50 @@ static void pieces(void)
 	is_int(pieces_parse(&a, &r), -EPROTO, "pieces of size 0");
 }
 
+/* An image's allocation with the host memory made ahead for its pieces (a takeover's). */
+static int standby_parse(const struct wire_alloc *a, struct wire_alloc *out, uint64_t nfds)
+{
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	int e = wire_pack_image_alloc(&sb, a);
+	if (!e)
+		e = wire_parse_image_alloc(sb.data + 4, sb.size - 4, out, nfds); /* past the record's length */
+	msgpack_sbuffer_destroy(&sb);
+	return e;
+}
+
+static void standby(void)
+{
+	struct wire_piece p[3] = { { .fd = 0 }, { .fd = 1 }, { .fd = 2 } };
+	struct wire_piece sp[3] = { { .fd = 3 }, { .fd = WIRE_NO_FD }, { .fd = 4, .fd_offset = 8192 } };
+	struct wire_alloc a = { .path = "w", .tag = "default", .size = 5 << 20, .aligned = 5 << 20, .piece = 2 << 20,
+				.pieces = p, .npieces = 3, .standby = sp, .nstandby = 3 }, r;
+	is_int(standby_parse(&a, &r, 5), 0, "an image's allocation with standby memory round trips");
+	ok(r.nstandby == 3 && r.standby[0].fd == 3 && r.standby[1].fd == WIRE_NO_FD && r.standby[2].fd == 4 &&
+	   r.standby[2].fd_offset == 8192, "each piece's standby descriptor and offset, or none");
+	wire_alloc_free(&r);
+	is_int(standby_parse(&a, &r, 4), -EINVAL, "a standby descriptor past the image's");
+	a.nstandby = 2;
+	is_int(standby_parse(&a, &r, 5), -EINVAL, "standby for two pieces of three");
+	a.npieces = 0, a.pieces = NULL, a.piece = 0, a.nstandby = 1;
+	is_int(standby_parse(&a, &r, 5), 0, "one piece, one standby");
+	wire_alloc_free(&r);
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	wire_pack_alloc(&pk, &a);
+	struct wire_alloc m;
+	msgpack_unpacked u;
+	msgpack_unpacked_init(&u);
+	msgpack_unpack_next(&u, sb.data, sb.size, NULL);
+	memset(&m, 0, sizeof m);
+	is_int(wire_parse_alloc(&u.data, &m, 5, false), -1, "standby in a manifest (not an image) is refused");
+	wire_alloc_free(&m);
+	msgpack_unpacked_destroy(&u);
+	msgpack_sbuffer_destroy(&sb);
+}
+
 /* Requests: packed by the library, parsed by the daemon. */
 static void requests(void)
 {
@@ -352,6 +397,7 @@ int main(void)
 	replies();
 	round_trip();
 	pieces();
+	standby();
 	requests();
 	return tap_done();
 }
