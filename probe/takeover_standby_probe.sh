@@ -12,6 +12,7 @@ first=$!
 for _ in $(seq 200); do grep -q " $mnt fuse.gmsfs " /proc/mounts && break; sleep 0.05; done
 field() { sed -n "s/^$1: //p" "$mnt/device"; }
 export PYTHONPATH=python GMSFS_LIBRARY=build/libgmsfs.so.0
+mkdir "$mnt/s"
 python3 - "$mnt/s" "$gib" <<'PY'
 import sys, torch, gmsfs.torch as gt
 m = torch.nn.Module()
@@ -22,7 +23,7 @@ gt.publish(m, sys.argv[1])
 PY
 want=$((gib << 30))
 t=$(date +%s.%N)
-while [ "$(field host_standby_bytes)" -lt "$want" ]; do sleep 0.05; done
+for _ in $(seq 600); do [ "$(field host_standby_bytes)" -ge "$want" ] && break; sleep 0.05; done
 echo "host memory made ahead after $(awk "BEGIN{print $(date +%s.%N) - $t}") s: $(field host_standby_bytes) bytes"
 digest() { python3 -c "import gmsfs, sys; print(gmsfs.digest(sys.argv[1], record=False))" "$mnt/s"; }
 h1=$(digest)
@@ -30,7 +31,7 @@ old=$(field pid)
 t=$(date +%s.%N)
 build/gmsfs -f -o takeover "$mnt" 2>>"$mnt.log" &
 second=$!
-while [ "$(field pid 2>/dev/null)" = "$old" ] || [ -z "$(field pid 2>/dev/null)" ]; do sleep 0.01; done
+for _ in $(seq 3000); do p=$(field pid 2>/dev/null); [ -n "$p" ] && [ "$p" != "$old" ] && break; sleep 0.01; done
 echo "takeover in $(awk "BEGIN{print $(date +%s.%N) - $t}") s; host_standby_bytes at once: $(field host_standby_bytes)"
 for _ in $(seq 100); do grep -q "before the takeover, first used" "$mnt.log" && break; sleep 0.1; done
 grep "before the takeover\|not kept" "$mnt.log"
@@ -38,7 +39,7 @@ move() { # move TIER: the seconds it took
 	local t0
 	t0=$(date +%s.%N)
 	echo "$1" >"$mnt/s/tier"
-	while [ "$(cat "$mnt/s/tier")" != "$1" ]; do sleep 0.001; done
+	for _ in $(seq 30000); do [ "$(cat "$mnt/s/tier")" = "$1" ] && break; sleep 0.001; done
 	awk "BEGIN{print $(date +%s.%N) - $t0}"
 }
 echo "first move out after the takeover: $(move host) s; host_standby_bytes $(field host_standby_bytes)"
