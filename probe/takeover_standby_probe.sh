@@ -33,8 +33,8 @@ build/gmsfs -f -o takeover "$mnt" 2>>"$mnt.log" &
 second=$!
 for _ in $(seq 3000); do p=$(field pid 2>/dev/null); [ -n "$p" ] && [ "$p" != "$old" ] && break; sleep 0.01; done
 echo "takeover in $(awk "BEGIN{print $(date +%s.%N) - $t}") s; host_standby_bytes at once: $(field host_standby_bytes)"
-for _ in $(seq 100); do grep -q "before the takeover, first used" "$mnt.log" && break; sleep 0.1; done
-grep "before the takeover\|not kept" "$mnt.log"
+for _ in $(seq 100); do grep -q "from the daemon before, first used" "$mnt.log" && break; sleep 0.1; done
+grep "from the daemon before\|not kept" "$mnt.log"
 move() { # move TIER: the seconds it took
 	local t0
 	t0=$(date +%s.%N)

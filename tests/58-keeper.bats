@@ -58,7 +58,11 @@ keeper_daemon_two_stores() {
 	mkdir "$T/m/llama" "$T/m/qwen"
 	commit_store "$T/m/llama" "weights1"
 	commit_store "$T/m/qwen" "weights2"
+	standby_is 131072 # each store's host memory made ahead: its own descriptor, named in its image
 }
+
+# standby_is BYTES: wait until the daemon of $T/m has made BYTES of host memory ahead.
+standby_is() { wait_until grep -qx "host_standby_bytes: $1" "$T/m/device"; }
 
 daemon_pid() { sed -n 's/^pid: //p' "$1/device" 2>/dev/null; }
 served_by_other() { local p; p=$(daemon_pid "$1"); [ -n "$p" ] && [ "$p" != "$2" ]; }
@@ -111,6 +115,7 @@ PY
 	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
 	mkdir "$T/m/llama"
 	commit_store "$T/m/llama" "weights1"
+	standby_is 65536
 	hash=$(cat "$T/m/llama/layout_hash")
 	reader "$T/m/llama"
 	old=$(daemon_pid "$T/m")
@@ -129,12 +134,13 @@ PY
 	touch "$T/go"
 	wait "$READER_PID"
 	assert_equal "$(cat "$T/reader.out")" weights1
-	grep -q "gpu-a: 2 descriptors handed" "$T/keeper.log" # the store's and the service's mark
+	grep -q "gpu-a: 3 descriptors handed" "$T/keeper.log" # the store's, its host memory made ahead, the service's mark
+	assert_equal "$(sed -n 's/^host_standby_bytes: //p' "$T/m/device")" 65536 # kept, not made again
 	umount "$T/m"
 	kill -TERM "$KEEPER_PID"
 	wait "$KEEPER_PID"
 	KEEPER_PID=
-	grep -q "ending: 2 descriptors let go" "$T/keeper.log"
+	grep -q "ending: 3 descriptors let go" "$T/keeper.log"
 }
 
 # A stub nvidia-smi that lists two "GPUs" the host backend serves (device=host-...).
@@ -278,7 +284,7 @@ PY
 	hash=$(cat "$T/m/llama/layout_hash")
 	run "$KEEPER" --check "$T/keep"
 	assert_success
-	assert_output --partial "daemons, descriptors: 1 3" # two stores, the mark
+	assert_output --partial "daemons, descriptors: 1 5" # two stores, their host memory, the mark
 	grep -q '"keep": {"armed": true' "$T/m/status.json"
 	grep -qx 'gmsfs_keep_armed{.*} 1' "$T/m/metrics"
 	kill -9 "$KEEPER_PID"
@@ -294,9 +300,9 @@ PY
 	start_keeper # the kubelet's restart: it binds gpu-a.notify again, and the daemon hands everything anew
 	wait_until grep -q '"keep": {"armed": true' "$T/m/status.json"
 	# armed is said as the handing begins; its line in the log when it is done
-	wait_until grep -q "every store handed to the service manager again (2 stores, 2 descriptors)" "$T/daemon.log"
+	wait_until grep -q "every store handed to the service manager again (2 stores, 4 descriptors)" "$T/daemon.log"
 	run "$KEEPER" --check "$T/keep"
-	assert_output --partial "daemons, descriptors: 1 3" # two stores, the mark
+	assert_output --partial "daemons, descriptors: 1 5" # two stores, their host memory, the mark
 	old=$(daemon_pid "$T/m")
 	kill -9 "$old"
 	run_daemon
@@ -318,7 +324,7 @@ PY
 		start_keeper # at once: within the daemon's look at its socket, once a second
 		wait_until eval '[ "$(grep -c "every store handed to the service manager again" "$T/daemon.log")" -gt "$before" ]'
 		run "$KEEPER" --check "$T/keep"
-		assert_output --partial "daemons, descriptors: 1 3" # round $round: two stores, the mark
+		assert_output --partial "daemons, descriptors: 1 5" # round $round: two stores, their host memory, the mark
 	done
 	old=$(daemon_pid "$T/m")
 	kill -9 "$old"

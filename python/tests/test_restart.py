@@ -376,6 +376,39 @@ def test_host_memory_made_ahead_comes_with_a_takeover(mnt):
     new.wait(20)
 
 
+def wait_standby(mnt, n):
+    t = time.time()
+    while device_bytes(mnt, "host_standby_bytes") != n:  # made after a quiet second
+        assert time.time() - t < 10, read_fields(os.path.join(mnt, "device"))
+        time.sleep(0.05)
+
+
+def test_host_memory_made_ahead_comes_back_after_a_restart_and_goes_when_given_up(mnt, manager, tmp_path):
+    """Under state=, a store's image names the host memory made ahead for it: a SIGKILL and
+    a restart keep it (not made again); given up for another store's move out, the image
+    is written again without it, and a restart after that brings the store back whole."""
+    state = str(tmp_path / "state")
+    manager.start(mnt, "backend=host", "state=" + state, "host_bytes=128K")
+    h, hh = publish(os.path.join(mnt, "h"), 8)  # 72 KiB
+    wait_standby(mnt, 72 * KiB)
+    restart(manager, mnt, state, signal.SIGKILL, "host_bytes=128K")
+    assert device_bytes(mnt, "host_standby_bytes") == 72 * KiB  # at once: the image's
+    time.sleep(2.5)  # the tier thread looks every second, after a quiet one: nothing to make
+    with open(mnt + ".log") as f:
+        assert f.read().count("gmsfs: h: 73728 bytes of host memory made ahead") == 1, "made again"
+    g, hg = publish(os.path.join(mnt, "g"), 9, sizes=(64 * KiB,))  # no room for its own ahead
+    move_to_host(os.path.join(mnt, "g"))  # the room: h's standby, given up
+    assert open(os.path.join(mnt, "g", "tier")).read().strip() == "host"
+    assert device_bytes(mnt, "host_standby_bytes") == 0
+    assert device_bytes(mnt, "host_used_bytes") == 64 * KiB
+    restart(manager, mnt, state, signal.SIGKILL, "host_bytes=128K")
+    assert device_bytes(mnt, "host_standby_bytes") == 0  # the image said so before the restart
+    assert read_all(os.path.join(mnt, "h"))[:2] == (h, hh)
+    assert read_all(os.path.join(mnt, "g"))[:2] == (g, hg)
+    assert status(mnt)["keep"]["failed"] == []
+    manager.kill(signal.SIGTERM)
+
+
 def test_many_descriptors_come_back_from_3_on(mnt, manager, tmp_path):
     """More kept descriptors than 3-9 (a store each here; an allocation each on cuda): each
     reaches the new daemon at its place.  bash's exec, which placed them, makes 10 and up

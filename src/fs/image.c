@@ -59,20 +59,21 @@ static int walk_alloc(struct walk *w, struct meta_node *k, const char *path, con
 	for (size_t i = 0; i < n; i++) {
 		const struct vmm_buf *b = vmm_piece(k->buf, i);
 		uint32_t fd;
-		sp[i] = (struct wire_piece){ .fd = WIRE_NO_FD, .tier = WIRE_TIER_HOST };
-		if (w->standby && b->standby && !b->host) {
-			int e = fd_index(w, b->standby->fd, &sp[i].fd);
-			if (e)
-				return e;
-			sp[i].fd_offset = b->standby->offset;
-			nstandby = (uint32_t)n;
-		}
 		int e = fd_index(w, b->fd, &fd);
 		if (e || (e = GROW(w->fds->refs, w->fds->nrefs, w->fds->refs_cap, 64)))
 			return e;
 		w->fds->refs[w->fds->nrefs++] = (struct image_ref){ b->fd, b->offset };
 		p[i] = (struct wire_piece){ fd, b->offset, b->host == w->host ? WIRE_TIER_STORE
 							 : b->host ? WIRE_TIER_HOST : WIRE_TIER_DEVICE };
+		sp[i] = (struct wire_piece){ .fd = WIRE_NO_FD, .tier = WIRE_TIER_HOST };
+		if (w->standby && b->standby && !b->host) { /* the host memory made ahead for it */
+			if ((e = fd_index(w, b->standby->fd, &sp[i].fd)) ||
+			    (e = GROW(w->fds->refs, w->fds->nrefs, w->fds->refs_cap, 64)))
+				return e;
+			w->fds->refs[w->fds->nrefs++] = (struct image_ref){ b->standby->fd, b->standby->offset };
+			sp[i].fd_offset = b->standby->offset;
+			nstandby = (uint32_t)n;
+		}
 	}
 	struct wire_alloc a = { .path = (char *)path, .tag = (char *)(f->str ? f->str : "default"), .size = f->size,
 				.aligned = f->aligned, .fd = p[0].fd, .fd_offset = p[0].fd_offset,
@@ -314,19 +315,22 @@ static void restore_free(struct restore *r)
 
 /* The host memory the daemon before made ahead for piece i of a (if any) as its standby
  * here: only slower without it (made again), so a failure is said, not returned. */
-static void adopt_standby(struct store *st, const struct wire_alloc *a, size_t i, const int *fds, struct vmm_buf *b)
+static void adopt_standby(struct store *st, const struct wire_alloc *a, size_t i, const int *fds, struct vmm_buf *b,
+			  image_adopted_fn *adopted, void *arg)
 {
 	const struct wire_piece *k = &a->standby[i];
 	if (k->fd == WIRE_NO_FD || b->host)
 		return;
 	int e = vmm_adopt_standby(b, fds[k->fd], k->fd_offset);
 	if (e) {
-		fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: allocs/%s: the host memory made ahead before the takeover is "
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: %s: allocs/%s: the host memory the daemon before had on standby is "
 					   "not kept: %s\n", st->name, a->path, strerror(-e));
 		return;
 	}
 	st->tier.standby = true;
 	st->tier.standby_untouched = true; /* this daemon's copier has not used it yet (tier.c) */
+	if (adopted)
+		adopted(arg, st, k->fd, b->standby->fd);
 }
 
 /* An image's allocation as a buffer of this daemon's: its memory at fds, piece by piece. */
@@ -349,7 +353,7 @@ static int adopt_alloc(struct store *st, const struct wire_image *h, const struc
 			adopted(arg, st, k->fd, v[made]->fd);
 	}
 	for (size_t i = 0; !e && a->nstandby && i < n; i++)
-		adopt_standby(st, a, i, fds, v[i]);
+		adopt_standby(st, a, i, fds, v[i], adopted, arg);
 	if (!e && n > 1 && (e = vmm_compound(v, n, out)))
 		why_fmt(why, whylen, e, "allocs/%s: its %zu pieces do not make one allocation", a->path, n);
 	else if (!e && n == 1)

@@ -32,9 +32,9 @@ struct image_pack_opts {
 	/* A handover's: the processes that hold read locks, so that the next daemon keeps
 	 * their holds (a state file keeps them apart: they change more often). */
 	bool readers;
-	/* A handover's: the host memory made ahead (on standby), so that the next daemon
-	 * does not pin it again (a state file leaves it out: it comes and goes between
-	 * commits, and the next daemon makes it again). */
+	/* The host memory each allocation has on standby (made ahead, or from its last move
+	 * in), so that the next daemon does not pin it again: a handover's and a state
+	 * file's (saved again when it comes or goes: tier.c, tier_move.c). */
 	bool standby;
 };
 

@@ -103,7 +103,7 @@ static int read_file(int dirfd, const char *name, uint8_t **out, size_t *len)
 }
 
 /* The memory a restored store's image names: its allocations' (the layout is the
- * image's). */
+ * image's) and what they have on standby. */
 static int add_ref(struct meta_node *n, void *arg)
 {
 	struct image_fds *f = arg;
@@ -114,6 +114,11 @@ static int add_ref(struct meta_node *n, void *arg)
 		if (GROW(f->refs, f->nrefs, f->refs_cap, 64))
 			return -ENOMEM;
 		f->refs[f->nrefs++] = (struct image_ref){ b->fd, b->offset };
+		if (b->standby) { /* the host memory made ahead, named too */
+			if (GROW(f->refs, f->nrefs, f->refs_cap, 64))
+				return -ENOMEM;
+			f->refs[f->nrefs++] = (struct image_ref){ b->standby->fd, b->standby->offset };
+		}
 	}
 	return 0;
 }

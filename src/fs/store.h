@@ -96,7 +96,7 @@ struct store_tier {
 	uint64_t failed_room;
 	bool standby;                  /* host memory on standby: from the last move in (vmm_set_standby), or made ahead */
 	uint64_t ahead_tried;          /* host_ahead tried this generation + 1 (0: not since it moved) */
-	bool standby_untouched;        /* its standby came with a takeover: not used by this daemon's copier */
+	bool standby_untouched;        /* its standby came from the daemon before: not used by this one's copier */
 	int priority;                  /* user.gms.priority: higher stays on the device longer */
 	uint64_t last_used;            /* CLOCK_MONOTONIC ns of the last grant or release */
 	uint64_t moves_out, moves_in;

@@ -171,8 +171,9 @@ static uint64_t touch_ahead(struct fs *fs, const struct store *st, struct vmm_bu
 	return paused;
 }
 
-/* A store whose host memory on standby all came with a takeover (image.c): used once by
- * this daemon's copier, as memory made here is.  Under fs->mu, released meanwhile. */
+/* A store whose host memory on standby all came from the daemon before (a takeover or a
+ * restart: image.c): used once by this daemon's copier, as memory made here is.  Under
+ * fs->mu, released meanwhile. */
 static void touch_taken_over(struct fs *fs, struct store *st, const struct vmm_bufs *c)
 {
 	st->tier.standby_untouched = false;
@@ -185,8 +186,8 @@ static void touch_taken_over(struct fs *fs, struct store *st, const struct vmm_b
 	store_get(st);
 	pthread_mutex_unlock(&fs->mu);
 	uint64_t t0 = clock_mono_ns(), paused = touch_ahead(fs, st, k, c->n);
-	fuse_log(FUSE_LOG_INFO, "gmsfs: %s: host memory made ahead before the takeover, first used by this daemon's "
-				"copier in %.3f s (and %.3f s waiting for a quiet mount)\n",
+	fuse_log(FUSE_LOG_INFO, "gmsfs: %s: host memory on standby from the daemon before, first used by this "
+				"daemon's copier in %.3f s (and %.3f s waiting for a quiet mount)\n",
 		 st->name, (double)(clock_mono_ns() - t0 - paused) / 1e9, (double)paused / 1e9);
 	vmm_copies_ready(fs->vmm);
 	vmm_release_all(k, c->n);
@@ -247,6 +248,7 @@ static bool make_ahead(struct fs *fs)
 		vmm_set_standby(c.v, made, c.n);
 		made = NULL;
 		st->tier.standby = true;
+		store_changed(st, "ahead"); /* a state file names it: a restart keeps it */
 		fuse_log(FUSE_LOG_INFO, "gmsfs: %s: %" PRIu64 " bytes of host memory made ahead of its first move out in "
 					"%.3f s, first used by the copier in %.3f s (and %.3f s waiting for a quiet mount)\n",
 			 st->name, bytes, (double)(t1 - t0 - paused) / 1e9,

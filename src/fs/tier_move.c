@@ -76,6 +76,9 @@ void tier_host_room(struct fs *fs, const struct store *self, uint64_t bytes, str
 		(void)meta_walk(meta_root(best->meta, META_AREA_ALLOCS), collect_standby, out);
 		for (size_t i = had; i < out->n; i++)
 			taken += out->v[i]->size;
+		/* A state file named it: written again without it, so that the service manager
+		 * lets it go with the daemon (a failure keeps it there until the next image). */
+		store_changed(best, "standby");
 	}
 }
 
@@ -102,7 +105,7 @@ int tier_move(struct fs *fs, struct store *st, bool to_host, const char *what)
 	uint64_t ns[2] = {0, 0};
 	if (!e) {
 		pthread_mutex_unlock(&fs->mu);
-		vmm_bufs_release(&given_up); /* what others had on standby for their next move out: no image names it */
+		vmm_bufs_release(&given_up); /* what others had on standby for their next move out: no image names it now */
 		e = vmm_move(c.v, c.n, to_host, &old, ns, why, sizeof why);
 		if (!e && !to_host) { /* host memory: on standby for the next move out (host_room gives it up) */
 			vmm_set_standby(c.v, old, c.n);
