@@ -247,7 +247,11 @@ static int save(struct store *st)
 	keep_path(k, st->name, ".new", tmp, sizeof tmp);
 	pthread_mutex_lock(&k->mu);
 	k->stamp++;
-	int e = image_pack(st, &sb, &fds, &(struct image_pack_opts){ .fdname = fdname, .arg = k, .standby = true });
+	/* Host memory on standby only while the manager's store is less than half full: it is
+	 * made again after a restart, a store's own memory is not (on cuda each is a
+	 * descriptor, as many as the allocations' pieces). */
+	bool standby = k->nkept < k->max_fds / 2;
+	int e = image_pack(st, &sb, &fds, &(struct image_pack_opts){ .fdname = fdname, .arg = k, .standby = standby });
 	for (size_t i = 0; !e && i < fds.n; i++) /* from now on it may be on disk: closed, it stays in the store */
 		k->fds[fds.v[i]].owner = st;
 	pthread_mutex_unlock(&k->mu);
