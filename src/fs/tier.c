@@ -156,6 +156,10 @@ static uint64_t touch_ahead(struct fs *fs, const struct store *st, struct vmm_bu
 {
 	uint64_t paused = 0;
 	for (size_t i = 0; vmm_touches(fs->vmm) && i < n;) {
+		if (!made[i]) {
+			i++; /* none made for it (it had some on standby): nothing to wait for */
+			continue;
+		}
 		size_t end = i;
 		uint64_t bytes = 0;
 		while (end < n && (end == i || !made[end] || bytes + made[end]->size <= AHEAD_TOUCH_BYTES))
