@@ -5,7 +5,7 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|snapshot|peer|peer-net|gms-snapshot|kept|digest|group|all] [RUNS]
+#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|snapshot|peer|peer-net|gms-snapshot|kept|digest|group|ahead|all] [RUNS]
 #   gate: every headline figure beside its floor in one run, exit 1 on a miss (tests/gpu/gate.py;
 #     at most 8 minutes; its results in $OUT/gate.json or build/gate.json, for tests/gpu/gate_tables.py)
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
@@ -30,6 +30,9 @@
 #   group: a model's MLPs over two stores on one GPU as one group (gmsfs.Group): refitted and
 #     flipped together, a step on one rank only refused to both, snapshots of the group
 #     (tests/gpu/group_gpu.py);
+#   ahead: host memory made ahead (-o host_ahead): 100 fresh readers' imports beside its making and
+#     100 on a quiet daemon (probe/ahead_tail_probe.sh), and across a takeover
+#     (probe/takeover_standby_probe.sh), a store of an eighth of the device, at most 16 GiB;
 #   digest: the content hash of a store on the GPU against the same bytes' on a host mount, and
 #     its speed against the pinned copy of the bytes (tests/gpu/digest_gpu.py);
 #   graphs: CUDA graphs of 8 shapes in gmsfs.torch.GraphPool against PyTorch's pools
@@ -466,6 +469,11 @@ if [ "$what" = group ] || [ "$what" = all ]; then # a model over two stores as o
 	timeout 400 python3 tests/gpu/group_gpu.py "$mnt" "$top/build" || failed=$((failed + 1))
 	unmount_gmsfs
 	rm -f "$mnt.group" "$mnt.restored.group"
+fi
+if [ "$what" = ahead ]; then # host memory made ahead: fresh readers beside it, and across a takeover
+	gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | awk '{g = int($1 / 1024 / 8); print (g > 16 ? 16 : (g < 1 ? 1 : g))}')
+	timeout 300 bash probe/ahead_tail_probe.sh "$gib" 100 || failed=$((failed + 1))
+	timeout 200 bash probe/takeover_standby_probe.sh "$gib" 2>&1 | grep -v Warning || failed=$((failed + 1))
 fi
 if [ "$what" = digest ] || [ "$what" = all ]; then # the content hash: the GPU's against the host's, and its speed
 	timeout 400 python3 tests/gpu/digest_gpu.py "$top/build" || failed=$((failed + 1))
