@@ -69,7 +69,10 @@ bool mnt_is_gmsfs(const char *dir, char *src, size_t srclen)
 /* Whether the mount on dir has lost its daemon.  stat alone can be answered from the
  * kernel's cache of the root's attributes (an hour) long after the daemon died; statfs
  * always asks the daemon, so it is asked in a child, given 2 s: a daemon that is stopped
- * or stuck counts as live (nothing is lifted under it), and this one does not hang. */
+ * or stuck counts as live (nothing is lifted under it), and this one does not hang.  A
+ * request the daemon had read before it stopped ends only when it answers, SIGKILL or
+ * not: the child is then left to end on its own (it holds none of this process's
+ * descriptors, so nobody reading this one's output waits for it either). */
 static bool daemon_gone(const char *dir)
 {
 	/* A daemon that is dying (SIGKILLed a moment ago) ends the requests in flight with
@@ -79,6 +82,10 @@ static bool daemon_gone(const char *dir)
 		return true;
 	pid_t pid = fork();
 	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR);
+		for (int fd = 0; null >= 0 && fd < 3; fd++)
+			dup2(null, fd);
+		close_range(3, ~0u, 0);
 		struct statfs sf;
 		_exit(statfs(dir, &sf) < 0 && (errno == ENOTCONN || errno == ECONNABORTED) ? 1 : 0);
 	}
@@ -92,8 +99,9 @@ static bool daemon_gone(const char *dir)
 			return WIFEXITED(status) && WEXITSTATUS(status) == 1;
 		usleep(nap);
 	}
-	kill(pid, SIGKILL); /* a request to a stuck daemon ends at a fatal signal */
-	waitpid(pid, &status, 0);
+	kill(pid, SIGKILL); /* a request not yet read by a stuck daemon ends at a fatal signal */
+	for (int i = 0; i < 50 && waitpid(pid, &status, WNOHANG) != pid; i++)
+		usleep(10000);
 	return false;
 }
 

@@ -9,6 +9,7 @@
 #include "tier.h"
 #include "grow.h"
 #include "clock.h"
+#include "fault.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -525,5 +526,6 @@ void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 		.f_namemax = GMSFS_NAME_MAX,
 	};
 	s.f_bavail = s.f_bfree;
+	fault_point("statfs", "reply"); /* a request read, never answered (tests/57-operations.bats) */
 	fuse_reply_statfs(req, &s);
 }
