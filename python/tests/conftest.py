@@ -43,17 +43,19 @@ def mounted(*options):
         if daemon.poll() is not None:
             raise RuntimeError("gmsfs did not start: " + open(mnt + ".log").read())
         time.sleep(0.05)
-    yield mnt
-    if subprocess.run(["umount", mnt]).returncode:
-        subprocess.run(["umount", "-l", mnt])
     try:
-        daemon.wait(5)
-    except subprocess.TimeoutExpired:
-        daemon.kill()
-        daemon.wait()
-    log.close()
-    os.rmdir(mnt)
-    os.unlink(mnt + ".log")
+        yield mnt
+    finally:  # a test that failed inside `for mnt in mounted(...)` leaves no daemon either
+        if subprocess.run(["umount", mnt]).returncode:
+            subprocess.run(["umount", "-l", mnt])
+        try:
+            daemon.wait(5)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        log.close()
+        os.rmdir(mnt)
+        os.unlink(mnt + ".log")
 
 
 def let_go_of_mount(d, request, lines=40):
