@@ -405,7 +405,7 @@ static bool device_field(const char *mnt, const char *name, char *buf, size_t le
  * has made bytes of it (at most 30 s); says how long it took. */
 static void settle(const char *mnt, uint64_t bytes)
 {
-	char opts[1024], standby[64];
+	char opts[1024], standby[64] = "?";
 	if (!device_field(mnt, "options", opts, sizeof opts) || !strstr(opts, "host_ahead") ||
 	    strstr(opts, "no_host_ahead"))
 		return;

@@ -319,9 +319,9 @@ void vmm_copies_ready(struct vmm *v);
 int vmm_touch_host(struct vmm_buf *const *bufs, size_t n, char *err, size_t errlen);
 /* Whether vmm_touch_host does anything on v's backend (cuda: its copier maps and copies). */
 bool vmm_touches(const struct vmm *v);
-/* Host memory a daemon before made ahead for b (a takeover's: fd at offset, b's size),
- * adopted as b's standby; b (a piece, on the device) has none yet.  0 or the backend's
- * -errno (nothing adopted). */
+/* Host memory the daemon before had on standby for b (a takeover's or a restart's: fd at
+ * offset, b's size), adopted as b's standby; b (a piece, on the device) has none yet.  0
+ * or the backend's -errno (nothing adopted). */
 int vmm_adopt_standby(struct vmm_buf *b, int fd, uint64_t offset);
 /* What b has on standby, taken off it (NULL: nothing), for vmm_buf_put where nobody waits. */
 struct vmm_buf *vmm_take_standby(struct vmm_buf *b);
