@@ -183,6 +183,35 @@ PY
 	grep -q "GMSFS_FAULT: hung at statfs.reply" "$T/d1.log"
 }
 
+@test "a release that never returns (the driver stuck freeing) holds no create that the device has room for: the next allocation is made at once" {
+	mkdir "$T/m"
+	GMSFS_FAULT=release.buf:hang "$GMSFS" -f -o "backend=host,max_bytes=64M,socket=$T/s.sock" "$T/m" 2>"$T/d.log" 3>&- &
+	local d=$!
+	wait_until grep -q " $T/m fuse.gmsfs " /proc/mounts
+	mkdir "$T/m/w"
+	# The first allocation's memory, freed, goes to the releaser, which hangs in it; the
+	# next create has room beside it (16 + 16 of 64 MiB) and waits for nothing.
+	run timeout 20 "$PYTHON" - "$ROOT/python" "$T/m/w" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import gmsfs
+with gmsfs.connect(sys.argv[2], "rw") as c:
+    c.create("a", 16 << 20)
+    c.free("a")
+    c.create("b", 16 << 20)
+    c.commit()
+print("made")
+PY
+	local allocs=$(ls "$T/m/w/allocs" 2>&1)
+	kill -9 $d # its releaser never returns: no clean end
+	wait $d 2>/dev/null || true
+	umount -l "$T/m" 2>/dev/null || true
+	assert_success
+	assert_output "made"
+	grep -q "GMSFS_FAULT: hung at release.buf" "$T/d.log"
+	[ "$allocs" = b ]
+}
+
 @test "default sockets of dead daemons do not pile up: the next daemon removes those nobody listens on, not a live one's" {
 	mkdir -p /run/gmsfs "$T/m"
 	local dead=/run/gmsfs/gmsfs-test-dead-$$.sock live=/run/gmsfs/gmsfs-test-live-$$.sock

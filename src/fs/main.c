@@ -48,6 +48,12 @@ static void host_apart(struct vmm *v, const char *mountpoint)
 }
 
 /* Allocations may hold descriptors: allow as many as the hard limit. */
+/* On the releaser thread, before each release of memory (vmm.h). */
+static void release_fault(void)
+{
+	fault_point("release", "buf");
+}
+
 static void raise_nofile(void)
 {
 	struct rlimit nofile;
@@ -305,6 +311,7 @@ static int prepare(struct fs *fs, struct options *opts, struct fuse_args *args, 
 		if (opts->piece_bytes)
 			size_parse(opts->piece_bytes, &piece); /* checked by options_parse; 0: never */
 		fs->vmm->piece_bytes = vmm_align(fs->vmm, piece);
+		fs->vmm->before_release = release_fault;
 		if (opts->gpu >= 0)
 			fs->vmm->dev.gpu = opts->gpu;
 		if (!device && !strncmp(fs->vmm->dev.uuid, "host-", 5))

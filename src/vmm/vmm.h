@@ -154,6 +154,12 @@ struct vmm {
 	atomic_uint_fast64_t pages_spare;
 	void *spare_pools; /* the pools with spare pages, under its lock */
 	void *releases;   /* releases pending (vmm_release.c), under its lock */
+	/* Of the memory whose last reference went, what is not released yet (device, host):
+	 * room in the accounting, not yet in memory (vmm_released_for). */
+	atomic_uint_fast64_t releasing, host_releasing;
+	/* Called on the releaser thread before each release (NULL: nothing): the daemon's
+	 * fault point release.buf, a release that never returns (tests/57-operations.bats). */
+	void (*before_release)(void);
 	void *priv;
 };
 

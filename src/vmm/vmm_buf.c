@@ -80,8 +80,10 @@ int vmm_alloc_one(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 		atomic_fetch_sub(&pool->used, aligned);
 		return -ENOSPC;
 	}
-	vmm_released(v); /* the room the accounting showed, on the device too */
+	vmm_released_for(v, false); /* the room the accounting showed, on the device too */
 	int e = v->ops->create(pool, aligned, out);
+	if (vmm_released_retry(v, false, e))
+		e = v->ops->create(pool, aligned, out);
 	if (e) {
 		atomic_fetch_sub(&v->used_bytes, aligned);
 		atomic_fetch_sub(&pool->used, aligned);
@@ -126,8 +128,12 @@ struct spares_going {
 static void release_spares(void *arg)
 {
 	struct spares_going *g = arg;
-	for (size_t i = 0; i < g->l.n; i++)
-		g->pool->vmm->ops->release(g->l.v[i]);
+	struct vmm *v = g->pool->vmm;
+	for (size_t i = 0; i < g->l.n; i++) {
+		uint64_t size = g->l.v[i]->size;
+		v->ops->release(g->l.v[i]);
+		atomic_fetch_sub(&v->releasing, size);
+	}
 	free(g->l.v);
 	vmm_pool_put(g->pool);
 	free(g);
@@ -140,6 +146,8 @@ void vmm_pool_drop_spares_later(struct vmm_pool *p)
 		return vmm_pool_drop_spares(p); /* none; or no memory for the job: now */
 	g->pool = p;
 	vmm_spares_detach(p, &g->l);
+	for (size_t i = 0; i < g->l.n; i++)
+		atomic_fetch_add(&p->vmm->releasing, g->l.v[i]->size);
 	vmm_pool_get(p);
 	vmm_release_later(p->vmm, release_spares, g);
 }
@@ -175,7 +183,12 @@ static void release_buf(void *arg)
 		uint64_t d = b->release_after - now;
 		nanosleep(&(struct timespec){ (time_t)(d / 1000000000u), (long)(d % 1000000000u) }, NULL);
 	}
+	uint64_t size = b->size;
+	bool host = b->host;
+	if (v->before_release)
+		v->before_release();
 	v->ops->release(b);
+	atomic_fetch_sub(host ? &v->host_releasing : &v->releasing, size);
 	if (last_host && v->ops->copies_unneeded)
 		v->ops->copies_unneeded(v);
 	vmm_pool_put(pool);
@@ -208,6 +221,7 @@ void vmm_buf_put(struct vmm_buf *b)
 	if (!on_standby)
 		atomic_fetch_sub(&pool->used, size);
 	b->last_host = host && was == size;
+	atomic_fetch_add(host ? &v->host_releasing : &v->releasing, size);
 	vmm_release_later(v, release_buf, b); /* the room is the taker's now, the memory soon */
 }
 

@@ -66,6 +66,16 @@ static inline void vmm_pool_set_remove(struct vmm_pool_set *s, const struct vmm_
 int vmm_release_open(struct vmm *v);
 void vmm_release_close(struct vmm *v);
 void vmm_release_later(struct vmm *v, void (*fn)(void *arg), void *arg);
+/* Before new memory of a tier (its bytes reserved in the accounting already): the
+ * releases pending waited for where their room is needed (the memory in use, spare and
+ * still being released passes the tier's limit), not where it is not (a release of
+ * gigabytes holds the driver for milliseconds, and a delayed one sleeps: a create of
+ * 2 MiB beside a free device waited for both). */
+void vmm_released_for(struct vmm *v, bool host);
+/* A create refused for want of room (-ENOSPC) while releases were pending: worth one
+ * more try once they are done (the device is shared with others the accounting does
+ * not see).  True: they were waited for, try again. */
+bool vmm_released_retry(struct vmm *v, bool host, int e);
 
 /* vmm_account.c */
 int vmm_mins_open(struct vmm *v);

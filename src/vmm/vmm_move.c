@@ -18,8 +18,10 @@ static int alloc_twin(struct vmm_buf *b, bool to_host, bool on_standby, struct v
 	struct vmm *v = b->vmm;
 	if (to_host ? !vmm_reserve(&v->host_used, v->host_bytes, b->size) : !vmm_device_reserve(v, b->pool, b->size))
 		return -ENOSPC;
-	vmm_released(v); /* the room the accounting showed, in memory too */
+	vmm_released_for(v, to_host); /* the room the accounting showed, in memory too */
 	int e = to_host ? v->ops->create_host(b->pool, b->size, out) : v->ops->create(b->pool, b->size, out);
+	if (vmm_released_retry(v, to_host, e))
+		e = to_host ? v->ops->create_host(b->pool, b->size, out) : v->ops->create(b->pool, b->size, out);
 	if (e) {
 		atomic_fetch_sub(to_host ? &v->host_used : &v->used_bytes, b->size);
 		return e;

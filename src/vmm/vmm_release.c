@@ -4,7 +4,8 @@
  * would stall every request of the mount meanwhile.  The accounting goes down at once,
  * by the caller (room given back is room); the release runs on the releaser thread, and
  * whoever makes memory first runs or waits for those pending (vmm_released), so that the
- * device has the room the accounting shows.  Never waited for under fs->mu: a release
+ * device has the room the accounting shows, where that room is needed
+ * (vmm_released_for; v->releasing counts what is on its way).  Never waited for under fs->mu: a release
  * may take the keeper's mutex (vmm->closing), whose holder may wait for fs->mu. */
 #include "vmm_internal.h"
 
@@ -113,6 +114,25 @@ void vmm_released(struct vmm *v)
 	while (r->pending)
 		pthread_cond_wait(&r->idle, &r->mu);
 	pthread_mutex_unlock(&r->mu);
+}
+
+void vmm_released_for(struct vmm *v, bool host)
+{
+	uint64_t going = atomic_load(host ? &v->host_releasing : &v->releasing);
+	if (!going)
+		return;
+	uint64_t held = host ? atomic_load(&v->host_used) : atomic_load(&v->used_bytes) + atomic_load(&v->pages_spare);
+	uint64_t limit = host ? v->host_bytes : v->max_bytes;
+	if (held > limit || going > limit - held)
+		vmm_released(v);
+}
+
+bool vmm_released_retry(struct vmm *v, bool host, int e)
+{
+	if (e != -ENOSPC || !atomic_load(host ? &v->host_releasing : &v->releasing))
+		return false;
+	vmm_released(v);
+	return true;
 }
 
 void vmm_release_close(struct vmm *v)
