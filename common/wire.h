@@ -82,6 +82,7 @@ struct wire_body {
 	bool has_names;
 	bool fds, meta;              /* EXPORT */
 	bool in_place;               /* EXPORT: writable, into the last commit's bytes */
+	bool overwrite;              /* EXPORT: every byte written: a next version's copies need none */
 };
 int wire_parse_body(enum gmsfs_op op, const void *buf, size_t len, struct wire_body *out, char *why, size_t whylen);
 void wire_body_free(struct wire_body *b);
@@ -95,6 +96,9 @@ int wire_pack_names(msgpack_sbuffer *sb, const char *key, const char *const *nam
 int wire_pack_export(msgpack_sbuffer *sb, const char *const *paths, size_t n, bool fds, bool meta);
 /* The same, with inplace (GMSFS_K_IN_PLACE) said. */
 int wire_pack_export_in_place(msgpack_sbuffer *sb, const char *const *paths, size_t n, bool fds);
+/* A writer's export of what it will write whole (GMSFS_K_OVERWRITE), descriptors and no
+ * metadata; paths NULL: the whole layout. */
+int wire_pack_export_overwrite(msgpack_sbuffer *sb, const char *const *paths, size_t n);
 
 /* ---- replies ---- */
 struct wire_head {

@@ -165,6 +165,10 @@ int wire_parse_body(enum gmsfs_op op, const void *buf, size_t len, struct wire_b
 			bad = "bad inplace flag";
 			if (SEEN(3) || wire_get_bool(v, &b->in_place))
 				goto out;
+		} else if (op == GMSFS_OP_EXPORT && wire_key_is(k, GMSFS_K_OVERWRITE)) {
+			bad = "bad overwrite flag";
+			if (SEEN(4) || wire_get_bool(v, &b->overwrite))
+				goto out;
 		} else {
 			bad = "unknown or repeated field";
 			goto out;
@@ -224,13 +228,16 @@ int wire_pack_names(msgpack_sbuffer *sb, const char *key, const char *const *nam
 	return p.err;
 }
 
-static int pack_export(msgpack_sbuffer *sb, const char *const *paths, size_t n, bool fds, bool meta, bool in_place)
+static int pack_export(msgpack_sbuffer *sb, const char *const *paths, size_t n, bool fds, bool meta, bool in_place,
+		       bool overwrite)
 {
 	struct wire_packer p;
 	wire_packer_init(&p, sb);
-	msgpack_pack_map(&p.pk, 2 + !!paths + in_place);
+	msgpack_pack_map(&p.pk, 2 + !!paths + in_place + overwrite);
 	if (in_place)
 		wire_pack_str(&p.pk, GMSFS_K_IN_PLACE), msgpack_pack_true(&p.pk);
+	if (overwrite)
+		wire_pack_str(&p.pk, GMSFS_K_OVERWRITE), msgpack_pack_true(&p.pk);
 	wire_pack_str(&p.pk, GMSFS_K_FDS), fds ? msgpack_pack_true(&p.pk) : msgpack_pack_false(&p.pk);
 	wire_pack_str(&p.pk, GMSFS_K_WANT_META), meta ? msgpack_pack_true(&p.pk) : msgpack_pack_false(&p.pk);
 	if (paths) {
@@ -244,10 +251,15 @@ static int pack_export(msgpack_sbuffer *sb, const char *const *paths, size_t n, 
 
 int wire_pack_export(msgpack_sbuffer *sb, const char *const *paths, size_t n, bool fds, bool meta)
 {
-	return pack_export(sb, paths, n, fds, meta, false);
+	return pack_export(sb, paths, n, fds, meta, false, false);
 }
 
 int wire_pack_export_in_place(msgpack_sbuffer *sb, const char *const *paths, size_t n, bool fds)
 {
-	return pack_export(sb, paths, n, fds, false, true);
+	return pack_export(sb, paths, n, fds, false, true, false);
+}
+
+int wire_pack_export_overwrite(msgpack_sbuffer *sb, const char *const *paths, size_t n)
+{
+	return pack_export(sb, paths, n, true, false, false, true);
 }

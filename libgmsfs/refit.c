@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <gmsfs/torch.h>
 
@@ -166,6 +167,49 @@ static int rf_check(gmsfs *g, const struct gmsfs_tensor *x, char **alloc, uint64
 	return e;
 }
 
+/* Does the refit write every byte of alloc (its tensors' ranges, at and bytes, together
+ * span the allocation's size, as STORE/allocs says it)? */
+static bool rf_whole(gmsfs *g, char *const *alloc, const uint64_t *at, const uint64_t *bytes, size_t n,
+		     const char *name)
+{
+	char path[8192];
+	struct stat sb;
+	if (snprintf(path, sizeof path, "%s/allocs/%s", g->dir, name) >= (int)sizeof path || stat(path, &sb) ||
+	    sb.st_size <= 0)
+		return false;
+	/* The end of what is written from 0 on, in as many passes as ranges (n is a model's
+	 * tensors: hundreds; a pass finds the range that starts at or before the end so far). */
+	uint64_t end = 0;
+	for (bool moved = true; moved && end < (uint64_t)sb.st_size;) {
+		moved = false;
+		for (size_t i = 0; i < n; i++)
+			if (bytes[i] && !strcmp(alloc[i], name) && at[i] <= end && at[i] + bytes[i] > end)
+				end = at[i] + bytes[i], moved = true;
+	}
+	return end >= (uint64_t)sb.st_size;
+}
+
+/* The allocations the refit writes whole and has not mapped: imported in one request,
+ * their next version (beside readers) made without a copy of the last commit's bytes. */
+static int rf_import_whole(gmsfs *g, char *const *alloc, const uint64_t *at, const uint64_t *bytes, size_t n)
+{
+	const char **whole = calloc(n ? n : 1, sizeof *whole);
+	size_t k = 0;
+	if (!whole)
+		return gm_error(g, -ENOMEM, "out of memory");
+	struct gmsfs_mapping m;
+	for (size_t i = 0; i < n; i++) {
+		bool seen = false;
+		for (size_t j = 0; j < k && !seen; j++)
+			seen = !strcmp(whole[j], alloc[i]);
+		if (!seen && gmsfs_find(g, alloc[i], &m) && rf_whole(g, alloc, at, bytes, n, alloc[i]))
+			whole[k++] = alloc[i];
+	}
+	int e = k ? gmsfs_import_overwrite(g, whole, k) : 0;
+	free(whole);
+	return e;
+}
+
 int gmsfs_refit(gmsfs *g, const struct gmsfs_tensor *v, size_t n)
 {
 	if (!g || (n && !v))
@@ -188,6 +232,8 @@ int gmsfs_refit(gmsfs *g, const struct gmsfs_tensor *v, size_t n)
 	/* Then the bytes: each allocation imported writable where it is not mapped (beside
 	 * the readers, that makes its copy), or made writable where a resume kept it
 	 * read-only (while the copies queued before run), the tensors copied, the copies done. */
+	if (!e)
+		e = rf_import_whole(g, alloc, at, bytes, n);
 	for (size_t i = 0; !e && i < n; i++) {
 		struct gmsfs_mapping m;
 		void *p;

@@ -93,5 +93,6 @@ scenario() {
 	assert_output --partial "imported 9 allocations (589824 bytes), 8 metadata entries, 0 bad words"
 }
 @test "refit by name in C: every name, dtype and shape checked first, both sides said, nothing written; then the bytes" { scenario refit_by_name; }
+@test "refit in C beside a reader (versions): a slab its tensors write whole is not copied for the next version, one they cover in part is" { scenario refit_whole; }
 @test "pause: a data-only writer writes in place past a paused reader, which resumes with no map to the new bytes" { scenario pause_resume; }
 @test "versions: a data-only writer beside a reader copies what it imports; the reader flips to its name (gmsfs_commit_version, gmsfs_flip_to) when it chooses" { scenario versions_flip; }

@@ -245,6 +245,9 @@ enum gmsfs_op {
 #define GMSFS_K_IN_PLACE "inplace"  /* EXPORT (a writer's): the named allocations writable, to write
                                      * the last commit's bytes in place (said ahead: TORN if the
                                      * session then ends without commit) */
+#define GMSFS_K_OVERWRITE "overwrite" /* EXPORT (a writer's, optional, true): it writes every byte
+                                     * of what it asks for: a next version's memory of those is
+                                     * made without a copy of the last commit's bytes */
 #define GMSFS_K_RO "ro"             /* manifest (optional, true): a writer's allocation of the last
                                      * commit, sent read-only: map it read-only until an EXPORT
                                      * with inplace asks for it writable */

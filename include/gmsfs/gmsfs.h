@@ -152,6 +152,14 @@ GMSFS_API int gmsfs_commit(gmsfs *g);
 GMSFS_API int gmsfs_import_all(gmsfs *g);
 /* Map one allocation by name (-ENOENT or -EISDIR with the name in gmsfs_errmsg). */
 GMSFS_API int gmsfs_import(gmsfs *g, const char *name, void **ptr);
+/* A writer's import of what it will write whole: the n named allocations (names NULL: every
+ * one), mapped read-write as import_all maps them.  Beside readers (a store with
+ * versions, gmsfs(5) VERSIONS) their next version's memory is made without a copy of the
+ * last commit's bytes, which the writer is about to replace: until written it holds what
+ * a new allocation holds.  In place (no readers beside), the same as importing them.  One
+ * mapped already is left as it is (the first import in a session decides).  -EPERM for a
+ * reader, -ENOENT for a name the layout lacks. */
+GMSFS_API int gmsfs_import_overwrite(gmsfs *g, const char *const *names, size_t n);
 
 struct gmsfs_meta {
 	char *alloc;       /* allocation path */

@@ -306,6 +306,19 @@ class Connection:
         """import_all without the list of mappings (a Mapping each: tens of us for a model)."""
         self._check(_c.gmsfs_import_all(self._handle()), "import_all")
 
+    def import_overwrite(self, names=None):
+        """A writer's import of allocations it will write whole (names: a list; None: every
+        one), mapped read-write.  Beside readers (a store with versions) their next version's
+        memory is made without a copy of the last commit's bytes: until written it holds
+        what a new allocation holds.  One mapped already stays as it is."""
+        if names is None:
+            arr, n = None, 0
+        else:
+            names = list(names)
+            arr, n = (ctypes.c_char_p * len(names))(*[x.encode() for x in names]), len(names)
+        self._check(_c.gmsfs_import_overwrite(self._handle(), arr, n),
+                    "import_overwrite %s" % ("(every allocation)" if names is None else ", ".join(names)))
+
     def import_one(self, name):
         p = ctypes.c_void_p()
         self._check(_c.gmsfs_import(self._handle(), name.encode(), ctypes.byref(p)), "import %s" % name)

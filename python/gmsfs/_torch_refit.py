@@ -102,6 +102,42 @@ def _destination(conn, plan, name, device):
     return dst
 
 
+def _contiguous(shape, stride):
+    want = 1
+    for n, s in reversed(list(zip(shape, stride))):
+        if n != 1 and s != want:
+            return False
+        want *= n
+    return True
+
+
+def _whole(store, targets, sources, allocs):
+    """Of allocs, those whose every byte source's tensors write (contiguous tensors whose
+    bytes together span the allocation, its size as STORE/allocs says): their next version
+    needs no copy of the last commit's bytes."""
+    spans = {}
+    for name, t in sources.items():
+        alloc, offset, _, dtype, shape, stride, soff = targets[name]
+        if alloc in allocs and t.numel():
+            if not _contiguous(shape, stride):
+                spans[alloc] = None  # gaps inside it: not whole
+            elif spans.get(alloc, []) is not None:
+                start = offset + soff * _ITEMSIZE[dtype]
+                spans.setdefault(alloc, []).append((start, start + t.numel() * _ITEMSIZE[dtype]))
+    whole = set()
+    for alloc, s in spans.items():
+        if s is None:
+            continue
+        end = 0
+        for a, b in sorted(s):
+            if a > end:
+                break
+            end = max(end, b)
+        if end >= os.stat(os.path.join(store, "allocs", alloc)).st_size:
+            whole.add(alloc)
+    return whole
+
+
 def _copy(conn, plan, sources, device, seal):
     """source's tensors into the store's, allocation by allocation: each made writable
     just before its first copy and, with seal (a commit follows), read-only again once
@@ -156,7 +192,9 @@ def refit(source, store, strict=True, timeout=None, commit=True, version=None):
     until a later commit, never served half written.  On a store with versions
     (user.gms.versions 2) the call does not wait for the engines: it builds the next
     version beside them, writing copies of only the allocations source's tensors lie in
-    (a killed trainer leaves the last commit whole), and engines move to it with flip().
+    (a killed trainer leaves the last commit whole; an allocation whose every byte they
+    write is made for it without a copy of the last commit's bytes:
+    Connection.import_overwrite), and engines move to it with flip().
     commit: publish at the end (the connection then holds the read lock, or is paused
     again); False leaves the session open for more.  version: the commit's name (a
     trainer's step; gmsfs(5), NAMED VERSIONS), a store's once: refused (GmsfsError EEXIST)
@@ -189,10 +227,19 @@ def refit(source, store, strict=True, timeout=None, commit=True, version=None):
         if not kept and not plan["mapped"]:
             targets = plan["targets"]
             needed = {targets[name][0] for name, t in sources.items() if t.numel()}
-            if read_fields(os.path.join(conn.store, "state")).get("beside") == "1" and needed != {
-                    a for a, *_ in targets.values()}:
-                for alloc in sorted(needed):  # a next version: only these are copied
-                    conn.import_one(alloc)
+            if read_fields(os.path.join(conn.store, "state")).get("beside") == "1":
+                # A next version beside the engines: only these are made, and those written
+                # whole without a copy of the last commit's bytes (its time is the refit's own).
+                whole = _whole(conn.store, targets, sources, needed)
+                if whole:
+                    conn.import_overwrite(sorted(whole))
+                if not needed - whole:
+                    pass
+                elif needed == {a for a, *_ in targets.values()}:
+                    conn._import_all()  # the rest, copied, in one round trip (those mapped stay)
+                else:
+                    for alloc in sorted(needed - whole):
+                        conn.import_one(alloc)
             else:
                 conn._import_all()  # the committed allocations, writable: from here on, in place
         _copy(conn, plan, sources, _device(conn), commit)

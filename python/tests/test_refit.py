@@ -377,6 +377,55 @@ os.kill(os.getpid(), signal.SIGKILL)""", store)
     assert (st["state"], st["torn"], st["prev_handles"], st["used"]) == ("COMMITTED", "0", "0", used), st
 
 
+def test_a_versioned_refit_that_writes_an_allocation_whole_makes_its_next_version_uncopied(store):
+    """The next version of an allocation whose every byte the refit's tensors write is
+    made without a copy of the last commit's bytes (version_overwrites); one with bytes
+    that no tensor covers is copied; the engine flips to exactly the trainer's weights."""
+    code = """
+import torch
+def build(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(128, 128, bias=False), torch.nn.Linear(128, 128, bias=False))
+"""
+    w = run_py(code + "import gmsfs.torch as gt, sys\ngt.publish(build(1), sys.argv[1]).close()", store)
+    assert w.returncode == 0, w.stderr
+    os.setxattr(store, "user.gms.versions", b"2")
+    engine = subprocess.Popen([sys.executable, "-c", code + """
+import gmsfs.torch as gt, json, sys
+m = build(9)
+gt.materialize(m, sys.argv[1])
+x = torch.ones(1, 128)
+for line in sys.stdin:
+    gt.flip(m)
+    print(json.dumps(m(x).tolist()), flush=True)
+""", store], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+    cns = {}
+    exec(code, cns)
+    trainer = cns["build"](2)
+    before = state(store)
+    gt.refit(trainer, store, timeout=10).close()  # every tensor: the allocation written whole
+    st = state(store)
+    made = int(st["version_copies"]) - int(before["version_copies"])
+    assert made >= 1 and int(st["version_overwrites"]) - int(before["version_overwrites"]) == made, st
+    assert st["version_copied_bytes"] == before["version_copied_bytes"], st
+    engine.stdin.write("flip\n")
+    engine.stdin.flush()
+    assert json.loads(engine.stdout.readline()) == trainer(torch.ones(1, 128)).tolist()
+    # One of the two tensors: half the allocation, so it is copied first.
+    half = cns["build"](3)
+    gt.refit({"0.weight": half[0].weight}, store, strict=False, timeout=10).close()
+    st2 = state(store)
+    assert (int(st2["version_copies"]) - int(st["version_copies"]), st2["version_overwrites"]) == (1, st["version_overwrites"]), st2
+    engine.stdin.write("flip\n")
+    engine.stdin.flush()
+    with torch.no_grad():
+        trainer[0].weight.copy_(half[0].weight)
+    assert json.loads(engine.stdout.readline()) == trainer(torch.ones(1, 128)).tolist()
+    engine.stdin.close()
+    assert engine.wait(20) == 0
+
+
 def test_a_named_refit_and_engines_that_flip_to_that_name_only(store):
     """gmsfs(5), NAMED VERSIONS: gt.refit(version=) names its commit; an engine's
     gt.flip(m, NAME) goes to that commit or changes nothing; a name is refused again

@@ -202,6 +202,43 @@ def test_a_next_version_is_built_beside_readers_who_flip_when_they_choose(store)
     r.close()
 
 
+def test_a_writer_that_overwrites_whole_gets_its_next_version_uncopied(store):
+    """import_overwrite: the next version's memory of what the writer writes whole is made
+    and not filled (no copy of the last commit's bytes); the readers read the last commit
+    untouched, and see the writer's bytes once they flip."""
+    publish(store)
+    versions(store, 2)
+    r = Reader(store)
+    before = r.ask("read")
+    with gmsfs.connect(store, "data", timeout=0) as w:
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            w.import_overwrite(["a", "nope"])
+        assert e.value.errno == errno.ENOENT and "nope" in str(e.value), e.value
+        assert state(store)["version_copies"] == "0"  # refused whole: nothing made
+        w.import_overwrite(["a", "b"])
+        st = state(store)
+        assert (st["version_copies"], st["version_overwrites"], st["version_copied_bytes"]) == ("2", "2", "0"), st
+        m = w.find("a")
+        assert set(bytes(w.buffer(m.ptr, SIZE))) == {0}  # new memory's (the host backend's zeros), not 1
+        w.buffer(m.ptr, SIZE, writable=True)[:] = bytes([0x51]) * SIZE
+        w.buffer(w.find("b").ptr, SIZE, writable=True)[:] = bytes([0x52]) * SIZE
+        write(w, "c", 0x53)  # imported as before: a copy, then written
+        st = state(store)
+        assert (st["version_copies"], st["version_overwrites"], st["version_copied_bytes"]) == ("3", "2", str(SIZE)), st
+        w.import_overwrite(["c"])  # mapped already: left as it is, nothing more made
+        assert state(store)["version_copies"] == "3"
+        assert r.ask("read") == before  # the last commit, untouched
+        w.commit()
+    assert r.ask("flip") == {"changed": 3, "generation": 2}
+    assert values(r.ask("read")) == {"a": [0x51], "b": [0x52], "c": [0x53]}
+    # A reader may not say it overwrites: refused, nothing made.
+    with gmsfs.connect(store, "ro") as c:
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            c.import_overwrite()
+        assert e.value.errno == errno.EPERM, e.value
+    r.close()
+
+
 def test_a_second_session_waits_until_the_version_before_is_let_go(store):
     publish(store)
     versions(store, 2)

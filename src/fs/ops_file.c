@@ -487,7 +487,7 @@ static int do_write(fuse_req_t req, struct fs_handle *h, const char *data, size_
 		return -EFBIG; /* fixed size: ftruncate first, never past the end */
 	int e = 0;
 	if (version_needs_copy(h->store, h, m)) /* beside the readers: into a copy (lets fs->mu go) */
-		e = version_copy(h->store, h, &m, 1, NULL, 0);
+		e = version_copy(h->store, h, &m, 1, false, NULL, 0);
 	else
 		*last_commit = meta_committed(m) && lock_would_write_in_place(h->store);
 	if (e)

@@ -75,7 +75,7 @@ static int export_one(struct fs *fs, struct fs_handle *h, struct gmsfs_ioc *io, 
 		return -ESTALE;
 	if (!m->buf)
 		return -ENODATA; /* not sized yet: no memory behind it */
-	if (lock_writes(h) && (e = version_copy(h->store, h, &m, 1, NULL, 0)))
+	if (lock_writes(h) && (e = version_copy(h->store, h, &m, 1, false, NULL, 0)))
 		return e; /* beside the readers, the writer's is a copy (last_error says why not) */
 	if ((e = export_ticket(fs, h, TICKET_EXPORT, tgid, uid, io->ticket)))
 		return e;
@@ -186,7 +186,7 @@ static int do_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct fs_handl
 			return -ENOTTY;
 		if (h->hold == HOLD_NONE)
 			return -ENOLCK; /* a directory that has not taken the lock */
-		if (cmd == GMSFS_IOC_EXPORT_ALL && lock_writes(h) && (e = version_copy_named(st, h, NULL, 0, NULL, 0)))
+		if (cmd == GMSFS_IOC_EXPORT_ALL && lock_writes(h) && (e = version_copy_named(st, h, NULL, 0, false, NULL, 0)))
 			return e;
 		e = export_ticket(fs, h, cmd == GMSFS_IOC_CHANNEL ? TICKET_CHANNEL : TICKET_EXPORT_ALL, tgid, uid,
 				  io->ticket);

@@ -162,6 +162,7 @@ struct store_versions {
 	uint64_t session;              /* bumped at each such session: copies made for one that ended go */
 	bool copying;                  /* version_copy let fs->mu go */
 	uint64_t copies, copied_bytes, flips; /* counters state shows */
+	uint64_t overwrites;           /* of copies, those made unfilled (their writer overwrites them) */
 };
 
 /* ---- a store ---- */

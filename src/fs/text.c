@@ -45,7 +45,7 @@ int text_state(struct store *st, char **out, size_t *len)
 	int n = asprintf(out,
 			 "state: %s\nreaders: %u\nwriter: %d\nwaiting_writers: %u\nwaiting_readers: %u\n"
 			 "generation: %llu\ntorn: %d\ndata_only: %d\nkept: %d\npaused: %u\nversions: %u\nbeside: %d\nprev_handles: %u\n"
-			 "prev_generation: %llu\nversion_copies: %llu\nversion_copied_bytes: %llu\nflips: %llu\nallocations: %llu\nentries: %llu\nbytes: %llu\n"
+			 "prev_generation: %llu\nversion_copies: %llu\nversion_copied_bytes: %llu\nversion_overwrites: %llu\nflips: %llu\nallocations: %llu\nentries: %llu\nbytes: %llu\n"
 			 "aligned_bytes: %llu\n"
 			 "layout_hash: %s\nrequests: %llu\nsocket_requests: %llu\ntier: %s\nquota: %llu\n"
 			 "priority: %d\nmin: %llu\nreserved: %llu\nused: %llu\npeak: %llu\nreclaim: %llu\n"
@@ -56,7 +56,7 @@ int text_state(struct store *st, char **out, size_t *len)
 			 f->data, f->kept, f->paused, st->versions.allowed, f->beside,
 			 st->versions.prev_handles, (unsigned long long)(f->prev_held ? st->versions.prev_generation : 0),
 			 (unsigned long long)st->versions.copies, (unsigned long long)st->versions.copied_bytes,
-			 (unsigned long long)st->versions.flips, (unsigned long long)s.allocations, (unsigned long long)s.entries,
+			 (unsigned long long)st->versions.overwrites, (unsigned long long)st->versions.flips, (unsigned long long)s.allocations, (unsigned long long)s.entries,
 			 (unsigned long long)s.bytes, (unsigned long long)s.aligned_bytes,
 			 st->meta ? meta_hash_hex(st->meta) : "", (unsigned long long)st->requests,
 			 (unsigned long long)st->socket_requests, store_tier_name(&st->tier),

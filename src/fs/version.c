@@ -65,14 +65,15 @@ static void pairs_release(struct store *st, struct version_pair *v, size_t n, ui
 	free(v);
 }
 
-static int copy(struct store *st, const struct fs_handle *h, struct meta_node *const *nodes, size_t n, char *why,
-		size_t whylen);
+static int copy(struct store *st, const struct fs_handle *h, struct meta_node *const *nodes, size_t n, bool overwrite,
+		char *why, size_t whylen);
 
 /* todo's copies: their memory asked of the daemon's one door (room made as for any
- * allocation, the same errno and words for the same shortage), then each filled, fs->mu
- * let go meanwhile (an allocation's memory does not change in a data-only session).
- * fs->mu held on entry and return.  0, or -errno with why, none made. */
-static int copies(struct store *st, struct version_pair *todo, size_t k, char *why, size_t whylen)
+ * allocation, the same errno and words for the same shortage), then each filled (but
+ * where its writer overwrites it), fs->mu let go meanwhile (an allocation's memory does
+ * not change in a data-only session).  fs->mu held on entry and return.  0, or -errno
+ * with why, none made. */
+static int copies(struct store *st, struct version_pair *todo, size_t k, bool overwrite, char *why, size_t whylen)
 {
 	struct fs *fs = st->fs;
 	struct memory_ask *ask = calloc(k, sizeof *ask);
@@ -92,7 +93,7 @@ static int copies(struct store *st, struct version_pair *todo, size_t k, char *w
 	int e = fs->make_memory(fs, st, ask, k, made, msg, sizeof msg);
 	bool made_all = !e; /* all or none */
 	size_t i = 0;
-	for (; !e && i < k; i += !e)
+	for (; !e && !overwrite && i < k; i += !e)
 		e = vmm_copy(todo[i].node->buf, made[i], err, sizeof err);
 	pthread_mutex_lock(&fs->mu);
 	if (e && made_all)
@@ -108,11 +109,11 @@ static int copies(struct store *st, struct version_pair *todo, size_t k, char *w
 	return e;
 }
 
-int version_copy(struct store *st, const struct fs_handle *h, struct meta_node *const *nodes, size_t n, char *why,
-		 size_t whylen)
+int version_copy(struct store *st, const struct fs_handle *h, struct meta_node *const *nodes, size_t n, bool overwrite,
+		 char *why, size_t whylen)
 {
 	char msg[256];
-	int e = copy(st, h, nodes, n, msg, sizeof msg);
+	int e = copy(st, h, nodes, n, overwrite, msg, sizeof msg);
 	if (e) {
 		store_error(st, "%s", msg);
 		snprintf(why ? why : msg, why ? whylen : sizeof msg, "%s", msg);
@@ -120,8 +121,8 @@ int version_copy(struct store *st, const struct fs_handle *h, struct meta_node *
 	return e;
 }
 
-static int copy(struct store *st, const struct fs_handle *h, struct meta_node *const *nodes, size_t n, char *why,
-		size_t whylen)
+static int copy(struct store *st, const struct fs_handle *h, struct meta_node *const *nodes, size_t n, bool overwrite,
+		char *why, size_t whylen)
 {
 	struct fs *fs = st->fs;
 	struct store_versions *v = &st->versions;
@@ -149,7 +150,7 @@ static int copy(struct store *st, const struct fs_handle *h, struct meta_node *c
 	if (k) {
 		v->copying = true;
 		store_get(st);
-		e = copies(st, todo, k, why, whylen);
+		e = copies(st, todo, k, overwrite, why, whylen);
 		v->copying = false;
 		if (!e && (st->removed || v->session != session || !version_beside(st))) {
 			e = why_fmt(why, whylen, -ENOLCK, "the session ended while its copies were made");
@@ -160,7 +161,8 @@ static int copy(struct store *st, const struct fs_handle *h, struct meta_node *c
 	while (!e && i < k && !GROW(v->next, v->nnext, v->cap_next, 16)) {
 		v->next[v->nnext++] = todo[i];
 		v->copies++;
-		v->copied_bytes += todo[i].buf->size;
+		v->overwrites += overwrite;
+		v->copied_bytes += overwrite ? 0 : todo[i].buf->size;
 		i++;
 	}
 	if (!e && i < k)
@@ -190,19 +192,26 @@ static int add_alloc(struct meta_node *n, void *arg)
 	return e;
 }
 
-int version_copy_named(struct store *st, const struct fs_handle *h, char *const *names, size_t n, char *why,
-		       size_t whylen)
+int version_copy_named(struct store *st, const struct fs_handle *h, char *const *names, size_t n, bool overwrite,
+		       char *why, size_t whylen)
 {
 	struct nodes l = {0};
 	int e = 0;
 	for (size_t i = 0; names && i < n && !e; i++) {
+		/* A name that is not an allocation with memory: refused as the export refuses it,
+		 * before any copy is made (a copy made unfilled must not outlive its request). */
 		struct meta_node *m = meta_resolve(st->meta, META_AREA_ALLOCS, names[i]);
-		if (m) /* one not there is for the export to refuse, naming it */
-			e = add_alloc(m, &l);
+		if (!m || m->kind != META_ALLOC || !m->buf) {
+			free(l.v);
+			return why_fmt(why, why ? whylen : 0, !m ? -ENOENT : m->kind != META_ALLOC ? -EISDIR : -ENODATA,
+				       "allocs/%s %s", names[i], !m ? "does not exist" : m->kind != META_ALLOC ? "is a directory"
+												   : "was never sized");
+		}
+		e = add_alloc(m, &l);
 	}
 	if (!names)
 		e = meta_walk(meta_root(st->meta, META_AREA_ALLOCS), add_alloc, &l);
-	e = e ? why_fmt(why, why ? whylen : 0, e, "%s", strerror(-e)) : version_copy(st, h, l.v, l.n, why, whylen);
+	e = e ? why_fmt(why, why ? whylen : 0, e, "%s", strerror(-e)) : version_copy(st, h, l.v, l.n, overwrite, why, whylen);
 	free(l.v);
 	return e;
 }

@@ -24,16 +24,17 @@ struct vmm_buf *version_buf(const struct store *st, const struct fs_handle *h, c
 /* Does h's writable use of n need a copy made first (version_copy)? */
 bool version_needs_copy(const struct store *st, const struct fs_handle *h, const struct meta_node *n);
 /* Each of nodes whose writable use by h needs it (version_needs_copy) gets its copy;
- * fs->mu is let go while they are made, so a caller that may see h go meanwhile looks it
- * up again after.  0, or -errno, why in last_error and in why (may be NULL): -EDQUOT,
- * -ENOSPC (no room for a copy), -ENOLCK (the session ended meanwhile); nothing is kept
- * of a failure. */
-int version_copy(struct store *st, const struct fs_handle *h, struct meta_node *const *nodes, size_t n, char *why,
-		 size_t whylen);
+ * overwrite: h's writer writes every byte of them, so their memory is made and not filled
+ * (what new memory holds until written).  fs->mu is let go while they are made, so a
+ * caller that may see h go meanwhile looks it up again after.  0, or -errno, why in
+ * last_error and in why (may be NULL): -EDQUOT, -ENOSPC (no room for a copy), -ENOLCK
+ * (the session ended meanwhile); nothing is kept of a failure. */
+int version_copy(struct store *st, const struct fs_handle *h, struct meta_node *const *nodes, size_t n, bool overwrite,
+		 char *why, size_t whylen);
 /* The same for the allocations named (a name that is not one is left to the caller), or,
  * names NULL, every one. */
-int version_copy_named(struct store *st, const struct fs_handle *h, char *const *names, size_t n, char *why,
-		       size_t whylen);
+int version_copy_named(struct store *st, const struct fs_handle *h, char *const *names, size_t n, bool overwrite,
+		       char *why, size_t whylen);
 /* The allocations of the version before that read handle h is on (none when it is on the
  * last commit): *out is the caller's to free.  0 or -ENOMEM. */
 int version_prev(const struct store *st, const struct fs_handle *h, struct meta_node ***out, size_t *n);

@@ -43,6 +43,7 @@ static const struct {
 	{ "graph_pool", sc_graph_pool },
 	{ "pages", sc_pages },
 	{ "refit_by_name", sc_refit_by_name },
+	{ "refit_whole", sc_refit_whole },
 	{ "pause_resume", sc_pause_resume },
 	{ "versions_flip", sc_versions_flip },
 	{ "kept", sc_kept },

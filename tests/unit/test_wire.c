@@ -358,8 +358,20 @@ static void requests(void)
 	wire_pack_export(&sb, NULL, 0, false, true);
 	is_int(wire_parse_body(GMSFS_OP_EXPORT, sb.data, sb.size, &b, why, sizeof why), 0, "an EXPORT body");
 	ok(!b.fds && b.meta && !b.has_names, "metadata only, the whole layout");
+	ok(!b.overwrite, "not said: no overwrite");
+	wire_body_free(&b);
+	msgpack_sbuffer_clear(&sb);
+	wire_pack_export_overwrite(&sb, names, 2);
+	is_int(wire_parse_body(GMSFS_OP_EXPORT, sb.data, sb.size, &b, why, sizeof why), 0, "an EXPORT body with overwrite");
+	ok(b.overwrite && b.fds && !b.meta && b.nnames == 2 && !strcmp(b.names[0], "x"), "overwrite, descriptors, its names");
 	wire_body_free(&b);
 	msgpack_sbuffer_destroy(&sb);
+	n = 0; /* overwrite is a boolean: 1 is refused, as a repeated one is */
+	b1(0x81), str("overwrite"), b1(0x01);
+	is_int(wire_parse_body(GMSFS_OP_EXPORT, buf, n, &b, why, sizeof why), -EINVAL, "an overwrite that is not a boolean");
+	n = 0;
+	b1(0x82), str("overwrite"), b1(0xc3), str("overwrite"), b1(0xc3);
+	is_int(wire_parse_body(GMSFS_OP_EXPORT, buf, n, &b, why, sizeof why), -EINVAL, "overwrite twice");
 
 	n = 0;
 	b1(0x81), str("allocs"), b1(0xdd), b1(0x7f), b1(0xff), b1(0xff), b1(0xff);

@@ -286,8 +286,11 @@ static int do_export(struct fs *fs, const struct rpc_req *r, const struct wire_b
 	struct fs_handle *h = bound(fs, r, false, true, &e, why, whylen);
 	if (h && body->in_place && !lock_writes(h))
 		return why_fmt(why, whylen, -EPERM, "inplace: only the writer's session writes the last commit in place");
+	if (h && body->overwrite && !lock_writes(h))
+		return why_fmt(why, whylen, -EPERM, "overwrite: only the writer's session writes");
 	if (h && lock_writes(h) && version_beside(h->store) && body->fds &&
-	    !(e = version_copy_named(h->store, h, body->has_names ? body->names : NULL, body->nnames, why, whylen)))
+	    !(e = version_copy_named(h->store, h, body->has_names ? body->names : NULL, body->nnames, body->overwrite, why,
+				     whylen)))
 		h = bound(fs, r, false, false, &e, why, whylen);
 	if (h && !e)
 		e = collect(h, body, s, why, whylen);

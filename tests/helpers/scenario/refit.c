@@ -84,6 +84,61 @@ int sc_refit_by_name(void)
 	return 0;
 }
 
+/* gmsfs_refit on a store with versions, beside a reader: a slab its tensors write whole is
+ * made for the next version without a copy of the last commit's bytes (version_overwrites),
+ * one with bytes no tensor covers is copied first; the reader reads the last commit. */
+int sc_refit_whole(void)
+{
+	static const char *val = "{\"dtype\": \"float32\", \"shape\": [128], \"stride\": [1], \"storage_offset\": 0, "
+				 "\"param\": true}";
+	gmsfs *g;
+	void *p, *q;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 5000));
+	CALL(g, gmsfs_create(g, "torch/whole", 1024, "torch", &p)); /* w0 and w1: every byte */
+	CALL(g, gmsfs_create(g, "torch/part", 1024, "torch", &q));  /* w2 alone: half */
+	void *src; /* the source, memory of the store's device: read, never written */
+	CALL(g, gmsfs_create(g, "src", 2048, NULL, &src));
+	if (fill(p, 0, 1024, 1) || fill(q, 1, 1024, 1) || fill(src, 5, 2048, 2))
+		return 1;
+	struct gmsfs_entry v[] = {
+		{ "torch/w0", "torch/whole", 0, 512, 0, val, strlen(val) },
+		{ "torch/w1", "torch/whole", 512, 512, 0, val, strlen(val) },
+		{ "torch/w2", "torch/part", 0, 512, 0, val, strlen(val) },
+	};
+	CALL(g, gmsfs_meta_put_many(g, v, 3));
+	CALL(g, gmsfs_commit(g));
+	gmsfs_disconnect(g);
+	CHECK(!setxattr(store, "user.gms.versions", "2", 1, 0), "versions: %s", strerror(errno));
+	struct kid r = spawn(GMSFS_RO, 5000);
+	CHECK(kid_result(&r, 5000, NULL) == 0, "the reader holds the last commit");
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW_DATA, 0)); /* beside the reader: at once */
+	CALL(g, gmsfs_import(g, "src", &src)); /* its copy for the next version, the same bytes */
+	int64_t s128[] = { 128 };
+	struct gmsfs_tensor t[] = { { "w0", "float32", s128, 1, (char *)src },
+				    { "w1", "float32", s128, 1, (char *)src + 512 },
+				    { "w2", "float32", s128, 1, (char *)src + 1024 } };
+	CALL(g, gmsfs_refit(g, t, 3));
+	struct gmsfs_mapping sm;
+	CALL(g, gmsfs_find(g, "src", &sm)); /* src and part copied, each an aligned slab */
+	CHECK(state_val("version_copies") == 3 && state_val("version_overwrites") == 1 &&
+	      state_val("version_copied_bytes") == 2 * (long)sm.aligned, "copies %ld overwrites %ld copied %ld",
+	      state_val("version_copies"), state_val("version_overwrites"), state_val("version_copied_bytes"));
+	CALL(g, gmsfs_commit(g));
+	gmsfs_disconnect(g);
+	kid_release(&r);
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RO, 5000));
+	CALL(g, gmsfs_import(g, "torch/whole", &p));
+	CALL(g, gmsfs_import(g, "torch/part", &q));
+	uint8_t a[1024], b[1024];
+	CHECK(mem_read(a, p, sizeof a) == 0 && mem_read(b, q, sizeof b) == 0, "reading the slabs");
+	for (int i = 0; i < 1024; i++) {
+		CHECK(a[i] == byte_of(5, (uint64_t)i, 2), "whole byte %d", i);
+		CHECK(b[i] == (i < 512 ? byte_of(5, (uint64_t)(1024 + i), 2) : byte_of(1, (uint64_t)i, 1)), "part byte %d", i);
+	}
+	gmsfs_disconnect(g);
+	return 0;
+}
+
 /* A reader pauses: a data-only writer of the same process goes past it and writes in
  * place; a writer that could replace the memory waits; the reader resumes with no map,
  * the new bytes at its old addresses. */

@@ -115,6 +115,7 @@ int sc_pages(void);
 int role_kept(char **argv);
 int sc_kept(void);
 int sc_refit_by_name(void);
+int sc_refit_whole(void);
 int sc_pause_resume(void);
 int role_flipper(char **argv);
 int sc_versions_flip(void);
