@@ -16,7 +16,8 @@
  *              and the same driver calls split as gmsfs splits them, since the daemon
  *              owns the memory: a fresh process with no context creates and exports,
  *              hands the fd over a socket, and the writer imports, reserves, maps and
- *              sets access, one allocation at a time
+ *              sets access, one allocation at a time; each of them timed once the device
+ *              has its free memory back (the step before's releases done)
  *   metadata   a bulk put of one entry per allocation, per entry
  * Before the runs, a daemon that makes host memory ahead (-o host_ahead, the default) is
  * left to make the store's (settle): its pinning and first use are not a reader's import
@@ -417,6 +418,17 @@ static void settle(const char *mnt, uint64_t bytes)
 	       (now_ms() - t0) / 1e3, standby, (unsigned long long)bytes);
 }
 
+/* The device's free memory back to free0 (within 256 MiB), at most 2 s: what the step
+ * before freed (the daemon's releaser, a creator process's end) is released before the
+ * next is timed, so that no writer figure pays for another's release. */
+static void quiet_device(size_t free0)
+{
+	double t0 = now_ms();
+	size_t fr = 0, total = 0;
+	while (!cu.cuMemGetInfo(&fr, &total) && fr + (256u << 20) < free0 && now_ms() - t0 < 2000)
+		usleep(1000);
+}
+
 static void layout(const char *mnt, const char *label, const uint64_t *sizes, int count, int runs)
 {
 	char store[4096];
@@ -429,10 +441,16 @@ static void layout(const char *mnt, const char *label, const uint64_t *sizes, in
 	gmsfs *w;
 	TRY(NULL, gmsfs_connect(&w, store, GMSFS_RW, 10000));
 	double wf[3], wc[3], wm[3], w2[3];
+	size_t free0 = 0, device_total = 0;
+	CU(cu.cuMemGetInfo(&free0, &device_total));
 	for (int r = 0; r < 3; r++) {
+		quiet_device(free0);
 		wc[r] = time_create(w, sizes, count, false);
+		quiet_device(free0);
 		wm[r] = time_create(w, sizes, count, true);
+		quiet_device(free0);
 		wf[r] = writer_floor(sizes, count);
+		quiet_device(free0);
 		w2[r] = writer_split(sizes, count);
 	}
 	double t_create = median(wc, 3), t_many = median(wm, 3), t_wfloor = median(wf, 3);
@@ -540,6 +558,10 @@ static void layout(const char *mnt, const char *label, const uint64_t *sizes, in
 	printf("  %-44s %9.2f ms  %5.2fx  %7.1f us/alloc\n", "writer: gmsfs_create_many (one request)", t_many,
 	       t_many / t_wfloor, t_many * 1e3 / count);
 	printf("  %-44s %9.2f ms         %7.2f us/entry\n", "metadata: one bulk put", t_meta, t_meta * 1e3 / count);
+	printf("  %-44s", "the writer's rounds (ms): create, many, floor, split");
+	for (int r = 0; r < 3; r++)
+		printf("%s %.2f %.2f %.2f %.2f", r ? ";" : "", wc[r], wm[r], wf[r], w2[r]);
+	printf("\n");
 	printf("  %-44s %9.2fx (import) %5.2fx (remap)\n", pairs ? "median of the pairs' ratios" : "median of the runs' ratios",
 	       pairs_import, pairs_remap);
 	printf("  %-44s", "the pairs' import ratios, sorted");
