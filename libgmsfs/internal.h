@@ -164,7 +164,7 @@ struct gmsfs {
 	bool saved_has_hash;
 	const struct gm_backend *be;
 #ifdef GMSFS_HAVE_CUDA
-	struct cu_api cu;       /* loaded at the first connect to a cuda store */
+	struct cu_api cu;       /* the process's (map_cuda.c: looked up once), copied at the first connect to a cuda store */
 	CUdevice cudev;         /* the device of the caller's context */
 #endif
 	struct gmsfs_mapping *maps; /* what gmsfs_mappings shows */

@@ -98,32 +98,6 @@ int gmsfs_import_all(gmsfs *g)
 	return e;
 }
 
-int gmsfs_import_overwrite(gmsfs *g, const char *const *names, size_t n)
-{
-	if (!g || (!names && n))
-		return g ? gm_error(g, -EINVAL, "import_overwrite: no list of names") : -EINVAL;
-	int e = gm_need_lock(g, GMSFS_RW);
-	for (size_t i = 0; !e && names && i < n; i++)
-		if (!names[i] || !gmsfs_path_valid(names[i], strlen(names[i])))
-			e = gm_error(g, -EINVAL, "import_overwrite %s: not a valid name", names[i] ? names[i] : "(null)");
-	if (e || (names && !n))
-		return e;
-	msgpack_sbuffer sb;
-	msgpack_sbuffer_init(&sb);
-	/* Those mapped already keep their memory (mp_import skips them): the first import of
-	 * an allocation in a session decides whether its next version is a copy. */
-	struct ch_manifest m = { .consume = mp_import, .ctx = g };
-	if ((e = wire_pack_export_overwrite(&sb, names, n)))
-		e = gm_error(g, e, "out of memory");
-	else if (!(e = gm_call(g, GMSFS_OP_EXPORT, sb.data, sb.size, &m)))
-		ch_manifest_free(&m);
-	for (size_t i = 0; !e && names && i < n; i++)
-		if (!mp_find(g, names[i]))
-			e = gm_error(g, -EPROTO, "import_overwrite: the daemon sent no %s", names[i]);
-	msgpack_sbuffer_destroy(&sb);
-	return e;
-}
-
 int gm_commit(gmsfs *g, bool unmapping)
 {
 	int e = gm_need_lock(g, GMSFS_RW);
@@ -179,9 +153,6 @@ void gmsfs_disconnect(gmsfs *g)
 	mt_free(g);
 	gm_release_lock(g);
 	gm_forget_dir(g);
-#ifdef GMSFS_HAVE_CUDA
-	cu_unload(&g->cu);
-#endif
 	free(g->tie);
 	free(g->dir);
 	free(g);

@@ -7,6 +7,7 @@
 
 #ifdef GMSFS_HAVE_CUDA
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,10 +16,25 @@
 
 #define CU_ERR(r) ((r) == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : (r) == CUDA_ERROR_INVALID_CONTEXT ? -ENXIO : -EIO)
 
+/* The driver's entry points, looked up once in the process and never let go: a lookup of
+ * every one is about 0.4 ms (an H200's host), which each connect paid before. */
+static struct cu_api shared_cu;
+static char shared_why[160];
+static pthread_once_t shared_once = PTHREAD_ONCE_INIT;
+
+static void load_shared(void)
+{
+	cu_load(&shared_cu, shared_why, sizeof shared_why);
+}
+
 static int cuda_attach(gmsfs *g, char *err, size_t errlen)
 {
-	if (!g->cu.lib && cu_load(&g->cu, err, errlen))
-		return -ENOTSUP;
+	if (!g->cu.lib) {
+		pthread_once(&shared_once, load_shared);
+		if (!shared_cu.lib)
+			return snprintf(err, errlen, "%s", shared_why), -ENOTSUP;
+		g->cu = shared_cu; /* the handle's copy: never unloaded (gmsfs_disconnect) */
+	}
 	CUcontext ctx = NULL;
 	if (g->cu.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) {
 		snprintf(err, errlen, "the store is in GPU memory and this thread has no current CUDA context "

@@ -456,6 +456,32 @@ int gmsfs_create(gmsfs *g, const char *name, uint64_t size, const char *tag, voi
 	return e;
 }
 
+int gmsfs_import_overwrite(gmsfs *g, const char *const *names, size_t n)
+{
+	if (!g || (!names && n))
+		return g ? gm_error(g, -EINVAL, "import_overwrite: no list of names") : -EINVAL;
+	int e = gm_need_lock(g, GMSFS_RW);
+	for (size_t i = 0; !e && names && i < n; i++)
+		if (!names[i] || !gmsfs_path_valid(names[i], strlen(names[i])))
+			e = gm_error(g, -EINVAL, "import_overwrite %s: not a valid name", names[i] ? names[i] : "(null)");
+	if (e || (names && !n))
+		return e;
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	/* Those mapped already keep their memory (mp_import skips them): the first import of
+	 * an allocation in a session decides whether its next version is a copy. */
+	struct ch_manifest m = { .consume = mp_import, .ctx = g };
+	if ((e = wire_pack_export_overwrite(&sb, names, n)))
+		e = gm_error(g, e, "out of memory");
+	else if (!(e = gm_call(g, GMSFS_OP_EXPORT, sb.data, sb.size, &m)))
+		ch_manifest_free(&m);
+	for (size_t i = 0; !e && names && i < n; i++)
+		if (!mp_find(g, names[i]))
+			e = gm_error(g, -EPROTO, "import_overwrite: the daemon sent no %s", names[i]);
+	msgpack_sbuffer_destroy(&sb);
+	return e;
+}
+
 int gmsfs_import(gmsfs *g, const char *name, void **ptr)
 {
 	if (!g || !ptr)

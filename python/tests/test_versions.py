@@ -239,6 +239,66 @@ def test_a_writer_that_overwrites_whole_gets_its_next_version_uncopied(store):
     r.close()
 
 
+def until(what, tries=200):
+    for _ in range(tries):
+        got = what()
+        if got:
+            return got
+        time.sleep(0.025)
+    return what()
+
+
+def test_the_next_versions_memory_is_made_between_refits_and_taken_by_the_next(store):
+    """-o next_ahead (the default): once the version before is let go, memory for the same
+    allocations' next version is made (state's pages_spare: in no store's use), and the next
+    session's copies take it; that memory is anyone's room."""
+    publish(store)
+    versions(store, 2)
+    used = int(state(store)["used"])
+    r = Reader(store)
+    with gmsfs.connect(store, "data", timeout=0) as w:
+        write(w, "b", 0x61)
+        w.commit()
+    assert state(store)["pages_spare"] == "0"  # the reader is on the version before still
+    assert r.ask("flip")["changed"] == 1  # the last on it: it goes, and b's next is made
+    assert until(lambda: state(store)["pages_spare"] == str(SIZE)), state(store)
+    assert int(state(store)["used"]) == used  # not the store's use
+    copies = int(state(store)["version_copies"])
+    with gmsfs.connect(store, "data", timeout=0) as w:
+        write(w, "b", 0x62)  # its copy: the memory made ahead
+        st = state(store)
+        assert (st["pages_spare"], int(st["version_copies"]), int(st["used"])) == ("0", copies + 1, used + SIZE), st
+        w.commit()
+    assert r.ask("flip")["changed"] == 1 and values(r.ask("read"))["b"] == [0x62]
+    assert until(lambda: state(store)["pages_spare"] == str(SIZE)), state(store)
+    r.close()
+
+
+def test_memory_made_ahead_is_given_up_to_another_stores_create_and_moves_no_store_out():
+    for mnt in mounted("backend=host", "max_bytes=%d" % (8 * SIZE)):
+        a, b = os.path.join(mnt, "a"), os.path.join(mnt, "b")
+        os.mkdir(a)
+        os.mkdir(b)
+        publish(a)
+        versions(a, 2)
+        r = Reader(a)
+        with gmsfs.connect(a, "data", timeout=0) as w:
+            write(w, "c", 9)
+            w.commit()
+        r.ask("flip")
+        assert until(lambda: state(a)["pages_spare"] == str(SIZE)), state(a)
+        with gmsfs.connect(b, "rw") as c:  # 5 of the 8: room only with what a has ahead
+            c.create("x", 5 * SIZE)
+            c.commit()
+        st = state(a)
+        assert (st["pages_spare"], st["tier"], st["state"]) == ("0", "device", "RO"), st
+        assert values(r.ask("read")) == {"a": [1], "b": [2], "c": [9]}
+        r.close()
+    for mnt in mounted("backend=host", "no_next_ahead"):
+        with open(os.path.join(mnt, "device")) as f:
+            assert ",no_next_ahead" in f.read()
+
+
 def test_a_second_session_waits_until_the_version_before_is_let_go(store):
     publish(store)
     versions(store, 2)

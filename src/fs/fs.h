@@ -117,6 +117,7 @@ struct fs {
 	struct timespec started;       /* the times of the daemon's own files */
 	bool allow_other;              /* the mount admits other users (and so does the socket) */
 	char *options;                 /* its -o options in effect, as the device file shows them */
+	bool next_ahead;               /* a store's next version's memory made between refits (version.c) */
 	/* Each module's own state (its header says what guards each field): */
 	struct store_table *stores;
 	struct waitq *wq;

@@ -289,6 +289,9 @@ static int prepare(struct fs *fs, struct options *opts, struct fuse_args *args, 
 		opts->max_threads = 256;
 	if (opts->host_ahead < 0)
 		opts->host_ahead = 1;
+	if (opts->next_ahead < 0)
+		opts->next_ahead = 1;
+	fs->next_ahead = opts->next_ahead;
 	fs->allow_other = opts->allow_other;
 	if (!e)
 		e = store_table_new(fs);
@@ -333,7 +336,8 @@ int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts cmd = {0};
-	struct options opts = { .ready_fd = -1, .detach_fd = -1, .fdstore = 16384, .host_ahead = -1, .gpu = -1 }; /* max_threads 0: 256 */
+	struct options opts = { .ready_fd = -1, .detach_fd = -1, .fdstore = 16384, .host_ahead = -1, .next_ahead = -1,
+				.gpu = -1 }; /* max_threads 0: 256 */
 	struct fs fs = {
 		.mu = PTHREAD_MUTEX_INITIALIZER,
 		.root = { FS_NODE_MAGIC, FS_ROOT, NULL },

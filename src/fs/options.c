@@ -20,6 +20,8 @@ static const struct fuse_opt option_spec[] = {
 	OPT("piece_bytes=%s", piece_bytes),
 	OPT("host_ahead", host_ahead),
 	{ "no_host_ahead", offsetof(struct options, host_ahead), 0 },
+	OPT("next_ahead", next_ahead),
+	{ "no_next_ahead", offsetof(struct options, next_ahead), 0 },
 	OPT("mover=%s", mover),
 	OPT("fsname=%s", fsname),
 	OPT("ready_fd=%d", ready_fd),
@@ -40,6 +42,8 @@ static void usage(const char *prog)
 	       "    -o max_bytes=N[KMGT]   most memory the stores may hold (default: all of the device)\n"
 	       "    -o host_bytes=N[KMGT]  most host memory the host tier may hold (default: half of the machine's)\n"
 	       "    -o no_host_ahead       no host memory made ahead of a store's first move out (made by default)\n"
+	       "    -o no_next_ahead       no device memory made ahead of a store's next version between refits\n"
+	       "                           (made by default, where user.gms.versions is 2)\n"
 	       "    -o piece_bytes=N[KMGT] allocations larger than this are pieces of this size, which move one at\n"
 	       "                           a time (default 1G; 0: never)\n"
 	       "    -o mover=PATH          the cuda backend's copy helper (default: gmsfs-mover beside gmsfs,\n"
@@ -158,7 +162,7 @@ int options_parse(struct fuse_args *args, struct options *opts, struct fuse_cmdl
  * mount's budgets, name or socket.  0, or 2 (the old options do not parse). */
 int options_inherit(struct options *o, struct fuse_args *args, const struct handover_peer *peer, uint64_t *max_bytes)
 {
-	struct options old = { .ready_fd = -1, .detach_fd = -1, .host_ahead = -1, .gpu = -1 };
+	struct options old = { .ready_fd = -1, .detach_fd = -1, .host_ahead = -1, .next_ahead = -1, .gpu = -1 };
 	char *argv[] = { "gmsfs", "-o", (char *)peer->options, NULL };
 	struct fuse_args a = FUSE_ARGS_INIT(peer->options[0] ? 3 : 1, argv);
 	if (fuse_opt_parse(&a, &old, option_spec, option_seen)) {
@@ -192,6 +196,8 @@ int options_inherit(struct options *o, struct fuse_args *args, const struct hand
 		o->max_threads = old.max_threads;
 	if (o->host_ahead < 0)
 		o->host_ahead = old.host_ahead;
+	if (o->next_ahead < 0)
+		o->next_ahead = old.next_ahead;
 	if (o->gpu < 0)
 		o->gpu = old.gpu;
 	if (old.allow_other && !o->allow_other) {
@@ -231,6 +237,8 @@ char *options_text(const struct fs *fs, const struct options *o)
 	snprintf(kv, sizeof kv, "piece_bytes=%llu", (unsigned long long)fs->vmm->piece_bytes);
 	e |= fuse_opt_add_opt_escaped(&t, kv);
 	e |= fuse_opt_add_opt(&t, o->host_ahead ? "host_ahead" : "no_host_ahead");
+	if (!o->next_ahead) /* said only when off: a gmsfs before it takes the line over still */
+		e |= fuse_opt_add_opt(&t, "no_next_ahead");
 	if (o->allow_other)
 		e |= fuse_opt_add_opt(&t, "allow_other");
 	if (o->gpu >= 0) {

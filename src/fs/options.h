@@ -18,6 +18,8 @@ struct options {
 	char *piece_bytes;     /* allocations past this size are made of pieces (vmm_pieces.c) */
 	int host_ahead;        /* make committed stores' host memory ahead of their first move out
 	                        * (1, the default; 0: no_host_ahead; -1: not said) */
+	int next_ahead;        /* make a store's next version's memory ahead, between refits
+	                        * (1, the default; 0: no_next_ahead; -1: not said) */
 	char *mover;           /* the cuda backend's copy helper for the host tier */
 	char *fsname;          /* the mount's source, as mount(8) and fstab name it */
 	int ready_fd;

@@ -65,6 +65,25 @@ static void pairs_release(struct store *st, struct version_pair *v, size_t n, ui
 	free(v);
 }
 
+/* The version before's memory goes: the same allocations' next version made ahead, as
+ * spares of the store's pool once that memory is released (-o next_ahead; vmm.h,
+ * vmm_spare_make_like_later), so that the next refit's copies are memory made already.
+ * What others need is given up for them (spares are anyone's room). */
+static void release_and_ahead(struct store *st, struct version_pair *v, size_t n, uint64_t after)
+{
+	struct vmm_buf **like = st->fs->next_ahead && !st->removed ? calloc(n + 1, sizeof *like) : NULL;
+	size_t k = 0;
+	for (size_t i = 0; like && i < n; i++)
+		if (v[i].node->linked && v[i].node->buf) {
+			like[k] = v[i].node->buf; /* the last commit's: its shape is the next copy's */
+			vmm_buf_get(like[k++]);
+		}
+	pairs_release(st, v, n, after);
+	if (k)
+		vmm_spare_make_like_later(st->pool, like, k);
+	vmm_release_all(like, k);
+}
+
 static int copy(struct store *st, const struct fs_handle *h, struct meta_node *const *nodes, size_t n, bool overwrite,
 		char *why, size_t whylen);
 
@@ -265,7 +284,7 @@ unsigned version_commit(struct store *st)
 		v->prev = v->next, v->nprev = v->nnext, v->cap_prev = v->cap_next;
 		v->prev_generation = store_lock(st)->fsm.generation;
 	} else {
-		pairs_release(st, v->next, v->nnext, 0);
+		release_and_ahead(st, v->next, v->nnext, 0);
 	}
 	v->prev_handles = marked;
 	v->next = NULL;
@@ -282,7 +301,7 @@ bool version_leave(struct store *st, struct fs_handle *h)
 	h->on_prev = false;
 	if (!v->prev_handles || --v->prev_handles)
 		return false;
-	pairs_release(st, v->prev, v->nprev, clock_mono_ns() + VERSION_RELEASE_AFTER_NS);
+	release_and_ahead(st, v->prev, v->nprev, clock_mono_ns() + VERSION_RELEASE_AFTER_NS);
 	v->prev = NULL;
 	v->nprev = v->cap_prev = 0;
 	return true;

@@ -24,8 +24,9 @@ struct vmm_pool {
 	atomic_uint_fast64_t used; /* aligned bytes its buffers hold, on either tier */
 	_Atomic uint64_t min;  /* bytes of the device kept for it while it holds less (0: none) */
 	atomic_uint_fast64_t peak; /* the most it has held */
-	/* Spare pages: pages it gave back, made still, for its own next growth (vmm_alloc_page): in neither used
-	 * nor the device's used_bytes, in the device's pages_spare; listed in spare_list. */
+	/* Spare pages: pages it gave back, made still, for its own next growth (vmm_alloc_page), and memory
+	 * made ahead of its next version (vmm_spare_make_like_later): in neither used nor the device's
+	 * used_bytes, in the device's pages_spare; listed in spare_list. */
 	atomic_uint_fast64_t pages_spare;
 	void *spare_list;
 	atomic_uint pieces;   /* buffers that are pieces of its allocations in pieces (vmm_pieces.c) */
@@ -217,6 +218,17 @@ int vmm_compound(struct vmm_buf *const *pieces, size_t n, struct vmm_buf **out);
  * use, until vmm_pool_drop_spares, the pool's end, or a reservation anywhere that needs
  * the room.  Spare pages hold that store's bytes: only its own pages reuse them. */
 int vmm_alloc_page(struct vmm_pool *p, uint64_t size, struct vmm_buf **out);
+/* A spare of p of aligned bytes taken into use, counted as new memory is (within the quota
+ * and the others' minimums): 0 with *out (one reference, still a page: a spare again at its
+ * last put unless the caller says otherwise), -ENOENT where p has none of that size, or
+ * -EDQUOT / -ENOSPC (the spare stays one). */
+int vmm_spare_use(struct vmm_pool *p, uint64_t aligned, struct vmm_buf **out);
+/* Spare memory of like's shape (each piece a spare of p, vmm_alloc_page's kind) made on the
+ * releaser thread, after the releases queued before it, for like's next copy
+ * (vmm_alloc_like takes them): a store's next version's memory made while its trainer
+ * steps.  Only in room nobody holds (no spare or host memory given up for it) and within
+ * p's quota; what was not made is not.  Each of like[0..n) is held until then. */
+void vmm_spare_make_like_later(struct vmm_pool *p, struct vmm_buf *const *like, size_t n);
 void vmm_pool_drop_spares(struct vmm_pool *p);
 /* The same, their memory released on the releaser thread (vmm_release.c), the pool held
  * until then: a session's end under fs->mu lets its spare pages go (off the list and out
@@ -281,10 +293,10 @@ int vmm_switch(struct vmm_buf *const *outs, size_t nout, struct vmm_buf *const *
  * mappings memory of their own this way.  All or nothing; the time of a copy. */
 int vmm_renew(struct vmm_buf *const *bufs, size_t n, struct vmm_buf ***old, char *err, size_t errlen);
 void vmm_unrenew(struct vmm_buf *const *bufs, struct vmm_buf **old, size_t n);
-/* New device memory of like's shape (its pieces, each of its size), counted as an
- * allocation of p (-EDQUOT past its quota, -ENOSPC past the device's budget): a store's
- * next version's copy, made through the daemon's door (src/fs/memory.h).  -EINVAL: like
- * is on the host tier. */
+/* New device memory of like's shape (its pieces, each of its size: p's spares of that size
+ * first, made ahead by vmm_spare_make_like_later), counted as an allocation of p (-EDQUOT
+ * past its quota, -ENOSPC past the device's budget): a store's next version's copy, made
+ * through the daemon's door (src/fs/memory.h).  -EINVAL: like is on the host tier. */
 int vmm_alloc_like(struct vmm_pool *p, const struct vmm_buf *like, struct vmm_buf **out);
 /* from's bytes copied into to, of its shape (vmm_alloc_like); from stays as it is.  The
  * time of a copy: call it without the caller's locks.  0 or -errno and err. */

@@ -7,15 +7,18 @@
 
 int vmm_alloc_page(struct vmm_pool *pool, uint64_t size, struct vmm_buf **out)
 {
+	int e = vmm_spare_use(pool, vmm_align(pool->vmm, size), out);
+	if (e == -ENOENT && !(e = vmm_alloc_one(pool, size, out))) /* a page is never in pieces */
+		(*out)->page = true;
+	return e;
+}
+
+int vmm_spare_use(struct vmm_pool *pool, uint64_t aligned, struct vmm_buf **out)
+{
 	struct vmm *v = pool->vmm;
-	uint64_t aligned = vmm_align(v, size);
 	struct vmm_buf *b = vmm_spare_take(pool, aligned);
-	if (!b) {
-		int e = vmm_alloc_one(pool, size, out); /* a page is never in pieces */
-		if (!e)
-			(*out)->page = true;
-		return e;
-	}
+	if (!b)
+		return -ENOENT;
 	/* Its memory is held already (the spare pages' sum with used_bytes does not change):
 	 * within the quota and the others' minimums, as new memory after every spare page
 	 * was given up. */
