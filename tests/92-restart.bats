@@ -93,6 +93,10 @@ commit_store() { # commit_store STORE BYTES: one allocation of BYTES of 'x', an 
 	wait_until bash -c "! kill -0 $old"
 	GMSFS_PID=$NEW_PID
 	[ "$(standby)" = "$before" ] # at once: the old daemon's, adopted
+	unused() { sed -n 's/^host_standby_unused_bytes: //p' "$MNT/device"; }
+	used_here() { [ "$(unused)" = 0 ]; }
+	[ "$(unused)" -le "$before" ]
+	wait_until used_here # by this daemon's copier (none on host) once the mount is quiet
 	echo host >"$MNT/h/tier"
 	wait_until grep -qx host "$MNT/h/tier"
 	[ "$(standby)" = $((before - 8192)) ] # the move out copied into it

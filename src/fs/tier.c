@@ -180,10 +180,11 @@ static uint64_t touch_ahead(struct fs *fs, const struct store *st, struct vmm_bu
  * fs->mu, released meanwhile. */
 static void touch_taken_over(struct fs *fs, struct store *st, const struct vmm_bufs *c)
 {
-	st->tier.standby_untouched = false;
 	struct vmm_buf **k = vmm_touches(fs->vmm) ? calloc(c->n + 1, sizeof *k) : NULL;
-	if (!k)
+	if (!k) {
+		st->tier.standby_untouched = false;
 		return;
+	}
 	for (size_t i = 0; i < c->n; i++)
 		if ((k[i] = c->v[i]->standby))
 			vmm_buf_get(k[i]); /* given up for room meanwhile, it lives until touched */
@@ -196,6 +197,7 @@ static void touch_taken_over(struct fs *fs, struct store *st, const struct vmm_b
 	vmm_copies_ready(fs->vmm);
 	vmm_release_all(k, c->n);
 	pthread_mutex_lock(&fs->mu);
+	st->tier.standby_untouched = false; /* once used (tier_standby_unused says so till then) */
 	store_put(st, 1);
 }
 
@@ -380,6 +382,24 @@ void tier_stop(struct fs *fs)
 	pthread_join(tr->thread, NULL);
 	fs->tier = NULL;
 	free(tr);
+}
+
+static int add_standby(struct meta_node *n, void *arg)
+{
+	for (size_t i = 0; n->kind == META_ALLOC && n->buf && i < vmm_npieces(n->buf); i++) {
+		const struct vmm_buf *b = vmm_piece(n->buf, i);
+		*(uint64_t *)arg += b->standby ? b->standby->size : 0;
+	}
+	return 0;
+}
+
+uint64_t tier_standby_unused(struct fs *fs)
+{
+	uint64_t bytes = 0;
+	for (size_t i = 0; fs->stores && i < fs->stores->n; i++)
+		if (fs->stores->v[i]->tier.standby_untouched && !fs->stores->v[i]->removed)
+			meta_walk(meta_root(fs->stores->v[i]->meta, META_AREA_ALLOCS), add_standby, &bytes);
+	return bytes;
 }
 
 void tier_stats_read(struct fs *fs, struct tier_stats *out)

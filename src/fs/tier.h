@@ -53,5 +53,8 @@ uint64_t tier_ask_back(struct fs *fs, struct store *self, uint64_t need);
 
 /* What metrics and status.json show of the mount. */
 void tier_stats_read(struct fs *fs, struct tier_stats *out);
+/* Of host_standby, the bytes the daemon before made (a takeover's, a restart's) that this
+ * daemon's copier has not used yet (it does once the mount is quiet).  Under fs->mu. */
+uint64_t tier_standby_unused(struct fs *fs);
 
 #endif
