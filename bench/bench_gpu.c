@@ -403,7 +403,8 @@ static bool device_field(const char *mnt, const char *name, char *buf, size_t le
 }
 
 /* With host memory made ahead (the mount's options say host_ahead), wait until the daemon
- * has made bytes of it (at most 30 s); says how long it took. */
+ * has made bytes of it and released what went before (a store removed: its pinned memory),
+ * at most 30 s; says how long it took. */
 static void settle(const char *mnt, uint64_t bytes)
 {
 	char opts[1024], standby[64] = "?";
@@ -411,21 +412,26 @@ static void settle(const char *mnt, uint64_t bytes)
 	    strstr(opts, "no_host_ahead"))
 		return;
 	double t0 = now_ms();
+	char going[64] = "0";
 	while (now_ms() - t0 < 30000 && device_field(mnt, "host_standby_bytes", standby, sizeof standby) &&
-	       strtoull(standby, NULL, 10) < bytes)
+	       (strtoull(standby, NULL, 10) < bytes ||
+		(device_field(mnt, "releasing_bytes", going, sizeof going) && strcmp(going, "0"))))
 		usleep(20000);
 	printf("  (the daemon's host memory made ahead of the store after %.1f s: %s of %llu bytes)\n",
 	       (now_ms() - t0) / 1e3, standby, (unsigned long long)bytes);
 }
 
-/* The device's free memory back to free0 (within 256 MiB), at most 2 s: what the step
- * before freed (the daemon's releaser, a creator process's end) is released before the
- * next is timed, so that no writer figure pays for another's release. */
-static void quiet_device(size_t free0)
+/* The daemon's releases done (the device file's releasing_bytes 0: a store removed gives
+ * back gigabytes of pinned host memory) and the device's free memory back to free0 (within
+ * 256 MiB: a creator process's end), at most 3 s: what the step before freed is released
+ * before the next is timed, so that no writer figure pays for another's release. */
+static void quiet_device(const char *mnt, size_t free0)
 {
 	double t0 = now_ms();
 	size_t fr = 0, total = 0;
-	while (!cu.cuMemGetInfo(&fr, &total) && fr + (256u << 20) < free0 && now_ms() - t0 < 2000)
+	char going[64] = "0";
+	while (now_ms() - t0 < 3000 && ((device_field(mnt, "releasing_bytes", going, sizeof going) && strcmp(going, "0")) ||
+					 (!cu.cuMemGetInfo(&fr, &total) && fr + (256u << 20) < free0)))
 		usleep(1000);
 }
 
@@ -444,13 +450,13 @@ static void layout(const char *mnt, const char *label, const uint64_t *sizes, in
 	size_t free0 = 0, device_total = 0;
 	CU(cu.cuMemGetInfo(&free0, &device_total));
 	for (int r = 0; r < 3; r++) {
-		quiet_device(free0);
+		quiet_device(mnt, free0);
 		wc[r] = time_create(w, sizes, count, false);
-		quiet_device(free0);
+		quiet_device(mnt, free0);
 		wm[r] = time_create(w, sizes, count, true);
-		quiet_device(free0);
+		quiet_device(mnt, free0);
 		wf[r] = writer_floor(sizes, count);
-		quiet_device(free0);
+		quiet_device(mnt, free0);
 		w2[r] = writer_split(sizes, count);
 	}
 	double t_create = median(wc, 3), t_many = median(wm, 3), t_wfloor = median(wf, 3);

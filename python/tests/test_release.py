@@ -61,6 +61,12 @@ def test_a_slow_release_holds_up_no_other_request(slow):
     assert took["others"] < SLOW_MS / 2000, took  # not behind the release (it was, under the mutex)
     assert took["rmdir"] < SLOW_MS / 2000, took  # nor the rmdir itself
     assert used(slow) == before - (1 << 20) and not os.path.exists(gone)  # its room, at once
+    dev = os.path.join(slow, "device")
+    assert read_fields(dev)["releasing_bytes"] == str(1 << 20)  # its memory, on its way (the device file says)
+    deadline = time.monotonic() + 10
+    while read_fields(dev)["releasing_bytes"] != "0" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert read_fields(dev)["releasing_bytes"] == "0"
     os.rmdir(os.path.join(slow, "third"))
     os.rmdir(other)  # also slow: every release goes the same way
     assert used(slow) == before - (2 << 20)

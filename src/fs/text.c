@@ -20,8 +20,8 @@ int text_device(struct fs *fs, char **out, size_t *len)
 	int n = asprintf(out,
 			 "index: %d\ngpu: %d\nuuid: %s\nname: %s\nbackend: %s\ntotal_bytes: %llu\nused_bytes: %llu\n"
 			 "granularity: %llu\nversion: %s\nhost_bytes: %llu\nhost_used_bytes: %llu\n"
-			 "host_standby_bytes: %llu\nhost_standby_unused_bytes: %llu\npages_spare_bytes: %llu\nsocket: %s\n"
-			 "pid: %d\noptions: %s\n"
+			 "host_standby_bytes: %llu\nhost_standby_unused_bytes: %llu\npages_spare_bytes: %llu\n"
+			 "releasing_bytes: %llu\nsocket: %s\npid: %d\noptions: %s\n"
 			 /* the names before 0.3 (kept one release, gmsfs(5)): */
 			 "host_kept_bytes: %llu\npages_kept_bytes: %llu\n",
 			 v->dev.index, v->dev.gpu, v->dev.uuid, v->dev.name, v->dev.backend,
@@ -29,6 +29,7 @@ int text_device(struct fs *fs, char **out, size_t *len)
 			 (unsigned long long)v->dev.granularity, GMSFS_VERSION, (unsigned long long)v->host_bytes,
 			 (unsigned long long)atomic_load(&v->host_used), (unsigned long long)atomic_load(&v->host_standby),
 			 (unsigned long long)tier_standby_unused(fs), (unsigned long long)atomic_load(&v->pages_spare),
+			 (unsigned long long)(atomic_load(&v->releasing) + atomic_load(&v->host_releasing)),
 			 export_socket(fs), (int)getpid(),
 			 fs->options ? fs->options : "", (unsigned long long)atomic_load(&v->host_standby),
 			 (unsigned long long)atomic_load(&v->pages_spare));
