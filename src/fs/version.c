@@ -283,8 +283,8 @@ unsigned version_commit(struct store *st)
 	if (marked) {
 		v->prev = v->next, v->nprev = v->nnext, v->cap_prev = v->cap_next;
 		v->prev_generation = store_lock(st)->fsm.generation;
-	} else {
-		release_and_ahead(st, v->next, v->nnext, 0);
+	} else { /* (nothing made ahead here: the session's end, just after, drops its spares) */
+		pairs_release(st, v->next, v->nnext, 0);
 	}
 	v->prev_handles = marked;
 	v->next = NULL;
