@@ -167,6 +167,16 @@ static int rf_check(gmsfs *g, const struct gmsfs_tensor *x, char **alloc, uint64
 	return e;
 }
 
+struct rf_span {
+	uint64_t at, end;
+};
+
+static int rf_by_start(const void *a, const void *b)
+{
+	uint64_t x = ((const struct rf_span *)a)->at, y = ((const struct rf_span *)b)->at;
+	return x < y ? -1 : x > y;
+}
+
 /* Does the refit write every byte of alloc (its tensors' ranges, at and bytes, together
  * span the allocation's size, as STORE/allocs says it)? */
 static bool rf_whole(gmsfs *g, char *const *alloc, const uint64_t *at, const uint64_t *bytes, size_t n,
@@ -177,15 +187,17 @@ static bool rf_whole(gmsfs *g, char *const *alloc, const uint64_t *at, const uin
 	if (snprintf(path, sizeof path, "%s/allocs/%s", g->dir, name) >= (int)sizeof path || stat(path, &sb) ||
 	    sb.st_size <= 0)
 		return false;
-	/* The end of what is written from 0 on, in as many passes as ranges (n is a model's
-	 * tensors: hundreds; a pass finds the range that starts at or before the end so far). */
-	uint64_t end = 0;
-	for (bool moved = true; moved && end < (uint64_t)sb.st_size;) {
-		moved = false;
-		for (size_t i = 0; i < n; i++)
-			if (bytes[i] && !strcmp(alloc[i], name) && at[i] <= end && at[i] + bytes[i] > end)
-				end = at[i] + bytes[i], moved = true;
-	}
+	struct rf_span *s = calloc(n ? n : 1, sizeof *s);
+	size_t k = 0;
+	for (size_t i = 0; s && i < n; i++)
+		if (bytes[i] && !strcmp(alloc[i], name))
+			s[k++] = (struct rf_span){ at[i], at[i] + bytes[i] };
+	if (s)
+		qsort(s, k, sizeof *s, rf_by_start);
+	uint64_t end = 0; /* what is written from 0 on, without a gap */
+	for (size_t i = 0; s && i < k && s[i].at <= end; i++)
+		end = s[i].end > end ? s[i].end : end;
+	free(s);
 	return end >= (uint64_t)sb.st_size;
 }
 
