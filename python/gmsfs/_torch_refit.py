@@ -233,12 +233,11 @@ def refit(source, store, strict=True, timeout=None, commit=True, version=None):
                 whole = _whole(conn.store, targets, sources, needed)
                 if whole:
                     conn.import_overwrite(sorted(whole))
-                if not needed - whole:
-                    pass
-                elif needed == {a for a, *_ in targets.values()}:
+                rest = needed - whole
+                if rest and needed == {a for a, *_ in targets.values()}:
                     conn._import_all()  # the rest, copied, in one round trip (those mapped stay)
                 else:
-                    for alloc in sorted(needed - whole):
+                    for alloc in sorted(rest):
                         conn.import_one(alloc)
             else:
                 conn._import_all()  # the committed allocations, writable: from here on, in place
