@@ -169,7 +169,7 @@ def _copy(conn, plan, sources, device, seal):
         torch.cuda.synchronize()
 
 
-def refit(source, store, strict=True, timeout=None, commit=True, version=None):
+def refit(source, store, strict=True, timeout=None, commit=True, version=None, _name_new=False):
     """Copy source's tensors (a module's parameters and buffers by name, or a dict name ->
     tensor such as a state_dict) into the store's tensors of the same names, in place: the
     store's layout stays as committed, only its bytes change, and no second copy of the
@@ -212,7 +212,8 @@ def refit(source, store, strict=True, timeout=None, commit=True, version=None):
     kept = plan is not None and plan.pop("kept", False)
     try:
         sources = _sources(source)
-        if version is not None and any(v[1] == version for v in versions(conn.store)):
+        # (_name_new: the caller, gmsfs.Group, looked already; the commit refuses it anyway)
+        if version is not None and not _name_new and any(v[1] == version for v in versions(conn.store)):
             raise GmsfsError(errno.EEXIST, "refit %s: a commit of the store was version %s already (%s/versions)"
                              % (conn.store, version, conn.store))
         if kept:

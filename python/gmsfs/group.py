@@ -56,7 +56,7 @@ class Group:
 
     def committed(self, name):
         """The ranks whose store had a commit named name."""
-        return [r for r, v in enumerate(self.names()) if any(n == name for _, n, _ in v)]
+        return _have(self.names(), name)
 
     def ready(self, name):
         """Was name committed on every rank?  Once it is, it stays so."""
@@ -65,25 +65,12 @@ class Group:
     def version(self):
         """The group's version: the newest name committed on every rank (newest by rank
         0's commits), or None."""
-        names = self.names()
-        common = set(n for _, n, _ in names[0])
-        for v in names[1:]:
-            common &= set(n for _, n, _ in v)
-        newest = [n for _, n, _ in names[0] if n in common]
-        return newest[-1] if newest else None
+        return _newest_common(self.names())
 
     def pending(self):
         """A name some ranks committed after the group's version and others not yet:
         (name, [ranks that have it]), or None."""
-        done = self.version()
-        for r, v in enumerate(self.names()):
-            later = [n for _, n, _ in v]
-            later = later[later.index(done) + 1:] if done in later else later
-            for name in later:
-                have = self.committed(name)
-                if len(have) < len(self.stores):
-                    return name, have
-        return None
+        return _pending(self.names())
 
     def status(self):
         """Per rank: (store, the last commit's name or None, its generation)."""
@@ -113,12 +100,14 @@ class Group:
         committed.  Refused, nothing written: GmsfsError EBUSY while the group has another
         name committed on some ranks only, ESTALE where the rank committed past version."""
         store = self._store(rank)
-        if version in (n for _, n, _ in versions(store)):
-            if committed_version(store) == version:
+        names = self.names()  # one look at every rank (a file read each: 0.3-0.6 ms on a GPU host)
+        mine = {n: state for _, n, state in names[rank]}
+        if version in mine:
+            if mine[version] == "serving":
                 return False
             raise GmsfsError(errno.ESTALE, "group: rank %d committed past version %s (it serves %s)"
                              % (rank, version, committed_version(store)))
-        p = self.pending()
+        p = _pending(names)
         if p and p[0] != version:
             raise GmsfsError(errno.EBUSY, "group: version %s is committed on ranks %s of %d only: refit it again to "
                              "complete it before %s" % (p[0], p[1], len(self.stores), version))
@@ -128,7 +117,7 @@ class Group:
                 c.commit(version=version)
         else:
             from .torch import refit
-            refit(source, store, timeout=timeout, version=version, **kw).close()
+            refit(source, store, timeout=timeout, version=version, _name_new=True, **kw).close()
         return True
 
     # ---- an engine's rank ----
@@ -156,16 +145,43 @@ class Group:
         allocations were mapped again."""
         self._store(rank)
         conn = getattr(conn, "_gmsfs", conn)
-        name = self.version() if name is None else name
-        if name is None or not self.ready(name):
+        names = self.names()  # one look at every rank
+        name = _newest_common(names) if name is None else name
+        have = _have(names, name) if name else []
+        if len(have) < len(self.stores):
             raise GmsfsError(errno.EAGAIN, "group: version %s is committed on ranks %s of %d: not yet"
-                             % (name, self.committed(name) if name else [], len(self.stores)))
+                             % (name, have, len(self.stores)))
         return conn.flip(version=name)
 
     def _store(self, rank):
         if not isinstance(rank, int) or not 0 <= rank < len(self.stores):
             raise ValueError("rank: 0 to %d, not %r" % (len(self.stores) - 1, rank))
         return self.stores[rank]
+
+
+def _have(names, name):
+    """Of a look at every rank (Group.names), the ranks that had a commit named name."""
+    return [r for r, v in enumerate(names) if any(n == name for _, n, _ in v)]
+
+
+def _newest_common(names):
+    common = set(n for _, n, _ in names[0])
+    for v in names[1:]:
+        common &= set(n for _, n, _ in v)
+    newest = [n for _, n, _ in names[0] if n in common]
+    return newest[-1] if newest else None
+
+
+def _pending(names):
+    done = _newest_common(names)
+    for v in names:
+        later = [n for _, n, _ in v]
+        later = later[later.index(done) + 1:] if done in later else later
+        for name in later:
+            have = _have(names, name)
+            if len(have) < len(names):
+                return name, have
+    return None
 
 
 class _Commits:
