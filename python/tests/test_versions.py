@@ -140,6 +140,18 @@ def write(c, name, value):
     c.buffer(m.ptr, SIZE, writable=True)[:] = bytes([value]) * SIZE
 
 
+def a_version_beside(store, name, value):
+    """A published store with versions, a reader on it, and the next version committed
+    beside it (name written with value): the reader, on the version before."""
+    publish(store)
+    versions(store, 2)
+    r = Reader(store)
+    with gmsfs.connect(store, "data", timeout=0) as w:
+        write(w, name, value)
+        w.commit()
+    return r
+
+
 def test_versions_is_off_by_default_and_takes_only_1_or_2(store):
     publish(store)
     assert os.getxattr(store, "user.gms.versions") == b"1"
@@ -252,13 +264,8 @@ def test_the_next_versions_memory_is_made_between_refits_and_taken_by_the_next(s
     """-o next_ahead (the default): once the version before is let go, memory for the same
     allocations' next version is made (state's pages_spare: in no store's use), and the next
     session's copies take it; that memory is anyone's room."""
-    publish(store)
-    versions(store, 2)
-    used = int(state(store)["used"])
-    r = Reader(store)
-    with gmsfs.connect(store, "data", timeout=0) as w:
-        write(w, "b", 0x61)
-        w.commit()
+    r = a_version_beside(store, "b", 0x61)
+    used = len(NAMES) * SIZE  # the published allocations
     assert state(store)["pages_spare"] == "0"  # the reader is on the version before still
     assert r.ask("flip")["changed"] == 1  # the last on it: it goes, and b's next is made
     assert until(lambda: state(store)["pages_spare"] == str(SIZE)), state(store)
@@ -279,12 +286,7 @@ def test_memory_made_ahead_is_given_up_to_another_stores_create_and_moves_no_sto
         a, b = os.path.join(mnt, "a"), os.path.join(mnt, "b")
         os.mkdir(a)
         os.mkdir(b)
-        publish(a)
-        versions(a, 2)
-        r = Reader(a)
-        with gmsfs.connect(a, "data", timeout=0) as w:
-            write(w, "c", 9)
-            w.commit()
+        r = a_version_beside(a, "c", 9)
         r.ask("flip")
         assert until(lambda: state(a)["pages_spare"] == str(SIZE)), state(a)
         with gmsfs.connect(b, "rw") as c:  # 5 of the 8: room only with what a has ahead
@@ -300,12 +302,7 @@ def test_memory_made_ahead_is_given_up_to_another_stores_create_and_moves_no_sto
 
 
 def test_a_second_session_waits_until_the_version_before_is_let_go(store):
-    publish(store)
-    versions(store, 2)
-    r = Reader(store)
-    with gmsfs.connect(store, "data", timeout=0) as w:
-        write(w, "a", 9)
-        w.commit()
+    r = a_version_beside(store, "a", 9)
     # Two versions at most: the reader is on the one before.
     with pytest.raises(gmsfs.GmsfsError) as e:
         gmsfs.connect(store, "data", timeout=0.3)

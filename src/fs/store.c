@@ -310,6 +310,18 @@ void store_untrack(struct fs_handle *h)
 
 /* ---- write-ahead, then give back ---- */
 
+int store_alloc_named(const struct store *st, const char *name, struct meta_node **out, char *why, size_t whylen)
+{
+	struct meta_node *n = meta_resolve(st->meta, META_AREA_ALLOCS, name);
+	*out = n;
+	if (!n || n->kind != META_ALLOC)
+		return why_fmt(why, whylen, n ? -EISDIR : -ENOENT, "allocs/%s %s", name,
+			       n ? "is a directory" : "does not exist");
+	if (!n->buf)
+		return why_fmt(why, whylen, -ENODATA, "allocs/%s was never sized", name);
+	return 0;
+}
+
 void store_give_back(struct store *st, struct vmm_buf *b)
 {
 	const struct fs_persist *p = st->fs->persist;

@@ -255,6 +255,9 @@ int store_cannot_tell(struct store *st, int e);
 void store_error(struct store *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Processes that hold a read lock on st (a process holds one handle or many). */
 unsigned store_readers(const struct store *st);
+/* The allocation allocs/NAME of st, with memory: 0 with *out, else -ENOENT, -EISDIR or
+ * -ENODATA (never sized) with why naming it, as an export refuses a name. */
+int store_alloc_named(const struct store *st, const char *name, struct meta_node **out, char *why, size_t whylen);
 
 /* ---- write-ahead, then give back (gmsfs(5), RESTART): no memory goes back to the
  * system while an image on disk names it, so a crash at any point restores a store

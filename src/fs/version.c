@@ -219,12 +219,10 @@ int version_copy_named(struct store *st, const struct fs_handle *h, char *const 
 	for (size_t i = 0; names && i < n && !e; i++) {
 		/* A name that is not an allocation with memory: refused as the export refuses it,
 		 * before any copy is made (a copy made unfilled must not outlive its request). */
-		struct meta_node *m = meta_resolve(st->meta, META_AREA_ALLOCS, names[i]);
-		if (!m || m->kind != META_ALLOC || !m->buf) {
+		struct meta_node *m;
+		if ((e = store_alloc_named(st, names[i], &m, why, why ? whylen : 0))) {
 			free(l.v);
-			return why_fmt(why, why ? whylen : 0, !m ? -ENOENT : m->kind != META_ALLOC ? -EISDIR : -ENODATA,
-				       "allocs/%s %s", names[i], !m ? "does not exist" : m->kind != META_ALLOC ? "is a directory"
-												   : "was never sized");
+			return e;
 		}
 		e = add_alloc(m, &l);
 	}

@@ -101,15 +101,9 @@ static int collect(struct fs_handle *h, const struct wire_body *body, struct xse
 	int e = 0;
 	if (body && body->has_names) {
 		for (size_t i = 0; i < body->nnames && !e; i++) {
-			struct meta_node *n = meta_resolve(ms, META_AREA_ALLOCS, body->names[i]);
-			if (!n || n->kind != META_ALLOC) {
-				snprintf(why, whylen, "allocs/%s %s", body->names[i], n ? "is a directory" : "does not exist");
-				return n ? -EISDIR : -ENOENT;
-			}
-			if (!n->buf) {
-				snprintf(why, whylen, "allocs/%s was never sized", body->names[i]);
-				return -ENODATA;
-			}
+			struct meta_node *n;
+			if ((e = store_alloc_named(h->store, body->names[i], &n, why, whylen)))
+				return e;
 			e = add_alloc(n, s);
 		}
 	} else {
