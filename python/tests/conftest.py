@@ -104,6 +104,16 @@ def store(mount):
     return path
 
 
+def until(pred, timeout=20, step=0.01):
+    """Wait for an event: pred() true within timeout seconds (looked at every step)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
+
+
 def run_py(code, *args, timeout=60):
     """Run code in a fresh Python process (another process, as an engine would be)."""
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))

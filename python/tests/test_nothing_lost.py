@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, ROOT, let_go_of_mount
+from conftest import BUILD, ROOT, let_go_of_mount, until
 from manager import Manager, wait_mounted
 import gmsfs
 from gmsfs.ctl import read_fields
@@ -83,15 +83,6 @@ def ended(pid):
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
-
-
-def until(pred, timeout=20, step=0.01):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
 
 
 LIVE = []  # processes a test started and may leave behind when it fails

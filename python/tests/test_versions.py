@@ -19,7 +19,7 @@ import time
 import pytest
 
 import gmsfs
-from conftest import ROOT, mounted, remove_stores
+from conftest import ROOT, mounted, remove_stores, until
 
 NAMES = ["a", "b", "c"]
 SIZE = 1 << 20
@@ -249,15 +249,6 @@ def test_a_writer_that_overwrites_whole_gets_its_next_version_uncopied(store):
             c.import_overwrite()
         assert e.value.errno == errno.EPERM, e.value
     r.close()
-
-
-def until(what, tries=200):
-    for _ in range(tries):
-        got = what()
-        if got:
-            return got
-        time.sleep(0.025)
-    return what()
 
 
 def test_the_next_versions_memory_is_made_between_refits_and_taken_by_the_next(store):
