@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import mounted, remove_stores, ROOT, let_go_of_mount, run_py
+from conftest import mounted, remove_stores, ROOT, let_go_of_mount, run_py, until
 from manager import Manager
 import gmsfs
 from gmsfs.ctl import read_fields
@@ -470,6 +470,8 @@ def test_kill_storm_of_engines_keeping_and_adopting(clean):
     cur.wait()
     cur.stdout.close()
     cur.stderr.close()
+    # The kernel reports the dead engine's close after wait() returns: its session ends then.
+    assert until(lambda: state(store)["state"] == "COMMITTED", timeout=10), state(store)
     st = state(store)
     assert st["state"] == "COMMITTED" and st["torn"] == 0
     assert st["used"] == st["allocations"] * MiB == st["bytes"], st
