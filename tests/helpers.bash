@@ -13,8 +13,9 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 # mount_gmsfs [OPTIONS...]: a daemon in the foreground, in the background; sets MNT and GMSFS_PID.
 mount_gmsfs() {
 	MNT=$(mktemp -d "${BATS_FILE_TMPDIR:-/tmp}/mnt.XXXXXX")
-	# GMSFS_WRAP: a command to run the daemon under (unshare, valgrind).
-	${GMSFS_WRAP:-} "$GMSFS" -f "$@" "$MNT" 2>"$MNT.log" 3>&- &
+	# GMSFS_WRAP: a command to run the daemon under (unshare, valgrind).  Appended to: a
+	# takeover's daemon writes beside this one, and would be written over.
+	${GMSFS_WRAP:-} "$GMSFS" -f "$@" "$MNT" 2>>"$MNT.log" 3>&- &
 	GMSFS_PID=$!
 	export MNT GMSFS_PID
 	for _ in $(seq 200); do

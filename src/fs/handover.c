@@ -1,5 +1,6 @@
 /* handover: both sides of gmsfs -o takeover (handover.h). */
 #include "handover.h"
+#include "clock.h"
 #include "image.h"
 #include "mnt.h"
 #include "store.h"
@@ -209,6 +210,7 @@ void handover_give(struct fs *fs, int sock, uid_t uid, const char *socket_path)
 		return;
 	}
 	set_timeout(sock, HO_TIMEOUT_S);
+	uint64_t t[6] = { clock_mono_ns() }; /* asked, locked, moves over, packed, sent, mounted: the log says */
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
 	struct image_fds fds = {0};
@@ -220,6 +222,7 @@ void handover_give(struct fs *fs, int sock, uid_t uid, const char *socket_path)
 		return;
 	}
 	fs->handing_over = true; /* from here on nothing is committed, made, removed or moved */
+	t[1] = clock_mono_ns();
 	for (int tries = 0; moving(fs) && tries < 6000; tries++) {
 		pthread_mutex_unlock(&fs->mu); /* a move under way ends (moves take seconds at most) */
 		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
@@ -227,12 +230,14 @@ void handover_give(struct fs *fs, int sock, uid_t uid, const char *socket_path)
 	}
 	struct renewal *renewed = NULL;
 	size_t nrenewed = 0;
+	t[2] = clock_mono_ns();
 	e = renew_sessions(fs, &renewed, &nrenewed, why, sizeof why);
 	atomic_store(&fs->vmm->frozen, true); /* nor any memory made: the successor's come after the files' ends */
 	size_t nstores = fs->stores->n;
 	if (!e) /* -EBUSY: a move outlasted the wait above (none starts while handing over) */
 		e = pack_all(fs, &sb, &fds, why, sizeof why);
 	pthread_mutex_unlock(&fs->mu);
+	t[3] = clock_mono_ns();
 	int memfd = e ? -1 : images_fd(&sb);
 	if (!e && memfd < 0)
 		e = why_fmt(why, sizeof why, memfd, "a memfd for the images: %s", strerror(-memfd));
@@ -246,6 +251,7 @@ void handover_give(struct fs *fs, int sock, uid_t uid, const char *socket_path)
 	}
 	msgpack_sbuffer_destroy(&sb);
 	image_fds_free(&fds);
+	t[4] = clock_mono_ns();
 	struct ho_msg m;
 	if (!e)
 		e = recv_msg(sock, HO_MOUNTED, &m, NULL, 0, NULL, why, sizeof why);
@@ -260,8 +266,12 @@ void handover_give(struct fs *fs, int sock, uid_t uid, const char *socket_path)
 		return;
 	}
 	/* The successor serves the mount point now: what still waits here opens again there. */
+	t[5] = clock_mono_ns();
 	wait_answer_all(fs, -ESTALE);
-	fuse_log(FUSE_LOG_INFO, "gmsfs: handed %zu stores over to the next daemon; ending\n", nstores);
+	fuse_log(FUSE_LOG_INFO, "gmsfs: handed %zu stores over to the next daemon in %.1f ms (the lock %.1f, moves "
+				"under way %.1f, writers' sessions and images %.1f, sending %.1f, its mount %.1f); ending\n",
+		 nstores, (double)(t[5] - t[0]) / 1e6, (double)(t[1] - t[0]) / 1e6, (double)(t[2] - t[1]) / 1e6,
+		 (double)(t[3] - t[2]) / 1e6, (double)(t[4] - t[3]) / 1e6, (double)(t[5] - t[4]) / 1e6);
 	unlink(socket_path);
 	send_msg(sock, HO_BYE, 0, 0, 0, NULL, 0, NULL);
 	/* Its mount is lifted already; the kernel ends the connection as this process goes.
@@ -455,9 +465,11 @@ static void refuse(int conn, const char *why)
 
 int handover_take(struct fs *fs, const char *mountpoint, struct handover_peer *p, char *err, size_t errlen)
 {
+	uint64_t t[5] = { clock_mono_ns() }; /* start, connected, images, descriptors, restored: the log says */
 	int e = connect_old(p, err, errlen);
 	if (e)
 		return e;
+	t[1] = clock_mono_ns();
 	struct ho_msg m;
 	int memfd = -1;
 	size_t got = 0;
@@ -471,6 +483,7 @@ int handover_take(struct fs *fs, const char *mountpoint, struct handover_peer *p
 	uint64_t bytes = m.bytes, nstores = m.count;
 	e = fds ? map_images(memfd, bytes, &buf) : -ENOMEM;
 	close(memfd);
+	t[2] = clock_mono_ns();
 	while (!e && nfds < m.nfds) {
 		struct ho_msg f;
 		size_t k = 0;
@@ -481,6 +494,7 @@ int handover_take(struct fs *fs, const char *mountpoint, struct handover_peer *p
 			e = why_fmt(err, errlen, -EPROTO, "takeover: descriptors went missing");
 	}
 	size_t off = 0, base = 0, done = 0;
+	t[3] = clock_mono_ns();
 	pthread_mutex_lock(&fs->mu);
 	for (; !e && done < nstores; done++) {
 		struct wire_image h;
@@ -512,9 +526,12 @@ int handover_take(struct fs *fs, const char *mountpoint, struct handover_peer *p
 		munmap((void *)buf, bytes);
 	if (e && p->conn >= 0)
 		refuse(p->conn, err);
+	t[4] = clock_mono_ns();
 	if (!e)
-		fuse_log(FUSE_LOG_INFO, "gmsfs: took %llu stores over from pid %d\n", (unsigned long long)nstores,
-			 (int)p->pid);
+		fuse_log(FUSE_LOG_INFO, "gmsfs: took %llu stores over from pid %d in %.1f ms (the connect %.1f, the images "
+					"%.1f, %zu descriptors %.1f, the stores %.1f)\n", (unsigned long long)nstores, (int)p->pid,
+			 (double)(t[4] - t[0]) / 1e6, (double)(t[1] - t[0]) / 1e6, (double)(t[2] - t[1]) / 1e6, nfds,
+			 (double)(t[3] - t[2]) / 1e6, (double)(t[4] - t[3]) / 1e6);
 	return e;
 }
 

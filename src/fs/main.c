@@ -47,12 +47,19 @@ static void host_apart(struct vmm *v, const char *mountpoint)
 		 (unsigned long long)XXH3_64bits(p, strlen(p)));
 }
 
-/* Allocations may hold descriptors: allow as many as the hard limit. */
 /* On the releaser thread, before each release of memory (vmm.h). */
 static void release_fault(void)
 {
 	fault_point("release", "buf");
 }
+
+/* Allocations hold descriptors: allow as many as the hard limit, and make the table
+ * for FDS_AHEAD of them now, while this process has one thread.  Linux grows a process's
+ * descriptor table by doubling it, and where threads share the table each growth waits
+ * for an RCU grace period (synchronize_rcu in expand_fdtable): 10-35 ms on the GPU host,
+ * under fs->mu, each time a takeover, a restart or a writer's creates pass 64, 128, 256...
+ * descriptors.  The table costs 8 bytes a slot (512 KiB for FDS_AHEAD). */
+#define FDS_AHEAD 65536
 
 static void raise_nofile(void)
 {
@@ -61,6 +68,15 @@ static void raise_nofile(void)
 		nofile.rlim_cur = nofile.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &nofile);
 	}
+	if (getrlimit(RLIMIT_NOFILE, &nofile))
+		return;
+	rlim_t top = nofile.rlim_cur < FDS_AHEAD ? nofile.rlim_cur : FDS_AHEAD;
+	int any = open("/dev/null", O_RDONLY | O_CLOEXEC), high = any >= 0 && top > 1 ?
+				  fcntl(any, F_DUPFD_CLOEXEC, (int)(top - 1)) : -1;
+	if (high >= 0)
+		close(high); /* the table stays as large as it grew */
+	if (any >= 0)
+		close(any);
 }
 
 /* systemd's readiness (Type=notify), without libsystemd: one datagram of "READY=1" to
