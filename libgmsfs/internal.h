@@ -297,5 +297,8 @@ void mt_free(gmsfs *g);
 /* gmsfs_commit; unmapping: the daemon's commit only, the mappings left as they are for
  * the caller to unmap next (an error: nothing was committed). */
 int gm_commit(gmsfs *g, bool unmapping);
+/* After gm_commit(g, true): the private entries copied out, every mapping unmapped and
+ * the lock given back (gmsfs_unmap_all), whatever fails.  0 or the first -errno. */
+int gm_unmap_committed(gmsfs *g);
 
 #endif

@@ -45,17 +45,20 @@ int gmsfs_unmap_all(gmsfs *g)
 	return 0;
 }
 
+int gm_unmap_committed(gmsfs *g)
+{
+	/* Committed: the mappings go whatever else fails (they are still writable). */
+	int e = g->meta.loaded ? mt_privatize(g) : 0; /* from the mappings, before they go */
+	int u = gmsfs_unmap_all(g);
+	return e ? e : u;
+}
+
 int gmsfs_commit_unmap_all(gmsfs *g)
 {
 	if (!g)
 		return -EINVAL;
 	int e = gm_commit(g, true);
-	if (e)
-		return e; /* nothing committed, nothing unmapped */
-	/* Committed: the mappings go whatever else fails (they are still writable). */
-	e = g->meta.loaded ? mt_privatize(g) : 0; /* from the mappings, before they go */
-	int u = gmsfs_unmap_all(g);
-	return e ? e : u;
+	return e ? e : gm_unmap_committed(g); /* a failed commit unmaps nothing */
 }
 
 /* The whole layout's descriptors, each message's handed to consume. */

@@ -60,7 +60,8 @@ static uint64_t find(const char *text, const char *name, uint64_t gen, char *of)
 	return found;
 }
 
-int gmsfs_commit_version(gmsfs *g, const char *name)
+/* gmsfs_commit_version, and with unmap its _unmap_all. */
+static int commit_named(gmsfs *g, const char *name, bool unmap)
 {
 	if (!g)
 		return -EINVAL;
@@ -76,9 +77,21 @@ int gmsfs_commit_version(gmsfs *g, const char *name)
 				: e == -EEXIST ? "a commit of the store had that name (STORE/versions): a name is a store's once"
 					       : strerror(-e));
 	}
-	if ((e = gm_commit(g, false)))
+	if ((e = gm_commit(g, unmap))) {
 		removexattr(g->dir, GMSFS_XATTR_VERSION); /* nothing committed: no name kept for another */
-	return e;
+		return e;
+	}
+	return unmap ? gm_unmap_committed(g) : 0;
+}
+
+int gmsfs_commit_version(gmsfs *g, const char *name)
+{
+	return commit_named(g, name, false);
+}
+
+int gmsfs_commit_version_unmap_all(gmsfs *g, const char *name)
+{
+	return commit_named(g, name, true);
 }
 
 int gmsfs_version_name(gmsfs *g, char *name)

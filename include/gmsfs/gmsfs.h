@@ -289,6 +289,10 @@ GMSFS_API int gmsfs_flip(gmsfs *g, size_t *changed);
  * -EINVAL (not a name), -EEXIST (a commit of the store had it: a name is a store's once),
  * and gmsfs_commit's errors; a failure commits nothing. */
 GMSFS_API int gmsfs_commit_version(gmsfs *g, const char *name);
+/* gmsfs_commit_version, then gmsfs_unmap_all, as gmsfs_commit_unmap_all: a writer that
+ * lets go of its mappings after a named commit (a trainer's refit) skips their change to
+ * read-only.  A failed commit unmaps nothing. */
+GMSFS_API int gmsfs_commit_version_unmap_all(gmsfs *g, const char *name);
 /* The name of the commit g holds (the one gmsfs_generation says), into name (at least
  * GMSFS_VERSION_NAME_MAX + 1 bytes): 0, or -ENODATA where it has none ("" then). */
 GMSFS_API int gmsfs_version_name(gmsfs *g, char *name);

@@ -401,9 +401,8 @@ class Connection:
         version: the commit's name (gmsfs(5), NAMED VERSIONS), a store's once: GmsfsError
         EEXIST when a commit of the store had it, EINVAL when it is not a name."""
         if version is not None:
-            self._check(_c.gmsfs_commit_version(self._handle(), str(version).encode()), "commit %s" % version)
-            if unmap:
-                self.unmap_all()
+            commit = _c.gmsfs_commit_version_unmap_all if unmap else _c.gmsfs_commit_version
+            self._check(commit(self._handle(), str(version).encode()), "commit %s" % version)
         elif unmap:
             self._check(_c.gmsfs_commit_unmap_all(self._handle()), "commit")
         else:

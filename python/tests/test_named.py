@@ -118,6 +118,31 @@ def test_names_are_checked_a_stores_once_and_only_its_writer_gives_them(store):
     w.close()
 
 
+def test_a_named_commit_that_unmaps_lets_go_of_everything_and_a_refused_one_of_nothing(store):
+    """commit(version=, unmap=True) (gmsfs_commit_version_unmap_all): named, then every
+    mapping gone and the lock given back; refused (a name taken), the session, its
+    mappings and their access as they were."""
+    publish(store, version="v1")
+    with gmsfs.connect(store, "rw", timeout=5) as c:
+        m = c.import_one("a")
+        c.protect("a", True)  # the last commit's bytes, written in place
+        c.buffer(m.ptr, SIZE, writable=True)[:] = bytes([7]) * SIZE
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            c.commit(version="v1", unmap=True)
+        assert e.value.errno == errno.EEXIST
+        assert c.lock_mode == "rw" and [(x.name, x.writable) for x in c.mappings] == [("a", True)]
+        c.buffer(m.ptr, SIZE, writable=True)[:] = bytes([8]) * SIZE  # still writable
+        c.commit(version="v2", unmap=True)
+        assert c.lock_mode is None and not any(x.writable for x in c.mappings)  # only their addresses kept
+    assert gmsfs.committed_version(store) == "v2"
+    with gmsfs.connect(store, "ro", timeout=5) as r:
+        got = r.import_one("a")
+        assert set(bytes(r.buffer(got.ptr, SIZE))) == {8}
+        with open(os.path.join(store, "state")) as f:
+            st = f.read()
+        assert "writer: 0\n" in st and "readers: 0\n" in st, st  # the lock given back, not downgraded
+
+
 def test_an_abort_drops_the_name_with_the_rest(store):
     publish(store, version="v1")
     code = ("import gmsfs,os,sys\nc=gmsfs.connect(sys.argv[1],'rw')\nos.setxattr(sys.argv[1],'user.gms.version',b'v2')\n"
