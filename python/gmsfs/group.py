@@ -91,33 +91,63 @@ class Group:
                                      % (name, self.committed(name), len(self.stores), timeout))
 
     # ---- a trainer's rank ----
-    def refit(self, rank, source, version, timeout=None, **kw):
+    def refit(self, rank, source, version, timeout=None, prepared=None, **kw):
         """Rank rank's part of the group's next version: source into its store, the commit
         named version.  source: a callable given a data-only Connection of the store, which
         writes its bytes (imports what it writes), or what gmsfs.torch.refit takes (kw go
         to it).  A rank whose last commit is version is skipped (a refit killed on some
         ranks is completed by running it again): returns False then, True when it
         committed.  Refused, nothing written: GmsfsError EBUSY while the group has another
-        name committed on some ranks only, ESTALE where the rank committed past version."""
+        name committed on some ranks only, ESTALE where the rank committed past version.
+        prepared: what prepare() returned for this rank and version (its look at the ranks
+        and everything before the copies done then): source is copied in and committed."""
         store = self._store(rank)
-        names = self.names()  # one look at every rank (a file read each: 0.3-0.6 ms on a GPU host)
+        if prepared is None:
+            if not self._may_refit(rank, version):
+                return False
+        elif prepared.store != store:
+            raise ValueError("group: rank %d's refit was given %s's prepared connection" % (rank, prepared.store))
+        if _writes_itself(source):
+            with (prepared if prepared is not None else connect(store, "data", timeout)) as c:
+                source(c)
+                c.commit(version=version)
+        else:
+            from .torch import refit
+            refit(source, store if prepared is None else prepared, timeout=timeout, version=version, _name_new=True,
+                  _closing=True, **kw).close()
+        return True
+
+    def prepare(self, rank, source, version, timeout=None, **kw):
+        """What refit(rank, source, version) does before its copies, done ahead (while the
+        trainer's step computes the weights): the look at every rank (refused as refit
+        is), the rank's store taken for writing, and (source: what gmsfs.torch.refit takes)
+        gmsfs.torch.refit_prepare's imports and destinations; source's values are not read.
+        Returns the connection to pass to refit(..., prepared=), or None where the rank
+        has version already (refit skips it).  The connection holds the rank's write lock
+        until that refit, or its close (nothing written then)."""
+        store = self._store(rank)
+        if not self._may_refit(rank, version):
+            return None
+        if _writes_itself(source):
+            return connect(store, "data", timeout)
+        from .torch import refit_prepare
+        return refit_prepare(source, store, timeout=timeout, **kw)
+
+    def _may_refit(self, rank, version):
+        """One look at every rank (a file read each: 0.3-0.6 ms on a GPU host): False where
+        rank's last commit is version already; refused where the group holds another
+        pending name, or the rank committed past version."""
+        names = self.names()
         mine = {n: state for _, n, state in names[rank]}
         if version in mine:
             if mine[version] == "serving":
                 return False
             raise GmsfsError(errno.ESTALE, "group: rank %d committed past version %s (it serves %s)"
-                             % (rank, version, committed_version(store)))
+                             % (rank, version, committed_version(self.stores[rank])))
         p = _pending(names)
         if p and p[0] != version:
             raise GmsfsError(errno.EBUSY, "group: version %s is committed on ranks %s of %d only: refit it again to "
                              "complete it before %s" % (p[0], p[1], len(self.stores), version))
-        if callable(source):
-            with connect(store, "data", timeout) as c:
-                source(c)
-                c.commit(version=version)
-        else:
-            from .torch import refit
-            refit(source, store, timeout=timeout, version=version, _name_new=True, **kw).close()
         return True
 
     # ---- an engine's rank ----
@@ -157,6 +187,12 @@ class Group:
         if not isinstance(rank, int) or not 0 <= rank < len(self.stores):
             raise ValueError("rank: 0 to %d, not %r" % (len(self.stores) - 1, rank))
         return self.stores[rank]
+
+
+def _writes_itself(source):
+    """A refit's source that writes its bytes itself (a callable), not what
+    gmsfs.torch.refit takes (a dict, or a module: callable too)."""
+    return callable(source) and not isinstance(source, dict) and not hasattr(source, "named_parameters")
 
 
 def _have(names, name):

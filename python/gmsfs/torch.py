@@ -18,6 +18,11 @@ A trainer on the same GPU refits in place (RL loops): while the engines sleep,
     gmsfs.torch.refit(trainer_model, store)    # every tensor copied in by name, committed
     gmsfs.torch.wake(model)                    # each engine: the new weights, same addresses
 
+or with the refit's work before its copies done while the trainer's step computes:
+
+    conn = gmsfs.torch.refit_prepare(trainer_model, store)   # the step's start
+    gmsfs.torch.refit(trainer_model, conn).close()           # its end: copies, commit
+
 or, an engine that waits for the trainer's next commit on its own:
 
     gmsfs.torch.follow(model)                  # sleep, the next whole commit, wake at it
@@ -37,7 +42,7 @@ from gmsfs._fields import wait_generation
 from gmsfs._torch_layout import ALIGN, PREFIX, SLAB_BYTES, TAG  # noqa: F401
 from gmsfs._torch_layout import _bytes_at, _device, _private, _storage, _tensors
 from gmsfs._torch_alloc import allocator, GraphPool  # noqa: F401
-from gmsfs._torch_refit import refit  # noqa: F401
+from gmsfs._torch_refit import refit, refit_prepare  # noqa: F401
 from gmsfs._torch_materialize import materialize  # noqa: F401
 
 

@@ -201,6 +201,42 @@ def test_a_rank_left_behind_holds_every_engine_back_until_its_refit_completes(gr
         e.close()
 
 
+def test_ranks_prepared_ahead_commit_together_and_a_prepare_closed_writes_nothing(group):
+    """Group.prepare: each rank's look at the group, its write lock and session made before
+    the step's weights exist; refit(prepared=) then writes and commits only.  Refusals as
+    refit's: a rank past the name is skipped (None); another name pending is EBUSY."""
+    g = gmsfs.Group.open(group)
+    engines = [Engine(group, r) for r in range(RANKS)]
+    step = {}
+
+    def write(c):  # the step's bytes, as the trainer has them when the refit runs
+        m = c.import_one("w")
+        c.buffer(m.ptr, m.size, writable=True)[:] = bytes([step["value"](c)]) * m.size
+
+    prepared = [g.prepare(r, write, "step-1", timeout=10) for r in range(RANKS)]
+    with pytest.raises(gmsfs.GmsfsError):  # each rank's one writer is its prepared trainer
+        gmsfs.connect(g.stores[0], "data", timeout=0).close()
+    with pytest.raises(ValueError):
+        g.refit(0, write, "step-1", prepared=prepared[1])
+    serve_one_version(engines, 0)  # meanwhile the engines serve on
+    step["value"] = lambda c: value(g.stores.index(c.store), 1)
+    assert [g.refit(r, write, "step-1", prepared=prepared[r]) for r in range(RANKS)] == [True] * RANKS
+    assert g.version() == "step-1"
+    for e in engines:
+        assert e.ask("flip")["changed"] == 1
+    serve_one_version(engines, 1)
+    assert g.prepare(0, write, "step-1") is None  # committed there already: skipped
+    # A prepare closed: nothing written, the group's version as it was; the next goes on.
+    g.prepare(0, write, "step-2", timeout=10).close()
+    assert g.version() == "step-1" and g.pending() is None
+    assert train(group, 2, ranks=[0]) == ["committed"]
+    with pytest.raises(gmsfs.GmsfsError) as err:
+        g.prepare(1, write, "step-3", timeout=10)
+    assert err.value.errno == errno.EBUSY  # step-2 is on rank 0 only
+    for e in engines:
+        e.close()
+
+
 def test_kill_storm_of_trainer_ranks_every_engine_serves_one_version(group):
     """Trainer ranks SIGKILLed at random moments of their refits: after each round every
     engine serves the same version, the one every rank has; the round run again completes

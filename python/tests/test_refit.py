@@ -499,3 +499,81 @@ def test_engines_that_pause_and_a_trainer_that_keeps_its_connection_map_nothing_
     assert state(store)["paused"] == "0"
     for e in engines:
         e.close()
+
+
+def test_a_refit_prepared_ahead_copies_and_commits_only(store):
+    """gt.refit_prepare does everything before the copies while the trainer's step still
+    computes the weights (the write lock, the checks, the next version's imports): the
+    engines serve on meanwhile; the refit through its connection then makes and imports
+    nothing more, and commits the values the source holds then, not at the prepare.  A
+    prepared connection closed writes nothing; a source that differs is refused at the
+    prepare with nothing held."""
+    publish(store)
+    os.setxattr(store, "user.gms.versions", b"2")
+    e = Engine(store)
+    old = e.first["out"]
+    trainer = trained()
+    conn = gt.refit_prepare(trainer, store, timeout=0)
+    assert conn.lock_mode == "rw"
+    with pytest.raises(gmsfs.GmsfsError):  # the store's one writer is the prepared trainer
+        gmsfs.connect(store, "data", timeout=0).close()
+    prepared = state(store)
+    got = e.ask("flip")
+    assert (got["changed"], got["out"]) == (0, old), got  # nothing committed yet: served as it was
+    with torch.no_grad():  # the step's weights, computed after the prepare
+        for p in trainer.parameters():
+            p.mul_(2)
+    requests = int(state(store)["socket_requests"])
+    assert gt.refit(trainer, conn, version="step-1") is conn
+    st = state(store)
+    assert (st["version_copies"], st["version_overwrites"]) == (prepared["version_copies"],
+                                                                 prepared["version_overwrites"]), st
+    assert int(st["socket_requests"]) - requests <= 1, st  # its commit
+    conn.close()
+    assert gmsfs.committed_version(store) == "step-1"
+    got = e.ask("flip")
+    assert (got["out"], got["ptrs"]) == (out(trainer), e.first["ptrs"]), got
+    # Prepared, then closed: nothing written, the last commit served as it was.
+    gt.refit_prepare(trained(seed=4), store, timeout=0).close()
+    st = state(store)
+    assert (st["generation"], st["torn"], st["writer"]) == ("2", "0", "0"), st
+    assert e.ask("flip")["out"] == out(trainer)
+    # A source that differs: refused at the prepare, and the write lock not kept.
+    with pytest.raises(RuntimeError):
+        gt.refit_prepare({"embed.weight": torch.zeros(3, 3)}, store, strict=False, timeout=0)
+    gt.refit_prepare(trainer, store, timeout=0).close()
+    e.close()
+
+
+def test_a_group_of_torch_ranks_refits_prepared_or_not_and_lets_go_of_its_mappings(store, tmp_path):
+    """gmsfs.Group with gt.refit's sources: each rank's refit commits its step, then
+    unmaps at the commit (no change of access first) and gives the lock back; a rank
+    prepared during the step commits the values its tensors hold at the refit; the
+    engines flip to each step, bit for bit the trainer's."""
+    stores = [store, store + "-1"]
+    os.mkdir(stores[1])
+    for s in stores:
+        publish(s)
+        os.setxattr(s, "user.gms.versions", b"2")
+    group = tmp_path / "model.group"
+    group.write_text("\n".join(stores) + "\n")
+    g = gmsfs.Group.open(str(group))
+    engines = [Engine(s) for s in stores]
+    trainer = trained()
+    assert [g.refit(r, trainer, "step-1", timeout=5) for r in range(2)] == [True, True]
+    for s in stores:
+        st = state(s)
+        assert (st["writer"], st["readers"], st["torn"]) == ("0", "1", "0"), st  # the engine's only
+    for e in engines:
+        got = e.ask("flip step-1")
+        assert (got["out"], got["ptrs"]) == (out(trainer), e.first["ptrs"]), got
+    prepared = [g.prepare(r, trainer, "step-2", timeout=5) for r in range(2)]
+    with torch.no_grad():
+        for p in trainer.parameters():
+            p.add_(1)
+    assert [g.refit(r, trainer, "step-2", prepared=prepared[r]) for r in range(2)] == [True, True]
+    assert g.version() == "step-2"
+    for e in engines:
+        got = e.ask("flip step-2")
+        assert (got["out"], got["ptrs"]) == (out(trainer), e.first["ptrs"]), got
+        e.close()

@@ -77,6 +77,33 @@ for line in sys.stdin:
 """
 
 
+TRACE = []  # GMSFS_BENCH_TRACE=1: (thread, phase, start, end) of the prepared refits, printed
+
+
+def traced():
+    """GMSFS_BENCH_TRACE: the refit's phases timed where they run (gt.refit's steps, the
+    connection's commit and close), to see where a group refit's time beyond its copy goes."""
+    import gmsfs
+    import gmsfs._torch_refit as tr
+
+    def wrap(owner, name):
+        f = getattr(owner, name)
+
+        def timed(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return f(*a, **kw)
+            finally:
+                TRACE.append((threading.current_thread().name, name, t, time.perf_counter()))
+        setattr(owner, name, timed)
+    for n in ("_sources", "_check", "_plan", "_copy", "_ready"):
+        wrap(tr, n)
+    for n in ("commit", "close", "protect"):
+        wrap(gmsfs.Connection, n)
+    import torch
+    wrap(torch.cuda, "synchronize")
+
+
 def main():
     mnt, build = sys.argv[1], sys.argv[2]
     import torch
@@ -153,14 +180,14 @@ def main():
             for w in layer:
                 w.add_(torch.randn(w.shape, device="cuda", generator=gen).to(torch.bfloat16) * 1e-3)
 
-    def refit_all(k, ranks=range(RANKS)):
+    def refit_all(k, ranks=range(RANKS), prepared=None):
         sds = {r: shard(r) for r in ranks}
         torch.cuda.synchronize()
         errs = []
 
         def one(r):
             try:
-                g.refit(r, sds[r], "step-%d" % k, timeout=60)
+                g.refit(r, sds[r], "step-%d" % k, timeout=60, prepared=prepared[r] if prepared else None)
             except Exception as e:
                 errs.append((r, e))
         ts = [threading.Thread(target=one, args=(r,)) for r in ranks]
@@ -211,6 +238,48 @@ def main():
     ok, _ = serve(4)
     check(ok and all(x.get("version") == "step-4" for x in got),
           "both engines flip to step 4 together: each shard's outputs bit for bit", got)
+    # Prepared: each rank's look, session and imports made while the trainer's step
+    # computes the weights (Group.prepare, given their shapes), timed apart; the refit
+    # then copies and commits only.
+    def prepare_all(k):
+        shapes = {r: {n: torch.empty_like(t, device="meta") for n, t in shard(r).items()} for r in range(RANKS)}
+        torch.cuda.synchronize()
+        out, errs = {}, []
+
+        def one(r):
+            try:
+                out[r] = g.prepare(r, shapes[r], "step-%d" % k, timeout=60)
+            except Exception as e:
+                errs.append((r, e))
+        ts = [threading.Thread(target=one, args=(r,)) for r in range(RANKS)]
+        t = time.perf_counter()
+        for th in ts:
+            th.start()
+        for th in ts:
+            th.join()
+        return out, time.perf_counter() - t, errs
+
+    prepared_refits, prepares = [], []
+    if os.environ.get("GMSFS_BENCH_TRACE"):
+        traced()
+    for k in (5, 6, 7):
+        prep, took, perrs = prepare_all(k)  # at the step's start: the refit's work before its copies
+        prepares.append(took)
+        step_weights(k)
+        time.sleep(0.3)
+        del TRACE[:]
+        t0 = time.perf_counter()
+        wall, floor, errs = refit_all(k, prepared=prep)
+        prepared_refits.append((wall, floor))
+        for who, what, a, b in sorted((x for x in TRACE if x[2] >= t0), key=lambda x: x[2]):
+            print("#   trace step %d %-10s %-9s %7.2f .. %7.2f ms" % (k, who, what, (a - t0) * 1e3, (b - t0) * 1e3))
+        check(not perrs and not errs and g.ready("step-%d" % k),
+              "step %d prepared during the trainer's step, then refitted on both ranks" % k, perrs + errs)
+        got = ask("flip step-%d" % k)
+        flips += [x.get("ms", float("nan")) for x in got]
+        ok, _ = serve(k)
+        check(ok and all(x.get("version") == "step-%d" % k for x in got),
+              "both engines flipped to step %d (prepared): each shard's outputs bit for bit" % k, got)
     for e in engines:
         e.stdin.close()
         e.wait(60)
@@ -239,8 +308,8 @@ def main():
     t = time.perf_counter()
     r3 = subprocess.run(ctl + ["restore", other, snap], capture_output=True, text=True, env=envb)
     t_restore = time.perf_counter() - t
-    check(r3.returncode == 0 and gmsfs.Group.open(other).version() == "step-4",
-          "gmsfsctl group restore: both ranks, named step-4", r3.stderr + r3.stdout)
+    check(r3.returncode == 0 and gmsfs.Group.open(other).version() == "step-7",
+          "gmsfsctl group restore: both ranks, named step-7 (the last)", r3.stderr + r3.stdout)
     for d in (snap, one):
         shutil.rmtree(d, ignore_errors=True)
     print("# bench: group refit of %.1f GB over %d ranks (a thread a rank): %s s, the device-to-device copy of the "
@@ -248,6 +317,11 @@ def main():
           "rank's copy)"
           % (gb, RANKS, ", ".join("%.4f" % w for w, _ in refits), ", ".join("%.4f" % f for _, f in refits),
              ", ".join("%.2fx" % (w / f) for w, f in refits)))
+    print("# bench: group refit prepared during the trainer's step (Group.prepare, %s s each, off the refit's "
+          "path): %s s, the copy %s s: %s the copy"
+          % (", ".join("%.4f" % p for p in prepares), ", ".join("%.4f" % w for w, _ in prepared_refits),
+             ", ".join("%.4f" % f for _, f in prepared_refits),
+             ", ".join("%.2fx" % (w / f) for w, f in prepared_refits)))
     print("# bench: flips to a group version, each engine: %s ms (the goal: 2 ms a rank)"
           % ", ".join("%.2f" % x for x in flips))
     print("# bench: gmsfsctl group snapshot of %d ranks (%.1f GB) %.2f s (%.1f GB/s), restore %.2f s; one rank's "
