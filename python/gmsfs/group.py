@@ -100,21 +100,26 @@ class Group:
         committed.  Refused, nothing written: GmsfsError EBUSY while the group has another
         name committed on some ranks only, ESTALE where the rank committed past version.
         prepared: what prepare() returned for this rank and version (its look at the ranks
-        and everything before the copies done then): source is copied in and committed."""
+        and everything before the copies done then): source is copied in and committed; the
+        connection is closed either way."""
         store = self._store(rank)
         if prepared is None:
             if not self._may_refit(rank, version):
                 return False
         elif prepared.store != store:
             raise ValueError("group: rank %d's refit was given %s's prepared connection" % (rank, prepared.store))
-        if _writes_itself(source):
-            with (prepared if prepared is not None else connect(store, "data", timeout)) as c:
-                source(c)
-                c.commit(version=version)
-        else:
-            from .torch import refit
-            refit(source, store if prepared is None else prepared, timeout=timeout, version=version, _name_new=True,
-                  _closing=True, **kw).close()
+        try:
+            if _writes_itself(source):
+                with (prepared if prepared is not None else connect(store, "data", timeout)) as c:
+                    source(c)
+                    c.commit(version=version)
+            else:
+                from .torch import refit
+                refit(source, store if prepared is None else prepared, timeout=timeout, version=version,
+                      _name_new=True, _closing=True, **kw).close()
+        finally:
+            if prepared is not None:
+                prepared.close()  # refused or failed too: its session rolls back, the lock goes
         return True
 
     def prepare(self, rank, source, version, timeout=None, **kw):

@@ -571,6 +571,10 @@ def test_a_group_of_torch_ranks_refits_prepared_or_not_and_lets_go_of_its_mappin
     with torch.no_grad():
         for p in trainer.parameters():
             p.add_(1)
+    with pytest.raises(RuntimeError):  # a source that differs at the refit: refused, the session let go
+        g.refit(0, {"embed.weight": torch.zeros(3, 3)}, "step-2", prepared=prepared[0], strict=False)
+    assert state(stores[0])["writer"] == "0"
+    prepared[0] = g.prepare(0, trainer, "step-2", timeout=0)
     assert [g.refit(r, trainer, "step-2", prepared=prepared[r]) for r in range(2)] == [True, True]
     assert g.version() == "step-2"
     for e in engines:

@@ -57,7 +57,7 @@ static void release_fault(void)
  * for FDS_AHEAD of them now, while this process has one thread.  Linux grows a process's
  * descriptor table by doubling it, and where threads share the table each growth waits
  * for an RCU grace period (synchronize_rcu in expand_fdtable): 10-35 ms on the GPU host,
- * under fs->mu, each time a takeover, a restart or a writer's creates pass 64, 128, 256...
+ * under fs->mu, each time a takeover (or a writer's creates) pass 64, 128, 256...
  * descriptors.  The table costs 8 bytes a slot (512 KiB for FDS_AHEAD). */
 #define FDS_AHEAD 65536
 
