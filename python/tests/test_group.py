@@ -237,6 +237,23 @@ def test_ranks_prepared_ahead_commit_together_and_a_prepare_closed_writes_nothin
         e.close()
 
 
+def test_a_flip_to_a_name_one_rank_went_past_looks_at_that_ranks_list(group):
+    """Group.flip(NAME) asks each rank its last commit's name; a rank whose last commit is
+    another name still has NAME where its list of commits says so: every rank committed
+    step-1, rank 0 then step-2, and rank 1's engine flips to step-1 (not EAGAIN)."""
+    g = gmsfs.Group.open(group)
+    engines = [Engine(group, r) for r in range(RANKS)]
+    assert train(group, 1) == ["committed"] * RANKS
+    assert engines[0].ask("flip step-1")["version"] == "step-1"  # rank 0's readers leave step-0
+    assert train(group, 2, ranks=[0]) == ["committed"]
+    got = engines[1].ask("flip step-1")
+    assert (got.get("changed"), got.get("version"), got.get("values")) == (1, "step-1", [value(1, 1)]), got
+    got = engines[1].ask("flip step-2")
+    assert got["errno"] == errno.EAGAIN and "on ranks [0] of %d" % RANKS in got["error"], got
+    for e in engines:
+        e.close()
+
+
 def test_kill_storm_of_trainer_ranks_every_engine_serves_one_version(group):
     """Trainer ranks SIGKILLed at random moments of their refits: after each round every
     engine serves the same version, the one every rank has; the round run again completes
