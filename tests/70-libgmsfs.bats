@@ -96,3 +96,4 @@ scenario() {
 @test "refit in C beside a reader (versions): a slab its tensors write whole is not copied for the next version, one they cover in part is" { scenario refit_whole; }
 @test "pause: a data-only writer writes in place past a paused reader, which resumes with no map to the new bytes" { scenario pause_resume; }
 @test "versions: a data-only writer beside a reader copies what it imports; the reader flips to its name (gmsfs_commit_version, gmsfs_flip_to) when it chooses" { scenario versions_flip; }
+@test "gmsfs_commit_version_unmap_all: a name taken refused with the session and its mapping as they were; then named, unmapped, the lock given back" { scenario commit_version_unmap; }

@@ -46,6 +46,7 @@ static const struct {
 	{ "refit_whole", sc_refit_whole },
 	{ "pause_resume", sc_pause_resume },
 	{ "versions_flip", sc_versions_flip },
+	{ "commit_version_unmap", sc_commit_version_unmap },
 	{ "kept", sc_kept },
 };
 

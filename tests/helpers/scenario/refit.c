@@ -260,3 +260,40 @@ int sc_versions_flip(void)
 	CHECK(wait_for(state_val, "prev_handles", 0, 2000), "the version before let go");
 	return 0;
 }
+
+/* gmsfs_commit_version_unmap_all: a name taken is refused before anything is committed or
+ * unmapped (the session and its writable mapping go on); then the named commit, every
+ * mapping gone and the lock given back; a reader sees the bytes under that name. */
+int sc_commit_version_unmap(void)
+{
+	if (publish(2, 8192, 1, NULL))
+		return 1;
+	gmsfs *w;
+	CALL(w, gmsfs_connect(&w, store, GMSFS_RW, 1000));
+	CALL(w, gmsfs_commit_version(w, "v1"));
+	gmsfs_disconnect(w);
+	CALL(w, gmsfs_connect(&w, store, GMSFS_RW_DATA, 1000));
+	void *p;
+	CALL(w, gmsfs_import(w, "w/1", &p));
+	CALL(w, gmsfs_protect(w, "w/1", 1)); /* the last commit's bytes, written in place */
+	if (fill(p, 1, 8192, 3))
+		return 1;
+	CHECK(gmsfs_commit_version_unmap_all(w, "v1") == -EEXIST, "a name taken: refused");
+	CHECK(gmsfs_lock_mode(w) == GMSFS_RW && state_val("writer") != 0, "the session goes on");
+	if (fill(p, 1, 8192, 4)) /* its mapping still there, still writable */
+		return 1;
+	CHECK(gmsfs_commit_version_unmap_all(NULL, "v2") == -EINVAL, "no handle");
+	CHECK(gmsfs_commit_version_unmap_all(w, "bad name") == -EINVAL, "a bad name refused");
+	CALL(w, gmsfs_commit_version_unmap_all(w, "v2"));
+	CHECK(gmsfs_lock_mode(w) == 0, "the lock given back: mode %d", gmsfs_lock_mode(w));
+	CHECK(wait_for(state_val, "writer", 0, 2000) && state_val("readers") == 0, "nobody holds the store");
+	gmsfs_disconnect(w);
+	gmsfs *r;
+	char name[GMSFS_VERSION_NAME_MAX + 1];
+	CALL(r, gmsfs_connect(&r, store, GMSFS_RO, 1000));
+	CALL(r, gmsfs_import_all(r));
+	CHECK(gmsfs_version_name(r, name) == 0 && !strcmp(name, "v2"), "the reader holds v2: \"%s\"", name);
+	int bad = holds(r, "w/1", 1, 4, NULL) || holds(r, "w/0", 0, 1, NULL);
+	gmsfs_disconnect(r);
+	return bad;
+}

@@ -119,5 +119,6 @@ int sc_refit_whole(void);
 int sc_pause_resume(void);
 int role_flipper(char **argv);
 int sc_versions_flip(void);
+int sc_commit_version_unmap(void);
 
 #endif
