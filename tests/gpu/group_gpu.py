@@ -13,10 +13,12 @@
         partial outputs of each engine equal the trainer's own of its shard, bit for bit;
         a step refitted on rank 0 only (rank 1's trainer gone) is refused to both engines'
         flips (EAGAIN) and both keep serving the step before, until rank 1's refit
-        completes it.  Timed: the group refit beside the device-to-device copy of the same
-        tensors in the same run (its floor), each engine's flip (the issue's goal: 2 ms a
-        rank), and gmsfsctl group snapshot / restore of both ranks on /dev/shm beside one
-        rank's gmsfs-snapshot save alone."""
+        completes it; then three steps prepared during the trainer's step (Group.prepare)
+        and refitted through their connections, checked the same way.  Timed: the group
+        refit, plain and prepared, beside the device-to-device copy of the same tensors in
+        the same run (its floor), each engine's flip (the issue's goal: 2 ms a rank), and
+        gmsfsctl group snapshot / restore of both ranks on /dev/shm beside one rank's
+        gmsfs-snapshot save alone.  GMSFS_BENCH_TRACE=1: the prepared refits' phases."""
 import json
 import os
 import shutil
