@@ -546,10 +546,11 @@ def test_a_refit_prepared_ahead_copies_and_commits_only(store):
 
 
 def test_a_group_of_torch_ranks_refits_prepared_or_not_and_lets_go_of_its_mappings(store, tmp_path):
-    """gmsfs.Group with gt.refit's sources: each rank's refit commits its step, then
-    unmaps at the commit (no change of access first) and gives the lock back; a rank
-    prepared during the step commits the values its tensors hold at the refit; the
-    engines flip to each step, bit for bit the trainer's."""
+    """gmsfs.Group with gt.refit's sources (a module: callable, yet not a writer function):
+    each rank's refit commits its step and lets go of its mappings and lock; a rank
+    prepared during the step commits the values its tensors hold at the refit, and one
+    refused at the refit lets its session go; the engines flip to each step, bit for bit
+    the trainer's."""
     stores = [store, store + "-1"]
     os.mkdir(stores[1])
     for s in stores:
