@@ -65,7 +65,8 @@ class Group:
     def version(self):
         """The group's version: the newest name committed on every rank (newest by rank
         0's commits), or None."""
-        return _newest_common(self.names())
+        same = self._same_last()
+        return same if same is not None else _newest_common(self.names())
 
     def pending(self):
         """A name some ranks committed after the group's version and others not yet:
@@ -180,7 +181,10 @@ class Group:
         allocations were mapped again."""
         self._store(rank)
         conn = getattr(conn, "_gmsfs", conn)
-        if name is None:
+        same = self._same_last() if name is None else None  # one round trip a rank, mostly
+        if same is not None:
+            name, have = same, list(range(len(self.stores)))
+        elif name is None:
             names = self.names()  # one look at every rank
             name = _newest_common(names)
             have = _have(names, name) if name else []
@@ -195,20 +199,30 @@ class Group:
         """The ranks that had a commit named name, asked of each its last commit first
         (user.gms.version: one round trip, where STORE/versions is an open, a read and a
         close); its versions only where that is another name."""
-        have = []
-        for r, s in enumerate(self.stores):
-            try:
-                last = os.getxattr(s, "user.gms.version").decode().split(" ", 1)[1]
-            except (OSError, IndexError):
-                last = None  # none named, or nothing committed: its list says
-            if last == name or any(n == name for _, n, _ in versions(s)):
-                have.append(r)
-        return have
+        return [r for r, s in enumerate(self.stores)
+                if _last_name(s) == name or any(n == name for _, n, _ in versions(s))]
+
+    def _same_last(self):
+        """The name every rank's last commit has, where they all have the same: then it is
+        the newest name committed on every rank (the group's version).  None otherwise."""
+        first = _last_name(self.stores[0])
+        if first is None or any(_last_name(s) != first for s in self.stores[1:]):
+            return None
+        return first
 
     def _store(self, rank):
         if not isinstance(rank, int) or not 0 <= rank < len(self.stores):
             raise ValueError("rank: 0 to %d, not %r" % (len(self.stores) - 1, rank))
         return self.stores[rank]
+
+
+def _last_name(store):
+    """The name of store's last commit (user.gms.version, "GENERATION NAME"), or None:
+    none named, or nothing committed."""
+    try:
+        return os.getxattr(store, "user.gms.version").decode().split(" ", 1)[1]
+    except (OSError, IndexError):
+        return None
 
 
 def _writes_itself(source):
