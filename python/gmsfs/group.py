@@ -181,13 +181,9 @@ class Group:
         allocations were mapped again."""
         self._store(rank)
         conn = getattr(conn, "_gmsfs", conn)
-        same = self._same_last() if name is None else None  # one round trip a rank, mostly
-        if same is not None:
-            name, have = same, list(range(len(self.stores)))
-        elif name is None:
-            names = self.names()  # one look at every rank
-            name = _newest_common(names)
-            have = _have(names, name) if name else []
+        if name is None:
+            name = self.version()  # committed on every rank, by what it is
+            have = list(range(len(self.stores))) if name is not None else []
         else:
             have = self._committed_last(name)
         if len(have) < len(self.stores):

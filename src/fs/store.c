@@ -308,8 +308,6 @@ void store_untrack(struct fs_handle *h)
 	h->next = h->prev = NULL;
 }
 
-/* ---- write-ahead, then give back ---- */
-
 int store_alloc_named(const struct store *st, const char *name, struct meta_node **out, char *why, size_t whylen)
 {
 	struct meta_node *n = meta_resolve(st->meta, META_AREA_ALLOCS, name);
@@ -321,6 +319,8 @@ int store_alloc_named(const struct store *st, const char *name, struct meta_node
 		return why_fmt(why, whylen, -ENODATA, "allocs/%s was never sized", name);
 	return 0;
 }
+
+/* ---- write-ahead, then give back ---- */
 
 void store_give_back(struct store *st, struct vmm_buf *b)
 {

@@ -182,14 +182,14 @@ def main():
             for w in layer:
                 w.add_(torch.randn(w.shape, device="cuda", generator=gen).to(torch.bfloat16) * 1e-3)
 
-    def refit_all(k, ranks=range(RANKS), prepared=None):
-        sds = {r: shard(r) for r in ranks}
-        torch.cuda.synchronize()
-        errs = []
+    def at_once(fn, ranks):
+        """fn(rank) for every rank at once, a thread a rank, as a trainer's ranks run:
+        {rank: its result}, the wall seconds until the GPU is done too, [(rank, error)]."""
+        out, errs = {}, []
 
         def one(r):
             try:
-                g.refit(r, sds[r], "step-%d" % k, timeout=60, prepared=prepared[r] if prepared else None)
+                out[r] = fn(r)
             except Exception as e:
                 errs.append((r, e))
         ts = [threading.Thread(target=one, args=(r,)) for r in ranks]
@@ -199,7 +199,13 @@ def main():
         for th in ts:
             th.join()
         torch.cuda.synchronize()
-        wall = time.perf_counter() - t
+        return out, time.perf_counter() - t, errs
+
+    def refit_all(k, ranks=range(RANKS), prepared=None):
+        sds = {r: shard(r) for r in ranks}
+        torch.cuda.synchronize()
+        _, wall, errs = at_once(lambda r: g.refit(r, sds[r], "step-%d" % k, timeout=60,
+                                                  prepared=prepared[r] if prepared else None), ranks)
         # The floor: the same tensors copied device to device into tensors of their shapes.
         src = [v for r in ranks for v in sds[r].values()]
         dst = [torch.empty_like(v) for v in src]
@@ -209,7 +215,8 @@ def main():
             d.copy_(s)
         torch.cuda.synchronize()
         floor = time.perf_counter() - t
-        del dst, sds
+        del dst
+        sds.clear()  # the shards go (a dict the threads' lambda holds)
         return wall, floor, errs
 
     refits, flips = [], []
@@ -246,20 +253,7 @@ def main():
     def prepare_all(k):
         shapes = {r: {n: torch.empty_like(t, device="meta") for n, t in shard(r).items()} for r in range(RANKS)}
         torch.cuda.synchronize()
-        out, errs = {}, []
-
-        def one(r):
-            try:
-                out[r] = g.prepare(r, shapes[r], "step-%d" % k, timeout=60)
-            except Exception as e:
-                errs.append((r, e))
-        ts = [threading.Thread(target=one, args=(r,)) for r in range(RANKS)]
-        t = time.perf_counter()
-        for th in ts:
-            th.start()
-        for th in ts:
-            th.join()
-        return out, time.perf_counter() - t, errs
+        return at_once(lambda r: g.prepare(r, shapes[r], "step-%d" % k, timeout=60), range(RANKS))
 
     prepared_refits, prepares = [], []
     if os.environ.get("GMSFS_BENCH_TRACE"):
