@@ -70,6 +70,8 @@ void wire_req_init(struct gmsfs_sock_req *r, enum gmsfs_op op, const uint8_t tic
 		   uint32_t body_len);
 /* The header at the start of a message of len bytes: 0 or -EINVAL. */
 int wire_req_parse(const void *buf, size_t len, struct gmsfs_sock_req *out, char *why, size_t whylen);
+/* Whether op takes a body (EXPORT .. META_DELETE, COMMIT_NAMED). */
+bool wire_op_has_body(unsigned op);
 
 /* A request's body, parsed; everything in it is owned by it. */
 struct wire_body {
@@ -83,6 +85,7 @@ struct wire_body {
 	bool fds, meta;              /* EXPORT */
 	bool in_place;               /* EXPORT: writable, into the last commit's bytes */
 	bool overwrite;              /* EXPORT: every byte written: a next version's copies need none */
+	char *version;               /* COMMIT_NAMED: a valid version name */
 };
 int wire_parse_body(enum gmsfs_op op, const void *buf, size_t len, struct wire_body *out, char *why, size_t whylen);
 void wire_body_free(struct wire_body *b);
@@ -99,6 +102,8 @@ int wire_pack_export_in_place(msgpack_sbuffer *sb, const char *const *paths, siz
 /* A writer's export of what it will write whole (GMSFS_K_OVERWRITE), descriptors and no
  * metadata; paths NULL: the whole layout. */
 int wire_pack_export_overwrite(msgpack_sbuffer *sb, const char *const *paths, size_t n);
+/* COMMIT_NAMED's: the commit's name. */
+int wire_pack_commit_named(msgpack_sbuffer *sb, const char *version);
 
 /* ---- replies ---- */
 struct wire_head {

@@ -1,6 +1,7 @@
 /* wire_req: requests (wire.h): the header, and the bodies the client packs and the
  * daemon parses. */
 #include "wire_msgpack.h"
+#include "version_name.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -43,10 +44,15 @@ int wire_req_parse(const void *buf, size_t len, struct gmsfs_sock_req *out, char
 		any |= out->ticket[i];
 	if (!ticketed && any)
 		return why_fmt(why, whylen, -EINVAL, "a ticket on op %u, which takes none", (unsigned)out->op);
-	bool bodied = out->op >= GMSFS_OP_EXPORT && out->op <= GMSFS_OP_META_DELETE;
+	bool bodied = wire_op_has_body(out->op);
 	if (!bodied && (out->body_len || (out->flags & GMSFS_REQ_MORE)))
 		return why_fmt(why, whylen, -EINVAL, "a body on op %u, which takes none", (unsigned)out->op);
 	return 0;
+}
+
+bool wire_op_has_body(unsigned op)
+{
+	return (op >= GMSFS_OP_EXPORT && op <= GMSFS_OP_META_DELETE) || op == GMSFS_OP_COMMIT_NAMED;
 }
 
 static void names_free(char **v, size_t n)
@@ -66,6 +72,7 @@ void wire_body_free(struct wire_body *b)
 	entry_recs_clear(b->entries, b->nentries);
 	free(b->entries);
 	names_free(b->names, b->nnames);
+	free(b->version);
 	memset(b, 0, sizeof *b);
 }
 
@@ -109,10 +116,18 @@ static int parse_create_item(const msgpack_object *o, struct wire_alloc *a)
 	return (seen & 3) == 3 ? 0 : -1;
 }
 
+/* COMMIT_NAMED's name: a valid version name (no NUL, no room for one in a path). */
+static int parse_version(const msgpack_object *v, struct wire_body *b)
+{
+	if (v->type != MSGPACK_OBJECT_STR || !gmsfs_version_name_valid(v->via.str.ptr, v->via.str.size))
+		return -1;
+	return (b->version = strndup(v->via.str.ptr, v->via.str.size)) ? 0 : -1;
+}
+
 int wire_parse_body(enum gmsfs_op op, const void *buf, size_t len, struct wire_body *b, char *why, size_t whylen)
 {
 	memset(b, 0, sizeof *b);
-	if (op < GMSFS_OP_EXPORT || op > GMSFS_OP_META_DELETE)
+	if (!wire_op_has_body(op))
 		return len ? why_fmt(why, whylen, -EINVAL, "op %d takes no body", (int)op) : 0;
 	msgpack_unpacked u;
 	msgpack_unpacked_init(&u);
@@ -168,6 +183,10 @@ int wire_parse_body(enum gmsfs_op op, const void *buf, size_t len, struct wire_b
 		} else if (op == GMSFS_OP_EXPORT && wire_key_is(k, GMSFS_K_OVERWRITE)) {
 			bad = "bad overwrite flag";
 			if (SEEN(4) || wire_get_bool(v, &b->overwrite))
+				goto out;
+		} else if (op == GMSFS_OP_COMMIT_NAMED && wire_key_is(k, GMSFS_K_NAME)) {
+			bad = "bad version: a name is " GMSFS_VERSION_NAME_WORDS;
+			if (SEEN(0) || parse_version(v, b))
 				goto out;
 		} else {
 			bad = "unknown or repeated field";
@@ -262,4 +281,13 @@ int wire_pack_export_in_place(msgpack_sbuffer *sb, const char *const *paths, siz
 int wire_pack_export_overwrite(msgpack_sbuffer *sb, const char *const *paths, size_t n)
 {
 	return pack_export(sb, paths, n, true, false, false, true);
+}
+
+int wire_pack_commit_named(msgpack_sbuffer *sb, const char *version)
+{
+	struct wire_packer p;
+	wire_packer_init(&p, sb);
+	msgpack_pack_map(&p.pk, 1);
+	wire_pack_str(&p.pk, GMSFS_K_NAME), wire_pack_str(&p.pk, version);
+	return p.err;
 }

@@ -156,6 +156,7 @@ struct gmsfs {
 				 * the layout cannot change until it lets go, so another is free */
 	int unmapped_lock;      /* the lock given up by unmap_all */
 	bool said_in_place;     /* the session told the daemon it writes the last commit in place */
+	bool names_apart;       /* its daemon predates COMMIT_NAMED: a commit's name goes by setxattr */
 	struct gmsfs_ioc info;  /* the latest facts from the daemon */
 	uint8_t ticket[GMSFS_TICKET_LEN]; /* the LOCK reply's ticket, until bound */
 	bool have_ticket;
@@ -234,6 +235,12 @@ int mp_map_alloc(gmsfs *g, void *va, const struct wire_alloc *a, int fd, bool wr
 /* Unmap the allocation at va (aligned bytes, in pieces of piece bytes; 0: one): every
  * piece, and the first failure. */
 int mp_unmap_alloc(gmsfs *g, void *va, uint64_t aligned, uint64_t piece);
+/* Slot i, mapped, and the mapped neighbours after it in one range of its reservation
+ * (none in pieces), unmapped in one call where they are several (the driver's
+ * cuMemUnmap takes neighbouring mappings whole: 1000 x 2 MiB in 16.7 ms on an H200,
+ * against 22.1 ms one by one); each marked unmapped.  *end: the slot after them, or the
+ * one that failed. */
+int mp_unmap_run(gmsfs *g, size_t i, size_t *end);
 /* The allocation mapped at src mapped again at dst, piece by piece. */
 int mp_alias_alloc(gmsfs *g, void *src, void *dst, uint64_t aligned, uint64_t piece, bool writable, char *why,
 		   size_t whylen);
@@ -297,6 +304,9 @@ void mt_free(gmsfs *g);
 /* gmsfs_commit; unmapping: the daemon's commit only, the mappings left as they are for
  * the caller to unmap next (an error: nothing was committed). */
 int gm_commit(gmsfs *g, bool unmapping);
+/* The same, the commit called name in the same round trip (GMSFS_OP_COMMIT_NAMED); -EINVAL
+ * with "unknown op" in g->err from a daemon that predates the op. */
+int gm_commit_named(gmsfs *g, bool unmapping, const char *name);
 /* After gm_commit(g, true): the private entries copied out, every mapping unmapped and
  * the lock given back (gmsfs_unmap_all), whatever fails.  0 or the first -errno. */
 int gm_unmap_committed(gmsfs *g);

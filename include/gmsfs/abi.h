@@ -198,7 +198,10 @@ enum gmsfs_op {
 	                         * manifest of the allocations that changed, read-only (no body) */
 	GMSFS_OP_KEEP = 11,     /* commit, the session going on, kept: its end rolls back to this
 	                         * layout, never torn (an elastic store's pages only; no body) */
-	GMSFS_OP_MAX = 11
+	GMSFS_OP_COMMIT_NAMED = 12, /* {name}: COMMIT, the commit called version (gmsfs(5), NAMED
+	                         * VERSIONS) in the same round trip: EINVAL not a name, EEXIST the
+	                         * store's already; a failure commits nothing and keeps no name */
+	GMSFS_OP_MAX = 12
 };
 
 #define GMSFS_FDS_PER_MSG 253        /* SCM_MAX_FD */
@@ -252,6 +255,7 @@ enum gmsfs_op {
                                      * commit, sent read-only: map it read-only until an EXPORT
                                      * with inplace asks for it writable */
 #define GMSFS_K_ENTRIES "entries"   /* META_PUT: array of entry maps */
+#define GMSFS_K_NAME "name"         /* COMMIT_NAMED: the commit's version name */
 
 #ifdef __cplusplus
 static_assert(sizeof(struct gmsfs_ioc) == 248, "gmsfs_ioc layout");

@@ -3,6 +3,7 @@
  * images (a state file, a handover) record by record as the daemon reads them.  What
  * it accepts must be consistent: counts within bounds, paths valid, sizes sane. */
 #include "wire.h"
+#include "version_name.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -27,6 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			       b.entries[i].value_len <= GMSFS_VALUE_MAX && !(b.entries[i].flags & ~GMSFS_ENTRY_FLAGS));
 		for (size_t i = 0; i < b.nnames; i++)
 			assert(gmsfs_path_valid(b.names[i], strlen(b.names[i])));
+		assert(!b.version || (op == GMSFS_OP_COMMIT_NAMED && gmsfs_version_name_valid(b.version, strlen(b.version))));
+		assert(op != GMSFS_OP_COMMIT_NAMED || b.version);
 		wire_body_free(&b);
 	}
 

@@ -373,6 +373,37 @@ static void requests(void)
 	b1(0x82), str("overwrite"), b1(0xc3), str("overwrite"), b1(0xc3);
 	is_int(wire_parse_body(GMSFS_OP_EXPORT, buf, n, &b, why, sizeof why), -EINVAL, "overwrite twice");
 
+	msgpack_sbuffer_init(&sb);
+	wire_pack_commit_named(&sb, "step-1200");
+	wire_req_init(&hd, GMSFS_OP_COMMIT_NAMED, NULL, 0, (uint32_t)sb.size);
+	uint8_t whole[64];
+	memcpy(whole, &hd, sizeof hd);
+	memcpy(whole + sizeof hd, sb.data, sb.size);
+	is_int(wire_req_parse(whole, sizeof hd + sb.size, &out, why, sizeof why), 0, "a COMMIT_NAMED header with its body");
+	is_int(wire_parse_body(GMSFS_OP_COMMIT_NAMED, sb.data, sb.size, &b, why, sizeof why), 0, "a COMMIT_NAMED body");
+	ok(b.version && !strcmp(b.version, "step-1200"), "with its name");
+	wire_body_free(&b);
+	is_int(wire_parse_body(GMSFS_OP_COMMIT, sb.data, sb.size, &b, why, sizeof why), -EINVAL,
+	       "the same body on COMMIT is refused");
+	msgpack_sbuffer_clear(&sb);
+	wire_pack_commit_named(&sb, "-step");
+	is_int(wire_parse_body(GMSFS_OP_COMMIT_NAMED, sb.data, sb.size, &b, why, sizeof why), -EINVAL,
+	       "a name that starts with '-' (%s)", why);
+	msgpack_sbuffer_clear(&sb);
+	wire_pack_commit_named(&sb, "a b");
+	is_int(wire_parse_body(GMSFS_OP_COMMIT_NAMED, sb.data, sb.size, &b, why, sizeof why), -EINVAL, "a name with a space");
+	msgpack_sbuffer_destroy(&sb);
+	is_int(wire_parse_body(GMSFS_OP_COMMIT_NAMED, "\x80", 1, &b, why, sizeof why), -EINVAL, "no name");
+	n = 0;
+	b1(0x81), str("name"), b1(0xa3), b1('a'), b1(0), b1('b');
+	is_int(wire_parse_body(GMSFS_OP_COMMIT_NAMED, buf, n, &b, why, sizeof why), -EINVAL, "a name with a NUL in it");
+	n = 0;
+	b1(0x81), str("name"), b1(0x07);
+	is_int(wire_parse_body(GMSFS_OP_COMMIT_NAMED, buf, n, &b, why, sizeof why), -EINVAL, "a name that is a number");
+	n = 0;
+	b1(0x82), str("name"), b1(0xa1), b1('a'), str("name"), b1(0xa1), b1('b');
+	is_int(wire_parse_body(GMSFS_OP_COMMIT_NAMED, buf, n, &b, why, sizeof why), -EINVAL, "a name twice");
+
 	n = 0;
 	b1(0x81), str("allocs"), b1(0xdd), b1(0x7f), b1(0xff), b1(0xff), b1(0xff);
 	is_int(wire_parse_body(GMSFS_OP_CREATE, buf, n, &b, why, sizeof why), -EINVAL,

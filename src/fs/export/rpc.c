@@ -10,6 +10,7 @@
 #include "../inval.h"
 #include "../lock.h"
 #include "../memory.h"
+#include "../named.h"
 #include "../log.h"
 #include "../store.h"
 #include "../version.h"
@@ -192,7 +193,8 @@ static struct fs_handle *bound(struct fs *fs, const struct rpc_req *r, bool writ
 		*err = -EPERM;
 		return NULL;
 	}
-	if (write && r->op != GMSFS_OP_COMMIT && r->op != GMSFS_OP_KEEP && (*err = lock_layout_change(h->store))) {
+	if (write && r->op != GMSFS_OP_COMMIT && r->op != GMSFS_OP_COMMIT_NAMED && r->op != GMSFS_OP_KEEP &&
+	    (*err = lock_layout_change(h->store))) {
 		snprintf(why, whylen, "%s", h->store->last_error); /* CREATE, FREE, META_PUT, META_DELETE */
 		return NULL;
 	}
@@ -316,7 +318,8 @@ static int do_flip(struct fs *fs, const struct rpc_req *r, struct xset *s, char 
 	return e ? why_fmt(why, whylen, e, "%s", strerror(-e)) : 0;
 }
 
-/* FREE, META_PUT, META_DELETE, COMMIT, KEEP: under fs->mu through the bound writer handle. */
+/* FREE, META_PUT, META_DELETE, COMMIT, COMMIT_NAMED, KEEP: under fs->mu through the bound
+ * writer handle. */
 static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_body *b, char *why, size_t whylen)
 {
 	int e = 0;
@@ -337,6 +340,12 @@ static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_b
 			break;
 		case GMSFS_OP_META_DELETE:
 			e = meta_delete_entries(st->meta, names, b->nnames, why, whylen);
+			break;
+		case GMSFS_OP_COMMIT_NAMED: /* the name and the commit in one round trip */
+			if ((e = named_set_pending(st, b->version, strlen(b->version))) || (e = lock_commit(st))) {
+				snprintf(why, whylen, "%s", st->last_error);
+				named_drop_pending(st); /* nothing committed: no name kept */
+			}
 			break;
 		default: /* COMMIT, KEEP (the session staying): the image is written before it returns */
 			if ((e = r->op == GMSFS_OP_KEEP ? lock_keep(st) : lock_commit(st)))
