@@ -42,6 +42,30 @@ def test_one_allocation_at_three_addresses(store):
         assert perms(a) is None and perms(b) is None  # freed: the addresses are given back
 
 
+def test_unmap_all_undoes_every_neighbour_and_remap_all_maps_them_again(store):
+    """An import_all maps the layout back to back in one reservation, and unmap_all undoes
+    neighbours in one call (mp_unmap_run): every page of every allocation is unmapped
+    (its address kept), and remap_all maps each again with its bytes."""
+    sizes = {"a": MiB, "b": 3 * MiB, "c/d": 2 * MiB, "e": MiB}
+    with gmsfs.connect(store, "rw") as w:
+        for i, (name, size) in enumerate(sizes.items()):
+            m = w.create(name, size)
+            w.buffer(m.ptr, size, writable=True)[:] = bytes([i + 1]) * size
+        w.commit()
+    with gmsfs.connect(store, "ro") as r:
+        r.import_all()
+        got = sorted((m.ptr, m.size, m.name) for m in r.mappings)
+        assert all(a[0] + a[1] == b[0] for a, b in zip(got, got[1:])), got  # back to back
+        r.unmap_all()
+        pages = [p for ptr, size, _ in got for p in range(ptr, ptr + size, 4096)]
+        assert {perms(p) for p in pages} == {"---p"}
+        r.remap_all()
+        assert [m.ptr for m in sorted(r.mappings, key=lambda m: m.ptr)] == [x[0] for x in got]
+        for ptr, size, name in got:
+            assert perms(ptr) == perms(ptr + size - 1) == "r--s"
+            assert set(bytes(r.buffer(ptr, size))) == {list(sizes).index(name) + 1}
+
+
 def test_a_readers_space_is_read_only(store):
     with gmsfs.connect(store, "rw") as w:
         m = w.create("x", MiB)
