@@ -127,6 +127,17 @@ int gmsfs_version_name(gmsfs *g, char *name)
 	return name[0] ? 0 : -ENODATA;
 }
 
+/* The generation of the store's last commit where name is its name (user.gms.version,
+ * "GENERATION NAME": one round trip); 0 where it is another, has none, or none is. */
+static uint64_t last_named(gmsfs *g, const char *name, char *last, size_t size)
+{
+	ssize_t l = getxattr(g->dir, GMSFS_XATTR_VERSION, last, size - 1);
+	last[l > 0 ? l : 0] = '\0';
+	unsigned long long gen = 0;
+	char n[GMSFS_VERSION_NAME_MAX + 1] = "";
+	return l > 0 && sscanf(last, "%llu %64s", &gen, n) == 2 && !strcmp(n, name) ? gen : 0;
+}
+
 int gmsfs_flip_to(gmsfs *g, const char *name, size_t *changed)
 {
 	if (changed)
@@ -135,22 +146,25 @@ int gmsfs_flip_to(gmsfs *g, const char *name, size_t *changed)
 		return -EINVAL;
 	if (g->lock != GMSFS_RO)
 		return gm_error(g, -EINVAL, "flip_to: a reader's call");
-	char text[4096], last[96];
-	ssize_t n = read_store_file(g->dir, "versions", text, sizeof text);
-	if (n < 0)
-		return gm_error(g, (int)n, "flip_to: reading %s/versions: %s", g->dir, strerror((int)-n));
-	uint64_t gen = find(text, name, 0, NULL);
-	if (!gen)
-		return gm_error(g, -ENOENT, "flip_to %s: no commit of %s had that name", name, g->dir);
+	/* The last commit's name first: a flip to the newest needs no read of STORE/versions
+	 * (an open, a read and a close: 0.3-0.5 ms of a 2 ms flip on a GPU host). */
+	char last[96];
+	uint64_t gen = last_named(g, name, last, sizeof last);
+	if (!gen) { /* another: whether a commit had the name, and whether g holds it */
+		char text[4096];
+		ssize_t n = read_store_file(g->dir, "versions", text, sizeof text);
+		if (n < 0)
+			return gm_error(g, (int)n, "flip_to: reading %s/versions: %s", g->dir, strerror((int)-n));
+		uint64_t had = find(text, name, 0, NULL);
+		if (!had)
+			return gm_error(g, -ENOENT, "flip_to %s: no commit of %s had that name", name, g->dir);
+		if (had == g->info.generation)
+			return 0;
+		return gm_error(g, -ESTALE, "flip_to %s: the store's last commit is another (%s)", name,
+				last[0] ? last : "one with no name");
+	}
 	if (gen == g->info.generation)
 		return 0;
-	ssize_t l = getxattr(g->dir, GMSFS_XATTR_VERSION, last, sizeof last - 1);
-	last[l > 0 ? l : 0] = '\0';
-	unsigned long long lg = 0;
-	char ln[GMSFS_VERSION_NAME_MAX + 1] = "";
-	if (l <= 0 || sscanf(last, "%llu %64s", &lg, ln) != 2 || lg != gen || strcmp(ln, name))
-		return gm_error(g, -ESTALE, "flip_to %s: the store's last commit is another (%s)", name,
-				l > 0 ? last : "one with no name");
 	int e = gmsfs_flip(g, changed);
 	if (!e && g->info.generation != gen) /* only a reader from before a daemon restart can meet this */
 		return gm_error(g, -ESTALE, "flip_to %s: the store was committed again meanwhile (generation %llu)", name,

@@ -254,6 +254,30 @@ def test_a_reader_flips_to_a_name_or_nothing_changes(store):
     r.close()
 
 
+def test_a_flip_to_the_newest_name_asks_the_last_commits_name_only(store):
+    """flip(version=) to the last commit asks for its name (user.gms.version, one request)
+    and reads no STORE/versions: one FUSE request more than a flip without a name."""
+    from gmsfs._fields import read_fields
+    publish(store, value=1, version="v1")
+    os.setxattr(store, "user.gms.versions", b"2")
+
+    def requests():
+        return int(read_fields(os.path.join(store, "state"))["requests"])
+    deltas = []
+    for k, version in ((2, None), (3, "v3"), (4, None), (5, "v5")):
+        r = gmsfs.connect(store, "ro", timeout=5)
+        r.import_all()
+        w = Writer(store, "data")
+        w.ask("write a %d" % k)
+        assert w.ask("commit v%d" % k)["version"] == "v%d" % k
+        w.close()
+        before = requests()
+        assert r.flip(version=version) == 1 and r.version == "v%d" % k
+        deltas.append(requests() - before)
+        r.close()
+    assert deltas[1] == deltas[0] + 1 and deltas[3] == deltas[2] + 1, deltas
+
+
 def test_the_version_file_wakes_a_poller_at_each_commit(store):
     publish(store, version="v1")
     fd = os.open(os.path.join(store, "version"), os.O_RDONLY)
