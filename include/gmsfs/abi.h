@@ -198,7 +198,7 @@ enum gmsfs_op {
 	                         * manifest of the allocations that changed, read-only (no body) */
 	GMSFS_OP_KEEP = 11,     /* commit, the session going on, kept: its end rolls back to this
 	                         * layout, never torn (an elastic store's pages only; no body) */
-	GMSFS_OP_COMMIT_NAMED = 12, /* {name}: COMMIT, the commit called version (gmsfs(5), NAMED
+	GMSFS_OP_COMMIT_NAMED = 12, /* {name}: COMMIT, the commit called name (gmsfs(5), NAMED
 	                         * VERSIONS) in the same round trip: EINVAL not a name, EEXIST the
 	                         * store's already; a failure commits nothing and keeps no name */
 	GMSFS_OP_MAX = 12
