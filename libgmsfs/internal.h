@@ -235,12 +235,6 @@ int mp_map_alloc(gmsfs *g, void *va, const struct wire_alloc *a, int fd, bool wr
 /* Unmap the allocation at va (aligned bytes, in pieces of piece bytes; 0: one): every
  * piece, and the first failure. */
 int mp_unmap_alloc(gmsfs *g, void *va, uint64_t aligned, uint64_t piece);
-/* Slot i, mapped, and the mapped neighbours after it in one range of its reservation
- * (none in pieces), unmapped in one call where they are several (the driver's
- * cuMemUnmap takes neighbouring mappings whole, a little cheaper: 1000 x 2 MiB in
- * 16.7-17.4 ms on an H200 against 18.2-22.1 ms one by one, probe/unmap_probe.c); each
- * marked unmapped.  *end: the slot after them, or the one that failed. */
-int mp_unmap_run(gmsfs *g, size_t i, size_t *end);
 /* The allocation mapped at src mapped again at dst, piece by piece. */
 int mp_alias_alloc(gmsfs *g, void *src, void *dst, uint64_t aligned, uint64_t piece, bool writable, char *why,
 		   size_t whylen);

@@ -184,31 +184,6 @@ int mp_unmap_alloc(gmsfs *g, void *va, uint64_t aligned, uint64_t piece)
 	return first;
 }
 
-int mp_unmap_run(gmsfs *g, size_t i, size_t *end)
-{
-	size_t j = i + 1;
-	uint64_t len = g->maps[i].aligned;
-	while (!g->slots[i].piece && j < g->nmaps && g->slots[j].mapped && !g->slots[j].piece &&
-	       g->slots[j].res == g->slots[i].res && (char *)g->maps[i].ptr + len == (char *)g->maps[j].ptr)
-		len += g->maps[j++].aligned;
-	if (j - i > 1 && !g->be->unmap(g, g->maps[i].ptr, len)) {
-		for (size_t k = i; k < j; k++)
-			g->slots[k].mapped = false;
-		*end = j;
-		return 0;
-	}
-	for (size_t k = i; k < j; k++) { /* one, or the one call refused: each alone */
-		int e = mp_unmap_alloc(g, g->maps[k].ptr, g->maps[k].aligned, g->slots[k].piece);
-		if (e) {
-			*end = k;
-			return e;
-		}
-		g->slots[k].mapped = false;
-	}
-	*end = j;
-	return 0;
-}
-
 int mp_alias_alloc(gmsfs *g, void *src, void *dst, uint64_t aligned, uint64_t piece, bool writable, char *why,
 		   size_t whylen)
 {

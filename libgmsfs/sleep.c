@@ -27,9 +27,12 @@ int gmsfs_unmap_all(gmsfs *g)
 	if (e && e != -ENOTCONN && e != -ECONNABORTED && e != -ENOENT)
 		return e;
 	double t0 = gm_tracing() ? gm_us() : 0;
-	for (size_t i = 0, end = 1; i < g->nmaps; i = end, end = i + 1)
-		if (g->slots[i].mapped && (e = mp_unmap_run(g, i, &end)))
-			return gm_error(g, e, "%s: unmap: %s", g->maps[end].name, strerror(-e));
+	for (size_t i = 0; i < g->nmaps; i++) {
+		struct gmsfs_mapping *m = &g->maps[i];
+		if (g->slots[i].mapped && (e = mp_unmap_alloc(g, m->ptr, m->aligned, g->slots[i].piece)))
+			return gm_error(g, e, "%s: unmap: %s", m->name, strerror(-e));
+		g->slots[i].mapped = false;
+	}
 	sp_unmap_all(g); /* a space's mapping would keep the memory past the lock */
 	g->saved_has_hash = g->info.has_hash;
 	memcpy(g->saved_hash, g->info.layout_hash, sizeof g->saved_hash);

@@ -43,9 +43,9 @@ def test_one_allocation_at_three_addresses(store):
 
 
 def test_unmap_all_undoes_every_neighbour_and_remap_all_maps_them_again(store):
-    """An import_all maps the layout back to back in one reservation, and unmap_all undoes
-    neighbours in one call (mp_unmap_run): every page of every allocation is unmapped
-    (its address kept), and remap_all maps each again with its bytes."""
+    """An import_all maps the layout back to back in one reservation; unmap_all unmaps
+    every page of every allocation (its address kept), and remap_all maps each again
+    with its bytes."""
     sizes = {"a": MiB, "b": 3 * MiB, "c/d": 2 * MiB, "e": MiB}
     with gmsfs.connect(store, "rw") as w:
         for i, (name, size) in enumerate(sizes.items()):
