@@ -65,6 +65,40 @@ int gmsfs_free_name(gmsfs *g, const char *name)
 	return m && (e = may_free(g, i)) ? e : free_one(g, name, m ? (ssize_t)i : -1);
 }
 
+/* A private entry of allocation alloc whose copy is not made yet: a writer's is made at
+ * its commit, from the mapping. */
+static const char *private_uncopied(const gmsfs *g, const char *alloc)
+{
+	for (size_t i = 0; g->meta.loaded && i < g->meta.n; i++) {
+		const struct entry_rec *x = &g->meta.v[i];
+		if ((x->flags & GMSFS_ENTRY_PRIVATE) && !x->copy && x->size && x->alloc && !strcmp(x->alloc, alloc))
+			return x->key;
+	}
+	return NULL;
+}
+
+int gmsfs_unmap(gmsfs *g, const char *name)
+{
+	if (!g)
+		return -EINVAL;
+	if (!name || !gmsfs_path_valid(name, strlen(name)))
+		return gm_error(g, -EINVAL, "unmap %s: not a valid name", name ? name : "(null)");
+	struct gmsfs_mapping *m = mp_find(g, name);
+	if (!m)
+		return gm_error(g, -ENOENT, "unmap %s: the handle maps no such allocation", name);
+	size_t i = (size_t)(m - g->maps);
+	if (!g->slots[i].mapped) /* between unmap_all and remap_all: its range is remap_all's */
+		return gm_error(g, -EINVAL, "unmap %s: the handle is unmapped (remap_all first)", name);
+	if (sp_uses(g, name))
+		return gm_error(g, -EBUSY, "unmap %s: it is mapped in a space: free the space first", name);
+	const char *key = g->lock == GMSFS_RW ? private_uncopied(g, name) : NULL;
+	if (key)
+		return gm_error(g, -EBUSY, "unmap %s: meta/%s is private, copied from the mapping at the commit", name, key);
+	mp_drop(g, i);
+	g->imported_all = false;
+	return 0;
+}
+
 int gmsfs_import_all(gmsfs *g)
 {
 	if (!g)

@@ -160,6 +160,17 @@ GMSFS_API int gmsfs_import(gmsfs *g, const char *name, void **ptr);
  * mapped already is left as it is (the first import in a session decides).  -EPERM for a
  * reader, -ENOENT for a name the layout lacks. */
 GMSFS_API int gmsfs_import_overwrite(gmsfs *g, const char *const *names, size_t n);
+/* Unmap one allocation: the handle's mapping of name goes, its address range with it
+ * (gmsfs_import maps it again, maybe elsewhere); the allocation, its bytes and its
+ * entries stay in the layout.  A writer that has written an allocation lets it go as its
+ * writes land, before its commit: on a GPU each unmap then runs while the copies queued
+ * after it run, and a commit that unmaps has none left to do (gmsfs.torch.refit does this
+ * when the connection closes after its commit).  The work queued on the mapping must
+ * have landed first: the caller waits for it (an event of its stream), since an unmap
+ * under a running copy faults.  -ENOENT (not mapped by the handle), -EINVAL (between
+ * unmap_all and remap_all), -EBUSY (mapped in a space; or, for a writer, the allocation
+ * holds a private entry, whose copy is made from the mapping at the commit). */
+GMSFS_API int gmsfs_unmap(gmsfs *g, const char *name);
 
 struct gmsfs_meta {
 	char *alloc;       /* allocation path */

@@ -324,6 +324,12 @@ class Connection:
         self._check(_c.gmsfs_import(self._handle(), name.encode(), ctypes.byref(p)), "import %s" % name)
         return self.find(name)
 
+    def unmap(self, name):
+        """Let the handle's mapping of one allocation go (libgmsfs(3), gmsfs_unmap): a writer
+        done with it, whose writes to it have landed (the caller waits: an unmap under a
+        running copy faults).  The allocation and its bytes stay; import_one maps it again."""
+        self._check(_c.gmsfs_unmap(self._handle(), name.encode()), "unmap %s" % name)
+
     # ---- metadata ----
     def meta_put(self, key, alloc, offset=0, value=b"", size=0, private=False, note=False):
         """One entry, meta_put_many's fields: a GMS-style writer puts one per tensor, so

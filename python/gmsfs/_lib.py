@@ -116,6 +116,7 @@ _protos = {
     "gmsfs_content_hash": (ctypes.c_int, [_P, ctypes.c_char_p]),
     "gmsfs_import": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(_P)]),
     "gmsfs_import_overwrite": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t]),
+    "gmsfs_unmap": (ctypes.c_int, [_P, ctypes.c_char_p]),
     "gmsfs_meta_get": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(Meta)]),
     "gmsfs_meta_free": (None, [ctypes.POINTER(Meta)]),
     "gmsfs_meta_list": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_char_p)),

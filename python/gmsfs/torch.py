@@ -49,19 +49,27 @@ from gmsfs._torch_materialize import materialize  # noqa: F401
 # ---- publish ----
 
 def _pack(conn, storages, device):
-    """Copy storages that are not in the store into one new allocation: {ptr: (alloc, offset)}."""
-    total = sum((n + ALIGN - 1) // ALIGN * ALIGN for n, _ in storages.values())
+    """Copy storages that are not in the store into new allocations of at most SLAB_BYTES
+    each (one larger storage alone in its own), made in one request: {ptr: (alloc,
+    offset)}.  A refit that closes after its commit then unmaps each slab as its copies
+    land, while the next slabs' run, not the whole model after the last copy."""
     have = {m.name for m in conn.mappings}
-    i = 0
-    while PREFIX + "packed%05d" % i in have:
-        i += 1
-    m = conn.create(PREFIX + "packed%05d" % i, max(total, 1), tag=TAG)
-    where, off = {}, 0
+    slabs, i = [], 0  # [[name, bytes, [(ptr, offset, n, device)]]]
     for ptr, (n, dev) in storages.items():
-        dst = _bytes_at(m.ptr + off, n, device)
-        dst.copy_(_bytes_at(ptr, n, dev))
-        where[ptr] = (m.name, off)
-        off += (n + ALIGN - 1) // ALIGN * ALIGN
+        step = (n + ALIGN - 1) // ALIGN * ALIGN
+        if not slabs or (slabs[-1][1] and slabs[-1][1] + step > SLAB_BYTES):
+            while PREFIX + "packed%05d" % i in have:
+                i += 1
+            slabs.append([PREFIX + "packed%05d" % i, 0, []])
+            i += 1
+        slabs[-1][2].append((ptr, slabs[-1][1], n, dev))
+        slabs[-1][1] += step
+    made = conn.create_many([(name, max(size, 1), TAG) for name, size, _ in slabs])
+    where = {}
+    for m, (_, _, parts) in zip(made, slabs):
+        for ptr, off, n, dev in parts:
+            _bytes_at(m.ptr + off, n, device).copy_(_bytes_at(ptr, n, dev))
+            where[ptr] = (m.name, off)
     if device.type == "cuda":
         torch.cuda.synchronize()
     return where
@@ -103,8 +111,8 @@ def publish(module, store, private=(), commit=True):
     writer's Connection), commit, and rebind the module onto the store's memory.
 
     Tensors already in the store (allocated under allocator()) are recorded where they
-    are; others are copied into one new allocation first.  private: names (or a test
-    name -> bool) of tensors every process gets a copy of.  Returns the connection,
+    are; others are copied into new allocations of at most 1 GiB first.  private: names
+    (or a test name -> bool) of tensors every process gets a copy of.  Returns the connection,
     which the module keeps (module._gmsfs): it holds the read lock after the commit."""
     conn = store if isinstance(store, Connection) else connect(store, "rw")
     if conn.lock_mode != "rw":

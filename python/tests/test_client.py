@@ -200,6 +200,40 @@ def test_commit_with_unmap_publishes_and_leaves_the_writer_asleep(store):
     c.close()
 
 
+def test_unmap_lets_one_mapping_go_and_keeps_the_allocation(store):
+    c = gmsfs.connect(store, "rw")
+    a, b, p = c.create_many([("a", 65536), ("b", 65536), ("p", 4096)])
+    c.array(a, "uint32")[:] = 3
+    c.array(b, "uint32")[:] = 4
+    c.meta_put("a/x", "a", 0, b"u32", size=16)
+    c.meta_put("own", "p", 0, b"u8", size=16, private=True)
+    c.unmap("a")  # written: a writer lets it go before its commit
+    assert sorted(m.name for m in c.mappings) == ["b", "p"] and c.meta_get("a/x").ptr is None
+    for name, err, words in (("a", errno.ENOENT, "maps no such allocation"), ("../a", errno.EINVAL, "not a valid"),
+                             ("p", errno.EBUSY, "meta/own is private")):
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            c.unmap(name)
+        assert e.value.errno == err and words in e.value.strerror, (name, e.value)
+    with c.space() as s:
+        s.map("b")
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            c.unmap("b")
+        assert e.value.errno == errno.EBUSY and "space" in e.value.strerror
+    assert sorted(m.name for m in c.mappings) == ["b", "p"]  # the refused ones stay mapped
+    c.commit(unmap=True)
+    with gmsfs.connect(store, "ro") as r:
+        r.import_all()
+        assert int(r.array("a", "uint32").sum()) == 3 * 16384 and int(r.array("b", "uint32").sum()) == 4 * 16384
+        r.unmap("b")
+        assert r.meta_get("a/x").ptr == r.find("a").ptr and sorted(m.name for m in r.mappings) == ["a", "p"]
+        assert int(r.array(r.import_one("b"), "uint32").sum()) == 4 * 16384  # mapped again
+        r.unmap_all()
+        with pytest.raises(gmsfs.GmsfsError) as e:
+            r.unmap("a")
+        assert e.value.errno == errno.EINVAL and "remap_all first" in e.value.strerror
+    c.close()
+
+
 def test_private_entries_are_copies(store):
     with gmsfs.connect(store, "rw") as c:
         m = c.create("buf", 4096)

@@ -582,3 +582,33 @@ def test_a_group_of_torch_ranks_refits_prepared_or_not_and_lets_go_of_its_mappin
         got = e.ask("flip step-2")
         assert (got["out"], got["ptrs"]) == (out(trainer), e.first["ptrs"]), got
         e.close()
+
+
+def test_a_refit_that_closes_unmaps_each_allocation_as_its_copies_land(store, monkeypatch):
+    """gmsfs.Group's refit (the connection closed after its commit) lets each allocation's
+    mapping go once its copies have landed, before the commit, so that the commit has none
+    to unmap after the last copy; one that holds a private entry stays mapped for the
+    commit, which copies the entry from it.  Readers get the trainer's weights either way."""
+    monkeypatch.setattr(gt, "SLAB_BYTES", 4096)  # publish packs the small model into slabs of 4 KiB
+    gt.publish(ns["build"](seed=1), store, private=("scale",)).close()
+    with gmsfs.connect(store, "ro") as r:
+        allocs = sorted(m.name for m in r.import_all())
+        held = r.meta_get("torch/scale").alloc
+    assert len(allocs) >= 3, allocs
+    calls = []
+    for name in ("unmap", "commit"):
+        real = getattr(gmsfs.Connection, name)
+        monkeypatch.setattr(gmsfs.Connection, name, lambda self, *a, _real=real, _name=name, **kw:
+                            (calls.append((_name,) + a), _real(self, *a, **kw))[1])
+    trainer = trained()
+    conn = gt.refit(trainer, store, timeout=5, version="step-1", _closing=True)
+    left = [m.name for m in conn.mappings]  # unmap_all keeps its addresses; unmap lets them go
+    lock = conn.lock_mode
+    conn.close()
+    assert lock is None and left == [held], (lock, left)
+    unmapped = [c[1] for c in calls if c[0] == "unmap"]
+    assert calls[-1][0] == "commit" and sorted(unmapped) == sorted(allocs), calls  # each before the commit
+    assert held in unmapped, held  # asked, refused (EBUSY): the commit unmapped it
+    engine = Engine(store)
+    assert engine.first["out"] == out(trainer)
+    engine.close()

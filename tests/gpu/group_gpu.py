@@ -79,6 +79,7 @@ for line in sys.stdin:
 """
 
 
+FLOORS = []  # each refit's ranks' copies at once (a thread a rank), beside the one loop's
 TRACE = []  # GMSFS_BENCH_TRACE=1: (thread, phase, start, end) of the prepared refits, printed
 
 
@@ -183,19 +184,23 @@ def main():
                 w.add_(torch.randn(w.shape, device="cuda", generator=gen).to(torch.bfloat16) * 1e-3)
 
     def at_once(fn, ranks):
-        """fn(rank) for every rank at once, a thread a rank, as a trainer's ranks run:
-        {rank: its result}, the wall seconds until the GPU is done too, [(rank, error)]."""
+        """fn(rank) for every rank at once, a thread a rank, as a trainer's ranks run (each
+        started, waiting at a barrier, before the clock starts): {rank: its result}, the
+        wall seconds until the GPU is done too, [(rank, error)]."""
         out, errs = {}, []
+        ready = threading.Barrier(len(ranks) + 1)
 
         def one(r):
+            ready.wait()
             try:
                 out[r] = fn(r)
             except Exception as e:
                 errs.append((r, e))
         ts = [threading.Thread(target=one, args=(r,)) for r in ranks]
-        t = time.perf_counter()
         for th in ts:
             th.start()
+        ready.wait()
+        t = time.perf_counter()
         for th in ts:
             th.join()
         torch.cuda.synchronize()
@@ -215,6 +220,10 @@ def main():
             d.copy_(s)
         torch.cuda.synchronize()
         floor = time.perf_counter() - t
+        # The ranks' own copies, as the refit runs them: a thread a rank, each its shard.
+        mine = {r: [(d, s) for d, s in zip(dst, src) if any(s is v for v in sds[r].values())] for r in ranks}
+        _, at_once_floor, _ = at_once(lambda r: [d.copy_(s) for d, s in mine[r]], ranks)
+        FLOORS.append(at_once_floor)
         del dst
         sds.clear()  # the shards go (a dict the threads' lambda holds)
         return wall, floor, errs
@@ -276,6 +285,22 @@ def main():
         ok, _ = serve(k)
         check(ok and all(x.get("version") == "step-%d" % k for x in got),
               "both engines flipped to step %d (prepared): each shard's outputs bit for bit" % k, got)
+    if os.environ.get("GMSFS_BENCH_TRACE"):  # the copy alone, into the store's memory and into PyTorch's
+        prep, _, _ = prepare_all(8)
+        sds = {r: shard(r) for r in range(RANKS)}
+        pairs = [(prep[r]._refit_plan["dst"][n], t) for r in range(RANKS) for n, t in sds[r].items()]
+        ours = [torch.empty_like(t) for _, t in pairs]
+        for _ in range(2):
+            for where, dst in (("the store's", [d for d, _ in pairs]), ("PyTorch's", ours)):
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                for d, (_, s) in zip(dst, pairs):
+                    d.copy_(s)
+                torch.cuda.synchronize()
+                print("#   trace: one loop of copies into %s memory: %.2f ms" % (where, (time.perf_counter() - t) * 1e3))
+        del pairs, ours
+        for c in prep.values():
+            c.close()  # nothing committed: the session rolls back
     for e in engines:
         e.stdin.close()
         e.wait(60)
@@ -318,6 +343,11 @@ def main():
           % (", ".join("%.4f" % p for p in prepares), ", ".join("%.4f" % w for w, _ in prepared_refits),
              ", ".join("%.4f" % f for _, f in prepared_refits),
              ", ".join("%.2fx" % (w / f) for w, f in prepared_refits)))
+    ranks_floor = FLOORS[-len(prepared_refits):]
+    print("# bench: the same prepared refits beside the ranks' own copies at once (a thread a rank, each its "
+          "shard, as the refit runs them): %s s: %s"
+          % (", ".join("%.4f" % f for f in ranks_floor),
+             ", ".join("%.2fx" % (w / f) for (w, _), f in zip(prepared_refits, ranks_floor))))
     print("# bench: flips to a group version, each engine: %s ms (the goal: 2 ms a rank)"
           % ", ".join("%.2f" % x for x in flips))
     print("# bench: gmsfsctl group snapshot of %d ranks (%.1f GB) %.2f s (%.1f GB/s), restore %.2f s; one rank's "
