@@ -17,7 +17,9 @@ docs/benchmarks.md's tables, with the machine and the date.
              1000 x 2 MiB, 128 x 64 MiB, 16 x 1 GiB and Llama-3-8B's 291 tensors (1.1x, 1.2x):
              16 runs (48 for 16 x 1 GiB), the floor first in every other one; the median
              of the ratios of pairs of runs by turns (a floor that moves between runs moves
-             the import with it)
+             the import with it); and a writer's gmsfs_create one at a time and
+             gmsfs_create_many, against the same driver calls split over two processes
+             as the daemon and its writer make them (1.2x), the median of 5 rounds' ratios
   switch     bench/switch.py: two models served by engines of their own, one allocation
              each and 16 each: warm switches against the copy engines both ways at once
              into device memory made just before (as a switch's ins are, as the tier's
