@@ -19,7 +19,9 @@ docs/benchmarks.md's tables, with the machine and the date.
              of the ratios of pairs of runs by turns (a floor that moves between runs moves
              the import with it); and a writer's gmsfs_create one at a time and
              gmsfs_create_many, against the same driver calls split over two processes
-             as the daemon and its writer make them (1.2x), the median of 5 rounds' ratios
+             as the daemon and its writer make them (1.2x), the median of 5 rounds' ratios,
+             each round starting at another of the four timings (16 x 1 GiB's said, not
+             gated: 1.1-2.5x, its 16 GiB made right after as much was released)
   switch     bench/switch.py: two models served by engines of their own, one allocation
              each and 16 each: warm switches against the copy engines both ways at once
              into device memory made just before (as a switch's ins are, as the tier's
