@@ -73,6 +73,7 @@ scenario() {
 }
 @test "bulk put is all or nothing and names the bad entry; 1 MiB values arrive whole; private entries are copies" { scenario bulk_meta; }
 @test "an import maps side by side in one range: freeing some leaves the rest whole and writable; the range goes with the last" { scenario shared_range; }
+@test "gmsfs_unmap lets one mapping go: the rest of its range whole, mapped again with its bytes, the range gone with the last; a writer's let go before its commit is committed" { scenario unmap_one; }
 @test "create_many: one request for many, all or nothing; a bad entry, a committed name or an unmappable batch leave the layout as it was" { scenario create_many; }
 
 @test "the example program: writer, then reader" {

@@ -38,6 +38,7 @@ static const struct {
 	{ "bad_args", sc_bad_args },
 	{ "bulk_meta", sc_bulk_meta },
 	{ "shared_range", sc_shared_range },
+	{ "unmap_one", sc_unmap_one },
 	{ "create_many", sc_create_many },
 	{ "spaces", sc_spaces },
 	{ "graph_pool", sc_graph_pool },

@@ -281,6 +281,19 @@ int publish(int n, uint64_t size, int salt, char hash[33])
 	return 0;
 }
 
+/* The first of size bytes at p (mapped memory) that is not fill(k, salt)'s: size when
+ * none is, UINT64_MAX when they cannot be read. */
+uint64_t first_bad(const void *p, int k, uint64_t size, int salt)
+{
+	uint8_t *b = malloc(size);
+	uint64_t bad = b && mem_read(b, p, size) == 0 ? size : UINT64_MAX;
+	for (uint64_t i = 0; bad == size && i < size; i++)
+		if (b[i] != byte_of(k, i, salt))
+			bad = i;
+	free(b);
+	return bad;
+}
+
 /* Every mapping of g holds the bytes of build(salt). */
 int verify(gmsfs *g, int n, int salt)
 {
@@ -289,13 +302,7 @@ int verify(gmsfs *g, int n, int salt)
 	CHECK(count == (size_t)n, "%zu mappings, expected %d", count, n);
 	for (size_t j = 0; j < count; j++) {
 		int k = atoi(m[j].name + 2);
-		uint8_t *p = malloc(m[j].size);
-		CHECK(mem_read(p, m[j].ptr, m[j].size) == 0, "reading %s", m[j].name);
-		uint64_t bad = m[j].size;
-		for (uint64_t i = 0; i < m[j].size && bad == m[j].size; i++)
-			if (p[i] != byte_of(k, i, salt))
-				bad = i;
-		free(p);
+		uint64_t bad = first_bad(m[j].ptr, k, m[j].size, salt);
 		CHECK(bad == m[j].size, "%s byte %llu", m[j].name, (unsigned long long)bad);
 		CHECK(!strcmp(m[j].tag, k % 2 ? "odd" : "even"), "%s tag %s", m[j].name, m[j].tag);
 	}

@@ -1,4 +1,4 @@
-/* sharing: a range shared, batched creates, request counts, bulk metadata. */
+/* sharing: a range shared, one mapping let go, batched creates, request counts, bulk metadata. */
 #include "scenario.h"
 
 /* FUSE plus socket requests the daemon served for the store (reading state counts none). */
@@ -62,13 +62,7 @@ int sc_shared_range(void)
 	CALL(r, gmsfs_import_all(r));
 	struct gmsfs_mapping r2;
 	CALL(r, gmsfs_find(r, "w/2", &r2));
-	uint8_t *b = malloc(size);
-	CHECK(mem_read(b, r2.ptr, size) == 0, "reading w/2");
-	uint64_t bad = size;
-	for (uint64_t i = 0; i < size && bad == size; i++)
-		if (b[i] != byte_of(2, i, 9))
-			bad = i;
-	free(b);
+	uint64_t bad = first_bad(r2.ptr, 2, size, 9);
 	CHECK(bad == size, "the reader's w/2 differs at byte %llu", (unsigned long long)bad);
 	gmsfs_disconnect(r);
 
@@ -83,6 +77,60 @@ int sc_shared_range(void)
 	CHECK(!host || !range_mapped(lo), "the range stayed after its last mapping");
 	CALL(g, gmsfs_commit(g));
 	gmsfs_disconnect(g);
+	return 0;
+}
+
+/* gmsfs_unmap: one mapping of a range an import shares goes, the others stay whole;
+ * imported again it holds its bytes; the range goes with its last mapping; and a writer's
+ * allocation let go before its commit is committed with the bytes written into it. */
+int sc_unmap_one(void)
+{
+	enum { N = 4 };
+	const uint64_t size = 3 << 20;
+	if (publish(N, size, 5, NULL))
+		return 1;
+	gmsfs *r;
+	CALL(r, gmsfs_connect(&r, store, GMSFS_RO, 5000));
+	CALL(r, gmsfs_import_all(r));
+	const struct gmsfs_mapping *m;
+	size_t n = gmsfs_mappings(r, &m);
+	char *lo = m[0].ptr;
+	for (size_t i = 0; i < n; i++)
+		lo = (char *)m[i].ptr < lo ? m[i].ptr : lo;
+	struct gmsfs_mapping w1;
+	CALL(r, gmsfs_unmap(r, "w/1"));
+	CHECK(gmsfs_find(r, "w/1", &w1) == -ENOENT, "w/1 is still the handle's");
+	CHECK(gmsfs_unmap(r, "w/1") == -ENOENT && strstr(gmsfs_errmsg(r), "maps no such"), "w/1 again: %s",
+	      gmsfs_errmsg(r));
+	CHECK(gmsfs_unmap(r, "../w") == -EINVAL, "a bad name: %s", gmsfs_errmsg(r));
+	if (verify(r, N - 1, 5)) /* the others whole */
+		return 1;
+	void *p;
+	CALL(r, gmsfs_import(r, "w/1", &p));
+	if (verify(r, N, 5)) /* mapped again, with its bytes */
+		return 1;
+	while (gmsfs_mappings(r, &m))
+		CALL(r, gmsfs_unmap(r, m[0].name));
+	bool host = gmsfs_backend(r) == GMSFS_BACKEND_HOST;
+	CHECK(!host || !range_mapped(lo), "the range stayed after its last mapping");
+	gmsfs_disconnect(r);
+
+	gmsfs *g;
+	CALL(g, gmsfs_connect(&g, store, GMSFS_RW, 5000));
+	CALL(g, gmsfs_import_all(g));
+	struct gmsfs_mapping w2;
+	CALL(g, gmsfs_find(g, "w/2", &w2));
+	CALL(g, gmsfs_protect(g, "w/2", 1));
+	if (fill(w2.ptr, 2, size, 6))
+		return 1;
+	CALL(g, gmsfs_unmap(g, "w/2")); /* written (mem_write waits for it): let go before the commit */
+	CALL(g, gmsfs_commit(g));
+	gmsfs_disconnect(g);
+	CALL(r, gmsfs_connect(&r, store, GMSFS_RO, 5000));
+	CALL(r, gmsfs_import(r, "w/2", &p));
+	uint64_t bad = first_bad(p, 2, size, 6);
+	CHECK(bad == size, "w/2 as committed differs at byte %llu", (unsigned long long)bad);
+	gmsfs_disconnect(r);
 	return 0;
 }
 
