@@ -127,13 +127,15 @@ def test_a_named_commit_is_one_socket_request_as_an_unnamed_one(store):
 
     def requests():  # FUSE requests on the store (socket_requests moves with the bind sent at connect)
         return int(read_fields(os.path.join(store, "state"))["requests"])
-    deltas = {}
+    deltas = {True: [], False: []}
     for version in (None, "v2", None, "v3"):
         with gmsfs.connect(store, "rw", timeout=5) as c:
             before = requests()
             c.commit(version=version)
-            deltas.setdefault(version is None, set()).add(requests() - before)
-    assert deltas[True] == deltas[False] and len(deltas[True]) == 1, deltas
+            deltas[version is None].append(requests() - before)
+    # The connection before's files are released after its close returns (FUSE does not
+    # wait for releases): one counted here can only add, so the least is the commit's own.
+    assert min(deltas[True]) == min(deltas[False]), deltas
     assert [(g, n) for g, n, _ in gmsfs.versions(store)] == [(1, "v1"), (3, "v2"), (5, "v3")]
 
 
@@ -263,19 +265,23 @@ def test_a_flip_to_the_newest_name_asks_the_last_commits_name_only(store):
 
     def requests():
         return int(read_fields(os.path.join(store, "state"))["requests"])
-    deltas = []
+    deltas = {None: [], "named": []}
     for k, version in ((2, None), (3, "v3"), (4, None), (5, "v5")):
         r = gmsfs.connect(store, "ro", timeout=5)
         r.import_all()
         w = Writer(store, "data")
         w.ask("write a %d" % k)
         assert w.ask("commit v%d" % k)["version"] == "v%d" % k
-        w.close()
+        # The writer ends after the count: a process's end releases its files after it
+        # is gone (FUSE releases are not waited for), and one such release counted in
+        # the flip's requests made this test fail once (CI, 2026-11-29: 3, 4, 2, 4).
         before = requests()
         assert r.flip(version=version) == 1 and r.version == "v%d" % k
-        deltas.append(requests() - before)
+        deltas[version and "named"].append(requests() - before)
+        w.close()
         r.close()
-    assert deltas[1] == deltas[0] + 1 and deltas[3] == deltas[2] + 1, deltas
+    # Another's late release can only add: the least of each kind is its own count.
+    assert min(deltas["named"]) == min(deltas[None]) + 1, deltas
 
 
 def test_the_version_file_wakes_a_poller_at_each_commit(store):
