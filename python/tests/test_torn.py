@@ -45,7 +45,21 @@ def serve(mnt):
 
 def unmount(mnt, daemon):
     subprocess.run(["umount", mnt], check=True)
-    daemon.wait(10)
+    try:
+        daemon.wait(10)
+    except subprocess.TimeoutExpired:  # seen once in CI (2026-11-29): say where its threads wait
+        said = []
+        for tid in sorted(os.listdir("/proc/%d/task" % daemon.pid)):
+            try:
+                with open("/proc/%d/task/%s/comm" % (daemon.pid, tid)) as f:
+                    name = f.read().strip()
+                with open("/proc/%d/task/%s/stack" % (daemon.pid, tid)) as f:
+                    said.append("%s %s:\n%s" % (tid, name, f.read()))
+            except OSError as e:
+                said.append("%s: %s" % (tid, e))
+        daemon.kill()
+        daemon.wait()
+        raise AssertionError("the daemon did not end within 10 s of its unmount; its threads:\n" + "\n".join(said))
 
 
 def commit_zeros(store, size=MiB):
