@@ -21,6 +21,17 @@ static bool range_mapped(const void *p)
 	return in;
 }
 
+/* The lowest address of g's mappings: where the range an import shares starts. */
+static char *lowest(gmsfs *g)
+{
+	const struct gmsfs_mapping *m;
+	size_t n = gmsfs_mappings(g, &m);
+	char *lo = n ? m[0].ptr : NULL;
+	for (size_t i = 0; i < n; i++)
+		lo = (char *)m[i].ptr < lo ? m[i].ptr : lo;
+	return lo;
+}
+
 /* An import maps each message's allocations side by side in one reservation: freeing
  * some leaves the others whole and writable, and the range goes back with the last. */
 int sc_shared_range(void)
@@ -35,13 +46,11 @@ int sc_shared_range(void)
 	const struct gmsfs_mapping *m;
 	size_t n = gmsfs_mappings(g, &m);
 	CHECK(n == N, "%zu mappings", n);
-	char *lo = m[0].ptr;
+	char *lo = lowest(g);
 	int touching = 0;
-	for (size_t i = 0; i < n; i++) {
-		lo = (char *)m[i].ptr < lo ? m[i].ptr : lo;
+	for (size_t i = 0; i < n; i++)
 		for (size_t j = 0; j < n; j++)
 			touching += (char *)m[j].ptr + m[j].aligned == m[i].ptr;
-	}
 	CHECK(touching == N - 1, "%d of %d mappings follow another directly", touching, N);
 	struct gmsfs_mapping w1, w2, w3;
 	CALL(g, gmsfs_find(g, "w/1", &w1));
@@ -93,10 +102,7 @@ int sc_unmap_one(void)
 	CALL(r, gmsfs_connect(&r, store, GMSFS_RO, 5000));
 	CALL(r, gmsfs_import_all(r));
 	const struct gmsfs_mapping *m;
-	size_t n = gmsfs_mappings(r, &m);
-	char *lo = m[0].ptr;
-	for (size_t i = 0; i < n; i++)
-		lo = (char *)m[i].ptr < lo ? m[i].ptr : lo;
+	char *lo = lowest(r);
 	struct gmsfs_mapping w1;
 	CALL(r, gmsfs_unmap(r, "w/1"));
 	CHECK(gmsfs_find(r, "w/1", &w1) == -ENOENT, "w/1 is still the handle's");
