@@ -89,11 +89,13 @@ PY
 	mount --make-rshared "$T/host"
 	# The consumer first, as a pod that was there before the daemon (re)started.
 	unshare --mount --propagation slave --pid --fork --mount-proc bash -c "
+		'$ROOT/tests/helpers/drop-copied-mounts' '$(readlink /proc/self/ns/mnt)' '$T' || exit 1
 		for i in \$(seq 400); do [ -s '$T/host/gpu0/w/layout_hash' ] && break; sleep 0.05; done
 		echo pid \$\$
 		exec '$BUILD/gmsfs-example' read '$T/host/gpu0/w'" >"$T/consumer.out" 2>&1 3>&- &
 	local consumer=$!
-	unshare --mount --propagation unchanged "$GMSFS" -f -o "socket=$T/host/gpu0.sock" "$T/host/gpu0" 2>"$T/daemon.log" 3>&- &
+	unshare --mount --propagation unchanged bash -c '"$1" "$4" "$2" && exec "$3" -f -o "socket=$2/host/gpu0.sock" "$2/host/gpu0"' \
+		- "$ROOT/tests/helpers/drop-copied-mounts" "$T" "$GMSFS" "$(readlink /proc/self/ns/mnt)" 2>"$T/daemon.log" 3>&- &
 	local daemon=$!
 	for _ in $(seq 200); do grep -q " $T/host/gpu0 fuse.gmsfs " /proc/mounts && break; sleep 0.05; done
 	run grep -c " $T/host/gpu0 fuse.gmsfs " /proc/mounts # Bidirectional: back in the host's namespace
@@ -293,7 +295,8 @@ log = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 log.bind(t + "/log")
 log.settimeout(10)
 made = not os.path.exists("/dev/log")
-script = "mount --bind %s/log /dev/log && " % t if not made else ""
+script = "%s/../tests/helpers/drop-copied-mounts '%s' %s && mount --bind %s/log /dev/log && " % (
+    os.path.dirname(helper), os.readlink("/proc/self/ns/mnt"), t, t) if not made else ""
 if made:
     os.symlink(t + "/log", "/dev/log")
 try:

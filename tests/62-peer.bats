@@ -10,9 +10,16 @@ load helpers
 PEER=$BUILD/gmsfs-peer
 
 # In namespace A (the server's) or B (the puller's), UCX on that side's veth.  They exec:
-# run in a subshell (run, &), the command is that process, so that $! is its pid.
-in_a() { exec ip netns exec "$NS_A" env UCX_TLS=tcp UCX_NET_DEVICES="$VA" "$@"; }
-in_b() { exec ip netns exec "$NS_B" env UCX_TLS=tcp UCX_NET_DEVICES="$VB" "$@"; }
+# run in a subshell (run, &), the command is that process, so that $! is its pid.  ip netns
+# exec makes a mount namespace too: other tests' mounts copied into it are let go there.
+in_ns() {
+	local ns=$1 dev=$2
+	shift 2
+	exec ip netns exec "$ns" "$ROOT/tests/helpers/drop-copied-mounts" "$(readlink /proc/self/ns/mnt)" \
+		"$BATS_FILE_TMPDIR" env UCX_TLS=tcp UCX_NET_DEVICES="$dev" "$@"
+}
+in_a() { in_ns "$NS_A" "$VA" "$@"; }
+in_b() { in_ns "$NS_B" "$VB" "$@"; }
 
 # serve PORT [ALLOW [ARG...]]: a server in A, its pid in SERVER_PID, its log in
 # $BATS_FILE_TMPDIR/serve.PORT.log.

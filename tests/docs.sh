@@ -66,8 +66,8 @@ EOF
 # Run inside the namespace: the blocks, then every gmsfs mount of it unmounted and its
 # daemon waited for.
 RUNNER='
-# The mounts of gmsfs this namespace copied from outside are not its own: gone here.
-for m in $(awk "\$3 == \"fuse.gmsfs\" {print \$2}" /proc/self/mounts | sort -r); do umount -l "$m"; done
+# The FUSE mounts this namespace copied from outside are not its own: gone here.
+"$ROOT/tests/helpers/drop-copied-mounts" "$OUTSIDE" || exit 1
 # The tree is seen at /mnt/src (a clone under /tmp would be hidden by the tmpfs).
 mount -t tmpfs tmpfs /mnt && mkdir /mnt/src /mnt/work && mount --bind "$ROOT" /mnt/src || exit 1
 ROOT=/mnt/src BUILD=/mnt/src/$BUILD_REL
@@ -114,7 +114,7 @@ for f in "${files[@]}"; do
 	fi
 	prelude_on=1
 	[ "$f" = README.md ] && prelude_on=
-	out=$(SCRIPT="$script" PRELUDE="$PRELUDE" PRELUDE_ON=$prelude_on BUILD_REL=${GMSFS_BUILD:-build} ROOT=$ROOT PYTHON=$PYTHON \
+	out=$(SCRIPT="$script" PRELUDE="$PRELUDE" PRELUDE_ON=$prelude_on BUILD_REL=${GMSFS_BUILD:-build} ROOT=$ROOT PYTHON=$PYTHON OUTSIDE=$(readlink /proc/self/ns/mnt) \
 		unshare -m --propagation private bash -c "$RUNNER" 2>&1 3>&-)
 	rc=$?
 	if [ $rc = 0 ]; then
