@@ -5,7 +5,7 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|refit|snapshot|peer|peer-net|gms-snapshot|kept|digest|group|ahead|all] [RUNS]
+#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|tp|refit|snapshot|peer|peer-net|gms-snapshot|kept|digest|group|ahead|all] [RUNS]
 #   gate: every headline figure beside its floor in one run, exit 1 on a miss (tests/gpu/gate.py;
 #     at most 8 minutes; its results in $OUT/gate.json or build/gate.json, for tests/gpu/gate_tables.py)
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
@@ -30,6 +30,9 @@
 #   group: a model's MLPs over two stores on one GPU as one group (gmsfs.Group): refitted and
 #     flipped together, a step on one rank only refused to both, snapshots of the group
 #     (tests/gpu/group_gpu.py);
+#   tp: a tensor-parallel pair over NCCL on two GPUs (the nvidia-h200-x2 kind), a store on
+#     each GPU's mount as one group: trainer ranks refit it, engine ranks flip in lockstep,
+#     every step's logits the trainers', a trainer rank killed mid-step (tests/gpu/tp_gpu.py);
 #   ahead: host memory made ahead (-o host_ahead): 100 fresh readers' imports beside its making and
 #     100 on a quiet daemon (probe/ahead_tail_probe.sh), and across a takeover
 #     (probe/takeover_standby_probe.sh), a store of an eighth of the device, at most 16 GiB;
@@ -296,6 +299,16 @@ if [ "$what" = peer ]; then # a store copied GPU 0 -> GPU 1 (two GPUs: the nvidi
 		timeout 400 python3 tests/gpu/peer_gpu.py "$mnt0" "$mnt" "$top/build" || failed=$((failed + 1))
 	fi
 	[ -n "${PEER_ONLY:-}${PEER_PROBE:-}" ] || timeout 400 python3 tests/gpu/snapshot2_gpu.py "$mnt0" "$mnt" "$top/build" || failed=$((failed + 1))
+	unmount_gmsfs
+	mnt=$mnt0 pid=$pid0
+	unmount_gmsfs
+fi
+if [ "$what" = tp ]; then # a tensor-parallel pair over NCCL, refitted and flipped as a group (two GPUs)
+	export CUDA_DEVICE_ORDER=PCI_BUS_ID
+	mount_gmsfs -o device=0,socket=/tmp/gmsfs-tp0.sock,no_host_ahead || { echo "Bail out! no mount"; exit 1; }
+	mnt0=$mnt pid0=$pid
+	mount_gmsfs -o device=1,socket=/tmp/gmsfs-tp1.sock,no_host_ahead || { echo "Bail out! no mount"; exit 1; }
+	timeout 500 python3 tests/gpu/tp_gpu.py "$mnt0" "$mnt" "$top/build" || failed=$((failed + 1))
 	unmount_gmsfs
 	mnt=$mnt0 pid=$pid0
 	unmount_gmsfs
