@@ -265,6 +265,7 @@ struct flip {
 	gmsfs *g;
 	size_t n;
 	bool drained;
+	double first, busy; /* GMSFS_TRACE_IMPORT: the first batch's arrival, the time in the driver */
 };
 
 /* The manifest's allocations that this handle maps, mapped again at their addresses
@@ -274,6 +275,9 @@ static int flip_batch(void *ctx, struct ch_manifest *m, size_t from, size_t to)
 	struct flip *f = ctx;
 	gmsfs *g = f->g;
 	int e = 0;
+	double t = gm_tracing() ? gm_us() : 0;
+	if (t && !f->first)
+		f->first = t;
 	for (size_t i = from; i < to && !e; i++) {
 		struct gmsfs_mapping *p = mp_find(g, m->allocs[i].path);
 		struct mp_slot *slot = p ? &g->slots[p - g->maps] : NULL;
@@ -298,6 +302,8 @@ static int flip_batch(void *ctx, struct ch_manifest *m, size_t from, size_t to)
 		slot->ro = g->lock != GMSFS_RW || m->allocs[i].ro;
 		f->n++;
 	}
+	if (t)
+		f->busy += gm_us() - t;
 	return e;
 }
 
@@ -311,9 +317,11 @@ int gmsfs_flip(gmsfs *g, size_t *changed)
 		return gm_error(g, -EINVAL, "flip: a reader's call (the handle %s)", g->lock ? "writes" : "holds no lock");
 	struct flip f = { .g = g };
 	struct ch_manifest m = { .consume = flip_batch, .ctx = &f };
+	double t0 = gm_tracing() ? gm_us() : 0;
 	int e = gm_call(g, GMSFS_OP_FLIP, NULL, 0, &m);
 	if (e)
 		return e;
+	double t1 = t0 ? gm_us() : 0;
 	bool told = m.has_gen, none = !m.nallocs;
 	uint64_t gen = m.gen;
 	ch_manifest_free(&m);
@@ -336,6 +344,11 @@ int gmsfs_flip(gmsfs *g, size_t *changed)
 		g->info.generation = gen;
 	if (changed)
 		*changed = f.n;
+	if (t0)
+		fprintf(stderr, "gmsfs_flip: %.0f us: first reply after %.0f us, %zu unmapped and mapped again %.0f us, "
+			"the rest of the reply %.0f us, access set %.0f us (from %.0f)\n", gm_us() - t0,
+			f.first ? f.first - t0 : 0, f.n, f.busy, t1 - (f.first ? f.first : t0) - f.busy, gm_us() - t1,
+			gm_trace_clock(t0));
 	return e;
 }
 

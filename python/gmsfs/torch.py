@@ -23,6 +23,13 @@ or with the refit's work before its copies done while the trainer's step compute
     conn = gmsfs.torch.refit_prepare(trainer_model, store)   # the step's start
     gmsfs.torch.refit(trainer_model, conn).close()           # its end: copies, commit
 
+or, on a store with versions, engines that keep serving while it writes, then flip (in
+place, or with the next version mapped ahead: its flip only points the tensors):
+
+    gmsfs.torch.flip(model)                    # each engine, between two steps
+    ahead = gmsfs.torch.flip_ahead(model)      # or: mapped while the engine serves ...
+    ahead.flip(); ahead.close()                # ... then pointed at, the old version let go
+
 or, an engine that waits for the trainer's next commit on its own:
 
     gmsfs.torch.follow(model)                  # sleep, the next whole commit, wake at it
@@ -44,6 +51,7 @@ from gmsfs._torch_layout import _bytes_at, _device, _private, _storage, _tensors
 from gmsfs._torch_alloc import allocator, GraphPool  # noqa: F401
 from gmsfs._torch_refit import refit, refit_prepare  # noqa: F401
 from gmsfs._torch_materialize import materialize  # noqa: F401
+from gmsfs._torch_ahead import Ahead, flip_ahead  # noqa: F401
 
 
 # ---- publish ----

@@ -174,6 +174,10 @@ def test_a_rank_left_behind_holds_every_engine_back_until_its_refit_completes(gr
         got = e.ask("flip step-1")
         assert got["errno"] == errno.EAGAIN and "on ranks [0, 2] of 3" in got["error"], got
         assert e.ask("flip")["changed"] == 0  # to the group's version: the one it serves
+    for r in range(RANKS):  # nor is it mapped ahead: refused before the module is looked at
+        with pytest.raises(gmsfs.GmsfsError) as err:
+            g.flip_ahead(r, None, "step-1")
+        assert err.value.errno == errno.EAGAIN and "on ranks [0, 2] of 3" in str(err.value)
     serve_one_version(engines, 0)
     # A fresh engine of rank 0, whose store serves step-1 already, waits for the group.
     late = Engine(group, 0, timeout=0.3)

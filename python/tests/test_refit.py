@@ -70,6 +70,13 @@ for line in sys.stdin:
             n = gt.flip(m, *line.split()[1:])
             print(json.dumps({"out": m(x).tolist(), "ptrs": [p.data_ptr() for p in m.parameters()],
                               "changed": n}), flush=True)
+        elif line.split()[0] == "ahead":  # "ahead NAME TIMEOUT": gt.flip_ahead, then as it serves
+            a = gt.flip_ahead(m, line.split()[1], float(line.split()[2]))
+            say()
+        elif line.split()[0] in ("swap", "back", "let"):  # the Ahead's flip, back, close
+            n = {"swap": a.flip, "back": a.back, "let": a.close}[line.split()[0]]()
+            print(json.dumps({"out": m(x).tolist(), "ptrs": [p.data_ptr() for p in m.parameters()],
+                              "changed": n, "version": m._gmsfs.version}), flush=True)
         elif line.startswith("follow"):
             gen = gt.follow(m, float(line.split()[1]))
             print(json.dumps({"out": m(x).tolist(), "ptrs": [p.data_ptr() for p in m.parameters()],
@@ -456,6 +463,47 @@ def test_a_named_refit_and_engines_that_flip_to_that_name_only(store):
     e.close()
     with pytest.raises(ValueError):
         gt.refit(trainer, store, commit=False, version="step-3")
+
+
+def test_a_flip_made_ahead_points_the_engines_tensors_at_the_next_version_or_back(store):
+    """gt.flip_ahead: the trainer's commit mapped beside the one the engine serves, which
+    serves on unchanged; flip() points every tensor at the new commit's memory (other
+    addresses, the trainer's bytes), back() at the old again; close() lets go of the old
+    one, so that the next versioned refit is granted at once; the commit served already
+    gives an Ahead with nothing to flip; a name not committed is refused, nothing
+    changed."""
+    publish(store)
+    os.setxattr(store, "user.gms.versions", b"2")
+    e = Engine(store)
+    old, first = e.first["out"], e.first["ptrs"]
+    got = e.ask("ahead step-1 0.2")
+    assert got["errno"] == errno.ETIMEDOUT, got  # not committed: the engine as it was
+    got = e.ask("flip")
+    assert (got["changed"], got["out"], got["ptrs"], state(store)["read_handles"]) == (0, old, first, "1"), got
+    trainer = trained()
+    gt.refit(trainer, store, timeout=0, version="step-1").close()
+    got = e.ask("ahead step-1 5")
+    assert (got["out"], got["ptrs"]) == (old, first), got  # mapped beside: served as before
+    assert state(store)["prev_handles"] == "1"  # the engine's old reader, on the version before
+    got = e.ask("swap")
+    assert got["out"] == out(trainer) and got["version"] == "step-1", got
+    assert not set(got["ptrs"]) & set(first) and got["changed"] >= len(first), got
+    new = got["ptrs"]
+    got = e.ask("back")
+    assert (got["out"], got["ptrs"], got["version"]) == (old, first, None), got
+    got = e.ask("swap")
+    assert (got["out"], got["ptrs"]) == (out(trainer), new), got
+    got = e.ask("let")  # the old version let go: nobody is on it
+    assert (got["out"], state(store)["prev_handles"], state(store)["read_handles"]) == (out(trainer), "0", "1"), got
+    second = ns["build"](seed=7)
+    gt.refit(second, store, timeout=0, version="step-2").close()  # granted at once
+    assert e.ask("ahead step-2 5")["out"] == out(trainer)
+    got = e.ask("swap")
+    assert got["out"] == out(second) and got["version"] == "step-2", got
+    e.ask("let")
+    got = e.ask("ahead step-2 5")  # the one it serves: nothing to point
+    assert (e.ask("swap")["changed"], e.ask("let")["out"]) == (0, out(second)), got
+    e.close()
 
 
 def test_engines_that_pause_and_a_trainer_that_keeps_its_connection_map_nothing_again(store):

@@ -22,7 +22,8 @@ refit it, engine ranks flip it in lockstep (TAP, then bench lines; the nvidia-h2
         (the slowest rank's, from a barrier to its commit) beside the slowest rank's
         device-to-device copy of its shard after a barrier (the issue's goal: 1.2x), plain
         and prepared (Group.prepare during the step); each rank's flip and the lockstep flip
-        beside the engine's step (the goal: 2 ms a rank); gmsfsctl group snapshot and
+        beside the engine's step (the goal: 2 ms a rank), in place for steps 1-4 and mapped
+        ahead (gmsfs.Group.flip_ahead) for steps 5-7; gmsfsctl group snapshot and
         restore of both GPUs' ranks on /dev/shm beside one rank's gmsfs-snapshot alone."""
 import json
 import os
@@ -192,6 +193,16 @@ for line in sys.stdin:
 ENGINE = COMMON + r"""
 m = shard_model(layers)
 gt.materialize(m, g.connect(rank, timeout=120))
+LOOKS = []  # GMSFS_BENCH_TRACE=1: the group's look at every rank before each flip (ms)
+if os.environ.get("GMSFS_BENCH_TRACE"):
+    look = g._committed_last
+    def timed(name):
+        t = time.perf_counter()
+        try:
+            return look(name)
+        finally:
+            LOOKS.append((time.perf_counter() - t) * 1e3)
+    g._committed_last = timed
 def step():
     sync()
     t = time.perf_counter()
@@ -202,24 +213,55 @@ def step():
     return ms
 step()
 say(version=m._gmsfs.version, step_ms=step())
+ahead = None
 for line in sys.stdin:
-    v, was = line.split()[1], m._gmsfs.version
+    w = line.split()
+    v, was = w[1], m._gmsfs.version
+    if w[0] == "ahead":  # the version mapped beside the one served (gmsfs.Group.flip_ahead), timed
+        t = time.perf_counter()
+        try:
+            ahead, err = g.flip_ahead(rank, m, v, timeout=60), 0
+        except gmsfs.GmsfsError as e:
+            ahead, err = None, e.errno
+        say(errno=err, ahead_ms=(time.perf_counter() - t) * 1e3, **({"look_ms": LOOKS.pop()} if LOOKS else {}))
+        continue
     sync()
     t = time.perf_counter()
     try:
-        g.flip(rank, m, v)
+        if ahead is not None:
+            ahead.flip()  # the tensors pointed at the version mapped ahead
+        else:
+            g.flip(rank, m, v)  # in place: mapped again at the same addresses
         ok, err = 1, 0
     except gmsfs.GmsfsError as e:
         ok, err = 0, e.errno
     flip_ms = (time.perf_counter() - t) * 1e3
     both = torch.tensor([ok], device=DEV)
     dist.all_reduce(both, op=dist.ReduceOp.MIN)
-    if ok and not both.item():
-        g.flip(rank, m, was)  # the other rank could not: back, so both serve one version
+    if ok and not both.item():  # the other rank could not: back, so both serve one version
+        ahead.back() if ahead is not None else g.flip(rank, m, was)
     sync()
     lockstep_ms = (time.perf_counter() - t) * 1e3
-    say(errno=err, flip_ms=flip_ms, lockstep_ms=lockstep_ms, version=m._gmsfs.version, step_ms=step())
+    more = {"look_ms": LOOKS.pop()} if LOOKS else {}
+    step_ms = step()  # the step after the flip, then the version not served let go
+    if ahead is not None:
+        t = time.perf_counter()
+        ahead.close()
+        more["close_ms"], ahead = (time.perf_counter() - t) * 1e3, None
+    say(errno=err, flip_ms=flip_ms, lockstep_ms=lockstep_ms, version=m._gmsfs.version, step_ms=step_ms, **more)
 """
+
+
+def phases(snapshot, env, pairs, verb):
+    """gmsfs-snapshot VERB -v for each (store, dir) at once: each one's phases printed."""
+    t = time.perf_counter()
+    ps = [subprocess.Popen([snapshot, verb, s, d, "-v", "-q"], stderr=subprocess.PIPE, text=True, env=env)
+          for s, d in pairs]
+    outs = [p.communicate()[1] for p in ps]
+    took = time.perf_counter() - t
+    for (s, _), o in zip(pairs, outs):
+        print("#   phases: %s of %s (%d at once, %.3f s in all): %s" % (
+            verb, s, len(pairs), took, "; ".join(l.replace("gmsfs-snapshot: ", "") for l in o.splitlines())))
 
 
 def free_port():
@@ -300,7 +342,14 @@ def main():
         steps_ms.extend(x["step_ms"] for x in got)
         return got
 
-    refits, flips, lockstep = {"plain": [], "prepared": []}, [], []
+    def flip_ahead(k):  # each engine rank maps step k ahead while it serves, then flips
+        got = tell(engines, "ahead step-%d" % k)
+        check(all(x["errno"] == 0 for x in got), "both engine ranks map step %d ahead (Group.flip_ahead)" % k, got)
+        aheads.extend(x["ahead_ms"] for x in got)
+        return flip(k)
+
+    refits, flips, lockstep = {"plain": [], "prepared": []}, {"in place": [], "ahead": []}, []
+    aheads, closes = [], []
     for k, how in ((1, "plain"), (2, "plain"), (3, "plain"), (5, "prepared"), (6, "prepared"), (7, "prepared")):
         if k == 5:  # trainer rank 1 killed after rank 0 refitted step 4, then both started again
             trainers[1].send_signal(signal.SIGKILL)
@@ -334,11 +383,14 @@ def main():
                 k, r, (x["refit"][0] - t0) * 1e3, (x["refit"][1] - t0) * 1e3, (x["copy"][1] - x["copy"][0]) * 1e3))
         check(all(x["did"] for x in got) and g.ready("step-%d" % k),
               "step %d refitted by both trainer ranks (%s), each into its GPU's store" % (k, how), got)
-        got = flip(k)
-        flips.extend(x["flip_ms"] for x in got)
+        how = "ahead" if how == "prepared" else "in place"
+        got = flip_ahead(k) if how == "ahead" else flip(k)
+        flips[how].extend(x["flip_ms"] for x in got)
         lockstep.extend(x["lockstep_ms"] for x in got)
+        closes.extend(x["close_ms"] for x in got if "close_ms" in x)
         check(same(k) and all(x["errno"] == 0 and x["version"] == "step-%d" % k for x in got),
-              "both engine ranks flipped to step %d in lockstep: logits equal the trainers' bit for bit" % k, got)
+              "both engine ranks flipped to step %d (%s) in lockstep: logits equal the trainers' bit for bit"
+              % (k, how), got)
     for p in trainers + engines:
         p.stdin.close()
     for p in trainers + engines:
@@ -373,6 +425,17 @@ def main():
     t_restore = time.perf_counter() - t
     check(r1.returncode == 0 and r3.returncode == 0 and gmsfs.Group.open(other).version() == "step-7",
           "gmsfsctl group restore onto both GPUs: both ranks, named step-7 (the last)", r1.stderr + r3.stderr + r3.stdout)
+    if os.environ.get("GMSFS_BENCH_TRACE"):  # where the group's time goes: each rank's phases, alone and at once
+        phases(snapshot, envb, [(stores[0], os.path.join("/dev/shm", "gmsfs-tp-ph-a"))], "save")
+        phases(snapshot, envb, [(s, os.path.join("/dev/shm", "gmsfs-tp-ph%d" % r)) for r, s in enumerate(stores)], "save")
+        for m in (m0, m1):
+            os.mkdir(os.path.join(m, "ph"))
+        os.mkdir(os.path.join(m0, "ph-a"))
+        phases(snapshot, envb, [(os.path.join(m0, "ph-a"), os.path.join(snap, "rank-0"))], "restore")
+        phases(snapshot, envb, [(os.path.join(m, "ph"), os.path.join(snap, "rank-%d" % r)) for r, m in enumerate((m0, m1))],
+               "restore")
+        for d in ("-a", "0", "1"):
+            shutil.rmtree("/dev/shm/gmsfs-tp-ph" + d, ignore_errors=True)
     for d in (snap, one):
         shutil.rmtree(d, ignore_errors=True)
     for f in [group, other] + eout + [t % k for t in tout for k in range(8)]:
@@ -387,10 +450,13 @@ def main():
           "1.2x)"
           % (gb, ratios(refits["plain"])))
     print("# bench: the same, prepared during the trainer's step (Group.prepare): %s" % ratios(refits["prepared"]))
-    print("# bench: each engine rank's flip to the group's version: %s ms; with the lockstep all_reduce: %s ms "
-          "(the goal: 2 ms a rank); the engine's step (its forward, NCCL included) %.2f-%.2f ms"
-          % (", ".join("%.2f" % x for x in flips), ", ".join("%.2f" % x for x in lockstep), min(steps_ms),
-             max(steps_ms)))
+    print("# bench: each engine rank's flip to the group's version, in place (mapped again at the same "
+          "addresses): %s ms; mapped ahead (Group.flip_ahead, %s ms beside serving; the old version let go after "
+          "the next step in %s ms): %s ms; with the lockstep all_reduce: %s ms (the goal: 2 ms a rank); the "
+          "engine's step (its forward, NCCL included) %.2f-%.2f ms"
+          % (", ".join("%.2f" % x for x in flips["in place"]), ", ".join("%.2f" % x for x in aheads),
+             ", ".join("%.2f" % x for x in closes), ", ".join("%.2f" % x for x in flips["ahead"]),
+             ", ".join("%.2f" % x for x in lockstep), min(steps_ms), max(steps_ms)))
     print("# bench: gmsfsctl group snapshot of both GPUs' ranks (%.2f GB) %.2f s, restore %.2f s; one rank alone: "
           "save %.2f s, restore %.2f s: the group's restore at %.2fx one rank's rate, its save at %.2fx"
           % (2 * gb, t_group, t_restore, t_one, t_one_back, 2 * t_one_back / t_restore, 2 * t_one / t_group))
