@@ -193,13 +193,17 @@ peer_pulled() {
 	podman logs "$peer" 2>&1 | grep -q "sent llama (1 allocations" && podman rm -f "$peer" >/dev/null
 }
 t "gmsfs-peer serve in a container over the node's mounts; gmsfsctl pull in another fills the other GPU's store: the same hash and bytes" peer_pulled
-t "SIGTERM to the daemon container: it ends 0, every mount and socket gone, no daemon left" sh -c "
-	podman stop -t 30 '$node' >/dev/null &&
-	test \"\$(podman inspect '$node' --format '{{.State.ExitCode}}')\" = 0 &&
-	! grep -q ' $run/' /proc/mounts &&
-	test ! -e '$run/host-gpu-a.sock' && test ! -e '$run/host-gpu-b.sock' &&
-	! pgrep -f 'socket=/run/gmsfs/host-gpu-[ab].sock' >/dev/null &&
-	podman logs '$node' 2>&1 | grep -q 'a daemon for each of 2 GPUs'"
+stopped_clean() { # each condition says itself when it fails (one failed once in CI, 2026-11-29)
+	podman stop -t 30 "$node" >/dev/null || { echo "podman stop failed"; return 1; }
+	local code
+	code=$(podman inspect "$node" --format '{{.State.ExitCode}}')
+	[ "$code" = 0 ] || { echo "the container ended $code"; podman logs "$node" 2>&1 | tail -20; return 1; }
+	! grep " $run/" /proc/mounts || { echo "mounts left (above)"; return 1; }
+	[ ! -e "$run/host-gpu-a.sock" ] && [ ! -e "$run/host-gpu-b.sock" ] || { echo "a socket left"; return 1; }
+	! pgrep -af 'socket=/run/gmsfs/host-gpu-[ab].sock' || { echo "daemons left (above)"; return 1; }
+	podman logs "$node" 2>&1 | grep -q 'a daemon for each of 2 GPUs' || { echo "no start said in its log"; return 1; }
+}
+t "SIGTERM to the daemon container: it ends 0, every mount and socket gone, no daemon left" stopped_clean
 t "the keeper's end (the pod deleted) lets the stores' memory go" sh -c "
 	podman stop -t 30 '$keeper' >/dev/null && podman logs '$keeper' 2>&1 | grep -q 'ending: [1-9][0-9]* descriptors let go'"
 
