@@ -96,4 +96,3 @@ def _served(t, conn):
     new one must have too)."""
     p = t.data_ptr()
     return any(m.ptr <= p < m.ptr + m.size for m in conn.mappings)
-
