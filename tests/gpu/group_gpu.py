@@ -14,9 +14,11 @@
         a step refitted on rank 0 only (rank 1's trainer gone) is refused to both engines'
         flips (EAGAIN) and both keep serving the step before, until rank 1's refit
         completes it; then three steps prepared during the trainer's step (Group.prepare)
-        and refitted through their connections, checked the same way.  Timed: the group
-        refit, plain and prepared, beside the device-to-device copy of the same tensors in
-        the same run (its floor), each engine's flip (the issue's goal: 2 ms a rank), and
+        and refitted through their connections, checked the same way; then two more, which
+        each engine maps ahead beside serving (Group.flip_ahead) before it flips.  Timed:
+        the group refit, plain and prepared, beside the device-to-device copy of the same
+        tensors in the same run (its floor), each engine's flip, in place and made ahead
+        (the issue's goal: 2 ms a rank), and
         gmsfsctl group snapshot / restore of both ranks on /dev/shm beside one rank's
         gmsfs-snapshot save alone.  GMSFS_BENCH_TRACE=1: the prepared refits' phases."""
 import json
@@ -63,15 +65,25 @@ def step():
     torch.save(y.cpu(), out)
     return model._gmsfs.version
 print(json.dumps({"version": step()}), flush=True)
+ahead = None
 for line in sys.stdin:
     w = line.split()
     try:
-        if w[0] == "flip":
+        if w[0] == "ahead":  # mapped beside the version served (Group.flip_ahead), the next flip's
+            t = time.perf_counter()
+            ahead = g.flip_ahead(rank, model, w[1], timeout=60)
+            print(json.dumps({"ahead_ms": (time.perf_counter() - t) * 1e3, "version": step()}), flush=True)
+        elif w[0] == "flip":
             torch.cuda.synchronize()
             t = time.perf_counter()
-            n = g.flip(rank, model, w[1])
+            n = ahead.flip() if ahead is not None else g.flip(rank, model, w[1])
             torch.cuda.synchronize()
-            print(json.dumps({"ms": (time.perf_counter() - t) * 1e3, "changed": n, "version": step()}), flush=True)
+            ms = (time.perf_counter() - t) * 1e3
+            version = step()
+            if ahead is not None:
+                ahead.close()  # after the step: the version before let go
+                ahead = None
+            print(json.dumps({"ms": ms, "changed": n, "version": version}), flush=True)
         else:
             print(json.dumps({"version": step()}), flush=True)
     except gmsfs.GmsfsError as e:
@@ -285,8 +297,26 @@ def main():
         ok, _ = serve(k)
         check(ok and all(x.get("version") == "step-%d" % k for x in got),
               "both engines flipped to step %d (prepared): each shard's outputs bit for bit" % k, got)
+    ranks_floor = FLOORS[-len(prepared_refits):]  # the prepared refits' (steps 5-7)
+    # Flips made ahead: each engine maps the step beside the one it serves (Group.flip_ahead)
+    # once it is refitted, then its flip only points the model's tensors.
+    ahead_flips, aheads = [], []
+    for k in (8, 9):
+        prep, _, perrs = prepare_all(k)
+        step_weights(k)
+        time.sleep(0.3)
+        _, _, errs = refit_all(k, prepared=prep)
+        got = ask("ahead step-%d" % k)
+        aheads += [x.get("ahead_ms", float("nan")) for x in got]
+        check(not perrs and not errs and all("ahead_ms" in x for x in got),
+              "step %d refitted, then mapped ahead by both engines beside serving" % k, perrs + errs + got)
+        got = ask("flip step-%d" % k)
+        ahead_flips += [x.get("ms", float("nan")) for x in got]
+        ok, _ = serve(k)
+        check(ok and all(x.get("version") == "step-%d" % k for x in got),
+              "both engines flipped to step %d made ahead: each shard's outputs bit for bit" % k, got)
     if os.environ.get("GMSFS_BENCH_TRACE"):  # the copy alone, into the store's memory and into PyTorch's
-        prep, _, _ = prepare_all(8)
+        prep, _, _ = prepare_all(10)
         sds = {r: shard(r) for r in range(RANKS)}
         pairs = [(prep[r]._refit_plan["dst"][n], t) for r in range(RANKS) for n, t in sds[r].items()]
         ours = [torch.empty_like(t) for _, t in pairs]
@@ -329,8 +359,8 @@ def main():
     t = time.perf_counter()
     r3 = subprocess.run(ctl + ["restore", other, snap], capture_output=True, text=True, env=envb)
     t_restore = time.perf_counter() - t
-    check(r3.returncode == 0 and gmsfs.Group.open(other).version() == "step-7",
-          "gmsfsctl group restore: both ranks, named step-7 (the last)", r3.stderr + r3.stdout)
+    check(r3.returncode == 0 and gmsfs.Group.open(other).version() == "step-9",
+          "gmsfsctl group restore: both ranks, named step-9 (the last)", r3.stderr + r3.stdout)
     for d in (snap, one):
         shutil.rmtree(d, ignore_errors=True)
     print("# bench: group refit of %.1f GB over %d ranks (a thread a rank): %s s, the device-to-device copy of the "
@@ -343,13 +373,14 @@ def main():
           % (", ".join("%.4f" % p for p in prepares), ", ".join("%.4f" % w for w, _ in prepared_refits),
              ", ".join("%.4f" % f for _, f in prepared_refits),
              ", ".join("%.2fx" % (w / f) for w, f in prepared_refits)))
-    ranks_floor = FLOORS[-len(prepared_refits):]
     print("# bench: the same prepared refits beside the ranks' own copies at once (a thread a rank, each its "
           "shard, as the refit runs them): %s s: %s"
           % (", ".join("%.4f" % f for f in ranks_floor),
              ", ".join("%.2fx" % (w / f) for (w, _), f in zip(prepared_refits, ranks_floor))))
-    print("# bench: flips to a group version, each engine: %s ms (the goal: 2 ms a rank)"
-          % ", ".join("%.2f" % x for x in flips))
+    print("# bench: flips to a group version, each engine: %s ms; made ahead (Group.flip_ahead, %s ms beside "
+          "serving): %s ms (the goal: 2 ms a rank)"
+          % (", ".join("%.2f" % x for x in flips), ", ".join("%.2f" % x for x in aheads),
+             ", ".join("%.2f" % x for x in ahead_flips)))
     print("# bench: gmsfsctl group snapshot of %d ranks (%.1f GB) %.2f s (%.1f GB/s), restore %.2f s; one rank's "
           "gmsfs-snapshot save alone %.2f s (%.1f GB/s): the group at %.2fx one rank's rate on one GPU"
           % (RANKS, gb, t_group, gb / t_group, t_restore, t_one, gb / RANKS / t_one,
