@@ -179,8 +179,23 @@ class Group:
         materialized) moves to name (None: the group's version), only if every rank has it
         committed: GmsfsError EAGAIN otherwise, nothing changed.  Returns how many
         allocations were mapped again."""
+        name = self._on_every_rank(rank, name)
+        return getattr(conn, "_gmsfs", conn).flip(version=name)
+
+    def flip_ahead(self, rank, module, name=None, timeout=None):
+        """flip() done ahead, for an engine's module (gmsfs.torch.materialize's): where every
+        rank has name committed (None: the group's version), rank's commit of it mapped
+        beside the one module serves (gmsfs.torch.flip_ahead): returns the Ahead, whose
+        flip() then points the module's tensors at it and back() at the version before,
+        neither of which can fail.  GmsfsError EAGAIN otherwise, nothing changed."""
+        name = self._on_every_rank(rank, name)
+        from .torch import flip_ahead
+        return flip_ahead(module, name, timeout)
+
+    def _on_every_rank(self, rank, name):
+        """name (None: the group's version) where every rank has it committed, for rank's
+        flip; GmsfsError EAGAIN otherwise, nothing changed."""
         self._store(rank)
-        conn = getattr(conn, "_gmsfs", conn)
         if name is None:
             name = self.version()  # committed on every rank, by what it is
             have = list(range(len(self.stores))) if name is not None else []
@@ -189,25 +204,7 @@ class Group:
         if len(have) < len(self.stores):
             raise GmsfsError(errno.EAGAIN, "group: version %s is committed on ranks %s of %d: not yet"
                              % (name, have, len(self.stores)))
-        return conn.flip(version=name)
-
-    def flip_ahead(self, rank, module, name=None, timeout=None):
-        """flip() done ahead, for an engine's module (gmsfs.torch.materialize's): where every
-        rank has name committed (None: the group's version), rank's commit of it mapped
-        beside the one module serves (gmsfs.torch.flip_ahead): returns the Ahead, whose
-        flip() then points the module's tensors at it and back() at the version before,
-        neither of which can fail.  GmsfsError EAGAIN otherwise, nothing changed."""
-        self._store(rank)
-        if name is None:
-            name = self.version()
-            have = list(range(len(self.stores))) if name is not None else []
-        else:
-            have = self._committed_last(name)
-        if len(have) < len(self.stores):
-            raise GmsfsError(errno.EAGAIN, "group: version %s is committed on ranks %s of %d: not yet"
-                             % (name, have, len(self.stores)))
-        from .torch import flip_ahead
-        return flip_ahead(module, name, timeout)
+        return name
 
     def _committed_last(self, name):
         """The ranks that had a commit named name, asked of each its last commit first
