@@ -85,7 +85,7 @@ struct wire_body {
 	bool fds, meta;              /* EXPORT */
 	bool in_place;               /* EXPORT: writable, into the last commit's bytes */
 	bool overwrite;              /* EXPORT: every byte written: a next version's copies need none */
-	char *version;               /* COMMIT_NAMED: a valid version name */
+	char *version;               /* COMMIT_NAMED: a valid version name; COMMIT_LEAVE: one or NULL */
 };
 int wire_parse_body(enum gmsfs_op op, const void *buf, size_t len, struct wire_body *out, char *why, size_t whylen);
 void wire_body_free(struct wire_body *b);
@@ -102,7 +102,7 @@ int wire_pack_export_in_place(msgpack_sbuffer *sb, const char *const *paths, siz
 /* A writer's export of what it will write whole (GMSFS_K_OVERWRITE), descriptors and no
  * metadata; paths NULL: the whole layout. */
 int wire_pack_export_overwrite(msgpack_sbuffer *sb, const char *const *paths, size_t n);
-/* COMMIT_NAMED's: the commit's name. */
+/* COMMIT_NAMED's and COMMIT_LEAVE's: the commit's name (NULL: none, LEAVE's only). */
 int wire_pack_commit_named(msgpack_sbuffer *sb, const char *version);
 
 /* ---- replies ---- */

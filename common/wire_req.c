@@ -52,7 +52,8 @@ int wire_req_parse(const void *buf, size_t len, struct gmsfs_sock_req *out, char
 
 bool wire_op_has_body(unsigned op)
 {
-	return (op >= GMSFS_OP_EXPORT && op <= GMSFS_OP_META_DELETE) || op == GMSFS_OP_COMMIT_NAMED;
+	return (op >= GMSFS_OP_EXPORT && op <= GMSFS_OP_META_DELETE) || op == GMSFS_OP_COMMIT_NAMED ||
+	       op == GMSFS_OP_COMMIT_LEAVE;
 }
 
 static void names_free(char **v, size_t n)
@@ -184,7 +185,7 @@ int wire_parse_body(enum gmsfs_op op, const void *buf, size_t len, struct wire_b
 			bad = "bad overwrite flag";
 			if (SEEN(4) || wire_get_bool(v, &b->overwrite))
 				goto out;
-		} else if (op == GMSFS_OP_COMMIT_NAMED && wire_key_is(k, GMSFS_K_NAME)) {
+		} else if ((op == GMSFS_OP_COMMIT_NAMED || op == GMSFS_OP_COMMIT_LEAVE) && wire_key_is(k, GMSFS_K_NAME)) {
 			bad = "bad version: a name is " GMSFS_VERSION_NAME_WORDS;
 			if (SEEN(0) || parse_version(v, b))
 				goto out;
@@ -194,7 +195,7 @@ int wire_parse_body(enum gmsfs_op op, const void *buf, size_t len, struct wire_b
 		}
 	}
 	bad = "a required field is missing";
-	if (op != GMSFS_OP_EXPORT && !(seen & 1))
+	if (op != GMSFS_OP_EXPORT && op != GMSFS_OP_COMMIT_LEAVE && !(seen & 1)) /* LEAVE's name: optional */
 		goto out;
 	e = 0;
 out:
@@ -287,7 +288,8 @@ int wire_pack_commit_named(msgpack_sbuffer *sb, const char *version)
 {
 	struct wire_packer p;
 	wire_packer_init(&p, sb);
-	msgpack_pack_map(&p.pk, 1);
-	wire_pack_str(&p.pk, GMSFS_K_NAME), wire_pack_str(&p.pk, version);
+	msgpack_pack_map(&p.pk, version != NULL);
+	if (version)
+		wire_pack_str(&p.pk, GMSFS_K_NAME), wire_pack_str(&p.pk, version);
 	return p.err;
 }

@@ -348,6 +348,12 @@ int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct
 	return e;
 }
 
+void ch_soon(struct ch *c)
+{
+	if (c->sock >= 0)
+		send_request(c->sock, GMSFS_OP_SOON, NULL, NULL, 0);
+}
+
 void ch_close(struct ch *c)
 {
 	if (c->sock >= 0)

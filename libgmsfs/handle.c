@@ -360,6 +360,14 @@ static void let_go(gmsfs *g)
 void gm_release_lock(gmsfs *g)
 {
 	ch_close(&g->ch);
+	if (g->left) { /* COMMIT_LEAVE: the daemon holds nothing for them; closes alone */
+		if (g->lockfd >= 0)
+			close(g->lockfd);
+		if (g->dirfd >= 0)
+			close(g->dirfd);
+		g->left = false;
+		g->dirfd = g->lockfd = -1;
+	}
 	struct gmsfs_ioc unlock = { .size = sizeof unlock };
 	if (g->lockfd >= 0 && g->lock == GMSFS_RO) /* committed: lock's read hold goes now, not at its release */
 		ioctl(g->lockfd, GMSFS_IOC_UNLOCK, &unlock);

@@ -54,6 +54,9 @@ long ch_spin_ns(void);
 int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct ch_manifest *m, char *err,
 	    size_t errlen);
 void ch_close(struct ch *c);
+/* GMSFS_OP_SOON: the next request follows shortly (no reply; a hint: nothing sent where
+ * the channel is not connected, and a failure is the next call's to meet). */
+void ch_soon(struct ch *c);
 
 /* ---- how a client maps the descriptors of one backend; -errno, words in err ---- */
 struct gm_backend {
@@ -157,6 +160,8 @@ struct gmsfs {
 	int unmapped_lock;      /* the lock given up by unmap_all */
 	bool said_in_place;     /* the session told the daemon it writes the last commit in place */
 	bool names_apart;       /* its daemon predates COMMIT_NAMED: a commit's name goes by setxattr */
+	bool leave_apart;       /* its daemon predates COMMIT_LEAVE: commit, then UNLOCK */
+	bool left;              /* COMMIT_LEAVE gave its holds back: its close sends no UNLOCK */
 	struct gmsfs_ioc info;  /* the latest facts from the daemon */
 	uint8_t ticket[GMSFS_TICKET_LEN]; /* the LOCK reply's ticket, until bound */
 	bool have_ticket;
@@ -301,6 +306,9 @@ int gm_commit(gmsfs *g, bool unmapping);
 /* The same, the commit called name in the same round trip (GMSFS_OP_COMMIT_NAMED); -EINVAL
  * with "unknown op" in g->err from a daemon that predates the op. */
 int gm_commit_named(gmsfs *g, bool unmapping, const char *name);
+/* The commit's request after the work queued is drained: COMMIT; COMMIT_NAMED with a
+ * name; COMMIT_LEAVE (a name or NULL) with leave.  t0, t1: the trace's start, drained. */
+int gm_commit_request(gmsfs *g, const char *name, bool leave, double *t0, double *t1);
 /* After gm_commit(g, true): the private entries copied out, every mapping unmapped and
  * the lock given back (gmsfs_unmap_all), whatever fails.  0 or the first -errno. */
 int gm_unmap_committed(gmsfs *g);

@@ -137,28 +137,38 @@ int gm_commit(gmsfs *g, bool unmapping)
 	return gm_commit_named(g, unmapping, NULL);
 }
 
+/* The commit's request: COMMIT; COMMIT_NAMED with a name; COMMIT_LEAVE, with a name or
+ * not, where the writer disconnects after it.  The bytes it publishes have landed first:
+ * the work its context queued (a copy from pageable memory returns before its DMA is
+ * done) would otherwise write after the commit, and into a mapping made read-only, where
+ * it faults. */
+int gm_commit_request(gmsfs *g, const char *name, bool leave, double *t0, double *t1)
+{
+	*t0 = gm_tracing() ? gm_us() : 0;
+	if (g->be->drain)
+		ch_soon(&g->ch); /* the drain may wait for copies: the daemon is awake when it ends */
+	int e = g->be->drain ? g->be->drain(g) : 0;
+	if (e)
+		return gm_error(g, e, "commit: waiting for the work queued: %s", strerror(-e));
+	*t1 = *t0 ? gm_us() : 0;
+	if (!name && !leave)
+		return gm_call(g, GMSFS_OP_COMMIT, NULL, 0, NULL);
+	msgpack_sbuffer sb; /* the name with the commit: one round trip */
+	msgpack_sbuffer_init(&sb);
+	e = wire_pack_commit_named(&sb, name) ? gm_error(g, -ENOMEM, "out of memory")
+					      : gm_call(g, leave ? GMSFS_OP_COMMIT_LEAVE : GMSFS_OP_COMMIT_NAMED, sb.data,
+							sb.size, NULL);
+	msgpack_sbuffer_destroy(&sb);
+	return e;
+}
+
 int gm_commit_named(gmsfs *g, bool unmapping, const char *name)
 {
 	int e = gm_need_lock(g, GMSFS_RW);
 	if (e)
 		return e;
-	/* The bytes it publishes have landed first: the work its context queued (a copy from
-	 * pageable memory returns before its DMA is done) would otherwise write after the
-	 * commit, and into a mapping made read-only, where it faults. */
-	double t0 = gm_tracing() ? gm_us() : 0;
-	if (g->be->drain && (e = g->be->drain(g)))
-		return gm_error(g, e, "commit: waiting for the work queued: %s", strerror(-e));
-	double t1 = t0 ? gm_us() : 0;
-	if (name) { /* the name with the commit: one round trip */
-		msgpack_sbuffer sb;
-		msgpack_sbuffer_init(&sb);
-		e = wire_pack_commit_named(&sb, name) ? gm_error(g, -ENOMEM, "out of memory")
-						      : gm_call(g, GMSFS_OP_COMMIT_NAMED, sb.data, sb.size, NULL);
-		msgpack_sbuffer_destroy(&sb);
-	} else {
-		e = gm_call(g, GMSFS_OP_COMMIT, NULL, 0, NULL);
-	}
-	if (e)
+	double t0, t1;
+	if ((e = gm_commit_request(g, name, false, &t0, &t1)))
 		return e;
 	g->said_in_place = false; /* the session ended */
 	double t2 = t0 ? gm_us() : 0;
@@ -187,6 +197,17 @@ int gm_commit_named(gmsfs *g, bool unmapping, const char *name)
 		fprintf(stderr, "gmsfs commit: %.0f us: queued work drained %.0f us, committed %.0f us, access set "
 			"%.0f us, refreshed %.0f us (from %.0f)\n", gm_us() - t0, t1 - t0, t2 - t1, t3 - t2,
 			gm_us() - t3, gm_trace_clock(t0));
+	return e;
+}
+
+
+int gmsfs_commit_soon(gmsfs *g)
+{
+	if (!g)
+		return -EINVAL;
+	int e = gm_need_lock(g, GMSFS_RW);
+	if (!e)
+		ch_soon(&g->ch);
 	return e;
 }
 

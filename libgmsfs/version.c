@@ -114,6 +114,39 @@ int gmsfs_commit_version_unmap_all(gmsfs *g, const char *name)
 	return commit_named(g, name, true);
 }
 
+/* The daemon's COMMIT_LEAVE gives back what the writer's UNLOCKs would have (an INFO, the
+ * lock file's UNLOCK and the directory's: three FUSE round trips after the commit's own);
+ * its lock file's close is the one left.  A daemon that predates the op: the commit, then
+ * the disconnect's own UNLOCKs. */
+int gmsfs_commit_disconnect(gmsfs *g, const char *version)
+{
+	if (!g)
+		return -EINVAL;
+	if (version && !gmsfs_version_name_valid(version, strlen(version)))
+		return gm_error(g, -EINVAL, "commit_disconnect: a name is " GMSFS_VERSION_NAME_WORDS);
+	int e = gm_need_lock(g, GMSFS_RW);
+	if (e)
+		return e;
+	double t0, t1;
+	if (!g->leave_apart) {
+		e = gm_commit_request(g, version, true, &t0, &t1);
+		if (e == -EINVAL && strstr(g->err, "unknown op"))
+			g->leave_apart = true; /* its connection dropped: the next call binds again */
+	}
+	if (g->leave_apart)
+		e = version ? gmsfs_commit_version_unmap_all(g, version) : gmsfs_commit_unmap_all(g);
+	else if (e == -EEXIST && version)
+		return name_refused(g, version, e);
+	if (e)
+		return e; /* nothing committed: g as it was */
+	g->left = !g->leave_apart;
+	if (t0 && g->left)
+		fprintf(stderr, "gmsfs commit_disconnect: %.0f us: queued work drained %.0f us, committed and left %.0f us "
+			"(from %.0f)\n", gm_us() - t0, t1 - t0, gm_us() - t1, gm_trace_clock(t0));
+	gmsfs_disconnect(g);
+	return 0;
+}
+
 int gmsfs_version_name(gmsfs *g, char *name)
 {
 	if (!g || !name)

@@ -171,6 +171,22 @@ still_serves() {
 	still_serves
 }
 
+@test "the channel: COMMIT_LEAVE commits and gives back the writer's holds, its directory still open; a reader's is refused" {
+	run "$PROBE" bind "lock:1:$MNT/m" commit-leave
+	assert_line --index 0 EPERM
+	mkdir "$MNT/cl"
+	"$EXAMPLE" write "$MNT/cl" 2 4096
+	run "$PROBE" bind "lock:2:$MNT/cl" commit-leave
+	assert_line --index 0 'ok n=0 readonly=0 writable=0 entries=0'
+	assert_line 'state: COMMITTED'
+	assert_line 'writer: 0'
+	assert_line 'readers: 0'
+	run "$PROBE" bind "lock:2:$MNT/cl" commit-leave
+	assert_line 'readers: 0'
+	rmdir "$MNT/cl"
+	still_serves
+}
+
 @test "the channel: a ticket on an op that takes none, a body on COMMIT, an op switched mid-body, a body that does not parse: EINVAL, then hang up" {
 	for how in ticketed-op commit-body op-switch garbage-body; do
 		run "$PROBE" bind "lock:1:$MNT/m" "$how"

@@ -98,3 +98,4 @@ scenario() {
 @test "pause: a data-only writer writes in place past a paused reader, which resumes with no map to the new bytes" { scenario pause_resume; }
 @test "versions: a data-only writer beside a reader copies what it imports; the reader flips to its name (gmsfs_commit_version, gmsfs_flip_to) when it chooses" { scenario versions_flip; }
 @test "gmsfs_commit_version_unmap_all: a name taken refused with the session and its mapping as they were; then named, unmapped, the lock given back" { scenario commit_version_unmap; }
+@test "gmsfs_commit_soon gets no reply and changes nothing; gmsfs_commit_disconnect: refusals leave the handle whole, then committed (named or not) and the store free at once" { scenario commit_disconnect; }

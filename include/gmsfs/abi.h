@@ -201,9 +201,19 @@ enum gmsfs_op {
 	GMSFS_OP_COMMIT_NAMED = 12, /* {name}: COMMIT, the commit called name (gmsfs(5), NAMED
 	                         * VERSIONS) in the same round trip: EINVAL not a name, EEXIST the
 	                         * store's already; a failure commits nothing and keeps no name */
-	GMSFS_OP_MAX = 12
+	GMSFS_OP_COMMIT_LEAVE = 13, /* {name?}: COMMIT (COMMIT_NAMED with name), then the holds the
+	                         * committing process has from the session (the bound handle's, its
+	                         * STORE/lock's) go, as its UNLOCKs would: a writer that disconnects
+	                         * after its commit (gmsfs_commit_disconnect); a failure changes nothing */
+	GMSFS_OP_SOON = 14,     /* no body, and the one op without a reply: the connection's next
+	                         * request follows within milliseconds (a commit once the copies
+	                         * queued land), so its thread watches for it, up to
+	                         * GMSFS_SOON_WATCH_MS, instead of sleeping, where the daemon spins
+	                         * (GMSFS_SPIN_US, 8 cores); an unbound connection's: ENOLCK, hang up */
+	GMSFS_OP_MAX = 14
 };
 
+#define GMSFS_SOON_WATCH_MS 50       /* how long a SOON keeps its connection's thread watching */
 #define GMSFS_FDS_PER_MSG 253        /* SCM_MAX_FD */
 /* An allocation larger than the mount's piece size (gmsfs -o piece_bytes=) is memory in
  * pieces, each its own descriptor, mapped side by side: at most this many, all in one

@@ -304,6 +304,19 @@ GMSFS_API int gmsfs_commit_version(gmsfs *g, const char *name);
  * lets go of its mappings after a named commit (a trainer's refit) skips their change to
  * read-only.  A failed commit unmaps nothing. */
 GMSFS_API int gmsfs_commit_version_unmap_all(gmsfs *g, const char *name);
+/* A writer done with the store: gmsfs_commit (gmsfs_commit_version where version is not
+ * NULL), then gmsfs_disconnect, the lock given back by the commit's own request
+ * (COMMIT_LEAVE): none of the round trips a disconnect after a commit makes but its lock
+ * file's close (a trainer's refit, a loader's publish).  0: committed, and g is freed.
+ * A failure commits nothing and changes nothing: g is still the caller's (its
+ * gmsfs_disconnect rolls the session back). */
+GMSFS_API int gmsfs_commit_disconnect(gmsfs *g, const char *version);
+/* A writer's hint that its commit follows within milliseconds (it waits for copies it
+ * queued to land, then commits): the daemon's thread for it watches for the commit
+ * instead of sleeping, and serves it without a wake-up, where the daemon spins (8 cores,
+ * or GMSFS_SPIN_US).  No reply, nothing changes; 0, -ENOLCK or -EPERM.  gmsfs_commit
+ * and the like give it themselves before they wait for the work queued. */
+GMSFS_API int gmsfs_commit_soon(gmsfs *g);
 /* The name of the commit g holds (the one gmsfs_generation says), into name (at least
  * GMSFS_VERSION_NAME_MAX + 1 bytes): 0, or -ENODATA where it has none ("" then). */
 GMSFS_API int gmsfs_version_name(gmsfs *g, char *name);

@@ -400,12 +400,21 @@ class Connection:
         return _json.loads(self.meta_get(key).value)
 
     # ---- publishing, sleeping ----
-    def commit(self, unmap=False, version=None):
+    def commit(self, unmap=False, version=None, close=False):
         """Validate and publish; the mappings become read-only, the lock a read lock.
         unmap=True: then unmap_all at once, the mappings not made read-only in between
         (GMS's commit, which unmaps its writer; half the CUDA calls of the two).
         version: the commit's name (gmsfs(5), NAMED VERSIONS), a store's once: GmsfsError
-        EEXIST when a commit of the store had it, EINVAL when it is not a name."""
+        EEXIST when a commit of the store had it, EINVAL when it is not a name.
+        close=True: then close(), the lock given back by the commit's own request
+        (gmsfs_commit_disconnect: a writer done with the store saves a close's round
+        trips); a failed commit leaves the connection open and as it was."""
+        if close:
+            name = None if version is None else str(version).encode()
+            self._check(_c.gmsfs_commit_disconnect(self._handle(), name),
+                        "commit" if version is None else "commit %s" % version)
+            self._g = ctypes.c_void_p()  # freed by it
+            return
         if version is not None:
             commit = _c.gmsfs_commit_version_unmap_all if unmap else _c.gmsfs_commit_version
             self._check(commit(self._handle(), str(version).encode()), "commit %s" % version)
@@ -413,6 +422,12 @@ class Connection:
             self._check(_c.gmsfs_commit_unmap_all(self._handle()), "commit")
         else:
             self._check(_c.gmsfs_commit(self._handle()), "commit")
+
+    def commit_soon(self):
+        """A writer's hint: its commit follows within milliseconds (once the copies it queued
+        land), so the daemon watches for it instead of sleeping (gmsfs_commit_soon; where
+        the daemon spins).  Nothing changes."""
+        self._check(_c.gmsfs_commit_soon(self._handle()), "commit_soon")
 
     def commit_layout(self):
         """Publish the layout while this writer goes on writing bytes (GMS's commit_layout):

@@ -132,6 +132,8 @@ _protos = {
     "gmsfs_flip": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_size_t)]),
     "gmsfs_commit_version": (ctypes.c_int, [_P, ctypes.c_char_p]),
     "gmsfs_commit_version_unmap_all": (ctypes.c_int, [_P, ctypes.c_char_p]),
+    "gmsfs_commit_disconnect": (ctypes.c_int, [_P, ctypes.c_char_p]),
+    "gmsfs_commit_soon": (ctypes.c_int, [_P]),
     "gmsfs_pages_old": (ctypes.c_int, [_P, _P, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "gmsfs_version_name": (ctypes.c_int, [_P, ctypes.c_char_p]),
     "gmsfs_flip_to": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]),

@@ -171,6 +171,8 @@ def _copy(conn, plan, sources, device, seal):
                     done = torch.cuda.Event()
                     done.record()
                 landed.append((alloc, done))
+    if cuda and seal:
+        conn.commit_soon()  # the daemon is awake for the commit when the copies land
     for alloc, done in landed:
         if done is not None:
             done.synchronize()
@@ -308,15 +310,16 @@ def refit(source, store, strict=True, timeout=None, commit=True, version=None, _
             raise GmsfsError(errno.EPERM, "refit: %s is not held for writing (%s)" % (conn.store, conn.lock_mode))
         if not kept:
             plan = _ready(conn, sources, strict)
-        # _closing (gmsfs.Group): the caller closes the connection after the commit, so its
-        # mappings are unmapped as their copies land, not made read-only (about what an
-        # unmap costs again), and the commit has none left to unmap after the last copy
-        # (5.6 GB took it 0.4 ms on an H200, 0.8 with a second rank's thread beside).
+        # _closing (gmsfs.Group): the connection closes with the commit (its request gives
+        # the lock back), so its mappings are unmapped as their copies land, not made
+        # read-only (about what an unmap costs again), and the commit has none left to
+        # unmap after the last copy (5.6 GB took it 0.4 ms on an H200, 0.8 with a second
+        # rank's thread beside).
         closing = _closing and commit and not paused
         _copy(conn, plan, sources, _device(conn), None if not commit else "unmap" if closing else "protect")
         if closing:
             conn._refit_plan = None  # its tensors are over the mappings that go now
-            conn.commit(version=version, unmap=True)
+            conn.commit(version=version, close=True)  # the lock given back by the commit's request
         elif commit:
             conn.commit(version=version)
             if paused:

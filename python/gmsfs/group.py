@@ -113,7 +113,7 @@ class Group:
             if _writes_itself(source):
                 with (prepared if prepared is not None else connect(store, "data", timeout)) as c:
                     source(c)
-                    c.commit(version=version)
+                    c.commit(version=version, close=True)  # the lock given back in its request
             else:
                 from .torch import refit
                 refit(source, store if prepared is None else prepared, timeout=timeout, version=version,

@@ -164,6 +164,62 @@ def test_a_named_commit_that_unmaps_lets_go_of_everything_and_a_refused_one_of_n
         assert "writer: 0\n" in st and "readers: 0\n" in st, st  # the lock given back, not downgraded
 
 
+def test_a_commit_that_closes_gives_the_lock_back_in_its_own_request(store):
+    """commit(close=True) (gmsfs_commit_disconnect, GMSFS_OP_COMMIT_LEAVE): named or not,
+    the store committed and free, its bytes there, the connection closed, and the close's
+    UNLOCKs and INFO not sent (fewer FUSE requests than a commit and a close); refused (a
+    name taken, not a name), nothing committed and the connection still open and whole."""
+    from gmsfs._fields import read_fields
+    publish(store, version="v1")
+
+    def requests():
+        return int(read_fields(os.path.join(store, "state"))["requests"])
+
+    def one(value, version, close):
+        with gmsfs.connect(store, "data", timeout=5) as c:
+            m = c.import_one("a")
+            c.protect("a", True)
+            c.buffer(m.ptr, SIZE, writable=True)[:] = bytes([value]) * SIZE
+            before = requests()
+            if close:
+                c.commit(version=version, close=True)
+                with pytest.raises(gmsfs.GmsfsError) as e:
+                    c.commit()
+                assert e.value.errno == errno.EBADF  # closed by it
+            else:
+                c.commit(version=version, unmap=True)
+                c.close()
+            return requests() - before
+
+    counts = {True: [], False: []}
+    for i, (version, close) in enumerate(((None, True), ("v2", False), ("v3", True), (None, False), ("v4", True))):
+        counts[close].append(one(10 + i, version, close))
+        st = read_fields(os.path.join(store, "state"))
+        assert st["writer"] == "0" and st["readers"] == "0", st  # nothing held after it
+    # Another connection's releases may come late and only add: the least of each kind.
+    assert min(counts[True]) < min(counts[False]), counts
+    assert [n for _, n, _ in gmsfs.versions(store)] == ["v1", "v2", "v3", "v4"]
+    with gmsfs.connect(store, "ro", timeout=5) as r:
+        assert set(bytes(r.buffer(r.import_one("a").ptr, SIZE))) == {14}
+        assert r.version == "v4"
+    # Refused: nothing committed, the connection as it was (still the writer, its bytes
+    # still writable); its close then rolls the session back (written in place: TORN
+    # until a commit, which the next writer makes).
+    with gmsfs.connect(store, "data", timeout=5) as c:
+        m = c.import_one("a")
+        c.protect("a", True)
+        for bad, err in (("v4", errno.EEXIST), ("not a name!", errno.EINVAL)):
+            with pytest.raises(gmsfs.GmsfsError) as e:
+                c.commit(version=bad, close=True)
+            assert e.value.errno == err
+            assert c.lock_mode == "rw"
+        c.buffer(m.ptr, SIZE, writable=True)[:] = bytes([20]) * SIZE
+        c.commit(version="v5", close=True)
+    assert gmsfs.committed_version(store) == "v5"
+    with gmsfs.connect(store, "ro", timeout=5) as r:
+        assert set(bytes(r.buffer(r.import_one("a").ptr, SIZE))) == {20}
+
+
 def test_an_abort_drops_the_name_with_the_rest(store):
     publish(store, version="v1")
     code = ("import gmsfs,os,sys\nc=gmsfs.connect(sys.argv[1],'rw')\nos.setxattr(sys.argv[1],'user.gms.version',b'v2')\n"

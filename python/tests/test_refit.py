@@ -633,10 +633,10 @@ def test_a_group_of_torch_ranks_refits_prepared_or_not_and_lets_go_of_its_mappin
 
 
 def test_a_refit_that_closes_unmaps_each_allocation_as_its_copies_land(store, monkeypatch):
-    """gmsfs.Group's refit (the connection closed after its commit) lets each allocation's
-    mapping go once its copies have landed, before the commit, so that the commit has none
-    to unmap after the last copy; one that holds a private entry stays mapped for the
-    commit, which copies the entry from it.  Readers get the trainer's weights either way."""
+    """gmsfs.Group's refit (the connection closed by its commit, commit(close=True)) lets
+    each allocation's mapping go once its copies have landed, before the commit, so that
+    the commit has none to unmap after the last copy; one that holds a private entry stays
+    mapped until then (its unmap refused).  Readers get the trainer's weights either way."""
     monkeypatch.setattr(gt, "SLAB_BYTES", 4096)  # publish packs the small model into slabs of 4 KiB
     gt.publish(ns["build"](seed=1), store, private=("scale",)).close()
     with gmsfs.connect(store, "ro") as r:
@@ -650,10 +650,11 @@ def test_a_refit_that_closes_unmaps_each_allocation_as_its_copies_land(store, mo
                             (calls.append((_name,) + a), _real(self, *a, **kw))[1])
     trainer = trained()
     conn = gt.refit(trainer, store, timeout=5, version="step-1", _closing=True)
-    left = [m.name for m in conn.mappings]  # unmap_all keeps its addresses; unmap lets them go
-    lock = conn.lock_mode
-    conn.close()
-    assert lock is None and left == [held], (lock, left)
+    with pytest.raises(gmsfs.GmsfsError) as e:
+        conn.mappings  # closed by its commit
+    assert e.value.errno == errno.EBADF
+    conn.close()  # nothing left to do
+    assert calls[-1][1:] == () and gmsfs.committed_version(store) == "step-1", calls
     unmapped = [c[1] for c in calls if c[0] == "unmap"]
     assert calls[-1][0] == "commit" and sorted(unmapped) == sorted(allocs), calls  # each before the commit
     assert held in unmapped, held  # asked, refused (EBUSY): the commit unmapped it

@@ -28,7 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			       b.entries[i].value_len <= GMSFS_VALUE_MAX && !(b.entries[i].flags & ~GMSFS_ENTRY_FLAGS));
 		for (size_t i = 0; i < b.nnames; i++)
 			assert(gmsfs_path_valid(b.names[i], strlen(b.names[i])));
-		assert(!b.version || (op == GMSFS_OP_COMMIT_NAMED && gmsfs_version_name_valid(b.version, strlen(b.version))));
+		assert(!b.version || ((op == GMSFS_OP_COMMIT_NAMED || op == GMSFS_OP_COMMIT_LEAVE) &&
+				      gmsfs_version_name_valid(b.version, strlen(b.version))));
 		assert(op != GMSFS_OP_COMMIT_NAMED || b.version);
 		wire_body_free(&b);
 	}

@@ -153,7 +153,7 @@ t "64 allocations, three bulk readers verify every byte on the device, a reader'
 for s in commit_publishes abort_on_disconnect rw_or_ro writer_blocks_readers rw_or_ro_timeout \
 	reader_after_writer_timeout several_readers reader_rw_calls_fail bad_offset free_removes \
 	remap_same remap_changed remap_rebuilt remap_removed reallocate spaces graph_pool requests bulk_meta shared_range unmap_one create_many one_rw_per_session bad_args commit_unmap_all \
-	refit_by_name refit_whole pause_resume versions_flip commit_version_unmap; do
+	refit_by_name refit_whole pause_resume versions_flip commit_version_unmap commit_disconnect; do
 	t "GMS scenario on cuda: $s" scenario "$s"
 done
 t "a writer killed after creating 4 GiB: device memory comes back, the last commit stands" scenario dead_holder_memory

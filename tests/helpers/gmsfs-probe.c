@@ -340,6 +340,21 @@ static int do_bind(int argc, char **argv)
 		send_op(s, GMSFS_OP_CREATE, NULL, 0, (const char *)sb.data + 2, sb.size - 2);
 	} else if (!strcmp(how, "garbage-body")) {
 		send_op(s, GMSFS_OP_EXPORT, NULL, 0, "\xdd\xff\xff\xff\xff", 5);
+	} else if (!strcmp(how, "commit-leave")) {
+		/* The reply, then (the directory still open, no UNLOCK sent) what state says. */
+		msgpack_sbuffer_clear(&sb);
+		wire_pack_commit_named(&sb, NULL);
+		send_op(s, GMSFS_OP_COMMIT_LEAVE, NULL, 0, sb.data, sb.size);
+		msgpack_sbuffer_destroy(&sb);
+		int r = read_reply(s, false);
+		char text[4096];
+		int st = openat(fd, "state", O_RDONLY | O_CLOEXEC);
+		ssize_t n = st < 0 ? -1 : read(st, text, sizeof text - 1);
+		text[n > 0 ? n : 0] = '\0';
+		for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+			if (!strncmp(line, "state: ", 7) || !strncmp(line, "writer: ", 8) || !strncmp(line, "readers: ", 9))
+				printf("%s\n", line);
+		return r;
 	} else {
 		fprintf(stderr, "unknown HOW %s\n", how);
 		msgpack_sbuffer_destroy(&sb);

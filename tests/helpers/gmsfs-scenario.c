@@ -48,6 +48,7 @@ static const struct {
 	{ "pause_resume", sc_pause_resume },
 	{ "versions_flip", sc_versions_flip },
 	{ "commit_version_unmap", sc_commit_version_unmap },
+	{ "commit_disconnect", sc_commit_disconnect },
 	{ "kept", sc_kept },
 };
 

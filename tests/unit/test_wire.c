@@ -403,6 +403,28 @@ static void requests(void)
 	n = 0;
 	b1(0x82), str("name"), b1(0xa1), b1('a'), str("name"), b1(0xa1), b1('b');
 	is_int(wire_parse_body(GMSFS_OP_COMMIT_NAMED, buf, n, &b, why, sizeof why), -EINVAL, "a name twice");
+	/* COMMIT_LEAVE: COMMIT_NAMED's body, its name optional. */
+	n = 0;
+	b1(0x80);
+	is_int(wire_parse_body(GMSFS_OP_COMMIT_LEAVE, buf, n, &b, why, sizeof why), 0, "a COMMIT_LEAVE body without a name");
+	ok(!b.version, "names none");
+	wire_body_free(&b);
+	msgpack_sbuffer_init(&sb);
+	wire_pack_commit_named(&sb, NULL);
+	ok(sb.size == 1 && (uint8_t)sb.data[0] == 0x80, "packed without a name: an empty map");
+	msgpack_sbuffer_clear(&sb);
+	wire_pack_commit_named(&sb, "step-7");
+	is_int(wire_parse_body(GMSFS_OP_COMMIT_LEAVE, sb.data, sb.size, &b, why, sizeof why), 0, "a COMMIT_LEAVE body named");
+	ok(b.version && !strcmp(b.version, "step-7"), "with its name");
+	wire_body_free(&b);
+	msgpack_sbuffer_destroy(&sb);
+	n = 0;
+	b1(0x81), str("name"), b1(0xa2), b1('-'), b1('a');
+	is_int(wire_parse_body(GMSFS_OP_COMMIT_LEAVE, buf, n, &b, why, sizeof why), -EINVAL, "COMMIT_LEAVE: not a name");
+	n = 0;
+	b1(0x81), str("paths"), b1(0x90);
+	is_int(wire_parse_body(GMSFS_OP_COMMIT_LEAVE, buf, n, &b, why, sizeof why), -EINVAL, "COMMIT_LEAVE: an unknown field");
+	is_int(wire_parse_body(GMSFS_OP_COMMIT_LEAVE, "", 0, &b, why, sizeof why), -EINVAL, "COMMIT_LEAVE: no body at all");
 
 	n = 0;
 	b1(0x81), str("allocs"), b1(0xdd), b1(0x7f), b1(0xff), b1(0xff), b1(0xff);

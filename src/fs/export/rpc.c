@@ -193,7 +193,8 @@ static struct fs_handle *bound(struct fs *fs, const struct rpc_req *r, bool writ
 		*err = -EPERM;
 		return NULL;
 	}
-	if (write && r->op != GMSFS_OP_COMMIT && r->op != GMSFS_OP_COMMIT_NAMED && r->op != GMSFS_OP_KEEP &&
+	if (write && r->op != GMSFS_OP_COMMIT && r->op != GMSFS_OP_COMMIT_NAMED && r->op != GMSFS_OP_COMMIT_LEAVE &&
+	    r->op != GMSFS_OP_KEEP &&
 	    (*err = lock_layout_change(h->store))) {
 		snprintf(why, whylen, "%s", h->store->last_error); /* CREATE, FREE, META_PUT, META_DELETE */
 		return NULL;
@@ -318,8 +319,32 @@ static int do_flip(struct fs *fs, const struct rpc_req *r, struct xset *s, char 
 	return e ? why_fmt(why, whylen, e, "%s", strerror(-e)) : 0;
 }
 
-/* FREE, META_PUT, META_DELETE, COMMIT, COMMIT_NAMED, KEEP: under fs->mu through the bound
- * writer handle. */
+/* COMMIT_LEAVE's end: the holds h's process has from the session it committed go, as its
+ * UNLOCKs would (the bound handle's, and those of the STORE/lock files it joined by), so
+ * that the writer disconnects with no round trip but its lock file's close.  Chosen
+ * before the commit (members is filled then), when they are still told apart from other
+ * read handles of the same process. */
+static size_t session_files_of(struct store *st, const struct fs_handle *h, struct fs_handle **members, size_t most)
+{
+	size_t n = 0;
+	for (struct fs_handle *x = st->handles.next; x != &st->handles && n < most; x = x->next)
+		if (x != h && x->tgid == h->tgid && x->hold == HOLD_SESSION && x->fnode && x->fnode->kind == FS_LOCK)
+			members[n++] = x;
+	return n;
+}
+
+static void leave(struct fs *fs, struct fs_handle *h, struct fs_handle **members, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (members[i]->hold == HOLD_READ)
+			lock_release(members[i]);
+	export_revoke(fs, h); /* this connection is unbound: the reply below is its last */
+	if (h->hold == HOLD_READ)
+		lock_release(h);
+}
+
+/* FREE, META_PUT, META_DELETE, COMMIT, COMMIT_NAMED, COMMIT_LEAVE, KEEP: under fs->mu
+ * through the bound writer handle. */
 static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_body *b, char *why, size_t whylen)
 {
 	int e = 0;
@@ -342,11 +367,19 @@ static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_b
 			e = meta_delete_entries(st->meta, names, b->nnames, why, whylen);
 			break;
 		case GMSFS_OP_COMMIT_NAMED: /* the name and the commit in one round trip */
-			if ((e = named_set_pending(st, b->version, strlen(b->version))) || (e = lock_commit(st))) {
+		case GMSFS_OP_COMMIT_LEAVE: {
+			struct fs_handle *members[8];
+			size_t n = r->op == GMSFS_OP_COMMIT_LEAVE ? session_files_of(st, h, members, 8) : 0;
+			if ((b->version && (e = named_set_pending(st, b->version, strlen(b->version)))) ||
+			    (e = lock_commit(st))) {
 				snprintf(why, whylen, "%s", st->last_error);
-				named_drop_pending(st); /* nothing committed: no name kept */
+				if (b->version)
+					named_drop_pending(st); /* nothing committed: no name kept */
+			} else if (r->op == GMSFS_OP_COMMIT_LEAVE) {
+				leave(fs, h, members, n);
 			}
 			break;
+		}
 		default: /* COMMIT, KEEP (the session staying): the image is written before it returns */
 			if ((e = r->op == GMSFS_OP_KEEP ? lock_keep(st) : lock_commit(st)))
 				snprintf(why, whylen, "%s", st->last_error);

@@ -37,6 +37,7 @@ struct sock_conn {
 	pid_t pid;                   /* who bound it: only they may use it */
 	uid_t buid;
 	bool bound;                  /* it was bound once: an idle timeout applies, not the auth one */
+	bool soon;                   /* a SOON came: watch for the next request a while (spin_a_moment) */
 	struct sock_conn *hnext;     /* in x->conns */
 	struct sock_conn *next;      /* in the export's list: every connection, for the stop */
 	/* A body arriving in several messages (GMSFS_REQ_MORE). */
@@ -209,6 +210,21 @@ static int assemble(struct sock_conn *c, const struct gmsfs_sock_req *hd, const 
 }
 
 /* One message: >0 go on, 0 close (peer gone, idle, or broke the protocol). */
+/* SOON: no reply; the next spin_a_moment watches longer.  Only a bound connection's
+ * (its binder's): a request of its holder, whose next one is the commit it announces. */
+static int soon(struct sock_conn *c, const struct ucred *cred)
+{
+	pthread_mutex_lock(&c->fs->mu);
+	bool mine = c->x && c->pid == cred->pid && c->buid == cred->uid;
+	pthread_mutex_unlock(&c->fs->mu);
+	if (!mine) {
+		sock_send_error(c->fd, ENOLCK, "SOON: no handle bound by this process (BIND a ticket first)");
+		return 0;
+	}
+	c->soon = true;
+	return 1;
+}
+
 static int serve_one(struct sock_conn *c, uint8_t *buf, size_t size)
 {
 	struct ucred cred = { .pid = 0 };
@@ -241,6 +257,8 @@ static int serve_one(struct sock_conn *c, uint8_t *buf, size_t size)
 		sock_send_error(c->fd, EPERM, "sender unknown (outside the daemon's pid namespace?)");
 		return 1;
 	}
+	if (hd.op == GMSFS_OP_SOON)
+		return soon(c, &cred);
 	bool whole = c->body_len != 0;
 	struct rpc_req r = {
 		.conn = c, .sock = c->fd, .pid = cred.pid, .uid = cred.uid, .op = (enum gmsfs_op)hd.op,
@@ -291,16 +309,26 @@ long sock_spin_ns(int *most_out)
 	return most ? ns : 0;
 }
 
-static void spin_a_moment(int fd)
+/* After a SOON, up to GMSFS_SOON_WATCH_MS (a commit that follows copies of gigabytes),
+ * within the same limit of threads at once. */
+static void spin_a_moment(struct sock_conn *c)
 {
 	static atomic_int spinning;
 	int most;
 	long ns = sock_spin_ns(&most);
+	bool soon = c->soon;
+	c->soon = false;
 	if (!ns)
 		return;
+	if (soon)
+		ns = GMSFS_SOON_WATCH_MS * 1000000L;
+	uint64_t t0 = soon && log_trace_rpc() ? clock_mono_ns() : 0;
 	if (atomic_fetch_add(&spinning, 1) < most)
-		fdpass_spin_readable(fd, ns);
+		fdpass_spin_readable(c->fd, ns);
 	atomic_fetch_sub(&spinning, 1);
+	if (t0) /* GMSFS_TRACE_RPC: how long the watch took (its cap: nothing came) */
+		fuse_log(FUSE_LOG_INFO, "gmsfs: socket: after a SOON, watched %.0f us for the next request\n",
+			 (clock_mono_ns() - t0) / 1e3);
 }
 
 /* Serve c until it ends; buf (SOCK_BUF_SIZE, or NULL) is freed. */
@@ -309,7 +337,7 @@ void sock_serve(struct sock_conn *c, uint8_t *buf)
 	size_t size = SOCK_BUF_SIZE;
 	bool bound = false;
 	set_timeout(c->fd, SO_RCVTIMEO, SOCK_AUTH_TIMEOUT_S);
-	while (buf && (spin_a_moment(c->fd), serve_one(c, buf, size) > 0)) {
+	while (buf && (spin_a_moment(c), serve_one(c, buf, size) > 0)) {
 		if (c->bound != bound) {
 			bound = c->bound;
 			set_timeout(c->fd, SO_RCVTIMEO, SOCK_IDLE_TIMEOUT_S);

@@ -297,3 +297,51 @@ int sc_commit_version_unmap(void)
 	gmsfs_disconnect(r);
 	return bad;
 }
+
+/* gmsfs_commit_soon, then gmsfs_commit_disconnect (COMMIT_LEAVE): a hint changes nothing
+ * and gets no reply (the next call's reply is its own: a manifest); refusals leave the
+ * handle whole; named or not, the commit made and the store free with g gone. */
+int sc_commit_disconnect(void)
+{
+	if (publish(2, 8192, 1, NULL))
+		return 1;
+	gmsfs *w, *r;
+	CALL(w, gmsfs_connect(&w, store, GMSFS_RW, 1000));
+	CALL(w, gmsfs_commit_version(w, "v1"));
+	gmsfs_disconnect(w);
+	CALL(r, gmsfs_connect(&r, store, GMSFS_RO, 1000));
+	CHECK(gmsfs_commit_soon(r) == -EPERM && gmsfs_commit_disconnect(r, NULL) == -EPERM, "a reader's: EPERM");
+	CHECK(gmsfs_lock_mode(r) == GMSFS_RO, "the reader still holds its lock");
+	gmsfs_disconnect(r);
+	CHECK(gmsfs_commit_soon(NULL) == -EINVAL && gmsfs_commit_disconnect(NULL, NULL) == -EINVAL, "no handle");
+	for (int round = 0; round < 2; round++) {
+		CALL(w, gmsfs_connect(&w, store, GMSFS_RW_DATA, 1000));
+		CALL(w, gmsfs_commit_soon(w)); /* before the import: its reply must be the import's */
+		void *p;
+		CALL(w, gmsfs_import(w, "w/1", &p));
+		CALL(w, gmsfs_protect(w, "w/1", 1));
+		if (fill(p, 1, 8192, 5 + round))
+			return 1;
+		if (!round) {
+			CHECK(gmsfs_commit_disconnect(w, "bad name") == -EINVAL, "a bad name refused");
+			CHECK(gmsfs_commit_disconnect(w, "v1") == -EEXIST, "a name taken refused");
+			CHECK(gmsfs_lock_mode(w) == GMSFS_RW && state_val("writer") != 0, "the session goes on");
+			if (fill(p, 1, 8192, 5)) /* its mapping still there, still writable */
+				return 1;
+		}
+		CALL(w, gmsfs_commit_soon(w));
+		int e = gmsfs_commit_disconnect(w, round ? NULL : "v2"); /* w is gone on success */
+		CHECK(e == 0, "commit_disconnect: %s", gmsfs_strerror(e));
+		CHECK(state_val("writer") == 0 && state_val("readers") == 0, "nobody holds the store at once");
+		char name[GMSFS_VERSION_NAME_MAX + 1];
+		CALL(r, gmsfs_connect(&r, store, GMSFS_RO, 1000));
+		CALL(r, gmsfs_import_all(r));
+		int named = gmsfs_version_name(r, name);
+		CHECK(round ? named == -ENODATA : named == 0 && !strcmp(name, "v2"), "round %d: named \"%s\"", round, name);
+		int bad = holds(r, "w/1", 1, 5 + round, NULL) || holds(r, "w/0", 0, 1, NULL);
+		gmsfs_disconnect(r);
+		if (bad)
+			return 1;
+	}
+	return 0;
+}

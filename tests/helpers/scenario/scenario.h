@@ -122,5 +122,6 @@ int sc_pause_resume(void);
 int role_flipper(char **argv);
 int sc_versions_flip(void);
 int sc_commit_version_unmap(void);
+int sc_commit_disconnect(void);
 
 #endif
