@@ -114,6 +114,14 @@ int gmsfs_commit_version_unmap_all(gmsfs *g, const char *name)
 	return commit_named(g, name, true);
 }
 
+static void close_lock_file(void *arg)
+{
+	gmsfs *g = arg;
+	if (g->lockfd >= 0)
+		close(g->lockfd);
+	g->lockfd = -1;
+}
+
 /* The daemon's COMMIT_LEAVE gives back what the writer's UNLOCKs would have (an INFO, the
  * lock file's UNLOCK and the directory's: three FUSE round trips after the commit's own);
  * its lock file's close is the one left.  A daemon that predates the op: the commit, then
@@ -127,9 +135,17 @@ int gmsfs_commit_disconnect(gmsfs *g, const char *version)
 	int e = gm_need_lock(g, GMSFS_RW);
 	if (e)
 		return e;
-	double t0, t1;
+	double t0 = 0, t1 = 0;
 	if (!g->leave_apart) {
+		/* The lock file's close (its FLUSH round trip) while the daemon serves the commit:
+		 * the directory's hold keeps the session meanwhile, and a commit refused opens
+		 * it again, which joins the session again (gmsfs(5), LOCKS). */
+		g->ch.sent = close_lock_file;
+		g->ch.sent_arg = g;
 		e = gm_commit_request(g, version, true, &t0, &t1);
+		g->ch.sent = NULL;
+		if (e && g->lockfd < 0 && g->dirfd >= 0)
+			g->lockfd = openat(g->dirfd, "lock", O_WRONLY | O_CLOEXEC);
 		if (e == -EINVAL && strstr(g->err, "unknown op"))
 			g->leave_apart = true; /* its connection dropped: the next call binds again */
 	}
@@ -140,10 +156,12 @@ int gmsfs_commit_disconnect(gmsfs *g, const char *version)
 	if (e)
 		return e; /* nothing committed: g as it was */
 	g->left = !g->leave_apart;
-	if (t0 && g->left)
-		fprintf(stderr, "gmsfs commit_disconnect: %.0f us: queued work drained %.0f us, committed and left %.0f us "
-			"(from %.0f)\n", gm_us() - t0, t1 - t0, gm_us() - t1, gm_trace_clock(t0));
+	bool apart = g->leave_apart; /* g is freed below */
+	double t2 = t0 ? gm_us() : 0;
 	gmsfs_disconnect(g);
+	if (t0 && !apart)
+		fprintf(stderr, "gmsfs commit_disconnect: %.0f us: queued work drained %.0f us, committed and left %.0f us, "
+			"disconnected %.0f us (from %.0f)\n", gm_us() - t0, t1 - t0, t2 - t1, gm_us() - t2, gm_trace_clock(t0));
 	return 0;
 }
 
