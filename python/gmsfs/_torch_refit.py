@@ -145,12 +145,15 @@ def _whole(store, targets, sources, allocs):
 
 def _copy(conn, plan, sources, device, seal):
     """source's tensors into the store's, allocation by allocation: each made writable
-    just before its first copy and, once its copies have landed, with seal "protect" (a
-    commit follows) read-only again, with seal "unmap" (a commit follows, then the
-    connection closes) unmapped; seal None leaves them.  On a GPU each access change or
-    unmap (cuMemSetAccess, cuMemUnmap: about 0.1 ms a GB) then runs while the copies
-    queued after it run: made before and after all of them, a 16 GB model's two changes
-    would add 3.7 ms to its 8 ms copy (H200), and a commit's unmap of 5.6 GB 0.4-0.8 ms."""
+    just before its first copy and, with seal "protect" (a commit follows), read-only
+    again once its copies have landed; with seal "close" (a commit follows, and the
+    connection closes with it) left as they are: the disconnect right after the commit
+    unmaps them; seal None leaves them.  On a GPU each access change (cuMemSetAccess,
+    about 0.1 ms a GB) then runs while the copies queued after it run: made before and
+    after all of them, a 16 GB model's two changes would add 3.7 ms to its 8 ms copy
+    (H200).  Unmapped as they land instead, the unmaps would stretch the copies they run
+    beside (two H200, 5.77 GB a rank: 3.39 ms against 3.22), where after the commit they
+    delay no engine."""
     targets = plan["targets"]
     by_alloc = {}
     for name, t in sources.items():
@@ -165,7 +168,7 @@ def _copy(conn, plan, sources, device, seal):
             first.copy_(tensors[0][1].detach())
             for name, t in tensors[1:]:
                 _destination(conn, plan, name, device).copy_(t.detach())
-            if seal:
+            if seal == "protect":
                 done = None
                 if cuda:
                     done = torch.cuda.Event()
@@ -176,24 +179,9 @@ def _copy(conn, plan, sources, device, seal):
     for alloc, done in landed:
         if done is not None:
             done.synchronize()
-        if seal == "unmap":
-            _unmap_landed(conn, plan, alloc)
-        else:
-            conn.protect(alloc, False)
+        conn.protect(alloc, False)
     if cuda:
         torch.cuda.synchronize()
-
-
-def _unmap_landed(conn, plan, alloc):
-    """alloc's mapping goes (its copies have landed); one that holds a private entry
-    stays for the commit, which copies the entry from it and unmaps it."""
-    try:
-        conn.unmap(alloc)
-    except GmsfsError as e:
-        if e.errno != errno.EBUSY:
-            raise
-        return
-    plan["dst"], plan["bases"], plan["mapped"] = {}, {}, False  # tensors over the mapping that went
 
 
 def _ready(conn, sources, strict):
@@ -311,12 +299,11 @@ def refit(source, store, strict=True, timeout=None, commit=True, version=None, _
         if not kept:
             plan = _ready(conn, sources, strict)
         # _closing (gmsfs.Group): the connection closes with the commit (its request gives
-        # the lock back), so its mappings are unmapped as their copies land, not made
-        # read-only (about what an unmap costs again), and the commit has none left to
-        # unmap after the last copy (5.6 GB took it 0.4 ms on an H200, 0.8 with a second
-        # rank's thread beside).
+        # the lock back), so its mappings are not made read-only (about what their unmap
+        # costs again): the close unmaps them once the commit is made (5.77 GB: 0.8-1.1
+        # ms on an H200 that delay the trainer, not the engines, which may flip by then).
         closing = _closing and commit and not paused
-        _copy(conn, plan, sources, _device(conn), None if not commit else "unmap" if closing else "protect")
+        _copy(conn, plan, sources, _device(conn), None if not commit else "close" if closing else "protect")
         if closing:
             conn._refit_plan = None  # its tensors are over the mappings that go now
             conn.commit(version=version, close=True)  # the lock given back by the commit's request

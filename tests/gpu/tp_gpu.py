@@ -28,11 +28,13 @@ refit it, engine ranks flip it in lockstep (TAP, then bench lines; the nvidia-h2
         group's restore by turns with both ranks' gmsfs-snapshot at once and one alone."""
 import json
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -332,11 +334,37 @@ def main():
     check(same(0) and all(x["version"] == "step-0" for x in first),
           "both engine ranks serve step-0: their logits (all_reduce, all_gather over NCCL) equal the trainers'", first)
 
+    def watch(k):
+        """Each store's commit of step k as an engine that waits for it sees it: a thread
+        that polls (poll(2)) both stores' version files; when each said it (time.time())."""
+        fds = [os.open(os.path.join(s, "version"), os.O_RDONLY) for s in stores]
+        seen, p = [None, None], select.poll()
+        for fd in fds:
+            os.pread(fd, 128, 0)  # read: readable again at the next commit
+            p.register(fd, select.POLLIN)
+
+        def run():
+            end = time.time() + 120
+            while None in seen and time.time() < end:
+                for fd, _ in p.poll(1000):
+                    r = fds.index(fd)
+                    if os.pread(fd, 128, 0).decode().strip() == "step-%d" % k and seen[r] is None:
+                        seen[r] = time.time()
+            for fd in fds:
+                os.close(fd)
+        th = threading.Thread(target=run)
+        th.start()
+        return th, seen
+
     def refit(k, how):
+        th, seen = watch(k)
         got = tell(trainers, "step %d %s" % (k, how))
+        th.join()
         wall = max(x["refit"][1] - x["refit"][0] for x in got)  # the slowest rank's, as its copy is
         floor = max(x["copy"][1] - x["copy"][0] for x in got)
-        return got, wall, floor
+        # To the group's version: each rank's commit seen, from its barrier (a rank skipped: none)
+        seen_wall = max((s - x["refit"][0] for s, x in zip(seen, got) if s), default=0)
+        return got, wall, floor, seen_wall
 
     def flip(k):
         got = tell(engines, "flip step-%d" % k)
@@ -350,6 +378,7 @@ def main():
         return flip(k)
 
     refits, flips, lockstep = {"plain": [], "prepared": []}, {"in place": [], "ahead": []}, []
+    seens = {"plain": [], "prepared": []}
     aheads, closes = [], []
     for k, how in ((1, "plain"), (2, "plain"), (3, "plain"), (5, "prepared"), (6, "prepared"), (7, "prepared")):
         if k == 5:  # trainer rank 1 killed after rank 0 refitted step 4, then both started again
@@ -367,15 +396,16 @@ def main():
                   "both serve step 3's logits bit for bit", got)
             trainers = start(TRAINER, free_port(), tout, "3")
             [json.loads(p.stdout.readline()) for p in trainers]
-            got, _, _ = refit(4, "plain")
+            got, _, _, _ = refit(4, "plain")
             check([x["did"] for x in got] == [False, True] and g.ready("step-4"),
                   "trainers started again (a new NCCL group, weights replayed): step 4 completed by rank 1's refit, "
                   "rank 0's skipped", got)
             got = flip(4)
             check(same(4) and all(x["errno"] == 0 and x["version"] == "step-4" for x in got),
                   "both engine ranks flip to step 4 in lockstep: logits equal the trainers' bit for bit", got)
-        got, wall, floor = refit(k, how)
+        got, wall, floor, seen_wall = refit(k, how)
         refits[how].append((wall, floor))
+        seens[how].append((seen_wall, floor))
         t0 = min(x["refit"][0] for x in got)
         for r, x in enumerate(got):
             for n, a, b in x.pop("trace", []):
@@ -476,6 +506,9 @@ def main():
           "1.2x)"
           % (gb, ratios(refits["plain"])))
     print("# bench: the same, prepared during the trainer's step (Group.prepare): %s" % ratios(refits["prepared"]))
+    print("# bench: to the group's version (plain, then prepared): each rank's commit as an engine waiting for it sees "
+          "it (poll(2) on STORE/version), from that rank's barrier, the slowest rank's: %s; %s (the trainers close "
+          "their connections after it)" % (ratios(seens["plain"]), ratios(seens["prepared"])))
     print("# bench: each engine rank's flip to the group's version, in place (mapped again at the same "
           "addresses): %s ms; mapped ahead (Group.flip_ahead, %s ms beside serving; the old version let go after "
           "the next step in %s ms): %s ms; with the lockstep all_reduce: %s ms (the goal: 2 ms a rank); the "
