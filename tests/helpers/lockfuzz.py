@@ -7,8 +7,8 @@ got an answer in time.
 Each sequence drives four actor processes on one new store.  An actor does one thing at a
 time: open STORE/lock read-only, for writing or O_RDWR (RW_OR_RO), blocking or with
 O_NONBLOCK; take the lock with the ioctl and a timeout (a session of its own, GMSFS_LOCK_OWN,
-in some); make an allocation; write commit or
-abort; close what it holds.  The driver also kills actors with SIGKILL.  After each step it
+in some); make an allocation; write commit or abort; connect for writing through libgmsfs
+(timed), commit and close in one request (COMMIT_LEAVE); close what it holds.  The driver also kills actors with SIGKILL.  After each step it
 reads the store's state until the rule holds (the kernel reports closes late, so a rule
 may hold a moment later), and fails if it does not within two seconds:
   - nobody holds the store: no writer waits, and readers wait only for a first commit;
@@ -59,6 +59,11 @@ for line in sys.stdin:
                 os.write(fd, b"1")
             finally:
                 os.close(fd)
+        elif op == "leave":  # libgmsfs's writer that commits and closes in one request
+            if "gmsfs" not in sys.modules:
+                sys.path.insert(0, os.environ["LOCKFUZZ_PYTHON"])
+            import gmsfs
+            gmsfs.connect(store, "rw", timeout=c["timeout"] / 1000).commit(close=True)
         elif op == "close":
             while held:
                 os.close(held.pop())
@@ -80,8 +85,10 @@ class Actor:
 
     def __init__(self):
         # stderr not inherited: an actor the kernel keeps must not hold the caller's pipes.
+        python = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
         self.p = subprocess.Popen([sys.executable, "-c", ACTOR], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                                  env=dict(os.environ, LOCKFUZZ_PYTHON=python))
         self.busy = None        # the command in flight
         self.deadline = None    # a timed wait must be answered by then
         self.store = None
@@ -166,8 +173,10 @@ def random_step(rng, actors):
                    "timeout": rng.choice([50, 300] if own else [-1, 50, 300])}
     if k < 0.63:
         return i, {"op": "alloc"}
-    if k < 0.78:
+    if k < 0.74:
         return i, {"op": "commit"}
+    if k < 0.78:  # connect for writing (timed), commit, close: COMMIT_LEAVE (gmsfs(5))
+        return i, {"op": "leave", "timeout": rng.choice([50, 300])}
     if k < 0.83:
         return i, {"op": "abort"}
     return i, {"op": "close"}
