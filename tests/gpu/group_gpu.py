@@ -96,27 +96,12 @@ TRACE = []  # GMSFS_BENCH_TRACE=1: (thread, phase, start, end) of the prepared r
 
 
 def traced():
-    """GMSFS_BENCH_TRACE: the refit's phases timed where they run (gt.refit's steps, the
-    connection's commit and close), to see where a group refit's time beyond its copy goes."""
-    import gmsfs
-    import gmsfs._torch_refit as tr
-
-    def wrap(owner, name):
-        f = getattr(owner, name)
-
-        def timed(*a, **kw):
-            t = time.perf_counter()
-            try:
-                return f(*a, **kw)
-            finally:
-                TRACE.append((threading.current_thread().name, name, t, time.perf_counter()))
-        setattr(owner, name, timed)
-    for n in ("_sources", "_check", "_plan", "_copy", "_ready"):
-        wrap(tr, n)
-    for n in ("commit", "close", "protect"):
-        wrap(gmsfs.Connection, n)
+    """GMSFS_BENCH_TRACE: the refit's phases timed where they run (refit_trace.py, and
+    torch.cuda.synchronize), to see where a group refit's time beyond its copy goes."""
     import torch
-    wrap(torch.cuda, "synchronize")
+    from refit_trace import trace_refit
+    trace_refit(lambda name, a, b: TRACE.append((threading.current_thread().name, name, a, b)),
+                more=[(torch.cuda, "synchronize")])
 
 
 def main():

@@ -135,21 +135,8 @@ for k in range(1, replay + 1):
 sd = {n: p.detach() for n, p in m.state_dict().items()}
 TRACE = []  # GMSFS_BENCH_TRACE=1: the refit's phases, (name, start, end), said with the step
 if os.environ.get("GMSFS_BENCH_TRACE"):
-    import gmsfs._torch_refit as tr
-    def wrap(owner, name):
-        f = getattr(owner, name)
-        def timed(*a, **kw):
-            t = time.time()
-            try:
-                return f(*a, **kw)
-            finally:
-                TRACE.append((name, t, time.time()))
-        setattr(owner, name, timed)
-    for n in ("_sources", "_check", "_plan", "_copy", "_ready", "_unmap_landed"):
-        if hasattr(tr, n):
-            wrap(tr, n)
-    for n in ("commit", "close", "protect", "unmap"):
-        wrap(gmsfs.Connection, n)
+    from refit_trace import trace_refit  # tests/gpu, on PYTHONPATH
+    trace_refit(lambda name, a, b: TRACE.append((name, a, b)), clock=time.time)
 say(ready=1)
 for line in sys.stdin:
     w = line.split()
@@ -289,7 +276,8 @@ def main():
     for s in stores:
         os.mkdir(s)
         os.setxattr(s, "user.gms.versions", b"2")
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join((os.path.join(ROOT, "python"), os.path.dirname(__file__))),
+               CUDA_DEVICE_ORDER="PCI_BUS_ID")
     tout = ["/dev/shm/gmsfs-tp-trainer-%d-%%d.pt" % r for r in range(2)]
     eout = ["/dev/shm/gmsfs-tp-engine-%d.pt" % r for r in range(2)]
 
