@@ -283,7 +283,7 @@ static int closed_why(int s, char *err, size_t errlen)
 /* Send a request, read its reply.  bind_first: a BIND sent ahead (ch_bind_start) is
  * answered first; if it was refused, the request's reply is not read (*whole false). */
 static int call_on(int s, enum gmsfs_op op, const uint8_t *ticket, const void *body, size_t len, bool bind_first,
-		   struct ch_manifest *m, bool *whole, char *err, size_t errlen, struct ch *c)
+		   struct ch_manifest *m, bool *whole, char *err, size_t errlen)
 {
 	*whole = false;
 	if (m)
@@ -293,11 +293,6 @@ static int call_on(int s, enum gmsfs_op op, const uint8_t *ticket, const void *b
 		return closed_why(s, err, errlen);
 	if (e)
 		return why_fmt(err, errlen, e, "socket: %s", strerror(-e));
-	if (c && c->sent) {
-		void (*sent)(void *) = c->sent;
-		c->sent = NULL;
-		sent(c->sent_arg);
-	}
 	if (bind_first && (e = receive(s, NULL, whole, err, errlen))) {
 		*whole = false;
 		return e;
@@ -312,7 +307,7 @@ int ch_bind(struct ch *c, const char *path, const uint8_t ticket[GMSFS_TICKET_LE
 	if (s < 0)
 		return s;
 	bool whole;
-	int e = call_on(s, GMSFS_OP_BIND, ticket, NULL, 0, false, NULL, &whole, err, errlen, NULL);
+	int e = call_on(s, GMSFS_OP_BIND, ticket, NULL, 0, false, NULL, &whole, err, errlen);
 	if (e) {
 		close(s);
 		return e;
@@ -346,7 +341,7 @@ int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct
 	bool whole;
 	bool bind_first = c->bind_pending;
 	c->bind_pending = false;
-	int e = call_on(c->sock, op, NULL, body, len, bind_first, m, &whole, err, errlen, c);
+	int e = call_on(c->sock, op, NULL, body, len, bind_first, m, &whole, err, errlen);
 	if (e == -ENOTCONN || !whole)
 		ch_close(c); /* the rest of a reply (or all of it, after a refused bind) must not be
 			      * read as the next one's: bind again */

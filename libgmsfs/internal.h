@@ -18,10 +18,6 @@
 struct ch {
 	int sock;               /* -1: not connected */
 	bool bind_pending;      /* BIND sent, its reply not read yet */
-	/* Run once the next call's request is sent, before its reply is read: work of the
-	 * caller's own that the daemon's serving hides (NULL: none). */
-	void (*sent)(void *arg);
-	void *sent_arg;
 };
 
 /* A reply's allocations with their descriptors, and its entries (entry.h) put back

@@ -114,14 +114,6 @@ int gmsfs_commit_version_unmap_all(gmsfs *g, const char *name)
 	return commit_named(g, name, true);
 }
 
-static void close_lock_file(void *arg)
-{
-	gmsfs *g = arg;
-	if (g->lockfd >= 0)
-		close(g->lockfd);
-	g->lockfd = -1;
-}
-
 /* The daemon's COMMIT_LEAVE gives back what the writer's UNLOCKs would have (an INFO, the
  * lock file's UNLOCK and the directory's: three FUSE round trips after the commit's own);
  * its lock file's close is the one left.  A daemon that predates the op: the commit, then
@@ -137,15 +129,7 @@ int gmsfs_commit_disconnect(gmsfs *g, const char *version)
 		return e;
 	double t0 = 0, t1 = 0;
 	if (!g->leave_apart) {
-		/* The lock file's close (its FLUSH round trip) while the daemon serves the commit:
-		 * the directory's hold keeps the session meanwhile, and a commit refused opens
-		 * it again, which joins the session again (gmsfs(5), LOCKS). */
-		g->ch.sent = close_lock_file;
-		g->ch.sent_arg = g;
 		e = gm_commit_request(g, version, true, &t0, &t1);
-		g->ch.sent = NULL;
-		if (e && g->lockfd < 0 && g->dirfd >= 0)
-			g->lockfd = openat(g->dirfd, "lock", O_WRONLY | O_CLOEXEC);
 		if (e == -EINVAL && strstr(g->err, "unknown op"))
 			g->leave_apart = true; /* its connection dropped: the next call binds again */
 	}
