@@ -187,6 +187,25 @@ still_serves() {
 	still_serves
 }
 
+@test "the channel: SOON gets no reply (the next read is the EXPORT's); a reader's is EPERM, an unbound connection's ENOLCK, a body on it EINVAL, each hung up" {
+	mkdir "$MNT/so"
+	"$EXAMPLE" write "$MNT/so" 2 4096
+	run "$PROBE" bind "lock:1:$MNT/so" soon-alone
+	assert_line --index 0 EPERM
+	run "$PROBE" bind "lock:1:$MNT/so" soon-unbound
+	assert_line --index 0 ENOLCK
+	run "$PROBE" bind "lock:4:$MNT/so" soon-body
+	assert_line --index 0 EINVAL
+	wait_until state_is "$MNT/so" COMMITTED
+	# A writer's: its EXPORT answered (the last commit's bytes given writable: its end
+	# without a commit leaves the store TORN, as any writer's would).
+	run "$PROBE" bind "lock:4:$MNT/so" soon
+	assert_output 'ok n=2 readonly=0 writable=2 entries=2'
+	wait_until state_is "$MNT/so" TORN
+	rmdir "$MNT/so"
+	still_serves
+}
+
 @test "the channel: a ticket on an op that takes none, a body on COMMIT, an op switched mid-body, a body that does not parse: EINVAL, then hang up" {
 	for how in ticketed-op commit-body op-switch garbage-body; do
 		run "$PROBE" bind "lock:1:$MNT/m" "$how"

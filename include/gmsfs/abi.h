@@ -209,7 +209,8 @@ enum gmsfs_op {
 	                         * request follows within milliseconds (a commit once the copies
 	                         * queued land), so its thread watches for it, up to
 	                         * GMSFS_SOON_WATCH_MS, instead of sleeping, where the daemon spins
-	                         * (GMSFS_SPIN_US, 8 cores); an unbound connection's: ENOLCK, hang up */
+	                         * (GMSFS_SPIN_US, 8 cores), once a request served; a writer's only
+	                         * (EPERM, ENOLCK unbound: answered, then hung up) */
 	GMSFS_OP_MAX = 14
 };
 

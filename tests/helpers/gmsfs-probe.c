@@ -304,7 +304,7 @@ static int do_bind(int argc, char **argv)
 		send_op(s, GMSFS_OP_REDEEM, io.ticket, 0, NULL, 0);
 		return read_reply(s, false);
 	}
-	if (strcmp(how, "unbound")) {
+	if (strcmp(how, "unbound") && strcmp(how, "soon-unbound")) {
 		send_op(s, GMSFS_OP_BIND, io.ticket, 0, NULL, 0);
 		read_reply(s, true);
 	}
@@ -335,11 +335,20 @@ static int do_bind(int argc, char **argv)
 		send_op(s, GMSFS_OP_EXPORT, io.ticket, 0, sb.data, sb.size);
 	} else if (!strcmp(how, "commit-body")) {
 		send_op(s, GMSFS_OP_COMMIT, NULL, 0, sb.data, sb.size);
+	} else if (!strcmp(how, "soon-body")) {
+		send_op(s, GMSFS_OP_SOON, NULL, 0, sb.data, sb.size);
 	} else if (!strcmp(how, "op-switch")) {
 		send_op(s, GMSFS_OP_EXPORT, NULL, GMSFS_REQ_MORE, sb.data, 2);
 		send_op(s, GMSFS_OP_CREATE, NULL, 0, (const char *)sb.data + 2, sb.size - 2);
 	} else if (!strcmp(how, "garbage-body")) {
 		send_op(s, GMSFS_OP_EXPORT, NULL, 0, "\xdd\xff\xff\xff\xff", 5);
+	} else if (!strcmp(how, "soon-unbound") || !strcmp(how, "soon-alone")) {
+		send_op(s, GMSFS_OP_SOON, NULL, 0, NULL, 0); /* the refusal's reply, or none ever */
+	} else if (!strcmp(how, "soon")) {
+		/* SOON gets no reply: the next one read is the EXPORT's, or a refusal's. */
+		send_op(s, GMSFS_OP_SOON, NULL, 0, NULL, 0);
+		send_op(s, GMSFS_OP_SOON, NULL, 0, NULL, 0);
+		send_op(s, GMSFS_OP_EXPORT, NULL, 0, sb.data, sb.size);
 	} else if (!strcmp(how, "commit-leave")) {
 		/* The reply, then (the directory still open, no UNLOCK sent) what state says. */
 		msgpack_sbuffer_clear(&sb);

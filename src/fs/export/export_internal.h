@@ -73,6 +73,9 @@ void sock_shutdown_all(struct fs *fs);
  * sender pid/uid (NULL with -ENOLCK: none, or it was released; -EPERM: bound by another). */
 int sock_bind(struct fs *fs, struct sock_conn *c, struct fs_handle *h, pid_t pid, uid_t uid);
 struct fs_handle *sock_handle(struct sock_conn *c, pid_t pid, uid_t uid, int *err);
+/* A SOON served (rpc.c checked it): the connection's thread watches for the next request
+ * (GMSFS_SOON_WATCH_MS), once a request served. */
+void sock_soon(struct sock_conn *c);
 void sock_unbind_all(struct export_handle *x);
 /* Send one reply message with descriptors; 0 or -errno. */
 int sock_send(int sock, const void *data, size_t len, const int *fds, size_t nfds);

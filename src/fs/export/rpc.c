@@ -194,7 +194,7 @@ static struct fs_handle *bound(struct fs *fs, const struct rpc_req *r, bool writ
 		return NULL;
 	}
 	if (write && r->op != GMSFS_OP_COMMIT && r->op != GMSFS_OP_COMMIT_NAMED && r->op != GMSFS_OP_COMMIT_LEAVE &&
-	    r->op != GMSFS_OP_KEEP &&
+	    r->op != GMSFS_OP_KEEP && r->op != GMSFS_OP_SOON &&
 	    (*err = lock_layout_change(h->store))) {
 		snprintf(why, whylen, "%s", h->store->last_error); /* CREATE, FREE, META_PUT, META_DELETE */
 		return NULL;
@@ -438,6 +438,16 @@ static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 		pthread_mutex_unlock(&fs->mu);
 		manifest = !e;
 		break;
+	case GMSFS_OP_SOON: /* no reply: its sender reads none; a wrong one is hung up on */
+		pthread_mutex_lock(&fs->mu);
+		bound(fs, r, true, false, &e, why, sizeof why);
+		pthread_mutex_unlock(&fs->mu);
+		if (e) {
+			reply_error(r->sock, e, "SOON: %s", why);
+			return 0;
+		}
+		sock_soon(r->conn);
+		return 1;
 	case GMSFS_OP_HANDOVER: /* the rest of the exchange is handover.c's; on success it ends the daemon */
 		handover_give(fs, r->sock, r->uid, export_socket(fs));
 		return 0;

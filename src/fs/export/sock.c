@@ -38,6 +38,7 @@ struct sock_conn {
 	uid_t buid;
 	bool bound;                  /* it was bound once: an idle timeout applies, not the auth one */
 	bool soon;                   /* a SOON came: watch for the next request a while (spin_a_moment) */
+	bool after_soon;             /* the last request served was a SOON */
 	struct sock_conn *hnext;     /* in x->conns */
 	struct sock_conn *next;      /* in the export's list: every connection, for the stop */
 	/* A body arriving in several messages (GMSFS_REQ_MORE). */
@@ -210,19 +211,10 @@ static int assemble(struct sock_conn *c, const struct gmsfs_sock_req *hd, const 
 }
 
 /* One message: >0 go on, 0 close (peer gone, idle, or broke the protocol). */
-/* SOON: no reply; the next spin_a_moment watches longer.  Only a bound connection's
- * (its binder's): a request of its holder, whose next one is the commit it announces. */
-static int soon(struct sock_conn *c, const struct ucred *cred)
+void sock_soon(struct sock_conn *c)
 {
-	pthread_mutex_lock(&c->fs->mu);
-	bool mine = c->x && c->pid == cred->pid && c->buid == cred->uid;
-	pthread_mutex_unlock(&c->fs->mu);
-	if (!mine) {
-		sock_send_error(c->fd, ENOLCK, "SOON: no handle bound by this process (BIND a ticket first)");
-		return 0;
-	}
-	c->soon = true;
-	return 1;
+	c->soon = !c->after_soon; /* one watch a request served: a SOON after a SOON is not one */
+	c->after_soon = true;
 }
 
 static int serve_one(struct sock_conn *c, uint8_t *buf, size_t size)
@@ -257,16 +249,16 @@ static int serve_one(struct sock_conn *c, uint8_t *buf, size_t size)
 		sock_send_error(c->fd, EPERM, "sender unknown (outside the daemon's pid namespace?)");
 		return 1;
 	}
-	if (hd.op == GMSFS_OP_SOON)
-		return soon(c, &cred);
 	bool whole = c->body_len != 0;
 	struct rpc_req r = {
 		.conn = c, .sock = c->fd, .pid = cred.pid, .uid = cred.uid, .op = (enum gmsfs_op)hd.op,
 		.ticket = hd.ticket, .body = whole ? c->body : buf + sizeof hd,
 		.body_len = whole ? c->body_len : hd.body_len,
 	};
-	bool traced = log_trace_rpc();
+	bool traced = log_trace_rpc() && hd.op != GMSFS_OP_SOON;
 	uint64_t t0 = traced ? clock_mono_ns() : 0;
+	if (hd.op != GMSFS_OP_SOON)
+		c->after_soon = false;
 	int keep = c->fs->ex->serve(c->fs, &r);
 	if (traced)
 		fuse_log(FUSE_LOG_INFO, "gmsfs: socket: op %u of pid %d served in %.0f us (from %llu)\n", (unsigned)hd.op,
