@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
+from refit_trace import watch_versions  # noqa: E402
 from tap import check, done  # noqa: E402
 
 RANKS = 2
@@ -180,10 +181,11 @@ def main():
             for w in layer:
                 w.add_(torch.randn(w.shape, device="cuda", generator=gen).to(torch.bfloat16) * 1e-3)
 
-    def at_once(fn, ranks):
+    def at_once(fn, ranks, started=None):
         """fn(rank) for every rank at once, a thread a rank, as a trainer's ranks run (each
         started, waiting at a barrier, before the clock starts): {rank: its result}, the
-        wall seconds until the GPU is done too, [(rank, error)]."""
+        wall seconds until the GPU is done too, [(rank, error)]; the clock's start appended
+        to started."""
         out, errs = {}, []
         ready = threading.Barrier(len(ranks) + 1)
 
@@ -198,16 +200,18 @@ def main():
             th.start()
         ready.wait()
         t = time.perf_counter()
+        if started is not None:
+            started.append(t)
         for th in ts:
             th.join()
         torch.cuda.synchronize()
         return out, time.perf_counter() - t, errs
 
-    def refit_all(k, ranks=range(RANKS), prepared=None):
+    def refit_all(k, ranks=range(RANKS), prepared=None, started=None):
         sds = {r: shard(r) for r in ranks}
         torch.cuda.synchronize()
         _, wall, errs = at_once(lambda r: g.refit(r, sds[r], "step-%d" % k, timeout=60,
-                                                  prepared=prepared[r] if prepared else None), ranks)
+                                                  prepared=prepared[r] if prepared else None), ranks, started)
         # The floor: the same tensors copied device to device into tensors of their shapes.
         src = [v for r in ranks for v in sds[r].values()]
         dst = [torch.empty_like(v) for v in src]
@@ -261,7 +265,7 @@ def main():
         torch.cuda.synchronize()
         return at_once(lambda r: g.prepare(r, shapes[r], "step-%d" % k, timeout=60), range(RANKS))
 
-    prepared_refits, prepares = [], []
+    prepared_refits, prepares, to_version = [], [], []
     if os.environ.get("GMSFS_BENCH_TRACE"):
         traced()
     for k in (5, 6, 7):
@@ -271,8 +275,13 @@ def main():
         time.sleep(0.3)
         del TRACE[:]
         t0 = time.perf_counter()
-        wall, floor, errs = refit_all(k, prepared=prep)
+        th, seen = watch_versions(g.stores, "step-%d" % k)
+        started = []
+        wall, floor, errs = refit_all(k, prepared=prep, started=started)
+        th.join()
         prepared_refits.append((wall, floor))
+        if None not in seen:  # the group's version as a waiting engine sees it
+            to_version.append((max(seen) - started[0], floor))
         for who, what, a, b in sorted((x for x in TRACE if x[2] >= t0), key=lambda x: x[2]):
             print("#   trace step %d %-10s %-9s %7.2f .. %7.2f ms" % (k, who, what, (a - t0) * 1e3, (b - t0) * 1e3))
         check(not perrs and not errs and g.ready("step-%d" % k),
@@ -358,6 +367,10 @@ def main():
           % (", ".join("%.4f" % p for p in prepares), ", ".join("%.4f" % w for w, _ in prepared_refits),
              ", ".join("%.4f" % f for _, f in prepared_refits),
              ", ".join("%.2fx" % (w / f) for w, f in prepared_refits)))
+    print("# bench: the same prepared refits to the group's version (both ranks' commits seen as an engine waiting "
+          "on STORE/version sees them; the trainer's connections close after): %s s, the copy %s s: %s the copy"
+          % (", ".join("%.4f" % w for w, _ in to_version), ", ".join("%.4f" % f for _, f in to_version),
+             ", ".join("%.2fx" % (w / f) for w, f in to_version)))
     print("# bench: the same prepared refits beside the ranks' own copies at once (a thread a rank, each its "
           "shard, as the refit runs them): %s s: %s"
           % (", ".join("%.4f" % f for f in ranks_floor),

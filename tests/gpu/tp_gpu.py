@@ -28,19 +28,18 @@ refit it, engine ranks flip it in lockstep (TAP, then bench lines; the nvidia-h2
         group's restore by turns with both ranks' gmsfs-snapshot at once and one alone."""
 import json
 import os
-import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
+from refit_trace import watch_versions  # noqa: E402
 from tap import check, done  # noqa: E402
 
 # TP_SMALL=1: a model of toy sizes on the CPU (gloo, the host backend), to try the flow here.
@@ -322,30 +321,8 @@ def main():
     check(same(0) and all(x["version"] == "step-0" for x in first),
           "both engine ranks serve step-0: their logits (all_reduce, all_gather over NCCL) equal the trainers'", first)
 
-    def watch(k):
-        """Each store's commit of step k as an engine that waits for it sees it: a thread
-        that polls (poll(2)) both stores' version files; when each said it (time.time())."""
-        fds = [os.open(os.path.join(s, "version"), os.O_RDONLY) for s in stores]
-        seen, p = [None, None], select.poll()
-        for fd in fds:
-            os.pread(fd, 128, 0)  # read: readable again at the next commit
-            p.register(fd, select.POLLIN)
-
-        def run():
-            end = time.time() + 120
-            while None in seen and time.time() < end:
-                for fd, _ in p.poll(1000):
-                    r = fds.index(fd)
-                    if os.pread(fd, 128, 0).decode().strip() == "step-%d" % k and seen[r] is None:
-                        seen[r] = time.time()
-            for fd in fds:
-                os.close(fd)
-        th = threading.Thread(target=run)
-        th.start()
-        return th, seen
-
     def refit(k, how):
-        th, seen = watch(k)
+        th, seen = watch_versions(stores, "step-%d" % k, clock=time.time)
         got = tell(trainers, "step %d %s" % (k, how))
         th.join()
         wall = max(x["refit"][1] - x["refit"][0] for x in got)  # the slowest rank's, as its copy is

@@ -392,8 +392,26 @@ static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_b
 	return e;
 }
 
+/* SOON: no reply (its sender reads none); a wrong one is answered, then hung up on. */
+static int serve_soon(struct fs *fs, const struct rpc_req *r)
+{
+	char why[256] = "";
+	int e;
+	pthread_mutex_lock(&fs->mu);
+	bound(fs, r, true, false, &e, why, sizeof why);
+	pthread_mutex_unlock(&fs->mu);
+	if (e) {
+		reply_error(r->sock, e, "SOON: %s", why);
+		return 0;
+	}
+	sock_soon(r->conn);
+	return 1;
+}
+
 static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 {
+	if (r->op == GMSFS_OP_SOON)
+		return serve_soon(fs, r);
 	char why[512] = "";
 	struct wire_body body = {0};
 	struct xset s = {0};
@@ -438,16 +456,6 @@ static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 		pthread_mutex_unlock(&fs->mu);
 		manifest = !e;
 		break;
-	case GMSFS_OP_SOON: /* no reply: its sender reads none; a wrong one is hung up on */
-		pthread_mutex_lock(&fs->mu);
-		bound(fs, r, true, false, &e, why, sizeof why);
-		pthread_mutex_unlock(&fs->mu);
-		if (e) {
-			reply_error(r->sock, e, "SOON: %s", why);
-			return 0;
-		}
-		sock_soon(r->conn);
-		return 1;
 	case GMSFS_OP_HANDOVER: /* the rest of the exchange is handover.c's; on success it ends the daemon */
 		handover_give(fs, r->sock, r->uid, export_socket(fs));
 		return 0;
