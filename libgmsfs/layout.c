@@ -200,7 +200,6 @@ int gm_commit_named(gmsfs *g, bool unmapping, const char *name)
 	return e;
 }
 
-
 int gmsfs_commit_soon(gmsfs *g)
 {
 	if (!g)

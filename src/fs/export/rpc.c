@@ -336,8 +336,10 @@ static size_t session_files_of(struct store *st, const struct fs_handle *h, stru
 static void leave(struct fs *fs, struct fs_handle *h, struct fs_handle **members, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		if (members[i]->hold == HOLD_READ)
+		if (members[i]->hold == HOLD_READ) {
+			export_revoke(fs, members[i]); /* tickets a lock file was given go with its hold */
 			lock_release(members[i]);
+		}
 	export_revoke(fs, h); /* this connection is unbound: the reply below is its last */
 	if (h->hold == HOLD_READ)
 		lock_release(h);

@@ -210,13 +210,13 @@ static int assemble(struct sock_conn *c, const struct gmsfs_sock_req *hd, const 
 	return 0;
 }
 
-/* One message: >0 go on, 0 close (peer gone, idle, or broke the protocol). */
 void sock_soon(struct sock_conn *c)
 {
 	c->soon = !c->after_soon; /* one watch a request served: a SOON after a SOON is not one */
 	c->after_soon = true;
 }
 
+/* One message: >0 go on, 0 close (peer gone, idle, or broke the protocol). */
 static int serve_one(struct sock_conn *c, uint8_t *buf, size_t size)
 {
 	struct ucred cred = { .pid = 0 };
