@@ -307,7 +307,7 @@ GMSFS_API int gmsfs_commit_version_unmap_all(gmsfs *g, const char *name);
 /* A writer done with the store: gmsfs_commit (gmsfs_commit_version where version is not
  * NULL), then gmsfs_disconnect, the lock given back by the commit's own request
  * (COMMIT_LEAVE): none of the round trips a disconnect after a commit makes but its lock
- * file's close (a trainer's refit, a loader's publish).  0: committed, and g is freed.
+ * file's close (a trainer rank's refit of a group).  0: committed, and g is freed.
  * A failure commits nothing and changes nothing: g is still the caller's (its
  * gmsfs_disconnect rolls the session back). */
 GMSFS_API int gmsfs_commit_disconnect(gmsfs *g, const char *version);
