@@ -13,23 +13,37 @@ Errors raise GmsfsError (an OSError: errno, and the library's words in strerror)
 a layout that changed under remap_all raises StaleLayoutError.  gmsfs.torch shares
 PyTorch modules; Connection.array gives numpy views on the host backend.
 """
-from ._connection import (Connection, Entry, Mapping, committed_version, connect, content_hash, digest, prefetch,
-                          versions, wait_version)
-from ._errors import GmsfsError, StaleLayoutError
-from ._load import copy, load, pull
-from ._ranges import PageAllocator, Pages, Space
-from .group import Group
+# Each name is its module's, imported at the name's first use (PEP 562): a command that
+# needs only some (gmsfsctl reads files; gmsfs.Group's look at its ranks) starts without
+# the library and ctypes, tens of milliseconds of a fresh process.
+_FROM = {
+    "_connection": ("Connection", "Entry", "Mapping", "connect", "digest", "wait_version"),
+    "_store_files": ("committed_version", "content_hash", "prefetch", "versions"),
+    "_errors": ("GmsfsError", "StaleLayoutError"),
+    "_load": ("copy", "load", "pull"),
+    "_ranges": ("PageAllocator", "Pages", "Space"),
+    "group": ("Group",),
+}
+_WHERE = {name: module for module, names in _FROM.items() for name in names}
 
 __all__ = ["connect", "prefetch", "digest", "content_hash", "committed_version", "versions", "wait_version", "Group", "Connection", "Mapping", "Entry", "Space", "Pages", "PageAllocator", "GmsfsError",
            "StaleLayoutError", "load", "copy", "pull", "version", "version_string", "library_path"]
 
 
 def __getattr__(name):
-    """version, version_string, library_path: libgmsfs's, which loads at its first use
-    (the first connect, or one of these)."""
+    """A name of _FROM, from its module; version, version_string, library_path: libgmsfs's,
+    which loads at its first use (the first connect, or one of these)."""
+    if name in _WHERE:
+        import importlib
+        value = getattr(importlib.import_module("." + _WHERE[name], __name__), name)
+        globals()[name] = value  # once: the next use is a plain attribute
+        return value
+    if name not in ("version", "version_string", "library_path"):
+        # (a submodule not imported yet lands here too: "from . import _lib" asks first)
+        raise AttributeError("module 'gmsfs' has no attribute %r" % name)
     from . import _lib
-    if name in ("version", "version_string"):
-        return getattr(_lib, name)
-    if name == "library_path":
-        return _lib.path
-    raise AttributeError("module 'gmsfs' has no attribute %r" % name)
+    return _lib.path if name == "library_path" else getattr(_lib, name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE) | {"version", "version_string", "library_path"})

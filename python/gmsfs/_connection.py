@@ -2,7 +2,6 @@
 import ctypes
 import errno as _errno
 import json as _json
-import os as _os
 from collections import namedtuple
 
 from . import _cuda, _lib
@@ -80,14 +79,6 @@ def digest(store, record=True, timeout=None):
         return c.digest(record)
 
 
-def content_hash(store):
-    """What the daemon knows of store's content hash: 32 hex digits, or None when it is
-    not known now (STORE/content_hash says why)."""
-    with open(_os.path.join(store, "content_hash")) as f:
-        text = f.read().strip()
-    return None if text.startswith("unknown") else text
-
-
 def wait_version(store, name, timeout=None):
     """Wait, holding no lock, until store's last commit is the one named name (gmsfs(5),
     NAMED VERSIONS): timeout seconds, 0 for one look, None for as long as it takes.
@@ -100,33 +91,6 @@ def wait_version(store, name, timeout=None):
                                                       else "no version %s committed within %ss" % (name, timeout)))
     if e:
         _raise(e, "wait_version %s %s" % (store, name))
-
-
-def committed_version(store):
-    """The name of store's last commit, or None where it has none (STORE/version; gmsfs.version
-    is libgmsfs's own)."""
-    with open(_os.path.join(store, "version")) as f:
-        text = f.read().strip()
-    return None if text.startswith("none:") else text
-
-
-def versions(store):
-    """The store's named commits it keeps, oldest first: [(generation, name, state)], state
-    "serving" (the last commit), "held N" (the version before, N readers on it) or
-    "gone"."""
-    out = []
-    with open(_os.path.join(store, "versions")) as f:
-        for line in f:
-            gen, name, state = line.rstrip("\n").split(" ", 2)
-            out.append((int(gen), name, state))
-    return out
-
-
-def prefetch(store):
-    """Ask for a store on the host tier to come back to the device, without waiting (an
-    adapter needed soon).  Nothing to do for a store on the device."""
-    with open(_os.path.join(store, "prefetch"), "w") as f:
-        f.write("\n")
 
 
 def _entry(key, alloc, offset, value, size, private, note=False):

@@ -3,8 +3,6 @@ import errno as _errno
 import numbers as _numbers
 import time as _time
 
-from ._lib import lib as _c
-
 
 class GmsfsError(OSError):
     """A libgmsfs call failed: errno is the error code, strerror the library's message."""
@@ -15,6 +13,7 @@ class StaleLayoutError(GmsfsError):
 
 
 def _raise(e, what, g=None):
+    from ._lib import lib as _c  # loaded by now: a call failed
     e = -e
     msg = _c.gmsfs_errmsg(g).decode(errors="replace") if g else _c.gmsfs_strerror(-e).decode()
     cls = StaleLayoutError if e == _errno.ESTALE else GmsfsError

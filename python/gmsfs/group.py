@@ -22,8 +22,15 @@ import os
 import select
 import time
 
-from ._connection import committed_version, connect, versions
 from ._errors import GmsfsError
+from ._store_files import committed_version, versions
+
+
+def _connect(*args, **kw):
+    """gmsfs.connect, whose module (and libgmsfs) loads at a group's first connection: a
+    command that only reads the group's files (gmsfsctl group) starts without them."""
+    from ._connection import connect
+    return connect(*args, **kw)
 
 
 class Group:
@@ -111,7 +118,7 @@ class Group:
             raise ValueError("group: rank %d's refit was given %s's prepared connection" % (rank, prepared.store))
         try:
             if _writes_itself(source):
-                with (prepared if prepared is not None else connect(store, "data", timeout)) as c:
+                with (prepared if prepared is not None else _connect(store, "data", timeout)) as c:
                     source(c)
                     c.commit(version=version, close=True)  # the lock given back in its request
             else:
@@ -135,7 +142,7 @@ class Group:
         if not self._may_refit(rank, version):
             return None
         if _writes_itself(source):
-            return connect(store, "data", timeout)
+            return _connect(store, "data", timeout)
         from .torch import refit_prepare
         return refit_prepare(source, store, timeout=timeout, **kw)
 
@@ -169,7 +176,7 @@ class Group:
                 v = self.version()
                 if v is not None and committed_version(store) == v:
                     left = None if end is None else max(0.0, end - time.monotonic())
-                    return connect(store, "ro", left, version=v)
+                    return _connect(store, "ro", left, version=v)
                 if not commits.wait(end):
                     raise GmsfsError(errno.ETIMEDOUT, "group: rank %d: no version committed on every rank and "
                                      "served by its store within %ss (%s)" % (rank, timeout, self.status()))
