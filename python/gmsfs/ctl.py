@@ -42,6 +42,18 @@ def _version():
         return "unknown (libgmsfs: %s)" % e
 
 
+class _VersionAction(argparse.Action):
+    """--version: the library loaded when it is asked for, not at every command's start."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0,
+                         help=help or "show the version (libgmsfs's) and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print("gmsfsctl " + _version())  # on stdout, as argparse's own "version" action
+        parser.exit()
+
+
 def _size(n):
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
@@ -350,63 +362,99 @@ def cmd_metrics(args):
     return metrics(args)
 
 
+def _verb_parsers():
+    """Each verb's parser, as a function that adds it: main builds the one asked for alone
+    (argparse's parsers cost a fresh command milliseconds each), all of them for help."""
+
+    def _add_list(sub):
+        p = sub.add_parser("list", help="every store of every gmsfs mount")
+        p.add_argument("--json", action="store_true")
+        p.add_argument("mounts", nargs="*", metavar="MOUNT")
+        p.set_defaults(fn=cmd_list)
+
+    def _add_wait(sub):
+        p = sub.add_parser("wait", help="wait until a store has a committed layout; print its hash")
+        p.add_argument("store", metavar="STORE")
+        p.add_argument("--timeout", type=_seconds, metavar="SECONDS")
+        p.set_defaults(fn=cmd_wait)
+
+    def _add_show(sub):
+        p = sub.add_parser("show", help="a store's layout: allocations and entries")
+        p.add_argument("store", metavar="STORE")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(fn=cmd_show)
+
+    def _add_path(sub):
+        p = sub.add_parser("path", help="the store NAME on this process's GPU")
+        p.add_argument("name", metavar="NAME")
+        p.add_argument("--gpu", type=int, default=0, metavar="N")
+        p.add_argument("--root", default="/run/gmsfs", metavar="DIR")
+        p.set_defaults(fn=cmd_path)
+
+    def _add_tier(sub):
+        p = sub.add_parser("tier", help="where a store's memory is: device or host; move it")
+        p.add_argument("store", metavar="STORE")
+        p.add_argument("where", nargs="?", choices=("device", "host"))
+        p.add_argument("--timeout", type=_seconds, default=600, metavar="SECONDS")
+        p.set_defaults(fn=cmd_tier)
+
+    def _add_switch(sub):
+        p = sub.add_parser("switch", help="a store onto the device, those that give way out at once")
+        p.add_argument("store", metavar="STORE")
+        p.add_argument("--timeout", type=_seconds, default=600, metavar="SECONDS")
+        p.set_defaults(fn=cmd_switch)
+
+    def _add_copy(sub):
+        p = sub.add_parser("copy", help="a committed store into an empty one on another mount (another GPU's)")
+        p.add_argument("source", metavar="SOURCE")
+        p.add_argument("target", metavar="TARGET")
+        p.add_argument("--timeout", type=_seconds, metavar="SECONDS")
+        p.set_defaults(fn=cmd_copy)
+
+    def _add_digest(sub):
+        p = sub.add_parser("digest", help="the content hash of a store's committed bytes, told to its daemon")
+        p.add_argument("store", metavar="STORE")
+        p.add_argument("--no-record", action="store_true", help="only print it (no write permission needed)")
+        p.add_argument("--timeout", type=_seconds, metavar="SECONDS")
+        p.set_defaults(fn=cmd_digest)
+
+    def _add_pull(sub):
+        p = sub.add_parser("pull", help="a store that another node serves (gmsfs-peer serve) into an empty one here")
+        p.add_argument("url", metavar="gmsfs://HOST:PORT/NAME")
+        p.add_argument("target", metavar="TARGET")
+        p.add_argument("--token", required=True, metavar="FILE")
+        p.add_argument("--timeout", type=_pull_seconds, default=30, metavar="SECONDS")
+        p.add_argument("--stripes", type=_stripes, metavar="N")
+        p.add_argument("-q", "--quiet", action="store_true")
+        p.set_defaults(fn=cmd_pull)
+
+    def _add_group(sub):
+        from ._ctl_group import add_parser as add_group
+        add_group(sub, _seconds)
+
+    def _add_metrics(sub):
+        p = sub.add_parser("metrics", help="every mount's metrics, merged, or into a textfile directory")
+        p.add_argument("mounts", nargs="*", metavar="MOUNT")
+        g = p.add_mutually_exclusive_group()
+        g.add_argument("--textfile", metavar="DIR")
+        g.add_argument("--listen", metavar="[HOST]:PORT")
+        p.add_argument("--root", default="/run/gmsfs", metavar="DIR")
+        p.set_defaults(fn=cmd_metrics)
+
+    return {"list": _add_list, "wait": _add_wait, "show": _add_show, "path": _add_path, "tier": _add_tier,
+            "switch": _add_switch, "copy": _add_copy, "digest": _add_digest, "pull": _add_pull, "group": _add_group,
+            "metrics": _add_metrics}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="gmsfsctl", description="Look at gmsfs mounts without taking a lock.")
-    ap.add_argument("--version", action="version", version="gmsfsctl " + _version())
+    ap.add_argument("--version", action=_VersionAction)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("list", help="every store of every gmsfs mount")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("mounts", nargs="*", metavar="MOUNT")
-    p.set_defaults(fn=cmd_list)
-    p = sub.add_parser("wait", help="wait until a store has a committed layout; print its hash")
-    p.add_argument("store", metavar="STORE")
-    p.add_argument("--timeout", type=_seconds, metavar="SECONDS")
-    p.set_defaults(fn=cmd_wait)
-    p = sub.add_parser("show", help="a store's layout: allocations and entries")
-    p.add_argument("store", metavar="STORE")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(fn=cmd_show)
-    p = sub.add_parser("path", help="the store NAME on this process's GPU")
-    p.add_argument("name", metavar="NAME")
-    p.add_argument("--gpu", type=int, default=0, metavar="N")
-    p.add_argument("--root", default="/run/gmsfs", metavar="DIR")
-    p.set_defaults(fn=cmd_path)
-    p = sub.add_parser("tier", help="where a store's memory is: device or host; move it")
-    p.add_argument("store", metavar="STORE")
-    p.add_argument("where", nargs="?", choices=("device", "host"))
-    p.add_argument("--timeout", type=_seconds, default=600, metavar="SECONDS")
-    p.set_defaults(fn=cmd_tier)
-    p = sub.add_parser("switch", help="a store onto the device, those that give way out at once")
-    p.add_argument("store", metavar="STORE")
-    p.add_argument("--timeout", type=_seconds, default=600, metavar="SECONDS")
-    p.set_defaults(fn=cmd_switch)
-    p = sub.add_parser("copy", help="a committed store into an empty one on another mount (another GPU's)")
-    p.add_argument("source", metavar="SOURCE")
-    p.add_argument("target", metavar="TARGET")
-    p.add_argument("--timeout", type=_seconds, metavar="SECONDS")
-    p.set_defaults(fn=cmd_copy)
-    p = sub.add_parser("digest", help="the content hash of a store's committed bytes, told to its daemon")
-    p.add_argument("store", metavar="STORE")
-    p.add_argument("--no-record", action="store_true", help="only print it (no write permission needed)")
-    p.add_argument("--timeout", type=_seconds, metavar="SECONDS")
-    p.set_defaults(fn=cmd_digest)
-    p = sub.add_parser("pull", help="a store that another node serves (gmsfs-peer serve) into an empty one here")
-    p.add_argument("url", metavar="gmsfs://HOST:PORT/NAME")
-    p.add_argument("target", metavar="TARGET")
-    p.add_argument("--token", required=True, metavar="FILE")
-    p.add_argument("--timeout", type=_pull_seconds, default=30, metavar="SECONDS")
-    p.add_argument("--stripes", type=_stripes, metavar="N")
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.set_defaults(fn=cmd_pull)
-    from ._ctl_group import add_parser as add_group
-    add_group(sub, _seconds)
-    p = sub.add_parser("metrics", help="every mount's metrics, merged, or into a textfile directory")
-    p.add_argument("mounts", nargs="*", metavar="MOUNT")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--textfile", metavar="DIR")
-    g.add_argument("--listen", metavar="[HOST]:PORT")
-    p.add_argument("--root", default="/run/gmsfs", metavar="DIR")
-    p.set_defaults(fn=cmd_metrics)
+    verbs = _verb_parsers()
+    words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+    for name, add in verbs.items():
+        if not words or words[0] not in verbs or words[0] == name:
+            add(sub)
     args = ap.parse_args(argv)
 
     def work():
