@@ -36,6 +36,29 @@ def _each(fn, items):
     return out
 
 
+def _run_all(argvs):
+    """Every command started at once (no thread: each is started the moment the one before
+    is), then each waited for in turn: [(exit status, its standard error)], an OSError
+    where one could not start."""
+    ps = []
+    for argv in argvs:
+        try:
+            ps.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        except OSError as e:
+            ps.append(e)
+    out = []
+    for p in ps:
+        said = p if isinstance(p, OSError) else p.communicate()[1]
+        out.append(said if isinstance(p, OSError) else (p.returncode, said))
+    return out
+
+
+def _failed_ranks(runs):
+    """Each rank whose command failed, said with its rank; "" where none did."""
+    return "; ".join("rank %d: %s" % (r, x if isinstance(x, OSError) else x[1].strip() or "exit status %d" % x[0])
+                     for r, x in enumerate(runs) if isinstance(x, OSError) or x[0])
+
+
 def _snapshot_tool():
     found = shutil.which("gmsfs-snapshot")
     if found:
@@ -78,12 +101,10 @@ def snapshot(g, out, timeout):
     tool = _snapshot_tool()
     t = time.monotonic()
     args = ["-t", str(timeout)] if timeout else []
-    runs = _each(lambda r, s: subprocess.run([tool, "save", s, os.path.join(out, "rank-%d" % r), "-q"] + args,
-                                             capture_output=True, text=True), g.stores)
-    bad = [(r, x) for r, x in enumerate(runs) if isinstance(x, Exception) or x.returncode]
+    bad = _failed_ranks(_run_all([tool, "save", s, os.path.join(out, "rank-%d" % r), "-q"] + args
+                                 for r, s in enumerate(g.stores)))
     if bad:
-        return _fail("; ".join("rank %d: %s" % (r, x if isinstance(x, Exception) else x.stderr.strip())
-                               for r, x in bad))
+        return _fail(bad)
     if g.status() != before:
         return _fail("%s: a rank was committed during the save: the ranks' snapshots are not one version; "
                      "no group.json written" % out)
@@ -118,13 +139,10 @@ def restore(g, src, timeout):
     tool = _snapshot_tool()
     t = time.monotonic()
     args = ["-t", str(timeout)] if timeout else []
-    runs = _each(lambda r, s: subprocess.run([tool, "restore", s, os.path.join(src, man["ranks"][r]["dir"]),
-                                              "--version", man["version"], "-q"] + args, capture_output=True, text=True),
-                 g.stores)
-    bad = [(r, x) for r, x in enumerate(runs) if isinstance(x, Exception) or x.returncode]
+    bad = _failed_ranks(_run_all([tool, "restore", s, os.path.join(src, man["ranks"][r]["dir"]), "--version",
+                                  man["version"], "-q"] + args for r, s in enumerate(g.stores)))
     if bad:
-        return _fail("; ".join("rank %d: %s" % (r, x if isinstance(x, Exception) else x.stderr.strip())
-                               for r, x in bad) + " (the group has no version until every rank is restored)")
+        return _fail(bad + " (the group has no version until every rank is restored)")
     print("%s: %d ranks of version %s restored in %.3f s" % (src, len(g), man["version"], time.monotonic() - t))
     return 0
 
