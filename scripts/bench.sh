@@ -6,6 +6,8 @@
 #                   the write-open, the daemon's memory
 #   bench/restart.py a restart (takeover, under a service manager, after SIGKILL) against
 #                   loading the model again, until a reader imports
+#   bench/group_restore.py  gmsfsctl group restore against its ranks' gmsfs-snapshot restores
+#                   started by hand (two mounts of its own)
 # Usage: sh scripts/bench.sh [COUNT [BYTES [RUNS]]]   (bench-import's arguments)
 set -eu
 cd "$(dirname "$0")/.."
@@ -32,3 +34,4 @@ mkdir "$mnt/control"
 build/bench-control "$mnt/control" "$minfs"
 GMSFS_LIBRARY=build/libgmsfs.so.0 ${PYTHON:-/usr/bin/python3} bench/scale.py "$mnt" $pid
 ${PYTHON:-/usr/bin/python3} bench/restart.py build 2
+${PYTHON:-/usr/bin/python3} bench/group_restore.py build
