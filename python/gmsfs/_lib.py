@@ -7,7 +7,6 @@ order: $GMSFS_LIBRARY (a path), the wheel's own
 tree's build/ (python/gmsfs lives beside it), then the system's libgmsfs.so.0.
 """
 import ctypes
-import ctypes.util
 import os
 
 # The library this package speaks to: the same major version, at least this minor.
@@ -61,7 +60,14 @@ def _candidates():
         yield os.path.join(_NATIVE, "libgmsfs.so.0")
     here = os.path.dirname(os.path.abspath(__file__))
     yield os.path.join(here, "..", "..", "build", "libgmsfs.so.0")
-    yield ctypes.util.find_library("gmsfs") or "libgmsfs.so.0"
+    # Installed (the .deb's): the dynamic linker finds the soname itself.  find_library,
+    # which runs ldconfig in a subprocess and imports what that takes (tens of
+    # milliseconds of a fresh process), only where it does not.
+    yield "libgmsfs.so.0"
+    import ctypes.util
+    found = ctypes.util.find_library("gmsfs")
+    if found and found != "libgmsfs.so.0":
+        yield found
 
 
 def _load():
