@@ -64,8 +64,8 @@ def _candidates():
     # which runs ldconfig in a subprocess and imports what that takes (tens of
     # milliseconds of a fresh process), only where it does not.
     yield "libgmsfs.so.0"
-    import ctypes.util
-    found = ctypes.util.find_library("gmsfs")
+    from ctypes.util import find_library  # (a plain import would make ctypes local here)
+    found = find_library("gmsfs")
     if found and found != "libgmsfs.so.0":
         yield found
 
