@@ -2,7 +2,7 @@
  * first byte, phase by phase, as loader/copy.c's cuda_open does it: the driver library
  * loaded, cuInit, the device found, its primary context retained and made current, the
  * pinned buffers (16 threads x 2 x a 2 MiB chunk) allocated.  MODE, how the pinned
- * buffers are made: one (one cuMemHostAlloc, as copy.c did), threads (each of the 16
+ * buffers are made: one (one cuMemHostAlloc, as copy.c does), threads (each of the 16
  * threads its own two, at once: "first" is when the first thread has them), huge (one
  * anonymous mapping, madvise(MADV_HUGEPAGE), touched, then cuMemHostRegister), hugethreads
  * (the same, a mapping a thread).  Run several at once (one a
