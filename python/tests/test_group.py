@@ -359,3 +359,25 @@ def test_one_command_each_for_the_whole_group(group, tmp_path):
     assert r.returncode == 1 and "rank 2:" in r.stderr and "no version until every rank" in r.stderr
     assert o.version() is None and gmsfs.committed_version(stores[2]) is None
     remove_when_let_go(stores)
+
+
+def test_a_command_that_reads_the_group_starts_without_the_library(group):
+    """gmsfsctl group status and Group's look at its ranks read the ranks' files only: a
+    fresh process that runs them loads neither libgmsfs nor ctypes' helpers (what made
+    every gmsfsctl command tens of milliseconds slower), and connects load them at once."""
+    probe = """
+import sys
+from gmsfs import ctl
+import gmsfs
+rc = ctl.main(["group", "status", sys.argv[1]])
+g = gmsfs.Group.open(sys.argv[1])
+v = g.version()
+print(rc, v, "gmsfs._lib" in sys.modules, "ctypes.util" in sys.modules, "gmsfs._connection" in sys.modules)
+with g.connect(0, timeout=5) as c:
+    print(c.version, "gmsfs._lib" in sys.modules)
+"""
+    r = subprocess.run([sys.executable, "-c", probe, group], capture_output=True, text=True, env=ENV, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[-2] == "0 step-0 False False False", r.stdout
+    assert lines[-1] == "step-0 True", r.stdout
