@@ -5,7 +5,7 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|tp|refit|snapshot|peer|peer-net|gms-snapshot|kept|digest|group|ahead|all] [RUNS]
+#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|tp|refit|snapshot|peer|peer-net|gms-snapshot|kept|digest|group|ahead|pinned|all] [RUNS]
 #   gate: every headline figure beside its floor in one run, exit 1 on a miss (tests/gpu/gate.py;
 #     at most 8 minutes; its results in $OUT/gate.json or build/gate.json, for tests/gpu/gate_tables.py)
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
@@ -33,6 +33,8 @@
 #   tp: a tensor-parallel pair over NCCL on two GPUs (the nvidia-h200-x2 kind), a store on
 #     each GPU's mount as one group: trainer ranks refit it, engine ranks flip in lockstep,
 #     every step's logits the trainers', a trainer rank killed mid-step (tests/gpu/tp_gpu.py);
+#   pinned: what a fresh restore pays before its first byte, its pinned buffers made each way
+#     (probe/restore_open_probe.c's modes, fresh processes by turns, 3 rounds; #83 item 3);
 #   ahead: host memory made ahead (-o host_ahead): 100 fresh readers' imports beside its making and
 #     100 on a quiet daemon (probe/ahead_tail_probe.sh), and across a takeover
 #     (probe/takeover_standby_probe.sh), a store of an eighth of the device, at most 16 GiB;
@@ -482,6 +484,15 @@ if [ "$what" = group ] || [ "$what" = all ]; then # a model over two stores as o
 	timeout 400 python3 tests/gpu/group_gpu.py "$mnt" "$top/build" || failed=$((failed + 1))
 	unmount_gmsfs
 	rm -f "$mnt.group" "$mnt.restored.group"
+fi
+if [ "$what" = pinned ]; then # the pinned buffers of a fresh restore, each way, by turns
+	gcc -O2 -Icommon -Iloader -I${CUDA_INC:-/usr/local/cuda/include} probe/restore_open_probe.c \
+		-o build/restore_open_probe -ldl -pthread || failed=$((failed + 1))
+	for round in 1 2 3; do
+		for mode in one threads huge hugethreads; do
+			build/restore_open_probe 0 "$mode" || failed=$((failed + 1))
+		done
+	done
 fi
 if [ "$what" = ahead ]; then # host memory made ahead: fresh readers beside it, and across a takeover
 	gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | awk '{g = int($1 / 1024 / 8); print (g > 16 ? 16 : (g < 1 ? 1 : g))}')
