@@ -7,7 +7,8 @@ checker's run of the mount tests (tests/variant.sh) says each bats file's time i
 --timing, python.sh, tests/helpers/tap.sh).  Prints the ten slowest files and tests,
 fails when the run took longer than LIMIT_S seconds (naming them), names each test that
 failed with the first lines of what it said (last, so that the tail of CI's log, which is
-all a reader may get, shows them), and closes with "N passed, N failed".  Exits 1 when anything failed (prove's exit included)."""
+all a reader may get, shows them), and closes with "N passed, N failed".  Exits 1 when
+anything failed (prove's exit included)."""
 import os
 import re
 import sys
