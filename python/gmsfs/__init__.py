@@ -32,17 +32,26 @@ __all__ = ["connect", "prefetch", "digest", "content_hash", "committed_version",
 
 def __getattr__(name):
     """A name of _FROM, from its module; version, version_string, library_path: libgmsfs's,
-    which loads at its first use (the first connect, or one of these)."""
+    which loads at its first use (the first connect, or one of these); a submodule."""
     if name in _WHERE:
         import importlib
         value = getattr(importlib.import_module("." + _WHERE[name], __name__), name)
         globals()[name] = value  # once: the next use is a plain attribute
         return value
-    if name not in ("version", "version_string", "library_path"):
-        # (a submodule not imported yet lands here too: "from . import _lib" asks first)
+    if name in ("version", "version_string", "library_path"):
+        from . import _lib
+        return _lib.path if name == "library_path" else getattr(_lib, name)
+    if name.startswith("__"):
         raise AttributeError("module 'gmsfs' has no attribute %r" % name)
-    from . import _lib
-    return _lib.path if name == "library_path" else getattr(_lib, name)
+    # A submodule not imported yet (gmsfs._cuda, say, as when this file imported them all):
+    # imported now ("from . import _lib" asks here first, too).
+    import importlib
+    try:
+        return importlib.import_module("." + name, __name__)
+    except ModuleNotFoundError as e:
+        if e.name != __name__ + "." + name:
+            raise
+        raise AttributeError("module 'gmsfs' has no attribute %r" % name) from None
 
 
 def __dir__():

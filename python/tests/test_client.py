@@ -364,3 +364,26 @@ def test_digest_is_a_readers_and_the_daemon_keeps_it_for_its_commit(store):
     state = open(os.path.join(store, "state")).read()
     assert "\nreaders: 0\n" in state and "\nread_handles: 0\n" in state  # every refusal gave its lock back
 
+
+
+def test_the_package_gives_every_name_at_its_first_use():
+    """import gmsfs imports nothing of the library; each public name (and a submodule, as
+    scripts reach gmsfs._cuda or gmsfs._lib) is there at its first use; an unknown name is
+    an AttributeError; from gmsfs import * gives every name of __all__."""
+    r = run_py("""
+import sys, gmsfs
+print("gmsfs._connection" in sys.modules, "ctypes" in sys.modules)
+print(gmsfs.connect.__module__, gmsfs.Group.__module__, gmsfs.versions.__module__, gmsfs._cuda.__name__)
+print(gmsfs.library_path.endswith("libgmsfs.so.0"), "connect" in dir(gmsfs))
+try:
+    gmsfs.nosuch
+except AttributeError as e:
+    print("AttributeError", e)
+ns = {}
+exec("from gmsfs import *", ns)
+print(sorted(set(gmsfs.__all__) - set(ns)))
+""")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "False False", "gmsfs._connection gmsfs.group gmsfs._store_files gmsfs._cuda", "True True",
+        "AttributeError module 'gmsfs' has no attribute 'nosuch'", "[]"], r.stdout
