@@ -1,8 +1,6 @@
 """Where a group refit's time goes, shared by group_gpu.py (a thread a rank) and tp_gpu.py
 (a trainer process a rank): GMSFS_BENCH_TRACE=1's phases of gmsfs.torch.refit, timed where
 they run; and when each rank's commit is seen as an engine that waits for it sees it."""
-import os
-import select
 import threading
 import time
 
@@ -31,24 +29,22 @@ def trace_refit(record, clock=time.perf_counter, more=()):
 
 
 def watch_versions(stores, name, clock=time.perf_counter, limit=120):
-    """A thread that polls (poll(2)) every store's STORE/version, as an engine waiting for a
-    version does, until each says name: returns it (join it) and the list of when each did
-    (clock), None for one that did not within limit seconds."""
-    fds = [os.open(os.path.join(s, "version"), os.O_RDONLY) for s in stores]
-    seen, p = [None] * len(stores), select.poll()
-    for fd in fds:
-        os.pread(fd, 128, 0)  # read: readable again at the next commit
-        p.register(fd, select.POLLIN)
+    """A thread that watches every store's commits as an engine waiting for a version does
+    (gmsfs.Group's own watch: poll(2) on STORE/version, opened now), until each says name:
+    returns it (join it) and the list of when each did (clock, read as the commit woke
+    it), None for one that did not within limit seconds."""
+    from gmsfs import committed_version
+    from gmsfs.group import _Commits
+    commits, seen = _Commits(stores), [None] * len(stores)
 
     def run():
         end = time.monotonic() + limit
-        while None in seen and time.monotonic() < end:
-            for fd, _ in p.poll(1000):
-                r = fds.index(fd)
-                if os.pread(fd, 128, 0).decode().strip() == name and seen[r] is None:
-                    seen[r] = clock()
-        for fd in fds:
-            os.close(fd)
+        with commits:
+            while None in seen and commits.wait(end):
+                now = clock()
+                for r, s in enumerate(stores):
+                    if seen[r] is None and committed_version(s) == name:
+                        seen[r] = now
     th = threading.Thread(target=run)
     th.start()
     return th, seen
