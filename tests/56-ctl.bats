@@ -123,17 +123,19 @@ assert len(list(text_string_to_metric_families(open(sys.argv[1]).read()))) > 5' 
 }
 
 @test "metrics --textfile after a clean stop: the mount gone is up 0 with no other series, said, exit 1" {
-	local m2 p2 f
+	# Its device name is this run's own: metrics reads every mount of the machine, and the
+	# same test under ASan or valgrind may run beside it (a shared name, a shared .prom).
+	local m2 p2 f dev=host-stopping-${BATS_RUN_TMPDIR##*-}
 	m2=$(mktemp -d "$BATS_TEST_TMPDIR/m2.XXXXXX")
-	"$GMSFS" -f -o "device=host-stopping,socket=$m2.sock" "$m2" 2>/dev/null 3>&- &
+	"$GMSFS" -f -o "device=$dev,socket=$m2.sock" "$m2" 2>/dev/null 3>&- &
 	p2=$!
 	EXTRA+=("$m2")
 	wait_until grep -q " $m2 fuse.gmsfs " /proc/mounts
 	mkdir "$m2/s" "$BATS_TEST_TMPDIR/tf"
-	f=$BATS_TEST_TMPDIR/tf/gmsfs-host-stopping.prom
+	f=$BATS_TEST_TMPDIR/tf/gmsfs-$dev.prom
 	ctl metrics --textfile "$BATS_TEST_TMPDIR/tf" || true # every mount of the machine (others may be stopped)
 	grep -q "^gmsfs_up{.*mount=\"$m2\"} 1$" "$f"
-	grep -q "^gmsfs_store_state{device=\"host-stopping\"" "$f"
+	grep -q "^gmsfs_store_state{device=\"$dev\"" "$f"
 	umount "$m2" # a clean stop: the daemon ends, the mount is gone
 	wait $p2
 	run ctl metrics --textfile "$BATS_TEST_TMPDIR/tf"
@@ -146,25 +148,26 @@ assert len(list(text_string_to_metric_families(open(sys.argv[1]).read()))) > 5' 
 }
 
 @test "metrics with a dead mount: gmsfs_up 0 for it and nothing stale, the live one written, exit 1; --version; --textfile must exist" {
+	local dev=host-dying-${BATS_RUN_TMPDIR##*-} # this run's own (as above)
 	local m2 p2
 	m2=$(mktemp -d "$BATS_TEST_TMPDIR/m2.XXXXXX")
-	"$GMSFS" -f -o "device=host-dying,socket=$m2.sock" "$m2" 2>/dev/null 3>&- &
+	"$GMSFS" -f -o "device=$dev,socket=$m2.sock" "$m2" 2>/dev/null 3>&- &
 	p2=$!
 	EXTRA+=("$m2")
 	wait_until grep -q " $m2 fuse.gmsfs " /proc/mounts
 	mkdir "$m2/s" "$BATS_TEST_TMPDIR/tf"
 	run ctl metrics --textfile "$BATS_TEST_TMPDIR/tf" "$MNT" "$m2"
 	assert_success
-	grep -q "^gmsfs_store_state{device=\"host-dying\",gpu=\"0\",UUID=\"host-dying\"" "$BATS_TEST_TMPDIR/tf/gmsfs-host-dying.prom"
-	grep -q "^gmsfs_up{device=\"host-dying\",gpu=\"0\",UUID=\"host-dying\",mount=\"$m2\"} 1$" "$BATS_TEST_TMPDIR/tf/gmsfs-host-dying.prom"
+	grep -q "^gmsfs_store_state{device=\"$dev\",gpu=\"0\",UUID=\"$dev\"" "$BATS_TEST_TMPDIR/tf/gmsfs-$dev.prom"
+	grep -q "^gmsfs_up{device=\"$dev\",gpu=\"0\",UUID=\"$dev\",mount=\"$m2\"} 1$" "$BATS_TEST_TMPDIR/tf/gmsfs-$dev.prom"
 	kill -9 $p2
 	wait $p2 2>/dev/null || true
 	run ctl metrics --textfile "$BATS_TEST_TMPDIR/tf" "$MNT" "$m2"
 	assert_failure
 	assert_output --partial "$m2: its daemon does not answer (gmsfs_up 0)"
-	run cat "$BATS_TEST_TMPDIR/tf/gmsfs-host-dying.prom" # the dead GPU's stores no longer reported
+	run cat "$BATS_TEST_TMPDIR/tf/gmsfs-$dev.prom" # the dead GPU's stores no longer reported
 	refute_output --partial gmsfs_store_state
-	assert_output --partial "gmsfs_up{device=\"host-dying\",gpu=\"0\",UUID=\"host-dying\",mount=\"$m2\"} 0"
+	assert_output --partial "gmsfs_up{device=\"$dev\",gpu=\"0\",UUID=\"$dev\",mount=\"$m2\"} 0"
 	grep -q "^gmsfs_up{.*mount=\"$MNT\"} 1$" "$BATS_TEST_TMPDIR/tf/gmsfs-$(sed -n 's/^uuid: //p' "$MNT/device").prom"
 	run ctl metrics "$MNT" "$m2"
 	assert_failure
