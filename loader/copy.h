@@ -137,7 +137,8 @@ struct cp {
 #ifdef GMSFS_HAVE_CUDA
 	struct cu_api cu;
 	CUcontext ctx;
-	char *pinned;           /* CP_THREADS x 2 x CP_BUF: allocated once, with the context */
+	char *pinned;           /* CP_THREADS x 2 x CP_BUF, one buffer: cp_cuda's (peer.c, cp_stage), at its first call */
+	char *tbuf[CP_THREADS]; /* worker i's own two CP_BUF buffers (cp_thread_buffers), made by it at its first run */
 #endif
 };
 
@@ -158,6 +159,9 @@ int cp_full_pwrite(int fd, const void *p, uint64_t len, uint64_t off, char *err,
 #ifdef GMSFS_HAVE_CUDA
 /* A driver call that failed, said in err: -EIO. */
 int cp_cu_fail(struct cp *c, char *err, size_t errlen, const char *what, CUresult r);
+/* Worker me's two pinned buffers of CP_BUF, made by the worker itself at its first run (c's
+ * context current in it), kept until cp_close: NULL, with err said, on a failure. */
+char *cp_thread_buffers(struct cp *c, size_t me, char *err, size_t errlen);
 #endif
 
 #endif

@@ -39,9 +39,13 @@ static int put_one(struct cp_saver *s, size_t me, const struct cp_put *p, char *
 		return 0;
 	}
 #ifdef GMSFS_HAVE_CUDA
-	char *buf[2] = { c->pinned + (2 * me) * CP_BUF, c->pinned + (2 * me + 1) * CP_BUF };
+	char *buf[2] = { NULL, NULL };
 	CUstream st[2] = { 0 };
 	CUresult r = c->cu.cuCtxSetCurrent(c->ctx);
+	if (!r && !(buf[0] = cp_thread_buffers(c, me, why, whylen)))
+		return -EIO;
+	if (buf[0])
+		buf[1] = buf[0] + CP_BUF;
 	for (int b = 0; !r && b < 2; b++)
 		r = c->cu.cuStreamCreate(&st[b], CU_STREAM_NON_BLOCKING);
 	int e = r ? cp_cu_fail(c, why, whylen, "streams", r) : 0;

@@ -373,7 +373,7 @@ int snap_restore(const char *store, const char *dir, int timeout_ms, bool quiet,
 		e = -EEXIST, snprintf(err, errlen, "%s holds allocations already: restore into an empty store", store);
 	if (!e)
 		e = cp_open(store, &c, err, errlen);
-	snap_phase(&t, "the device's context and pinned buffers");
+	snap_phase(&t, "the device's context");
 	if (!e)
 		e = open_shards(c, dir, files, ns, err, errlen);
 	if (!e && (e = gmsfs_connect(&g, store, GMSFS_RW, timeout_ms)))

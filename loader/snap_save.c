@@ -225,7 +225,7 @@ int snap_save(const char *store, const char *dir, int timeout_ms, bool quiet, ch
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	int e = cp_open(store, &c, err, errlen);
-	snap_phase(&t, "the device's context and pinned buffers");
+	snap_phase(&t, "the device's context");
 	if (!e && (e = gmsfs_connect(&g, store, GMSFS_RO, timeout_ms)))
 		snprintf(err, errlen, "%s", g ? gmsfs_errmsg(g) : gmsfs_strerror(e));
 	if (!e && ((e = gmsfs_import_all(g)) || (e = gmsfs_meta_get_all(g, "", &keys, &m, &n)) ||

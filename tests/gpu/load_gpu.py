@@ -159,7 +159,7 @@ def pinned_rate():
 
 def fresh_load(path, store, *flags):
     """gmsfs-load in a fresh process: (seconds of wall time, of its own clock from main to
-    the commit, of that its device opening: CUDA context and pinned buffers; stderr)."""
+    the commit, of that its device opening: the CUDA context; stderr)."""
     os.mkdir(store)
     t = time.perf_counter()
     r = subprocess.run([LOAD, "-q", "-v"] + list(flags) + [store, path], capture_output=True, text=True)
