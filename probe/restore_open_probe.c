@@ -1,4 +1,4 @@
-/* restore_open_probe GPU [MODE]: what a fresh gmsfs-snapshot restore (or save) pays before its
+/* restore_open_probe GPU [MODE] | all: what a fresh gmsfs-snapshot restore (or save) pays before its
  * first byte, phase by phase, as loader/copy.c's cuda_open does it: the driver library
  * loaded, cuInit, the device found, its primary context retained and made current, the
  * pinned buffers (16 threads x 2 x a 2 MiB chunk) allocated.  MODE, how the pinned
@@ -55,9 +55,49 @@ static void *thread_pin(void *arg)
 	return (void *)(intptr_t)pin(2 * CP_BUF);
 }
 
+/* GPU "all": one process, after one cuInit, a thread a device making its primary context
+ * current at once (what a group's restore in one process would pay, where N processes make
+ * theirs one after the other in the driver): each thread's time, from the threads' start. */
+static uint64_t t_threads;
+
+static void *one_device(void *arg)
+{
+	CUdevice d;
+	CUcontext c;
+	int i = (int)(intptr_t)arg;
+	if (cu.cuDeviceGet(&d, i) || cu.cuDevicePrimaryCtxRetain(&c, d) || cu.cuCtxSetCurrent(c))
+		return (void *)1;
+	printf("  GPU %d: its primary context current after %.1f ms\n", i, (clock_mono_ns() - t_threads) / 1e6);
+	return NULL;
+}
+
+static int all_devices(void)
+{
+	char err[256];
+	uint64_t t0 = clock_mono_ns();
+	int n = 0;
+	if (cu_load(&cu, err, sizeof err) || cu.cuInit(0) || cu.cuDeviceGetCount(&n) || n < 1)
+		return 1;
+	t_threads = clock_mono_ns();
+	pthread_t th[64];
+	int bad = 0;
+	for (int i = 0; i < n && i < 64; i++)
+		pthread_create(&th[i], NULL, one_device, (void *)(intptr_t)i);
+	for (int i = 0; i < n && i < 64; i++) {
+		void *rc;
+		pthread_join(th[i], &rc);
+		bad |= rc != NULL;
+	}
+	printf("all %d GPUs in one process: library and cuInit %.1f ms, the contexts %.1f ms: %.1f ms in all\n", n,
+	       (t_threads - t0) / 1e6, (clock_mono_ns() - t_threads) / 1e6, (clock_mono_ns() - t0) / 1e6);
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	char err[256];
+	if (argc > 1 && !strcmp(argv[1], "all"))
+		return all_devices();
 	int gpu = argc > 1 ? atoi(argv[1]) : 0;
 	if (argc > 2)
 		mode = argv[2];

@@ -34,7 +34,9 @@
 #     each GPU's mount as one group: trainer ranks refit it, engine ranks flip in lockstep,
 #     every step's logits the trainers', a trainer rank killed mid-step (tests/gpu/tp_gpu.py);
 #   pinned: what a fresh restore pays before its first byte, its pinned buffers made each way
-#     (probe/restore_open_probe.c's modes, fresh processes by turns, 3 rounds; #83 item 3);
+#     (probe/restore_open_probe.c's modes, fresh processes by turns, 3 rounds; #83 item 3); with
+#     two GPUs or more, also every GPU's context made by a process each at once, and by one
+#     process a thread each (a group's restore in one process; #85);
 #   ahead: host memory made ahead (-o host_ahead): 100 fresh readers' imports beside its making and
 #     100 on a quiet daemon (probe/ahead_tail_probe.sh), and across a takeover
 #     (probe/takeover_standby_probe.sh), a store of an eighth of the device, at most 16 GiB;
@@ -488,10 +490,17 @@ fi
 if [ "$what" = pinned ]; then # the pinned buffers of a fresh restore, each way, by turns
 	gcc -O2 -Icommon -Iloader -I${CUDA_INC:-/usr/local/cuda/include} probe/restore_open_probe.c \
 		-o build/restore_open_probe -ldl -pthread || failed=$((failed + 1))
+	gpus=$(nvidia-smi -L | wc -l)
 	for round in 1 2 3; do
 		for mode in one threads huge hugethreads; do
 			build/restore_open_probe 0 "$mode" || failed=$((failed + 1))
 		done
+		if [ "$gpus" -gt 1 ]; then # the contexts of a group's restore: a process a GPU, or one for all
+			echo "a process a GPU, at once:"
+			for g in $(seq 0 $((gpus - 1))); do build/restore_open_probe "$g" hugethreads & done
+			wait
+			build/restore_open_probe all || failed=$((failed + 1))
+		fi
 	done
 fi
 if [ "$what" = ahead ]; then # host memory made ahead: fresh readers beside it, and across a takeover
