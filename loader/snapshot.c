@@ -1,4 +1,5 @@
 /* gmsfs-snapshot save [--gms] STORE DIR | restore STORE DIR [-t SECONDS] [-q] [-v]
+ * gmsfs-snapshot save|restore STORE DIR STORE DIR... (every pair at once, a thread each)
  * gmsfs-snapshot save --all DIR [MOUNT...] | restore --all DIR [MOUNT...]
  * gmsfs-snapshot copy SOURCE TARGET [-t SECONDS] [-q]
  *
@@ -70,9 +71,15 @@ static void one(struct gpu *g, const char *store, const char *dir)
 	char err[8400] = "";
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	int e = g->save		? snap_save(store, dir, g->timeout_ms, true, err, sizeof err)
-		: gmsfmt_is(dir) ? gmsfmt_restore(store, dir, g->timeout_ms, err, sizeof err)
-				 : snap_restore(store, dir, g->timeout_ms, true, err, sizeof err);
+	int e;
+	if (g->save)
+		e = snap_save(store, dir, g->timeout_ms, true, err, sizeof err);
+	else if (!gmsfmt_is(dir))
+		e = snap_restore(store, dir, g->timeout_ms, true, err, sizeof err);
+	else if (snap_version)
+		e = -EINVAL, snprintf(err, sizeof err, "--version: GMS's snapshots are restored as GMS wrote them, unnamed");
+	else
+		e = gmsfmt_restore(store, dir, g->timeout_ms, err, sizeof err);
 	if (e) {
 		fprintf(stderr, "gmsfs-snapshot: %s: %s\n", store, err[0] ? err : strerror(-e));
 		g->failed++;
@@ -186,12 +193,52 @@ static int all(bool save, const char *dir, char **named, int nnamed, int timeout
 	return failed ? 1 : 0;
 }
 
+/* save|restore STORE DIR STORE DIR...: every pair at once, a thread each, in this one
+ * process (a group's ranks, gmsfsctl group: one process makes its devices' contexts, where
+ * a process a rank would each make its own), each said as --all says a store. */
+struct pair {
+	struct gpu g;
+	const char *store, *dir;
+};
+
+static void *pair_main(void *arg)
+{
+	struct pair *p = arg;
+	one(&p->g, p->store, p->dir);
+	return NULL;
+}
+
+static int pairs(bool save, char **pos, size_t n, int timeout_ms, bool quiet)
+{
+	struct pair *p = calloc(n, sizeof *p);
+	pthread_t *t = calloc(n, sizeof *t);
+	bool *started = calloc(n, sizeof *started);
+	int failed = 0;
+	if (!p || !t || !started)
+		return fprintf(stderr, "gmsfs-snapshot: out of memory\n"), 1;
+	for (size_t i = 0; i < n; i++) {
+		p[i] = (struct pair){ .g = { .save = save, .quiet = quiet, .timeout_ms = timeout_ms },
+				      .store = pos[2 * i], .dir = pos[2 * i + 1] };
+		if (!(started[i] = !pthread_create(&t[i], NULL, pair_main, &p[i])))
+			pair_main(&p[i]); /* no thread: in turn */
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (started[i])
+			pthread_join(t[i], NULL);
+		failed += p[i].g.failed;
+	}
+	free(p);
+	free(t);
+	free(started);
+	return failed ? 1 : 0;
+}
+
 static int run(int argc, char **argv)
 {
 	int timeout_ms = 60000;
 	bool quiet = false, gms = false, every = false;
 	int n = 0;
-	char *pos[64];
+	char *pos[256];
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-q"))
 			quiet = true;
@@ -211,22 +258,27 @@ static int run(int argc, char **argv)
 				return 2;
 			}
 			timeout_ms = (int)(v * 1000);
-		} else if (n < 64)
+		} else if (n < 256)
 			pos[n++] = argv[i];
 		else
-			n = 65;
+			n = 257;
 	}
 	bool verb = n >= 1 && (!strcmp(pos[0], "save") || !strcmp(pos[0], "restore") || !strcmp(pos[0], "copy"));
-	if (!verb || (every ? n < 2 || n > 64 || !strcmp(pos[0], "copy") || gms : n != 3) || (gms && pos[0][0] != 's') ||
-	    (snap_version && (every || strcmp(pos[0], "restore")))) {
+	/* Several STORE DIR pairs: save and restore only, not --gms. */
+	bool several = verb && !every && n >= 5 && n <= 255 && n % 2 && strcmp(pos[0], "copy") && !gms;
+	if (!verb || (every ? n < 2 || n > 64 || !strcmp(pos[0], "copy") || gms : n != 3 && !several) ||
+	    (gms && pos[0][0] != 's') || (snap_version && (every || strcmp(pos[0], "restore")))) {
 		fprintf(stderr, "usage: gmsfs-snapshot save [--gms] STORE DIR [-t SECONDS] [-q] [-v]\n"
 				"       gmsfs-snapshot restore STORE DIR [--version NAME] [-t SECONDS] [-q] [-v]\n"
+				"       gmsfs-snapshot save|restore STORE DIR STORE DIR... [--version NAME] [-t SECONDS] [-q]\n"
 				"       gmsfs-snapshot save|restore --all DIR [MOUNT...] [-t SECONDS] [-q]\n"
 				"       gmsfs-snapshot copy SOURCE TARGET [-t SECONDS] [-q]\n");
 		return 2;
 	}
 	if (every)
 		return all(pos[0][0] == 's', pos[1], pos + 2, n - 2, timeout_ms, quiet);
+	if (several)
+		return pairs(pos[0][0] == 's', pos + 1, (size_t)(n - 1) / 2, timeout_ms, quiet);
 	char err[8400] = "";
 	struct gmsfs_report r = GMSFS_REPORT;
 	struct gmsfs_copy_options o = GMSFS_COPY_OPTIONS;

@@ -229,6 +229,36 @@ def committed(path, fill):
         return c.layout_hash
 
 
+def test_several_stores_at_once_in_one_process(gpu_a, gpu_b, tmp_path):
+    """save and restore of several STORE DIR pairs: every pair at once in one process (a
+    group's ranks), each said; a restore that fails is named and the others commit, each
+    with --version's name; an even count of paths, or pairs with --gms, is a usage error."""
+    src = [os.path.join(gpu_a, "p"), os.path.join(gpu_b, "q")]
+    hashes = [committed(s, 10 + k) for k, s in enumerate(src)]
+    dirs = [str(tmp_path / "p"), str(tmp_path / "q")]
+    r = subprocess.run([SNAP, "save", src[0], dirs[0], src[1], dirs[1]], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.count(" -> ") == 2, (r.stdout, r.stderr)
+    dst = [os.path.join(gpu_a, "p2"), os.path.join(gpu_b, "q2")]
+    for d in dst:
+        os.mkdir(d)
+    r = subprocess.run([SNAP, "restore", dst[0], dirs[0], dst[1], dirs[1], "--version", "v7", "-q"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == "", (r.stdout, r.stderr)
+    for d, h in zip(dst, hashes):
+        assert state(d)["layout_hash"] == h and gmsfs.committed_version(d) == "v7", d
+    # Into p2 again (it holds allocations now) and an empty q3: p2 named, q3 restored.
+    os.mkdir(os.path.join(gpu_b, "q3"))
+    r = subprocess.run([SNAP, "restore", dst[0], dirs[0], os.path.join(gpu_b, "q3"), dirs[1]], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and "%s: " % dst[0] in r.stderr and "holds allocations already" in r.stderr, r.stderr
+    assert "q3 <- " in r.stdout and state(os.path.join(gpu_b, "q3"))["layout_hash"] == hashes[1]
+    for bad in ([SNAP, "restore", dst[0], dirs[0], dst[1]], [SNAP, "save", "--gms", src[0], dirs[0], src[1], dirs[1]]):
+        r = subprocess.run(bad, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "usage" in r.stderr, bad
+    for d in src + dst + [os.path.join(gpu_b, "q3")]:
+        os.rmdir(d)
+
+
 def test_every_store_of_every_gpu_in_one_command(gpu_a, gpu_b, tmp_path):
     """save --all: each mount's committed stores into DIR/<its uuid>/<store>, the GPUs at
     once; restore --all: back into the mounts of those uuids, every byte checked; a store
