@@ -54,12 +54,12 @@ UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire $(B)/test_piece_hash $(B)/te
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-session $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
-LOADER_SRC := $(PIECE_HASH_SRC) loader/json.c loader/layout_hash.c loader/safetensors.c loader/copy.c loader/copy_save.c loader/peer.c loader/gms_format.c loader/snap.c loader/snap_save.c loader/store_files.c
+LOADER_SRC := $(PIECE_HASH_SRC) loader/json.c loader/layout_hash.c loader/safetensors.c loader/copy_cuda.c loader/copy.c loader/copy_save.c loader/peer.c loader/gms_format.c loader/snap.c loader/snap_save.c loader/store_files.c
 LOAD_SONAME := libgmsfs-load.so.1
 # gmsfs-peer (serve and pull stores between nodes) is built where UCX is (libucx-dev).
 UCX_CFLAGS := $(shell $(PKG_CONFIG) --cflags ucx 2>/dev/null)
 UCX_LIBS := $(shell $(PKG_CONFIG) --libs ucx 2>/dev/null)
-PEER_SRC := $(PIECE_HASH_SRC) peer/net_wire.c peer/net.c peer/lane.c peer/serve.c peer/pull.c loader/copy.c loader/copy_save.c loader/store_files.c common/wire_msgpack.c
+PEER_SRC := $(PIECE_HASH_SRC) peer/net_wire.c peer/net.c peer/lane.c peer/serve.c peer/pull.c loader/copy_cuda.c loader/copy.c loader/copy_save.c loader/store_files.c common/wire_msgpack.c
 PEER_SONAME := libgmsfs-peer.so.1
 ifneq ($(UCX_LIBS),)
 LOADER += $(B)/gmsfs-peer

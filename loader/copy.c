@@ -17,67 +17,20 @@
 #include <unistd.h>
 
 #ifdef GMSFS_HAVE_CUDA
-#include "cuda_api.h"
-#endif
+#include "copy_cuda.h"
 
-#ifdef GMSFS_HAVE_CUDA
 int cp_cu_fail(struct cp *c, char *err, size_t errlen, const char *what, CUresult r)
 {
 	snprintf(err, errlen, "%s: %s", what, cu_name(&c->cu, r));
 	return -EIO;
 }
 
-/* The GPU whose uuid the daemon serves, its primary context current.  No pinned buffer
- * yet: each worker makes its own as it starts (cp_thread_buffers). */
-static int cuda_open(struct cp *c, const char *uuid, char *err, size_t errlen)
-{
-	if (cu_load(&c->cu, err, errlen))
-		return -ENOTSUP;
-	CUresult r = c->cu.cuInit(0);
-	int n = 0;
-	if (r || (r = c->cu.cuDeviceGetCount(&n)))
-		return cp_cu_fail(c, err, errlen, "cuInit", r);
-	for (int i = 0; i < n; i++) {
-		CUdevice d;
-		CUuuid u;
-		char s[48];
-		if (c->cu.cuDeviceGet(&d, i) || c->cu.cuDeviceGetUuid(&u, d))
-			continue;
-		const unsigned char *b = (const unsigned char *)u.bytes;
-		snprintf(s, sizeof s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-			 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-		if (strcmp(s, uuid))
-			continue;
-		if ((r = c->cu.cuDevicePrimaryCtxRetain(&c->ctx, d)) || (r = c->cu.cuCtxSetCurrent(c->ctx)))
-			return cp_cu_fail(c, err, errlen, "the GPU's context", r);
-		return 0;
-	}
-	snprintf(err, errlen, "the store's GPU %s is not among this process's %d CUDA devices", uuid, n);
-	return -ENODEV;
-}
-
-/* Each worker's buffers in a mapping of its own, in huge pages where the kernel has them,
- * touched and registered by the worker: on an H200 the 16 workers had theirs 9-11 ms after
- * they started and the first after 2-3, where one cuMemHostAlloc of all of them took 24-43
- * ms before any could start (probe/restore_open_probe.c, `run.sh pinned`). */
+/* Each worker's own, made by it as it starts (copy_cuda.h says why). */
 char *cp_thread_buffers(struct cp *c, size_t me, char *err, size_t errlen)
 {
-	if (c->tbuf[me])
-		return c->tbuf[me];
-	void *p = mmap(NULL, 2 * CP_BUF, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED) {
-		snprintf(err, errlen, "pinned buffers: %s", strerror(errno));
-		return NULL;
-	}
-	madvise(p, 2 * CP_BUF, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages */
-	memset(p, 0, 2 * CP_BUF);
-	CUresult r = c->cu.cuMemHostRegister(p, 2 * CP_BUF, 0);
-	if (r) {
-		munmap(p, 2 * CP_BUF);
-		cp_cu_fail(c, err, errlen, "pinned buffers", r);
-		return NULL;
-	}
-	return c->tbuf[me] = p;
+	if (!c->tbuf[me])
+		c->tbuf[me] = cpc_pinned(&c->cu, 2 * CP_BUF, err, errlen);
+	return c->tbuf[me];
 }
 #endif
 
@@ -128,7 +81,7 @@ int cp_open(const char *store, struct cp **out, char *err, size_t errlen)
 	c->cuda = !strcmp(backend, "cuda");
 	if (c->cuda) {
 #ifdef GMSFS_HAVE_CUDA
-		e = cuda_open(c, uuid, err, errlen);
+		e = cpc_open(&c->cu, uuid, &c->ctx, err, errlen);
 #else
 		snprintf(err, errlen, "%s is in GPU memory and this build has no CUDA support", store);
 		e = -ENOTSUP;
@@ -151,11 +104,8 @@ void cp_close(struct cp *c)
 		if (c->pinned)
 			c->cu.cuMemFreeHost(c->pinned);
 		for (size_t i = 0; i < CP_THREADS; i++)
-			if (c->tbuf[i]) {
-				c->cu.cuCtxSetCurrent(c->ctx);
-				c->cu.cuMemHostUnregister(c->tbuf[i]);
-				munmap(c->tbuf[i], 2 * CP_BUF);
-			}
+			if (c->tbuf[i])
+				cpc_unpin(&c->cu, c->ctx, c->tbuf[i], 2 * CP_BUF);
 		cu_unload(&c->cu);
 	}
 #endif

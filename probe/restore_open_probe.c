@@ -1,5 +1,5 @@
 /* restore_open_probe GPU [MODE] | all: what a fresh gmsfs-snapshot restore (or save) pays before its
- * first byte, phase by phase, as loader/copy.c's cuda_open does it: the driver library
+ * first byte, phase by phase, as loader/copy_cuda.c's cpc_open does it: the driver library
  * loaded, cuInit, the device found, its primary context retained and made current, the
  * pinned buffers (16 threads x 2 x a 2 MiB chunk) allocated.  MODE, how the pinned
  * buffers are made: one (one cuMemHostAlloc, as copy.c does), threads (each of the 16

@@ -1,0 +1,67 @@
+/* copy_cuda: see copy_cuda.h. */
+#include "copy_cuda.h"
+
+#ifdef GMSFS_HAVE_CUDA
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+static int fail(struct cu_api *cu, char *err, size_t errlen, const char *what, CUresult r)
+{
+	snprintf(err, errlen, "%s: %s", what, cu_name(cu, r));
+	return -EIO;
+}
+
+int cpc_open(struct cu_api *cu, const char *uuid, CUcontext *ctx, char *err, size_t errlen)
+{
+	if (cu_load(cu, err, errlen))
+		return -ENOTSUP;
+	CUresult r = cu->cuInit(0);
+	int n = 0;
+	if (r || (r = cu->cuDeviceGetCount(&n)))
+		return fail(cu, err, errlen, "cuInit", r);
+	for (int i = 0; i < n; i++) {
+		CUdevice d;
+		CUuuid u;
+		char s[48];
+		if (cu->cuDeviceGet(&d, i) || cu->cuDeviceGetUuid(&u, d))
+			continue;
+		const unsigned char *b = (const unsigned char *)u.bytes;
+		snprintf(s, sizeof s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+			 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+		if (strcmp(s, uuid))
+			continue;
+		if ((r = cu->cuDevicePrimaryCtxRetain(ctx, d)) || (r = cu->cuCtxSetCurrent(*ctx)))
+			return fail(cu, err, errlen, "the GPU's context", r);
+		return 0;
+	}
+	snprintf(err, errlen, "the store's GPU %s is not among this process's %d CUDA devices", uuid, n);
+	return -ENODEV;
+}
+
+char *cpc_pinned(struct cu_api *cu, size_t bytes, char *err, size_t errlen)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		snprintf(err, errlen, "pinned buffers: %s", strerror(errno));
+		return NULL;
+	}
+	madvise(p, bytes, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages */
+	memset(p, 0, bytes);              /* its pages now, by this thread */
+	CUresult r = cu->cuMemHostRegister(p, bytes, 0);
+	if (r) {
+		munmap(p, bytes);
+		fail(cu, err, errlen, "pinned buffers", r);
+		return NULL;
+	}
+	return p;
+}
+
+void cpc_unpin(struct cu_api *cu, CUcontext ctx, char *p, size_t bytes)
+{
+	cu->cuCtxSetCurrent(ctx);
+	cu->cuMemHostUnregister(p);
+	munmap(p, bytes);
+}
+#endif
