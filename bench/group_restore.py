@@ -7,10 +7,9 @@ v1), saved once by `gmsfsctl group snapshot`.  Then, in fresh processes by turns
 times each (default 9), into empty stores:
   - the command:  gmsfsctl group restore GROUP SNAP (Python's start, its imports, the
                   group's manifest, both ranks' gmsfs-snapshot at once, their checks);
-  - both in one:  one gmsfs-snapshot restore of both ranks (a thread each), by hand (the
-                  baseline: what the command runs, with nothing around it);
   - both apart:   the two ranks' gmsfs-snapshot restore started at once, a process each
-                  (what the command ran before 2026-11-30);
+                  (the baseline: what the command runs, with nothing around it);
+  - both in one:  one gmsfs-snapshot restore of both ranks, a thread each (the other way);
   - one alone:    one rank's gmsfs-snapshot restore (the rate of one "GPU").
 Medians, the command's over both by hand, and the group's rate in ranks of one alone
 (2.00x: N times one's rate; on a GPU the CUDA contexts bound it: docs/benchmarks.md)."""
@@ -106,12 +105,12 @@ def main():
               % (8 * SIZE >> 20, runs))
         for k, v in took.items():
             print("  %-38s median %7.1f   %s" % (k, med[k] * 1e3, " ".join("%.1f" % (x * 1e3) for x in sorted(v))))
-        both, cmd = med["both in one gmsfs-snapshot restore"], med["gmsfsctl group restore"]
-        apart = med["both gmsfs-snapshot restore at once"]
+        both, cmd = med["both gmsfs-snapshot restore at once"], med["gmsfsctl group restore"]
+        one = med["both in one gmsfs-snapshot restore"]
         print("  the command over what it runs, by hand: %.2fx (+%.1f ms); the group's rate: %.2fx one rank's "
-              "(both in one process by hand %.2fx, a process a rank %.2fx)"
+              "(a process a rank by hand %.2fx, both in one process %.2fx)"
               % (cmd / both, (cmd - both) * 1e3, 2 * med["one alone"] / cmd, 2 * med["one alone"] / both,
-                 2 * med["one alone"] / apart))
+                 2 * med["one alone"] / one))
     finally:
         for m, p in daemons:
             subprocess.run(["umount", m], stderr=subprocess.DEVNULL)

@@ -36,27 +36,27 @@ def _each(fn, items):
     return out
 
 
-def _ranks_at_once(verb, pairs, args):
-    """One gmsfs-snapshot VERB for every (store, dir) of pairs, a thread each in it (one
-    process makes the ranks' devices' contexts, where a process a rank would each make its
-    own, one after another in the driver): "" where every rank's succeeded, else each
-    failure said with its rank."""
-    argv = [_snapshot_tool(), verb] + [x for p in pairs for x in p] + ["-q"] + args
-    try:
-        p = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    except OSError as e:
-        return "%s: %s" % (argv[0], e)
-    if p.returncode == 0:
-        return ""
-    said = []
-    for line in p.stderr.splitlines():  # "gmsfs-snapshot: STORE: why" (one pair: "gmsfs-snapshot: why")
-        for r, (store, _) in enumerate(pairs):
-            head = "gmsfs-snapshot: %s: " % store if len(pairs) > 1 else "gmsfs-snapshot: "
-            if line.startswith(head):
-                line = "rank %d: %s" % (r, line[len(head):])
-                break
-        said.append(line)
-    return "; ".join(said) or "gmsfs-snapshot: exit status %d" % p.returncode
+def _run_all(argvs):
+    """Every command started at once (no thread: each is started the moment the one before
+    is), then each waited for in turn: [(exit status, its standard error)], an OSError
+    where one could not start."""
+    ps = []
+    for argv in argvs:
+        try:
+            ps.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        except OSError as e:
+            ps.append(e)
+    out = []
+    for p in ps:
+        said = p if isinstance(p, OSError) else p.communicate()[1]
+        out.append(said if isinstance(p, OSError) else (p.returncode, said))
+    return out
+
+
+def _failed_ranks(runs):
+    """Each rank whose command failed, said with its rank; "" where none did."""
+    return "; ".join("rank %d: %s" % (r, x if isinstance(x, OSError) else x[1].strip() or "exit status %d" % x[0])
+                     for r, x in enumerate(runs) if isinstance(x, OSError) or x[0])
 
 
 def _snapshot_tool():
@@ -98,9 +98,11 @@ def snapshot(g, out, timeout):
         return _fail("%s: the ranks serve %s: a snapshot takes one version on every rank (gmsfsctl group status)"
                      % (out, [name for _, name, _ in before]))
     os.makedirs(out, exist_ok=True)
+    tool = _snapshot_tool()
     t = time.monotonic()
     args = ["-t", str(timeout)] if timeout else []
-    bad = _ranks_at_once("save", [(s, os.path.join(out, "rank-%d" % r)) for r, s in enumerate(g.stores)], args)
+    bad = _failed_ranks(_run_all([tool, "save", s, os.path.join(out, "rank-%d" % r), "-q"] + args
+                                 for r, s in enumerate(g.stores)))
     if bad:
         return _fail(bad)
     if g.status() != before:
@@ -134,10 +136,11 @@ def restore(g, src, timeout):
     if man.get("format") != GROUP_FORMAT or len(man.get("ranks", [])) != len(g):
         return _fail("%s: a snapshot of %d ranks (%s); the group has %d" % (
             src, len(man.get("ranks", [])), man.get("format"), len(g)))
+    tool = _snapshot_tool()
     t = time.monotonic()
     args = ["-t", str(timeout)] if timeout else []
-    bad = _ranks_at_once("restore", [(s, os.path.join(src, man["ranks"][r]["dir"])) for r, s in enumerate(g.stores)],
-                         ["--version", man["version"]] + args)
+    bad = _failed_ranks(_run_all([tool, "restore", s, os.path.join(src, man["ranks"][r]["dir"]), "--version",
+                                  man["version"], "-q"] + args for r, s in enumerate(g.stores)))
     if bad:
         return _fail(bad + " (the group has no version until every rank is restored)")
     print("%s: %d ranks of version %s restored in %.3f s" % (src, len(g), man["version"], time.monotonic() - t))

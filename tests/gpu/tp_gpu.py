@@ -25,8 +25,8 @@ refit it, engine ranks flip it in lockstep (TAP, then bench lines; the nvidia-h2
         beside the engine's step (the goal: 2 ms a rank), in place for steps 1-4 and mapped
         ahead (gmsfs.Group.flip_ahead) for steps 5-7; gmsfsctl group snapshot and
         restore of both GPUs' ranks on /dev/shm beside one rank's gmsfs-snapshot alone, and the
-        group's restore by turns with both ranks in one gmsfs-snapshot (what the command runs), a
-        gmsfs-snapshot a rank at once, and one alone."""
+        group's restore by turns with both ranks in one gmsfs-snapshot, a gmsfs-snapshot a rank
+        at once (what the command runs), and one alone."""
 import json
 import os
 import shutil
@@ -433,8 +433,8 @@ def main():
                "restore")
         for d in ("-a", "0", "1"):
             shutil.rmtree("/dev/shm/gmsfs-tp-ph" + d, ignore_errors=True)
-    # The group's restore, by turns with both ranks' restores in one gmsfs-snapshot (what the
-    # command runs), a gmsfs-snapshot a rank at once, and one alone.
+    # The group's restore, by turns with both ranks' restores in one gmsfs-snapshot (a thread
+    # each), a gmsfs-snapshot a rank at once (what the command runs), and one alone.
     rr = [os.path.join(m, "rr") for m in (m0, m1)]
     with open(other, "w") as f:
         f.write("\n".join(rr) + "\n")
