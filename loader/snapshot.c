@@ -208,8 +208,27 @@ static void *pair_main(void *arg)
 	return NULL;
 }
 
+/* The path a pair writes (a save's DIR, a restore's STORE) named twice: two threads would
+ * write one snapshot, or one would wait out -t for the other's store.  Compared as given,
+ * and as the kernel resolves them where both exist. */
+static bool named_twice(char **pos, size_t n, bool save)
+{
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = i + 1; j < n; j++) {
+			const char *a = pos[2 * i + save], *b = pos[2 * j + save];
+			char ra[4096], rb[4096];
+			if (!strcmp(a, b) || (realpath(a, ra) && realpath(b, rb) && !strcmp(ra, rb))) {
+				fprintf(stderr, "gmsfs-snapshot: %s and %s: one %s named twice\n", a, b, save ? "DIR" : "STORE");
+				return true;
+			}
+		}
+	return false;
+}
+
 static int pairs(bool save, char **pos, size_t n, int timeout_ms, bool quiet)
 {
+	if (named_twice(pos, n, save))
+		return 2;
 	struct pair *p = calloc(n, sizeof *p);
 	pthread_t *t = calloc(n, sizeof *t);
 	bool *started = calloc(n, sizeof *started);

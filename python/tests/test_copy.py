@@ -2,6 +2,7 @@
 copy, gmsfsctl copy; issue 60), on the host backend: two daemons, as two GPUs' mounts."""
 import ctypes
 import errno
+import json
 import os
 import signal
 import subprocess
@@ -255,6 +256,16 @@ def test_several_stores_at_once_in_one_process(gpu_a, gpu_b, tmp_path):
     for bad in ([SNAP, "restore", dst[0], dirs[0], dst[1]], [SNAP, "save", "--gms", src[0], dirs[0], src[1], dirs[1]]):
         r = subprocess.run(bad, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and "usage" in r.stderr, bad
+    # One snapshot written by two threads, or one store restored twice: refused, nothing done.
+    q4 = os.path.join(gpu_b, "q4")
+    os.mkdir(q4)
+    for bad, what in (([SNAP, "save", src[0], dirs[0], src[1], dirs[0] + "/."], "DIR"),
+                      ([SNAP, "restore", q4, dirs[0], q4, dirs[1]], "STORE")):
+        r = subprocess.run(bad, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "one %s named twice" % what in r.stderr, (bad, r.stderr)
+    assert state(q4)["state"] == "EMPTY" and json.load(open(os.path.join(dirs[0], "manifest.json")))["layout_hash"] == \
+        hashes[0]
+    os.rmdir(q4)
     for d in src + dst + [os.path.join(gpu_b, "q3")]:
         os.rmdir(d)
 
