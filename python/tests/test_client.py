@@ -365,7 +365,6 @@ def test_digest_is_a_readers_and_the_daemon_keeps_it_for_its_commit(store):
     assert "\nreaders: 0\n" in state and "\nread_handles: 0\n" in state  # every refusal gave its lock back
 
 
-
 def test_the_package_gives_every_name_at_its_first_use():
     """import gmsfs imports nothing of the library; each public name (and a submodule, as
     scripts reach gmsfs._cuda or gmsfs._lib) is there at its first use; an unknown name is
