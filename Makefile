@@ -50,7 +50,7 @@ LIB_SONAME := libgmsfs.so.0
 BIN := $(B)/gmsfs
 KEEPER := $(B)/gmsfs-keeper
 LIB := $(B)/libgmsfs.so $(B)/gmsfs.pc $(B)/libgmsfs-load.so
-UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire $(B)/test_piece_hash $(B)/test_copy
+UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire $(B)/test_piece_hash $(B)/test_copy $(B)/test_show_only
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-session $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
@@ -167,6 +167,12 @@ $(B)/test_wire: tests/unit/test_wire.c $(WIRE_SRC) $(COMMON_HDR) tests/unit/tap.
 # Where a loaded piece sits in its pinned buffer (the GPU path's arithmetic, on any host).
 $(B)/test_copy: tests/unit/test_copy.c loader/copy.h tests/unit/tap.h | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Iloader -o $@ tests/unit/test_copy.c
+
+# What a command shows the driver of the machine's GPUs (its stores' alone), on stand-in mounts.
+$(B)/test_show_only: tests/unit/test_show_only.c loader/copy_cuda.c loader/copy_cuda.h loader/store_files.c \
+		loader/store_files.h tests/unit/tap.h | $(B)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Iloader -Icommon -o $@ tests/unit/test_show_only.c loader/copy_cuda.c \
+		loader/store_files.c -ldl -pthread
 
 # Each kind of the pieces' hash against libxxhash's own XXH3.
 $(B)/test_piece_hash: tests/unit/test_piece_hash.c $(PIECE_HASH_SRC) common/piece_hash.h tests/unit/tap.h | $(B)

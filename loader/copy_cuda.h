@@ -1,16 +1,23 @@
-/* copy_cuda: the GPU side of copy (copy.c), on the driver's table alone: a store's GPU by
- * its uuid with its primary context current, and host memory pinned a copying thread at a
- * time.  On an H200 each of 16 threads making its own two buffers this way (a mapping, in
+/* copy_cuda: the GPU side of copy (copy.c), on the driver's table alone: a command's stores'
+ * GPUs shown to the driver (no other), a store's GPU by its uuid with its primary context
+ * current, and host memory pinned a copying thread at a time.  On an H200 each of 16 threads making its own two buffers this way (a mapping, in
  * huge pages where the kernel has them, touched, registered) had them 2-3 ms after it
  * started and all 16 within 9-11 ms, where one cuMemHostAlloc of all of them took 24-43 ms
  * before any thread could start (probe/restore_open_probe.c, `tests/gpu/run.sh pinned`). */
 #ifndef GMSFS_COPY_CUDA_H
 #define GMSFS_COPY_CUDA_H
 
+#include <stddef.h>
+
+/* Called by a command before any thread and before the driver's cuInit: where the caller
+ * left CUDA_VISIBLE_DEVICES unset, the process is shown only the GPUs of the n stores
+ * named (their uuids, comma-separated), so that cuInit sets up those devices alone, not
+ * every GPU of the machine.  Unchanged where a store's mount cannot be read or is not on
+ * a GPU (the error comes later, as before).  Returns what it set, or NULL. */
+const char *cpc_show_only(const char *const *stores, size_t n);
+
 #ifdef GMSFS_HAVE_CUDA
 #include "cuda_api.h"
-
-#include <stddef.h>
 
 /* cu loaded, the GPU of uuid ("GPU-..."), its primary context retained into *ctx and made
  * current: 0, or -errno with err said (-ENOTSUP: no driver; -ENODEV: no such GPU here). */

@@ -4,6 +4,7 @@
  * is not contiguous in its allocation, or whose entry is not one gmsfs-load or
  * gmsfs.torch would write, is refused by name and nothing is written.  See gmsfs-load(1). */
 #include "copy.h"
+#include "copy_cuda.h"
 #include "json.h"
 #include "safetensors.h"
 #include "unheld.h"
@@ -128,6 +129,7 @@ static int run(int argc, char **argv)
 	size_t n = 0, hlen = 0;
 	char *h = NULL;
 	int fd = -1;
+	cpc_show_only(&store, 1); /* the store's GPU alone: cuInit sets up no other */
 	int e = cp_open(store, &c, err, sizeof err);
 	if (!e && (e = gmsfs_connect(&g, store, GMSFS_RO, timeout_ms)))
 		snprintf(err, sizeof err, "%s", g ? gmsfs_errmsg(g) : gmsfs_strerror(e));

@@ -8,6 +8,7 @@
  * gmsfs mount (or of the mounts named), DIR/<GPU uuid>/<store>, a thread a GPU (GPUs at
  * once, a GPU's stores one after another), and back into the mounts of those GPUs; copy:
  * a store from another mount's (gmsfs_copy, peer.c).  See gmsfs-load(1). */
+#include "copy_cuda.h"
 #include "gms_format.h"
 #include "snap.h"
 #include "clock.h"
@@ -296,6 +297,15 @@ static int run(int argc, char **argv)
 	}
 	if (every)
 		return all(pos[0][0] == 's', pos[1], pos + 2, n - 2, timeout_ms, quiet);
+	/* The GPUs of the stores named, alone, before any thread (copy: both; pairs: each STORE) */
+	const char *stores[128];
+	size_t ns = 0;
+	for (int i = 1; i < n && ns < 128; i += several ? 2 : 1)
+		if (several || i == 1 || pos[0][0] == 'c')
+			stores[ns++] = pos[i];
+	const char *shown = cpc_show_only(stores, ns);
+	if (shown && snap_verbose)
+		fprintf(stderr, "gmsfs-snapshot: shown only %s (CUDA_VISIBLE_DEVICES)\n", shown);
 	if (several)
 		return pairs(pos[0][0] == 's', pos + 1, (size_t)(n - 1) / 2, timeout_ms, quiet);
 	char err[8400] = "";

@@ -500,6 +500,13 @@ if [ "$what" = pinned ]; then # the pinned buffers of a fresh restore, each way,
 			for g in $(seq 0 $((gpus - 1))); do build/restore_open_probe "$g" hugethreads & done
 			wait
 			build/restore_open_probe all || failed=$((failed + 1))
+			# the same with each process shown only its own GPU (CUDA_VISIBLE_DEVICES): its
+			# cuInit then sets up one device, not all of them
+			echo "one GPU visible, alone:"
+			CUDA_VISIBLE_DEVICES=0 build/restore_open_probe 0 hugethreads || failed=$((failed + 1))
+			echo "one GPU visible to each, a process a GPU, at once:"
+			for g in $(seq 0 $((gpus - 1))); do CUDA_VISIBLE_DEVICES=$g build/restore_open_probe 0 hugethreads & done
+			wait
 		fi
 	done
 fi

@@ -254,6 +254,28 @@ def phases(snapshot, env, pairs, verb):
             verb, s, len(pairs), took, "; ".join(l.replace("gmsfs-snapshot: ", "") for l in o.splitlines())))
 
 
+def read_by_threads(paths, chunk=8 << 20):
+    """Seconds to read every file of paths into memory, a thread a file (what a restore's
+    copying threads read before their copies: the storage's own rate)."""
+    import threading
+
+    def read(path):
+        buf = bytearray(chunk)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            while os.readv(fd, [buf]) == chunk:
+                pass
+        finally:
+            os.close(fd)
+    ts = [threading.Thread(target=read, args=(p,)) for p in paths]
+    t = time.perf_counter()
+    for x in ts:
+        x.start()
+    for x in ts:
+        x.join()
+    return time.perf_counter() - t
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -439,7 +461,11 @@ def main():
     with open(other, "w") as f:
         f.write("\n".join(rr) + "\n")
     took = {"gmsfsctl group restore": [], "both in one gmsfs-snapshot restore": [],
-            "both gmsfs-snapshot restore at once": [], "one alone": []}
+            "both gmsfs-snapshot restore at once": [], "one alone": [],
+            "both at once, all GPUs shown": [], "one alone, all GPUs shown": []}
+    # gmsfs-snapshot shows the driver only its stores' GPUs where CUDA_VISIBLE_DEVICES is
+    # unset; set to every GPU, its cuInit sets them all up (what it did before)
+    every = "0,1"  # the pair's two GPUs
 
     def fresh():
         for x in rr:
@@ -457,13 +483,20 @@ def main():
                                                         (x, os.path.join(snap, "rank-%d" % r))] + ["-q"],
                                env=envb, check=True)
             else:
-                ps = [subprocess.Popen([snapshot, "restore", x, os.path.join(snap, "rank-%d" % r), "-q"], env=envb)
-                      for r, x in enumerate(rr[:1] if what == "one alone" else rr)]
+                ps = [subprocess.Popen([snapshot, "restore", x, os.path.join(snap, "rank-%d" % r), "-q"],
+                                       env=dict(envb, CUDA_VISIBLE_DEVICES=every) if "all GPUs" in what else envb)
+                      for r, x in enumerate(rr[:1] if what.startswith("one alone") else rr)]
                 if any([p.wait() for p in ps]):
                     raise RuntimeError("a restore failed")
             took[what].append(time.perf_counter() - t)
     for x in rr:
         os.rmdir(x)
+    shards = [[os.path.join(snap, "rank-%d" % r, f) for f in sorted(os.listdir(os.path.join(snap, "rank-%d" % r)))
+               if f.startswith("shard-")] for r in range(2)]
+    storage = {"one rank's": [], "both ranks'": []}
+    for _ in range(3):
+        storage["one rank's"].append(read_by_threads(shards[0]))
+        storage["both ranks'"].append(read_by_threads(shards[0] + shards[1]))
     for d in (snap, one):
         shutil.rmtree(d, ignore_errors=True)
     for f in [group, other] + eout + [t % k for t in tout for k in range(8)]:
@@ -497,6 +530,17 @@ def main():
              2 * med["one alone"] / med["gmsfsctl group restore"],
              2 * med["one alone"] / med["both in one gmsfs-snapshot restore"],
              2 * med["one alone"] / med["both gmsfs-snapshot restore at once"]))
+    print("# bench: every GPU shown to each (CUDA_VISIBLE_DEVICES=%s): one alone %.3f s, both at once %.3f s: %.2fx "
+          "one rank's rate; each shown its own GPU (gmsfs-snapshot's default): %.3f s, %.3f s: %.2fx"
+          % (every, med["one alone, all GPUs shown"], med["both at once, all GPUs shown"],
+             2 * med["one alone, all GPUs shown"] / med["both at once, all GPUs shown"], med["one alone"],
+             med["both gmsfs-snapshot restore at once"],
+             2 * med["one alone"] / med["both gmsfs-snapshot restore at once"]))
+    best = {w: min(v) for w, v in storage.items()}
+    print("# bench: what the storage (/dev/shm) gives, its shard files read into memory by a thread each, best of 3: "
+          "one rank's %.3f s, both ranks' at once %.3f s (%.2fx one rank's rate): of a restore alone, %.0f%%"
+          % (best["one rank's"], best["both ranks'"], 2 * best["one rank's"] / best["both ranks'"],
+             100 * best["one rank's"] / med["one alone"]))
     return done()
 
 
