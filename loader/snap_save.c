@@ -11,11 +11,9 @@
 
 #include <gmsfs/gmsfs.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,120 +93,6 @@ static size_t plan(struct part *p, size_t np, uint64_t *sizes, size_t *order)
 	}
 	free(by);
 	return ns;
-}
-
-/* A save into a folder it makes: the folder and its shards made while the device's context
- * is (0.15-0.19 s on an H200), each shard's pages allocated (fallocate, its size kept),
- * where a tmpfs would make them as the copies write them (a 17.2 GB save into a new folder
- * 0.85 s, in place 0.67 s).  The sizes are those STORE/allocs shows before the lock: the
- * plan under the lock is the same unless a writer committed meanwhile, and write_shards
- * removes a shard it does not plan and cuts each to its size. */
-struct ahead {
-	const char *store, *dir;
-	bool made_dir;  /* the folder is this save's: removed if the save fails */
-	uint64_t sizes[SNAP_SHARDS_MAX];
-};
-
-struct ahead_shard {
-	struct ahead *a;
-	size_t j;
-};
-
-static void *shard_ahead(void *arg)
-{
-	struct ahead_shard *s = arg;
-	char path[4200];
-	snprintf(path, sizeof path, "%s/shard-%03zu.bin", s->a->dir, s->j);
-	int fd = sf_overwrite(path);
-	if (fd >= 0) { /* where it fails (no such call, no room), the copies write as before */
-		(void)fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)s->a->sizes[s->j]);
-		close(fd);
-	}
-	return NULL;
-}
-
-/* The sizes of the allocations under folder fd (STORE/allocs; a name with slashes is a
- * path below it), as mappings with only .size set, added to *v (*n of them, cap *cap). */
-static void sizes_under(int fd, struct gmsfs_mapping **v, size_t *n, size_t *cap, int depth)
-{
-	DIR *d = fd < 0 ? NULL : fdopendir(fd);
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
-		return;
-	}
-	for (struct dirent *x; (x = readdir(d));) {
-		struct stat st;
-		if (x->d_name[0] == '.' || fstatat(dirfd(d), x->d_name, &st, AT_SYMLINK_NOFOLLOW))
-			continue;
-		if (S_ISDIR(st.st_mode) && depth < 64)
-			sizes_under(openat(dirfd(d), x->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC), v, n, cap, depth + 1);
-		if (!S_ISREG(st.st_mode) || !st.st_size)
-			continue;
-		if (*n == *cap) {
-			struct gmsfs_mapping *w = realloc(*v, (*cap = *cap ? 2 * *cap : 64) * sizeof **v);
-			if (!w)
-				break;
-			*v = w;
-		}
-		(*v)[(*n)++] = (struct gmsfs_mapping){ .size = (uint64_t)st.st_size };
-	}
-	closedir(d);
-}
-
-static void *make_ahead(void *arg)
-{
-	struct ahead *a = arg;
-	size_t na = 0, cap = 0, np = 0;
-	struct gmsfs_mapping *v = NULL;
-	char path[4200];
-	snprintf(path, sizeof path, "%s/allocs", a->store);
-	sizes_under(open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), &v, &na, &cap, 0);
-	struct part *p = na ? cut(v, na, cp_threads(), &np) : NULL;
-	size_t *order = p ? calloc(np + 1, sizeof *order) : NULL;
-	if (order && !mkdir(a->dir, 0700)) { /* a folder there already is left as it is */
-		a->made_dir = true;
-		size_t ns = plan(p, np, a->sizes, order);
-		pthread_t t[SNAP_SHARDS_MAX];
-		struct ahead_shard s[SNAP_SHARDS_MAX];
-		bool started[SNAP_SHARDS_MAX] = { false };
-		for (size_t j = 0; j < ns; j++)
-			if (s[j] = (struct ahead_shard){ a, j }, !(started[j] = !pthread_create(&t[j], NULL, shard_ahead, &s[j])))
-				shard_ahead(&s[j]);
-		for (size_t j = 0; j < ns; j++)
-			if (started[j])
-				pthread_join(t[j], NULL);
-	}
-	free(order);
-	free(p);
-	free(v);
-	return NULL;
-}
-
-/* The device's context made, and meanwhile a new folder's shards (make_ahead). */
-static int context_and_folder(struct ahead *ah, struct cp **c, char *err, size_t errlen)
-{
-	pthread_t th;
-	bool ahead = !pthread_create(&th, NULL, make_ahead, ah);
-	int e = cp_open(ah->store, c, err, errlen);
-	if (ahead)
-		pthread_join(th, NULL);
-	return e;
-}
-
-/* A failed save into a folder it made leaves none (its shards' pages were allocated). */
-static void unmake(const struct ahead *a)
-{
-	char path[4200];
-	for (size_t j = 0; j < SNAP_SHARDS_MAX; j++) {
-		snprintf(path, sizeof path, "%s/shard-%03zu.bin", a->dir, j);
-		unlink(path);
-	}
-	snprintf(path, sizeof path, "%s/manifest.json.tmp", a->dir);
-	unlink(path);
-	path[strlen(path) - 4] = 0; /* manifest.json */
-	unlink(path);
-	rmdir(a->dir);
 }
 
 /* The digest of a part: of its pieces' (a part starts at a whole piece). */
@@ -340,9 +224,8 @@ int snap_save(const char *store, const char *dir, int timeout_ms, bool quiet, ch
 	size_t n = 0;
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
-	struct ahead ah = { .store = store, .dir = dir };
-	int e = context_and_folder(&ah, &c, err, errlen);
-	snap_phase(&t, ah.made_dir ? "the device's context (the new folder's shards made meanwhile)" : "the device's context");
+	int e = cp_open(store, &c, err, errlen);
+	snap_phase(&t, "the device's context");
 	if (!e && (e = gmsfs_connect(&g, store, GMSFS_RO, timeout_ms)))
 		snprintf(err, errlen, "%s", g ? gmsfs_errmsg(g) : gmsfs_strerror(e));
 	if (!e && ((e = gmsfs_import_all(g)) || (e = gmsfs_meta_get_all(g, "", &keys, &m, &n)) ||
@@ -407,7 +290,6 @@ int snap_save(const char *store, const char *dir, int timeout_ms, bool quiet, ch
 		gmsfs_meta_free_all(keys, m, n);
 	gmsfs_disconnect(g);
 	cp_close(c);
-	if (e && ah.made_dir)
-		unmake(&ah);
 	return e;
 }
+
