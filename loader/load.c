@@ -62,6 +62,9 @@ static int run(int argc, char **argv)
 	struct gmsfs_load_options o = GMSFS_LOAD_OPTIONS;
 	o.flags = flags;
 	o.slab_bytes = slab;
+	/* Its copies go one way: one hardware work queue for its context, the driver's default
+	 * being 8 (where the caller left it unset; loader/copy_cuda.h, cpc_one_queue, says why). */
+	setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 0);
 	int e = gmsfs_load_context(store); /* libgmsfs maps in the current context */
 	if (e)
 		snprintf(err, sizeof err, "%s", gmsfs_errmsg(NULL));

@@ -130,6 +130,7 @@ static int run(int argc, char **argv)
 	char *h = NULL;
 	int fd = -1;
 	cpc_show_only(&store, 1); /* the store's GPU alone: cuInit sets up no other */
+	cpc_one_queue();
 	int e = cp_open(store, &c, err, sizeof err);
 	if (!e && (e = gmsfs_connect(&g, store, GMSFS_RO, timeout_ms)))
 		snprintf(err, sizeof err, "%s", g ? gmsfs_errmsg(g) : gmsfs_strerror(e));

@@ -253,6 +253,24 @@ static int pairs(bool save, char **pos, size_t n, int timeout_ms, bool quiet)
 	return failed ? 1 : 0;
 }
 
+/* Before any thread and the driver's cuInit: the driver shown only the stores named (copy:
+ * both; pairs: each STORE; --all: every GPU), and a save or restore, which copies one way
+ * over PCIe where one queue keeps up, one work queue a context (a copy between GPUs needs
+ * the driver's several: with one, 17.2 GB over NVLink took 0.123 s against 0.054 s). */
+static void driver_settings(char **pos, int n, bool several, bool every)
+{
+	const char *stores[128];
+	size_t ns = 0;
+	for (int i = 1; !every && i < n && ns < 128; i += several ? 2 : 1)
+		if (several || i == 1 || pos[0][0] == 'c')
+			stores[ns++] = pos[i];
+	const char *shown = cpc_show_only(stores, ns);
+	if (shown && snap_verbose)
+		fprintf(stderr, "gmsfs-snapshot: shown only %s (CUDA_VISIBLE_DEVICES)\n", shown);
+	if (strcmp(pos[0], "copy"))
+		cpc_one_queue();
+}
+
 static int run(int argc, char **argv)
 {
 	int timeout_ms = 60000;
@@ -295,17 +313,9 @@ static int run(int argc, char **argv)
 				"       gmsfs-snapshot copy SOURCE TARGET [-t SECONDS] [-q]\n");
 		return 2;
 	}
+	driver_settings(pos, n, several, every);
 	if (every)
 		return all(pos[0][0] == 's', pos[1], pos + 2, n - 2, timeout_ms, quiet);
-	/* The GPUs of the stores named, alone, before any thread (copy: both; pairs: each STORE) */
-	const char *stores[128];
-	size_t ns = 0;
-	for (int i = 1; i < n && ns < 128; i += several ? 2 : 1)
-		if (several || i == 1 || pos[0][0] == 'c')
-			stores[ns++] = pos[i];
-	const char *shown = cpc_show_only(stores, ns);
-	if (shown && snap_verbose)
-		fprintf(stderr, "gmsfs-snapshot: shown only %s (CUDA_VISIBLE_DEVICES)\n", shown);
 	if (several)
 		return pairs(pos[0][0] == 's', pos + 1, (size_t)(n - 1) / 2, timeout_ms, quiet);
 	char err[8400] = "";

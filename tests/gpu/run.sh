@@ -520,6 +520,13 @@ if [ "$what" = pinned ]; then # the pinned buffers of a fresh restore, each way,
 		fi
 	done
 fi
+if [ "$what" = contexts ]; then # a fresh process's context with fewer work queues (temporary probe)
+	gcc -O2 -Icommon -Iloader -I${CUDA_INC:-/usr/local/cuda/include} probe/restore_open_probe.c \
+		-o build/restore_open_probe -ldl -pthread || failed=$((failed + 1))
+	mount_gmsfs
+	timeout 300 python3 probe/context_env_probe.py "$mnt" "$top/build" || failed=$((failed + 1))
+	unmount_gmsfs
+fi
 if [ "$what" = ahead ]; then # host memory made ahead: fresh readers beside it, and across a takeover
 	gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | awk '{g = int($1 / 1024 / 8); print (g > 16 ? 16 : (g < 1 ? 1 : g))}')
 	timeout 300 bash probe/ahead_tail_probe.sh "$gib" 100 || failed=$((failed + 1))

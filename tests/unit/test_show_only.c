@@ -1,7 +1,8 @@
 /* test_show_only: cpc_show_only (loader/copy_cuda.c), which shows a command only its
  * stores' GPUs before cuInit, on stand-in mounts (a folder with a "device" file as a
  * mount root has, a store below it): each store's GPU once, in order; nothing set for a
- * store off a GPU, one whose mount cannot be read, or where the caller set the variable. */
+ * store off a GPU, one whose mount cannot be read, or where the caller set the variable.
+ * And cpc_one_queue: one work queue, unless the caller chose. */
 #include "copy_cuda.h"
 #include "tap.h"
 
@@ -58,6 +59,13 @@ int main(void)
 	ok(!cpc_show_only(&odd, 1) && !getenv("CUDA_VISIBLE_DEVICES"), "a uuid with a comma in it: nothing set");
 	ok(!cpc_show_only(NULL, 0) && !getenv("CUDA_VISIBLE_DEVICES"), "no store: nothing set");
 	is_str(cpc_show_only(&a, 1), "GPU-0a", "one store: its GPU alone");
+
+	unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	cpc_one_queue();
+	is_str(getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "1", "one hardware work queue where the caller set none");
+	setenv("CUDA_DEVICE_MAX_CONNECTIONS", "4", 1);
+	cpc_one_queue();
+	is_str(getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "4", "  the caller's own left as it is");
 
 	char cmd[200];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", top);
