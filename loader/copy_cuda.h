@@ -1,6 +1,7 @@
 /* copy_cuda: the GPU side of copy (copy.c), on the driver's table alone: a command's stores'
- * GPUs shown to the driver (no other), a store's GPU by its uuid with its primary context
- * current, and host memory pinned a copying thread at a time.  On an H200 each of 16 threads making its own two buffers this way (a mapping, in
+ * GPUs shown to the driver (no other) and its contexts' work queues, a store's GPU by its
+ * uuid with its primary context current, and host memory pinned a copying thread at a
+ * time.  On an H200 each of 16 threads making its own two buffers this way (a mapping, in
  * huge pages where the kernel has them, touched, registered) had them 2-3 ms after it
  * started and all 16 within 9-11 ms, where one cuMemHostAlloc of all of them took 24-43 ms
  * before any thread could start (probe/restore_open_probe.c, `tests/gpu/run.sh pinned`). */

@@ -5,7 +5,7 @@
 # libfuse3-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev), unpacked into a
 # private prefix (.gpu/prefix), never into /.  Prints TAP, then the benchmark lines.
 #
-#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|tp|refit|snapshot|peer|peer-net|gms-snapshot|kept|digest|group|ahead|pinned|all] [RUNS]
+#   bash tests/gpu/run.sh [gate|tests|bench|torch|load|engines|wheel|restart|graphs|gms|tier|adapters|switch|sharing|multi|tp|refit|snapshot|peer|peer-net|gms-snapshot|kept|digest|group|ahead|pinned|contexts|all] [RUNS]
 #   gate: every headline figure beside its floor in one run, exit 1 on a miss (tests/gpu/gate.py;
 #     at most 8 minutes; its results in $OUT/gate.json or build/gate.json, for tests/gpu/gate_tables.py)
 #   RUNS: benchmark runs per layout (default 5); sharing: tier, adapters and switch;
@@ -34,9 +34,12 @@
 #     each GPU's mount as one group: trainer ranks refit it, engine ranks flip in lockstep,
 #     every step's logits the trainers', a trainer rank killed mid-step (tests/gpu/tp_gpu.py);
 #   pinned: what a fresh restore pays before its first byte, its pinned buffers made each way
-#     (probe/restore_open_probe.c's modes, fresh processes by turns, 3 rounds; #83 item 3); with
-#     two GPUs or more, also every GPU's context made by a process each at once, and by one
-#     process a thread each (a group's restore in one process; #85);
+#     (probe/restore_open_probe.c's modes, fresh processes by turns, 3 rounds; #83 item 3), first
+#     with GPU 0 held by a daemon (as a restore meets it), then without; with two GPUs or more,
+#     also every GPU's context made by a process each at once, and by one process a thread
+#     each (a group's restore in one process; #85), and each process shown one GPU;
+#   contexts: a 16 GiB restore and a fresh context under CUDA_DEVICE_MAX_CONNECTIONS unset (the
+#     commands' 1), 8 (the driver's) and 2, by turns (probe/context_env_probe.py; temporary);
 #   ahead: host memory made ahead (-o host_ahead): 100 fresh readers' imports beside its making and
 #     100 on a quiet daemon (probe/ahead_tail_probe.sh), and across a takeover
 #     (probe/takeover_standby_probe.sh), a store of an eighth of the device, at most 16 GiB;
