@@ -8,6 +8,8 @@
 /* Two H200, each held by its daemon, two restores of 5.77 GB at once, a process each:
  * 0.512-0.537 s shown their own GPU only, 0.541-0.551 s shown both (tests/gpu/tp_gpu.py,
  * by turns); the driver's cuInit sets up every device it is shown. */
+#define SHOW_READ_MS 250
+
 const char *cpc_show_only(const char *const *stores, size_t n)
 {
 	static char list[1024];
@@ -17,9 +19,12 @@ const char *cpc_show_only(const char *const *stores, size_t n)
 		return NULL; /* the caller's choice stands */
 	for (size_t i = 0; i < n; i++) {
 		char backend[64], uuid[128];
-		if (sf_field(stores[i], "../device", "backend", backend, sizeof backend) || strcmp(backend, "cuda") ||
-		    sf_field(stores[i], "../device", "uuid", uuid, sizeof uuid) || strncmp(uuid, "GPU-", 4) ||
-		    strpbrk(uuid, ", "))
+		/* A mount that does not answer at once is left to the command's own read, which
+		 * says so after SF_READ_MS: this one must not add its wait to that one. */
+		if (sf_field_within(stores[i], "../device", "backend", backend, sizeof backend, SHOW_READ_MS) ||
+		    strcmp(backend, "cuda") ||
+		    sf_field_within(stores[i], "../device", "uuid", uuid, sizeof uuid, SHOW_READ_MS) ||
+		    strncmp(uuid, "GPU-", 4) || strpbrk(uuid, ", "))
 			return NULL;
 		char *seen = strstr(list, uuid); /* a GPU named by two stores: once */
 		if (at && seen && (seen[strlen(uuid)] == ',' || !seen[strlen(uuid)]))

@@ -48,8 +48,8 @@ static void *sf_reader(void *arg)
 }
 
 /* path's text into a new sf_read (the caller frees it), or -errno; -ETIMEDOUT when the
- * daemon did not answer within SF_READ_MS. */
-static int sf_read_within(const char *path, struct sf_read **out)
+ * daemon did not answer within ms. */
+static int sf_read_within(const char *path, struct sf_read **out, int ms)
 {
 	struct sf_read *r = calloc(1, sizeof *r);
 	pthread_t t;
@@ -69,7 +69,10 @@ static int sf_read_within(const char *path, struct sf_read **out)
 	} else {
 		struct timespec end;
 		clock_gettime(CLOCK_REALTIME, &end);
-		end.tv_sec += SF_READ_MS / 1000;
+		end.tv_sec += ms / 1000;
+		end.tv_nsec += (long)(ms % 1000) * 1000000;
+		if (end.tv_nsec >= 1000000000)
+			end.tv_sec++, end.tv_nsec -= 1000000000;
 		pthread_mutex_lock(&r->mu);
 		while (!r->done && pthread_cond_timedwait(&r->cv, &r->mu, &end) != ETIMEDOUT)
 			;
@@ -89,10 +92,15 @@ static int sf_read_within(const char *path, struct sf_read **out)
 
 int sf_field(const char *store, const char *name, const char *key, char *out, size_t len)
 {
+	return sf_field_within(store, name, key, out, len, SF_READ_MS);
+}
+
+int sf_field_within(const char *store, const char *name, const char *key, char *out, size_t len, int ms)
+{
 	char path[4096];
 	snprintf(path, sizeof path, "%s/%s", store, name);
 	struct sf_read *r = NULL;
-	int e = sf_read_within(path, &r);
+	int e = sf_read_within(path, &r, ms);
 	if (e)
 		return e;
 	size_t klen = strlen(key);

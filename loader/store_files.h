@@ -11,6 +11,8 @@
  * within SF_READ_MS, stopped or stuck: the read is left to a thread of its own). */
 #define SF_READ_MS 5000
 int sf_field(const char *store, const char *name, const char *key, char *out, size_t len);
+/* The same, given ms instead of SF_READ_MS (a read whose answer only tunes what follows). */
+int sf_field_within(const char *store, const char *name, const char *key, char *out, size_t len, int ms);
 /* The layout's allocations as STORE/state counts them, or -1. */
 long sf_allocations(const char *store);
 /* The daemon told that commit gen's bytes have the content hash hex (user.gms.content_hash,
