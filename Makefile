@@ -31,7 +31,7 @@ PIECE_HASH_SRC := common/piece_hash.c common/piece_hash_avx2.c common/piece_hash
 WIRE_SRC := common/wire_msgpack.c common/wire_req.c common/wire_reply.c common/wire_image.c
 FSM_SRC := src/fsm/fsm.c
 META_SRC := src/meta/node.c src/meta/store.c src/meta/entry.c src/meta/commit.c src/meta/undo.c src/meta/intern.c src/meta/layout_hash.c src/meta/batch.c src/meta/view.c src/meta/version_name.c
-VMM_SRC := src/vmm/vmm_release.c src/vmm/vmm_account.c src/vmm/vmm_spare.c src/vmm/vmm_buf.c src/vmm/vmm_move.c src/vmm/vmm_open.c src/vmm/vmm_pieces.c src/vmm/vmm_pages.c src/vmm/vmm_switch.c src/vmm/vmm_copy.c src/vmm/vmm_host.c src/vmm/vmm_cuda.c
+VMM_SRC := src/vmm/vmm_release.c src/vmm/vmm_account.c src/vmm/vmm_spare.c src/vmm/vmm_buf.c src/vmm/vmm_move.c src/vmm/vmm_facts.c src/vmm/vmm_open.c src/vmm/vmm_pieces.c src/vmm/vmm_pages.c src/vmm/vmm_switch.c src/vmm/vmm_copy.c src/vmm/vmm_host.c src/vmm/vmm_cuda_open.c src/vmm/vmm_cuda.c
 # cuda.h only: libcuda is loaded at run time (dlopen), never linked.
 CUDA_INC ?= /usr/local/cuda/include
 ifneq ($(wildcard $(CUDA_INC)/cuda.h),)
@@ -50,7 +50,7 @@ LIB_SONAME := libgmsfs.so.0
 BIN := $(B)/gmsfs
 KEEPER := $(B)/gmsfs-keeper
 LIB := $(B)/libgmsfs.so $(B)/gmsfs.pc $(B)/libgmsfs-load.so
-UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire $(B)/test_piece_hash $(B)/test_copy $(B)/test_show_only
+UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire $(B)/test_piece_hash $(B)/test_copy $(B)/test_show_only $(B)/test_facts
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-session $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
@@ -173,6 +173,10 @@ $(B)/test_show_only: tests/unit/test_show_only.c loader/copy_cuda.c loader/copy_
 		loader/store_files.h tests/unit/tap.h | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Iloader -Icommon -o $@ tests/unit/test_show_only.c loader/copy_cuda.c \
 		loader/store_files.c -ldl -pthread
+
+# A device's facts kept for the next daemon's start: written, read, checked, fitted.
+$(B)/test_facts: tests/unit/test_facts.c src/vmm/vmm_facts.c src/vmm/vmm.h tests/unit/tap.h | $(B)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ tests/unit/test_facts.c src/vmm/vmm_facts.c
 
 # Each kind of the pieces' hash against libxxhash's own XXH3.
 $(B)/test_piece_hash: tests/unit/test_piece_hash.c $(PIECE_HASH_SRC) common/piece_hash.h tests/unit/tap.h | $(B)

@@ -237,3 +237,74 @@ PY
 	! grep -q " $d fuse.gmsfs " /proc/mounts
 	[ -z "${GMSFS_DAEMON_LOGS:-}" ] || cp "$d.log" "$GMSFS_DAEMON_LOGS/daemon.stop-$$.log"
 }
+
+@test "state=: a cuda device's facts kept for the next start; where they prove wrong, nothing new is made, they go, and the start after opens the device first" {
+	# A GPU daemon keeps STATE/device (vmm_facts.c) so that its next start serves before
+	# cuInit; a host daemon keeps none.  Here the facts name a GPU this machine lacks (no
+	# driver, or not that uuid): the daemon serves what it kept, refuses new memory with
+	# ENODEV, says why, removes the facts, and the start after falls back as without them.
+	run env PYTHONPATH="$ROOT/python/tests:$ROOT/python" GMSFS_LIBRARY="$ROOT/build/libgmsfs.so.0" $PYTHON - "$BATS_TEST_TMPDIR" 3>&- <<'PY'
+import errno, os, signal, subprocess, sys
+from manager import Manager
+tmp = sys.argv[1]
+mnt, state = os.path.join(tmp, "m"), os.path.join(tmp, "state")
+facts = os.path.join(state, "device")
+os.mkdir(mnt)
+m = Manager()
+
+def restart(*options):
+    m.kill(signal.SIGTERM)  # a restart: the manager keeps the service's mark
+    subprocess.run(["umount", "-l", mnt], capture_output=True)
+    return m.start(mnt, *options)
+
+def device():
+    return dict(l.split(": ", 1) for l in open(os.path.join(mnt, "device")).read().splitlines() if ": " in l)
+
+try:
+    m.start(mnt, "backend=host", "state=" + state)
+    print("host keeps facts:", os.path.exists(facts))
+    env = "visible=%s order=%s" % (os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),
+                                   os.environ.get("CUDA_DEVICE_ORDER", "(unset)"))
+    uuid = "GPU-00000000-1111-2222-3333-444444444444"
+    kept = ("backend: cuda\nindex: 0\nuuid: %s\nname: NVIDIA Stand-in\ntotal_bytes: 1073741824\n"
+            "granularity: 2097152\nenv: %s\n" % (uuid, env))
+    # Facts that fail their checks are not used: the daemon opens as without them.
+    for bad in (kept.replace("granularity: 2097152", "granularity: 3000000"), kept.replace(uuid, "GPU-x"),
+                kept.replace("index: 0", "index: 99999"), kept.replace("backend: cuda", "backend: host")):
+        open(facts, "w").write(bad)
+        restart("state=" + state)
+        print("bad facts:", device()["backend"], device()["uuid"] != uuid)
+    open(facts, "w").write(kept)
+    restart("state=" + state)
+    d = device()
+    print("served as kept:", d["backend"], d["uuid"] == uuid, d["name"], d["total_bytes"], d["granularity"])
+    os.mkdir(os.path.join(mnt, "s"))
+    lock = os.open(os.path.join(mnt, "s", "lock"), os.O_WRONLY)  # the writer's lock, as a shell takes it
+    try:
+        with open(os.path.join(mnt, "s", "allocs", "a"), "wb") as f:
+            os.ftruncate(f.fileno(), 4096)  # an allocation: the daemon's create
+        print("made")
+    except OSError as e:
+        print("refused:", errno.errorcode.get(e.errno, e.errno))
+    os.close(lock)
+    log = open(mnt + ".log").read()
+    print("said:", "the device did not open behind the start" in log, "facts gone:", not os.path.exists(facts))
+    restart("state=" + state)
+    d = device()
+    print("next start:", d["backend"], d["uuid"] != uuid)
+    m.kill(signal.SIGTERM)
+finally:
+    m.close()
+    subprocess.run(["umount", "-l", mnt], capture_output=True)
+PY
+	assert_success
+	assert_output "host keeps facts: False
+bad facts: host True
+bad facts: host True
+bad facts: host True
+bad facts: host True
+served as kept: cuda True NVIDIA Stand-in 1073741824 2097152
+refused: ENODEV
+said: True facts gone: True
+next start: host True"
+}

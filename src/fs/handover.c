@@ -388,6 +388,8 @@ int handover_peer(const char *mountpoint, struct handover_peer *p, char *err, si
 	if (e)
 		return why_fmt(err, errlen, e, "takeover: %s: %s (is a gmsfs daemon serving %s?)", path, strerror(-e),
 			       mountpoint);
+	if (vmm_facts_parse(text, &p->known)) /* its device's facts, for the new daemon's start */
+		memset(&p->known, 0, sizeof p->known);
 	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
 		char *v = strstr(line, ": ");
 		if (!v)
@@ -407,7 +409,11 @@ int handover_peer(const char *mountpoint, struct handover_peer *p, char *err, si
 	if (!p->backend[0] || !p->uuid[0] || !p->socket[0] || p->pid <= 0)
 		return why_fmt(err, errlen, -EPROTO, "takeover: %s names no socket or pid: a gmsfs too old to hand over",
 			       path);
-	return same_daemon(p, err, errlen);
+	e = same_daemon(p, err, errlen);
+	/* Its device's index is as its environment showed the devices. */
+	if (e || vmm_facts_env_of(p->pid, p->known.env, sizeof p->known.env))
+		memset(&p->known, 0, sizeof p->known);
+	return e;
 }
 
 static int connect_old(struct handover_peer *p, char *err, size_t errlen)

@@ -35,6 +35,7 @@ struct handover_peer {
 	char socket_final[108];  /* this daemon takes the old one's socket name once it ends */
 	int conn;        /* the socket connection, once handover_take has run */
 	pid_t pid;
+	struct vmm_known known;  /* its device's facts (no uuid: none, or not a cuda device's) */
 	bool mounted_by_libfuse; /* the old mount was lifted first (no mount beneath here) */
 };
 int handover_peer(const char *mountpoint, struct handover_peer *p, char *err, size_t errlen);

@@ -28,6 +28,15 @@ int keep_start(struct fs *fs, const char *dir, unsigned max_fds, char *err, size
  * restart gives it back; a stop of the service frees it). */
 void keep_stop(struct fs *fs);
 
+/* The device's facts the daemon before kept in dir (DIR/device, vmm_facts.c), where the
+ * manager passed the service's mark back to this process: a restart, never a start after
+ * a stop or a reboot (the devices may differ then, and no memory waits to be served).
+ * 0, or -errno (-ENOENT: none to use). */
+int keep_device_facts(const char *dir, struct vmm_known *k);
+/* This daemon's device's facts into dir for the next start (cuda: its cuInit then runs
+ * behind the start); on another backend the file goes.  Failures are said. */
+void keep_device_remember(const char *dir, const struct vmm *v);
+
 /* status.json: "keep": {...} of the mount (nothing when keep is off). */
 void keep_status(struct fs *fs, FILE *f);
 /* Whether the stores are kept across a restart now: 1, 0 (the manager's store went or

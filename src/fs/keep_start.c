@@ -260,6 +260,43 @@ static int restore_all(struct fs *fs, struct keep *k, bool *marked)
 	return e;
 }
 
+/* The service's mark among $LISTEN_FDNAMES, passed to this process. */
+static bool mark_passed(void)
+{
+	const char *pid = getenv("LISTEN_PID"), *names = getenv("LISTEN_FDNAMES");
+	if (!pid || !names || atol(pid) != (long)getpid())
+		return false;
+	size_t n = strlen(KEEP_SERVICE_NAME);
+	for (const char *c = names; *c; c += strcspn(c, ":"), c += *c == ':')
+		if (!strncmp(c, KEEP_SERVICE_NAME, n) && (c[n] == ':' || !c[n]))
+			return true;
+	return false;
+}
+
+int keep_device_facts(const char *dir, struct vmm_known *k)
+{
+	char path[4096];
+	if (!mark_passed() || snprintf(path, sizeof path, "%s/device", dir) >= (int)sizeof path)
+		return -ENOENT;
+	int e = vmm_facts_read(path, k);
+	if (e && e != -ENOENT)
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: keep: %s: %s: the device is opened before the daemon serves\n", path,
+			 e == -EINVAL ? "not a cuda device's facts, or one fails its check" : strerror(-e));
+	return e;
+}
+
+void keep_device_remember(const char *dir, const struct vmm *v)
+{
+	char path[4096];
+	if (snprintf(path, sizeof path, "%s/device", dir) >= (int)sizeof path)
+		return;
+	int e = strcmp(v->dev.backend, "cuda") ? (unlink(path) && errno != ENOENT ? -errno : 0)
+					       : vmm_facts_write(path, v);
+	if (e)
+		fuse_log(FUSE_LOG_WARNING, "gmsfs: keep: %s: %s (the next start opens the device before it serves)\n",
+			 path, strerror(-e));
+}
+
 /* dir and its parents (mkdir -p), mode 0700: the images are the daemon's. */
 static int make_dir(char *dir)
 {

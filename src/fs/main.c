@@ -324,7 +324,12 @@ static int prepare(struct fs *fs, struct options *opts, struct fuse_args *args, 
 					     opts->socket);
 	if (same_socket)
 		snprintf(peer->socket_final, sizeof peer->socket_final, "%s", opts->socket);
-	if (!e && !(e = vmm_open(&fs->vmm, backend, device, max_bytes, err, errlen))) {
+	/* The device's facts as the daemon before had them: then its driver opens behind the
+	 * start, and the stores it kept are served at once. */
+	struct vmm_known kept;
+	const struct vmm_known *known = opts->takeover ? (peer->known.dev.uuid[0] ? &peer->known : NULL)
+				       : opts->state && !keep_device_facts(opts->state, &kept) ? &kept : NULL;
+	if (!e && !(e = vmm_open(&fs->vmm, backend, device, known, max_bytes, err, errlen))) {
 		opts->t_device = clock_mono_ns();
 		uint64_t piece = VMM_PIECE_DEFAULT;
 		if (opts->piece_bytes)
@@ -342,8 +347,8 @@ static int prepare(struct fs *fs, struct options *opts, struct fuse_args *args, 
 						    "keeps the stores (state=)");
 	if (!e && opts->takeover)
 		e = handover_take(fs, cmd->mountpoint, peer, err, errlen);
-	if (!e && opts->state)
-		e = keep_start(fs, opts->state, opts->fdstore, err, errlen);
+	if (!e && opts->state && !(e = keep_start(fs, opts->state, opts->fdstore, err, errlen)) && !fs->vmm->known)
+		keep_device_remember(opts->state, fs->vmm);
 	opts->t_stores = clock_mono_ns();
 	return e;
 }

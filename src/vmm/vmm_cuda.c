@@ -1,13 +1,12 @@
-/* The cuda backend: CUDA VMM on one device.  -ENODEV from open: no usable GPU
- * here (the default then falls back to host); -EINVAL: no such device.  The daemon calls cuInit and
- * nothing that needs a context: cuMemCreate (pinned device memory, POSIX-fd
+/* The cuda backend: CUDA VMM on one device, opened by vmm_cuda_open.c.  The daemon calls
+ * cuInit and nothing that needs a context: cuMemCreate (pinned device memory, POSIX-fd
  * handle type) and cuMemExportToShareableHandle work without one.  Each
  * allocation is exported once; its descriptor is kept and sent to every client
  * (one fd imports in any number of processes).  The daemon never maps. */
 #include "vmm.h"
 
 #ifdef GMSFS_HAVE_CUDA
-#include "cuda_api.h"
+#include "vmm_cuda_open.h"
 #include "fdpass.h"
 #include "../mover/mover.h"
 
@@ -21,123 +20,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-struct cuda_priv {
-	struct cu_api cu;
-	CUdevice dev;
-	CUmemAllocationProp prop;
-	CUmemAllocationProp host_prop; /* the host tier: pinned host memory, exportable */
-	pthread_mutex_t mover_mu;      /* one user of the helper's socket at a time */
-	unsigned in_flight;            /* a switch's batches sent and not yet answered (mover_mu held) */
-	bool mover_stays;              /* copies_ready: the helper runs on when idle */
-	int mover_sock;                /* -1: no helper running */
-	pid_t mover_pid;
-	/* Host memory the helper may keep mapped (mover.h): each allocation's key, and the
-	 * keys of those freed since, told to the helper at the next chance (MOVER_FORGET). */
-	atomic_uint_fast64_t next_key;
-	pthread_mutex_t forget_mu;
-	uint64_t *forget;
-	size_t nforget, forget_cap;
-	bool unstay;                   /* under forget_mu: the helper to be told MOVER_UNSTAY */
-};
-
-struct cuda_buf {
-	struct vmm_buf b; /* first: the daemon sees a vmm_buf */
-	CUmemGenericAllocationHandle h;
-	uint64_t key; /* host memory: its key for the helper (mover.h); 0: device memory */
-};
-
-static void uuid_text(const CUuuid *u, char *out, size_t size)
-{
-	const unsigned char *b = (const unsigned char *)u->bytes;
-	snprintf(out, size, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-		 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-}
-
-static int cuda_open(struct vmm *v, const char *device, char *err, size_t errlen)
-{
-	struct cuda_priv *p = calloc(1, sizeof *p);
-	if (!p)
-		return -ENOMEM;
-	if (cu_load(&p->cu, err, errlen)) {
-		free(p);
-		return -ENODEV;
-	}
-	struct cu_api *cu = &p->cu;
-	CUresult r = cu->cuInit(0);
-	int count = 0;
-	if (r == CUDA_SUCCESS)
-		r = cu->cuDeviceGetCount(&count);
-	if (r != CUDA_SUCCESS || count == 0) {
-		snprintf(err, errlen, "cuInit: %s", r != CUDA_SUCCESS ? cu_name(cu, r) : "no CUDA device");
-		goto fail;
-	}
-	/* device=INDEX or device=GPU-uuid (as nvidia-smi -L prints it). */
-	int index = -1;
-	for (int i = 0; i < count && index < 0; i++) {
-		CUdevice d;
-		CUuuid u;
-		char text[64];
-		if (cu->cuDeviceGet(&d, i) != CUDA_SUCCESS || cu->cuDeviceGetUuid(&u, d) != CUDA_SUCCESS)
-			continue;
-		uuid_text(&u, text, sizeof text);
-		if (device ? (!strcmp(device, text) || (strspn(device, "0123456789") == strlen(device) && atoi(device) == i))
-			   : i == 0) {
-			index = i;
-			p->dev = d;
-			snprintf(v->dev.uuid, sizeof v->dev.uuid, "%s", text);
-		}
-	}
-	if (index < 0) {
-		snprintf(err, errlen, "device=%s: no such CUDA device (%d present; an index or a GPU-uuid)", device, count);
-		cu_unload(&p->cu);
-		free(p);
-		return -EINVAL; /* a GPU is here, the name is wrong: no quiet fallback to host */
-	}
-	int vmm = 0, posix = 0;
-	cu->cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, p->dev);
-	cu->cuDeviceGetAttribute(&posix, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, p->dev);
-	if (!vmm || !posix) {
-		snprintf(err, errlen, "device %d: no CUDA VMM with POSIX-fd handles", index);
-		goto fail;
-	}
-	p->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	p->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	p->prop.location.id = p->dev;
-	p->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-	size_t gran = 0, total = 0;
-	if ((r = cu->cuMemGetAllocationGranularity(&gran, &p->prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)) ||
-	    (r = cu->cuDeviceTotalMem(&total, p->dev))) {
-		snprintf(err, errlen, "device %d: %s", index, cu_name(cu, r));
-		goto fail;
-	}
-	cu->cuDeviceGetName(v->dev.name, (int)sizeof v->dev.name, p->dev);
-	/* Host memory near the GPU, for the host tier: created and exported without a context too. */
-	int numa = 0;
-	cu->cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, p->dev);
-	p->host_prop = p->prop;
-	p->host_prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-	p->host_prop.location.id = numa > 0 ? numa : 0;
-	pthread_mutex_init(&p->mover_mu, NULL);
-	pthread_mutex_init(&p->forget_mu, NULL);
-	p->mover_sock = -1;
-	v->dev.index = v->dev.gpu = index;
-	v->dev.backend = "cuda";
-	v->dev.granularity = gran;
-	v->dev.total_bytes = total;
-	v->priv = p;
-	return 0;
-fail:
-	cu_unload(&p->cu);
-	free(p);
-	return -ENODEV;
-}
-
 static int create_with(struct vmm_pool *pool, uint64_t aligned, const CUmemAllocationProp *prop,
 		       struct vmm_buf **out)
 {
 	struct vmm *v = pool->vmm;
 	struct cuda_priv *p = v->priv;
 	struct cu_api *cu = &p->cu;
+	int e = cuda_driver_ready(p);
+	if (e) {
+		fprintf(stderr, "gmsfs: %s: no allocation: the device did not open behind the start (said above)\n",
+			v->dev.uuid);
+		return e;
+	}
 	struct cuda_buf *cb = calloc(1, sizeof *cb);
 	if (!cb)
 		return -ENOMEM;
@@ -495,15 +389,14 @@ static void cuda_close(struct vmm *v)
 	struct cuda_priv *p = v->priv;
 	if (p) {
 		mover_stop_or_leave(p, true);
-		cu_unload(&p->cu);
-		free(p->forget);
-		free(p);
+		cuda_priv_free(p);
 	}
 }
 
 const struct vmm_ops vmm_cuda_ops = {
 	.name = "cuda",
 	.open = cuda_open,
+	.open_known = cuda_open_known,
 	.create = cuda_create,
 	.release = cuda_release,
 	.export_fd = cuda_export,

@@ -8,14 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int open_with(struct vmm **out, const struct vmm_ops *ops, const char *device, uint64_t max_bytes,
-		     char *err, size_t errlen)
+static int open_with(struct vmm **out, const struct vmm_ops *ops, const char *device, const struct vmm_known *known,
+		     uint64_t max_bytes, char *err, size_t errlen)
 {
 	struct vmm *v = calloc(1, sizeof *v);
 	if (!v)
 		return -ENOMEM;
 	v->ops = ops;
-	int e = ops->open(v, device, err, errlen);
+	v->known = known != NULL;
+	int e = known ? ops->open_known(v, known, err, errlen) : ops->open(v, device, err, errlen);
 	if (e) {
 		free(v);
 		return e;
@@ -32,7 +33,8 @@ static int open_with(struct vmm **out, const struct vmm_ops *ops, const char *de
 	return 0;
 }
 
-int vmm_open(struct vmm **out, const char *backend, const char *device, uint64_t max_bytes, char *err, size_t errlen)
+int vmm_open(struct vmm **out, const char *backend, const char *device, const struct vmm_known *known,
+	     uint64_t max_bytes, char *err, size_t errlen)
 {
 	if (backend && strcmp(backend, "host") != 0 && strcmp(backend, "cuda") != 0) {
 		snprintf(err, errlen, "backend=%s: unknown backend (cuda or host)", backend);
@@ -40,7 +42,10 @@ int vmm_open(struct vmm **out, const char *backend, const char *device, uint64_t
 	}
 	if (!backend || !strcmp(backend, "cuda")) {
 #ifdef GMSFS_HAVE_CUDA
-		int e = open_with(out, &vmm_cuda_ops, device, max_bytes, err, errlen);
+		/* Facts that fit: the device is the one a daemon here had a moment ago. */
+		if (known && vmm_facts_fit(known, backend, device, max_bytes))
+			return open_with(out, &vmm_cuda_ops, device, known, max_bytes, err, errlen);
+		int e = open_with(out, &vmm_cuda_ops, device, NULL, max_bytes, err, errlen);
 		if (!e || backend || e != -ENODEV)
 			return e;
 		/* The default: cuda where a VMM-capable GPU is found, else host. */
@@ -53,7 +58,7 @@ int vmm_open(struct vmm **out, const char *backend, const char *device, uint64_t
 		}
 #endif
 	}
-	return open_with(out, &vmm_host_ops, device, max_bytes, err, errlen);
+	return open_with(out, &vmm_host_ops, device, NULL, max_bytes, err, errlen);
 }
 
 void vmm_leave(struct vmm *v)

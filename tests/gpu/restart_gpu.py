@@ -60,6 +60,30 @@ def pid_of(mnt):
         return int(dict(line.rstrip("\n").split(": ", 1) for line in f)["pid"])
 
 
+def uuid_of(mnt):
+    return next(l.split(": ", 1)[1] for l in open(os.path.join(mnt, "device")).read().splitlines()
+                if l.startswith("uuid: "))
+
+
+def made_after(mnt):
+    """A store made on mnt, one allocation written, committed, read back, removed."""
+    s = os.path.join(mnt, "after")
+    os.mkdir(s)
+    try:
+        cuda = torch.device("cuda")
+        with gmsfs.connect(s, "rw", timeout=30) as w:
+            m = w.create("x", 2 * MiB)
+            _tl._bytes_at(m.ptr, m.size, cuda).fill_(7)
+            torch.cuda.synchronize()
+            w.commit()
+        with gmsfs.connect(s, "ro", timeout=30) as r:
+            r.import_all()
+            m = r.mappings[0]
+            return int(_tl._bytes_at(m.ptr, m.size, cuda).sum(dtype=torch.int64)) == 7 * 2 * MiB
+    finally:
+        os.rmdir(s)
+
+
 def tier_round_trip(store):
     for where in ("host", "device"):
         with open(os.path.join(store, "tier"), "w") as f:
@@ -104,6 +128,10 @@ def main():
     apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
                           text=True).stdout.split()
     check(str(new.pid) not in apps and str(old) not in apps, "neither daemon holds a CUDA context", apps)
+    said = open(mount + ".takeover.log").read()
+    check("opened behind the start in" in said, "the new daemon served first and opened the device behind the start, "
+          "from the old daemon's facts", said[-2000:])
+    check(made_after(mount), "and makes new memory on it after (a store made, committed, read, removed)")
     c.close()
     check(tier_round_trip(store), "a move to the host tier and back, by the mover, of memory the new daemon "
                                   "holds by its descriptors alone")
@@ -127,14 +155,24 @@ def main():
     m.start(mount, "state=" + state)
     os.mkdir(store)
     subprocess.run([os.path.join(build, "gmsfs-load"), "-q", store, path], check=True)
+    kept = open(os.path.join(state, "device")).read()
+    check("backend: cuda\n" in kept and "uuid: %s\n" % uuid_of(mount) in kept,
+          "state= keeps the device's facts for the next start", kept)
     for sig in (signal.SIGKILL, signal.SIGTERM):
         m.kill(sig)
         subprocess.run(["umount", "-l", mount], capture_output=True)
+        since = os.path.getsize(mount + ".log")
         m.start(mount, "state=" + state)
         with gmsfs.connect(store, "ro", timeout=30) as c3:
             c3.import_all()
             check(sums(c3) == want and c3.layout_hash == h,
                   "after %s and a start under the manager: the same bytes and hash" % signal.Signals(sig).name)
+        check(made_after(mount), "  and new memory made on the device after")
+        with open(mount + ".log") as f:
+            f.seek(since)
+            said = f.read()
+        check("opened behind the start in" in said, "  the device opened behind the start, from the kept facts",
+              said[-2000:])
     check(tier_round_trip(store), "and a move to the host tier and back")
     m.kill(signal.SIGTERM)
     subprocess.run(["umount", "-l", mount], capture_output=True)

@@ -12,7 +12,7 @@
 #   engines: 8 engines at once on an 8B-shaped transformers model, and its warm start;
 #   wheel: the same on the wheel (make wheel here, carried in dist/) pip-installed into
 #     python3's venv, run from / without PYTHONPATH, GMSFS_LIBRARY or LD_LIBRARY_PATH;
-#   restart: takeover and a restart under a service manager, tested, then timed (16 GiB);
+#   restart: takeover and a restart under a service manager, tested, then timed (16 GiB; RESTART_KINDS=big: that store alone);
 #   snapshot: gmsfs-snapshot save and restore on tmpfs and on the disk, checked, against
 #     pinned copies and dd O_DIRECT (tests/gpu/snapshot_gpu.py);
 #   peer: a store copied GPU 0 -> GPU 1 against the driver's peer copy, and snapshots of both
@@ -389,7 +389,7 @@ if [ "$what" = restart ] || [ "$what" = all ]; then # a daemon replaced or resta
 	mount_gmsfs
 	timeout 400 python3 tests/gpu/restart_gpu.py "$mnt" "$top/build" || failed=$((failed + 1))
 	unmount_gmsfs
-	timeout 500 python3 bench/restart.py build "${RESTART_GIB:-16}" cuda || failed=$((failed + 1))
+	timeout 500 python3 bench/restart.py build "${RESTART_GIB:-16}" cuda "${RESTART_KINDS:-big,many}" || failed=$((failed + 1))
 fi
 if [ "$what" = pages ]; then # elastic KV caches (issue 46): page maps against the raw driver loop, then three engines
 	mount_gmsfs
