@@ -240,11 +240,12 @@ PY
 
 @test "state=: a cuda device's facts kept for the next start; where they prove wrong, nothing new is made, they go, and the start after opens the device first" {
 	# A GPU daemon keeps STATE/device (vmm_facts.c) so that its next start serves before
-	# cuInit; a host daemon keeps none.  Here the facts name a GPU this machine lacks (no
-	# driver, or not that uuid): the daemon serves what it kept, refuses new memory with
-	# ENODEV, says why, removes the facts, and the start after falls back as without them.
+	# cuInit, which runs once the mount is quiet; a host daemon keeps none.  Here the facts
+	# name a GPU this machine lacks (no driver, or not that uuid): the daemon serves what it
+	# kept, tries the driver on a quiet mount, refuses new memory with ENODEV, says why,
+	# removes the facts, and the start after falls back as without them.
 	run env PYTHONPATH="$ROOT/python/tests:$ROOT/python" GMSFS_LIBRARY="$ROOT/build/libgmsfs.so.0" $PYTHON - "$BATS_TEST_TMPDIR" 3>&- <<'PY'
-import errno, os, signal, subprocess, sys
+import errno, os, signal, subprocess, sys, time
 from manager import Manager
 tmp = sys.argv[1]
 mnt, state = os.path.join(tmp, "m"), os.path.join(tmp, "state")
@@ -278,6 +279,12 @@ try:
     restart("state=" + state)
     d = device()
     print("served as kept:", d["backend"], d["uuid"] == uuid, d["name"], d["total_bytes"], d["granularity"])
+    # Nobody asks anything of it: the driver's open waits for a quiet mount, then runs alone.
+    for _ in range(400):
+        if "the device did not open behind the start" in open(mnt + ".log").read():
+            break
+        time.sleep(0.05)
+    print("tried on a quiet mount:", "the device did not open behind the start" in open(mnt + ".log").read())
     os.mkdir(os.path.join(mnt, "s"))
     lock = os.open(os.path.join(mnt, "s", "lock"), os.O_WRONLY)  # the writer's lock, as a shell takes it
     try:
@@ -304,6 +311,7 @@ bad facts: host True
 bad facts: host True
 bad facts: host True
 served as kept: cuda True NVIDIA Stand-in 1073741824 2097152
+tried on a quiet mount: True
 refused: ENODEV
 said: True facts gone: True
 next start: host True"

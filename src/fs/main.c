@@ -327,8 +327,10 @@ static int prepare(struct fs *fs, struct options *opts, struct fuse_args *args, 
 	/* The device's facts as the daemon before had them: then its driver opens behind the
 	 * start, and the stores it kept are served at once. */
 	struct vmm_known kept;
-	const struct vmm_known *known = opts->takeover ? (peer->known.dev.uuid[0] ? &peer->known : NULL)
-				       : opts->state && !keep_device_facts(opts->state, &kept) ? &kept : NULL;
+	struct vmm_known *known = opts->takeover ? (peer->known.dev.uuid[0] ? &peer->known : NULL)
+				 : opts->state && !keep_device_facts(opts->state, &kept) ? &kept : NULL;
+	if (known)
+		known->busy_ns = &fs->busy_ns;
 	if (!e && !(e = vmm_open(&fs->vmm, backend, device, known, max_bytes, err, errlen))) {
 		opts->t_device = clock_mono_ns();
 		uint64_t piece = VMM_PIECE_DEFAULT;

@@ -91,6 +91,9 @@ struct vmm_known {
 	struct vmm_device dev; /* index, uuid, name, total_bytes, granularity */
 	char env[256];         /* CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER as they were (vmm_facts_env) */
 	char path[4096];       /* the file they came from, removed if the device proves them wrong ("": none) */
+	/* The mount's last busy moment (fs.h's busy_ns; NULL: none): the driver opens once the
+	 * mount has been quiet a second, at the first create, or after 10 s. */
+	const _Atomic uint64_t *busy_ns;
 };
 
 struct vmm_ops {

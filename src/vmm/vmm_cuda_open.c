@@ -7,6 +7,7 @@
 
 #ifdef GMSFS_HAVE_CUDA
 #include "vmm_cuda_open.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -99,13 +100,21 @@ static struct cuda_priv *priv_new(void)
 	pthread_mutex_init(&p->mover_mu, NULL);
 	pthread_mutex_init(&p->forget_mu, NULL);
 	pthread_mutex_init(&p->ready_mu, NULL);
-	pthread_cond_init(&p->ready_cv, NULL);
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->ready_cv, &a);
+	pthread_condattr_destroy(&a);
 	p->mover_sock = -1;
 	return p;
 }
 
 void cuda_priv_free(struct cuda_priv *p)
 {
+	pthread_mutex_lock(&p->ready_mu);
+	p->ending = true; /* an opener still waiting for a quiet mount opens nothing */
+	pthread_cond_broadcast(&p->ready_cv);
+	pthread_mutex_unlock(&p->ready_mu);
 	if (p->opening)
 		pthread_join(p->opener, NULL);
 	cu_unload(&p->cu);
@@ -132,6 +141,32 @@ int cuda_open(struct vmm *v, const char *device, char *err, size_t errlen)
 	return 0;
 }
 
+/* The driver's open holds other processes' calls into the driver while it runs (an
+ * H200 beside running engines: a restart's waiting reader imported in 9-10 ms beside it,
+ * 2 ms without).  So it waits for what tier.c's host memory made ahead waits for: a
+ * quiet mount (no request that maps, makes or commits for a second: the engines of the
+ * daemon before came back and imported), or a create that needs it, or 10 s.  false: the
+ * daemon ends first. */
+#define OPEN_QUIET_NS 1000000000ull
+#define OPEN_WAIT_MAX_NS 10000000000ull
+
+static bool wait_quiet(struct cuda_priv *p, uint64_t start)
+{
+	pthread_mutex_lock(&p->ready_mu);
+	while (!p->wanted && !p->ending) {
+		uint64_t now = clock_mono_ns(), busy = p->known.busy_ns ? atomic_load(p->known.busy_ns) : 0;
+		uint64_t until = busy + OPEN_QUIET_NS < start + OPEN_WAIT_MAX_NS ? busy + OPEN_QUIET_NS
+										  : start + OPEN_WAIT_MAX_NS;
+		if (now >= until)
+			break;
+		struct timespec t = { (time_t)(until / 1000000000u), (long)(until % 1000000000u) };
+		pthread_cond_timedwait(&p->ready_cv, &p->ready_mu, &t);
+	}
+	bool go = !p->ending;
+	pthread_mutex_unlock(&p->ready_mu);
+	return go;
+}
+
 /* The driver of a device opened from known facts, on its own thread: checked against
  * them; where it fails or differs, nothing new is made (the kept stores are served as
  * before: their memory needs no driver here), and the facts' file goes, so that the next
@@ -143,8 +178,14 @@ static void *open_behind(void *arg)
 	const struct vmm_device *k = &p->known.dev;
 	struct vmm_device d = {0};
 	char err[600] = "";
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	uint64_t t0 = clock_mono_ns();
+	if (!wait_quiet(p, t0)) {
+		pthread_mutex_lock(&p->ready_mu);
+		p->ready = -ENODEV;
+		pthread_mutex_unlock(&p->ready_mu);
+		return NULL;
+	}
+	uint64_t t1 = clock_mono_ns();
 	int e = driver_open(p, k->uuid, &d, err, sizeof err);
 	if (!e && (d.index != k->index || d.granularity != k->granularity || d.total_bytes < k->total_bytes ||
 		   strcmp(d.name, k->name))) {
@@ -154,8 +195,6 @@ static void *open_behind(void *arg)
 			 (unsigned long long)k->granularity);
 		e = -ESTALE;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
 	if (e && p->known.path[0])
 		unlink(p->known.path);
 	if (e)
@@ -163,8 +202,9 @@ static void *open_behind(void *arg)
 				"until the daemon starts again%s%s%s\n", k->uuid, err, p->known.path[0] ? " (and " : "",
 			p->known.path, p->known.path[0] ? " is removed)" : "");
 	else
-		fprintf(stderr, "gmsfs: %s opened behind the start in %.1f ms, as %s said\n", k->uuid, ms,
-			p->known.path[0] ? p->known.path : "the daemon before");
+		fprintf(stderr, "gmsfs: %s opened behind the start in %.1f ms, after %.3f s for %s, as %s said\n", k->uuid,
+			(double)(clock_mono_ns() - t1) / 1e6, (double)(t1 - t0) / 1e9,
+			p->wanted ? "an allocation" : "a quiet mount", p->known.path[0] ? p->known.path : "the daemon before");
 	pthread_mutex_lock(&p->ready_mu);
 	p->ready = e ? -ENODEV : 1;
 	pthread_cond_broadcast(&p->ready_cv);
@@ -197,6 +237,10 @@ int cuda_open_known(struct vmm *v, const struct vmm_known *k, char *err, size_t 
 int cuda_driver_ready(struct cuda_priv *p)
 {
 	pthread_mutex_lock(&p->ready_mu);
+	if (!p->ready && !p->wanted) {
+		p->wanted = true; /* the opener waits no longer for a quiet mount */
+		pthread_cond_broadcast(&p->ready_cv);
+	}
 	while (!p->ready)
 		pthread_cond_wait(&p->ready_cv, &p->ready_mu);
 	int e = p->ready < 0 ? p->ready : 0;

@@ -31,6 +31,8 @@ struct cuda_priv {
 	pthread_mutex_t ready_mu;
 	pthread_cond_t ready_cv;
 	int ready;
+	bool wanted;                   /* a create waits for it: no waiting for a quiet mount */
+	bool ending;                   /* the daemon ends: an opener not yet opening opens nothing */
 	bool opening;                  /* opener was started: joined at the end */
 	pthread_t opener;
 	struct vmm_known known;
