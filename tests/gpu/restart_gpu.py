@@ -128,10 +128,10 @@ def main():
     apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
                           text=True).stdout.split()
     check(str(new.pid) not in apps and str(old) not in apps, "neither daemon holds a CUDA context", apps)
-    said = open(mount + ".takeover.log").read()
-    check("opened behind the start in" in said, "the new daemon served first and opened the device behind the start, "
+    check(made_after(mount), "the new daemon makes new memory on the device (a store made, committed, read, removed)")
+    said = open(mount + ".takeover.log").read()  # the create waited for the driver, if the mount was not quiet first
+    check("opened behind the start in" in said, "  having served first and opened the device behind the start, "
           "from the old daemon's facts", said[-2000:])
-    check(made_after(mount), "and makes new memory on it after (a store made, committed, read, removed)")
     c.close()
     check(tier_round_trip(store), "a move to the host tier and back, by the mover, of memory the new daemon "
                                   "holds by its descriptors alone")
