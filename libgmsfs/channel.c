@@ -348,6 +348,23 @@ int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct
 	return e;
 }
 
+int ch_send(struct ch *c, enum gmsfs_op op)
+{
+	if (c->sock < 0 || c->bind_pending)
+		return -ENOTCONN;
+	return send_request(c->sock, op, NULL, NULL, 0);
+}
+
+int ch_reply(struct ch *c, char *err, size_t errlen)
+{
+	bool whole;
+	int e = c->sock < 0 ? why_fmt(err, errlen, -ENOTCONN, "socket: not connected")
+			    : receive(c->sock, NULL, &whole, err, errlen);
+	if (e == -ENOTCONN || (!e && !whole))
+		ch_close(c);
+	return e;
+}
+
 void ch_soon(struct ch *c)
 {
 	if (c->sock >= 0)

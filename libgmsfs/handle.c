@@ -357,7 +357,8 @@ static void let_go(gmsfs *g)
 	close(fd);
 }
 
-void gm_release_lock(gmsfs *g)
+/* unlocked: the daemon took the lock back already (a reader's UNLOCK by its socket). */
+static void release_lock(gmsfs *g, bool unlocked)
 {
 	ch_close(&g->ch);
 	if (g->left) { /* COMMIT_LEAVE: the daemon holds nothing for them; closes alone */
@@ -378,7 +379,7 @@ void gm_release_lock(gmsfs *g)
 		 * at once must not find this process still holding the old lock. */
 		struct gmsfs_ioc io = { .size = sizeof io };
 		/* A writer that did not commit rolls back. */
-		if (!ioctl(g->dirfd, GMSFS_IOC_UNLOCK, &io)) {
+		if (unlocked || !ioctl(g->dirfd, GMSFS_IOC_UNLOCK, &io)) {
 			gm_forget_dir(g);
 			g->sleepfd = g->dirfd; /* holds nothing now; the next lock is asked on it */
 		} else {
@@ -392,6 +393,23 @@ void gm_release_lock(gmsfs *g)
 	g->imported_all = false;
 	g->said_in_place = false;
 	g->have_ticket = false;
+}
+
+void gm_release_lock(gmsfs *g)
+{
+	release_lock(g, false);
+}
+
+int gm_unlock_send(gmsfs *g)
+{
+	return g->lock == GMSFS_RO && !g->left && g->lockfd < 0 && g->dirfd >= 0 ? ch_send(&g->ch, GMSFS_OP_UNLOCK)
+										 : -EINVAL;
+}
+
+void gm_unlock_done(gmsfs *g, int sent)
+{
+	char why[256];
+	release_lock(g, !sent && !ch_reply(&g->ch, why, sizeof why)); /* refused: by the ioctl, as before */
 }
 
 void gm_forget_dir(gmsfs *g)

@@ -54,6 +54,11 @@ long ch_spin_ns(void);
 int ch_call(struct ch *c, enum gmsfs_op op, const void *body, size_t len, struct ch_manifest *m, char *err,
 	    size_t errlen);
 void ch_close(struct ch *c);
+/* A request of no body sent, its reply left for ch_reply (the caller works meanwhile):
+ * 0, or -errno (-ENOTCONN: no bound connection, or a BIND's reply still due). */
+int ch_send(struct ch *c, enum gmsfs_op op);
+/* The plain reply of what ch_send sent: 0 or its error (-errno, with why). */
+int ch_reply(struct ch *c, char *err, size_t errlen);
 /* GMSFS_OP_SOON: the next request follows shortly (no reply; a hint: nothing sent where
  * the channel is not connected, and a failure is the next call's to meet). */
 void ch_soon(struct ch *c);
@@ -222,6 +227,12 @@ int gm_need_lock(gmsfs *g, int want);
 int gm_take_lock(gmsfs *g, int mode, int timeout_ms);
 /* The lock given back; the directory's handle kept for the next (g->sleepfd). */
 void gm_release_lock(gmsfs *g);
+/* The same for a reader in two halves around work that needs no lock (unmap_all's
+ * unmapping): gm_unlock_send asks the daemon by the socket (0, or -errno where it cannot:
+ * not a plain read lock, no bound connection), gm_unlock_done(g, what it returned) reads
+ * the answer and releases the rest, by the ioctl where the socket's was not done. */
+int gm_unlock_send(gmsfs *g);
+void gm_unlock_done(gmsfs *g, int sent);
 /* The kept handle closed (disconnect). */
 void gm_forget_dir(gmsfs *g);
 int gm_refresh(gmsfs *g);

@@ -27,10 +27,17 @@ int gmsfs_unmap_all(gmsfs *g)
 	if (e && e != -ENOTCONN && e != -ECONNABORTED && e != -ENOENT)
 		return e;
 	double t0 = gm_tracing() ? gm_us() : 0;
+	/* A reader's lock goes back while its mappings go, its answer read after them: the
+	 * round trip is off the caller's time (the mappings are read-only, and the memory
+	 * stays until the last of them goes).  A writer's after them, by the ioctl. */
+	int sent = gm_unlock_send(g);
 	for (size_t i = 0; i < g->nmaps; i++) {
 		struct gmsfs_mapping *m = &g->maps[i];
-		if (g->slots[i].mapped && (e = mp_unmap_alloc(g, m->ptr, m->aligned, g->slots[i].piece)))
+		if (g->slots[i].mapped && (e = mp_unmap_alloc(g, m->ptr, m->aligned, g->slots[i].piece))) {
+			if (!sent) /* the lock is going: the handle is given up, as a failed remap's */
+				gm_unlock_done(g, sent);
 			return gm_error(g, e, "%s: unmap: %s", m->name, strerror(-e));
+		}
 		g->slots[i].mapped = false;
 	}
 	sp_unmap_all(g); /* a space's mapping would keep the memory past the lock */
@@ -38,7 +45,7 @@ int gmsfs_unmap_all(gmsfs *g)
 	memcpy(g->saved_hash, g->info.layout_hash, sizeof g->saved_hash);
 	g->unmapped_lock = g->lock;
 	double t1 = t0 ? gm_us() : 0;
-	gm_release_lock(g); /* a writer that did not commit rolls back */
+	gm_unlock_done(g, sent); /* a writer that did not commit rolls back */
 	if (t0)
 		fprintf(stderr, "gmsfs_unmap_all: %.0f us: unmapping %.0f us, the lock given back %.0f us (from %.0f)\n",
 			gm_us() - t0, t1 - t0, gm_us() - t1, gm_trace_clock(t1));

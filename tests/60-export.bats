@@ -206,6 +206,28 @@ still_serves() {
 	still_serves
 }
 
+@test "the channel: UNLOCK gives a reader's lock back and unbinds; a writer's is EPERM, an unbound connection's ENOLCK, a body on it EINVAL" {
+	run "$PROBE" bind "lock:1:$MNT/m" unlock
+	assert_line --index 0 'ok n=0 readonly=0 writable=0 entries=0'
+	assert_line 'readers: 0'
+	assert_line 'export: ENOLCK'
+	assert_line 'ioctl unlock: ENOLCK'
+	run "$PROBE" bind "lock:1:$MNT/m" unlock-unbound
+	assert_line --index 0 ENOLCK
+	run "$PROBE" bind "lock:1:$MNT/m" unlock-body
+	assert_line --index 0 EINVAL
+	mkdir "$MNT/ul"
+	"$EXAMPLE" write "$MNT/ul" 2 4096
+	run "$PROBE" bind "lock:2:$MNT/ul" unlock
+	assert_line --index 0 EPERM
+	assert_line 'state: RW' # the session holds on, still bound: a writer's ends by its ioctl or a commit
+	assert_line --partial 'export: ok n=2'
+	assert_line 'ioctl unlock: ok'
+	wait_until state_is "$MNT/ul" COMMITTED
+	rmdir "$MNT/ul"
+	still_serves
+}
+
 @test "the channel: a ticket on an op that takes none, a body on COMMIT, an op switched mid-body, a body that does not parse: EINVAL, then hang up" {
 	for how in ticketed-op commit-body op-switch garbage-body; do
 		run "$PROBE" bind "lock:1:$MNT/m" "$how"

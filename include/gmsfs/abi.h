@@ -211,7 +211,12 @@ enum gmsfs_op {
 	                         * GMSFS_SOON_WATCH_MS, instead of sleeping, where the daemon spins
 	                         * (GMSFS_SPIN_US, 8 cores), once a request served; a writer's only
 	                         * (EPERM, ENOLCK unbound: answered, then hung up) */
-	GMSFS_OP_MAX = 14
+	GMSFS_OP_UNLOCK = 15,   /* no body: the bound store directory's read lock given back, as its
+	                         * GMSFS_IOC_UNLOCK would, the connection unbound (the reply its last
+	                         * on that binding): a reader's unmap_all sends it before it unmaps
+	                         * and reads the reply after.  EPERM: not a read lock of a store
+	                         * directory (the writer session ends by its ioctl, or a commit) */
+	GMSFS_OP_MAX = 15
 };
 
 #define GMSFS_SOON_WATCH_MS 50       /* how long a SOON keeps its connection's thread watching */

@@ -200,6 +200,25 @@ def test_commit_with_unmap_publishes_and_leaves_the_writer_asleep(store):
     c.close()
 
 
+def test_a_readers_unmap_all_gives_its_lock_back_by_its_socket_while_it_unmaps(store):
+    def state():
+        return dict(l.split(": ", 1) for l in open(os.path.join(store, "state")).read().splitlines() if ": " in l)
+    with gmsfs.connect(store, "rw") as w:
+        w.array(w.create("a", 65536), "uint8")[:] = 3
+        w.commit()
+    c = gmsfs.connect(store, "ro")
+    c.import_all()
+    asked = int(state()["socket_requests"])
+    c.unmap_all()
+    st = state()  # read right after: the daemon answered the UNLOCK before unmap_all returned
+    assert st["readers"] == "0" and int(st["socket_requests"]) == asked + 1, st
+    with gmsfs.connect(store, "rw", timeout=5) as w:  # the writer's lock is free at once
+        w.import_all()
+    c.remap_all(timeout=5)
+    assert int(c.array(c.mappings[0], "uint8").sum()) == 3 * 65536 and state()["readers"] == "1"
+    c.close()
+
+
 def test_unmap_lets_one_mapping_go_and_keeps_the_allocation(store):
     c = gmsfs.connect(store, "rw")
     a, b, p = c.create_many([("a", 65536), ("b", 65536), ("p", 4096)])

@@ -12,7 +12,8 @@
  *   gmsfs-probe connect SOCKET      connect: "ok" or the errno name
  *   gmsfs-probe bind FILE HOW
  *       HOW: export, unbound, child, create, redeem (a channel ticket presented to REDEEM),
- *            ticketed-op, commit-body, op-switch, garbage-body, closed
+ *            ticketed-op, commit-body, op-switch, garbage-body, closed, unlock (then EXPORT
+ *            and the UNLOCK ioctl), unlock-unbound, unlock-body
  * FILE is opened O_RDONLY (O_DIRECTORY for a directory; O_RDWR with an "rw:" prefix; lock
  * first for lock-holders with "lock:MODE" as FILE prefix, e.g. lock:1:/mnt/store). */
 #include <gmsfs/abi.h>
@@ -280,6 +281,20 @@ static void send_op(int s, enum gmsfs_op op, const uint8_t *ticket, uint32_t fla
 }
 
 /* A channel: BIND the LOCK ticket of FILE's lock, then one request, right or wrong. */
+/* The lines of the store's state that say who holds its lock. */
+static void print_state(int dirfd)
+{
+	char text[4096];
+	int st = openat(dirfd, "state", O_RDONLY | O_CLOEXEC);
+	ssize_t n = st < 0 ? -1 : read(st, text, sizeof text - 1);
+	if (st >= 0)
+		close(st);
+	text[n > 0 ? n : 0] = '\0';
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+		if (!strncmp(line, "state: ", 7) || !strncmp(line, "writer: ", 8) || !strncmp(line, "readers: ", 9))
+			printf("%s\n", line);
+}
+
 static int do_bind(int argc, char **argv)
 {
 	if (argc != 4)
@@ -304,7 +319,7 @@ static int do_bind(int argc, char **argv)
 		send_op(s, GMSFS_OP_REDEEM, io.ticket, 0, NULL, 0);
 		return read_reply(s, false);
 	}
-	if (strcmp(how, "unbound") && strcmp(how, "soon-unbound")) {
+	if (strcmp(how, "unbound") && strcmp(how, "soon-unbound") && strcmp(how, "unlock-unbound")) {
 		send_op(s, GMSFS_OP_BIND, io.ticket, 0, NULL, 0);
 		read_reply(s, true);
 	}
@@ -356,13 +371,27 @@ static int do_bind(int argc, char **argv)
 		send_op(s, GMSFS_OP_COMMIT_LEAVE, NULL, 0, sb.data, sb.size);
 		msgpack_sbuffer_destroy(&sb);
 		int r = read_reply(s, false);
-		char text[4096];
-		int st = openat(fd, "state", O_RDONLY | O_CLOEXEC);
-		ssize_t n = st < 0 ? -1 : read(st, text, sizeof text - 1);
-		text[n > 0 ? n : 0] = '\0';
-		for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
-			if (!strncmp(line, "state: ", 7) || !strncmp(line, "writer: ", 8) || !strncmp(line, "readers: ", 9))
-				printf("%s\n", line);
+		print_state(fd);
+		return r;
+	} else if (!strcmp(how, "unlock") || !strcmp(how, "unlock-unbound") || !strcmp(how, "unlock-body")) {
+		/* The reply, what state says, then the connection's next EXPORT and the directory's
+		 * own UNLOCK ioctl: each finds the lock gone where the UNLOCK was done. */
+		bool body = !strcmp(how, "unlock-body");
+		send_op(s, GMSFS_OP_UNLOCK, NULL, 0, body ? sb.data : NULL, body ? sb.size : 0);
+		int r = read_reply(s, false);
+		if (body)
+			return r;
+		print_state(fd);
+		printf("export: ");
+		send_op(s, GMSFS_OP_EXPORT, NULL, 0, sb.data, sb.size);
+		read_reply(s, false);
+		struct gmsfs_ioc un = { .size = sizeof un };
+		printf("ioctl unlock: ");
+		if (ioctl(fd, GMSFS_IOC_UNLOCK, &un) < 0)
+			say_err(errno);
+		else
+			printf("ok\n");
+		msgpack_sbuffer_destroy(&sb);
 		return r;
 	} else {
 		fprintf(stderr, "unknown HOW %s\n", how);

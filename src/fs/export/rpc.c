@@ -394,6 +394,23 @@ static int do_change(struct fs *fs, const struct rpc_req *r, const struct wire_b
 	return e;
 }
 
+/* UNLOCK: a reader's lock given back through its connection (abi.h), as the ioctl's. */
+static int do_unlock(struct fs *fs, const struct rpc_req *r, char *why, size_t whylen)
+{
+	int e;
+	struct fs_handle *h = bound(fs, r, false, true, &e, why, whylen);
+	if (!h)
+		return e;
+	if (!h->fnode || h->fnode->kind != FS_STORE || h->hold != HOLD_READ) {
+		snprintf(why, whylen, "UNLOCK: only a store directory's read lock (a writer's session ends by its "
+				      "GMSFS_IOC_UNLOCK, or its commit)");
+		return -EPERM;
+	}
+	export_revoke(fs, h); /* this connection is unbound: the reply below is its last */
+	lock_release(h);
+	return 0;
+}
+
 /* SOON: no reply (its sender reads none); a wrong one is answered, then hung up on. */
 static int serve_soon(struct fs *fs, const struct rpc_req *r)
 {
@@ -428,14 +445,16 @@ static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 	bool manifest = false;
 	switch (r->op) {
 	case GMSFS_OP_REDEEM:
+	case GMSFS_OP_FLIP: /* a flip that failed sends no manifest */
 		pthread_mutex_lock(&fs->mu);
-		e = do_redeem(fs, r, &s, why, sizeof why);
+		e = r->op == GMSFS_OP_REDEEM ? do_redeem(fs, r, &s, why, sizeof why) : do_flip(fs, r, &s, why, sizeof why);
 		pthread_mutex_unlock(&fs->mu);
-		manifest = true;
+		manifest = r->op == GMSFS_OP_REDEEM || !e;
 		break;
 	case GMSFS_OP_BIND:
+	case GMSFS_OP_UNLOCK:
 		pthread_mutex_lock(&fs->mu);
-		e = do_bind(fs, r, why, sizeof why);
+		e = r->op == GMSFS_OP_BIND ? do_bind(fs, r, why, sizeof why) : do_unlock(fs, r, why, sizeof why);
 		pthread_mutex_unlock(&fs->mu);
 		break;
 	case GMSFS_OP_EXPORT: {
@@ -451,12 +470,6 @@ static int rpc_serve(struct fs *fs, const struct rpc_req *r)
 	case GMSFS_OP_CREATE:
 		e = do_create(fs, r, &body, &s, why, sizeof why);
 		manifest = true;
-		break;
-	case GMSFS_OP_FLIP:
-		pthread_mutex_lock(&fs->mu);
-		e = do_flip(fs, r, &s, why, sizeof why);
-		pthread_mutex_unlock(&fs->mu);
-		manifest = !e;
 		break;
 	case GMSFS_OP_HANDOVER: /* the rest of the exchange is handover.c's; on success it ends the daemon */
 		handover_give(fs, r->sock, r->uid, export_socket(fs));
