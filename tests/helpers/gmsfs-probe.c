@@ -379,8 +379,10 @@ static int do_bind(int argc, char **argv)
 		bool body = !strcmp(how, "unlock-body");
 		send_op(s, GMSFS_OP_UNLOCK, NULL, 0, body ? sb.data : NULL, body ? sb.size : 0);
 		int r = read_reply(s, false);
-		if (body)
+		if (body) {
+			msgpack_sbuffer_destroy(&sb);
 			return r;
+		}
 		print_state(fd);
 		printf("export: ");
 		send_op(s, GMSFS_OP_EXPORT, NULL, 0, sb.data, sb.size);
