@@ -145,12 +145,12 @@ int cuda_open(struct vmm *v, const char *device, char *err, size_t errlen)
  * H200 beside running engines: a restart's waiting reader imported in 9-10 ms beside it,
  * 2 ms without).  So it waits for what tier.c's host memory made ahead waits for: a
  * quiet mount (no request that maps, makes or commits for a second: the engines of the
- * daemon before came back and imported), or a create that needs it, or 10 s.  false: the
- * daemon ends first. */
+ * daemon before came back and imported), or a create that needs it, or 10 s.  1: a create
+ * asked for it; 0: quiet, or 10 s; -1: the daemon ends first. */
 #define OPEN_QUIET_NS 1000000000ull
 #define OPEN_WAIT_MAX_NS 10000000000ull
 
-static bool wait_quiet(struct cuda_priv *p, uint64_t start)
+static int wait_quiet(struct cuda_priv *p, uint64_t start)
 {
 	pthread_mutex_lock(&p->ready_mu);
 	while (!p->wanted && !p->ending) {
@@ -162,9 +162,9 @@ static bool wait_quiet(struct cuda_priv *p, uint64_t start)
 		struct timespec t = { (time_t)(until / 1000000000u), (long)(until % 1000000000u) };
 		pthread_cond_timedwait(&p->ready_cv, &p->ready_mu, &t);
 	}
-	bool go = !p->ending;
+	int why = p->ending ? -1 : p->wanted;
 	pthread_mutex_unlock(&p->ready_mu);
-	return go;
+	return why;
 }
 
 /* The driver of a device opened from known facts, on its own thread: checked against
@@ -179,9 +179,11 @@ static void *open_behind(void *arg)
 	struct vmm_device d = {0};
 	char err[600] = "";
 	uint64_t t0 = clock_mono_ns();
-	if (!wait_quiet(p, t0)) {
+	int asked = wait_quiet(p, t0);
+	if (asked < 0) {
 		pthread_mutex_lock(&p->ready_mu);
 		p->ready = -ENODEV;
+		pthread_cond_broadcast(&p->ready_cv);
 		pthread_mutex_unlock(&p->ready_mu);
 		return NULL;
 	}
@@ -204,7 +206,7 @@ static void *open_behind(void *arg)
 	else
 		fprintf(stderr, "gmsfs: %s opened behind the start in %.1f ms, after %.3f s for %s, as %s said\n", k->uuid,
 			(double)(clock_mono_ns() - t1) / 1e6, (double)(t1 - t0) / 1e9,
-			p->wanted ? "an allocation" : "a quiet mount", p->known.path[0] ? p->known.path : "the daemon before");
+			asked ? "an allocation" : "a quiet mount", p->known.path[0] ? p->known.path : "the daemon before");
 	pthread_mutex_lock(&p->ready_mu);
 	p->ready = e ? -ENODEV : 1;
 	pthread_cond_broadcast(&p->ready_cv);
@@ -222,12 +224,10 @@ int cuda_open_known(struct vmm *v, const struct vmm_known *k, char *err, size_t 
 	v->dev.gpu = v->dev.index;
 	v->dev.backend = "cuda";
 	v->priv = p;
-	int e = pthread_create(&p->opener, NULL, open_behind, v);
-	if (e) {
+	if (pthread_create(&p->opener, NULL, open_behind, v)) { /* no thread: opened now, as without facts */
 		v->priv = NULL;
 		cuda_priv_free(p);
-		snprintf(err, errlen, "no thread to open the device: %s", strerror(e));
-		return -e;
+		return cuda_open(v, k->dev.uuid, err, errlen);
 	}
 	p->opening = true;
 	return 0;
