@@ -54,6 +54,8 @@ static int create_with(struct vmm_pool *pool, uint64_t aligned, const CUmemAlloc
 	}
 	cb->b.fd = fd;
 	*out = &cb->b;
+	if (prop == &p->prop)
+		atomic_store_explicit(&p->released, false, memory_order_relaxed);
 	return 0;
 }
 
@@ -329,9 +331,24 @@ static void cuda_release(struct vmm_buf *b)
 		forget_key(p, cb->key);
 	/* Memory a client still maps lives on (its imported handle); the rest is freed. */
 	vmm_close_fd(b->vmm, b->fd);
-	if (cb->h)
+	if (cb->h) {
 		p->cu.cuMemRelease(cb->h);
+		if (!cb->key)
+			atomic_store_explicit(&p->released, true, memory_order_relaxed);
+	}
 	free(cb);
+}
+
+/* After device memory was released, and nothing made since: one page made and freed, so
+ * that the next create does not pay for what the driver does behind a release (vmm.h,
+ * settle).  A failure (the device full to the page) changes nothing. */
+static void cuda_settle(struct vmm *v)
+{
+	struct cuda_priv *p = v->priv;
+	CUmemGenericAllocationHandle h;
+	if (atomic_exchange(&p->released, false) &&
+	    p->cu.cuMemCreate(&h, v->dev.granularity, &p->prop, 0) == CUDA_SUCCESS)
+		p->cu.cuMemRelease(h);
 }
 
 /* Memory another daemon made: the exported descriptor alone keeps it (as an open fd
@@ -405,6 +422,7 @@ const struct vmm_ops vmm_cuda_ops = {
 	.create_host = cuda_create_host,
 	.copies_ready = cuda_copies_ready,
 	.copies_unneeded = cuda_copies_unneeded,
+	.settle = cuda_settle,
 	.leave = cuda_leave,
 	.touch = cuda_touch,
 	.copy = cuda_copy,

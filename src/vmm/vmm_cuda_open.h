@@ -7,6 +7,8 @@
 #include "cuda_api.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <sys/types.h>
 
 struct cuda_priv {
@@ -36,6 +38,7 @@ struct cuda_priv {
 	bool opening;                  /* opener was started: joined at the end */
 	pthread_t opener;
 	struct vmm_known known;
+	atomic_bool released;          /* device memory released since the last create (cuda_settle) */
 };
 
 struct cuda_buf {

@@ -6,8 +6,10 @@
  * whoever makes memory first runs or waits for those pending (vmm_released), so that the
  * device has the room the accounting shows, where that room is needed
  * (vmm_released_for; v->releasing counts what is on its way).  Never waited for under fs->mu: a release
- * may take the keeper's mutex (vmm->closing), whose holder may wait for fs->mu. */
+ * may take the keeper's mutex (vmm->closing), whose holder may wait for fs->mu.  Once the queue
+ * has stayed empty SETTLE_MS after a release, the backend may ready its next create (settle). */
 #include "vmm_internal.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -19,13 +21,19 @@ struct job {
 	void *arg;
 };
 
+/* The driver's work behind a release is done within 20-50 ms (probe/create_rounds_probe.c,
+ * WARM=2): what settle does after it is not undone by it. */
+#define SETTLE_MS 100
+
 struct releaser {
+	struct vmm *v;
 	pthread_mutex_t mu;
 	pthread_cond_t work, idle;
 	struct job *head, **tail; /* first in, first out */
 	size_t pending;           /* queued and running */
 	atomic_size_t queued;     /* pending, for a look without mu */
 	bool stop, started;
+	bool ran;                 /* a job ran since the last settle */
 	pthread_t thread;
 };
 
@@ -45,9 +53,26 @@ static void run(struct releaser *r, struct job *j)
 	j->fn(j->arg);
 	free(j);
 	pthread_mutex_lock(&r->mu);
+	r->ran = true;
 	atomic_fetch_sub(&r->queued, 1);
 	if (!--r->pending)
 		pthread_cond_broadcast(&r->idle);
+}
+
+/* Under r->mu: the queue empty since the last job SETTLE_MS, the backend's settle (released
+ * meanwhile). */
+static void settle_when_still(struct releaser *r)
+{
+	struct timespec until = clock_after_ms(CLOCK_REALTIME, SETTLE_MS);
+	while (!r->head && !r->stop)
+		if (pthread_cond_timedwait(&r->work, &r->mu, &until) == ETIMEDOUT)
+			break;
+	if (r->head || r->stop)
+		return; /* more to release first, or the end */
+	r->ran = false;
+	pthread_mutex_unlock(&r->mu);
+	r->v->ops->settle(r->v);
+	pthread_mutex_lock(&r->mu);
 }
 
 static void *releaser_main(void *arg)
@@ -60,6 +85,8 @@ static void *releaser_main(void *arg)
 			run(r, j);
 		else if (r->stop)
 			break;
+		else if (r->ran && r->v->ops->settle)
+			settle_when_still(r);
 		else
 			pthread_cond_wait(&r->work, &r->mu);
 	}
@@ -76,6 +103,7 @@ int vmm_release_open(struct vmm *v)
 	pthread_cond_init(&r->work, NULL);
 	pthread_cond_init(&r->idle, NULL);
 	r->tail = &r->head;
+	r->v = v;
 	v->releases = r;
 	return 0;
 }
