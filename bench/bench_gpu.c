@@ -326,8 +326,10 @@ static void split_one(int sock, uint64_t size, CUdeviceptr *va, uint64_t *al)
 /* The writer's calls split over two processes: a creator (child_creator) makes each
  * allocation on request and hands its fd over; this process imports, reserves, maps and
  * sets access.  One allocation first, untimed: the daemon it stands for is warm, a fresh
- * process is not. */
-static double writer_split(const uint64_t *sizes, int count)
+ * process is not; then as long a pause as the daemon had before its timing (pause_us): the
+ * driver makes memory 3-4x faster right after a call that made some (probe/create_rounds_probe.c
+ * WARM=1), and a daemon that waited for a writer has not just made any. */
+static double writer_split(const uint64_t *sizes, int count, useconds_t pause)
 {
 	int sp[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sp))
@@ -344,6 +346,7 @@ static double writer_split(const uint64_t *sizes, int count)
 	CUdeviceptr *va = calloc((size_t)count + 1, sizeof *va);
 	uint64_t *al = calloc((size_t)count + 1, sizeof *al);
 	split_one(sp[0], sizes[0], &va[count], &al[count]);
+	usleep(pause);
 	double t0 = now_ms();
 	for (int i = 0; i < count; i++)
 		split_one(sp[0], sizes[i], &va[i], &al[i]);
@@ -430,8 +433,32 @@ static void settle(const char *mnt, uint64_t bytes)
 /* The daemon's releases done (the device file's releasing_bytes 0: a store removed gives
  * back gigabytes of pinned host memory) and the device's free memory back to free0 (within
  * 256 MiB: a creator process's end), at most 3 s: what the step before freed is released
- * before the next is timed, so that no writer figure pays for another's release. */
-static void quiet_device(const char *mnt, size_t free0)
+ * before the next is timed, so that no writer figure pays for another's release.  Then a
+ * pause for what the driver does after a release, behind it: made and freed back to back,
+ * 16 x 1 GiB took 1.7-3.3 ms to make for five rounds, then 25-35 ms from the sixth on, once
+ * the device's free memory had been made and freed once over (probe/create_rounds_probe.c,
+ * NO_CHILD=1, GAP_MS 0, H200); the split floor's creator, a fresh process, gets that pause
+ * from its own start (its cuInit and context), so every timing gets as much (pause_us).
+ * And in a process that released memory, the first cuMemCreate 50 ms or more later paid
+ * 4-6 ms more, unless a small allocation was made and freed in between (WARM=2): the daemon
+ * does that 100 ms after its releases (vmm.h, settle), the fresh creator never released
+ * any, and this process does it for its own floor (prime). */
+static useconds_t pause_us(uint64_t bytes)
+{
+	return (useconds_t)(120000 + bytes / 200000); /* 120 ms, and a millisecond per 200 MB freed */
+}
+
+static void prime(void)
+{
+	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .location = { CU_MEM_LOCATION_TYPE_DEVICE, dev },
+				     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
+	CUmemGenericAllocationHandle h;
+	if (cu.cuMemCreate(&h, 2u << 20, &prop, 0) == CUDA_SUCCESS)
+		cu.cuMemRelease(h);
+}
+
+static void quiet_device(const char *mnt, size_t free0, uint64_t bytes)
 {
 	double t0 = now_ms();
 	size_t fr = 0, total = 0;
@@ -439,10 +466,64 @@ static void quiet_device(const char *mnt, size_t free0)
 	while (now_ms() - t0 < 3000 && ((device_field(mnt, "releasing_bytes", going, sizeof going) && strcmp(going, "0")) ||
 					 (!cu.cuMemGetInfo(&fr, &total) && fr + (256u << 20) < free0)))
 		usleep(1000);
+	usleep(100000); /* the driver's work behind the releases done, as the daemon waits for it */
+	prime();
+	usleep(pause_us(bytes) - 100000);
 }
 
-static void layout(const char *mnt, const char *label, const uint64_t *sizes, int count, int runs, int rounds,
-		   bool writer_gated)
+/* The daemon's copy helper (gmsfs-mover, its child) running: its pid, else 0. */
+/* Whether GMSFS_BENCH_ONLY (only; NULL: every layout) names label. */
+static bool wanted(const char *only, const char *label)
+{
+	size_t n = strlen(label);
+	for (const char *p = only; p && *p; p += strcspn(p, ","), p += *p == ',')
+		if (!strncmp(p, label, n) && (p[n] == ',' || !p[n]))
+			return true;
+	return !only;
+}
+
+static long mover_pid(const char *mnt)
+{
+	char buf[64], path[64], stat[512];
+	if (!device_field(mnt, "pid", buf, sizeof buf))
+		return 0;
+	long daemon = atol(buf);
+	snprintf(path, sizeof path, "/proc/%ld/task/%ld/children", daemon, daemon);
+	FILE *f = fopen(path, "r");
+	long pid = 0, found = 0;
+	while (f && !found && fscanf(f, "%ld", &pid) == 1) {
+		snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+		FILE *s = fopen(path, "r");
+		if (s && fgets(stat, sizeof stat, s) && strstr(stat, "(gmsfs-mover)"))
+			found = pid;
+		if (s)
+			fclose(s);
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* GMSFS_BENCH_TRACE: one writer timing and what the daemon was doing around it. */
+static void trace_round(const char *mnt, int r, int k, double ms, double t_layout)
+{
+	static const char *what[] = { "create", "many", "floor", "split" };
+	char used[32] = "?", host[32] = "?", standby[32] = "?", going[32] = "?";
+	device_field(mnt, "used_bytes", used, sizeof used);
+	device_field(mnt, "host_used_bytes", host, sizeof host);
+	device_field(mnt, "host_standby_bytes", standby, sizeof standby);
+	device_field(mnt, "releasing_bytes", going, sizeof going);
+	size_t fr = 0, total = 0;
+	cu.cuMemGetInfo(&fr, &total);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	printf("#   round %2d %-6s %8.2f ms at +%.2f s (%ld.%03ld): used %s host %s standby %s releasing %s free %zu MiB "
+	       "mover %ld\n", r, what[k], ms, (now_ms() - t_layout) / 1e3, (long)ts.tv_sec, ts.tv_nsec / 1000000, used,
+	       host, standby, going, fr >> 20, mover_pid(mnt));
+	fflush(stdout);
+}
+
+static void layout(const char *mnt, const char *label, const uint64_t *sizes, int count, int runs, int rounds)
 {
 	char store[4096];
 	snprintf(store, sizeof store, "%s/bench-%s", mnt, label);
@@ -457,16 +538,25 @@ static void layout(const char *mnt, const char *label, const uint64_t *sizes, in
 	double rc[WRITER_ROUNDS_MAX], rmany[WRITER_ROUNDS_MAX]; /* each round's create and create_many over its split */
 	size_t free0 = 0, device_total = 0;
 	CU(cu.cuMemGetInfo(&free0, &device_total));
+	const char *tr = getenv("GMSFS_BENCH_TRACE");
+	bool trace = tr && *tr && strcmp(tr, "0");
+	double t_layout = now_ms();
+	uint64_t layout_bytes = 0;
+	for (int i = 0; i < count; i++)
+		layout_bytes += sizes[i];
 	for (int r = 0; r < rounds; r++) {
 		/* Each round starts at another of the four: the first after a release pays most. */
 		for (int k = 0; k < 4; k++) {
-			quiet_device(mnt, free0);
+			quiet_device(mnt, free0, layout_bytes);
+			double *at = NULL;
 			switch ((r + k) % 4) {
-			case 0: wc[r] = time_create(w, sizes, count, false); break;
-			case 1: wm[r] = time_create(w, sizes, count, true); break;
-			case 2: wf[r] = writer_floor(sizes, count); break;
-			default: w2[r] = writer_split(sizes, count);
+			case 0: *(at = &wc[r]) = time_create(w, sizes, count, false); break;
+			case 1: *(at = &wm[r]) = time_create(w, sizes, count, true); break;
+			case 2: *(at = &wf[r]) = writer_floor(sizes, count); break;
+			default: *(at = &w2[r]) = writer_split(sizes, count, pause_us(layout_bytes));
 			}
+			if (trace)
+				trace_round(mnt, r, (r + k) % 4, *at, t_layout);
 		}
 		rc[r] = wc[r] / w2[r];
 		rmany[r] = wm[r] / w2[r];
@@ -591,20 +681,18 @@ static void layout(const char *mnt, const char *label, const uint64_t *sizes, in
 	printf("  %-44s %9.2f ms against %.2f ms: %.2fx (import); %.2f ms against %.2f ms: %.2fx (remap)\n",
 	       "fastest of the runs, ours against the floor", ii, fi, ii / fi, rr, fr, rr / fr);
 	/* For tests/gpu/gate.py: value, floor, the most value / floor may be (the value the
-	 * median floor times the pairs' median ratio).  The writer's 16 x 1 GiB is said, not
-	 * gated: its creates of 16 GiB right after as much was released read 1.12-1.59x the
-	 * split floor in one order of the rounds and 2.5x when the rounds start in turn at
-	 * each of the four (H200, 2026-11-29; the other layouts 0.35-0.78x either way). */
-	const char *gated = writer_gated ? "gate" : "#     not gated";
+	 * median floor times the pairs' median ratio).  The writer's 16 x 1 GiB read 1.12-3.5x
+	 * the split floor until the daemon settled its driver after releases (vmm.h, settle) and
+	 * every timing started from the same pause (quiet_device): 1.04x and 1.08x then. */
 	printf("gate: import-%s %.4f %.4f 1.1 a reader's import_all in a fresh process, %s, median of %d pairs of "
 	       "runs by turns (ms)\n", label, pairs_import * f, f, label, pairs ? pairs : runs);
 	printf("gate: remap-%s %.4f %.4f 1.2 a reader's remap cycle, unmap_all + remap_all, %s, median of %d pairs of "
 	       "runs by turns (ms)\n", label, pairs_remap * remap_floor, remap_floor, label, pairs ? pairs : runs);
-	printf("%s: create-%s %.4f %.4f 1.2 a writer's gmsfs_create one allocation at a time, %s, against the same "
+	printf("gate: create-%s %.4f %.4f 1.2 a writer's gmsfs_create one allocation at a time, %s, against the same "
 	       "driver calls split over two processes as the daemon and its writer make them, median of %d rounds by "
-	       "turns (ms)\n", gated, label, r_create * t_two, t_two, label, rounds);
-	printf("%s: create-many-%s %.4f %.4f 1.2 a writer's gmsfs_create_many of the layout, %s, against the same "
-	       "split driver calls, median of %d rounds by turns (ms)\n", gated, label, r_many * t_two, t_two, label, rounds);
+	       "turns (ms)\n", label, r_create * t_two, t_two, label, rounds);
+	printf("gate: create-many-%s %.4f %.4f 1.2 a writer's gmsfs_create_many of the layout, %s, against the same "
+	       "split driver calls, median of %d rounds by turns (ms)\n", label, r_many * t_two, t_two, label, rounds);
 	fflush(stdout);
 	free(tf), free(ti), free(tc), free(tp), free(cx), free(rf), free(rm), free(qi), free(qr), free(pi), free(pq);
 	/* Free the store for the next layout: a writer empties it, then rmdir. */
@@ -671,13 +759,13 @@ int main(int argc, char **argv)
 	static uint64_t s[1000];
 	for (int i = 0; i < 1000; i++)
 		s[i] = 2ull << 20;
-	/* GMSFS_BENCH_ONLY=LABEL: that layout alone (a probe of one). */
+	/* GMSFS_BENCH_ONLY=LABEL[,LABEL...]: those layouts alone, in the usual order (a probe). */
 	const char *only = getenv("GMSFS_BENCH_ONLY");
 	if (only && !*only)
 		only = NULL;
 #define LAYOUT(label, n) \
-	if (!only || !strcmp(only, label)) \
-		layout(argv[1], label, s, n, runs, WRITER_ROUNDS, true)
+	if (wanted(only, label)) \
+		layout(argv[1], label, s, n, runs, WRITER_ROUNDS)
 	LAYOUT("1000x2MiB", 1000);
 	for (int i = 0; i < 128; i++)
 		s[i] = 64ull << 20;
@@ -688,12 +776,12 @@ int main(int argc, char **argv)
 	 * remap cycle's fixed lock hand-back and retake (about 0.2 ms of FUSE round trips the
 	 * driver loop has not) weigh most; the fastest of more runs moves least (gates on
 	 * unchanged code read 1.14x and 1.21x of a 1.2x limit with 16). */
-	if (!only || !strcmp(only, "16x1GiB"))
-		layout(argv[1], "16x1GiB", s, 16, 3 * runs, WRITER_ROUNDS_MAX, false);
+	if (wanted(only, "16x1GiB"))
+		layout(argv[1], "16x1GiB", s, 16, 3 * runs, WRITER_ROUNDS_MAX);
 	/* Twice the runs: its pairs' ratios spread 0.89-1.24 in one gate (median 1.13x of 1.1x),
 	 * 0.93x in the one before, on the same library code; 16 pairs move less. */
-	if (!only || !strcmp(only, "llama3-8b"))
-		layout(argv[1], "llama3-8b", s, llama8b(s), 2 * runs, WRITER_ROUNDS, true);
+	if (wanted(only, "llama3-8b"))
+		layout(argv[1], "llama3-8b", s, llama8b(s), 2 * runs, WRITER_ROUNDS);
 #undef LAYOUT
 	return 0;
 }

@@ -20,8 +20,8 @@ docs/benchmarks.md's tables, with the machine and the date.
              the import with it); and a writer's gmsfs_create one at a time and
              gmsfs_create_many, against the same driver calls split over two processes
              as the daemon and its writer make them (1.2x), the median of 5 rounds' ratios,
-             each round starting at another of the four timings (16 x 1 GiB's said, not
-             gated: 1.1-2.5x, its 16 GiB made right after as much was released)
+             each round starting at another of the four timings, each after the same pause
+             (the driver's work behind the release before done)
   switch     bench/switch.py: two models served by engines of their own, one allocation
              each and 16 each: warm switches against the copy engines both ways at once
              into device memory made just before (as a switch's ins are, as the tier's
