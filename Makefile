@@ -50,7 +50,8 @@ LIB_SONAME := libgmsfs.so.0
 BIN := $(B)/gmsfs
 KEEPER := $(B)/gmsfs-keeper
 LIB := $(B)/libgmsfs.so $(B)/gmsfs.pc $(B)/libgmsfs-load.so
-UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire $(B)/test_piece_hash $(B)/test_copy $(B)/test_show_only $(B)/test_facts
+UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire $(B)/test_piece_hash $(B)/test_copy $(B)/test_show_only $(B)/test_facts \
+	$(B)/test_release
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-session $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
@@ -177,6 +178,10 @@ $(B)/test_show_only: tests/unit/test_show_only.c loader/copy_cuda.c loader/copy_
 # A device's facts kept for the next daemon's start: written, read, checked, fitted.
 $(B)/test_facts: tests/unit/test_facts.c src/vmm/vmm_facts.c src/vmm/vmm.h tests/unit/tap.h | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ tests/unit/test_facts.c src/vmm/vmm_facts.c
+
+$(B)/test_release: tests/unit/test_release.c src/vmm/vmm_release.c src/vmm/vmm_internal.h src/vmm/vmm.h \
+		tests/unit/tap.h | $(B)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Isrc/vmm -o $@ tests/unit/test_release.c src/vmm/vmm_release.c -lpthread
 
 # Each kind of the pieces' hash against libxxhash's own XXH3.
 $(B)/test_piece_hash: tests/unit/test_piece_hash.c $(PIECE_HASH_SRC) common/piece_hash.h tests/unit/tap.h | $(B)
