@@ -341,12 +341,15 @@ static void cuda_release(struct vmm_buf *b)
 
 /* After device memory was released, and nothing made since: one page made and freed, so
  * that the next create does not pay for what the driver does behind a release (vmm.h,
- * settle).  A failure (the device full to the page) changes nothing. */
+ * settle).  Not where that page would pass max_bytes (the limit holds for a microsecond
+ * too); a failure (the device full to the page) changes nothing. */
 static void cuda_settle(struct vmm *v)
 {
 	struct cuda_priv *p = v->priv;
 	CUmemGenericAllocationHandle h;
-	if (atomic_exchange(&p->released, false) &&
+	uint64_t held = atomic_load(&v->used_bytes) + atomic_load(&v->pages_spare);
+	if (atomic_exchange(&p->released, false) && held < v->max_bytes &&
+	    v->max_bytes - held >= v->dev.granularity &&
 	    p->cu.cuMemCreate(&h, v->dev.granularity, &p->prop, 0) == CUDA_SUCCESS)
 		p->cu.cuMemRelease(h);
 }
