@@ -326,9 +326,8 @@ static void split_one(int sock, uint64_t size, CUdeviceptr *va, uint64_t *al)
 /* The writer's calls split over two processes: a creator (child_creator) makes each
  * allocation on request and hands its fd over; this process imports, reserves, maps and
  * sets access.  One allocation first, untimed: the daemon it stands for is warm, a fresh
- * process is not; then as long a pause as the daemon had before its timing (pause_us): the
- * driver makes memory 3-4x faster right after a call that made some (probe/create_rounds_probe.c
- * WARM=1), and a daemon that waited for a writer has not just made any. */
+ * process is not; then as long a pause as every other timing has before it (pause_us), so
+ * that each starts from the same state of the driver's (quiet_device). */
 static double writer_split(const uint64_t *sizes, int count, useconds_t pause)
 {
 	int sp[2];
@@ -471,7 +470,6 @@ static void quiet_device(const char *mnt, size_t free0, uint64_t bytes)
 	usleep(pause_us(bytes) - 100000);
 }
 
-/* The daemon's copy helper (gmsfs-mover, its child) running: its pid, else 0. */
 /* Whether GMSFS_BENCH_ONLY (only; NULL: every layout) names label. */
 static bool wanted(const char *only, const char *label)
 {
@@ -482,6 +480,7 @@ static bool wanted(const char *only, const char *label)
 	return !only;
 }
 
+/* The daemon's copy helper (gmsfs-mover, its child) running: its pid, else 0. */
 static long mover_pid(const char *mnt)
 {
 	char buf[64], path[64], stat[512];

@@ -34,6 +34,7 @@ struct releaser {
 	atomic_size_t queued;     /* pending, for a look without mu */
 	bool stop, started;
 	bool ran;                 /* a job ran since the last settle */
+	uint64_t ran_ns;          /* when the last one ended (CLOCK_MONOTONIC) */
 	pthread_t thread;
 };
 
@@ -54,21 +55,25 @@ static void run(struct releaser *r, struct job *j)
 	free(j);
 	pthread_mutex_lock(&r->mu);
 	r->ran = true;
+	r->ran_ns = clock_mono_ns();
 	atomic_fetch_sub(&r->queued, 1);
 	if (!--r->pending)
 		pthread_cond_broadcast(&r->idle);
 }
 
-/* Under r->mu: the queue empty since the last job SETTLE_MS, the backend's settle (released
- * meanwhile). */
+/* Under r->mu: once the last job (this thread's or a helper's, vmm_released) ended SETTLE_MS
+ * ago with none queued since, the backend's settle (r->mu released meanwhile). */
 static void settle_when_still(struct releaser *r)
 {
-	struct timespec until = clock_after_ms(CLOCK_REALTIME, SETTLE_MS);
-	while (!r->head && !r->stop)
-		if (pthread_cond_timedwait(&r->work, &r->mu, &until) == ETIMEDOUT)
+	for (;;) {
+		if (r->head || r->stop)
+			return; /* more to release first, or the end */
+		uint64_t now = clock_mono_ns(), due = r->ran_ns + SETTLE_MS * 1000000ull;
+		if (now >= due)
 			break;
-	if (r->head || r->stop)
-		return; /* more to release first, or the end */
+		struct timespec until = clock_after_ms(CLOCK_REALTIME, (long)((due - now + 999999) / 1000000));
+		pthread_cond_timedwait(&r->work, &r->mu, &until);
+	}
 	r->ran = false;
 	pthread_mutex_unlock(&r->mu);
 	r->v->ops->settle(r->v);
