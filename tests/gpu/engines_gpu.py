@@ -155,13 +155,22 @@ def env():
     return dict(os.environ, PYTHONPATH=HERE if INSTALLED else PY + os.pathsep + HERE, PYTHONUNBUFFERED="1")
 
 
-def start(kind, store, folder, **extra_env):
-    p = subprocess.Popen([sys.executable, "-c", ENGINE, kind, store, folder], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(env(), **extra_env))
+def launch(kind, store, folder, **extra_env):
+    """An engine's process, started: its imports and context under way (ready() waits)."""
+    return subprocess.Popen([sys.executable, "-c", ENGINE, kind, store, folder], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(env(), **extra_env))
+
+
+def ready(p):
+    """p once it says it is ready (its imports and context done, waiting for go)."""
     line = p.stdout.readline().strip()
     if line != "ready":
         raise RuntimeError("engine did not start: %s" % p.stderr.read()[-3000:])
     return p
+
+
+def start(kind, store, folder, **extra_env):
+    return ready(launch(kind, store, folder, **extra_env))
 
 
 def go(procs):
@@ -223,7 +232,9 @@ def main():
 
     store = os.path.join(mount, "llama8b")
     os.mkdir(store)
-    procs = [start("gmsfs", store, folder) for _ in range(ENGINES)]
+    # Their starts (imports, contexts: 15-20 s each) at once, not one after another: what is
+    # timed begins at go, with every engine ready.
+    procs = [ready(p) for p in [launch("gmsfs", store, folder) for _ in range(ENGINES)]]
     outs = go(procs)
     loaders = [o for o in outs if o.get("published")]
     if INSTALLED:
