@@ -43,15 +43,15 @@ FS_SRC := $(addprefix src/fs/,main.c options.c node.c content.c named.c history.
 DAEMON_SRC := $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(WIRE_SRC)
 DAEMON_HDR := $(COMMON_HDR) $(wildcard src/*/*.h src/*/*/*.h)
 
-LIB_SRC := $(PIECE_HASH_SRC) $(addprefix libgmsfs/,handle.c channel.c maps.c meta.c layout.c refit.c sleep.c space.c pages.c pages_held.c kept.c tie.c version.c graph.c torch.c manifest.c digest.c map_host.c map_cuda.c) $(WIRE_SRC)
-LIB_HDR := $(COMMON_HDR) libgmsfs/internal.h
+LIB_SRC := $(PIECE_HASH_SRC) $(addprefix libgmsfs/,handle.c channel.c hash_cuda.c maps.c meta.c layout.c refit.c sleep.c space.c pages.c pages_held.c kept.c tie.c version.c graph.c torch.c manifest.c digest.c map_host.c map_cuda.c) $(WIRE_SRC)
+LIB_HDR := $(COMMON_HDR) libgmsfs/internal.h libgmsfs/digest_gpu_ptx.h
 LIB_SONAME := libgmsfs.so.0
 
 BIN := $(B)/gmsfs
 KEEPER := $(B)/gmsfs-keeper
 LIB := $(B)/libgmsfs.so $(B)/gmsfs.pc $(B)/libgmsfs-load.so
 UNIT := $(B)/test_fsm $(B)/test_meta $(B)/test_wire $(B)/test_piece_hash $(B)/test_copy $(B)/test_show_only $(B)/test_facts \
-	$(B)/test_release
+	$(B)/test_release $(B)/test_xxh3_lanes
 HELPERS := $(B)/gmsfs-open $(B)/gmsfs-session $(B)/gmsfs-probe $(B)/gmsfs-scenario $(B)/gmsfs-storm
 EXAMPLES := $(B)/gmsfs-example
 LOADER := $(B)/gmsfs-load $(B)/gmsfs-save $(B)/gmsfs-snapshot
@@ -186,6 +186,10 @@ $(B)/test_release: tests/unit/test_release.c src/vmm/vmm_release.c src/vmm/vmm_i
 # Each kind of the pieces' hash against libxxhash's own XXH3.
 $(B)/test_piece_hash: tests/unit/test_piece_hash.c $(PIECE_HASH_SRC) common/piece_hash.h tests/unit/tap.h | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(XXH_CFLAGS) -o $@ tests/unit/test_piece_hash.c $(PIECE_HASH_SRC) $(XXH_LIBS)
+
+# The GPU's XXH3 (the content hash's kernel, compiled as C) against libxxhash's.
+$(B)/test_xxh3_lanes: tests/unit/test_xxh3_lanes.c common/xxh3_lanes.h tests/unit/tap.h | $(B)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(XXH_CFLAGS) -o $@ tests/unit/test_xxh3_lanes.c $(XXH_LIBS)
 
 $(B)/test_fsm: tests/unit/test_fsm.c $(FSM_SRC) src/fsm/fsm.h tests/unit/tap.h | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ tests/unit/test_fsm.c $(FSM_SRC)

@@ -65,7 +65,11 @@
 	X(cuStreamSynchronize, "cuStreamSynchronize")                   \
 	X(cuStreamQuery, "cuStreamQuery")                               \
 	X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")                    \
-	X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")
+	X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")                    \
+	X(cuModuleLoadData, "cuModuleLoadData")                         \
+	X(cuModuleUnload, "cuModuleUnload")                             \
+	X(cuModuleGetFunction, "cuModuleGetFunction")                   \
+	X(cuLaunchKernel, "cuLaunchKernel")
 
 struct cu_api {
 	void *lib;

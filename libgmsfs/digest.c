@@ -1,7 +1,7 @@
 /* digest: the content hash of the committed layout a reader holds (gmsfs_digest;
  * gmsfs(5), CONTENT HASH): each allocation's bytes hashed where they are (host memory in
- * place; GPU memory read into pinned host memory a chunk at a time), then one hash over
- * the layout hash and theirs; told to the daemon on request (user.gms.content_hash, which
+ * place; GPU memory by the GPU, hash_cuda.c, or where it cannot, read into pinned host
+ * memory a chunk at a time), then one hash over the layout hash and theirs; told to the daemon on request (user.gms.content_hash, which
  * needs write permission on the store), so that `cat STORE/content_hash` says it. */
 #include "internal.h"
 #include "piece_hash.h"
@@ -237,11 +237,41 @@ static int job_plan(gmsfs *g, const struct gmsfs_mapping *const *order, size_t n
 	return 0;
 }
 
-/* Every allocation's digest into digests[i]: XXH3-128 over the canonical XXH3-64 of each
- * DIGEST_PIECE of its bytes (the last piece shorter): the pieces' hashes gmsfs-snapshot
- * keeps, so that a snapshot's save and restore know the content hash with no second pass. */
-static int hash_all(gmsfs *g, const struct gmsfs_mapping *const *order, size_t n, XXH3_state_t *st,
-		    uint8_t (*digests)[GMSFS_HASH_LEN])
+/* On the GPU that holds the bytes (hash_cuda.c): every piece's hash into (*out)[k], in
+ * the order of the hash.  -errno where it cannot (a driver whose PTX is older than the
+ * kernel's, say): the caller reads the bytes into host memory instead, for the same hash. */
+static int hash_on_device(gmsfs *g, const struct gmsfs_mapping *const *order, size_t n, XXH64_canonical_t **out)
+{
+	size_t npieces = 0, k = 0;
+	for (size_t i = 0; i < n; i++)
+		npieces += (size_t)((order[i]->size + DIGEST_PIECE - 1) / DIGEST_PIECE);
+	const void **at = calloc(npieces + 1, sizeof *at);
+	uint64_t *len = calloc(npieces + 1, sizeof *len), *h = calloc(npieces + 1, sizeof *h);
+	*out = calloc(npieces + 1, sizeof **out);
+	char why[200] = "out of memory";
+	double t0 = gm_us();
+	int e = at && len && h && *out ? 0 : -ENOMEM;
+	for (size_t i = 0; !e && i < n; i++)
+		for (uint64_t off = 0; off < order[i]->size; off += DIGEST_PIECE, k++) {
+			at[k] = (const char *)order[i]->ptr + off;
+			len[k] = order[i]->size - off < DIGEST_PIECE ? order[i]->size - off : DIGEST_PIECE;
+		}
+	if (!e)
+		e = g->be->hash_pieces(g, npieces, at, len, h, why, sizeof why);
+	for (k = 0; !e && k < npieces; k++)
+		XXH64_canonicalFromHash(&(*out)[k], h[k]);
+	if (gm_tracing())
+		fprintf(stderr, "gmsfs: digest: %zu pieces hashed on the GPU: %.0f us%s%s\n", npieces, gm_us() - t0,
+			e ? "; it cannot: " : "", e ? why : "");
+	free(at), free(len), free(h);
+	if (e)
+		free(*out), *out = NULL;
+	return e;
+}
+
+/* Every piece's hash into (*out)[k], the bytes read where they are: host memory in place,
+ * GPU memory through pinned host memory.  0 or -errno, said. */
+static int hash_by_reading(gmsfs *g, const struct gmsfs_mapping *const *order, size_t n, XXH64_canonical_t **out)
 {
 	struct digest_job j;
 	double t0 = gm_us();
@@ -277,17 +307,38 @@ static int hash_all(gmsfs *g, const struct gmsfs_mapping *const *order, size_t n
 			"then %.0f us (reading %.0f us, waiting for a free buffer %.0f us)\n", j.npieces, j.nchunks,
 			started + !reads, reads ? " while this one reads" : "", t1 - t0, gm_us() - t1, j.us_read,
 			j.us_waited);
+	pthread_cond_destroy(&j.cv);
+	pthread_mutex_destroy(&j.mu);
+	if (!e)
+		*out = j.out, j.out = NULL; /* the caller's now */
+	job_free(&j);
+	return e;
+}
+
+/* Every allocation's digest into digests[i]: XXH3-128 over the canonical XXH3-64 of each
+ * DIGEST_PIECE of its bytes (the last piece shorter): the pieces' hashes gmsfs-snapshot
+ * keeps, so that a snapshot's save and restore know the content hash with no second pass.
+ * The pieces are hashed by the GPU where the bytes are in its memory and it can
+ * (GMSFS_DIGEST_GPU=0: never), else read. */
+static int hash_all(gmsfs *g, const struct gmsfs_mapping *const *order, size_t n, XXH3_state_t *st,
+		    uint8_t (*digests)[GMSFS_HASH_LEN])
+{
+	XXH64_canonical_t *out = NULL;
+	const char *gpu = getenv("GMSFS_DIGEST_GPU");
+	int e = -ENOTSUP;
+	if (g->be->hash_pieces && !(gpu && !strcmp(gpu, "0")))
+		e = hash_on_device(g, order, n, &out);
+	if (e)
+		e = hash_by_reading(g, order, n, &out);
 	for (size_t i = 0, k = 0; !e && i < n; i++) {
 		XXH3_128bits_reset(st);
 		for (uint64_t off = 0; off < order[i]->size; off += DIGEST_PIECE, k++)
-			XXH3_128bits_update(st, j.out[k].digest, sizeof j.out[k].digest);
+			XXH3_128bits_update(st, out[k].digest, sizeof out[k].digest);
 		XXH128_canonical_t c;
 		XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
 		memcpy(digests[i], c.digest, GMSFS_HASH_LEN);
 	}
-	pthread_cond_destroy(&j.cv);
-	pthread_mutex_destroy(&j.mu);
-	job_free(&j);
+	free(out);
 	return e;
 }
 

@@ -115,10 +115,17 @@ struct gm_backend {
 	/* Host memory for read() to copy into fast (cuda: pinned), and its release. */
 	int (*host_alloc)(gmsfs *g, uint64_t size, void **p);
 	void (*host_free)(gmsfs *g, void *p, uint64_t size);
+	/* Each piece's XXH3-64 (gmsfs(5), CONTENT HASH) computed where its bytes are, by the
+	 * GPU (at[k] mapped, a multiple of 16 where len[k] > 240): 0, or -errno with the
+	 * reason in err (the caller then reads the bytes into host memory instead). */
+	int (*hash_pieces)(gmsfs *g, size_t n, const void *const *at, const uint64_t *len, uint64_t *out,
+			   char *err, size_t errlen);
 };
 extern const struct gm_backend gm_host_backend;
 #ifdef GMSFS_HAVE_CUDA
 extern const struct gm_backend gm_cuda_backend;
+int gm_cuda_hash_pieces(gmsfs *g, size_t n, const void *const *at, const uint64_t *len, uint64_t *out, char *err,
+			size_t errlen);
 #endif
 
 /* ---- the handle's metadata: an index by key over its entries ---- */

@@ -313,5 +313,6 @@ const struct gm_backend gm_cuda_backend = {
 	.reader_close = cuda_reader_close,
 	.host_alloc = cuda_host_alloc,
 	.host_free = cuda_host_free,
+	.hash_pieces = gm_cuda_hash_pieces,
 };
 #endif

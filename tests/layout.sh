@@ -97,6 +97,12 @@ root=$(grep -cvE '^\s*(#|$)' python/gmsfs/__init__.py)
 check "python/gmsfs/__init__.py is a short list of public names (at most 60 lines of code)" \
 	"$([ "$root" -gt 60 ] && echo "python/gmsfs/__init__.py: $root lines of code")"
 
+# The content hash's kernel travels as PTX made from its sources (scripts/ptx.sh, where
+# nvcc is): a source changed without the PTX made again fails here.
+ptx_sum=$(cat libgmsfs/digest_gpu.cu common/xxh3_lanes.h | sha256sum | cut -c1-64)
+check "libgmsfs/digest_gpu_ptx.h was made from libgmsfs/digest_gpu.cu and common/xxh3_lanes.h as they are" \
+	"$(grep -q " \* sources: $ptx_sum " libgmsfs/digest_gpu_ptx.h || echo "run scripts/ptx.sh where nvcc is (sources $ptx_sum)")"
+
 # docs/inside.md's map of the parts is drawn from the layers files, never written by hand.
 check "docs/inside.md's map of the layers is what the layers files say" "$(python3 tests/helpers/inside_map.py --check)"
 
