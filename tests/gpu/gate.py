@@ -35,9 +35,9 @@ docs/benchmarks.md's tables, with the machine and the date.
   pages      bench-pages: pages within a store's minimum (0.9x the raw driver loop)
   graphs     tests/gpu/graph_gpu.py: 8 CUDA graphs in a GraphPool (the largest shape alone)
   engines    tests/gpu/engines_gpu.py gate: 8 engines at once (the publisher + 1 s)
-  digest     tests/gpu/digest_gpu.py: a reader's content hash of a model against the pinned
-             device-to-host copy of its bytes (1.2x), by turns; and the GPU's hash the
-             host backend's for the same bytes
+  digest     tests/gpu/digest_gpu.py: a reader's content hash of a model, hashed on the GPU,
+             against the device-to-device copy of its bytes (1.2x), by turns; and the GPU's
+             hash the host backend's for the same bytes
 
 Models are 16 GiB, or a fifth of a smaller device."""
 import datetime

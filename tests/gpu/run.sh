@@ -44,7 +44,8 @@
 #     100 on a quiet daemon (probe/ahead_tail_probe.sh), and across a takeover
 #     (probe/takeover_standby_probe.sh), a store of an eighth of the device, at most 16 GiB;
 #   digest: the content hash of a store on the GPU against the same bytes' on a host mount, and
-#     its speed against the pinned copy of the bytes (tests/gpu/digest_gpu.py);
+#     its speed on the GPU against the device-to-device copy of the bytes, read into host
+#     memory against the pinned copy (tests/gpu/digest_gpu.py);
 #   graphs: CUDA graphs of 8 shapes in gmsfs.torch.GraphPool against PyTorch's pools
 #   gms: GMS's client flows on GMS itself, through gmsfs.gms and on gmsfs (bench/gms_flows.py),
 #     then GMS's own tests through gmsfs.gms (tests/upstream/run.sh), where .upstream has them,
