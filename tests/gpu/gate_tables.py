@@ -18,8 +18,8 @@ UNITS = {"(s)": "s", "(ms)": "ms", "(us/page)": "us/page", "(bytes)": "bytes"}
 def figure(v, unit):
     if unit == "bytes":
         return "%.2f GiB" % (v / (1 << 30))
-    if unit == "s":
-        return "%.3f s" % v
+    if unit == "s":  # three figures below a second (a restart's 0.0086 s, a digest's 0.00543 s)
+        return "%.3f s" % v if v >= 1 else "%.3g s" % v
     return "%.4g %s" % (v, unit)
 
 
