@@ -162,6 +162,13 @@ def main():
             check(r.returncode == 0, "restore from tmpfs", r.stderr)
             restores.append(s)
             ok &= restored_ok(target, want, h)
+        # A save into a new folder again, the first one removed: best of 2 as the tmpfs's own
+        # writes into new files are (the first pages a tmpfs gives may be the VM's first
+        # touch of that memory, which its floor's second round no longer meets).
+        shutil.rmtree(snap)
+        s, r = timed("save", store, snap)
+        check(r.returncode == 0, "save to tmpfs into a new folder again", r.stderr)
+        saves.append(s)
         for k in os.environ.get("SNAP_THREADS", "").split():  # GMSFS_COPY_THREADS=k, best of 2 each
             env = dict(os.environ, GMSFS_COPY_THREADS=k)
             ks, kr = [], []
@@ -192,17 +199,20 @@ def main():
     finally:
         subprocess.run(["umount", ram], check=False)
         os.rmdir(ram)
+    new_best = min(saves[0], saves[2])
     s_best, r_best = min(saves), min(restores)
     print("bench: snapshot of %.1f GB in %d allocations on tmpfs: save %.3f s (%.1f GB/s, %.2fx pinned D2H %.3f s), "
           "restore %.3f s (%.1f GB/s, %.2fx pinned H2D %.3f s)"
           % (gb, n, s_best, gb / s_best, floor["d2h"] / s_best, floor["d2h"], r_best, gb / r_best,
              floor["h2d"] / r_best, floor["h2d"]))
-    print("bench: the two saves: into a new folder %.3f s, again over the first (in place) %.3f s" % tuple(saves))
+    print("bench: the saves: into a new folder %.3f s, again over the first (in place) %.3f s, into a new folder "
+          "again %.3f s" % tuple(saves))
     print("bench: the tmpfs itself, as many bytes from memory by 16 threads (a file each): written into new files "
           "%.3f s (%.1f GB/s, %.2fx pinned D2H), over them %.3f s (%.1f GB/s), read %.3f s (%.1f GB/s, %.2fx pinned "
-          "H2D); the save into a new folder at %.2fx of its writes into new files, the save in place at %.2fx of its "
+          "H2D); the save into a new folder (best of 2) at %.2fx of its writes into new files, the save in place at "
+          "%.2fx of its "
           "writes over them, the restore at %.2fx of its reads"
-          % (fw, gb / fw, floor["d2h"] / fw, fo, gb / fo, fr, gb / fr, floor["h2d"] / fr, fw / saves[0],
+          % (fw, gb / fw, floor["d2h"] / fw, fo, gb / fo, fr, gb / fr, floor["h2d"] / fr, fw / new_best,
              fo / saves[1], fr / r_best))
 
     # The machine's disk: 4 GiB of the same store's bytes, against dd O_DIRECT.
