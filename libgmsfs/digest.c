@@ -261,8 +261,8 @@ static int hash_on_device(gmsfs *g, const struct gmsfs_mapping *const *order, si
 	for (k = 0; !e && k < npieces; k++)
 		XXH64_canonicalFromHash(&(*out)[k], h[k]);
 	if (gm_tracing())
-		fprintf(stderr, "gmsfs: digest: %zu pieces hashed on the GPU: %.0f us%s%s\n", npieces, gm_us() - t0,
-			e ? "; it cannot: " : "", e ? why : "");
+		fprintf(stderr, "gmsfs: digest: %zu pieces hashed on the GPU: %.0f us (%s%s)\n", npieces, gm_us() - t0,
+			e ? "it cannot: " : "", why);
 	free(at), free(len), free(h);
 	if (e)
 		free(*out), *out = NULL;

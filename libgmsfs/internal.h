@@ -116,8 +116,9 @@ struct gm_backend {
 	int (*host_alloc)(gmsfs *g, uint64_t size, void **p);
 	void (*host_free)(gmsfs *g, void *p, uint64_t size);
 	/* Each piece's XXH3-64 (gmsfs(5), CONTENT HASH) computed where its bytes are, by the
-	 * GPU (at[k] mapped, a multiple of 16 where len[k] > 240): 0, or -errno with the
-	 * reason in err (the caller then reads the bytes into host memory instead). */
+	 * GPU (at[k] mapped, a multiple of 16 where len[k] > 240): 0 with what it did in err
+	 * (for the trace), or -errno with the reason there (the caller then reads the bytes
+	 * into host memory instead). */
 	int (*hash_pieces)(gmsfs *g, size_t n, const void *const *at, const uint64_t *len, uint64_t *out,
 			   char *err, size_t errlen);
 };
