@@ -263,6 +263,7 @@ c.commit_layout()
 assert "leaves the layout TORN" in open(sys.argv[1] + "/state").read()
 ctypes.memset(ptr, 8, MiB // 2)   # half the new bytes, then the death
 """)
+    until(lambda: state(store)["state"] == "TORN", 10)  # the daemon hears of the death after its parent
     st = state(store)
     assert (st["state"], st["torn"], st["allocations"]) == ("TORN", 1, 1)
     with pytest.raises(gmsfs.GmsfsError) as e:
@@ -296,7 +297,7 @@ except RuntimeError:
     pass
 ctypes.memset(va, 5, MiB)
 """)
-    assert state(store)["state"] == "TORN"
+    assert until(lambda: state(store)["state"] == "TORN", 10), state(store)
     from gmsfs.gms import GMSClientMemoryManager, RequestedLockType, GrantedLockType
     d = GMSClientMemoryManager(store)
     d.connect(RequestedLockType.RW_DATA)

@@ -698,6 +698,7 @@ os.kill(os.getpid(), signal.SIGKILL)
     try:
         for where, how in ((store, "writable"), (other, "kept")):
             p = subprocess.run([sys.executable, "-c", code, where, how], env=env, timeout=60)
+            until(lambda: state(where)["state"] == "TORN", 10)  # heard after the parent hears
             st = state(where)
             assert p.returncode == -signal.SIGKILL and (st["state"], st["torn"]) == ("TORN", "1"), st
             with pytest.raises(gmsfs.GmsfsError) as e:
