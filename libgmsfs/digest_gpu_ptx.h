@@ -1,5 +1,5 @@
 /* digest_gpu_ptx.h: libgmsfs/digest_gpu.cu as PTX, made by scripts/ptx.sh; do not edit.
- * Cuda compilation tools, release 13.0, V13.0.88
+ * Cuda compilation tools, release 13.0, V13.0.88; declared PTX ISA 7.0
  * sources: d782123569306627453a48e1318746c9aa9ff7a04f31c45d10710eeff5d18684 */
 static const char gm_digest_ptx[] =
 	"//\n"
@@ -10,7 +10,7 @@ static const char gm_digest_ptx[] =
 	"// Based on NVVM 7.0.1\n"
 	"//\n"
 	"\n"
-	".version 9.0\n"
+	".version 7.0\n"
 	".target sm_75\n"
 	".address_size 64\n"
 	"\n"
