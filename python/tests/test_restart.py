@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, ROOT, let_go_of_mount
+from conftest import BUILD, ROOT, let_go_of_mount, until
 from manager import Manager, wait_mounted
 import gmsfs
 from gmsfs.ctl import read_fields
@@ -248,13 +248,11 @@ def test_committed_stores_come_back_after_sigkill_and_after_a_restart(mnt, manag
     # rmdir: the image goes, and with its memory freed its descriptor leaves the manager.
     os.rmdir(os.path.join(mnt, "b"))
     assert sorted(os.listdir(state)) == ["a.image", "empty.image"]
-    with open("/proc/sys/vm/drop_caches", "w") as f:  # the kernel's forgets: the last hold on b
-        f.write("2\n")
-    for _ in range(200):
-        if len(kept(manager)) == 1:
-            break
-        time.sleep(0.01)
-    assert len(kept(manager)) == 1
+    def forgotten():  # the kernel's forgets (the last hold on b), asked for until they come
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2\n")
+        return len(kept(manager)) == 1
+    assert until(forgotten, 20, 0.05), kept(manager)
     # A commit that replaces allocations: the old memory leaves the manager too.
     a2, ha2 = publish(os.path.join(mnt, "c"), 5)
     with gmsfs.connect(os.path.join(mnt, "c"), "rw", timeout=10) as c:
