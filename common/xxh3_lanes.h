@@ -6,8 +6,8 @@
  * Past 240 bytes XXH3 keeps eight 64-bit accumulators, and lane i only ever takes the
  * input's words i and i^1 of each 64-byte stripe and its own secret words: the lanes are
  * independent until the merge.  So eight threads hash one piece, each its lane
- * (xl_lane), and one merges (xl_merge).  Up to 240 bytes, xl_short: for the tests (the
- * kernel leaves such pieces to the CPU). */
+ * (xl_lane), and one merges (xl_merge).  Inputs of 240 bytes or fewer take XXH3's short
+ * paths, which the kernel leaves to the CPU (piece_hash). */
 #ifndef GMSFS_COMMON_XXH3_LANES_H
 #define GMSFS_COMMON_XXH3_LANES_H
 
@@ -15,14 +15,12 @@
 #define XL_FN static __device__ __forceinline__
 #define XL_TABLE static __constant__ const
 typedef unsigned long long xl_u64;
-typedef unsigned int xl_u32;
 #else
 #include <stdint.h>
 #include <string.h>
 #define XL_FN static inline
 #define XL_TABLE static const
 typedef uint64_t xl_u64;
-typedef uint32_t xl_u32;
 #endif
 
 #define XL_MIDSIZE_MAX 240 /* longer: the eight lanes */
@@ -74,18 +72,13 @@ XL_TABLE xl_u64 xl_merge_keys[8] = {
 XL_TABLE xl_u64 xl_init[8] = { XL_PRIME32_3, XL_PRIME64_1, XL_PRIME64_2, XL_PRIME64_3,
 			       XL_PRIME64_4, XL_PRIME32_2, XL_PRIME64_5, XL_PRIME32_1 };
 
-/* Little-endian reads at any address (the last stripe's and short inputs' may be odd). */
+/* A little-endian read at any address (the last stripe's may be odd). */
 XL_FN xl_u64 xl_rd64(const unsigned char *p)
 {
 	xl_u64 v = 0;
 	for (int i = 7; i >= 0; i--)
 		v = v << 8 | p[i];
 	return v;
-}
-
-XL_FN xl_u32 xl_rd32(const unsigned char *p)
-{
-	return (xl_u32)p[0] | (xl_u32)p[1] << 8 | (xl_u32)p[2] << 16 | (xl_u32)p[3] << 24;
 }
 
 /* The 128-bit product's halves xored. */
@@ -103,15 +96,6 @@ XL_FN xl_u64 xl_avalanche(xl_u64 h)
 {
 	h ^= h >> 37;
 	h *= 0x165667919E3779F9ULL;
-	return h ^ (h >> 32);
-}
-
-XL_FN xl_u64 xl_avalanche64(xl_u64 h) /* XXH64's */
-{
-	h ^= h >> 33;
-	h *= XL_PRIME64_2;
-	h ^= h >> 29;
-	h *= XL_PRIME64_3;
 	return h ^ (h >> 32);
 }
 
@@ -184,65 +168,6 @@ XL_FN xl_u64 xl_merge(const xl_u64 *acc, xl_u64 len)
 	for (int i = 0; i < 4; i++)
 		h += xl_fold(acc[2 * i] ^ xl_merge_keys[2 * i], acc[2 * i + 1] ^ xl_merge_keys[2 * i + 1]);
 	return xl_avalanche(h);
-}
-
-/* ---- up to 240 bytes, one thread ---- */
-
-XL_FN xl_u64 xl_mix16(const unsigned char *in, unsigned secret_at)
-{
-	return xl_fold(xl_rd64(in) ^ xl_rd64(xl_secret + secret_at), xl_rd64(in + 8) ^ xl_rd64(xl_secret + secret_at + 8));
-}
-
-XL_FN xl_u64 xl_short(const unsigned char *in, xl_u64 len)
-{
-	const unsigned char *s = xl_secret;
-	if (len == 0)
-		return xl_avalanche64(xl_rd64(s + 56) ^ xl_rd64(s + 64));
-	if (len <= 3) {
-		xl_u32 c = (xl_u32)in[0] << 16 | (xl_u32)in[len >> 1] << 24 | (xl_u32)in[len - 1] | (xl_u32)len << 8;
-		return xl_avalanche64((xl_u64)c ^ (xl_u64)(xl_rd32(s) ^ xl_rd32(s + 4)));
-	}
-	if (len <= 8) {
-		xl_u64 h = ((xl_u64)xl_rd32(in + len - 4) + ((xl_u64)xl_rd32(in) << 32)) ^ (xl_rd64(s + 8) ^ xl_rd64(s + 16));
-		h ^= (h << 49 | h >> 15) ^ (h << 24 | h >> 40); /* rrmxmx */
-		h *= 0x9FB21C651E98DF25ULL;
-		h ^= (h >> 35) + len;
-		h *= 0x9FB21C651E98DF25ULL;
-		return h ^ (h >> 28);
-	}
-	if (len <= 16) {
-		xl_u64 lo = xl_rd64(in) ^ (xl_rd64(s + 24) ^ xl_rd64(s + 32));
-		xl_u64 hi = xl_rd64(in + len - 8) ^ (xl_rd64(s + 40) ^ xl_rd64(s + 48));
-		xl_u64 swapped = 0;
-		for (int i = 0; i < 8; i++)
-			swapped = swapped << 8 | ((lo >> (8 * i)) & 0xff);
-		return xl_avalanche(len + swapped + hi + xl_fold(lo, hi));
-	}
-	xl_u64 acc = len * XL_PRIME64_1;
-	if (len <= 128) {
-		if (len > 32) {
-			if (len > 64) {
-				if (len > 96) {
-					acc += xl_mix16(in + 48, 96);
-					acc += xl_mix16(in + len - 64, 112);
-				}
-				acc += xl_mix16(in + 32, 64);
-				acc += xl_mix16(in + len - 48, 80);
-			}
-			acc += xl_mix16(in + 16, 32);
-			acc += xl_mix16(in + len - 32, 48);
-		}
-		acc += xl_mix16(in, 0);
-		acc += xl_mix16(in + len - 16, 16);
-		return xl_avalanche(acc);
-	}
-	for (unsigned i = 0; i < 8; i++)
-		acc += xl_mix16(in + 16 * i, 16 * i);
-	acc = xl_avalanche(acc);
-	for (unsigned i = 8; i < len / 16; i++)
-		acc += xl_mix16(in + 16 * i, 16 * (i - 8) + 3);
-	acc += xl_mix16(in + len - 16, 136 - 17);
-	return xl_avalanche(acc);
 }
 
 #endif
