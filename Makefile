@@ -43,7 +43,7 @@ FS_SRC := $(addprefix src/fs/,main.c options.c node.c content.c named.c history.
 DAEMON_SRC := $(FS_SRC) $(FSM_SRC) $(META_SRC) $(VMM_SRC) $(WIRE_SRC)
 DAEMON_HDR := $(COMMON_HDR) $(wildcard src/*/*.h src/*/*/*.h)
 
-LIB_SRC := $(PIECE_HASH_SRC) $(addprefix libgmsfs/,handle.c channel.c hash_cuda.c maps.c meta.c layout.c refit.c sleep.c space.c pages.c pages_held.c kept.c tie.c version.c graph.c torch.c manifest.c digest.c map_host.c map_cuda.c) $(WIRE_SRC)
+LIB_SRC := $(PIECE_HASH_SRC) $(addprefix libgmsfs/,handle.c let_go.c channel.c hash_cuda.c maps.c meta.c layout.c refit.c sleep.c space.c pages.c pages_held.c kept.c tie.c version.c graph.c torch.c manifest.c digest.c map_host.c map_cuda.c) $(WIRE_SRC)
 LIB_HDR := $(COMMON_HDR) libgmsfs/internal.h libgmsfs/digest_gpu_ptx.h
 LIB_SONAME := libgmsfs.so.0
 

@@ -266,6 +266,7 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 	struct gmsfs_ioc io;
 	double t0 = gm_tracing() ? gm_us() : 0;
 	bool stuck = false;
+	lg_retry(); /* what this process let go of while no daemon served: first */
 	int fd = lock_dir(g, mode, timeout_ms, &io, &stuck);
 	if (fd < 0) {
 		int e = -fd;
@@ -317,6 +318,7 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 	g->lockfd = lockfd;
 	g->info = io;
 	g->lock = (int)io.lock;
+	g->committed = false;
 	g->imported_all = false;
 	g->said_in_place = false;
 	g->granted_rw |= g->lock == GMSFS_RW;
@@ -334,27 +336,9 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 	return 0;
 }
 
-/* The daemon that granted this process's read lock is gone (killed, or replaced by gmsfs
- * -o takeover): the one serving the store now kept the lock for it (gmsfs(5), RESTART)
- * until it lets go, which it does now that its mappings are gone.  A store removed since
- * has no directory: the mount's root names it by its layout hash. */
-static void let_go(gmsfs *g)
+static bool errno_gone(int e)
 {
-	struct gmsfs_ioc io = { .size = sizeof io };
-	int fd = open(g->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT && g->info.has_hash) {
-		char root[4096];
-		snprintf(root, sizeof root, "%s", g->dir);
-		char *slash = strrchr(root, '/');
-		if (slash && slash != root)
-			*slash = '\0';
-		fd = slash && slash != root ? open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-		memcpy(io.layout_hash, g->info.layout_hash, sizeof io.layout_hash);
-	}
-	if (fd < 0)
-		return;
-	ioctl(fd, GMSFS_IOC_LET_GO, &io); /* ENOLCK: nothing was kept (a daemon that ended cleanly) */
-	close(fd);
+	return e == ENOTCONN || e == ECONNABORTED;
 }
 
 /* unlocked: the daemon took the lock back already (a reader's UNLOCK by its socket). */
@@ -369,9 +353,15 @@ static void release_lock(gmsfs *g, bool unlocked)
 		g->left = false;
 		g->dirfd = g->lockfd = -1;
 	}
+	/* Read holds: a reader's, or those a writer's commit left (whatever this handle heard
+	 * after it); a daemon gone since it granted them (killed, or replaced by a takeover)
+	 * left them to its successor, which keeps them until this process lets go. */
+	bool reads = g->lock == GMSFS_RO || g->committed;
+	unsigned kept = 0;
 	struct gmsfs_ioc unlock = { .size = sizeof unlock };
-	if (g->lockfd >= 0 && g->lock == GMSFS_RO) /* committed: lock's read hold goes now, not at its release */
-		ioctl(g->lockfd, GMSFS_IOC_UNLOCK, &unlock);
+	/* committed: lock's read hold goes now, not at its release */
+	if (g->lockfd >= 0 && reads && ioctl(g->lockfd, GMSFS_IOC_UNLOCK, &unlock) && errno_gone(errno))
+		kept++;
 	if (g->lockfd >= 0)
 		close(g->lockfd);
 	if (g->dirfd >= 0) {
@@ -383,13 +373,14 @@ static void release_lock(gmsfs *g, bool unlocked)
 			gm_forget_dir(g);
 			g->sleepfd = g->dirfd; /* holds nothing now; the next lock is asked on it */
 		} else {
-			if ((errno == ENOTCONN || errno == ECONNABORTED) && g->lock == GMSFS_RO)
-				let_go(g);
+			kept += reads && errno_gone(errno);
+			lg_let_go(g->dir, &g->info, kept);
 			close(g->dirfd);
 		}
 	}
 	g->dirfd = g->lockfd = -1;
 	g->lock = 0;
+	g->committed = false;
 	g->imported_all = false;
 	g->said_in_place = false;
 	g->have_ticket = false;

@@ -175,6 +175,8 @@ struct gmsfs {
 	bool names_apart;       /* its daemon predates COMMIT_NAMED: a commit's name goes by setxattr */
 	bool leave_apart;       /* its daemon predates COMMIT_LEAVE: commit, then UNLOCK */
 	bool left;              /* COMMIT_LEAVE gave its holds back: its close sends no UNLOCK */
+	bool committed;         /* this session's commit was asked for: the daemon may hold read
+				 * locks for it since, which a successor keeps until the release lets go */
 	struct gmsfs_ioc info;  /* the latest facts from the daemon */
 	uint8_t ticket[GMSFS_TICKET_LEN]; /* the LOCK reply's ticket, until bound */
 	bool have_ticket;
@@ -225,6 +227,12 @@ static inline int64_t gm_now_ms(void)
 {
 	return (int64_t)(clock_mono_ns() / 1000000);
 }
+
+/* let_go.c: the read locks a gone daemon's successor keeps for this process (gmsfs(5),
+ * RESTART), given back; where no daemon serves dir yet, those it did not take wait for
+ * lg_retry, which each lock calls first. */
+void lg_let_go(const char *dir, const struct gmsfs_ioc *info, unsigned holds);
+void lg_retry(void);
 
 /* handle.c */
 int gm_error(gmsfs *g, int e, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -151,14 +151,19 @@ int gm_commit_request(gmsfs *g, const char *name, bool leave, double *t0, double
 	if (e)
 		return gm_error(g, e, "commit: waiting for the work queued: %s", strerror(-e));
 	*t1 = *t0 ? gm_us() : 0;
-	if (!name && !leave)
-		return gm_call(g, GMSFS_OP_COMMIT, NULL, 0, NULL);
-	msgpack_sbuffer sb; /* the name with the commit: one round trip */
-	msgpack_sbuffer_init(&sb);
-	e = wire_pack_commit_named(&sb, name) ? gm_error(g, -ENOMEM, "out of memory")
-					      : gm_call(g, leave ? GMSFS_OP_COMMIT_LEAVE : GMSFS_OP_COMMIT_NAMED, sb.data,
-							sb.size, NULL);
-	msgpack_sbuffer_destroy(&sb);
+	/* Asked: from here the daemon may hold read locks for this handle, whether or not
+	 * its answer comes (a daemon killed after the commit, before its reply). */
+	g->committed |= !leave;
+	if (!name && !leave) {
+		e = gm_call(g, GMSFS_OP_COMMIT, NULL, 0, NULL);
+	} else {
+		msgpack_sbuffer sb; /* the name with the commit: one round trip */
+		msgpack_sbuffer_init(&sb);
+		e = wire_pack_commit_named(&sb, name) ? gm_error(g, -ENOMEM, "out of memory")
+						      : gm_call(g, leave ? GMSFS_OP_COMMIT_LEAVE : GMSFS_OP_COMMIT_NAMED,
+								sb.data, sb.size, NULL);
+		msgpack_sbuffer_destroy(&sb);
+	}
 	return e;
 }
 
@@ -190,7 +195,9 @@ int gm_commit_named(gmsfs *g, bool unmapping, const char *name)
 		return 0; /* gmsfs_commit_unmap_all copies the private entries and unmaps */
 	}
 	double t3 = t0 ? gm_us() : 0;
-	if ((e = gm_refresh(g)))
+	/* A daemon gone since it took the commit (killed, or replaced by a takeover) leaves
+	 * the commit standing: its successor serves it. */
+	if ((e = gm_refresh(g)) && e != -ENOTCONN && e != -ECONNABORTED)
 		return e;
 	e = g->meta.loaded ? mt_privatize(g) : 0;
 	if (t0)

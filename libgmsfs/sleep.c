@@ -385,6 +385,7 @@ int gmsfs_pause(gmsfs *g)
 		g->lockfd = -1;
 	}
 	g->lock = 0;
+	g->committed = false; /* its read hold is given back */
 	g->paused = true;
 	g->imported_all = false;
 	g->said_in_place = false;

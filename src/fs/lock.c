@@ -96,8 +96,10 @@ int lock_take(struct store *st, enum lock_want want, pid_t tgid, enum lock_hold 
 		history_begin(st, want == WANT_DATA ? HISTORY_DATA : HISTORY_RW, tgid);
 	}
 	*out = write ? HOLD_SESSION : HOLD_READ;
-	if (!write && reader_add(&st->lock, tgid))
-		store_readers_changed(st);
+	if (!write) {
+		reader_add(&st->lock, tgid);
+		store_readers_changed(st); /* with its count: a restart keeps as many holds */
+	}
 	store_tier_used(&st->tier);
 	st->lock.gen++;
 	store_notify(st); /* taking a lock never lets a waiter in: no grant walk */
@@ -156,6 +158,7 @@ static int try_lock(struct store *st, enum lock_want want, pid_t tgid, bool own,
 			return -EDEADLK; /* it would wait for its own read handles */
 		fsm_reopen_read(f);
 		reader_add(&st->lock, tgid); /* not new: it held one */
+		store_readers_changed(st);
 		*out = HOLD_READ;
 		store_notify(st);
 		return 0;
@@ -180,16 +183,16 @@ void lock_inherited_go(struct store *st, struct lock_reader *r, unsigned k, bool
 {
 	struct lock *l = &st->lock;
 	pid_t pid = r->pid;
-	bool last = k >= r->inherited, gone = false;
+	bool last = k >= r->inherited;
 	assert(k <= r->inherited && k <= l->inherited);
 	for (unsigned i = 0; i < k; i++) {
 		int released = fsm_release_read(&l->fsm);
 		assert(released == 0); /* an inherited hold is one of the FSM's readers */
 		(void)released;
 		l->inherited--;
-		gone |= lock_reader_drop(l, pid, true);
+		lock_reader_drop(l, pid, true);
 	}
-	if (gone)
+	if (k)
 		store_readers_changed(st);
 	if (st->removed && st->meta && !l->fsm.readers && !l->fsm.paused)
 		store_free_layout(st);
@@ -329,8 +332,8 @@ void lock_release(struct fs_handle *h)
 	if (h->paused) { /* a paused handle goes: its mappings went, or its process */
 		fsm_unpause(&st->lock.fsm);
 		h->paused = false;
-		if (lock_reader_drop(&st->lock, h->tgid, false))
-			store_readers_changed(st);
+		lock_reader_drop(&st->lock, h->tgid, false);
+		store_readers_changed(st);
 		if (version_leave(st, h))
 			fsm_prev_gone(&st->lock.fsm);
 		room = !st->lock.fsm.readers;
@@ -341,8 +344,9 @@ void lock_release(struct fs_handle *h)
 		int released = fsm_release_read(&st->lock.fsm);
 		assert(released == 0); /* a read handle is one of the FSM's readers */
 		(void)released;
-		if (lock_reader_drop(&st->lock, h->tgid, false))
-			store_readers_changed(st);
+		lock_reader_drop(&st->lock, h->tgid, false);
+		store_readers_changed(st); /* a count less is said too: else a restart keeps a hold
+					    * that this process gave back, and waits for it forever */
 		room = !st->lock.fsm.readers; /* idle now: it may give way */
 	} else if (h->hold == HOLD_SESSION && (kept = st->lock.fsm.kept, fsm_release_session(&st->lock.fsm) == 1) &&
 		   st->meta) {
@@ -417,7 +421,8 @@ int lock_commit(struct store *st)
 	for (struct fs_handle *h = st->handles.next; h != &st->handles; h = h->next)
 		if (h->hold == HOLD_SESSION) {
 			h->hold = HOLD_READ;
-			new_readers |= reader_add(&st->lock, h->tgid);
+			reader_add(&st->lock, h->tgid);
+			new_readers = true;
 		}
 	st->last_error[0] = '\0';
 	/* Write-ahead: the image that no longer names what the session freed is written
