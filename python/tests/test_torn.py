@@ -317,6 +317,9 @@ def test_a_resume_whose_grant_came_and_whose_next_step_failed_changes_nothing(mn
         assert until(lambda: os.path.exists(os.path.join(mnt, "device")))
         s = os.path.join(mnt, "s")
         commit_zeros(s)
+        with gmsfs.connect(s, "rw", timeout=5) as w:  # an image bigger than the page the
+            w.meta_put("big", "w", 0, bytes(64 << 10))  # resume frees (its readers file)
+            w.commit()
         c = gmsfs.connect(s, "ro", timeout=5)
         c.import_all()
         c.pause()

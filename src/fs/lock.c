@@ -39,33 +39,27 @@ struct lock_reader *lock_reader_find(struct lock *l, pid_t pid)
 	return NULL;
 }
 
-/* One more read handle of pid.  True when pid is new among the readers.  Out of memory
- * the FSM still counts the handle: only a restart would not learn of this reader. */
-static bool reader_add(struct lock *l, pid_t pid)
+/* One more read handle of pid.  Out of memory the FSM still counts the handle: only a
+ * restart would not learn of this reader.  Each change is said (store_readers_changed). */
+static void reader_add(struct lock *l, pid_t pid)
 {
 	struct lock_reader *r = lock_reader_find(l, pid);
-	if (r) {
+	if (r)
 		r->handles++;
-		return false;
-	}
-	if (GROW(l->readers, l->nreaders, l->readers_cap, 8))
-		return false;
-	l->readers[l->nreaders++] = (struct lock_reader){ .pid = pid, .handles = 1 };
-	return true;
+	else if (!GROW(l->readers, l->nreaders, l->readers_cap, 8))
+		l->readers[l->nreaders++] = (struct lock_reader){ .pid = pid, .handles = 1 };
 }
 
-/* One read handle (inherited: one inherited hold) of pid less.  True when pid left. */
-bool lock_reader_drop(struct lock *l, pid_t pid, bool inherited)
+/* One read handle (inherited: one inherited hold) of pid less; pid leaves at its last. */
+void lock_reader_drop(struct lock *l, pid_t pid, bool inherited)
 {
 	struct lock_reader *r = lock_reader_find(l, pid);
 	unsigned *n = r ? (inherited ? &r->inherited : &r->handles) : NULL;
 	if (!n || !*n)
-		return false;
+		return;
 	--*n;
-	if (r->handles || r->inherited)
-		return false;
-	*r = l->readers[--l->nreaders];
-	return true;
+	if (!r->handles && !r->inherited)
+		*r = l->readers[--l->nreaders];
 }
 
 /* ---- taking ---- */
@@ -252,6 +246,7 @@ static void resumed(struct fs_handle *h)
 	assert(unpaused == 0); /* a paused handle is one of the FSM's paused */
 	(void)unpaused;
 	lock_reader_drop(&st->lock, h->tgid, false); /* the pause's; the grant counted the lock */
+	store_readers_changed(st);
 	h->paused = false;
 	/* Beside the readers, its writer writes copies, which it has not mapped yet. */
 	h->remap = h->on_prev || (h->hold == HOLD_SESSION && st->lock.fsm.beside);

@@ -101,8 +101,8 @@ bool lock_would_write_in_place(const struct store *st);
 
 /* ---- who reads, for lock_restart.c: each process once, its handles and inherited holds ---- */
 struct lock_reader *lock_reader_find(struct lock *l, pid_t pid);
-/* One read handle (inherited: one inherited hold) of pid less.  True when pid left. */
-bool lock_reader_drop(struct lock *l, pid_t pid, bool inherited);
+/* One read handle (inherited: one inherited hold) of pid less; pid leaves at its last. */
+void lock_reader_drop(struct lock *l, pid_t pid, bool inherited);
 
 /* ---- readers across a restart (gmsfs(5), RESTART): lock_restart.c ---- */
 /* k of r's inherited holds given back (fs->mu held).  The last one of a process lets the

@@ -110,6 +110,7 @@ void lock_bridge(struct store *st, pid_t tgid)
 	r->bridge_until = clock_mono_ns() + 5000000000ull;
 	l->inherited++;
 	l->fsm.readers++;
+	store_readers_changed(st);
 }
 
 void lock_reap(struct store *st)
