@@ -174,6 +174,8 @@ def main():
         check("opened behind the start in" in said, "  the device opened behind the start, from the kept facts",
               said[-2000:])
     check(tier_round_trip(store), "and a move to the host tier and back")
+    check(writes_again(m, state), "a writer that committed before a SIGKILL lets go of its read locks after the "
+                                  "restart, and writes the store again")
     m.kill(signal.SIGTERM)
     subprocess.run(["umount", "-l", mount], capture_output=True)
     m.close()  # the manager lets the descriptors go: the memory is freed
@@ -188,6 +190,47 @@ def main():
           "start)" % ((device_used() - base) // MiB))
     subprocess.run(["rm", "-rf", state, tmp])
     return done()
+
+
+WRITER_AGAIN = r"""
+import gmsfs, sys
+c = gmsfs.connect(sys.argv[1], "rw", timeout=30)
+c.create("a", 1 << 21)
+c.commit()  # its session is two read locks now: the store's, its lock's
+print("committed", flush=True)
+sys.stdin.readline()
+c.close()  # after the restart: the new daemon kept both for it
+try:
+    with gmsfs.connect(sys.argv[1], "rw", timeout=30) as w:
+        w.create("b", 1 << 21)
+        w.commit()
+    print("wrote", flush=True)
+except gmsfs.GmsfsError as e:
+    print("refused: %s" % e, flush=True)
+"""
+
+
+def writes_again(m, state):
+    store = os.path.join(mount, "w")
+    os.mkdir(store)
+    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+    p = subprocess.Popen([sys.executable, "-c", WRITER_AGAIN, store], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        if p.stdout.readline().strip() != "committed":
+            return False
+        m.kill(signal.SIGKILL)
+        subprocess.run(["umount", "-l", mount], capture_output=True)
+        m.start(mount, "state=" + state)
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        said = p.stdout.readline().strip()
+        print("#   %s" % said)
+        return said == "wrote"
+    finally:
+        p.kill()
+        p.wait()
+        os.rmdir(store)
 
 
 def wait(cond, s=60):
