@@ -440,7 +440,8 @@ if sys.argv[2] == "commit":
     readers = [Reader(store) for _ in range(3)]
     seen = [0] * len(readers)
     commits = kills = 0
-    deadline = time.monotonic() + 8
+    # 8 s of it, and on until it saw 3 commits and 2 kills (a slow machine takes longer)
+    deadline, cap = time.monotonic() + 8, time.monotonic() + 90
     def readers_turn():
         for i, r in enumerate(readers):
             if rng.random() < 0.1:  # a reader killed, another comes
@@ -457,7 +458,7 @@ if sys.argv[2] == "commit":
             assert v >= seen[i], (v, seen[i])  # never an older version than it read
             seen[i] = v
 
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline or (time.monotonic() < cap and (commits < 3 or kills < 2)):
         commit = rng.random() < 0.6
         w = subprocess.Popen([sys.executable, "-c", writer, store, "commit" if commit else "hold"], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -800,8 +801,9 @@ while True:
     seen = [0] * len(readers)
     reads = refused = kills = 0
     t = start_trainer()
-    deadline = time.monotonic() + 8
-    while time.monotonic() < deadline:
+    # 8 s of it, and on until 20 reads, 3 kills and a torn refusal (a slow machine takes longer)
+    deadline, cap = time.monotonic() + 8, time.monotonic() + 90
+    while time.monotonic() < deadline or (time.monotonic() < cap and (reads < 20 or kills < 3 or refused < 1)):
         for i, r in enumerate(readers):
             if r is None or rng.random() < 0.05:  # a reader killed while paused, another comes
                 if r is not None:
