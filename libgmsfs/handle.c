@@ -224,6 +224,7 @@ static int lock_dir(gmsfs *g, int mode, int timeout_ms, struct gmsfs_ioc *io, bo
 		g->sleepfd = -1;
 		if (fd < 0)
 			return left > 0 ? fd : -errno; /* open_dir_within says its own errno */
+		lg_retry(fd, g->dir); /* what this process let go of while no daemon served: first */
 		*io = (struct gmsfs_ioc){ .size = sizeof *io, .flags = g->own ? GMSFS_LOCK_OWN : 0, .mode = (uint32_t)mode,
 					  .timeout_ms = left };
 		if (!ioctl(fd, GMSFS_IOC_LOCK, io))
@@ -266,7 +267,6 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 	struct gmsfs_ioc io;
 	double t0 = gm_tracing() ? gm_us() : 0;
 	bool stuck = false;
-	lg_retry(); /* what this process let go of while no daemon served: first */
 	int fd = lock_dir(g, mode, timeout_ms, &io, &stuck);
 	if (fd < 0) {
 		int e = -fd;

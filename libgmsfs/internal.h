@@ -230,9 +230,9 @@ static inline int64_t gm_now_ms(void)
 
 /* let_go.c: the read locks a gone daemon's successor keeps for this process (gmsfs(5),
  * RESTART), given back; where no daemon serves dir yet, those it did not take wait for
- * lg_retry, which each lock calls first. */
+ * lg_retry, which each lock of dir calls on the directory it opened, before its LOCK. */
 void lg_let_go(const char *dir, const struct gmsfs_ioc *info, unsigned holds);
-void lg_retry(void);
+void lg_retry(int fd, const char *dir);
 
 /* handle.c */
 int gm_error(gmsfs *g, int e, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
