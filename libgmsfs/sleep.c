@@ -43,7 +43,9 @@ int gmsfs_unmap_all(gmsfs *g)
 	sp_unmap_all(g); /* a space's mapping would keep the memory past the lock */
 	g->saved_has_hash = g->info.has_hash;
 	memcpy(g->saved_hash, g->info.layout_hash, sizeof g->saved_hash);
-	g->unmapped_lock = g->lock;
+	/* A committed session's lock is a read lock, whether or not the handle heard so (a
+	 * daemon gone after the commit's answer): remap_all takes a read lock then. */
+	g->unmapped_lock = g->lock == GMSFS_RW && g->committed ? GMSFS_RO : g->lock;
 	double t1 = t0 ? gm_us() : 0;
 	gm_unlock_done(g, sent); /* a writer that did not commit rolls back */
 	if (t0)
