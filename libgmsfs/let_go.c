@@ -55,8 +55,9 @@ static unsigned give_back(const char *dir, const uint8_t *hash, bool has_hash, u
 		fd = slash && slash != root ? open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 		memcpy(io.layout_hash, hash, sizeof io.layout_hash);
 	}
+	/* ENOENT: the mount not made again yet (or the store gone: then it waits in vain) */
 	if (fd < 0)
-		return errno == ENOTCONN || errno == ECONNABORTED ? holds : 0;
+		return errno == ENOTCONN || errno == ECONNABORTED || errno == ENOENT ? holds : 0;
 	holds = let_go_on(fd, &io, holds);
 	close(fd);
 	return holds;
