@@ -15,7 +15,7 @@ docs/benchmarks.md's tables, with the machine and the date.
 
   imports    bench-gpu: a reader's import_all and its remap cycle, in fresh processes, for
              1000 x 2 MiB, 128 x 64 MiB, 16 x 1 GiB and Llama-3-8B's 291 tensors (1.1x, 1.2x):
-             16 runs (48 for 16 x 1 GiB, 32 for Llama-3-8B), the floor first in every other one; the median
+             16 runs (48 for 16 x 1 GiB, 32 for 128 x 64 MiB and Llama-3-8B), the floor first in every other one; the median
              of the ratios of pairs of runs by turns (a floor that moves between runs moves
              the import with it); and a writer's gmsfs_create one at a time and
              gmsfs_create_many, against the same driver calls split over two processes
