@@ -336,11 +336,6 @@ int gm_take_lock(gmsfs *g, int mode, int timeout_ms)
 	return 0;
 }
 
-static bool errno_gone(int e)
-{
-	return e == ENOTCONN || e == ECONNABORTED;
-}
-
 /* unlocked: the daemon took the lock back already (a reader's UNLOCK by its socket). */
 static void release_lock(gmsfs *g, bool unlocked)
 {
@@ -360,7 +355,7 @@ static void release_lock(gmsfs *g, bool unlocked)
 	unsigned kept = 0;
 	struct gmsfs_ioc unlock = { .size = sizeof unlock };
 	/* committed: lock's read hold goes now, not at its release */
-	if (g->lockfd >= 0 && reads && ioctl(g->lockfd, GMSFS_IOC_UNLOCK, &unlock) && errno_gone(errno))
+	if (g->lockfd >= 0 && reads && ioctl(g->lockfd, GMSFS_IOC_UNLOCK, &unlock) && gm_gone(errno))
 		kept++;
 	if (g->lockfd >= 0)
 		close(g->lockfd);
@@ -373,7 +368,7 @@ static void release_lock(gmsfs *g, bool unlocked)
 			gm_forget_dir(g);
 			g->sleepfd = g->dirfd; /* holds nothing now; the next lock is asked on it */
 		} else {
-			kept += reads && errno_gone(errno);
+			kept += reads && gm_gone(errno);
 			lg_let_go(g->dir, &g->info, kept);
 			close(g->dirfd);
 		}
@@ -459,7 +454,7 @@ static int bind_channel(gmsfs *g)
 static bool daemon_gone(gmsfs *g)
 {
 	struct gmsfs_ioc io = { .size = sizeof io };
-	return ioctl(g->dirfd, GMSFS_IOC_INFO, &io) < 0 && (errno == ENOTCONN || errno == ECONNABORTED);
+	return ioctl(g->dirfd, GMSFS_IOC_INFO, &io) < 0 && gm_gone(errno);
 }
 
 /* A writer whose daemon is gone: its session was rolled back (gmsfs(8), takeover), and

@@ -4,6 +4,7 @@
 #define GMSFS_INTERNAL_H
 
 #include <gmsfs/gmsfs.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -226,6 +227,14 @@ static inline double gm_trace_clock(double us)
 static inline int64_t gm_now_ms(void)
 {
 	return (int64_t)(clock_mono_ns() / 1000000);
+}
+
+/* An errno (positive) that says the daemon that granted the lock is gone (killed, or
+ * replaced by gmsfs -o takeover): its mount answers ENOTCONN from then on, ECONNABORTED
+ * to a request it had when it died. */
+static inline bool gm_gone(int e)
+{
+	return e == ENOTCONN || e == ECONNABORTED;
 }
 
 /* let_go.c: the read locks a gone daemon's successor keeps for this process (gmsfs(5),

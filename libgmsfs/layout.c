@@ -197,7 +197,7 @@ int gm_commit_named(gmsfs *g, bool unmapping, const char *name)
 	double t3 = t0 ? gm_us() : 0;
 	/* A daemon gone since it took the commit (killed, or replaced by a takeover) leaves
 	 * the commit standing: its successor serves it. */
-	if ((e = gm_refresh(g)) && e != -ENOTCONN && e != -ECONNABORTED)
+	if ((e = gm_refresh(g)) && !gm_gone(-e))
 		return e;
 	e = g->meta.loaded ? mt_privatize(g) : 0;
 	if (t0)

@@ -37,7 +37,7 @@ static unsigned let_go_on(int fd, const struct gmsfs_ioc *io, unsigned holds)
 		if (ioctl(fd, GMSFS_IOC_LET_GO, io))
 			break;
 	int e = holds ? errno : 0;
-	return e == ENOTTY || e == ENOTCONN || e == ECONNABORTED ? holds : 0;
+	return e == ENOTTY || gm_gone(e) ? holds : 0;
 }
 
 /* The same through dir, opened here; a store removed since has no directory: the
@@ -57,7 +57,7 @@ static unsigned give_back(const char *dir, const uint8_t *hash, bool has_hash, u
 	}
 	/* ENOENT: the mount not made again yet (or the store gone: then it waits in vain) */
 	if (fd < 0)
-		return errno == ENOTCONN || errno == ECONNABORTED || errno == ENOENT ? holds : 0;
+		return gm_gone(errno) || errno == ENOENT ? holds : 0;
 	holds = let_go_on(fd, &io, holds);
 	close(fd);
 	return holds;

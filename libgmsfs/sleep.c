@@ -24,7 +24,7 @@ int gmsfs_unmap_all(gmsfs *g)
 	 * takeover) or the store was removed (ENOENT: its memory goes with its last reader),
 	 * the last one it gave; the mappings are this process's to undo either way. */
 	int e = g->lock == GMSFS_RO && g->info.has_hash ? 0 : gm_refresh(g);
-	if (e && e != -ENOTCONN && e != -ECONNABORTED && e != -ENOENT)
+	if (e && !gm_gone(-e) && e != -ENOENT)
 		return e;
 	double t0 = gm_tracing() ? gm_us() : 0;
 	/* A reader's lock goes back while its mappings go, its answer read after them: the
